@@ -1,0 +1,99 @@
+//! The KV cache: an explicit value owned by the caller, so that speculative decoding can
+//! roll it back (`truncate`) and DSI/EasySpec can hold several per model.
+//!
+//! Storage is preallocated per layer as `[batch, kv_heads, capacity, head_dim]` and written in
+//! place with `slice_assign`; the logical length is a counter, so truncation costs nothing and
+//! stale positions past `len` are never read (attention slices `0..len`).
+
+use crate::config::ModelConfig;
+use burn::tensor::{Device, Tensor};
+
+/// Positions are allocated in steps of this many, to grow rarely.
+const GROW_STEP: usize = 256;
+
+/// Keys and values of every layer for `batch` sequences of equal length.
+#[derive(Clone, Debug)]
+pub struct KvCache {
+    layers: Vec<(Tensor<4>, Tensor<4>)>,
+    len: usize,
+    capacity: usize,
+    batch: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    device: Device,
+}
+
+impl KvCache {
+    /// An empty cache for `batch` sequences of a model with configuration `cfg`.
+    pub fn new(cfg: &ModelConfig, batch: usize, device: &Device) -> Self {
+        let mut cache = Self {
+            layers: Vec::with_capacity(cfg.num_hidden_layers),
+            len: 0,
+            capacity: 0,
+            batch,
+            kv_heads: cfg.num_key_value_heads,
+            head_dim: cfg.head_dim,
+            device: device.clone(),
+        };
+        for _ in 0..cfg.num_hidden_layers {
+            let empty = Tensor::zeros([batch, cache.kv_heads, 0, cache.head_dim], device);
+            cache.layers.push((empty.clone(), empty));
+        }
+        cache
+    }
+
+    /// Number of cached positions.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Drops every position from `n` on. Panics if `n > len()`: growing a cache by truncation
+    /// would expose stale keys, which is always a caller bug.
+    pub fn truncate(&mut self, n: usize) {
+        assert!(n <= self.len, "KvCache::truncate({n}) beyond its length {}", self.len);
+        self.len = n;
+    }
+
+    /// Makes room for `extra` more positions than are cached now.
+    pub(crate) fn reserve(&mut self, extra: usize) {
+        let need = self.len + extra;
+        if need <= self.capacity {
+            return;
+        }
+        let capacity = need.max(2 * self.capacity).div_ceil(GROW_STEP) * GROW_STEP;
+        let shape = [self.batch, self.kv_heads, capacity, self.head_dim];
+        let keep = [0..self.batch, 0..self.kv_heads, 0..self.len, 0..self.head_dim];
+        for (k, v) in &mut self.layers {
+            for t in [k, v] {
+                let old = t.extract().slice(keep.clone());
+                *t = Tensor::zeros(shape, &self.device).slice_assign(keep.clone(), old);
+            }
+        }
+        self.capacity = capacity;
+    }
+
+    /// Writes `k`, `v` (`[batch, kv_heads, n, head_dim]`) for `layer` at positions
+    /// `len..len+n` and returns views of all `len+n` cached keys and values. The length
+    /// counter moves only in [`KvCache::advance`], after every layer has written.
+    pub(crate) fn write(&mut self, layer: usize, k: Tensor<4>, v: Tensor<4>) -> (Tensor<4>, Tensor<4>) {
+        let n = k.dims()[2];
+        let at = [0..self.batch, 0..self.kv_heads, self.len..self.len + n, 0..self.head_dim];
+        let all = [0..self.batch, 0..self.kv_heads, 0..self.len + n, 0..self.head_dim];
+        let (ck, cv) = &mut self.layers[layer];
+        ck.inplace(|t| t.slice_assign(at.clone(), k));
+        cv.inplace(|t| t.slice_assign(at, v));
+        (ck.clone().slice(all.clone()), cv.clone().slice(all))
+    }
+
+    pub(crate) fn advance(&mut self, n: usize) {
+        self.len += n;
+    }
+}

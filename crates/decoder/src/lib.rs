@@ -1,0 +1,35 @@
+//! specx-decoder: the LM runtime of specx and, on top of it, the decoding algorithms.
+//!
+//! The runtime is one Llama-family [`Transformer`] (Qwen2/2.5, Llama, SmolLM) written against
+//! burn's backend-agnostic tensor API, weights from HF safetensors directories or GGUF files
+//! ([`load_model`]), an explicit [`KvCache`] owned by the caller with `len()`/`truncate(n)`,
+//! forwards over any number of new tokens that return logits and final hidden states, and
+//! sampling utilities whose warping applies identically to draft and target.
+//!
+//! Devices: [`default_device`] is burn's pure-Rust `flex` CPU backend; with the `cuda` cargo
+//! feature a `Device::cuda(0)` runs the same code on an NVIDIA GPU.
+
+pub mod cache;
+pub mod config;
+pub mod fsutil;
+pub mod generate;
+pub mod gguf;
+pub mod loader;
+pub mod model;
+pub mod sampling;
+pub mod synthetic;
+pub mod tokenizer;
+pub mod weights;
+
+pub use burn::tensor::Device;
+pub use cache::KvCache;
+pub use config::ModelConfig;
+pub use loader::{check_pair, load_model, LoadedModel};
+pub use model::{ForwardOutput, Transformer};
+pub use sampling::{Sampler, SamplingConfig};
+pub use tokenizer::{ChatTemplate, Tokenizer};
+
+/// The CPU device (burn-flex, multi-threaded with SIMD).
+pub fn default_device() -> Device {
+    Device::flex()
+}

@@ -1,0 +1,130 @@
+//! Loading a model and its tokenizer from a path (an HF directory or a GGUF file), and
+//! refusing draft/target pairs that do not share a tokenizer.
+
+use crate::config::ModelConfig;
+use crate::model::Transformer;
+use crate::tokenizer::Tokenizer;
+use crate::weights::{GgufSource, SafetensorsDir};
+use anyhow::{bail, Context, Result};
+use burn::tensor::Device;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+/// The on-disk format a model came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelFormat {
+    HfSafetensors,
+    Gguf,
+}
+
+/// A model ready to run, with where it came from.
+pub struct LoadedModel {
+    pub model: Transformer,
+    pub tokenizer: Tokenizer,
+    /// Token ids that end generation: the config's and the tokenizer's named EOS tokens.
+    pub eos_ids: Vec<u32>,
+    pub path: PathBuf,
+    pub format: ModelFormat,
+    /// Weight files read (for checksums in run manifests).
+    pub files: Vec<PathBuf>,
+    /// sha256 over the token strings the weight file itself declares (GGUF), if any.
+    pub embedded_vocab_hash: Option<String>,
+}
+
+/// Where the tokenizer of a model at `path` lives: `DIR/tokenizer.json` for a directory, the
+/// sibling `tokenizer.json` for a GGUF file.
+pub fn default_tokenizer_path(path: &Path) -> PathBuf {
+    if path.is_dir() {
+        path.join("tokenizer.json")
+    } else {
+        path.with_file_name("tokenizer.json")
+    }
+}
+
+/// Loads the model at `path` (HF directory or `.gguf` file) onto `device`.
+/// `tokenizer` overrides the default tokenizer location.
+pub fn load_model(path: &Path, tokenizer: Option<&Path>, device: &Device) -> Result<LoadedModel> {
+    if !path.exists() {
+        bail!("model path {} does not exist (run scripts/fetch-models.sh for the Qwen pair)", path.display());
+    }
+    let tok_path = tokenizer.map(Path::to_path_buf).unwrap_or_else(|| default_tokenizer_path(path));
+    if !tok_path.exists() {
+        bail!("no tokenizer at {} (pass --tokenizer to point at a tokenizer.json)", tok_path.display());
+    }
+    let tokenizer = Tokenizer::from_file(&tok_path)?;
+    let (model, format, files, embedded_vocab_hash) = if path.is_dir() {
+        let cfg = ModelConfig::from_hf_json(&path.join("config.json"))?;
+        let src = SafetensorsDir::open(path)?;
+        let files = src.files().map(Path::to_path_buf).collect();
+        let cfg = adjust_to_weights(cfg, &src);
+        let model = Transformer::load(cfg, &src, device).with_context(|| format!("model {}", path.display()))?;
+        (model, ModelFormat::HfSafetensors, files, None)
+    } else {
+        let src = GgufSource::open(path)?;
+        let cfg = src.config()?;
+        let hash = src.token_list().map(|toks| {
+            let mut h = Sha256::new();
+            for t in toks {
+                h.update(t.as_bytes());
+                h.update([0]);
+            }
+            format!("{:x}", h.finalize())
+        });
+        let model = Transformer::load(cfg, &src, device).with_context(|| format!("model {}", path.display()))?;
+        (model, ModelFormat::Gguf, vec![path.to_path_buf()], hash)
+    };
+    let cfg = model.config();
+    if tokenizer.vocab().values().any(|&id| id as usize >= cfg.vocab_size) {
+        bail!(
+            "tokenizer {} has ids beyond the model's vocabulary of {} ({}): wrong tokenizer for this model",
+            tok_path.display(),
+            cfg.vocab_size,
+            path.display()
+        );
+    }
+    let mut eos_ids = cfg.eos_token_ids.clone();
+    for id in tokenizer.named_eos_ids() {
+        if !eos_ids.contains(&id) {
+            eos_ids.push(id);
+        }
+    }
+    Ok(LoadedModel { model, tokenizer, eos_ids, path: path.to_path_buf(), format, files, embedded_vocab_hash })
+}
+
+/// Trusts the weights over `config.json` about q/k/v biases and a tied head.
+fn adjust_to_weights(mut cfg: ModelConfig, src: &dyn crate::weights::WeightSource) -> ModelConfig {
+    cfg.attention_bias = src.contains("model.layers.0.self_attn.q_proj.bias");
+    cfg.tie_word_embeddings = !src.contains("lm_head.weight");
+    cfg
+}
+
+/// Refuses a draft/target pair that cannot do speculative decoding together: the two must
+/// share the tokenizer (same token -> id map) and score the same number of logits.
+pub fn check_pair(draft: &LoadedModel, target: &LoadedModel) -> Result<()> {
+    let (dv, tv) = (draft.tokenizer.vocab(), target.tokenizer.vocab());
+    let differing: Vec<&String> = dv.iter().filter(|(tok, id)| tv.get(*tok) != Some(id)).map(|(t, _)| t).take(5).collect();
+    if dv.len() != tv.len() || !differing.is_empty() {
+        bail!(
+            "draft {} and target {} do not share a tokenizer: {} vs {} tokens, differing for e.g. {:?}",
+            draft.path.display(),
+            target.path.display(),
+            dv.len(),
+            tv.len(),
+            differing
+        );
+    }
+    if let (Some(a), Some(b)) = (&draft.embedded_vocab_hash, &target.embedded_vocab_hash) {
+        if a != b {
+            bail!(
+                "draft {} and target {} declare different vocabularies in their GGUF metadata",
+                draft.path.display(),
+                target.path.display()
+            );
+        }
+    }
+    let (dn, tn) = (draft.model.config().vocab_size, target.model.config().vocab_size);
+    if dn != tn {
+        bail!("draft scores {dn} tokens but target scores {tn}: the logits cannot be compared");
+    }
+    Ok(())
+}

@@ -1,0 +1,141 @@
+//! Logits warping and sampling. Speculative decoding applies the very same [`SamplingConfig`]
+//! to draft and target logits, so both distributions are warped identically.
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+/// Temperature, top-k and top-p, applied in that order (as HF transformers does).
+/// `temperature == 0` means greedy: the warped distribution is one-hot on the argmax.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SamplingConfig {
+    pub temperature: f32,
+    pub top_k: Option<usize>,
+    pub top_p: Option<f32>,
+}
+
+impl Default for SamplingConfig {
+    fn default() -> Self {
+        Self::greedy()
+    }
+}
+
+/// Index of the largest value; the first on ties (the same rule everywhere in specx, so that
+/// greedy speculative decoding reproduces greedy decoding exactly).
+pub fn argmax(xs: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in xs.iter().enumerate() {
+        if x > xs[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+impl SamplingConfig {
+    pub fn greedy() -> Self {
+        Self { temperature: 0.0, top_k: None, top_p: None }
+    }
+
+    pub fn is_greedy(&self) -> bool {
+        self.temperature <= 0.0 || self.top_k == Some(1)
+    }
+
+    /// Checks the ranges: temperature >= 0, top_k >= 1, 0 < top_p <= 1.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.temperature >= 0.0 && self.temperature.is_finite(), "temperature must be >= 0, got {}", self.temperature);
+        anyhow::ensure!(self.top_k != Some(0), "top_k must be >= 1");
+        if let Some(p) = self.top_p {
+            anyhow::ensure!(p > 0.0 && p <= 1.0, "top_p must be in (0, 1], got {p}");
+        }
+        Ok(())
+    }
+
+    /// The warped next-token distribution of `logits` (sums to 1).
+    pub fn probabilities(&self, logits: &[f32]) -> Vec<f32> {
+        let mut probs = vec![0f32; logits.len()];
+        if self.is_greedy() {
+            probs[argmax(logits) as usize] = 1.0;
+            return probs;
+        }
+        let t = self.temperature;
+        let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        // Candidates surviving top-k, in decreasing order when a cut is needed.
+        let mut keep: Vec<u32> = (0..logits.len() as u32).collect();
+        if let Some(k) = self.top_k.filter(|&k| k < logits.len()) {
+            keep.select_nth_unstable_by(k - 1, |&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+            keep.truncate(k);
+        }
+        let mut sum = 0f64;
+        for &i in &keep {
+            let e = (((logits[i as usize] - max) / t) as f64).exp();
+            probs[i as usize] = e as f32;
+            sum += e;
+        }
+        if let Some(p) = self.top_p.filter(|&p| p < 1.0) {
+            keep.sort_unstable_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+            let mut cum = 0f64;
+            let mut cut = keep.len();
+            for (rank, &i) in keep.iter().enumerate() {
+                cum += probs[i as usize] as f64 / sum;
+                if cum >= p as f64 {
+                    cut = rank + 1;
+                    break;
+                }
+            }
+            for &i in &keep[cut..] {
+                probs[i as usize] = 0.0;
+            }
+            sum = keep[..cut].iter().map(|&i| probs[i as usize] as f64).sum();
+        }
+        let inv = (1.0 / sum) as f32;
+        for &i in &keep {
+            probs[i as usize] *= inv;
+        }
+        probs
+    }
+}
+
+/// Draws an index from a distribution that sums to 1 (up to rounding: the last non-zero entry
+/// absorbs the remainder).
+pub fn sample_from(probs: &[f32], rng: &mut StdRng) -> u32 {
+    let u: f64 = rng.random::<f64>();
+    let mut cum = 0f64;
+    let mut last = 0;
+    for (i, &p) in probs.iter().enumerate() {
+        if p > 0.0 {
+            cum += p as f64;
+            last = i;
+            if u < cum {
+                return i as u32;
+            }
+        }
+    }
+    last as u32
+}
+
+/// A seeded sampler: the same seed and logits give the same tokens.
+pub struct Sampler {
+    pub config: SamplingConfig,
+    rng: StdRng,
+}
+
+impl Sampler {
+    pub fn new(config: SamplingConfig, seed: u64) -> Self {
+        Self { config, rng: StdRng::seed_from_u64(seed) }
+    }
+
+    pub fn rng(&mut self) -> &mut StdRng {
+        &mut self.rng
+    }
+
+    /// The next token for `logits`.
+    pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        if self.config.is_greedy() {
+            return argmax(logits);
+        }
+        let probs = self.config.probabilities(logits);
+        sample_from(&probs, &mut self.rng)
+    }
+}

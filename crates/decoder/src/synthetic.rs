@@ -1,0 +1,217 @@
+//! Tiny synthetic models with seeded random weights, saved in the real formats (HF
+//! safetensors directory, GGUF) so that tests exercise the same loaders, model and decoding
+//! code as the real Qwen pair, in milliseconds.
+
+use crate::config::ModelConfig;
+use crate::gguf::{GgmlType, GgufWriter, MetaValue};
+use crate::weights::{permute_qk_rows, HostTensor};
+use anyhow::{Context, Result};
+use half::{bf16, f16};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use safetensors::tensor::{Dtype, TensorView};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// A small Qwen2-shaped config: q/k/v bias, untied head, GQA with 2 query heads per kv head.
+pub fn tiny_qwen2(vocab: usize) -> ModelConfig {
+    ModelConfig {
+        architecture: "qwen2".into(),
+        vocab_size: vocab,
+        hidden_size: 32,
+        intermediate_size: 64,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        num_key_value_heads: 2,
+        head_dim: 8,
+        rope_theta: 10_000.0,
+        rms_norm_eps: 1e-6,
+        max_position_embeddings: 512,
+        attention_bias: true,
+        tie_word_embeddings: false,
+        bos_token_id: None,
+        eos_token_ids: vec![vocab as u32 - 1],
+    }
+}
+
+/// A small Llama-shaped config: no bias, tied head, one kv head per query head.
+pub fn tiny_llama(vocab: usize) -> ModelConfig {
+    ModelConfig {
+        architecture: "llama".into(),
+        num_key_value_heads: 4,
+        attention_bias: false,
+        tie_word_embeddings: true,
+        rope_theta: 500_000.0,
+        ..tiny_qwen2(vocab)
+    }
+}
+
+/// HF-named random weights for `cfg`, uniform in +-sqrt(3/fan_in) (unit variance outputs),
+/// norms near 1. The same seed gives the same weights.
+pub fn random_weights(cfg: &ModelConfig, seed: u64) -> BTreeMap<String, HostTensor> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut w = BTreeMap::new();
+    let mut add = |name: String, shape: Vec<usize>, scale: f32, offset: f32, rng: &mut StdRng| {
+        let n = shape.iter().product();
+        let data = (0..n).map(|_| offset + scale * (2.0 * rng.random::<f32>() - 1.0)).collect();
+        w.insert(name, HostTensor { shape, data });
+    };
+    let (h, i, v) = (cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size);
+    let (q, kv) = (cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim);
+    let lin = |fan_in: usize| (3.0 / fan_in as f32).sqrt();
+    add("model.embed_tokens.weight".into(), vec![v, h], 1.0, 0.0, &mut rng);
+    for l in 0..cfg.num_hidden_layers {
+        let p = format!("model.layers.{l}");
+        add(format!("{p}.input_layernorm.weight"), vec![h], 0.2, 1.0, &mut rng);
+        add(format!("{p}.post_attention_layernorm.weight"), vec![h], 0.2, 1.0, &mut rng);
+        add(format!("{p}.self_attn.q_proj.weight"), vec![q, h], lin(h), 0.0, &mut rng);
+        add(format!("{p}.self_attn.k_proj.weight"), vec![kv, h], lin(h), 0.0, &mut rng);
+        add(format!("{p}.self_attn.v_proj.weight"), vec![kv, h], lin(h), 0.0, &mut rng);
+        if cfg.attention_bias {
+            add(format!("{p}.self_attn.q_proj.bias"), vec![q], 0.5, 0.0, &mut rng);
+            add(format!("{p}.self_attn.k_proj.bias"), vec![kv], 0.5, 0.0, &mut rng);
+            add(format!("{p}.self_attn.v_proj.bias"), vec![kv], 0.5, 0.0, &mut rng);
+        }
+        add(format!("{p}.self_attn.o_proj.weight"), vec![h, q], lin(q), 0.0, &mut rng);
+        add(format!("{p}.mlp.gate_proj.weight"), vec![i, h], lin(h), 0.0, &mut rng);
+        add(format!("{p}.mlp.up_proj.weight"), vec![i, h], lin(h), 0.0, &mut rng);
+        add(format!("{p}.mlp.down_proj.weight"), vec![h, i], lin(i), 0.0, &mut rng);
+    }
+    add("model.norm.weight".into(), vec![h], 0.2, 1.0, &mut rng);
+    if !cfg.tie_word_embeddings {
+        add("lm_head.weight".into(), vec![v, h], 3.0 * lin(h), 0.0, &mut rng);
+    }
+    w
+}
+
+/// A word-level `tokenizer.json` with tokens `{prefix}0 .. {prefix}{vocab-1}` split on
+/// whitespace. Two prefixes give two incompatible vocabularies.
+pub fn word_tokenizer_json(vocab: usize, prefix: &str) -> String {
+    let entries: Vec<String> = (0..vocab).map(|i| format!("\"{prefix}{i}\":{i}")).collect();
+    format!(
+        r#"{{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+"pre_tokenizer":{{"type":"Whitespace"}},"post_processor":null,
+"decoder":null,
+"model":{{"type":"WordLevel","vocab":{{{}}},"unk_token":"{prefix}0"}}}}"#,
+        entries.join(",")
+    )
+}
+
+/// Storage dtype of a synthetic safetensors file.
+#[derive(Clone, Copy, Debug)]
+pub enum StDtype {
+    F32,
+    F16,
+    BF16,
+}
+
+/// Writes an HF directory: `config.json`, `model.safetensors` (split in two files when
+/// `shards == 2`) and `tokenizer.json`.
+pub fn write_hf_dir(dir: &Path, cfg: &ModelConfig, weights: &BTreeMap<String, HostTensor>, dtype: StDtype, shards: usize, tokenizer_json: &str) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let config = serde_json::json!({
+        "model_type": cfg.architecture,
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.hidden_size,
+        "intermediate_size": cfg.intermediate_size,
+        "num_hidden_layers": cfg.num_hidden_layers,
+        "num_attention_heads": cfg.num_attention_heads,
+        "num_key_value_heads": cfg.num_key_value_heads,
+        "rope_theta": cfg.rope_theta,
+        "rms_norm_eps": cfg.rms_norm_eps,
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "tie_word_embeddings": cfg.tie_word_embeddings,
+        "attention_bias": cfg.attention_bias,
+        "eos_token_id": cfg.eos_token_ids.first(),
+        "rope_scaling": null,
+    });
+    std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&config)?)?;
+    std::fs::write(dir.join("tokenizer.json"), tokenizer_json)?;
+    let encoded: Vec<(String, Vec<usize>, Vec<u8>)> = weights
+        .iter()
+        .map(|(name, t)| {
+            let bytes = match dtype {
+                StDtype::F32 => t.data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                StDtype::F16 => t.data.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()).collect(),
+                StDtype::BF16 => t.data.iter().flat_map(|v| bf16::from_f32(*v).to_le_bytes()).collect(),
+            };
+            (name.clone(), t.shape.clone(), bytes)
+        })
+        .collect();
+    let st_dtype = match dtype {
+        StDtype::F32 => Dtype::F32,
+        StDtype::F16 => Dtype::F16,
+        StDtype::BF16 => Dtype::BF16,
+    };
+    let per_shard = encoded.len().div_ceil(shards.max(1));
+    for (s, chunk) in encoded.chunks(per_shard).enumerate() {
+        let views: Vec<(String, TensorView)> = chunk
+            .iter()
+            .map(|(n, shape, b)| Ok((n.clone(), TensorView::new(st_dtype, shape.clone(), b)?)))
+            .collect::<Result<_, safetensors::SafeTensorError>>()?;
+        let name = if shards <= 1 { "model.safetensors".to_string() } else { format!("model-{:05}-of-{shards:05}.safetensors", s + 1) };
+        safetensors::serialize_to_file(views, None, &dir.join(name)).context("writing safetensors")?;
+    }
+    Ok(())
+}
+
+/// Writes a GGUF file as llama.cpp's converter would: ggml names, metadata under the
+/// architecture's prefix, and for `llama` the q/k rows permuted for interleaved RoPE.
+/// `ty` is F32 or F16 (the quantized block types are tested on their own).
+pub fn write_gguf(path: &Path, cfg: &ModelConfig, weights: &BTreeMap<String, HostTensor>, ty: GgmlType, vocab_tokens: &[String]) -> Result<()> {
+    let a = &cfg.architecture;
+    let mut w = GgufWriter::new();
+    w.meta("general.architecture", MetaValue::String(a.clone()))
+        .meta(&format!("{a}.embedding_length"), MetaValue::U32(cfg.hidden_size as u32))
+        .meta(&format!("{a}.feed_forward_length"), MetaValue::U32(cfg.intermediate_size as u32))
+        .meta(&format!("{a}.block_count"), MetaValue::U32(cfg.num_hidden_layers as u32))
+        .meta(&format!("{a}.attention.head_count"), MetaValue::U32(cfg.num_attention_heads as u32))
+        .meta(&format!("{a}.attention.head_count_kv"), MetaValue::U32(cfg.num_key_value_heads as u32))
+        .meta(&format!("{a}.rope.freq_base"), MetaValue::F32(cfg.rope_theta as f32))
+        .meta(&format!("{a}.attention.layer_norm_rms_epsilon"), MetaValue::F32(cfg.rms_norm_eps as f32))
+        .meta(&format!("{a}.context_length"), MetaValue::U32(cfg.max_position_embeddings as u32))
+        .meta("tokenizer.ggml.tokens", MetaValue::Array(vocab_tokens.iter().map(|t| MetaValue::String(t.clone())).collect()));
+    if let Some(&eos) = cfg.eos_token_ids.first() {
+        w.meta("tokenizer.ggml.eos_token_id", MetaValue::U32(eos));
+    }
+    for (name, t) in weights {
+        let gname = ggml_name(name);
+        let mut data = t.data.clone();
+        if a == "llama" && (gname.contains("attn_q.") || gname.contains("attn_k.")) {
+            let heads = if gname.contains("attn_q.") { cfg.num_attention_heads } else { cfg.num_key_value_heads };
+            let cols = if t.shape.len() == 2 { t.shape[1] } else { 1 };
+            permute_qk_rows(&mut data, t.shape[0], cols, heads);
+        }
+        match ty {
+            GgmlType::F16 if t.shape.len() == 2 => {
+                let bytes = data.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()).collect();
+                w.tensor_raw(&gname, &t.shape, GgmlType::F16, bytes)?;
+            }
+            _ => {
+                w.tensor_f32(&gname, &t.shape, &data)?;
+            }
+        }
+    }
+    w.write(path)
+}
+
+fn ggml_name(hf: &str) -> String {
+    let table = [
+        ("model.embed_tokens.weight", "token_embd.weight"),
+        ("model.norm.weight", "output_norm.weight"),
+        ("lm_head.weight", "output.weight"),
+    ];
+    if let Some((_, g)) = table.iter().find(|(h, _)| *h == hf) {
+        return g.to_string();
+    }
+    hf.replace("model.layers.", "blk.")
+        .replace("self_attn.q_proj", "attn_q")
+        .replace("self_attn.k_proj", "attn_k")
+        .replace("self_attn.v_proj", "attn_v")
+        .replace("self_attn.o_proj", "attn_output")
+        .replace("mlp.gate_proj", "ffn_gate")
+        .replace("mlp.up_proj", "ffn_up")
+        .replace("mlp.down_proj", "ffn_down")
+        .replace("post_attention_layernorm", "ffn_norm")
+        .replace("input_layernorm", "attn_norm")
+}

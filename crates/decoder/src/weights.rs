@@ -1,0 +1,231 @@
+//! Weight sources: HF safetensors directories and GGUF files, both seen through HF tensor
+//! names (`model.layers.0.self_attn.q_proj.weight`, ...) and handed out one tensor at a time
+//! as f32, so peak memory stays near the size of the finished model.
+
+use crate::config::ModelConfig;
+use crate::gguf::GgufFile;
+use anyhow::{anyhow, bail, Context, Result};
+use half::{bf16, f16};
+use memmap2::Mmap;
+use safetensors::{Dtype, SafeTensors};
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+/// A dense f32 tensor on the host, row-major.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostTensor {
+    pub shape: Vec<usize>,
+    pub data: Vec<f32>,
+}
+
+/// Where model weights come from.
+pub trait WeightSource {
+    /// Whether a tensor of that HF name exists.
+    fn contains(&self, name: &str) -> bool;
+    /// Loads one tensor (HF name, HF layout) as f32.
+    fn load(&self, name: &str) -> Result<HostTensor>;
+}
+
+/// An HF model directory: `config.json` plus one or several `*.safetensors` files.
+pub struct SafetensorsDir {
+    maps: Vec<(PathBuf, Mmap)>,
+    index: HashMap<String, usize>,
+}
+
+impl SafetensorsDir {
+    pub fn open(dir: &Path) -> Result<Self> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("reading model directory {}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            bail!("{}: no *.safetensors files", dir.display());
+        }
+        let mut maps = Vec::new();
+        let mut index = HashMap::new();
+        for path in files {
+            let f = File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+            // SAFETY: read-only map of a file specx does not modify.
+            let map = unsafe { Mmap::map(&f) }.with_context(|| format!("mapping {}", path.display()))?;
+            let st = SafeTensors::deserialize(&map)
+                .map_err(|e| anyhow!("{}: malformed or truncated safetensors file: {e}", path.display()))?;
+            for name in st.names() {
+                if index.insert(name.to_string(), maps.len()).is_some() {
+                    bail!("tensor '{name}' appears in two safetensors files (second: {})", path.display());
+                }
+            }
+            maps.push((path, map));
+        }
+        Ok(Self { maps, index })
+    }
+
+    pub fn files(&self) -> impl Iterator<Item = &Path> {
+        self.maps.iter().map(|(p, _)| p.as_path())
+    }
+}
+
+impl WeightSource for SafetensorsDir {
+    fn contains(&self, name: &str) -> bool {
+        self.index.contains_key(name)
+    }
+
+    fn load(&self, name: &str) -> Result<HostTensor> {
+        let &i = self.index.get(name).ok_or_else(|| anyhow!("weight '{name}' is missing from the safetensors files"))?;
+        let (path, map) = &self.maps[i];
+        let st = SafeTensors::deserialize(map).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        let view = st.tensor(name).map_err(|e| anyhow!("{}: tensor '{name}': {e}", path.display()))?;
+        let bytes = view.data();
+        let data: Vec<f32> = match view.dtype() {
+            Dtype::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+            Dtype::F16 => bytes.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+            Dtype::BF16 => bytes.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+            other => bail!("{}: tensor '{name}' has dtype {other:?}; specx reads F32, F16 and BF16", path.display()),
+        };
+        Ok(HostTensor { shape: view.shape().to_vec(), data })
+    }
+}
+
+/// A GGUF file seen through HF names. Llama-architecture files store q/k rows permuted for
+/// ggml's interleaved RoPE; they are permuted back so one RoPE implementation serves both.
+pub struct GgufSource {
+    pub file: GgufFile,
+    arch: String,
+    n_head: usize,
+    n_kv_head: usize,
+}
+
+/// HF tensor name -> GGUF tensor name.
+fn gguf_name(hf: &str) -> Option<String> {
+    let fixed = match hf {
+        "model.embed_tokens.weight" => Some("token_embd.weight"),
+        "model.norm.weight" => Some("output_norm.weight"),
+        "lm_head.weight" => Some("output.weight"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(f.to_string());
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let (module, suffix) = rest.rsplit_once('.')?;
+    let g = match module {
+        "self_attn.q_proj" => "attn_q",
+        "self_attn.k_proj" => "attn_k",
+        "self_attn.v_proj" => "attn_v",
+        "self_attn.o_proj" => "attn_output",
+        "mlp.gate_proj" => "ffn_gate",
+        "mlp.up_proj" => "ffn_up",
+        "mlp.down_proj" => "ffn_down",
+        "input_layernorm" => "attn_norm",
+        "post_attention_layernorm" => "ffn_norm",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{g}.{suffix}"))
+}
+
+/// Undoes llama.cpp's HF->GGUF q/k permutation: rows were reordered from
+/// (head, half, i) to (head, i, half) within each head.
+pub fn unpermute_qk_rows(data: &mut [f32], rows: usize, cols: usize, n_head: usize) {
+    permute_rows(data, rows, cols, n_head, true)
+}
+
+/// llama.cpp's HF->GGUF q/k permutation (used to write realistic llama GGUF test files).
+pub fn permute_qk_rows(data: &mut [f32], rows: usize, cols: usize, n_head: usize) {
+    permute_rows(data, rows, cols, n_head, false)
+}
+
+fn permute_rows(data: &mut [f32], rows: usize, cols: usize, n_head: usize, inverse: bool) {
+    let per_head = rows / n_head;
+    let half = per_head / 2;
+    let src = data.to_vec();
+    for h in 0..n_head {
+        for s in 0..2 {
+            for i in 0..half {
+                // HF row (h, s, i) is written at GGUF row (h, i, s).
+                let hf_row = h * per_head + s * half + i;
+                let gg_row = h * per_head + i * 2 + s;
+                let (from, to) = if inverse { (gg_row, hf_row) } else { (hf_row, gg_row) };
+                data[to * cols..(to + 1) * cols].copy_from_slice(&src[from * cols..(from + 1) * cols]);
+            }
+        }
+    }
+}
+
+impl GgufSource {
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = GgufFile::open(path)?;
+        let arch = file.str("general.architecture")?.to_string();
+        let n_head = file.u64(&format!("{arch}.attention.head_count"))? as usize;
+        let n_kv_head = file.get(&format!("{arch}.attention.head_count_kv")).and_then(|v| v.as_u64()).unwrap_or(n_head as u64) as usize;
+        Ok(Self { file, arch, n_head, n_kv_head })
+    }
+
+    /// The model configuration from GGUF metadata and tensor shapes.
+    pub fn config(&self) -> Result<ModelConfig> {
+        let f = &self.file;
+        let a = &self.arch;
+        if a != "qwen2" && a != "llama" {
+            bail!("{}: architecture '{a}' is not supported (qwen2, llama)", f.path().display());
+        }
+        let embd = f.tensors.get("token_embd.weight").ok_or_else(|| anyhow!("{}: tensor 'token_embd.weight' is missing", f.path().display()))?;
+        let hidden = f.u64(&format!("{a}.embedding_length"))? as usize;
+        let vocab = embd.shape()[0];
+        let head_dim = f.get(&format!("{a}.attention.key_length")).and_then(|v| v.as_u64()).map_or(hidden / self.n_head.max(1), |v| v as usize);
+        let eos = f.get("tokenizer.ggml.eos_token_id").and_then(|v| v.as_u64()).map(|v| v as u32);
+        let cfg = ModelConfig {
+            architecture: a.clone(),
+            vocab_size: vocab,
+            hidden_size: hidden,
+            intermediate_size: f.u64(&format!("{a}.feed_forward_length"))? as usize,
+            num_hidden_layers: f.u64(&format!("{a}.block_count"))? as usize,
+            num_attention_heads: self.n_head,
+            num_key_value_heads: self.n_kv_head,
+            head_dim,
+            rope_theta: f.get(&format!("{a}.rope.freq_base")).and_then(|v| v.as_f64()).unwrap_or(10_000.0),
+            rms_norm_eps: f.get(&format!("{a}.attention.layer_norm_rms_epsilon")).and_then(|v| v.as_f64()).unwrap_or(1e-6),
+            max_position_embeddings: f.get(&format!("{a}.context_length")).and_then(|v| v.as_u64()).unwrap_or(32_768) as usize,
+            attention_bias: f.tensors.contains_key("blk.0.attn_q.bias"),
+            tie_word_embeddings: !f.tensors.contains_key("output.weight"),
+            bos_token_id: f.get("tokenizer.ggml.bos_token_id").and_then(|v| v.as_u64()).map(|v| v as u32),
+            eos_token_ids: eos.into_iter().collect(),
+        };
+        cfg.validate().with_context(|| format!("{}", f.path().display()))?;
+        Ok(cfg)
+    }
+
+    /// The token strings stored in the file, if any (used to compare vocabularies).
+    pub fn token_list(&self) -> Option<Vec<&str>> {
+        match self.file.get("tokenizer.ggml.tokens")? {
+            crate::gguf::MetaValue::Array(items) => items.iter().map(|v| v.as_str()).collect(),
+            _ => None,
+        }
+    }
+}
+
+impl WeightSource for GgufSource {
+    fn contains(&self, name: &str) -> bool {
+        gguf_name(name).is_some_and(|g| self.file.tensors.contains_key(&g))
+    }
+
+    fn load(&self, name: &str) -> Result<HostTensor> {
+        let g = gguf_name(name).ok_or_else(|| anyhow!("no GGUF name for weight '{name}'"))?;
+        let (shape, mut data) = self.file.tensor_f32(&g)?;
+        if self.arch == "llama" {
+            let heads = if g.ends_with("attn_q.weight") || g.ends_with("attn_q.bias") {
+                Some(self.n_head)
+            } else if g.ends_with("attn_k.weight") || g.ends_with("attn_k.bias") {
+                Some(self.n_kv_head)
+            } else {
+                None
+            };
+            if let Some(h) = heads {
+                let cols = if shape.len() == 2 { shape[1] } else { 1 };
+                unpermute_qk_rows(&mut data, shape[0], cols, h);
+            }
+        }
+        Ok(HostTensor { shape, data })
+    }
+}
