@@ -14,6 +14,7 @@ pub mod config;
 pub mod fsutil;
 pub mod generate;
 pub mod gguf;
+pub mod kernels;
 pub mod loader;
 pub mod model;
 pub mod sampling;

@@ -7,7 +7,7 @@ use crate::config::ModelConfig;
 use crate::weights::{HostTensor, WeightSource};
 use anyhow::{bail, ensure, Context, Result};
 use burn::tensor::activation::{silu, softmax};
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::{AllocationProperty, Bytes, DType, Device, Int, Tensor, TensorData};
 
 /// What one forward pass returns, for all `n` new positions of every sequence.
 pub struct ForwardOutput {
@@ -18,24 +18,71 @@ pub struct ForwardOutput {
     pub hidden: Tensor<3>,
 }
 
-/// A linear map stored in HF layout `[out, in]` and applied as `x W^T` through a transposed
-/// view: measured here, burn-flex's gemm runs that layout as fast as `[in, out]` for one row
-/// and faster for the vocabulary head and multi-row verification.
+/// Most rows of `x` for which [`Linear`] uses the CPU kernel of [`crate::kernels`]; longer
+/// inputs (prompt prefill) are compute-bound and go to burn's gemm.
+pub const HOST_KERNEL_MAX_ROWS: usize = 32;
+
+/// An f32 matrix in host memory that a burn tensor on the CPU device shares without copying.
+#[derive(Clone)]
+struct HostMatrix {
+    bytes: bytes::Bytes,
+    rows: usize,
+    cols: usize,
+}
+
+/// Owns the f32 buffer behind a [`HostMatrix`] and lends it out as bytes.
+struct F32Buffer(Vec<f32>);
+
+impl AsRef<[u8]> for F32Buffer {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: f32 has no padding and any byte pattern is a valid u8.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast::<u8>(), self.0.len() * 4) }
+    }
+}
+
+impl HostMatrix {
+    fn as_f32(&self) -> &[f32] {
+        // SAFETY: the bytes come from an F32Buffer (a Vec<f32>), so they are 4-byte aligned
+        // and a whole number of f32 values.
+        unsafe { std::slice::from_raw_parts(self.bytes.as_ptr().cast::<f32>(), self.rows * self.cols) }
+    }
+}
+
+/// A linear map stored in HF layout `[out, in]` and applied as `x W^T`. On the CPU device
+/// few-row inputs run the bandwidth-bound kernel of [`crate::kernels`] on the same memory the
+/// burn tensor uses; everything else (and every other device) is a burn matmul through a
+/// transposed view, which burn-flex's gemm runs at full speed.
 struct Linear {
     weight: Tensor<2>,
+    host: Option<HostMatrix>,
     bias: Option<Tensor<1>>,
 }
 
 impl Linear {
     fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         let [b, n, k] = x.dims();
-        let y = x.reshape([b * n, k]).matmul(self.weight.clone().transpose());
+        let y = matmul_wt(x.reshape([b * n, k]), &self.weight, self.host.as_ref());
         let out = self.weight.dims()[0];
         let y = match &self.bias {
             Some(bias) => y + bias.clone().unsqueeze::<2>(),
             None => y,
         };
         y.reshape([b, n, out])
+    }
+}
+
+/// `x W^T` for `x: [m, k]` and `w: [n, k]`.
+fn matmul_wt(x: Tensor<2>, w: &Tensor<2>, host: Option<&HostMatrix>) -> Tensor<2> {
+    let [m, k] = x.dims();
+    match host {
+        Some(h) if m <= HOST_KERNEL_MAX_ROWS => {
+            let device = x.device();
+            let xs = x.into_data().try_to_vec::<f32>().expect("f32 activations");
+            let mut out = vec![0f32; m * h.rows];
+            crate::kernels::matmul_wt(&xs, m, h.as_f32(), h.rows, k, &mut out);
+            Tensor::from_data(TensorData::new(out, [m, h.rows]), &device)
+        }
+        _ => x.matmul(w.clone().transpose()),
     }
 }
 
@@ -51,20 +98,21 @@ impl RmsNorm {
     }
 }
 
+/// Self-attention. q, k and v are one fused projection (rows q, then k, then v): one pass over
+/// the input and one kernel call instead of three.
 struct Attention {
-    q: Linear,
-    k: Linear,
-    v: Linear,
+    qkv: Linear,
     o: Linear,
     heads: usize,
     kv_heads: usize,
     head_dim: usize,
 }
 
+/// SwiGLU MLP with gate and up fused into one projection (rows gate, then up).
 struct Mlp {
-    gate: Linear,
-    up: Linear,
+    gate_up: Linear,
     down: Linear,
+    intermediate: usize,
 }
 
 struct Block {
@@ -80,8 +128,8 @@ pub struct Transformer {
     embed: Tensor<2>,
     blocks: Vec<Block>,
     norm: RmsNorm,
-    /// `None` when tied to `embed`.
-    lm_head: Option<Linear>,
+    /// Shares `embed`'s memory when the head is tied.
+    lm_head: Linear,
     device: Device,
 }
 
@@ -133,9 +181,11 @@ impl Attention {
         let [b, n, _] = x.dims();
         let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
         let groups = h / kvh;
-        let q = self.q.forward(x.clone()).reshape([b, n, h, d]).swap_dims(1, 2);
-        let k = self.k.forward(x.clone()).reshape([b, n, kvh, d]).swap_dims(1, 2);
-        let v = self.v.forward(x).reshape([b, n, kvh, d]).swap_dims(1, 2);
+        let qkv = self.qkv.forward(x);
+        let (qd, kvd) = (h * d, kvh * d);
+        let q = qkv.clone().slice([0..b, 0..n, 0..qd]).reshape([b, n, h, d]).swap_dims(1, 2);
+        let k = qkv.clone().slice([0..b, 0..n, qd..qd + kvd]).reshape([b, n, kvh, d]).swap_dims(1, 2);
+        let v = qkv.slice([0..b, 0..n, qd + kvd..qd + 2 * kvd]).reshape([b, n, kvh, d]).swap_dims(1, 2);
         let q = apply_rope(q, &rope.0, &rope.1);
         let k = apply_rope(k, &rope.0, &rope.1);
         let (keys, values) = cache.write(layer, k, v);
@@ -153,16 +203,40 @@ impl Attention {
 
 impl Mlp {
     fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        self.down.forward(silu(self.gate.forward(x.clone())) * self.up.forward(x))
+        let [b, n, _] = x.dims();
+        let i = self.intermediate;
+        let gu = self.gate_up.forward(x);
+        let gate = gu.clone().slice([0..b, 0..n, 0..i]);
+        let up = gu.slice([0..b, 0..n, i..2 * i]);
+        self.down.forward(silu(gate) * up)
     }
 }
 
-/// Moves one host tensor to the device, checking its shape.
-fn upload<const D: usize>(t: HostTensor, name: &str, shape: [usize; D], device: &Device) -> Result<Tensor<D>> {
+/// Checks a host tensor's shape.
+fn check_shape(t: &HostTensor, name: &str, shape: &[usize]) -> Result<()> {
     if t.shape != shape {
         bail!("weight '{name}' has shape {:?}, the config implies {:?}", t.shape, shape);
     }
+    Ok(())
+}
+
+/// Moves a small host tensor (norm weights, biases) to the device.
+fn upload<const D: usize>(t: HostTensor, name: &str, shape: [usize; D], device: &Device) -> Result<Tensor<D>> {
+    check_shape(&t, name, &shape)?;
     Ok(Tensor::from_data(TensorData::new(t.data, shape), device))
+}
+
+/// Moves a weight matrix to the device. On the CPU device the burn tensor shares the host
+/// buffer, which is also kept for the few-row kernel; elsewhere only the device copy is kept.
+fn upload_matrix(t: HostTensor, name: &str, shape: [usize; 2], device: &Device) -> Result<(Tensor<2>, Option<HostMatrix>)> {
+    check_shape(&t, name, &shape)?;
+    if *device != Device::flex() {
+        return Ok((Tensor::from_data(TensorData::new(t.data, shape), device), None));
+    }
+    let host = HostMatrix { bytes: bytes::Bytes::from_owner(F32Buffer(t.data)), rows: shape[0], cols: shape[1] };
+    let shared = Bytes::from_shared(host.bytes.clone(), AllocationProperty::Native);
+    let tensor = Tensor::from_data(TensorData::from_bytes(shared, shape, DType::F32), device);
+    Ok((tensor, Some(host)))
 }
 
 impl Transformer {
@@ -172,15 +246,34 @@ impl Transformer {
         let (hd, inter) = (cfg.hidden_size, cfg.intermediate_size);
         let (qd, kvd) = (cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim);
         let get = |name: &str| src.load(name).with_context(|| format!("loading weight '{name}'"));
-        let linear = |name: &str, out: usize, inp: usize, bias: bool| -> Result<Linear> {
-            let weight = upload(get(&format!("{name}.weight"))?, name, [out, inp], device)?;
-            let bias = if bias { Some(upload(get(&format!("{name}.bias"))?, name, [out], device)?) } else { None };
-            Ok(Linear { weight, bias })
+        // One linear map from the row-wise concatenation of the named projections.
+        let linear = |names: &[(&str, usize)], inp: usize, bias: bool| -> Result<Linear> {
+            let out: usize = names.iter().map(|(_, rows)| rows).sum();
+            let mut w = HostTensor { shape: vec![out, inp], data: Vec::new() };
+            let mut bs = HostTensor { shape: vec![out], data: Vec::new() };
+            for &(name, rows) in names {
+                let part = get(&format!("{name}.weight"))?;
+                check_shape(&part, name, &[rows, inp])?;
+                if names.len() == 1 {
+                    w.data = part.data; // no copy of a lone (possibly vocabulary-sized) matrix
+                } else {
+                    w.data.extend_from_slice(&part.data);
+                }
+                if bias {
+                    let b = get(&format!("{name}.bias"))?;
+                    check_shape(&b, &format!("{name}.bias"), &[rows])?;
+                    bs.data.extend_from_slice(&b.data);
+                }
+            }
+            let label = names.iter().map(|(n, _)| *n).collect::<Vec<_>>().join("+");
+            let (weight, host) = upload_matrix(w, &label, [out, inp], device)?;
+            let bias = if bias { Some(upload(bs, &label, [out], device)?) } else { None };
+            Ok(Linear { weight, host, bias })
         };
         let norm = |name: &str| -> Result<RmsNorm> {
             Ok(RmsNorm { weight: upload(get(name)?, name, [hd], device)?, eps: cfg.rms_norm_eps })
         };
-        let embed = upload(get("model.embed_tokens.weight")?, "model.embed_tokens.weight", [cfg.vocab_size, hd], device)?;
+        let (embed, embed_host) = upload_matrix(get("model.embed_tokens.weight")?, "model.embed_tokens.weight", [cfg.vocab_size, hd], device)?;
         let mut blocks = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
             let p = format!("model.layers.{i}");
@@ -188,24 +281,30 @@ impl Transformer {
             blocks.push(Block {
                 attn_norm: norm(&format!("{p}.input_layernorm.weight"))?,
                 attn: Attention {
-                    q: linear(&format!("{p}.self_attn.q_proj"), qd, hd, bias)?,
-                    k: linear(&format!("{p}.self_attn.k_proj"), kvd, hd, bias)?,
-                    v: linear(&format!("{p}.self_attn.v_proj"), kvd, hd, bias)?,
-                    o: linear(&format!("{p}.self_attn.o_proj"), hd, qd, false)?,
+                    qkv: linear(
+                        &[(&format!("{p}.self_attn.q_proj"), qd), (&format!("{p}.self_attn.k_proj"), kvd), (&format!("{p}.self_attn.v_proj"), kvd)],
+                        hd,
+                        bias,
+                    )?,
+                    o: linear(&[(&format!("{p}.self_attn.o_proj"), hd)], qd, false)?,
                     heads: cfg.num_attention_heads,
                     kv_heads: cfg.num_key_value_heads,
                     head_dim: cfg.head_dim,
                 },
                 mlp_norm: norm(&format!("{p}.post_attention_layernorm.weight"))?,
                 mlp: Mlp {
-                    gate: linear(&format!("{p}.mlp.gate_proj"), inter, hd, false)?,
-                    up: linear(&format!("{p}.mlp.up_proj"), inter, hd, false)?,
-                    down: linear(&format!("{p}.mlp.down_proj"), hd, inter, false)?,
+                    gate_up: linear(&[(&format!("{p}.mlp.gate_proj"), inter), (&format!("{p}.mlp.up_proj"), inter)], hd, false)?,
+                    down: linear(&[(&format!("{p}.mlp.down_proj"), hd)], inter, false)?,
+                    intermediate: inter,
                 },
             });
         }
         let final_norm = norm("model.norm.weight")?;
-        let lm_head = if cfg.tie_word_embeddings { None } else { Some(linear("lm_head", cfg.vocab_size, hd, false)?) };
+        let lm_head = if cfg.tie_word_embeddings {
+            Linear { weight: embed.clone(), host: embed_host, bias: None }
+        } else {
+            linear(&[("lm_head", cfg.vocab_size)], hd, false)?
+        };
         Ok(Self { cfg, embed, blocks, norm: final_norm, lm_head, device: device.clone() })
     }
 
@@ -246,13 +345,7 @@ impl Transformer {
 
     /// Output-head scores for hidden states `[batch, n, hidden]`.
     pub fn logits(&self, hidden: Tensor<3>) -> Tensor<3> {
-        match &self.lm_head {
-            Some(head) => head.forward(hidden),
-            None => {
-                let [b, n, h] = hidden.dims();
-                hidden.reshape([b * n, h]).matmul(self.embed.clone().transpose()).reshape([b, n, self.cfg.vocab_size])
-            }
-        }
+        self.lm_head.forward(hidden)
     }
 
     /// Final post-norm hidden states of the new positions; advances the cache.
