@@ -139,3 +139,65 @@ impl Sampler {
         sample_from(&probs, &mut self.rng)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(t: f32, k: Option<usize>, p: Option<f32>) -> SamplingConfig {
+        SamplingConfig { temperature: t, top_k: k, top_p: p }
+    }
+
+    #[test]
+    fn greedy_is_one_hot_on_the_first_maximum() {
+        let probs = SamplingConfig::greedy().probabilities(&[1.0, 3.0, 3.0, -1.0]);
+        assert_eq!(probs, vec![0.0, 1.0, 0.0, 0.0]);
+        assert_eq!(argmax(&[1.0, 3.0, 3.0]), 1);
+    }
+
+    #[test]
+    fn temperature_matches_softmax() {
+        let logits = [0.0f32, 1.0, 2.0];
+        let p = cfg(2.0, None, None).probabilities(&logits);
+        let e: Vec<f64> = logits.iter().map(|&x| (x as f64 / 2.0).exp()).collect();
+        let s: f64 = e.iter().sum();
+        for (a, b) in p.iter().zip(&e) {
+            assert!((*a as f64 - b / s).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn top_k_and_top_p_cut_and_renormalise() {
+        let logits = [(0.1f32).ln(), (0.2f32).ln(), (0.3f32).ln(), (0.4f32).ln()];
+        let p = cfg(1.0, Some(2), None).probabilities(&logits);
+        assert!((p[3] - 4.0 / 7.0).abs() < 1e-6 && (p[2] - 3.0 / 7.0).abs() < 1e-6 && p[0] == 0.0 && p[1] == 0.0);
+        // top-p 0.65: 0.4 + 0.3 = 0.7 >= 0.65 keeps two tokens.
+        let p = cfg(1.0, None, Some(0.65)).probabilities(&logits);
+        assert!((p[3] - 4.0 / 7.0).abs() < 1e-6 && p[1] == 0.0);
+        // top-p 0.75 needs a third token.
+        let p = cfg(1.0, None, Some(0.75)).probabilities(&logits);
+        assert!(p[1] > 0.0 && p[0] == 0.0);
+        assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn seeded_sampling_is_reproducible_and_follows_the_distribution() {
+        let logits = [0.0f32, (3.0f32).ln()]; // p = [0.25, 0.75]
+        let draw = |seed| {
+            let mut s = Sampler::new(cfg(1.0, None, None), seed);
+            (0..4000).map(|_| s.sample(&logits)).collect::<Vec<_>>()
+        };
+        assert_eq!(draw(7), draw(7));
+        let ones = draw(7).iter().filter(|&&t| t == 1).count() as f64 / 4000.0;
+        // 4000 draws: standard error 0.0068; 5 sigma.
+        assert!((ones - 0.75).abs() < 0.035, "{ones}");
+    }
+
+    #[test]
+    fn invalid_settings_are_refused() {
+        assert!(cfg(-1.0, None, None).validate().is_err());
+        assert!(cfg(1.0, Some(0), None).validate().is_err());
+        assert!(cfg(1.0, None, Some(1.5)).validate().is_err());
+        assert!(cfg(0.7, Some(40), Some(0.9)).validate().is_ok());
+    }
+}

@@ -48,7 +48,9 @@ impl MetaValue {
     /// The value as a float, if it is numeric.
     pub fn as_f64(&self) -> Option<f64> {
         match *self {
-            Self::F32(v) => Some(v.into()),
+            // The shortest decimal that round-trips the f32: a stored 1e-6 reads as 1e-6,
+            // not 9.99999997e-7, so configs from GGUF and config.json compare equal.
+            Self::F32(v) => v.to_string().parse().ok(),
             Self::F64(v) => Some(v),
             _ => self.as_u64().map(|v| v as f64),
         }

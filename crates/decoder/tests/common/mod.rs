@@ -1,0 +1,55 @@
+//! Shared helpers for the decoder's integration tests: tiny synthetic models on disk.
+#![allow(dead_code)]
+
+use specx_decoder::gguf::GgmlType;
+use specx_decoder::synthetic::{random_weights, word_tokenizer_json, write_gguf, write_hf_dir, StDtype};
+use specx_decoder::{default_device, load_model, LoadedModel, ModelConfig};
+use std::path::{Path, PathBuf};
+
+pub const VOCAB: usize = 48;
+
+/// Writes `cfg` with seeded weights as an HF directory (`hf/`) and a GGUF file
+/// (`gguf/model.gguf` + tokenizer.json) under `root`; returns (hf dir, gguf file).
+pub fn write_both(root: &Path, cfg: &ModelConfig, seed: u64, st: StDtype, gg: GgmlType) -> (PathBuf, PathBuf) {
+    let w = random_weights(cfg, seed);
+    let tok = word_tokenizer_json(cfg.vocab_size, "w");
+    let hf = root.join("hf");
+    write_hf_dir(&hf, cfg, &w, st, 2, &tok).unwrap();
+    let gdir = root.join("gguf");
+    std::fs::create_dir_all(&gdir).unwrap();
+    let tokens: Vec<String> = (0..cfg.vocab_size).map(|i| format!("w{i}")).collect();
+    let gguf = gdir.join("model.gguf");
+    write_gguf(&gguf, cfg, &w, gg, &tokens).unwrap();
+    std::fs::write(gdir.join("tokenizer.json"), &tok).unwrap();
+    (hf, gguf)
+}
+
+pub fn load(path: &Path) -> LoadedModel {
+    load_model(path, None, &default_device()).unwrap_or_else(|e| panic!("loading {}: {e:#}", path.display()))
+}
+
+/// Logits `[n, vocab]` of a forward as host rows.
+pub fn rows(out: &specx_decoder::ForwardOutput) -> Vec<Vec<f32>> {
+    let [b, n, v] = out.logits.dims();
+    assert_eq!(b, 1);
+    let flat = out.logits.clone().into_data().try_to_vec::<f32>().unwrap();
+    (0..n).map(|i| flat[i * v..(i + 1) * v].to_vec()).collect()
+}
+
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+pub fn assert_rows_close(a: &[Vec<f32>], b: &[Vec<f32>], tol: f32, what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: different number of positions");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        let d = max_abs_diff(x, y);
+        assert!(d <= tol, "{what}: position {i} differs by {d} (tolerance {tol})");
+    }
+}
+
+/// A pseudo-random token sequence.
+pub fn tokens(n: usize, seed: u32) -> Vec<u32> {
+    (0..n as u32).map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed.wrapping_mul(40503)) >> 7) % VOCAB as u32).collect()
+}

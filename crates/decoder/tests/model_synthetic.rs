@@ -1,0 +1,191 @@
+//! The runtime on tiny synthetic models: loaders agree across formats, the KV cache rolls back
+//! correctly, multi-token and batched forwards equal their one-at-a-time equivalents.
+
+mod common;
+use common::*;
+use specx_decoder::gguf::GgmlType;
+use specx_decoder::synthetic::{tiny_llama, tiny_qwen2, StDtype};
+use specx_decoder::Transformer;
+
+fn qwen_pair() -> (tempfile::TempDir, specx_decoder::LoadedModel, specx_decoder::LoadedModel) {
+    let dir = tempfile::tempdir().unwrap();
+    let (hf, gguf) = write_both(dir.path(), &tiny_qwen2(VOCAB), 1, StDtype::F32, GgmlType::F32);
+    let (a, b) = (load(&hf), load(&gguf));
+    (dir, a, b)
+}
+
+fn forward_rows(m: &Transformer, toks: &[u32]) -> Vec<Vec<f32>> {
+    let mut c = m.new_cache(1);
+    rows(&m.forward(toks, &mut c).unwrap())
+}
+
+#[test]
+fn safetensors_and_gguf_give_the_same_logits() {
+    let (_d, hf, gg) = qwen_pair();
+    assert_eq!(hf.model.config(), gg.model.config(), "configs from config.json and GGUF metadata differ");
+    let t = tokens(12, 3);
+    assert_rows_close(&forward_rows(&hf.model, &t), &forward_rows(&gg.model, &t), 1e-5, "hf vs gguf");
+}
+
+#[test]
+fn llama_gguf_qk_permutation_is_undone() {
+    // llama.cpp permutes q/k rows of llama models; without the inverse permutation the
+    // logits of the GGUF and HF copies would differ.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny_llama(VOCAB);
+    let (hf, gguf) = write_both(dir.path(), &cfg, 2, StDtype::F32, GgmlType::F32);
+    let (hf, gg) = (load(&hf), load(&gguf));
+    assert!(gg.model.config().tie_word_embeddings && !gg.model.config().attention_bias);
+    let t = tokens(9, 5);
+    assert_rows_close(&forward_rows(&hf.model, &t), &forward_rows(&gg.model, &t), 1e-5, "llama hf vs gguf");
+}
+
+#[test]
+fn half_precision_files_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny_qwen2(VOCAB);
+    let (hf16, gg16) = write_both(&dir.path().join("f16"), &cfg, 4, StDtype::F16, GgmlType::F16);
+    let (hfb, _) = write_both(&dir.path().join("bf16"), &cfg, 4, StDtype::BF16, GgmlType::F32);
+    let (_, gg32) = write_both(&dir.path().join("f32"), &cfg, 4, StDtype::F32, GgmlType::F32);
+    let t = tokens(6, 1);
+    let reference = forward_rows(&load(&gg32).model, &t);
+    // f16 keeps ~3 decimal digits of each weight, bf16 ~2: logits move accordingly.
+    assert_rows_close(&forward_rows(&load(&hf16).model, &t), &reference, 0.05, "f16 safetensors");
+    assert_rows_close(&forward_rows(&load(&gg16).model, &t), &reference, 0.05, "f16 gguf");
+    assert_rows_close(&forward_rows(&load(&hfb).model, &t), &reference, 0.3, "bf16 safetensors");
+}
+
+#[test]
+fn n_token_forward_equals_n_single_token_forwards() {
+    let (_d, m, _) = qwen_pair();
+    for n in [2, 7, 40] {
+        // 40 > HOST_KERNEL_MAX_ROWS: the prefill goes through burn's gemm, the steps through
+        // the few-row kernel; both must agree.
+        let t = tokens(n, n as u32);
+        let all = forward_rows(&m.model, &t);
+        let mut c = m.model.new_cache(1);
+        let steps: Vec<Vec<f32>> = t.iter().map(|&x| rows(&m.model.forward(&[x], &mut c).unwrap()).remove(0)).collect();
+        assert_eq!(c.len(), n);
+        assert_rows_close(&all, &steps, 1e-4, &format!("n={n}"));
+    }
+}
+
+#[test]
+fn truncate_then_reforward_equals_fresh_run() {
+    let (_d, m, _) = qwen_pair();
+    let model = &m.model;
+    let a = tokens(10, 11);
+    let b = tokens(4, 12);
+    for keep in [0, 1, 5, 9, 10] {
+        let mut c = model.new_cache(1);
+        model.forward(&a, &mut c).unwrap();
+        c.truncate(keep);
+        assert_eq!(c.len(), keep);
+        let got = if keep == 0 { forward_rows(model, &b) } else { rows(&model.forward(&b, &mut c).unwrap()) };
+        let fresh_input: Vec<u32> = a[..keep].iter().chain(&b).copied().collect();
+        let fresh = forward_rows(model, &fresh_input);
+        assert_rows_close(&got, &fresh[keep..], 1e-4, &format!("keep={keep}"));
+    }
+}
+
+#[test]
+fn repeated_rollback_rounds_stay_consistent() {
+    // Speculative decoding's pattern: forward k candidates, keep some, forward again.
+    let (_d, m, _) = qwen_pair();
+    let model = &m.model;
+    let mut c = model.new_cache(1);
+    let mut accepted: Vec<u32> = tokens(5, 40);
+    model.forward(&accepted, &mut c).unwrap();
+    for round in 0..6u32 {
+        let cand = tokens(4, 100 + round);
+        let out = rows(&model.forward(&cand, &mut c).unwrap());
+        let keep = (round as usize) % 5; // 0..=4 candidates kept
+        let mut fresh_in = accepted.clone();
+        fresh_in.extend_from_slice(&cand);
+        let fresh = forward_rows(model, &fresh_in);
+        assert_rows_close(&out, &fresh[accepted.len()..], 1e-4, &format!("round {round}"));
+        c.truncate(accepted.len() + keep);
+        accepted.extend_from_slice(&cand[..keep]);
+        assert_eq!(c.len(), accepted.len());
+    }
+}
+
+#[test]
+fn cache_grows_past_its_first_allocation() {
+    let (_d, m, _) = qwen_pair();
+    let t = tokens(300, 9); // the cache allocates 256 positions at a time
+    let mut c = m.model.new_cache(1);
+    m.model.forward(&t[..200], &mut c).unwrap();
+    let tail = rows(&m.model.forward(&t[200..], &mut c).unwrap());
+    assert_rows_close(&tail, &forward_rows(&m.model, &t)[200..], 2e-4, "grown cache");
+}
+
+#[test]
+fn batched_forward_equals_unbatched() {
+    let (_d, m, _) = qwen_pair();
+    let model = &m.model;
+    let seqs: Vec<Vec<u32>> = (0..3).map(|i| tokens(6, 50 + i)).collect();
+    let refs: Vec<&[u32]> = seqs.iter().map(|s| s.as_slice()).collect();
+    let mut c = model.new_cache(3);
+    let out = model.forward_batch(&refs, &mut c).unwrap();
+    let step: Vec<&[u32]> = vec![&[1], &[2], &[3]];
+    let out2 = model.forward_batch(&step, &mut c).unwrap();
+    let [b, n, v] = out.logits.dims();
+    assert_eq!([b, n, v], [3, 6, VOCAB]);
+    let flat = out.logits.into_data().try_to_vec::<f32>().unwrap();
+    let flat2 = out2.logits.into_data().try_to_vec::<f32>().unwrap();
+    for (i, s) in seqs.iter().enumerate() {
+        let mut cs = model.new_cache(1);
+        let single = rows(&model.forward(s, &mut cs).unwrap());
+        let batched: Vec<Vec<f32>> = (0..n).map(|j| flat[(i * n + j) * v..(i * n + j + 1) * v].to_vec()).collect();
+        assert_rows_close(&batched, &single, 1e-4, &format!("sequence {i}"));
+        let next = rows(&model.forward(&[i as u32 + 1], &mut cs).unwrap());
+        assert_rows_close(&[flat2[i * v..(i + 1) * v].to_vec()], &next, 1e-4, &format!("sequence {i} step"));
+    }
+}
+
+#[test]
+fn hidden_states_are_returned_for_every_position() {
+    let (_d, m, _) = qwen_pair();
+    let mut c = m.model.new_cache(1);
+    let out = m.model.forward(&tokens(5, 1), &mut c).unwrap();
+    assert_eq!(out.hidden.dims(), [1, 5, m.model.config().hidden_size]);
+    // The logits are the head applied to the returned hidden states.
+    let again = m.model.logits(out.hidden.clone());
+    let d = max_abs_diff(&again.into_data().try_to_vec::<f32>().unwrap(), &out.logits.into_data().try_to_vec::<f32>().unwrap());
+    assert!(d < 1e-5);
+}
+
+#[test]
+fn caches_are_independent_values() {
+    let (_d, m, _) = qwen_pair();
+    let model = &m.model;
+    let mut c1 = model.new_cache(1);
+    model.forward(&tokens(6, 1), &mut c1).unwrap();
+    let mut c2 = c1.clone();
+    model.forward(&tokens(3, 2), &mut c2).unwrap();
+    assert_eq!((c1.len(), c2.len()), (6, 9));
+    // c1 was not disturbed by writes into its clone.
+    let next = rows(&model.forward(&[7], &mut c1).unwrap());
+    let mut fresh_in = tokens(6, 1);
+    fresh_in.push(7);
+    assert_rows_close(&next, &forward_rows(model, &fresh_in)[6..], 1e-4, "clone isolation");
+}
+
+#[test]
+#[should_panic(expected = "beyond its length")]
+fn truncating_beyond_the_length_is_a_bug() {
+    let (_d, m, _) = qwen_pair();
+    let mut c = m.model.new_cache(1);
+    m.model.forward(&tokens(3, 1), &mut c).unwrap();
+    c.truncate(4);
+}
+
+#[test]
+fn out_of_vocabulary_tokens_are_refused() {
+    let (_d, m, _) = qwen_pair();
+    let mut c = m.model.new_cache(1);
+    let err = m.model.forward(&[VOCAB as u32], &mut c).err().expect("must fail");
+    assert!(err.to_string().contains("outside the vocabulary"), "{err}");
+    assert_eq!(c.len(), 0, "a refused forward must not advance the cache");
+}

@@ -1,0 +1,106 @@
+//! The real Qwen2.5-Coder pair (fetched by scripts/fetch-models.sh): parity of the 0.5B model
+//! with an independent float64 numpy implementation, and the pair loading together.
+//!
+//! Tolerance: specx computes in f32 with a different summation order than the f64 reference;
+//! over 24 layers the logits (magnitude ~10-30) drift by a few 1e-3. We require every compared
+//! logit within 2e-2 absolute and the argmax identical wherever the reference's top-2 gap
+//! exceeds that tolerance. A wrong RoPE, norm, bias or dequantizer moves logits by whole units.
+
+use specx_decoder::{check_pair, default_device, load_model};
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// The models take ~10 GB together: run these tests one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const TOLERANCE: f32 = 2e-2;
+
+fn model_dir(name: &str) -> PathBuf {
+    let root = std::env::var_os("SPECX_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/specx/models"));
+    let dir = root.join(name);
+    assert!(
+        dir.join("model.gguf").exists(),
+        "real model missing at {}: run scripts/fetch-models.sh (or set SPECX_MODELS)",
+        dir.display()
+    );
+    dir
+}
+
+#[derive(serde::Deserialize)]
+struct Position {
+    top_ids: Vec<u32>,
+    top_logits: Vec<f32>,
+    probe_logits: Vec<f32>,
+    logsumexp: f32,
+}
+
+#[derive(serde::Deserialize)]
+struct Reference {
+    model_sha256: String,
+    prompt: String,
+    token_ids: Vec<u32>,
+    probe_ids: Vec<u32>,
+    positions: Vec<Position>,
+}
+
+fn logsumexp(xs: &[f32]) -> f32 {
+    let m = xs.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    m + xs.iter().map(|x| ((x - m) as f64).exp()).sum::<f64>().ln() as f32
+}
+
+#[test]
+fn qwen_0_5b_logits_match_the_numpy_reference() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/qwen2.5-coder-0.5b-reference.json")).unwrap();
+    let r: Reference = serde_json::from_str(&text).unwrap();
+    let dir = model_dir("qwen2.5-coder-0.5b-instruct");
+    let sha = specx_decoder::fsutil::sha256_file(&dir.join("model.gguf")).unwrap();
+    assert_eq!(sha, r.model_sha256, "the fixture was made from another file");
+    let lm = load_model(&dir.join("model.gguf"), None, &default_device()).unwrap();
+    assert_eq!(lm.tokenizer.encode(&r.prompt).unwrap(), r.token_ids, "tokenizer differs from HF tokenizers");
+
+    let mut cache = lm.model.new_cache(1);
+    let out = lm.model.forward(&r.token_ids, &mut cache).unwrap();
+    let v = lm.model.config().vocab_size;
+    let flat = out.logits.into_data().try_to_vec::<f32>().unwrap();
+    let mut worst = 0f32;
+    for (i, p) in r.positions.iter().enumerate() {
+        let row = &flat[i * v..(i + 1) * v];
+        let pairs = p.top_ids.iter().zip(&p.top_logits).chain(r.probe_ids.iter().zip(&p.probe_logits));
+        for (&id, &want) in pairs {
+            let d = (row[id as usize] - want).abs();
+            worst = worst.max(d);
+            assert!(d <= TOLERANCE, "position {i}, token {id}: specx {} vs reference {want}", row[id as usize]);
+        }
+        let d = (logsumexp(row) - p.logsumexp).abs();
+        assert!(d <= TOLERANCE, "position {i}: logsumexp differs by {d}");
+        if p.top_logits[0] - p.top_logits[1] > TOLERANCE {
+            assert_eq!(specx_decoder::sampling::argmax(row), p.top_ids[0], "position {i}: argmax");
+        }
+    }
+    eprintln!("max |specx - reference| over compared logits: {worst:.2e}");
+}
+
+#[test]
+fn the_real_pair_loads_together_and_shares_a_tokenizer() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let device = default_device();
+    let draft = load_model(&model_dir("qwen2.5-coder-0.5b-instruct").join("model.gguf"), None, &device).unwrap();
+    let target = load_model(&model_dir("qwen2.5-coder-1.5b-instruct").join("model.gguf"), None, &device).unwrap();
+    check_pair(&draft, &target).unwrap();
+    let (d, t) = (draft.model.config(), target.model.config());
+    assert_eq!((d.num_hidden_layers, d.hidden_size, t.num_hidden_layers, t.hidden_size), (24, 896, 28, 1536));
+    assert_eq!((d.num_key_value_heads, t.num_key_value_heads, d.rope_theta), (2, 2, 1e6));
+    assert!(target.eos_ids.contains(&target.tokenizer.token_id("<|im_end|>").unwrap()));
+    // Both models answer a chat prompt with the same first greedy token on an easy question.
+    let prompt = specx_decoder::ChatTemplate::qwen().apply("Print hello world in Python. Reply with code only.");
+    let ids = target.tokenizer.encode(&prompt).unwrap();
+    let first = |m: &specx_decoder::Transformer| {
+        let mut c = m.new_cache(1);
+        specx_decoder::sampling::argmax(&specx_decoder::generate::last_logits(&m.forward_last(&ids, &mut c).unwrap()))
+    };
+    let (a, b) = (first(&draft.model), first(&target.model));
+    assert_eq!(target.tokenizer.decode(&[a]).unwrap(), target.tokenizer.decode(&[b]).unwrap());
+}

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Independent reference logits for specx's parity test.
+
+A from-scratch Qwen2 forward pass in float64 numpy, reading the GGUF with llama.cpp's own
+`gguf` Python package (its reader and its dequantizers), tokenizing with HF `tokenizers`.
+Nothing here shares code with specx. It writes a small JSON fixture: for every position of a
+fixed prompt, the top-32 logits, the logits of 64 fixed probe ids and the log-sum-exp.
+
+Run it in a throwaway virtualenv, outside the repository:
+    python3 -m venv /tmp/refenv && /tmp/refenv/bin/pip install numpy gguf tokenizers
+    /tmp/refenv/bin/python scripts/reference/qwen2_numpy_reference.py \
+        --gguf ~/.cache/specx/models/qwen2.5-coder-0.5b-instruct/model.gguf \
+        --tokenizer ~/.cache/specx/models/qwen2.5-coder-0.5b-instruct/tokenizer.json \
+        --out crates/decoder/tests/fixtures/qwen2.5-coder-0.5b-reference.json
+"""
+import argparse
+import hashlib
+import json
+
+import numpy as np
+from gguf import GGUFReader
+from gguf.quants import dequantize
+from tokenizers import Tokenizer
+
+PROMPT = "<|im_start|>user\nWrite a function that reverses a linked list.<|im_end|>\n<|im_start|>assistant\n"
+TOP = 32
+PROBES = 64
+
+
+def field(reader, key):
+    return reader.fields[key].contents()
+
+
+def load(reader):
+    tensors = {}
+    for t in reader.tensors:
+        shape = tuple(int(d) for d in reversed(t.shape))  # ggml order -> row-major
+        arr = dequantize(t.data, t.tensor_type).astype(np.float64).reshape(shape)
+        tensors[t.name] = arr
+    return tensors
+
+
+def rmsnorm(x, w, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+
+def rope(x, pos, theta):
+    # x: [heads, n, d]; rotate-half (NEOX) layout, as llama.cpp uses for qwen2.
+    d = x.shape[-1]
+    inv = theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    ang = pos[:, None] * inv[None, :]
+    cos = np.concatenate([np.cos(ang), np.cos(ang)], -1)
+    sin = np.concatenate([np.sin(ang), np.sin(ang)], -1)
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    return x * cos + np.concatenate([-x2, x1], -1) * sin
+
+
+def forward(t, ids, cfg):
+    n = len(ids)
+    x = t["token_embd.weight"][ids]
+    pos = np.arange(n, dtype=np.float64)
+    H, KV, d = cfg["heads"], cfg["kv_heads"], cfg["head_dim"]
+    mask = np.triu(np.full((n, n), -np.inf), 1)
+    for l in range(cfg["layers"]):
+        p = f"blk.{l}."
+        h = rmsnorm(x, t[p + "attn_norm.weight"], cfg["eps"])
+        q = h @ t[p + "attn_q.weight"].T + t.get(p + "attn_q.bias", 0)
+        k = h @ t[p + "attn_k.weight"].T + t.get(p + "attn_k.bias", 0)
+        v = h @ t[p + "attn_v.weight"].T + t.get(p + "attn_v.bias", 0)
+        q = rope(q.reshape(n, H, d).transpose(1, 0, 2), pos, cfg["theta"])
+        k = rope(k.reshape(n, KV, d).transpose(1, 0, 2), pos, cfg["theta"])
+        v = v.reshape(n, KV, d).transpose(1, 0, 2)
+        k = np.repeat(k, H // KV, axis=0)
+        v = np.repeat(v, H // KV, axis=0)
+        s = q @ k.transpose(0, 2, 1) / np.sqrt(d) + mask
+        s = np.exp(s - s.max(-1, keepdims=True))
+        s /= s.sum(-1, keepdims=True)
+        a = (s @ v).transpose(1, 0, 2).reshape(n, H * d)
+        x = x + a @ t[p + "attn_output.weight"].T
+        h = rmsnorm(x, t[p + "ffn_norm.weight"], cfg["eps"])
+        g = h @ t[p + "ffn_gate.weight"].T
+        u = h @ t[p + "ffn_up.weight"].T
+        x = x + ((g / (1 + np.exp(-g))) * u) @ t[p + "ffn_down.weight"].T
+    x = rmsnorm(x, t["output_norm.weight"], cfg["eps"])
+    head = t.get("output.weight", t["token_embd.weight"])
+    return x @ head.T
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gguf", required=True)
+    ap.add_argument("--tokenizer", required=True)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    sha = hashlib.sha256(open(a.gguf, "rb").read()).hexdigest()
+    r = GGUFReader(a.gguf)
+    arch = field(r, "general.architecture")
+    cfg = {
+        "heads": int(field(r, f"{arch}.attention.head_count")),
+        "kv_heads": int(field(r, f"{arch}.attention.head_count_kv")),
+        "layers": int(field(r, f"{arch}.block_count")),
+        "eps": float(field(r, f"{arch}.attention.layer_norm_rms_epsilon")),
+        "theta": float(field(r, f"{arch}.rope.freq_base")),
+    }
+    cfg["head_dim"] = int(field(r, f"{arch}.embedding_length")) // cfg["heads"]
+    ids = Tokenizer.from_file(a.tokenizer).encode(PROMPT, add_special_tokens=False).ids
+    t = load(r)
+    logits = forward(t, np.array(ids), cfg)
+    vocab = logits.shape[1]
+    probes = [(i * 2371 + 17) % vocab for i in range(PROBES)]
+    positions = []
+    for row in logits:
+        top = np.argsort(-row)[:TOP]
+        m = row.max()
+        positions.append({
+            "top_ids": [int(i) for i in top],
+            "top_logits": [float(row[i]) for i in top],
+            "probe_logits": [float(row[i]) for i in probes],
+            "logsumexp": float(m + np.log(np.exp(row - m).sum())),
+        })
+    out = {
+        "generator": "scripts/reference/qwen2_numpy_reference.py (float64 numpy, gguf-py dequantization)",
+        "model_sha256": sha,
+        "prompt": PROMPT,
+        "token_ids": [int(i) for i in ids],
+        "probe_ids": probes,
+        "positions": positions,
+    }
+    with open(a.out, "w") as f:
+        json.dump(out, f, indent=1)
+    print(f"wrote {a.out}: {len(ids)} positions, argmax per position {[p['top_ids'][0] for p in positions]}")
+
+
+if __name__ == "__main__":
+    main()
