@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use specx_decoder::generate::generate;
 use specx_decoder::tokenizer::TextStream;
-use specx_decoder::{default_device, load_model, ChatTemplate, Sampler, SamplingConfig};
+use specx_decoder::{device_from_name, load_model, ChatTemplate, Sampler, SamplingConfig};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -71,11 +71,14 @@ struct GenerateArgs {
     max_new_tokens: usize,
     #[command(flatten)]
     sampling: SamplingArgs,
+    /// Compute device: cpu, or cuda[:N] in builds with the `cuda` feature.
+    #[arg(long, default_value = "cpu")]
+    device: String,
 }
 
 fn run_generate(a: GenerateArgs) -> Result<()> {
     let sampling = a.sampling.config()?;
-    let device = default_device();
+    let device = device_from_name(&a.device)?;
     let t = Instant::now();
     let lm = load_model(&a.model, a.tokenizer.as_deref(), &device)?;
     eprintln!("loaded {} in {:.1} s", a.model.display(), t.elapsed().as_secs_f64());

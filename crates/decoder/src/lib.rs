@@ -34,3 +34,19 @@ pub use tokenizer::{ChatTemplate, Tokenizer};
 pub fn default_device() -> Device {
     Device::flex()
 }
+
+/// The device called `name`: `cpu` (burn-flex), or with the `cuda` feature `cuda` / `cuda:N`.
+pub fn device_from_name(name: &str) -> anyhow::Result<Device> {
+    match name {
+        "cpu" => Ok(Device::flex()),
+        #[cfg(feature = "cuda")]
+        n if n == "cuda" || n.starts_with("cuda:") => {
+            let index: usize = n.strip_prefix("cuda:").map_or(Ok(0), str::parse)?;
+            Ok(Device::cuda(index))
+        }
+        other => anyhow::bail!(
+            "unknown device '{other}': this build knows 'cpu'{}",
+            if cfg!(feature = "cuda") { " and 'cuda[:N]'" } else { " (build with --features cuda for NVIDIA GPUs)" }
+        ),
+    }
+}

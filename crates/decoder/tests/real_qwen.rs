@@ -1,10 +1,11 @@
 //! The real Qwen2.5-Coder pair (fetched by scripts/fetch-models.sh): parity of the 0.5B model
 //! with an independent float64 numpy implementation, and the pair loading together.
 //!
-//! Tolerance: specx computes in f32 with a different summation order than the f64 reference;
-//! over 24 layers the logits (magnitude ~10-30) drift by a few 1e-3. We require every compared
-//! logit within 2e-2 absolute and the argmax identical wherever the reference's top-2 gap
-//! exceeds that tolerance. A wrong RoPE, norm, bias or dequantizer moves logits by whole units.
+//! Tolerance: specx computes in f32 with another summation order than the f64 reference. The
+//! largest difference measured here over all compared logits (magnitude ~10-30) is 3.0e-4; we
+//! require 5e-3 absolute (a 16x margin for other CPUs' SIMD widths) and the same argmax
+//! wherever the reference's top-2 gap exceeds that. A wrong RoPE, norm, bias or dequantizer
+//! moves logits by whole units.
 
 use specx_decoder::{check_pair, default_device, load_model};
 use std::path::PathBuf;
@@ -13,7 +14,7 @@ use std::sync::Mutex;
 /// The models take ~10 GB together: run these tests one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-const TOLERANCE: f32 = 2e-2;
+const TOLERANCE: f32 = 5e-3;
 
 fn model_dir(name: &str) -> PathBuf {
     let root = std::env::var_os("SPECX_MODELS")

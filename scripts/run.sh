@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The main job: fetch the real model pair if needed, build specx, and run the runtime
+# benchmark (decode/prefill speed of draft and target against this machine's
+# memory-bandwidth bound), then a short streamed generation with the target.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/specx/target}"
+scripts/fetch-models.sh
+cargo build --release -j2 -p specx-cli
+specx="$CARGO_TARGET_DIR/release/specx"
+models="${SPECX_MODELS:-$HOME/.cache/specx/models}"
+"$specx" bench
+"$specx" generate --model "$models/qwen2.5-coder-1.5b-instruct/model.gguf" --chat \
+  --prompt "Write a Python function that returns the n-th Fibonacci number." --max-new-tokens 64
