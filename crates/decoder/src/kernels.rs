@@ -137,8 +137,23 @@ pub fn matmul_wt(x: &[f32], m: usize, w: &[f32], n: usize, k: usize, out: &mut [
     assert_eq!(x.len(), m * k, "x is not [m, k]");
     assert_eq!(w.len(), n * k, "w is not [n, k]");
     assert_eq!(out.len(), m * n, "out is not [m, n]");
+    if m == 1 {
+        // One row: the output is already laid out as the tasks write it.
+        rows_into(x, 1, w, k, out);
+        return;
+    }
     // Work in transposed output blocks [rows, m] so each task writes one contiguous chunk.
     let mut out_t = vec![0f32; n * m];
+    rows_into(x, m, w, k, &mut out_t);
+    for (o, vals) in out_t.chunks_exact(m).enumerate() {
+        for (r, v) in vals.iter().enumerate() {
+            out[r * n + o] = *v;
+        }
+    }
+}
+
+/// Fills `out_t` (`[n, m]`: for each weight row, its dot products with the m rows of `x`).
+fn rows_into(x: &[f32], m: usize, w: &[f32], k: usize, out_t: &mut [f32]) {
     out_t.par_chunks_mut(ROWS_PER_TASK * m).enumerate().for_each(|(task, chunk)| {
         let first = task * ROWS_PER_TASK;
         for (j, o_vals) in chunk.chunks_exact_mut(m).enumerate() {
@@ -156,15 +171,6 @@ pub fn matmul_wt(x: &[f32], m: usize, w: &[f32], n: usize, k: usize, out: &mut [
             }
         }
     });
-    if m == 1 {
-        out.copy_from_slice(&out_t);
-        return;
-    }
-    for (o, vals) in out_t.chunks_exact(m).enumerate() {
-        for (r, v) in vals.iter().enumerate() {
-            out[r * n + o] = *v;
-        }
-    }
 }
 
 #[cfg(test)]

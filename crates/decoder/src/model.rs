@@ -28,6 +28,8 @@ struct HostMatrix {
     bytes: bytes::Bytes,
     rows: usize,
     cols: usize,
+    /// Host copy of the bias, added after the kernel (saves a device op per call).
+    bias: Option<Vec<f32>>,
 }
 
 /// Owns the f32 buffer behind a [`HostMatrix`] and lends it out as bytes.
@@ -61,28 +63,27 @@ struct Linear {
 impl Linear {
     fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         let [b, n, k] = x.dims();
-        let y = matmul_wt(x.reshape([b * n, k]), &self.weight, self.host.as_ref());
         let out = self.weight.dims()[0];
+        let y = match (&self.host, b * n) {
+            (Some(h), m) if m <= HOST_KERNEL_MAX_ROWS => {
+                let device = x.device();
+                let xs = x.into_data().try_to_vec::<f32>().expect("f32 activations");
+                let mut y = vec![0f32; m * out];
+                crate::kernels::matmul_wt(&xs, m, h.as_f32(), out, k, &mut y);
+                if let Some(bias) = &h.bias {
+                    for row in y.chunks_exact_mut(out) {
+                        row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+                    }
+                }
+                return Tensor::from_data(TensorData::new(y, [b, n, out]), &device);
+            }
+            _ => x.reshape([b * n, k]).matmul(self.weight.clone().transpose()),
+        };
         let y = match &self.bias {
             Some(bias) => y + bias.clone().unsqueeze::<2>(),
             None => y,
         };
         y.reshape([b, n, out])
-    }
-}
-
-/// `x W^T` for `x: [m, k]` and `w: [n, k]`.
-fn matmul_wt(x: Tensor<2>, w: &Tensor<2>, host: Option<&HostMatrix>) -> Tensor<2> {
-    let [m, k] = x.dims();
-    match host {
-        Some(h) if m <= HOST_KERNEL_MAX_ROWS => {
-            let device = x.device();
-            let xs = x.into_data().try_to_vec::<f32>().expect("f32 activations");
-            let mut out = vec![0f32; m * h.rows];
-            crate::kernels::matmul_wt(&xs, m, h.as_f32(), h.rows, k, &mut out);
-            Tensor::from_data(TensorData::new(out, [m, h.rows]), &device)
-        }
-        _ => x.matmul(w.clone().transpose()),
     }
 }
 
@@ -233,7 +234,7 @@ fn upload_matrix(t: HostTensor, name: &str, shape: [usize; 2], device: &Device) 
     if *device != Device::flex() {
         return Ok((Tensor::from_data(TensorData::new(t.data, shape), device), None));
     }
-    let host = HostMatrix { bytes: bytes::Bytes::from_owner(F32Buffer(t.data)), rows: shape[0], cols: shape[1] };
+    let host = HostMatrix { bytes: bytes::Bytes::from_owner(F32Buffer(t.data)), rows: shape[0], cols: shape[1], bias: None };
     let shared = Bytes::from_shared(host.bytes.clone(), AllocationProperty::Native);
     let tensor = Tensor::from_data(TensorData::from_bytes(shared, shape, DType::F32), device);
     Ok((tensor, Some(host)))
@@ -266,7 +267,10 @@ impl Transformer {
                 }
             }
             let label = names.iter().map(|(n, _)| *n).collect::<Vec<_>>().join("+");
-            let (weight, host) = upload_matrix(w, &label, [out, inp], device)?;
+            let (weight, mut host) = upload_matrix(w, &label, [out, inp], device)?;
+            if let Some(h) = host.as_mut().filter(|_| bias) {
+                h.bias = Some(bs.data.clone());
+            }
             let bias = if bias { Some(upload(bs, &label, [out], device)?) } else { None };
             Ok(Linear { weight, host, bias })
         };
