@@ -18,6 +18,7 @@ pub mod kernels;
 pub mod loader;
 pub mod model;
 pub mod sampling;
+pub mod spec;
 pub mod synthetic;
 pub mod tokenizer;
 pub mod weights;

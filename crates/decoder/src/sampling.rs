@@ -132,11 +132,15 @@ impl Sampler {
 
     /// The next token for `logits`.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        if self.config.is_greedy() {
+        Self::draw(&self.config, logits, &mut self.rng)
+    }
+
+    /// One token from `logits` warped by `config`, with an external generator.
+    pub fn draw(config: &SamplingConfig, logits: &[f32], rng: &mut StdRng) -> u32 {
+        if config.is_greedy() {
             return argmax(logits);
         }
-        let probs = self.config.probabilities(logits);
-        sample_from(&probs, &mut self.rng)
+        sample_from(&config.probabilities(logits), rng)
     }
 }
 

@@ -1,0 +1,143 @@
+//! The SpecDec++ acceptance head, shared by the trainer and the decoder: input the draft's
+//! final hidden state, `depth` residual blocks `x + SiLU(W x + b)` (optionally one block's
+//! weights tied across all of them, as the official code does), then a linear map to one
+//! logit; `sigmoid(logit)` = predicted P(candidate accepted).
+//!
+//! Checkpoint directory (DESIGN.md): `head.json` ([`HeadSpec`]) and `head.safetensors` with
+//! `blocks.{i}.weight` (`[out, in]`, PyTorch layout), `blocks.{i}.bias`, `out.weight`
+//! (`[1, hidden]`), `out.bias` (`[1]`); tied heads store one block.
+
+use crate::fsutil::write_atomic;
+use anyhow::{bail, ensure, Context, Result};
+use burn::module::{Module, Param};
+use burn::nn::{Linear, LinearConfig};
+use burn::tensor::activation::{sigmoid, silu};
+use burn::tensor::{Device, Tensor, TensorData};
+use safetensors::tensor::{Dtype, TensorView};
+use safetensors::SafeTensors;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Architecture and provenance of a head (`head.json`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HeadSpec {
+    pub hidden_size: usize,
+    /// Residual blocks; 0 means a linear head.
+    pub depth: usize,
+    /// One block's weights used for all `depth` blocks.
+    pub tied: bool,
+    /// sha256 of the draft model file whose hidden states the head reads.
+    pub draft_model_sha256: Option<String>,
+    /// The training configuration, recorded as given.
+    #[serde(default)]
+    pub training: serde_json::Value,
+}
+
+/// The head module (a burn `Module`, so the trainer can optimise it).
+#[derive(Module, Debug)]
+pub struct AcceptanceHead {
+    blocks: Vec<Linear>,
+    out: Linear,
+    depth: usize,
+}
+
+impl AcceptanceHead {
+    /// A randomly initialised head (burn's default initialisers; seed burn's RNG for
+    /// reproducibility).
+    pub fn init(hidden_size: usize, depth: usize, tied: bool, device: &Device) -> Self {
+        let n_blocks = if tied { depth.min(1) } else { depth };
+        let blocks = (0..n_blocks).map(|_| LinearConfig::new(hidden_size, hidden_size).init(device)).collect();
+        Self { blocks, out: LinearConfig::new(hidden_size, 1).init(device), depth }
+    }
+
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
+    pub fn tied(&self) -> bool {
+        self.blocks.len() < self.depth
+    }
+
+    pub fn hidden_size(&self) -> usize {
+        self.out.weight.val().dims()[0]
+    }
+
+    /// Logits `[n]` for hidden states `[n, hidden]`.
+    pub fn forward(&self, x: Tensor<2>) -> Tensor<1> {
+        let mut x = x;
+        for i in 0..self.depth {
+            let block = &self.blocks[i.min(self.blocks.len() - 1)];
+            x = x.clone() + silu(block.forward(x));
+        }
+        let [n, _] = x.dims();
+        self.out.forward(x).reshape([n])
+    }
+
+    /// Predicted acceptance probability for one hidden state.
+    pub fn accept_probability(&self, hidden: &[f32]) -> Result<f64> {
+        ensure!(hidden.len() == self.hidden_size(), "head expects hidden size {}, got {}", self.hidden_size(), hidden.len());
+        let device = self.out.weight.val().device();
+        let x = Tensor::<2>::from_data(TensorData::new(hidden.to_vec(), [1, hidden.len()]), &device);
+        let p = sigmoid(self.forward(x)).into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        Ok(p[0] as f64)
+    }
+
+    /// Writes `head.json` and `head.safetensors` into `dir` (atomically, file by file).
+    pub fn save(&self, dir: &Path, spec: &HeadSpec) -> Result<()> {
+        ensure!(spec.hidden_size == self.hidden_size() && spec.depth == self.depth && spec.tied == self.tied(), "spec does not describe this head");
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+        let mut put = |name: String, t: Tensor<2>| {
+            let shape = t.dims().to_vec();
+            let data = t.into_data().try_to_vec::<f32>().expect("f32 weights");
+            tensors.push((name, shape, data.iter().flat_map(|v| v.to_le_bytes()).collect()));
+        };
+        let linears = self.blocks.iter().enumerate().map(|(i, l)| (format!("blocks.{i}"), l)).chain([("out".to_string(), &self.out)]);
+        for (name, l) in linears {
+            // burn stores [in, out]; the file uses PyTorch's [out, in].
+            put(format!("{name}.weight"), l.weight.val().transpose());
+            let bias = l.bias.as_ref().expect("head linears have biases").val();
+            let n = bias.dims()[0];
+            put(format!("{name}.bias"), bias.reshape([1, n]));
+        }
+        let views: Vec<(String, TensorView)> = tensors
+            .iter()
+            .map(|(n, s, b)| {
+                let shape = if n.ends_with(".bias") { vec![s[1]] } else { s.clone() };
+                Ok((n.clone(), TensorView::new(Dtype::F32, shape, b)?))
+            })
+            .collect::<Result<_, safetensors::SafeTensorError>>()?;
+        let bytes = safetensors::serialize(views, None)?;
+        write_atomic(&dir.join("head.safetensors"), &bytes)?;
+        write_atomic(&dir.join("head.json"), serde_json::to_string_pretty(spec)?.as_bytes())
+    }
+
+    /// Reads a checkpoint directory written by [`AcceptanceHead::save`].
+    pub fn load(dir: &Path, device: &Device) -> Result<(Self, HeadSpec)> {
+        let spec_path = dir.join("head.json");
+        let spec: HeadSpec = serde_json::from_str(&std::fs::read_to_string(&spec_path).with_context(|| format!("reading {}", spec_path.display()))?)
+            .with_context(|| format!("parsing {}", spec_path.display()))?;
+        let wpath = dir.join("head.safetensors");
+        let bytes = std::fs::read(&wpath).with_context(|| format!("reading {}", wpath.display()))?;
+        let st = SafeTensors::deserialize(&bytes).map_err(|e| anyhow::anyhow!("{}: malformed safetensors: {e}", wpath.display()))?;
+        let h = spec.hidden_size;
+        let get = |name: &str, shape: &[usize]| -> Result<Vec<f32>> {
+            let v = st.tensor(name).map_err(|e| anyhow::anyhow!("{}: tensor '{name}': {e}", wpath.display()))?;
+            if v.dtype() != Dtype::F32 || v.shape() != shape {
+                bail!("{}: tensor '{name}' is {:?} {:?}, expected F32 {shape:?}", wpath.display(), v.dtype(), v.shape());
+            }
+            Ok(v.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+        };
+        let linear = |name: &str, out: usize| -> Result<Linear> {
+            let w = get(&format!("{name}.weight"), &[out, h])?;
+            let b = get(&format!("{name}.bias"), &[out])?;
+            let w = Tensor::<2>::from_data(TensorData::new(w, [out, h]), device).transpose();
+            let b = Tensor::<1>::from_data(TensorData::new(b, [out]), device);
+            Ok(Linear { weight: Param::from_tensor(w), bias: Some(Param::from_tensor(b)) })
+        };
+        let n_blocks = if spec.tied { spec.depth.min(1) } else { spec.depth };
+        let blocks = (0..n_blocks).map(|i| linear(&format!("blocks.{i}"), h)).collect::<Result<Vec<_>>>()?;
+        let head = Self { blocks, out: linear("out", 1)?, depth: spec.depth };
+        Ok((head, spec))
+    }
+}

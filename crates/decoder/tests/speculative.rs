@@ -1,0 +1,319 @@
+//! Speculative decoding is lossless: greedy output equals the target's own greedy output for
+//! every policy, sampled output is distributed as the target's (and the test catches two
+//! classic bugs), and both caches are rolled back correctly in every kind of round.
+
+mod common;
+use common::*;
+use rand::rngs::StdRng;
+use specx_decoder::gguf::GgmlType;
+use specx_decoder::sampling::{sample_from, SamplingConfig};
+use specx_decoder::spec::*;
+use specx_decoder::synthetic::{tiny_qwen2, StDtype};
+use specx_decoder::{default_device, LoadedModel, Transformer};
+use std::collections::HashMap;
+
+fn pair(vocab: usize, target_seed: u64, draft_seed: u64) -> (tempfile::TempDir, LoadedModel, LoadedModel) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny_qwen2(vocab);
+    let (t, _) = write_both(&dir.path().join("t"), &cfg, target_seed, StDtype::F32, GgmlType::F32);
+    let (d, _) = write_both(&dir.path().join("d"), &cfg, draft_seed, StDtype::F32, GgmlType::F32);
+    let (t, d) = (load(&t), load(&d));
+    (dir, t, d)
+}
+
+/// A draft close to the target (its weights plus noise): rounds accept some, not all.
+fn noisy_draft(dir: &std::path::Path, vocab: usize, target_seed: u64, noise: f32) -> LoadedModel {
+    use specx_decoder::synthetic::{random_weights, word_tokenizer_json, write_hf_dir};
+    let cfg = tiny_qwen2(vocab);
+    let mut w = random_weights(&cfg, target_seed);
+    let n = random_weights(&cfg, 999);
+    for (name, t) in w.iter_mut() {
+        for (a, b) in t.data.iter_mut().zip(&n[name].data) {
+            *a += noise * b;
+        }
+    }
+    let path = dir.join("noisy");
+    write_hf_dir(&path, &cfg, &w, StDtype::F32, 1, &word_tokenizer_json(vocab, "w")).unwrap();
+    load(&path)
+}
+
+fn spec(target: &Transformer, draft: &Transformer, policy: &mut dyn StopPolicy, prompt: &[u32], cfg: &SpecConfig, eos: &[u32]) -> Generation {
+    let mut drafter = PlainDrafter::new(draft);
+    generate_speculative(target, &mut drafter, policy, &mut RejectionSampler, prompt, cfg, eos).unwrap()
+}
+
+fn policies(hidden: usize) -> Vec<(String, Box<dyn StopPolicy>)> {
+    let mut v: Vec<(String, Box<dyn StopPolicy>)> = Vec::new();
+    for k in [1, 2, 3, 5, 8] {
+        v.push((format!("fixed {k}"), Box::new(FixedK(k))));
+    }
+    v.push(("confidence 0.5".into(), Box::new(ConfidencePolicy { threshold: 0.5, min_candidates: 1, max_candidates: 6 })));
+    for (i, h) in [0.2, 0.7].into_iter().enumerate() {
+        let head = AcceptanceHead::init(hidden, 2, i == 0, &default_device());
+        v.push((format!("head h={h}"), Box::new(HeadPolicy::new(head, h, 1, 20))));
+    }
+    v
+}
+
+#[test]
+fn greedy_output_equals_target_greedy_for_every_policy() {
+    let (_d, t, d) = pair(VOCAB, 1, 2);
+    let (_d2, _, same) = pair(VOCAB, 1, 1); // a draft identical to the target: everything accepted
+    let close = noisy_draft(_d.path(), VOCAB, 1, 0.3);
+    let hidden = d.model.config().hidden_size;
+    let mut rounds_seen = (false, false, false); // zero accepted, some, all
+    for (draft_name, draft) in [("random draft", &d.model), ("identical draft", &same.model), ("close draft", &close.model)] {
+        for (p_i, prompt_seed) in (0..8u32).enumerate() {
+            let prompt = tokens(3 + p_i, prompt_seed);
+            // EOS tokens make generation stop inside candidate lists in some prompts.
+            let eos = [VOCAB as u32 - 1, 7];
+            let cfg = SpecConfig { max_new_tokens: 9 + p_i % 4, sampling: SamplingConfig::greedy(), seed: 0 };
+            let want = generate_autoregressive(&t.model, &prompt, &cfg, &eos).unwrap().tokens;
+            for (name, mut policy) in policies(hidden) {
+                let got = spec(&t.model, draft, policy.as_mut(), &prompt, &cfg, &eos);
+                assert_eq!(got.tokens, want, "{draft_name}, {name}, prompt {p_i}");
+                let m = &got.metrics;
+                assert_eq!(m.n_generated, want.len());
+                assert_eq!(m.n_target_calls, 1 + m.accepted_per_round.len());
+                assert_eq!(m.n_drafted, m.drafted_per_round.iter().sum::<usize>());
+                for (&a, &k) in m.accepted_per_round.iter().zip(&m.drafted_per_round) {
+                    rounds_seen.0 |= a == 0;
+                    rounds_seen.1 |= a > 0 && a < k;
+                    rounds_seen.2 |= a == k && k > 1;
+                }
+            }
+        }
+    }
+    assert!(rounds_seen.0 && rounds_seen.1 && rounds_seen.2, "round kinds seen: {rounds_seen:?}");
+}
+
+#[test]
+fn budget_and_eos_inside_the_candidates_are_respected() {
+    let (_d, t, _) = pair(VOCAB, 1, 1);
+    let prompt = tokens(4, 3);
+    let greedy = SamplingConfig::greedy();
+    // The identical draft proposes 8 accepted candidates per round; a budget of 5 ends inside.
+    for max_new in [1, 2, 5, 11] {
+        let cfg = SpecConfig { max_new_tokens: max_new, sampling: greedy.clone(), seed: 0 };
+        let want = generate_autoregressive(&t.model, &prompt, &cfg, &[]).unwrap().tokens;
+        let got = spec(&t.model, &t.model, &mut FixedK(8), &prompt, &cfg, &[]);
+        assert_eq!(got.tokens, want, "max_new {max_new}");
+        assert_eq!(got.tokens.len(), max_new);
+    }
+    // Make the 4th greedy token an EOS: generation must end right after it.
+    let cfg = SpecConfig { max_new_tokens: 12, sampling: greedy, seed: 0 };
+    let free = generate_autoregressive(&t.model, &prompt, &cfg, &[]).unwrap().tokens;
+    let eos = [free[3]];
+    let want = generate_autoregressive(&t.model, &prompt, &cfg, &eos).unwrap().tokens;
+    let got = spec(&t.model, &t.model, &mut FixedK(8), &prompt, &cfg, &eos);
+    assert_eq!(got.tokens, want);
+    assert!(eos.contains(got.tokens.last().unwrap()));
+}
+
+#[test]
+fn both_caches_hold_exactly_the_committed_prefix_after_every_round() {
+    // Re-run generation round by round through a drafter that checks the cache invariant
+    // before each round: the draft cache never holds a token that was not committed.
+    struct Checked<'m> {
+        inner: PlainDrafter<'m>,
+    }
+    impl Drafter for Checked<'_> {
+        fn draft(&mut self, committed: &[u32], max: usize, policy: &mut dyn StopPolicy, s: &SamplingConfig, rng: &mut StdRng, eos: &[u32], m: &mut RequestMetrics) -> anyhow::Result<Vec<Candidate>> {
+            assert!(self.inner.cache_len() < committed.len(), "draft cache {} not behind committed {}", self.inner.cache_len(), committed.len());
+            self.inner.draft(committed, max, policy, s, rng, eos, m)
+        }
+        fn rollback(&mut self, valid: usize) {
+            self.inner.rollback(valid);
+            assert!(self.inner.cache_len() <= valid);
+        }
+    }
+    let (_d, t, d) = pair(VOCAB, 1, 2);
+    let prompt = tokens(5, 1);
+    let cfg = SpecConfig { max_new_tokens: 20, sampling: SamplingConfig::greedy(), seed: 0 };
+    let want = generate_autoregressive(&t.model, &prompt, &cfg, &[]).unwrap().tokens;
+    let mut drafter = Checked { inner: PlainDrafter::new(&d.model) };
+    let got = generate_speculative(&t.model, &mut drafter, &mut FixedK(4), &mut RejectionSampler, &prompt, &cfg, &[]).unwrap();
+    assert_eq!(got.tokens, want);
+}
+
+// ---------- the sampling test ----------
+
+const SMALL_VOCAB: usize = 6;
+const STEPS: usize = 3;
+
+/// Exact probability of every 3-token continuation under the warped target.
+fn exact_distribution(target: &Transformer, prompt: &[u32], s: &SamplingConfig) -> HashMap<Vec<u32>, f64> {
+    fn rec(t: &Transformer, seq: &mut Vec<u32>, depth: usize, p: f64, s: &SamplingConfig, out: &mut HashMap<Vec<u32>, f64>, plen: usize) {
+        if depth == STEPS {
+            out.insert(seq[plen..].to_vec(), p);
+            return;
+        }
+        let mut c = t.new_cache(1);
+        let logits = specx_decoder::generate::last_logits(&t.forward(seq, &mut c).unwrap());
+        let probs = s.probabilities(&logits);
+        for (tok, &q) in probs.iter().enumerate() {
+            if q > 0.0 {
+                seq.push(tok as u32);
+                rec(t, seq, depth + 1, p * q as f64, s, out, plen);
+                seq.pop();
+            }
+        }
+    }
+    let mut out = HashMap::new();
+    rec(target, &mut prompt.to_vec(), 0, 1.0, s, &mut out, prompt.len());
+    out
+}
+
+/// Pearson chi-square p-value (Wilson-Hilferty approximation), cells with expected < 5
+/// pooled into one.
+fn chi_square_p(counts: &HashMap<Vec<u32>, usize>, exact: &HashMap<Vec<u32>, f64>, n: usize) -> f64 {
+    let (mut stat, mut cells, mut pool_e, mut pool_o) = (0.0, 0usize, 0.0, 0.0);
+    for (k, &p) in exact {
+        let e = p * n as f64;
+        let o = *counts.get(k).unwrap_or(&0) as f64;
+        if e < 5.0 {
+            pool_e += e;
+            pool_o += o;
+        } else {
+            stat += (o - e) * (o - e) / e;
+            cells += 1;
+        }
+    }
+    let unseen: usize = counts.iter().filter(|(k, _)| !exact.contains_key(*k)).map(|(_, c)| c).sum();
+    assert_eq!(unseen, 0, "sampled a sequence of probability 0");
+    if pool_e > 0.0 {
+        stat += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
+        cells += 1;
+    }
+    assert!(cells >= 3, "too few cells ({cells}) for a meaningful test");
+    let df = (cells - 1) as f64;
+    let z = ((stat / df).powf(1.0 / 3.0) - (1.0 - 2.0 / (9.0 * df))) / (2.0 / (9.0 * df)).sqrt();
+    0.5 * libm_erfc(z / std::f64::consts::SQRT_2)
+}
+
+/// Complementary error function (Numerical Recipes' erfc, relative error < 1.2e-7).
+fn libm_erfc(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let r = t * (-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))))).exp();
+    if x >= 0.0 { r } else { 2.0 - r }
+}
+
+/// On rejection samples from p instead of norm(max(p - q, 0)): biased towards draft tokens.
+struct ResidualFromP;
+impl Verifier for ResidualFromP {
+    fn verify(&mut self, c: &[Candidate], logits: &[Vec<f32>], s: &SamplingConfig, rng: &mut StdRng) -> Verdict {
+        use rand::RngExt;
+        for (i, cand) in c.iter().enumerate() {
+            let p = s.probabilities(&logits[i]);
+            if rng.random::<f64>() * cand.q_token as f64 >= p[cand.token as usize] as f64 {
+                return Verdict { accepted: i, next: sample_from(&p, rng) };
+            }
+        }
+        Verdict { accepted: c.len(), next: sample_from(&s.probabilities(&logits[c.len()]), rng) }
+    }
+}
+
+/// Drafts greedily but reports the sampled distribution q: the bug of reference code that
+/// drafts with argmax while testing against a sampled q.
+struct GreedyDraftSampledQ<'m> {
+    model: &'m Transformer,
+}
+impl Drafter for GreedyDraftSampledQ<'_> {
+    fn draft(&mut self, committed: &[u32], max: usize, _: &mut dyn StopPolicy, s: &SamplingConfig, _: &mut StdRng, _: &[u32], m: &mut RequestMetrics) -> anyhow::Result<Vec<Candidate>> {
+        let mut seq = committed.to_vec();
+        let mut out = Vec::new();
+        for _ in 0..max.min(2) {
+            let mut c = self.model.new_cache(1);
+            let logits = specx_decoder::generate::last_logits(&self.model.forward(&seq, &mut c)?);
+            m.n_draft_calls += 1;
+            let q = s.probabilities(&logits);
+            let token = specx_decoder::sampling::argmax(&q);
+            seq.push(token);
+            out.push(Candidate { token, q_token: q[token as usize], q });
+        }
+        Ok(out)
+    }
+    fn rollback(&mut self, _: usize) {}
+}
+
+fn sample_counts(n: usize, mut run: impl FnMut(u64) -> Vec<u32>) -> HashMap<Vec<u32>, usize> {
+    let mut counts = HashMap::new();
+    for seed in 0..n as u64 {
+        *counts.entry(run(seed)).or_insert(0) += 1;
+    }
+    counts
+}
+
+#[test]
+fn sampled_output_is_distributed_as_the_target_and_broken_variants_are_caught() {
+    // Significance level 1e-3. 6000 samples of 3-token continuations over a 6-token vocabulary:
+    // with a draft that disagrees with the target as much as two random models do, either bug
+    // shifts the distribution far beyond what chance allows.
+    const N: usize = 6000;
+    const ALPHA: f64 = 1e-3;
+    let (_d, t, d) = pair(SMALL_VOCAB, 11, 12);
+    let prompt = vec![1u32, 4, 2];
+    let s = SamplingConfig { temperature: 1.0, top_k: None, top_p: None };
+    let exact = exact_distribution(&t.model, &prompt, &s);
+    let cfg = |seed| SpecConfig { max_new_tokens: STEPS, sampling: s.clone(), seed };
+
+    let ok = sample_counts(N, |seed| spec(&t.model, &d.model, &mut FixedK(2), &prompt, &cfg(seed), &[]).tokens);
+    let p_ok = chi_square_p(&ok, &exact, N);
+    assert!(p_ok > ALPHA, "correct speculative sampling rejected: p = {p_ok:.2e}");
+
+    let warped = SamplingConfig { temperature: 1.5, top_k: Some(5), top_p: Some(0.95) };
+    let exact_w = exact_distribution(&t.model, &prompt, &warped);
+    let ok_w = sample_counts(N, |seed| {
+        let c = SpecConfig { max_new_tokens: STEPS, sampling: warped.clone(), seed };
+        spec(&t.model, &d.model, &mut FixedK(2), &prompt, &c, &[]).tokens
+    });
+    let p_w = chi_square_p(&ok_w, &exact_w, N);
+    assert!(p_w > ALPHA, "speculative sampling with top-k/top-p warping rejected: p = {p_w:.2e}");
+
+    let bad = sample_counts(N, |seed| {
+        let mut dr = PlainDrafter::new(&d.model);
+        generate_speculative(&t.model, &mut dr, &mut FixedK(2), &mut ResidualFromP, &prompt, &cfg(seed), &[]).unwrap().tokens
+    });
+    let p_bad = chi_square_p(&bad, &exact, N);
+    assert!(p_bad < ALPHA, "a wrong residual distribution went unnoticed: p = {p_bad:.2e}");
+
+    let bad_q = sample_counts(N, |seed| {
+        let mut dr = GreedyDraftSampledQ { model: &d.model };
+        generate_speculative(&t.model, &mut dr, &mut FixedK(2), &mut RejectionSampler, &prompt, &cfg(seed), &[]).unwrap().tokens
+    });
+    let p_bad_q = chi_square_p(&bad_q, &exact, N);
+    assert!(p_bad_q < ALPHA, "greedy drafting against a sampled q went unnoticed: p = {p_bad_q:.2e}");
+    eprintln!("chi-square p-values: correct {p_ok:.3}, warped {p_w:.3}, residual-from-p {p_bad:.2e}, greedy-draft {p_bad_q:.2e}");
+}
+
+#[test]
+fn head_checkpoints_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = default_device();
+    for (depth, tied) in [(0, false), (3, true), (2, false)] {
+        let head = AcceptanceHead::init(16, depth, tied, &device);
+        let spec = HeadSpec { hidden_size: 16, depth, tied, draft_model_sha256: Some("abc".into()), training: serde_json::json!({"w_rej": 6}) };
+        let path = dir.path().join(format!("h{depth}{tied}"));
+        head.save(&path, &spec).unwrap();
+        let (back, spec2) = AcceptanceHead::load(&path, &device).unwrap();
+        assert_eq!(spec, spec2);
+        let x: Vec<f32> = (0..16).map(|i| (i as f32 - 8.0) / 5.0).collect();
+        let (a, b) = (head.accept_probability(&x).unwrap(), back.accept_probability(&x).unwrap());
+        assert!((a - b).abs() < 1e-7 && a > 0.0 && a < 1.0, "depth {depth}: {a} vs {b}");
+    }
+}
+
+#[test]
+fn head_policy_follows_the_threshold_rule() {
+    let device = default_device();
+    let head = AcceptanceHead::init(4, 1, false, &device);
+    let h = [0.3f32, -0.2, 0.5, 0.1];
+    let p = head.accept_probability(&h).unwrap();
+    // Stop at the first index i where 1 - p^i > threshold (and within [min, max]).
+    let threshold = 1.0 - p.powi(3) + 1e-9; // exceeded first at i = 4
+    let mut pol = HeadPolicy::new(head, threshold, 2, 20);
+    pol.begin_round();
+    let stops: Vec<bool> = (1..=5).map(|i| pol.should_stop(&DraftStep { index: i, token: 0, q_token: 0.5, hidden: &h }).unwrap()).collect();
+    assert_eq!(stops, vec![false, false, false, true, true]);
+}
