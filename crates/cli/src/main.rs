@@ -5,7 +5,10 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use specx_decoder::generate::generate;
 use specx_decoder::tokenizer::TextStream;
-use specx_decoder::{device_from_name, load_model, ChatTemplate, Sampler, SamplingConfig};
+use specx_decoder::spec::SpecConfig;
+use specx_decoder::{check_pair, device_from_name, load_model, ChatTemplate, Sampler, SamplingConfig};
+use specx_eval::methods::{load_head, Method, MethodKind};
+use specx_eval::report::markdown_table;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -21,9 +24,105 @@ struct Cli {
 enum Command {
     /// Generate text with one model, streaming it, and report prefill and decode speed.
     Generate(GenerateArgs),
+    /// Decode one prompt with a draft/target pair and a method (ar, specdec, specdec++,
+    /// confidence); print the text and the request's metrics.
+    Decode(DecodeArgs),
     /// Measure decode/prefill speed of the draft and target, peak memory, and the machine's
     /// memory-bandwidth bound, all in one run.
     Bench(specx_eval::bench::BenchArgs),
+    /// Compare autoregressive and fixed-K speculative decoding on HumanEval prompts in one run
+    /// (greedy): tokens/s, speedup, acceptance, tokens per target call.
+    BenchDecode(specx_eval::decode_bench::DecodeBenchArgs),
+}
+
+#[derive(Args)]
+struct DecodeArgs {
+    /// Draft model (HF directory or .gguf); it must share the target's tokenizer.
+    #[arg(long)]
+    draft: PathBuf,
+    /// Target model (HF directory or .gguf).
+    #[arg(long)]
+    target: PathBuf,
+    /// Decoding method.
+    #[arg(long, value_enum, default_value = "specdec")]
+    method: MethodKind,
+    /// Candidates per round for `specdec`.
+    #[arg(long, default_value_t = 4)]
+    k: usize,
+    /// Acceptance head for `specdecpp`: a checkpoint directory (specx train), or
+    /// `random[:SEED]` for an untrained head (pipeline testing only).
+    #[arg(long)]
+    head: Option<String>,
+    /// Stop threshold: `specdecpp` stops when the predicted chance of a rejection exceeds it
+    /// (default 0.7, the paper's best); `confidence` stops when the draft's probability of its
+    /// token falls below it (default 0.5).
+    #[arg(long)]
+    threshold: Option<f64>,
+    /// Fewest candidates per round for `specdecpp` and `confidence`.
+    #[arg(long, default_value_t = 1)]
+    min: usize,
+    /// Most candidates per round for `specdecpp` and `confidence`.
+    #[arg(long, default_value_t = 20)]
+    max: usize,
+    /// The prompt text.
+    #[arg(long)]
+    prompt: String,
+    /// Wrap the prompt in Qwen's ChatML chat template (for instruct models).
+    #[arg(long)]
+    chat: bool,
+    /// Maximum number of tokens to generate.
+    #[arg(long, default_value_t = 128)]
+    max_new_tokens: usize,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// Compute device: cpu, or cuda[:N] in builds with the `cuda` feature.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+}
+
+fn run_decode(a: DecodeArgs) -> Result<()> {
+    let sampling = a.sampling.config()?;
+    let device = device_from_name(&a.device)?;
+    let target = load_model(&a.target, None, &device)?;
+    let draft = if a.method == MethodKind::Ar { None } else { Some(load_model(&a.draft, None, &device)?) };
+    if let Some(d) = &draft {
+        check_pair(d, &target)?;
+    }
+    let method = match a.method {
+        MethodKind::Ar => Method::Autoregressive,
+        MethodKind::Specdec => Method::SpecDec { k: a.k },
+        MethodKind::Specdecpp => {
+            let spec = a.head.as_deref().context("--method specdecpp needs --head DIR (or --head random for an untrained head)")?;
+            let hidden = draft.as_ref().map(|d| d.model.config().hidden_size).unwrap_or(0);
+            let head = load_head(spec, hidden, &device)?;
+            Method::SpecDecPP { head, threshold: a.threshold.unwrap_or(0.7), min: a.min, max: a.max }
+        }
+        MethodKind::Confidence => Method::Confidence { threshold: a.threshold.unwrap_or(0.5) as f32, min: a.min, max: a.max },
+    };
+    let template = if a.chat { ChatTemplate::qwen() } else { ChatTemplate::None };
+    let prompt = target.tokenizer.encode(&template.apply(&a.prompt))?;
+    let cfg = SpecConfig { max_new_tokens: a.max_new_tokens, sampling, seed: a.sampling.seed };
+    let g = method.run(&target.model, draft.as_ref().map(|d| &d.model), &prompt, &cfg, &target.eos_ids)?;
+    println!("{}", target.tokenizer.decode(&g.tokens)?);
+    let m = &g.metrics;
+    let rows = vec![
+        vec!["method".into(), method.name()],
+        vec!["n_generated".into(), m.n_generated.to_string()],
+        vec!["n_target_calls".into(), m.n_target_calls.to_string()],
+        vec!["n_draft_calls".into(), m.n_draft_calls.to_string()],
+        vec!["n_drafted".into(), m.n_drafted.to_string()],
+        vec!["n_accepted".into(), m.n_accepted.to_string()],
+        vec!["n_discarded".into(), m.n_discarded().to_string()],
+        vec!["acceptance rate".into(), format!("{:.3}", m.acceptance_rate())],
+        vec!["tokens per target call".into(), format!("{:.2}", m.tokens_per_target_call())],
+        vec!["verification rate".into(), format!("{:.3}", m.verification_rate())],
+        vec!["discard rate".into(), format!("{:.3}", m.discard_rate())],
+        vec!["accepted per round".into(), format!("{:?}", m.accepted_per_round)],
+        vec!["time draft / target / other (s)".into(), format!("{:.2} / {:.2} / {:.2}", m.draft_time.as_secs_f64(), m.target_time.as_secs_f64(), m.other_time().as_secs_f64())],
+        vec!["tokens/s".into(), format!("{:.2}", m.tokens_per_sec())],
+    ];
+    eprint!("{}", markdown_table(&["metric", "value"], &rows));
+    Ok(())
 }
 
 /// Sampling options shared by every command that generates.
@@ -109,6 +208,8 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Generate(a) => run_generate(a),
+        Command::Decode(a) => run_decode(a),
         Command::Bench(a) => specx_eval::bench::run(a),
+        Command::BenchDecode(a) => specx_eval::decode_bench::run(a),
     }
 }

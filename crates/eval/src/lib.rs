@@ -1,4 +1,8 @@
-//! specx-eval: benchmarks of the runtime and (later) evaluation runs of the decoding methods.
+//! specx-eval: benchmarks of the runtime, decoding methods as combinations of the decoder's
+//! parts, method comparisons on prompt sets, and reports.
 
 pub mod bench;
+pub mod decode_bench;
+pub mod methods;
+pub mod report;
 pub mod sysmem;

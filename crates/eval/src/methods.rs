@@ -1,0 +1,79 @@
+//! The decoding methods a user can pick, as combinations of the decoder's parts.
+
+use anyhow::{bail, Context, Result};
+use specx_decoder::spec::{
+    generate_autoregressive, generate_speculative, AcceptanceHead, ConfidencePolicy, FixedK, Generation, HeadPolicy,
+    PlainDrafter, RejectionSampler, SpecConfig, StopPolicy,
+};
+use specx_decoder::{Device, Transformer};
+use std::path::Path;
+
+/// Method names on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MethodKind {
+    /// Autoregressive decoding with the target alone (the reference).
+    Ar,
+    /// Speculative decoding with a fixed number of candidates K (SpecDec).
+    Specdec,
+    /// SpecDec++: stop drafting when the acceptance head predicts a rejection.
+    Specdecpp,
+    /// Stop drafting when the draft's confidence in its token falls below a threshold.
+    Confidence,
+}
+
+/// A fully specified method.
+#[derive(Clone, Debug)]
+pub enum Method {
+    Autoregressive,
+    SpecDec { k: usize },
+    SpecDecPP { head: AcceptanceHead, threshold: f64, min: usize, max: usize },
+    Confidence { threshold: f32, min: usize, max: usize },
+}
+
+/// Loads an acceptance head: a checkpoint directory, or `random[:SEED]` for a randomly
+/// initialised head (for testing the pipeline before a head is trained).
+pub fn load_head(spec: &str, hidden_size: usize, device: &Device) -> Result<AcceptanceHead> {
+    if let Some(rest) = spec.strip_prefix("random") {
+        let seed: u64 = rest.strip_prefix(':').map_or(Ok(0), str::parse).context("--head random:SEED needs an integer seed")?;
+        device.seed(seed);
+        return Ok(AcceptanceHead::init(hidden_size, 3, false, device));
+    }
+    let (head, hs) = AcceptanceHead::load(Path::new(spec), device)?;
+    if hs.hidden_size != hidden_size {
+        bail!("head {spec} reads hidden states of size {}, the draft model has {hidden_size}", hs.hidden_size);
+    }
+    Ok(head)
+}
+
+impl Method {
+    pub fn name(&self) -> String {
+        match self {
+            Self::Autoregressive => "ar".into(),
+            Self::SpecDec { k } => format!("specdec K={k}"),
+            Self::SpecDecPP { threshold, .. } => format!("specdec++ h={threshold}"),
+            Self::Confidence { threshold, .. } => format!("confidence {threshold}"),
+        }
+    }
+
+    fn policy(&self) -> Option<Box<dyn StopPolicy>> {
+        match self {
+            Self::Autoregressive => None,
+            Self::SpecDec { k } => Some(Box::new(FixedK(*k))),
+            Self::SpecDecPP { head, threshold, min, max } => Some(Box::new(HeadPolicy::new(head.clone(), *threshold, *min, *max))),
+            Self::Confidence { threshold, min, max } => Some(Box::new(ConfidencePolicy { threshold: *threshold, min_candidates: *min, max_candidates: *max })),
+        }
+    }
+
+    /// Generates from `prompt` with this method.
+    pub fn run(&self, target: &Transformer, draft: Option<&Transformer>, prompt: &[u32], cfg: &SpecConfig, eos: &[u32]) -> Result<Generation> {
+        match self.policy() {
+            None => generate_autoregressive(target, prompt, cfg, eos),
+            Some(mut policy) => {
+                let draft = draft.context("speculative methods need a draft model")?;
+                let mut drafter = PlainDrafter::new(draft);
+                generate_speculative(target, &mut drafter, policy.as_mut(), &mut RejectionSampler, prompt, cfg, eos)
+            }
+        }
+    }
+}

@@ -1,0 +1,27 @@
+//! Plain-text tables for terminal summaries (Markdown-compatible).
+
+/// Renders rows under a header as a Markdown table with aligned columns.
+pub fn markdown_table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| rows.iter().map(|r| r[c].len()).chain([header[c].len()]).max().unwrap_or(0))
+        .collect();
+    let line = |cells: Vec<String>| {
+        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        format!("| {} |\n", padded.join(" | "))
+    };
+    let mut s = line(header.iter().map(|h| h.to_string()).collect());
+    s.push_str(&line(widths.iter().map(|w| "-".repeat(*w)).collect()));
+    for r in rows {
+        s.push_str(&line(r.clone()));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn aligns_columns() {
+        let t = super::markdown_table(&["a", "bb"], &[vec!["xyz".into(), "1".into()]]);
+        assert_eq!(t, "| a   | bb |\n| --- | -- |\n| xyz | 1  |\n");
+    }
+}
