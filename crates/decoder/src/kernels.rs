@@ -11,26 +11,29 @@
 
 use rayon::prelude::*;
 
-/// Output rows per parallel task.
+/// Output rows per parallel task (a multiple of [`BLOCK`]).
 const ROWS_PER_TASK: usize = 32;
+/// Weight rows processed together: each row of `x` is multiplied with a block of weight rows
+/// that stays in L1/L2 while every row of `x` passes over it.
+const BLOCK: usize = 4;
 
-/// Dot products of one weight row `w` with `M` rows of `x`, through the widest SIMD path this
-/// CPU has. Each row's result depends only on `w` and that row (same accumulators, same
-/// reduction order for every `M`).
+/// Dot products of one row `x` with the weight rows `ws`, through the widest SIMD path this
+/// CPU has. Every (weight row, x row) pair goes through this one function whatever the number
+/// of rows, so its rounding depends only on the two vectors.
 #[inline(always)]
-fn dots<const M: usize>(w: &[f32], xs: [&[f32]; M]) -> [f32; M] {
+fn dots(ws: [&[f32]; BLOCK], x: &[f32]) -> [f32; BLOCK] {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU supports AVX-512F (checked above); slices are bounds-checked inside.
-            return unsafe { x86::dots_avx512::<M>(w, xs) };
+            // SAFETY: the CPU supports AVX-512F (checked above); lengths are checked inside.
+            return unsafe { x86::dots_avx512(ws, x) };
         }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
             // SAFETY: the CPU supports AVX2 and FMA (checked above).
-            return unsafe { x86::dots_avx2::<M>(w, xs) };
+            return unsafe { x86::dots_avx2(ws, x) };
         }
     }
-    xs.map(|x| dot_portable(w, x))
+    ws.map(|w| dot_portable(w, x))
 }
 
 /// Portable fallback: independent lane accumulators and a fixed pairwise reduction.
@@ -56,74 +59,75 @@ fn dot_portable(w: &[f32], x: &[f32]) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use super::BLOCK;
     use std::arch::x86_64::*;
 
-    /// Two 16-lane FMA accumulators per row over 32-value steps; scalar tail.
+    /// Two 16-lane FMA accumulators per weight row over 32-value steps; scalar tail.
     #[target_feature(enable = "avx512f")]
-    pub unsafe fn dots_avx512<const M: usize>(w: &[f32], xs: [&[f32]; M]) -> [f32; M] {
-        let k = w.len();
-        for x in &xs {
-            assert_eq!(x.len(), k);
+    pub unsafe fn dots_avx512(ws: [&[f32]; BLOCK], x: &[f32]) -> [f32; BLOCK] {
+        let k = x.len();
+        for w in &ws {
+            assert_eq!(w.len(), k);
         }
         let body = k / 32 * 32;
-        let mut a0 = [_mm512_setzero_ps(); M];
-        let mut a1 = [_mm512_setzero_ps(); M];
+        let mut a0 = [_mm512_setzero_ps(); BLOCK];
+        let mut a1 = [_mm512_setzero_ps(); BLOCK];
         let mut i = 0;
         while i < body {
-            // SAFETY: i + 32 <= body <= k for w and every x row.
+            // SAFETY: i + 32 <= body <= k for x and every weight row.
             unsafe {
-                let w0 = _mm512_loadu_ps(w.as_ptr().add(i));
-                let w1 = _mm512_loadu_ps(w.as_ptr().add(i + 16));
-                for r in 0..M {
-                    a0[r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xs[r].as_ptr().add(i)), a0[r]);
-                    a1[r] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xs[r].as_ptr().add(i + 16)), a1[r]);
+                let x0 = _mm512_loadu_ps(x.as_ptr().add(i));
+                let x1 = _mm512_loadu_ps(x.as_ptr().add(i + 16));
+                for r in 0..BLOCK {
+                    a0[r] = _mm512_fmadd_ps(_mm512_loadu_ps(ws[r].as_ptr().add(i)), x0, a0[r]);
+                    a1[r] = _mm512_fmadd_ps(_mm512_loadu_ps(ws[r].as_ptr().add(i + 16)), x1, a1[r]);
                 }
             }
             i += 32;
         }
-        let mut out = [0f32; M];
-        for r in 0..M {
+        let mut out = [0f32; BLOCK];
+        for r in 0..BLOCK {
             let mut s = _mm512_reduce_add_ps(_mm512_add_ps(a0[r], a1[r]));
             for j in body..k {
-                s += w[j] * xs[r][j];
+                s += ws[r][j] * x[j];
             }
             out[r] = s;
         }
         out
     }
 
-    /// Two 8-lane FMA accumulators per row over 16-value steps; scalar tail.
+    /// Two 8-lane FMA accumulators per weight row over 16-value steps; scalar tail.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dots_avx2<const M: usize>(w: &[f32], xs: [&[f32]; M]) -> [f32; M] {
-        let k = w.len();
-        for x in &xs {
-            assert_eq!(x.len(), k);
+    pub unsafe fn dots_avx2(ws: [&[f32]; BLOCK], x: &[f32]) -> [f32; BLOCK] {
+        let k = x.len();
+        for w in &ws {
+            assert_eq!(w.len(), k);
         }
         let body = k / 16 * 16;
-        let mut a0 = [_mm256_setzero_ps(); M];
-        let mut a1 = [_mm256_setzero_ps(); M];
+        let mut a0 = [_mm256_setzero_ps(); BLOCK];
+        let mut a1 = [_mm256_setzero_ps(); BLOCK];
         let mut i = 0;
         while i < body {
-            // SAFETY: i + 16 <= body <= k for w and every x row.
+            // SAFETY: i + 16 <= body <= k for x and every weight row.
             unsafe {
-                let w0 = _mm256_loadu_ps(w.as_ptr().add(i));
-                let w1 = _mm256_loadu_ps(w.as_ptr().add(i + 8));
-                for r in 0..M {
-                    a0[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xs[r].as_ptr().add(i)), a0[r]);
-                    a1[r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xs[r].as_ptr().add(i + 8)), a1[r]);
+                let x0 = _mm256_loadu_ps(x.as_ptr().add(i));
+                let x1 = _mm256_loadu_ps(x.as_ptr().add(i + 8));
+                for r in 0..BLOCK {
+                    a0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(ws[r].as_ptr().add(i)), x0, a0[r]);
+                    a1[r] = _mm256_fmadd_ps(_mm256_loadu_ps(ws[r].as_ptr().add(i + 8)), x1, a1[r]);
                 }
             }
             i += 16;
         }
-        let mut out = [0f32; M];
-        for r in 0..M {
+        let mut out = [0f32; BLOCK];
+        for r in 0..BLOCK {
             let v = _mm256_add_ps(a0[r], a1[r]);
             let v = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
             let v = _mm_add_ps(v, _mm_movehl_ps(v, v));
             let v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
             let mut s = _mm_cvtss_f32(v);
             for j in body..k {
-                s += w[j] * xs[r][j];
+                s += ws[r][j] * x[j];
             }
             out[r] = s;
         }
@@ -142,7 +146,7 @@ pub fn matmul_wt(x: &[f32], m: usize, w: &[f32], n: usize, k: usize, out: &mut [
         rows_into(x, 1, w, k, out);
         return;
     }
-    // Work in transposed output blocks [rows, m] so each task writes one contiguous chunk.
+    // Work in transposed output blocks [n, m] so each task writes one contiguous chunk.
     let mut out_t = vec![0f32; n * m];
     rows_into(x, m, w, k, &mut out_t);
     for (o, vals) in out_t.chunks_exact(m).enumerate() {
@@ -156,18 +160,18 @@ pub fn matmul_wt(x: &[f32], m: usize, w: &[f32], n: usize, k: usize, out: &mut [
 fn rows_into(x: &[f32], m: usize, w: &[f32], k: usize, out_t: &mut [f32]) {
     out_t.par_chunks_mut(ROWS_PER_TASK * m).enumerate().for_each(|(task, chunk)| {
         let first = task * ROWS_PER_TASK;
-        for (j, o_vals) in chunk.chunks_exact_mut(m).enumerate() {
-            let o = first + j;
-            let wr = &w[o * k..(o + 1) * k];
-            let mut r = 0;
-            while r + 4 <= m {
-                let xs = [0, 1, 2, 3].map(|d| &x[(r + d) * k..(r + d + 1) * k]);
-                o_vals[r..r + 4].copy_from_slice(&dots::<4>(wr, xs));
-                r += 4;
-            }
-            while r < m {
-                o_vals[r] = dots::<1>(wr, [&x[r * k..(r + 1) * k]])[0];
-                r += 1;
+        let rows = chunk.len() / m;
+        for b in (0..rows).step_by(BLOCK) {
+            // A short last block repeats its last row; the extra results are dropped.
+            let ws: [&[f32]; BLOCK] = std::array::from_fn(|j| {
+                let o = first + (b + j).min(rows - 1);
+                &w[o * k..(o + 1) * k]
+            });
+            for r in 0..m {
+                let d = dots(ws, &x[r * k..(r + 1) * k]);
+                for j in 0..BLOCK.min(rows - b) {
+                    chunk[(b + j) * m + r] = d[j];
+                }
             }
         }
     });

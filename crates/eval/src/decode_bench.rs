@@ -72,6 +72,17 @@ pub fn run(a: DecodeBenchArgs) -> Result<()> {
             let same = reference.get_or_insert_with(|| g.tokens.clone()) == &g.tokens;
             identical[mi] += same as usize;
             totals[mi].accumulate(&g.metrics);
+            if bar.is_hidden() {
+                // No terminal (CI, redirected output): one log line per run instead of a bar.
+                eprintln!(
+                    "{} {}: {} tokens, {:.2} tokens/s, {:.2} tokens/target call, same as AR: {same}",
+                    p.id,
+                    m.name(),
+                    g.metrics.n_generated,
+                    g.metrics.tokens_per_sec(),
+                    g.metrics.tokens_per_target_call()
+                );
+            }
             rows.push(Row { method: m.name(), prompt: p.id.clone(), metrics: g.metrics, identical_to_ar: same });
             bar.inc(1);
         }
