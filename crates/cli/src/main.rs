@@ -64,25 +64,13 @@ struct DecodeArgs {
     /// Most candidates per round for `specdecpp` and `confidence`.
     #[arg(long, default_value_t = 20)]
     max: usize,
-    /// The prompt text.
-    #[arg(long)]
-    prompt: String,
-    /// Wrap the prompt in Qwen's ChatML chat template (for instruct models).
-    #[arg(long)]
-    chat: bool,
-    /// Maximum number of tokens to generate.
-    #[arg(long, default_value_t = 128)]
-    max_new_tokens: usize,
     #[command(flatten)]
-    sampling: SamplingArgs,
-    /// Compute device: cpu, or cuda[:N] in builds with the `cuda` feature.
-    #[arg(long, default_value = "cpu")]
-    device: String,
+    run: RunArgs,
 }
 
 fn run_decode(a: DecodeArgs) -> Result<()> {
-    let sampling = a.sampling.config()?;
-    let device = device_from_name(&a.device)?;
+    let sampling = a.run.sampling.config()?;
+    let device = device_from_name(&a.run.device)?;
     let target = load_model(&a.target, None, &device)?;
     let draft = if a.method == MethodKind::Ar { None } else { Some(load_model(&a.draft, None, &device)?) };
     if let Some(d) = &draft {
@@ -99,9 +87,8 @@ fn run_decode(a: DecodeArgs) -> Result<()> {
         }
         MethodKind::Confidence => Method::Confidence { threshold: a.threshold.unwrap_or(0.5) as f32, min: a.min, max: a.max },
     };
-    let template = if a.chat { ChatTemplate::qwen() } else { ChatTemplate::None };
-    let prompt = target.tokenizer.encode(&template.apply(&a.prompt))?;
-    let cfg = SpecConfig { max_new_tokens: a.max_new_tokens, sampling, seed: a.sampling.seed };
+    let prompt = target.tokenizer.encode(&a.run.prompt_text())?;
+    let cfg = SpecConfig { max_new_tokens: a.run.max_new_tokens, sampling, seed: a.run.sampling.seed };
     let g = method.run(&target.model, draft.as_ref().map(|d| &d.model), &prompt, &cfg, &target.eos_ids)?;
     println!("{}", target.tokenizer.decode(&g.tokens)?);
     let m = &g.metrics;
@@ -150,15 +137,9 @@ impl SamplingArgs {
     }
 }
 
+/// Prompt, length, sampling and device options shared by `generate` and `decode`.
 #[derive(Args)]
-struct GenerateArgs {
-    /// Model: an HF directory (config.json, *.safetensors, tokenizer.json) or a .gguf file
-    /// with tokenizer.json beside it.
-    #[arg(long)]
-    model: PathBuf,
-    /// tokenizer.json to use instead of the one beside the model.
-    #[arg(long)]
-    tokenizer: Option<PathBuf>,
+struct RunArgs {
     /// The prompt text.
     #[arg(long)]
     prompt: String,
@@ -175,18 +156,38 @@ struct GenerateArgs {
     device: String,
 }
 
+impl RunArgs {
+    /// The prompt as text, wrapped in the chat template if asked.
+    fn prompt_text(&self) -> String {
+        let template = if self.chat { ChatTemplate::qwen() } else { ChatTemplate::None };
+        template.apply(&self.prompt)
+    }
+}
+
+#[derive(Args)]
+struct GenerateArgs {
+    /// Model: an HF directory (config.json, *.safetensors, tokenizer.json) or a .gguf file
+    /// with tokenizer.json beside it.
+    #[arg(long)]
+    model: PathBuf,
+    /// tokenizer.json to use instead of the one beside the model.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
 fn run_generate(a: GenerateArgs) -> Result<()> {
-    let sampling = a.sampling.config()?;
-    let device = device_from_name(&a.device)?;
+    let sampling = a.run.sampling.config()?;
+    let device = device_from_name(&a.run.device)?;
     let t = Instant::now();
     let lm = load_model(&a.model, a.tokenizer.as_deref(), &device)?;
     eprintln!("loaded {} in {:.1} s", a.model.display(), t.elapsed().as_secs_f64());
-    let template = if a.chat { ChatTemplate::qwen() } else { ChatTemplate::None };
-    let prompt = lm.tokenizer.encode(&template.apply(&a.prompt))?;
-    let mut sampler = Sampler::new(sampling, a.sampling.seed);
+    let prompt = lm.tokenizer.encode(&a.run.prompt_text())?;
+    let mut sampler = Sampler::new(sampling, a.run.sampling.seed);
     let mut stream = TextStream::new(&lm.tokenizer);
     let mut stdout = std::io::stdout();
-    let (tokens, stats) = generate(&lm.model, &prompt, a.max_new_tokens, &mut sampler, &lm.eos_ids, |id| {
+    let (tokens, stats) = generate(&lm.model, &prompt, a.run.max_new_tokens, &mut sampler, &lm.eos_ids, |id| {
         if let Some(piece) = stream.push(id)? {
             print!("{piece}");
             stdout.flush().context("writing to stdout")?;
