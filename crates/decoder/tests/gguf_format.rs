@@ -25,7 +25,7 @@ fn unhex(s: &str) -> Vec<u8> {
 
 #[test]
 fn every_block_type_matches_gguf_py() {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/quant_blocks.json")).unwrap();
+    let text = std::fs::read_to_string(manifest_dir().join("tests/fixtures/quant_blocks.json")).unwrap();
     let fx: Fixture = serde_json::from_str(&text).unwrap();
     let mut seen = Vec::new();
     for case in &fx.cases {
@@ -97,4 +97,11 @@ fn metadata_round_trips_and_missing_keys_are_named() {
     assert_eq!((shape, data), (vec![2, 3], vec![1., 2., 3., 4., 5., 6.]));
     let err = f.u64("qwen2.block_count").unwrap_err().to_string();
     assert!(err.contains("qwen2.block_count") && err.contains("missing"), "{err}");
+}
+
+/// This crate's directory as cargo reports it when running the test (a build directory shared
+/// between checkouts can hold a binary compiled in another checkout, so the compile-time value
+/// is only the fallback).
+fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
 }

@@ -29,6 +29,14 @@ fn model_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// The draft and the target, loaded together.
+fn load_pair() -> (specx_decoder::LoadedModel, specx_decoder::LoadedModel) {
+    let device = default_device();
+    let draft = load_model(&model_dir("qwen2.5-coder-0.5b-instruct").join("model.gguf"), None, &device).unwrap();
+    let target = load_model(&model_dir("qwen2.5-coder-1.5b-instruct").join("model.gguf"), None, &device).unwrap();
+    (draft, target)
+}
+
 #[derive(serde::Deserialize)]
 struct Position {
     top_ids: Vec<u32>,
@@ -54,7 +62,7 @@ fn logsumexp(xs: &[f32]) -> f32 {
 #[test]
 fn qwen_0_5b_logits_match_the_numpy_reference() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/qwen2.5-coder-0.5b-reference.json")).unwrap();
+    let text = std::fs::read_to_string(manifest_dir().join("tests/fixtures/qwen2.5-coder-0.5b-reference.json")).unwrap();
     let r: Reference = serde_json::from_str(&text).unwrap();
     let dir = model_dir("qwen2.5-coder-0.5b-instruct");
     let sha = specx_decoder::fsutil::sha256_file(&dir.join("model.gguf")).unwrap();
@@ -87,9 +95,7 @@ fn qwen_0_5b_logits_match_the_numpy_reference() {
 #[test]
 fn the_real_pair_loads_together_and_shares_a_tokenizer() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let device = default_device();
-    let draft = load_model(&model_dir("qwen2.5-coder-0.5b-instruct").join("model.gguf"), None, &device).unwrap();
-    let target = load_model(&model_dir("qwen2.5-coder-1.5b-instruct").join("model.gguf"), None, &device).unwrap();
+    let (draft, target) = load_pair();
     check_pair(&draft, &target).unwrap();
     let (d, t) = (draft.model.config(), target.model.config());
     assert_eq!((d.num_hidden_layers, d.hidden_size, t.num_hidden_layers, t.hidden_size), (24, 896, 28, 1536));
@@ -110,9 +116,7 @@ fn the_real_pair_loads_together_and_shares_a_tokenizer() {
 fn greedy_speculative_decoding_reproduces_the_target_on_the_real_pair() {
     use specx_decoder::spec::*;
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let device = default_device();
-    let draft = load_model(&model_dir("qwen2.5-coder-0.5b-instruct").join("model.gguf"), None, &device).unwrap();
-    let target = load_model(&model_dir("qwen2.5-coder-1.5b-instruct").join("model.gguf"), None, &device).unwrap();
+    let (draft, target) = load_pair();
     let cfg = SpecConfig { max_new_tokens: 24, sampling: specx_decoder::SamplingConfig::greedy(), seed: 0 };
     for (i, q) in ["Write a Python function that checks whether a string is a palindrome.", "What is 17 * 23? Answer briefly."].iter().enumerate() {
         let ids = target.tokenizer.encode(&specx_decoder::ChatTemplate::qwen().apply(q)).unwrap();
@@ -125,4 +129,11 @@ fn greedy_speculative_decoding_reproduces_the_target_on_the_real_pair() {
             assert!(got.metrics.n_accepted > 0, "the Qwen pair should agree on some tokens");
         }
     }
+}
+
+/// This crate's directory as cargo reports it when running the test (a build directory shared
+/// between checkouts can hold a binary compiled in another checkout, so the compile-time value
+/// is only the fallback).
+fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
 }

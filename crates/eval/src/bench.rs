@@ -13,15 +13,29 @@ use specx_decoder::{default_device, load_model, LoadedModel};
 use std::path::PathBuf;
 use std::time::Instant;
 
-/// Options of `specx bench`.
+/// The model pair of a benchmark, defaulting to the fetched Qwen pair.
 #[derive(clap::Args, Debug)]
-pub struct BenchArgs {
+pub struct PairArgs {
     /// Draft model (HF directory or .gguf). Default: the fetched Qwen2.5-Coder-0.5B-Instruct.
     #[arg(long)]
     pub draft: Option<PathBuf>,
     /// Target model (HF directory or .gguf). Default: the fetched Qwen2.5-Coder-1.5B-Instruct.
     #[arg(long)]
     pub target: Option<PathBuf>,
+}
+
+impl PairArgs {
+    /// (draft path, target path) with defaults applied.
+    pub fn paths(&self) -> (PathBuf, PathBuf) {
+        (self.draft.clone().unwrap_or_else(default_draft), self.target.clone().unwrap_or_else(default_target))
+    }
+}
+
+/// Options of `specx bench`.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub pair: PairArgs,
     /// Prompt length used to measure prefill.
     #[arg(long, default_value_t = 128)]
     pub prompt_tokens: usize,
@@ -163,8 +177,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
 
 /// Runs the benchmark.
 pub fn measure(a: &BenchArgs) -> Result<BenchReport> {
-    let draft_path = a.draft.clone().unwrap_or_else(default_draft);
-    let target_path = a.target.clone().unwrap_or_else(default_target);
+    let (draft_path, target_path) = a.pair.paths();
     eprintln!("measuring memory bandwidth ({} MiB buffer)...", a.bandwidth_mib);
     let bandwidth = read_bandwidth(a.bandwidth_mib << 20, 5);
     let bandwidth_one = read_bandwidth_threads(a.bandwidth_mib << 20, 3, 1);

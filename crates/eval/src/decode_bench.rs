@@ -1,7 +1,7 @@
 //! `specx bench-decode`: autoregressive vs speculative decoding on a prompt set with the real
 //! pair, all methods on the same prompts in the same run (speedups are same-run ratios).
 
-use crate::bench::{default_draft, default_target};
+use crate::bench::PairArgs;
 use crate::methods::Method;
 use crate::report::markdown_table;
 use anyhow::{ensure, Result};
@@ -13,12 +13,8 @@ use std::path::PathBuf;
 /// Options of `specx bench-decode`.
 #[derive(clap::Args, Debug)]
 pub struct DecodeBenchArgs {
-    /// Draft model (HF directory or .gguf). Default: the fetched Qwen2.5-Coder-0.5B-Instruct.
-    #[arg(long)]
-    pub draft: Option<PathBuf>,
-    /// Target model. Default: the fetched Qwen2.5-Coder-1.5B-Instruct.
-    #[arg(long)]
-    pub target: Option<PathBuf>,
+    #[command(flatten)]
+    pub pair: PairArgs,
     /// HumanEval JSONL(.gz) file.
     #[arg(long, default_value = "../shared/datasets/humaneval/HumanEval.jsonl.gz")]
     pub prompts: PathBuf,
@@ -47,8 +43,9 @@ struct Row {
 /// Runs the comparison and prints the table.
 pub fn run(a: DecodeBenchArgs) -> Result<()> {
     let device = default_device();
-    let draft = load_model(&a.draft.clone().unwrap_or_else(default_draft), None, &device)?;
-    let target = load_model(&a.target.clone().unwrap_or_else(default_target), None, &device)?;
+    let (draft_path, target_path) = a.pair.paths();
+    let draft = load_model(&draft_path, None, &device)?;
+    let target = load_model(&target_path, None, &device)?;
     check_pair(&draft, &target)?;
     let prompts = specx_datagen::prompts::load_humaneval(&a.prompts)?;
     ensure!(a.n <= prompts.len(), "{} has {} prompts, {} requested", a.prompts.display(), prompts.len(), a.n);
