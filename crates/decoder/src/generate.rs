@@ -28,9 +28,7 @@ impl GenerateStats {
 
 /// Last-position logits of a forward output as a host vector.
 pub fn last_logits(out: &crate::model::ForwardOutput) -> Vec<f32> {
-    let [b, n, v] = out.logits.dims();
-    debug_assert_eq!(b, 1);
-    out.logits.clone().slice([0..1, n - 1..n, 0..v]).into_data().try_to_vec::<f32>().expect("f32 logits")
+    out.logits_tail(1).remove(0)
 }
 
 /// Generates up to `max_new` tokens after `prompt`, stopping after an EOS token (which is

@@ -18,6 +18,26 @@ pub struct ForwardOutput {
     pub hidden: Tensor<3>,
 }
 
+/// The last `k` positions of a `[1, n, d]` tensor as host rows.
+fn tail_rows(t: &Tensor<3>, k: usize) -> Vec<Vec<f32>> {
+    let [b, n, d] = t.dims();
+    assert!(b == 1 && k <= n, "tail of {k} rows from a [{b}, {n}, {d}] tensor");
+    let flat = t.clone().slice([0..1, n - k..n, 0..d]).into_data().try_to_vec::<f32>().expect("f32 model outputs");
+    flat.chunks_exact(d).map(<[f32]>::to_vec).collect()
+}
+
+impl ForwardOutput {
+    /// Logits of the last `k` positions (single sequence), one host vector per position.
+    pub fn logits_tail(&self, k: usize) -> Vec<Vec<f32>> {
+        tail_rows(&self.logits, k)
+    }
+
+    /// Hidden states of the last `k` positions (single sequence), one host vector each.
+    pub fn hidden_tail(&self, k: usize) -> Vec<Vec<f32>> {
+        tail_rows(&self.hidden, k)
+    }
+}
+
 /// Most rows of `x` for which [`Linear`] uses the CPU kernel of [`crate::kernels`]; longer
 /// inputs (prompt prefill) are compute-bound and go to burn's gemm.
 pub const HOST_KERNEL_MAX_ROWS: usize = 32;

@@ -63,10 +63,8 @@ impl<'m> PlainDrafter<'m> {
         let t = Instant::now();
         let out = self.model.forward(tokens, &mut self.cache)?;
         self.fed.extend_from_slice(tokens);
-        let [_, n, v] = out.logits.dims();
-        let h = out.hidden.dims()[2];
-        let logits = out.logits.slice([0..1, n - 1..n, 0..v]).into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        let hidden = out.hidden.slice([0..1, n - 1..n, 0..h]).into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let logits = out.logits_tail(1).remove(0);
+        let hidden = out.hidden_tail(1).remove(0);
         metrics.n_draft_calls += 1;
         metrics.draft_time += t.elapsed();
         Ok((logits, hidden))

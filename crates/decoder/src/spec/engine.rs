@@ -43,13 +43,6 @@ pub fn generate_autoregressive(target: &Transformer, prompt: &[u32], cfg: &SpecC
     Ok(Generation { tokens, metrics })
 }
 
-/// Target logits of the last `k` positions of a forward, one host vector per position.
-fn last_rows(out: &crate::model::ForwardOutput, k: usize) -> Result<Vec<Vec<f32>>> {
-    let [_, n, v] = out.logits.dims();
-    let flat = out.logits.clone().slice([0..1, n - k..n, 0..v]).into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    Ok(flat.chunks_exact(v).map(<[f32]>::to_vec).collect())
-}
-
 /// Sequential speculative decoding: draft with `drafter` until `policy` stops (or EOS, or the
 /// token budget), verify all candidates in one target forward with `verifier`, commit the
 /// accepted prefix plus the correction or bonus token, roll both caches back, repeat.
@@ -75,7 +68,7 @@ pub fn generate_speculative(
     let mut cache = target.new_cache(1);
     let t = Instant::now();
     let prefill = target.forward_last(prompt, &mut cache)?;
-    let first_logits = last_rows(&prefill, 1)?.remove(0);
+    let first_logits = crate::generate::last_logits(&prefill);
     m.target_time += t.elapsed();
     m.n_target_calls += 1;
     let first = Sampler::draw(&cfg.sampling, &first_logits, &mut rng);
@@ -96,7 +89,7 @@ pub fn generate_speculative(
         input.extend(candidates.iter().map(|c| c.token));
         let t = Instant::now();
         let out = target.forward(&input, &mut cache)?;
-        let rows = last_rows(&out, k + 1)?;
+        let rows = out.logits_tail(k + 1);
         m.target_time += t.elapsed();
         m.n_target_calls += 1;
 

@@ -87,25 +87,17 @@ impl AcceptanceHead {
         ensure!(spec.hidden_size == self.hidden_size() && spec.depth == self.depth && spec.tied == self.tied(), "spec does not describe this head");
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
-        let mut put = |name: String, t: Tensor<2>| {
-            let shape = t.dims().to_vec();
-            let data = t.into_data().try_to_vec::<f32>().expect("f32 weights");
-            tensors.push((name, shape, data.iter().flat_map(|v| v.to_le_bytes()).collect()));
-        };
         let linears = self.blocks.iter().enumerate().map(|(i, l)| (format!("blocks.{i}"), l)).chain([("out".to_string(), &self.out)]);
         for (name, l) in linears {
             // burn stores [in, out]; the file uses PyTorch's [out, in].
-            put(format!("{name}.weight"), l.weight.val().transpose());
-            let bias = l.bias.as_ref().expect("head linears have biases").val();
-            let n = bias.dims()[0];
-            put(format!("{name}.bias"), bias.reshape([1, n]));
+            let w = l.weight.val().transpose();
+            let b = l.bias.as_ref().expect("head linears have biases").val();
+            tensors.push((format!("{name}.weight"), w.dims().to_vec(), f32_bytes(w.into_data())));
+            tensors.push((format!("{name}.bias"), b.dims().to_vec(), f32_bytes(b.into_data())));
         }
         let views: Vec<(String, TensorView)> = tensors
             .iter()
-            .map(|(n, s, b)| {
-                let shape = if n.ends_with(".bias") { vec![s[1]] } else { s.clone() };
-                Ok((n.clone(), TensorView::new(Dtype::F32, shape, b)?))
-            })
+            .map(|(n, shape, b)| Ok((n.clone(), TensorView::new(Dtype::F32, shape.clone(), b)?)))
             .collect::<Result<_, safetensors::SafeTensorError>>()?;
         let bytes = safetensors::serialize(views, None)?;
         write_atomic(&dir.join("head.safetensors"), &bytes)?;
@@ -140,4 +132,9 @@ impl AcceptanceHead {
         let head = Self { blocks, out: linear("out", 1)?, depth: spec.depth };
         Ok((head, spec))
     }
+}
+
+/// Little-endian bytes of f32 tensor data.
+fn f32_bytes(data: TensorData) -> Vec<u8> {
+    data.try_to_vec::<f32>().expect("f32 weights").iter().flat_map(|v| v.to_le_bytes()).collect()
 }

@@ -30,10 +30,7 @@ pub fn load(path: &Path) -> LoadedModel {
 
 /// Logits `[n, vocab]` of a forward as host rows.
 pub fn rows(out: &specx_decoder::ForwardOutput) -> Vec<Vec<f32>> {
-    let [b, n, v] = out.logits.dims();
-    assert_eq!(b, 1);
-    let flat = out.logits.clone().into_data().try_to_vec::<f32>().unwrap();
-    (0..n).map(|i| flat[i * v..(i + 1) * v].to_vec()).collect()
+    out.logits_tail(out.logits.dims()[1])
 }
 
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
