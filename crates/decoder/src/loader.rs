@@ -31,6 +31,16 @@ pub struct LoadedModel {
     pub embedded_vocab_hash: Option<String>,
 }
 
+/// The model cache laid out by `scripts/fetch-models.sh`: `$SPECX_MODELS`, else
+/// `~/.cache/specx/models`.
+pub fn model_cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("SPECX_MODELS") {
+        return PathBuf::from(d);
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    home.join(".cache/specx/models")
+}
+
 /// Where the tokenizer of a model at `path` lives: `DIR/tokenizer.json` for a directory, the
 /// sibling `tokenizer.json` for a GGUF file.
 pub fn default_tokenizer_path(path: &Path) -> PathBuf {

@@ -17,10 +17,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 const TOLERANCE: f32 = 5e-3;
 
 fn model_dir(name: &str) -> PathBuf {
-    let root = std::env::var_os("SPECX_MODELS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/specx/models"));
-    let dir = root.join(name);
+    let dir = specx_decoder::loader::model_cache_dir().join(name);
     assert!(
         dir.join("model.gguf").exists(),
         "real model missing at {}: run scripts/fetch-models.sh (or set SPECX_MODELS)",

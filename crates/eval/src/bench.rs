@@ -50,14 +50,7 @@ pub struct BenchArgs {
     pub json: Option<PathBuf>,
 }
 
-/// The model cache laid out by `scripts/fetch-models.sh`.
-pub fn model_cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("SPECX_MODELS") {
-        return PathBuf::from(d);
-    }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
-    home.join(".cache/specx/models")
-}
+pub use specx_decoder::loader::model_cache_dir;
 
 /// Default draft model path (Qwen2.5-Coder-0.5B-Instruct GGUF in the model cache).
 pub fn default_draft() -> PathBuf {
