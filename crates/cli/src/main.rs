@@ -33,6 +33,9 @@ enum Command {
     /// Compare autoregressive and fixed-K speculative decoding on HumanEval prompts in one run
     /// (greedy): tokens/s, speedup, acceptance, tokens per target call.
     BenchDecode(specx_eval::decode_bench::DecodeBenchArgs),
+    /// Build a SpecDec++ token-mixing acceptance dataset from a target/draft pair (config
+    /// driven, resumable, shardable over machines); `merge` joins parts, `summary` reports.
+    Datagen(specx_datagen::cli::DatagenArgs),
 }
 
 #[derive(Args)]
@@ -212,5 +215,6 @@ fn main() -> Result<()> {
         Command::Decode(a) => run_decode(a),
         Command::Bench(a) => specx_eval::bench::run(a),
         Command::BenchDecode(a) => specx_eval::decode_bench::run(a),
+        Command::Datagen(a) => specx_datagen::cli::run_cli(a),
     }
 }

@@ -13,7 +13,7 @@ fn main() {
         let copies = (1_500_000_000 / (n * k * 4)).max(1);
         let ws: Vec<Vec<f32>> = (0..copies).map(|c| (0..n * k).map(|i| ((i + c) % 13) as f32 / 13.0).collect()).collect();
         let wts: Vec<Tensor<2>> = ws.iter().map(|w| Tensor::from_data(TensorData::new(w.clone(), [n, k]), &device)).collect();
-        for m in [1usize, 2, 4, 8] {
+        for m in std::env::var("KBENCH_ROWS").ok().map(|s| s.split(',').map(|x| x.parse::<usize>().expect("KBENCH_ROWS: comma-separated row counts")).collect::<Vec<_>>()).unwrap_or(vec![1, 2, 4, 8]) {
             let x: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 / 7.0).collect();
             let mut out = vec![0f32; m * n];
             let reps = 3;

@@ -17,6 +17,7 @@ pub mod gguf;
 pub mod kernels;
 pub mod loader;
 pub mod model;
+pub mod report;
 pub mod sampling;
 pub mod spec;
 pub mod synthetic;

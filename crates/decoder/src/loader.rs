@@ -138,3 +138,25 @@ pub fn check_pair(draft: &LoadedModel, target: &LoadedModel) -> Result<()> {
     }
     Ok(())
 }
+
+impl LoadedModel {
+    /// The model's identity as recorded in manifests and head checkpoints: the sha256 of the
+    /// weight file, or for a multi-file checkpoint the sha256 of its `"<file name> <sha256>\n"`
+    /// lines in file-name order. Reads every weight byte once (a few seconds per GB).
+    pub fn weights_sha256(&self) -> Result<String> {
+        let mut per_file = self
+            .files
+            .iter()
+            .map(|f| Ok((f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(), crate::fsutil::sha256_file(f)?)))
+            .collect::<Result<Vec<_>>>()?;
+        if let [(_, only)] = per_file.as_slice() {
+            return Ok(only.clone());
+        }
+        per_file.sort();
+        let mut h = Sha256::new();
+        for (name, sha) in per_file {
+            h.update(format!("{name} {sha}\n"));
+        }
+        Ok(format!("{:x}", h.finalize()))
+    }
+}

@@ -199,10 +199,16 @@ fn causal_mask(past: usize, n: usize, groups: usize, device: &Device) -> Tensor<
 
 impl Attention {
     fn forward(&self, x: Tensor<3>, layer: usize, cache: &mut KvCache, rope: &(Tensor<2>, Tensor<2>), mask: Option<&Tensor<2>>) -> Tensor<3> {
-        let [b, n, _] = x.dims();
+        let out = self.attend(self.qkv.forward(x), layer, cache, rope, mask);
+        self.o.forward(out)
+    }
+
+    /// Attention of fused `qkv` rows `[b, n, q + 2 kv]` over `cache` (which receives the new
+    /// keys and values); returns `[b, n, heads * head_dim]` before the output projection.
+    fn attend(&self, qkv: Tensor<3>, layer: usize, cache: &mut KvCache, rope: &(Tensor<2>, Tensor<2>), mask: Option<&Tensor<2>>) -> Tensor<3> {
+        let [b, n, _] = qkv.dims();
         let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
         let groups = h / kvh;
-        let qkv = self.qkv.forward(x);
         let (qd, kvd) = (h * d, kvh * d);
         let q = qkv.clone().slice([0..b, 0..n, 0..qd]).reshape([b, n, h, d]).swap_dims(1, 2);
         let k = qkv.clone().slice([0..b, 0..n, qd..qd + kvd]).reshape([b, n, kvh, d]).swap_dims(1, 2);
@@ -217,8 +223,7 @@ impl Attention {
             scores = scores + mask.clone().unsqueeze::<4>();
         }
         let out = softmax(scores, 3).matmul(values); // [b, kvh, groups*n, d]
-        let out = out.reshape([b, h, n, d]).swap_dims(1, 2).reshape([b, n, h * d]);
-        self.o.forward(out)
+        out.reshape([b, h, n, d]).swap_dims(1, 2).reshape([b, n, h * d])
     }
 }
 
@@ -365,6 +370,61 @@ impl Transformer {
         let [b, n, h] = hidden.dims();
         let last = hidden.slice([0..b, n - 1..n, 0..h]);
         Ok(ForwardOutput { logits: self.logits(last.clone()), hidden: last })
+    }
+
+    /// Forwards a *ragged* batch: several sequences, each with its own new tokens (any
+    /// number >= 1) and its own single-sequence cache, possibly of different lengths. The
+    /// projections and the MLP run once over all rows (one pass over the weights for the whole
+    /// batch, which is what makes batched generation pay on a bandwidth-bound CPU); attention
+    /// runs per sequence against its own cache. Returns the final hidden states of all new
+    /// rows, `[rows, hidden]`, sequence after sequence in input order.
+    pub fn forward_ragged(&self, seqs: &mut [(&[u32], &mut KvCache)]) -> Result<Tensor<2>> {
+        ensure!(!seqs.is_empty(), "a ragged forward needs at least one sequence");
+        let vocab = self.cfg.vocab_size as u32;
+        for (tokens, cache) in seqs.iter() {
+            ensure!(!tokens.is_empty(), "forward needs at least one token per sequence");
+            ensure!(cache.batch() == 1, "ragged forwards take single-sequence caches, got one for {}", cache.batch());
+            if let Some(&bad) = tokens.iter().find(|&&t| t >= vocab) {
+                bail!("token id {bad} is outside the vocabulary of {vocab}");
+            }
+        }
+        let hd = self.cfg.hidden_size;
+        let groups = self.cfg.num_attention_heads / self.cfg.num_key_value_heads;
+        let rows: usize = seqs.iter().map(|(t, _)| t.len()).sum();
+        let ids: Vec<i64> = seqs.iter().flat_map(|(t, _)| t.iter().map(|&x| x as i64)).collect();
+        let ids = Tensor::<1, Int>::from_data(TensorData::new(ids, [rows]), &self.device);
+        let mut x = self.embed.clone().select(0, ids).reshape([1, rows, hd]);
+        // Per sequence: row range, RoPE tables at its own positions, causal mask if n > 1.
+        let mut parts = Vec::with_capacity(seqs.len());
+        let mut start = 0;
+        for (tokens, cache) in seqs.iter_mut() {
+            let n = tokens.len();
+            let past = cache.len();
+            cache.reserve(n);
+            let rope = rope_tables(past, n, self.cfg.head_dim, self.cfg.rope_theta, &self.device);
+            let mask = (n > 1).then(|| causal_mask(past, n, groups, &self.device));
+            parts.push((start..start + n, rope, mask));
+            start += n;
+        }
+        for (layer, block) in self.blocks.iter().enumerate() {
+            let qkv = block.attn.qkv.forward(block.attn_norm.forward(x.clone()));
+            let width = qkv.dims()[2];
+            let outs: Vec<Tensor<3>> = parts
+                .iter()
+                .zip(seqs.iter_mut())
+                .map(|((range, rope, mask), (_, cache))| {
+                    let rows_of_seq = qkv.clone().slice([0..1, range.clone(), 0..width]);
+                    block.attn.attend(rows_of_seq, layer, cache, rope, mask.as_ref())
+                })
+                .collect();
+            let attended = if outs.len() == 1 { outs.into_iter().next().unwrap() } else { Tensor::cat(outs, 1) };
+            x = x + block.attn.o.forward(attended);
+            x = x.clone() + block.mlp.forward(block.mlp_norm.forward(x));
+        }
+        for (tokens, cache) in seqs.iter_mut() {
+            cache.advance(tokens.len());
+        }
+        Ok(self.norm.forward(x).reshape([rows, hd]))
     }
 
     /// Output-head scores for hidden states `[batch, n, hidden]`.

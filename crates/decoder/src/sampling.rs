@@ -54,10 +54,15 @@ impl SamplingConfig {
 
     /// The warped next-token distribution of `logits` (sums to 1).
     pub fn probabilities(&self, logits: &[f32]) -> Vec<f32> {
+        self.warp(logits).probs
+    }
+
+    /// The warped distribution together with what exact log-probabilities need.
+    pub fn warp(&self, logits: &[f32]) -> Warped {
         let mut probs = vec![0f32; logits.len()];
         if self.is_greedy() {
             probs[argmax(logits) as usize] = 1.0;
-            return probs;
+            return Warped { probs, scaled_max: 0.0, temperature: 0.0, log_norm: 0.0, kept: None };
         }
         let t = self.temperature;
         let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
@@ -73,6 +78,7 @@ impl SamplingConfig {
             probs[i as usize] = e as f32;
             sum += e;
         }
+        let mut cut_any = keep.len() < logits.len();
         if let Some(p) = self.top_p.filter(|&p| p < 1.0) {
             keep.sort_unstable_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
             let mut cum = 0f64;
@@ -87,13 +93,49 @@ impl SamplingConfig {
             for &i in &keep[cut..] {
                 probs[i as usize] = 0.0;
             }
-            sum = keep[..cut].iter().map(|&i| probs[i as usize] as f64).sum();
+            cut_any |= cut < keep.len();
+            keep.truncate(cut);
+            sum = keep.iter().map(|&i| probs[i as usize] as f64).sum();
         }
         let inv = (1.0 / sum) as f32;
         for &i in &keep {
             probs[i as usize] *= inv;
         }
-        probs
+        let kept = cut_any.then_some(keep);
+        Warped { probs, scaled_max: max as f64 / t as f64, temperature: t, log_norm: sum.ln(), kept }
+    }
+}
+
+/// A warped distribution ([`SamplingConfig::warp`]): the probabilities, and the normaliser
+/// that gives exact log-probabilities even where an f32 probability underflows.
+pub struct Warped {
+    pub probs: Vec<f32>,
+    scaled_max: f64,
+    temperature: f32,
+    /// ln of the sum of `exp((l - max) / T)` over the tokens that survive the cuts.
+    log_norm: f64,
+    /// The surviving tokens when top-k / top-p cut any (None: all survive).
+    kept: Option<Vec<u32>>,
+}
+
+impl Warped {
+    /// ln of the warped probability of `token`, given the logits this was warped from:
+    /// `(l / T - max / T) - ln Z` for a surviving token, `-inf` for a cut one, and 0 or `-inf`
+    /// when greedy.
+    pub fn log_prob(&self, logits: &[f32], token: u32) -> f64 {
+        let p = self.probs[token as usize];
+        if p == 0.0 && !self.survives(token) {
+            return f64::NEG_INFINITY;
+        }
+        if self.temperature == 0.0 {
+            return 0.0;
+        }
+        logits[token as usize] as f64 / self.temperature as f64 - self.scaled_max - self.log_norm
+    }
+
+    /// Whether `token` survived the cuts (its f32 probability may still have underflowed).
+    fn survives(&self, token: u32) -> bool {
+        self.temperature > 0.0 && self.kept.as_ref().is_none_or(|k| k.contains(&token))
     }
 }
 
@@ -195,6 +237,23 @@ mod tests {
         let ones = draw(7).iter().filter(|&&t| t == 1).count() as f64 / 4000.0;
         // 4000 draws: standard error 0.0068; 5 sigma.
         assert!((ones - 0.75).abs() < 0.035, "{ones}");
+    }
+
+    #[test]
+    fn log_prob_is_exact_where_f32_underflows() {
+        let logits = [0.0f32, -120.0, 5.0, -3.0];
+        let w = cfg(1.0, None, None).warp(&logits);
+        let z: f64 = logits.iter().map(|&l| (l as f64).exp()).sum();
+        for (i, &l) in logits.iter().enumerate() {
+            assert!((w.log_prob(&logits, i as u32) - (l as f64 - z.ln())).abs() < 1e-9);
+        }
+        assert_eq!(w.probs[1], 0.0); // e^-125 underflows in f32 but its log is finite
+        let w = cfg(0.5, Some(2), None).warp(&logits);
+        assert_eq!(w.log_prob(&logits, 3), f64::NEG_INFINITY);
+        let z2 = ((0.0f64) / 0.5).exp() + (5.0f64 / 0.5).exp();
+        assert!((w.log_prob(&logits, 0) - (0.0 - z2.ln())).abs() < 1e-9);
+        let g = SamplingConfig::greedy().warp(&logits);
+        assert_eq!((g.log_prob(&logits, 2), g.log_prob(&logits, 0)), (0.0, f64::NEG_INFINITY));
     }
 
     #[test]

@@ -97,6 +97,30 @@ pub fn word_tokenizer_json(vocab: usize, prefix: &str) -> String {
     )
 }
 
+/// Vocabulary size of [`char_tokenizer_json`].
+pub const CHAR_VOCAB: usize = 98;
+
+/// A character-level `tokenizer.json` for real text: `<unk>` (0), the 95 printable ASCII
+/// characters (1-95), newline (96) and `</s>` (97, the EOS of [`tiny_qwen2`]`(98)`). Any other
+/// character is `<unk>`. Lets tiny models run over real prompt sets in tests.
+pub fn char_tokenizer_json() -> String {
+    let mut vocab = serde_json::Map::new();
+    vocab.insert("<unk>".into(), 0.into());
+    for (i, c) in (32u8..=126).enumerate() {
+        vocab.insert((c as char).to_string(), (i + 1).into());
+    }
+    vocab.insert("\n".into(), 96.into());
+    vocab.insert("</s>".into(), 97.into());
+    let eos = serde_json::json!({"id": 97, "content": "</s>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true});
+    serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [eos], "normalizer": null,
+        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "[\\s\\S]"}, "behavior": "Isolated", "invert": false},
+        "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}
+    })
+    .to_string()
+}
+
 /// Storage dtype of a synthetic safetensors file.
 #[derive(Clone, Copy, Debug)]
 pub enum StDtype {

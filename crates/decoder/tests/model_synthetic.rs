@@ -145,6 +145,41 @@ fn batched_forward_equals_unbatched() {
 }
 
 #[test]
+fn ragged_forward_equals_separate_forwards() {
+    // Three sequences with caches of different lengths, fed 1, 3 and 1 new tokens in one
+    // ragged batch, then a second ragged step; each must match its own unbatched run.
+    let (_d, m, _) = qwen_pair();
+    let model = &m.model;
+    let prefixes: Vec<Vec<u32>> = [4, 9, 1].iter().enumerate().map(|(i, &n)| tokens(n, 70 + i as u32)).collect();
+    let news: Vec<Vec<u32>> = [1, 3, 1].iter().enumerate().map(|(i, &n)| tokens(n, 90 + i as u32)).collect();
+    let mut caches: Vec<_> = prefixes.iter().map(|p| {
+        let mut c = model.new_cache(1);
+        model.forward(p, &mut c).unwrap();
+        c
+    }).collect();
+    let mut seqs: Vec<(&[u32], &mut specx_decoder::KvCache)> = news.iter().map(|n| n.as_slice()).zip(caches.iter_mut()).collect();
+    let h = model.forward_ragged(&mut seqs).unwrap();
+    assert_eq!(h.dims(), [5, 32]);
+    let step2: Vec<[u32; 1]> = vec![[5], [6], [7]];
+    let mut seqs: Vec<(&[u32], &mut specx_decoder::KvCache)> = step2.iter().map(|t| t.as_slice()).zip(caches.iter_mut()).collect();
+    let h2 = model.forward_ragged(&mut seqs).unwrap();
+    let flat = h.into_data().try_to_vec::<f32>().unwrap();
+    let flat2 = h2.into_data().try_to_vec::<f32>().unwrap();
+    let mut row = 0;
+    for (i, (p, n)) in prefixes.iter().zip(&news).enumerate() {
+        let mut c = model.new_cache(1);
+        model.forward(p, &mut c).unwrap();
+        let single = model.forward(n, &mut c).unwrap().hidden_tail(n.len());
+        let ragged: Vec<Vec<f32>> = (0..n.len()).map(|j| flat[(row + j) * 32..(row + j + 1) * 32].to_vec()).collect();
+        assert_rows_close(&ragged, &single, 1e-5, &format!("sequence {i}"));
+        row += n.len();
+        let next = model.forward(&step2[i], &mut c).unwrap().hidden_tail(1);
+        assert_rows_close(&[flat2[i * 32..(i + 1) * 32].to_vec()], &next, 1e-5, &format!("sequence {i} second step"));
+        assert_eq!(caches[i].len(), p.len() + n.len() + 1);
+    }
+}
+
+#[test]
 fn hidden_states_are_returned_for_every_position() {
     let (_d, m, _) = qwen_pair();
     let mut c = m.model.new_cache(1);

@@ -60,7 +60,7 @@ pub fn run(a: DecodeBenchArgs) -> Result<()> {
     let mut totals: Vec<RequestMetrics> = vec![RequestMetrics::default(); methods.len()];
     let mut identical = vec![0usize; methods.len()];
     for p in prompts.iter().take(a.n) {
-        let text = template.apply(&specx_datagen::prompts::humaneval_instruction(&p.text));
+        let text = template.apply(&specx_datagen::prompts::humaneval_instruction(p));
         let ids = target.tokenizer.encode(&text)?;
         let mut reference: Option<Vec<u32>> = None;
         for (mi, m) in methods.iter().enumerate() {

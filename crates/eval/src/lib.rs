@@ -4,5 +4,5 @@
 pub mod bench;
 pub mod decode_bench;
 pub mod methods;
-pub mod report;
+pub use specx_decoder::report;
 pub mod sysmem;

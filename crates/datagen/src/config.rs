@@ -1,0 +1,313 @@
+//! The datagen experiment config (TOML). Unknown keys are errors, so a typo never silently
+//! falls back to a default. Relative paths are relative to the config file's directory; a
+//! leading `$SPECX_MODELS` means the model cache of `scripts/fetch-models.sh`, `~` the home.
+
+use crate::prompts::PromptFormat;
+use crate::split::SplitSpec;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use specx_decoder::SamplingConfig;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatagenConfig {
+    pub models: ModelsConfig,
+    pub prompts: PromptsConfig,
+    #[serde(default)]
+    pub generation: GenerationConfig,
+    #[serde(default)]
+    pub labels: LabelsConfig,
+    #[serde(default)]
+    pub mixing: MixingConfig,
+    pub output: OutputConfig,
+    /// Seed of every random stream (target sampling, draft sampling, mixing); each prompt's
+    /// streams are derived from it and the prompt id.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelsConfig {
+    /// Draft model: a GGUF file or an HF directory.
+    pub draft: PathBuf,
+    pub target: PathBuf,
+    /// `cpu`, or `cuda[:N]` in a build with the `cuda` feature.
+    #[serde(default = "default_device")]
+    pub device: String,
+}
+
+fn default_device() -> String {
+    "cpu".into()
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PromptsConfig {
+    pub format: PromptFormat,
+    pub path: PathBuf,
+    /// `all`, or a part of the seeded split (`train`, `dev`, `test`).
+    #[serde(default = "default_split")]
+    pub split: String,
+    /// Sizes of train, dev, test (e.g. `[4000, 800, 200]` for the 5,000 Alpaca rows).
+    #[serde(default)]
+    pub split_sizes: Vec<usize>,
+    #[serde(default)]
+    pub split_seed: u64,
+    /// Use only the first `limit` prompts of the split (in split order).
+    pub limit: Option<usize>,
+    /// Instruction template with `{field}` placeholders; the format's default if absent.
+    pub template: Option<String>,
+    /// `qwen` (ChatML with Qwen's system prompt), `chatml` (no system prompt) or `none`.
+    #[serde(default = "default_chat")]
+    pub chat_template: String,
+}
+
+fn default_split() -> String {
+    "all".into()
+}
+
+fn default_chat() -> String {
+    "none".into()
+}
+
+impl PromptsConfig {
+    pub fn split_spec(&self) -> SplitSpec {
+        SplitSpec { name: self.split.clone(), sizes: self.split_sizes.clone(), seed: self.split_seed, ..SplitSpec::all() }
+    }
+
+    pub fn template(&self) -> &str {
+        self.template.as_deref().unwrap_or(self.format.default_template())
+    }
+
+    pub fn chat(&self) -> Result<specx_decoder::ChatTemplate> {
+        use specx_decoder::ChatTemplate;
+        Ok(match self.chat_template.as_str() {
+            "qwen" => ChatTemplate::qwen(),
+            "chatml" => ChatTemplate::ChatMl { system: None },
+            "none" => ChatTemplate::None,
+            other => bail!("unknown chat_template '{other}': expected qwen, chatml or none"),
+        })
+    }
+}
+
+/// How the target writes the responses X.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenerationConfig {
+    #[serde(default = "default_max_new")]
+    pub max_new_tokens: usize,
+    #[serde(default = "one")]
+    pub temperature: f32,
+    pub top_k: Option<usize>,
+    pub top_p: Option<f32>,
+    /// Prompts generated together (one pass over the weights serves all of them).
+    #[serde(default = "default_batch")]
+    pub batch_size: usize,
+}
+
+fn default_max_new() -> usize {
+    512
+}
+fn one() -> f32 {
+    1.0
+}
+fn default_batch() -> usize {
+    16
+}
+
+impl Default for GenerationConfig {
+    fn default() -> Self {
+        Self { max_new_tokens: default_max_new(), temperature: 1.0, top_k: None, top_p: None, batch_size: default_batch() }
+    }
+}
+
+impl GenerationConfig {
+    pub fn sampling(&self) -> SamplingConfig {
+        SamplingConfig { temperature: self.temperature, top_k: self.top_k, top_p: self.top_p }
+    }
+}
+
+/// The distributions the labels compare. Both p and q are warped by these settings before
+/// `min(1, p(Y)/q(Y))`, and Y is drawn from the warped q: set them to the evaluation's
+/// sampling settings to label exactly what the verifier will do. The official SpecDec++ code
+/// labels at temperature 1 without cuts (the default here).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LabelsConfig {
+    #[serde(default = "one")]
+    pub temperature: f32,
+    pub top_k: Option<usize>,
+    pub top_p: Option<f32>,
+}
+
+impl Default for LabelsConfig {
+    fn default() -> Self {
+        Self { temperature: 1.0, top_k: None, top_p: None }
+    }
+}
+
+impl LabelsConfig {
+    pub fn sampling(&self) -> SamplingConfig {
+        SamplingConfig { temperature: self.temperature, top_k: self.top_k, top_p: self.top_p }
+    }
+}
+
+/// Token mixing (SpecDec++ §4.4): Z_i = X_i with probability `target_ratio`, else Y_i.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MixingConfig {
+    #[serde(default = "default_ratio")]
+    pub target_ratio: f64,
+    /// Independent mixing draws per prompt, each with its own draft pass and features.
+    #[serde(default = "one_usize")]
+    pub draws: usize,
+}
+
+fn default_ratio() -> f64 {
+    0.15
+}
+fn one_usize() -> usize {
+    1
+}
+
+impl Default for MixingConfig {
+    fn default() -> Self {
+        Self { target_ratio: default_ratio(), draws: 1 }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FeatureDtype {
+    F16,
+    F32,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputConfig {
+    /// The run directory.
+    pub dir: PathBuf,
+    #[serde(default = "default_dtype")]
+    pub features_dtype: FeatureDtype,
+    /// Prompts per shard: the unit of resuming and of `--shard i/n`.
+    #[serde(default = "default_shard_size")]
+    pub prompts_per_shard: usize,
+}
+
+fn default_dtype() -> FeatureDtype {
+    FeatureDtype::F16
+}
+fn default_shard_size() -> usize {
+    32
+}
+
+/// Expands `$SPECX_MODELS` and `~` at the start of a path, then makes a relative path
+/// relative to `base`.
+pub fn resolve_path(p: &Path, base: &Path) -> PathBuf {
+    let s = p.to_string_lossy();
+    let expanded = if let Some(rest) = s.strip_prefix("$SPECX_MODELS") {
+        PathBuf::from(format!("{}{rest}", specx_decoder::loader::model_cache_dir().display()))
+    } else if let Some(rest) = s.strip_prefix("~/") {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(rest)
+    } else {
+        p.to_path_buf()
+    };
+    if expanded.is_absolute() { expanded } else { base.join(expanded) }
+}
+
+impl DatagenConfig {
+    /// Parses a config; errors name the file and, for unknown keys, the key.
+    pub fn parse(text: &str, origin: &Path) -> Result<Self> {
+        let cfg: Self = toml::from_str(text).with_context(|| format!("config {}", origin.display()))?;
+        Ok(cfg)
+    }
+
+    /// Reads `path` and resolves its relative paths against the file's directory.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
+        let mut cfg = Self::parse(&text, path)?;
+        let base = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        cfg.resolve(base);
+        Ok(cfg)
+    }
+
+    /// Makes every path absolute (against `base`).
+    pub fn resolve(&mut self, base: &Path) {
+        self.models.draft = resolve_path(&self.models.draft, base);
+        self.models.target = resolve_path(&self.models.target, base);
+        self.prompts.path = resolve_path(&self.prompts.path, base);
+        self.output.dir = resolve_path(&self.output.dir, base);
+    }
+
+    /// Range checks that serde cannot express.
+    pub fn validate(&self) -> Result<()> {
+        self.generation.sampling().validate().context("[generation]")?;
+        self.labels.sampling().validate().context("[labels]")?;
+        let g = &self.generation;
+        if g.max_new_tokens == 0 || g.batch_size == 0 {
+            bail!("[generation] max_new_tokens and batch_size must be at least 1");
+        }
+        let m = &self.mixing;
+        if !(0.0..=1.0).contains(&m.target_ratio) || m.draws == 0 {
+            bail!("[mixing] target_ratio must be in [0, 1] and draws >= 1 (got {} and {})", m.target_ratio, m.draws);
+        }
+        if self.output.prompts_per_shard == 0 {
+            bail!("[output] prompts_per_shard must be at least 1");
+        }
+        if self.prompts.limit == Some(0) {
+            bail!("[prompts] limit = 0 selects no prompts");
+        }
+        self.prompts.chat()?;
+        Ok(())
+    }
+
+    /// The config as TOML (what a manifest records, and what reproduces the run).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a config always serialises")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+seed = 3
+[models]
+draft = "d.gguf"
+target = "$SPECX_MODELS/t.gguf"
+[prompts]
+format = "alpaca"
+path = "a.json"
+[output]
+dir = "out"
+"#;
+
+    #[test]
+    fn defaults_follow_the_paper_and_paths_resolve() {
+        let mut c = DatagenConfig::parse(MINIMAL, Path::new("x.toml")).unwrap();
+        c.resolve(Path::new("/base"));
+        assert_eq!(c.mixing.target_ratio, 0.15);
+        assert_eq!(c.generation.max_new_tokens, 512);
+        assert_eq!(c.labels.temperature, 1.0);
+        assert_eq!(c.models.draft, PathBuf::from("/base/d.gguf"));
+        assert!(c.models.target.ends_with("t.gguf") && c.models.target.is_absolute());
+        c.validate().unwrap();
+        let again = DatagenConfig::parse(&c.to_toml(), Path::new("y.toml")).unwrap();
+        assert_eq!(again, c);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_named() {
+        let typo = MINIMAL.replace("[output]", "[mixing]\ntarget_ration = 0.2\n[output]");
+        let e = format!("{:#}", DatagenConfig::parse(&typo, Path::new("cfg.toml")).unwrap_err());
+        assert!(e.contains("cfg.toml") && e.contains("target_ration"), "{e}");
+        let bad = MINIMAL.replace("[output]", "[mixing]\ntarget_ratio = 1.5\n[output]");
+        assert!(DatagenConfig::parse(&bad, Path::new("c")).unwrap().validate().is_err());
+        let chat = MINIMAL.replace("path = \"a.json\"", "path = \"a.json\"\nchat_template = \"llama9\"");
+        assert!(format!("{:#}", DatagenConfig::parse(&chat, Path::new("c")).unwrap().validate().unwrap_err()).contains("llama9"));
+    }
+}

@@ -1,0 +1,271 @@
+//! The target/draft passes of SpecDec++ §4.4, batched over prompts.
+//!
+//! The paper's recipe is three passes per prompt: the target writes X, teacher-forced target
+//! and draft passes over prompt+X give p and q at every position, and a draft pass over the
+//! token-mixed prompt+Z gives the features. Here the passes run in lockstep, one token per
+//! step, so nothing is computed twice: when the target has produced `p_t` (the distribution it
+//! samples X_t from) the draft, fed the same prefix X_<t, has produced `q_t`; Y_t, the label,
+//! Z_t follow; then one step feeds X_t to the target and to the draft's X stream, and Z_t to
+//! the draft's Z stream (one per mixing draw), whose hidden state is the feature of position
+//! t. p_t here is exactly the teacher-forced p(. | X_<t) (same model, same prefix); the tests
+//! check the labels against separate teacher-forced passes.
+//!
+//! Several prompts are in flight at once ("continuous batching"): each step forwards every
+//! active sequence in one ragged batch, and a finished prompt's slot is refilled at once.
+
+use crate::config::MixingConfig;
+use crate::labels::{label_position, PositionLabel};
+use crate::split::stream_seed;
+use anyhow::{bail, Result};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use rayon::prelude::*;
+use specx_decoder::{KvCache, Sampler, SamplingConfig, Transformer};
+use std::time::{Duration, Instant};
+
+/// One prompt to process: its position in the run's prompt order, id, and token ids (chat
+/// template applied).
+#[derive(Clone, Debug)]
+pub struct PromptInput {
+    pub index: usize,
+    pub id: String,
+    pub tokens: Vec<u32>,
+}
+
+/// One mixing draw of a prompt: where Z came from Y, and the draft's final hidden states at
+/// those positions (row-major, `hidden` floats per labelled position, in position order).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MixDraw {
+    pub from_y: Vec<bool>,
+    pub features: Vec<f32>,
+}
+
+/// Everything datagen keeps of one prompt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PromptData {
+    pub index: usize,
+    pub id: String,
+    pub prompt_len: usize,
+    pub positions: Vec<PositionLabel>,
+    pub draws: Vec<MixDraw>,
+}
+
+impl PromptData {
+    pub fn labelled_rows(&self) -> u64 {
+        self.draws.iter().map(|d| d.from_y.iter().filter(|&&f| f).count() as u64).sum()
+    }
+}
+
+/// What the passes need besides the models.
+#[derive(Clone, Debug)]
+pub struct PassSettings {
+    pub generation: SamplingConfig,
+    pub max_new_tokens: usize,
+    pub labels: SamplingConfig,
+    pub mixing: MixingConfig,
+    pub batch_size: usize,
+    pub seed: u64,
+    /// Target tokens that end a response (the EOS position is kept, as decoding drafts it too).
+    pub eos: Vec<u32>,
+}
+
+/// Time spent per model, for the run's report.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PassTimes {
+    /// Prompt prefill (one forward per prompt) and batched steps, per model.
+    pub target_prefill: Duration,
+    pub draft_prefill: Duration,
+    pub target_steps: Duration,
+    pub draft_steps: Duration,
+    pub sampling: Duration,
+    /// Batched steps taken and rows they carried (for the mean batch size).
+    pub steps: u64,
+    pub step_rows: u64,
+}
+
+/// A prompt in flight.
+struct Active {
+    input: usize,
+    target: KvCache,
+    draft_x: KvCache,
+    draft_z: Vec<KvCache>,
+    /// Next-token logits of the target and of the draft's X stream at the current position.
+    p_logits: Vec<f32>,
+    q_logits: Vec<f32>,
+    gen_rng: StdRng,
+    label_rng: StdRng,
+    mix_rng: StdRng,
+    positions: Vec<PositionLabel>,
+    draws: Vec<MixDraw>,
+    /// This step's tokens: X_t, and Z_t per draw.
+    x: u32,
+    z: Vec<u32>,
+    done: bool,
+}
+
+/// Runs the passes over `prompts` (in order, `settings.batch_size` at a time) and returns one
+/// [`PromptData`] per prompt in input order. `on_token` is called with the number of response
+/// tokens each step produced (for progress bars).
+pub fn run_passes(
+    target: &Transformer,
+    draft: &Transformer,
+    prompts: &[PromptInput],
+    settings: &PassSettings,
+    times: &mut PassTimes,
+    on_step: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<PromptData>> {
+    let max_pos = target.config().max_position_embeddings.min(draft.config().max_position_embeddings);
+    for p in prompts {
+        if p.tokens.is_empty() {
+            bail!("prompt {} has no tokens after templating", p.id);
+        }
+        if p.tokens.len() + settings.max_new_tokens > max_pos {
+            bail!("prompt {} ({} tokens) + {} new tokens exceeds the models' context of {max_pos}", p.id, p.tokens.len(), settings.max_new_tokens);
+        }
+    }
+    let hidden = draft.config().hidden_size;
+    let mut results: Vec<Option<PromptData>> = vec![None; prompts.len()];
+    let mut active: Vec<Active> = Vec::new();
+    let mut next = 0;
+    loop {
+        while active.len() < settings.batch_size && next < prompts.len() {
+            active.push(start(target, draft, &prompts[next], next, settings, times)?);
+            next += 1;
+        }
+        if active.is_empty() {
+            break;
+        }
+        // Sample X_t, Y_t, the label and Z_t for every sequence (independent, so in parallel).
+        let t0 = Instant::now();
+        active.par_iter_mut().for_each(|a| choose_tokens(a, settings));
+        times.sampling += t0.elapsed();
+        // One ragged step per model: X_t to the target and the draft's X stream of unfinished
+        // sequences; Z_t to every Z stream.
+        let t0 = Instant::now();
+        let live: Vec<usize> = (0..active.len()).filter(|&i| !active[i].done).collect();
+        let p_next = if live.is_empty() {
+            Vec::new()
+        } else {
+            let xs: Vec<[u32; 1]> = live.iter().map(|&i| [active[i].x]).collect();
+            let caches = active.iter_mut().filter(|a| !a.done).map(|a| &mut a.target);
+            let mut seqs: Vec<(&[u32], &mut KvCache)> = xs.iter().map(|x| x.as_slice()).zip(caches).collect();
+            let h = target.forward_ragged(&mut seqs)?;
+            logits_rows(target, h, live.len())
+        };
+        times.target_steps += t0.elapsed();
+        let t0 = Instant::now();
+        let draws = settings.mixing.draws;
+        let mut tokens: Vec<[u32; 1]> = Vec::new();
+        for a in active.iter().filter(|a| !a.done) {
+            tokens.push([a.x]);
+        }
+        for a in &active {
+            tokens.extend(a.z.iter().map(|&z| [z]));
+        }
+        let mut caches: Vec<&mut KvCache> = Vec::new();
+        let mut z_caches: Vec<&mut KvCache> = Vec::new();
+        for a in active.iter_mut() {
+            if !a.done {
+                caches.push(&mut a.draft_x);
+            }
+            z_caches.extend(a.draft_z.iter_mut());
+        }
+        caches.extend(z_caches);
+        let mut seqs: Vec<(&[u32], &mut KvCache)> = tokens.iter().map(|t| t.as_slice()).zip(caches).collect();
+        let h = draft.forward_ragged(&mut seqs)?;
+        let n_live = live.len();
+        let rows = h.dims()[0];
+        let q_next = if n_live > 0 { logits_rows(draft, h.clone().slice([0..n_live, 0..hidden]), n_live) } else { Vec::new() };
+        let z_hidden: Vec<f32> = h.slice([n_live..rows, 0..hidden]).into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("reading hidden states: {e:?}"))?;
+        times.draft_steps += t0.elapsed();
+        times.steps += 1;
+        times.step_rows += active.len() as u64;
+        // Keep features of the Z rows that came from Y; move the new logits in.
+        let mut z_row = 0;
+        let mut live_row = 0;
+        for a in active.iter_mut() {
+            for d in 0..draws {
+                if *a.draws[d].from_y.last().expect("a mixing flag per position") {
+                    a.draws[d].features.extend_from_slice(&z_hidden[z_row * hidden..(z_row + 1) * hidden]);
+                }
+                z_row += 1;
+            }
+            if !a.done {
+                a.p_logits = p_next[live_row].clone();
+                a.q_logits = q_next[live_row].clone();
+                live_row += 1;
+            }
+        }
+        let produced = active.len();
+        let mut finished = 0;
+        let mut still = Vec::with_capacity(active.len());
+        for a in active.drain(..) {
+            if a.done {
+                let p = &prompts[a.input];
+                results[a.input] = Some(PromptData { index: p.index, id: p.id.clone(), prompt_len: p.tokens.len(), positions: a.positions, draws: a.draws });
+                finished += 1;
+            } else {
+                still.push(a);
+            }
+        }
+        active = still;
+        on_step(produced, finished);
+    }
+    Ok(results.into_iter().map(|r| r.expect("every prompt finishes")).collect())
+}
+
+/// Logits of `rows` hidden states `[rows, hidden]` as host vectors.
+fn logits_rows(model: &Transformer, hidden: burn::tensor::Tensor<2>, rows: usize) -> Vec<Vec<f32>> {
+    let [r, h] = hidden.dims();
+    debug_assert_eq!(r, rows);
+    let logits = model.logits(hidden.reshape([1, r, h]));
+    let v = logits.dims()[2];
+    let flat = logits.into_data().try_to_vec::<f32>().expect("f32 logits");
+    flat.chunks_exact(v).map(<[f32]>::to_vec).collect()
+}
+
+/// Prefills a prompt into the target and the draft (the Z streams start from copies of the
+/// draft's cache: the prompt is shared).
+fn start(target: &Transformer, draft: &Transformer, p: &PromptInput, input: usize, s: &PassSettings, times: &mut PassTimes) -> Result<Active> {
+    let t0 = Instant::now();
+    let mut tc = target.new_cache(1);
+    let p_logits = target.forward_last(&p.tokens, &mut tc)?.logits_tail(1).remove(0);
+    times.target_prefill += t0.elapsed();
+    let t0 = Instant::now();
+    let mut dc = draft.new_cache(1);
+    let q_logits = draft.forward_last(&p.tokens, &mut dc)?.logits_tail(1).remove(0);
+    times.draft_prefill += t0.elapsed();
+    let seeded = |stream: &str| StdRng::seed_from_u64(stream_seed(s.seed, stream, &p.id));
+    Ok(Active {
+        input,
+        target: tc,
+        draft_z: vec![dc.clone(); s.mixing.draws],
+        draft_x: dc,
+        p_logits,
+        q_logits,
+        gen_rng: seeded("target-sampling"),
+        label_rng: seeded("draft-sampling"),
+        mix_rng: seeded("mixing"),
+        positions: Vec::new(),
+        draws: vec![MixDraw::default(); s.mixing.draws],
+        x: 0,
+        z: Vec::new(),
+        done: false,
+    })
+}
+
+/// X_t from the target's warped p, Y_t and the label, Z_t per draw; marks the sequence done
+/// at EOS or at the token budget.
+fn choose_tokens(a: &mut Active, s: &PassSettings) {
+    let x = Sampler::draw(&s.generation, &a.p_logits, &mut a.gen_rng);
+    let label = label_position(x, &a.p_logits, &a.q_logits, &s.labels, &mut a.label_rng);
+    a.z.clear();
+    for d in &mut a.draws {
+        let from_y = a.mix_rng.random::<f64>() >= s.mixing.target_ratio;
+        d.from_y.push(from_y);
+        a.z.push(if from_y { label.y } else { x });
+    }
+    a.positions.push(label);
+    a.x = x;
+    a.done = s.eos.contains(&x) || a.positions.len() >= s.max_new_tokens;
+}

@@ -1,0 +1,132 @@
+//! `manifest.json` of a datagen run directory: the full config, the models and the prompt set
+//! with checksums, the split, seeds, counts, and every shard with its files' checksums.
+
+use crate::config::DatagenConfig;
+use crate::labels::LabelStats;
+use crate::shard::ShardRecord;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use specx_decoder::fsutil::write_atomic;
+use std::path::{Path, PathBuf};
+
+pub const MANIFEST: &str = "manifest.json";
+pub const PROMPT_LIST: &str = "prompts.json";
+pub const FORMAT: &str = "specx-datagen/1";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelRecord {
+    pub path: PathBuf,
+    pub format: String,
+    /// [`specx_decoder::LoadedModel::weights_sha256`]: what a head checkpoint must match.
+    pub sha256: String,
+    pub files: Vec<PathBuf>,
+    pub tokenizer_sha256: String,
+    pub architecture: String,
+    pub hidden_size: usize,
+    pub layers: usize,
+    pub vocab_size: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PromptSetRecord {
+    pub path: PathBuf,
+    pub sha256: String,
+    pub rows_in_file: usize,
+    /// Split name, sizes and seed (also in the config; repeated with the outcome here).
+    pub split: String,
+    pub split_sizes: Vec<usize>,
+    pub split_seed: u64,
+    /// Prompts this run uses (after `limit`), listed in order in `prompts.json`.
+    pub selected: usize,
+    pub prompt_list_sha256: String,
+    pub template: String,
+}
+
+/// Which part of a `--shard i/n` run a directory holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Part {
+    pub index: usize,
+    pub count: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: String,
+    pub specx_version: String,
+    pub config: DatagenConfig,
+    pub draft: ModelRecord,
+    pub target: ModelRecord,
+    pub prompts: PromptSetRecord,
+    /// None for a whole run (or a merged one).
+    pub part: Option<Part>,
+    /// Shards of the whole run (all parts).
+    pub shard_count: usize,
+    /// Shards present in this directory, by index.
+    pub shards: Vec<ShardRecord>,
+    pub hidden_size: usize,
+    /// True when every shard this directory is responsible for is written.
+    pub complete: bool,
+    pub summary: LabelStats,
+    /// Wall time of the generating process(es), seconds (not part of the data).
+    pub seconds: f64,
+}
+
+impl Manifest {
+    /// What must agree for two directories to hold parts of the same dataset (or for a run to
+    /// resume into an existing directory): everything except where the output goes, which
+    /// part it is, and what has been written so far.
+    pub fn identity(&self) -> serde_json::Value {
+        let mut c = self.config.clone();
+        c.output.dir = PathBuf::new();
+        serde_json::json!({
+            "format": self.format,
+            "config": c,
+            "draft": self.draft.sha256, "draft_tokenizer": self.draft.tokenizer_sha256,
+            "target": self.target.sha256, "target_tokenizer": self.target.tokenizer_sha256,
+            "prompts": self.prompts.sha256, "prompt_list": self.prompts.prompt_list_sha256,
+            "shard_count": self.shard_count,
+        })
+    }
+
+    pub fn read(dir: &Path) -> Result<Self> {
+        let p = dir.join(MANIFEST);
+        let bytes = std::fs::read(&p).with_context(|| format!("reading {} (is {} a datagen run directory?)", p.display(), dir.display()))?;
+        let m: Self = serde_json::from_slice(&bytes).with_context(|| format!("{}: malformed manifest", p.display()))?;
+        if m.format != FORMAT {
+            bail!("{}: format '{}', this specx reads '{FORMAT}'", p.display(), m.format);
+        }
+        Ok(m)
+    }
+
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        write_atomic(&dir.join(MANIFEST), serde_json::to_string_pretty(self)?.as_bytes())
+    }
+
+    /// Recomputes the summary from the shard records.
+    pub fn refresh_summary(&mut self) {
+        self.shards.sort_by_key(|s| s.index);
+        let mut s = LabelStats::default();
+        for sh in &self.shards {
+            s.merge(&sh.stats);
+        }
+        self.summary = s;
+    }
+}
+
+/// Names the first top-level difference between two identities, for error messages.
+pub fn identity_difference(a: &serde_json::Value, b: &serde_json::Value) -> String {
+    fn walk(a: &serde_json::Value, b: &serde_json::Value, path: &str) -> Option<String> {
+        match (a, b) {
+            (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
+                let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+                keys.into_iter().find_map(|k| match (x.get(k), y.get(k)) {
+                    (Some(u), Some(v)) => walk(u, v, &format!("{path}.{k}")),
+                    _ => Some(format!("{path}.{k}")),
+                })
+            }
+            _ if a != b => Some(format!("{} ({} vs {})", path.trim_start_matches('.'), a, b)),
+            _ => None,
+        }
+    }
+    walk(a, b, "").unwrap_or_else(|| "nothing".into())
+}

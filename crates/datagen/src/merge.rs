@@ -1,0 +1,62 @@
+//! `specx datagen merge`: joins the part directories of a `--shard i/n` run into one run
+//! directory with a single manifest.
+
+use crate::manifest::{identity_difference, Manifest, PROMPT_LIST};
+use crate::shard::{finished_shard, record_name};
+use anyhow::{bail, Context, Result};
+use specx_decoder::fsutil::write_atomic;
+use std::path::{Path, PathBuf};
+
+/// Copies every shard of `parts` into `out` (verifying checksums) and writes the merged
+/// manifest. The parts must come from the same setup and together hold every shard once.
+pub fn merge(parts: &[PathBuf], out: &Path) -> Result<Manifest> {
+    if parts.is_empty() {
+        bail!("merge needs at least one part directory");
+    }
+    let manifests = parts.iter().map(|p| Manifest::read(p)).collect::<Result<Vec<_>>>()?;
+    let first = &manifests[0];
+    for (m, p) in manifests.iter().zip(parts).skip(1) {
+        if m.identity() != first.identity() {
+            bail!(
+                "{} and {} are not parts of the same run ({} differs)",
+                parts[0].display(),
+                p.display(),
+                identity_difference(&first.identity(), &m.identity())
+            );
+        }
+    }
+    let mut merged = first.clone();
+    merged.part = None;
+    merged.shards.clear();
+    merged.seconds = manifests.iter().map(|m| m.seconds).sum();
+    merged.config.output.dir = out.to_path_buf();
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    for (m, dir) in manifests.iter().zip(parts) {
+        if !m.complete {
+            bail!("{} is an unfinished part (re-run it to completion before merging)", dir.display());
+        }
+        for rec in &m.shards {
+            if merged.shards.iter().any(|s| s.index == rec.index) {
+                bail!("shard {} is in more than one part (again in {})", rec.index, dir.display());
+            }
+            if finished_shard(dir, rec.index)?.as_ref() != Some(rec) {
+                bail!("{}: shard {} does not match the part's manifest", dir.display(), rec.index);
+            }
+            for f in [&rec.tokens.name, &rec.features.name, &record_name(rec.index)] {
+                let bytes = std::fs::read(dir.join(f)).with_context(|| format!("reading {}", dir.join(f).display()))?;
+                write_atomic(&out.join(f), &bytes)?;
+            }
+            merged.shards.push(rec.clone());
+        }
+    }
+    let missing: Vec<usize> = (0..merged.shard_count).filter(|k| !merged.shards.iter().any(|s| s.index == *k)).collect();
+    if !missing.is_empty() {
+        bail!("the parts lack shards {missing:?} of {}; merge all parts of the run", merged.shard_count);
+    }
+    let list = std::fs::read(parts[0].join(PROMPT_LIST)).with_context(|| format!("reading {}", parts[0].join(PROMPT_LIST).display()))?;
+    write_atomic(&out.join(PROMPT_LIST), &list)?;
+    merged.refresh_summary();
+    merged.complete = true;
+    merged.write(out)?;
+    Ok(merged)
+}

@@ -1,0 +1,199 @@
+//! `specx datagen`: loads the pair and the prompts, produces the shards this process is
+//! responsible for (skipping finished ones), and keeps `manifest.json` current after each.
+
+use crate::config::DatagenConfig;
+use crate::generation::{run_passes, PassSettings, PassTimes, PromptInput};
+use crate::manifest::{identity_difference, Manifest, ModelRecord, Part, PromptSetRecord, FORMAT, PROMPT_LIST};
+use crate::prompts::{apply_template, load};
+use crate::shard::{finished_shard, write_shard};
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use sha2::{Digest, Sha256};
+use specx_decoder::fsutil::{sha256_file, write_atomic};
+use specx_decoder::{check_pair, device_from_name, load_model, LoadedModel};
+use std::time::Instant;
+
+/// Run options that do not change the data.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Produce only part `index` of `count` (shards `k` with `k % count == index`).
+    pub part: Option<Part>,
+    /// Stop after this many newly written shards (to test interruption; None: all).
+    pub max_new_shards: Option<usize>,
+    /// Show progress bars (else a log line per shard).
+    pub progress: bool,
+}
+
+/// Prompts of the run in order: (id, model input text).
+pub fn select_prompts(cfg: &DatagenConfig) -> Result<(Vec<(String, String)>, usize)> {
+    let p = &cfg.prompts;
+    let records = load(p.format, &p.path)?;
+    let indices = p.split_spec().indices(records.len()).with_context(|| format!("splitting {}", p.path.display()))?;
+    let take = p.limit.unwrap_or(usize::MAX).min(indices.len());
+    let chat = p.chat()?;
+    let mut out = Vec::with_capacity(take);
+    for &i in &indices[..take] {
+        let r = &records[i];
+        out.push((r.id.clone(), chat.apply(&apply_template(p.template(), r)?)));
+    }
+    if out.is_empty() {
+        bail!("{}: split '{}' selects no prompts", p.path.display(), p.split);
+    }
+    Ok((out, records.len()))
+}
+
+fn model_record(m: &LoadedModel) -> Result<ModelRecord> {
+    let c = m.model.config();
+    Ok(ModelRecord {
+        path: m.path.clone(),
+        format: format!("{:?}", m.format),
+        sha256: m.weights_sha256()?,
+        files: m.files.clone(),
+        tokenizer_sha256: sha256_file(m.tokenizer.path())?,
+        architecture: c.architecture.clone(),
+        hidden_size: c.hidden_size,
+        layers: c.num_hidden_layers,
+        vocab_size: c.vocab_size,
+    })
+}
+
+/// Runs datagen for `cfg` (paths already resolved). Returns the manifest it leaves.
+pub fn run(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manifest> {
+    cfg.validate()?;
+    let started = Instant::now();
+    if let Some(p) = opts.part {
+        if p.count == 0 || p.index >= p.count {
+            bail!("--shard {}/{}: expected i/n with 0 <= i < n", p.index, p.count);
+        }
+    }
+    let (prompts, rows_in_file) = select_prompts(cfg)?;
+    let device = device_from_name(&cfg.models.device)?;
+    eprintln!("loading draft {} and target {}", cfg.models.draft.display(), cfg.models.target.display());
+    let draft = load_model(&cfg.models.draft, None, &device)?;
+    let target = load_model(&cfg.models.target, None, &device)?;
+    check_pair(&draft, &target)?;
+
+    let inputs = prompts
+        .iter()
+        .enumerate()
+        .map(|(index, (id, text))| Ok(PromptInput { index, id: id.clone(), tokens: target.tokenizer.encode(text)? }))
+        .collect::<Result<Vec<_>>>()?;
+    let prompt_list = serde_json::to_string_pretty(&prompts.iter().map(|(id, _)| id).collect::<Vec<_>>())?;
+    let per_shard = cfg.output.prompts_per_shard;
+    let shard_count = inputs.len().div_ceil(per_shard);
+    let p = &cfg.prompts;
+    let mut manifest = Manifest {
+        format: FORMAT.into(),
+        specx_version: env!("CARGO_PKG_VERSION").into(),
+        config: cfg.clone(),
+        draft: model_record(&draft)?,
+        target: model_record(&target)?,
+        prompts: PromptSetRecord {
+            path: p.path.clone(),
+            sha256: sha256_file(&p.path)?,
+            rows_in_file,
+            split: p.split.clone(),
+            split_sizes: p.split_sizes.clone(),
+            split_seed: p.split_seed,
+            selected: inputs.len(),
+            prompt_list_sha256: format!("{:x}", Sha256::digest(prompt_list.as_bytes())),
+            template: p.template().to_string(),
+        },
+        part: opts.part,
+        shard_count,
+        shards: Vec::new(),
+        hidden_size: draft.model.config().hidden_size,
+        complete: false,
+        summary: Default::default(),
+        seconds: 0.0,
+    };
+    let dir = &cfg.output.dir;
+    if dir.join(crate::manifest::MANIFEST).exists() {
+        let old = Manifest::read(dir)?;
+        if old.identity() != manifest.identity() || old.part != manifest.part {
+            bail!(
+                "{} holds a run with a different setup ({} differs{}); choose another output directory or delete it",
+                dir.display(),
+                identity_difference(&old.identity(), &manifest.identity()),
+                if old.part != manifest.part { format!(", part {:?} vs {:?}", old.part, manifest.part) } else { String::new() }
+            );
+        }
+        manifest.seconds = old.seconds;
+    }
+    let base_seconds = manifest.seconds;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    write_atomic(&dir.join(PROMPT_LIST), prompt_list.as_bytes())?;
+
+    let mine: Vec<usize> = (0..shard_count).filter(|k| opts.part.is_none_or(|p| k % p.count == p.index)).collect();
+    let my_prompts: usize = mine.iter().map(|&k| (inputs.len() - k * per_shard).min(per_shard)).sum();
+    let bar = if opts.progress { ProgressBar::new(my_prompts as u64) } else { ProgressBar::hidden() };
+    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} prompts, {elapsed} elapsed, ETA {eta} {msg}")?);
+    let settings = PassSettings {
+        generation: cfg.generation.sampling(),
+        max_new_tokens: cfg.generation.max_new_tokens,
+        labels: cfg.labels.sampling(),
+        mixing: cfg.mixing.clone(),
+        batch_size: cfg.generation.batch_size,
+        seed: cfg.seed,
+        eos: target.eos_ids.clone(),
+    };
+    let mut times = PassTimes::default();
+    let mut written = 0;
+    let mut tokens_done = 0usize;
+    let gen_start = Instant::now();
+    for &k in &mine {
+        let first = k * per_shard;
+        let shard_inputs = &inputs[first..(first + per_shard).min(inputs.len())];
+        if let Some(rec) = finished_shard(dir, k)? {
+            bar.inc(rec.prompt_count as u64);
+            manifest.shards.retain(|s| s.index != k);
+            manifest.shards.push(rec);
+            continue;
+        }
+        if opts.max_new_shards.is_some_and(|m| written >= m) {
+            break;
+        }
+        let t0 = Instant::now();
+        let mut on_step = |tokens: usize, finished: usize| {
+            tokens_done += tokens;
+            bar.inc(finished as u64);
+            bar.set_message(format!("{:.1} response tok/s", tokens_done as f64 / gen_start.elapsed().as_secs_f64()));
+        };
+        let data = run_passes(&target.model, &draft.model, shard_inputs, &settings, &mut times, &mut on_step)?;
+        let rec = write_shard(dir, k, first, &data, manifest.hidden_size, cfg.output.features_dtype, t0.elapsed().as_secs_f64())?;
+        if bar.is_hidden() {
+            eprintln!(
+                "shard {k}: {} prompts, {} response tokens, {} labelled rows in {:.1} s",
+                rec.prompt_count,
+                rec.stats.response_tokens,
+                rec.labelled_rows,
+                rec.seconds
+            );
+        }
+        written += 1;
+        manifest.shards.push(rec);
+        manifest.refresh_summary();
+        manifest.seconds = base_seconds + started.elapsed().as_secs_f64();
+        manifest.write(dir)?;
+    }
+    bar.finish_and_clear();
+    manifest.refresh_summary();
+    manifest.complete = mine.iter().all(|k| manifest.shards.iter().any(|s| s.index == *k));
+    manifest.seconds = base_seconds + started.elapsed().as_secs_f64();
+    manifest.write(dir)?;
+    if written > 0 {
+        let s = |d: std::time::Duration| d.as_secs_f64();
+        eprintln!(
+            "time in this process: prefill target {:.1} s + draft {:.1} s | {} batched steps (mean {:.1} prompts): target {:.1} s, draft {:.1} s | sampling {:.1} s | total {:.1} s",
+            s(times.target_prefill),
+            s(times.draft_prefill),
+            times.steps,
+            times.step_rows as f64 / times.steps.max(1) as f64,
+            s(times.target_steps),
+            s(times.draft_steps),
+            s(times.sampling),
+            s(started.elapsed())
+        );
+    }
+    Ok(manifest)
+}

@@ -1,0 +1,203 @@
+//! One shard of a datagen run: a Parquet token table, a safetensors feature file aligned with
+//! its labelled rows, and a small JSON record written last (its presence, with matching
+//! checksums, is what marks the shard finished). Every file is written atomically.
+//!
+//! Token table, one row per (prompt, mixing draw, response position), ordered that way:
+//! `prompt_index` (u32, position in the run's prompt order), `prompt_id` (str), `draw` (u32),
+//! `position` (u32, 0-based in the response), `x` (u32, target token), `y` (u32, draft token),
+//! `log_p` (f32, ln p_target(y)), `log_q` (f32, ln q_draft(y)), `label` (f32, min(1, p/q)),
+//! `from_y` (bool, Z took y here: the row is labelled), `feature_row` (i64, its row in the
+//! shard's `features` tensor, -1 when unlabelled), `greedy_match` (bool, argmax q == x).
+//! Features: one tensor `features` `[labelled rows, hidden]` (f16 or f32).
+
+use crate::config::FeatureDtype;
+use crate::generation::PromptData;
+use crate::labels::LabelStats;
+use anyhow::{bail, ensure, Context, Result};
+use polars::prelude::{Column, DataFrame};
+use polars_io::parquet::read::ParquetReader;
+use polars_io::parquet::write::ParquetWriter;
+use polars_io::SerReader;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use specx_decoder::fsutil::{sha256_file, write_atomic};
+use std::path::Path;
+
+/// A file of a shard with its size and checksum.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FileRecord {
+    pub name: String,
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+/// What a finished shard holds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShardRecord {
+    pub index: usize,
+    /// Positions of its prompts in the run's prompt order (`first..first + count`).
+    pub first_prompt: usize,
+    pub prompt_count: usize,
+    pub rows: u64,
+    pub labelled_rows: u64,
+    pub stats: LabelStats,
+    pub tokens: FileRecord,
+    pub features: FileRecord,
+    /// Seconds spent producing the shard (not part of the data).
+    pub seconds: f64,
+}
+
+pub fn tokens_name(index: usize) -> String {
+    format!("tokens-{index:05}.parquet")
+}
+pub fn features_name(index: usize) -> String {
+    format!("features-{index:05}.safetensors")
+}
+pub fn record_name(index: usize) -> String {
+    format!("shard-{index:05}.json")
+}
+
+fn record(name: String, bytes: &[u8]) -> FileRecord {
+    FileRecord { name, bytes: bytes.len() as u64, sha256: format!("{:x}", Sha256::digest(bytes)) }
+}
+
+/// The token table of `prompts` as a DataFrame.
+pub fn token_table(prompts: &[PromptData]) -> Result<DataFrame> {
+    let mut prompt_index = Vec::new();
+    let mut prompt_id = Vec::new();
+    let mut draw = Vec::new();
+    let mut position = Vec::new();
+    let (mut x, mut y, mut log_p, mut log_q, mut label) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut from_y = Vec::new();
+    let mut feature_row = Vec::new();
+    let mut greedy_match = Vec::new();
+    let mut next_feature = 0i64;
+    for p in prompts {
+        for (d, mix) in p.draws.iter().enumerate() {
+            ensure!(mix.from_y.len() == p.positions.len(), "prompt {}: {} mixing flags for {} positions", p.id, mix.from_y.len(), p.positions.len());
+            for (i, (pos, &fy)) in p.positions.iter().zip(&mix.from_y).enumerate() {
+                prompt_index.push(p.index as u32);
+                prompt_id.push(p.id.clone());
+                draw.push(d as u32);
+                position.push(i as u32);
+                x.push(pos.x);
+                y.push(pos.y);
+                log_p.push(pos.log_p as f32);
+                log_q.push(pos.log_q as f32);
+                label.push(pos.label as f32);
+                from_y.push(fy);
+                feature_row.push(if fy { next_feature } else { -1 });
+                next_feature += fy as i64;
+                greedy_match.push(pos.greedy_match);
+            }
+        }
+    }
+    let columns = vec![
+        Column::new("prompt_index".into(), prompt_index),
+        Column::new("prompt_id".into(), prompt_id),
+        Column::new("draw".into(), draw),
+        Column::new("position".into(), position),
+        Column::new("x".into(), x),
+        Column::new("y".into(), y),
+        Column::new("log_p".into(), log_p),
+        Column::new("log_q".into(), log_q),
+        Column::new("label".into(), label),
+        Column::new("from_y".into(), from_y),
+        Column::new("feature_row".into(), feature_row),
+        Column::new("greedy_match".into(), greedy_match),
+    ];
+    Ok(DataFrame::new_infer_height(columns)?)
+}
+
+/// The labelled rows' features of `prompts`, in token-table order, as safetensors bytes.
+fn features_bytes(prompts: &[PromptData], hidden: usize, dtype: FeatureDtype) -> Result<Vec<u8>> {
+    let mut data: Vec<u8> = Vec::new();
+    let mut rows = 0usize;
+    for p in prompts {
+        for mix in &p.draws {
+            let n = mix.from_y.iter().filter(|&&f| f).count();
+            ensure!(mix.features.len() == n * hidden, "prompt {}: {} feature values for {n} labelled rows of width {hidden}", p.id, mix.features.len());
+            rows += n;
+            match dtype {
+                FeatureDtype::F32 => mix.features.iter().for_each(|v| data.extend_from_slice(&v.to_le_bytes())),
+                FeatureDtype::F16 => mix.features.iter().for_each(|v| data.extend_from_slice(&half::f16::from_f32(*v).to_le_bytes())),
+            }
+        }
+    }
+    let st_dtype = match dtype {
+        FeatureDtype::F16 => safetensors::Dtype::F16,
+        FeatureDtype::F32 => safetensors::Dtype::F32,
+    };
+    let view = safetensors::tensor::TensorView::new(st_dtype, vec![rows, hidden], &data)?;
+    Ok(safetensors::serialize([("features", view)], None)?)
+}
+
+/// Writes shard `index` of `prompts` into `dir`; the record goes last.
+pub fn write_shard(dir: &Path, index: usize, first_prompt: usize, prompts: &[PromptData], hidden: usize, dtype: FeatureDtype, seconds: f64) -> Result<ShardRecord> {
+    let mut df = token_table(prompts)?;
+    let mut parquet = Vec::new();
+    ParquetWriter::new(&mut parquet).finish(&mut df).context("encoding the token table as Parquet")?;
+    let features = features_bytes(prompts, hidden, dtype)?;
+    let mut stats = LabelStats::default();
+    for p in prompts {
+        stats.add_prompt(&p.positions, p.labelled_rows());
+    }
+    let rec = ShardRecord {
+        index,
+        first_prompt,
+        prompt_count: prompts.len(),
+        rows: df.height() as u64,
+        labelled_rows: stats.labelled_rows,
+        stats,
+        tokens: record(tokens_name(index), &parquet),
+        features: record(features_name(index), &features),
+        seconds,
+    };
+    write_atomic(&dir.join(&rec.tokens.name), &parquet)?;
+    write_atomic(&dir.join(&rec.features.name), &features)?;
+    write_atomic(&dir.join(record_name(index)), serde_json::to_string_pretty(&rec)?.as_bytes())?;
+    Ok(rec)
+}
+
+/// The record of shard `index` in `dir` if the shard is finished and intact: the record
+/// exists and both files match its sizes and checksums. A damaged shard is reported.
+pub fn finished_shard(dir: &Path, index: usize) -> Result<Option<ShardRecord>> {
+    let path = dir.join(record_name(index));
+    if !path.exists() {
+        return Ok(None);
+    }
+    let rec: ShardRecord = serde_json::from_slice(&std::fs::read(&path)?).with_context(|| format!("{}: malformed shard record", path.display()))?;
+    for f in [&rec.tokens, &rec.features] {
+        let p = dir.join(&f.name);
+        if !p.exists() || std::fs::metadata(&p)?.len() != f.bytes || sha256_file(&p)? != f.sha256 {
+            eprintln!("shard {index}: {} is missing or does not match its record; producing the shard again", p.display());
+            return Ok(None);
+        }
+    }
+    Ok(Some(rec))
+}
+
+/// Reads a shard's token table.
+pub fn read_tokens(dir: &Path, rec: &ShardRecord) -> Result<DataFrame> {
+    let p = dir.join(&rec.tokens.name);
+    let f = std::fs::File::open(&p).with_context(|| format!("opening {}", p.display()))?;
+    ParquetReader::new(f).finish().with_context(|| format!("{}: not a readable Parquet token table", p.display()))
+}
+
+/// Reads a shard's features as f32, `[rows, hidden]` row-major; returns (values, hidden).
+pub fn read_features(dir: &Path, rec: &ShardRecord) -> Result<(Vec<f32>, usize)> {
+    let p = dir.join(&rec.features.name);
+    let bytes = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+    let st = safetensors::SafeTensors::deserialize(&bytes).with_context(|| format!("{}: not a safetensors file", p.display()))?;
+    let t = st.tensor("features").with_context(|| format!("{}: no 'features' tensor", p.display()))?;
+    let shape = t.shape();
+    if shape.len() != 2 {
+        bail!("{}: features have shape {shape:?}, expected [rows, hidden]", p.display());
+    }
+    let values = match t.dtype() {
+        safetensors::Dtype::F32 => t.data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect(),
+        safetensors::Dtype::F16 => t.data().chunks_exact(2).map(|b| half::f16::from_le_bytes(b.try_into().unwrap()).to_f32()).collect(),
+        other => bail!("{}: features stored as {other:?}, expected F16 or F32", p.display()),
+    };
+    Ok((values, shape[1]))
+}

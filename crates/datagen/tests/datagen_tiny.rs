@@ -1,0 +1,234 @@
+//! `specx datagen` end to end on a tiny synthetic pair (configs/datagen-tiny.toml) over real
+//! Alpaca prompts: labels against independent teacher-forced passes, token mixing, resume,
+//! sharding + merge, and the errors a user meets.
+
+use polars::prelude::*;
+use specx_datagen::cli::{effective_config, DatagenArgs};
+use specx_datagen::config::DatagenConfig;
+use specx_datagen::manifest::{Manifest, Part};
+use specx_datagen::run::{run, select_prompts, RunOptions};
+use specx_datagen::shard::{read_features, read_tokens};
+use specx_decoder::synthetic::{char_tokenizer_json, random_weights, tiny_qwen2, word_tokenizer_json, write_hf_dir, StDtype, CHAR_VOCAB};
+use specx_decoder::{default_device, load_model, LoadedModel};
+use std::path::{Path, PathBuf};
+
+fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), Into::into)
+}
+
+fn tiny_config() -> PathBuf {
+    manifest_dir().join("../../configs/datagen-tiny.toml")
+}
+
+/// Writes the tiny pair: a target, and a draft = target weights + noise (so that labels
+/// spread over (0, 1) instead of being near 0 as for two unrelated models).
+fn write_pair(root: &Path) -> (PathBuf, PathBuf) {
+    let cfg = tiny_qwen2(CHAR_VOCAB);
+    let w = random_weights(&cfg, 7);
+    let noise = random_weights(&cfg, 8);
+    let mut draft = w.clone();
+    for (name, t) in draft.iter_mut() {
+        for (v, n) in t.data.iter_mut().zip(&noise[name].data) {
+            *v += 0.35 * n;
+        }
+    }
+    let (t, d) = (root.join("target"), root.join("draft"));
+    write_hf_dir(&t, &cfg, &w, StDtype::F32, 1, &char_tokenizer_json()).unwrap();
+    write_hf_dir(&d, &cfg, &draft, StDtype::F32, 1, &char_tokenizer_json()).unwrap();
+    (d, t)
+}
+
+fn args(out: &Path, draft: &Path, target: &Path) -> DatagenArgs {
+    DatagenArgs {
+        command: None,
+        config: Some(tiny_config()),
+        out: Some(out.to_path_buf()),
+        shard: None,
+        limit: None,
+        batch_size: None,
+        max_new_tokens: None,
+        draft: Some(draft.to_path_buf()),
+        target: Some(target.to_path_buf()),
+        max_shards: None,
+        no_progress: true,
+    }
+}
+
+fn opts(part: Option<Part>, max_new_shards: Option<usize>) -> RunOptions {
+    RunOptions { part, max_new_shards, progress: false }
+}
+
+/// (file name, sha256) of every data file of a run, in shard order.
+fn data_files(m: &Manifest) -> Vec<(String, String)> {
+    m.shards.iter().flat_map(|s| [(s.tokens.name.clone(), s.tokens.sha256.clone()), (s.features.name.clone(), s.features.sha256.clone())]).collect()
+}
+
+fn load(p: &Path) -> LoadedModel {
+    load_model(p, None, &default_device()).unwrap()
+}
+
+fn col_u32(df: &DataFrame, name: &str) -> Vec<u32> {
+    df.column(name).unwrap().u32().unwrap().into_no_null_iter().collect()
+}
+fn col_f32(df: &DataFrame, name: &str) -> Vec<f32> {
+    df.column(name).unwrap().f32().unwrap().into_no_null_iter().collect()
+}
+fn col_bool(df: &DataFrame, name: &str) -> Vec<bool> {
+    df.column(name).unwrap().bool().unwrap().no_null_iter().collect()
+}
+
+fn softmax64(l: &[f32]) -> Vec<f64> {
+    let m = l.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let e: Vec<f64> = l.iter().map(|&x| (x as f64 - m).exp()).collect();
+    let z: f64 = e.iter().sum();
+    e.into_iter().map(|x| x / z).collect()
+}
+
+#[test]
+fn datagen_on_a_tiny_pair() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (draft_path, target_path) = write_pair(tmp.path());
+    let full_dir = tmp.path().join("full");
+    let cfg = effective_config(&args(&full_dir, &draft_path, &target_path)).unwrap();
+    let full = run(&cfg, &opts(None, None)).unwrap();
+    assert!(full.complete);
+    assert_eq!((full.shard_count, full.shards.len(), full.summary.prompts), (4, 4, 16));
+    assert_eq!(full.prompts.selected, 16);
+    assert_eq!(full.draft.sha256.len(), 64);
+
+    // --- labels, against teacher-forced passes computed here from the models alone ---------
+    let (prompts, _) = select_prompts(&cfg).unwrap();
+    let (draft, target) = (load(&draft_path), load(&target_path));
+    let rec = &full.shards[0];
+    let df = read_tokens(&full_dir, rec).unwrap();
+    let (features, hidden) = read_features(&full_dir, rec).unwrap();
+    assert_eq!(hidden, 32);
+    let pidx = col_u32(&df, "prompt_index");
+    let draw = col_u32(&df, "draw");
+    let (xs, ys) = (col_u32(&df, "x"), col_u32(&df, "y"));
+    let (labels, log_p, log_q) = (col_f32(&df, "label"), col_f32(&df, "log_p"), col_f32(&df, "log_q"));
+    let from_y = col_bool(&df, "from_y");
+    let feature_row: Vec<i64> = df.column("feature_row").unwrap().i64().unwrap().into_no_null_iter().collect();
+    let mut checked_labels = 0;
+    let mut checked_features = 0;
+    let mut spread = [0usize; 3]; // labels < 0.3, in between, > 0.7
+    for pi in 0..rec.prompt_count as u32 {
+        let prompt = target.tokenizer.encode(&prompts[pi as usize].1).unwrap();
+        for d in 0..2u32 {
+            let rows: Vec<usize> = (0..df.height()).filter(|&r| pidx[r] == pi && draw[r] == d).collect();
+            let x: Vec<u32> = rows.iter().map(|&r| xs[r]).collect();
+            let mut seq = prompt.clone();
+            seq.extend_from_slice(&x);
+            // p(. | X_<i) is read at the position whose input is X_{i-1} (the prompt's last
+            // token for i = 0).
+            let tp = target.model.forward(&seq, &mut target.model.new_cache(1)).unwrap().logits_tail(x.len() + 1);
+            let dq = draft.model.forward(&seq, &mut draft.model.new_cache(1)).unwrap().logits_tail(x.len() + 1);
+            for (i, &r) in rows.iter().enumerate() {
+                let (p, q) = (softmax64(&tp[i]), softmax64(&dq[i]));
+                let y = ys[r] as usize;
+                let want = (p[y] / q[y]).min(1.0);
+                assert!((labels[r] as f64 - want).abs() < 1e-4, "prompt {pi} position {i}: label {} vs {want}", labels[r]);
+                assert!((log_p[r] as f64 - p[y].ln()).abs() < 1e-3 && (log_q[r] as f64 - q[y].ln()).abs() < 1e-3);
+                spread[if want < 0.3 { 0 } else if want > 0.7 { 2 } else { 1 }] += 1;
+                checked_labels += 1;
+            }
+            // Features: the draft's final hidden states over prompt + Z at the labelled rows.
+            let mut zseq = prompt.clone();
+            zseq.extend(rows.iter().map(|&r| if from_y[r] { ys[r] } else { xs[r] }));
+            let h = draft.model.forward(&zseq, &mut draft.model.new_cache(1)).unwrap().hidden_tail(x.len());
+            for (i, &r) in rows.iter().enumerate() {
+                assert_eq!(from_y[r], feature_row[r] >= 0);
+                if from_y[r] {
+                    let f = &features[feature_row[r] as usize * hidden..][..hidden];
+                    let d = f.iter().zip(&h[i]).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                    assert!(d < 1e-4, "prompt {pi} position {i}: feature differs by {d}");
+                    checked_features += 1;
+                }
+            }
+        }
+    }
+    assert!(checked_labels > 200 && checked_features > 150, "{checked_labels} labels, {checked_features} features");
+    assert!(spread.iter().all(|&c| c > 5), "labels should spread over [0, 1]: {spread:?}");
+
+    // --- token mixing ratio over the whole run -----------------------------------------------
+    let rows: u64 = full.shards.iter().map(|s| s.rows).sum();
+    let share_from_x = 1.0 - full.summary.labelled_rows as f64 / rows as f64;
+    let sigma = (0.15f64 * 0.85 / rows as f64).sqrt();
+    assert!((share_from_x - 0.15).abs() < 5.0 * sigma, "{share_from_x} of {rows} rows took X (r = 0.15)");
+
+    // --- interrupted + resumed == uninterrupted ----------------------------------------------
+    let resumed_dir = tmp.path().join("resumed");
+    let cfg_r = effective_config(&args(&resumed_dir, &draft_path, &target_path)).unwrap();
+    let partial = run(&cfg_r, &opts(None, Some(1))).unwrap();
+    assert!(!partial.complete && partial.shards.len() == 1);
+    // A shard whose file was damaged is produced again.
+    std::fs::write(resumed_dir.join(&partial.shards[0].features.name), b"garbage").unwrap();
+    let partial = run(&cfg_r, &opts(None, Some(2))).unwrap();
+    assert_eq!(partial.shards.len(), 2);
+    let resumed = run(&cfg_r, &opts(None, None)).unwrap();
+    assert!(resumed.complete);
+    assert_eq!(data_files(&resumed), data_files(&full));
+    assert_eq!(resumed.summary, full.summary);
+
+    // --- --shard i/n parts merge into the same dataset ---------------------------------------
+    let parts: Vec<PathBuf> = (0..2).map(|i| tmp.path().join(format!("part{i}"))).collect();
+    for (i, dir) in parts.iter().enumerate() {
+        let c = effective_config(&args(dir, &draft_path, &target_path)).unwrap();
+        let m = run(&c, &opts(Some(Part { index: i, count: 2 }), None)).unwrap();
+        assert!(m.complete && m.shards.len() == 2);
+    }
+    let merged_dir = tmp.path().join("merged");
+    let merged = specx_datagen::merge::merge(&parts, &merged_dir).unwrap();
+    assert_eq!(data_files(&merged), data_files(&full));
+    assert_eq!(merged.summary, full.summary);
+    assert_eq!(Manifest::read(&merged_dir).unwrap().identity(), full.identity());
+    let e = format!("{:#}", specx_datagen::merge::merge(&parts[..1], &tmp.path().join("m2")).unwrap_err());
+    assert!(e.contains("lack shards [1, 3]"), "{e}");
+
+    // --- resuming into a directory made with another setup is refused -------------------------
+    let mut other = cfg.clone();
+    other.mixing.target_ratio = 0.3;
+    let e = format!("{:#}", run(&other, &opts(None, None)).unwrap_err());
+    assert!(e.contains("different setup") && e.contains("target_ratio"), "{e}");
+}
+
+#[test]
+fn bad_inputs_are_explained() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (draft_path, target_path) = write_pair(tmp.path());
+    let out = tmp.path().join("out");
+    // A draft with another vocabulary.
+    let cfg = tiny_qwen2(CHAR_VOCAB);
+    let other = tmp.path().join("other");
+    write_hf_dir(&other, &cfg, &random_weights(&cfg, 1), StDtype::F32, 1, &word_tokenizer_json(CHAR_VOCAB, "w")).unwrap();
+    let c = effective_config(&args(&out, &other, &target_path)).unwrap();
+    let e = format!("{:#}", run(&c, &opts(None, None)).unwrap_err());
+    assert!(e.contains("do not share a tokenizer"), "{e}");
+    // A malformed JSON line in a generic prompt file, and an empty one.
+    let mut c = effective_config(&args(&out, &draft_path, &target_path)).unwrap();
+    c.prompts.format = specx_datagen::prompts::PromptFormat::Jsonl;
+    c.prompts.split = "all".into();
+    c.prompts.path = tmp.path().join("p.jsonl");
+    std::fs::write(&c.prompts.path, "{\"id\": \"a\", \"prompt\": \"hi\"}\n{\"id\": \"b\", \"prompt\": \n").unwrap();
+    let e = format!("{:#}", run(&c, &opts(None, None)).unwrap_err());
+    assert!(e.contains("p.jsonl: line 2: malformed JSON"), "{e}");
+    std::fs::write(&c.prompts.path, "\n").unwrap();
+    assert!(format!("{:#}", run(&c, &opts(None, None)).unwrap_err()).contains("no prompts"));
+    // A config key that does not exist.
+    let text = std::fs::read_to_string(tiny_config()).unwrap().replace("draws = 2", "draws = 2\nmix_seed = 3");
+    let e = format!("{:#}", DatagenConfig::parse(&text, Path::new("datagen-tiny.toml")).unwrap_err());
+    assert!(e.contains("mix_seed") && e.contains("datagen-tiny.toml"), "{e}");
+    // A missing model file.
+    let c = effective_config(&args(&out, &tmp.path().join("nope"), &target_path)).unwrap();
+    assert!(format!("{:#}", run(&c, &opts(None, None)).unwrap_err()).contains("does not exist"));
+}
+
+#[test]
+fn the_real_pair_config_parses() {
+    let c = DatagenConfig::load(&manifest_dir().join("../../configs/datagen-qwen-alpaca.toml")).unwrap();
+    c.validate().unwrap();
+    assert_eq!((c.prompts.split_sizes.clone(), c.prompts.limit, c.generation.max_new_tokens), (vec![4000, 800, 200], Some(100), 256));
+    let (prompts, rows) = select_prompts(&c).unwrap();
+    assert_eq!((prompts.len(), rows), (100, 5000));
+    assert!(prompts[0].1.starts_with("<|im_start|>system"));
+}
