@@ -215,7 +215,28 @@ pub fn resolve_path(p: &Path, base: &Path) -> PathBuf {
     } else {
         p.to_path_buf()
     };
-    if expanded.is_absolute() { expanded } else { base.join(expanded) }
+    lexically_normal(&if expanded.is_absolute() { expanded } else { base.join(expanded) })
+}
+
+/// Drops `.` and folds `dir/..` without touching the file system (so manifests and messages
+/// show `/work/specx/datasets/x`, not `/work/specx/configs/../datasets/x`).
+fn lexically_normal(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => match out.components().next_back() {
+                Some(Component::Normal(_)) => {
+                    out.pop();
+                }
+                Some(Component::RootDir | Component::Prefix(_)) => {} // "/.." is "/"
+                _ => out.push(".."),
+            },
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 impl DatagenConfig {
@@ -294,6 +315,8 @@ dir = "out"
         assert_eq!(c.generation.max_new_tokens, 512);
         assert_eq!(c.labels.temperature, 1.0);
         assert_eq!(c.models.draft, PathBuf::from("/base/d.gguf"));
+        assert_eq!(resolve_path(Path::new("../x/./y"), Path::new("/a/b")), PathBuf::from("/a/x/y"));
+        assert_eq!(resolve_path(Path::new("../../../z"), Path::new("/a")), PathBuf::from("/z"));
         assert!(c.models.target.ends_with("t.gguf") && c.models.target.is_absolute());
         c.validate().unwrap();
         let again = DatagenConfig::parse(&c.to_toml(), Path::new("y.toml")).unwrap();

@@ -42,6 +42,18 @@ pub fn select_prompts(cfg: &DatagenConfig) -> Result<(Vec<(String, String)>, usi
     Ok((out, records.len()))
 }
 
+/// Deletes temporary files an interrupted atomic write left behind (`.NAME.tmp-PID`).
+fn remove_stale_temporaries(dir: &std::path::Path) -> Result<()> {
+    for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') && name.contains(".tmp-") {
+            std::fs::remove_file(entry.path()).with_context(|| format!("removing {}", entry.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
 fn model_record(m: &LoadedModel) -> Result<ModelRecord> {
     let c = m.model.config();
     Ok(ModelRecord {
@@ -122,6 +134,7 @@ pub fn run(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manifest> {
     }
     let base_seconds = manifest.seconds;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    remove_stale_temporaries(dir)?;
     write_atomic(&dir.join(PROMPT_LIST), prompt_list.as_bytes())?;
 
     let mine: Vec<usize> = (0..shard_count).filter(|k| opts.part.is_none_or(|p| k % p.count == p.index)).collect();
@@ -157,7 +170,12 @@ pub fn run(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manifest> {
         let mut on_step = |tokens: usize, finished: usize| {
             tokens_done += tokens;
             bar.inc(finished as u64);
-            bar.set_message(format!("{:.1} response tok/s", tokens_done as f64 / gen_start.elapsed().as_secs_f64()));
+            let rate = format!("{:.1} response tok/s", tokens_done as f64 / gen_start.elapsed().as_secs_f64());
+            // Without a terminal (logs, CI) the bar is hidden: a line per 10 finished prompts.
+            if bar.is_hidden() && finished > 0 && bar.position() / 10 != (bar.position() - finished as u64) / 10 {
+                eprintln!("{}/{} prompts, {tokens_done} response tokens, {rate}, {:.0} s", bar.position(), my_prompts, gen_start.elapsed().as_secs_f64());
+            }
+            bar.set_message(rate);
         };
         let data = run_passes(&target.model, &draft.model, shard_inputs, &settings, &mut times, &mut on_step)?;
         let rec = write_shard(dir, k, first, &data, manifest.hidden_size, cfg.output.features_dtype, t0.elapsed().as_secs_f64())?;

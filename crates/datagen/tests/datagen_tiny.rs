@@ -150,6 +150,13 @@ fn datagen_on_a_tiny_pair() {
     assert!(checked_labels > 200 && checked_features > 150, "{checked_labels} labels, {checked_features} features");
     assert!(spread.iter().all(|&c| c > 5), "labels should spread over [0, 1]: {spread:?}");
 
+    // --- batching changes nothing: one prompt at a time gives the same bytes ----------------
+    // (every projection of these steps runs the row-order-independent kernel, <= 32 rows)
+    let mut one = cfg.clone();
+    one.generation.batch_size = 1;
+    one.output.dir = tmp.path().join("batch1");
+    assert_eq!(data_files(&run(&one, &opts(None, None)).unwrap()), data_files(&full));
+
     // --- token mixing ratio over the whole run -----------------------------------------------
     let rows: u64 = full.shards.iter().map(|s| s.rows).sum();
     let share_from_x = 1.0 - full.summary.labelled_rows as f64 / rows as f64;
@@ -165,8 +172,11 @@ fn datagen_on_a_tiny_pair() {
     std::fs::write(resumed_dir.join(&partial.shards[0].features.name), b"garbage").unwrap();
     let partial = run(&cfg_r, &opts(None, Some(2))).unwrap();
     assert_eq!(partial.shards.len(), 2);
+    // What a kill during an atomic write leaves behind is cleaned up.
+    let stale = resumed_dir.join(".tokens-00002.parquet.tmp-4242");
+    std::fs::write(&stale, b"half a file").unwrap();
     let resumed = run(&cfg_r, &opts(None, None)).unwrap();
-    assert!(resumed.complete);
+    assert!(resumed.complete && !stale.exists());
     assert_eq!(data_files(&resumed), data_files(&full));
     assert_eq!(resumed.summary, full.summary);
 
@@ -224,11 +234,16 @@ fn bad_inputs_are_explained() {
 }
 
 #[test]
-fn the_real_pair_config_parses() {
-    let c = DatagenConfig::load(&manifest_dir().join("../../configs/datagen-qwen-alpaca.toml")).unwrap();
-    c.validate().unwrap();
-    assert_eq!((c.prompts.split_sizes.clone(), c.prompts.limit, c.generation.max_new_tokens), (vec![4000, 800, 200], Some(100), 256));
-    let (prompts, rows) = select_prompts(&c).unwrap();
-    assert_eq!((prompts.len(), rows), (100, 5000));
-    assert!(prompts[0].1.starts_with("<|im_start|>system"));
+fn the_real_pair_configs_parse_and_their_splits_are_disjoint() {
+    let load = |name: &str| DatagenConfig::load(&manifest_dir().join("../../configs").join(name)).unwrap();
+    let (train, dev) = (load("datagen-qwen-alpaca.toml"), load("datagen-qwen-alpaca-dev.toml"));
+    for c in [&train, &dev] {
+        c.validate().unwrap();
+        assert_eq!((c.prompts.split_sizes.clone(), c.generation.max_new_tokens), (vec![4000, 800, 200], 256));
+    }
+    let (train_prompts, rows) = select_prompts(&train).unwrap();
+    let (dev_prompts, _) = select_prompts(&dev).unwrap();
+    assert_eq!((train_prompts.len(), dev_prompts.len(), rows), (100, 50, 5000));
+    assert!(train_prompts[0].1.starts_with("<|im_start|>system"));
+    assert!(train_prompts.iter().all(|(id, _)| !dev_prompts.iter().any(|(d, _)| d == id)));
 }
