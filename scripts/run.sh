@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The main job: fetch the real model pair if needed, build specx, and run the runtime
-# benchmark (decode/prefill speed of draft and target against this machine's
-# memory-bandwidth bound), then a short streamed generation with the target.
+# The main job: fetch the real model pair if needed, build specx, run the runtime benchmark
+# (decode/prefill speed of draft and target against this machine's memory-bandwidth bound)
+# and a short streamed generation with the target, then build the SpecDec++ acceptance
+# datasets on the Alpaca train and dev splits (about 18 + 9 minutes here; resumable: a second
+# run only checks the finished shards).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/specx/target}"
@@ -12,3 +14,5 @@ models="${SPECX_MODELS:-$HOME/.cache/specx/models}"
 "$specx" bench
 "$specx" generate --model "$models/qwen2.5-coder-1.5b-instruct/model.gguf" --chat \
   --prompt "Write a Python function that returns the n-th Fibonacci number." --max-new-tokens 64
+"$specx" datagen --config configs/datagen-qwen-alpaca.toml --no-progress
+"$specx" datagen --config configs/datagen-qwen-alpaca-dev.toml --no-progress

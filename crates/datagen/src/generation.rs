@@ -104,8 +104,8 @@ struct Active {
 }
 
 /// Runs the passes over `prompts` (in order, `settings.batch_size` at a time) and returns one
-/// [`PromptData`] per prompt in input order. `on_token` is called with the number of response
-/// tokens each step produced (for progress bars).
+/// [`PromptData`] per prompt in input order. `on_step` is called after each step with the number of
+/// response tokens it produced and of prompts it finished (for progress bars).
 pub fn run_passes(
     target: &Transformer,
     draft: &Transformer,
@@ -123,7 +123,6 @@ pub fn run_passes(
             bail!("prompt {} ({} tokens) + {} new tokens exceeds the models' context of {max_pos}", p.id, p.tokens.len(), settings.max_new_tokens);
         }
     }
-    let hidden = draft.config().hidden_size;
     let mut results: Vec<Option<PromptData>> = vec![None; prompts.len()];
     let mut active: Vec<Active> = Vec::new();
     let mut next = 0;
@@ -139,63 +138,16 @@ pub fn run_passes(
         let t0 = Instant::now();
         active.par_iter_mut().for_each(|a| choose_tokens(a, settings));
         times.sampling += t0.elapsed();
-        // One ragged step per model: X_t to the target and the draft's X stream of unfinished
-        // sequences; Z_t to every Z stream.
+        // One ragged step per model: X_t to the target and to the draft's X stream of the
+        // unfinished sequences, Z_t to every Z stream.
         let t0 = Instant::now();
-        let live: Vec<usize> = (0..active.len()).filter(|&i| !active[i].done).collect();
-        let p_next = if live.is_empty() {
-            Vec::new()
-        } else {
-            let xs: Vec<[u32; 1]> = live.iter().map(|&i| [active[i].x]).collect();
-            let caches = active.iter_mut().filter(|a| !a.done).map(|a| &mut a.target);
-            let mut seqs: Vec<(&[u32], &mut KvCache)> = xs.iter().map(|x| x.as_slice()).zip(caches).collect();
-            let h = target.forward_ragged(&mut seqs)?;
-            logits_rows(target, h, live.len())
-        };
+        target_step(target, &mut active)?;
         times.target_steps += t0.elapsed();
         let t0 = Instant::now();
-        let draws = settings.mixing.draws;
-        let mut tokens: Vec<[u32; 1]> = Vec::new();
-        for a in active.iter().filter(|a| !a.done) {
-            tokens.push([a.x]);
-        }
-        for a in &active {
-            tokens.extend(a.z.iter().map(|&z| [z]));
-        }
-        let mut caches: Vec<&mut KvCache> = Vec::new();
-        let mut z_caches: Vec<&mut KvCache> = Vec::new();
-        for a in active.iter_mut() {
-            if !a.done {
-                caches.push(&mut a.draft_x);
-            }
-            z_caches.extend(a.draft_z.iter_mut());
-        }
-        caches.extend(z_caches);
-        let mut seqs: Vec<(&[u32], &mut KvCache)> = tokens.iter().map(|t| t.as_slice()).zip(caches).collect();
-        let h = draft.forward_ragged(&mut seqs)?;
-        let n_live = live.len();
-        let rows = h.dims()[0];
-        let q_next = if n_live > 0 { logits_rows(draft, h.clone().slice([0..n_live, 0..hidden]), n_live) } else { Vec::new() };
-        let z_hidden: Vec<f32> = h.slice([n_live..rows, 0..hidden]).into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("reading hidden states: {e:?}"))?;
+        draft_step(draft, &mut active)?;
         times.draft_steps += t0.elapsed();
         times.steps += 1;
         times.step_rows += active.len() as u64;
-        // Keep features of the Z rows that came from Y; move the new logits in.
-        let mut z_row = 0;
-        let mut live_row = 0;
-        for a in active.iter_mut() {
-            for d in 0..draws {
-                if *a.draws[d].from_y.last().expect("a mixing flag per position") {
-                    a.draws[d].features.extend_from_slice(&z_hidden[z_row * hidden..(z_row + 1) * hidden]);
-                }
-                z_row += 1;
-            }
-            if !a.done {
-                a.p_logits = p_next[live_row].clone();
-                a.q_logits = q_next[live_row].clone();
-                live_row += 1;
-            }
-        }
         let produced = active.len();
         let mut finished = 0;
         let mut still = Vec::with_capacity(active.len());
@@ -212,6 +164,58 @@ pub fn run_passes(
         on_step(produced, finished);
     }
     Ok(results.into_iter().map(|r| r.expect("every prompt finishes")).collect())
+}
+
+/// Feeds X_t to the target for every unfinished sequence; stores p_{t+1}.
+fn target_step(target: &Transformer, active: &mut [Active]) -> Result<()> {
+    let mut live: Vec<&mut Active> = active.iter_mut().filter(|a| !a.done).collect();
+    if live.is_empty() {
+        return Ok(());
+    }
+    let xs: Vec<[u32; 1]> = live.iter().map(|a| [a.x]).collect();
+    let mut seqs: Vec<(&[u32], &mut KvCache)> = xs.iter().map(|x| x.as_slice()).zip(live.iter_mut().map(|a| &mut a.target)).collect();
+    let h = target.forward_ragged(&mut seqs)?;
+    let n = xs.len();
+    for (a, logits) in live.into_iter().zip(logits_rows(target, h, n)) {
+        a.p_logits = logits;
+    }
+    Ok(())
+}
+
+/// Feeds X_t to the draft's X stream of every unfinished sequence (storing q_{t+1}) and Z_t to
+/// every Z stream, in one ragged batch; keeps the hidden state of each Z row that came from Y.
+fn draft_step(draft: &Transformer, active: &mut [Active]) -> Result<()> {
+    let hidden = draft.config().hidden_size;
+    let mut tokens: Vec<[u32; 1]> = active.iter().filter(|a| !a.done).map(|a| [a.x]).collect();
+    let n_live = tokens.len();
+    tokens.extend(active.iter().flat_map(|a| a.z.iter().map(|&z| [z])));
+    let mut x_caches: Vec<&mut KvCache> = Vec::new();
+    let mut z_caches: Vec<&mut KvCache> = Vec::new();
+    for a in active.iter_mut() {
+        if !a.done {
+            x_caches.push(&mut a.draft_x);
+        }
+        z_caches.extend(a.draft_z.iter_mut());
+    }
+    x_caches.extend(z_caches);
+    let mut seqs: Vec<(&[u32], &mut KvCache)> = tokens.iter().map(|t| t.as_slice()).zip(x_caches).collect();
+    let h = draft.forward_ragged(&mut seqs)?;
+    let rows = tokens.len();
+    let mut q_next = if n_live > 0 { logits_rows(draft, h.clone().slice([0..n_live, 0..hidden]), n_live) } else { Vec::new() }.into_iter();
+    let z_hidden = h.slice([n_live..rows, 0..hidden]).into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("reading hidden states: {e:?}"))?;
+    let mut z_rows = z_hidden.chunks_exact(hidden);
+    for a in active.iter_mut() {
+        for d in &mut a.draws {
+            let row = z_rows.next().expect("a Z row per draw");
+            if *d.from_y.last().expect("a mixing flag per position") {
+                d.features.extend_from_slice(row);
+            }
+        }
+        if !a.done {
+            a.q_logits = q_next.next().expect("draft logits per unfinished sequence");
+        }
+    }
+    Ok(())
 }
 
 /// Logits of `rows` hidden states `[rows, hidden]` as host vectors.

@@ -136,6 +136,9 @@ pub fn run(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manifest> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     remove_stale_temporaries(dir)?;
     write_atomic(&dir.join(PROMPT_LIST), prompt_list.as_bytes())?;
+    // The effective config (overrides applied, paths absolute): `--config DIR/config.toml`
+    // repeats the run.
+    write_atomic(&dir.join("config.toml"), cfg.to_toml().as_bytes())?;
 
     let mine: Vec<usize> = (0..shard_count).filter(|k| opts.part.is_none_or(|p| k % p.count == p.index)).collect();
     let my_prompts: usize = mine.iter().map(|&k| (inputs.len() - k * per_shard).min(per_shard)).sum();

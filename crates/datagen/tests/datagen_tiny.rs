@@ -95,6 +95,8 @@ fn datagen_on_a_tiny_pair() {
     assert_eq!((full.shard_count, full.shards.len(), full.summary.prompts), (4, 4, 16));
     assert_eq!(full.prompts.selected, 16);
     assert_eq!(full.draft.sha256.len(), 64);
+    // The run directory's config.toml repeats the run.
+    assert_eq!(DatagenConfig::load(&full_dir.join("config.toml")).unwrap(), cfg);
 
     // --- labels, against teacher-forced passes computed here from the models alone ---------
     let (prompts, _) = select_prompts(&cfg).unwrap();
