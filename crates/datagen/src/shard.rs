@@ -201,3 +201,33 @@ pub fn read_features(dir: &Path, rec: &ShardRecord) -> Result<(Vec<f32>, usize)>
     };
     Ok((values, shape[1]))
 }
+
+/// The labelled rows of a shard (Z took Y): labels in feature-row order and their features.
+pub struct LabelledRows {
+    pub labels: Vec<f32>,
+    /// Row-major `[labels.len(), hidden]`.
+    pub features: Vec<f32>,
+    pub hidden: usize,
+}
+
+/// Reads a shard's labelled rows, checking that the token table and the features agree.
+pub fn read_labelled(dir: &Path, rec: &ShardRecord) -> Result<LabelledRows> {
+    let df = read_tokens(dir, rec)?;
+    let (features, hidden) = read_features(dir, rec)?;
+    let col = |name: &str| df.column(name).with_context(|| format!("{}: no column '{name}'", rec.tokens.name));
+    let rows = col("feature_row")?.i64().context("feature_row is not i64")?;
+    let labels_col = col("label")?.f32().context("label is not f32")?;
+    let mut labels = vec![f32::NAN; features.len() / hidden.max(1)];
+    for (row, label) in rows.iter().zip(labels_col.iter()) {
+        if let (Some(r), Some(l)) = (row, label) {
+            if r >= 0 {
+                let slot = labels.get_mut(r as usize).with_context(|| format!("{}: feature_row {r} beyond the {} feature rows", rec.tokens.name, features.len() / hidden))?;
+                *slot = l;
+            }
+        }
+    }
+    if let Some(missing) = labels.iter().position(|l| l.is_nan()) {
+        bail!("{}: feature row {missing} has no labelled token row", rec.features.name);
+    }
+    Ok(LabelledRows { labels, features, hidden })
+}

@@ -149,6 +149,10 @@ fn datagen_on_a_tiny_pair() {
             }
         }
     }
+    let labelled = specx_datagen::shard::read_labelled(&full_dir, rec).unwrap();
+    assert_eq!((labelled.features, labelled.hidden), (features.clone(), hidden));
+    let want: Vec<f32> = (0..df.height()).filter(|&r| from_y[r]).map(|r| labels[r]).collect();
+    assert_eq!(labelled.labels, want);
     assert!(checked_labels > 200 && checked_features > 150, "{checked_labels} labels, {checked_features} features");
     assert!(spread.iter().all(|&c| c > 5), "labels should spread over [0, 1]: {spread:?}");
 

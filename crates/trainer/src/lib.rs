@@ -1,1 +1,14 @@
-//! placeholder
+//! specx-trainer: trains SpecDec++'s acceptance head ([`specx_decoder::spec::head`]) on the
+//! features and labels a `specx datagen` run wrote, with burn (autodiff + AdamW).
+//!
+//! [`data`] loads labelled rows and batches them by seed, [`loss`] is the weighted soft-label
+//! BCE on logits, [`metrics`] the evaluation quantities (weighted loss, binary KL, AUROC, ECE
+//! with a reliability table), [`schedule`] the warmup + cosine learning rate, [`train`] the
+//! resumable loop with the best-dev checkpoint.
+
+pub mod config;
+pub mod data;
+pub mod loss;
+pub mod metrics;
+pub mod schedule;
+pub mod train;

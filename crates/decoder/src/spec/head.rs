@@ -73,6 +73,28 @@ impl AcceptanceHead {
         self.out.forward(x).reshape([n])
     }
 
+    /// Every parameter's id (blocks' weight and bias, then the output layer's), in that order.
+    /// Optimiser state is keyed by these ids, so a resumed training run restores them with
+    /// [`AcceptanceHead::with_param_ids`] after loading the weights.
+    pub fn param_ids(&self) -> Vec<u64> {
+        self.linears().flat_map(|l| [l.weight.id.val(), l.bias.as_ref().expect("head linears have biases").id.val()]).collect()
+    }
+
+    /// The same head with the parameter ids `ids` (as returned by [`AcceptanceHead::param_ids`]).
+    pub fn with_param_ids(mut self, ids: &[u64]) -> Result<Self> {
+        ensure!(ids.len() == 2 * (self.blocks.len() + 1), "{} parameter ids for a head with {} parameters", ids.len(), 2 * (self.blocks.len() + 1));
+        let mut it = ids.iter();
+        for l in self.blocks.iter_mut().chain([&mut self.out]) {
+            l.weight.id = (*it.next().unwrap()).into();
+            l.bias.as_mut().expect("head linears have biases").id = (*it.next().unwrap()).into();
+        }
+        Ok(self)
+    }
+
+    fn linears(&self) -> impl Iterator<Item = &Linear> {
+        self.blocks.iter().chain([&self.out])
+    }
+
     /// Predicted acceptance probability for one hidden state.
     pub fn accept_probability(&self, hidden: &[f32]) -> Result<f64> {
         ensure!(hidden.len() == self.hidden_size(), "head expects hidden size {}, got {}", self.hidden_size(), hidden.len());

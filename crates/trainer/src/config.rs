@@ -1,0 +1,177 @@
+//! The training config (TOML; unknown keys are errors; relative paths are relative to the
+//! config file).
+
+use crate::loss::LossWeights;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use specx_datagen::config::resolve_path;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainConfig {
+    pub data: DataConfig,
+    #[serde(default)]
+    pub head: HeadConfig,
+    #[serde(default)]
+    pub loss: LossConfig,
+    #[serde(default)]
+    pub optim: OptimConfig,
+    pub output: OutputConfig,
+    /// Seeds the head's initialisation and the batch order of every epoch.
+    #[serde(default)]
+    pub seed: u64,
+    /// Grid for `specx train --sweep` (the paper's Table 3: w_rej x depth).
+    #[serde(default)]
+    pub sweep: SweepConfig,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataConfig {
+    /// A finished `specx datagen` run directory (training rows).
+    pub train: PathBuf,
+    /// Another run directory on disjoint prompts (validation rows).
+    pub dev: PathBuf,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeadConfig {
+    /// Residual SiLU blocks before the output layer (0: a linear head), 0..=4 in the paper.
+    #[serde(default = "default_depth")]
+    pub depth: usize,
+    /// One block's weights shared by all blocks.
+    #[serde(default)]
+    pub tied: bool,
+}
+
+fn default_depth() -> usize {
+    3
+}
+
+impl Default for HeadConfig {
+    fn default() -> Self {
+        Self { depth: default_depth(), tied: false }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LossConfig {
+    #[serde(default = "one")]
+    pub w_acc: f64,
+    #[serde(default = "six")]
+    pub w_rej: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+fn six() -> f64 {
+    6.0
+}
+
+impl Default for LossConfig {
+    fn default() -> Self {
+        Self { w_acc: 1.0, w_rej: 6.0 }
+    }
+}
+
+impl LossConfig {
+    pub fn weights(&self) -> LossWeights {
+        LossWeights { w_acc: self.w_acc, w_rej: self.w_rej }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OptimConfig {
+    /// AdamW peak learning rate.
+    #[serde(default = "default_lr")]
+    pub lr: f64,
+    #[serde(default)]
+    pub weight_decay: f64,
+    /// Share of all steps spent warming up linearly before the cosine decay.
+    #[serde(default = "default_warmup")]
+    pub warmup_ratio: f64,
+    #[serde(default = "default_epochs")]
+    pub epochs: usize,
+    #[serde(default = "default_batch")]
+    pub batch_size: usize,
+}
+
+fn default_lr() -> f64 {
+    5e-5
+}
+fn default_warmup() -> f64 {
+    0.05
+}
+fn default_epochs() -> usize {
+    3
+}
+fn default_batch() -> usize {
+    32
+}
+
+impl Default for OptimConfig {
+    fn default() -> Self {
+        Self { lr: default_lr(), weight_decay: 0.0, warmup_ratio: default_warmup(), epochs: default_epochs(), batch_size: default_batch() }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputConfig {
+    /// Checkpoint directory (`checkpoints/<name>`); a sweep writes `<dir>/w<W>-d<D>/` each.
+    pub dir: PathBuf,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepConfig {
+    #[serde(default = "default_w_rej")]
+    pub w_rej: Vec<f64>,
+    #[serde(default = "default_depths")]
+    pub depth: Vec<usize>,
+}
+
+fn default_w_rej() -> Vec<f64> {
+    vec![1.0, 3.0, 6.0, 12.0]
+}
+fn default_depths() -> Vec<usize> {
+    (0..=4).collect()
+}
+
+impl Default for SweepConfig {
+    fn default() -> Self {
+        Self { w_rej: default_w_rej(), depth: default_depths() }
+    }
+}
+
+impl TrainConfig {
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
+        let mut cfg: Self = toml::from_str(&text).with_context(|| format!("config {}", path.display()))?;
+        let base = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        cfg.data.train = resolve_path(&cfg.data.train, base);
+        cfg.data.dev = resolve_path(&cfg.data.dev, base);
+        cfg.output.dir = resolve_path(&cfg.output.dir, base);
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let o = &self.optim;
+        if !(o.lr > 0.0) || o.epochs == 0 || o.batch_size == 0 || !(0.0..1.0).contains(&o.warmup_ratio) || o.weight_decay < 0.0 {
+            bail!("[optim] needs lr > 0, epochs >= 1, batch_size >= 1, 0 <= warmup_ratio < 1, weight_decay >= 0");
+        }
+        if self.loss.w_acc <= 0.0 || self.loss.w_rej <= 0.0 {
+            bail!("[loss] weights must be positive");
+        }
+        Ok(())
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a config always serialises")
+    }
+}
