@@ -36,6 +36,9 @@ enum Command {
     /// Build a SpecDec++ token-mixing acceptance dataset from a target/draft pair (config
     /// driven, resumable, shardable over machines); `merge` joins parts, `summary` reports.
     Datagen(specx_datagen::cli::DatagenArgs),
+    /// Train SpecDec++ acceptance heads (weighted BCE, burn) on datagen runs; `--sweep` trains
+    /// the paper's w_rej x depth grid and writes a summary table.
+    Train(specx_trainer::cli::TrainArgs),
 }
 
 #[derive(Args)]
@@ -84,8 +87,7 @@ fn run_decode(a: DecodeArgs) -> Result<()> {
         MethodKind::Specdec => Method::SpecDec { k: a.k },
         MethodKind::Specdecpp => {
             let spec = a.head.as_deref().context("--method specdecpp needs --head DIR (or --head random for an untrained head)")?;
-            let hidden = draft.as_ref().map(|d| d.model.config().hidden_size).unwrap_or(0);
-            let head = load_head(spec, hidden, &device)?;
+            let head = load_head(spec, draft.as_ref().context("specdecpp needs the draft model")?, &device)?;
             Method::SpecDecPP { head, threshold: a.threshold.unwrap_or(0.7), min: a.min, max: a.max }
         }
         MethodKind::Confidence => Method::Confidence { threshold: a.threshold.unwrap_or(0.5) as f32, min: a.min, max: a.max },
@@ -216,5 +218,6 @@ fn main() -> Result<()> {
         Command::Bench(a) => specx_eval::bench::run(a),
         Command::BenchDecode(a) => specx_eval::decode_bench::run(a),
         Command::Datagen(a) => specx_datagen::cli::run_cli(a),
+        Command::Train(a) => specx_trainer::cli::run_cli(a),
     }
 }

@@ -250,7 +250,9 @@ impl DatagenConfig {
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
         let mut cfg = Self::parse(&text, path)?;
-        let base = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let base = std::env::current_dir().map(|cwd| cwd.join(dir)).unwrap_or_else(|_| dir.to_path_buf());
+        let base = base.as_path();
         cfg.resolve(base);
         Ok(cfg)
     }

@@ -5,7 +5,7 @@ use specx_decoder::spec::{
     generate_autoregressive, generate_speculative, AcceptanceHead, ConfidencePolicy, FixedK, Generation, HeadPolicy,
     PlainDrafter, RejectionSampler, SpecConfig, StopPolicy,
 };
-use specx_decoder::{Device, Transformer};
+use specx_decoder::{Device, LoadedModel, Transformer};
 use std::path::Path;
 
 /// Method names on the command line.
@@ -33,7 +33,8 @@ pub enum Method {
 
 /// Loads an acceptance head: a checkpoint directory, or `random[:SEED]` for a randomly
 /// initialised head (for testing the pipeline before a head is trained).
-pub fn load_head(spec: &str, hidden_size: usize, device: &Device) -> Result<AcceptanceHead> {
+pub fn load_head(spec: &str, draft: &LoadedModel, device: &Device) -> Result<AcceptanceHead> {
+    let hidden_size = draft.model.config().hidden_size;
     if let Some(rest) = spec.strip_prefix("random") {
         let seed: u64 = rest.strip_prefix(':').map_or(Ok(0), str::parse).context("--head random:SEED needs an integer seed")?;
         device.seed(seed);
@@ -42,6 +43,13 @@ pub fn load_head(spec: &str, hidden_size: usize, device: &Device) -> Result<Acce
     let (head, hs) = AcceptanceHead::load(Path::new(spec), device)?;
     if hs.hidden_size != hidden_size {
         bail!("head {spec} reads hidden states of size {}, the draft model has {hidden_size}", hs.hidden_size);
+    }
+    // A head only means something on the hidden states of the draft it was trained on.
+    if let Some(trained_on) = &hs.draft_model_sha256 {
+        let this = draft.weights_sha256()?;
+        if *trained_on != this {
+            bail!("head {spec} was trained on the hidden states of another draft model (sha256 {}), not {} (sha256 {})", &trained_on[..12.min(trained_on.len())], draft.path.display(), &this[..12]);
+        }
     }
     Ok(head)
 }

@@ -6,6 +6,7 @@
 //! with a reliability table), [`schedule`] the warmup + cosine learning rate, [`train`] the
 //! resumable loop with the best-dev checkpoint.
 
+pub mod cli;
 pub mod config;
 pub mod data;
 pub mod loss;
