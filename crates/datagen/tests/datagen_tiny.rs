@@ -8,7 +8,7 @@ use specx_datagen::config::DatagenConfig;
 use specx_datagen::manifest::{Manifest, Part};
 use specx_datagen::run::{run, select_prompts, RunOptions};
 use specx_datagen::shard::{read_features, read_tokens};
-use specx_decoder::synthetic::{char_tokenizer_json, random_weights, tiny_qwen2, word_tokenizer_json, write_hf_dir, StDtype, CHAR_VOCAB};
+use specx_decoder::synthetic::{random_weights, tiny_qwen2, word_tokenizer_json, write_hf_dir, StDtype, CHAR_VOCAB};
 use specx_decoder::{default_device, load_model, LoadedModel};
 use std::path::{Path, PathBuf};
 
@@ -20,22 +20,9 @@ fn tiny_config() -> PathBuf {
     manifest_dir().join("../../configs/datagen-tiny.toml")
 }
 
-/// Writes the tiny pair: a target, and a draft = target weights + noise (so that labels
-/// spread over (0, 1) instead of being near 0 as for two unrelated models).
+/// The tiny pair: target + (draft = target + noise), character-level tokenizer.
 fn write_pair(root: &Path) -> (PathBuf, PathBuf) {
-    let cfg = tiny_qwen2(CHAR_VOCAB);
-    let w = random_weights(&cfg, 7);
-    let noise = random_weights(&cfg, 8);
-    let mut draft = w.clone();
-    for (name, t) in draft.iter_mut() {
-        for (v, n) in t.data.iter_mut().zip(&noise[name].data) {
-            *v += 0.35 * n;
-        }
-    }
-    let (t, d) = (root.join("target"), root.join("draft"));
-    write_hf_dir(&t, &cfg, &w, StDtype::F32, 1, &char_tokenizer_json()).unwrap();
-    write_hf_dir(&d, &cfg, &draft, StDtype::F32, 1, &char_tokenizer_json()).unwrap();
-    (d, t)
+    specx_decoder::synthetic::write_tiny_char_pair(root, 7, 0.35).unwrap()
 }
 
 fn args(out: &Path, draft: &Path, target: &Path) -> DatagenArgs {

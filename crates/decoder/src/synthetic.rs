@@ -121,6 +121,26 @@ pub fn char_tokenizer_json() -> String {
     .to_string()
 }
 
+/// Writes a tiny character-level pair under `root` (`target/`, `draft/` HF directories): a
+/// Qwen2-shaped target with seeded random weights and a draft equal to the target plus noise
+/// (`noise` times other random weights), so acceptance labels spread over (0, 1) instead of
+/// sitting near 0 as for two unrelated models. Returns (draft, target).
+pub fn write_tiny_char_pair(root: &Path, seed: u64, noise: f32) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let cfg = tiny_qwen2(CHAR_VOCAB);
+    let w = random_weights(&cfg, seed);
+    let perturbation = random_weights(&cfg, seed + 1);
+    let mut draft = w.clone();
+    for (name, t) in draft.iter_mut() {
+        for (v, n) in t.data.iter_mut().zip(&perturbation[name].data) {
+            *v += noise * n;
+        }
+    }
+    let (t, d) = (root.join("target"), root.join("draft"));
+    write_hf_dir(&t, &cfg, &w, StDtype::F32, 1, &char_tokenizer_json())?;
+    write_hf_dir(&d, &cfg, &draft, StDtype::F32, 1, &char_tokenizer_json())?;
+    Ok((d, t))
+}
+
 /// Storage dtype of a synthetic safetensors file.
 #[derive(Clone, Copy, Debug)]
 pub enum StDtype {

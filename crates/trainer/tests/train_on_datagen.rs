@@ -1,0 +1,64 @@
+//! `specx train` on real datagen output: tiny synthetic pair, train and dev runs made by
+//! `specx datagen` from disjoint Alpaca splits, the head checkpoint records their draft.
+
+use specx_datagen::cli::{effective_config, DatagenArgs};
+use specx_datagen::manifest::Manifest;
+use specx_datagen::run::{run, RunOptions};
+use specx_decoder::synthetic::write_tiny_char_pair;
+use specx_trainer::config::TrainConfig;
+use specx_trainer::train::{train, TrainOptions};
+use std::path::{Path, PathBuf};
+
+fn configs() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from).join("../../configs")
+}
+
+/// A datagen run of the tiny config on `split` into `out`.
+fn datagen(out: &Path, draft: &Path, target: &Path, split: &str) -> Manifest {
+    let args = DatagenArgs {
+        command: None,
+        config: Some(configs().join("datagen-tiny.toml")),
+        out: Some(out.to_path_buf()),
+        shard: None,
+        limit: Some(6),
+        batch_size: None,
+        max_new_tokens: Some(16),
+        draft: Some(draft.to_path_buf()),
+        target: Some(target.to_path_buf()),
+        max_shards: None,
+        no_progress: true,
+    };
+    let mut cfg = effective_config(&args).unwrap();
+    cfg.prompts.split = split.into();
+    run(&cfg, &RunOptions::default()).unwrap()
+}
+
+#[test]
+fn trains_on_datagen_runs_and_refuses_mixed_drafts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (draft, target) = write_tiny_char_pair(&tmp.path().join("pair"), 7, 0.35).unwrap();
+    let train_run = datagen(&tmp.path().join("train"), &draft, &target, "train");
+    let dev_run = datagen(&tmp.path().join("dev"), &draft, &target, "dev");
+    let text = format!(
+        "[data]\ntrain = {:?}\ndev = {:?}\n[head]\ndepth = 1\n[optim]\nlr = 0.001\nepochs = 2\n[output]\ndir = {:?}\n",
+        tmp.path().join("train").display().to_string(),
+        tmp.path().join("dev").display().to_string(),
+        tmp.path().join("head").display().to_string()
+    );
+    let cfg: TrainConfig = toml::from_str(&text).unwrap();
+    let state = train(&cfg, &TrainOptions::default()).unwrap();
+    assert_eq!(state.train_rows as u64, train_run.summary.labelled_rows);
+    assert_eq!(state.dev_rows as u64, dev_run.summary.labelled_rows);
+    let spec: serde_json::Value = serde_json::from_slice(&std::fs::read(tmp.path().join("head/head.json")).unwrap()).unwrap();
+    assert_eq!(spec["draft_model_sha256"], train_run.draft.sha256.as_str());
+    assert_eq!(spec["hidden_size"], 32);
+
+    // A dev run made with another draft model is refused.
+    let (other_draft, _) = write_tiny_char_pair(&tmp.path().join("other"), 7, 0.5).unwrap();
+    datagen(&tmp.path().join("dev2"), &other_draft, &target, "dev");
+    let mut mixed = cfg.clone();
+    mixed.data.dev = tmp.path().join("dev2");
+    mixed.output.dir = tmp.path().join("head2");
+    let e = format!("{:#}", train(&mixed, &TrainOptions::default()).unwrap_err());
+    assert!(e.contains("different draft models"), "{e}");
+}
