@@ -3,7 +3,7 @@
 # (decode/prefill speed of draft and target against this machine's memory-bandwidth bound)
 # and a short streamed generation with the target, then build the SpecDec++ acceptance
 # datasets on the Alpaca train and dev splits (about 18 + 9 minutes here; resumable: a second
-# run only checks the finished shards).
+# run only checks the finished shards) and train the default acceptance head on them (~20 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/specx/target}"
@@ -16,3 +16,4 @@ models="${SPECX_MODELS:-$HOME/.cache/specx/models}"
   --prompt "Write a Python function that returns the n-th Fibonacci number." --max-new-tokens 64
 "$specx" datagen --config configs/datagen-qwen-alpaca.toml --no-progress
 "$specx" datagen --config configs/datagen-qwen-alpaca-dev.toml --no-progress
+"$specx" train --config configs/train-qwen-alpaca.toml --no-progress

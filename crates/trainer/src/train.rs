@@ -111,7 +111,7 @@ pub fn train_on(cfg: &TrainConfig, train_set: &LabelledSet, dev_set: &LabelledSe
     let optim_config = AdamWConfig::new().with_weight_decay(cfg.optim.weight_decay as f32);
     let (mut head, mut optim, mut state) = if state_path.exists() {
         let state: TrainState = serde_json::from_slice(&std::fs::read(&state_path)?).with_context(|| format!("{}: malformed", state_path.display()))?;
-        if state.config != *cfg {
+        if !same_setup(&state.config, cfg) {
             bail!("{} holds a training run with another config; use another output dir or delete it", dir.display());
         }
         let epoch_dir = last.join(format!("epoch-{}", state.epochs_done));
@@ -186,6 +186,14 @@ pub fn train_on(cfg: &TrainConfig, train_set: &LabelledSet, dev_set: &LabelledSe
         epochs_this_run += 1;
     }
     Ok(state)
+}
+
+/// Whether two configs describe the same training run (where the checkpoints go does not
+/// matter: a checkpoint directory may be moved or given with `--out`).
+fn same_setup(a: &TrainConfig, b: &TrainConfig) -> bool {
+    let mut a = a.clone();
+    a.output.dir = b.output.dir.clone();
+    a == *b
 }
 
 /// Writes `last/epoch-N/` in full, then points `last/state.json` at it, then removes older
