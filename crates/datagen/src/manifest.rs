@@ -73,11 +73,15 @@ pub struct Manifest {
 
 impl Manifest {
     /// What must agree for two directories to hold parts of the same dataset (or for a run to
-    /// resume into an existing directory): everything except where the output goes, which
-    /// part it is, and what has been written so far.
+    /// resume into an existing directory): the settings and the checksums of the models, the
+    /// tokenizers and the prompts. Not where files live (a moved project or a part made on
+    /// another machine still matches), which part it is, or what has been written so far.
     pub fn identity(&self) -> serde_json::Value {
         let mut c = self.config.clone();
         c.output.dir = PathBuf::new();
+        c.models.draft = PathBuf::new();
+        c.models.target = PathBuf::new();
+        c.prompts.path = PathBuf::new();
         serde_json::json!({
             "format": self.format,
             "config": c,

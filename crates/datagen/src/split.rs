@@ -24,6 +24,13 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
 
+    /// Fisher-Yates shuffle of `items` in place.
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.below(i + 1));
+        }
+    }
+
     /// Uniform in `0..n` (Lemire's multiply-shift; the bias is below 2^-40 for our sizes).
     pub fn below(&mut self, n: usize) -> usize {
         ((self.next_u64() as u128 * n as u128) >> 64) as usize
@@ -92,10 +99,7 @@ impl SplitSpec {
             bail!("split '{}' has no size in {:?}", self.name, self.sizes);
         }
         let mut order: Vec<usize> = (0..n).collect();
-        let mut rng = SplitMix64::new(self.seed);
-        for i in (1..n).rev() {
-            order.swap(i, rng.below(i + 1));
-        }
+        SplitMix64::new(self.seed).shuffle(&mut order);
         let start: usize = self.sizes[..part].iter().sum();
         Ok(order[start..start + self.sizes[part]].to_vec())
     }

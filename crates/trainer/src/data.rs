@@ -67,10 +67,7 @@ impl LabelledSet {
     /// the same seed always giving the same order); the last batch may be short.
     pub fn batches(&self, batch_size: usize, seed: u64) -> Vec<Vec<usize>> {
         let mut order: Vec<usize> = (0..self.len()).collect();
-        let mut rng = SplitMix64::new(seed);
-        for i in (1..order.len()).rev() {
-            order.swap(i, rng.below(i + 1));
-        }
+        SplitMix64::new(seed).shuffle(&mut order);
         order.chunks(batch_size.max(1)).map(<[usize]>::to_vec).collect()
     }
 
