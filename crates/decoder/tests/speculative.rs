@@ -49,7 +49,7 @@ fn policies(hidden: usize) -> Vec<(String, Box<dyn StopPolicy>)> {
     }
     v.push(("confidence 0.5".into(), Box::new(ConfidencePolicy { threshold: 0.5, min_candidates: 1, max_candidates: 6 })));
     for (i, h) in [0.2, 0.7].into_iter().enumerate() {
-        let head = AcceptanceHead::init(hidden, 2, i == 0, &default_device());
+        let head = AcceptanceHead::init_seeded(hidden, 2, i == 0, i as u64, &default_device());
         v.push((format!("head h={h}"), Box::new(HeadPolicy::new(head, h, 1, 20))));
     }
     v
@@ -292,7 +292,7 @@ fn head_checkpoints_round_trip() {
     let dir = tempfile::tempdir().unwrap();
     let device = default_device();
     for (depth, tied) in [(0, false), (3, true), (2, false)] {
-        let head = AcceptanceHead::init(16, depth, tied, &device);
+        let head = AcceptanceHead::init_seeded(16, depth, tied, depth as u64, &device);
         let spec = HeadSpec { hidden_size: 16, depth, tied, draft_model_sha256: Some("abc".into()), training: serde_json::json!({"w_rej": 6}) };
         let path = dir.path().join(format!("h{depth}{tied}"));
         head.save(&path, &spec).unwrap();
@@ -307,7 +307,7 @@ fn head_checkpoints_round_trip() {
 #[test]
 fn head_policy_follows_the_threshold_rule() {
     let device = default_device();
-    let head = AcceptanceHead::init(4, 1, false, &device);
+    let head = AcceptanceHead::init_seeded(4, 1, false, 9, &device);
     let h = [0.3f32, -0.2, 0.5, 0.1];
     let p = head.accept_probability(&h).unwrap();
     // Stop at the first index i where 1 - p^i > threshold (and within [min, max]).

@@ -37,8 +37,7 @@ pub fn load_head(spec: &str, draft: &LoadedModel, device: &Device) -> Result<Acc
     let hidden_size = draft.model.config().hidden_size;
     if let Some(rest) = spec.strip_prefix("random") {
         let seed: u64 = rest.strip_prefix(':').map_or(Ok(0), str::parse).context("--head random:SEED needs an integer seed")?;
-        device.seed(seed);
-        return Ok(AcceptanceHead::init(hidden_size, 3, false, device));
+        return Ok(AcceptanceHead::init_seeded(hidden_size, 3, false, seed, device));
     }
     let (head, hs) = AcceptanceHead::load(Path::new(spec), device)?;
     if hs.hidden_size != hidden_size {

@@ -121,8 +121,7 @@ pub fn train_on(cfg: &TrainConfig, train_set: &LabelledSet, dev_set: &LabelledSe
         eprintln!("resuming {} after epoch {}", dir.display(), state.epochs_done);
         (head, optim, state)
     } else {
-        device.seed(cfg.seed);
-        let head = AcceptanceHead::init(train_set.hidden, cfg.head.depth, cfg.head.tied, &device);
+        let head = AcceptanceHead::init_seeded(train_set.hidden, cfg.head.depth, cfg.head.tied, cfg.seed, &device);
         let state = TrainState {
             config: cfg.clone(),
             epochs_done: 0,

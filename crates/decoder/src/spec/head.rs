@@ -10,7 +10,7 @@
 use crate::fsutil::write_atomic;
 use anyhow::{bail, ensure, Context, Result};
 use burn::module::{Module, Param};
-use burn::nn::{Linear, LinearConfig};
+use burn::nn::Linear;
 use burn::tensor::activation::{sigmoid, silu};
 use burn::tensor::{Device, Tensor, TensorData};
 use safetensors::tensor::{Dtype, TensorView};
@@ -42,12 +42,22 @@ pub struct AcceptanceHead {
 }
 
 impl AcceptanceHead {
-    /// A randomly initialised head (burn's default initialisers; seed burn's RNG for
-    /// reproducibility).
-    pub fn init(hidden_size: usize, depth: usize, tied: bool, device: &Device) -> Self {
+    /// A head initialised as PyTorch's `nn.Linear` does (weights and biases uniform in
+    /// +-1/sqrt(fan_in)) from its own generator seeded with `seed`: the same seed gives the
+    /// same head whatever else runs in the process (burn's device RNG is shared global state).
+    pub fn init_seeded(hidden_size: usize, depth: usize, tied: bool, seed: u64, device: &Device) -> Self {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let bound = 1.0 / (hidden_size as f32).sqrt();
+        let mut linear = |out: usize| {
+            let mut uniform = |n: usize| (0..n).map(|_| bound * (2.0 * rng.random::<f32>() - 1.0)).collect::<Vec<f32>>();
+            let w = Tensor::<2>::from_data(TensorData::new(uniform(out * hidden_size), [hidden_size, out]), device);
+            let b = Tensor::<1>::from_data(TensorData::new(uniform(out), [out]), device);
+            Linear { weight: Param::from_tensor(w), bias: Some(Param::from_tensor(b)) }
+        };
         let n_blocks = if tied { depth.min(1) } else { depth };
-        let blocks = (0..n_blocks).map(|_| LinearConfig::new(hidden_size, hidden_size).init(device)).collect();
-        Self { blocks, out: LinearConfig::new(hidden_size, 1).init(device), depth }
+        let blocks = (0..n_blocks).map(|_| linear(hidden_size)).collect();
+        Self { blocks, out: linear(1), depth }
     }
 
     pub fn depth(&self) -> usize {
