@@ -103,9 +103,11 @@ struct Active {
     done: bool,
 }
 
-/// Runs the passes over `prompts` (in order, `settings.batch_size` at a time) and returns one
-/// [`PromptData`] per prompt in input order. `on_step` is called after each step with the number of
-/// response tokens it produced and of prompts it finished (for progress bars).
+/// Runs the passes over `prompts`, admitting them in order, `settings.batch_size` in flight.
+/// Each finished prompt goes to `on_done`, which returns false to stop early (the prompts
+/// still in flight are dropped). `on_step` is called after each step with the number of
+/// response tokens it produced and of prompts it finished (for progress bars). Every prompt's
+/// data depend only on the prompt, the models and the seed: not on batching or order.
 pub fn run_passes(
     target: &Transformer,
     draft: &Transformer,
@@ -113,7 +115,8 @@ pub fn run_passes(
     settings: &PassSettings,
     times: &mut PassTimes,
     on_step: &mut dyn FnMut(usize, usize),
-) -> Result<Vec<PromptData>> {
+    on_done: &mut dyn FnMut(PromptData) -> Result<bool>,
+) -> Result<()> {
     let max_pos = target.config().max_position_embeddings.min(draft.config().max_position_embeddings);
     for p in prompts {
         if p.tokens.is_empty() {
@@ -123,7 +126,6 @@ pub fn run_passes(
             bail!("prompt {} ({} tokens) + {} new tokens exceeds the models' context of {max_pos}", p.id, p.tokens.len(), settings.max_new_tokens);
         }
     }
-    let mut results: Vec<Option<PromptData>> = vec![None; prompts.len()];
     let mut active: Vec<Active> = Vec::new();
     let mut next = 0;
     loop {
@@ -149,21 +151,17 @@ pub fn run_passes(
         times.steps += 1;
         times.step_rows += active.len() as u64;
         let produced = active.len();
-        let mut finished = 0;
-        let mut still = Vec::with_capacity(active.len());
-        for a in active.drain(..) {
-            if a.done {
-                let p = &prompts[a.input];
-                results[a.input] = Some(PromptData { index: p.index, id: p.id.clone(), prompt_len: p.tokens.len(), positions: a.positions, draws: a.draws });
-                finished += 1;
-            } else {
-                still.push(a);
+        let (done, still): (Vec<Active>, Vec<Active>) = active.drain(..).partition(|a| a.done);
+        active = still;
+        on_step(produced, done.len());
+        for a in done {
+            let p = &prompts[a.input];
+            if !on_done(PromptData { index: p.index, id: p.id.clone(), prompt_len: p.tokens.len(), positions: a.positions, draws: a.draws })? {
+                return Ok(());
             }
         }
-        active = still;
-        on_step(produced, finished);
     }
-    Ok(results.into_iter().map(|r| r.expect("every prompt finishes")).collect())
+    Ok(())
 }
 
 /// Feeds X_t to the target for every unfinished sequence; stores p_{t+1}.
@@ -220,10 +218,9 @@ fn draft_step(draft: &Transformer, active: &mut [Active]) -> Result<()> {
 
 /// Logits of `rows` hidden states `[rows, hidden]` as host vectors.
 fn logits_rows(model: &Transformer, hidden: burn::tensor::Tensor<2>, rows: usize) -> Vec<Vec<f32>> {
-    let [r, h] = hidden.dims();
-    debug_assert_eq!(r, rows);
-    let logits = model.logits(hidden.reshape([1, r, h]));
-    let v = logits.dims()[2];
+    debug_assert_eq!(hidden.dims()[0], rows);
+    let logits = model.logits_ragged(hidden);
+    let v = logits.dims()[1];
     let flat = logits.into_data().try_to_vec::<f32>().expect("f32 logits");
     flat.chunks_exact(v).map(<[f32]>::to_vec).collect()
 }

@@ -154,49 +154,60 @@ pub fn run(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manifest> {
         eos: target.eos_ids.clone(),
     };
     let mut times = PassTimes::default();
-    let mut written = 0;
     let mut tokens_done = 0usize;
     let gen_start = Instant::now();
+    // Finished shards are kept; the prompts of the others form one queue, so the batch stays
+    // full across shard boundaries (the data do not depend on batching: see run_passes).
+    let mut todo = Vec::new();
     for &k in &mine {
-        let first = k * per_shard;
-        let shard_inputs = &inputs[first..(first + per_shard).min(inputs.len())];
         if let Some(rec) = finished_shard(dir, k)? {
             bar.inc(rec.prompt_count as u64);
             manifest.shards.retain(|s| s.index != k);
             manifest.shards.push(rec);
-            continue;
+        } else {
+            todo.push(k);
         }
-        if opts.max_new_shards.is_some_and(|m| written >= m) {
-            break;
+    }
+    if let Some(m) = opts.max_new_shards {
+        todo.truncate(m);
+    }
+    let shard_range = |k: usize| k * per_shard..((k + 1) * per_shard).min(inputs.len());
+    let queue: Vec<PromptInput> = todo.iter().flat_map(|&k| inputs[shard_range(k)].iter().cloned()).collect();
+    let mut pending: std::collections::BTreeMap<usize, Vec<crate::generation::PromptData>> = todo.iter().map(|&k| (k, Vec::new())).collect();
+    let mut written = 0;
+    let mut last_write = Instant::now();
+    let mut on_step = |tokens: usize, finished: usize| {
+        tokens_done += tokens;
+        bar.inc(finished as u64);
+        let rate = format!("{:.1} response tok/s", tokens_done as f64 / gen_start.elapsed().as_secs_f64());
+        // Without a terminal (logs, CI) the bar is hidden: a line per 10 finished prompts.
+        if bar.is_hidden() && finished > 0 && bar.position() / 10 != (bar.position() - finished as u64) / 10 {
+            eprintln!("{}/{} prompts, {tokens_done} response tokens, {rate}, {:.0} s", bar.position(), my_prompts, gen_start.elapsed().as_secs_f64());
         }
-        let t0 = Instant::now();
-        let mut on_step = |tokens: usize, finished: usize| {
-            tokens_done += tokens;
-            bar.inc(finished as u64);
-            let rate = format!("{:.1} response tok/s", tokens_done as f64 / gen_start.elapsed().as_secs_f64());
-            // Without a terminal (logs, CI) the bar is hidden: a line per 10 finished prompts.
-            if bar.is_hidden() && finished > 0 && bar.position() / 10 != (bar.position() - finished as u64) / 10 {
-                eprintln!("{}/{} prompts, {tokens_done} response tokens, {rate}, {:.0} s", bar.position(), my_prompts, gen_start.elapsed().as_secs_f64());
-            }
-            bar.set_message(rate);
-        };
-        let data = run_passes(&target.model, &draft.model, shard_inputs, &settings, &mut times, &mut on_step)?;
-        let rec = write_shard(dir, k, first, &data, manifest.hidden_size, cfg.output.features_dtype, t0.elapsed().as_secs_f64())?;
+        bar.set_message(rate);
+    };
+    let mut on_done = |data: crate::generation::PromptData| -> Result<bool> {
+        let k = data.index / per_shard;
+        let buffer = pending.get_mut(&k).expect("prompts come from pending shards");
+        buffer.push(data);
+        if buffer.len() < shard_range(k).len() {
+            return Ok(true);
+        }
+        let mut data = pending.remove(&k).expect("just used");
+        data.sort_by_key(|d| d.index);
+        let rec = write_shard(dir, k, k * per_shard, &data, manifest.hidden_size, cfg.output.features_dtype, last_write.elapsed().as_secs_f64())?;
+        last_write = Instant::now();
         if bar.is_hidden() {
-            eprintln!(
-                "shard {k}: {} prompts, {} response tokens, {} labelled rows in {:.1} s",
-                rec.prompt_count,
-                rec.stats.response_tokens,
-                rec.labelled_rows,
-                rec.seconds
-            );
+            eprintln!("shard {k}: {} prompts, {} response tokens, {} labelled rows", rec.prompt_count, rec.stats.response_tokens, rec.labelled_rows);
         }
         written += 1;
         manifest.shards.push(rec);
         manifest.refresh_summary();
         manifest.seconds = base_seconds + started.elapsed().as_secs_f64();
         manifest.write(dir)?;
-    }
+        Ok(!pending.is_empty())
+    };
+    run_passes(&target.model, &draft.model, &queue, &settings, &mut times, &mut on_step, &mut on_done)?;
     bar.finish_and_clear();
     manifest.refresh_summary();
     manifest.complete = mine.iter().all(|k| manifest.shards.iter().any(|s| s.index == *k));

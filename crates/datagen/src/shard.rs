@@ -43,7 +43,8 @@ pub struct ShardRecord {
     pub stats: LabelStats,
     pub tokens: FileRecord,
     pub features: FileRecord,
-    /// Seconds spent producing the shard (not part of the data).
+    /// Seconds since the previous shard of the run was written (prompts of neighbouring shards
+    /// are generated together, so this is a share of the wall time; not part of the data).
     pub seconds: f64,
 }
 

@@ -143,12 +143,14 @@ fn datagen_on_a_tiny_pair() {
     assert!(checked_labels > 200 && checked_features > 150, "{checked_labels} labels, {checked_features} features");
     assert!(spread.iter().all(|&c| c > 5), "labels should spread over [0, 1]: {spread:?}");
 
-    // --- batching changes nothing: one prompt at a time gives the same bytes ----------------
-    // (every projection of these steps runs the row-order-independent kernel, <= 32 rows)
-    let mut one = cfg.clone();
-    one.generation.batch_size = 1;
-    one.output.dir = tmp.path().join("batch1");
-    assert_eq!(data_files(&run(&one, &opts(None, None)).unwrap()), data_files(&full));
+    // --- batching changes nothing: one prompt at a time, or 16 at a time across shard
+    // boundaries (16 + 2 x 16 = 48 draft rows per step, past one kernel chunk), same bytes ----
+    for batch in [1, 16] {
+        let mut other = cfg.clone();
+        other.generation.batch_size = batch;
+        other.output.dir = tmp.path().join(format!("batch{batch}"));
+        assert_eq!(data_files(&run(&other, &opts(None, None)).unwrap()), data_files(&full), "batch size {batch}");
+    }
 
     // --- token mixing ratio over the whole run -----------------------------------------------
     let rows: u64 = full.shards.iter().map(|s| s.rows).sum();

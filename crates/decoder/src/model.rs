@@ -81,6 +81,27 @@ struct Linear {
 }
 
 impl Linear {
+    /// Like [`Linear::forward`], but on the CPU every row goes through the few-row kernel (in
+    /// chunks of at most [`HOST_KERNEL_MAX_ROWS`]), whose per-row result does not depend on the
+    /// other rows: a sequence's numbers are the same whatever it is batched with.
+    fn forward_row_invariant(&self, x: Tensor<3>) -> Tensor<3> {
+        let [b, n, k] = x.dims();
+        let m = b * n;
+        if self.host.is_none() || m <= HOST_KERNEL_MAX_ROWS {
+            return self.forward(x);
+        }
+        let rows = x.reshape([m, k]);
+        let chunks: Vec<Tensor<3>> = (0..m)
+            .step_by(HOST_KERNEL_MAX_ROWS)
+            .map(|start| {
+                let end = (start + HOST_KERNEL_MAX_ROWS).min(m);
+                self.forward(rows.clone().slice([start..end, 0..k]).reshape([1, end - start, k]))
+            })
+            .collect();
+        let out = self.weight.dims()[0];
+        Tensor::cat(chunks, 1).reshape([b, n, out])
+    }
+
     fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         let [b, n, k] = x.dims();
         let out = self.weight.dims()[0];
@@ -229,12 +250,17 @@ impl Attention {
 
 impl Mlp {
     fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        self.forward_with(x, Linear::forward)
+    }
+
+    /// The MLP with `project` applying each linear map.
+    fn forward_with(&self, x: Tensor<3>, project: fn(&Linear, Tensor<3>) -> Tensor<3>) -> Tensor<3> {
         let [b, n, _] = x.dims();
         let i = self.intermediate;
-        let gu = self.gate_up.forward(x);
+        let gu = project(&self.gate_up, x);
         let gate = gu.clone().slice([0..b, 0..n, 0..i]);
         let up = gu.slice([0..b, 0..n, i..2 * i]);
-        self.down.forward(silu(gate) * up)
+        project(&self.down, silu(gate) * up)
     }
 }
 
@@ -376,8 +402,10 @@ impl Transformer {
     /// number >= 1) and its own single-sequence cache, possibly of different lengths. The
     /// projections and the MLP run once over all rows (one pass over the weights for the whole
     /// batch, which is what makes batched generation pay on a bandwidth-bound CPU); attention
-    /// runs per sequence against its own cache. Returns the final hidden states of all new
-    /// rows, `[rows, hidden]`, sequence after sequence in input order.
+    /// runs per sequence against its own cache. On the CPU every projection runs the
+    /// row-order-independent kernel (in chunks of at most [`HOST_KERNEL_MAX_ROWS`] rows), so a
+    /// sequence's results are bitwise the same whatever else is in the batch. Returns the final
+    /// hidden states of all new rows, `[rows, hidden]`, sequence after sequence in input order.
     pub fn forward_ragged(&self, seqs: &mut [(&[u32], &mut KvCache)]) -> Result<Tensor<2>> {
         ensure!(!seqs.is_empty(), "a ragged forward needs at least one sequence");
         let vocab = self.cfg.vocab_size as u32;
@@ -407,7 +435,7 @@ impl Transformer {
             start += n;
         }
         for (layer, block) in self.blocks.iter().enumerate() {
-            let qkv = block.attn.qkv.forward(block.attn_norm.forward(x.clone()));
+            let qkv = block.attn.qkv.forward_row_invariant(block.attn_norm.forward(x.clone()));
             let width = qkv.dims()[2];
             let outs: Vec<Tensor<3>> = parts
                 .iter()
@@ -418,13 +446,22 @@ impl Transformer {
                 })
                 .collect();
             let attended = if outs.len() == 1 { outs.into_iter().next().unwrap() } else { Tensor::cat(outs, 1) };
-            x = x + block.attn.o.forward(attended);
-            x = x.clone() + block.mlp.forward(block.mlp_norm.forward(x));
+            x = x + block.attn.o.forward_row_invariant(attended);
+            x = x.clone() + block.mlp.forward_with(block.mlp_norm.forward(x), Linear::forward_row_invariant);
         }
         for (tokens, cache) in seqs.iter_mut() {
             cache.advance(tokens.len());
         }
         Ok(self.norm.forward(x).reshape([rows, hd]))
+    }
+
+    /// Output-head scores of hidden rows `[rows, hidden]` -> `[rows, vocab]`, each row computed
+    /// independently of the others (the companion of [`Transformer::forward_ragged`]).
+    pub fn logits_ragged(&self, hidden: Tensor<2>) -> Tensor<2> {
+        let [r, h] = hidden.dims();
+        let out = self.lm_head.forward_row_invariant(hidden.reshape([1, r, h]));
+        let v = out.dims()[2];
+        out.reshape([r, v])
     }
 
     /// Output-head scores for hidden states `[batch, n, hidden]`.

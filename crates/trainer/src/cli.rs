@@ -46,6 +46,19 @@ fn row(w_rej: f64, depth: usize, s: &TrainState, seconds: f64) -> Vec<String> {
     ]
 }
 
+/// The reliability bins of `m` as a table.
+pub fn reliability_table(m: &crate::metrics::Metrics) -> String {
+    let rows: Vec<Vec<String>> = m
+        .reliability
+        .iter()
+        .map(|b| {
+            let f = |v: f64| if v.is_nan() { "-".to_string() } else { format!("{v:.3}") };
+            vec![format!("[{:.1}, {:.1})", b.lo, b.hi), b.count.to_string(), f(b.mean_predicted), f(b.mean_label)]
+        })
+        .collect();
+    markdown_table(&["predicted", "rows", "mean predicted", "mean label"], &rows)
+}
+
 const HEADER: [&str; 9] = ["w_rej", "depth", "train KL", "dev KL", "dev weighted loss", "dev AUROC", "dev ECE", "best epoch", "seconds"];
 
 pub fn run_cli(a: TrainArgs) -> Result<()> {
@@ -73,6 +86,7 @@ pub fn run_cli(a: TrainArgs) -> Result<()> {
         vec![(cfg.loss.w_rej, cfg.head.depth)]
     };
     let mut rows = Vec::new();
+    let mut last_state = None;
     for (w_rej, depth) in points {
         let mut c = cfg.clone();
         c.loss.w_rej = w_rej;
@@ -83,9 +97,16 @@ pub fn run_cli(a: TrainArgs) -> Result<()> {
         }
         let state = train_on(&c, &train_set, &dev_set, &opts).with_context(|| format!("training w_rej {w_rej}, depth {depth}"))?;
         rows.push(row(w_rej, depth, &state, state.history.iter().map(|r| r.seconds).sum()));
+        last_state = Some(state);
     }
     let table = markdown_table(&HEADER, &rows);
     print!("{table}");
+    if let (false, Some(state)) = (a.sweep, &last_state) {
+        if let Some(best) = state.best() {
+            println!("\ndev reliability at epoch {} (predicted acceptance vs mean label per bin):\n", best.epoch);
+            print!("{}", reliability_table(&best.dev));
+        }
+    }
     if a.sweep {
         let text = format!(
             "# specx train --sweep\n\ntrain {} ({} rows), dev {} ({} rows); metrics of each point's best dev epoch (lowest dev weighted loss).\n\n{table}",
