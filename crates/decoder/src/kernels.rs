@@ -17,23 +17,29 @@ const ROWS_PER_TASK: usize = 32;
 /// that stays in L1/L2 while every row of `x` passes over it.
 const BLOCK: usize = 4;
 
-/// Dot products of one row `x` with the weight rows `ws`, through the widest SIMD path this
-/// CPU has. Every (weight row, x row) pair goes through this one function whatever the number
-/// of rows, so its rounding depends only on the two vectors.
+/// Rows of `x` multiplied together with one block of weight rows: each weight vector loaded
+/// into registers serves this many rows, which is what keeps many-row products compute-bound
+/// instead of load-bound.
+const X_TILE: usize = 3;
+
+/// Dot products of `R` rows `xs` with the weight rows `ws`, through the widest SIMD path this
+/// CPU has. Every (weight row, x row) pair gets the same arithmetic whatever the tile size or
+/// the number of rows, so its rounding depends only on the two vectors.
 #[inline(always)]
-fn dots(ws: [&[f32]; BLOCK], x: &[f32]) -> [f32; BLOCK] {
+fn dots<const R: usize>(ws: [&[f32]; BLOCK], xs: [&[f32]; R]) -> [[f32; BLOCK]; R] {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: the CPU supports AVX-512F (checked above); lengths are checked inside.
-            return unsafe { x86::dots_avx512(ws, x) };
+            return unsafe { x86::dots_avx512(ws, xs) };
         }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // AVX2 has 16 registers: one x row at a time fills them.
             // SAFETY: the CPU supports AVX2 and FMA (checked above).
-            return unsafe { x86::dots_avx2(ws, x) };
+            return xs.map(|x| unsafe { x86::dots_avx2(ws, x) });
         }
     }
-    ws.map(|w| dot_portable(w, x))
+    xs.map(|x| ws.map(|w| dot_portable(w, x)))
 }
 
 /// Portable fallback: independent lane accumulators and a fixed pairwise reduction.
@@ -62,36 +68,47 @@ mod x86 {
     use super::BLOCK;
     use std::arch::x86_64::*;
 
-    /// Two 16-lane FMA accumulators per weight row over 32-value steps; scalar tail.
+    /// Two 16-lane FMA accumulators per (x row, weight row) pair over 32-value steps, then
+    /// a scalar tail. Each loaded weight vector is used for all `R` rows of `x`.
     #[target_feature(enable = "avx512f")]
-    pub unsafe fn dots_avx512(ws: [&[f32]; BLOCK], x: &[f32]) -> [f32; BLOCK] {
-        let k = x.len();
-        for w in &ws {
-            assert_eq!(w.len(), k);
+    pub unsafe fn dots_avx512<const R: usize>(ws: [&[f32]; BLOCK], xs: [&[f32]; R]) -> [[f32; BLOCK]; R] {
+        let k = ws[0].len();
+        for v in ws.iter().chain(xs.iter()) {
+            assert_eq!(v.len(), k);
         }
         let body = k / 32 * 32;
-        let mut a0 = [_mm512_setzero_ps(); BLOCK];
-        let mut a1 = [_mm512_setzero_ps(); BLOCK];
+        let mut a0 = [[_mm512_setzero_ps(); BLOCK]; R];
+        let mut a1 = [[_mm512_setzero_ps(); BLOCK]; R];
         let mut i = 0;
         while i < body {
-            // SAFETY: i + 32 <= body <= k for x and every weight row.
+            // SAFETY: i + 32 <= body <= k for every weight row and every x row.
             unsafe {
-                let x0 = _mm512_loadu_ps(x.as_ptr().add(i));
-                let x1 = _mm512_loadu_ps(x.as_ptr().add(i + 16));
-                for r in 0..BLOCK {
-                    a0[r] = _mm512_fmadd_ps(_mm512_loadu_ps(ws[r].as_ptr().add(i)), x0, a0[r]);
-                    a1[r] = _mm512_fmadd_ps(_mm512_loadu_ps(ws[r].as_ptr().add(i + 16)), x1, a1[r]);
+                let w0: [__m512; BLOCK] = std::array::from_fn(|r| _mm512_loadu_ps(ws[r].as_ptr().add(i)));
+                for j in 0..R {
+                    let x0 = _mm512_loadu_ps(xs[j].as_ptr().add(i));
+                    for r in 0..BLOCK {
+                        a0[j][r] = _mm512_fmadd_ps(w0[r], x0, a0[j][r]);
+                    }
+                }
+                let w1: [__m512; BLOCK] = std::array::from_fn(|r| _mm512_loadu_ps(ws[r].as_ptr().add(i + 16)));
+                for j in 0..R {
+                    let x1 = _mm512_loadu_ps(xs[j].as_ptr().add(i + 16));
+                    for r in 0..BLOCK {
+                        a1[j][r] = _mm512_fmadd_ps(w1[r], x1, a1[j][r]);
+                    }
                 }
             }
             i += 32;
         }
-        let mut out = [0f32; BLOCK];
-        for r in 0..BLOCK {
-            let mut s = _mm512_reduce_add_ps(_mm512_add_ps(a0[r], a1[r]));
-            for j in body..k {
-                s += ws[r][j] * x[j];
+        let mut out = [[0f32; BLOCK]; R];
+        for j in 0..R {
+            for r in 0..BLOCK {
+                let mut s = _mm512_reduce_add_ps(_mm512_add_ps(a0[j][r], a1[j][r]));
+                for t in body..k {
+                    s += ws[r][t] * xs[j][t];
+                }
+                out[j][r] = s;
             }
-            out[r] = s;
         }
         out
     }
@@ -167,11 +184,22 @@ fn rows_into(x: &[f32], m: usize, w: &[f32], k: usize, out_t: &mut [f32]) {
                 let o = first + (b + j).min(rows - 1);
                 &w[o * k..(o + 1) * k]
             });
-            for r in 0..m {
-                let d = dots(ws, &x[r * k..(r + 1) * k]);
+            let mut write = |r: usize, d: &[f32; BLOCK]| {
                 for j in 0..BLOCK.min(rows - b) {
                     chunk[(b + j) * m + r] = d[j];
                 }
+            };
+            let mut r = 0;
+            while r + X_TILE <= m {
+                let d = dots::<X_TILE>(ws, std::array::from_fn(|t| &x[(r + t) * k..(r + t + 1) * k]));
+                for (t, dt) in d.iter().enumerate() {
+                    write(r + t, dt);
+                }
+                r += X_TILE;
+            }
+            for r in r..m {
+                let [d] = dots::<1>(ws, [&x[r * k..(r + 1) * k]]);
+                write(r, &d);
             }
         }
     });

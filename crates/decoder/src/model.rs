@@ -42,6 +42,10 @@ impl ForwardOutput {
 /// inputs (prompt prefill) are compute-bound and go to burn's gemm.
 pub const HOST_KERNEL_MAX_ROWS: usize = 32;
 
+/// Rows per kernel call in row-invariant (ragged, batched) forwards: each call reads every
+/// weight once, and the kernel's register tiles keep many rows compute-efficient.
+const ROW_INVARIANT_CHUNK: usize = 64;
+
 /// An f32 matrix in host memory that a burn tensor on the CPU device shares without copying.
 #[derive(Clone)]
 struct HostMatrix {
@@ -81,50 +85,62 @@ struct Linear {
 }
 
 impl Linear {
-    /// Like [`Linear::forward`], but on the CPU every row goes through the few-row kernel (in
-    /// chunks of at most [`HOST_KERNEL_MAX_ROWS`]), whose per-row result does not depend on the
-    /// other rows: a sequence's numbers are the same whatever it is batched with.
+    /// Like [`Linear::forward`], but on the CPU every row goes through the kernel of
+    /// [`crate::kernels`] (in chunks of at most [`ROW_INVARIANT_CHUNK`] rows), whose per-row
+    /// result does not depend on the other rows: a sequence's numbers are the same whatever it
+    /// is batched with.
     fn forward_row_invariant(&self, x: Tensor<3>) -> Tensor<3> {
+        let Some(host) = &self.host else {
+            return self.forward(x);
+        };
         let [b, n, k] = x.dims();
         let m = b * n;
-        if self.host.is_none() || m <= HOST_KERNEL_MAX_ROWS {
-            return self.forward(x);
+        if m <= ROW_INVARIANT_CHUNK {
+            return host.forward(x);
         }
         let rows = x.reshape([m, k]);
         let chunks: Vec<Tensor<3>> = (0..m)
-            .step_by(HOST_KERNEL_MAX_ROWS)
+            .step_by(ROW_INVARIANT_CHUNK)
             .map(|start| {
-                let end = (start + HOST_KERNEL_MAX_ROWS).min(m);
-                self.forward(rows.clone().slice([start..end, 0..k]).reshape([1, end - start, k]))
+                let end = (start + ROW_INVARIANT_CHUNK).min(m);
+                host.forward(rows.clone().slice([start..end, 0..k]).reshape([1, end - start, k]))
             })
             .collect();
-        let out = self.weight.dims()[0];
-        Tensor::cat(chunks, 1).reshape([b, n, out])
+        Tensor::cat(chunks, 1).reshape([b, n, host.rows])
     }
 
     fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         let [b, n, k] = x.dims();
-        let out = self.weight.dims()[0];
-        let y = match (&self.host, b * n) {
-            (Some(h), m) if m <= HOST_KERNEL_MAX_ROWS => {
-                let device = x.device();
-                let xs = x.into_data().try_to_vec::<f32>().expect("f32 activations");
-                let mut y = vec![0f32; m * out];
-                crate::kernels::matmul_wt(&xs, m, h.as_f32(), out, k, &mut y);
-                if let Some(bias) = &h.bias {
-                    for row in y.chunks_exact_mut(out) {
-                        row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
-                    }
-                }
-                return Tensor::from_data(TensorData::new(y, [b, n, out]), &device);
+        match &self.host {
+            Some(host) if b * n <= HOST_KERNEL_MAX_ROWS => host.forward(x),
+            _ => {
+                let out = self.weight.dims()[0];
+                let y = x.reshape([b * n, k]).matmul(self.weight.clone().transpose());
+                let y = match &self.bias {
+                    Some(bias) => y + bias.clone().unsqueeze::<2>(),
+                    None => y,
+                };
+                y.reshape([b, n, out])
             }
-            _ => x.reshape([b * n, k]).matmul(self.weight.clone().transpose()),
-        };
-        let y = match &self.bias {
-            Some(bias) => y + bias.clone().unsqueeze::<2>(),
-            None => y,
-        };
-        y.reshape([b, n, out])
+        }
+    }
+}
+
+impl HostMatrix {
+    /// `x W^T + bias` through the CPU kernel, on host copies of the activations.
+    fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        let [b, n, k] = x.dims();
+        let (m, out) = (b * n, self.rows);
+        let device = x.device();
+        let xs = x.into_data().try_to_vec::<f32>().expect("f32 activations");
+        let mut y = vec![0f32; m * out];
+        crate::kernels::matmul_wt(&xs, m, self.as_f32(), out, k, &mut y);
+        if let Some(bias) = &self.bias {
+            for row in y.chunks_exact_mut(out) {
+                row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+            }
+        }
+        Tensor::from_data(TensorData::new(y, [b, n, out]), &device)
     }
 }
 
@@ -403,7 +419,7 @@ impl Transformer {
     /// projections and the MLP run once over all rows (one pass over the weights for the whole
     /// batch, which is what makes batched generation pay on a bandwidth-bound CPU); attention
     /// runs per sequence against its own cache. On the CPU every projection runs the
-    /// row-order-independent kernel (in chunks of at most [`HOST_KERNEL_MAX_ROWS`] rows), so a
+    /// row-order-independent kernel (in chunks of at most [`ROW_INVARIANT_CHUNK`] rows), so a
     /// sequence's results are bitwise the same whatever else is in the batch. Returns the final
     /// hidden states of all new rows, `[rows, hidden]`, sequence after sequence in input order.
     pub fn forward_ragged(&self, seqs: &mut [(&[u32], &mut KvCache)]) -> Result<Tensor<2>> {

@@ -180,6 +180,30 @@ fn ragged_forward_equals_separate_forwards() {
 }
 
 #[test]
+fn ragged_rows_are_bitwise_independent_of_the_batch() {
+    // A 70-token sequence between two 1-token ones spans the kernel's 64-row chunks at other
+    // offsets than when it runs alone: every row must still be bitwise the same.
+    let (_d, m, _) = qwen_pair();
+    let model = &m.model;
+    let news: Vec<Vec<u32>> = [1, 70, 1].iter().enumerate().map(|(i, &n)| tokens(n, 40 + i as u32)).collect();
+    let prefixed_cache = |seed: u32| {
+        let mut c = model.new_cache(1);
+        model.forward(&tokens(3, seed), &mut c).unwrap();
+        c
+    };
+    let mut caches: Vec<_> = (0..3).map(|i| prefixed_cache(60 + i)).collect();
+    let mut seqs: Vec<(&[u32], &mut specx_decoder::KvCache)> = news.iter().map(|n| n.as_slice()).zip(caches.iter_mut()).collect();
+    let together = model.forward_ragged(&mut seqs).unwrap().into_data().try_to_vec::<f32>().unwrap();
+    let mut row = 0;
+    for (i, n) in news.iter().enumerate() {
+        let mut c = prefixed_cache(60 + i as u32);
+        let alone = model.forward_ragged(&mut [(n.as_slice(), &mut c)]).unwrap().into_data().try_to_vec::<f32>().unwrap();
+        assert!(alone == together[row * 32..(row + n.len()) * 32], "sequence {i} changed with its batch");
+        row += n.len();
+    }
+}
+
+#[test]
 fn hidden_states_are_returned_for_every_position() {
     let (_d, m, _) = qwen_pair();
     let mut c = m.model.new_cache(1);
