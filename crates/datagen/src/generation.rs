@@ -173,8 +173,7 @@ fn target_step(target: &Transformer, active: &mut [Active]) -> Result<()> {
     let xs: Vec<[u32; 1]> = live.iter().map(|a| [a.x]).collect();
     let mut seqs: Vec<(&[u32], &mut KvCache)> = xs.iter().map(|x| x.as_slice()).zip(live.iter_mut().map(|a| &mut a.target)).collect();
     let h = target.forward_ragged(&mut seqs)?;
-    let n = xs.len();
-    for (a, logits) in live.into_iter().zip(logits_rows(target, h, n)) {
+    for (a, logits) in live.into_iter().zip(target.logits_ragged(h)) {
         a.p_logits = logits;
     }
     Ok(())
@@ -199,7 +198,7 @@ fn draft_step(draft: &Transformer, active: &mut [Active]) -> Result<()> {
     let mut seqs: Vec<(&[u32], &mut KvCache)> = tokens.iter().map(|t| t.as_slice()).zip(x_caches).collect();
     let h = draft.forward_ragged(&mut seqs)?;
     let rows = tokens.len();
-    let mut q_next = if n_live > 0 { logits_rows(draft, h.clone().slice([0..n_live, 0..hidden]), n_live) } else { Vec::new() }.into_iter();
+    let mut q_next = if n_live > 0 { draft.logits_ragged(h.clone().slice([0..n_live, 0..hidden])) } else { Vec::new() }.into_iter();
     let z_hidden = h.slice([n_live..rows, 0..hidden]).into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("reading hidden states: {e:?}"))?;
     let mut z_rows = z_hidden.chunks_exact(hidden);
     for a in active.iter_mut() {
@@ -214,15 +213,6 @@ fn draft_step(draft: &Transformer, active: &mut [Active]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Logits of `rows` hidden states `[rows, hidden]` as host vectors.
-fn logits_rows(model: &Transformer, hidden: burn::tensor::Tensor<2>, rows: usize) -> Vec<Vec<f32>> {
-    debug_assert_eq!(hidden.dims()[0], rows);
-    let logits = model.logits_ragged(hidden);
-    let v = logits.dims()[1];
-    let flat = logits.into_data().try_to_vec::<f32>().expect("f32 logits");
-    flat.chunks_exact(v).map(<[f32]>::to_vec).collect()
 }
 
 /// Prefills a prompt into the target and the draft (the Z streams start from copies of the

@@ -22,7 +22,13 @@ pub struct ForwardOutput {
 fn tail_rows(t: &Tensor<3>, k: usize) -> Vec<Vec<f32>> {
     let [b, n, d] = t.dims();
     assert!(b == 1 && k <= n, "tail of {k} rows from a [{b}, {n}, {d}] tensor");
-    let flat = t.clone().slice([0..1, n - k..n, 0..d]).into_data().try_to_vec::<f32>().expect("f32 model outputs");
+    host_rows(t.clone().slice([0..1, n - k..n, 0..d]).reshape([k, d]))
+}
+
+/// The rows of a `[rows, d]` tensor as host vectors.
+fn host_rows(t: Tensor<2>) -> Vec<Vec<f32>> {
+    let d = t.dims()[1];
+    let flat = t.into_data().try_to_vec::<f32>().expect("f32 model outputs");
     flat.chunks_exact(d).map(<[f32]>::to_vec).collect()
 }
 
@@ -424,20 +430,15 @@ impl Transformer {
     /// hidden states of all new rows, `[rows, hidden]`, sequence after sequence in input order.
     pub fn forward_ragged(&self, seqs: &mut [(&[u32], &mut KvCache)]) -> Result<Tensor<2>> {
         ensure!(!seqs.is_empty(), "a ragged forward needs at least one sequence");
-        let vocab = self.cfg.vocab_size as u32;
         for (tokens, cache) in seqs.iter() {
             ensure!(!tokens.is_empty(), "forward needs at least one token per sequence");
             ensure!(cache.batch() == 1, "ragged forwards take single-sequence caches, got one for {}", cache.batch());
-            if let Some(&bad) = tokens.iter().find(|&&t| t >= vocab) {
-                bail!("token id {bad} is outside the vocabulary of {vocab}");
-            }
         }
         let hd = self.cfg.hidden_size;
         let groups = self.cfg.num_attention_heads / self.cfg.num_key_value_heads;
-        let rows: usize = seqs.iter().map(|(t, _)| t.len()).sum();
-        let ids: Vec<i64> = seqs.iter().flat_map(|(t, _)| t.iter().map(|&x| x as i64)).collect();
-        let ids = Tensor::<1, Int>::from_data(TensorData::new(ids, [rows]), &self.device);
-        let mut x = self.embed.clone().select(0, ids).reshape([1, rows, hd]);
+        let embedded = self.embed_tokens(&seqs.iter().map(|(t, _)| *t).collect::<Vec<_>>())?;
+        let rows = embedded.dims()[0];
+        let mut x = embedded.reshape([1, rows, hd]);
         // Per sequence: row range, RoPE tables at its own positions, causal mask if n > 1.
         let mut parts = Vec::with_capacity(seqs.len());
         let mut start = 0;
@@ -471,13 +472,13 @@ impl Transformer {
         Ok(self.norm.forward(x).reshape([rows, hd]))
     }
 
-    /// Output-head scores of hidden rows `[rows, hidden]` -> `[rows, vocab]`, each row computed
-    /// independently of the others (the companion of [`Transformer::forward_ragged`]).
-    pub fn logits_ragged(&self, hidden: Tensor<2>) -> Tensor<2> {
+    /// Output-head scores of hidden rows `[rows, hidden]`, one host vector per row, each row
+    /// computed independently of the others (the companion of [`Transformer::forward_ragged`]).
+    pub fn logits_ragged(&self, hidden: Tensor<2>) -> Vec<Vec<f32>> {
         let [r, h] = hidden.dims();
         let out = self.lm_head.forward_row_invariant(hidden.reshape([1, r, h]));
         let v = out.dims()[2];
-        out.reshape([r, v])
+        host_rows(out.reshape([r, v]))
     }
 
     /// Output-head scores for hidden states `[batch, n, hidden]`.
@@ -486,21 +487,27 @@ impl Transformer {
     }
 
     /// Final post-norm hidden states of the new positions; advances the cache.
+    /// Embeddings of the tokens of `seqs`, one after another: `[total tokens, hidden]`. Token
+    /// ids outside the vocabulary are an error.
+    fn embed_tokens(&self, seqs: &[&[u32]]) -> Result<Tensor<2>> {
+        let vocab = self.cfg.vocab_size as u32;
+        if let Some(&bad) = seqs.iter().flat_map(|t| t.iter()).find(|&&t| t >= vocab) {
+            bail!("token id {bad} is outside the vocabulary of {vocab}");
+        }
+        let ids: Vec<i64> = seqs.iter().flat_map(|t| t.iter().map(|&x| x as i64)).collect();
+        let rows = ids.len();
+        Ok(self.embed.clone().select(0, Tensor::<1, Int>::from_data(TensorData::new(ids, [rows]), &self.device)))
+    }
+
     fn hidden_states(&self, tokens: &[&[u32]], cache: &mut KvCache) -> Result<Tensor<3>> {
         let b = tokens.len();
         ensure!(b > 0 && b == cache.batch(), "{b} sequences given to a cache for {}", cache.batch());
         let n = tokens[0].len();
         ensure!(n > 0, "forward needs at least one token");
         ensure!(tokens.iter().all(|t| t.len() == n), "batched sequences must have equal length");
-        let vocab = self.cfg.vocab_size as u32;
-        if let Some(&bad) = tokens.iter().flat_map(|t| t.iter()).find(|&&t| t >= vocab) {
-            bail!("token id {bad} is outside the vocabulary of {vocab}");
-        }
+        let mut x = self.embed_tokens(tokens)?.reshape([b, n, self.cfg.hidden_size]);
         let past = cache.len();
         cache.reserve(n);
-        let ids: Vec<i64> = tokens.iter().flat_map(|t| t.iter().map(|&x| x as i64)).collect();
-        let ids = Tensor::<1, Int>::from_data(TensorData::new(ids, [b * n]), &self.device);
-        let mut x = self.embed.clone().select(0, ids).reshape([b, n, self.cfg.hidden_size]);
         let rope = rope_tables(past, n, self.cfg.head_dim, self.cfg.rope_theta, &self.device);
         let groups = self.cfg.num_attention_heads / self.cfg.num_key_value_heads;
         let mask = (n > 1).then(|| causal_mask(past, n, groups, &self.device));
