@@ -4,11 +4,11 @@ use crate::config::DatagenConfig;
 use crate::manifest::{Manifest, Part};
 use crate::run::{run, RunOptions};
 use crate::summary::summary_text;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Default)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct DatagenArgs {
     #[command(subcommand)]
@@ -68,11 +68,8 @@ pub enum DatagenCommand {
 /// Parses `I/N`.
 pub fn parse_part(s: &str) -> Result<Part> {
     let (i, n) = s.split_once('/').with_context(|| format!("--shard {s}: expected I/N, e.g. 0/4"))?;
-    let part = Part { index: i.trim().parse().with_context(|| format!("--shard {s}: bad index"))?, count: n.trim().parse().with_context(|| format!("--shard {s}: bad count"))? };
-    if part.count == 0 || part.index >= part.count {
-        bail!("--shard {s}: need 0 <= I < N");
-    }
-    Ok(part)
+    // The range (0 <= I < N) is checked by `run`, which library callers reach directly.
+    Ok(Part { index: i.trim().parse().with_context(|| format!("--shard {s}: bad index"))?, count: n.trim().parse().with_context(|| format!("--shard {s}: bad count"))? })
 }
 
 /// The config of a `specx datagen` invocation with its overrides applied.

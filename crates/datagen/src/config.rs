@@ -239,21 +239,31 @@ fn lexically_normal(p: &Path) -> PathBuf {
     out
 }
 
+/// Parses a TOML config; errors name `origin` and, for unknown keys, the key.
+pub fn parse_toml<T: serde::de::DeserializeOwned>(text: &str, origin: &Path) -> Result<T> {
+    toml::from_str(text).with_context(|| format!("config {}", origin.display()))
+}
+
+/// Reads and parses the TOML config at `path`; returns it with the directory its relative
+/// paths are relative to (the file's own, made absolute against the working directory).
+pub fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<(T, PathBuf)> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
+    let cfg = parse_toml(&text, path)?;
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let base = std::env::current_dir().map(|cwd| cwd.join(dir)).unwrap_or_else(|_| dir.to_path_buf());
+    Ok((cfg, base))
+}
+
 impl DatagenConfig {
     /// Parses a config; errors name the file and, for unknown keys, the key.
     pub fn parse(text: &str, origin: &Path) -> Result<Self> {
-        let cfg: Self = toml::from_str(text).with_context(|| format!("config {}", origin.display()))?;
-        Ok(cfg)
+        parse_toml(text, origin)
     }
 
     /// Reads `path` and resolves its relative paths against the file's directory.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
-        let mut cfg = Self::parse(&text, path)?;
-        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let base = std::env::current_dir().map(|cwd| cwd.join(dir)).unwrap_or_else(|_| dir.to_path_buf());
-        let base = base.as_path();
-        cfg.resolve(base);
+        let (mut cfg, base): (Self, PathBuf) = read_toml(path)?;
+        cfg.resolve(&base);
         Ok(cfg)
     }
 

@@ -37,7 +37,7 @@ pub fn label_position(x: u32, target_logits: &[f32], draft_logits: &[f32], warpi
 pub const HIST_BINS: usize = 10;
 
 /// Running statistics of labels, mergeable across shards.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LabelStats {
     pub prompts: u64,
     pub response_tokens: u64,
@@ -53,12 +53,24 @@ pub struct LabelStats {
     pub prefix_match_sum: u64,
 }
 
+impl Default for LabelStats {
+    fn default() -> Self {
+        Self {
+            prompts: 0,
+            response_tokens: 0,
+            labelled_rows: 0,
+            label_sum: 0.0,
+            label_hist: vec![0; HIST_BINS + 1],
+            greedy_matches: 0,
+            greedy_mismatches: 0,
+            prefix_match_sum: 0,
+        }
+    }
+}
+
 impl LabelStats {
     /// Adds one prompt's response positions and its number of labelled rows.
     pub fn add_prompt(&mut self, positions: &[PositionLabel], labelled_rows: u64) {
-        if self.label_hist.is_empty() {
-            self.label_hist = vec![0; HIST_BINS + 1];
-        }
         self.prompts += 1;
         self.response_tokens += positions.len() as u64;
         self.labelled_rows += labelled_rows;
@@ -76,9 +88,6 @@ impl LabelStats {
     }
 
     pub fn merge(&mut self, other: &LabelStats) {
-        if self.label_hist.is_empty() {
-            self.label_hist = vec![0; HIST_BINS + 1];
-        }
         self.prompts += other.prompts;
         self.response_tokens += other.response_tokens;
         self.labelled_rows += other.labelled_rows;

@@ -117,7 +117,8 @@ impl Manifest {
     }
 }
 
-/// Names the first top-level difference between two identities, for error messages.
+/// Names the first difference between two identities (a dotted key path, with both values
+/// where they are not objects), for error messages.
 pub fn identity_difference(a: &serde_json::Value, b: &serde_json::Value) -> String {
     fn walk(a: &serde_json::Value, b: &serde_json::Value, path: &str) -> Option<String> {
         match (a, b) {

@@ -140,8 +140,9 @@ pub fn run(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manifest> {
     // repeats the run.
     write_atomic(&dir.join("config.toml"), cfg.to_toml().as_bytes())?;
 
+    let shard_range = |k: usize| k * per_shard..((k + 1) * per_shard).min(inputs.len());
     let mine: Vec<usize> = (0..shard_count).filter(|k| opts.part.is_none_or(|p| k % p.count == p.index)).collect();
-    let my_prompts: usize = mine.iter().map(|&k| (inputs.len() - k * per_shard).min(per_shard)).sum();
+    let my_prompts: usize = mine.iter().map(|&k| shard_range(k).len()).sum();
     let bar = if opts.progress { ProgressBar::new(my_prompts as u64) } else { ProgressBar::hidden() };
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} prompts, {elapsed} elapsed, ETA {eta} {msg}")?);
     let settings = PassSettings {
@@ -162,7 +163,6 @@ pub fn run(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manifest> {
     for &k in &mine {
         if let Some(rec) = finished_shard(dir, k)? {
             bar.inc(rec.prompt_count as u64);
-            manifest.shards.retain(|s| s.index != k);
             manifest.shards.push(rec);
         } else {
             todo.push(k);
@@ -171,7 +171,6 @@ pub fn run(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manifest> {
     if let Some(m) = opts.max_new_shards {
         todo.truncate(m);
     }
-    let shard_range = |k: usize| k * per_shard..((k + 1) * per_shard).min(inputs.len());
     let queue: Vec<PromptInput> = todo.iter().flat_map(|&k| inputs[shard_range(k)].iter().cloned()).collect();
     let mut pending: std::collections::BTreeMap<usize, Vec<crate::generation::PromptData>> = todo.iter().map(|&k| (k, Vec::new())).collect();
     let mut written = 0;

@@ -223,6 +223,9 @@ pub fn read_labelled(dir: &Path, rec: &ShardRecord) -> Result<LabelledRows> {
         if let (Some(r), Some(l)) = (row, label) {
             if r >= 0 {
                 let slot = labels.get_mut(r as usize).with_context(|| format!("{}: feature_row {r} beyond the {} feature rows", rec.tokens.name, features.len() / hidden))?;
+                if !slot.is_nan() {
+                    bail!("{}: feature row {r} belongs to two labelled token rows", rec.tokens.name);
+                }
                 *slot = l;
             }
         }

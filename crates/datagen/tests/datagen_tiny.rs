@@ -27,17 +27,12 @@ fn write_pair(root: &Path) -> (PathBuf, PathBuf) {
 
 fn args(out: &Path, draft: &Path, target: &Path) -> DatagenArgs {
     DatagenArgs {
-        command: None,
         config: Some(tiny_config()),
         out: Some(out.to_path_buf()),
-        shard: None,
-        limit: None,
-        batch_size: None,
-        max_new_tokens: None,
         draft: Some(draft.to_path_buf()),
         target: Some(target.to_path_buf()),
-        max_shards: None,
         no_progress: true,
+        ..Default::default()
     }
 }
 

@@ -2,9 +2,9 @@
 //! config file).
 
 use crate::loss::LossWeights;
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
-use specx_datagen::config::resolve_path;
+use specx_datagen::config::{read_toml, resolve_path};
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -151,14 +151,10 @@ impl Default for SweepConfig {
 
 impl TrainConfig {
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
-        let mut cfg: Self = toml::from_str(&text).with_context(|| format!("config {}", path.display()))?;
-        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let base = std::env::current_dir().map(|cwd| cwd.join(dir)).unwrap_or_else(|_| dir.to_path_buf());
-        let base = base.as_path();
-        cfg.data.train = resolve_path(&cfg.data.train, base);
-        cfg.data.dev = resolve_path(&cfg.data.dev, base);
-        cfg.output.dir = resolve_path(&cfg.output.dir, base);
+        let (mut cfg, base): (Self, PathBuf) = read_toml(path)?;
+        cfg.data.train = resolve_path(&cfg.data.train, &base);
+        cfg.data.dev = resolve_path(&cfg.data.dev, &base);
+        cfg.output.dir = resolve_path(&cfg.output.dir, &base);
         Ok(cfg)
     }
 

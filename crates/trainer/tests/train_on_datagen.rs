@@ -16,17 +16,14 @@ fn configs() -> PathBuf {
 /// A datagen run of the tiny config on `split` into `out`.
 fn datagen(out: &Path, draft: &Path, target: &Path, split: &str) -> Manifest {
     let args = DatagenArgs {
-        command: None,
         config: Some(configs().join("datagen-tiny.toml")),
         out: Some(out.to_path_buf()),
-        shard: None,
         limit: Some(6),
-        batch_size: None,
         max_new_tokens: Some(16),
         draft: Some(draft.to_path_buf()),
         target: Some(target.to_path_buf()),
-        max_shards: None,
         no_progress: true,
+        ..Default::default()
     };
     let mut cfg = effective_config(&args).unwrap();
     cfg.prompts.split = split.into();
