@@ -20,6 +20,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
 }
 
+/// The first 12 hex digits of a checksum, enough to tell two apart in a message.
+pub fn short_hash(hex: &str) -> &str {
+    &hex[..12.min(hex.len())]
+}
+
 /// Hex sha256 of a file, streamed.
 pub fn sha256_file(path: &Path) -> Result<String> {
     let mut f = File::open(path).with_context(|| format!("opening {}", path.display()))?;

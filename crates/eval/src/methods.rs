@@ -5,6 +5,7 @@ use specx_decoder::spec::{
     generate_autoregressive, generate_speculative, AcceptanceHead, ConfidencePolicy, FixedK, Generation, HeadPolicy,
     PlainDrafter, RejectionSampler, SpecConfig, StopPolicy,
 };
+use specx_decoder::fsutil::short_hash;
 use specx_decoder::{Device, LoadedModel, Transformer};
 use std::path::Path;
 
@@ -47,7 +48,7 @@ pub fn load_head(spec: &str, draft: &LoadedModel, device: &Device) -> Result<Acc
     if let Some(trained_on) = &hs.draft_model_sha256 {
         let this = draft.weights_sha256()?;
         if *trained_on != this {
-            bail!("head {spec} was trained on the hidden states of another draft model (sha256 {}), not {} (sha256 {})", &trained_on[..12.min(trained_on.len())], draft.path.display(), &this[..12]);
+            bail!("head {spec} was trained on the hidden states of another draft model (sha256 {}), not {} (sha256 {})", short_hash(trained_on), draft.path.display(), short_hash(&this));
         }
     }
     Ok(head)

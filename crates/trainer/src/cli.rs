@@ -1,7 +1,7 @@
 //! Command-line arguments of `specx train` and the sweep over the paper's grid.
 
 use crate::config::TrainConfig;
-use crate::data::{check_compatible, LabelledSet};
+use crate::data::load_sets;
 use crate::train::{train_on, TrainOptions, TrainState};
 use anyhow::{Context, Result};
 use clap::Args;
@@ -67,9 +67,7 @@ pub fn run_cli(a: TrainArgs) -> Result<()> {
         cfg.output.dir = specx_datagen::config::resolve_path(o, &std::env::current_dir()?);
     }
     cfg.validate()?;
-    let train_set = LabelledSet::load(&cfg.data.train)?;
-    let dev_set = LabelledSet::load(&cfg.data.dev)?;
-    check_compatible(&train_set, &dev_set)?;
+    let (train_set, dev_set) = load_sets(&cfg)?;
     eprintln!(
         "train: {} rows ({}, {}), dev: {} rows ({}), hidden {}",
         train_set.len(),

@@ -5,6 +5,7 @@ use anyhow::{bail, Context, Result};
 use specx_datagen::manifest::Manifest;
 use specx_datagen::shard::read_labelled;
 use specx_datagen::split::SplitMix64;
+use specx_decoder::fsutil::short_hash;
 use std::path::{Path, PathBuf};
 
 /// Features and acceptance labels of every labelled row of a run, in shard order.
@@ -82,6 +83,14 @@ impl LabelledSet {
     }
 }
 
+/// Loads the train and dev runs of a config and checks that they fit together.
+pub fn load_sets(cfg: &crate::config::TrainConfig) -> Result<(LabelledSet, LabelledSet)> {
+    let train = LabelledSet::load(&cfg.data.train)?;
+    let dev = LabelledSet::load(&cfg.data.dev)?;
+    check_compatible(&train, &dev)?;
+    Ok((train, dev))
+}
+
 /// Refuses to train or validate across different draft models or hidden sizes.
 pub fn check_compatible(train: &LabelledSet, dev: &LabelledSet) -> Result<()> {
     if train.hidden != dev.hidden {
@@ -92,8 +101,8 @@ pub fn check_compatible(train: &LabelledSet, dev: &LabelledSet) -> Result<()> {
             "{} and {} were generated with different draft models (sha256 {} vs {})",
             train.dir.display(),
             dev.dir.display(),
-            &train.draft_sha256[..12.min(train.draft_sha256.len())],
-            &dev.draft_sha256[..12.min(dev.draft_sha256.len())]
+            short_hash(&train.draft_sha256),
+            short_hash(&dev.draft_sha256)
         );
     }
     Ok(())

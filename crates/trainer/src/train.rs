@@ -10,7 +10,7 @@
 //!   after each epoch; an interrupted run resumes from the last finished epoch.
 
 use crate::config::TrainConfig;
-use crate::data::{check_compatible, LabelledSet};
+use crate::data::{load_sets, LabelledSet};
 use crate::loss::weighted_bce;
 use crate::metrics::{evaluate, Metrics};
 use crate::schedule::warmup_cosine;
@@ -93,9 +93,7 @@ fn head_spec(cfg: &TrainConfig, set: &LabelledSet) -> HeadSpec {
 /// of the same config). Returns the final state.
 pub fn train(cfg: &TrainConfig, opts: &TrainOptions) -> Result<TrainState> {
     cfg.validate()?;
-    let train_set = LabelledSet::load(&cfg.data.train)?;
-    let dev_set = LabelledSet::load(&cfg.data.dev)?;
-    check_compatible(&train_set, &dev_set)?;
+    let (train_set, dev_set) = load_sets(cfg)?;
     train_on(cfg, &train_set, &dev_set, opts)
 }
 
@@ -169,8 +167,9 @@ pub fn train_on(cfg: &TrainConfig, train_set: &LabelledSet, dev_set: &LabelledSe
             state.best_epoch = Some(epoch);
             eval_head.save(dir, &spec)?;
         }
-        save_last(&last, &eval_head, &optim, &spec, &state)?;
-        write_atomic(&dir.join("metrics.json"), serde_json::to_string_pretty(&state)?.as_bytes())?;
+        let state_json = serde_json::to_string_pretty(&state)?;
+        save_last(&last, state.epochs_done, &eval_head, &optim, &spec, &state_json)?;
+        write_atomic(&dir.join("metrics.json"), state_json.as_bytes())?;
         let r = state.history.last().unwrap();
         eprintln!(
             "epoch {epoch}: train KL {:.4} | dev KL {:.4}, weighted loss {:.4}, AUROC {}, ECE {:.4}{} ({:.1} s)",
@@ -195,16 +194,17 @@ fn same_setup(a: &TrainConfig, b: &TrainConfig) -> bool {
     a == *b
 }
 
-/// Writes `last/epoch-N/` in full, then points `last/state.json` at it, then removes older
-/// epoch directories: an interruption at any point leaves a consistent resumable state.
-fn save_last(last: &Path, head: &AcceptanceHead, optim: &burn::optim::ModuleOptimizer, spec: &HeadSpec, state: &TrainState) -> Result<()> {
-    let epoch_dir = last.join(format!("epoch-{}", state.epochs_done));
+/// Writes `last/epoch-N/` in full, then points `last/state.json` (the serialised
+/// [`TrainState`]) at it, then removes older epoch directories: an interruption at any point
+/// leaves a consistent resumable state.
+fn save_last(last: &Path, epoch: usize, head: &AcceptanceHead, optim: &burn::optim::ModuleOptimizer, spec: &HeadSpec, state_json: &str) -> Result<()> {
+    let epoch_dir = last.join(format!("epoch-{epoch}"));
     if epoch_dir.exists() {
         std::fs::remove_dir_all(&epoch_dir)?;
     }
     head.save(&epoch_dir, spec)?;
     optim.save(epoch_dir.join("optimizer.bpk")).map_err(|e| anyhow::anyhow!("saving optimizer state: {e:?}"))?;
-    write_atomic(&last.join("state.json"), serde_json::to_string_pretty(state)?.as_bytes())?;
+    write_atomic(&last.join("state.json"), state_json.as_bytes())?;
     for entry in std::fs::read_dir(last)? {
         let p: PathBuf = entry?.path();
         let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
