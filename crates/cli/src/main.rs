@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use specx_decoder::generate::generate;
 use specx_decoder::tokenizer::TextStream;
 use specx_decoder::spec::SpecConfig;
-use specx_decoder::{check_pair, device_from_name, load_model, ChatTemplate, Sampler, SamplingConfig};
+use specx_decoder::{check_pair, device_from_name, load_model_as, ChatTemplate, Sampler, SamplingConfig, WeightMode};
 use specx_eval::methods::{load_head, Method, MethodKind};
 use specx_eval::report::markdown_table;
 use std::io::Write;
@@ -77,8 +77,8 @@ struct DecodeArgs {
 fn run_decode(a: DecodeArgs) -> Result<()> {
     let sampling = a.run.sampling.config()?;
     let device = device_from_name(&a.run.device)?;
-    let target = load_model(&a.target, None, &device)?;
-    let draft = if a.method == MethodKind::Ar { None } else { Some(load_model(&a.draft, None, &device)?) };
+    let target = load_model_as(&a.target, None, &device, a.run.weights)?;
+    let draft = if a.method == MethodKind::Ar { None } else { Some(load_model_as(&a.draft, None, &device, a.run.weights)?) };
     if let Some(d) = &draft {
         check_pair(d, &target)?;
     }
@@ -159,6 +159,11 @@ struct RunArgs {
     /// Compute device: cpu, or cuda[:N] in builds with the `cuda` feature.
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// GGUF weights on the CPU: `native` keeps them in their block formats and decodes them
+    /// inside the matmul kernel (bit-identical results, 4-8x fewer bytes per token); `f32`
+    /// dequantizes them on load. HF safetensors models and other devices always use f32.
+    #[arg(long, default_value = "native")]
+    weights: WeightMode,
 }
 
 impl RunArgs {
@@ -186,7 +191,7 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
     let sampling = a.run.sampling.config()?;
     let device = device_from_name(&a.run.device)?;
     let t = Instant::now();
-    let lm = load_model(&a.model, a.tokenizer.as_deref(), &device)?;
+    let lm = load_model_as(&a.model, a.tokenizer.as_deref(), &device, a.run.weights)?;
     eprintln!("loaded {} in {:.1} s", a.model.display(), t.elapsed().as_secs_f64());
     let prompt = lm.tokenizer.encode(&a.run.prompt_text())?;
     let mut sampler = Sampler::new(sampling, a.run.sampling.seed);

@@ -39,6 +39,10 @@ pub struct DatagenArgs {
     /// Overrides [models] target.
     #[arg(long)]
     pub target: Option<PathBuf>,
+    /// Overrides [models] weights: `native` (GGUF blocks decoded in the kernel) or `f32`
+    /// (dequantized on load); the data are bit-identical either way.
+    #[arg(long)]
+    pub weights: Option<specx_decoder::WeightMode>,
     /// Stop after writing this many new shards (a resumable partial run).
     #[arg(long)]
     pub max_shards: Option<usize>,
@@ -86,6 +90,9 @@ pub fn effective_config(a: &DatagenArgs) -> Result<DatagenConfig> {
     }
     if let Some(t) = &a.target {
         cfg.models.target = abs(t);
+    }
+    if let Some(w) = a.weights {
+        cfg.models.weights = w;
     }
     if a.limit.is_some() {
         cfg.prompts.limit = a.limit;

@@ -36,6 +36,10 @@ pub struct ModelsConfig {
     /// `cpu`, or `cuda[:N]` in a build with the `cuda` feature.
     #[serde(default = "default_device")]
     pub device: String,
+    /// GGUF weights on the CPU: `native` (kept in their block formats, the default) or `f32`
+    /// (dequantized on load). Both give bit-identical data.
+    #[serde(default)]
+    pub weights: specx_decoder::WeightMode,
 }
 
 fn default_device() -> String {

@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};
 use specx_decoder::fsutil::{sha256_file, write_atomic};
-use specx_decoder::{check_pair, device_from_name, load_model, LoadedModel};
+use specx_decoder::{check_pair, device_from_name, load_model_as, LoadedModel};
 use std::time::Instant;
 
 /// Run options that do not change the data.
@@ -81,8 +81,8 @@ pub fn run(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manifest> {
     let (prompts, rows_in_file) = select_prompts(cfg)?;
     let device = device_from_name(&cfg.models.device)?;
     eprintln!("loading draft {} and target {}", cfg.models.draft.display(), cfg.models.target.display());
-    let draft = load_model(&cfg.models.draft, None, &device)?;
-    let target = load_model(&cfg.models.target, None, &device)?;
+    let draft = load_model_as(&cfg.models.draft, None, &device, cfg.models.weights)?;
+    let target = load_model_as(&cfg.models.target, None, &device, cfg.models.weights)?;
     check_pair(&draft, &target)?;
 
     let inputs = prompts

@@ -152,20 +152,68 @@ mod x86 {
     }
 }
 
+/// Where the kernel's weight rows come from: borrowed f32 rows, or rows decoded on the fly
+/// from a compact storage (ggml blocks, see [`crate::quant`]) into a per-task scratch buffer.
+/// The multiply is the same either way, so a decoded row gives bit-identical results to the
+/// same values stored in f32.
+pub trait WeightRows: Sync {
+    /// Number of rows (outputs).
+    fn rows(&self) -> usize;
+    /// Values per row (inputs).
+    fn cols(&self) -> usize;
+    /// Whether [`WeightRows::row`] writes into its scratch buffer (false: rows are borrowed).
+    const DECODES: bool;
+    /// Row `o` as f32 values: borrowed where they are stored as f32, else decoded into
+    /// `scratch` (`cols()` long) and returned from there.
+    fn row<'a>(&'a self, o: usize, scratch: &'a mut [f32]) -> &'a [f32];
+}
+
+/// A row-major f32 matrix `[n, k]` in HF `[out, in]` layout.
+pub struct F32Rows<'a> {
+    pub data: &'a [f32],
+    pub n: usize,
+    pub k: usize,
+}
+
+impl WeightRows for F32Rows<'_> {
+    fn rows(&self) -> usize {
+        self.n
+    }
+
+    fn cols(&self) -> usize {
+        self.k
+    }
+
+    const DECODES: bool = false;
+
+    #[inline(always)]
+    fn row<'a>(&'a self, o: usize, _scratch: &'a mut [f32]) -> &'a [f32] {
+        &self.data[o * self.k..(o + 1) * self.k]
+    }
+}
+
 /// `out[r * n + o] = sum_i x[r * k + i] * w[o * k + i]` for `r < m`, `o < n`: `x` is `[m, k]`,
 /// `w` is `[n, k]` (HF `[out, in]` layout), `out` is `[m, n]`.
 pub fn matmul_wt(x: &[f32], m: usize, w: &[f32], n: usize, k: usize, out: &mut [f32]) {
-    assert_eq!(x.len(), m * k, "x is not [m, k]");
     assert_eq!(w.len(), n * k, "w is not [n, k]");
+    matmul_rows(x, m, &F32Rows { data: w, n, k }, out);
+}
+
+/// `x W^T` for any [`WeightRows`]: `x` is `[m, k]`, `out` is `[m, n]`. Each weight row is
+/// obtained once per call and multiplied with every row of `x`, so decoding compact rows is
+/// paid once for all `m` rows.
+pub fn matmul_rows<W: WeightRows>(x: &[f32], m: usize, w: &W, out: &mut [f32]) {
+    let (n, k) = (w.rows(), w.cols());
+    assert_eq!(x.len(), m * k, "x is not [m, k]");
     assert_eq!(out.len(), m * n, "out is not [m, n]");
     if m == 1 {
         // One row: the output is already laid out as the tasks write it.
-        rows_into(x, 1, w, k, out);
+        rows_into(x, 1, w, out);
         return;
     }
     // Work in transposed output blocks [n, m] so each task writes one contiguous chunk.
     let mut out_t = vec![0f32; n * m];
-    rows_into(x, m, w, k, &mut out_t);
+    rows_into(x, m, w, &mut out_t);
     for (o, vals) in out_t.chunks_exact(m).enumerate() {
         for (r, v) in vals.iter().enumerate() {
             out[r * n + o] = *v;
@@ -173,35 +221,50 @@ pub fn matmul_wt(x: &[f32], m: usize, w: &[f32], n: usize, k: usize, out: &mut [
     }
 }
 
+thread_local! {
+    /// Per-thread buffer for decoded weight rows, reused across calls (no allocation or
+    /// zeroing on the hot path).
+    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Fills `out_t` (`[n, m]`: for each weight row, its dot products with the m rows of `x`).
-fn rows_into(x: &[f32], m: usize, w: &[f32], k: usize, out_t: &mut [f32]) {
+fn rows_into<W: WeightRows>(x: &[f32], m: usize, w: &W, out_t: &mut [f32]) {
+    let k = w.cols();
     out_t.par_chunks_mut(ROWS_PER_TASK * m).enumerate().for_each(|(task, chunk)| {
-        let first = task * ROWS_PER_TASK;
-        let rows = chunk.len() / m;
-        for b in (0..rows).step_by(BLOCK) {
-            // A short last block repeats its last row; the extra results are dropped.
-            let ws: [&[f32]; BLOCK] = std::array::from_fn(|j| {
-                let o = first + (b + j).min(rows - 1);
-                &w[o * k..(o + 1) * k]
-            });
-            let mut write = |r: usize, d: &[f32; BLOCK]| {
-                for j in 0..BLOCK.min(rows - b) {
-                    chunk[(b + j) * m + r] = d[j];
-                }
-            };
-            let mut r = 0;
-            while r + X_TILE <= m {
-                let d = dots::<X_TILE>(ws, std::array::from_fn(|t| &x[(r + t) * k..(r + t + 1) * k]));
-                for (t, dt) in d.iter().enumerate() {
-                    write(r + t, dt);
-                }
-                r += X_TILE;
+        SCRATCH.with(|cell| {
+            let mut scratch = cell.borrow_mut();
+            let need = if W::DECODES { BLOCK * k } else { 0 };
+            if scratch.len() < need {
+                scratch.resize(need, 0.0);
             }
-            for r in r..m {
-                let [d] = dots::<1>(ws, [&x[r * k..(r + 1) * k]]);
-                write(r, &d);
+            let first = task * ROWS_PER_TASK;
+            let rows = chunk.len() / m;
+            for b in (0..rows).step_by(BLOCK) {
+                // A short last block repeats its last row; the extra results are dropped.
+                let mut parts = scratch[..need].chunks_exact_mut(k.max(1));
+                let ws: [&[f32]; BLOCK] = std::array::from_fn(|j| {
+                    let part = parts.next().unwrap_or_default();
+                    w.row(first + (b + j).min(rows - 1), part)
+                });
+                let mut write = |r: usize, d: &[f32; BLOCK]| {
+                    for j in 0..BLOCK.min(rows - b) {
+                        chunk[(b + j) * m + r] = d[j];
+                    }
+                };
+                let mut r = 0;
+                while r + X_TILE <= m {
+                    let d = dots::<X_TILE>(ws, std::array::from_fn(|t| &x[(r + t) * k..(r + t + 1) * k]));
+                    for (t, dt) in d.iter().enumerate() {
+                        write(r + t, dt);
+                    }
+                    r += X_TILE;
+                }
+                for r in r..m {
+                    let [d] = dots::<1>(ws, [&x[r * k..(r + 1) * k]]);
+                    write(r, &d);
+                }
             }
-        }
+        })
     });
 }
 

@@ -17,6 +17,7 @@ pub mod gguf;
 pub mod kernels;
 pub mod loader;
 pub mod model;
+pub mod quant;
 pub mod report;
 pub mod sampling;
 pub mod spec;
@@ -27,8 +28,8 @@ pub mod weights;
 pub use burn::tensor::Device;
 pub use cache::KvCache;
 pub use config::ModelConfig;
-pub use loader::{check_pair, load_model, LoadedModel};
-pub use model::{ForwardOutput, Transformer};
+pub use loader::{check_pair, load_model, load_model_as, LoadedModel};
+pub use model::{ForwardOutput, Transformer, WeightMode};
 pub use sampling::{Sampler, SamplingConfig};
 pub use tokenizer::{ChatTemplate, Tokenizer};
 

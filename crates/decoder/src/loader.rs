@@ -2,7 +2,7 @@
 //! refusing draft/target pairs that do not share a tokenizer.
 
 use crate::config::ModelConfig;
-use crate::model::Transformer;
+use crate::model::{Transformer, WeightMode};
 use crate::tokenizer::Tokenizer;
 use crate::weights::{GgufSource, SafetensorsDir};
 use anyhow::{bail, Context, Result};
@@ -51,9 +51,15 @@ pub fn default_tokenizer_path(path: &Path) -> PathBuf {
     }
 }
 
-/// Loads the model at `path` (HF directory or `.gguf` file) onto `device`.
-/// `tokenizer` overrides the default tokenizer location.
+/// Loads the model at `path` (HF directory or `.gguf` file) onto `device`, GGUF weights kept
+/// in their block formats on the CPU ([`WeightMode::Native`]). `tokenizer` overrides the
+/// default tokenizer location.
 pub fn load_model(path: &Path, tokenizer: Option<&Path>, device: &Device) -> Result<LoadedModel> {
+    load_model_as(path, tokenizer, device, WeightMode::default())
+}
+
+/// [`load_model`] with an explicit [`WeightMode`] (`--weights f32|native`).
+pub fn load_model_as(path: &Path, tokenizer: Option<&Path>, device: &Device, mode: WeightMode) -> Result<LoadedModel> {
     if !path.exists() {
         bail!("model path {} does not exist (run scripts/fetch-models.sh for the Qwen pair)", path.display());
     }
@@ -67,7 +73,7 @@ pub fn load_model(path: &Path, tokenizer: Option<&Path>, device: &Device) -> Res
         let src = SafetensorsDir::open(path)?;
         let files = src.files().map(Path::to_path_buf).collect();
         let cfg = adjust_to_weights(cfg, &src);
-        let model = Transformer::load(cfg, &src, device).with_context(|| format!("model {}", path.display()))?;
+        let model = Transformer::load(cfg, &src, device, mode).with_context(|| format!("model {}", path.display()))?;
         (model, ModelFormat::HfSafetensors, files, None)
     } else {
         let src = GgufSource::open(path)?;
@@ -80,7 +86,7 @@ pub fn load_model(path: &Path, tokenizer: Option<&Path>, device: &Device) -> Res
             }
             format!("{:x}", h.finalize())
         });
-        let model = Transformer::load(cfg, &src, device).with_context(|| format!("model {}", path.display()))?;
+        let model = Transformer::load(cfg, &src, device, mode).with_context(|| format!("model {}", path.display()))?;
         (model, ModelFormat::Gguf, vec![path.to_path_buf()], hash)
     };
     let cfg = model.config();

@@ -4,8 +4,11 @@
 
 use crate::cache::KvCache;
 use crate::config::ModelConfig;
+use crate::kernels::{F32Rows, WeightRows};
+use crate::quant::{QuantMatrix, QuantPart};
 use crate::weights::{HostTensor, WeightSource};
 use anyhow::{bail, ensure, Context, Result};
+use std::sync::Arc;
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{AllocationProperty, Bytes, DType, Device, Int, Tensor, TensorData};
 
@@ -58,8 +61,6 @@ struct HostMatrix {
     bytes: bytes::Bytes,
     rows: usize,
     cols: usize,
-    /// Host copy of the bias, added after the kernel (saves a device op per call).
-    bias: Option<Vec<f32>>,
 }
 
 /// Owns the f32 buffer behind a [`HostMatrix`] and lends it out as bytes.
@@ -80,68 +81,98 @@ impl HostMatrix {
     }
 }
 
-/// A linear map stored in HF layout `[out, in]` and applied as `x W^T`. On the CPU device
-/// few-row inputs run the bandwidth-bound kernel of [`crate::kernels`] on the same memory the
-/// burn tensor uses; everything else (and every other device) is a burn matmul through a
-/// transposed view, which burn-flex's gemm runs at full speed.
+/// How a linear map's weights are stored and multiplied; chosen once, at load.
+#[derive(Clone)]
+enum Projection {
+    /// f32 in host memory shared with a burn tensor on the CPU device: the few-row kernel of
+    /// [`crate::kernels`] for up to [`HOST_KERNEL_MAX_ROWS`] rows, burn's gemm for longer inputs
+    /// (prompt prefill), which burn-flex runs at full speed through a transposed view.
+    Host { weight: Tensor<2>, host: HostMatrix },
+    /// GGUF blocks on the CPU ([`crate::quant`]): every call goes through the kernel, which
+    /// decodes each weight row once per call, in chunks of [`ROW_INVARIANT_CHUNK`] rows.
+    Native(Arc<QuantMatrix>),
+    /// Any other device: burn's matmul.
+    Device(Tensor<2>),
+}
+
+/// A linear map stored in HF layout `[out, in]` and applied as `x W^T (+ bias)`.
+#[derive(Clone)]
 struct Linear {
-    weight: Tensor<2>,
-    host: Option<HostMatrix>,
+    proj: Projection,
     bias: Option<Tensor<1>>,
+    /// Host copy of the bias for the kernel paths (added on the host: saves a device op).
+    host_bias: Option<Vec<f32>>,
 }
 
 impl Linear {
     /// Like [`Linear::forward`], but on the CPU every row goes through the kernel of
     /// [`crate::kernels`] (in chunks of at most [`ROW_INVARIANT_CHUNK`] rows), whose per-row
     /// result does not depend on the other rows: a sequence's numbers are the same whatever it
-    /// is batched with.
+    /// is batched with. (The native path always works this way.)
     fn forward_row_invariant(&self, x: Tensor<3>) -> Tensor<3> {
-        let Some(host) = &self.host else {
-            return self.forward(x);
+        match &self.proj {
+            Projection::Host { host, .. } => self.kernel_chunks(x, &F32Rows { data: host.as_f32(), n: host.rows, k: host.cols }),
+            Projection::Native(q) => self.kernel_chunks(x, q.as_ref()),
+            Projection::Device(_) => self.forward(x),
+        }
+    }
+
+    fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        let [b, n, k] = x.dims();
+        let weight = match &self.proj {
+            Projection::Host { host, .. } if b * n <= HOST_KERNEL_MAX_ROWS => {
+                return self.kernel(x, &F32Rows { data: host.as_f32(), n: host.rows, k: host.cols });
+            }
+            Projection::Native(q) => return self.kernel_chunks(x, q.as_ref()),
+            Projection::Host { weight, .. } | Projection::Device(weight) => weight,
         };
+        let out = weight.dims()[0];
+        let y = x.reshape([b * n, k]).matmul(weight.clone().transpose());
+        let y = match &self.bias {
+            Some(bias) => y + bias.clone().unsqueeze::<2>(),
+            None => y,
+        };
+        y.reshape([b, n, out])
+    }
+
+    /// The kernel over all rows of `x`, [`ROW_INVARIANT_CHUNK`] rows per call.
+    fn kernel_chunks<W: WeightRows>(&self, x: Tensor<3>, w: &W) -> Tensor<3> {
         let [b, n, k] = x.dims();
         let m = b * n;
         if m <= ROW_INVARIANT_CHUNK {
-            return host.forward(x);
+            return self.kernel(x, w);
         }
         let rows = x.reshape([m, k]);
         let chunks: Vec<Tensor<3>> = (0..m)
             .step_by(ROW_INVARIANT_CHUNK)
             .map(|start| {
                 let end = (start + ROW_INVARIANT_CHUNK).min(m);
-                host.forward(rows.clone().slice([start..end, 0..k]).reshape([1, end - start, k]))
+                self.kernel(rows.clone().slice([start..end, 0..k]).reshape([1, end - start, k]), w)
             })
             .collect();
-        Tensor::cat(chunks, 1).reshape([b, n, host.rows])
+        Tensor::cat(chunks, 1).reshape([b, n, w.rows()])
     }
 
-    fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let [b, n, k] = x.dims();
-        match &self.host {
-            Some(host) if b * n <= HOST_KERNEL_MAX_ROWS => host.forward(x),
-            _ => {
-                let out = self.weight.dims()[0];
-                let y = x.reshape([b * n, k]).matmul(self.weight.clone().transpose());
-                let y = match &self.bias {
-                    Some(bias) => y + bias.clone().unsqueeze::<2>(),
-                    None => y,
-                };
-                y.reshape([b, n, out])
-            }
-        }
+    /// Bytes of weights one application reads: the blocks of a native matrix, else f32 values
+    /// (the bias included).
+    fn weight_bytes(&self) -> usize {
+        let matrix = match &self.proj {
+            Projection::Native(q) => q.byte_len(),
+            Projection::Host { host, .. } => host.rows * host.cols * 4,
+            Projection::Device(w) => w.dims().iter().product::<usize>() * 4,
+        };
+        matrix + self.bias.as_ref().map_or(0, |b| b.dims()[0] * 4)
     }
-}
 
-impl HostMatrix {
     /// `x W^T + bias` through the CPU kernel, on host copies of the activations.
-    fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let [b, n, k] = x.dims();
-        let (m, out) = (b * n, self.rows);
+    fn kernel<W: WeightRows>(&self, x: Tensor<3>, w: &W) -> Tensor<3> {
+        let [b, n, _] = x.dims();
+        let (m, out) = (b * n, w.rows());
         let device = x.device();
         let xs = x.into_data().try_to_vec::<f32>().expect("f32 activations");
         let mut y = vec![0f32; m * out];
-        crate::kernels::matmul_wt(&xs, m, self.as_f32(), out, k, &mut y);
-        if let Some(bias) = &self.bias {
+        crate::kernels::matmul_rows(&xs, m, w, &mut y);
+        if let Some(bias) = &self.host_bias {
             for row in y.chunks_exact_mut(out) {
                 row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
             }
@@ -186,15 +217,58 @@ struct Block {
     mlp: Mlp,
 }
 
-/// The decoder. Weights are f32 on `device`.
+/// How a model's GGUF weight matrices are kept in memory on the CPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WeightMode {
+    /// Dequantized to f32 on load: the reference path, and the only one for HF safetensors
+    /// models and non-CPU devices.
+    F32,
+    /// In their GGUF block formats, decoded inside the few-row kernel ([`crate::quant`]):
+    /// 4-8x fewer bytes per token, bit-identical results. Matrices whose type has no native
+    /// kernel (and F32 tensors) take the f32 path. Applies to GGUF files on the CPU device.
+    #[default]
+    Native,
+}
+
+impl std::str::FromStr for WeightMode {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "f32" => Ok(Self::F32),
+            "native" => Ok(Self::Native),
+            other => bail!("unknown weight mode '{other}' (f32 or native)"),
+        }
+    }
+}
+
+impl std::fmt::Display for WeightMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::F32 => "f32",
+            Self::Native => "native",
+        })
+    }
+}
+
+/// The token embedding table.
+enum Embedding {
+    Dense(Tensor<2>),
+    /// GGUF blocks; looked-up rows are decoded to the same f32 values as the dense table.
+    Native(Arc<QuantMatrix>),
+}
+
+/// The decoder.
 pub struct Transformer {
     cfg: ModelConfig,
-    embed: Tensor<2>,
+    embed: Embedding,
     blocks: Vec<Block>,
     norm: RmsNorm,
     /// Shares `embed`'s memory when the head is tied.
     lm_head: Linear,
     device: Device,
+    /// Whether any matrix runs natively (from GGUF blocks).
+    native: bool,
 }
 
 /// cos and sin of RoPE angles for positions `start..start+n`, `[n, head_dim]` each, in the
@@ -300,31 +374,57 @@ fn upload<const D: usize>(t: HostTensor, name: &str, shape: [usize; D], device: 
     Ok(Tensor::from_data(TensorData::new(t.data, shape), device))
 }
 
-/// Moves a weight matrix to the device. On the CPU device the burn tensor shares the host
-/// buffer, which is also kept for the few-row kernel; elsewhere only the device copy is kept.
-fn upload_matrix(t: HostTensor, name: &str, shape: [usize; 2], device: &Device) -> Result<(Tensor<2>, Option<HostMatrix>)> {
+/// Moves an f32 weight matrix to the device. On the CPU device the burn tensor shares the
+/// host buffer, which the few-row kernel also reads; elsewhere only the device copy is kept.
+fn upload_matrix(t: HostTensor, name: &str, shape: [usize; 2], device: &Device) -> Result<Projection> {
     check_shape(&t, name, &shape)?;
     if *device != Device::flex() {
-        return Ok((Tensor::from_data(TensorData::new(t.data, shape), device), None));
+        return Ok(Projection::Device(Tensor::from_data(TensorData::new(t.data, shape), device)));
     }
-    let host = HostMatrix { bytes: bytes::Bytes::from_owner(F32Buffer(t.data)), rows: shape[0], cols: shape[1], bias: None };
+    let host = HostMatrix { bytes: bytes::Bytes::from_owner(F32Buffer(t.data)), rows: shape[0], cols: shape[1] };
     let shared = Bytes::from_shared(host.bytes.clone(), AllocationProperty::Native);
-    let tensor = Tensor::from_data(TensorData::from_bytes(shared, shape, DType::F32), device);
-    Ok((tensor, Some(host)))
+    let weight = Tensor::from_data(TensorData::from_bytes(shared, shape, DType::F32), device);
+    Ok(Projection::Host { weight, host })
+}
+
+/// The row-stacked matrices `names` (each `[rows, cols]`) in their stored block formats, or
+/// `None` when one of them is not stored in a type with a native kernel (F32 tensors, or a
+/// type without one, which is logged): then the whole map takes the f32 path.
+fn native_matrix(src: &dyn WeightSource, names: &[(&str, usize)], cols: usize) -> Result<Option<QuantMatrix>> {
+    let mut parts: Vec<QuantPart> = Vec::with_capacity(names.len());
+    for &(name, rows) in names {
+        let full = format!("{name}.weight");
+        match src.load_blocks(&full).with_context(|| format!("loading weight '{full}'"))? {
+            Some((shape, part)) => {
+                if shape != [rows, cols] {
+                    bail!("weight '{full}' has shape {shape:?}, the config implies {:?}", [rows, cols]);
+                }
+                parts.push(part);
+            }
+            None => {
+                if let Some(ty) = src.stored_type(&full).filter(|t| *t != crate::gguf::GgmlType::F32) {
+                    eprintln!("specx: weight '{full}' is {ty:?}, which has no native kernel: using f32 weights for it");
+                }
+                return Ok(None);
+            }
+        }
+    }
+    QuantMatrix::new(parts, cols).map(Some)
 }
 
 impl Transformer {
-    /// Builds the model from HF-named weights, one tensor at a time.
-    pub fn load(cfg: ModelConfig, src: &dyn WeightSource, device: &Device) -> Result<Self> {
+    /// Builds the model from HF-named weights, one tensor at a time. `mode` chooses how GGUF
+    /// matrices are kept on the CPU device (ignored elsewhere and for sources without blocks).
+    pub fn load(cfg: ModelConfig, src: &dyn WeightSource, device: &Device, mode: WeightMode) -> Result<Self> {
         cfg.validate()?;
+        let native = mode == WeightMode::Native && *device == Device::flex();
         let (hd, inter) = (cfg.hidden_size, cfg.intermediate_size);
         let (qd, kvd) = (cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim);
         let get = |name: &str| src.load(name).with_context(|| format!("loading weight '{name}'"));
-        // One linear map from the row-wise concatenation of the named projections.
-        let linear = |names: &[(&str, usize)], inp: usize, bias: bool| -> Result<Linear> {
+        // The f32 projection of the row-wise concatenation of the named matrices.
+        let dense = |names: &[(&str, usize)], inp: usize| -> Result<Projection> {
             let out: usize = names.iter().map(|(_, rows)| rows).sum();
             let mut w = HostTensor { shape: vec![out, inp], data: Vec::new() };
-            let mut bs = HostTensor { shape: vec![out], data: Vec::new() };
             for &(name, rows) in names {
                 let part = get(&format!("{name}.weight"))?;
                 check_shape(&part, name, &[rows, inp])?;
@@ -333,24 +433,41 @@ impl Transformer {
                 } else {
                     w.data.extend_from_slice(&part.data);
                 }
-                if bias {
-                    let b = get(&format!("{name}.bias"))?;
-                    check_shape(&b, &format!("{name}.bias"), &[rows])?;
-                    bs.data.extend_from_slice(&b.data);
-                }
             }
             let label = names.iter().map(|(n, _)| *n).collect::<Vec<_>>().join("+");
-            let (weight, mut host) = upload_matrix(w, &label, [out, inp], device)?;
-            if let Some(h) = host.as_mut().filter(|_| bias) {
-                h.bias = Some(bs.data.clone());
+            upload_matrix(w, &label, [out, inp], device)
+        };
+        // Native blocks where possible, else f32.
+        let projection = |names: &[(&str, usize)], inp: usize| -> Result<Projection> {
+            match native.then(|| native_matrix(src, names, inp)).transpose()?.flatten() {
+                Some(q) => Ok(Projection::Native(Arc::new(q))),
+                None => dense(names, inp),
             }
-            let bias = if bias { Some(upload(bs, &label, [out], device)?) } else { None };
-            Ok(Linear { weight, host, bias })
+        };
+        let linear = |names: &[(&str, usize)], inp: usize, bias: bool| -> Result<Linear> {
+            let proj = projection(names, inp)?;
+            if !bias {
+                return Ok(Linear { proj, bias: None, host_bias: None });
+            }
+            let mut bs = HostTensor { shape: vec![0], data: Vec::new() };
+            for &(name, rows) in names {
+                let b = get(&format!("{name}.bias"))?;
+                check_shape(&b, &format!("{name}.bias"), &[rows])?;
+                bs.data.extend_from_slice(&b.data);
+            }
+            bs.shape = vec![bs.data.len()];
+            let host_bias = (!matches!(proj, Projection::Device(_))).then(|| bs.data.clone());
+            let len = bs.data.len();
+            Ok(Linear { proj, bias: Some(upload(bs, "bias", [len], device)?), host_bias })
         };
         let norm = |name: &str| -> Result<RmsNorm> {
             Ok(RmsNorm { weight: upload(get(name)?, name, [hd], device)?, eps: cfg.rms_norm_eps })
         };
-        let (embed, embed_host) = upload_matrix(get("model.embed_tokens.weight")?, "model.embed_tokens.weight", [cfg.vocab_size, hd], device)?;
+        let embed_proj = projection(&[("model.embed_tokens", cfg.vocab_size)], hd)?;
+        let embed = match &embed_proj {
+            Projection::Native(q) => Embedding::Native(q.clone()),
+            Projection::Host { weight, .. } | Projection::Device(weight) => Embedding::Dense(weight.clone()),
+        };
         let mut blocks = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
             let p = format!("model.layers.{i}");
@@ -378,11 +495,32 @@ impl Transformer {
         }
         let final_norm = norm("model.norm.weight")?;
         let lm_head = if cfg.tie_word_embeddings {
-            Linear { weight: embed.clone(), host: embed_host, bias: None }
+            Linear { proj: embed_proj, bias: None, host_bias: None }
         } else {
             linear(&[("lm_head", cfg.vocab_size)], hd, false)?
         };
-        Ok(Self { cfg, embed, blocks, norm: final_norm, lm_head, device: device.clone() })
+        let any_native = matches!(embed, Embedding::Native(_))
+            || matches!(lm_head.proj, Projection::Native(_))
+            || blocks.iter().any(|b| [&b.attn.qkv, &b.attn.o, &b.mlp.gate_up, &b.mlp.down].iter().any(|l| matches!(l.proj, Projection::Native(_))));
+        Ok(Self { cfg, embed, blocks, norm: final_norm, lm_head, device: device.clone(), native: any_native })
+    }
+
+    /// Bytes of weights one decoded token reads, as stored: every layer's projections (GGUF
+    /// blocks on the native path, f32 otherwise), norms and biases, the final norm and the
+    /// output head (the embedding lookup reads one row and is left out).
+    pub fn weight_bytes_per_token(&self) -> usize {
+        let hd = self.cfg.hidden_size * 4;
+        let layers: usize = self
+            .blocks
+            .iter()
+            .map(|b| b.attn.qkv.weight_bytes() + b.attn.o.weight_bytes() + b.mlp.gate_up.weight_bytes() + b.mlp.down.weight_bytes() + 2 * hd)
+            .sum();
+        layers + hd + self.lm_head.weight_bytes()
+    }
+
+    /// Whether any weight matrix runs natively from GGUF blocks ([`WeightMode::Native`]).
+    pub fn is_native(&self) -> bool {
+        self.native
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -494,9 +632,22 @@ impl Transformer {
         if let Some(&bad) = seqs.iter().flat_map(|t| t.iter()).find(|&&t| t >= vocab) {
             bail!("token id {bad} is outside the vocabulary of {vocab}");
         }
-        let ids: Vec<i64> = seqs.iter().flat_map(|t| t.iter().map(|&x| x as i64)).collect();
+        let ids: Vec<u32> = seqs.iter().flat_map(|t| t.iter().copied()).collect();
         let rows = ids.len();
-        Ok(self.embed.clone().select(0, Tensor::<1, Int>::from_data(TensorData::new(ids, [rows]), &self.device)))
+        match &self.embed {
+            Embedding::Dense(table) => {
+                let ids: Vec<i64> = ids.iter().map(|&x| x as i64).collect();
+                Ok(table.clone().select(0, Tensor::<1, Int>::from_data(TensorData::new(ids, [rows]), &self.device)))
+            }
+            Embedding::Native(q) => {
+                let hd = q.cols();
+                let mut out = vec![0f32; rows * hd];
+                for (row, &id) in out.chunks_exact_mut(hd).zip(&ids) {
+                    q.decode_row(id as usize, row);
+                }
+                Ok(Tensor::from_data(TensorData::new(out, [rows, hd]), &self.device))
+            }
+        }
     }
 
     fn hidden_states(&self, tokens: &[&[u32]], cache: &mut KvCache) -> Result<Tensor<3>> {

@@ -126,6 +126,32 @@ pub fn char_tokenizer_json() -> String {
 /// (`noise` times other random weights), so acceptance labels spread over (0, 1) instead of
 /// sitting near 0 as for two unrelated models. Returns (draft, target).
 pub fn write_tiny_char_pair(root: &Path, seed: u64, noise: f32) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let (cfg, target, draft) = tiny_char_pair_weights(seed, noise);
+    let (t, d) = (root.join("target"), root.join("draft"));
+    write_hf_dir(&t, &cfg, &target, StDtype::F32, 1, &char_tokenizer_json())?;
+    write_hf_dir(&d, &cfg, &draft, StDtype::F32, 1, &char_tokenizer_json())?;
+    Ok((d, t))
+}
+
+/// The pair of [`write_tiny_char_pair`] as GGUF files with their 2-D weights in `ty` (e.g.
+/// Q8_0, so the CPU runs them natively from blocks): `root/{target,draft}/model.gguf` with a
+/// `tokenizer.json` beside each. Returns the two model files (draft, target).
+pub fn write_tiny_char_pair_gguf(root: &Path, seed: u64, noise: f32, ty: GgmlType) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+    let (cfg, target, draft) = tiny_char_pair_weights(seed, noise);
+    let tokens: Vec<String> = (0..CHAR_VOCAB).map(|i| format!("c{i}")).collect();
+    let mut files = Vec::new();
+    for (name, w) in [("draft", &draft), ("target", &target)] {
+        let dir = root.join(name);
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("tokenizer.json"), char_tokenizer_json())?;
+        write_gguf(&dir.join("model.gguf"), &cfg, w, ty, &tokens)?;
+        files.push(dir.join("model.gguf"));
+    }
+    Ok((files[0].clone(), files[1].clone()))
+}
+
+/// (config, target weights, draft weights = target + `noise` x other random weights).
+fn tiny_char_pair_weights(seed: u64, noise: f32) -> (ModelConfig, BTreeMap<String, HostTensor>, BTreeMap<String, HostTensor>) {
     let cfg = tiny_qwen2(CHAR_VOCAB);
     let w = random_weights(&cfg, seed);
     let perturbation = random_weights(&cfg, seed + 1);
@@ -135,10 +161,7 @@ pub fn write_tiny_char_pair(root: &Path, seed: u64, noise: f32) -> Result<(std::
             *v += noise * n;
         }
     }
-    let (t, d) = (root.join("target"), root.join("draft"));
-    write_hf_dir(&t, &cfg, &w, StDtype::F32, 1, &char_tokenizer_json())?;
-    write_hf_dir(&d, &cfg, &draft, StDtype::F32, 1, &char_tokenizer_json())?;
-    Ok((d, t))
+    (cfg, w, draft)
 }
 
 /// Storage dtype of a synthetic safetensors file.
@@ -201,7 +224,8 @@ pub fn write_hf_dir(dir: &Path, cfg: &ModelConfig, weights: &BTreeMap<String, Ho
 
 /// Writes a GGUF file as llama.cpp's converter would: ggml names, metadata under the
 /// architecture's prefix, and for `llama` the q/k rows permuted for interleaved RoPE.
-/// `ty` is F32 or F16 (the quantized block types are tested on their own).
+/// `ty` is the storage type of the 2-D weights (F32, F16, BF16, Q8_0, Q4_0, Q5_0; see
+/// [`crate::gguf::quantize`]); norms and biases stay F32, as llama.cpp writes them.
 pub fn write_gguf(path: &Path, cfg: &ModelConfig, weights: &BTreeMap<String, HostTensor>, ty: GgmlType, vocab_tokens: &[String]) -> Result<()> {
     let a = &cfg.architecture;
     let mut w = GgufWriter::new();
@@ -226,14 +250,10 @@ pub fn write_gguf(path: &Path, cfg: &ModelConfig, weights: &BTreeMap<String, Hos
             let cols = if t.shape.len() == 2 { t.shape[1] } else { 1 };
             permute_qk_rows(&mut data, t.shape[0], cols, heads);
         }
-        match ty {
-            GgmlType::F16 if t.shape.len() == 2 => {
-                let bytes = data.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()).collect();
-                w.tensor_raw(&gname, &t.shape, GgmlType::F16, bytes)?;
-            }
-            _ => {
-                w.tensor_f32(&gname, &t.shape, &data)?;
-            }
+        if t.shape.len() == 2 && ty != GgmlType::F32 {
+            w.tensor_raw(&gname, &t.shape, ty, crate::gguf::quantize(ty, &data)?)?;
+        } else {
+            w.tensor_f32(&gname, &t.shape, &data)?;
         }
     }
     w.write(path)

@@ -3,7 +3,8 @@
 //! as f32, so peak memory stays near the size of the finished model.
 
 use crate::config::ModelConfig;
-use crate::gguf::GgufFile;
+use crate::gguf::{GgmlType, GgufFile};
+use crate::quant::{has_native_kernel, QuantPart};
 use anyhow::{anyhow, bail, Context, Result};
 use half::{bf16, f16};
 use memmap2::Mmap;
@@ -25,6 +26,16 @@ pub trait WeightSource {
     fn contains(&self, name: &str) -> bool;
     /// Loads one tensor (HF name, HF layout) as f32.
     fn load(&self, name: &str) -> Result<HostTensor>;
+    /// Loads a 2-D tensor in its stored ggml block format (HF shape and row order) when it is
+    /// stored in a type with a native kernel ([`crate::quant::has_native_kernel`], F32 excluded);
+    /// `None` otherwise, and for sources that store no blocks.
+    fn load_blocks(&self, _name: &str) -> Result<Option<(Vec<usize>, QuantPart)>> {
+        Ok(None)
+    }
+    /// The ggml type a tensor is stored in, where the source has one (GGUF).
+    fn stored_type(&self, _name: &str) -> Option<GgmlType> {
+        None
+    }
 }
 
 /// An HF model directory: `config.json` plus one or several `*.safetensors` files.
@@ -128,8 +139,9 @@ fn gguf_name(hf: &str) -> Option<String> {
 
 /// Undoes llama.cpp's HF->GGUF q/k permutation: rows were reordered from
 /// (head, half, i) to (head, i, half) within each head.
-pub fn unpermute_qk_rows(data: &mut [f32], rows: usize, cols: usize, n_head: usize) {
-    permute_rows(data, rows, cols, n_head, true)
+/// Rows are `row_len` consecutive items (f32 values, or the bytes of a row of ggml blocks).
+pub fn unpermute_qk_rows<T: Copy>(data: &mut [T], rows: usize, row_len: usize, n_head: usize) {
+    permute_rows(data, rows, row_len, n_head, true)
 }
 
 /// llama.cpp's HF->GGUF q/k permutation (used to write realistic llama GGUF test files).
@@ -137,7 +149,7 @@ pub fn permute_qk_rows(data: &mut [f32], rows: usize, cols: usize, n_head: usize
     permute_rows(data, rows, cols, n_head, false)
 }
 
-fn permute_rows(data: &mut [f32], rows: usize, cols: usize, n_head: usize, inverse: bool) {
+fn permute_rows<T: Copy>(data: &mut [T], rows: usize, cols: usize, n_head: usize, inverse: bool) {
     let per_head = rows / n_head;
     let half = per_head / 2;
     let src = data.to_vec();
@@ -211,21 +223,52 @@ impl WeightSource for GgufSource {
     }
 
     fn load(&self, name: &str) -> Result<HostTensor> {
-        let g = gguf_name(name).ok_or_else(|| anyhow!("no GGUF name for weight '{name}'"))?;
+        let g = self.gguf_name(name)?;
         let (shape, mut data) = self.file.tensor_f32(&g)?;
-        if self.arch == "llama" {
-            let heads = if g.ends_with("attn_q.weight") || g.ends_with("attn_q.bias") {
-                Some(self.n_head)
-            } else if g.ends_with("attn_k.weight") || g.ends_with("attn_k.bias") {
-                Some(self.n_kv_head)
-            } else {
-                None
-            };
-            if let Some(h) = heads {
-                let cols = if shape.len() == 2 { shape[1] } else { 1 };
-                unpermute_qk_rows(&mut data, shape[0], cols, h);
-            }
+        if let Some(h) = self.permuted_heads(&g) {
+            let cols = if shape.len() == 2 { shape[1] } else { 1 };
+            unpermute_qk_rows(&mut data, shape[0], cols, h);
         }
         Ok(HostTensor { shape, data })
+    }
+
+    fn load_blocks(&self, name: &str) -> Result<Option<(Vec<usize>, QuantPart)>> {
+        let g = self.gguf_name(name)?;
+        let (info, ty, bytes) = self.file.tensor_bytes(&g)?;
+        let shape = info.shape();
+        if shape.len() != 2 || ty == GgmlType::F32 || !has_native_kernel(ty) {
+            return Ok(None);
+        }
+        let mut data = bytes.to_vec();
+        if let Some(h) = self.permuted_heads(&g) {
+            let row_bytes = data.len() / shape[0];
+            unpermute_qk_rows(&mut data, shape[0], row_bytes, h);
+        }
+        Ok(Some((shape.clone(), QuantPart { ty, rows: shape[0], data })))
+    }
+
+    fn stored_type(&self, name: &str) -> Option<GgmlType> {
+        let g = gguf_name(name)?;
+        GgmlType::from_id(self.file.tensors.get(&g)?.type_id)
+    }
+}
+
+impl GgufSource {
+    fn gguf_name(&self, name: &str) -> Result<String> {
+        gguf_name(name).ok_or_else(|| anyhow!("no GGUF name for weight '{name}'"))
+    }
+
+    /// For llama-architecture q/k tensors, the head count their rows were permuted with.
+    fn permuted_heads(&self, g: &str) -> Option<usize> {
+        if self.arch != "llama" {
+            return None;
+        }
+        if g.ends_with("attn_q.weight") || g.ends_with("attn_q.bias") {
+            Some(self.n_head)
+        } else if g.ends_with("attn_k.weight") || g.ends_with("attn_k.bias") {
+            Some(self.n_kv_head)
+        } else {
+            None
+        }
     }
 }

@@ -1,16 +1,19 @@
-//! `specx bench`: decode and prefill speed of the draft and the target, peak memory, and the
-//! memory-bandwidth bound of this machine measured in the same run.
+//! `specx bench`: decode, prefill and verification speed of the draft and the target on each
+//! weight path (native GGUF blocks, f32), peak memory per path, the memory-bandwidth bound of
+//! this machine, and optionally llama.cpp's `llama-bench` on the same files, all in one run.
 //!
-//! Decoding one token reads every weight once (the models are f32 after dequantization), so
-//! tokens/s can never exceed `bandwidth / bytes_per_token`. The report prints that bound and
-//! the achieved fraction of it.
+//! Decoding one token reads every weight once, so tokens/s can never exceed
+//! `bandwidth / bytes_per_token`, with the weights counted as stored (blocks on the native
+//! path, f32 otherwise). The report prints that bound and the achieved fraction of it.
 
 use crate::sysmem::{current_rss_bytes, peak_rss_bytes, read_bandwidth, read_bandwidth_threads};
-use anyhow::Result;
+use crate::report::markdown_table;
+use anyhow::{ensure, Context, Result};
 use specx_decoder::generate::last_logits;
 use specx_decoder::sampling::argmax;
-use specx_decoder::{default_device, load_model, LoadedModel};
-use std::path::PathBuf;
+use specx_decoder::{default_device, load_model_as, LoadedModel, WeightMode};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Instant;
 
 /// The model pair of a benchmark, defaulting to the fetched Qwen pair.
@@ -42,6 +45,18 @@ pub struct BenchArgs {
     /// Tokens decoded (greedy, one at a time) to measure decode speed.
     #[arg(long, default_value_t = 64)]
     pub decode_tokens: usize,
+    /// Rows of the verification call that is timed (a speculative round of K = rows - 1).
+    #[arg(long, default_value_t = 5)]
+    pub verify_rows: usize,
+    /// Weight paths to measure, one after the other in this run (`native`: GGUF blocks decoded
+    /// in the kernel; `f32`: dequantized on load), so their ratios come from the same run.
+    #[arg(long, value_delimiter = ',', default_value = "native,f32")]
+    pub weights: Vec<WeightMode>,
+    /// llama.cpp's `llama-bench` binary (build one with scripts/bench-llamacpp.sh): run it on the
+    /// same GGUF files with the same thread count, prompt and decode lengths in this run, and
+    /// print specx/llama.cpp ratios.
+    #[arg(long, value_name = "PATH")]
+    pub llamacpp: Option<PathBuf>,
     /// Size of the buffer read to measure memory bandwidth, in MiB.
     #[arg(long, default_value_t = 2048)]
     pub bandwidth_mib: usize,
@@ -62,30 +77,52 @@ pub fn default_target() -> PathBuf {
     model_cache_dir().join("qwen2.5-coder-1.5b-instruct/model.gguf")
 }
 
-/// One model's measurements.
+/// One model's measurements on one weight path.
 #[derive(Debug, serde::Serialize)]
 pub struct ModelBench {
     pub role: String,
+    pub weights: String,
     pub path: String,
     pub parameters: usize,
     pub prefill_tokens: usize,
     pub prefill_tokens_per_sec: f64,
     pub decode_tokens: usize,
     pub decode_tokens_per_sec: f64,
-    /// Weight bytes plus mean KV-cache bytes read per decoded token.
+    /// Median seconds of one verification call of `verify_rows` tokens after the prompt.
+    pub verify_secs: f64,
+    pub verify_rows: usize,
+    /// Weight bytes (as stored) plus mean KV-cache bytes read per decoded token.
     pub bytes_per_token: f64,
     /// bandwidth / bytes_per_token.
     pub bound_tokens_per_sec: f64,
     pub fraction_of_bound: f64,
 }
 
+/// Memory of one weight path, measured with only its two models loaded.
+#[derive(Debug, serde::Serialize)]
+pub struct PathMemory {
+    pub weights: String,
+    pub rss_both_loaded_gb: f64,
+    /// Peak RSS while this path loaded and ran (the peak is reset before each path).
+    pub peak_rss_gb: f64,
+}
+
+/// llama.cpp's figures for one model, from `llama-bench` in the same run.
+#[derive(Debug, serde::Serialize)]
+pub struct LlamaCppBench {
+    pub role: String,
+    pub prefill_tokens_per_sec: f64,
+    pub decode_tokens_per_sec: f64,
+}
+
 #[derive(Debug, serde::Serialize)]
 pub struct BenchReport {
     pub bandwidth_gb_s: f64,
     pub bandwidth_one_thread_gb_s: f64,
+    pub threads: usize,
     pub models: Vec<ModelBench>,
-    pub rss_both_loaded_gb: f64,
-    pub peak_rss_gb: f64,
+    pub memory: Vec<PathMemory>,
+    pub llamacpp: Vec<LlamaCppBench>,
 }
 
 /// A prompt of exactly `n` tokens: a fixed English/code text, repeated as needed.
@@ -98,12 +135,15 @@ fn bench_prompt(lm: &LoadedModel, n: usize) -> Result<Vec<u32>> {
 /// Raw timings of one model, before the bound is applied.
 struct Timing {
     role: String,
+    weights: String,
     path: String,
     parameters: usize,
     prefill_tokens: usize,
     prefill_secs: f64,
     decode_tokens: usize,
     decode_secs: f64,
+    verify_secs: f64,
+    verify_rows: usize,
     bytes_per_token: f64,
 }
 
@@ -113,12 +153,15 @@ impl Timing {
         let bound = bandwidth / self.bytes_per_token;
         ModelBench {
             role: self.role,
+            weights: self.weights,
             path: self.path,
             parameters: self.parameters,
             prefill_tokens: self.prefill_tokens,
             prefill_tokens_per_sec: self.prefill_tokens as f64 / self.prefill_secs,
             decode_tokens: self.decode_tokens,
             decode_tokens_per_sec: decode_tps,
+            verify_secs: self.verify_secs,
+            verify_rows: self.verify_rows,
             bytes_per_token: self.bytes_per_token,
             bound_tokens_per_sec: bound,
             fraction_of_bound: decode_tps / bound,
@@ -126,7 +169,7 @@ impl Timing {
     }
 }
 
-fn time_model(role: &str, lm: &LoadedModel, a: &BenchArgs) -> Result<Timing> {
+fn time_model(role: &str, weights: WeightMode, lm: &LoadedModel, a: &BenchArgs) -> Result<Timing> {
     let model = &lm.model;
     let prompt = bench_prompt(lm, a.prompt_tokens)?;
     // Warm-up: one short forward so that first-touch allocation is not timed.
@@ -138,6 +181,16 @@ fn time_model(role: &str, lm: &LoadedModel, a: &BenchArgs) -> Result<Timing> {
     let t = Instant::now();
     let mut next = argmax(&last_logits(&model.forward_last(&prompt, &mut cache)?));
     let prefill_secs = t.elapsed().as_secs_f64();
+    // Verification calls: `verify_rows` tokens after the prompt, rolled back after each.
+    let rows: Vec<u32> = prompt.iter().take(a.verify_rows.max(1)).copied().collect();
+    let mut verify = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        model.forward(&rows, &mut cache)?;
+        verify.push(t.elapsed().as_secs_f64());
+        cache.truncate(prompt.len());
+    }
+    verify.sort_by(f64::total_cmp);
     let t = Instant::now();
     for _ in 0..a.decode_tokens {
         next = argmax(&last_logits(&model.forward(&[next], &mut cache)?));
@@ -148,13 +201,16 @@ fn time_model(role: &str, lm: &LoadedModel, a: &BenchArgs) -> Result<Timing> {
     let mean_ctx = prompt.len() + a.decode_tokens / 2;
     Ok(Timing {
         role: role.into(),
+        weights: weights.to_string(),
         path: lm.path.display().to_string(),
         parameters: cfg.num_parameters(),
         prefill_tokens: prompt.len(),
         prefill_secs,
         decode_tokens: a.decode_tokens,
         decode_secs,
-        bytes_per_token: (cfg.weight_bytes_per_token() + cfg.kv_bytes_per_token(mean_ctx)) as f64,
+        verify_secs: verify[verify.len() / 2],
+        verify_rows: rows.len(),
+        bytes_per_token: (model.weight_bytes_per_token() + cfg.kv_bytes_per_token(mean_ctx)) as f64,
     })
 }
 
@@ -171,53 +227,147 @@ pub fn run(a: BenchArgs) -> Result<()> {
 /// Runs the benchmark.
 pub fn measure(a: &BenchArgs) -> Result<BenchReport> {
     let (draft_path, target_path) = a.pair.paths();
+    ensure!(!a.weights.is_empty(), "--weights needs at least one of native, f32");
+    if let Some(bin) = &a.llamacpp {
+        ensure!(bin.is_file(), "--llamacpp {}: no such file (build it with scripts/bench-llamacpp.sh)", bin.display());
+    }
+    let threads = rayon::current_num_threads();
     eprintln!("measuring memory bandwidth ({} MiB buffer)...", a.bandwidth_mib);
     let bandwidth = read_bandwidth(a.bandwidth_mib << 20, 5);
     let bandwidth_one = read_bandwidth_threads(a.bandwidth_mib << 20, 3, 1);
     let device = default_device();
-    eprintln!("loading draft {} and target {}...", draft_path.display(), target_path.display());
-    let draft = load_model(&draft_path, None, &device)?;
-    let target = load_model(&target_path, None, &device)?;
-    let rss_both = current_rss_bytes().unwrap_or(0) as f64 / 1e9;
     let mut timings = Vec::new();
-    for (role, lm) in [("draft", &draft), ("target", &target)] {
-        eprintln!("benchmarking {role}...");
-        timings.push(time_model(role, lm, a)?);
+    let mut memory = Vec::new();
+    for &mode in &a.weights {
+        reset_peak_rss();
+        eprintln!("loading draft {} and target {} ({mode} weights)...", draft_path.display(), target_path.display());
+        let draft = load_model_as(&draft_path, None, &device, mode)?;
+        let target = load_model_as(&target_path, None, &device, mode)?;
+        let rss_both = current_rss_bytes().unwrap_or(0) as f64 / 1e9;
+        for (role, lm) in [("draft", &draft), ("target", &target)] {
+            eprintln!("benchmarking {role} ({mode})...");
+            timings.push(time_model(role, mode, lm, a)?);
+        }
+        let peak = peak_rss_bytes().unwrap_or(0) as f64 / 1e9;
+        memory.push(PathMemory { weights: mode.to_string(), rss_both_loaded_gb: rss_both, peak_rss_gb: peak });
     }
-    let peak_rss = peak_rss_bytes().unwrap_or(0) as f64 / 1e9; // before the buffer below
+    let llamacpp = match &a.llamacpp {
+        Some(bin) => run_llama_bench(bin, &[("draft", &draft_path), ("target", &target_path)], threads, a)?,
+        None => Vec::new(),
+    };
     // The machine's bandwidth varies from minute to minute (shared host): measure again after
     // the runs and bound with the best figure seen, which can only lower achieved/bound.
     let bandwidth = bandwidth.max(read_bandwidth(a.bandwidth_mib << 20, 5));
     let models = timings.into_iter().map(|t| t.against(bandwidth)).collect();
-    Ok(BenchReport {
-        bandwidth_gb_s: bandwidth / 1e9,
-        bandwidth_one_thread_gb_s: bandwidth_one / 1e9,
-        models,
-        rss_both_loaded_gb: rss_both,
-        peak_rss_gb: peak_rss,
-    })
+    Ok(BenchReport { bandwidth_gb_s: bandwidth / 1e9, bandwidth_one_thread_gb_s: bandwidth_one / 1e9, threads, models, memory, llamacpp })
+}
+
+/// Resets the kernel's peak-RSS counter of this process (Linux: `5` to `/proc/self/clear_refs`),
+/// so each weight path's peak is its own. Best effort: elsewhere the peak is the process's.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Runs `llama-bench` on each model (prompt processing of `prompt_tokens`, then generation of
+/// `decode_tokens` after a context of `prompt_tokens`, as specx measures them) and reads its JSON.
+fn run_llama_bench(bin: &Path, models: &[(&str, &PathBuf)], threads: usize, a: &BenchArgs) -> Result<Vec<LlamaCppBench>> {
+    let mut out = Vec::new();
+    for (role, path) in models {
+        eprintln!("llama-bench on the {role} ({threads} threads)...");
+        let run = |args: &[String]| -> Result<serde_json::Value> {
+            let o = Command::new(bin)
+                .arg("-m")
+                .arg(path)
+                .args(["-t", &threads.to_string(), "-r", "3", "-o", "json"])
+                .args(args)
+                .output()
+                .with_context(|| format!("running {}", bin.display()))?;
+            ensure!(o.status.success(), "{} failed on {}: {}", bin.display(), path.display(), String::from_utf8_lossy(&o.stderr).trim());
+            serde_json::from_slice(&o.stdout).with_context(|| format!("{}: output is not llama-bench JSON", bin.display()))
+        };
+        let avg_ts = |v: &serde_json::Value| -> Result<f64> {
+            v.as_array()
+                .and_then(|tests| tests.first())
+                .and_then(|t| t.get("avg_ts"))
+                .and_then(|x| x.as_f64())
+                .context("llama-bench JSON without avg_ts")
+        };
+        let prefill = avg_ts(&run(&["-p".into(), a.prompt_tokens.to_string(), "-n".into(), "0".into()])?)?;
+        let decode = avg_ts(&run(&["-p".into(), "0".into(), "-n".into(), a.decode_tokens.to_string(), "-d".into(), a.prompt_tokens.to_string()])?)?;
+        out.push(LlamaCppBench { role: role.to_string(), prefill_tokens_per_sec: prefill, decode_tokens_per_sec: decode });
+    }
+    Ok(out)
 }
 
 fn print_report(r: &BenchReport) {
     println!(
-        "memory read bandwidth: {:.2} GB/s (all cores, best of before and after the runs), {:.2} GB/s (one thread)",
-        r.bandwidth_gb_s, r.bandwidth_one_thread_gb_s
+        "memory read bandwidth: {:.2} GB/s (all {} threads, best of before and after the runs), {:.2} GB/s (one thread)",
+        r.bandwidth_gb_s, r.threads, r.bandwidth_one_thread_gb_s
     );
     println!();
-    println!("| model  | params | prefill tok/s | decode tok/s | GB read/token | bound tok/s | achieved/bound |");
-    println!("|--------|-------:|--------------:|-------------:|--------------:|------------:|---------------:|");
-    for m in &r.models {
-        println!(
-            "| {:<6} | {:>5.2}B | {:>13.1} | {:>12.2} | {:>13.3} | {:>11.2} | {:>14.2} |",
-            m.role,
-            m.parameters as f64 / 1e9,
-            m.prefill_tokens_per_sec,
-            m.decode_tokens_per_sec,
-            m.bytes_per_token / 1e9,
-            m.bound_tokens_per_sec,
-            m.fraction_of_bound
+    let rows: Vec<Vec<String>> = r
+        .models
+        .iter()
+        .map(|m| {
+            vec![
+                m.role.clone(),
+                m.weights.clone(),
+                format!("{:.2}B", m.parameters as f64 / 1e9),
+                format!("{:.1}", m.prefill_tokens_per_sec),
+                format!("{:.2}", m.decode_tokens_per_sec),
+                format!("{:.1}", m.verify_secs * 1e3),
+                format!("{:.3}", m.bytes_per_token / 1e9),
+                format!("{:.2}", m.bound_tokens_per_sec),
+                format!("{:.2}", m.fraction_of_bound),
+            ]
+        })
+        .collect();
+    let verify = format!("verify {} rows ms", r.models.first().map_or(0, |m| m.verify_rows));
+    print!(
+        "{}",
+        markdown_table(&["model", "weights", "params", "prefill tok/s", "decode tok/s", &verify, "GB read/token", "bound tok/s", "achieved/bound"], &rows)
+    );
+    // Ratios between the paths, same run.
+    let find = |role: &str, w: &str| r.models.iter().find(|m| m.role == role && m.weights == w);
+    let mut ratios = Vec::new();
+    for role in ["draft", "target"] {
+        if let (Some(n), Some(f)) = (find(role, "native"), find(role, "f32")) {
+            ratios.push(vec![
+                role.to_string(),
+                format!("{:.2}x", n.decode_tokens_per_sec / f.decode_tokens_per_sec),
+                format!("{:.2}x", n.prefill_tokens_per_sec / f.prefill_tokens_per_sec),
+                format!("{:.2}", n.verify_secs / f.verify_secs),
+            ]);
+        }
+    }
+    if !ratios.is_empty() {
+        println!();
+        print!("{}", markdown_table(&["model", "native/f32 decode", "native/f32 prefill", "native/f32 verify time"], &ratios));
+    }
+    if !r.llamacpp.is_empty() {
+        let rows: Vec<Vec<String>> = r
+            .llamacpp
+            .iter()
+            .map(|l| {
+                let ours = find(&l.role, "native").or_else(|| r.models.iter().find(|m| m.role == l.role));
+                let ratio = |a: Option<f64>, b: f64| a.map_or("-".into(), |a| format!("{:.2}", a / b));
+                vec![
+                    l.role.clone(),
+                    format!("{:.1}", l.prefill_tokens_per_sec),
+                    format!("{:.2}", l.decode_tokens_per_sec),
+                    ratio(ours.map(|m| m.prefill_tokens_per_sec), l.prefill_tokens_per_sec),
+                    ratio(ours.map(|m| m.decode_tokens_per_sec), l.decode_tokens_per_sec),
+                ]
+            })
+            .collect();
+        println!();
+        print!(
+            "{}",
+            markdown_table(&["model", "llama.cpp prefill tok/s", "llama.cpp decode tok/s", "specx/llama.cpp prefill", "specx/llama.cpp decode"], &rows)
         );
     }
     println!();
-    println!("RSS with both models loaded: {:.2} GB; peak RSS: {:.2} GB", r.rss_both_loaded_gb, r.peak_rss_gb);
+    for m in &r.memory {
+        println!("{} weights: RSS with both models loaded {:.2} GB; peak RSS {:.2} GB", m.weights, m.rss_both_loaded_gb, m.peak_rss_gb);
+    }
 }

@@ -114,7 +114,7 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
     Ok(())
 }
 
-fn dequantize_blocks(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
+pub(crate) fn dequantize_blocks(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
     let (per, bytes) = ty.block();
     for (b, y) in src.chunks_exact(bytes).zip(dst.chunks_exact_mut(per)) {
         match ty {

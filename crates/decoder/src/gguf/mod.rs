@@ -8,9 +8,12 @@
 //! `gguf` Python package (see `tests/fixtures/quant_blocks.json`).
 
 mod dequant;
+mod quantize;
 mod reader;
 mod writer;
 
 pub use dequant::{dequantize, GgmlType};
+pub(crate) use dequant::dequantize_blocks;
+pub use quantize::quantize;
 pub use reader::{GgufFile, MetaValue, TensorInfo};
 pub use writer::GgufWriter;
