@@ -1,44 +1,86 @@
-//! Micro-benchmark of the few-row `x W^T` kernel against burn-flex's matmul on the same
-//! shapes, in the same run: `cargo run --release --example kbench -p specx-decoder`.
-//! Weight matrices are cycled through several copies so they come from memory, not cache.
+//! Micro-benchmark of `x W^T` on the real models' weight matrices, three ways in the same run:
+//! the native kernel on the GGUF blocks, the f32 kernel on the same matrix dequantized, and
+//! burn-flex's matmul on that f32 matrix.
+//!
+//!     cargo run --release --example kbench -p specx-decoder
+//!
+//! `KBENCH_ROWS=1,2,5` picks the row counts (default 1, 2, 5, 9, 21, 40). Reads the fetched
+//! Qwen pair (scripts/fetch-models.sh; `SPECX_MODELS` moves it). Each matrix is cycled through
+//! enough copies (>= 96 MB per path) that its weights come from memory, not the caches.
 
 use burn::tensor::{Device, Tensor, TensorData};
+use specx_decoder::kernels::matmul_wt;
+use specx_decoder::quant::QuantMatrix;
+use specx_decoder::weights::{GgufSource, WeightSource};
 use std::time::Instant;
 
-fn main() {
+/// Seconds per call of `f` over `copies` (best of 3 passes over all copies).
+fn time_per_call(copies: usize, mut f: impl FnMut(usize)) -> f64 {
+    (0..3)
+        .map(|_| {
+            let t = Instant::now();
+            for c in 0..copies {
+                f(c);
+            }
+            t.elapsed().as_secs_f64() / copies as f64
+        })
+        .fold(f64::MAX, f64::min)
+}
+
+fn main() -> anyhow::Result<()> {
     let device = Device::flex();
-    println!("| n x k | rows | kernel ms | kernel GB/s | burn ms | burn/kernel |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    for &(n, k) in &[(151936usize, 896usize), (9728, 896), (896, 4864), (17920, 1536)] {
-        let copies = (1_500_000_000 / (n * k * 4)).max(1);
-        let ws: Vec<Vec<f32>> = (0..copies).map(|c| (0..n * k).map(|i| ((i + c) % 13) as f32 / 13.0).collect()).collect();
-        let wts: Vec<Tensor<2>> = ws.iter().map(|w| Tensor::from_data(TensorData::new(w.clone(), [n, k]), &device)).collect();
-        for m in std::env::var("KBENCH_ROWS").ok().map(|s| s.split(',').map(|x| x.parse::<usize>().expect("KBENCH_ROWS: comma-separated row counts")).collect::<Vec<_>>()).unwrap_or(vec![1, 2, 4, 8]) {
-            let x: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 / 7.0).collect();
+    let dir = specx_decoder::loader::model_cache_dir();
+    let cases = [
+        ("qwen2.5-coder-1.5b-instruct", "model.layers.0.mlp.gate_proj.weight"),
+        ("qwen2.5-coder-1.5b-instruct", "model.layers.0.mlp.down_proj.weight"),
+        ("qwen2.5-coder-1.5b-instruct", "model.layers.0.self_attn.q_proj.weight"),
+        ("qwen2.5-coder-0.5b-instruct", "model.layers.0.mlp.gate_proj.weight"),
+        ("qwen2.5-coder-0.5b-instruct", "model.layers.0.self_attn.q_proj.weight"),
+        ("qwen2.5-coder-0.5b-instruct", "lm_head.weight"),
+    ];
+    let row_counts: Vec<usize> = match std::env::var("KBENCH_ROWS") {
+        Ok(s) => s.split(',').map(|x| x.trim().parse().expect("KBENCH_ROWS: comma-separated row counts")).collect(),
+        Err(_) => vec![1, 2, 5, 9, 21, 40],
+    };
+    println!("| model | tensor | type | n x k | rows | native ms | f32 kernel ms | burn ms | f32/native | burn/native |");
+    println!("|---|---|---|---|---:|---:|---:|---:|---:|---:|");
+    for (model, name) in cases {
+        let path = dir.join(model).join("model.gguf");
+        anyhow::ensure!(path.exists(), "{} is missing: run scripts/fetch-models.sh", path.display());
+        let src = GgufSource::open(&path)?;
+        let Some((shape, part)) = src.load_blocks(name)? else {
+            println!("| {model} | {name} | {:?} | - | - | no native kernel | | | | |", src.stored_type(name));
+            continue;
+        };
+        let (n, k) = (shape[0], shape[1]);
+        let ty = part.ty;
+        let q = QuantMatrix::new(vec![part], k)?;
+        let copies_q = (96_000_000usize).div_ceil(q.byte_len()).max(1);
+        let copies_f = (96_000_000usize).div_ceil(n * k * 4).max(1);
+        let natives: Vec<QuantMatrix> = (0..copies_q).map(|_| q.clone()).collect();
+        let dense = q.to_f32();
+        let denses: Vec<Vec<f32>> = (0..copies_f).map(|_| dense.clone()).collect();
+        let tensors: Vec<Tensor<2>> = denses.iter().map(|w| Tensor::from_data(TensorData::new(w.clone(), [n, k]), &device)).collect();
+        for &m in &row_counts {
+            let x: Vec<f32> = (0..m * k).map(|i| ((i % 7) as f32 - 3.0) / 7.0).collect();
             let mut out = vec![0f32; m * n];
-            let reps = 3;
-            let t = Instant::now();
-            for _ in 0..reps {
-                for w in &ws {
-                    specx_decoder::kernels::matmul_wt(&x, m, w, n, k, &mut out);
-                }
-            }
-            let ours = t.elapsed().as_secs_f64() / (reps * copies) as f64;
+            let native = time_per_call(copies_q, |c| natives[c].matmul(&x, m, &mut out));
+            let f32k = time_per_call(copies_f, |c| matmul_wt(&x, m, &denses[c], n, k, &mut out));
             let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), &device);
-            let t = Instant::now();
-            for _ in 0..reps {
-                for w in &wts {
-                    let _ = xt.clone().matmul(w.clone().transpose()).into_data();
-                }
-            }
-            let burn = t.elapsed().as_secs_f64() / (reps * copies) as f64;
+            let burn = time_per_call(copies_f, |c| {
+                let _ = xt.clone().matmul(tensors[c].clone().transpose()).into_data();
+            });
             println!(
-                "| {n} x {k} | {m} | {:.3} | {:.1} | {:.3} | {:.2} |",
-                ours * 1e3,
-                (n * k * 4) as f64 / ours / 1e9,
+                "| {} | {} | {ty:?} | {n} x {k} | {m} | {:.3} | {:.3} | {:.3} | {:.2} | {:.2} |",
+                model.trim_start_matches("qwen2.5-coder-").trim_end_matches("-instruct"),
+                name.trim_start_matches("model.layers.").trim_end_matches(".weight"),
+                native * 1e3,
+                f32k * 1e3,
                 burn * 1e3,
-                burn / ours
+                f32k / native,
+                burn / native
             );
         }
     }
+    Ok(())
 }

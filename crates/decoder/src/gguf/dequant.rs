@@ -190,7 +190,7 @@ fn q8_0(b: &[u8], y: &mut [f32]) {
 }
 
 /// The 6-bit scale and min of sub-block `j` (0..8) packed in the 12 scale bytes of Q4_K/Q5_K.
-fn scale_min_k4(j: usize, q: &[u8]) -> (f32, f32) {
+pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (f32, f32) {
     let (sc, m) = if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {

@@ -13,6 +13,9 @@ use crate::gguf::{dequantize_blocks, GgmlType};
 use crate::kernels::{matmul_rows, WeightRows};
 use anyhow::{bail, ensure, Result};
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+
 /// Whether [`QuantMatrix`] can hold rows of this type. The legacy Q4_1 / Q5_1 formats have no
 /// fast decoder: a model with them gets its f32 path (dequantized on load) for those matrices.
 pub fn has_native_kernel(ty: GgmlType) -> bool {
@@ -124,8 +127,19 @@ impl WeightRows for QuantMatrix {
     }
 }
 
-/// Decodes whole blocks of `ty` into f32 values, exactly as the loader dequantizes them.
+/// Decodes whole blocks of `ty` into f32 values, exactly as the loader dequantizes them:
+/// AVX2 decoders where this CPU has them (tested bitwise against the loader's), else the
+/// loader's own block decoders.
 fn decode(ty: GgmlType, blocks: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if avx2::available() {
+            // SAFETY: the CPU supports AVX2, FMA and F16C (checked by `available`).
+            if unsafe { avx2::decode(ty, blocks, out) } {
+                return;
+            }
+        }
+    }
     dequantize_blocks(ty, blocks, out);
 }
 
