@@ -39,8 +39,8 @@ pub struct DatagenArgs {
     /// Overrides [models] target.
     #[arg(long)]
     pub target: Option<PathBuf>,
-    /// Overrides [models] weights: `native` (GGUF blocks decoded in the kernel) or `f32`
-    /// (dequantized on load); the data are bit-identical either way.
+    /// Overrides [models] weights: `native` (GGUF blocks decoded in the kernel, the default)
+    /// or `f32` (dequantized on load; long prompt prefills round slightly differently).
     #[arg(long)]
     pub weights: Option<specx_decoder::WeightMode>,
     /// Stop after writing this many new shards (a resumable partial run).

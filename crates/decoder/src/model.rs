@@ -225,8 +225,11 @@ pub enum WeightMode {
     /// models and non-CPU devices.
     F32,
     /// In their GGUF block formats, decoded inside the few-row kernel ([`crate::quant`]):
-    /// 4-8x fewer bytes per token, bit-identical results. Matrices whose type has no native
-    /// kernel (and F32 tensors) take the f32 path. Applies to GGUF files on the CPU device.
+    /// 4-8x fewer bytes per token. Every call runs the kernel, so results equal the f32 path's
+    /// bitwise wherever that path runs the kernel too (calls of up to 32 rows: every decode
+    /// and verification step); its longer prefills use burn's gemm and round differently.
+    /// Matrices whose type has no native kernel (and F32 tensors) take the f32 path. Applies to
+    /// GGUF files on the CPU device.
     #[default]
     Native,
 }
