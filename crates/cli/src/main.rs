@@ -160,8 +160,8 @@ struct RunArgs {
     #[arg(long, default_value = "cpu")]
     device: String,
     /// GGUF weights on the CPU: `native` keeps them in their block formats and decodes them
-    /// inside the matmul kernel (4-8x fewer bytes per token; decode steps bit-identical to
-    /// f32); `f32` dequantizes them on load. HF safetensors models and other devices use f32.
+    /// inside the matmul kernel (4-8x fewer bytes per token, bit-identical results); `f32`
+    /// dequantizes them on load. HF safetensors models and other devices always use f32.
     #[arg(long, default_value = "native")]
     weights: WeightMode,
 }

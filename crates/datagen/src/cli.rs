@@ -40,7 +40,7 @@ pub struct DatagenArgs {
     #[arg(long)]
     pub target: Option<PathBuf>,
     /// Overrides [models] weights: `native` (GGUF blocks decoded in the kernel, the default)
-    /// or `f32` (dequantized on load; long prompt prefills round slightly differently).
+    /// or `f32` (dequantized on load); the data are bit-identical either way.
     #[arg(long)]
     pub weights: Option<specx_decoder::WeightMode>,
     /// Stop after writing this many new shards (a resumable partial run).

@@ -37,8 +37,7 @@ pub struct ModelsConfig {
     #[serde(default = "default_device")]
     pub device: String,
     /// GGUF weights on the CPU: `native` (kept in their block formats, the default) or `f32`
-    /// (dequantized on load). Decode steps are bit-identical; prefills of more than 32 tokens
-    /// round differently (burn's gemm on the f32 path), so the data differ slightly.
+    /// (dequantized on load). Both write bit-identical data.
     #[serde(default)]
     pub weights: specx_decoder::WeightMode,
 }

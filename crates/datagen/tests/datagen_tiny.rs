@@ -193,22 +193,22 @@ fn datagen_on_a_tiny_pair() {
 }
 
 #[test]
-fn native_gguf_weights_write_the_same_bytes_for_any_batch_size() {
+fn native_gguf_weights_write_the_same_bytes_for_any_batch_size_and_as_f32() {
     // The tiny pair as GGUF with Q8_0 matrices: the default (native) path decodes the blocks
-    // inside the kernel. Batch sizes 1, 4 and 16 write byte-identical data files. (The f32
-    // path prefills prompts of more than 32 tokens through burn's gemm, so its data differ
-    // from the native path's in rounding; `weights` is part of a run's identity.)
+    // inside the kernel. Batch sizes 1, 4 and 16 write byte-identical data files, and so does
+    // the same pair dequantized to f32 on load (`--weights f32`).
     let tmp = tempfile::tempdir().unwrap();
     let (draft, target) = specx_decoder::synthetic::write_tiny_char_pair_gguf(tmp.path(), 7, 0.35, specx_decoder::gguf::GgmlType::Q8_0).unwrap();
     let base = effective_config(&args(&tmp.path().join("batch4"), &draft, &target)).unwrap();
     assert_eq!(base.models.weights, specx_decoder::WeightMode::Native);
     let reference = run(&base, &opts(None, None)).unwrap();
     assert!(reference.complete && reference.summary.labelled_rows > 0);
-    for batch in [1, 16] {
+    for (batch, weights) in [(1, specx_decoder::WeightMode::Native), (16, specx_decoder::WeightMode::Native), (4, specx_decoder::WeightMode::F32)] {
         let mut other = base.clone();
         other.generation.batch_size = batch;
-        other.output.dir = tmp.path().join(format!("batch{batch}"));
-        assert_eq!(data_files(&run(&other, &opts(None, None)).unwrap()), data_files(&reference), "batch size {batch}");
+        other.models.weights = weights;
+        other.output.dir = tmp.path().join(format!("batch{batch}-{weights}"));
+        assert_eq!(data_files(&run(&other, &opts(None, None)).unwrap()), data_files(&reference), "batch size {batch}, {weights} weights");
     }
 }
 

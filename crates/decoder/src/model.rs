@@ -88,8 +88,9 @@ enum Projection {
     /// [`crate::kernels`] for up to [`HOST_KERNEL_MAX_ROWS`] rows, burn's gemm for longer inputs
     /// (prompt prefill), which burn-flex runs at full speed through a transposed view.
     Host { weight: Tensor<2>, host: HostMatrix },
-    /// GGUF blocks on the CPU ([`crate::quant`]): every call goes through the kernel, which
-    /// decodes each weight row once per call, in chunks of [`ROW_INVARIANT_CHUNK`] rows.
+    /// GGUF blocks on the CPU ([`crate::quant`]): the kernel decodes each weight row once per
+    /// call; inputs longer than [`HOST_KERNEL_MAX_ROWS`] (outside row-invariant forwards) get
+    /// the matrix decoded for the call and burn's gemm, exactly as the f32 path.
     Native(Arc<QuantMatrix>),
     /// Any other device: burn's matmul.
     Device(Tensor<2>),
@@ -119,11 +120,19 @@ impl Linear {
 
     fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         let [b, n, k] = x.dims();
+        let few = b * n <= HOST_KERNEL_MAX_ROWS;
+        let decoded;
         let weight = match &self.proj {
-            Projection::Host { host, .. } if b * n <= HOST_KERNEL_MAX_ROWS => {
+            Projection::Host { host, .. } if few => {
                 return self.kernel(x, &F32Rows { data: host.as_f32(), n: host.rows, k: host.cols });
             }
-            Projection::Native(q) => return self.kernel_chunks(x, q.as_ref()),
+            Projection::Native(q) if few => return self.kernel(x, q.as_ref()),
+            Projection::Native(q) => {
+                // Long inputs (prefill) are compute-bound: decode the matrix for this call and
+                // run the gemm the f32 path runs on the same values (bit-identical to it).
+                decoded = Tensor::from_data(TensorData::new(q.to_f32(), [q.rows(), q.cols()]), &x.device());
+                &decoded
+            }
             Projection::Host { weight, .. } | Projection::Device(weight) => weight,
         };
         let out = weight.dims()[0];
@@ -225,11 +234,10 @@ pub enum WeightMode {
     /// models and non-CPU devices.
     F32,
     /// In their GGUF block formats, decoded inside the few-row kernel ([`crate::quant`]):
-    /// 4-8x fewer bytes per token. Every call runs the kernel, so results equal the f32 path's
-    /// bitwise wherever that path runs the kernel too (calls of up to 32 rows: every decode
-    /// and verification step); its longer prefills use burn's gemm and round differently.
-    /// Matrices whose type has no native kernel (and F32 tensors) take the f32 path. Applies to
-    /// GGUF files on the CPU device.
+    /// 4-8x fewer bytes per token, results bit-identical to the f32 path (the same values go
+    /// through the same kernel, or for long prefills through the same gemm after decoding the
+    /// matrix for the call). Matrices whose type has no native kernel (and F32 tensors) take the
+    /// f32 path. Applies to GGUF files on the CPU device.
     #[default]
     Native,
 }

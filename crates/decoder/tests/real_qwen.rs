@@ -132,10 +132,9 @@ fn greedy_speculative_decoding_reproduces_the_target_on_the_real_pair() {
 
 #[test]
 fn native_weights_give_the_f32_paths_logits_on_the_real_pair() {
-    // Both paths multiply the same dequantized values in the same order wherever both run the
-    // few-row kernel (a prompt of <= 32 tokens, then single-token steps): bitwise equal.
-    // A 48-token prompt goes through burn's gemm on the f32 path: within TOLERANCE, and the same
-    // argmax wherever the top-2 gap exceeds it.
+    // Both paths multiply the same dequantized values in the same order: the few-row kernel for
+    // a prompt of <= 32 tokens and single-token steps, burn's gemm for a 48-token prompt (the
+    // native path decodes each matrix for that call). Bitwise equal logits.
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let device = default_device();
     for name in ["qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"] {
@@ -160,18 +159,12 @@ fn native_weights_give_the_f32_paths_logits_on_the_real_pair() {
             assert!(x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()), "{name}: position {i} differs between native and f32");
         }
         let long: Vec<u32> = prompt.iter().cycle().take(48).copied().collect();
-        let last = |m: &specx_decoder::Transformer| m.forward(&long, &mut m.new_cache(1)).unwrap().logits_tail(48);
-        let (a, b) = (last(&native.model), last(&dense.model));
-        let worst = a.iter().zip(&b).flat_map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs())).fold(0f32, f32::max);
-        assert!(worst <= TOLERANCE, "{name}: 48-token forward differs by {worst}");
-        for (x, y) in a.iter().zip(&b) {
-            let mut sorted = y.clone();
-            sorted.sort_by(|p, q| q.total_cmp(p));
-            if sorted[0] - sorted[1] > TOLERANCE {
-                assert_eq!(specx_decoder::sampling::argmax(x), specx_decoder::sampling::argmax(y), "{name}: argmax");
-            }
+        let all = |m: &specx_decoder::Transformer| m.forward(&long, &mut m.new_cache(1)).unwrap().logits_tail(48);
+        let (a, b) = (all(&native.model), all(&dense.model));
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!(x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()), "{name}: 48-token forward, position {i} differs");
         }
-        eprintln!("{name}: native = f32 bitwise over {} positions; 48-token forward max diff {worst:.1e}", prompt.len() + 6);
+        eprintln!("{name}: native = f32 bitwise over {} positions and a 48-token forward", prompt.len() + 6);
     }
 }
 

@@ -41,20 +41,12 @@ fn scaled_min(q: __m256i, scale: f32, min: f32) -> __m256 {
     _mm256_sub_ps(_mm256_mul_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(q)), _mm256_set1_ps(min))
 }
 
-/// Where a row's decoded values go, sixteen at a time (two vectors), in ascending order.
-struct Store(*mut f32);
-
-impl Store {
-    /// Stores the next sixteen values.
-    #[inline(always)]
-    unsafe fn take(&mut self, v0: __m256, v1: __m256) {
-        // SAFETY: the caller sized the output for every value it decodes.
-        unsafe {
-            _mm256_storeu_ps(self.0, v0);
-            _mm256_storeu_ps(self.0.add(8), v1);
-            self.0 = self.0.add(16);
-        }
-    }
+/// Stores eight values at `out + at`.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn put(out: *mut f32, at: usize, v: __m256) {
+    // SAFETY: the caller sized the output for every value it decodes.
+    unsafe { _mm256_storeu_ps(out.add(at), v) }
 }
 
 /// Decodes `src` (whole blocks of `ty`) into `dst`; false for a type without an AVX2 decoder.
@@ -71,86 +63,87 @@ pub unsafe fn decode(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> bool {
         return true;
     }
     // SAFETY: dst holds every value of src's blocks.
-    unsafe { blocks(ty, src, &mut Store(dst.as_mut_ptr())) }
+    unsafe { blocks(ty, src, dst) }
 }
 
-/// Feeds every block of `src` to `out`; false for a type without a decoder here.
+/// Decodes every block of `src` into `dst`; false for a type without a decoder here. Each
+/// group of bytes is widened to 32-bit lanes once (a shuffle, the scarce operation here) and
+/// serves every value it holds bits of.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn blocks(ty: GgmlType, src: &[u8], out: &mut Store) -> bool {
-    let (_, bytes) = ty.block();
-    let each = src.chunks_exact(bytes);
-    // SAFETY (every arm): each block slice holds `bytes` bytes, what its decoder reads.
+unsafe fn blocks(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> bool {
+    let (per, bytes) = ty.block();
+    let each = src.chunks_exact(bytes).zip(dst.chunks_exact_mut(per));
+    // SAFETY (every arm): each block slice holds `bytes` bytes and each output `per` values,
+    // what the decoders read and write.
     unsafe {
         match ty {
-            GgmlType::Q4_0 => each.for_each(|b| q4_0(b, out)),
-            GgmlType::Q5_0 => each.for_each(|b| q5_0(b, out)),
-            GgmlType::Q8_0 => each.for_each(|b| q8_0(b, out)),
-            GgmlType::Q4K => each.for_each(|b| q4_k(b, out)),
-            GgmlType::Q5K => each.for_each(|b| q5_k(b, out)),
-            GgmlType::Q6K => each.for_each(|b| q6_k(b, out)),
+            GgmlType::Q4_0 => each.for_each(|(b, y)| q4_0(b, y.as_mut_ptr())),
+            GgmlType::Q5_0 => each.for_each(|(b, y)| q5_0(b, y.as_mut_ptr())),
+            GgmlType::Q8_0 => each.for_each(|(b, y)| q8_0(b, y.as_mut_ptr())),
+            GgmlType::Q4K => each.for_each(|(b, y)| q4_k(b, y.as_mut_ptr())),
+            GgmlType::Q5K => each.for_each(|(b, y)| q5_k(b, y.as_mut_ptr())),
+            GgmlType::Q6K => each.for_each(|(b, y)| q6_k(b, y.as_mut_ptr())),
             _ => return false,
         }
     }
     true
 }
 
+/// Q4_0: 32 values, `y[j] = (lo(q[j]) - 8) d`, `y[j + 16] = (hi(q[j]) - 8) d`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn q4_0(b: &[u8], sink: &mut Store) {
+unsafe fn q4_0(b: &[u8], y: *mut f32) {
     let d = f16_at(b, 0);
     let (mask, eight) = (_mm256_set1_epi32(0x0f), _mm256_set1_epi32(8));
-    // SAFETY: bytes 2 .. 18 lie within the 18-byte block.
-    unsafe {
-        let lo = |j: usize| scaled(_mm256_sub_epi32(_mm256_and_si256(u8x8(b.as_ptr().add(2 + j)), mask), eight), d);
-        let hi = |j: usize| scaled(_mm256_sub_epi32(_mm256_srli_epi32(u8x8(b.as_ptr().add(2 + j)), 4), eight), d);
-        sink.take(lo(0), lo(8));
-        sink.take(hi(0), hi(8));
+    for j in [0, 8] {
+        // SAFETY: bytes 2 + j + 8 <= 18; outputs end at j + 24 <= 32.
+        unsafe {
+            let q = u8x8(b.as_ptr().add(2 + j));
+            put(y, j, scaled(_mm256_sub_epi32(_mm256_and_si256(q, mask), eight), d));
+            put(y, j + 16, scaled(_mm256_sub_epi32(_mm256_srli_epi32(q, 4), eight), d));
+        }
     }
 }
 
+/// Q5_0: as Q4_0 with a 5th bit per value from the 32-bit `qh` (bit j for value j), offset 16.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn q5_0(b: &[u8], sink: &mut Store) {
+unsafe fn q5_0(b: &[u8], y: *mut f32) {
     let d = f16_at(b, 0);
     let qh = _mm256_set1_epi32(u32::from_le_bytes([b[2], b[3], b[4], b[5]]) as i32);
     let (mask, one, sixteen) = (_mm256_set1_epi32(0x0f), _mm256_set1_epi32(1), _mm256_set1_epi32(16));
-    // Bit j of qh is the 5th bit of value j (j < 32).
-    let bit = |first: i32| {
-        let idx = _mm256_setr_epi32(first, first + 1, first + 2, first + 3, first + 4, first + 5, first + 6, first + 7);
-        _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(qh, idx), one), 4)
-    };
-    // SAFETY: bytes 6 .. 22 lie within the 22-byte block.
-    unsafe {
-        let lo = |j: usize| {
-            let q = _mm256_and_si256(u8x8(b.as_ptr().add(6 + j)), mask);
-            scaled(_mm256_sub_epi32(_mm256_or_si256(q, bit(j as i32)), sixteen), d)
-        };
-        let hi = |j: usize| {
-            let q = _mm256_srli_epi32(u8x8(b.as_ptr().add(6 + j)), 4);
-            scaled(_mm256_sub_epi32(_mm256_or_si256(q, bit(j as i32 + 16)), sixteen), d)
-        };
-        sink.take(lo(0), lo(8));
-        sink.take(hi(0), hi(8));
+    for j in [0i32, 8] {
+        let idx = _mm256_setr_epi32(j, j + 1, j + 2, j + 3, j + 4, j + 5, j + 6, j + 7);
+        let bit = |shift: __m256i| _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(qh, shift), one), 4);
+        let (lo5, hi5) = (bit(idx), bit(_mm256_add_epi32(idx, sixteen)));
+        // SAFETY: bytes 6 + j + 8 <= 22; outputs end at j + 24 <= 32.
+        unsafe {
+            let q = u8x8(b.as_ptr().add(6 + j as usize));
+            let lo = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(q, mask), lo5), sixteen);
+            let hi = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(q, 4), hi5), sixteen);
+            put(y, j as usize, scaled(lo, d));
+            put(y, j as usize + 16, scaled(hi, d));
+        }
     }
 }
 
+/// Q8_0: 32 signed bytes times d.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn q8_0(b: &[u8], sink: &mut Store) {
+unsafe fn q8_0(b: &[u8], y: *mut f32) {
     let d = f16_at(b, 0);
-    // SAFETY: bytes 2 + j .. 2 + j + 8 lie within the 34-byte block for j < 32.
-    let v = |j: usize| unsafe { scaled(_mm256_cvtepi8_epi32(_mm_loadl_epi64(b.as_ptr().add(2 + j).cast())), d) };
-    // SAFETY: the sink takes what the caller sized it for.
-    unsafe {
-        sink.take(v(0), v(8));
-        sink.take(v(16), v(24));
+    for j in (0..32).step_by(8) {
+        // SAFETY: bytes 2 + j + 8 <= 34; outputs end at j + 8 <= 32.
+        unsafe { put(y, j, scaled(_mm256_cvtepi8_epi32(_mm_loadl_epi64(b.as_ptr().add(2 + j).cast())), d)) }
     }
 }
 
+/// Q4_K: 256 values in four chunks of 64; in chunk c, low nibbles of 32 bytes are values
+/// 64c..64c+32 (scale and min of sub-block 2c), high nibbles the next 32 (sub-block 2c + 1).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn q4_k(b: &[u8], sink: &mut Store) {
+unsafe fn q4_k(b: &[u8], y: *mut f32) {
     let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
     let scales = &b[4..16];
     let mask = _mm256_set1_epi32(0x0f);
@@ -158,25 +151,22 @@ unsafe fn q4_k(b: &[u8], sink: &mut Store) {
         let (sc1, m1) = scale_min_k4(2 * chunk, scales);
         let (sc2, m2) = scale_min_k4(2 * chunk + 1, scales);
         let (d1, m1, d2, m2) = (d * sc1, dmin * m1, d * sc2, dmin * m2);
-        let q = |l: usize| {
-            // SAFETY: bytes 16 + 32 chunk + l + 8 <= 144.
-            unsafe { u8x8(b.as_ptr().add(16 + 32 * chunk + l)) }
-        };
-        // SAFETY: the sink takes what the caller sized it for.
-        unsafe {
-            let lo = |l: usize| scaled_min(_mm256_and_si256(q(l), mask), d1, m1);
-            let hi = |l: usize| scaled_min(_mm256_srli_epi32(q(l), 4), d2, m2);
-            sink.take(lo(0), lo(8));
-            sink.take(lo(16), lo(24));
-            sink.take(hi(0), hi(8));
-            sink.take(hi(16), hi(24));
+        for l in (0..32).step_by(8) {
+            // SAFETY: bytes 16 + 32 chunk + l + 8 <= 144; outputs end at 64 chunk + 64 <= 256.
+            unsafe {
+                let q = u8x8(b.as_ptr().add(16 + 32 * chunk + l));
+                put(y, 64 * chunk + l, scaled_min(_mm256_and_si256(q, mask), d1, m1));
+                put(y, 64 * chunk + 32 + l, scaled_min(_mm256_srli_epi32(q, 4), d2, m2));
+            }
         }
     }
 }
 
+/// Q5_K: Q4_K's layout plus 32 bytes of 5th bits: bit 2c of `qh[l]` for the low-nibble value
+/// of chunk c, bit 2c + 1 for the high one.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn q5_k(b: &[u8], sink: &mut Store) {
+unsafe fn q5_k(b: &[u8], y: *mut f32) {
     let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
     let scales = &b[4..16];
     let (mask, one) = (_mm256_set1_epi32(0x0f), _mm256_set1_epi32(1));
@@ -184,50 +174,50 @@ unsafe fn q5_k(b: &[u8], sink: &mut Store) {
         let (sc1, m1) = scale_min_k4(2 * chunk, scales);
         let (sc2, m2) = scale_min_k4(2 * chunk + 1, scales);
         let (d1, m1, d2, m2) = (d * sc1, dmin * m1, d * sc2, dmin * m2);
-        // Bit 2 chunk of qh[l] adds 16 to the low-nibble value, bit 2 chunk + 1 to the high one.
-        let fifth = |l: usize, bit: i32| {
-            // SAFETY: qh bytes 16 + l + 8 <= 48.
-            let h = unsafe { u8x8(b.as_ptr().add(16 + l)) };
-            _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(bit)), one), 4)
-        };
-        let q = |l: usize| {
-            // SAFETY: qs bytes 48 + 32 chunk + l + 8 <= 176.
-            unsafe { u8x8(b.as_ptr().add(48 + 32 * chunk + l)) }
-        };
-        // SAFETY: the sink takes what the caller sized it for.
-        unsafe {
-            let lo = |l: usize| scaled_min(_mm256_add_epi32(_mm256_and_si256(q(l), mask), fifth(l, 2 * chunk as i32)), d1, m1);
-            let hi = |l: usize| scaled_min(_mm256_add_epi32(_mm256_srli_epi32(q(l), 4), fifth(l, 2 * chunk as i32 + 1)), d2, m2);
-            sink.take(lo(0), lo(8));
-            sink.take(lo(16), lo(24));
-            sink.take(hi(0), hi(8));
-            sink.take(hi(16), hi(24));
+        let (s1, s2) = (_mm_cvtsi32_si128(2 * chunk as i32), _mm_cvtsi32_si128(2 * chunk as i32 + 1));
+        for l in (0..32).step_by(8) {
+            // SAFETY: qh bytes 16 + l + 8 <= 48, qs bytes 48 + 32 chunk + l + 8 <= 176;
+            // outputs end at 64 chunk + 64 <= 256.
+            unsafe {
+                let h = u8x8(b.as_ptr().add(16 + l));
+                let q = u8x8(b.as_ptr().add(48 + 32 * chunk + l));
+                let h1 = _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, s1), one), 4);
+                let h2 = _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, s2), one), 4);
+                put(y, 64 * chunk + l, scaled_min(_mm256_add_epi32(_mm256_and_si256(q, mask), h1), d1, m1));
+                put(y, 64 * chunk + 32 + l, scaled_min(_mm256_add_epi32(_mm256_srli_epi32(q, 4), h2), d2, m2));
+            }
         }
     }
 }
 
+/// Q6_K: two halves of 128 values; in half h, byte l of `ql` (low nibble: value l, high:
+/// l + 64), byte l + 32 (values l + 32, l + 96) and 2-bit fields of `qh[l]` (bits 0-1, 2-3,
+/// 4-5, 6-7 for values l, l + 32, l + 64, l + 96); 8-bit scales per 16 values, offset 32.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn q6_k(b: &[u8], sink: &mut Store) {
+unsafe fn q6_k(b: &[u8], y: *mut f32) {
     let d = f16_at(b, 208);
     let (mask, three, off) = (_mm256_set1_epi32(0x0f), _mm256_set1_epi32(3), _mm256_set1_epi32(32));
+    let six = |low: __m256i, h: __m256i, shift: i32| {
+        let high = _mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(shift)), three);
+        _mm256_sub_epi32(_mm256_or_si256(low, _mm256_slli_epi32(high, 4)), off)
+    };
     for half in 0..2 {
         let sc = &b[192 + 8 * half..200 + 8 * half];
-        // Quarter t of the half: low 4 bits from ql (low nibbles of bytes 0..32 for t = 0,
-        // of bytes 32..64 for t = 1, high nibbles for t = 2, 3), high 2 bits at 2t of qh.
-        for t in 0..4 {
-            let v = |l: usize| {
-                // SAFETY: ql bytes 64 half + 32 + l + 8 <= 128, qh bytes 128 + 32 half + l + 8 <= 192.
-                let (ql, h) = unsafe { (u8x8(b.as_ptr().add(64 * half + 32 * (t & 1) + l)), u8x8(b.as_ptr().add(128 + 32 * half + l))) };
-                let low = if t < 2 { _mm256_and_si256(ql, mask) } else { _mm256_srli_epi32(ql, 4) };
-                let high = _mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(2 * t as i32)), three);
-                let q = _mm256_sub_epi32(_mm256_or_si256(low, _mm256_slli_epi32(high, 4)), off);
-                scaled(q, d * (sc[l / 16 + 2 * t] as i8) as f32)
-            };
-            // SAFETY: the sink takes what the caller sized it for.
+        for l in (0..32).step_by(8) {
+            let is = l / 16;
+            let ds = |i: usize| d * (sc[i] as i8) as f32;
+            // SAFETY: ql bytes 64 half + l + 32 + 8 <= 128, qh bytes 128 + 32 half + l + 8 <=
+            // 192; outputs end at 128 half + 96 + l + 8 <= 256.
             unsafe {
-                sink.take(v(0), v(8));
-                sink.take(v(16), v(24));
+                let a = u8x8(b.as_ptr().add(64 * half + l));
+                let c = u8x8(b.as_ptr().add(64 * half + l + 32));
+                let h = u8x8(b.as_ptr().add(128 + 32 * half + l));
+                let out = 128 * half + l;
+                put(y, out, scaled(six(_mm256_and_si256(a, mask), h, 0), ds(is)));
+                put(y, out + 32, scaled(six(_mm256_and_si256(c, mask), h, 2), ds(is + 2)));
+                put(y, out + 64, scaled(six(_mm256_srli_epi32(a, 4), h, 4), ds(is + 4)));
+                put(y, out + 96, scaled(six(_mm256_srli_epi32(c, 4), h, 6), ds(is + 6)));
             }
         }
     }

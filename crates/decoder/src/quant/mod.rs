@@ -105,12 +105,11 @@ impl QuantMatrix {
         matmul_rows(x, m, self, out);
     }
 
-    /// The whole matrix dequantized to f32, row-major.
+    /// The whole matrix dequantized to f32, row-major (rows decoded in parallel).
     pub fn to_f32(&self) -> Vec<f32> {
+        use rayon::prelude::*;
         let mut out = vec![0f32; self.rows * self.cols];
-        for (o, row) in out.chunks_exact_mut(self.cols).enumerate() {
-            self.decode_row(o, row);
-        }
+        out.par_chunks_mut(self.cols).enumerate().for_each(|(o, row)| self.decode_row(o, row));
         out
     }
 }
