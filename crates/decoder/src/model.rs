@@ -73,6 +73,55 @@ impl AsRef<[u8]> for F32Buffer {
     }
 }
 
+/// A decoded f32 copy of a native matrix for one long (prefill) call. Its buffer goes back to a
+/// small pool when the burn tensor sharing it is dropped, so the next call of the same size
+/// writes into memory that is already mapped instead of faulting in fresh pages (which cost
+/// more than decoding does).
+struct PooledF32(Vec<f32>);
+
+/// Idle decode buffers, reused by exact length (a model's matrices come in a few shapes).
+static DECODE_POOL: std::sync::Mutex<Vec<Vec<f32>>> = std::sync::Mutex::new(Vec::new());
+/// Most bytes of idle buffers the pool keeps (larger buffers are freed, not pooled).
+const DECODE_POOL_BYTES: usize = 512 << 20;
+
+impl PooledF32 {
+    /// A buffer of `len` values whose contents the caller overwrites entirely.
+    fn take(len: usize) -> Self {
+        let mut pool = DECODE_POOL.lock().unwrap_or_else(|e| e.into_inner());
+        match pool.iter().position(|v| v.len() == len) {
+            Some(i) => Self(pool.swap_remove(i)),
+            None => Self(vec![0f32; len]),
+        }
+    }
+}
+
+impl Drop for PooledF32 {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.0);
+        let mut pool = DECODE_POOL.lock().unwrap_or_else(|e| e.into_inner());
+        let held: usize = pool.iter().map(|v| v.len() * 4).sum();
+        if held + buf.len() * 4 <= DECODE_POOL_BYTES {
+            pool.push(buf);
+        }
+    }
+}
+
+impl AsRef<[u8]> for PooledF32 {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: f32 has no padding and any byte pattern is a valid u8.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast::<u8>(), self.0.len() * 4) }
+    }
+}
+
+/// The f32 matrix of `q` as a burn tensor on `device` (the CPU), decoded into a pooled buffer
+/// that the tensor shares without copying.
+fn decoded_tensor(q: &QuantMatrix, device: &Device) -> Tensor<2> {
+    let mut buf = PooledF32::take(q.rows() * q.cols());
+    q.decode_into(&mut buf.0);
+    let shared = Bytes::from_shared(bytes::Bytes::from_owner(buf), AllocationProperty::Native);
+    Tensor::from_data(TensorData::from_bytes(shared, [q.rows(), q.cols()], DType::F32), device)
+}
+
 impl HostMatrix {
     fn as_f32(&self) -> &[f32] {
         // SAFETY: the bytes come from an F32Buffer (a Vec<f32>), so they are 4-byte aligned
@@ -130,7 +179,7 @@ impl Linear {
             Projection::Native(q) => {
                 // Long inputs (prefill) are compute-bound: decode the matrix for this call and
                 // run the gemm the f32 path runs on the same values (bit-identical to it).
-                decoded = Tensor::from_data(TensorData::new(q.to_f32(), [q.rows(), q.cols()]), &x.device());
+                decoded = decoded_tensor(q, &x.device());
                 &decoded
             }
             Projection::Host { weight, .. } | Projection::Device(weight) => weight,

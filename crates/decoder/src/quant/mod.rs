@@ -105,12 +105,18 @@ impl QuantMatrix {
         matmul_rows(x, m, self, out);
     }
 
-    /// The whole matrix dequantized to f32, row-major (rows decoded in parallel).
+    /// The whole matrix dequantized to f32, row-major.
     pub fn to_f32(&self) -> Vec<f32> {
-        use rayon::prelude::*;
         let mut out = vec![0f32; self.rows * self.cols];
-        out.par_chunks_mut(self.cols).enumerate().for_each(|(o, row)| self.decode_row(o, row));
+        self.decode_into(&mut out);
         out
+    }
+
+    /// Decodes the whole matrix into `out` (`rows * cols` values, row-major), rows in parallel.
+    pub fn decode_into(&self, out: &mut [f32]) {
+        use rayon::prelude::*;
+        assert_eq!(out.len(), self.rows * self.cols, "output is not [rows, cols]");
+        out.par_chunks_mut(self.cols).enumerate().for_each(|(o, row)| self.decode_row(o, row));
     }
 }
 
