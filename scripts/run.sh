@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The main job: fetch the real model pair if needed, build specx, run the runtime benchmark
-# (decode/prefill speed of draft and target against this machine's memory-bandwidth bound)
+# (decode/prefill/verification speed of draft and target on the native and f32 weight paths,
+# against this machine's memory-bandwidth bound; add --llamacpp PATH for llama.cpp ratios,
+# PATH from scripts/bench-llamacpp.sh)
 # and a short streamed generation with the target, then build the SpecDec++ acceptance
 # datasets on the Alpaca train and dev splits (about 18 + 9 minutes here; resumable: a second
 # run only checks the finished shards) and train the default acceptance head on them (~20 s).
