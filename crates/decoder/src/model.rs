@@ -66,10 +66,15 @@ struct HostMatrix {
 /// Owns the f32 buffer behind a [`HostMatrix`] and lends it out as bytes.
 struct F32Buffer(Vec<f32>);
 
+/// The bytes of f32 values (what a burn tensor sharing the buffer reads).
+fn f32_bytes(v: &[f32]) -> &[u8] {
+    // SAFETY: f32 has no padding and any byte pattern is a valid u8.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
 impl AsRef<[u8]> for F32Buffer {
     fn as_ref(&self) -> &[u8] {
-        // SAFETY: f32 has no padding and any byte pattern is a valid u8.
-        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast::<u8>(), self.0.len() * 4) }
+        f32_bytes(&self.0)
     }
 }
 
@@ -108,8 +113,7 @@ impl Drop for PooledF32 {
 
 impl AsRef<[u8]> for PooledF32 {
     fn as_ref(&self) -> &[u8] {
-        // SAFETY: f32 has no padding and any byte pattern is a valid u8.
-        unsafe { std::slice::from_raw_parts(self.0.as_ptr().cast::<u8>(), self.0.len() * 4) }
+        f32_bytes(&self.0)
     }
 }
 
@@ -127,6 +131,11 @@ impl HostMatrix {
         // SAFETY: the bytes come from an F32Buffer (a Vec<f32>), so they are 4-byte aligned
         // and a whole number of f32 values.
         unsafe { std::slice::from_raw_parts(self.bytes.as_ptr().cast::<f32>(), self.rows * self.cols) }
+    }
+
+    /// The matrix as the kernel's weight rows.
+    fn weight_rows(&self) -> F32Rows<'_> {
+        F32Rows { data: self.as_f32(), n: self.rows, k: self.cols }
     }
 }
 
@@ -161,7 +170,7 @@ impl Linear {
     /// is batched with. (The native path always works this way.)
     fn forward_row_invariant(&self, x: Tensor<3>) -> Tensor<3> {
         match &self.proj {
-            Projection::Host { host, .. } => self.kernel_chunks(x, &F32Rows { data: host.as_f32(), n: host.rows, k: host.cols }),
+            Projection::Host { host, .. } => self.kernel_chunks(x, &host.weight_rows()),
             Projection::Native(q) => self.kernel_chunks(x, q.as_ref()),
             Projection::Device(_) => self.forward(x),
         }
@@ -172,9 +181,7 @@ impl Linear {
         let few = b * n <= HOST_KERNEL_MAX_ROWS;
         let decoded;
         let weight = match &self.proj {
-            Projection::Host { host, .. } if few => {
-                return self.kernel(x, &F32Rows { data: host.as_f32(), n: host.rows, k: host.cols });
-            }
+            Projection::Host { host, .. } if few => return self.kernel(x, &host.weight_rows()),
             Projection::Native(q) if few => return self.kernel(x, q.as_ref()),
             Projection::Native(q) => {
                 // Long inputs (prefill) are compute-bound: decode the matrix for this call and
@@ -327,8 +334,6 @@ pub struct Transformer {
     /// Shares `embed`'s memory when the head is tied.
     lm_head: Linear,
     device: Device,
-    /// Whether any matrix runs natively (from GGUF blocks).
-    native: bool,
 }
 
 /// cos and sin of RoPE angles for positions `start..start+n`, `[n, head_dim]` each, in the
@@ -509,16 +514,16 @@ impl Transformer {
             if !bias {
                 return Ok(Linear { proj, bias: None, host_bias: None });
             }
-            let mut bs = HostTensor { shape: vec![0], data: Vec::new() };
+            let mut data = Vec::new();
             for &(name, rows) in names {
                 let b = get(&format!("{name}.bias"))?;
                 check_shape(&b, &format!("{name}.bias"), &[rows])?;
-                bs.data.extend_from_slice(&b.data);
+                data.extend_from_slice(&b.data);
             }
-            bs.shape = vec![bs.data.len()];
-            let host_bias = (!matches!(proj, Projection::Device(_))).then(|| bs.data.clone());
-            let len = bs.data.len();
-            Ok(Linear { proj, bias: Some(upload(bs, "bias", [len], device)?), host_bias })
+            let host_bias = (!matches!(proj, Projection::Device(_))).then(|| data.clone());
+            let len = data.len();
+            let bias = upload(HostTensor { shape: vec![len], data }, "bias", [len], device)?;
+            Ok(Linear { proj, bias: Some(bias), host_bias })
         };
         let norm = |name: &str| -> Result<RmsNorm> {
             Ok(RmsNorm { weight: upload(get(name)?, name, [hd], device)?, eps: cfg.rms_norm_eps })
@@ -559,28 +564,26 @@ impl Transformer {
         } else {
             linear(&[("lm_head", cfg.vocab_size)], hd, false)?
         };
-        let any_native = matches!(embed, Embedding::Native(_))
-            || matches!(lm_head.proj, Projection::Native(_))
-            || blocks.iter().any(|b| [&b.attn.qkv, &b.attn.o, &b.mlp.gate_up, &b.mlp.down].iter().any(|l| matches!(l.proj, Projection::Native(_))));
-        Ok(Self { cfg, embed, blocks, norm: final_norm, lm_head, device: device.clone(), native: any_native })
+        Ok(Self { cfg, embed, blocks, norm: final_norm, lm_head, device: device.clone() })
+    }
+
+    /// Every linear map a decoded token applies: each layer's four projections, then the head.
+    fn linears(&self) -> impl Iterator<Item = &Linear> {
+        self.blocks.iter().flat_map(|b| [&b.attn.qkv, &b.attn.o, &b.mlp.gate_up, &b.mlp.down]).chain([&self.lm_head])
     }
 
     /// Bytes of weights one decoded token reads, as stored: every layer's projections (GGUF
     /// blocks on the native path, f32 otherwise), norms and biases, the final norm and the
     /// output head (the embedding lookup reads one row and is left out).
     pub fn weight_bytes_per_token(&self) -> usize {
-        let hd = self.cfg.hidden_size * 4;
-        let layers: usize = self
-            .blocks
-            .iter()
-            .map(|b| b.attn.qkv.weight_bytes() + b.attn.o.weight_bytes() + b.mlp.gate_up.weight_bytes() + b.mlp.down.weight_bytes() + 2 * hd)
-            .sum();
-        layers + hd + self.lm_head.weight_bytes()
+        // Two norms per layer and the final norm, f32 of the hidden size each.
+        let norms = (2 * self.blocks.len() + 1) * self.cfg.hidden_size * 4;
+        self.linears().map(Linear::weight_bytes).sum::<usize>() + norms
     }
 
     /// Whether any weight matrix runs natively from GGUF blocks ([`WeightMode::Native`]).
     pub fn is_native(&self) -> bool {
-        self.native
+        matches!(self.embed, Embedding::Native(_)) || self.linears().any(|l| matches!(l.proj, Projection::Native(_)))
     }
 
     pub fn config(&self) -> &ModelConfig {
