@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use specx_decoder::generate::generate;
 use specx_decoder::tokenizer::TextStream;
-use specx_decoder::spec::SpecConfig;
+use specx_decoder::spec::{ConfidencePolicy, HeadRule, SpecConfig};
 use specx_decoder::{check_pair, device_from_name, load_model_as, ChatTemplate, Sampler, SamplingConfig, WeightMode};
 use specx_eval::methods::{load_head, Method, MethodKind};
 use specx_eval::report::markdown_table;
@@ -64,11 +64,12 @@ struct DecodeArgs {
     /// token falls below it (default 0.5).
     #[arg(long)]
     threshold: Option<f64>,
-    /// Fewest candidates per round for `specdecpp` and `confidence`.
-    #[arg(long, default_value_t = 1)]
+    /// Fewest candidates per round for `specdecpp` and `confidence` (the SpecDec++ paper's
+    /// bounds are [2, 20]; its rule never stops after one candidate, so 1 acts as 2 there).
+    #[arg(long, default_value_t = HeadRule::PAPER_MIN)]
     min: usize,
     /// Most candidates per round for `specdecpp` and `confidence`.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = HeadRule::PAPER_MAX)]
     max: usize,
     #[command(flatten)]
     run: RunArgs,
@@ -88,9 +89,9 @@ fn run_decode(a: DecodeArgs) -> Result<()> {
         MethodKind::Specdecpp => {
             let spec = a.head.as_deref().context("--method specdecpp needs --head DIR (or --head random for an untrained head)")?;
             let head = load_head(spec, draft.as_ref().context("specdecpp needs the draft model")?, &device)?;
-            Method::SpecDecPP { head, threshold: a.threshold.unwrap_or(0.7), min: a.min, max: a.max }
+            Method::SpecDecPP { head, rule: HeadRule::new(a.threshold.unwrap_or(0.7), a.min, a.max) }
         }
-        MethodKind::Confidence => Method::Confidence { threshold: a.threshold.unwrap_or(0.5) as f32, min: a.min, max: a.max },
+        MethodKind::Confidence => Method::Confidence(ConfidencePolicy { threshold: a.threshold.unwrap_or(0.5) as f32, min_candidates: a.min, max_candidates: a.max }),
     };
     let prompt = target.tokenizer.encode(&a.run.prompt_text())?;
     let cfg = SpecConfig { max_new_tokens: a.run.max_new_tokens, sampling, seed: a.run.sampling.seed };

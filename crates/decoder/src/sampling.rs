@@ -33,6 +33,14 @@ pub fn argmax(xs: &[f32]) -> u32 {
     best as u32
 }
 
+/// Probability of `token` under the plain softmax of `logits` (temperature 1, no cuts),
+/// summed in f64 in index order so that every caller gets the same value.
+pub fn top_probability(logits: &[f32], token: u32) -> f32 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
+    (((logits[token as usize] - max) as f64).exp() / sum) as f32
+}
+
 impl SamplingConfig {
     pub fn greedy() -> Self {
         Self { temperature: 0.0, top_k: None, top_p: None }

@@ -50,7 +50,7 @@ fn policies(hidden: usize) -> Vec<(String, Box<dyn StopPolicy>)> {
     v.push(("confidence 0.5".into(), Box::new(ConfidencePolicy { threshold: 0.5, min_candidates: 1, max_candidates: 6 })));
     for (i, h) in [0.2, 0.7].into_iter().enumerate() {
         let head = AcceptanceHead::init_seeded(hidden, 2, i == 0, i as u64, &default_device());
-        v.push((format!("head h={h}"), Box::new(HeadPolicy::new(head, h, 1, 20))));
+        v.push((format!("head h={h}"), Box::new(HeadPolicy::new(head, HeadRule::new(h, 1, 20)))));
     }
     v
 }
@@ -310,10 +310,72 @@ fn head_policy_follows_the_threshold_rule() {
     let head = AcceptanceHead::init_seeded(4, 1, false, 9, &device);
     let h = [0.3f32, -0.2, 0.5, 0.1];
     let p = head.accept_probability(&h).unwrap();
-    // Stop at the first index i where 1 - p^i > threshold (and within [min, max]).
-    let threshold = 1.0 - p.powi(3) + 1e-9; // exceeded first at i = 4
-    let mut pol = HeadPolicy::new(head, threshold, 2, 20);
+    // After candidate i the product covers candidates 1..i-1 (step 1 contributes 1): stop at
+    // the first i with 1 - p^(i-1) > threshold (and within [min, max]).
+    let threshold = 1.0 - p.powi(3) + 1e-9; // exceeded first at i - 1 = 4
+    let mut pol = HeadPolicy::new(head, HeadRule::new(threshold, 2, 20));
     pol.begin_round();
-    let stops: Vec<bool> = (1..=5).map(|i| pol.should_stop(&DraftStep { index: i, token: 0, q_token: 0.5, hidden: &h }).unwrap()).collect();
-    assert_eq!(stops, vec![false, false, false, true, true]);
+    let step = |i| DraftStep { index: i, token: 0, q_token: 0.5, confidence: 0.5, hidden: &h };
+    let stops: Vec<bool> = (1..=6).map(|i| pol.should_stop(&step(i)).unwrap()).collect();
+    assert_eq!(stops, vec![false, false, false, false, true, true]);
+}
+
+/// Every round drafted `k` candidates, or what was left of the budget when less (no EOS).
+fn assert_rounds_draft(g: &Generation, max_new: usize, k: usize, what: &str) {
+    let m = &g.metrics;
+    let mut generated = 1; // the prefill's token
+    for (&drafted, &accepted) in m.drafted_per_round.iter().zip(&m.accepted_per_round) {
+        assert_eq!(drafted, k.min(max_new - generated), "{what}: {:?}", m.drafted_per_round);
+        generated = (generated + accepted + 1).min(max_new);
+    }
+    assert!(m.drafted_per_round.len() >= 2, "{what}: {:?}", m.drafted_per_round);
+}
+
+/// A head that predicts the same acceptance probability for every hidden state.
+struct ConstantHead(f64);
+
+impl AcceptanceModel for ConstantHead {
+    fn accept_probability(&self, _: &[f32]) -> anyhow::Result<f64> {
+        Ok(self.0)
+    }
+}
+
+#[test]
+fn head_policy_never_stops_before_candidate_two_and_drafts_max_when_sure() {
+    // The paper's rule: the first step's probability (of the committed token) counts as 1.
+    // A head predicting 0 everywhere therefore drafts exactly 2 candidates per round, a head
+    // predicting 1 everywhere drafts max; both with min 1 (which acts as 2) and min 2.
+    let (_d, t, _) = pair(VOCAB, 1, 1);
+    let prompt = tokens(4, 3);
+    let cfg = SpecConfig { max_new_tokens: 60, sampling: SamplingConfig::greedy(), seed: 0 };
+    for min in [1, 2] {
+        for (p, want_k, max) in [(0.0, 2, 20), (0.0, 2, 5), (1.0, 5, 5), (1.0, 20, 20)] {
+            let mut pol = HeadPolicy::new(ConstantHead(p), HeadRule::new(0.5, min, max));
+            let g = spec(&t.model, &t.model, &mut pol, &prompt, &cfg, &[]);
+            assert_rounds_draft(&g, cfg.max_new_tokens, want_k, &format!("p={p} min={min} max={max}"));
+        }
+    }
+    // max = 1 is the only way to stop after one candidate.
+    let mut pol = HeadPolicy::new(ConstantHead(0.0), HeadRule::new(0.5, 1, 1));
+    let g = spec(&t.model, &t.model, &mut pol, &prompt, &cfg, &[]);
+    assert!(g.metrics.drafted_per_round.iter().all(|&k| k == 1));
+}
+
+#[test]
+fn confidence_policy_reads_the_draft_softmax_when_greedy() {
+    // Greedy drafting has a one-hot q; the confidence rule must still see the draft's
+    // probability of its token. A threshold above every possible probability stops at min,
+    // one below every probability drafts max.
+    let (_d, t, d) = pair(VOCAB, 1, 2);
+    let prompt = tokens(4, 3);
+    let cfg = SpecConfig { max_new_tokens: 30, sampling: SamplingConfig::greedy(), seed: 0 };
+    for (threshold, want_k) in [(1.01f32, 2), (0.0, 4)] {
+        let mut pol = ConfidencePolicy { threshold, min_candidates: 2, max_candidates: 4 };
+        let g = spec(&t.model, &d.model, &mut pol, &prompt, &cfg, &[]);
+        assert_rounds_draft(&g, cfg.max_new_tokens, want_k, &format!("threshold {threshold}"));
+    }
+    // In between, the rule reacts to the tokens: some rounds stop early, some run to max.
+    let mut pol = ConfidencePolicy { threshold: 0.05, min_candidates: 1, max_candidates: 4 };
+    let g = spec(&t.model, &d.model, &mut pol, &prompt, &cfg, &[]);
+    eprintln!("confidence 0.05 rounds: {:?}", g.metrics.drafted_per_round);
 }

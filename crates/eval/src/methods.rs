@@ -3,7 +3,7 @@
 use anyhow::{bail, Context, Result};
 use specx_decoder::spec::{
     generate_autoregressive, generate_speculative, AcceptanceHead, ConfidencePolicy, FixedK, Generation, HeadPolicy,
-    PlainDrafter, RejectionSampler, SpecConfig, StopPolicy,
+    HeadRule, PlainDrafter, RejectionSampler, SpecConfig, StopPolicy,
 };
 use specx_decoder::fsutil::short_hash;
 use specx_decoder::{Device, LoadedModel, Transformer};
@@ -28,8 +28,8 @@ pub enum MethodKind {
 pub enum Method {
     Autoregressive,
     SpecDec { k: usize },
-    SpecDecPP { head: AcceptanceHead, threshold: f64, min: usize, max: usize },
-    Confidence { threshold: f32, min: usize, max: usize },
+    SpecDecPP { head: AcceptanceHead, rule: HeadRule },
+    Confidence(ConfidencePolicy),
 }
 
 /// Loads an acceptance head: a checkpoint directory, or `random[:SEED]` for a randomly
@@ -59,8 +59,8 @@ impl Method {
         match self {
             Self::Autoregressive => "ar".into(),
             Self::SpecDec { k } => format!("specdec K={k}"),
-            Self::SpecDecPP { threshold, .. } => format!("specdec++ h={threshold}"),
-            Self::Confidence { threshold, .. } => format!("confidence {threshold}"),
+            Self::SpecDecPP { rule, .. } => format!("specdec++ h={} [{}, {}]", rule.threshold, rule.min_candidates, rule.max_candidates),
+            Self::Confidence(c) => format!("confidence {} [{}, {}]", c.threshold, c.min_candidates, c.max_candidates),
         }
     }
 
@@ -68,8 +68,8 @@ impl Method {
         match self {
             Self::Autoregressive => None,
             Self::SpecDec { k } => Some(Box::new(FixedK(*k))),
-            Self::SpecDecPP { head, threshold, min, max } => Some(Box::new(HeadPolicy::new(head.clone(), *threshold, *min, *max))),
-            Self::Confidence { threshold, min, max } => Some(Box::new(ConfidencePolicy { threshold: *threshold, min_candidates: *min, max_candidates: *max })),
+            Self::SpecDecPP { head, rule } => Some(Box::new(HeadPolicy::new(head.clone(), *rule))),
+            Self::Confidence(c) => Some(Box::new(*c)),
         }
     }
 

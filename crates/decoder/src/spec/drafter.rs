@@ -4,7 +4,7 @@ use super::metrics::RequestMetrics;
 use super::policy::{DraftStep, StopPolicy};
 use crate::cache::KvCache;
 use crate::model::Transformer;
-use crate::sampling::{argmax, sample_from, SamplingConfig};
+use crate::sampling::{argmax, sample_from, top_probability, SamplingConfig};
 use anyhow::Result;
 use rand::rngs::StdRng;
 use std::time::Instant;
@@ -95,15 +95,17 @@ impl Drafter for PlainDrafter<'_> {
         loop {
             let (logits, hidden) = self.step(&input, metrics)?;
             let t = Instant::now();
-            let c = if sampling.is_greedy() {
-                Candidate { token: argmax(&logits), q: Vec::new(), q_token: 1.0 }
+            let (c, confidence) = if sampling.is_greedy() {
+                let token = argmax(&logits);
+                (Candidate { token, q: Vec::new(), q_token: 1.0 }, top_probability(&logits, token))
             } else {
                 let q = sampling.probabilities(&logits);
                 let token = sample_from(&q, rng);
-                Candidate { token, q_token: q[token as usize], q }
+                let q_token = q[token as usize];
+                (Candidate { token, q_token, q }, q_token)
             };
             metrics.draft_time += t.elapsed();
-            let step = DraftStep { index: candidates.len() + 1, token: c.token, q_token: c.q_token, hidden: &hidden };
+            let step = DraftStep { index: candidates.len() + 1, token: c.token, q_token: c.q_token, confidence, hidden: &hidden };
             let stop = policy.should_stop(&step)? || eos.contains(&c.token) || candidates.len() + 1 >= max;
             input = vec![c.token];
             candidates.push(c);

@@ -25,5 +25,5 @@ pub use drafter::{Candidate, Drafter, PlainDrafter};
 pub use engine::{generate_autoregressive, generate_speculative, Generation, SpecConfig};
 pub use head::{AcceptanceHead, HeadSpec};
 pub use metrics::RequestMetrics;
-pub use policy::{ConfidencePolicy, DraftStep, FixedK, HeadPolicy, StopPolicy};
+pub use policy::{AcceptanceModel, ConfidencePolicy, DraftStep, FixedK, HeadPolicy, HeadRule, StopPolicy};
 pub use verifier::{residual_distribution, ExactMatch, RejectionSampler, Verdict, Verifier};
