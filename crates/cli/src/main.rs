@@ -39,6 +39,10 @@ enum Command {
     /// Train SpecDec++ acceptance heads (weighted BCE, burn) on datagen runs; `--sweep` trains
     /// the paper's w_rej x depth grid and writes a summary table.
     Train(specx_trainer::cli::TrainArgs),
+    /// Run a config-driven evaluation (models, prompt sets, sampling settings, a grid of
+    /// methods): AR reference and losslessness audit per prompt, resumable results.parquet,
+    /// summary.md, timing model and plots; `merge` joins `--shard` parts.
+    Eval(specx_eval::experiment::cli::EvalArgs),
 }
 
 #[derive(Args)]
@@ -225,5 +229,6 @@ fn main() -> Result<()> {
         Command::BenchDecode(a) => specx_eval::decode_bench::run(a),
         Command::Datagen(a) => specx_datagen::cli::run_cli(a),
         Command::Train(a) => specx_trainer::cli::run_cli(a),
+        Command::Eval(a) => specx_eval::experiment::cli::run_cli(a),
     }
 }

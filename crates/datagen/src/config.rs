@@ -1,6 +1,7 @@
 //! The datagen experiment config (TOML). Unknown keys are errors, so a typo never silently
 //! falls back to a default. Relative paths are relative to the config file's directory; a
-//! leading `$SPECX_MODELS` means the model cache of `scripts/fetch-models.sh`, `~` the home.
+//! leading `$SPECX_MODELS` means the model cache of `scripts/fetch-models.sh`, `$SPECX_DATASETS`
+//! the prompt-set cache of `scripts/fetch-datasets.sh`, `~` the home.
 
 use crate::prompts::PromptFormat;
 use crate::split::SplitSpec;
@@ -208,12 +209,24 @@ fn default_shard_size() -> usize {
     32
 }
 
-/// Expands `$SPECX_MODELS` and `~` at the start of a path, then makes a relative path
+/// The prompt-set cache filled by `scripts/fetch-datasets.sh`: `$SPECX_DATASETS`, else
+/// `~/.cache/specx/datasets`.
+pub fn dataset_cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("SPECX_DATASETS") {
+        return PathBuf::from(d);
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    home.join(".cache/specx/datasets")
+}
+
+/// Expands `$SPECX_MODELS`, `$SPECX_DATASETS` and `~` at the start of a path, then makes a relative path
 /// relative to `base`.
 pub fn resolve_path(p: &Path, base: &Path) -> PathBuf {
     let s = p.to_string_lossy();
     let expanded = if let Some(rest) = s.strip_prefix("$SPECX_MODELS") {
         PathBuf::from(format!("{}{rest}", specx_decoder::loader::model_cache_dir().display()))
+    } else if let Some(rest) = s.strip_prefix("$SPECX_DATASETS") {
+        PathBuf::from(format!("{}{rest}", dataset_cache_dir().display()))
     } else if let Some(rest) = s.strip_prefix("~/") {
         PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(rest)
     } else {

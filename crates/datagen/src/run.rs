@@ -24,9 +24,14 @@ pub struct RunOptions {
     pub progress: bool,
 }
 
-/// Prompts of the run in order: (id, model input text).
+/// Prompts of the run in order: (id, model input text), and the rows in the file.
 pub fn select_prompts(cfg: &DatagenConfig) -> Result<(Vec<(String, String)>, usize)> {
-    let p = &cfg.prompts;
+    select_from(&cfg.prompts)
+}
+
+/// The prompts `p` selects, in split order (the first `limit`), as (id, model input text):
+/// the instruction template applied, then the chat template. Also returns the rows in the file.
+pub fn select_from(p: &crate::config::PromptsConfig) -> Result<(Vec<(String, String)>, usize)> {
     let records = load(p.format, &p.path)?;
     let indices = p.split_spec().indices(records.len()).with_context(|| format!("splitting {}", p.path.display()))?;
     let take = p.limit.unwrap_or(usize::MAX).min(indices.len());
@@ -43,7 +48,7 @@ pub fn select_prompts(cfg: &DatagenConfig) -> Result<(Vec<(String, String)>, usi
 }
 
 /// Deletes temporary files an interrupted atomic write left behind (`.NAME.tmp-PID`).
-fn remove_stale_temporaries(dir: &std::path::Path) -> Result<()> {
+pub fn remove_stale_temporaries(dir: &std::path::Path) -> Result<()> {
     for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -54,7 +59,7 @@ fn remove_stale_temporaries(dir: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-fn model_record(m: &LoadedModel) -> Result<ModelRecord> {
+pub fn model_record(m: &LoadedModel) -> Result<ModelRecord> {
     let c = m.model.config();
     Ok(ModelRecord {
         path: m.path.clone(),

@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod decode_bench;
+pub mod experiment;
 pub mod methods;
 pub use specx_decoder::report;
 pub mod sysmem;

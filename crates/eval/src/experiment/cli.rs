@@ -1,0 +1,96 @@
+//! Command-line arguments of `specx eval` (the binary only parses and dispatches).
+
+use super::config::EvalConfig;
+use super::run::{run, EvalOptions};
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Args, Debug, Default)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct EvalArgs {
+    #[command(subcommand)]
+    pub command: Option<EvalCommand>,
+    /// Experiment config (TOML): models, prompt sets, sampling settings, budget, seeds and the
+    /// method grid. See configs/eval/*.toml.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Run directory, instead of the config's [output] dir. Rerunning the same command into
+    /// the same directory resumes; a directory holding another setup is refused.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Run only part I of N (`I/N`, 0-based): units u with u % N == I (a unit is one prompt x
+    /// sampling setting x seed with all its methods). Run each part into its own directory,
+    /// then `specx eval merge`.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<String>,
+    /// Use only the first N prompts of each prompt set (after the seeded sample).
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Stop after this many newly finished units (a resumable partial run).
+    #[arg(long)]
+    pub max_units: Option<usize>,
+    /// Log a line per unit instead of drawing a progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum EvalCommand {
+    /// Join the part directories of a `--shard I/N` run into one run directory and write its
+    /// results, summary and plots.
+    Merge {
+        /// Output run directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// Part directories (all N of them).
+        #[arg(required = true)]
+        parts: Vec<PathBuf>,
+    },
+}
+
+/// The config of an invocation with `--out` applied.
+pub fn effective_config(a: &EvalArgs) -> Result<EvalConfig> {
+    let path = a.config.as_ref().context("specx eval needs --config FILE (see configs/eval/)")?;
+    let mut cfg = EvalConfig::load(path)?;
+    if let Some(o) = &a.out {
+        cfg.output.dir = specx_datagen::config::resolve_path(o, &std::env::current_dir()?);
+    }
+    Ok(cfg)
+}
+
+pub fn run_cli(a: EvalArgs) -> Result<()> {
+    match &a.command {
+        Some(EvalCommand::Merge { out, parts }) => {
+            let outcome = super::merge::merge(parts, out)?;
+            eprintln!("merged {} parts into {}: {} rows", parts.len(), out.display(), outcome.rows.len());
+            finish(&outcome, out)
+        }
+        None => {
+            let cfg = effective_config(&a)?;
+            let part = a.shard.as_deref().map(specx_datagen::cli::parse_part).transpose()?;
+            let opts = EvalOptions { part, limit: a.limit, max_new_units: a.max_units, progress: !a.no_progress };
+            let outcome = run(&cfg, &opts)?;
+            finish(&outcome, &cfg.output.dir)
+        }
+    }
+}
+
+/// Prints where the results are and fails if the losslessness audit did.
+fn finish(outcome: &super::run::EvalOutcome, dir: &std::path::Path) -> Result<()> {
+    let summary = std::fs::read_to_string(dir.join("summary.md")).unwrap_or_default();
+    print!("{summary}");
+    eprintln!(
+        "run directory: {} ({} rows){}",
+        dir.display(),
+        outcome.rows.len(),
+        if outcome.manifest.complete { "" } else { "; incomplete: run the same command again to continue" }
+    );
+    if !outcome.audit_failures.is_empty() {
+        for f in &outcome.audit_failures {
+            eprintln!("AUDIT: {f}");
+        }
+        bail!("losslessness audit failed: {} greedy speculative outputs differ from AR (listed above and in summary.md)", outcome.audit_failures.len());
+    }
+    Ok(())
+}

@@ -1,0 +1,299 @@
+//! The eval experiment config (TOML): models, prompt sets, sampling settings, the response
+//! budget, seeds and the grid of methods. Unknown keys are errors naming the file; relative
+//! paths are relative to the config file (`$SPECX_MODELS`, `$SPECX_DATASETS` and `~` expand).
+
+use anyhow::{bail, ensure, Context, Result};
+use serde::{Deserialize, Serialize};
+use specx_datagen::config::{parse_toml, read_toml, resolve_path, PromptsConfig};
+use specx_datagen::prompts::PromptFormat;
+use specx_decoder::spec::HeadRule;
+use specx_decoder::{SamplingConfig, WeightMode};
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalConfig {
+    pub models: ModelsConfig,
+    /// One or more prompt sets (`[[prompts]]`).
+    pub prompts: Vec<PromptSetConfig>,
+    /// One or more sampling settings (`[[sampling]]`); greedy if none is given.
+    #[serde(default = "greedy_only")]
+    pub sampling: Vec<SamplingSetting>,
+    #[serde(default)]
+    pub budget: BudgetConfig,
+    /// Seeds of the sampling streams; each (prompt, sampling setting) runs once per seed.
+    /// Greedy settings run once (the seed cannot change them).
+    #[serde(default = "seed_zero")]
+    pub seeds: Vec<u64>,
+    #[serde(default)]
+    pub methods: MethodsConfig,
+    pub output: OutputConfig,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelsConfig {
+    pub draft: PathBuf,
+    pub target: PathBuf,
+    /// `cpu`, or `cuda[:N]` in a build with the `cuda` feature.
+    #[serde(default = "cpu")]
+    pub device: String,
+    /// GGUF weights on the CPU: `native` (default) or `f32`.
+    #[serde(default)]
+    pub weights: WeightMode,
+}
+
+/// A prompt set: a file in a standard format, a split of it, a seeded sample of that, and the
+/// templates that turn a row into model input.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PromptSetConfig {
+    /// Short name used in results and plots (`alpaca`, `gsm8k`, `humaneval`).
+    pub name: String,
+    pub format: PromptFormat,
+    pub path: PathBuf,
+    /// `all`, or a part of the seeded split (`train`, `dev`, `test`) given by `split_sizes`.
+    #[serde(default = "all")]
+    pub split: String,
+    #[serde(default)]
+    pub split_sizes: Vec<usize>,
+    #[serde(default)]
+    pub split_seed: u64,
+    /// A seeded random sample of this many prompts from the split (all of them if absent).
+    pub sample: Option<usize>,
+    #[serde(default)]
+    pub sample_seed: u64,
+    /// Instruction template with `{field}` placeholders; the format's default if absent.
+    pub template: Option<String>,
+    /// `qwen` (ChatML with Qwen's system prompt), `chatml` or `none`.
+    #[serde(default = "qwen")]
+    pub chat_template: String,
+}
+
+impl PromptSetConfig {
+    /// The datagen selection this set starts from (the whole split; sampling comes after).
+    pub fn as_prompts_config(&self) -> PromptsConfig {
+        PromptsConfig {
+            format: self.format,
+            path: self.path.clone(),
+            split: self.split.clone(),
+            split_sizes: self.split_sizes.clone(),
+            split_seed: self.split_seed,
+            limit: None,
+            template: self.template.clone(),
+            chat_template: self.chat_template.clone(),
+        }
+    }
+}
+
+/// A named sampling setting.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SamplingSetting {
+    pub name: String,
+    /// 0 means greedy.
+    #[serde(default)]
+    pub temperature: f32,
+    pub top_k: Option<usize>,
+    pub top_p: Option<f32>,
+}
+
+impl SamplingSetting {
+    pub fn config(&self) -> SamplingConfig {
+        SamplingConfig { temperature: self.temperature, top_k: self.top_k, top_p: self.top_p }
+    }
+}
+
+/// How long responses may get: `max_new_tokens`, or the SpecDec++ paper's total length
+/// (prompt + response) `max_total_tokens`; with both, the smaller budget applies.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetConfig {
+    pub max_new_tokens: Option<usize>,
+    pub max_total_tokens: Option<usize>,
+}
+
+impl Default for BudgetConfig {
+    fn default() -> Self {
+        Self { max_new_tokens: Some(128), max_total_tokens: None }
+    }
+}
+
+impl BudgetConfig {
+    /// New tokens allowed after a prompt of `prompt_len` tokens.
+    pub fn new_tokens(&self, prompt_len: usize) -> usize {
+        let by_total = self.max_total_tokens.map(|t| t.saturating_sub(prompt_len));
+        match (self.max_new_tokens, by_total) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(a), None) => a,
+            (None, Some(b)) => b,
+            (None, None) => 128,
+        }
+    }
+}
+
+/// The grid of methods. AR always runs first for every prompt: it is the reference of the
+/// speedups and of the losslessness audit.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MethodsConfig {
+    pub specdec: Option<SpecDecGrid>,
+    pub specdecpp: Option<SpecDecPPGrid>,
+    pub confidence: Option<ConfidenceGrid>,
+}
+
+/// Fixed-K speculative decoding for each K.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpecDecGrid {
+    pub k: Vec<usize>,
+}
+
+/// SpecDec++: every head x threshold x bounds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpecDecPPGrid {
+    /// Head checkpoint directories (`specx train` output).
+    pub heads: Vec<PathBuf>,
+    pub thresholds: Vec<f64>,
+    /// `[min, max]` candidates per round; the paper's `[2, 20]` if absent.
+    #[serde(default = "paper_bounds")]
+    pub bounds: Vec<[usize; 2]>,
+}
+
+/// The confidence baseline: every threshold x bounds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfidenceGrid {
+    pub thresholds: Vec<f32>,
+    #[serde(default = "paper_bounds")]
+    pub bounds: Vec<[usize; 2]>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputConfig {
+    /// The run directory (`--out` overrides it).
+    pub dir: PathBuf,
+}
+
+fn greedy_only() -> Vec<SamplingSetting> {
+    vec![SamplingSetting { name: "greedy".into(), temperature: 0.0, top_k: None, top_p: None }]
+}
+fn seed_zero() -> Vec<u64> {
+    vec![0]
+}
+fn cpu() -> String {
+    "cpu".into()
+}
+fn all() -> String {
+    "all".into()
+}
+fn qwen() -> String {
+    "qwen".into()
+}
+fn paper_bounds() -> Vec<[usize; 2]> {
+    vec![[HeadRule::PAPER_MIN, HeadRule::PAPER_MAX]]
+}
+
+impl EvalConfig {
+    pub fn parse(text: &str, origin: &Path) -> Result<Self> {
+        parse_toml(text, origin)
+    }
+
+    /// Reads `path`, resolves its paths against the file's directory and checks it.
+    pub fn load(path: &Path) -> Result<Self> {
+        let (mut cfg, base): (Self, PathBuf) = read_toml(path)?;
+        cfg.resolve(&base);
+        cfg.validate().with_context(|| format!("config {}", path.display()))?;
+        Ok(cfg)
+    }
+
+    pub fn resolve(&mut self, base: &Path) {
+        self.models.draft = resolve_path(&self.models.draft, base);
+        self.models.target = resolve_path(&self.models.target, base);
+        for p in &mut self.prompts {
+            p.path = resolve_path(&p.path, base);
+        }
+        if let Some(g) = &mut self.methods.specdecpp {
+            for h in &mut g.heads {
+                *h = resolve_path(h, base);
+            }
+        }
+        self.output.dir = resolve_path(&self.output.dir, base);
+    }
+
+    /// What serde cannot check: ranges, unique names, and files that must exist (checked here,
+    /// before any model is loaded).
+    pub fn validate(&self) -> Result<()> {
+        ensure!(!self.prompts.is_empty(), "no [[prompts]] set");
+        ensure!(!self.sampling.is_empty(), "no [[sampling]] setting");
+        ensure!(!self.seeds.is_empty(), "seeds is empty");
+        unique(self.prompts.iter().map(|p| p.name.as_str()), "[[prompts]] name")?;
+        unique(self.sampling.iter().map(|s| s.name.as_str()), "[[sampling]] name")?;
+        for p in &self.prompts {
+            ensure!(!p.name.is_empty() && p.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)), "prompt set name '{}': use letters, digits, - _ .", p.name);
+            ensure!(p.path.is_file(), "prompt set '{}': {} does not exist{}", p.name, p.path.display(), dataset_hint(&p.path));
+            ensure!(p.sample != Some(0), "prompt set '{}': sample = 0 selects no prompts", p.name);
+            p.as_prompts_config().chat().with_context(|| format!("prompt set '{}'", p.name))?;
+        }
+        for s in &self.sampling {
+            ensure!(!s.name.is_empty() && s.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)), "sampling name '{}': use letters, digits, - _ .", s.name);
+            s.config().validate().with_context(|| format!("[[sampling]] '{}'", s.name))?;
+        }
+        let b = &self.budget;
+        ensure!(b.max_new_tokens.is_some() || b.max_total_tokens.is_some(), "[budget] needs max_new_tokens or max_total_tokens");
+        ensure!(b.max_new_tokens != Some(0) && b.max_total_tokens != Some(0), "[budget] limits must be at least 1");
+        for (what, path) in [("draft", &self.models.draft), ("target", &self.models.target)] {
+            ensure!(path.exists(), "[models] {what} {} does not exist (scripts/fetch-models.sh fetches the Qwen pair)", path.display());
+        }
+        let m = &self.methods;
+        if let Some(g) = &m.specdec {
+            ensure!(!g.k.is_empty() && g.k.iter().all(|&k| k >= 1), "[methods.specdec] k needs values >= 1");
+        }
+        if let Some(g) = &m.specdecpp {
+            ensure!(!g.heads.is_empty() && !g.thresholds.is_empty() && !g.bounds.is_empty(), "[methods.specdecpp] needs heads, thresholds and bounds");
+            for h in &g.heads {
+                ensure!(h.join("head.json").is_file(), "[methods.specdecpp] head {} is not a head checkpoint (no head.json; `specx train` writes one)", h.display());
+            }
+            check_bounds(&g.bounds, "specdecpp")?;
+            ensure!(g.thresholds.iter().all(|t| (0.0..=1.0).contains(t)), "[methods.specdecpp] thresholds must be in [0, 1]");
+        }
+        if let Some(g) = &m.confidence {
+            ensure!(!g.thresholds.is_empty() && !g.bounds.is_empty(), "[methods.confidence] needs thresholds and bounds");
+            check_bounds(&g.bounds, "confidence")?;
+            ensure!(g.thresholds.iter().all(|t| (0.0..=1.0).contains(t)), "[methods.confidence] thresholds must be in [0, 1]");
+        }
+        Ok(())
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a config always serialises")
+    }
+}
+
+fn unique<'a>(names: impl Iterator<Item = &'a str>, what: &str) -> Result<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    for n in names {
+        if !seen.insert(n) {
+            bail!("{what} '{n}' appears twice");
+        }
+    }
+    Ok(())
+}
+
+fn check_bounds(bounds: &[[usize; 2]], what: &str) -> Result<()> {
+    for &[lo, hi] in bounds {
+        ensure!(lo >= 1 && lo <= hi, "[methods.{what}] bounds [{lo}, {hi}]: need 1 <= min <= max");
+    }
+    Ok(())
+}
+
+/// How to get a missing prompt file that lives in the dataset cache.
+fn dataset_hint(path: &Path) -> String {
+    if path.starts_with(specx_datagen::config::dataset_cache_dir()) {
+        " (run scripts/fetch-datasets.sh to fill the dataset cache)".into()
+    } else {
+        String::new()
+    }
+}

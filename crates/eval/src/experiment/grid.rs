@@ -1,0 +1,99 @@
+//! The method grid of a config, expanded into settings: what each results row was run with.
+
+use super::config::MethodsConfig;
+use crate::methods::{Method, MethodKind};
+use anyhow::{ensure, Result};
+use serde::{Deserialize, Serialize};
+use specx_decoder::spec::{AcceptanceHead, ConfidencePolicy, HeadRule};
+use std::collections::BTreeMap;
+
+/// One point of the grid. Fields a method does not use are `None`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Setting {
+    pub method: MethodKind,
+    pub k: Option<usize>,
+    /// Head name (its checkpoint directory's name) for `specdecpp`.
+    pub head: Option<String>,
+    pub threshold: Option<f64>,
+    pub min: Option<usize>,
+    pub max: Option<usize>,
+}
+
+impl Setting {
+    pub fn ar() -> Self {
+        Self { method: MethodKind::Ar, k: None, head: None, threshold: None, min: None, max: None }
+    }
+
+    /// A short unique name: `ar`, `specdec K=4`, `specdecpp w6d3 h=0.7 [2,20]`,
+    /// `confidence 0.5 [2,20]`.
+    pub fn key(&self) -> String {
+        let bounds = || format!("[{},{}]", self.min.unwrap_or(0), self.max.unwrap_or(0));
+        match self.method {
+            MethodKind::Ar => "ar".into(),
+            MethodKind::Specdec => format!("specdec K={}", self.k.unwrap_or(0)),
+            MethodKind::Specdecpp => format!("specdecpp {} h={} {}", self.head.as_deref().unwrap_or("?"), self.threshold.unwrap_or(0.0), bounds()),
+            MethodKind::Confidence => format!("confidence {} {}", self.threshold.unwrap_or(0.0), bounds()),
+        }
+    }
+
+    /// The method family for grouping (`ar`, `specdec`, `specdecpp`, `confidence`).
+    pub fn family(&self) -> &'static str {
+        match self.method {
+            MethodKind::Ar => "ar",
+            MethodKind::Specdec => "specdec",
+            MethodKind::Specdecpp => "specdecpp",
+            MethodKind::Confidence => "confidence",
+        }
+    }
+
+    /// The runnable method; `heads` maps head names to loaded heads.
+    pub fn method(&self, heads: &BTreeMap<String, AcceptanceHead>) -> Result<Method> {
+        let (min, max) = (self.min.unwrap_or(HeadRule::PAPER_MIN), self.max.unwrap_or(HeadRule::PAPER_MAX));
+        Ok(match self.method {
+            MethodKind::Ar => Method::Autoregressive,
+            MethodKind::Specdec => Method::SpecDec { k: self.k.unwrap_or(1) },
+            MethodKind::Specdecpp => {
+                let name = self.head.as_deref().unwrap_or_default();
+                let head = heads.get(name).ok_or_else(|| anyhow::anyhow!("head '{name}' is not loaded"))?;
+                Method::SpecDecPP { head: head.clone(), rule: HeadRule::new(self.threshold.unwrap_or(0.7), min, max) }
+            }
+            MethodKind::Confidence => {
+                Method::Confidence(ConfidencePolicy { threshold: self.threshold.unwrap_or(0.5) as f32, min_candidates: min, max_candidates: max })
+            }
+        })
+    }
+}
+
+/// Head name of a checkpoint directory: its last path component.
+pub fn head_name(dir: &std::path::Path) -> String {
+    dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| dir.display().to_string())
+}
+
+/// Every setting of the grid, AR first, in a fixed order (the order rows are run and written).
+pub fn expand(m: &MethodsConfig) -> Result<Vec<Setting>> {
+    let mut out = vec![Setting::ar()];
+    if let Some(g) = &m.specdec {
+        out.extend(g.k.iter().map(|&k| Setting { method: MethodKind::Specdec, k: Some(k), ..Setting::ar() }));
+    }
+    if let Some(g) = &m.specdecpp {
+        for h in &g.heads {
+            for &t in &g.thresholds {
+                for &[lo, hi] in &g.bounds {
+                    out.push(Setting { method: MethodKind::Specdecpp, head: Some(head_name(h)), threshold: Some(t), min: Some(lo), max: Some(hi), ..Setting::ar() });
+                }
+            }
+        }
+    }
+    if let Some(g) = &m.confidence {
+        for &t in &g.thresholds {
+            for &[lo, hi] in &g.bounds {
+                out.push(Setting { method: MethodKind::Confidence, threshold: Some(t as f64), min: Some(lo), max: Some(hi), ..Setting::ar() });
+            }
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for s in &out {
+        ensure!(seen.insert(s.key()), "the method grid has '{}' twice (two heads with the same directory name?)", s.key());
+    }
+    Ok(out)
+}

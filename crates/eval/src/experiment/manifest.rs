@@ -1,0 +1,115 @@
+//! `manifest.json` of an eval run directory: the effective config, checksums of everything
+//! that determines the results (models, heads, prompt files, the selected prompt ids), the
+//! machine, and progress.
+
+use super::config::EvalConfig;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use specx_datagen::manifest::{ModelRecord, Part};
+use specx_decoder::fsutil::write_atomic;
+use std::path::{Path, PathBuf};
+
+pub const MANIFEST: &str = "manifest.json";
+pub const FORMAT: &str = "specx-eval/1";
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HeadRecord {
+    pub name: String,
+    pub path: PathBuf,
+    /// sha256 of `head.safetensors`.
+    pub sha256: String,
+    pub depth: usize,
+    pub tied: bool,
+    pub draft_model_sha256: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PromptSetRecord {
+    pub name: String,
+    pub path: PathBuf,
+    pub sha256: String,
+    pub rows_in_file: usize,
+    /// Ids of the selected prompts, in run order.
+    pub selected: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    pub cpu: String,
+    pub cores: usize,
+    /// Read bandwidth measured when the run (this process) started, GB/s.
+    pub bandwidth_gb_s: f64,
+}
+
+impl Machine {
+    pub fn measure() -> Self {
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_string()))
+            .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self { cpu, cores, bandwidth_gb_s: crate::sysmem::read_bandwidth(512 << 20, 3) / 1e9 }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EvalManifest {
+    pub format: String,
+    pub specx_version: String,
+    pub config: EvalConfig,
+    pub draft: ModelRecord,
+    pub target: ModelRecord,
+    pub heads: Vec<HeadRecord>,
+    pub prompt_sets: Vec<PromptSetRecord>,
+    /// Method settings in run order (AR first).
+    pub settings: Vec<String>,
+    pub machine: Machine,
+    /// None for a whole run or a merged one.
+    pub part: Option<Part>,
+    pub units_total: usize,
+    /// Units of this directory's part that are finished.
+    pub units_done: usize,
+    pub complete: bool,
+    /// Wall time of the evaluating process(es), seconds.
+    pub seconds: f64,
+}
+
+impl EvalManifest {
+    /// What must agree for a run to resume into a directory, or for parts to merge: settings
+    /// and checksums, not where files live or the machine.
+    pub fn identity(&self) -> serde_json::Value {
+        let mut c = self.config.clone();
+        c.output.dir = PathBuf::new();
+        c.models.draft = PathBuf::new();
+        c.models.target = PathBuf::new();
+        for p in &mut c.prompts {
+            p.path = PathBuf::new();
+        }
+        if let Some(g) = &mut c.methods.specdecpp {
+            g.heads.iter_mut().for_each(|h| *h = PathBuf::from(super::grid::head_name(h)));
+        }
+        serde_json::json!({
+            "format": self.format,
+            "config": c,
+            "draft": self.draft.sha256, "target": self.target.sha256,
+            "tokenizer": self.target.tokenizer_sha256,
+            "heads": self.heads.iter().map(|h| (&h.name, &h.sha256)).collect::<Vec<_>>(),
+            "prompt_sets": self.prompt_sets.iter().map(|p| (&p.name, &p.sha256, &p.selected)).collect::<Vec<_>>(),
+            "settings": self.settings,
+        })
+    }
+
+    pub fn read(dir: &Path) -> Result<Self> {
+        let p = dir.join(MANIFEST);
+        let bytes = std::fs::read(&p).with_context(|| format!("reading {} (is {} an eval run directory?)", p.display(), dir.display()))?;
+        let m: Self = serde_json::from_slice(&bytes).with_context(|| format!("{}: malformed manifest", p.display()))?;
+        if m.format != FORMAT {
+            bail!("{}: format '{}', this specx reads '{FORMAT}'", p.display(), m.format);
+        }
+        Ok(m)
+    }
+
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        write_atomic(&dir.join(MANIFEST), serde_json::to_string_pretty(self)?.as_bytes())
+    }
+}

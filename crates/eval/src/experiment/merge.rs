@@ -1,0 +1,72 @@
+//! `specx eval merge`: joins the part directories of a `--shard I/N` run.
+
+use super::manifest::EvalManifest;
+use super::results::UnitFile;
+use super::run::{audit, EvalOutcome};
+use anyhow::{bail, ensure, Context, Result};
+use specx_datagen::manifest::identity_difference;
+use std::path::{Path, PathBuf};
+
+/// Every unit file below `dir/units`, in path order.
+fn unit_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.join("units")];
+    while let Some(d) = stack.pop() {
+        if !d.exists() {
+            continue;
+        }
+        for e in std::fs::read_dir(&d).with_context(|| format!("listing {}", d.display()))? {
+            let p = e?.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "json") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Copies every part's units into `out` and writes the merged manifest and reports.
+pub fn merge(parts: &[PathBuf], out: &Path) -> Result<EvalOutcome> {
+    ensure!(!parts.is_empty(), "no part directories given");
+    let manifests: Vec<EvalManifest> = parts.iter().map(|p| EvalManifest::read(p)).collect::<Result<_>>()?;
+    let first = &manifests[0];
+    let count = first.part.map_or(1, |p| p.count);
+    for (m, p) in manifests.iter().zip(parts) {
+        if m.identity() != first.identity() {
+            bail!("{} is part of another eval run ({} differs)", p.display(), identity_difference(&first.identity(), &m.identity()));
+        }
+        ensure!(m.part.map_or(1, |p| p.count) == count, "{}: part of a {}-way split, not {count}", p.display(), m.part.map_or(1, |p| p.count));
+        ensure!(m.complete, "{} is incomplete ({} of its units done): finish it first", p.display(), m.units_done);
+    }
+    let mut indices: Vec<usize> = manifests.iter().filter_map(|m| m.part.map(|p| p.index)).collect();
+    indices.sort();
+    indices.dedup();
+    ensure!(indices.len() == count && indices.len() == parts.len(), "need each of the {count} parts exactly once, got parts {indices:?}");
+    let mut units = Vec::new();
+    for p in parts {
+        for f in unit_files(p)? {
+            let text = std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
+            let u: UnitFile = serde_json::from_str(&text).with_context(|| format!("{}: malformed unit file", f.display()))?;
+            units.push(u);
+        }
+    }
+    units.sort_by_key(|u| u.unit.index);
+    ensure!(units.len() == first.units_total, "the parts hold {} units, the run has {}", units.len(), first.units_total);
+    for u in &units {
+        u.write(out)?;
+    }
+    let mut manifest = first.clone();
+    manifest.part = None;
+    manifest.units_done = units.len();
+    manifest.complete = true;
+    manifest.seconds = manifests.iter().map(|m| m.seconds).sum();
+    manifest.config.output.dir = out.to_path_buf();
+    manifest.write(out)?;
+    let rows: Vec<_> = units.into_iter().flat_map(|u| u.rows).collect();
+    super::report::write_reports(out, &manifest, &rows)?;
+    let audit_failures = audit(&rows);
+    Ok(EvalOutcome { manifest, rows, audit_failures })
+}

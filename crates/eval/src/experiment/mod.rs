@@ -1,0 +1,14 @@
+//! `specx eval`: config-driven experiments (models, prompt sets, sampling settings, a grid of
+//! methods) with a losslessness audit in every run, resumable per-unit results, `--shard` +
+//! merge, `results.parquet`, `summary.md`, the timing model and PNG plots.
+
+pub mod cli;
+pub mod config;
+pub mod grid;
+pub mod manifest;
+pub mod merge;
+pub mod plots;
+pub mod report;
+pub mod results;
+pub mod run;
+pub mod timing;

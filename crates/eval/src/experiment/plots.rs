@@ -1,0 +1,238 @@
+//! PNG plots of an eval run: the SpecDec++ paper's Figure 3 (verification rate vs discard
+//! rate, one point per setting, each family's non-dominated frontier drawn), speedup against
+//! K and against the threshold, and the distribution of accepted lengths per method family.
+//!
+//! Text is drawn with DejaVu Sans shipped in `assets/fonts` (no system font needed); images
+//! are rendered into memory and written atomically.
+
+use super::report::{grouped, GroupStats};
+use super::results::ResultRow;
+use anyhow::{anyhow, Context, Result};
+use plotters::prelude::*;
+use specx_decoder::fsutil::write_atomic;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+static FONT: &[u8] = include_bytes!("../../../../assets/fonts/DejaVuSans.ttf");
+const SIZE: (u32, u32) = (900, 640);
+
+fn register_font() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Registration fails only for a malformed font, which include_bytes! rules out.
+        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
+    });
+}
+
+/// Colour of a method family (the same in every plot).
+fn colour(family: &str) -> RGBColor {
+    match family {
+        "specdec" => RGBColor(31, 119, 180),
+        "specdecpp" => RGBColor(214, 39, 40),
+        "confidence" => RGBColor(44, 160, 44),
+        _ => RGBColor(90, 90, 90),
+    }
+}
+
+/// Renders `draw` into a PNG at `path`.
+fn png(path: &Path, draw: impl FnOnce(&DrawingArea<BitMapBackend, plotters::coord::Shift>) -> Result<()>) -> Result<()> {
+    register_font();
+    let mut rgb = vec![0u8; (SIZE.0 * SIZE.1 * 3) as usize];
+    {
+        let root = BitMapBackend::with_buffer(&mut rgb, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+        draw(&root)?;
+        root.present().map_err(|e| anyhow!("{e}"))?;
+    }
+    let mut bytes = Vec::new();
+    {
+        let mut enc = png::Encoder::new(&mut bytes, SIZE.0, SIZE.1);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        enc.write_header()?.write_image_data(&rgb)?;
+    }
+    write_atomic(path, &bytes).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Points not dominated by another (lower is better in both coordinates), sorted by x.
+pub fn frontier(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut f: Vec<(f64, f64)> =
+        points.iter().copied().filter(|&(x, y)| !points.iter().any(|&(a, b)| a <= x && b <= y && (a < x || b < y))).collect();
+    f.sort_by(|a, b| a.0.total_cmp(&b.0));
+    f.dedup();
+    f
+}
+
+fn range(vals: impl Iterator<Item = f64> + Clone) -> std::ops::Range<f64> {
+    let lo = vals.clone().fold(f64::INFINITY, f64::min);
+    let hi = vals.fold(f64::NEG_INFINITY, f64::max);
+    if !lo.is_finite() || !hi.is_finite() {
+        return 0.0..1.0;
+    }
+    let pad = ((hi - lo) * 0.08).max(0.02);
+    (lo - pad).max(0.0)..hi + pad
+}
+
+fn safe(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
+}
+
+/// Writes every plot into `dir`; returns the files written.
+pub fn write_plots(dir: &Path, rows: &[ResultRow]) -> Result<Vec<std::path::PathBuf>> {
+    let mut written = Vec::new();
+    for ((dataset, sampling), groups) in grouped(rows) {
+        let stats: Vec<(String, &'static str, &ResultRow, GroupStats)> =
+            groups.iter().map(|(key, rs)| (key.clone(), rs[0].setting.family(), rs[0], GroupStats::of(rs))).collect();
+        let tag = format!("{}_{}", safe(&dataset), safe(&sampling));
+        let spec: Vec<_> = stats.iter().filter(|s| s.1 != "ar").collect();
+        if spec.is_empty() {
+            continue;
+        }
+        let path = dir.join(format!("frontier_{tag}.png"));
+        png(&path, |root| frontier_plot(root, &format!("{dataset}, {sampling}: verification vs discard rate"), &spec))?;
+        written.push(path);
+        let path = dir.join(format!("speedup_{tag}.png"));
+        png(&path, |root| speedup_plot(root, &format!("{dataset}, {sampling}: speedup over AR"), &spec))?;
+        written.push(path);
+        let path = dir.join(format!("accepted_{tag}.png"));
+        png(&path, |root| accepted_plot(root, &format!("{dataset}, {sampling}: accepted candidates per round"), &groups))?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+type Stat<'a> = (String, &'static str, &'a ResultRow, GroupStats);
+
+fn frontier_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, title: &str, spec: &[&Stat]) -> Result<()> {
+    let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
+    let pts = |s: &Stat| (s.3.discard_rate_sum(), s.3.verification_rate_sum());
+    let mut families: BTreeMap<&str, Vec<(f64, f64, String)>> = BTreeMap::new();
+    for s in spec {
+        let (x, y) = pts(s);
+        families.entry(s.1).or_default().push((x, y, s.0.clone()));
+    }
+    let xr = range(spec.iter().map(|s| pts(s).0));
+    let yr = range(spec.iter().map(|s| pts(s).1));
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(64)
+        .build_cartesian_2d(xr, yr)
+        .map_err(e)?;
+    chart.configure_mesh().x_desc("discard rate N_discarded / N (sum)").y_desc("verification rate N_target / N (sum)").label_style(("sans-serif", 15)).draw().map_err(e)?;
+    for (family, points) in &families {
+        let c = colour(family);
+        let xy: Vec<(f64, f64)> = points.iter().map(|p| (p.0, p.1)).collect();
+        chart
+            .draw_series(xy.iter().map(|&p| Circle::new(p, 5, c.filled())))
+            .map_err(e)?
+            .label(*family)
+            .legend(move |(x, y)| Circle::new((x, y), 5, c.filled()));
+        chart.draw_series(LineSeries::new(frontier(&xy), c.stroke_width(2))).map_err(e)?;
+        if *family == "specdec" {
+            // Label fixed-K points with their K.
+            chart
+                .draw_series(points.iter().map(|(x, y, key)| Text::new(key.trim_start_matches("specdec ").to_string(), (*x, *y), ("sans-serif", 13).into_font())))
+                .map_err(e)?;
+        }
+    }
+    chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 15)).draw().map_err(e)?;
+    Ok(())
+}
+
+fn speedup_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, title: &str, spec: &[&Stat]) -> Result<()> {
+    let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
+    let (left, right) = root.split_horizontally(SIZE.0 / 2);
+    let mean = |s: &Stat| super::report::mean_sd(&s.3.speedup).0;
+    // Left: fixed K.
+    let ks: Vec<(f64, f64)> = spec.iter().filter(|s| s.1 == "specdec").map(|s| (s.2.setting.k.unwrap_or(0) as f64, mean(s))).collect();
+    let thr: Vec<(&str, String, f64, f64)> =
+        spec.iter().filter(|s| s.1 != "specdec").map(|s| (s.1, line_name(s.2), s.2.setting.threshold.unwrap_or(0.0), mean(s))).collect();
+    let mut lines: BTreeMap<String, (&str, Vec<(f64, f64)>)> = BTreeMap::new();
+    for (family, name, t, s) in &thr {
+        lines.entry(name.clone()).or_insert((family, Vec::new())).1.push((*t, *s));
+    }
+    let yr = range(ks.iter().map(|p| p.1).chain(thr.iter().map(|p| p.3)).chain([1.0]));
+    let mut c1 = ChartBuilder::on(&left)
+        .caption(title, ("sans-serif", 18))
+        .margin(14)
+        .x_label_area_size(44)
+        .y_label_area_size(56)
+        .build_cartesian_2d(range(ks.iter().map(|p| p.0).chain([1.0])), yr.clone())
+        .map_err(e)?;
+    c1.configure_mesh().x_desc("K (fixed)").y_desc("speedup (mean over prompts)").label_style(("sans-serif", 14)).draw().map_err(e)?;
+    let c = colour("specdec");
+    c1.draw_series(LineSeries::new(ks.clone(), c.stroke_width(2))).map_err(e)?;
+    c1.draw_series(ks.iter().map(|&p| Circle::new(p, 4, c.filled()))).map_err(e)?;
+    let mut c2 = ChartBuilder::on(&right).margin(14).x_label_area_size(44).y_label_area_size(56).build_cartesian_2d(0.0..1.0, yr).map_err(e)?;
+    c2.configure_mesh().x_desc("threshold").label_style(("sans-serif", 14)).draw().map_err(e)?;
+    for (name, (family, mut pts)) in lines {
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let c = colour(family);
+        c2.draw_series(LineSeries::new(pts.clone(), c.stroke_width(2))).map_err(e)?.label(name).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
+        c2.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled()))).map_err(e)?;
+    }
+    c2.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 13)).draw().map_err(e)?;
+    Ok(())
+}
+
+/// A threshold line's name: the setting without its threshold.
+fn line_name(r: &ResultRow) -> String {
+    let s = &r.setting;
+    let bounds = format!("[{},{}]", s.min.unwrap_or(0), s.max.unwrap_or(0));
+    match s.head.as_deref() {
+        Some(h) => format!("{} {h} {bounds}", s.family()),
+        None => format!("{} {bounds}", s.family()),
+    }
+}
+
+fn accepted_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, title: &str, groups: &[(String, Vec<&ResultRow>)]) -> Result<()> {
+    let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
+    let mut by_family: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (_, rs) in groups {
+        for r in rs.iter().filter(|r| r.setting.family() != "ar") {
+            by_family.entry(r.setting.family()).or_default().extend(&r.accepted_per_round);
+        }
+    }
+    let max_len = by_family.values().flatten().copied().max().unwrap_or(1);
+    let mut series = Vec::new();
+    for (family, lens) in &by_family {
+        let mut counts = vec![0f64; max_len + 1];
+        for &l in lens {
+            counts[l] += 1.0;
+        }
+        let total = lens.len().max(1) as f64;
+        series.push((*family, counts.into_iter().map(|c| c / total).collect::<Vec<f64>>()));
+    }
+    let ymax = series.iter().flat_map(|s| s.1.iter().copied()).fold(0.0, f64::max).max(0.05) * 1.1;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(64)
+        .build_cartesian_2d(-0.5..max_len as f64 + 0.5, 0.0..ymax)
+        .map_err(e)?;
+    chart.configure_mesh().x_desc("accepted candidates in a round").y_desc("fraction of rounds (all settings of the family)").label_style(("sans-serif", 15)).draw().map_err(e)?;
+    let width = 0.8 / series.len().max(1) as f64;
+    for (i, (family, fr)) in series.iter().enumerate() {
+        let c = colour(family);
+        let off = -0.4 + width * i as f64;
+        chart
+            .draw_series(fr.iter().enumerate().map(|(l, &f)| Rectangle::new([(l as f64 + off, 0.0), (l as f64 + off + width, f)], c.filled())))
+            .map_err(e)?
+            .label(*family)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
+    }
+    chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 15)).draw().map_err(e)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn frontier_keeps_only_non_dominated_points() {
+        let f = super::frontier(&[(0.1, 0.5), (0.2, 0.4), (0.3, 0.45), (0.05, 0.9), (0.2, 0.4)]);
+        assert_eq!(f, vec![(0.05, 0.9), (0.1, 0.5), (0.2, 0.4)]);
+    }
+}

@@ -1,0 +1,234 @@
+//! What an eval run directory shows: `results.parquet`, `summary.md` and the PNG plots.
+//!
+//! Two kinds of averages, both printed and named: "mean ± sd" is over prompts (each prompt's
+//! rate, then the mean and sample standard deviation); "sum" is the ratio of sums over all
+//! prompts (e.g. total discarded / total generated), which weights long responses more.
+
+use super::manifest::EvalManifest;
+use super::results::{write_parquet, ResultRow};
+use super::timing::{fit_family, predicted_throughput, standalone_target, PAPER_TIMES};
+use crate::report::markdown_table;
+use anyhow::Result;
+use specx_decoder::fsutil::write_atomic;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::Path;
+
+/// Writes results.parquet, summary.md and the plots for `rows`.
+pub fn write_reports(dir: &Path, manifest: &EvalManifest, rows: &[ResultRow]) -> Result<()> {
+    write_parquet(&dir.join("results.parquet"), rows)?;
+    write_atomic(&dir.join("summary.md"), summary_markdown(manifest, rows).as_bytes())?;
+    super::plots::write_plots(&dir.join("plots"), rows)?;
+    Ok(())
+}
+
+/// Mean and sample standard deviation.
+pub fn mean_sd(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    if xs.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let mean = xs.iter().sum::<f64>() / n;
+    let sd = if xs.len() > 1 { (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt() } else { 0.0 };
+    (mean, sd)
+}
+
+fn pm(xs: &[f64], digits: usize) -> String {
+    let (m, s) = mean_sd(xs);
+    format!("{m:.digits$} ± {s:.digits$}")
+}
+
+/// Aggregates of one (dataset, sampling, setting) group.
+pub struct GroupStats {
+    pub prompts: usize,
+    pub tokens_per_s: Vec<f64>,
+    pub speedup: Vec<f64>,
+    pub discard_rate: Vec<f64>,
+    pub verification_rate: Vec<f64>,
+    pub acceptance: Vec<f64>,
+    pub sum_generated: usize,
+    pub sum_discarded: usize,
+    pub sum_target_calls: usize,
+    pub sum_accepted: usize,
+    pub sum_verified: usize,
+    pub sum_time: f64,
+    pub identical: usize,
+    pub replayed: bool,
+}
+
+impl GroupStats {
+    pub fn of(rows: &[&ResultRow]) -> Self {
+        let m: Vec<_> = rows.iter().map(|r| r.metrics()).collect();
+        let sum = |f: &dyn Fn(&ResultRow) -> usize| rows.iter().map(|r| f(r)).sum::<usize>();
+        Self {
+            prompts: rows.len(),
+            tokens_per_s: m.iter().map(|m| m.tokens_per_sec()).collect(),
+            speedup: rows.iter().map(|r| r.speedup).collect(),
+            discard_rate: m.iter().map(|m| m.discard_rate()).collect(),
+            verification_rate: m.iter().map(|m| m.verification_rate()).collect(),
+            acceptance: m.iter().filter(|m| m.n_verified > 0).map(|m| m.acceptance_rate()).collect(),
+            sum_generated: sum(&|r| r.n_generated),
+            sum_discarded: sum(&|r| r.n_discarded()),
+            sum_target_calls: sum(&|r| r.n_target_calls),
+            sum_accepted: sum(&|r| r.n_accepted),
+            sum_verified: sum(&|r| r.n_verified),
+            sum_time: rows.iter().map(|r| r.total_time_s).sum(),
+            identical: rows.iter().filter(|r| r.identical_to_ar).count(),
+            replayed: rows.iter().any(|r| r.replayed),
+        }
+    }
+
+    fn ratio(a: usize, b: usize) -> f64 {
+        if b == 0 { 0.0 } else { a as f64 / b as f64 }
+    }
+    pub fn discard_rate_sum(&self) -> f64 {
+        Self::ratio(self.sum_discarded, self.sum_generated)
+    }
+    pub fn verification_rate_sum(&self) -> f64 {
+        Self::ratio(self.sum_target_calls, self.sum_generated)
+    }
+    pub fn acceptance_sum(&self) -> f64 {
+        Self::ratio(self.sum_accepted, self.sum_verified)
+    }
+    pub fn tokens_per_call_sum(&self) -> f64 {
+        Self::ratio(self.sum_generated, self.sum_target_calls)
+    }
+}
+
+/// Rows grouped by (dataset, sampling) and, inside, by setting key in first-seen order.
+pub fn grouped(rows: &[ResultRow]) -> BTreeMap<(String, String), Vec<(String, Vec<&ResultRow>)>> {
+    let mut out: BTreeMap<(String, String), Vec<(String, Vec<&ResultRow>)>> = BTreeMap::new();
+    for r in rows {
+        let groups = out.entry((r.dataset.clone(), r.sampling.clone())).or_default();
+        let key = format!("{}{}", r.setting.key(), if r.replayed { " (replayed)" } else { "" });
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => v.push(r),
+            None => groups.push((key, vec![r])),
+        }
+    }
+    out
+}
+
+pub fn summary_markdown(manifest: &EvalManifest, rows: &[ResultRow]) -> String {
+    let mut s = String::new();
+    let c = &manifest.config;
+    let _ = writeln!(s, "# specx eval summary\n");
+    let _ = writeln!(
+        s,
+        "draft `{}` (sha256 {}), target `{}` (sha256 {}), weights {}, device {}; machine: {} ({} cores, {:.1} GB/s read bandwidth at start).\n",
+        manifest.draft.path.display(),
+        &manifest.draft.sha256[..12],
+        manifest.target.path.display(),
+        &manifest.target.sha256[..12],
+        c.models.weights,
+        c.models.device,
+        manifest.machine.cpu,
+        manifest.machine.cores,
+        manifest.machine.bandwidth_gb_s
+    );
+    let _ = writeln!(
+        s,
+        "{} of {} units finished{}. Speedup = AR wall time / method wall time on the same prompt in the same run. \"mean ± sd\" is over prompts; \"sum\" is the ratio of sums over prompts. Discard rate = N_discarded / N, verification rate = N_target / N (SpecDec++ eq. 5.1), acceptance = accepted / candidates verified up to and including the first rejection.\n",
+        manifest.units_done,
+        if manifest.part.is_some() { format!("{} (this part's share)", manifest.units_total) } else { manifest.units_total.to_string() },
+        if manifest.complete { "" } else { " (incomplete: run the same command again to continue)" }
+    );
+    let failures = super::run::audit(rows);
+    if failures.is_empty() {
+        let _ = writeln!(s, "Losslessness audit: passed (every greedy speculative output equals AR's).\n");
+    } else {
+        let _ = writeln!(s, "Losslessness audit: FAILED for {} rows:\n", failures.len());
+        for f in &failures {
+            let _ = writeln!(s, "- {f}");
+        }
+        s.push('\n');
+    }
+    for ((dataset, sampling), groups) in grouped(rows) {
+        let _ = writeln!(s, "## {dataset}, {sampling}\n");
+        let table: Vec<Vec<String>> = groups
+            .iter()
+            .map(|(key, rs)| {
+                let g = GroupStats::of(rs);
+                vec![
+                    key.clone(),
+                    g.prompts.to_string(),
+                    pm(&g.tokens_per_s, 2),
+                    pm(&g.speedup, 2),
+                    format!("{:.3}", g.acceptance_sum()),
+                    format!("{:.2}", g.tokens_per_call_sum()),
+                    format!("{:.3}", g.discard_rate_sum()),
+                    pm(&g.discard_rate, 3),
+                    format!("{:.3}", g.verification_rate_sum()),
+                    pm(&g.verification_rate, 3),
+                    format!("{}/{}", g.identical, g.prompts),
+                ]
+            })
+            .collect();
+        s.push_str(&markdown_table(
+            &[
+                "setting",
+                "prompts",
+                "tokens/s (mean ± sd)",
+                "speedup (mean ± sd)",
+                "acceptance (sum)",
+                "tokens/target call (sum)",
+                "discard rate (sum)",
+                "discard rate (mean ± sd)",
+                "verification rate (sum)",
+                "verification rate (mean ± sd)",
+                "same output as AR",
+            ],
+            &table,
+        ));
+        s.push('\n');
+    }
+    s.push_str(&timing_markdown(rows));
+    s
+}
+
+/// The timing-model section: fits per dataset and method family, eq. 5.1 predictions with
+/// the fitted times and with the paper's GPU times.
+fn timing_markdown(rows: &[ResultRow]) -> String {
+    let mut s = String::from("## Timing model (SpecDec++ §5.2)\n\n");
+    let _ = writeln!(
+        s,
+        "Least squares without intercept over each request's wall time T: the paper's eq. 3.1 `T = t_draft N_draft + t_target N_target`, and with the rows verified as a third term (a CPU's verification cost grows with the rows it checks). R² is centred. Standalone target: `T = t N` over AR requests. Eq. 5.1 throughput uses the fitted (t_draft, t_target) and the family's summed counts; the last column uses the paper's A100 times (0.0234, 0.112) s with the same counts, and the predicted speedup over AR at those times.\n"
+    );
+    let mut table = Vec::new();
+    let mut by: BTreeMap<(String, &str), Vec<&ResultRow>> = BTreeMap::new();
+    for r in rows.iter().filter(|r| !r.replayed) {
+        by.entry((r.dataset.clone(), r.setting.family())).or_default().push(r);
+    }
+    let fmt = |f: &Option<super::timing::Fit>| {
+        f.as_ref().map_or("-".into(), |f| format!("{} (R² {:.4})", f.coefficients.iter().map(|c| format!("{c:.4}")).collect::<Vec<_>>().join(", "), f.r2))
+    };
+    for ((dataset, family), rs) in &by {
+        if *family == "ar" {
+            let t = standalone_target(rs);
+            table.push(vec![dataset.clone(), "ar (standalone target)".into(), fmt(&t), "-".into(), "-".into(), "-".into(), "-".into()]);
+            continue;
+        }
+        let model = fit_family(rs);
+        let n: f64 = rs.iter().map(|r| r.n_generated as f64).sum();
+        let disc: f64 = rs.iter().map(|r| r.n_discarded() as f64).sum();
+        let tgt: f64 = rs.iter().map(|r| r.n_target_calls as f64).sum();
+        let measured = n / rs.iter().map(|r| r.total_time_s).sum::<f64>();
+        let predicted = model.paper.as_ref().map(|f| predicted_throughput(n, disc, tgt, f.coefficients[0], f.coefficients[1]));
+        let (pd, pt) = PAPER_TIMES;
+        let paper = predicted_throughput(n, disc, tgt, pd, pt);
+        table.push(vec![
+            dataset.clone(),
+            family.to_string(),
+            fmt(&model.paper),
+            fmt(&model.with_rows),
+            format!("{measured:.2}"),
+            predicted.map_or("-".into(), |p| format!("{p:.2}")),
+            format!("{paper:.2} ({:.2}x)", paper * pt),
+        ]);
+    }
+    s.push_str(&markdown_table(
+        &["dataset", "family", "t_draft, t_target (s)", "t_draft, t_target, t_row (s)", "measured tok/s", "eq. 5.1 tok/s", "eq. 5.1 at paper times"],
+        &table,
+    ));
+    s
+}

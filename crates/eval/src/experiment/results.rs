@@ -1,0 +1,198 @@
+//! One results row per (prompt set, prompt, sampling setting, seed, method setting), the
+//! per-unit files a run resumes from, and `results.parquet`.
+
+use super::grid::Setting;
+use anyhow::{Context, Result};
+use polars::prelude::{Column, DataFrame, NamedFrom, Series};
+use polars_io::parquet::write::ParquetWriter;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use specx_decoder::fsutil::write_atomic;
+use specx_decoder::spec::RequestMetrics;
+use std::path::{Path, PathBuf};
+
+/// Every `RequestMetrics` field plus where the row comes from. Times are seconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResultRow {
+    pub dataset: String,
+    pub prompt_index: usize,
+    pub prompt_id: String,
+    pub sampling: String,
+    pub temperature: f32,
+    pub top_k: Option<usize>,
+    pub top_p: Option<f32>,
+    pub seed: u64,
+    pub setting: Setting,
+    /// True for rows computed by `specx eval replay` from a greedy trace (counts exact,
+    /// times predicted by the timing model), false for rows of real runs.
+    pub replayed: bool,
+    pub prompt_tokens: usize,
+    pub max_new_tokens: usize,
+    pub n_generated: usize,
+    pub n_target_calls: usize,
+    pub n_draft_calls: usize,
+    pub n_drafted: usize,
+    pub n_accepted: usize,
+    pub n_verified: usize,
+    pub draft_time_s: f64,
+    pub target_time_s: f64,
+    pub total_time_s: f64,
+    pub accepted_per_round: Vec<usize>,
+    pub drafted_per_round: Vec<usize>,
+    /// sha256 of the output token ids (little-endian u32s).
+    pub output_sha256: String,
+    /// Output identical to the AR row of the same unit.
+    pub identical_to_ar: bool,
+    /// AR wall time / this row's wall time, same prompt, same run.
+    pub speedup: f64,
+}
+
+impl ResultRow {
+    pub fn n_discarded(&self) -> usize {
+        self.n_drafted - self.n_accepted
+    }
+    pub fn other_time_s(&self) -> f64 {
+        (self.total_time_s - self.draft_time_s - self.target_time_s).max(0.0)
+    }
+    pub fn greedy(&self) -> bool {
+        self.temperature <= 0.0 || self.top_k == Some(1)
+    }
+    /// The metrics view of the row (for the derived rates, one definition everywhere).
+    pub fn metrics(&self) -> RequestMetrics {
+        let d = std::time::Duration::from_secs_f64;
+        RequestMetrics {
+            n_generated: self.n_generated,
+            n_target_calls: self.n_target_calls,
+            n_draft_calls: self.n_draft_calls,
+            n_drafted: self.n_drafted,
+            n_accepted: self.n_accepted,
+            n_verified: self.n_verified,
+            draft_time: d(self.draft_time_s),
+            target_time: d(self.target_time_s),
+            total_time: d(self.total_time_s),
+            accepted_per_round: self.accepted_per_round.clone(),
+            drafted_per_round: self.drafted_per_round.clone(),
+        }
+    }
+}
+
+/// sha256 of a token sequence.
+pub fn tokens_sha256(tokens: &[u32]) -> String {
+    let mut h = Sha256::new();
+    for t in tokens {
+        h.update(t.to_le_bytes());
+    }
+    format!("{:x}", h.finalize())
+}
+
+/// Which prompt, sampling setting and seed a unit is: the unit of running, resuming and
+/// sharding (all methods of one unit run together, AR first).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitKey {
+    /// Position in the run's unit order (what `--shard i/n` partitions).
+    pub index: usize,
+    pub dataset: String,
+    pub prompt_index: usize,
+    pub prompt_id: String,
+    pub sampling: String,
+    pub seed: u64,
+}
+
+impl UnitKey {
+    /// `units/<dataset>/<sampling>/s<seed>/<prompt index>.json` under the run directory.
+    pub fn path(&self, dir: &Path) -> PathBuf {
+        dir.join("units").join(&self.dataset).join(&self.sampling).join(format!("s{}", self.seed)).join(format!("{:05}.json", self.prompt_index))
+    }
+}
+
+/// What a unit leaves on disk: its rows and the AR output (what a replay starts from).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UnitFile {
+    pub unit: UnitKey,
+    pub prompt: Vec<u32>,
+    pub ar_tokens: Vec<u32>,
+    pub rows: Vec<ResultRow>,
+}
+
+impl UnitFile {
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        write_atomic(&self.unit.path(dir), serde_json::to_string(self)?.as_bytes())
+    }
+
+    /// The unit's file if it was written (a finished unit); None if absent.
+    pub fn read(dir: &Path, unit: &UnitKey) -> Result<Option<Self>> {
+        let path = unit.path(dir);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let f: Self = serde_json::from_str(&text).with_context(|| format!("{}: malformed unit file (delete it to rerun the unit)", path.display()))?;
+        anyhow::ensure!(f.unit == *unit, "{} holds unit {:?}, expected {:?}", path.display(), f.unit, unit);
+        Ok(Some(f))
+    }
+}
+
+/// The rows as a DataFrame (list columns for the per-round lengths).
+pub fn rows_frame(rows: &[ResultRow]) -> Result<DataFrame> {
+    fn col<T, P>(name: &str, rows: &[ResultRow], f: impl Fn(&ResultRow) -> T) -> Column
+    where
+        Series: NamedFrom<Vec<T>, P>,
+        P: ?Sized,
+    {
+        Column::from(Series::new(name.into(), rows.iter().map(f).collect::<Vec<T>>()))
+    }
+    let u = |v: usize| v as u64;
+    let lists = |name: &str, f: &dyn Fn(&ResultRow) -> &Vec<usize>| {
+        let series: Vec<Series> = rows.iter().map(|r| Series::new("".into(), f(r).iter().map(|&v| v as u32).collect::<Vec<u32>>())).collect();
+        Column::from(Series::new(name.into(), series))
+    };
+    let columns = vec![
+        col("dataset", rows, |r| r.dataset.clone()),
+        col("prompt_index", rows, |r| u(r.prompt_index)),
+        col("prompt_id", rows, |r| r.prompt_id.clone()),
+        col("sampling", rows, |r| r.sampling.clone()),
+        col("temperature", rows, |r| r.temperature),
+        col("top_k", rows, |r| r.top_k.map(|k| k as u64)),
+        col("top_p", rows, |r| r.top_p),
+        col("seed", rows, |r| r.seed),
+        col("method", rows, |r| r.setting.family().to_string()),
+        col("setting", rows, |r| r.setting.key()),
+        col("k", rows, |r| r.setting.k.map(|k| k as u64)),
+        col("head", rows, |r| r.setting.head.clone()),
+        col("threshold", rows, |r| r.setting.threshold),
+        col("min", rows, |r| r.setting.min.map(|k| k as u64)),
+        col("max", rows, |r| r.setting.max.map(|k| k as u64)),
+        col("replayed", rows, |r| r.replayed),
+        col("prompt_tokens", rows, |r| u(r.prompt_tokens)),
+        col("max_new_tokens", rows, |r| u(r.max_new_tokens)),
+        col("n_generated", rows, |r| u(r.n_generated)),
+        col("n_target_calls", rows, |r| u(r.n_target_calls)),
+        col("n_draft_calls", rows, |r| u(r.n_draft_calls)),
+        col("n_drafted", rows, |r| u(r.n_drafted)),
+        col("n_accepted", rows, |r| u(r.n_accepted)),
+        col("n_verified", rows, |r| u(r.n_verified)),
+        col("n_discarded", rows, |r| u(r.n_discarded())),
+        col("draft_time_s", rows, |r| r.draft_time_s),
+        col("target_time_s", rows, |r| r.target_time_s),
+        col("other_time_s", rows, |r| r.other_time_s()),
+        col("total_time_s", rows, |r| r.total_time_s),
+        col("tokens_per_s", rows, |r| r.metrics().tokens_per_sec()),
+        col("speedup", rows, |r| r.speedup),
+        col("acceptance_rate", rows, |r| r.metrics().acceptance_rate()),
+        col("discard_rate", rows, |r| r.metrics().discard_rate()),
+        col("verification_rate", rows, |r| r.metrics().verification_rate()),
+        lists("accepted_per_round", &|r| &r.accepted_per_round),
+        lists("drafted_per_round", &|r| &r.drafted_per_round),
+        col("output_sha256", rows, |r| r.output_sha256.clone()),
+        col("identical_to_ar", rows, |r| r.identical_to_ar),
+    ];
+    Ok(DataFrame::new_infer_height(columns)?)
+}
+
+/// Writes `rows` to `path` as Parquet, atomically.
+pub fn write_parquet(path: &Path, rows: &[ResultRow]) -> Result<()> {
+    let mut df = rows_frame(rows)?;
+    let mut bytes = Vec::new();
+    ParquetWriter::new(&mut bytes).finish(&mut df).context("encoding results as Parquet")?;
+    write_atomic(path, &bytes)
+}

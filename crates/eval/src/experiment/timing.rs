@@ -1,0 +1,106 @@
+//! SpecDec++'s timing model (§5.2, eq. 3.1 and 5.1): a request's time is
+//! `T = t_draft N_draft + t_target N_target`; least squares over a method family's requests
+//! gives the per-forward times and R². On a CPU a verification's cost grows with the rows it
+//! checks, so a second fit adds the rows verified as a term.
+
+use super::results::ResultRow;
+use serde::Serialize;
+
+/// The SpecDec++ paper's A100 forward times (§5.2): draft 7B 0.0234 s, target 70B 0.112 s.
+pub const PAPER_TIMES: (f64, f64) = (0.0234, 0.112);
+
+/// A least-squares fit without intercept.
+#[derive(Clone, Debug, Serialize)]
+pub struct Fit {
+    pub coefficients: Vec<f64>,
+    /// Centred R² (1 - SSE / SST around the mean of T).
+    pub r2: f64,
+    pub n: usize,
+}
+
+/// Least squares of `y` on the columns of `x` (no intercept) by the normal equations.
+pub fn least_squares(x: &[Vec<f64>], y: &[f64]) -> Option<Fit> {
+    let p = x.first()?.len();
+    if x.len() < p + 1 {
+        return None;
+    }
+    let mut a = vec![vec![0.0; p + 1]; p];
+    for (row, &yi) in x.iter().zip(y) {
+        for i in 0..p {
+            for j in 0..p {
+                a[i][j] += row[i] * row[j];
+            }
+            a[i][p] += row[i] * yi;
+        }
+    }
+    // Gaussian elimination with partial pivoting.
+    for c in 0..p {
+        let piv = (c..p).max_by(|&i, &j| a[i][c].abs().total_cmp(&a[j][c].abs()))?;
+        if a[piv][c].abs() < 1e-12 {
+            return None;
+        }
+        a.swap(c, piv);
+        for r in 0..p {
+            if r != c {
+                let f = a[r][c] / a[c][c];
+                for k in c..=p {
+                    a[r][k] -= f * a[c][k];
+                }
+            }
+        }
+    }
+    let coefficients: Vec<f64> = (0..p).map(|i| a[i][p] / a[i][i]).collect();
+    let mean = y.iter().sum::<f64>() / y.len() as f64;
+    let sst: f64 = y.iter().map(|v| (v - mean).powi(2)).sum();
+    let sse: f64 = x.iter().zip(y).map(|(row, &yi)| (yi - row.iter().zip(&coefficients).map(|(a, b)| a * b).sum::<f64>()).powi(2)).sum();
+    Some(Fit { coefficients, r2: if sst > 0.0 { 1.0 - sse / sst } else { 1.0 }, n: y.len() })
+}
+
+/// Eq. 5.1: tokens per second predicted from the counts and the forward times.
+pub fn predicted_throughput(n: f64, n_discarded: f64, n_target: f64, t_draft: f64, t_target: f64) -> f64 {
+    let latency = t_draft + t_draft * n_discarded / n + (t_target - t_draft) * n_target / n;
+    1.0 / latency
+}
+
+/// The timing model of one method family's rows (real runs only).
+#[derive(Clone, Debug, Serialize)]
+pub struct TimingModel {
+    /// T on (N_draft, N_target).
+    pub paper: Option<Fit>,
+    /// T on (N_draft, N_target, rows verified).
+    pub with_rows: Option<Fit>,
+}
+
+pub fn fit_family(rows: &[&ResultRow]) -> TimingModel {
+    let real: Vec<&&ResultRow> = rows.iter().filter(|r| !r.replayed).collect();
+    let y: Vec<f64> = real.iter().map(|r| r.total_time_s).collect();
+    let x2: Vec<Vec<f64>> = real.iter().map(|r| vec![r.n_draft_calls as f64, r.n_target_calls as f64]).collect();
+    let x3: Vec<Vec<f64>> = real.iter().map(|r| vec![r.n_draft_calls as f64, r.n_target_calls as f64, rows_verified(r) as f64]).collect();
+    TimingModel { paper: least_squares(&x2, &y), with_rows: least_squares(&x3, &y) }
+}
+
+/// Rows the target checked in verification calls: K + 1 per round.
+pub fn rows_verified(r: &ResultRow) -> usize {
+    r.n_drafted + r.drafted_per_round.len()
+}
+
+/// Standalone target time per token: T = t N over AR rows.
+pub fn standalone_target(rows: &[&ResultRow]) -> Option<Fit> {
+    let ar: Vec<&&ResultRow> = rows.iter().filter(|r| r.setting.family() == "ar" && !r.replayed).collect();
+    least_squares(&ar.iter().map(|r| vec![r.n_target_calls as f64]).collect::<Vec<_>>(), &ar.iter().map(|r| r.total_time_s).collect::<Vec<_>>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recovers_exact_coefficients() {
+        let x: Vec<Vec<f64>> = (0..10).map(|i| vec![i as f64, (i * i % 7) as f64 + 1.0]).collect();
+        let y: Vec<f64> = x.iter().map(|r| 0.02 * r[0] + 0.1 * r[1]).collect();
+        let f = least_squares(&x, &y).unwrap();
+        assert!((f.coefficients[0] - 0.02).abs() < 1e-9 && (f.coefficients[1] - 0.1).abs() < 1e-9 && (f.r2 - 1.0).abs() < 1e-9);
+        // Eq. 5.1 with no drafting is AR: one target call per token.
+        assert!((predicted_throughput(10.0, 0.0, 10.0, 0.02, 0.1) - 10.0).abs() < 1e-9);
+    }
+}
