@@ -160,7 +160,7 @@ pub fn summary_markdown(manifest: &EvalManifest, rows: &[ResultRow]) -> String {
                     pm(&g.discard_rate, 3),
                     format!("{:.3}", g.verification_rate_sum()),
                     pm(&g.verification_rate, 3),
-                    format!("{}/{}", g.identical, g.prompts),
+                    if rs.iter().all(|r| r.greedy()) { format!("{}/{}", g.identical, g.prompts) } else { "n/a (sampled)".into() },
                 ]
             })
             .collect();

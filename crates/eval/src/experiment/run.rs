@@ -77,6 +77,7 @@ pub fn units(cfg: &EvalConfig, sets: &[SelectedSet]) -> Vec<UnitKey> {
 }
 
 /// What a finished (or partial) run produced.
+#[derive(Debug)]
 pub struct EvalOutcome {
     pub manifest: EvalManifest,
     pub rows: Vec<ResultRow>,

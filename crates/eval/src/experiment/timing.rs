@@ -13,7 +13,7 @@ pub const PAPER_TIMES: (f64, f64) = (0.0234, 0.112);
 #[derive(Clone, Debug, Serialize)]
 pub struct Fit {
     pub coefficients: Vec<f64>,
-    /// Centred R² (1 - SSE / SST around the mean of T).
+    /// Centred R² (1 - SSE / SST around the mean of T); NaN when T does not vary.
     pub r2: f64,
     pub n: usize,
 }
@@ -53,7 +53,7 @@ pub fn least_squares(x: &[Vec<f64>], y: &[f64]) -> Option<Fit> {
     let mean = y.iter().sum::<f64>() / y.len() as f64;
     let sst: f64 = y.iter().map(|v| (v - mean).powi(2)).sum();
     let sse: f64 = x.iter().zip(y).map(|(row, &yi)| (yi - row.iter().zip(&coefficients).map(|(a, b)| a * b).sum::<f64>()).powi(2)).sum();
-    Some(Fit { coefficients, r2: if sst > 0.0 { 1.0 - sse / sst } else { 1.0 }, n: y.len() })
+    Some(Fit { coefficients, r2: if sst > 1e-12 * y.len() as f64 { 1.0 - sse / sst } else { f64::NAN }, n: y.len() })
 }
 
 /// Eq. 5.1: tokens per second predicted from the counts and the forward times.

@@ -1,0 +1,201 @@
+//! `specx eval` end to end on a tiny synthetic pair over real Alpaca prompts: rows, audit,
+//! reports, resume, sharding + merge, and the errors a user meets.
+
+use specx_decoder::spec::{AcceptanceHead, HeadSpec};
+use specx_decoder::{default_device, load_model};
+use specx_eval::experiment::config::EvalConfig;
+use specx_eval::experiment::merge::merge;
+use specx_eval::experiment::results::ResultRow;
+use specx_eval::experiment::run::{audit, run, EvalOptions};
+use specx_datagen::manifest::Part;
+use std::path::PathBuf;
+
+fn alpaca() -> PathBuf {
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from);
+    dir.join("../../../shared/datasets/alpaca/alpaca_5000.json")
+}
+
+/// Tiny pair, a head trained on nothing (random, but stamped with the draft's sha256), and
+/// a config over 3 Alpaca test prompts, greedy + sampled with two seeds.
+struct Setup {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    draft: PathBuf,
+    head: PathBuf,
+    config: String,
+}
+
+fn setup() -> Setup {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let (draft, target) = specx_decoder::synthetic::write_tiny_char_pair(&root, 7, 0.35).unwrap();
+    let d = load_model(&draft, None, &default_device()).unwrap();
+    let hidden = d.model.config().hidden_size;
+    let head = root.join("head-a");
+    let spec = HeadSpec { hidden_size: hidden, depth: 1, tied: false, draft_model_sha256: Some(d.weights_sha256().unwrap()), training: serde_json::json!({}) };
+    AcceptanceHead::init_seeded(hidden, 1, false, 3, &default_device()).save(&head, &spec).unwrap();
+    let config = format!(
+        r#"
+seeds = [0, 1]
+[models]
+draft = "{draft}"
+target = "{target}"
+[[prompts]]
+name = "alpaca"
+format = "alpaca"
+path = "{alpaca}"
+split = "test"
+split_sizes = [4000, 800, 200]
+sample = 3
+sample_seed = 5
+chat_template = "none"
+[[sampling]]
+name = "greedy"
+[[sampling]]
+name = "t1"
+temperature = 1.0
+[budget]
+max_new_tokens = 12
+[methods]
+specdec = {{ k = [1, 3] }}
+specdecpp = {{ heads = ["head-a"], thresholds = [0.3, 0.8], bounds = [[2, 8], [1, 4]] }}
+confidence = {{ thresholds = [0.3] }}
+[output]
+dir = "out"
+"#,
+        draft = draft.display(),
+        target = target.display(),
+        alpaca = alpaca().display()
+    );
+    Setup { _tmp: tmp, root, draft, head, config }
+}
+
+fn load_config(s: &Setup, text: &str, out: &str) -> anyhow::Result<EvalConfig> {
+    let path = s.root.join(format!("{out}.toml"));
+    std::fs::write(&path, text.replace("dir = \"out\"", &format!("dir = \"{out}\""))).unwrap();
+    EvalConfig::load(&path)
+}
+
+fn opts(part: Option<Part>, max_new_units: Option<usize>) -> EvalOptions {
+    EvalOptions { part, limit: None, max_new_units, progress: false }
+}
+
+/// A row without its timing columns (what a resumed or sharded run must reproduce).
+fn untimed(r: &ResultRow) -> ResultRow {
+    ResultRow { draft_time_s: 0.0, target_time_s: 0.0, total_time_s: 0.0, speedup: 0.0, ..r.clone() }
+}
+
+fn untimed_all(rows: &[ResultRow]) -> Vec<ResultRow> {
+    rows.iter().map(untimed).collect()
+}
+
+#[test]
+fn eval_on_a_tiny_pair() {
+    let s = setup();
+    let cfg = load_config(&s, &s.config, "full").unwrap();
+    let full = run(&cfg, &opts(None, None)).unwrap();
+    let settings = 1 + 2 + 2 * 2 + 1;
+    // 3 prompts x (greedy once + t1 with seeds 0 and 1).
+    assert_eq!(full.manifest.units_total, 9);
+    assert!(full.manifest.complete);
+    assert_eq!(full.rows.len(), 9 * settings);
+    assert!(full.audit_failures.is_empty(), "{:?}", full.audit_failures);
+    for r in &full.rows {
+        if r.greedy() {
+            assert!(r.identical_to_ar, "{} {}", r.prompt_id, r.setting.key());
+        }
+        assert!(r.n_generated >= 1 && r.n_generated <= 12);
+        assert_eq!(r.n_drafted, r.drafted_per_round.iter().sum::<usize>());
+        assert_eq!(r.n_accepted, r.accepted_per_round.iter().sum::<usize>());
+        if r.setting.family() != "ar" {
+            assert_eq!(r.n_target_calls, 1 + r.drafted_per_round.len());
+        }
+    }
+    // Sampled units differ between seeds (a seed changes the stream).
+    let sampled: Vec<&ResultRow> = full.rows.iter().filter(|r| !r.greedy() && r.setting.family() == "ar").collect();
+    assert_eq!(sampled.len(), 6);
+    assert!(sampled.iter().any(|a| sampled.iter().any(|b| a.prompt_id == b.prompt_id && a.seed != b.seed && a.output_sha256 != b.output_sha256)));
+
+    let dir = s.root.join("full");
+    for f in ["results.parquet", "summary.md", "manifest.json", "config.toml", "plots/frontier_alpaca_greedy.png", "plots/speedup_alpaca_t1.png", "plots/accepted_alpaca_greedy.png"] {
+        assert!(dir.join(f).is_file(), "{f} missing");
+    }
+    assert_eq!(&std::fs::read(dir.join("plots/frontier_alpaca_greedy.png")).unwrap()[..4], b"\x89PNG");
+    let summary = std::fs::read_to_string(dir.join("summary.md")).unwrap();
+    assert!(summary.contains("Losslessness audit: passed") && summary.contains("specdecpp head-a h=0.8 [2,8]") && summary.contains("Timing model"), "{summary}");
+    let df = {
+        use polars_io::SerReader;
+        polars_io::parquet::read::ParquetReader::new(std::fs::File::open(dir.join("results.parquet")).unwrap()).finish().unwrap()
+    };
+    assert_eq!(df.height(), full.rows.len());
+    for c in ["dataset", "prompt_id", "setting", "n_generated", "accepted_per_round", "identical_to_ar", "speedup", "output_sha256"] {
+        assert!(df.column(c).is_ok(), "results.parquet lacks {c}");
+    }
+
+    // Resume: a run stopped after 4 units, then continued, gives the same rows (timing aside).
+    let cfg2 = load_config(&s, &s.config, "resumed").unwrap();
+    let partial = run(&cfg2, &opts(None, Some(4))).unwrap();
+    assert!(!partial.manifest.complete);
+    assert_eq!(partial.manifest.units_done, 4);
+    let resumed = run(&cfg2, &opts(None, None)).unwrap();
+    assert!(resumed.manifest.complete);
+    assert_eq!(untimed_all(&resumed.rows), untimed_all(&full.rows));
+
+    // Shards + merge give the same rows.
+    let parts: Vec<PathBuf> = (0..2)
+        .map(|i| {
+            let name = format!("part{i}");
+            let c = load_config(&s, &s.config, &name).unwrap();
+            let o = run(&c, &opts(Some(Part { index: i, count: 2 }), None)).unwrap();
+            assert!(o.manifest.complete);
+            s.root.join(name)
+        })
+        .collect();
+    let err = merge(&parts[..1], &s.root.join("merged-bad")).unwrap_err().to_string();
+    assert!(err.contains("exactly once"), "{err}");
+    let merged = merge(&parts, &s.root.join("merged")).unwrap();
+    assert_eq!(untimed_all(&merged.rows), untimed_all(&full.rows));
+
+    // The audit flags a greedy output that differs from AR's.
+    let mut broken = full.rows.clone();
+    let i = broken.iter().position(|r| r.greedy() && r.setting.family() == "specdec").unwrap();
+    broken[i].identical_to_ar = false;
+    assert_eq!(audit(&broken).len(), 1);
+
+    // A directory holding another setup is refused.
+    let other = s.config.replace("max_new_tokens = 12", "max_new_tokens = 10");
+    let err = format!("{:#}", run(&load_config(&s, &other, "full").unwrap(), &opts(None, None)).unwrap_err());
+    assert!(err.contains("different setup") && err.contains("max_new_tokens"), "{err}");
+}
+
+#[test]
+fn bad_configs_are_named_before_models_load() {
+    let s = setup();
+    let err = |text: &str| format!("{:#}", load_config(&s, text, "bad").and_then(|c| run(&c, &opts(None, None)).map(|_| ())).unwrap_err());
+    // Unknown key, naming the file and the key.
+    let e = err(&s.config.replace("sample_seed = 5", "sample_seed = 5\nsampel = 2"));
+    assert!(e.contains("bad.toml") && e.contains("sampel"), "{e}");
+    // Unknown method.
+    let e = err(&s.config.replace("[methods]", "[methods]\neasyspec = { k = [1] }"));
+    assert!(e.contains("easyspec"), "{e}");
+    // Missing head.
+    let e = err(&s.config.replace("\"head-a\"", "\"no-such-head\""));
+    assert!(e.contains("no-such-head") && e.contains("not a head checkpoint"), "{e}");
+    // A head trained on another draft model.
+    let other = s.root.join("head-b");
+    let d = load_model(&s.draft, None, &default_device()).unwrap();
+    let hidden = d.model.config().hidden_size;
+    let spec = HeadSpec { hidden_size: hidden, depth: 1, tied: false, draft_model_sha256: Some("0".repeat(64)), training: serde_json::json!({}) };
+    AcceptanceHead::init_seeded(hidden, 1, false, 3, &default_device()).save(&other, &spec).unwrap();
+    let e = err(&s.config.replace("\"head-a\"", "\"head-b\""));
+    assert!(e.contains("another draft model"), "{e}");
+    // A prompt set with no prompts.
+    let empty = s.root.join("empty.jsonl");
+    std::fs::write(&empty, "\n").unwrap();
+    let e = err(&s.config.replace("format = \"alpaca\"", "format = \"jsonl\"").replace(&alpaca().display().to_string(), &empty.display().to_string()).replace("split = \"test\"", "split = \"all\""));
+    assert!(e.contains("no prompts"), "{e}");
+    // A sample larger than the split.
+    let e = err(&s.config.replace("sample = 3", "sample = 300"));
+    assert!(e.contains("sample = 300") && e.contains("200 prompts"), "{e}");
+    assert!(s.head.is_dir());
+}
