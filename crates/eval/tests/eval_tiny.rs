@@ -5,7 +5,8 @@ use specx_decoder::spec::{AcceptanceHead, HeadSpec};
 use specx_decoder::{default_device, load_model};
 use specx_eval::experiment::config::EvalConfig;
 use specx_eval::experiment::merge::merge;
-use specx_eval::experiment::results::ResultRow;
+use specx_eval::experiment::replay_run::{replay, ReplayConfig};
+use specx_eval::experiment::results::{ResultRow, UnitFile};
 use specx_eval::experiment::run::{audit, run, EvalOptions};
 use specx_datagen::manifest::Part;
 use std::path::PathBuf;
@@ -161,6 +162,25 @@ fn eval_on_a_tiny_pair() {
     let i = broken.iter().position(|r| r.greedy() && r.setting.family() == "specdec").unwrap();
     broken[i].identical_to_ar = false;
     assert_eq!(audit(&broken).len(), 1);
+
+    // Replay: every greedy unit under a larger grid; the settings that ran for real agree
+    // count for count, and a tampered real row is caught.
+    let grid = s.root.join("grid.toml");
+    std::fs::write(&grid, "[methods]\nspecdec = { k = [1, 2, 3, 5] }\nspecdecpp = { heads = [\"head-a\"], thresholds = [0.3, 0.5, 0.8], bounds = [[2, 8], [1, 4]] }\nconfidence = { thresholds = [0.3, 0.6] }\n").unwrap();
+    let g = ReplayConfig::load(&grid).unwrap();
+    let o = replay(&dir, &g, "grid", false).unwrap();
+    assert!(o.mismatches.is_empty(), "{:#?}", o.mismatches);
+    assert_eq!(o.compared, 3 * (settings - 1));
+    assert_eq!(o.replayed.len(), 3 * (4 + 6 + 2));
+    assert!(o.replayed.iter().all(|r| r.replayed && r.greedy() && r.total_time_s > 0.0));
+    let summary = std::fs::read_to_string(o.dir.join("summary.md")).unwrap();
+    assert!(summary.contains("specdec K=5 (replayed)"), "{summary}");
+    let unit = std::fs::read_dir(dir.join("units/alpaca/greedy/s0")).unwrap().next().unwrap().unwrap().path();
+    let mut f: UnitFile = serde_json::from_str(&std::fs::read_to_string(&unit).unwrap()).unwrap();
+    f.rows[1].n_drafted += 1;
+    std::fs::write(&unit, serde_json::to_string(&f).unwrap()).unwrap();
+    let o = replay(&dir, &g, "grid", false).unwrap();
+    assert_eq!(o.mismatches.len(), 1, "{:?}", o.mismatches);
 
     // A directory holding another setup is refused.
     let other = s.config.replace("max_new_tokens = 12", "max_new_tokens = 10");

@@ -47,6 +47,20 @@ pub enum EvalCommand {
         #[arg(required = true)]
         parts: Vec<PathBuf>,
     },
+    /// Replay the greedy units of a finished run under another method grid: exact counts
+    /// from the AR outputs and the draft alone (never the target), times predicted by the
+    /// run's timing model, written with the run's real rows (marked) into
+    /// RUN_DIR/replay-<grid name>. Settings also run for real must agree count for count.
+    Replay {
+        /// The eval run directory.
+        run_dir: PathBuf,
+        /// Grid file: a [methods] table as in eval configs, optionally [output] dir.
+        #[arg(long)]
+        config: PathBuf,
+        /// Log a line per unit instead of drawing a progress bar.
+        #[arg(long)]
+        no_progress: bool,
+    },
 }
 
 /// The config of an invocation with `--out` applied.
@@ -65,6 +79,20 @@ pub fn run_cli(a: EvalArgs) -> Result<()> {
             let outcome = super::merge::merge(parts, out)?;
             eprintln!("merged {} parts into {}: {} rows", parts.len(), out.display(), outcome.rows.len());
             finish(&outcome, out)
+        }
+        Some(EvalCommand::Replay { run_dir, config, no_progress }) => {
+            let grid = super::replay_run::ReplayConfig::load(config)?;
+            let name = config.file_stem().map_or("grid".into(), |s| s.to_string_lossy().into_owned());
+            let o = super::replay_run::replay(run_dir, &grid, &name, !no_progress)?;
+            print!("{}", std::fs::read_to_string(o.dir.join("summary.md")).unwrap_or_default());
+            eprintln!("{} replayed rows in {}; {} rows of settings also run for real compared, {} differ", o.replayed.len(), o.dir.display(), o.compared, o.mismatches.len());
+            if !o.mismatches.is_empty() {
+                for m in &o.mismatches {
+                    eprintln!("REPLAY MISMATCH: {m}");
+                }
+                bail!("{} replayed rows differ from the real runs of the same setting", o.mismatches.len());
+            }
+            Ok(())
         }
         None => {
             let cfg = effective_config(&a)?;

@@ -60,6 +60,8 @@ pub struct EvalManifest {
     pub draft: ModelRecord,
     pub target: ModelRecord,
     pub heads: Vec<HeadRecord>,
+    /// End-of-sequence ids the runs stopped at (the target's), for replays.
+    pub eos_ids: Vec<u32>,
     pub prompt_sets: Vec<PromptSetRecord>,
     /// Method settings in run order (AR first).
     pub settings: Vec<String>,

@@ -8,7 +8,7 @@ use specx_datagen::manifest::identity_difference;
 use std::path::{Path, PathBuf};
 
 /// Every unit file below `dir/units`, in path order.
-fn unit_files(dir: &Path) -> Result<Vec<PathBuf>> {
+pub fn unit_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let mut stack = vec![dir.join("units")];
     while let Some(d) = stack.pop() {

@@ -8,6 +8,8 @@ pub mod grid;
 pub mod manifest;
 pub mod merge;
 pub mod plots;
+pub mod replay;
+pub mod replay_run;
 pub mod report;
 pub mod results;
 pub mod run;

@@ -144,6 +144,7 @@ pub fn run(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcome> {
         draft: model_record(&draft)?,
         target: model_record(&target)?,
         heads: head_records,
+        eos_ids: target.eos_ids.clone(),
         prompt_sets: sets
             .iter()
             .map(|s| {
