@@ -10,6 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/specx/target}"
 scripts/fetch-models.sh
+scripts/fetch-datasets.sh
 cargo build --release -j2 -p specx-cli
 specx="$CARGO_TARGET_DIR/release/specx"
 models="${SPECX_MODELS:-$HOME/.cache/specx/models}"

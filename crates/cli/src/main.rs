@@ -43,6 +43,10 @@ enum Command {
     /// methods): AR reference and losslessness audit per prompt, resumable results.parquet,
     /// summary.md, timing model and plots; `merge` joins `--shard` parts.
     Eval(specx_eval::experiment::cli::EvalArgs),
+    /// Profile both models: forward time of 1..N new rows at several context lengths (the
+    /// verification cost curve), per-layer attention and MLP time, LM head, TTFT and TPOT;
+    /// writes JSON (input of the DSI and EasySpec timing models) and a plot.
+    Profile(specx_eval::profile::ProfileArgs),
 }
 
 #[derive(Args)]
@@ -230,5 +234,6 @@ fn main() -> Result<()> {
         Command::Datagen(a) => specx_datagen::cli::run_cli(a),
         Command::Train(a) => specx_trainer::cli::run_cli(a),
         Command::Eval(a) => specx_eval::experiment::cli::run_cli(a),
+        Command::Profile(a) => specx_eval::profile::run(a),
     }
 }

@@ -186,16 +186,6 @@ pub fn apply_template(template: &str, record: &PromptRecord) -> Result<String> {
     Ok(out)
 }
 
-/// HumanEval rows from `HumanEval.jsonl(.gz)`.
-pub fn load_humaneval(path: &Path) -> Result<Vec<PromptRecord>> {
-    load(PromptFormat::Humaneval, path)
-}
-
-/// The default HumanEval instruction: ask the model to complete the function.
-pub fn humaneval_instruction(record: &PromptRecord) -> String {
-    apply_template(PromptFormat::Humaneval.default_template(), record).expect("HumanEval rows have a prompt field")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,15 +210,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("he.jsonl");
         std::fs::write(&p, "{\"task_id\": \"HumanEval/0\", \"prompt\": \"def f():\\n\"}\n\n").unwrap();
-        let rows = load_humaneval(&p).unwrap();
+        let rows = load(PromptFormat::Humaneval, &p).unwrap();
         assert_eq!((rows[0].id.as_str(), rows[0].text.as_str()), ("HumanEval/0", "def f():\n"));
         std::fs::write(&p, "{\"task_id\": \"a\", \"prompt\": \"x\"}\n{oops\n").unwrap();
-        let e = err(load_humaneval(&p));
+        let e = err(load(PromptFormat::Humaneval, &p));
         assert!(e.contains("he.jsonl: line 2") && e.contains("malformed JSON"), "{e}");
         std::fs::write(&p, "{\"task_id\": \"a\"}\n").unwrap();
-        assert!(err(load_humaneval(&p)).contains("line 1: missing string field 'prompt'"));
+        assert!(err(load(PromptFormat::Humaneval, &p)).contains("line 1: missing string field 'prompt'"));
         std::fs::write(&p, "").unwrap();
-        assert!(err(load_humaneval(&p)).contains("no prompts"));
+        assert!(err(load(PromptFormat::Humaneval, &p)).contains("no prompts"));
     }
 
     #[test]

@@ -282,6 +282,15 @@ struct Block {
     mlp: Mlp,
 }
 
+/// Wall times of one forward's sublayers ([`Transformer::forward_timed`]).
+#[derive(Clone, Debug, Default)]
+pub struct LayerTimes {
+    /// Per layer: attention (norm, projections, cache write, attention) and MLP (norm, MLP).
+    pub attn: Vec<std::time::Duration>,
+    pub mlp: Vec<std::time::Duration>,
+    pub lm_head: std::time::Duration,
+}
+
 /// How a model's GGUF weight matrices are kept in memory on the CPU.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -607,7 +616,7 @@ impl Transformer {
 
     /// Forwards several sequences of equal length at once (`cache.batch()` of them).
     pub fn forward_batch(&self, tokens: &[&[u32]], cache: &mut KvCache) -> Result<ForwardOutput> {
-        let hidden = self.hidden_states(tokens, cache)?;
+        let hidden = self.hidden_states(tokens, cache, None)?;
         let logits = self.logits(hidden.clone());
         Ok(ForwardOutput { logits, hidden })
     }
@@ -615,7 +624,7 @@ impl Transformer {
     /// Like [`Transformer::forward`] but computes logits for the last position only (prefill
     /// of a long prompt, where the other positions' logits are not needed).
     pub fn forward_last(&self, tokens: &[u32], cache: &mut KvCache) -> Result<ForwardOutput> {
-        let hidden = self.hidden_states(&[tokens], cache)?;
+        let hidden = self.hidden_states(&[tokens], cache, None)?;
         let [b, n, h] = hidden.dims();
         let last = hidden.slice([0..b, n - 1..n, 0..h]);
         Ok(ForwardOutput { logits: self.logits(last.clone()), hidden: last })
@@ -713,7 +722,20 @@ impl Transformer {
         }
     }
 
-    fn hidden_states(&self, tokens: &[&[u32]], cache: &mut KvCache) -> Result<Tensor<3>> {
+    /// [`Transformer::forward`] of one sequence that also times each layer's attention and
+    /// MLP and the LM head (`specx profile`). The CPU backend computes eagerly, so each time
+    /// is the sublayer's own; the results equal those of `forward`.
+    pub fn forward_timed(&self, tokens: &[u32], cache: &mut KvCache) -> Result<(ForwardOutput, LayerTimes)> {
+        let mut times = LayerTimes::default();
+        let hidden = self.hidden_states(&[tokens], cache, Some(&mut times))?;
+        let t = std::time::Instant::now();
+        let logits = self.logits(hidden.clone());
+        let _ = logits.clone().into_data(); // materialise before stopping the clock
+        times.lm_head = t.elapsed();
+        Ok((ForwardOutput { logits, hidden }, times))
+    }
+
+    fn hidden_states(&self, tokens: &[&[u32]], cache: &mut KvCache, mut times: Option<&mut LayerTimes>) -> Result<Tensor<3>> {
         let b = tokens.len();
         ensure!(b > 0 && b == cache.batch(), "{b} sequences given to a cache for {}", cache.batch());
         let n = tokens[0].len();
@@ -726,9 +748,15 @@ impl Transformer {
         let groups = self.cfg.num_attention_heads / self.cfg.num_key_value_heads;
         let mask = (n > 1).then(|| causal_mask(past, n, groups, &self.device));
         for (i, block) in self.blocks.iter().enumerate() {
+            let t = std::time::Instant::now();
             let h = block.attn.forward(block.attn_norm.forward(x.clone()), i, cache, &rope, mask.as_ref());
             x = x + h;
+            let t_mlp = std::time::Instant::now();
             x = x.clone() + block.mlp.forward(block.mlp_norm.forward(x));
+            if let Some(times) = times.as_deref_mut() {
+                times.attn.push(t_mlp - t);
+                times.mlp.push(t_mlp.elapsed());
+            }
         }
         cache.advance(n);
         Ok(self.norm.forward(x))

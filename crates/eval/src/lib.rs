@@ -5,5 +5,6 @@ pub mod bench;
 pub mod decode_bench;
 pub mod experiment;
 pub mod methods;
+pub mod profile;
 pub use specx_decoder::report;
 pub mod sysmem;

@@ -35,7 +35,7 @@ fn colour(family: &str) -> RGBColor {
 }
 
 /// Renders `draw` into a PNG at `path`.
-fn png(path: &Path, draw: impl FnOnce(&DrawingArea<BitMapBackend, plotters::coord::Shift>) -> Result<()>) -> Result<()> {
+pub fn render_png(path: &Path, draw: impl FnOnce(&DrawingArea<BitMapBackend, plotters::coord::Shift>) -> Result<()>) -> Result<()> {
     register_font();
     let mut rgb = vec![0u8; (SIZE.0 * SIZE.1 * 3) as usize];
     {
@@ -89,13 +89,13 @@ pub fn write_plots(dir: &Path, rows: &[ResultRow]) -> Result<Vec<std::path::Path
             continue;
         }
         let path = dir.join(format!("frontier_{tag}.png"));
-        png(&path, |root| frontier_plot(root, &format!("{dataset}, {sampling}: verification vs discard rate"), &spec))?;
+        render_png(&path, |root| frontier_plot(root, &format!("{dataset}, {sampling}: verification vs discard rate"), &spec))?;
         written.push(path);
         let path = dir.join(format!("speedup_{tag}.png"));
-        png(&path, |root| speedup_plot(root, &format!("{dataset}, {sampling}: speedup over AR"), &spec))?;
+        render_png(&path, |root| speedup_plot(root, &format!("{dataset}, {sampling}: speedup over AR"), &spec))?;
         written.push(path);
         let path = dir.join(format!("accepted_{tag}.png"));
-        png(&path, |root| accepted_plot(root, &format!("{dataset}, {sampling}: accepted candidates per round"), &groups))?;
+        render_png(&path, |root| accepted_plot(root, &format!("{dataset}, {sampling}: accepted candidates per round"), &groups))?;
         written.push(path);
     }
     Ok(written)

@@ -1,0 +1,236 @@
+//! `specx profile`: what a forward of each model costs on this machine, as the timing models
+//! of DSI and EasySpec need it: a forward of r new rows (r = 1..max) after contexts of several
+//! lengths (the verification cost curve), per-layer attention and MLP time and the LM head for
+//! one row, prefill time (TTFT) and time per output token (TPOT, DSI appendix F.1).
+//! Medians over repetitions; everything is written to JSON and printed as tables.
+
+use crate::bench::PairArgs;
+use crate::report::markdown_table;
+use anyhow::{anyhow, ensure, Result};
+use plotters::prelude::*;
+use serde::Serialize;
+use specx_decoder::fsutil::write_atomic;
+use specx_decoder::{check_pair, default_device, load_model_as, LoadedModel, WeightMode};
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(clap::Args, Debug)]
+pub struct ProfileArgs {
+    #[command(flatten)]
+    pub pair: PairArgs,
+    /// GGUF weight path: native (default) or f32.
+    #[arg(long, default_value = "native")]
+    pub weights: WeightMode,
+    /// Context lengths (tokens already in the cache) of the r-row forwards.
+    #[arg(long, value_delimiter = ',', default_value = "128,512,1024")]
+    pub contexts: Vec<usize>,
+    /// Largest number of new rows per forward (1..=N are measured).
+    #[arg(long, default_value_t = 21)]
+    pub max_rows: usize,
+    /// Repetitions per measurement (the median is kept).
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// Output tokens of the TPOT measurement (greedy, after a 128-token prompt).
+    #[arg(long, default_value_t = 32)]
+    pub tpot_tokens: usize,
+    /// JSON output (the plot goes beside it, same name with .png).
+    #[arg(long, default_value = "profile.json")]
+    pub out: PathBuf,
+}
+
+#[derive(Serialize)]
+pub struct ForwardCurve {
+    pub context: usize,
+    /// Median seconds of a forward of r new rows, r = 1..=max_rows.
+    pub seconds: Vec<f64>,
+}
+
+#[derive(Serialize)]
+pub struct ModelProfile {
+    pub role: String,
+    pub path: PathBuf,
+    pub sha256: String,
+    pub layers: usize,
+    pub forward: Vec<ForwardCurve>,
+    /// One new row after `layer_context` tokens: median seconds per layer.
+    pub layer_context: usize,
+    pub attention_s: Vec<f64>,
+    pub mlp_s: Vec<f64>,
+    pub lm_head_s: f64,
+    /// Prefill of `context` tokens (time to first token), median seconds, per context.
+    pub ttft_s: Vec<(usize, f64)>,
+    /// Seconds per output token of a greedy generation after a 128-token prompt.
+    pub tpot_s: f64,
+}
+
+#[derive(Serialize)]
+pub struct Profile {
+    pub weights: String,
+    pub machine: crate::experiment::manifest::Machine,
+    pub reps: usize,
+    pub models: Vec<ModelProfile>,
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+/// Real text of at least `n` tokens: HumanEval-like Python, repeated.
+fn context_tokens(lm: &LoadedModel, n: usize) -> Result<Vec<u32>> {
+    let text = "def fibonacci(n: int) -> int:\n    \"\"\"Return the n-th Fibonacci number, computed iteratively.\"\"\"\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n";
+    let mut ids = Vec::new();
+    while ids.len() < n {
+        ids.extend(lm.tokenizer.encode(text)?);
+    }
+    ids.truncate(n);
+    Ok(ids)
+}
+
+fn profile_model(role: &str, lm: &LoadedModel, a: &ProfileArgs) -> Result<ModelProfile> {
+    let model = &lm.model;
+    let max_ctx = a.contexts.iter().copied().max().unwrap_or(128).max(128);
+    let tokens = context_tokens(lm, max_ctx + a.max_rows)?;
+    let mut forward = Vec::new();
+    let mut ttft = Vec::new();
+    for &ctx in &a.contexts {
+        let mut cache = model.new_cache(1);
+        let mut prefill = Vec::new();
+        for _ in 0..a.reps.max(1) {
+            cache.truncate(0);
+            let t = Instant::now();
+            model.forward_last(&tokens[..ctx], &mut cache)?;
+            prefill.push(t.elapsed().as_secs_f64());
+        }
+        ttft.push((ctx, median(prefill)));
+        let mut seconds = Vec::new();
+        for r in 1..=a.max_rows {
+            let mut reps = Vec::new();
+            for _ in 0..a.reps.max(1) {
+                let t = Instant::now();
+                let out = model.forward(&tokens[ctx..ctx + r], &mut cache)?;
+                let _ = out.logits_tail(1);
+                reps.push(t.elapsed().as_secs_f64());
+                cache.truncate(ctx);
+            }
+            seconds.push(median(reps));
+        }
+        eprintln!("{role}: context {ctx}: 1 row {:.1} ms, {} rows {:.1} ms", seconds[0] * 1e3, a.max_rows, seconds[a.max_rows - 1] * 1e3);
+        forward.push(ForwardCurve { context: ctx, seconds });
+    }
+    // Per layer, one row after a 512-token context (or the largest below it).
+    let layer_context = a.contexts.iter().copied().filter(|&c| c <= 512).max().unwrap_or(a.contexts[0]);
+    let mut cache = model.new_cache(1);
+    model.forward_last(&tokens[..layer_context], &mut cache)?;
+    let layers = model.config().num_hidden_layers;
+    let (mut attn, mut mlp, mut head) = (vec![Vec::new(); layers], vec![Vec::new(); layers], Vec::new());
+    for _ in 0..a.reps.max(1) {
+        let (_, times) = model.forward_timed(&tokens[layer_context..layer_context + 1], &mut cache)?;
+        cache.truncate(layer_context);
+        for l in 0..layers {
+            attn[l].push(times.attn[l].as_secs_f64());
+            mlp[l].push(times.mlp[l].as_secs_f64());
+        }
+        head.push(times.lm_head.as_secs_f64());
+    }
+    // TPOT: greedy generation after a 128-token prompt.
+    let mut sampler = specx_decoder::Sampler::new(specx_decoder::SamplingConfig::greedy(), 0);
+    let (out, stats) = specx_decoder::generate::generate(model, &tokens[..128], a.tpot_tokens, &mut sampler, &[], |_| Ok(()))?;
+    ensure!(!out.is_empty(), "no tokens generated");
+    Ok(ModelProfile {
+        role: role.into(),
+        path: lm.path.clone(),
+        sha256: lm.weights_sha256()?,
+        layers,
+        forward,
+        layer_context,
+        attention_s: attn.into_iter().map(median).collect(),
+        mlp_s: mlp.into_iter().map(median).collect(),
+        lm_head_s: median(head),
+        ttft_s: ttft,
+        tpot_s: stats.decode_time.as_secs_f64() / stats.decode_steps.max(1) as f64,
+    })
+}
+
+pub fn run(a: ProfileArgs) -> Result<()> {
+    ensure!(a.max_rows >= 1 && !a.contexts.is_empty() && a.contexts.iter().all(|&c| c >= 1), "--max-rows and --contexts need values >= 1");
+    let device = default_device();
+    let (draft_path, target_path) = a.pair.paths();
+    let draft = load_model_as(&draft_path, None, &device, a.weights)?;
+    let target = load_model_as(&target_path, None, &device, a.weights)?;
+    check_pair(&draft, &target)?;
+    let machine = crate::experiment::manifest::Machine::measure();
+    let models = vec![profile_model("draft", &draft, &a)?, profile_model("target", &target, &a)?];
+    let profile = Profile { weights: a.weights.to_string(), machine, reps: a.reps, models };
+    write_atomic(&a.out, serde_json::to_string_pretty(&profile)?.as_bytes())?;
+    print!("{}", tables(&profile));
+    let png = a.out.with_extension("png");
+    plot(&profile, &png)?;
+    eprintln!("wrote {} and {}", a.out.display(), png.display());
+    Ok(())
+}
+
+fn tables(p: &Profile) -> String {
+    let mut s = format!("Machine: {} ({} cores, {:.1} GB/s); weights {}; medians of {} runs.\n\n", p.machine.cpu, p.machine.cores, p.machine.bandwidth_gb_s, p.weights, p.reps);
+    let mut rows = Vec::new();
+    for m in &p.models {
+        for c in &m.forward {
+            let pick = |r: usize| c.seconds.get(r - 1).map_or("-".into(), |v| format!("{:.1}", v * 1e3));
+            rows.push(vec![m.role.clone(), c.context.to_string(), pick(1), pick(2), pick(5), pick(9), pick(c.seconds.len()), format!("{:.2}", c.seconds[c.seconds.len().min(5) - 1] / c.seconds[0])]);
+        }
+    }
+    s.push_str(&markdown_table(&["model", "context", "1 row ms", "2 rows ms", "5 rows ms", "9 rows ms", "max rows ms", "5 rows / 1 row"], &rows));
+    s.push('\n');
+    let rows: Vec<Vec<String>> = p
+        .models
+        .iter()
+        .map(|m| {
+            let attn: f64 = m.attention_s.iter().sum();
+            let mlp: f64 = m.mlp_s.iter().sum();
+            vec![
+                m.role.clone(),
+                format!("{:.2} ({:.2}/layer)", attn * 1e3, attn * 1e3 / m.layers as f64),
+                format!("{:.2} ({:.2}/layer)", mlp * 1e3, mlp * 1e3 / m.layers as f64),
+                format!("{:.2}", m.lm_head_s * 1e3),
+                m.ttft_s.iter().map(|(c, t)| format!("{c}: {:.0}", t * 1e3)).collect::<Vec<_>>().join(", "),
+                format!("{:.1}", m.tpot_s * 1e3),
+            ]
+        })
+        .collect();
+    s.push_str(&markdown_table(&["model", "attention ms (1 row)", "MLP ms (1 row)", "LM head ms", "TTFT ms by prompt length", "TPOT ms"], &rows));
+    s
+}
+
+/// The verification cost curve: forward time of r rows relative to one row, per model and
+/// context.
+fn plot(p: &Profile, path: &std::path::Path) -> Result<()> {
+    crate::experiment::plots::render_png(path, |root| {
+        let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
+        let max_r = p.models.iter().flat_map(|m| m.forward.iter().map(|c| c.seconds.len())).max().unwrap_or(1);
+        let ymax = p.models.iter().flat_map(|m| m.forward.iter().flat_map(|c| c.seconds.iter().map(move |s| s / c.seconds[0]))).fold(1.0, f64::max) * 1.1;
+        let mut chart = ChartBuilder::on(root)
+            .caption("verification cost: forward of r rows / forward of 1 row", ("sans-serif", 22))
+            .margin(16)
+            .x_label_area_size(48)
+            .y_label_area_size(64)
+            .build_cartesian_2d(1.0..max_r as f64, 0.0..ymax)
+            .map_err(e)?;
+        chart.configure_mesh().x_desc("new rows r").y_desc("time relative to 1 row").label_style(("sans-serif", 15)).draw().map_err(e)?;
+        let palette = [RGBColor(31, 119, 180), RGBColor(214, 39, 40), RGBColor(44, 160, 44), RGBColor(148, 103, 189), RGBColor(255, 127, 14), RGBColor(23, 190, 207)];
+        let mut i = 0;
+        for m in &p.models {
+            for c in &m.forward {
+                let col = palette[i % palette.len()];
+                i += 1;
+                let pts: Vec<(f64, f64)> = c.seconds.iter().enumerate().map(|(r, s)| ((r + 1) as f64, s / c.seconds[0])).collect();
+                chart
+                    .draw_series(LineSeries::new(pts, col.stroke_width(2)))
+                    .map_err(e)?
+                    .label(format!("{} ctx {} (1 row {:.0} ms)", m.role, c.context, c.seconds[0] * 1e3))
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], col.stroke_width(2)));
+            }
+        }
+        chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 14)).draw().map_err(e)?;
+        Ok(())
+    })
+}

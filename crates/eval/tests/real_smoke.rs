@@ -1,0 +1,76 @@
+//! `configs/eval/smoke.toml` on the real Qwen pair (fetched by scripts/fetch-models.sh, prompt
+//! sets by scripts/fetch-datasets.sh), as a new user runs it, with 2 prompts per set to stay
+//! within CI time: a head is trained on a small real datagen run first (the smoke config's
+//! default head comes from scripts/run.sh). Checks the summary (rows of every set, sampling
+//! setting and method; audit passed; plots written) and that replaying the greedy units gives
+//! exactly the counts of the real runs.
+
+use specx_datagen::cli::{effective_config, DatagenArgs};
+use specx_datagen::run::{run as datagen, RunOptions};
+use specx_eval::experiment::config::EvalConfig;
+use specx_eval::experiment::replay_run::{replay, ReplayConfig};
+use specx_eval::experiment::run::{run, EvalOptions};
+use specx_trainer::config::TrainConfig;
+use specx_trainer::train::{train, TrainOptions};
+use std::path::PathBuf;
+
+fn repo() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from).join("../..")
+}
+
+#[test]
+fn smoke_config_on_the_real_pair() {
+    let models = specx_decoder::loader::model_cache_dir();
+    assert!(models.join("qwen2.5-coder-1.5b-instruct/model.gguf").is_file(), "the real pair is missing: run scripts/fetch-models.sh");
+    let tmp = tempfile::tempdir().unwrap();
+
+    // A small real head: datagen on 3 Alpaca train prompts, one training epoch.
+    let args = DatagenArgs {
+        config: Some(repo().join("configs/datagen-qwen-alpaca.toml")),
+        out: Some(tmp.path().join("data")),
+        limit: Some(3),
+        max_new_tokens: Some(64),
+        no_progress: true,
+        ..Default::default()
+    };
+    datagen(&effective_config(&args).unwrap(), &RunOptions::default()).unwrap();
+    let head = tmp.path().join("qwen-alpaca-w6-d3");
+    let text = format!("[data]\ntrain = {0:?}\ndev = {0:?}\n[head]\ndepth = 3\n[loss]\nw_rej = 6.0\n[optim]\nepochs = 1\n[output]\ndir = {1:?}\n", tmp.path().join("data").display().to_string(), head.display().to_string());
+    let tcfg: TrainConfig = toml::from_str(&text).unwrap();
+    train(&tcfg, &TrainOptions::default()).unwrap();
+
+    // The smoke config as shipped, with that head and a temporary run directory.
+    let mut cfg = EvalConfig::load(&repo().join("configs/eval/smoke.toml").canonicalize().unwrap()).unwrap_or_else(|e| {
+        // The shipped config names the head of scripts/run.sh, which a test machine may lack.
+        assert!(format!("{e:#}").contains("qwen-alpaca-w6-d3"), "{e:#}");
+        let text = std::fs::read_to_string(repo().join("configs/eval/smoke.toml")).unwrap();
+        let mut c = EvalConfig::parse(&text, std::path::Path::new("smoke.toml")).unwrap();
+        c.resolve(&repo().join("configs/eval"));
+        c
+    });
+    cfg.methods.specdecpp.as_mut().unwrap().heads = vec![head.clone()];
+    cfg.output.dir = tmp.path().join("eval");
+    cfg.validate().unwrap();
+    let out = run(&cfg, &EvalOptions { limit: Some(2), ..Default::default() }).unwrap();
+    assert!(out.audit_failures.is_empty(), "{:?}", out.audit_failures);
+    assert!(out.manifest.complete);
+    // 3 sets x 2 prompts x 2 sampling settings x 5 methods.
+    assert_eq!(out.rows.len(), 3 * 2 * 2 * 5);
+    let summary = std::fs::read_to_string(tmp.path().join("eval/summary.md")).unwrap();
+    for needle in ["Losslessness audit: passed", "## alpaca, greedy", "## gsm8k, qwen-t0.7", "## humaneval, greedy", "specdecpp qwen-alpaca-w6-d3 h=0.7 [2,20]", "confidence 0.5 [2,20]", "Timing model"] {
+        assert!(summary.contains(needle), "summary.md lacks '{needle}':\n{summary}");
+    }
+    for set in ["alpaca", "gsm8k", "humaneval"] {
+        for s in ["greedy", "qwen-t0.7"] {
+            assert!(tmp.path().join(format!("eval/plots/frontier_{set}_{s}.png")).is_file());
+        }
+    }
+    eprintln!("{summary}");
+
+    // Replayed counts equal real counts for every setting that ran for real, on the real pair.
+    let grid = tmp.path().join("grid.toml");
+    std::fs::write(&grid, format!("[methods]\nspecdec = {{ k = [1, 2, 3, 4, 6] }}\nspecdecpp = {{ heads = [{:?}], thresholds = [0.3, 0.7], bounds = [[2, 20]] }}\nconfidence = {{ thresholds = [0.5] }}\n", head.display().to_string())).unwrap();
+    let r = replay(&tmp.path().join("eval"), &ReplayConfig::load(&grid).unwrap(), "grid", false).unwrap();
+    assert!(r.mismatches.is_empty(), "{:#?}", r.mismatches);
+    assert_eq!(r.compared, 3 * 2 * 4);
+}
