@@ -117,6 +117,20 @@ impl Manifest {
     }
 }
 
+/// Refuses to write into `dir` when it holds a run of another setup (`old` vs `new`
+/// identities) or another part of a sharded run.
+pub fn ensure_same_setup(dir: &Path, what: &str, old: &serde_json::Value, new: &serde_json::Value, old_part: Option<Part>, new_part: Option<Part>) -> Result<()> {
+    if old != new || old_part != new_part {
+        bail!(
+            "{} holds {what} with a different setup ({} differs{}); choose another output directory or delete it",
+            dir.display(),
+            identity_difference(old, new),
+            if old_part != new_part { format!(", part {old_part:?} vs {new_part:?}") } else { String::new() }
+        );
+    }
+    Ok(())
+}
+
 /// Names the first difference between two identities (a dotted key path, with both values
 /// where they are not objects), for error messages.
 pub fn identity_difference(a: &serde_json::Value, b: &serde_json::Value) -> String {

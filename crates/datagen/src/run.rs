@@ -3,7 +3,7 @@
 
 use crate::config::DatagenConfig;
 use crate::generation::{run_passes, PassSettings, PassTimes, PromptInput};
-use crate::manifest::{identity_difference, Manifest, ModelRecord, Part, PromptSetRecord, FORMAT, PROMPT_LIST};
+use crate::manifest::{ensure_same_setup, Manifest, ModelRecord, Part, PromptSetRecord, FORMAT, PROMPT_LIST};
 use crate::prompts::{apply_template, load};
 use crate::shard::{finished_shard, write_shard};
 use anyhow::{bail, Context, Result};
@@ -127,14 +127,7 @@ pub fn run(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manifest> {
     let dir = &cfg.output.dir;
     if dir.join(crate::manifest::MANIFEST).exists() {
         let old = Manifest::read(dir)?;
-        if old.identity() != manifest.identity() || old.part != manifest.part {
-            bail!(
-                "{} holds a run with a different setup ({} differs{}); choose another output directory or delete it",
-                dir.display(),
-                identity_difference(&old.identity(), &manifest.identity()),
-                if old.part != manifest.part { format!(", part {:?} vs {:?}", old.part, manifest.part) } else { String::new() }
-            );
-        }
+        ensure_same_setup(dir, "a run", &old.identity(), &manifest.identity(), old.part, manifest.part)?;
         manifest.seconds = old.seconds;
     }
     let base_seconds = manifest.seconds;

@@ -4,7 +4,7 @@ use serde::Serialize;
 use std::time::Duration;
 
 /// Counters and timings of one request.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct RequestMetrics {
     /// New tokens, EOS included, prompt excluded.
     pub n_generated: usize,
@@ -52,6 +52,10 @@ impl RequestMetrics {
     }
     pub fn tokens_per_sec(&self) -> f64 {
         self.n_generated as f64 / self.total_time.as_secs_f64().max(1e-9)
+    }
+    /// The same request without its timings (the counts a greedy replay reproduces).
+    pub fn counts_only(&self) -> Self {
+        Self { draft_time: Duration::ZERO, target_time: Duration::ZERO, total_time: Duration::ZERO, ..self.clone() }
     }
     /// Adds another request's counters (for totals over a prompt set).
     pub fn accumulate(&mut self, o: &RequestMetrics) {

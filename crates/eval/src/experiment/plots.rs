@@ -1,6 +1,7 @@
 //! PNG plots of an eval run: the SpecDec++ paper's Figure 3 (verification rate vs discard
-//! rate, one point per setting, each family's non-dominated frontier drawn), speedup against
-//! K and against the threshold, and the distribution of accepted lengths per method family.
+//! rate, one point per setting, each family's non-dominated frontier drawn; replayed points
+//! hollow), speedup against K and against the threshold, and the distribution of accepted
+//! lengths per method family.
 //!
 //! Text is drawn with DejaVu Sans shipped in `assets/fonts` (no system font needed); images
 //! are rendered into memory and written atomically.
@@ -106,10 +107,10 @@ type Stat<'a> = (String, &'static str, &'a ResultRow, GroupStats);
 fn frontier_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, title: &str, spec: &[&Stat]) -> Result<()> {
     let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
     let pts = |s: &Stat| (s.3.discard_rate_sum(), s.3.verification_rate_sum());
-    let mut families: BTreeMap<&str, Vec<(f64, f64, String)>> = BTreeMap::new();
+    let mut families: BTreeMap<&str, Vec<(f64, f64, String, bool)>> = BTreeMap::new();
     for s in spec {
         let (x, y) = pts(s);
-        families.entry(s.1).or_default().push((x, y, s.0.clone()));
+        families.entry(s.1).or_default().push((x, y, s.0.clone(), s.3.replayed));
     }
     let xr = range(spec.iter().map(|s| pts(s).0));
     let yr = range(spec.iter().map(|s| pts(s).1));
@@ -124,8 +125,9 @@ fn frontier_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, titl
     for (family, points) in &families {
         let c = colour(family);
         let xy: Vec<(f64, f64)> = points.iter().map(|p| (p.0, p.1)).collect();
+        // Real runs filled, replayed settings hollow.
         chart
-            .draw_series(xy.iter().map(|&p| Circle::new(p, 5, c.filled())))
+            .draw_series(points.iter().map(|p| Circle::new((p.0, p.1), 5, if p.3 { c.stroke_width(2) } else { c.filled() })))
             .map_err(e)?
             .label(*family)
             .legend(move |(x, y)| Circle::new((x, y), 5, c.filled()));
@@ -133,7 +135,7 @@ fn frontier_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, titl
         if *family == "specdec" {
             // Label fixed-K points with their K.
             chart
-                .draw_series(points.iter().map(|(x, y, key)| Text::new(key.trim_start_matches("specdec ").to_string(), (*x, *y), ("sans-serif", 13).into_font())))
+                .draw_series(points.iter().map(|(x, y, key, _)| Text::new(key.trim_start_matches("specdec ").to_string(), (*x, *y), ("sans-serif", 13).into_font())))
                 .map_err(e)?;
         }
     }

@@ -17,7 +17,7 @@ use super::grid::Setting;
 use crate::methods::MethodKind;
 use anyhow::{ensure, Context, Result};
 use specx_decoder::sampling::{argmax, top_probability};
-use specx_decoder::spec::{AcceptanceHead, ConfidencePolicy, HeadRule};
+use specx_decoder::spec::{AcceptanceHead, ConfidencePolicy, HeadRule, RequestMetrics};
 use specx_decoder::{KvCache, Transformer};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -74,19 +74,6 @@ impl ReplayPolicy {
             Self::Confidence(c) => c.max_candidates,
         }
     }
-}
-
-/// The counts a replayed request reproduces.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ReplayCounts {
-    pub n_generated: usize,
-    pub n_target_calls: usize,
-    pub n_draft_calls: usize,
-    pub n_drafted: usize,
-    pub n_accepted: usize,
-    pub n_verified: usize,
-    pub accepted_per_round: Vec<usize>,
-    pub drafted_per_round: Vec<usize>,
 }
 
 /// The draft's behaviour along one greedy AR output, with lazily computed branches.
@@ -154,10 +141,10 @@ impl<'a> DraftTrace<'a> {
         result
     }
 
-    /// Counts of a greedy speculative run with `policy`.
-    pub fn replay(&mut self, policy: &ReplayPolicy) -> Result<ReplayCounts> {
+    /// Counts of a greedy speculative run with `policy` (timings zero).
+    pub fn replay(&mut self, policy: &ReplayPolicy) -> Result<RequestMetrics> {
         let n = self.ar.len();
-        let mut c = ReplayCounts { n_generated: n, n_target_calls: usize::from(n > 0), ..Default::default() };
+        let mut c = RequestMetrics { n_generated: n, n_target_calls: usize::from(n > 0), ..Default::default() };
         let mut l = 1; // committed response tokens (the first comes from the target's prefill)
         while l < n {
             let max = (self.max_new_tokens - l).min(policy.max_candidates());

@@ -5,7 +5,7 @@
 use super::config::{MethodsConfig, OutputConfig};
 use super::grid::{expand, head_name, Setting};
 use super::manifest::EvalManifest;
-use super::replay::{DraftTrace, ReplayCounts, ReplayPolicy};
+use super::replay::{DraftTrace, ReplayPolicy};
 use super::results::{tokens_sha256, ResultRow, UnitFile};
 use super::timing::{least_squares, standalone_target};
 use crate::methods::load_head;
@@ -86,19 +86,6 @@ pub struct ReplayOutcome {
     pub mismatches: Vec<String>,
 }
 
-fn counts_of(r: &ResultRow) -> ReplayCounts {
-    ReplayCounts {
-        n_generated: r.n_generated,
-        n_target_calls: r.n_target_calls,
-        n_draft_calls: r.n_draft_calls,
-        n_drafted: r.n_drafted,
-        n_accepted: r.n_accepted,
-        n_verified: r.n_verified,
-        accepted_per_round: r.accepted_per_round.clone(),
-        drafted_per_round: r.drafted_per_round.clone(),
-    }
-}
-
 /// Replays every finished greedy unit of the run in `run_dir` under `grid`.
 pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bool) -> Result<ReplayOutcome> {
     let manifest = EvalManifest::read(run_dir)?;
@@ -140,7 +127,7 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     for u in &files {
         let max_new = u.rows[0].max_new_tokens;
         let mut trace = DraftTrace::new(&draft.model, &heads, &manifest.eos_ids, &u.prompt, u.ar_tokens.clone(), max_new)?;
-        let counts: Vec<ReplayCounts> = policies.iter().map(|p| trace.replay(p)).collect::<Result<_>>()?;
+        let counts: Vec<specx_decoder::spec::RequestMetrics> = policies.iter().map(|p| trace.replay(p)).collect::<Result<_>>()?;
         forwards += trace.forwards;
         draft_time += trace.draft_time.as_secs_f64();
         replayed_counts.push(counts);
@@ -161,7 +148,7 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
         for (s, c) in settings.iter().zip(counts) {
             if let Some(r) = u.rows.iter().find(|r| r.setting == *s) {
                 compared += 1;
-                if counts_of(r) != *c {
+                if r.metrics().counts_only() != *c {
                     mismatches.push(format!("{} {} {}: real {:?} vs replayed {:?}", r.dataset, r.prompt_id, s.key(), r.drafted_per_round, c.drafted_per_round));
                 }
             }

@@ -7,9 +7,9 @@ use super::grid::{expand, head_name, Setting};
 use super::manifest::{EvalManifest, HeadRecord, Machine, PromptSetRecord, FORMAT, MANIFEST};
 use super::results::{tokens_sha256, ResultRow, UnitFile, UnitKey};
 use crate::methods::{load_head, Method};
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use specx_datagen::manifest::{identity_difference, Part};
+use specx_datagen::manifest::{ensure_same_setup, Part};
 use specx_datagen::run::{model_record, remove_stale_temporaries, select_from};
 use specx_datagen::split::{stream_seed, SplitMix64};
 use specx_decoder::fsutil::{sha256_file, write_atomic};
@@ -166,14 +166,7 @@ pub fn run(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcome> {
         seconds: 0.0,
     };
     if let Some(old) = &old {
-        if old.identity() != manifest.identity() || old.part != manifest.part {
-            bail!(
-                "{} holds an eval run with a different setup ({} differs{}); choose another --out or delete it",
-                dir.display(),
-                identity_difference(&old.identity(), &manifest.identity()),
-                if old.part != manifest.part { format!(", part {:?} vs {:?}", old.part, manifest.part) } else { String::new() }
-            );
-        }
+        ensure_same_setup(dir, "an eval run", &old.identity(), &manifest.identity(), old.part, manifest.part)?;
         manifest.seconds = old.seconds;
     }
     let base_seconds = manifest.seconds;
