@@ -212,11 +212,7 @@ fn default_shard_size() -> usize {
 /// The prompt-set cache filled by `scripts/fetch-datasets.sh`: `$SPECX_DATASETS`, else
 /// `~/.cache/specx/datasets`.
 pub fn dataset_cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("SPECX_DATASETS") {
-        return PathBuf::from(d);
-    }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
-    home.join(".cache/specx/datasets")
+    specx_decoder::loader::cache_dir("SPECX_DATASETS", "datasets")
 }
 
 /// Expands `$SPECX_MODELS`, `$SPECX_DATASETS` and `~` at the start of a path, then makes a relative path

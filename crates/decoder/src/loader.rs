@@ -34,11 +34,17 @@ pub struct LoadedModel {
 /// The model cache laid out by `scripts/fetch-models.sh`: `$SPECX_MODELS`, else
 /// `~/.cache/specx/models`.
 pub fn model_cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("SPECX_MODELS") {
+    cache_dir("SPECX_MODELS", "models")
+}
+
+/// A specx cache directory: the environment variable `var` if set, else
+/// `~/.cache/specx/<name>`.
+pub fn cache_dir(var: &str, name: &str) -> PathBuf {
+    if let Some(d) = std::env::var_os(var) {
         return PathBuf::from(d);
     }
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
-    home.join(".cache/specx/models")
+    home.join(".cache/specx").join(name)
 }
 
 /// Where the tokenizer of a model at `path` lives: `DIR/tokenizer.json` for a directory, the

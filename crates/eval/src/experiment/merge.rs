@@ -48,9 +48,7 @@ pub fn merge(parts: &[PathBuf], out: &Path) -> Result<EvalOutcome> {
     let mut units = Vec::new();
     for p in parts {
         for f in unit_files(p)? {
-            let text = std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
-            let u: UnitFile = serde_json::from_str(&text).with_context(|| format!("{}: malformed unit file", f.display()))?;
-            units.push(u);
+            units.push(UnitFile::read_path(&f)?);
         }
     }
     units.sort_by_key(|u| u.unit.index);

@@ -95,8 +95,7 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     let units = super::merge::unit_files(run_dir)?;
     let mut files = Vec::new();
     for f in &units {
-        let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-        let u: UnitFile = serde_json::from_str(&text).with_context(|| format!("{}: malformed unit file", f.display()))?;
+        let u = UnitFile::read_path(f)?;
         if u.rows.first().is_some_and(|r| r.greedy()) {
             files.push(u);
         }

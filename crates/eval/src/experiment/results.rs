@@ -119,14 +119,19 @@ impl UnitFile {
         write_atomic(&self.unit.path(dir), serde_json::to_string(self)?.as_bytes())
     }
 
+    /// The unit file at `path`.
+    pub fn read_path(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("{}: malformed unit file (delete it to rerun the unit)", path.display()))
+    }
+
     /// The unit's file if it was written (a finished unit); None if absent.
     pub fn read(dir: &Path, unit: &UnitKey) -> Result<Option<Self>> {
         let path = unit.path(dir);
         if !path.exists() {
             return Ok(None);
         }
-        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let f: Self = serde_json::from_str(&text).with_context(|| format!("{}: malformed unit file (delete it to rerun the unit)", path.display()))?;
+        let f = Self::read_path(&path)?;
         anyhow::ensure!(f.unit == *unit, "{} holds unit {:?}, expected {:?}", path.display(), f.unit, unit);
         Ok(Some(f))
     }

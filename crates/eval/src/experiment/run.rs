@@ -91,7 +91,7 @@ fn load_heads(cfg: &EvalConfig, draft: &LoadedModel, device: &specx_decoder::Dev
     let mut records = Vec::new();
     for dir in cfg.methods.specdecpp.iter().flat_map(|g| &g.heads) {
         let head = load_head(&dir.to_string_lossy(), draft, device)?;
-        let (_, spec) = AcceptanceHead::load(dir, device)?;
+        let spec = read_head_spec(dir)?;
         records.push(HeadRecord {
             name: head_name(dir),
             path: dir.clone(),
@@ -105,12 +105,17 @@ fn load_heads(cfg: &EvalConfig, draft: &LoadedModel, device: &specx_decoder::Dev
     Ok((heads, records))
 }
 
+/// A head checkpoint's `head.json` (architecture and provenance) without its weights.
+fn read_head_spec(dir: &Path) -> Result<specx_decoder::spec::HeadSpec> {
+    let p = dir.join("head.json");
+    let text = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}: not a head spec", p.display()))
+}
+
 /// Reads each head's `head.json` before any model loads, so a wrong path fails fast.
 fn check_heads_readable(cfg: &EvalConfig) -> Result<()> {
     for dir in cfg.methods.specdecpp.iter().flat_map(|g| &g.heads) {
-        let p = dir.join("head.json");
-        let text = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
-        serde_json::from_str::<specx_decoder::spec::HeadSpec>(&text).with_context(|| format!("{}: not a head spec", p.display()))?;
+        read_head_spec(dir)?;
     }
     Ok(())
 }
