@@ -100,6 +100,7 @@ fn run_decode(a: DecodeArgs) -> Result<()> {
             Method::SpecDecPP { head, rule: HeadRule::new(a.threshold.unwrap_or(0.7), a.min, a.max) }
         }
         MethodKind::Confidence => Method::Confidence(ConfidencePolicy { threshold: a.threshold.unwrap_or(0.5) as f32, min_candidates: a.min, max_candidates: a.max }),
+        MethodKind::Oracle => anyhow::bail!("the oracle can only be replayed (specx eval replay)"),
     };
     let prompt = target.tokenizer.encode(&a.run.prompt_text())?;
     let cfg = SpecConfig { max_new_tokens: a.run.max_new_tokens, sampling, seed: a.run.sampling.seed };

@@ -66,3 +66,87 @@ pub fn generate(
     stats.decode_time = t.elapsed();
     Ok((out, stats))
 }
+
+/// One prompt of a batched greedy generation: the prompt and its new-token budget.
+pub struct BatchItem<'a> {
+    pub prompt: &'a [u32],
+    pub max_new: usize,
+}
+
+/// A finished sequence of [`generate_greedy_batched`]. `decode_time` is this sequence's share
+/// of the batched steps it took part in (each step's time split evenly over its rows): not
+/// the time it would take alone.
+#[derive(Clone, Debug)]
+pub struct BatchedOutput {
+    pub index: usize,
+    pub tokens: Vec<u32>,
+    pub stats: GenerateStats,
+}
+
+/// Greedy generation of many prompts with up to `batch` in flight at once: each prompt is
+/// prefilled alone exactly as [`generate`] does, then the decode steps of every live sequence
+/// run as one ragged forward, and a finished sequence's slot is refilled from the queue. On
+/// the CPU the decode rows run the row-invariant kernel, so every output is bitwise the
+/// output [`generate`] gives for that prompt alone (tested); only the time per sequence
+/// changes. `on_done` sees each sequence as it finishes (in finishing order).
+pub fn generate_greedy_batched(
+    model: &Transformer,
+    items: &[BatchItem],
+    batch: usize,
+    eos_ids: &[u32],
+    mut on_done: impl FnMut(BatchedOutput) -> Result<()>,
+) -> Result<()> {
+    struct Live {
+        index: usize,
+        cache: KvCache,
+        out: Vec<u32>,
+        stats: GenerateStats,
+        max_new: usize,
+    }
+    let finished = |l: &Live| l.out.len() >= l.max_new || l.out.last().is_some_and(|t| eos_ids.contains(t));
+    let mut queue = items.iter().enumerate();
+    let mut live: Vec<Live> = Vec::new();
+    loop {
+        while live.len() < batch.max(1) {
+            let Some((index, item)) = queue.next() else { break };
+            anyhow::ensure!(!item.prompt.is_empty(), "prompt {index} is empty");
+            let mut l = Live { index, cache: model.new_cache(1), out: Vec::new(), stats: GenerateStats { prompt_tokens: item.prompt.len(), ..Default::default() }, max_new: item.max_new };
+            if item.max_new > 0 {
+                let t = Instant::now();
+                let logits = last_logits(&model.forward_last(item.prompt, &mut l.cache)?);
+                l.out.push(crate::sampling::argmax(&logits));
+                l.stats.prefill_time = t.elapsed();
+            }
+            if finished(&l) || item.max_new == 0 {
+                on_done(BatchedOutput { index, tokens: l.out, stats: l.stats })?;
+            } else {
+                live.push(l);
+            }
+        }
+        if live.is_empty() {
+            return Ok(());
+        }
+        let t = Instant::now();
+        let inputs: Vec<[u32; 1]> = live.iter().map(|l| [*l.out.last().expect("live sequences have a token")]).collect();
+        let logits = {
+            let mut rows: Vec<(&[u32], &mut KvCache)> = live.iter_mut().zip(&inputs).map(|(l, i)| (&i[..], &mut l.cache)).collect();
+            let hidden = model.forward_ragged(&mut rows)?;
+            model.logits_ragged(hidden)
+        };
+        let share = t.elapsed() / live.len() as u32;
+        for (l, row) in live.iter_mut().zip(&logits) {
+            l.out.push(crate::sampling::argmax(row));
+            l.stats.decode_steps += 1;
+            l.stats.decode_time += share;
+        }
+        let mut i = 0;
+        while i < live.len() {
+            if finished(&live[i]) {
+                let l = live.remove(i);
+                on_done(BatchedOutput { index: l.index, tokens: l.out, stats: l.stats })?;
+            } else {
+                i += 1;
+            }
+        }
+    }
+}

@@ -101,3 +101,29 @@ fn native_weights_read_fewer_bytes() {
     assert!(n * 3 < f, "native {n} bytes vs f32 {f}");
     assert_eq!(f, dense.model.config().weight_bytes_per_token(), "f32 path: stored bytes = the config's f32 count");
 }
+
+#[test]
+fn batched_greedy_generation_equals_generating_each_prompt_alone() {
+    use specx_decoder::generate::{generate, generate_greedy_batched, BatchItem};
+    let dir = tempfile::tempdir().unwrap();
+    let (_, gguf) = write_both(dir.path(), &tiny_qwen2(VOCAB), 6, StDtype::F32, GgmlType::Q8_0);
+    let m = load_as(&gguf, WeightMode::Native).model;
+    // Prompts short and long (over 32 tokens: the prefill takes the gemm path), budgets
+    // uneven, more prompts than slots (slots are refilled), one EOS id that some runs hit.
+    let prompts: Vec<Vec<u32>> = [3, 40, 7, 1, 35, 12].iter().enumerate().map(|(i, &n)| tokens(n, 10 + i as u32)).collect();
+    let budgets = [9, 4, 17, 1, 12, 0];
+    let eos = [5u32];
+    let items: Vec<BatchItem> = prompts.iter().zip(budgets).map(|(p, b)| BatchItem { prompt: p, max_new: b }).collect();
+    let mut got = vec![None; items.len()];
+    generate_greedy_batched(&m, &items, 3, &eos, |o| {
+        assert_eq!(o.stats.decode_steps + usize::from(!o.tokens.is_empty()), o.tokens.len());
+        got[o.index] = Some(o.tokens);
+        Ok(())
+    })
+    .unwrap();
+    for (i, (p, b)) in prompts.iter().zip(budgets).enumerate() {
+        let mut sampler = specx_decoder::Sampler::new(specx_decoder::SamplingConfig::greedy(), 0);
+        let (alone, _) = generate(&m, p, b, &mut sampler, &eos, |_| Ok(())).unwrap();
+        assert_eq!(got[i].as_ref().unwrap(), &alone, "prompt {i}: batched greedy output differs from generating it alone");
+    }
+}

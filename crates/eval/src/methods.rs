@@ -21,6 +21,10 @@ pub enum MethodKind {
     Specdecpp,
     /// Stop drafting when the draft's confidence in its token falls below a threshold.
     Confidence,
+    /// The oracle of SpecDec++ Theorem 4.1 (stop right before each mismatch): it needs the
+    /// AR output in advance, so it exists only in replays of greedy runs.
+    #[value(skip)]
+    Oracle,
 }
 
 /// A fully specified method.

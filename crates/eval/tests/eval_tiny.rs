@@ -166,15 +166,35 @@ fn eval_on_a_tiny_pair() {
     // Replay: every greedy unit under a larger grid; the settings that ran for real agree
     // count for count, and a tampered real row is caught.
     let grid = s.root.join("grid.toml");
-    std::fs::write(&grid, "[methods]\nspecdec = { k = [1, 2, 3, 5] }\nspecdecpp = { heads = [\"head-a\"], thresholds = [0.3, 0.5, 0.8], bounds = [[2, 8], [1, 4]] }\nconfidence = { thresholds = [0.3, 0.6] }\n").unwrap();
+    std::fs::write(&grid, "[methods]\nspecdec = { k = [1, 2, 3, 5] }\nspecdecpp = { heads = [\"head-a\"], thresholds = [0.3, 0.5, 0.8], bounds = [[2, 8], [1, 4]] }\nconfidence = { thresholds = [0.3, 0.6] }\noracle = true\n").unwrap();
     let g = ReplayConfig::load(&grid).unwrap();
     let o = replay(&dir, &g, "grid", false).unwrap();
     assert!(o.mismatches.is_empty(), "{:#?}", o.mismatches);
     assert_eq!(o.compared, 3 * (settings - 1));
-    assert_eq!(o.replayed.len(), 3 * (4 + 6 + 2));
+    assert_eq!(o.replayed.len(), 3 * (4 + 6 + 2 + 1));
     assert!(o.replayed.iter().all(|r| r.replayed && r.greedy() && r.total_time_s > 0.0));
     let summary = std::fs::read_to_string(o.dir.join("summary.md")).unwrap();
-    assert!(summary.contains("specdec K=5 (replayed)"), "{summary}");
+    assert!(summary.contains("specdec K=5 (replayed)") && summary.contains("oracle (replayed)"), "{summary}");
+    // The oracle (Theorem 4.1) discards nothing and needs the fewest target calls of all.
+    for oracle in o.replayed.iter().filter(|r| r.setting.family() == "oracle") {
+        assert_eq!(oracle.n_discarded(), 0);
+        let same_unit = o.replayed.iter().filter(|r| r.prompt_id == oracle.prompt_id);
+        assert!(same_unit.clone().all(|r| oracle.n_target_calls <= r.n_target_calls), "{oracle:?}");
+        assert!(same_unit.filter(|r| r.setting.family() != "oracle").any(|r| r.n_discarded() > 0));
+    }
+
+    // A greedy trace run (AR only, batched) gives the same AR outputs, and replaying it gives
+    // the same counts as replaying the run above.
+    let head_part = &s.config[..s.config.find("[methods]").unwrap()];
+    let trace_cfg = format!("{}[methods]\nar_batch = 2\n[output]\ndir = \"out\"\n", head_part.replace("[[sampling]]\nname = \"t1\"\ntemperature = 1.0\n", ""));
+    let traced = run(&load_config(&s, &trace_cfg, "trace").unwrap(), &opts(None, None)).unwrap();
+    assert_eq!(traced.rows.len(), 3);
+    assert!(traced.rows.iter().all(|r| r.batch == 2 && r.setting.family() == "ar"));
+    let ar_of = |rows: &[ResultRow]| rows.iter().filter(|r| r.greedy() && r.setting.family() == "ar").map(|r| (r.prompt_id.clone(), r.output_sha256.clone())).collect::<Vec<_>>();
+    assert_eq!(ar_of(&traced.rows), ar_of(&full.rows));
+    let o2 = replay(&s.root.join("trace"), &g, "grid", false).unwrap();
+    let counts = |rows: &[ResultRow]| rows.iter().map(|r| (r.prompt_id.clone(), r.setting.key(), r.metrics().counts_only())).collect::<Vec<_>>();
+    assert_eq!(counts(&o2.replayed), counts(&o.replayed));
     let unit = std::fs::read_dir(dir.join("units/alpaca/greedy/s0")).unwrap().next().unwrap().unwrap().path();
     let mut f: UnitFile = serde_json::from_str(&std::fs::read_to_string(&unit).unwrap()).unwrap();
     f.rows[1].n_drafted += 1;

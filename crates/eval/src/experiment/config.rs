@@ -140,6 +140,14 @@ pub struct MethodsConfig {
     pub specdec: Option<SpecDecGrid>,
     pub specdecpp: Option<SpecDecPPGrid>,
     pub confidence: Option<ConfidenceGrid>,
+    /// The oracle of SpecDec++ Theorem 4.1 (replay grids only: it needs the AR output).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub oracle: bool,
+    /// A greedy *trace run*: AR only, this many prompts decoded at once (ragged batches,
+    /// outputs bitwise those of one stream; times are shares of batched steps), as input for
+    /// `specx eval replay`. No other method may be listed, and every sampling must be greedy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ar_batch: Option<usize>,
 }
 
 /// Fixed-K speculative decoding for each K.
@@ -259,6 +267,12 @@ impl EvalConfig {
             check_bounds(&g.bounds, "specdecpp")?;
             ensure!(g.thresholds.iter().all(|t| (0.0..=1.0).contains(t)), "[methods.specdecpp] thresholds must be in [0, 1]");
         }
+        if let Some(b) = m.ar_batch {
+            ensure!(b >= 1, "[methods] ar_batch must be at least 1");
+            ensure!(m.specdec.is_none() && m.specdecpp.is_none() && m.confidence.is_none(), "[methods] ar_batch makes a greedy trace run (AR only): remove the other methods, or run them in another config");
+            ensure!(self.sampling.iter().all(|s| s.config().is_greedy()), "[methods] ar_batch batches greedy AR only: every [[sampling]] setting must be greedy");
+        }
+        ensure!(!m.oracle, "[methods] oracle can only be replayed (specx eval replay RUN_DIR --config GRID): it needs the AR output in advance");
         if let Some(g) = &m.confidence {
             ensure!(!g.thresholds.is_empty() && !g.bounds.is_empty(), "[methods.confidence] needs thresholds and bounds");
             check_bounds(&g.bounds, "confidence")?;

@@ -33,16 +33,18 @@ impl Setting {
             MethodKind::Specdec => format!("specdec K={}", self.k.unwrap_or(0)),
             MethodKind::Specdecpp => format!("specdecpp {} h={} {}", self.head.as_deref().unwrap_or("?"), self.threshold.unwrap_or(0.0), bounds()),
             MethodKind::Confidence => format!("confidence {} {}", self.threshold.unwrap_or(0.0), bounds()),
+            MethodKind::Oracle => "oracle".into(),
         }
     }
 
-    /// The method family for grouping (`ar`, `specdec`, `specdecpp`, `confidence`).
+    /// The method family for grouping (`ar`, `specdec`, `specdecpp`, `confidence`, `oracle`).
     pub fn family(&self) -> &'static str {
         match self.method {
             MethodKind::Ar => "ar",
             MethodKind::Specdec => "specdec",
             MethodKind::Specdecpp => "specdecpp",
             MethodKind::Confidence => "confidence",
+            MethodKind::Oracle => "oracle",
         }
     }
 
@@ -60,6 +62,7 @@ impl Setting {
             MethodKind::Confidence => {
                 Method::Confidence(ConfidencePolicy { threshold: self.threshold.unwrap_or(0.5) as f32, min_candidates: min, max_candidates: max })
             }
+            MethodKind::Oracle => anyhow::bail!("the oracle needs the AR output in advance: it can only be replayed (specx eval replay)"),
         })
     }
 }
@@ -90,6 +93,9 @@ pub fn expand(m: &MethodsConfig) -> Result<Vec<Setting>> {
                 out.push(Setting { method: MethodKind::Confidence, threshold: Some(t as f64), min: Some(lo), max: Some(hi), ..Setting::ar() });
             }
         }
+    }
+    if m.oracle {
+        out.push(Setting { method: MethodKind::Oracle, ..Setting::ar() });
     }
     let mut seen = std::collections::BTreeSet::new();
     for s in &out {

@@ -31,6 +31,7 @@ fn colour(family: &str) -> RGBColor {
         "specdec" => RGBColor(31, 119, 180),
         "specdecpp" => RGBColor(214, 39, 40),
         "confidence" => RGBColor(44, 160, 44),
+        "oracle" => RGBColor(148, 103, 189),
         _ => RGBColor(90, 90, 90),
     }
 }
@@ -150,7 +151,7 @@ fn speedup_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, title
     // Left: fixed K.
     let ks: Vec<(f64, f64)> = spec.iter().filter(|s| s.1 == "specdec").map(|s| (s.2.setting.k.unwrap_or(0) as f64, mean(s))).collect();
     let thr: Vec<(&str, String, f64, f64)> =
-        spec.iter().filter(|s| s.1 != "specdec").map(|s| (s.1, line_name(s.2), s.2.setting.threshold.unwrap_or(0.0), mean(s))).collect();
+        spec.iter().filter(|s| s.1 != "specdec" && s.1 != "oracle").map(|s| (s.1, line_name(s.2), s.2.setting.threshold.unwrap_or(0.0), mean(s))).collect();
     let mut lines: BTreeMap<String, (&str, Vec<(f64, f64)>)> = BTreeMap::new();
     for (family, name, t, s) in &thr {
         lines.entry(name.clone()).or_insert((family, Vec::new())).1.push((*t, *s));

@@ -4,22 +4,29 @@
 //! A greedy speculative run commits exactly the AR output, so a round that starts after `L`
 //! committed tokens accepts the draft's candidates while they equal the AR tokens and then
 //! commits one more AR token: where rounds start depends only on the draft's greedy tokens
-//! along the AR output. What the draft proposes after a mismatch (its *branch*) only changes
-//! how many candidates a round drafts (the stop policy and draft EOS act there); branches are
-//! computed lazily, with the draft alone, as deep as some policy needs them.
+//! along the AR output (the *trunk*). What the draft proposes after a mismatch (its *branch*)
+//! only changes how many candidates a round drafts (the stop policy and draft EOS act there).
 //!
 //! The draft runs as [`specx_decoder::spec::PlainDrafter`] does: the first forward takes the
 //! prompt and the first AR token together, then one token per forward; a branch continues
-//! from a copy of the cache at its position. Stop decisions use the same rules as live runs
-//! ([`HeadRule::stop`], [`ConfidencePolicy::stop`], fixed K).
+//! from the trunk's cache cut back to its position. Stop decisions use the same rules as live
+//! runs ([`HeadRule::stop`], [`ConfidencePolicy::stop`], fixed K).
+//!
+//! [`TraceBuilder`] computes the looks of many prompts at once: every single-token forward of
+//! a wave (trunk steps, then branch steps) goes into one ragged batch, whose rows are bitwise
+//! what a forward of that row alone gives (the row-invariant kernel), so the counts are those
+//! of one-at-a-time forwards, at a third of the cost. Branches are computed as deep as some
+//! policy needs them: because round starts do not depend on branches, one simulation of every
+//! policy finds every branch look it is missing, and each wave extends every needed branch by
+//! one token.
 
 use super::grid::Setting;
 use crate::methods::MethodKind;
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use specx_decoder::sampling::{argmax, top_probability};
 use specx_decoder::spec::{AcceptanceHead, ConfidencePolicy, HeadRule, RequestMetrics};
 use specx_decoder::{KvCache, Transformer};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 /// What the draft proposes at one position: its greedy token, the softmax probability of
@@ -32,14 +39,6 @@ struct Look {
     head_probs: Vec<f64>,
 }
 
-/// The draft after a mismatch at AR index `p`: its cache holds the prompt and `ar[..p]`;
-/// `next` is the token to feed next (the mismatching proposal, then each branch token).
-struct Branch {
-    cache: KvCache,
-    next: u32,
-    looks: Vec<Look>,
-}
-
 /// A stop policy as a pure rule over looks (the replay counterpart of the live policies).
 #[derive(Clone, Debug)]
 pub enum ReplayPolicy {
@@ -47,6 +46,10 @@ pub enum ReplayPolicy {
     /// SpecDec++ rule with the index of its head in the trace's head list.
     Head(HeadRule, usize),
     Confidence(ConfidencePolicy),
+    /// The oracle of SpecDec++ Theorem 4.1: stop right before every mismatch, so nothing is
+    /// discarded. A round whose first proposal would mismatch drafts nothing (one target
+    /// step); no cap on the candidates.
+    Oracle,
 }
 
 impl ReplayPolicy {
@@ -64,6 +67,7 @@ impl ReplayPolicy {
             MethodKind::Confidence => {
                 Some(Self::Confidence(ConfidencePolicy { threshold: s.threshold.unwrap_or(0.5) as f32, min_candidates: min, max_candidates: max }))
             }
+            MethodKind::Oracle => Some(Self::Oracle),
         })
     }
 
@@ -72,79 +76,34 @@ impl ReplayPolicy {
             Self::Fixed(k) => *k,
             Self::Head(r, _) => r.max_candidates,
             Self::Confidence(c) => c.max_candidates,
+            Self::Oracle => usize::MAX,
         }
     }
 }
 
-/// The draft's behaviour along one greedy AR output, with lazily computed branches.
-pub struct DraftTrace<'a> {
-    draft: &'a Transformer,
-    heads: &'a [AcceptanceHead],
-    eos: &'a [u32],
+/// The draft's looks along one greedy AR output: the trunk at every position, and the
+/// branches after mismatches as deep as they were computed.
+#[derive(Clone, Debug)]
+pub struct DraftTrace {
     ar: Vec<u32>,
+    eos: Vec<u32>,
     max_new_tokens: usize,
     /// `path[j]` (1 <= j < ar.len()): the draft's look after the prompt and `ar[..j]`.
     path: Vec<Option<Look>>,
-    branches: HashMap<usize, Branch>,
-    /// Draft forwards run so far, and their time.
-    pub forwards: usize,
-    pub draft_time: Duration,
+    /// Branch looks after the mismatch at AR index `p`: `branches[p][d - 1]` is the `d`-th
+    /// token the draft proposes after its mismatching proposal `path[p]`.
+    branches: BTreeMap<usize, Vec<Look>>,
 }
 
-impl<'a> DraftTrace<'a> {
-    /// Runs the draft along `ar` (the AR output of `prompt`, generated with a budget of
-    /// `max_new_tokens`).
-    pub fn new(draft: &'a Transformer, heads: &'a [AcceptanceHead], eos: &'a [u32], prompt: &[u32], ar: Vec<u32>, max_new_tokens: usize) -> Result<Self> {
-        ensure!(!prompt.is_empty(), "empty prompt");
-        let mut t = Self { draft, heads, eos, max_new_tokens, path: vec![None; ar.len()], branches: HashMap::new(), forwards: 0, draft_time: Duration::ZERO, ar };
-        if t.ar.len() < 2 {
-            return Ok(t);
-        }
-        let mut cache = draft.new_cache(1);
-        let mut input: Vec<u32> = prompt.to_vec();
-        input.push(t.ar[0]);
-        for j in 1..t.ar.len() {
-            let look = t.step(&input, &mut cache)?;
-            if look.token != t.ar[j] {
-                t.branches.insert(j, Branch { cache: cache.clone(), next: look.token, looks: Vec::new() });
-            }
-            t.path[j] = Some(look);
-            input = vec![t.ar[j]];
-        }
-        Ok(t)
-    }
-
-    fn step(&mut self, input: &[u32], cache: &mut KvCache) -> Result<Look> {
-        let t = Instant::now();
-        let out = self.draft.forward(input, cache)?;
-        let logits = out.logits_tail(1).remove(0);
-        let hidden = out.hidden_tail(1).remove(0);
-        let token = argmax(&logits);
-        let head_probs = self.heads.iter().map(|h| h.accept_probability(&hidden)).collect::<Result<Vec<f64>>>()?;
-        self.forwards += 1;
-        self.draft_time += t.elapsed();
-        Ok(Look { token, confidence: top_probability(&logits, token), head_probs })
-    }
-
-    /// The `depth`-th token the draft proposes after its mismatch at AR index `p` (1-based).
-    fn branch_look(&mut self, p: usize, depth: usize) -> Result<Look> {
-        let mut b = self.branches.remove(&p).expect("branches exist at every mismatch");
-        let result = (|| {
-            while b.looks.len() < depth {
-                let look = self.step(&[b.next], &mut b.cache)?;
-                b.next = look.token;
-                b.looks.push(look);
-            }
-            Ok(b.looks[depth - 1].clone())
-        })();
-        self.branches.insert(p, b);
-        result
-    }
-
-    /// Counts of a greedy speculative run with `policy` (timings zero).
-    pub fn replay(&mut self, policy: &ReplayPolicy) -> Result<RequestMetrics> {
+impl DraftTrace {
+    /// Counts of a greedy speculative run with `policy` (timings zero), and the branch looks
+    /// it would need that are not computed yet, as (mismatch index, depth). A round that
+    /// needs a missing look is cut there, which does not move later rounds (their starts
+    /// depend on the trunk only), so one call finds every missing look.
+    fn simulate(&self, policy: &ReplayPolicy) -> Result<(RequestMetrics, Vec<(usize, usize)>)> {
         let n = self.ar.len();
         let mut c = RequestMetrics { n_generated: n, n_target_calls: usize::from(n > 0), ..Default::default() };
+        let mut needs = Vec::new();
         let mut l = 1; // committed response tokens (the first comes from the target's prefill)
         while l < n {
             let max = (self.max_new_tokens - l).min(policy.max_candidates());
@@ -154,9 +113,18 @@ impl<'a> DraftTrace<'a> {
             loop {
                 let i = k + 1;
                 let look = match mismatch {
-                    None => self.path[l + k].clone().context("AR output shorter than a matched draft")?,
-                    Some(p) => self.branch_look(p, l + k - p)?,
+                    None => self.path.get(l + k).and_then(Option::as_ref).context("the AR output ends without EOS before its budget")?,
+                    Some(p) => match self.branches.get(&p).and_then(|b| b.get(l + k - p - 1)) {
+                        Some(look) => look,
+                        None => {
+                            needs.push((p, l + k - p));
+                            break;
+                        }
+                    },
                 };
+                if matches!(policy, ReplayPolicy::Oracle) && look.token != self.ar[l + k] {
+                    break; // stop before the mismatch: this round drafts k candidates
+                }
                 if mismatch.is_none() && look.token != self.ar[l + k] {
                     mismatch = Some(l + k);
                 }
@@ -170,6 +138,7 @@ impl<'a> DraftTrace<'a> {
                         rule.stop(i, product)
                     }
                     ReplayPolicy::Confidence(cp) => cp.stop(i, look.confidence),
+                    ReplayPolicy::Oracle => false,
                 };
                 if stop || self.eos.contains(&look.token) || i >= max {
                     break;
@@ -185,6 +154,173 @@ impl<'a> DraftTrace<'a> {
             c.drafted_per_round.push(k);
             l = (l + a + 1).min(n);
         }
+        Ok((c, needs))
+    }
+
+    /// Counts of a greedy speculative run with `policy` (timings zero). Every branch look the
+    /// policy needs must have been computed ([`TraceBuilder::build`] with this policy).
+    pub fn replay(&self, policy: &ReplayPolicy) -> Result<RequestMetrics> {
+        let (c, needs) = self.simulate(policy)?;
+        if let Some((p, d)) = needs.first() {
+            bail!("replay of {policy:?} needs branch look {d} after the mismatch at AR index {p}, which was not computed");
+        }
         Ok(c)
+    }
+}
+
+/// One greedy AR output to trace: the prompt, the output, and its new-token budget.
+pub struct TraceInput<'a> {
+    pub prompt: &'a [u32],
+    pub ar: &'a [u32],
+    pub max_new_tokens: usize,
+}
+
+/// Computes draft traces with batched forwards.
+pub struct TraceBuilder<'a> {
+    draft: &'a Transformer,
+    heads: &'a [AcceptanceHead],
+    eos: &'a [u32],
+    /// Most rows in one wave (bounds the branch caches alive at once).
+    pub max_rows: usize,
+    /// Draft rows forwarded (one per look) and forward calls, and their time.
+    pub rows: usize,
+    pub calls: usize,
+    pub time: Duration,
+}
+
+/// A trace being built: its caches (the trunk's, and one per growing branch).
+struct Building {
+    trace: DraftTrace,
+    prompt_len: usize,
+    trunk: Option<KvCache>,
+    /// Next trunk index to feed (`ar[j]` gives `path[j + 1]`).
+    next: usize,
+    /// Growing branches: mismatch index -> (cache, token to feed next).
+    open: BTreeMap<usize, (KvCache, u32)>,
+}
+
+impl<'a> TraceBuilder<'a> {
+    pub fn new(draft: &'a Transformer, heads: &'a [AcceptanceHead], eos: &'a [u32]) -> Self {
+        Self { draft, heads, eos, max_rows: 64, rows: 0, calls: 0, time: Duration::ZERO }
+    }
+
+    /// A look from a row's logits and hidden state.
+    fn look(&self, logits: &[f32], hidden: &[f32]) -> Result<Look> {
+        let token = argmax(logits);
+        let head_probs = self.heads.iter().map(|h| h.accept_probability(hidden)).collect::<Result<Vec<f64>>>()?;
+        Ok(Look { token, confidence: top_probability(logits, token), head_probs })
+    }
+
+    /// One ragged forward of single tokens, each with its own cache; a look per row.
+    fn wave(&mut self, rows: &mut [(&[u32], &mut KvCache)]) -> Result<Vec<Look>> {
+        let t = Instant::now();
+        let hidden = self.draft.forward_ragged(rows)?;
+        let h = hidden.dims()[1];
+        let logits = self.draft.logits_ragged(hidden.clone());
+        let hidden: Vec<f32> = hidden.into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("draft hidden states: {e:?}"))?;
+        let looks = logits.iter().enumerate().map(|(i, l)| self.look(l, &hidden[i * h..(i + 1) * h])).collect::<Result<Vec<_>>>()?;
+        self.rows += rows.len();
+        self.calls += 1;
+        self.time += t.elapsed();
+        Ok(looks)
+    }
+
+    /// Traces of `inputs`, with every branch look that `policies` need.
+    pub fn build(&mut self, inputs: &[TraceInput], policies: &[ReplayPolicy]) -> Result<Vec<DraftTrace>> {
+        let mut b: Vec<Building> = inputs
+            .iter()
+            .map(|i| {
+                ensure!(!i.prompt.is_empty(), "empty prompt");
+                ensure!(i.ar.len() <= i.max_new_tokens, "AR output of {} tokens exceeds its budget of {}", i.ar.len(), i.max_new_tokens);
+                Ok(Building {
+                    trace: DraftTrace { ar: i.ar.to_vec(), eos: self.eos.to_vec(), max_new_tokens: i.max_new_tokens, path: vec![None; i.ar.len()], branches: BTreeMap::new() },
+                    prompt_len: i.prompt.len(),
+                    trunk: None,
+                    next: 1,
+                    open: BTreeMap::new(),
+                })
+            })
+            .collect::<Result<_>>()?;
+        // The trunk: the first forward takes the prompt and ar[0] (alone, as the live drafter
+        // does), then one token per forward, batched over prompts.
+        for (x, input) in b.iter_mut().zip(inputs) {
+            if input.ar.len() < 2 {
+                continue;
+            }
+            let t = Instant::now();
+            let mut cache = self.draft.new_cache(1);
+            let first: Vec<u32> = input.prompt.iter().copied().chain([input.ar[0]]).collect();
+            let out = self.draft.forward(&first, &mut cache)?;
+            let look = self.look(&out.logits_tail(1).remove(0), &out.hidden_tail(1).remove(0))?;
+            self.rows += 1;
+            self.calls += 1;
+            self.time += t.elapsed();
+            x.trace.path[1] = Some(look);
+            x.trunk = Some(cache);
+        }
+        loop {
+            let mut live: Vec<&mut Building> = b.iter_mut().filter(|x| x.next + 1 < x.trace.ar.len()).collect();
+            if live.is_empty() {
+                break;
+            }
+            for chunk in live.chunks_mut(self.max_rows) {
+                let tokens: Vec<[u32; 1]> = chunk.iter().map(|x| [x.trace.ar[x.next]]).collect();
+                let mut rows: Vec<(&[u32], &mut KvCache)> =
+                    chunk.iter_mut().zip(&tokens).map(|(x, t)| (&t[..], x.trunk.as_mut().expect("trunk started"))).collect();
+                let looks = self.wave(&mut rows)?;
+                for (x, look) in chunk.iter_mut().zip(looks) {
+                    x.next += 1;
+                    x.trace.path[x.next] = Some(look);
+                }
+            }
+        }
+        // Branches: each wave extends every needed branch by one token (the lowest mismatch
+        // indices first when more than `max_rows` are needed); caches of finished branches
+        // and of finished traces are dropped.
+        loop {
+            let mut wanted: Vec<(usize, usize)> = Vec::new(); // (trace, mismatch index)
+            for (ti, x) in b.iter_mut().enumerate() {
+                let mut need: BTreeSet<usize> = BTreeSet::new();
+                for p in policies {
+                    need.extend(x.trace.simulate(p)?.1.into_iter().map(|(p, _)| p));
+                }
+                x.open.retain(|p, _| need.contains(p));
+                if need.is_empty() {
+                    x.trunk = None;
+                }
+                wanted.extend(need.into_iter().map(|p| (ti, p)));
+            }
+            if wanted.is_empty() {
+                break;
+            }
+            wanted.truncate(self.max_rows);
+            for &(ti, p) in &wanted {
+                let x = &mut b[ti];
+                if !x.open.contains_key(&p) {
+                    let mut cache = x.trunk.as_ref().expect("a trace with needs keeps its trunk").clone();
+                    cache.truncate(x.prompt_len + p);
+                    let first = x.trace.path[p].as_ref().expect("mismatches are on the trunk").token;
+                    x.open.insert(p, (cache, first));
+                }
+            }
+            // Borrow each wanted branch's cache mutably (distinct (trace, p) pairs).
+            let mut slots: Vec<(usize, usize, [u32; 1], KvCache)> = wanted
+                .iter()
+                .map(|&(ti, p)| {
+                    let (cache, next) = b[ti].open.remove(&p).expect("just opened");
+                    (ti, p, [next], cache)
+                })
+                .collect();
+            let looks = {
+                let mut rows: Vec<(&[u32], &mut KvCache)> = slots.iter_mut().map(|(_, _, t, c)| (&t[..], c)).collect();
+                self.wave(&mut rows)?
+            };
+            for ((ti, p, _, cache), look) in slots.into_iter().zip(looks) {
+                let x = &mut b[ti];
+                x.open.insert(p, (cache, look.token));
+                x.trace.branches.entry(p).or_default().push(look);
+            }
+        }
+        Ok(b.into_iter().map(|x| x.trace).collect())
     }
 }

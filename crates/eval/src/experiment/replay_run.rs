@@ -5,7 +5,7 @@
 use super::config::{MethodsConfig, OutputConfig};
 use super::grid::{expand, head_name, Setting};
 use super::manifest::EvalManifest;
-use super::replay::{DraftTrace, ReplayPolicy};
+use super::replay::{ReplayPolicy, TraceBuilder, TraceInput};
 use super::results::{tokens_sha256, ResultRow, UnitFile};
 use super::timing::{least_squares, standalone_target};
 use crate::methods::load_head;
@@ -44,6 +44,10 @@ impl ReplayConfig {
     }
 }
 
+/// Greedy units traced together (their draft forwards share ragged batches): enough rows per
+/// wave to use the kernel's batching, few enough trunk caches (~25 KB per token each).
+const UNITS_PER_GROUP: usize = 16;
+
 /// Forward times that turn replayed counts into predicted wall times, and where they came from.
 #[derive(Clone, Debug, Serialize)]
 pub struct TimeModel {
@@ -53,8 +57,10 @@ pub struct TimeModel {
 }
 
 /// Per dataset: eq. 3.1 fitted on the run's real speculative rows when there are enough;
-/// else the standalone target time of its AR rows and the draft time measured during replay.
-fn time_models(rows: &[ResultRow], replay_draft_time: f64) -> BTreeMap<String, TimeModel> {
+/// else single-token forward times measured at replay start: the draft's always, the
+/// target's when the AR rows were batched (their times are not single-stream times), else
+/// the standalone target time of the AR rows.
+fn time_models(rows: &[ResultRow], single_draft: f64, single_target: Option<f64>) -> BTreeMap<String, TimeModel> {
     let mut by: BTreeMap<String, Vec<&ResultRow>> = BTreeMap::new();
     for r in rows.iter().filter(|r| !r.replayed) {
         by.entry(r.dataset.clone()).or_default().push(r);
@@ -63,18 +69,35 @@ fn time_models(rows: &[ResultRow], replay_draft_time: f64) -> BTreeMap<String, T
         .map(|(d, rs)| {
             let spec: Vec<&&ResultRow> = rs.iter().filter(|r| r.setting.family() != "ar").collect();
             let fit = least_squares(&spec.iter().map(|r| vec![r.n_draft_calls as f64, r.n_target_calls as f64]).collect::<Vec<_>>(), &spec.iter().map(|r| r.total_time_s).collect::<Vec<_>>());
-            let model = match fit {
-                Some(f) if spec.len() >= 3 && f.coefficients.iter().all(|c| *c > 0.0) => {
+            let model = match (fit, single_target) {
+                (Some(f), _) if spec.len() >= 3 && f.coefficients.iter().all(|c| *c > 0.0) => {
                     TimeModel { t_draft: f.coefficients[0], t_target: f.coefficients[1], source: format!("eq. 3.1 fitted on {} real speculative rows (R² {:.3})", spec.len(), f.r2) }
                 }
+                (_, Some(t)) => TimeModel { t_draft: single_draft, t_target: t, source: "single-token draft and target forwards measured at replay start (medians of 24; the AR rows were batched)".into() },
                 _ => {
                     let t = standalone_target(&rs).map_or(f64::NAN, |f| f.coefficients[0]);
-                    TimeModel { t_draft: replay_draft_time, t_target: t, source: "standalone target time of the AR rows; draft time per forward measured during replay".into() }
+                    TimeModel { t_draft: single_draft, t_target: t, source: "standalone target time of the AR rows; draft time of a single-token forward measured at replay start (median of 24)".into() }
                 }
             };
             (d, model)
         })
         .collect()
+}
+
+/// Median time of a single-token draft forward (as a live drafter runs it) after the first
+/// unit's prompt: replay batches its forwards, so its own times say nothing about that.
+fn single_forward_seconds(draft: &specx_decoder::Transformer, unit: &UnitFile) -> Result<f64> {
+    let mut cache = draft.new_cache(1);
+    draft.forward(&unit.prompt, &mut cache)?;
+    let mut times: Vec<f64> = (0..24)
+        .map(|i| {
+            let token = unit.ar_tokens.get(i).copied().unwrap_or(unit.prompt[0]);
+            let t = std::time::Instant::now();
+            draft.forward(&[token], &mut cache).map(|_| t.elapsed().as_secs_f64())
+        })
+        .collect::<Result<_>>()?;
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
 }
 
 /// What a replay produced.
@@ -122,23 +145,34 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     let bar = if progress { ProgressBar::new(files.len() as u64) } else { ProgressBar::hidden() };
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} greedy units replayed, {elapsed} elapsed, ETA {eta} {msg}")?);
     let mut replayed_counts = Vec::new();
-    let (mut forwards, mut draft_time) = (0usize, 0f64);
-    for u in &files {
-        let max_new = u.rows[0].max_new_tokens;
-        let mut trace = DraftTrace::new(&draft.model, &heads, &manifest.eos_ids, &u.prompt, u.ar_tokens.clone(), max_new)?;
-        let counts: Vec<specx_decoder::spec::RequestMetrics> = policies.iter().map(|p| trace.replay(p)).collect::<Result<_>>()?;
-        forwards += trace.forwards;
-        draft_time += trace.draft_time.as_secs_f64();
-        replayed_counts.push(counts);
-        bar.inc(1);
+    let mut builder = TraceBuilder::new(&draft.model, &heads, &manifest.eos_ids);
+    // Units in groups, their draft forwards batched together (see TraceBuilder).
+    for group in files.chunks(UNITS_PER_GROUP) {
+        let inputs: Vec<TraceInput> = group.iter().map(|u| TraceInput { prompt: &u.prompt, ar: &u.ar_tokens, max_new_tokens: u.rows[0].max_new_tokens }).collect();
+        let before = builder.rows;
+        let traces = builder.build(&inputs, &policies)?;
+        for trace in &traces {
+            replayed_counts.push(policies.iter().map(|p| trace.replay(p)).collect::<Result<Vec<_>>>()?);
+        }
+        bar.inc(group.len() as u64);
         if bar.is_hidden() {
-            eprintln!("replayed {} {} ({} draft forwards)", u.unit.dataset, u.unit.prompt_id, trace.forwards);
+            eprintln!("replayed {} units ({} draft rows, {} forwards so far, {:.0} s)", replayed_counts.len(), builder.rows - before, builder.calls, builder.time.as_secs_f64());
         }
     }
     bar.finish_and_clear();
+    let (forwards, draft_time) = (builder.rows, builder.time.as_secs_f64());
+    let single = single_forward_seconds(&draft.model, &files[0])?;
+    let single_target = if files.iter().any(|u| u.rows[0].batch > 1) {
+        let target = load_model_as(&c.target, None, &device, c.weights)?;
+        let sha = target.weights_sha256()?;
+        ensure!(sha == manifest.target.sha256, "{} changed since the run (sha256 {} now, {} then)", c.target.display(), &sha[..12], &manifest.target.sha256[..12]);
+        Some(single_forward_seconds(&target.model, &files[0])?)
+    } else {
+        None
+    };
 
     let real: Vec<ResultRow> = files.iter().flat_map(|u| u.rows.clone()).collect();
-    let times = time_models(&real, draft_time / forwards.max(1) as f64);
+    let times = time_models(&real, single, single_target);
     let mut replayed = Vec::new();
     let (mut compared, mut mismatches) = (0, Vec::new());
     for (u, counts) in files.iter().zip(&replayed_counts) {
@@ -168,7 +202,10 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
                 drafted_per_round: c.drafted_per_round.clone(),
                 output_sha256: tokens_sha256(&u.ar_tokens),
                 identical_to_ar: true,
-                speedup: ar.total_time_s / (draft_s + target_s).max(1e-9),
+                // A batched AR row's time is not a single-stream time: the AR reference is then
+                // eq. 5.1's too (one target forward per token).
+                speedup: if ar.batch > 1 { tm.t_target * ar.n_target_calls as f64 } else { ar.total_time_s } / (draft_s + target_s).max(1e-9),
+                batch: 1,
                 ..ar.clone()
             });
         }
@@ -178,7 +215,7 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let record = serde_json::json!({
         "run": run_dir, "grid": grid, "settings": settings.iter().map(Setting::key).collect::<Vec<_>>(),
-        "time_models": times, "draft_forwards": forwards, "draft_seconds": draft_time,
+        "time_models": times, "draft_rows": forwards, "draft_calls": builder.calls, "draft_seconds": draft_time, "draft_single_forward_seconds": single, "target_single_forward_seconds": single_target,
         "compared_with_real": compared, "mismatches": mismatches,
     });
     specx_decoder::fsutil::write_atomic(&out.join("replay.json"), serde_json::to_string_pretty(&record)?.as_bytes())?;

@@ -45,6 +45,15 @@ pub struct ResultRow {
     pub identical_to_ar: bool,
     /// AR wall time / this row's wall time, same prompt, same run.
     pub speedup: f64,
+    /// Greedy AR streams decoded together when this row ran: 1 for a single stream (times
+    /// are wall times); more for an AR row of a batched trace run (`[methods] ar_batch`), whose
+    /// decode time is its share of the batched steps, not a single-stream time.
+    #[serde(default = "one")]
+    pub batch: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl ResultRow {
@@ -190,6 +199,7 @@ pub fn rows_frame(rows: &[ResultRow]) -> Result<DataFrame> {
         lists("drafted_per_round", &|r| &r.drafted_per_round),
         col("output_sha256", rows, |r| r.output_sha256.clone()),
         col("identical_to_ar", rows, |r| r.identical_to_ar),
+        col("batch", rows, |r| u(r.batch)),
     ];
     Ok(DataFrame::new_infer_height(columns)?)
 }

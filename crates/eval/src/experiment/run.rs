@@ -13,6 +13,7 @@ use specx_datagen::manifest::{ensure_same_setup, Part};
 use specx_datagen::run::{model_record, remove_stale_temporaries, select_from};
 use specx_datagen::split::{stream_seed, SplitMix64};
 use specx_decoder::fsutil::{sha256_file, write_atomic};
+use specx_decoder::generate::{generate_greedy_batched, BatchItem, GenerateStats};
 use specx_decoder::spec::{AcceptanceHead, SpecConfig};
 use specx_decoder::{check_pair, device_from_name, load_model_as, LoadedModel};
 use std::collections::BTreeMap;
@@ -197,21 +198,17 @@ pub fn run(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcome> {
     bar.set_position(manifest.units_done as u64);
     bar.reset_eta();
     let samplings: BTreeMap<&str, _> = cfg.sampling.iter().map(|s| (s.name.as_str(), s)).collect();
-    for u in todo {
-        let text = texts[&(u.dataset.as_str(), u.prompt_index)];
-        let sampling = samplings[u.sampling.as_str()];
-        bar.set_message(format!("{} {} {}", u.dataset, u.prompt_id, u.sampling));
-        let file = run_unit(u, text, sampling, cfg, &settings, &methods, &target, &draft)?;
+    let finish_unit = |file: UnitFile, manifest: &mut EvalManifest| -> Result<()> {
         file.write(dir)?;
         manifest.units_done += 1;
         manifest.seconds = base_seconds + started.elapsed().as_secs_f64();
         manifest.write(dir)?;
         bar.inc(1);
         if bar.is_hidden() {
-            let ar = &file.rows[0];
+            let (u, ar) = (&file.unit, &file.rows[0]);
             let best = file.rows.iter().skip(1).max_by(|a, b| a.speedup.total_cmp(&b.speedup));
             eprintln!(
-                "[{}/{}] {} {} {} s{}: AR {} tokens in {:.1} s{}{}",
+                "[{}/{}] {} {} {} s{}: AR {} tokens in {:.1} s{}{}{}",
                 manifest.units_done,
                 mine.len(),
                 u.dataset,
@@ -220,9 +217,36 @@ pub fn run(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcome> {
                 u.seed,
                 ar.n_generated,
                 ar.total_time_s,
+                if ar.batch > 1 { " (share of batched steps)" } else { "" },
                 best.map(|b| format!(", best {} {:.2}x", b.setting.key(), b.speedup)).unwrap_or_default(),
                 if file.rows.iter().any(|r| r.greedy() && !r.identical_to_ar) { ", AUDIT FAILED" } else { "" }
             );
+        }
+        Ok(())
+    };
+    if let Some(batch) = cfg.methods.ar_batch {
+        let prepared: Vec<(&UnitKey, Vec<u32>, usize)> = todo
+            .iter()
+            .map(|u| {
+                let prompt = target.tokenizer.encode(texts[&(u.dataset.as_str(), u.prompt_index)])?;
+                let max_new = cfg.budget.new_tokens(prompt.len());
+                ensure!(max_new > 0, "{} {}: the prompt has {} tokens, the budget leaves no room for a response", u.dataset, u.prompt_id, prompt.len());
+                Ok((*u, prompt, max_new))
+            })
+            .collect::<Result<_>>()?;
+        let items: Vec<BatchItem> = prepared.iter().map(|(_, p, m)| BatchItem { prompt: p, max_new: *m }).collect();
+        generate_greedy_batched(&target.model, &items, batch, &target.eos_ids, |o| {
+            let (u, prompt, max_new) = &prepared[o.index];
+            let file = batched_ar_unit(u, samplings[u.sampling.as_str()], prompt, *max_new, o.tokens, &o.stats, batch);
+            finish_unit(file, &mut manifest)
+        })?;
+    } else {
+        for u in todo {
+            let text = texts[&(u.dataset.as_str(), u.prompt_index)];
+            let sampling = samplings[u.sampling.as_str()];
+            bar.set_message(format!("{} {} {}", u.dataset, u.prompt_id, u.sampling));
+            let file = run_unit(u, text, sampling, cfg, &settings, &methods, &target, &draft)?;
+            finish_unit(file, &mut manifest)?;
         }
     }
     bar.finish_and_clear();
@@ -233,6 +257,41 @@ pub fn run(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcome> {
     super::report::write_reports(dir, &manifest, &rows)?;
     let audit_failures = audit(&rows);
     Ok(EvalOutcome { manifest, rows, audit_failures })
+}
+
+/// The unit file of a greedy AR output from a batched trace run.
+fn batched_ar_unit(u: &UnitKey, sampling: &super::config::SamplingSetting, prompt: &[u32], max_new: usize, tokens: Vec<u32>, stats: &GenerateStats, batch: usize) -> UnitFile {
+    let target_s = (stats.prefill_time + stats.decode_time).as_secs_f64();
+    let row = ResultRow {
+        dataset: u.dataset.clone(),
+        prompt_index: u.prompt_index,
+        prompt_id: u.prompt_id.clone(),
+        sampling: u.sampling.clone(),
+        temperature: sampling.temperature,
+        top_k: sampling.top_k,
+        top_p: sampling.top_p,
+        seed: u.seed,
+        setting: Setting::ar(),
+        replayed: false,
+        prompt_tokens: prompt.len(),
+        max_new_tokens: max_new,
+        n_generated: tokens.len(),
+        n_target_calls: usize::from(!tokens.is_empty()) + stats.decode_steps,
+        n_draft_calls: 0,
+        n_drafted: 0,
+        n_accepted: 0,
+        n_verified: 0,
+        draft_time_s: 0.0,
+        target_time_s: target_s,
+        total_time_s: target_s,
+        accepted_per_round: Vec::new(),
+        drafted_per_round: Vec::new(),
+        output_sha256: tokens_sha256(&tokens),
+        identical_to_ar: true,
+        speedup: 1.0,
+        batch,
+    };
+    UnitFile { unit: u.clone(), prompt: prompt.to_vec(), ar_tokens: tokens, rows: vec![row] }
 }
 
 /// Runs AR and then every method on one unit.
@@ -287,6 +346,7 @@ fn run_unit(
             output_sha256: tokens_sha256(&g.tokens),
             identical_to_ar: g.tokens == *ar_tokens,
             speedup: *ar_time / total.max(1e-9),
+            batch: 1,
         });
     }
     let ar_tokens = ar.map(|(t, _)| t).unwrap_or_default();
