@@ -133,6 +133,12 @@ pub fn summary_markdown(manifest: &EvalManifest, rows: &[ResultRow]) -> String {
         if manifest.part.is_some() { format!("{} (this part's share)", manifest.units_total) } else { manifest.units_total.to_string() },
         if manifest.complete { "" } else { " (incomplete: run the same command again to continue)" }
     );
+    if let Some(b) = rows.iter().map(|r| r.batch).max().filter(|&b| b > 1) {
+        let _ = writeln!(
+            s,
+            "The AR rows come from a greedy trace run ({b} prompts decoded at once): their times are shares of batched steps, not single-stream times, so they give no timing fit; replayed rows use eq. 5.1 with single-forward times for the AR reference too.\n"
+        );
+    }
     let failures = super::run::audit(rows);
     if failures.is_empty() {
         let _ = writeln!(s, "Losslessness audit: passed (every greedy speculative output equals AR's).\n");

@@ -84,9 +84,9 @@ pub fn rows_verified(r: &ResultRow) -> usize {
     r.n_drafted + r.drafted_per_round.len()
 }
 
-/// Standalone target time per token: T = t N over AR rows.
+/// Standalone target time per token: T = t N over single-stream AR rows.
 pub fn standalone_target(rows: &[&ResultRow]) -> Option<Fit> {
-    let ar: Vec<&&ResultRow> = rows.iter().filter(|r| r.setting.family() == "ar" && !r.replayed).collect();
+    let ar: Vec<&&ResultRow> = rows.iter().filter(|r| r.setting.family() == "ar" && !r.replayed && r.batch == 1).collect();
     least_squares(&ar.iter().map(|r| vec![r.n_target_calls as f64]).collect::<Vec<_>>(), &ar.iter().map(|r| r.total_time_s).collect::<Vec<_>>())
 }
 
