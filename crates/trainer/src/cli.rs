@@ -1,7 +1,8 @@
 //! Command-line arguments of `specx train` and the sweep over the paper's grid.
 
 use crate::config::TrainConfig;
-use crate::data::load_sets;
+use crate::data::{check_compatible, LabelledSet};
+use std::collections::BTreeMap;
 use crate::train::{train_on, TrainOptions, TrainState};
 use anyhow::{Context, Result};
 use clap::Args;
@@ -19,9 +20,14 @@ pub struct TrainArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Train one head per point of the config's [sweep] grid (w_rej x depth, the paper's
-    /// Table 3) into <out>/w<W>-d<D>/, and write a summary table <out>/sweep.md.
+    /// Table 3; x tied/untied and x training-set size when [sweep] lists them) into
+    /// <out>/w<W>-d<D>[-tied][-p<N>]/, and write <out>/sweep.md and sweep.json.
     #[arg(long)]
     pub sweep: bool,
+    /// Overrides [data] train_prompts: train on the train run's first N prompts (whole
+    /// shards; the run may still be growing).
+    #[arg(long)]
+    pub train_prompts: Option<usize>,
     /// Stop after this many epochs in this run (re-run the same command to continue).
     #[arg(long)]
     pub max_epochs: Option<usize>,
@@ -30,12 +36,37 @@ pub struct TrainArgs {
     pub no_progress: bool,
 }
 
+/// One point of a sweep: what differs from the config.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+struct Point {
+    w_rej: f64,
+    depth: usize,
+    tied: bool,
+    train_prompts: Option<usize>,
+}
+
+impl Point {
+    /// `w6-d3`, with `-tied` and `-p<N>` when the sweep varies or sets them.
+    fn dir_name(&self, cfg: &TrainConfig) -> String {
+        let mut name = format!("w{}-d{}", self.w_rej, self.depth);
+        if !cfg.sweep.tied.is_empty() && self.tied {
+            name.push_str("-tied");
+        }
+        if let (false, Some(p)) = (cfg.sweep.train_prompts.is_empty(), self.train_prompts) {
+            name.push_str(&format!("-p{p}"));
+        }
+        name
+    }
+}
+
 /// The row of a summary table for one trained head.
-fn row(w_rej: f64, depth: usize, s: &TrainState, seconds: f64) -> Vec<String> {
-    let Some(b) = s.best() else { return vec![format!("{w_rej}"), depth.to_string(), "-".into(), "-".into(), "-".into(), "-".into(), "-".into(), "-".into(), "-".into()] };
-    vec![
-        format!("{w_rej}"),
-        depth.to_string(),
+fn row(p: &Point, train_rows: usize, s: &TrainState, seconds: f64) -> Vec<String> {
+    let mut r = vec![format!("{}", p.w_rej), p.depth.to_string(), if p.tied { "tied" } else { "untied" }.into(), p.train_prompts.map_or("all".into(), |n| n.to_string()), train_rows.to_string()];
+    let Some(b) = s.best() else {
+        r.extend(std::iter::repeat_n("-".to_string(), 7));
+        return r;
+    };
+    r.extend([
         format!("{:.4}", b.train.binary_kl),
         format!("{:.4}", b.dev.binary_kl),
         format!("{:.4}", b.dev.weighted_loss),
@@ -43,7 +74,8 @@ fn row(w_rej: f64, depth: usize, s: &TrainState, seconds: f64) -> Vec<String> {
         format!("{:.4}", b.dev.ece),
         format!("{}/{}", b.epoch, s.config.optim.epochs),
         format!("{seconds:.1}"),
-    ]
+    ]);
+    r
 }
 
 /// The reliability bins of `m` as a table.
@@ -59,42 +91,74 @@ pub fn reliability_table(m: &crate::metrics::Metrics) -> String {
     markdown_table(&["predicted", "rows", "mean predicted", "mean label"], &rows)
 }
 
-const HEADER: [&str; 9] = ["w_rej", "depth", "train KL", "dev KL", "dev weighted loss", "dev AUROC", "dev ECE", "best epoch", "seconds"];
+const HEADER: [&str; 12] = ["w_rej", "depth", "tied", "train prompts", "train rows", "train KL", "dev KL", "dev weighted loss", "dev AUROC", "dev ECE", "best epoch", "seconds"];
 
 pub fn run_cli(a: TrainArgs) -> Result<()> {
     let mut cfg = TrainConfig::load(&a.config)?;
     if let Some(o) = &a.out {
         cfg.output.dir = specx_datagen::config::resolve_path(o, &std::env::current_dir()?);
     }
+    if a.train_prompts.is_some() {
+        cfg.data.train_prompts = a.train_prompts;
+    }
     cfg.validate()?;
-    let (train_set, dev_set) = load_sets(&cfg)?;
-    eprintln!(
-        "train: {} rows ({}, {}), dev: {} rows ({}), hidden {}",
-        train_set.len(),
-        train_set.split,
-        cfg.data.train.display(),
-        dev_set.len(),
-        dev_set.split,
-        train_set.hidden
-    );
     let opts = TrainOptions { max_epochs_this_run: a.max_epochs, progress: !a.no_progress };
-    let points: Vec<(f64, usize)> = if a.sweep {
-        cfg.sweep.w_rej.iter().flat_map(|&w| cfg.sweep.depth.iter().map(move |&d| (w, d))).collect()
-    } else {
-        vec![(cfg.loss.w_rej, cfg.head.depth)]
-    };
-    let mut rows = Vec::new();
-    let mut last_state = None;
-    for (w_rej, depth) in points {
-        let mut c = cfg.clone();
-        c.loss.w_rej = w_rej;
-        c.head.depth = depth;
-        if a.sweep {
-            c.output.dir = cfg.output.dir.join(format!("w{w_rej}-d{depth}"));
-            eprintln!("--- w_rej {w_rej}, depth {depth} -> {}", c.output.dir.display());
+    let sw = &cfg.sweep;
+    let points: Vec<Point> = if a.sweep {
+        let tied = if sw.tied.is_empty() { vec![cfg.head.tied] } else { sw.tied.clone() };
+        let sizes: Vec<Option<usize>> = if sw.train_prompts.is_empty() { vec![cfg.data.train_prompts] } else { sw.train_prompts.iter().map(|&n| Some(n)).collect() };
+        let mut v = Vec::new();
+        for &train_prompts in &sizes {
+            for &w_rej in &sw.w_rej {
+                for &depth in &sw.depth {
+                    for &tied in &tied {
+                        v.push(Point { w_rej, depth, tied, train_prompts });
+                    }
+                }
+            }
         }
-        let state = train_on(&c, &train_set, &dev_set, &opts).with_context(|| format!("training w_rej {w_rej}, depth {depth}"))?;
-        rows.push(row(w_rej, depth, &state, state.history.iter().map(|r| r.seconds).sum()));
+        v
+    } else {
+        vec![Point { w_rej: cfg.loss.w_rej, depth: cfg.head.depth, tied: cfg.head.tied, train_prompts: cfg.data.train_prompts }]
+    };
+    // Check every training-set size before training anything.
+    let dev_set = LabelledSet::load(&cfg.data.dev)?;
+    let mut sets: BTreeMap<Option<usize>, LabelledSet> = BTreeMap::new();
+    for p in &points {
+        if !sets.contains_key(&p.train_prompts) {
+            let set = LabelledSet::load_prompts(&cfg.data.train, p.train_prompts)?;
+            check_compatible(&set, &dev_set)?;
+            eprintln!(
+                "train: {} rows ({}, {}{}), dev: {} rows ({}), hidden {}",
+                set.len(),
+                set.split,
+                cfg.data.train.display(),
+                p.train_prompts.map_or(String::new(), |n| format!(", first {n} prompts")),
+                dev_set.len(),
+                dev_set.split,
+                set.hidden
+            );
+            sets.insert(p.train_prompts, set);
+        }
+    }
+    let mut rows = Vec::new();
+    let mut records = Vec::new();
+    let mut last_state = None;
+    for p in &points {
+        let mut c = cfg.clone();
+        c.loss.w_rej = p.w_rej;
+        c.head.depth = p.depth;
+        c.head.tied = p.tied;
+        c.data.train_prompts = p.train_prompts;
+        if a.sweep {
+            c.output.dir = cfg.output.dir.join(p.dir_name(&cfg));
+            eprintln!("--- w_rej {}, depth {}, {}{} -> {}", p.w_rej, p.depth, if p.tied { "tied" } else { "untied" }, p.train_prompts.map_or(String::new(), |n| format!(", {n} prompts")), c.output.dir.display());
+        }
+        let set = &sets[&p.train_prompts];
+        let state = train_on(&c, set, &dev_set, &opts).with_context(|| format!("training w_rej {}, depth {}", p.w_rej, p.depth))?;
+        let seconds = state.history.iter().map(|r| r.seconds).sum();
+        rows.push(row(p, set.len(), &state, seconds));
+        records.push(serde_json::json!({ "point": p, "dir": c.output.dir, "train_rows": set.len(), "dev_rows": dev_set.len(), "best": state.best(), "seconds": seconds }));
         last_state = Some(state);
     }
     let table = markdown_table(&HEADER, &rows);
@@ -107,14 +171,32 @@ pub fn run_cli(a: TrainArgs) -> Result<()> {
     }
     if a.sweep {
         let text = format!(
-            "# specx train --sweep\n\ntrain {} ({} rows), dev {} ({} rows); metrics of each point's best dev epoch (lowest dev weighted loss).\n\n{table}",
+            "# specx train --sweep\n\ntrain {}, dev {} ({} rows); metrics of each point's best dev epoch (lowest dev weighted loss).\n\n{table}",
             cfg.data.train.display(),
-            train_set.len(),
             cfg.data.dev.display(),
             dev_set.len()
         );
         write_atomic(&cfg.output.dir.join("sweep.md"), text.as_bytes())?;
-        eprintln!("wrote {}", cfg.output.dir.join("sweep.md").display());
+        // Every point's metrics, machine-readable (data-scaling plots, the reproduction write-up).
+        write_atomic(&cfg.output.dir.join("sweep.json"), serde_json::to_string_pretty(&serde_json::json!({ "config": cfg, "points": records }))?.as_bytes())?;
+        eprintln!("wrote {} and sweep.json", cfg.output.dir.join("sweep.md").display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweep_directories_name_what_the_sweep_varies() {
+        let text = "[data]\ntrain = \"t\"\ndev = \"d\"\n[output]\ndir = \"o\"\n";
+        let mut cfg: TrainConfig = toml::from_str(text).unwrap();
+        let p = Point { w_rej: 6.0, depth: 3, tied: true, train_prompts: Some(250) };
+        assert_eq!(p.dir_name(&cfg), "w6-d3", "a plain sweep keeps the paper's names");
+        cfg.sweep.tied = vec![false, true];
+        cfg.sweep.train_prompts = vec![100, 250];
+        assert_eq!(p.dir_name(&cfg), "w6-d3-tied-p250");
+        assert_eq!(Point { tied: false, ..p }.dir_name(&cfg), "w6-d3-p250");
+    }
 }

@@ -29,8 +29,13 @@ pub struct TrainConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DataConfig {
-    /// A finished `specx datagen` run directory (training rows).
+    /// A `specx datagen` run directory (training rows): finished, or with its first
+    /// `train_prompts` prompts finished.
     pub train: PathBuf,
+    /// Train on the run's first N prompts only (whole shards, in order; the run may still be
+    /// growing): nested subsets of one run for data-scaling curves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train_prompts: Option<usize>,
     /// Another run directory on disjoint prompts (validation rows).
     pub dev: PathBuf,
 }
@@ -134,6 +139,12 @@ pub struct SweepConfig {
     pub w_rej: Vec<f64>,
     #[serde(default = "default_depths")]
     pub depth: Vec<usize>,
+    /// Tied and/or untied heads ([head] tied if absent).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tied: Vec<bool>,
+    /// Training-set sizes in prompts ([data] train_prompts if absent): a data-scaling sweep.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub train_prompts: Vec<usize>,
 }
 
 fn default_w_rej() -> Vec<f64> {
@@ -145,7 +156,7 @@ fn default_depths() -> Vec<usize> {
 
 impl Default for SweepConfig {
     fn default() -> Self {
-        Self { w_rej: default_w_rej(), depth: default_depths() }
+        Self { w_rej: default_w_rej(), depth: default_depths(), tied: Vec::new(), train_prompts: Vec::new() }
     }
 }
 
@@ -162,6 +173,9 @@ impl TrainConfig {
         let o = &self.optim;
         if !(o.lr > 0.0) || o.epochs == 0 || o.batch_size == 0 || !(0.0..1.0).contains(&o.warmup_ratio) || o.weight_decay < 0.0 {
             bail!("[optim] needs lr > 0, epochs >= 1, batch_size >= 1, 0 <= warmup_ratio < 1, weight_decay >= 0");
+        }
+        if self.data.train_prompts == Some(0) || self.sweep.train_prompts.contains(&0) {
+            bail!("train_prompts must be at least 1");
         }
         if self.loss.w_acc <= 0.0 || self.loss.w_rej <= 0.0 {
             bail!("[loss] weights must be positive");

@@ -24,10 +24,48 @@ impl LabelledSet {
     /// Loads every shard of a finished run directory (checksums were verified when written;
     /// shapes and alignment are checked here).
     pub fn load(dir: &Path) -> Result<Self> {
+        Self::load_prompts(dir, None)
+    }
+
+    /// Loads the shards holding the run's first `prompts` prompts (all of a finished run if
+    /// None). A run still being generated serves as long as those shards are written; the
+    /// count must end on a shard boundary, so nested subsets are whole shards.
+    pub fn load_prompts(dir: &Path, prompts: Option<usize>) -> Result<Self> {
         let m = Manifest::read(dir)?;
-        if !m.complete || m.part.is_some() {
-            bail!("{} is not a finished run (complete: {}, part: {:?}); finish or merge it first", dir.display(), m.complete, m.part);
+        if m.part.is_some() {
+            bail!("{} is one part of a sharded run (part {:?}); merge the parts first (specx datagen merge)", dir.display(), m.part);
         }
+        let mut shards: Vec<_> = m.shards.iter().collect();
+        shards.sort_by_key(|r| r.index);
+        let shards = match prompts {
+            None if !m.complete => bail!("{} is not a finished run ({} of {} shards written); finish it, or train on its first shards with [data] train_prompts", dir.display(), m.shards.len(), m.shard_count),
+            None => shards,
+            Some(n) => {
+                let mut taken = Vec::new();
+                let mut covered = 0;
+                for (k, rec) in shards.iter().enumerate() {
+                    if covered >= n {
+                        break;
+                    }
+                    if rec.index != k {
+                        bail!("{}: train_prompts = {n} needs shards 0..; shard {k} is not written yet ({covered} prompts available in order)", dir.display());
+                    }
+                    covered += rec.prompt_count;
+                    taken.push(*rec);
+                }
+                if covered != n {
+                    let per = m.config.output.prompts_per_shard;
+                    bail!(
+                        "{}: train_prompts = {n}, but {} (shards of {per} prompts; {} written in order, of {} selected)",
+                        dir.display(),
+                        if covered < n { format!("only {covered} prompts are written in order") } else { format!("{n} is not a shard boundary") },
+                        shards.iter().enumerate().take_while(|(k, r)| r.index == *k).map(|(_, r)| r.prompt_count).sum::<usize>(),
+                        m.prompts.selected
+                    );
+                }
+                taken
+            }
+        };
         let mut set = Self {
             dir: dir.to_path_buf(),
             features: Vec::new(),
@@ -36,7 +74,7 @@ impl LabelledSet {
             draft_sha256: m.draft.sha256.clone(),
             split: format!("{:?}/{}", m.config.prompts.format, m.prompts.split).to_lowercase(),
         };
-        for rec in &m.shards {
+        for rec in shards {
             let rows = read_labelled(dir, rec).with_context(|| format!("reading shard {} of {}", rec.index, dir.display()))?;
             if rows.hidden != m.hidden_size {
                 bail!("{}: shard {} has features of width {}, the manifest says {}", dir.display(), rec.index, rows.hidden, m.hidden_size);
@@ -85,7 +123,7 @@ impl LabelledSet {
 
 /// Loads the train and dev runs of a config and checks that they fit together.
 pub fn load_sets(cfg: &crate::config::TrainConfig) -> Result<(LabelledSet, LabelledSet)> {
-    let train = LabelledSet::load(&cfg.data.train)?;
+    let train = LabelledSet::load_prompts(&cfg.data.train, cfg.data.train_prompts)?;
     let dev = LabelledSet::load(&cfg.data.dev)?;
     check_compatible(&train, &dev)?;
     Ok((train, dev))

@@ -15,6 +15,11 @@ fn configs() -> PathBuf {
 
 /// A datagen run of the tiny config on `split` into `out`.
 fn datagen(out: &Path, draft: &Path, target: &Path, split: &str) -> Manifest {
+    datagen_with(out, draft, target, split, 5, None)
+}
+
+/// [`datagen`] with `per_shard` prompts per shard, stopping after `max_shards` shards.
+fn datagen_with(out: &Path, draft: &Path, target: &Path, split: &str, per_shard: usize, max_shards: Option<usize>) -> Manifest {
     let args = DatagenArgs {
         config: Some(configs().join("datagen-tiny.toml")),
         out: Some(out.to_path_buf()),
@@ -27,7 +32,35 @@ fn datagen(out: &Path, draft: &Path, target: &Path, split: &str) -> Manifest {
     };
     let mut cfg = effective_config(&args).unwrap();
     cfg.prompts.split = split.into();
-    run(&cfg, &RunOptions::default()).unwrap()
+    cfg.output.prompts_per_shard = per_shard;
+    run(&cfg, &RunOptions { max_new_shards: max_shards, ..Default::default() }).unwrap()
+}
+
+#[test]
+fn trains_on_the_first_shards_of_a_growing_run() {
+    use specx_trainer::data::LabelledSet;
+    let tmp = tempfile::tempdir().unwrap();
+    let (draft, target) = write_tiny_char_pair(&tmp.path().join("pair"), 7, 0.35).unwrap();
+    let dir = tmp.path().join("train");
+    // 6 prompts in shards of 2; stop after 2 shards: a run still growing.
+    let partial = datagen_with(&dir, &draft, &target, "train", 2, Some(2));
+    assert!(!partial.complete);
+    let e = format!("{:#}", LabelledSet::load_prompts(&dir, None).err().unwrap());
+    assert!(e.contains("not a finished run") && e.contains("train_prompts"), "{e}");
+    let first4 = LabelledSet::load_prompts(&dir, Some(4)).unwrap();
+    assert_eq!(first4.len() as u64, partial.shards.iter().map(|s| s.labelled_rows).sum::<u64>());
+    let first2 = LabelledSet::load_prompts(&dir, Some(2)).unwrap();
+    assert_eq!(first2.len() as u64, partial.shards.iter().find(|s| s.index == 0).unwrap().labelled_rows);
+    assert_eq!(&first4.labels[..first2.len()], &first2.labels[..], "subsets are nested");
+    let e = format!("{:#}", LabelledSet::load_prompts(&dir, Some(3)).err().unwrap());
+    assert!(e.contains("not a shard boundary"), "{e}");
+    let e = format!("{:#}", LabelledSet::load_prompts(&dir, Some(6)).err().unwrap());
+    assert!(e.contains("only 4 prompts are written"), "{e}");
+    // Finishing the run makes all of it loadable, and its first 4 prompts did not change.
+    let full = datagen_with(&dir, &draft, &target, "train", 2, None);
+    assert!(full.complete);
+    assert_eq!(LabelledSet::load_prompts(&dir, None).unwrap().len() as u64, full.summary.labelled_rows);
+    assert_eq!(LabelledSet::load_prompts(&dir, Some(4)).unwrap().labels, first4.labels);
 }
 
 #[test]
