@@ -47,6 +47,18 @@ enum Command {
     /// verification cost curve), per-layer attention and MLP time, LM head, TTFT and TPOT;
     /// writes JSON (input of the DSI and EasySpec timing models) and a plot.
     Profile(specx_eval::profile::ProfileArgs),
+    /// Assemble a paper reproduction's tables (results.md, claims.json) and PNG figures from
+    /// finished runs (replay, real eval runs, head sweeps); runs nothing itself.
+    #[command(subcommand)]
+    Reproduce(Reproduce),
+}
+
+#[derive(Subcommand)]
+enum Reproduce {
+    /// SpecDec++: best fixed K vs best acceptance-head setting vs the Theorem 4.1 oracle
+    /// under eq. 5.1 (paper and CPU times), Figure 3 frontiers, thresholds per w_rej, the
+    /// eq. 3.1 timing fit, measured speedups, head sweeps and data scaling.
+    Specdecpp(specx_eval::reproduce::specdecpp::ReproArgs),
 }
 
 #[derive(Args)]
@@ -236,5 +248,6 @@ fn main() -> Result<()> {
         Command::Train(a) => specx_trainer::cli::run_cli(a),
         Command::Eval(a) => specx_eval::experiment::cli::run_cli(a),
         Command::Profile(a) => specx_eval::profile::run(a),
+        Command::Reproduce(Reproduce::Specdecpp(a)) => specx_eval::reproduce::specdecpp::run(a),
     }
 }

@@ -8,3 +8,4 @@ pub mod methods;
 pub mod profile;
 pub use specx_decoder::report;
 pub mod sysmem;
+pub mod reproduce;

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 static FONT: &[u8] = include_bytes!("../../../../assets/fonts/DejaVuSans.ttf");
-const SIZE: (u32, u32) = (900, 640);
+pub(crate) const SIZE: (u32, u32) = (900, 640);
 
 fn register_font() {
     static ONCE: std::sync::Once = std::sync::Once::new();
@@ -26,7 +26,7 @@ fn register_font() {
 }
 
 /// Colour of a method family (the same in every plot).
-fn colour(family: &str) -> RGBColor {
+pub(crate) fn colour(family: &str) -> RGBColor {
     match family {
         "specdec" => RGBColor(31, 119, 180),
         "specdecpp" => RGBColor(214, 39, 40),
@@ -65,7 +65,7 @@ pub fn frontier(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
     f
 }
 
-fn range(vals: impl Iterator<Item = f64> + Clone) -> std::ops::Range<f64> {
+pub(crate) fn range(vals: impl Iterator<Item = f64> + Clone) -> std::ops::Range<f64> {
     let lo = vals.clone().fold(f64::INFINITY, f64::min);
     let hi = vals.fold(f64::NEG_INFINITY, f64::max);
     if !lo.is_finite() || !hi.is_finite() {
@@ -75,7 +75,7 @@ fn range(vals: impl Iterator<Item = f64> + Clone) -> std::ops::Range<f64> {
     (lo - pad).max(0.0)..hi + pad
 }
 
-fn safe(s: &str) -> String {
+pub(crate) fn safe(s: &str) -> String {
     s.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
 }
 

@@ -1,0 +1,137 @@
+//! The reproduction's PNG figures: Figure 3 per prompt set (with the oracle), speedup against
+//! the threshold, the oracle gap, and the data-scaling curve of the head.
+
+use super::analysis::{HeadPoint, Times};
+use super::rows::Group;
+use crate::experiment::plots::{colour, frontier, range, render_png};
+use anyhow::{anyhow, Result};
+use plotters::prelude::*;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Figure 3: verification rate against discard rate (ratios of sums), fixed K labelled,
+/// every SpecDec++ setting, each family's frontier, and the oracle.
+pub fn frontier_figure(path: &Path, title: &str, groups: &BTreeMap<String, Group>) -> Result<()> {
+    render_png(path, |root| {
+        let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
+        let pts = |f: &str| groups.values().filter(|g| g.first.family == f).map(|g| (g.rates(), g.first.k)).collect::<Vec<_>>();
+        let all: Vec<(f64, f64)> = ["specdec", "specdecpp", "oracle"].iter().flat_map(|f| pts(f)).map(|p| p.0).collect();
+        let mut chart = ChartBuilder::on(root)
+            .caption(title, ("sans-serif", 22))
+            .margin(16)
+            .x_label_area_size(48)
+            .y_label_area_size(64)
+            .build_cartesian_2d(range(all.iter().map(|p| p.0).chain([0.0])), range(all.iter().map(|p| p.1)))
+            .map_err(e)?;
+        chart.configure_mesh().x_desc("discard rate N_discarded / N").y_desc("verification rate N_target / N").label_style(("sans-serif", 15)).draw().map_err(e)?;
+        for (family, label) in [("specdecpp", "SpecDec++ (every head x threshold x bounds)"), ("specdec", "fixed K"), ("oracle", "oracle (Theorem 4.1)")] {
+            let c = colour(family);
+            let p = pts(family);
+            if p.is_empty() {
+                continue;
+            }
+            let xy: Vec<(f64, f64)> = p.iter().map(|q| q.0).collect();
+            let size = if family == "specdecpp" { 3 } else { 6 };
+            chart.draw_series(xy.iter().map(|&q| Circle::new(q, size, c.filled()))).map_err(e)?.label(label).legend(move |(x, y)| Circle::new((x, y), 5, c.filled()));
+            if family != "oracle" {
+                chart.draw_series(LineSeries::new(frontier(&xy), c.stroke_width(2))).map_err(e)?;
+            }
+            if family == "specdec" {
+                chart.draw_series(p.iter().map(|(q, k)| Text::new(format!("K={}", k.unwrap_or(0)), (q.0, q.1), ("sans-serif", 13).into_font()))).map_err(e)?;
+            }
+        }
+        chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 15)).draw().map_err(e)?;
+        Ok(())
+    })
+}
+
+/// Eq. 5.1 speedup over AR at `t` against the threshold for `heads`, with the best fixed K
+/// and the oracle as horizontal lines.
+pub fn threshold_figure(path: &Path, title: &str, groups: &BTreeMap<String, Group>, heads: &[String], t: &Times) -> Result<()> {
+    render_png(path, |root| {
+        let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
+        let sp = |g: &Group| g.eq51(t.pair()) / t.ar();
+        let best_k = groups.values().filter(|g| g.first.family == "specdec").map(sp).fold(f64::NAN, f64::max);
+        let oracle = groups.values().find(|g| g.first.family == "oracle").map(sp);
+        let mut lines: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+        for g in groups.values().filter(|g| g.first.family == "specdecpp" && g.first.min == Some(2)) {
+            if let (Some(h), Some(th)) = (&g.first.head, g.first.threshold) {
+                if heads.contains(h) {
+                    lines.entry(h.clone()).or_default().push((th, sp(g)));
+                }
+            }
+        }
+        let ys = lines.values().flatten().map(|p| p.1).chain([best_k, 1.0]).chain(oracle).filter(|v| v.is_finite());
+        let mut chart = ChartBuilder::on(root).caption(title, ("sans-serif", 20)).margin(16).x_label_area_size(48).y_label_area_size(64).build_cartesian_2d(0.0..1.0, range(ys)).map_err(e)?;
+        chart.configure_mesh().x_desc("threshold h (bounds [2, 20])").y_desc(format!("eq. 5.1 speedup over AR, {}", t.name)).label_style(("sans-serif", 15)).draw().map_err(e)?;
+        let palette = [RGBColor(214, 39, 40), RGBColor(255, 127, 14), RGBColor(140, 86, 75), RGBColor(227, 119, 194), RGBColor(188, 189, 34)];
+        for (i, (h, mut p)) in lines.into_iter().enumerate() {
+            p.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let c = palette[i % palette.len()];
+            chart.draw_series(LineSeries::new(p.clone(), c.stroke_width(2))).map_err(e)?.label(format!("SpecDec++ {h}")).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
+            chart.draw_series(p.iter().map(|&q| Circle::new(q, 4, c.filled()))).map_err(e)?;
+        }
+        for (v, name, c) in [(Some(best_k), "best fixed K", colour("specdec")), (oracle, "oracle", colour("oracle"))] {
+            if let Some(v) = v.filter(|v| v.is_finite()) {
+                chart.draw_series(LineSeries::new(vec![(0.0, v), (1.0, v)], c.stroke_width(2))).map_err(e)?.label(name).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
+            }
+        }
+        chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 14)).draw().map_err(e)?;
+        Ok(())
+    })
+}
+
+/// Grouped bars per prompt set: eq. 5.1 speedup of the best fixed K, the best SpecDec++ and
+/// the oracle.
+pub fn oracle_gap_figure(path: &Path, title: &str, bars: &[(String, [f64; 3])]) -> Result<()> {
+    render_png(path, |root| {
+        let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
+        let ymax = bars.iter().flat_map(|b| b.1).filter(|v| v.is_finite()).fold(1.0, f64::max) * 1.15;
+        let mut chart = ChartBuilder::on(root).caption(title, ("sans-serif", 20)).margin(16).x_label_area_size(48).y_label_area_size(64).build_cartesian_2d(-0.5..bars.len() as f64 - 0.5, 0.0..ymax).map_err(e)?;
+        chart
+            .configure_mesh()
+            .x_labels(bars.len())
+            .x_label_formatter(&|x| bars.get(x.round() as usize).filter(|_| (x - x.round()).abs() < 1e-6).map_or(String::new(), |b| b.0.clone()))
+            .y_desc("eq. 5.1 speedup over AR")
+            .label_style(("sans-serif", 15))
+            .draw()
+            .map_err(e)?;
+        for (j, (family, label)) in [("specdec", "best fixed K"), ("specdecpp", "best SpecDec++"), ("oracle", "oracle")].into_iter().enumerate() {
+            let c = colour(family);
+            chart
+                .draw_series(bars.iter().enumerate().filter(|(_, b)| b.1[j].is_finite()).map(|(i, b)| {
+                    let x = i as f64 - 0.36 + 0.24 * j as f64;
+                    Rectangle::new([(x, 0.0), (x + 0.22, b.1[j])], c.filled())
+                }))
+                .map_err(e)?
+                .label(label)
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
+        }
+        chart.configure_series_labels().position(SeriesLabelPosition::UpperLeft).border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 15)).draw().map_err(e)?;
+        Ok(())
+    })
+}
+
+/// Dev binary KL, AUROC and ECE of the head against the training rows (log scale).
+pub fn scaling_figure(path: &Path, title: &str, points: &[HeadPoint]) -> Result<()> {
+    render_png(path, |root| {
+        let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
+        let root = root.titled(title, ("sans-serif", 20)).map_err(e)?;
+        let panels = root.split_evenly((1, 3));
+        let mut pts: Vec<&HeadPoint> = points.iter().collect();
+        pts.sort_by_key(|p| p.train_rows);
+        let xs = pts.iter().map(|p| p.train_rows as f64);
+        let (lo, hi) = (xs.clone().fold(f64::INFINITY, f64::min) * 0.8, xs.fold(0.0, f64::max) * 1.25);
+        let metrics: [(&str, Box<dyn Fn(&HeadPoint) -> f64>); 3] =
+            [("dev binary KL", Box::new(|p| p.dev_kl)), ("dev AUROC", Box::new(|p| p.dev_auroc.unwrap_or(f64::NAN))), ("dev ECE", Box::new(|p| p.dev_ece))];
+        for (panel, (name, f)) in panels.iter().zip(metrics) {
+            let v: Vec<(f64, f64)> = pts.iter().map(|p| (p.train_rows as f64, f(p))).filter(|q| q.1.is_finite()).collect();
+            let mut chart = ChartBuilder::on(panel).margin(12).x_label_area_size(44).y_label_area_size(60).build_cartesian_2d((lo.max(1.0)..hi.max(2.0)).log_scale(), range(v.iter().map(|q| q.1))).map_err(e)?;
+            chart.configure_mesh().x_desc("training rows").y_desc(name).x_labels(4).label_style(("sans-serif", 13)).draw().map_err(e)?;
+            let c = colour("specdecpp");
+            chart.draw_series(LineSeries::new(v.clone(), c.stroke_width(2))).map_err(e)?;
+            chart.draw_series(v.iter().map(|&q| Circle::new(q, 4, c.filled()))).map_err(e)?;
+        }
+        Ok(())
+    })
+}

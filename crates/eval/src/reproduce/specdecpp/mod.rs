@@ -1,0 +1,248 @@
+//! `specx reproduce specdecpp --config configs/reproductions/specdecpp.toml`: the SpecDec++
+//! reproduction's tables (`results.md`, `claims.json`) and figures from finished runs: the
+//! replay of the greedy trace run (every head x threshold x bounds, fixed K, the oracle), real
+//! eval runs (measured speedups, the eq. 3.1 timing fit), and the head sweeps' `sweep.json`.
+//! Inputs that do not exist yet are listed as missing (with the command that makes them), so
+//! the report can be regenerated while the runs grow.
+
+pub mod analysis;
+pub mod figures;
+pub mod rows;
+
+use crate::experiment::timing::PAPER_TIMES;
+use analysis::{best_threshold_per_w, compare, frontier_check, timing_fit, HeadPoint, Times};
+use anyhow::{ensure, Context, Result};
+use clap::Args;
+use rows::{groups, read_rows, Row};
+use serde::{Deserialize, Serialize};
+use specx_datagen::config::{read_toml, resolve_path};
+use specx_decoder::fsutil::write_atomic;
+use specx_decoder::report::markdown_table;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReproConfig {
+    /// The replay directory of the greedy trace run (`specx eval replay`).
+    pub replay: PathBuf,
+    /// Eval run directories with real speculative rows (measured speedups, timing fit).
+    #[serde(default)]
+    pub real: Vec<PathBuf>,
+    /// `sweep.json` of the w_rej x depth head sweep (`specx train --sweep`).
+    pub sweep: Option<PathBuf>,
+    /// `sweep.json` of the data-scaling sweep.
+    pub scaling: Option<PathBuf>,
+    /// The head directory name of the paper's recommended setting (w_rej 6, depth 3).
+    pub default_head: Option<String>,
+    /// Where the tables and figures go.
+    pub out: PathBuf,
+}
+
+impl ReproConfig {
+    pub fn load(path: &Path) -> Result<Self> {
+        let (mut c, base): (Self, PathBuf) = read_toml(path)?;
+        c.replay = resolve_path(&c.replay, &base);
+        c.real = c.real.iter().map(|p| resolve_path(p, &base)).collect();
+        c.sweep = c.sweep.map(|p| resolve_path(&p, &base));
+        c.scaling = c.scaling.map(|p| resolve_path(&p, &base));
+        c.out = resolve_path(&c.out, &base);
+        Ok(c)
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct ReproArgs {
+    /// Reproduction config (TOML): the replay directory, real eval runs, sweep files, output
+    /// directory. See configs/reproductions/specdecpp.toml.
+    #[arg(long)]
+    pub config: PathBuf,
+}
+
+/// Head name -> what it was trained with, from a sweep file.
+fn read_sweep(path: &Path) -> Result<BTreeMap<String, HeadPoint>> {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).with_context(|| format!("reading {}", path.display()))?).with_context(|| format!("{}: not JSON", path.display()))?;
+    let mut out = BTreeMap::new();
+    for p in v["points"].as_array().with_context(|| format!("{}: no points (not a sweep.json?)", path.display()))? {
+        let dir = PathBuf::from(p["dir"].as_str().unwrap_or_default());
+        let name = crate::experiment::grid::head_name(&dir);
+        let best = &p["best"];
+        out.insert(
+            name,
+            HeadPoint {
+                w_rej: p["point"]["w_rej"].as_f64().unwrap_or(f64::NAN),
+                depth: p["point"]["depth"].as_u64().unwrap_or(0) as usize,
+                tied: p["point"]["tied"].as_bool().unwrap_or(false),
+                train_prompts: p["point"]["train_prompts"].as_u64().map(|n| n as usize),
+                train_rows: p["train_rows"].as_u64().unwrap_or(0) as usize,
+                dev_kl: best["dev"]["binary_kl"].as_f64().unwrap_or(f64::NAN),
+                dev_auroc: best["dev"]["auroc"].as_f64(),
+                dev_ece: best["dev"]["ece"].as_f64().unwrap_or(f64::NAN),
+            },
+        );
+    }
+    Ok(out)
+}
+
+fn f3(v: f64) -> String {
+    if v.is_finite() { format!("{v:.3}") } else { "-".into() }
+}
+fn pct(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{:+.1}%", 100.0 * v))
+}
+
+/// Per-prompt measured speedups of a real run's groups over the AR row of the same prompt.
+fn measured_table(rows: &[Row]) -> String {
+    let mut out = String::new();
+    for ((dataset, sampling), gs) in groups(rows) {
+        let ar: BTreeMap<&str, f64> = gs.values().filter(|g| g.first.family == "ar").flat_map(|g| g.rows.iter().map(|r| (r.prompt_id.as_str(), r.time_s))).collect();
+        let mut table = Vec::new();
+        for g in gs.values() {
+            let sp: Vec<f64> = g.rows.iter().filter_map(|r| ar.get(r.prompt_id.as_str()).map(|a| a / r.time_s)).collect();
+            let (m, sd) = crate::experiment::report::mean_sd(&sp);
+            let ar_sum: f64 = g.rows.iter().filter_map(|r| ar.get(r.prompt_id.as_str())).sum();
+            let t_sum: f64 = g.rows.iter().map(|r| r.time_s).sum();
+            table.push(vec![g.first.setting.clone(), g.rows.len().to_string(), g.measured().map_or("-".into(), f3), format!("{m:.3} ± {sd:.3}"), f3(ar_sum / t_sum), f3(g.eq51(PAPER_TIMES) * PAPER_TIMES.1)]);
+        }
+        let _ = writeln!(out, "#### {dataset}, {sampling}\n");
+        out.push_str(&markdown_table(&["setting", "prompts", "measured tok/s (sum)", "measured speedup (mean ± sd)", "measured speedup (sum)", "eq. 5.1 speedup at paper times"], &table));
+        out.push('\n');
+    }
+    out
+}
+
+pub fn run(a: ReproArgs) -> Result<()> {
+    let cfg = ReproConfig::load(&a.config)?;
+    let replay_rows = read_rows(&cfg.replay)?;
+    ensure!(replay_rows.iter().any(|r| r.replayed), "{} has no replayed rows (is it a `specx eval replay` directory?)", cfg.replay.display());
+    let replay_json: serde_json::Value = serde_json::from_slice(&std::fs::read(cfg.replay.join("replay.json")).with_context(|| format!("reading {}", cfg.replay.join("replay.json").display()))?)?;
+    let mut missing = Vec::new();
+    let mut real_rows = Vec::new();
+    for dir in &cfg.real {
+        if dir.join("results.parquet").exists() {
+            real_rows.extend(read_rows(dir)?);
+        } else {
+            missing.push(format!("real eval run {} (specx eval --config configs/eval/specdecpp-*.toml)", dir.display()));
+        }
+    }
+    let mut heads = BTreeMap::new();
+    for p in cfg.sweep.iter().chain(&cfg.scaling) {
+        if p.exists() {
+            heads.extend(read_sweep(p)?);
+        } else {
+            missing.push(format!("sweep file {} (specx train --sweep)", p.display()));
+        }
+    }
+    std::fs::create_dir_all(&cfg.out).with_context(|| format!("creating {}", cfg.out.display()))?;
+
+    // Time models: the paper's A100 times; single-token forwards on this CPU (replay.json);
+    // eq. 3.1 fitted on the real runs when there are any.
+    let mut times = vec![Times { name: "paper A100 times (0.0234, 0.112) s".into(), t_draft: PAPER_TIMES.0, t_target: PAPER_TIMES.1 }];
+    let (sd, st) = (replay_json["draft_single_forward_seconds"].as_f64(), replay_json["target_single_forward_seconds"].as_f64());
+    if let (Some(d), Some(t)) = (sd, st) {
+        times.push(Times { name: format!("CPU single-token forwards ({d:.4}, {t:.4}) s"), t_draft: d, t_target: t });
+    }
+    let real_refs: Vec<&Row> = real_rows.iter().collect();
+    let fit = timing_fit(&real_refs);
+    if let Some(f) = fit.as_ref().filter(|f| f.coefficients.iter().all(|c| *c > 0.0)) {
+        times.push(Times { name: format!("CPU eq. 3.1 fit ({:.4}, {:.4}) s, R² {:.3}", f.coefficients[0], f.coefficients[1], f.r2), t_draft: f.coefficients[0], t_target: f.coefficients[1] });
+    }
+
+    let mut md = String::from("# SpecDec++ reproduction: tables\n\nGenerated by `specx reproduce specdecpp`; do not edit (the write-up is docs/reproductions/specdecpp.md).\n\n");
+    let _ = writeln!(md, "Replay: `{}` ({} settings; draft rows {}, {:.0} s).", cfg.replay.display(), replay_json["settings"].as_array().map_or(0, Vec::len), replay_json["draft_rows"], replay_json["draft_seconds"].as_f64().unwrap_or(0.0));
+    if !missing.is_empty() {
+        let _ = writeln!(md, "\nNot available yet:\n");
+        for m in &missing {
+            let _ = writeln!(md, "- {m}");
+        }
+    }
+    let mut claims = serde_json::Map::new();
+    let mut gap_bars = Vec::new();
+    let replay_groups = groups(&replay_rows);
+    for ((dataset, sampling), gs) in &replay_groups {
+        let prompts = gs.values().find(|g| g.first.family == "ar").map_or(0, |g| g.rows.len());
+        let _ = writeln!(md, "\n## {dataset}, {sampling} ({prompts} prompts, replayed counts)\n");
+        let mut table = Vec::new();
+        let mut per_times = Vec::new();
+        for t in &times {
+            let c = compare(gs, t, cfg.default_head.as_deref());
+            let s = |x: &Option<analysis::Scored>| x.as_ref().map_or("-".into(), |x| format!("{} ({:.2} tok/s, {:.3}x; mean/prompt {:.2})", x.setting, x.tokens_per_s, x.speedup, x.tokens_per_s_mean));
+            table.push(vec![t.name.clone(), s(&c.best_fixed_k), s(&c.best_specdecpp), pct(c.improvement), s(&c.oracle), c.oracle_gap_closed.map_or("-".into(), |v| format!("{:.0}%", 100.0 * v)), c.default_share_of_best.map_or("-".into(), |v| format!("{:.1}%", 100.0 * v))]);
+            per_times.push(serde_json::to_value(&c)?);
+            if t.name.starts_with("paper") {
+                let sp = |x: &Option<analysis::Scored>| x.as_ref().map_or(f64::NAN, |x| x.speedup);
+                gap_bars.push((dataset.clone(), [sp(&c.best_fixed_k), sp(&c.best_specdecpp), sp(&c.oracle)]));
+            }
+        }
+        md.push_str(&markdown_table(&["time model", "best fixed K", "best SpecDec++", "improvement", "oracle", "oracle gap closed", "default (w6 d3 h0.7) / best"], &table));
+        let fc = frontier_check(gs);
+        let _ = writeln!(
+            md,
+            "\nFigure 3 check: of {} fixed-K points, {} are matched (some SpecDec++ setting has discard and verification rates no higher) and {} beaten (one strictly lower): SpecDec++'s frontier is {}.\n",
+            fc.fixed_k_points,
+            fc.matched,
+            fc.beaten,
+            if fc.strictly_better { "no worse at every K and strictly better somewhere" } else { "NOT better everywhere" }
+        );
+        let bt = best_threshold_per_w(gs, &heads, &times[0]);
+        if !bt.is_empty() {
+            md.push_str("Best threshold per w_rej (paper times; over depths):\n\n");
+            md.push_str(&markdown_table(&["w_rej", "best head", "threshold", "speedup"], &bt.iter().map(|b| vec![format!("{}", b.w_rej), b.head.clone(), format!("{}", b.threshold), format!("{:.3}", b.speedup)]).collect::<Vec<_>>()));
+        }
+        let tag = crate::experiment::plots::safe(&format!("{dataset}_{sampling}"));
+        figures::frontier_figure(&cfg.out.join(format!("frontier_{tag}.png")), &format!("{dataset} ({sampling}): Figure 3 analogue"), gs)?;
+        let mut ranked: Vec<(String, f64)> = Vec::new();
+        for g in gs.values().filter(|g| g.first.family == "specdecpp") {
+            let h = g.first.head.clone().unwrap_or_default();
+            let v = g.eq51(times[0].pair());
+            match ranked.iter_mut().find(|r| r.0 == h) {
+                Some(r) => r.1 = r.1.max(v),
+                None => ranked.push((h, v)),
+            }
+        }
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let top: Vec<String> = ranked.into_iter().take(4).map(|r| r.0).collect();
+        figures::threshold_figure(&cfg.out.join(format!("threshold_{tag}.png")), &format!("{dataset} ({sampling}): speedup vs threshold, best heads"), gs, &top, &times[0])?;
+        claims.insert(format!("{dataset}/{sampling}"), serde_json::json!({ "prompts": prompts, "comparisons": per_times, "frontier": fc, "best_threshold_per_w_rej": bt }));
+    }
+    if !gap_bars.is_empty() {
+        figures::oracle_gap_figure(&cfg.out.join("oracle_gap.png"), "Best fixed K, best SpecDec++ and the oracle (eq. 5.1, paper times)", &gap_bars)?;
+    }
+
+    md.push_str("\n## Timing model (eq. 3.1) on real runs\n\n");
+    match &fit {
+        Some(f) => {
+            let _ = writeln!(md, "T = t_draft N_draft + t_target N_target over {} real speculative requests: t_draft {:.4} s, t_target {:.4} s, R² {:.4}.\n", f.n, f.coefficients[0], f.coefficients[1], f.r2);
+            for ((dataset, sampling), gs) in groups(&real_rows) {
+                let rs: Vec<&Row> = gs.values().flat_map(|g| g.rows.iter()).collect();
+                if let Some(f) = timing_fit(&rs) {
+                    let _ = writeln!(md, "- {dataset}, {sampling}: t_draft {:.4}, t_target {:.4}, R² {:.4} ({} requests)", f.coefficients[0], f.coefficients[1], f.r2, f.n);
+                }
+            }
+            md.push_str("\n### Measured on this CPU\n\n");
+            md.push_str(&measured_table(&real_rows));
+        }
+        None => md.push_str("No real speculative runs yet.\n"),
+    }
+    claims.insert("timing_fit".into(), serde_json::to_value(&fit)?);
+
+    if !heads.is_empty() {
+        md.push_str("\n## Heads (dev metrics of each head's best epoch)\n\n");
+        let table: Vec<Vec<String>> = heads
+            .iter()
+            .map(|(n, p)| vec![n.clone(), format!("{}", p.w_rej), p.depth.to_string(), if p.tied { "tied" } else { "untied" }.into(), p.train_prompts.map_or("all".into(), |v| v.to_string()), p.train_rows.to_string(), f3(p.dev_kl), p.dev_auroc.map_or("-".into(), f3), f3(p.dev_ece)])
+            .collect();
+        md.push_str(&markdown_table(&["head", "w_rej", "depth", "tied", "train prompts", "train rows", "dev KL", "dev AUROC", "dev ECE"], &table));
+        claims.insert("heads".into(), serde_json::to_value(&heads)?);
+    }
+    if let Some(p) = cfg.scaling.as_ref().filter(|p| p.exists()) {
+        let pts: Vec<HeadPoint> = read_sweep(p)?.into_values().collect();
+        figures::scaling_figure(&cfg.out.join("scaling.png"), "Acceptance head vs training data (dev metrics)", &pts)?;
+    }
+    write_atomic(&cfg.out.join("results.md"), md.as_bytes())?;
+    write_atomic(&cfg.out.join("claims.json"), serde_json::to_string_pretty(&claims)?.as_bytes())?;
+    println!("{md}");
+    eprintln!("wrote {}/results.md, claims.json and figures", cfg.out.display());
+    Ok(())
+}

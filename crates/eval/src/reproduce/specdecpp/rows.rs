@@ -1,0 +1,122 @@
+//! Results rows of eval and replay runs read back from `results.parquet`, and their sums per
+//! (dataset, sampling, setting).
+
+use anyhow::{Context, Result};
+use polars::prelude::DataFrame;
+use polars_io::parquet::read::ParquetReader;
+use polars_io::SerReader;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The columns of a results row this report uses.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub dataset: String,
+    pub sampling: String,
+    pub prompt_id: String,
+    pub family: String,
+    pub setting: String,
+    pub head: Option<String>,
+    pub threshold: Option<f64>,
+    pub k: Option<u64>,
+    pub min: Option<u64>,
+    pub replayed: bool,
+    pub n: f64,
+    pub discarded: f64,
+    pub target_calls: f64,
+    pub draft_calls: f64,
+    pub time_s: f64,
+    pub batch: u64,
+}
+
+fn frame(path: &Path) -> Result<DataFrame> {
+    let f = std::fs::File::open(path).with_context(|| format!("opening {} (is the run finished? `specx eval` and `specx eval replay` write it)", path.display()))?;
+    ParquetReader::new(f).finish().with_context(|| format!("{}: not a readable results table", path.display()))
+}
+
+/// Every row of `dir/results.parquet`.
+pub fn read_rows(dir: &Path) -> Result<Vec<Row>> {
+    let path = dir.join("results.parquet");
+    let df = frame(&path)?;
+    let ctx = |c: &str| format!("{}: column {c}", path.display());
+    let s = |c: &str| -> Result<Vec<Option<String>>> { Ok(df.column(c).with_context(|| ctx(c))?.str().with_context(|| ctx(c))?.iter().map(|v| v.map(str::to_string)).collect()) };
+    let u = |c: &str| -> Result<Vec<Option<u64>>> { Ok(df.column(c).with_context(|| ctx(c))?.u64().with_context(|| ctx(c))?.iter().collect()) };
+    let f = |c: &str| -> Result<Vec<Option<f64>>> { Ok(df.column(c).with_context(|| ctx(c))?.f64().with_context(|| ctx(c))?.iter().collect()) };
+    let b = |c: &str| -> Result<Vec<Option<bool>>> { Ok(df.column(c).with_context(|| ctx(c))?.bool().with_context(|| ctx(c))?.iter().collect()) };
+    let (dataset, sampling, prompt_id, family, setting, head) = (s("dataset")?, s("sampling")?, s("prompt_id")?, s("method")?, s("setting")?, s("head")?);
+    let (threshold, k, min, replayed) = (f("threshold")?, u("k")?, u("min")?, b("replayed")?);
+    let (n, disc, tgt, drf, time) = (u("n_generated")?, u("n_discarded")?, u("n_target_calls")?, u("n_draft_calls")?, f("total_time_s")?);
+    // Runs written before trace runs existed have no batch column: single streams.
+    let batch = if df.column("batch").is_ok() { u("batch")? } else { vec![Some(1); df.height()] };
+    let num = |v: Option<u64>| v.unwrap_or(0) as f64;
+    Ok((0..df.height())
+        .map(|i| Row {
+            dataset: dataset[i].clone().unwrap_or_default(),
+            sampling: sampling[i].clone().unwrap_or_default(),
+            prompt_id: prompt_id[i].clone().unwrap_or_default(),
+            family: family[i].clone().unwrap_or_default(),
+            setting: setting[i].clone().unwrap_or_default(),
+            head: head[i].clone(),
+            threshold: threshold[i],
+            k: k[i],
+            min: min[i],
+            replayed: replayed[i].unwrap_or(false),
+            n: num(n[i]),
+            discarded: num(disc[i]),
+            target_calls: num(tgt[i]),
+            draft_calls: num(drf[i]),
+            time_s: time[i].unwrap_or(f64::NAN),
+            batch: batch[i].unwrap_or(1),
+        })
+        .collect())
+}
+
+/// The rows of one (dataset, sampling, setting), with their sums.
+#[derive(Clone, Debug)]
+pub struct Group {
+    pub first: Row,
+    pub rows: Vec<Row>,
+}
+
+impl Group {
+    pub fn n(&self) -> f64 {
+        self.rows.iter().map(|r| r.n).sum()
+    }
+    pub fn discarded(&self) -> f64 {
+        self.rows.iter().map(|r| r.discarded).sum()
+    }
+    pub fn target_calls(&self) -> f64 {
+        self.rows.iter().map(|r| r.target_calls).sum()
+    }
+    /// Discard rate and verification rate as ratios of sums (the Figure 3 coordinates).
+    pub fn rates(&self) -> (f64, f64) {
+        (self.discarded() / self.n(), self.target_calls() / self.n())
+    }
+    /// Eq. 5.1 throughput at forward times `t` = (draft, target): ratio of sums over prompts.
+    pub fn eq51(&self, t: (f64, f64)) -> f64 {
+        crate::experiment::timing::predicted_throughput(self.n(), self.discarded(), self.target_calls(), t.0, t.1)
+    }
+    /// Eq. 5.1 throughput per prompt, averaged over prompts.
+    pub fn eq51_mean(&self, t: (f64, f64)) -> f64 {
+        let v: Vec<f64> = self.rows.iter().filter(|r| r.n > 0.0).map(|r| crate::experiment::timing::predicted_throughput(r.n, r.discarded, r.target_calls, t.0, t.1)).collect();
+        v.iter().sum::<f64>() / v.len().max(1) as f64
+    }
+    /// Measured tokens per second, ratio of sums (real single-stream rows only).
+    pub fn measured(&self) -> Option<f64> {
+        (!self.first.replayed && self.first.batch == 1).then(|| self.n() / self.rows.iter().map(|r| r.time_s).sum::<f64>())
+    }
+}
+
+/// Rows grouped by (dataset, sampling) and then setting key.
+pub fn groups(rows: &[Row]) -> BTreeMap<(String, String), BTreeMap<String, Group>> {
+    let mut out: BTreeMap<(String, String), BTreeMap<String, Group>> = BTreeMap::new();
+    for r in rows {
+        out.entry((r.dataset.clone(), r.sampling.clone()))
+            .or_default()
+            .entry(r.setting.clone())
+            .or_insert_with(|| Group { first: r.clone(), rows: Vec::new() })
+            .rows
+            .push(r.clone());
+    }
+    out
+}
