@@ -28,6 +28,9 @@ pub struct TrainArgs {
     /// shards; the run may still be growing).
     #[arg(long)]
     pub train_prompts: Option<usize>,
+    /// Overrides [head] tied: one block's weights shared by all blocks (true) or not.
+    #[arg(long)]
+    pub tied: Option<bool>,
     /// Stop after this many epochs in this run (re-run the same command to continue).
     #[arg(long)]
     pub max_epochs: Option<usize>,
@@ -100,6 +103,9 @@ pub fn run_cli(a: TrainArgs) -> Result<()> {
     }
     if a.train_prompts.is_some() {
         cfg.data.train_prompts = a.train_prompts;
+    }
+    if let Some(t) = a.tied {
+        cfg.head.tied = t;
     }
     cfg.validate()?;
     let opts = TrainOptions { max_epochs_this_run: a.max_epochs, progress: !a.no_progress };

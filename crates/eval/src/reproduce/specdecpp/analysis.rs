@@ -115,29 +115,32 @@ pub struct HeadPoint {
     pub dev_ece: f64,
 }
 
-/// Table 3's threshold claim: for each w_rej, the threshold of its best head setting.
+/// Table 3's per-head result on one prompt set: the head's best threshold (bounds [2, 20], as
+/// the paper) and its throughput there.
 #[derive(Clone, Debug, Serialize)]
 pub struct BestThreshold {
-    pub w_rej: f64,
     pub head: String,
     pub threshold: f64,
+    pub tokens_per_s: f64,
     pub speedup: f64,
 }
 
-pub fn best_threshold_per_w(groups: &BTreeMap<String, Group>, heads: &BTreeMap<String, HeadPoint>, t: &Times) -> Vec<BestThreshold> {
-    let mut by_w: BTreeMap<u64, BestThreshold> = BTreeMap::new();
-    for g in groups.values().filter(|g| g.first.family == "specdecpp") {
+pub fn best_threshold_per_head(groups: &BTreeMap<String, Group>, t: &Times) -> BTreeMap<String, BestThreshold> {
+    let mut out: BTreeMap<String, BestThreshold> = BTreeMap::new();
+    for g in groups.values().filter(|g| g.first.family == "specdecpp" && g.first.min == Some(2)) {
         let (Some(h), Some(th)) = (g.first.head.as_deref(), g.first.threshold) else { continue };
-        let Some(p) = heads.get(h) else { continue };
         let s = score(g, t);
-        let e = by_w.entry(p.w_rej.to_bits()).or_insert(BestThreshold { w_rej: p.w_rej, head: h.into(), threshold: th, speedup: f64::MIN });
-        if s.speedup > e.speedup {
-            *e = BestThreshold { w_rej: p.w_rej, head: h.into(), threshold: th, speedup: s.speedup };
+        if out.get(h).is_none_or(|b| s.tokens_per_s > b.tokens_per_s) {
+            out.insert(h.into(), BestThreshold { head: h.into(), threshold: th, tokens_per_s: s.tokens_per_s, speedup: s.speedup });
         }
     }
-    let mut v: Vec<BestThreshold> = by_w.into_values().collect();
-    v.sort_by(|a, b| a.w_rej.total_cmp(&b.w_rej));
-    v
+    out
+}
+
+/// The threshold the paper finds best for heads trained with `w_rej` (Table 3: 1 -> 0.3,
+/// 3 -> 0.5, 6 -> 0.7, 12 -> 0.9).
+pub fn paper_threshold(w_rej: f64) -> Option<f64> {
+    [(1.0, 0.3), (3.0, 0.5), (6.0, 0.7), (12.0, 0.9)].iter().find(|(w, _)| *w == w_rej).map(|p| p.1)
 }
 
 /// Eq. 3.1 (`T = t_draft N_draft + t_target N_target`) fitted on real single-stream
@@ -200,11 +203,8 @@ mod tests {
         // h=0.3 (0.05, 0.45) discards less but verifies more, so the claim fails.
         let f = frontier_check(g);
         assert_eq!((f.fixed_k_points, f.matched, f.beaten, f.strictly_better), (2, 1, 1, false));
-        let mut heads = BTreeMap::new();
-        for (name, w) in [("w6-d3", 6.0), ("w1-d3", 1.0)] {
-            heads.insert(name.to_string(), HeadPoint { w_rej: w, depth: 3, tied: true, train_prompts: None, train_rows: 1, dev_kl: 0.1, dev_auroc: None, dev_ece: 0.0 });
-        }
-        let bt = best_threshold_per_w(g, &heads, &t);
-        assert_eq!(bt.iter().map(|b| (b.w_rej, b.threshold)).collect::<Vec<_>>(), vec![(1.0, 0.3), (6.0, 0.7)]);
+        let bt = best_threshold_per_head(g, &t);
+        assert_eq!(bt.values().map(|b| (b.head.as_str(), b.threshold)).collect::<Vec<_>>(), vec![("w1-d3", 0.3), ("w6-d3", 0.7)]);
+        assert_eq!((paper_threshold(6.0), paper_threshold(2.0)), (Some(0.7), None));
     }
 }
