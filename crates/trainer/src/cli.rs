@@ -87,7 +87,7 @@ pub fn reliability_table(m: &crate::metrics::Metrics) -> String {
         .reliability
         .iter()
         .map(|b| {
-            let f = |v: f64| if v.is_nan() { "-".to_string() } else { format!("{v:.3}") };
+            let f = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.3}"));
             vec![format!("[{:.1}, {:.1})", b.lo, b.hi), b.count.to_string(), f(b.mean_predicted), f(b.mean_label)]
         })
         .collect();

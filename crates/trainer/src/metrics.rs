@@ -14,8 +14,9 @@ pub struct ReliabilityBin {
     pub lo: f64,
     pub hi: f64,
     pub count: usize,
-    pub mean_predicted: f64,
-    pub mean_label: f64,
+    /// None for an empty bin (JSON null; NaN would not read back).
+    pub mean_predicted: Option<f64>,
+    pub mean_label: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -66,11 +67,14 @@ pub fn evaluate(logits: &[f32], labels: &[f32], w: LossWeights) -> Metrics {
             lo: i as f64 / ECE_BINS as f64,
             hi: (i + 1) as f64 / ECE_BINS as f64,
             count,
-            mean_predicted: if count > 0 { hat / count as f64 } else { f64::NAN },
-            mean_label: if count > 0 { p / count as f64 } else { f64::NAN },
+            mean_predicted: (count > 0).then(|| hat / count as f64),
+            mean_label: (count > 0).then(|| p / count as f64),
         })
         .collect();
-    let ece = reliability.iter().filter(|b| b.count > 0).map(|b| b.count as f64 / nf * (b.mean_predicted - b.mean_label).abs()).sum();
+    let ece = reliability
+        .iter()
+        .filter_map(|b| Some(b.count as f64 / nf * (b.mean_predicted? - b.mean_label?).abs()))
+        .sum();
     Metrics {
         rows: n,
         weighted_loss: if n > 0 { weighted_bce_host(logits, labels, w) } else { f64::NAN },
@@ -129,6 +133,14 @@ mod tests {
     }
 
     #[test]
+    fn metrics_with_empty_reliability_bins_round_trip_through_json() {
+        let m = evaluate(&[logit(0.8), logit(0.25)], &[1.0, 0.5], W);
+        assert!(m.reliability.iter().any(|b| b.count == 0 && b.mean_predicted.is_none()));
+        let back: Metrics = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+        assert_eq!(back.reliability, m.reliability);
+    }
+
+    #[test]
     fn auroc_counts_ordered_pairs_and_ties() {
         // Positives (label > 0.5) at scores 3, 1; negatives at 2, 0: 3 of 4 pairs ordered.
         assert_eq!(auroc(&[3.0, 1.0, 2.0, 0.0], &[0.9, 0.7, 0.1, 0.4]), Some(0.75));
@@ -146,6 +158,6 @@ mod tests {
         let m = evaluate(&logits, &[0.0, 1.0, 0.95, 1.0], W);
         assert!((m.ece - (0.5 * 0.25 + 0.25 * 0.95)).abs() < 1e-6, "{}", m.ece);
         assert_eq!(m.reliability.iter().map(|b| b.count).collect::<Vec<_>>(), vec![1, 0, 2, 0, 0, 0, 0, 0, 0, 1]);
-        assert!((m.reliability[2].mean_label - 0.5).abs() < 1e-12);
+        assert!((m.reliability[2].mean_label.unwrap() - 0.5).abs() < 1e-12);
     }
 }

@@ -64,6 +64,7 @@ impl AcceptanceHead {
         self.depth
     }
 
+    /// Whether the blocks share one weight; heads of depth 0 or 1 are both tied and untied.
     pub fn tied(&self) -> bool {
         self.blocks.len() < self.depth
     }
@@ -116,7 +117,7 @@ impl AcceptanceHead {
 
     /// Writes `head.json` and `head.safetensors` into `dir` (atomically, file by file).
     pub fn save(&self, dir: &Path, spec: &HeadSpec) -> Result<()> {
-        ensure!(spec.hidden_size == self.hidden_size() && spec.depth == self.depth && spec.tied == self.tied(), "spec does not describe this head");
+        ensure!(spec.hidden_size == self.hidden_size() && spec.depth == self.depth && (self.depth <= 1 || spec.tied == self.tied()), "spec does not describe this head");
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
         let linears = self.blocks.iter().enumerate().map(|(i, l)| (format!("blocks.{i}"), l)).chain([("out".to_string(), &self.out)]);

@@ -102,12 +102,15 @@ pub fn frontier_check(groups: &BTreeMap<String, Group>) -> FrontierCheck {
     FrontierCheck { fixed_k_points: ks.len(), matched, beaten, strictly_better: !ks.is_empty() && matched == ks.len() && beaten > 0 }
 }
 
-/// What a head checkpoint was trained with (from a sweep's `sweep.json`).
+/// What a head checkpoint was trained with and its best epoch's dev metrics (from the head's
+/// `metrics.json`).
 #[derive(Clone, Debug, Serialize)]
 pub struct HeadPoint {
     pub w_rej: f64,
     pub depth: usize,
     pub tied: bool,
+    /// The train datagen run's directory name.
+    pub train_data: String,
     pub train_prompts: Option<usize>,
     pub train_rows: usize,
     pub dev_kl: f64,

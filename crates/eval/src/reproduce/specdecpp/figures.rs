@@ -112,25 +112,49 @@ pub fn oracle_gap_figure(path: &Path, title: &str, bars: &[(String, [f64; 3])]) 
     })
 }
 
-/// Dev binary KL, AUROC and ECE of the head against the training rows (log scale).
-pub fn scaling_figure(path: &Path, title: &str, points: &[HeadPoint]) -> Result<()> {
+/// One colour per prompt set where several share a chart.
+const SET_COLOURS: [RGBColor; 4] = [RGBColor(31, 119, 180), RGBColor(255, 127, 14), RGBColor(44, 160, 44), RGBColor(214, 39, 40)];
+
+/// Dev binary KL, AUROC and ECE of the head, and each prompt set's best eq. 5.1 speedup at the
+/// paper's times, against the training rows (log scale).
+pub fn scaling_figure(path: &Path, title: &str, points: &[(HeadPoint, BTreeMap<String, f64>)]) -> Result<()> {
     render_png(path, |root| {
         let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
         let root = root.titled(title, ("sans-serif", 20)).map_err(e)?;
-        let panels = root.split_evenly((1, 3));
-        let mut pts: Vec<&HeadPoint> = points.iter().collect();
-        pts.sort_by_key(|p| p.train_rows);
-        let xs = pts.iter().map(|p| p.train_rows as f64);
+        let panels = root.split_evenly((2, 2));
+        let mut pts: Vec<&(HeadPoint, BTreeMap<String, f64>)> = points.iter().collect();
+        pts.sort_by_key(|p| p.0.train_rows);
+        let xs = pts.iter().map(|p| p.0.train_rows as f64);
         let (lo, hi) = (xs.clone().fold(f64::INFINITY, f64::min) * 0.8, xs.fold(0.0, f64::max) * 1.25);
-        let metrics: [(&str, Box<dyn Fn(&HeadPoint) -> f64>); 3] =
-            [("dev binary KL", Box::new(|p| p.dev_kl)), ("dev AUROC", Box::new(|p| p.dev_auroc.unwrap_or(f64::NAN))), ("dev ECE", Box::new(|p| p.dev_ece))];
-        for (panel, (name, f)) in panels.iter().zip(metrics) {
-            let v: Vec<(f64, f64)> = pts.iter().map(|p| (p.train_rows as f64, f(p))).filter(|q| q.1.is_finite()).collect();
-            let mut chart = ChartBuilder::on(panel).margin(12).x_label_area_size(44).y_label_area_size(60).build_cartesian_2d((lo.max(1.0)..hi.max(2.0)).log_scale(), range(v.iter().map(|q| q.1))).map_err(e)?;
+        let x = |p: &HeadPoint| p.train_rows as f64;
+        // One series per panel for the dev metrics; one per prompt set for the speedups.
+        let sets: Vec<String> = pts.iter().flat_map(|p| p.1.keys().cloned()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+        let mut series: Vec<(&str, Vec<(String, Vec<(f64, f64)>)>)> = vec![
+            ("dev binary KL", vec![("".into(), pts.iter().map(|p| (x(&p.0), p.0.dev_kl)).collect())]),
+            ("dev AUROC", vec![("".into(), pts.iter().map(|p| (x(&p.0), p.0.dev_auroc.unwrap_or(f64::NAN))).collect())]),
+            ("dev ECE", vec![("".into(), pts.iter().map(|p| (x(&p.0), p.0.dev_ece)).collect())]),
+        ];
+        series.push(("best speedup, paper times", sets.iter().map(|d| (d.clone(), pts.iter().filter_map(|p| p.1.get(d).map(|&v| (x(&p.0), v))).collect())).collect()));
+        for (panel, (name, lines)) in panels.iter().zip(series) {
+            let lines: Vec<(String, Vec<(f64, f64)>)> = lines.into_iter().map(|(n, v)| (n, v.into_iter().filter(|q| q.1.is_finite()).collect())).collect();
+            let mut chart = ChartBuilder::on(panel)
+                .margin(12)
+                .x_label_area_size(44)
+                .y_label_area_size(60)
+                .build_cartesian_2d((lo.max(1.0)..hi.max(2.0)).log_scale(), range(lines.iter().flat_map(|l| l.1.iter().map(|q| q.1))))
+                .map_err(e)?;
             chart.configure_mesh().x_desc("training rows").y_desc(name).x_labels(4).label_style(("sans-serif", 13)).draw().map_err(e)?;
-            let c = colour("specdecpp");
-            chart.draw_series(LineSeries::new(v.clone(), c.stroke_width(2))).map_err(e)?;
-            chart.draw_series(v.iter().map(|&q| Circle::new(q, 4, c.filled()))).map_err(e)?;
+            for (i, (label, v)) in lines.iter().enumerate() {
+                let c = if label.is_empty() { colour("specdecpp") } else { SET_COLOURS[i % SET_COLOURS.len()] };
+                let drawn = chart.draw_series(LineSeries::new(v.clone(), c.stroke_width(2))).map_err(e)?;
+                if !label.is_empty() {
+                    drawn.label(label.as_str()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
+                }
+                chart.draw_series(v.iter().map(|&q| Circle::new(q, 4, c.filled()))).map_err(e)?;
+            }
+            if lines.iter().any(|l| !l.0.is_empty()) {
+                chart.configure_series_labels().position(SeriesLabelPosition::LowerRight).border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 13)).draw().map_err(e)?;
+            }
         }
         Ok(())
     })

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use specx_datagen::config::{read_toml, resolve_path};
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::report::markdown_table;
+use specx_trainer::train::TrainState;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -25,15 +26,15 @@ use std::path::{Path, PathBuf};
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReproConfig {
-    /// The replay directory of the greedy trace run (`specx eval replay`).
+    /// The replay directory of the greedy trace run (`specx eval replay`). Its heads (the
+    /// grid in `replay.json`) are described from their own `metrics.json`.
     pub replay: PathBuf,
     /// Eval run directories with real speculative rows (measured speedups, timing fit).
     #[serde(default)]
     pub real: Vec<PathBuf>,
-    /// `sweep.json` of the w_rej x depth head sweep (`specx train --sweep`).
-    pub sweep: Option<PathBuf>,
-    /// `sweep.json` of the data-scaling sweep.
-    pub scaling: Option<PathBuf>,
+    /// Head names of the data-scaling curve: one head setting trained on growing subsets.
+    #[serde(default)]
+    pub scaling: Vec<String>,
     /// The head directory name of the paper's recommended setting (w_rej 6, depth 3).
     pub default_head: Option<String>,
     /// Where the tables and figures go.
@@ -45,8 +46,6 @@ impl ReproConfig {
         let (mut c, base): (Self, PathBuf) = read_toml(path)?;
         c.replay = resolve_path(&c.replay, &base);
         c.real = c.real.iter().map(|p| resolve_path(p, &base)).collect();
-        c.sweep = c.sweep.map(|p| resolve_path(&p, &base));
-        c.scaling = c.scaling.map(|p| resolve_path(&p, &base));
         c.out = resolve_path(&c.out, &base);
         Ok(c)
     }
@@ -60,25 +59,29 @@ pub struct ReproArgs {
     pub config: PathBuf,
 }
 
-/// Head name -> what it was trained with, from a sweep file.
-fn read_sweep(path: &Path) -> Result<BTreeMap<String, HeadPoint>> {
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).with_context(|| format!("reading {}", path.display()))?).with_context(|| format!("{}: not JSON", path.display()))?;
+/// Head name -> what it was trained with and its dev metrics, from each head directory's
+/// `metrics.json` (written by `specx train`), for the heads of the replay's grid.
+fn read_heads(replay_json: &serde_json::Value) -> Result<BTreeMap<String, HeadPoint>> {
+    let dirs: Vec<PathBuf> = serde_json::from_value(replay_json["grid"]["methods"]["specdecpp"]["heads"].clone()).unwrap_or_default();
     let mut out = BTreeMap::new();
-    for p in v["points"].as_array().with_context(|| format!("{}: no points (not a sweep.json?)", path.display()))? {
-        let dir = PathBuf::from(p["dir"].as_str().unwrap_or_default());
-        let name = crate::experiment::grid::head_name(&dir);
-        let best = &p["best"];
+    for dir in dirs {
+        let path = dir.join("metrics.json");
+        let text = std::fs::read(&path).with_context(|| format!("reading {} (a head of the replay's grid; `specx train` writes it)", path.display()))?;
+        let state: TrainState = serde_json::from_slice(&text).with_context(|| format!("{}: not a `specx train` metrics.json", path.display()))?;
+        let best = state.best().with_context(|| format!("{}: the head has no finished epoch", path.display()))?;
+        let c = &state.config;
         out.insert(
-            name,
+            crate::experiment::grid::head_name(&dir),
             HeadPoint {
-                w_rej: p["point"]["w_rej"].as_f64().unwrap_or(f64::NAN),
-                depth: p["point"]["depth"].as_u64().unwrap_or(0) as usize,
-                tied: p["point"]["tied"].as_bool().unwrap_or(false),
-                train_prompts: p["point"]["train_prompts"].as_u64().map(|n| n as usize),
-                train_rows: p["train_rows"].as_u64().unwrap_or(0) as usize,
-                dev_kl: best["dev"]["binary_kl"].as_f64().unwrap_or(f64::NAN),
-                dev_auroc: best["dev"]["auroc"].as_f64(),
-                dev_ece: best["dev"]["ece"].as_f64().unwrap_or(f64::NAN),
+                w_rej: c.loss.w_rej,
+                depth: c.head.depth,
+                tied: c.head.tied,
+                train_data: crate::experiment::grid::head_name(&c.data.train),
+                train_prompts: c.data.train_prompts,
+                train_rows: state.train_rows,
+                dev_kl: best.dev.binary_kl,
+                dev_auroc: best.dev.auroc,
+                dev_ece: best.dev.ece,
             },
         );
     }
@@ -117,13 +120,13 @@ fn measured_table(rows: &[Row]) -> String {
 /// the best threshold is the paper's for the head's w_rej.
 fn table3_markdown(heads: &BTreeMap<String, HeadPoint>, table3: &BTreeMap<String, BTreeMap<String, BestThreshold>>) -> String {
     let mut md = String::from("\n## Heads (Table 3 analogue)\n\nDev metrics of each head's best epoch; per prompt set, the best threshold in the grid (bounds [2, 20]) and eq. 5.1 tokens/s at the paper's times; ** marks throughputs within 99% of the set's best SpecDec++ setting.\n\n");
-    let mut header = vec!["head".to_string(), "w_rej".into(), "depth".into(), "tied".into(), "train prompts".into(), "train rows".into(), "dev KL".into(), "dev AUROC".into(), "dev ECE".into()];
+    let mut header = vec!["head".to_string(), "w_rej".into(), "depth".into(), "tied".into(), "train data".into(), "train prompts".into(), "train rows".into(), "dev KL".into(), "dev AUROC".into(), "dev ECE".into()];
     header.extend(table3.keys().cloned());
     let best: BTreeMap<&String, f64> = table3.iter().map(|(d, m)| (d, m.values().map(|b| b.tokens_per_s).fold(0.0, f64::max))).collect();
     let (mut agree, mut total) = (0, 0);
     let mut rows = Vec::new();
     for (n, p) in heads {
-        let mut r = vec![n.clone(), format!("{}", p.w_rej), p.depth.to_string(), if p.tied { "tied" } else { "untied" }.into(), p.train_prompts.map_or("all".into(), |v| v.to_string()), p.train_rows.to_string(), f3(p.dev_kl), p.dev_auroc.map_or("-".into(), f3), f3(p.dev_ece)];
+        let mut r = vec![n.clone(), format!("{}", p.w_rej), p.depth.to_string(), if p.tied { "tied" } else { "untied" }.into(), p.train_data.clone(), p.train_prompts.map_or("all".into(), |v| v.to_string()), p.train_rows.to_string(), f3(p.dev_kl), p.dev_auroc.map_or("-".into(), f3), f3(p.dev_ece)];
         for (d, m) in table3 {
             r.push(m.get(n).map_or("-".into(), |b| {
                 if let Some(pt) = paper_threshold(p.w_rej) {
@@ -142,8 +145,36 @@ fn table3_markdown(heads: &BTreeMap<String, HeadPoint>, table3: &BTreeMap<String
     md
 }
 
+/// The data-scaling heads in order: training rows, dev metrics, and per prompt set the best
+/// threshold's eq. 5.1 speedup at the paper's times.
+fn scaling_markdown(names: &[String], heads: &BTreeMap<String, HeadPoint>, table3: &BTreeMap<String, BTreeMap<String, BestThreshold>>) -> String {
+    let mut md = String::from("\n## Data scaling\n\nOne head setting trained on nested subsets of the train run; per prompt set, its best threshold's eq. 5.1 speedup over AR at the paper's times.\n\n");
+    let mut header = vec!["head".to_string(), "train prompts".into(), "train rows".into(), "dev KL".into(), "dev AUROC".into(), "dev ECE".into()];
+    header.extend(table3.keys().map(|d| format!("{d} speedup")));
+    let rows: Vec<Vec<String>> = names
+        .iter()
+        .map(|n| {
+            let p = &heads[n];
+            let mut r = vec![n.clone(), p.train_prompts.map_or("all".into(), |v| v.to_string()), p.train_rows.to_string(), f3(p.dev_kl), p.dev_auroc.map_or("-".into(), f3), f3(p.dev_ece)];
+            r.extend(table3.values().map(|m| m.get(n).map_or("-".into(), |b| format!("{:.3}x (h={})", b.speedup, b.threshold))));
+            r
+        })
+        .collect();
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    md.push_str(&markdown_table(&header, &rows));
+    md
+}
+
 pub fn run(a: ReproArgs) -> Result<()> {
-    let cfg = ReproConfig::load(&a.config)?;
+    let cfg = ReproConfig::load(&a.config).with_context(|| format!("reproduction config {}", a.config.display()))?;
+    let md = reproduce(&cfg)?;
+    println!("{md}");
+    eprintln!("wrote {}/results.md, claims.json and figures", cfg.out.display());
+    Ok(())
+}
+
+/// Writes `results.md`, `claims.json` and the figures into `cfg.out`; returns `results.md`.
+pub fn reproduce(cfg: &ReproConfig) -> Result<String> {
     let replay_rows = read_rows(&cfg.replay)?;
     ensure!(replay_rows.iter().any(|r| r.replayed), "{} has no replayed rows (is it a `specx eval replay` directory?)", cfg.replay.display());
     let replay_json: serde_json::Value = serde_json::from_slice(&std::fs::read(cfg.replay.join("replay.json")).with_context(|| format!("reading {}", cfg.replay.join("replay.json").display()))?)?;
@@ -156,13 +187,9 @@ pub fn run(a: ReproArgs) -> Result<()> {
             missing.push(format!("real eval run {} (specx eval --config configs/eval/specdecpp-*.toml)", dir.display()));
         }
     }
-    let mut heads = BTreeMap::new();
-    for p in cfg.sweep.iter().chain(&cfg.scaling) {
-        if p.exists() {
-            heads.extend(read_sweep(p)?);
-        } else {
-            missing.push(format!("sweep file {} (specx train --sweep)", p.display()));
-        }
+    let heads = read_heads(&replay_json)?;
+    for n in cfg.scaling.iter().chain(&cfg.default_head) {
+        ensure!(heads.contains_key(n), "head '{n}' (scaling or default_head) is not in the replay's grid (its heads: {})", heads.keys().cloned().collect::<Vec<_>>().join(", "));
     }
     std::fs::create_dir_all(&cfg.out).with_context(|| format!("creating {}", cfg.out.display()))?;
 
@@ -259,13 +286,12 @@ pub fn run(a: ReproArgs) -> Result<()> {
         md.push_str(&table3_markdown(&heads, &table3));
         claims.insert("heads".into(), serde_json::to_value(&heads)?);
     }
-    if let Some(p) = cfg.scaling.as_ref().filter(|p| p.exists()) {
-        let pts: Vec<HeadPoint> = read_sweep(p)?.into_values().collect();
-        figures::scaling_figure(&cfg.out.join("scaling.png"), "Acceptance head vs training data (dev metrics)", &pts)?;
+    if !cfg.scaling.is_empty() {
+        md.push_str(&scaling_markdown(&cfg.scaling, &heads, &table3));
+        let pts: Vec<(HeadPoint, BTreeMap<String, f64>)> = cfg.scaling.iter().map(|n| (heads[n].clone(), table3.iter().filter_map(|(d, m)| m.get(n).map(|b| (d.clone(), b.speedup))).collect())).collect();
+        figures::scaling_figure(&cfg.out.join("scaling.png"), "Acceptance head vs training data", &pts)?;
     }
     write_atomic(&cfg.out.join("results.md"), md.as_bytes())?;
     write_atomic(&cfg.out.join("claims.json"), serde_json::to_string_pretty(&claims)?.as_bytes())?;
-    println!("{md}");
-    eprintln!("wrote {}/results.md, claims.json and figures", cfg.out.display());
-    Ok(())
+    Ok(md)
 }
