@@ -47,6 +47,9 @@ enum Command {
     /// verification cost curve), per-layer attention and MLP time, LM head, TTFT and TPOT;
     /// writes JSON (input of the DSI and EasySpec timing models) and a plot.
     Profile(specx_eval::profile::ProfileArgs),
+    /// DSI (speculation parallelism): `offline` simulates SI, DSI and non-SI over a grid of
+    /// drafter latencies, acceptance rates and lookaheads and draws the paper's heatmaps.
+    Dsi(specx_eval::dsi::DsiArgs),
     /// Assemble a paper reproduction's tables (results.md, claims.json) and PNG figures from
     /// finished runs (replay, real eval runs, head sweeps); runs nothing itself.
     #[command(subcommand)]
@@ -248,6 +251,7 @@ fn main() -> Result<()> {
         Command::Train(a) => specx_trainer::cli::run_cli(a),
         Command::Eval(a) => specx_eval::experiment::cli::run_cli(a),
         Command::Profile(a) => specx_eval::profile::run(a),
+        Command::Dsi(a) => specx_eval::dsi::run_cli(a),
         Command::Reproduce(Reproduce::Specdecpp(a)) => specx_eval::reproduce::specdecpp::run(a),
     }
 }

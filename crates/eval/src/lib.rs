@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod decode_bench;
+pub mod dsi;
 pub mod experiment;
 pub mod methods;
 pub mod profile;

@@ -36,19 +36,24 @@ pub(crate) fn colour(family: &str) -> RGBColor {
     }
 }
 
-/// Renders `draw` into a PNG at `path`.
+/// Renders `draw` into a PNG at `path` (900 x 640).
 pub fn render_png(path: &Path, draw: impl FnOnce(&DrawingArea<BitMapBackend, plotters::coord::Shift>) -> Result<()>) -> Result<()> {
+    render_png_sized(path, SIZE, draw)
+}
+
+/// Renders `draw` into a PNG of `size` pixels at `path`.
+pub fn render_png_sized(path: &Path, size: (u32, u32), draw: impl FnOnce(&DrawingArea<BitMapBackend, plotters::coord::Shift>) -> Result<()>) -> Result<()> {
     register_font();
-    let mut rgb = vec![0u8; (SIZE.0 * SIZE.1 * 3) as usize];
+    let mut rgb = vec![0u8; (size.0 * size.1 * 3) as usize];
     {
-        let root = BitMapBackend::with_buffer(&mut rgb, SIZE).into_drawing_area();
+        let root = BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area();
         root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
         draw(&root)?;
         root.present().map_err(|e| anyhow!("{e}"))?;
     }
     let mut bytes = Vec::new();
     {
-        let mut enc = png::Encoder::new(&mut bytes, SIZE.0, SIZE.1);
+        let mut enc = png::Encoder::new(&mut bytes, size.0, size.1);
         enc.set_color(png::ColorType::Rgb);
         enc.set_depth(png::BitDepth::Eight);
         enc.write_header()?.write_image_data(&rgb)?;
