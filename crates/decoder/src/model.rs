@@ -614,6 +614,15 @@ impl Transformer {
         self.forward_batch(&[tokens], cache)
     }
 
+    /// [`Transformer::forward`] that gives up between layers once `cancel` is set (DSI's
+    /// preemption of a verification whose prefix was rejected): `Ok(None)` then, with the
+    /// cache's length unchanged (keys already written past it are never read).
+    pub fn forward_cancellable(&self, tokens: &[u32], cache: &mut KvCache, cancel: &std::sync::atomic::AtomicBool) -> Result<Option<ForwardOutput>> {
+        let Some(hidden) = self.hidden_states_until(&[tokens], cache, None, Some(cancel))? else { return Ok(None) };
+        let logits = self.logits(hidden.clone());
+        Ok(Some(ForwardOutput { logits, hidden }))
+    }
+
     /// Forwards several sequences of equal length at once (`cache.batch()` of them).
     pub fn forward_batch(&self, tokens: &[&[u32]], cache: &mut KvCache) -> Result<ForwardOutput> {
         let hidden = self.hidden_states(tokens, cache, None)?;
@@ -735,7 +744,12 @@ impl Transformer {
         Ok((ForwardOutput { logits, hidden }, times))
     }
 
-    fn hidden_states(&self, tokens: &[&[u32]], cache: &mut KvCache, mut times: Option<&mut LayerTimes>) -> Result<Tensor<3>> {
+    fn hidden_states(&self, tokens: &[&[u32]], cache: &mut KvCache, times: Option<&mut LayerTimes>) -> Result<Tensor<3>> {
+        Ok(self.hidden_states_until(tokens, cache, times, None)?.expect("no cancel flag, never cancelled"))
+    }
+
+    /// The layer loop; `None` when `cancel` was set before a layer (the cache not advanced).
+    fn hidden_states_until(&self, tokens: &[&[u32]], cache: &mut KvCache, mut times: Option<&mut LayerTimes>, cancel: Option<&std::sync::atomic::AtomicBool>) -> Result<Option<Tensor<3>>> {
         let b = tokens.len();
         ensure!(b > 0 && b == cache.batch(), "{b} sequences given to a cache for {}", cache.batch());
         let n = tokens[0].len();
@@ -748,6 +762,9 @@ impl Transformer {
         let groups = self.cfg.num_attention_heads / self.cfg.num_key_value_heads;
         let mask = (n > 1).then(|| causal_mask(past, n, groups, &self.device));
         for (i, block) in self.blocks.iter().enumerate() {
+            if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
+                return Ok(None);
+            }
             let t = std::time::Instant::now();
             let h = block.attn.forward(block.attn_norm.forward(x.clone()), i, cache, &rope, mask.as_ref());
             x = x + h;
@@ -759,6 +776,6 @@ impl Transformer {
             }
         }
         cache.advance(n);
-        Ok(self.norm.forward(x))
+        Ok(Some(self.norm.forward(x)))
     }
 }

@@ -23,6 +23,16 @@ impl Default for SamplingConfig {
 
 /// Index of the largest value; the first on ties (the same rule everywhere in specx, so that
 /// greedy speculative decoding reproduces greedy decoding exactly).
+/// The seed of one random stream, keyed by a run seed, an index (a position, a cell) and a
+/// role: a splitmix64 finaliser over the three, so that streams are independent of the order
+/// in which a concurrent scheduler or a parallel simulation consumes them.
+pub fn stream_seed(seed: u64, index: u64, role: u64) -> u64 {
+    let mut z = seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ role.wrapping_mul(0xD1B5_4A32_D192_ED03);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 pub fn argmax(xs: &[f32]) -> u32 {
     let mut best = 0;
     for (i, &x) in xs.iter().enumerate() {

@@ -3,39 +3,12 @@
 //! classic bugs), and both caches are rolled back correctly in every kind of round.
 
 mod common;
+use common::lossless::*;
 use common::*;
 use rand::rngs::StdRng;
-use specx_decoder::gguf::GgmlType;
 use specx_decoder::sampling::{sample_from, SamplingConfig};
 use specx_decoder::spec::*;
-use specx_decoder::synthetic::{tiny_qwen2, StDtype};
-use specx_decoder::{default_device, LoadedModel, Transformer};
-use std::collections::HashMap;
-
-fn pair(vocab: usize, target_seed: u64, draft_seed: u64) -> (tempfile::TempDir, LoadedModel, LoadedModel) {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = tiny_qwen2(vocab);
-    let (t, _) = write_both(&dir.path().join("t"), &cfg, target_seed, StDtype::F32, GgmlType::F32);
-    let (d, _) = write_both(&dir.path().join("d"), &cfg, draft_seed, StDtype::F32, GgmlType::F32);
-    let (t, d) = (load(&t), load(&d));
-    (dir, t, d)
-}
-
-/// A draft close to the target (its weights plus noise): rounds accept some, not all.
-fn noisy_draft(dir: &std::path::Path, vocab: usize, target_seed: u64, noise: f32) -> LoadedModel {
-    use specx_decoder::synthetic::{random_weights, word_tokenizer_json, write_hf_dir};
-    let cfg = tiny_qwen2(vocab);
-    let mut w = random_weights(&cfg, target_seed);
-    let n = random_weights(&cfg, 999);
-    for (name, t) in w.iter_mut() {
-        for (a, b) in t.data.iter_mut().zip(&n[name].data) {
-            *a += noise * b;
-        }
-    }
-    let path = dir.join("noisy");
-    write_hf_dir(&path, &cfg, &w, StDtype::F32, 1, &word_tokenizer_json(vocab, "w")).unwrap();
-    load(&path)
-}
+use specx_decoder::{default_device, Transformer};
 
 fn spec(target: &Transformer, draft: &Transformer, policy: &mut dyn StopPolicy, prompt: &[u32], cfg: &SpecConfig, eos: &[u32]) -> Generation {
     let mut drafter = PlainDrafter::new(draft);
@@ -138,67 +111,6 @@ fn both_caches_hold_exactly_the_committed_prefix_after_every_round() {
 
 // ---------- the sampling test ----------
 
-const SMALL_VOCAB: usize = 6;
-const STEPS: usize = 3;
-
-/// Exact probability of every 3-token continuation under the warped target.
-fn exact_distribution(target: &Transformer, prompt: &[u32], s: &SamplingConfig) -> HashMap<Vec<u32>, f64> {
-    fn rec(t: &Transformer, seq: &mut Vec<u32>, depth: usize, p: f64, s: &SamplingConfig, out: &mut HashMap<Vec<u32>, f64>, plen: usize) {
-        if depth == STEPS {
-            out.insert(seq[plen..].to_vec(), p);
-            return;
-        }
-        let mut c = t.new_cache(1);
-        let logits = specx_decoder::generate::last_logits(&t.forward(seq, &mut c).unwrap());
-        let probs = s.probabilities(&logits);
-        for (tok, &q) in probs.iter().enumerate() {
-            if q > 0.0 {
-                seq.push(tok as u32);
-                rec(t, seq, depth + 1, p * q as f64, s, out, plen);
-                seq.pop();
-            }
-        }
-    }
-    let mut out = HashMap::new();
-    rec(target, &mut prompt.to_vec(), 0, 1.0, s, &mut out, prompt.len());
-    out
-}
-
-/// Pearson chi-square p-value (Wilson-Hilferty approximation), cells with expected < 5
-/// pooled into one.
-fn chi_square_p(counts: &HashMap<Vec<u32>, usize>, exact: &HashMap<Vec<u32>, f64>, n: usize) -> f64 {
-    let (mut stat, mut cells, mut pool_e, mut pool_o) = (0.0, 0usize, 0.0, 0.0);
-    for (k, &p) in exact {
-        let e = p * n as f64;
-        let o = *counts.get(k).unwrap_or(&0) as f64;
-        if e < 5.0 {
-            pool_e += e;
-            pool_o += o;
-        } else {
-            stat += (o - e) * (o - e) / e;
-            cells += 1;
-        }
-    }
-    let unseen: usize = counts.iter().filter(|(k, _)| !exact.contains_key(*k)).map(|(_, c)| c).sum();
-    assert_eq!(unseen, 0, "sampled a sequence of probability 0");
-    if pool_e > 0.0 {
-        stat += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
-        cells += 1;
-    }
-    assert!(cells >= 3, "too few cells ({cells}) for a meaningful test");
-    let df = (cells - 1) as f64;
-    let z = ((stat / df).powf(1.0 / 3.0) - (1.0 - 2.0 / (9.0 * df))) / (2.0 / (9.0 * df)).sqrt();
-    0.5 * libm_erfc(z / std::f64::consts::SQRT_2)
-}
-
-/// Complementary error function (Numerical Recipes' erfc, relative error < 1.2e-7).
-fn libm_erfc(x: f64) -> f64 {
-    let z = x.abs();
-    let t = 1.0 / (1.0 + 0.5 * z);
-    let r = t * (-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))))).exp();
-    if x >= 0.0 { r } else { 2.0 - r }
-}
-
 /// On rejection samples from p instead of norm(max(p - q, 0)): biased towards draft tokens.
 struct ResidualFromP;
 impl Verifier for ResidualFromP {
@@ -235,14 +147,6 @@ impl Drafter for GreedyDraftSampledQ<'_> {
         Ok(out)
     }
     fn rollback(&mut self, _: usize) {}
-}
-
-fn sample_counts(n: usize, mut run: impl FnMut(u64) -> Vec<u32>) -> HashMap<Vec<u32>, usize> {
-    let mut counts = HashMap::new();
-    for seed in 0..n as u64 {
-        *counts.entry(run(seed)).or_insert(0) += 1;
-    }
-    counts
 }
 
 #[test]

@@ -8,13 +8,15 @@
 //! - a [`Verifier`] checks the candidates against the target distributions `p`
 //!   ([`RejectionSampler`], lossless for any `q`; [`ExactMatch`] for greedy decoding);
 //! - a scheduler runs rounds: [`generate_speculative`] is the sequential draft-then-verify
-//!   scheduler (DSI's parallel one later).
+//!   scheduler, [`generate_dsi`] DSI's speculation-parallel one (verifications on several
+//!   target workers while drafting goes on).
 //!
 //! Cache invariant: each model's KV cache holds a prefix of the committed tokens; a round
 //! first feeds whatever committed tokens its cache lacks, and after verification both caches
 //! are truncated to the positions whose tokens were committed.
 
 mod drafter;
+mod dsi;
 mod engine;
 mod head;
 mod metrics;
@@ -22,6 +24,7 @@ mod policy;
 mod verifier;
 
 pub use drafter::{Candidate, Drafter, PlainDrafter};
+pub use dsi::{generate_dsi, lookahead_for, DsiConfig, DsiGeneration, DsiStats};
 pub use engine::{generate_autoregressive, generate_speculative, Generation, SpecConfig};
 pub use head::{AcceptanceHead, HeadSpec};
 pub use metrics::RequestMetrics;

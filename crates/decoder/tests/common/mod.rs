@@ -1,6 +1,8 @@
 //! Shared helpers for the decoder's integration tests: tiny synthetic models on disk.
 #![allow(dead_code)]
 
+pub mod lossless;
+
 use specx_decoder::gguf::GgmlType;
 use specx_decoder::synthetic::{random_weights, word_tokenizer_json, write_gguf, write_hf_dir, StDtype};
 use specx_decoder::{default_device, load_model, LoadedModel, ModelConfig};
@@ -49,4 +51,29 @@ pub fn assert_rows_close(a: &[Vec<f32>], b: &[Vec<f32>], tol: f32, what: &str) {
 /// A pseudo-random token sequence.
 pub fn tokens(n: usize, seed: u32) -> Vec<u32> {
     (0..n as u32).map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed.wrapping_mul(40503)) >> 7) % VOCAB as u32).collect()
+}
+
+/// A target and a draft of the tiny architecture with independent random weights.
+pub fn pair(vocab: usize, target_seed: u64, draft_seed: u64) -> (tempfile::TempDir, LoadedModel, LoadedModel) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = specx_decoder::synthetic::tiny_qwen2(vocab);
+    let (t, _) = write_both(&dir.path().join("t"), &cfg, target_seed, StDtype::F32, GgmlType::F32);
+    let (d, _) = write_both(&dir.path().join("d"), &cfg, draft_seed, StDtype::F32, GgmlType::F32);
+    let (t, d) = (load(&t), load(&d));
+    (dir, t, d)
+}
+
+/// A draft close to the target (its weights plus noise): rounds accept some, not all.
+pub fn noisy_draft(dir: &std::path::Path, vocab: usize, target_seed: u64, noise: f32) -> LoadedModel {
+    let cfg = specx_decoder::synthetic::tiny_qwen2(vocab);
+    let mut w = random_weights(&cfg, target_seed);
+    let n = random_weights(&cfg, 999);
+    for (name, t) in w.iter_mut() {
+        for (a, b) in t.data.iter_mut().zip(&n[name].data) {
+            *a += noise * b;
+        }
+    }
+    let path = dir.join("noisy");
+    write_hf_dir(&path, &cfg, &w, StDtype::F32, 1, &word_tokenizer_json(vocab, "w")).unwrap();
+    load(&path)
 }

@@ -114,13 +114,10 @@ pub struct CellCosts {
     pub nonsi: f64,
 }
 
-/// Seed of one repeat of one cell: a splitmix64 of (seed, cell index, repeat), so every cell
-/// gets its own stream whatever order the cells run in.
+/// Seed of one repeat of one cell: every cell gets its own stream whatever order the cells
+/// run in.
 pub fn repeat_seed(seed: u64, cell: u64, repeat: u64) -> u64 {
-    let mut z = seed ^ cell.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ repeat.wrapping_mul(0xD1B5_4A32_D192_ED03);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    specx_decoder::sampling::stream_seed(seed, cell, repeat)
 }
 
 /// Per-repeat costs of SI and DSI in one cell.

@@ -1,0 +1,434 @@
+//! DSI's scheduler (speculation parallelism, `../shared/papers/dsi.txt`): drafting never waits
+//! for verification. The drafter drafts block after block; each block goes to one of
+//! `servers` target workers as a verification task (a target forward over the block and the
+//! uncommitted prefix before it) while drafting goes on. Decisions are taken in position
+//! order by this coordinator with the same [`Verifier`] as sequential decoding, so the
+//! output is distributed exactly as the target's; a rejection commits the correction and
+//! preempts every task and draft that depended on the rejected token (workers check a
+//! cancel flag between layers), and drafting restarts from the corrected prefix.
+//!
+//! - Workers are threads, each owning its own KV cache over the shared weights; a worker keeps
+//!   the longest common prefix of its cache with a task's tokens and forwards only the rest.
+//! - Randomness per position: the draft block starting at position `i`, and the decision at
+//!   position `i`, draw from streams keyed by (seed, i, role), so a run's output does not
+//!   depend on thread timing.
+//! - The first token is a verified draft too (the first task is the prompt's prefill plus the
+//!   first block), as in the paper's Algorithm 1.
+
+use super::drafter::{Candidate, Drafter};
+use super::engine::{Generation, SpecConfig};
+use super::metrics::RequestMetrics;
+use super::policy::StopPolicy;
+use super::verifier::Verifier;
+use crate::model::Transformer;
+use anyhow::{anyhow, bail, ensure, Result};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+/// How DSI runs.
+#[derive(Clone, Debug)]
+pub struct DsiConfig {
+    /// Target workers (the speculation-parallelism degree, SP).
+    pub servers: usize,
+    /// Draft tokens per verification task; the stop policy may end a block earlier.
+    pub lookahead: usize,
+    /// Whether a rejection preempts the tasks that depend on it. Only the test that shows the
+    /// scheduler is not lossless without preemption turns it off.
+    #[doc(hidden)]
+    pub preempt: bool,
+}
+
+impl DsiConfig {
+    pub fn new(servers: usize, lookahead: usize) -> Self {
+        Self { servers, lookahead, preempt: true }
+    }
+}
+
+/// The paper's Eq. 1: the smallest lookahead k with servers >= ceil(t_target / (k t_draft)),
+/// so that a verification task never waits for a free target worker.
+pub fn lookahead_for(servers: usize, t_target: f64, t_draft: f64) -> usize {
+    assert!(servers >= 1 && t_target > 0.0 && t_draft > 0.0, "lookahead_for needs servers >= 1 and positive times");
+    (1..).find(|&k| servers as f64 >= (t_target / (k as f64 * t_draft)).ceil()).expect("a large enough k exists")
+}
+
+/// What the scheduler did besides the request's metrics.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct DsiStats {
+    /// Verification tasks submitted (each one target forward, started or not).
+    pub tasks: usize,
+    /// Tasks preempted (before or during their forward).
+    pub preempted: usize,
+    /// Tasks that finished but whose result was never decided on (their prefix had been
+    /// rejected, or the generation had ended).
+    pub stale: usize,
+    /// Times a drafted block waited for a free worker.
+    pub waits: usize,
+    /// Busy time of each worker, seconds.
+    pub worker_busy_s: Vec<f64>,
+}
+
+/// A DSI generation: tokens and metrics as for every method (`target_time` is the workers'
+/// busy time summed, which can exceed the wall time), plus the scheduler's own counters.
+#[derive(Clone, Debug)]
+pub struct DsiGeneration {
+    pub generation: Generation,
+    pub stats: DsiStats,
+}
+
+/// Roles of the per-position random streams.
+const DRAFT_STREAM: u64 = 1;
+const VERIFY_STREAM: u64 = 2;
+
+fn position_rng(seed: u64, position: usize, role: u64) -> StdRng {
+    StdRng::seed_from_u64(crate::sampling::stream_seed(seed, position as u64, role))
+}
+
+struct Task {
+    id: u64,
+    tokens: Arc<Vec<u32>>,
+    rows: usize,
+    cancel: Arc<AtomicBool>,
+}
+
+enum Reply {
+    Done { worker: usize, id: u64, rows: Vec<Vec<f32>>, busy: Duration },
+    Preempted { worker: usize, busy: Duration },
+    Failed { worker: usize, error: String },
+}
+
+/// A target worker: its own cache, tasks in arrival order, the longest common prefix kept.
+fn worker_loop(target: &Transformer, worker: usize, tasks: mpsc::Receiver<Task>, replies: mpsc::Sender<Reply>) {
+    let mut cache = target.new_cache(1);
+    let mut fed: Vec<u32> = Vec::new();
+    for task in tasks {
+        let t = Instant::now();
+        if task.cancel.load(Ordering::Relaxed) {
+            let _ = replies.send(Reply::Preempted { worker, busy: t.elapsed() });
+            continue;
+        }
+        let lcp = fed.iter().zip(task.tokens.iter()).take_while(|(a, b)| a == b).count();
+        // The forward must start at or before the token preceding the block.
+        let keep = lcp.min(task.tokens.len() - task.rows);
+        cache.truncate(keep);
+        fed.truncate(keep);
+        let reply = match target.forward_cancellable(&task.tokens[keep..], &mut cache, &task.cancel) {
+            Ok(Some(out)) => {
+                fed.extend_from_slice(&task.tokens[keep..]);
+                Reply::Done { worker, id: task.id, rows: out.logits_tail(task.rows), busy: t.elapsed() }
+            }
+            Ok(None) => Reply::Preempted { worker, busy: t.elapsed() },
+            Err(e) => Reply::Failed { worker, error: format!("{e:#}") },
+        };
+        if replies.send(reply).is_err() {
+            return;
+        }
+    }
+}
+
+/// A drafted block: candidates `start..start + len` (absolute positions) of the chain.
+struct Block {
+    start: usize,
+    len: usize,
+    /// The task's input (prompt, committed and speculative tokens up to the block's end).
+    tokens: Arc<Vec<u32>>,
+    task: Option<u64>,
+    rows: Option<Vec<Vec<f32>>>,
+    cancel: Arc<AtomicBool>,
+}
+
+struct Coordinator<'a> {
+    drafter: &'a mut dyn Drafter,
+    policy: &'a mut dyn StopPolicy,
+    verifier: &'a mut dyn Verifier,
+    cfg: &'a SpecConfig,
+    dsi: &'a DsiConfig,
+    eos: &'a [u32],
+    prompt_len: usize,
+    /// Prompt and committed tokens.
+    seq: Vec<u32>,
+    /// Speculative candidates after `seq`, block after block.
+    chain: Vec<Candidate>,
+    blocks: VecDeque<Block>,
+    task_txs: Vec<mpsc::Sender<Task>>,
+    free: Vec<bool>,
+    /// Tokens of each worker's last finished task (its cache holds them).
+    worker_tokens: Vec<Arc<Vec<u32>>>,
+    next_id: u64,
+    m: RequestMetrics,
+    stats: DsiStats,
+    finished: bool,
+}
+
+impl Coordinator<'_> {
+    fn generated(&self) -> usize {
+        self.seq.len() - self.prompt_len
+    }
+
+    fn chain_ended(&self) -> bool {
+        self.chain.last().is_some_and(|c| self.eos.contains(&c.token)) || self.generated() + self.chain.len() >= self.cfg.max_new_tokens
+    }
+
+    fn unsubmitted(&self) -> bool {
+        self.blocks.back().is_some_and(|b| b.task.is_none())
+    }
+
+    fn on_reply(&mut self, r: Reply) -> Result<()> {
+        match r {
+            Reply::Done { worker, id, rows, busy } => {
+                self.release(worker, busy);
+                match self.blocks.iter_mut().find(|b| b.task == Some(id)) {
+                    Some(b) => {
+                        self.worker_tokens[worker] = b.tokens.clone();
+                        b.rows = Some(rows);
+                    }
+                    None => self.stats.stale += 1,
+                }
+            }
+            Reply::Preempted { worker, busy } => {
+                self.release(worker, busy);
+                self.stats.preempted += 1;
+            }
+            Reply::Failed { worker, error } => bail!("target worker {worker}: {error}"),
+        }
+        Ok(())
+    }
+
+    fn release(&mut self, worker: usize, busy: Duration) {
+        self.free[worker] = true;
+        self.stats.worker_busy_s[worker] += busy.as_secs_f64();
+        self.m.target_time += busy;
+    }
+
+    /// Sends the drafted, unsubmitted block to the free worker whose cache shares the longest
+    /// prefix with it.
+    fn submit_pending(&mut self) -> Result<()> {
+        let Some(block) = self.blocks.back_mut().filter(|b| b.task.is_none()) else { return Ok(()) };
+        let lcp = |t: &Vec<u32>| t.iter().zip(block.tokens.iter()).take_while(|(a, b)| a == b).count();
+        let Some(worker) = (0..self.free.len()).filter(|&w| self.free[w]).max_by_key(|&w| (lcp(&self.worker_tokens[w]), usize::MAX - w)) else {
+            return Ok(());
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        let task = Task { id, tokens: block.tokens.clone(), rows: block.len + 1, cancel: block.cancel.clone() };
+        self.task_txs[worker].send(task).map_err(|_| anyhow!("target worker {worker} is gone"))?;
+        block.task = Some(id);
+        self.free[worker] = false;
+        self.stats.tasks += 1;
+        self.m.n_target_calls += 1;
+        Ok(())
+    }
+
+    fn draft_block(&mut self) -> Result<()> {
+        let remaining = self.cfg.max_new_tokens - self.generated() - self.chain.len();
+        let max = remaining.min(self.dsi.lookahead).min(self.policy.max_candidates());
+        let start = self.seq.len() + self.chain.len();
+        let mut context = self.seq.clone();
+        context.extend(self.chain.iter().map(|c| c.token));
+        let mut rng = position_rng(self.cfg.seed, start, DRAFT_STREAM);
+        let candidates = self.drafter.draft(&context, max, self.policy, &self.cfg.sampling, &mut rng, self.eos, &mut self.m)?;
+        ensure!(!candidates.is_empty() && candidates.len() <= max, "drafter returned {} candidates (1..={max} allowed)", candidates.len());
+        self.m.n_drafted += candidates.len();
+        context.extend(candidates.iter().map(|c| c.token));
+        self.blocks.push_back(Block { start, len: candidates.len(), tokens: Arc::new(context), task: None, rows: None, cancel: Arc::new(AtomicBool::new(false)) });
+        self.chain.extend(candidates);
+        if self.free.iter().all(|f| !f) {
+            self.stats.waits += 1;
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, token: u32) {
+        self.seq.push(token);
+        if self.eos.contains(&token) || self.generated() >= self.cfg.max_new_tokens {
+            self.finished = true;
+        }
+    }
+
+    /// Cancels every outstanding block; a result already in but never decided counts as stale.
+    fn preempt_all(&mut self) {
+        for b in self.blocks.drain(..) {
+            b.cancel.store(true, Ordering::Relaxed);
+            if b.rows.is_some() {
+                self.stats.stale += 1;
+            }
+        }
+        self.chain.clear();
+    }
+
+    /// Decides the oldest blocks whose results are in, in position order.
+    fn decide(&mut self) -> Result<()> {
+        while !self.finished {
+            let Some(rows) = self.blocks.front_mut().and_then(|b| b.rows.take()) else { return Ok(()) };
+            let block = self.blocks.pop_front().expect("front exists");
+            if self.dsi.preempt {
+                // Every block decided here was verified on exactly the committed prefix: a task
+                // from a rejected branch can never reach this point.
+                ensure!(
+                    block.start == self.seq.len() && block.tokens[..self.seq.len()] == self.seq[..],
+                    "DSI invariant broken: a block verified on another prefix reached a decision"
+                );
+            }
+            let mut accepted = 0;
+            let mut correction = None;
+            for i in 0..block.len {
+                let mut rng = position_rng(self.cfg.seed, self.seq.len(), VERIFY_STREAM);
+                let verdict = self.verifier.verify(&self.chain[i..i + 1], &rows[i..i + 2], &self.cfg.sampling, &mut rng);
+                if verdict.accepted == 1 {
+                    accepted += 1;
+                    self.commit(self.chain[i].token);
+                    if self.finished {
+                        break;
+                    }
+                } else {
+                    correction = Some(verdict.next);
+                    break;
+                }
+            }
+            self.m.n_accepted += accepted;
+            self.m.n_verified += accepted + correction.is_some() as usize;
+            self.m.accepted_per_round.push(accepted);
+            self.m.drafted_per_round.push(block.len);
+            match correction {
+                None => {
+                    self.chain.drain(..block.len);
+                }
+                Some(token) => {
+                    self.commit(token);
+                    if self.dsi.preempt {
+                        self.preempt_all();
+                    } else {
+                        // The broken variant: later blocks (drafted after the rejected token)
+                        // stay and are decided on as if their prefix were right.
+                        self.chain.drain(..block.len);
+                        let mut at = self.seq.len();
+                        for b in self.blocks.iter_mut() {
+                            b.start = at;
+                            at += b.len;
+                        }
+                    }
+                    // The drafter's cache is valid up to the token before the correction.
+                    self.drafter.rollback(self.seq.len() - 1);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, replies: &mpsc::Receiver<Reply>) -> Result<()> {
+        loop {
+            while let Ok(r) = replies.try_recv() {
+                self.on_reply(r)?;
+            }
+            self.decide()?;
+            if self.finished {
+                self.preempt_all();
+                return Ok(());
+            }
+            self.submit_pending()?;
+            if !self.chain_ended() && !self.unsubmitted() {
+                self.draft_block()?;
+                self.submit_pending()?;
+                continue;
+            }
+            let r = replies.recv().map_err(|_| anyhow!("every target worker is gone"))?;
+            self.on_reply(r)?;
+        }
+    }
+}
+
+/// DSI decoding of `prompt` with `dsi.servers` target workers. Lossless as
+/// [`super::generate_speculative`]: greedy output equals the target's greedy output, sampled
+/// output is distributed as the target's.
+#[allow(clippy::too_many_arguments)]
+pub fn generate_dsi(
+    target: &Transformer,
+    drafter: &mut dyn Drafter,
+    policy: &mut dyn StopPolicy,
+    verifier: &mut dyn Verifier,
+    prompt: &[u32],
+    cfg: &SpecConfig,
+    dsi: &DsiConfig,
+    eos: &[u32],
+) -> Result<DsiGeneration> {
+    ensure!(!prompt.is_empty(), "the prompt is empty");
+    ensure!(dsi.servers >= 1 && dsi.lookahead >= 1, "DSI needs at least one target server and a lookahead of at least 1");
+    let t0 = Instant::now();
+    let mut stats = DsiStats { worker_busy_s: vec![0.0; dsi.servers], ..Default::default() };
+    if cfg.max_new_tokens == 0 {
+        return Ok(DsiGeneration { generation: Generation { tokens: Vec::new(), metrics: RequestMetrics::default() }, stats });
+    }
+    let (m, seq) = std::thread::scope(|scope| -> Result<(RequestMetrics, Vec<u32>)> {
+        let (reply_tx, reply_rx) = mpsc::channel();
+        let mut task_txs = Vec::with_capacity(dsi.servers);
+        for w in 0..dsi.servers {
+            let (tx, rx) = mpsc::channel();
+            let replies = reply_tx.clone();
+            std::thread::Builder::new().name(format!("dsi-target-{w}")).spawn_scoped(scope, move || worker_loop(target, w, rx, replies))?;
+            task_txs.push(tx);
+        }
+        drop(reply_tx);
+        let mut c = Coordinator {
+            drafter,
+            policy,
+            verifier,
+            cfg,
+            dsi,
+            eos,
+            prompt_len: prompt.len(),
+            seq: prompt.to_vec(),
+            chain: Vec::new(),
+            blocks: VecDeque::new(),
+            task_txs,
+            free: vec![true; dsi.servers],
+            worker_tokens: vec![Arc::new(Vec::new()); dsi.servers],
+            next_id: 0,
+            m: RequestMetrics::default(),
+            stats: std::mem::take(&mut stats),
+            finished: false,
+        };
+        let outcome = c.run(&reply_rx);
+        // Closing the task channels lets the workers finish (preempted tasks stop between
+        // layers); the scope joins them.
+        c.task_txs.clear();
+        for r in reply_rx.iter() {
+            match r {
+                Reply::Done { worker, busy, .. } => {
+                    c.release(worker, busy);
+                    c.stats.stale += 1;
+                }
+                Reply::Preempted { worker, busy } => {
+                    c.release(worker, busy);
+                    c.stats.preempted += 1;
+                }
+                Reply::Failed { .. } => {}
+            }
+        }
+        outcome?;
+        stats = c.stats;
+        Ok((c.m, c.seq))
+    })?;
+    let mut m = m;
+    let tokens = seq[prompt.len()..].to_vec();
+    m.n_generated = tokens.len();
+    m.total_time = t0.elapsed();
+    Ok(DsiGeneration { generation: Generation { tokens, metrics: m }, stats })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookahead_follows_equation_1() {
+        // Drafter 5% of the target, SP 4: k = 5 (ceil(1 / (5 x 0.05)) = 4), the paper's example.
+        assert_eq!(lookahead_for(4, 1.0, 0.05), 5);
+        assert_eq!(lookahead_for(7, 1.0, 0.1), 2);
+        assert_eq!(lookahead_for(1, 30.0, 6.0), 5);
+        assert_eq!(lookahead_for(100, 1.0, 0.5), 1);
+    }
+}

@@ -1,0 +1,120 @@
+//! DSI's scheduler is lossless as sequential speculative decoding is: greedy output equals the
+//! target's greedy output for every SP degree, lookahead and stop policy; sampled output is
+//! distributed as the target's, and a scheduler that does not preempt the tasks of a rejected
+//! branch is caught; no result computed on a rejected prefix is ever committed.
+
+mod common;
+use common::lossless::*;
+use common::*;
+use specx_decoder::sampling::SamplingConfig;
+use specx_decoder::spec::*;
+use specx_decoder::{default_device, Transformer};
+
+fn dsi(target: &Transformer, draft: &Transformer, policy: &mut dyn StopPolicy, prompt: &[u32], cfg: &SpecConfig, d: &DsiConfig, eos: &[u32]) -> DsiGeneration {
+    let mut drafter = PlainDrafter::new(draft);
+    generate_dsi(target, &mut drafter, policy, &mut RejectionSampler, prompt, cfg, d, eos).unwrap()
+}
+
+#[test]
+fn greedy_output_equals_target_greedy_for_every_sp_degree_lookahead_and_policy() {
+    let (_d, t, d) = pair(VOCAB, 1, 2);
+    let (_d2, _, same) = pair(VOCAB, 1, 1);
+    let close = noisy_draft(_d.path(), VOCAB, 1, 0.3);
+    let hidden = d.model.config().hidden_size;
+    let (mut preempted, mut stale, mut blocks_seen) = (0, 0, (false, false, false));
+    for (draft_name, draft) in [("random draft", &d.model), ("identical draft", &same.model), ("close draft", &close.model)] {
+        for (p_i, prompt_seed) in (0..4u32).enumerate() {
+            let prompt = tokens(3 + p_i, prompt_seed);
+            let eos = [VOCAB as u32 - 1, 7];
+            let cfg = SpecConfig { max_new_tokens: 10 + p_i % 3, sampling: SamplingConfig::greedy(), seed: 0 };
+            let want = generate_autoregressive(&t.model, &prompt, &cfg, &eos).unwrap().tokens;
+            for servers in [1, 2, 4] {
+                for lookahead in [1, 3] {
+                    let mut policies: Vec<(String, Box<dyn StopPolicy>)> = vec![("fixed".into(), Box::new(FixedK(lookahead)))];
+                    let head = AcceptanceHead::init_seeded(hidden, 2, true, p_i as u64, &default_device());
+                    policies.push(("head h=0.5".into(), Box::new(HeadPolicy::new(head, HeadRule::new(0.5, 1, 20)))));
+                    for (name, mut policy) in policies {
+                        let g = dsi(&t.model, draft, policy.as_mut(), &prompt, &cfg, &DsiConfig::new(servers, lookahead), &eos);
+                        let what = format!("{draft_name}, prompt {p_i}, sp {servers}, lookahead {lookahead}, {name}");
+                        assert_eq!(g.generation.tokens, want, "{what}");
+                        let m = &g.generation.metrics;
+                        assert_eq!(m.n_generated, want.len(), "{what}");
+                        assert_eq!(g.stats.tasks, m.n_target_calls, "{what}");
+                        assert!(m.drafted_per_round.iter().all(|&k| k <= lookahead), "{what}");
+                        // Every task either reached a decision, was preempted, or came back stale.
+                        assert_eq!(m.accepted_per_round.len() + g.stats.preempted + g.stats.stale, g.stats.tasks, "{what}: {:?}", g.stats);
+                        preempted += g.stats.preempted;
+                        stale += g.stats.stale;
+                        for (&a, &k) in m.accepted_per_round.iter().zip(&m.drafted_per_round) {
+                            blocks_seen.0 |= a == 0;
+                            blocks_seen.1 |= a > 0 && a < k;
+                            blocks_seen.2 |= a == k && k > 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(blocks_seen.0 && blocks_seen.1 && blocks_seen.2, "block kinds seen: {blocks_seen:?}");
+    assert!(preempted + stale > 0, "no task was ever preempted: the cancellation path went untested");
+}
+
+#[test]
+fn budget_and_eos_inside_a_block_are_respected() {
+    let (_d, t, _) = pair(VOCAB, 1, 1);
+    let prompt = tokens(4, 3);
+    let greedy = SamplingConfig::greedy();
+    for max_new in [1, 2, 5, 11] {
+        let cfg = SpecConfig { max_new_tokens: max_new, sampling: greedy.clone(), seed: 0 };
+        let want = generate_autoregressive(&t.model, &prompt, &cfg, &[]).unwrap().tokens;
+        let got = dsi(&t.model, &t.model, &mut FixedK(4), &prompt, &cfg, &DsiConfig::new(2, 4), &[]);
+        assert_eq!(got.generation.tokens, want, "max_new {max_new}");
+    }
+    let cfg = SpecConfig { max_new_tokens: 12, sampling: greedy, seed: 0 };
+    let free = generate_autoregressive(&t.model, &prompt, &cfg, &[]).unwrap().tokens;
+    let eos = [free[3]];
+    let want = generate_autoregressive(&t.model, &prompt, &cfg, &eos).unwrap().tokens;
+    let got = dsi(&t.model, &t.model, &mut FixedK(3), &prompt, &cfg, &DsiConfig::new(3, 3), &eos);
+    assert_eq!(got.generation.tokens, want);
+}
+
+#[test]
+fn sampled_output_is_distributed_as_the_target_and_a_scheduler_without_preemption_is_caught() {
+    const N: usize = 6000;
+    const ALPHA: f64 = 1e-3;
+    let (_d, t, d) = pair(SMALL_VOCAB, 11, 12);
+    let prompt = vec![1u32, 4, 2];
+    let s = SamplingConfig { temperature: 1.0, top_k: None, top_p: None };
+    let exact = exact_distribution(&t.model, &prompt, &s);
+    let cfg = |seed| SpecConfig { max_new_tokens: STEPS, sampling: s.clone(), seed };
+
+    let ok = sample_counts(N, |seed| dsi(&t.model, &d.model, &mut FixedK(1), &prompt, &cfg(seed), &DsiConfig::new(2, 1), &[]).generation.tokens);
+    let p_ok = chi_square_p(&ok, &exact, N);
+    assert!(p_ok > ALPHA, "DSI sampling (sp 2, lookahead 1) rejected: p = {p_ok:.2e}");
+
+    let ok2 = sample_counts(N, |seed| dsi(&t.model, &d.model, &mut FixedK(2), &prompt, &cfg(seed), &DsiConfig::new(4, 2), &[]).generation.tokens);
+    let p_ok2 = chi_square_p(&ok2, &exact, N);
+    assert!(p_ok2 > ALPHA, "DSI sampling (sp 4, lookahead 2) rejected: p = {p_ok2:.2e}");
+
+    let broken = DsiConfig { preempt: false, ..DsiConfig::new(2, 1) };
+    let bad = sample_counts(N, |seed| dsi(&t.model, &d.model, &mut FixedK(1), &prompt, &cfg(seed), &broken, &[]).generation.tokens);
+    let p_bad = chi_square_p(&bad, &exact, N);
+    assert!(p_bad < ALPHA, "a scheduler that commits results of rejected branches went unnoticed: p = {p_bad:.2e}");
+    eprintln!("chi-square p-values: DSI sp2/l1 {p_ok:.3}, sp4/l2 {p_ok2:.3}, without preemption {p_bad:.2e}");
+}
+
+#[test]
+fn the_same_seed_gives_the_same_sampled_output_whatever_the_sp_degree() {
+    // Randomness is keyed by position, not drawn in completion order.
+    let (_d, t, d) = pair(SMALL_VOCAB, 11, 12);
+    let prompt = vec![1u32, 4, 2];
+    let s = SamplingConfig { temperature: 1.0, top_k: None, top_p: None };
+    for seed in 0..20 {
+        let cfg = SpecConfig { max_new_tokens: 12, sampling: s.clone(), seed };
+        let one = dsi(&t.model, &d.model, &mut FixedK(2), &prompt, &cfg, &DsiConfig::new(1, 2), &[]).generation.tokens;
+        for servers in [2, 4] {
+            let many = dsi(&t.model, &d.model, &mut FixedK(2), &prompt, &cfg, &DsiConfig::new(servers, 2), &[]).generation.tokens;
+            assert_eq!(many, one, "seed {seed}, sp {servers}");
+        }
+    }
+}
