@@ -131,6 +131,23 @@ fn greedy_speculative_decoding_reproduces_the_target_on_the_real_pair() {
 }
 
 #[test]
+fn greedy_dsi_reproduces_the_target_on_the_real_pair_for_every_sp_degree() {
+    use specx_decoder::spec::*;
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (draft, target) = load_pair();
+    let cfg = SpecConfig { max_new_tokens: 24, sampling: specx_decoder::SamplingConfig::greedy(), seed: 0 };
+    let ids = target.tokenizer.encode(&specx_decoder::ChatTemplate::qwen().apply("Write a Python function that checks whether a string is a palindrome.")).unwrap();
+    let want = generate_autoregressive(&target.model, &ids, &cfg, &target.eos_ids).unwrap().tokens;
+    for servers in [1, 2, 4] {
+        let mut drafter = PlainDrafter::new(&draft.model);
+        let got = generate_dsi(&target.model, &mut drafter, &mut FixedK(3), &mut RejectionSampler, &ids, &cfg, &DsiConfig::new(servers, 3), &target.eos_ids).unwrap();
+        let tokens = &got.generation.tokens;
+        assert_eq!(tokens, &want, "sp {servers}: {:?} vs {:?}", target.tokenizer.decode(tokens), target.tokenizer.decode(&want));
+        assert!(got.generation.metrics.n_accepted > 0, "the Qwen pair should agree on some tokens");
+    }
+}
+
+#[test]
 fn native_weights_give_the_f32_paths_logits_on_the_real_pair() {
     // Both paths multiply the same dequantized values in the same order: the few-row kernel for
     // a prompt of <= 32 tokens and single-token steps, burn's gemm for a 48-token prompt (the
