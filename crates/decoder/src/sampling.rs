@@ -21,8 +21,6 @@ impl Default for SamplingConfig {
     }
 }
 
-/// Index of the largest value; the first on ties (the same rule everywhere in specx, so that
-/// greedy speculative decoding reproduces greedy decoding exactly).
 /// The seed of one random stream, keyed by a run seed, an index (a position, a cell) and a
 /// role: a splitmix64 finaliser over the three, so that streams are independent of the order
 /// in which a concurrent scheduler or a parallel simulation consumes them.
@@ -33,6 +31,8 @@ pub fn stream_seed(seed: u64, index: u64, role: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Index of the largest value; the first on ties (the same rule everywhere in specx, so that
+/// greedy speculative decoding reproduces greedy decoding exactly).
 pub fn argmax(xs: &[f32]) -> u32 {
     let mut best = 0;
     for (i, &x) in xs.iter().enumerate() {

@@ -101,6 +101,11 @@ enum Reply {
     Failed { worker: usize, error: String },
 }
 
+/// Length of the longest common prefix of two token sequences.
+fn common_prefix_len(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
 /// A target worker: its own cache, tasks in arrival order, the longest common prefix kept.
 fn worker_loop(target: &Transformer, worker: usize, tasks: mpsc::Receiver<Task>, replies: mpsc::Sender<Reply>) {
     let mut cache = target.new_cache(1);
@@ -111,9 +116,8 @@ fn worker_loop(target: &Transformer, worker: usize, tasks: mpsc::Receiver<Task>,
             let _ = replies.send(Reply::Preempted { worker, busy: t.elapsed() });
             continue;
         }
-        let lcp = fed.iter().zip(task.tokens.iter()).take_while(|(a, b)| a == b).count();
         // The forward must start at or before the token preceding the block.
-        let keep = lcp.min(task.tokens.len() - task.rows);
+        let keep = common_prefix_len(&fed, &task.tokens).min(task.tokens.len() - task.rows);
         cache.truncate(keep);
         fed.truncate(keep);
         let reply = match target.forward_cancellable(&task.tokens[keep..], &mut cache, &task.cancel) {
@@ -208,8 +212,7 @@ impl Coordinator<'_> {
     /// prefix with it.
     fn submit_pending(&mut self) -> Result<()> {
         let Some(block) = self.blocks.back_mut().filter(|b| b.task.is_none()) else { return Ok(()) };
-        let lcp = |t: &Vec<u32>| t.iter().zip(block.tokens.iter()).take_while(|(a, b)| a == b).count();
-        let Some(worker) = (0..self.free.len()).filter(|&w| self.free[w]).max_by_key(|&w| (lcp(&self.worker_tokens[w]), usize::MAX - w)) else {
+        let Some(worker) = (0..self.free.len()).filter(|&w| self.free[w]).max_by_key(|&w| (common_prefix_len(&self.worker_tokens[w], &block.tokens), usize::MAX - w)) else {
             return Ok(());
         };
         let id = self.next_id;
@@ -385,7 +388,7 @@ pub fn generate_dsi(
             blocks: VecDeque::new(),
             task_txs,
             free: vec![true; dsi.servers],
-            worker_tokens: vec![Arc::new(Vec::new()); dsi.servers],
+            worker_tokens: (0..dsi.servers).map(|_| Arc::default()).collect(),
             next_id: 0,
             m: RequestMetrics::default(),
             stats: std::mem::take(&mut stats),
@@ -395,18 +398,10 @@ pub fn generate_dsi(
         // Closing the task channels lets the workers finish (preempted tasks stop between
         // layers); the scope joins them.
         c.task_txs.clear();
+        // Late replies: with every block gone a result counts as stale, a preemption as
+        // preempted; a worker failing after the generation ended changes nothing.
         for r in reply_rx.iter() {
-            match r {
-                Reply::Done { worker, busy, .. } => {
-                    c.release(worker, busy);
-                    c.stats.stale += 1;
-                }
-                Reply::Preempted { worker, busy } => {
-                    c.release(worker, busy);
-                    c.stats.preempted += 1;
-                }
-                Reply::Failed { .. } => {}
-            }
+            let _ = c.on_reply(r);
         }
         outcome?;
         stats = c.stats;

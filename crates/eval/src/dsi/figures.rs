@@ -2,7 +2,7 @@
 //! (drafter latency c, acceptance rate a), pink where the ratio is below 1, blue above, each
 //! cell labelled with its value, measured model pairs marked.
 
-use super::grid::{Mark, Point, SiMode};
+use super::grid::{Mark, Point, SiMode, Speedups};
 use crate::experiment::plots::render_png_sized;
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
@@ -70,25 +70,29 @@ pub fn heatmap_figure(path: &Path, title: &str, panels: &[Panel], cols: usize, c
     })
 }
 
+/// One speedup of every point under `mode` as a panel.
+fn speedup_panel(title: String, points: &[Point], mode: SiMode, f: fn(&Speedups) -> Option<f64>) -> Panel {
+    Panel { title, values: points.iter().map(|p| (p.c, p.a, p.speedups(mode).and_then(|s| f(&s)))).collect() }
+}
+
 /// The four panels of Figure 2 for one SI mode: SI / non-SI, DSI / SI, DSI / non-SI and DSI /
 /// min(SI, non-SI), each algorithm at its best lookahead.
 pub fn figure2_panels(points: &[Point], mode: SiMode) -> Vec<Panel> {
-    let pick = |f: &dyn Fn(&super::grid::Speedups) -> Option<f64>| points.iter().map(|p| (p.c, p.a, p.speedups(mode).and_then(|s| f(&s)))).collect::<Vec<_>>();
     vec![
-        Panel { title: "(a) SI speedup over non-SI".into(), values: pick(&|s| Some(s.si_vs_nonsi)) },
-        Panel { title: "(b) DSI speedup over SI".into(), values: pick(&|s| s.dsi_vs_si) },
-        Panel { title: "(c) DSI speedup over non-SI".into(), values: pick(&|s| s.dsi_vs_nonsi) },
-        Panel { title: "(d) DSI speedup over min(SI, non-SI)".into(), values: pick(&|s| s.dsi_vs_baseline) },
+        speedup_panel("(a) SI speedup over non-SI".into(), points, mode, |s| Some(s.si_vs_nonsi)),
+        speedup_panel("(b) DSI speedup over SI".into(), points, mode, |s| s.dsi_vs_si),
+        speedup_panel("(c) DSI speedup over non-SI".into(), points, mode, |s| s.dsi_vs_nonsi),
+        speedup_panel("(d) DSI speedup over min(SI, non-SI)".into(), points, mode, |s| s.dsi_vs_baseline),
     ]
 }
 
 /// Figure 7: the same lookahead for all algorithms (only where DSI can run with it).
 pub fn figure7_panels(points: &[Point], k: usize) -> Vec<Panel> {
-    let pick = |f: &dyn Fn(&super::grid::Speedups) -> Option<f64>| points.iter().map(|p| (p.c, p.a, p.speedups(SiMode::Official).and_then(|s| f(&s)))).collect::<Vec<_>>();
+    let mode = SiMode::Official;
     vec![
-        Panel { title: format!("(a) SI over non-SI, k = {k}"), values: pick(&|s| Some(s.si_vs_nonsi)) },
-        Panel { title: format!("(b) DSI over SI, k = {k}"), values: pick(&|s| s.dsi_vs_si) },
-        Panel { title: format!("(c) DSI over non-SI, k = {k}"), values: pick(&|s| s.dsi_vs_nonsi) },
+        speedup_panel(format!("(a) SI over non-SI, k = {k}"), points, mode, |s| Some(s.si_vs_nonsi)),
+        speedup_panel(format!("(b) DSI over SI, k = {k}"), points, mode, |s| s.dsi_vs_si),
+        speedup_panel(format!("(c) DSI over non-SI, k = {k}"), points, mode, |s| s.dsi_vs_nonsi),
     ]
 }
 

@@ -129,6 +129,20 @@ fn default_fixed_k() -> usize {
 }
 
 impl OfflineConfig {
+    /// The paper's settings (every field at its default) writing into `out`.
+    pub fn paper(out: PathBuf) -> Self {
+        Self {
+            seed: default_seed(),
+            tokens: default_tokens(),
+            repeats: default_repeats(),
+            servers: default_servers(),
+            fixed_k: default_fixed_k(),
+            grid: GridSpec::default(),
+            marks: Vec::new(),
+            out,
+        }
+    }
+
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let mut cfg: Self = toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
@@ -398,7 +412,7 @@ pub fn write_points_csv(path: &Path, points: &[Point]) -> Result<()> {
             opt(o.map(|o| o.si_vs_nonsi)),
             opt(o.and_then(|o| o.dsi_vs_si)),
             opt(o.and_then(|o| o.dsi_vs_baseline)),
-            format!("{:.6}", f.si_vs_nonsi),
+            opt(Some(f.si_vs_nonsi)),
             opt(f.dsi_vs_si),
             opt(f.dsi_vs_baseline),
             opt(f.dsi_vs_nonsi),

@@ -56,16 +56,7 @@ pub fn run_cli(a: DsiArgs) -> Result<()> {
 fn run_offline_cli(a: OfflineArgs) -> Result<()> {
     let mut cfg = match &a.config {
         Some(p) => OfflineConfig::load(p).with_context(|| format!("DSI offline config {}", p.display()))?,
-        None => OfflineConfig {
-            seed: 42,
-            tokens: 1000,
-            repeats: 5,
-            servers: 7,
-            fixed_k: 5,
-            grid: Default::default(),
-            marks: vec![],
-            out: a.out.clone().context("give --config or --out")?,
-        },
+        None => OfflineConfig::paper(a.out.clone().context("give --config or --out")?),
     };
     if let Some(out) = a.out {
         cfg.out = out;

@@ -280,7 +280,7 @@ mod tests {
         assert_eq!(i, 40);
         assert!((cost * 30.0 - (2400.0 - 4.0 * 6.0)).abs() < 1e-9, "{}", cost * 30.0);
         assert!((i as f64 * (5.0 * 6.0 + 30.0) - 2400.0).abs() < 1e-9);
-        assert_eq!(CellCosts { si: 0.0, dsi: 0.0, nonsi: 100.0 }.nonsi * 30.0, 3000.0);
+        assert_eq!(simulate(Cell { c: 0.2, a: 0.6, k: 5 }, 100, 1, 0, 0).nonsi * 30.0, 3000.0);
     }
 
     #[test]
