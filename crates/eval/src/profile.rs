@@ -8,7 +8,7 @@ use crate::bench::PairArgs;
 use crate::report::markdown_table;
 use anyhow::{anyhow, ensure, Result};
 use plotters::prelude::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::{check_pair, default_device, load_model_as, LoadedModel, WeightMode};
 use std::path::PathBuf;
@@ -38,14 +38,14 @@ pub struct ProfileArgs {
     pub out: PathBuf,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 pub struct ForwardCurve {
     pub context: usize,
     /// Median seconds of a forward of r new rows, r = 1..=max_rows.
     pub seconds: Vec<f64>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 pub struct ModelProfile {
     pub role: String,
     pub path: PathBuf,
@@ -63,7 +63,7 @@ pub struct ModelProfile {
     pub tpot_s: f64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 pub struct Profile {
     pub weights: String,
     pub machine: crate::experiment::manifest::Machine,

@@ -102,6 +102,99 @@ pub fn si_mode_panel(points: &[Point]) -> Panel {
     Panel { title: "SI cost, official / fair (DSI-feasible k only vs any k)".into(), values: points.iter().map(|p| (p.c, p.a, p.si_official.map(|o| o.cost / p.si_fair.cost))).collect() }
 }
 
+/// Timeline of one online run: the drafter's forwards and each target server's
+/// verifications, coloured by what became of them.
+pub fn timeline_figure(path: &Path, title: &str, run: &super::online::SimRun) -> Result<()> {
+    use super::online::SpanKind;
+    let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
+    let lanes = run.busy_s.len() + 1;
+    let end = run.spans.iter().map(|s| s.end_s).fold(run.wall_s, f64::max).max(1e-9) * 1e3;
+    let colour = |k: SpanKind| match k {
+        SpanKind::Prefill => RGBColor(166, 219, 160),
+        SpanKind::Draft => RGBColor(120, 120, 120),
+        SpanKind::DraftPreempted => RGBColor(200, 200, 200),
+        SpanKind::Accepted => RGBColor(33, 102, 172),
+        SpanKind::Rejection => RGBColor(214, 96, 77),
+        SpanKind::Preempted => RGBColor(244, 165, 130),
+    };
+    render_png_sized(path, (1400, 140 + 46 * lanes as u32), |root| {
+        let mut chart = ChartBuilder::on(root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(90)
+            .build_cartesian_2d(0.0..end, 0.0..lanes as f64)
+            .map_err(e)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(lanes)
+            .y_label_formatter(&|y| {
+                let l = y.round() as usize;
+                if (*y - l as f64).abs() > 0.01 || l >= lanes { String::new() } else if l == 0 { "drafter".into() } else { format!("server {l}") }
+            })
+            .x_desc("ms (scaled)")
+            .label_style(("sans-serif", 13))
+            .draw()
+            .map_err(e)?;
+        for s in &run.spans {
+            let y = s.lane as f64;
+            let (x0, x1) = (s.start_s * 1e3, (s.end_s * 1e3).max(s.start_s * 1e3 + end * 1e-4));
+            chart.draw_series(std::iter::once(Rectangle::new([(x0, y - 0.35), (x1, y + 0.35)], colour(s.kind).filled()))).map_err(e)?;
+            chart.draw_series(std::iter::once(Rectangle::new([(x0, y - 0.35), (x1, y + 0.35)], WHITE.stroke_width(1)))).map_err(e)?;
+        }
+        for (name, k) in [("prefill", SpanKind::Prefill), ("draft forward", SpanKind::Draft), ("draft cut by rejection", SpanKind::DraftPreempted), ("verified, all accepted", SpanKind::Accepted), ("revealed a rejection", SpanKind::Rejection), ("preempted", SpanKind::Preempted)] {
+            let c = colour(k);
+            chart
+                .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())
+                .map_err(e)?
+                .label(name)
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
+        }
+        chart.configure_series_labels().position(SeriesLabelPosition::UpperRight).border_style(BLACK).background_style(WHITE.mix(0.9)).label_font(("sans-serif", 13)).draw().map_err(e)?;
+        Ok(())
+    })
+}
+
+/// DSI's speedup over SI and over non-SI per lookahead, one line per server count.
+pub fn online_speedup_figure(path: &Path, title: &str, cells: &[super::online_run::CellResult]) -> Result<()> {
+    use super::online_run::CellResult;
+    let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
+    let kmax = cells.iter().map(|c| c.k).max().unwrap_or(1) as f64;
+    let ys: Vec<f64> = cells.iter().flat_map(|c| [1.0 / CellResult::ratio(&c.dsi_s, &c.si_s), 1.0 / CellResult::ratio(&c.dsi_s, &c.nonsi_s), 1.0 / CellResult::ratio(&c.si_s, &c.nonsi_s)]).collect();
+    let ymax = ys.iter().copied().fold(1.0, f64::max) * 1.15;
+    let ymin = ys.iter().copied().fold(1.0, f64::min).min(0.9) * 0.95;
+    let mut servers: Vec<usize> = cells.iter().map(|c| c.servers).collect();
+    servers.sort_unstable();
+    servers.dedup();
+    render_png_sized(path, (1300, 560), |root| {
+        let root = root.titled(title, ("sans-serif", 20)).map_err(e)?;
+        let panels = root.split_evenly((1, 2));
+        let what: [(&str, fn(&CellResult) -> f64); 2] = [("DSI speedup over SI", |c| 1.0 / CellResult::ratio(&c.dsi_s, &c.si_s)), ("DSI and SI (dashed) speedup over non-SI", |c| 1.0 / CellResult::ratio(&c.dsi_s, &c.nonsi_s))];
+        let palette = [RGBColor(31, 119, 180), RGBColor(214, 39, 40), RGBColor(44, 160, 44), RGBColor(148, 103, 189), RGBColor(255, 127, 14)];
+        for (pi, (area, (name, f))) in panels.iter().zip(what).enumerate() {
+            let mut chart = ChartBuilder::on(area).caption(name, ("sans-serif", 16)).margin(12).x_label_area_size(40).y_label_area_size(50).build_cartesian_2d(0.5..kmax + 0.5, ymin..ymax).map_err(e)?;
+            chart.configure_mesh().x_desc("lookahead k").y_desc("speedup").label_style(("sans-serif", 13)).draw().map_err(e)?;
+            chart.draw_series(LineSeries::new([(0.5, 1.0), (kmax + 0.5, 1.0)], BLACK.stroke_width(1))).map_err(e)?;
+            for (i, &sp) in servers.iter().enumerate() {
+                let col = palette[i % palette.len()];
+                let mut pts: Vec<(f64, f64)> = cells.iter().filter(|c| c.servers == sp).map(|c| (c.k as f64, f(c))).collect();
+                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                chart.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2))).map_err(e)?.label(format!("DSI, {sp} servers")).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], col.stroke_width(2)));
+                chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, col.filled()))).map_err(e)?;
+            }
+            if pi == 1 {
+                let mut si: Vec<(f64, f64)> = cells.iter().map(|c| (c.k as f64, 1.0 / CellResult::ratio(&c.si_s, &c.nonsi_s))).collect();
+                si.sort_by(|a, b| a.0.total_cmp(&b.0));
+                si.dedup_by(|a, b| a.0 == b.0);
+                chart.draw_series(DashedLineSeries::new(si, 6, 4, BLACK.stroke_width(2))).map_err(e)?.label("SI").legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(2)));
+            }
+            chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 13)).draw().map_err(e)?;
+        }
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,8 @@
 pub mod figures;
 pub mod grid;
 pub mod offline;
+pub mod online;
+pub mod online_run;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
@@ -27,6 +29,33 @@ pub enum DsiCommand {
     /// Figure 7 heatmaps (PNG) for both SI modes (official: SI limited to DSI-feasible
     /// lookaheads as the reference; fair: SI may use any lookahead).
     Offline(OfflineArgs),
+    /// The online simulator (paper §4 / Table 2, the reference's `dsi/online`): real threads
+    /// that sleep for every forward, a LIFO queue on the target servers, preemption. Latencies
+    /// from `specx profile`, acceptance as a rate or the measured matches of a greedy replay's
+    /// oracle rows. Writes summary.md, cells.json, runs.csv, speedups.png and per-cell
+    /// timelines (timeline-sp*-k*.png).
+    Online(OnlineArgs),
+}
+
+#[derive(Args)]
+pub struct OnlineArgs {
+    /// Simulation config (TOML): tokens, repeats, servers, lookaheads, auto, time_scale,
+    /// cost_model, compat, [latency], [acceptance], out. See configs/dsi/online.toml.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// `fixed` (default): the reference's three biases fixed (SI's extra target forward per
+    /// segment, the uncounted correction token, non-SI at TTFT per token); `reference`: kept.
+    #[arg(long, value_enum)]
+    pub compat: Option<online::Compat>,
+    /// Output directory (overrides the config's `out`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Generations per cell (overrides the config's `repeats`).
+    #[arg(long)]
+    pub repeats: Option<usize>,
+    /// Log a line at the end instead of drawing a progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
 }
 
 #[derive(Args)]
@@ -50,7 +79,26 @@ pub struct OfflineArgs {
 pub fn run_cli(a: DsiArgs) -> Result<()> {
     match a.command {
         DsiCommand::Offline(o) => run_offline_cli(o),
+        DsiCommand::Online(o) => run_online_cli(o),
     }
+}
+
+fn run_online_cli(a: OnlineArgs) -> Result<()> {
+    let mut cfg = online_run::OnlineConfig::load(&a.config).with_context(|| format!("DSI online config {}", a.config.display()))?;
+    if let Some(c) = a.compat {
+        cfg.compat = c;
+    }
+    if let Some(out) = a.out {
+        cfg.out = out;
+    }
+    if let Some(r) = a.repeats {
+        cfg.repeats = r;
+    }
+    let started = std::time::Instant::now();
+    let outcome = online_run::run_online(&cfg, !a.no_progress)?;
+    println!("{}", outcome.summary);
+    eprintln!("wrote {} ({:.0} s)", cfg.out.display(), started.elapsed().as_secs_f64());
+    Ok(())
 }
 
 fn run_offline_cli(a: OfflineArgs) -> Result<()> {

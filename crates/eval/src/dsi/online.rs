@@ -1,0 +1,607 @@
+//! DSI's online simulator (paper §4 / Table 2 and the reference repository's
+//! `dsi/online/simul`): real threads, a sleep for every forward, preemption, a LIFO task queue
+//! on `servers` target threads. What it measures that the offline simulator cannot: thread
+//! wake-up, queueing and preemption latency, and first-call prefill costs.
+//!
+//! Latencies (seconds, already scaled): the first draft forward costs the draft's TTFT, later
+//! ones its TPOT; a target server's prefill costs the target's TTFT (fixed semantics: every
+//! server prefills the prompt as the run starts; reference: a server's first task costs TTFT),
+//! other forwards its TPOT, or, with a row curve (`target_rows`), TPOT times the curve at the
+//! forward's new rows (the tokens its cache lacks: the CPU cost model, where a verification of
+//! r rows costs more than one row).
+//!
+//! Two semantics:
+//! - [`Compat::Fixed`] (default): acceptance is per position (`bits[j]`: the draft's proposal
+//!   for output position j equals the target's token), the same bits for SI and DSI (common
+//!   random numbers, or a real greedy trace's matches). A verification of `d` drafts after `p`
+//!   committed tokens also yields the target's token at `p + d`, so it reveals the first
+//!   mismatch at `p + n` whenever `n <= d`; the segment restarts at `p + n + 1` (the
+//!   correction counts). Every segment starts with a 0-draft task (the target-only path that
+//!   makes DSI never slower than non-SI; the first segment's is the servers' prefill, which
+//!   all of them start at once), then one task per `lookahead` drafts. SI drafts
+//!   `min(k, left - 1)` tokens, verifies synchronously and gains the accepted drafts plus one.
+//!   Non-SI runs one target forward per token (TTFT, then TPOT).
+//! - [`Compat::Reference`]: the reference code with its three biases kept. Acceptance is a
+//!   number of correct drafts per segment; SI also runs a synchronous 0-draft target call at
+//!   the start of every segment (one extra target forward per segment); a rejection commits the
+//!   correct drafts only (the correction token is not counted); non-SI is costed as TTFT for
+//!   every token (arithmetic, not simulated).
+
+use serde::{Deserialize, Serialize};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Forward latencies of the pair, in seconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Latencies {
+    pub draft_ttft: f64,
+    pub draft_tpot: f64,
+    pub target_ttft: f64,
+    pub target_tpot: f64,
+    /// Target forward time of r new rows relative to one row, r = 1, 2, ... (empty: every
+    /// forward costs TPOT, the paper's model). Extrapolated linearly past its end.
+    #[serde(default)]
+    pub target_rows: Vec<f64>,
+}
+
+impl Latencies {
+    /// Every latency multiplied by `s` (the row curve is relative and stays).
+    pub fn scaled(&self, s: f64) -> Self {
+        Self { draft_ttft: self.draft_ttft * s, draft_tpot: self.draft_tpot * s, target_ttft: self.target_ttft * s, target_tpot: self.target_tpot * s, target_rows: self.target_rows.clone() }
+    }
+
+    /// Time of a (not first) target forward of `rows` new rows.
+    pub fn target(&self, rows: usize) -> f64 {
+        let curve = &self.target_rows;
+        if rows <= 1 || curve.is_empty() {
+            return self.target_tpot;
+        }
+        let n = curve.len();
+        let rel = if rows <= n {
+            curve[rows - 1]
+        } else {
+            let slope = if n >= 2 { curve[n - 1] - curve[n - 2] } else { 0.0 };
+            curve[n - 1] + slope.max(0.0) * (rows - n) as f64
+        };
+        self.target_tpot * rel
+    }
+}
+
+/// Which semantics the simulator follows (module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Compat {
+    Fixed,
+    Reference,
+}
+
+impl Compat {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Fixed => "fixed",
+            Self::Reference => "reference",
+        }
+    }
+}
+
+/// What the target accepts, in the form each semantics needs.
+#[derive(Clone, Copy, Debug)]
+pub enum Acceptance<'a> {
+    /// Fixed semantics: per output position, whether the draft's proposal is the target's.
+    Bits(&'a [bool]),
+    /// Reference semantics: correct drafts of each segment (the reference draws capped
+    /// geometric numbers); the last one is reused if a run needs more segments.
+    Runs(&'a [usize]),
+}
+
+/// One bar of a timeline: lane 0 is the drafter, lane `1 + i` target server `i`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Span {
+    pub lane: usize,
+    pub start_s: f64,
+    pub end_s: f64,
+    pub kind: SpanKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpanKind {
+    /// A target server's prefill of the prompt (fixed semantics: all servers at the start).
+    Prefill,
+    /// A draft forward.
+    Draft,
+    /// A draft forward cut short by a rejection.
+    DraftPreempted,
+    /// A verification whose drafts were all accepted.
+    Accepted,
+    /// A verification that revealed a rejection (its segment ends).
+    Rejection,
+    /// A verification preempted (or finished too late) because an earlier rejection made it moot.
+    Preempted,
+}
+
+/// One simulated generation.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SimRun {
+    pub wall_s: f64,
+    /// Tokens the run committed (the target's output length it simulated).
+    pub tokens: usize,
+    /// Rejections + 1.
+    pub segments: usize,
+    /// Verification tasks submitted, started, preempted (while running or queued), and the
+    /// most tasks waiting in the queue at once.
+    pub tasks: usize,
+    pub started: usize,
+    pub preempted: usize,
+    pub max_queue: usize,
+    /// Busy seconds of each target server.
+    pub busy_s: Vec<f64>,
+    pub draft_forwards: usize,
+    #[serde(skip)]
+    pub spans: Vec<Span>,
+}
+
+/// Leading matches from position `p` (at most up to `end`).
+fn run_from(bits: &[bool], p: usize, end: usize) -> usize {
+    bits[p.min(bits.len())..end.min(bits.len())].iter().take_while(|&&b| b).count()
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s.max(0.0))
+}
+
+/// Non-SI: one target forward per token. Fixed semantics sleeps TTFT then TPOT per token;
+/// the reference's TTFT x tokens is arithmetic.
+pub fn simulate_nonsi(lat: &Latencies, tokens: usize, compat: Compat) -> SimRun {
+    let wall_s = match compat {
+        Compat::Reference => lat.target_ttft * tokens as f64,
+        Compat::Fixed => {
+            let t0 = Instant::now();
+            for i in 0..tokens {
+                std::thread::sleep(secs(if i == 0 { lat.target_ttft } else { lat.target_tpot }));
+            }
+            t0.elapsed().as_secs_f64()
+        }
+    };
+    SimRun { wall_s, tokens, segments: tokens, tasks: tokens, started: tokens, busy_s: vec![wall_s], ..Default::default() }
+}
+
+/// SI with lookahead `k`: draft, then verify on one target, in turn.
+pub fn simulate_si(lat: &Latencies, tokens: usize, k: usize, acc: Acceptance, compat: Compat) -> SimRun {
+    let t0 = Instant::now();
+    let now = |t0: Instant| t0.elapsed().as_secs_f64();
+    let mut r = SimRun { busy_s: vec![0.0], ..Default::default() };
+    let (mut first_draft, mut first_target) = (true, true);
+    let sleep_as = |lane: usize, s: f64, kind: SpanKind, r: &mut SimRun| {
+        let start = now(t0);
+        std::thread::sleep(secs(s));
+        let end = now(t0);
+        if lane == 1 {
+            r.busy_s[0] += end - start;
+        }
+        r.spans.push(Span { lane, start_s: start, end_s: end, kind });
+    };
+    let mut draft = |r: &mut SimRun| {
+        let s = if first_draft { lat.draft_ttft } else { lat.draft_tpot };
+        first_draft = false;
+        r.draft_forwards += 1;
+        sleep_as(0, s, SpanKind::Draft, r);
+    };
+    let mut target_s = |rows: usize| {
+        let s = if first_target { lat.target_ttft } else { lat.target(rows) };
+        first_target = false;
+        s
+    };
+    match (compat, acc) {
+        (Compat::Fixed, Acceptance::Bits(bits)) => {
+            let mut p = 0;
+            while p < tokens {
+                let kk = k.min(tokens - 1 - p);
+                for _ in 0..kk {
+                    draft(&mut r);
+                }
+                let n = run_from(bits, p, p + kk);
+                let kind = if n < kk { SpanKind::Rejection } else { SpanKind::Accepted };
+                let s = target_s(kk + 1);
+                r.tasks += 1;
+                r.started += 1;
+                sleep_as(1, s, kind, &mut r);
+                if n < kk {
+                    r.segments += 1;
+                }
+                p += n.min(kk) + 1;
+            }
+            r.tokens = p.min(tokens);
+            r.segments += 1;
+        }
+        (Compat::Reference, Acceptance::Runs(runs)) => {
+            // Segments: a synchronous 0-draft call, then a synchronous call every k drafts; a
+            // call with more drafts than `correct` ends the segment with `correct` tokens.
+            let mut total = 0;
+            'segments: for seg in 0.. {
+                let correct = runs[seg.min(runs.len() - 1)];
+                r.segments += 1;
+                let s = target_s(1);
+                r.tasks += 1;
+                r.started += 1;
+                sleep_as(1, s, SpanKind::Accepted, &mut r);
+                if total + correct > tokens {
+                    break 'segments;
+                }
+                let mut d = 0;
+                loop {
+                    draft(&mut r);
+                    d += 1;
+                    if d % k.max(1) == 0 {
+                        let s = target_s(1);
+                        r.tasks += 1;
+                        r.started += 1;
+                        if correct < d {
+                            sleep_as(1, s, SpanKind::Rejection, &mut r);
+                            total += correct;
+                            continue 'segments;
+                        }
+                        sleep_as(1, s, SpanKind::Accepted, &mut r);
+                        if total + correct > tokens {
+                            break 'segments;
+                        }
+                    }
+                }
+            }
+            r.tokens = tokens;
+        }
+        _ => panic!("simulate_si: fixed semantics needs per-position bits, reference semantics per-segment runs"),
+    }
+    r.wall_s = now(t0);
+    r
+}
+
+/// A verification task: `d` drafts after `p` committed tokens, in segment `segment`.
+#[derive(Clone, Copy, Debug)]
+struct Task {
+    segment: usize,
+    p: usize,
+    d: usize,
+}
+
+/// What a finished verification means.
+enum Outcome {
+    /// All drafts accepted; the run goes on.
+    Accepted,
+    /// A rejection: the next segment starts after `next` committed tokens.
+    Rejection { next: usize },
+    /// The run has its tokens.
+    Done { tokens: usize },
+}
+
+struct State {
+    segment: usize,
+    /// Committed tokens at the start of the current segment.
+    p: usize,
+    done: Option<(Instant, usize)>,
+    /// The LIFO queue.
+    queue: Vec<Task>,
+    /// Tokens in each server's cache (row costs).
+    cached: Vec<usize>,
+    used: Vec<bool>,
+    run: SimRun,
+}
+
+struct Shared<'a> {
+    state: Mutex<State>,
+    cv: Condvar,
+    lat: &'a Latencies,
+    t0: Instant,
+    tokens: usize,
+    acc: Acceptance<'a>,
+    compat: Compat,
+}
+
+impl Shared<'_> {
+    fn now(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    /// Sleeps until `deadline` unless the run finishes or segment `segment` (if given) ends
+    /// first; returns the guard and whether the wait ran to its deadline.
+    fn wait<'g>(&self, mut g: MutexGuard<'g, State>, deadline: Instant, segment: Option<usize>) -> (MutexGuard<'g, State>, bool) {
+        loop {
+            if g.done.is_some() || segment.is_some_and(|s| g.segment != s) {
+                return (g, false);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return (g, true);
+            }
+            g = self.cv.wait_timeout(g, deadline - now).expect("simulator lock").0;
+        }
+    }
+
+    fn outcome(&self, st: &State, t: Task) -> Outcome {
+        match (self.compat, self.acc) {
+            (Compat::Fixed, Acceptance::Bits(bits)) => {
+                let n = run_from(bits, t.p, self.tokens);
+                if n <= t.d {
+                    let next = t.p + n + 1;
+                    if next >= self.tokens {
+                        Outcome::Done { tokens: self.tokens }
+                    } else {
+                        Outcome::Rejection { next }
+                    }
+                } else if t.p + t.d + 1 >= self.tokens {
+                    Outcome::Done { tokens: self.tokens }
+                } else {
+                    Outcome::Accepted
+                }
+            }
+            (Compat::Reference, Acceptance::Runs(runs)) => {
+                let correct = runs[st.segment.min(runs.len() - 1)];
+                if correct < t.d {
+                    Outcome::Rejection { next: t.p + correct }
+                } else if t.p + correct > self.tokens {
+                    Outcome::Done { tokens: self.tokens }
+                } else {
+                    Outcome::Accepted
+                }
+            }
+            _ => panic!("simulate_dsi: fixed semantics needs per-position bits, reference semantics per-segment runs"),
+        }
+    }
+
+    fn server(&self, i: usize) {
+        let mut g = self.state.lock().expect("simulator lock");
+        if self.compat == Compat::Fixed {
+            // Every server prefills the prompt as the run starts (it is idle and the prompt is
+            // known); the prefill yields the target's first token, so it is segment 0's
+            // 0-draft task. The reference instead charges TTFT to each server's first task.
+            let start = self.now();
+            let (g2, _) = self.wait(g, Instant::now() + secs(self.lat.target_ttft), None);
+            g = g2;
+            g.used[i] = true;
+            let end = self.now();
+            g.run.busy_s[i] += end - start;
+            g.run.spans.push(Span { lane: 1 + i, start_s: start, end_s: end, kind: SpanKind::Prefill });
+            if g.done.is_none() && g.segment == 0 && self.complete(&mut g, Task { segment: 0, p: 0, d: 0 }) {
+                return;
+            }
+        }
+        loop {
+            if g.done.is_some() {
+                return;
+            }
+            let Some(t) = g.queue.pop() else {
+                g = self.cv.wait(g).expect("simulator lock");
+                continue;
+            };
+            if t.segment != g.segment {
+                continue; // cancelled while queued (counted when its segment ended)
+            }
+            // Row cost: the tokens this server's cache lacks, at least one.
+            let need = t.p + t.d;
+            let rows = need.saturating_sub(g.cached[i]).max(1);
+            let s = if g.used[i] { self.lat.target(rows) } else { self.lat.target_ttft };
+            g.used[i] = true;
+            g.run.started += 1;
+            let start = self.now();
+            let (g2, finished) = self.wait(g, Instant::now() + secs(s), Some(t.segment));
+            g = g2;
+            let end = self.now();
+            g.run.busy_s[i] += end - start;
+            if !finished {
+                if g.done.is_none() {
+                    g.run.preempted += 1;
+                }
+                g.run.spans.push(Span { lane: 1 + i, start_s: start, end_s: end, kind: SpanKind::Preempted });
+                continue;
+            }
+            g.cached[i] = need;
+            let kind = match self.outcome(&g, t) {
+                Outcome::Rejection { .. } => SpanKind::Rejection,
+                _ => SpanKind::Accepted,
+            };
+            g.run.spans.push(Span { lane: 1 + i, start_s: start, end_s: end, kind });
+            if self.complete(&mut g, t) {
+                return;
+            }
+        }
+    }
+
+    /// Applies a finished verification of the current segment; true when the run is done.
+    fn complete(&self, g: &mut MutexGuard<State>, t: Task) -> bool {
+        match self.outcome(g, t) {
+            Outcome::Accepted => false,
+            Outcome::Rejection { next } => {
+                let queued = g.queue.len();
+                g.run.preempted += queued;
+                g.queue.clear();
+                g.segment += 1;
+                g.p = next;
+                g.run.segments += 1;
+                // Caches keep the committed prefix: everything before the rejected token.
+                let keep = next.saturating_sub(1);
+                for c in g.cached.iter_mut() {
+                    *c = (*c).min(keep);
+                }
+                self.cv.notify_all();
+                false
+            }
+            Outcome::Done { tokens } => {
+                g.done = Some((Instant::now(), tokens));
+                self.cv.notify_all();
+                true
+            }
+        }
+    }
+
+    fn submit(&self, g: &mut MutexGuard<State>, t: Task) {
+        g.queue.push(t);
+        g.run.tasks += 1;
+        let q = g.queue.len();
+        g.run.max_queue = g.run.max_queue.max(q);
+        self.cv.notify_all();
+    }
+
+    fn drafter(&self, k: usize) {
+        let k = k.max(1);
+        let mut first = true;
+        let mut g = self.state.lock().expect("simulator lock");
+        while g.done.is_none() {
+            let (segment, p) = (g.segment, g.p);
+            // Each segment's target-only task (fixed semantics: segment 0's is the prefill).
+            if !(segment == 0 && self.compat == Compat::Fixed) {
+                self.submit(&mut g, Task { segment, p, d: 0 });
+            }
+            // Fixed: no drafts past the last position. Reference: drafts until preempted.
+            let max_d = match self.compat {
+                Compat::Fixed => self.tokens.saturating_sub(p + 1),
+                Compat::Reference => usize::MAX,
+            };
+            let mut d = 0;
+            while d < max_d {
+                let s = if first { self.lat.draft_ttft } else { self.lat.draft_tpot };
+                first = false;
+                let start = self.now();
+                g.run.draft_forwards += 1;
+                let (g2, finished) = self.wait(g, Instant::now() + secs(s), Some(segment));
+                g = g2;
+                let kind = if finished { SpanKind::Draft } else { SpanKind::DraftPreempted };
+                g.run.spans.push(Span { lane: 0, start_s: start, end_s: self.now(), kind });
+                if !finished {
+                    break;
+                }
+                d += 1;
+                if d % k == 0 || (d == max_d && self.compat == Compat::Fixed) {
+                    self.submit(&mut g, Task { segment, p, d });
+                }
+            }
+            // Nothing left to draft in this segment: wait for its end.
+            while g.done.is_none() && g.segment == segment {
+                g = self.cv.wait(g).expect("simulator lock");
+            }
+        }
+    }
+}
+
+/// DSI with lookahead `k` on `servers` target threads (LIFO queue).
+pub fn simulate_dsi(lat: &Latencies, tokens: usize, k: usize, servers: usize, acc: Acceptance, compat: Compat) -> SimRun {
+    assert!(servers >= 1, "DSI needs a target server");
+    let shared = Shared {
+        state: Mutex::new(State { segment: 0, p: 0, done: None, queue: Vec::new(), cached: vec![0; servers], used: vec![false; servers], run: SimRun { busy_s: vec![0.0; servers], ..Default::default() } }),
+        cv: Condvar::new(),
+        lat,
+        t0: Instant::now(),
+        tokens,
+        acc,
+        compat,
+    };
+    std::thread::scope(|s| {
+        for i in 0..servers {
+            let sh = &shared;
+            s.spawn(move || sh.server(i));
+        }
+        shared.drafter(k);
+        shared.cv.notify_all();
+    });
+    let st = shared.state.into_inner().expect("simulator lock");
+    let (end, tokens) = st.done.expect("the run finished");
+    let mut run = st.run;
+    run.wall_s = (end - shared.t0).as_secs_f64();
+    run.tokens = tokens;
+    run.segments += 1;
+    run
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Latencies in milliseconds: large against thread wake-up (~0.1 ms idle, a few ms on a
+    /// loaded machine, hence the loose upper bounds), small enough for a fast test.
+    fn lat(draft_ms: f64, target_ms: f64) -> Latencies {
+        Latencies { draft_ttft: draft_ms * 1e-3, draft_tpot: draft_ms * 1e-3, target_ttft: target_ms * 1e-3, target_tpot: target_ms * 1e-3, target_rows: vec![] }
+    }
+
+    #[test]
+    fn row_curve_interpolates_and_extrapolates() {
+        let l = Latencies { target_rows: vec![1.0, 1.5, 2.0], ..lat(1.0, 10.0) };
+        assert_eq!(l.target(1), 10e-3);
+        assert!((l.target(2) - 15e-3).abs() < 1e-12);
+        assert!((l.target(5) - 30e-3).abs() < 1e-12);
+        assert_eq!(lat(1.0, 10.0).target(7), 10e-3);
+    }
+
+    #[test]
+    fn si_fixed_costs_follow_the_position_bits() {
+        // 6 tokens, k = 2, bits: T T F T T T. Rounds: drafts 2 (both accepted) -> p 3;
+        // drafts 2 at p = 3 (accepted) -> p 6. Two target forwards, four draft forwards.
+        let bits = [true, true, false, true, true, true];
+        let l = lat(2.0, 20.0);
+        let r = simulate_si(&l, 6, 2, Acceptance::Bits(&bits), Compat::Fixed);
+        assert_eq!((r.tasks, r.draft_forwards, r.tokens), (2, 4, 6));
+        let expect = 4.0 * 2e-3 + 2.0 * 20e-3;
+        assert!(r.wall_s >= expect && r.wall_s < expect * 2.0, "{} vs {expect}", r.wall_s);
+        // A rejection on the first draft: each round gains one token.
+        let bits = [false; 4];
+        let r = simulate_si(&l, 4, 3, Acceptance::Bits(&bits), Compat::Fixed);
+        assert_eq!((r.tasks, r.segments, r.tokens), (4, 4, 4));
+    }
+
+    #[test]
+    fn dsi_fixed_hides_verification_behind_drafting() {
+        // Everything accepted, draft 2 ms, target 10 ms, k = 2, 4 servers: the drafter never
+        // waits, so 20 tokens cost about 19 drafts plus one final verification.
+        let bits = [true; 20];
+        let l = lat(2.0, 10.0);
+        let r = simulate_dsi(&l, 20, 2, 4, Acceptance::Bits(&bits), Compat::Fixed);
+        let expect = 18.0 * 2e-3 + 10e-3;
+        assert_eq!(r.tokens, 20);
+        assert!(r.wall_s >= expect * 0.95 && r.wall_s < expect * 1.6, "{} vs {expect}", r.wall_s);
+        let si = simulate_si(&l, 20, 2, Acceptance::Bits(&bits), Compat::Fixed);
+        assert!(r.wall_s < 0.75 * si.wall_s, "DSI {} vs SI {}", r.wall_s, si.wall_s);
+    }
+
+    #[test]
+    fn dsi_fixed_is_not_slower_than_non_si_when_every_draft_is_wrong() {
+        // Every proposal wrong: the 0-draft task of each segment yields one token per target
+        // forward, as non-SI; drafting is wasted but never waited for.
+        let bits = [false; 12];
+        let l = lat(4.0, 20.0);
+        let dsi = simulate_dsi(&l, 12, 4, 3, Acceptance::Bits(&bits), Compat::Fixed);
+        let nonsi = simulate_nonsi(&l, 12, Compat::Fixed);
+        assert_eq!(dsi.segments, 12);
+        assert!(dsi.wall_s < nonsi.wall_s * 1.3, "DSI {} vs non-SI {}", dsi.wall_s, nonsi.wall_s);
+        assert!(dsi.preempted > 0, "draft-carrying tasks of rejected segments are preempted");
+    }
+
+    #[test]
+    fn reference_mode_keeps_the_references_biases() {
+        let l = lat(1.0, 10.0);
+        // Non-SI: TTFT for every token, arithmetic.
+        let l2 = Latencies { target_ttft: 50e-3, ..l.clone() };
+        assert_eq!(simulate_nonsi(&l2, 10, Compat::Reference).wall_s, 0.5);
+        // SI: with correct = 100 the first segment's 0-draft call already ends the run (the
+        // reference stops when total + correct > tokens): one target forward.
+        let r = simulate_si(&l, 20, 5, Acceptance::Runs(&[100]), Compat::Reference);
+        assert_eq!((r.tasks, r.draft_forwards), (1, 0));
+        // SI: correct = 2, k = 2, 6 tokens: each segment costs the extra 0-draft call, two
+        // verifications (2 and 4 drafts) and four drafts, and gains 2 tokens (no correction);
+        // segment 4 stops at its 0-draft call (6 + 2 > 6): 3 x 3 + 1 = 10 target calls.
+        let r = simulate_si(&l, 6, 2, Acceptance::Runs(&[2]), Compat::Reference);
+        assert_eq!((r.tasks, r.draft_forwards, r.segments), (10, 12, 4));
+        // DSI under the reference semantics ends too, with the same segment structure.
+        let r = simulate_dsi(&l, 6, 2, 4, Acceptance::Runs(&[2]), Compat::Reference);
+        assert_eq!(r.segments, 4);
+    }
+
+    #[test]
+    fn a_lifo_queue_serves_the_newest_task_first_when_servers_are_short() {
+        // One server, fast drafts: tasks pile up; the server takes the newest (most drafts).
+        let bits = [true; 30];
+        let l = lat(1.0, 8.0);
+        let r = simulate_dsi(&l, 30, 1, 1, Acceptance::Bits(&bits), Compat::Fixed);
+        assert!(r.max_queue >= 3, "queue {}", r.max_queue);
+        assert_eq!(r.tokens, 30);
+        // Far fewer forwards than tasks: the newest task covers the queued ones' drafts.
+        assert!(r.started < r.tasks / 2, "{} started of {}", r.started, r.tasks);
+    }
+}
