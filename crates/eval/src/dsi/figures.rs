@@ -151,7 +151,7 @@ pub fn timeline_figure(path: &Path, title: &str, run: &super::online::SimRun) ->
                 .label(name)
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
         }
-        chart.configure_series_labels().position(SeriesLabelPosition::UpperRight).border_style(BLACK).background_style(WHITE.mix(0.9)).label_font(("sans-serif", 13)).draw().map_err(e)?;
+        chart.configure_series_labels().position(SeriesLabelPosition::UpperLeft).border_style(BLACK).background_style(WHITE.mix(0.9)).label_font(("sans-serif", 13)).draw().map_err(e)?;
         Ok(())
     })
 }
