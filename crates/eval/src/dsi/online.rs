@@ -317,7 +317,7 @@ impl Shared<'_> {
         }
     }
 
-    fn outcome(&self, st: &State, t: Task) -> Outcome {
+    fn outcome(&self, t: Task) -> Outcome {
         match (self.compat, self.acc) {
             (Compat::Fixed, Acceptance::Bits(bits)) => {
                 let n = run_from(bits, t.p, self.tokens);
@@ -335,7 +335,7 @@ impl Shared<'_> {
                 }
             }
             (Compat::Reference, Acceptance::Runs(runs)) => {
-                let correct = runs[st.segment.min(runs.len() - 1)];
+                let correct = runs[t.segment.min(runs.len() - 1)];
                 if correct < t.d {
                     Outcome::Rejection { next: t.p + correct }
                 } else if t.p + correct > self.tokens {
@@ -361,7 +361,7 @@ impl Shared<'_> {
             let end = self.now();
             g.run.busy_s[i] += end - start;
             g.run.spans.push(Span { lane: 1 + i, start_s: start, end_s: end, kind: SpanKind::Prefill });
-            if g.done.is_none() && g.segment == 0 && self.complete(&mut g, Task { segment: 0, p: 0, d: 0 }) {
+            if g.done.is_none() && g.segment == 0 && self.apply(&mut g, self.outcome(Task { segment: 0, p: 0, d: 0 })) {
                 return;
             }
         }
@@ -395,20 +395,19 @@ impl Shared<'_> {
                 continue;
             }
             g.cached[i] = need;
-            let kind = match self.outcome(&g, t) {
-                Outcome::Rejection { .. } => SpanKind::Rejection,
-                _ => SpanKind::Accepted,
-            };
+            let outcome = self.outcome(t);
+            let kind = if matches!(outcome, Outcome::Rejection { .. }) { SpanKind::Rejection } else { SpanKind::Accepted };
             g.run.spans.push(Span { lane: 1 + i, start_s: start, end_s: end, kind });
-            if self.complete(&mut g, t) {
+            if self.apply(&mut g, outcome) {
                 return;
             }
         }
     }
 
-    /// Applies a finished verification of the current segment; true when the run is done.
-    fn complete(&self, g: &mut MutexGuard<State>, t: Task) -> bool {
-        match self.outcome(g, t) {
+    /// Applies the outcome of a finished verification of the current segment; true when the
+    /// run is done.
+    fn apply(&self, g: &mut MutexGuard<State>, outcome: Outcome) -> bool {
+        match outcome {
             Outcome::Accepted => false,
             Outcome::Rejection { next } => {
                 let queued = g.queue.len();

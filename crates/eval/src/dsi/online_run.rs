@@ -7,11 +7,10 @@ use super::offline::{exact_dsi, exact_si, repeat_seed, AcceptSampler, Cell};
 use super::online::{simulate_dsi, simulate_nonsi, simulate_si, Acceptance, Compat, Latencies, SimRun};
 use anyhow::{bail, ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use polars_io::parquet::read::ParquetReader;
-use polars_io::SerReader;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 use specx_decoder::fsutil::write_atomic;
+use crate::experiment::report::mean_sd;
 use specx_decoder::report::markdown_table;
 use std::path::{Path, PathBuf};
 
@@ -195,8 +194,7 @@ impl TraceMatches {
     /// The oracle rows of `dir/results.parquet` (optionally of one prompt set).
     pub fn read(dir: &Path, dataset: Option<&str>) -> Result<Self> {
         let path = dir.join("results.parquet");
-        let f = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-        let df = ParquetReader::new(f).finish().with_context(|| format!("{}: not a readable results table", path.display()))?;
+        let df = crate::experiment::results::read_frame(&path)?;
         let ctx = |c: &str| format!("{}: column {c}", path.display());
         let s = |c: &str| -> Result<Vec<Option<String>>> { Ok(df.column(c).with_context(|| ctx(c))?.str().with_context(|| ctx(c))?.iter().map(|v| v.map(str::to_string)).collect()) };
         let (family, ds, id) = (s("method")?, s("dataset")?, s("prompt_id")?);
@@ -287,12 +285,11 @@ pub struct CellResult {
 }
 
 fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len().max(1) as f64
+    mean_sd(v).0
 }
 
 fn sd(v: &[f64]) -> f64 {
-    let m = mean(v);
-    (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len().max(2) - 1) as f64).sqrt()
+    mean_sd(v).1
 }
 
 impl CellResult {

@@ -4,7 +4,9 @@
 use super::grid::Setting;
 use anyhow::{Context, Result};
 use polars::prelude::{Column, DataFrame, NamedFrom, Series};
+use polars_io::parquet::read::ParquetReader;
 use polars_io::parquet::write::ParquetWriter;
+use polars_io::SerReader;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use specx_decoder::fsutil::write_atomic;
@@ -202,6 +204,12 @@ pub fn rows_frame(rows: &[ResultRow]) -> Result<DataFrame> {
         col("batch", rows, |r| u(r.batch)),
     ];
     Ok(DataFrame::new_infer_height(columns)?)
+}
+
+/// The table of a `results.parquet` that `specx eval` or `specx eval replay` wrote.
+pub fn read_frame(path: &Path) -> Result<DataFrame> {
+    let f = std::fs::File::open(path).with_context(|| format!("opening {} (is the run finished? `specx eval` and `specx eval replay` write it)", path.display()))?;
+    ParquetReader::new(f).finish().with_context(|| format!("{}: not a readable results table", path.display()))
 }
 
 /// Writes `rows` to `path` as Parquet, atomically.

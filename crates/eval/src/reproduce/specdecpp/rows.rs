@@ -2,9 +2,6 @@
 //! (dataset, sampling, setting).
 
 use anyhow::{Context, Result};
-use polars::prelude::DataFrame;
-use polars_io::parquet::read::ParquetReader;
-use polars_io::SerReader;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -29,15 +26,10 @@ pub struct Row {
     pub batch: u64,
 }
 
-fn frame(path: &Path) -> Result<DataFrame> {
-    let f = std::fs::File::open(path).with_context(|| format!("opening {} (is the run finished? `specx eval` and `specx eval replay` write it)", path.display()))?;
-    ParquetReader::new(f).finish().with_context(|| format!("{}: not a readable results table", path.display()))
-}
-
 /// Every row of `dir/results.parquet`.
 pub fn read_rows(dir: &Path) -> Result<Vec<Row>> {
     let path = dir.join("results.parquet");
-    let df = frame(&path)?;
+    let df = crate::experiment::results::read_frame(&path)?;
     let ctx = |c: &str| format!("{}: column {c}", path.display());
     let s = |c: &str| -> Result<Vec<Option<String>>> { Ok(df.column(c).with_context(|| ctx(c))?.str().with_context(|| ctx(c))?.iter().map(|v| v.map(str::to_string)).collect()) };
     let u = |c: &str| -> Result<Vec<Option<u64>>> { Ok(df.column(c).with_context(|| ctx(c))?.u64().with_context(|| ctx(c))?.iter().collect()) };
