@@ -25,7 +25,7 @@ enum Command {
     /// Generate text with one model, streaming it, and report prefill and decode speed.
     Generate(GenerateArgs),
     /// Decode one prompt with a draft/target pair and a method (ar, specdec, specdec++,
-    /// confidence); print the text and the request's metrics.
+    /// confidence, dsi); print the text and the request's metrics.
     Decode(DecodeArgs),
     /// Measure decode/prefill speed of the draft and target, peak memory, and the machine's
     /// memory-bandwidth bound, all in one run.
@@ -47,8 +47,10 @@ enum Command {
     /// verification cost curve), per-layer attention and MLP time, LM head, TTFT and TPOT;
     /// writes JSON (input of the DSI and EasySpec timing models) and a plot.
     Profile(specx_eval::profile::ProfileArgs),
-    /// DSI (speculation parallelism): `offline` simulates SI, DSI and non-SI over a grid of
-    /// drafter latencies, acceptance rates and lookaheads and draws the paper's heatmaps.
+    /// DSI (speculation parallelism) simulators: `offline` simulates SI, DSI and non-SI over a
+    /// grid of drafter latencies, acceptance rates and lookaheads and draws the paper's
+    /// heatmaps; `online` runs them on threads with profiled latencies and measured acceptance.
+    /// (Real DSI decoding is the `dsi` method of `specx decode` and `specx eval`.)
     Dsi(specx_eval::dsi::DsiArgs),
     /// Assemble a paper reproduction's tables (results.md, claims.json) and PNG figures from
     /// finished runs (replay, real eval runs, head sweeps); runs nothing itself.
@@ -75,9 +77,12 @@ struct DecodeArgs {
     /// Decoding method.
     #[arg(long, value_enum, default_value = "specdec")]
     method: MethodKind,
-    /// Candidates per round for `specdec`.
+    /// Candidates per round for `specdec`; draft tokens per verification task for `dsi`.
     #[arg(long, default_value_t = 4)]
     k: usize,
+    /// Target workers (threads, each with its own KV cache) for `dsi`.
+    #[arg(long, default_value_t = 2)]
+    servers: usize,
     /// Acceptance head for `specdecpp`: a checkpoint directory (specx train), or
     /// `random[:SEED]` for an untrained head (pipeline testing only).
     #[arg(long)]
@@ -115,6 +120,7 @@ fn run_decode(a: DecodeArgs) -> Result<()> {
             Method::SpecDecPP { head, rule: HeadRule::new(a.threshold.unwrap_or(0.7), a.min, a.max) }
         }
         MethodKind::Confidence => Method::Confidence(ConfidencePolicy { threshold: a.threshold.unwrap_or(0.5) as f32, min_candidates: a.min, max_candidates: a.max }),
+        MethodKind::Dsi => Method::Dsi { servers: a.servers, lookahead: a.k },
         MethodKind::Oracle => anyhow::bail!("the oracle can only be replayed (specx eval replay)"),
     };
     let prompt = target.tokenizer.encode(&a.run.prompt_text())?;

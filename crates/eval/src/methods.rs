@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use specx_decoder::spec::{
-    generate_autoregressive, generate_speculative, AcceptanceHead, ConfidencePolicy, FixedK, Generation, HeadPolicy,
+    generate_autoregressive, generate_dsi, generate_speculative, AcceptanceHead, ConfidencePolicy, DsiConfig, FixedK, Generation, HeadPolicy,
     HeadRule, PlainDrafter, RejectionSampler, SpecConfig, StopPolicy,
 };
 use specx_decoder::fsutil::short_hash;
@@ -21,6 +21,9 @@ pub enum MethodKind {
     Specdecpp,
     /// Stop drafting when the draft's confidence in its token falls below a threshold.
     Confidence,
+    /// DSI: speculation parallelism, blocks of `lookahead` drafts verified by several target
+    /// workers (threads) while drafting goes on.
+    Dsi,
     /// The oracle of SpecDec++ Theorem 4.1 (stop right before each mismatch): it needs the
     /// AR output in advance, so it exists only in replays of greedy runs.
     #[value(skip)]
@@ -34,6 +37,8 @@ pub enum Method {
     SpecDec { k: usize },
     SpecDecPP { head: AcceptanceHead, rule: HeadRule },
     Confidence(ConfidencePolicy),
+    /// DSI with `servers` target workers and fixed blocks of `lookahead` drafts.
+    Dsi { servers: usize, lookahead: usize },
 }
 
 /// Loads an acceptance head: a checkpoint directory, or `random[:SEED]` for a randomly
@@ -65,13 +70,14 @@ impl Method {
             Self::SpecDec { k } => format!("specdec K={k}"),
             Self::SpecDecPP { rule, .. } => format!("specdec++ h={} [{}, {}]", rule.threshold, rule.min_candidates, rule.max_candidates),
             Self::Confidence(c) => format!("confidence {} [{}, {}]", c.threshold, c.min_candidates, c.max_candidates),
+            Self::Dsi { servers, lookahead } => format!("dsi SP={servers} k={lookahead}"),
         }
     }
 
     fn policy(&self) -> Option<Box<dyn StopPolicy>> {
         match self {
             Self::Autoregressive => None,
-            Self::SpecDec { k } => Some(Box::new(FixedK(*k))),
+            Self::SpecDec { k: lookahead } | Self::Dsi { lookahead, .. } => Some(Box::new(FixedK(*lookahead))),
             Self::SpecDecPP { head, rule } => Some(Box::new(HeadPolicy::new(head.clone(), *rule))),
             Self::Confidence(c) => Some(Box::new(*c)),
         }
@@ -84,6 +90,10 @@ impl Method {
             Some(mut policy) => {
                 let draft = draft.context("speculative methods need a draft model")?;
                 let mut drafter = PlainDrafter::new(draft);
+                if let Self::Dsi { servers, lookahead } = self {
+                    let dsi = DsiConfig::new(*servers, *lookahead);
+                    return Ok(generate_dsi(target, &mut drafter, policy.as_mut(), &mut RejectionSampler, prompt, cfg, &dsi, eos)?.generation);
+                }
                 generate_speculative(target, &mut drafter, policy.as_mut(), &mut RejectionSampler, prompt, cfg, eos)
             }
         }

@@ -32,6 +32,11 @@ fn shipped_eval_configs_parse_and_expand() {
         assert_eq!(expand(&c.methods).unwrap().len(), 1 + 8 + 5, "{name}");
         assert!(c.prompts[0].template.is_some() && c.prompts[0].chat_template == "qwen");
     }
+    let dsi = parse("dsi-real.toml");
+    let mut no_profile = dsi.methods.clone();
+    no_profile.dsi.as_mut().unwrap().profile = None;
+    let keys: Vec<String> = expand(&no_profile).unwrap().iter().map(|s| s.key()).collect();
+    assert_eq!(keys, ["ar", "specdec K=1", "specdec K=2", "specdec K=3", "specdec K=5", "dsi SP=1 k=5", "dsi SP=2 k=5", "dsi SP=4 k=5"]);
     let grid: ReplayConfig = toml::from_str(&std::fs::read_to_string(dir().join("replay-grid.toml")).unwrap()).unwrap();
     assert_eq!(expand(&grid.methods).unwrap().len(), 1 + 10 + 9 * 2 + 5);
 }

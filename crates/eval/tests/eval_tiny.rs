@@ -239,3 +239,45 @@ fn bad_configs_are_named_before_models_load() {
     assert!(e.contains("sample = 300") && e.contains("200 prompts"), "{e}");
     assert!(s.head.is_dir());
 }
+
+/// A `specx profile` JSON with the given TPOTs (the rest is filler the grid does not read).
+fn profile_json(draft_tpot: f64, target_tpot: f64) -> String {
+    let model = |role: &str, tpot: f64| {
+        serde_json::json!({"role": role, "path": "m", "sha256": "0", "layers": 1, "forward": [{"context": 128, "seconds": [tpot, 1.5 * tpot]}],
+            "layer_context": 128, "attention_s": [0.0], "mlp_s": [0.0], "lm_head_s": 0.0, "ttft_s": [[128, 10.0 * tpot]], "tpot_s": tpot})
+    };
+    serde_json::json!({"weights": "native", "machine": {"cpu": "test", "cores": 2, "bandwidth_gb_s": 1.0}, "reps": 1,
+        "models": [model("draft", draft_tpot), model("target", target_tpot)]})
+    .to_string()
+}
+
+#[test]
+fn dsi_method_runs_for_real_and_is_audited() {
+    let s = setup();
+    std::fs::write(s.root.join("profile.json"), profile_json(0.01, 0.05)).unwrap();
+    let methods = s.config.find("[methods]").unwrap();
+    let outro = s.config.find("[output]").unwrap();
+    let text = format!("{}[methods]\nspecdec = {{ k = [2] }}\ndsi = {{ servers = [1, 3], lookaheads = [2], profile = \"profile.json\" }}\n{}", &s.config[..methods], &s.config[outro..]);
+    let cfg = load_config(&s, &text, "dsi").unwrap();
+    // Eq. 1: ceil(0.05 / (k 0.01)) <= servers gives k = 5 for one server and 2 for three.
+    let keys: Vec<String> = specx_eval::experiment::grid::expand(&cfg.methods).unwrap().iter().map(|x| x.key()).collect();
+    assert_eq!(keys, ["ar", "specdec K=2", "dsi SP=1 k=2", "dsi SP=1 k=5", "dsi SP=3 k=2"]);
+    let out = run(&cfg, &opts(None, None)).unwrap();
+    assert!(out.audit_failures.is_empty(), "{:?}", out.audit_failures);
+    let dsi: Vec<&ResultRow> = out.rows.iter().filter(|r| r.setting.family() == "dsi").collect();
+    assert_eq!(dsi.len(), 9 * 3);
+    for r in &dsi {
+        if r.greedy() {
+            assert!(r.identical_to_ar, "{} {}", r.prompt_id, r.setting.key());
+        }
+        assert!(r.drafted_per_round.iter().all(|&k| k <= r.setting.k.unwrap()));
+        assert_eq!(r.n_accepted, r.accepted_per_round.iter().sum::<usize>());
+    }
+    let summary = std::fs::read_to_string(s.root.join("dsi/summary.md")).unwrap();
+    assert!(summary.contains("dsi SP=3 k=2") && summary.contains("Losslessness audit: passed"), "{summary}");
+    let batched = text.replace("[methods]\n", "[methods]\nar_batch = 2\n");
+    assert!(format!("{:#}", load_config(&s, &batched, "batched").unwrap_err()).contains("ar_batch"));
+    let missing = text.replace("profile.json", "nope.json");
+    let err = format!("{:#}", load_config(&s, &missing, "missing").unwrap_err());
+    assert!(err.contains("nope.json") && err.contains("specx profile"), "{err}");
+}

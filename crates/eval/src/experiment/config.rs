@@ -140,6 +140,9 @@ pub struct MethodsConfig {
     pub specdec: Option<SpecDecGrid>,
     pub specdecpp: Option<SpecDecPPGrid>,
     pub confidence: Option<ConfidenceGrid>,
+    /// DSI, run for real (threads on this machine's cores).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dsi: Option<DsiGrid>,
     /// The oracle of SpecDec++ Theorem 4.1 (replay grids only: it needs the AR output).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub oracle: bool,
@@ -176,6 +179,21 @@ pub struct ConfidenceGrid {
     pub thresholds: Vec<f32>,
     #[serde(default = "paper_bounds")]
     pub bounds: Vec<[usize; 2]>,
+}
+
+/// DSI: every server count x lookahead (fixed blocks).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DsiGrid {
+    /// Target workers (speculation-parallelism degrees).
+    pub servers: Vec<usize>,
+    /// Draft tokens per verification task.
+    #[serde(default)]
+    pub lookaheads: Vec<usize>,
+    /// A `specx profile` JSON: adds the paper's Eq. 1 lookahead for each server count (from
+    /// the target and draft TPOT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -228,6 +246,9 @@ impl EvalConfig {
                 *h = resolve_path(h, base);
             }
         }
+        if let Some(p) = self.methods.dsi.as_mut().and_then(|g| g.profile.as_mut()) {
+            *p = resolve_path(p, base);
+        }
         self.output.dir = resolve_path(&self.output.dir, base);
     }
 
@@ -269,7 +290,7 @@ impl EvalConfig {
         }
         if let Some(b) = m.ar_batch {
             ensure!(b >= 1, "[methods] ar_batch must be at least 1");
-            ensure!(m.specdec.is_none() && m.specdecpp.is_none() && m.confidence.is_none(), "[methods] ar_batch makes a greedy trace run (AR only): remove the other methods, or run them in another config");
+            ensure!(m.specdec.is_none() && m.specdecpp.is_none() && m.confidence.is_none() && m.dsi.is_none(), "[methods] ar_batch makes a greedy trace run (AR only): remove the other methods, or run them in another config");
             ensure!(self.sampling.iter().all(|s| s.config().is_greedy()), "[methods] ar_batch batches greedy AR only: every [[sampling]] setting must be greedy");
         }
         ensure!(!m.oracle, "[methods] oracle can only be replayed (specx eval replay RUN_DIR --config GRID): it needs the AR output in advance");
@@ -277,6 +298,14 @@ impl EvalConfig {
             ensure!(!g.thresholds.is_empty() && !g.bounds.is_empty(), "[methods.confidence] needs thresholds and bounds");
             check_bounds(&g.bounds, "confidence")?;
             ensure!(g.thresholds.iter().all(|t| (0.0..=1.0).contains(t)), "[methods.confidence] thresholds must be in [0, 1]");
+        }
+        if let Some(g) = &m.dsi {
+            ensure!(!g.servers.is_empty() && g.servers.iter().all(|&s| s >= 1), "[methods.dsi] servers needs values >= 1");
+            ensure!(g.lookaheads.iter().all(|&k| k >= 1), "[methods.dsi] lookaheads must be >= 1");
+            ensure!(!g.lookaheads.is_empty() || g.profile.is_some(), "[methods.dsi] give lookaheads, or a profile for Eq. 1's lookahead");
+            if let Some(p) = &g.profile {
+                ensure!(p.is_file(), "[methods.dsi] profile {} does not exist (`specx profile` writes it)", p.display());
+            }
         }
         Ok(())
     }

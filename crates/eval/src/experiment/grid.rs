@@ -17,11 +17,14 @@ pub struct Setting {
     pub threshold: Option<f64>,
     pub min: Option<usize>,
     pub max: Option<usize>,
+    /// Target workers for `dsi` (whose lookahead is `k`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub servers: Option<usize>,
 }
 
 impl Setting {
     pub fn ar() -> Self {
-        Self { method: MethodKind::Ar, k: None, head: None, threshold: None, min: None, max: None }
+        Self { method: MethodKind::Ar, k: None, head: None, threshold: None, min: None, max: None, servers: None }
     }
 
     /// A short unique name: `ar`, `specdec K=4`, `specdecpp w6d3 h=0.7 [2,20]`,
@@ -33,17 +36,20 @@ impl Setting {
             MethodKind::Specdec => format!("specdec K={}", self.k.unwrap_or(0)),
             MethodKind::Specdecpp => format!("specdecpp {} h={} {}", self.head.as_deref().unwrap_or("?"), self.threshold.unwrap_or(0.0), bounds()),
             MethodKind::Confidence => format!("confidence {} {}", self.threshold.unwrap_or(0.0), bounds()),
+            MethodKind::Dsi => format!("dsi SP={} k={}", self.servers.unwrap_or(0), self.k.unwrap_or(0)),
             MethodKind::Oracle => "oracle".into(),
         }
     }
 
-    /// The method family for grouping (`ar`, `specdec`, `specdecpp`, `confidence`, `oracle`).
+    /// The method family for grouping (`ar`, `specdec`, `specdecpp`, `confidence`, `dsi`,
+    /// `oracle`).
     pub fn family(&self) -> &'static str {
         match self.method {
             MethodKind::Ar => "ar",
             MethodKind::Specdec => "specdec",
             MethodKind::Specdecpp => "specdecpp",
             MethodKind::Confidence => "confidence",
+            MethodKind::Dsi => "dsi",
             MethodKind::Oracle => "oracle",
         }
     }
@@ -62,6 +68,7 @@ impl Setting {
             MethodKind::Confidence => {
                 Method::Confidence(ConfidencePolicy { threshold: self.threshold.unwrap_or(0.5) as f32, min_candidates: min, max_candidates: max })
             }
+            MethodKind::Dsi => Method::Dsi { servers: self.servers.unwrap_or(1), lookahead: self.k.unwrap_or(1) },
             MethodKind::Oracle => anyhow::bail!("the oracle needs the AR output in advance: it can only be replayed (specx eval replay)"),
         })
     }
@@ -92,6 +99,22 @@ pub fn expand(m: &MethodsConfig) -> Result<Vec<Setting>> {
             for &[lo, hi] in &g.bounds {
                 out.push(Setting { method: MethodKind::Confidence, threshold: Some(t as f64), min: Some(lo), max: Some(hi), ..Setting::ar() });
             }
+        }
+    }
+    if let Some(g) = &m.dsi {
+        // Eq. 1's lookahead per server count, from the profile's TPOTs.
+        let eq1 = match &g.profile {
+            Some(p) => Some(crate::dsi::online_run::latencies_from_profile(p, 128)?),
+            None => None,
+        };
+        for &sp in &g.servers {
+            let mut ks: Vec<usize> = g.lookaheads.clone();
+            if let Some(l) = &eq1 {
+                ks.push(specx_decoder::spec::lookahead_for(sp, l.target_tpot, l.draft_tpot));
+            }
+            ks.sort_unstable();
+            ks.dedup();
+            out.extend(ks.into_iter().map(|k| Setting { method: MethodKind::Dsi, k: Some(k), servers: Some(sp), ..Setting::ar() }));
         }
     }
     if m.oracle {

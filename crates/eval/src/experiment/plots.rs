@@ -32,6 +32,7 @@ pub(crate) fn colour(family: &str) -> RGBColor {
         "specdecpp" => RGBColor(214, 39, 40),
         "confidence" => RGBColor(44, 160, 44),
         "oracle" => RGBColor(148, 103, 189),
+        "dsi" => RGBColor(255, 127, 14),
         _ => RGBColor(90, 90, 90),
     }
 }
@@ -153,26 +154,39 @@ fn speedup_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, title
     let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
     let (left, right) = root.split_horizontally(SIZE.0 / 2);
     let mean = |s: &Stat| super::report::mean_sd(&s.3.speedup).0;
-    // Left: fixed K.
-    let ks: Vec<(f64, f64)> = spec.iter().filter(|s| s.1 == "specdec").map(|s| (s.2.setting.k.unwrap_or(0) as f64, mean(s))).collect();
+    // Left: speedup against K: fixed K, and DSI's lookahead per server count.
+    let mut k_lines: BTreeMap<String, (&str, Vec<(f64, f64)>)> = BTreeMap::new();
+    for s in spec.iter().filter(|s| s.1 == "specdec" || s.1 == "dsi") {
+        let name = match s.2.setting.servers {
+            Some(sp) => format!("dsi SP={sp}"),
+            None => "fixed K".into(),
+        };
+        k_lines.entry(name).or_insert((s.1, Vec::new())).1.push((s.2.setting.k.unwrap_or(0) as f64, mean(s)));
+    }
     let thr: Vec<(&str, String, f64, f64)> =
-        spec.iter().filter(|s| s.1 != "specdec" && s.1 != "oracle").map(|s| (s.1, line_name(s.2), s.2.setting.threshold.unwrap_or(0.0), mean(s))).collect();
+        spec.iter().filter(|s| s.2.setting.threshold.is_some()).map(|s| (s.1, line_name(s.2), s.2.setting.threshold.unwrap_or(0.0), mean(s))).collect();
     let mut lines: BTreeMap<String, (&str, Vec<(f64, f64)>)> = BTreeMap::new();
     for (family, name, t, s) in &thr {
         lines.entry(name.clone()).or_insert((family, Vec::new())).1.push((*t, *s));
     }
-    let yr = range(ks.iter().map(|p| p.1).chain(thr.iter().map(|p| p.3)).chain([1.0]));
+    let k_points = || k_lines.values().flat_map(|l| l.1.iter().copied());
+    let yr = range(k_points().map(|p| p.1).chain(thr.iter().map(|p| p.3)).chain([1.0]));
     let mut c1 = ChartBuilder::on(&left)
         .caption(title, ("sans-serif", 18))
         .margin(14)
         .x_label_area_size(44)
         .y_label_area_size(56)
-        .build_cartesian_2d(range(ks.iter().map(|p| p.0).chain([1.0])), yr.clone())
+        .build_cartesian_2d(range(k_points().map(|p| p.0).chain([1.0])), yr.clone())
         .map_err(e)?;
-    c1.configure_mesh().x_desc("K (fixed)").y_desc("speedup (mean over prompts)").label_style(("sans-serif", 14)).draw().map_err(e)?;
-    let c = colour("specdec");
-    c1.draw_series(LineSeries::new(ks.clone(), c.stroke_width(2))).map_err(e)?;
-    c1.draw_series(ks.iter().map(|&p| Circle::new(p, 4, c.filled()))).map_err(e)?;
+    c1.configure_mesh().x_desc("K (fixed) / DSI lookahead").y_desc("speedup (mean over prompts)").label_style(("sans-serif", 14)).draw().map_err(e)?;
+    for (i, (name, (family, mut pts))) in k_lines.into_iter().enumerate() {
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // DSI's server counts in shades of its colour.
+        let c = if family == "dsi" { colour(family).mix(1.0 - 0.2 * (i % 4) as f64).to_rgba() } else { colour(family).to_rgba() };
+        c1.draw_series(LineSeries::new(pts.clone(), c.stroke_width(2))).map_err(e)?.label(name).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
+        c1.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled()))).map_err(e)?;
+    }
+    c1.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 13)).draw().map_err(e)?;
     let mut c2 = ChartBuilder::on(&right).margin(14).x_label_area_size(44).y_label_area_size(56).build_cartesian_2d(0.0..1.0, yr).map_err(e)?;
     c2.configure_mesh().x_desc("threshold").label_style(("sans-serif", 14)).draw().map_err(e)?;
     for (name, (family, mut pts)) in lines {

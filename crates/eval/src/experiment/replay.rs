@@ -68,6 +68,7 @@ impl ReplayPolicy {
                 Some(Self::Confidence(ConfidencePolicy { threshold: s.threshold.unwrap_or(0.5) as f32, min_candidates: min, max_candidates: max }))
             }
             MethodKind::Oracle => Some(Self::Oracle),
+            MethodKind::Dsi => bail!("DSI runs only for real: a greedy replay would give fixed K's counts and no DSI timing (the online simulator `specx dsi online` reads traces instead)"),
         })
     }
 

@@ -178,6 +178,7 @@ pub fn rows_frame(rows: &[ResultRow]) -> Result<DataFrame> {
         col("threshold", rows, |r| r.setting.threshold),
         col("min", rows, |r| r.setting.min.map(|k| k as u64)),
         col("max", rows, |r| r.setting.max.map(|k| k as u64)),
+        col("servers", rows, |r| r.setting.servers.map(|k| k as u64)),
         col("replayed", rows, |r| r.replayed),
         col("prompt_tokens", rows, |r| u(r.prompt_tokens)),
         col("max_new_tokens", rows, |r| u(r.max_new_tokens)),
