@@ -19,6 +19,9 @@ fn writes_tables_figures_and_keeps_fair_si_no_worse_than_official() {
         assert!(tmp.path().join("out").join(f).is_file(), "{f} missing");
     }
     assert!(md.contains("best k, SI fair, exact") && md.contains("k = 2, monte-carlo"), "{md}");
+    // The marked pair gets its exact speedups; DSI at Eq. 1's lookahead (c = 0.3, 3 servers: k = 2).
+    let mark = md.lines().find(|l| l.starts_with("| pair") && l.contains("| 0.3 ")).unwrap_or_else(|| panic!("no marked pair row: {md}"));
+    assert!(mark.contains("(k = 2)"), "{mark}");
     // 6 c x 6 a x 5 k cells; header + rows.
     assert_eq!(std::fs::read_to_string(tmp.path().join("out/cells.csv")).unwrap().lines().count(), 1 + 6 * 6 * 5);
 

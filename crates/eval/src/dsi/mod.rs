@@ -47,6 +47,17 @@ pub struct OnlineArgs {
     /// segment, the uncounted correction token, non-SI at TTFT per token); `reference`: kept.
     #[arg(long, value_enum)]
     pub compat: Option<online::Compat>,
+    /// `flat` (every target forward costs TPOT, the paper) or `rows` (TPOT times the
+    /// profile's row curve: this CPU's verification cost); overrides the config's.
+    #[arg(long, value_enum)]
+    pub cost_model: Option<online_run::CostModel>,
+    /// I.i.d. acceptance at this rate instead of the config's [acceptance] (for example the
+    /// trace's per-position match rate, to compare i.i.d. with measured matches).
+    #[arg(long, conflicts_with = "dataset")]
+    pub rate: Option<f64>,
+    /// The trace's prompt set to take matches from (overrides [acceptance] dataset).
+    #[arg(long)]
+    pub dataset: Option<String>,
     /// Output directory (overrides the config's `out`).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -93,6 +104,15 @@ fn run_online_cli(a: OnlineArgs) -> Result<()> {
     }
     if let Some(r) = a.repeats {
         cfg.repeats = r;
+    }
+    if let Some(c) = a.cost_model {
+        cfg.cost_model = c;
+    }
+    if let Some(d) = a.dataset {
+        cfg.acceptance.dataset = Some(d);
+    }
+    if let Some(rate) = a.rate {
+        cfg.acceptance = online_run::AcceptanceSource { a: Some(rate), trace: None, dataset: None };
     }
     let started = std::time::Instant::now();
     let outcome = online_run::run_online(&cfg, !a.no_progress)?;
@@ -152,7 +172,7 @@ pub fn run_offline(cfg: &OfflineConfig, progress: bool) -> Result<String> {
     }
     let differ = best.iter().filter(|p| p.si_official.is_some_and(|o| o.cost > p.si_fair.cost)).count();
     let gaps = monte_carlo_vs_exact(&rows);
-    let md = summary_markdown(cfg, &heads, gaps, differ, best.len(), seconds);
+    let md = summary_markdown(cfg, &heads, gaps, differ, best.len(), seconds) + &marks_markdown(cfg);
     write_atomic(&cfg.out.join("summary.md"), md.as_bytes())?;
     let json = serde_json::json!({
         "config": cfg,
@@ -196,5 +216,33 @@ fn summary_markdown(cfg: &OfflineConfig, heads: &[(String, Headline)], gaps: [(f
         100.0 * gaps[1].0,
         100.0 * gaps[1].1,
         cfg.fixed_k,
+    )
+}
+
+/// The marked pairs (`[[marks]]`): exact expected costs at their own (c, a), whatever the grid.
+fn marks_markdown(cfg: &OfflineConfig) -> String {
+    if cfg.marks.is_empty() {
+        return String::new();
+    }
+    let rows: Vec<Vec<String>> = cfg
+        .marks
+        .iter()
+        .map(|m| {
+            let cell = |k| offline::Cell { c: m.c, a: m.a, k };
+            let ks = cfg.grid.ks();
+            let si = ks.iter().map(|&k| (k, offline::exact_si(cell(k), cfg.tokens))).min_by(|x, y| x.1.total_cmp(&y.1)).expect("the grid has lookaheads");
+            let feasible = ks.iter().filter(|&&k| offline::servers_required(m.c, k) <= cfg.servers);
+            let dsi = feasible.map(|&k| (k, offline::exact_dsi(cell(k), cfg.tokens))).min_by(|x, y| x.1.total_cmp(&y.1));
+            let eq1 = ks.iter().copied().find(|&k| offline::servers_required(m.c, k) <= cfg.servers);
+            let non_si = cfg.tokens as f64;
+            let (dsi_k, dsi_cost) = dsi.map_or(("-".into(), f64::NAN), |(k, c)| (k.to_string(), c));
+            let eq1_speedup = eq1.map_or("-".into(), |k| format!("{:.3} (k = {k})", si.1 / offline::exact_dsi(cell(k), cfg.tokens)));
+            vec![m.name.clone(), format!("{}", m.c), format!("{}", m.a), format!("{:.3} (k = {})", non_si / si.1, si.0), format!("{:.3} (k = {dsi_k})", si.1 / dsi_cost), eq1_speedup, format!("{:.3}", non_si / dsi_cost)]
+        })
+        .collect();
+    format!(
+        "\n## Marked pairs (exact expectations)\n\n{}\nSI at its best lookahead of the grid; DSI at its best lookahead the {} servers can run, and at Eq. 1's (the smallest they can run).\n",
+        markdown_table(&["pair", "c", "a", "SI/non-SI", "DSI/SI (best k)", "DSI/SI (Eq. 1 k)", "DSI/non-SI"], &rows),
+        cfg.servers
     )
 }

@@ -189,13 +189,16 @@ fn speedup_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, title
     c1.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 13)).draw().map_err(e)?;
     let mut c2 = ChartBuilder::on(&right).margin(14).x_label_area_size(44).y_label_area_size(56).build_cartesian_2d(0.0..1.0, yr).map_err(e)?;
     c2.configure_mesh().x_desc("threshold").label_style(("sans-serif", 14)).draw().map_err(e)?;
+    let any_threshold = !lines.is_empty();
     for (name, (family, mut pts)) in lines {
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
         let c = colour(family);
         c2.draw_series(LineSeries::new(pts.clone(), c.stroke_width(2))).map_err(e)?.label(name).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
         c2.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled()))).map_err(e)?;
     }
-    c2.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 13)).draw().map_err(e)?;
+    if any_threshold {
+        c2.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 13)).draw().map_err(e)?;
+    }
     Ok(())
 }
 
