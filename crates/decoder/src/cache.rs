@@ -15,6 +15,9 @@ const GROW_STEP: usize = 256;
 #[derive(Clone, Debug)]
 pub struct KvCache {
     layers: Vec<(Tensor<4>, Tensor<4>)>,
+    /// Per layer: positions `0..precise[l]` hold the exact forward's keys and values (a fuzzy
+    /// EasySpec forward leaves the entries of its stale-input layers approximate).
+    precise: Vec<usize>,
     len: usize,
     capacity: usize,
     batch: usize,
@@ -28,6 +31,7 @@ impl KvCache {
     pub fn new(cfg: &ModelConfig, batch: usize, device: &Device) -> Self {
         let mut cache = Self {
             layers: Vec::with_capacity(cfg.num_hidden_layers),
+            precise: vec![0; cfg.num_hidden_layers],
             len: 0,
             capacity: 0,
             batch,
@@ -60,6 +64,29 @@ impl KvCache {
     pub fn truncate(&mut self, n: usize) {
         assert!(n <= self.len, "KvCache::truncate({n}) beyond its length {}", self.len);
         self.len = n;
+        for p in &mut self.precise {
+            *p = (*p).min(n);
+        }
+    }
+
+    /// Positions of every layer that hold exact keys and values: the cache is exact up to
+    /// here, and a calibration truncates to it and forwards the rest exactly again.
+    pub fn precise_len(&self) -> usize {
+        self.precise.iter().copied().min().unwrap_or(self.len)
+    }
+
+    /// Keys and values of `layer` at positions `0..len()` on the host, flattened
+    /// `[batch, kv_heads, len, head_dim]` (for checks and similarity measurements).
+    pub fn layer_data(&self, layer: usize) -> (Vec<f32>, Vec<f32>) {
+        let r = [0..self.batch, 0..self.kv_heads, 0..self.len, 0..self.head_dim];
+        let (k, v) = &self.layers[layer];
+        let host = |t: &Tensor<4>| t.clone().slice(r.clone()).into_data().try_into_vec::<f32>().expect("f32 cache");
+        (host(k), host(v))
+    }
+
+    /// Exact positions of each layer (the per-layer watermarks behind [`Self::precise_len`]).
+    pub fn layer_precise_lens(&self) -> &[usize] {
+        &self.precise
     }
 
     /// Makes room for `extra` more positions than are cached now.
@@ -93,7 +120,17 @@ impl KvCache {
         (ck.clone().slice(all.clone()), cv.clone().slice(all))
     }
 
-    pub(crate) fn advance(&mut self, n: usize) {
+    /// Moves the length past `n` rows every layer has written. Layers before `first_fuzzy`
+    /// (all of them if `None`) computed exactly; their new entries are exact if every layer up
+    /// to them was exact so far (a layer's input depends on all the layers below it).
+    pub(crate) fn advance(&mut self, n: usize, first_fuzzy: Option<usize>) {
+        let mut exact = true;
+        for (l, p) in self.precise.iter_mut().enumerate() {
+            exact &= *p == self.len && first_fuzzy.is_none_or(|f| l < f);
+            if exact {
+                *p = self.len + n;
+            }
+        }
         self.len += n;
     }
 }

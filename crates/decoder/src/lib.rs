@@ -15,6 +15,7 @@ pub mod fsutil;
 pub mod generate;
 pub mod gguf;
 pub mod kernels;
+pub mod layer_groups;
 pub mod loader;
 pub mod model;
 pub mod quant;

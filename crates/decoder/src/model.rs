@@ -4,6 +4,7 @@
 
 use crate::cache::KvCache;
 use crate::config::ModelConfig;
+use crate::layer_groups::LayerGroups;
 use crate::kernels::{F32Rows, WeightRows};
 use crate::quant::{QuantMatrix, QuantPart};
 use crate::weights::{HostTensor, WeightSource};
@@ -618,7 +619,7 @@ impl Transformer {
     /// preemption of a verification whose prefix was rejected): `Ok(None)` then, with the
     /// cache's length unchanged (keys already written past it are never read).
     pub fn forward_cancellable(&self, tokens: &[u32], cache: &mut KvCache, cancel: &std::sync::atomic::AtomicBool) -> Result<Option<ForwardOutput>> {
-        let Some(hidden) = self.hidden_states_until(&[tokens], cache, None, Some(cancel))? else { return Ok(None) };
+        let Some(hidden) = self.hidden_states_until(&[tokens], cache, None, Some(cancel), None)? else { return Ok(None) };
         let logits = self.logits(hidden.clone());
         Ok(Some(ForwardOutput { logits, hidden }))
     }
@@ -686,7 +687,7 @@ impl Transformer {
             x = x.clone() + block.mlp.forward_with(block.mlp_norm.forward(x), Linear::forward_row_invariant);
         }
         for (tokens, cache) in seqs.iter_mut() {
-            cache.advance(tokens.len());
+            cache.advance(tokens.len(), None);
         }
         Ok(self.norm.forward(x).reshape([rows, hd]))
     }
@@ -745,37 +746,74 @@ impl Transformer {
     }
 
     fn hidden_states(&self, tokens: &[&[u32]], cache: &mut KvCache, times: Option<&mut LayerTimes>) -> Result<Tensor<3>> {
-        Ok(self.hidden_states_until(tokens, cache, times, None)?.expect("no cancel flag, never cancelled"))
+        Ok(self.hidden_states_until(tokens, cache, times, None, None)?.expect("no cancel flag, never cancelled"))
     }
 
-    /// The layer loop; `None` when `cancel` was set before a layer (the cache not advanced).
-    fn hidden_states_until(&self, tokens: &[&[u32]], cache: &mut KvCache, mut times: Option<&mut LayerTimes>, cancel: Option<&std::sync::atomic::AtomicBool>) -> Result<Option<Tensor<3>>> {
+    /// EasySpec's fuzzy forward (Algorithm 2): within each group of `groups` every attention
+    /// reads the group's input hidden state and writes its own layer of the cache, then the
+    /// group's MLPs run in layer order. Groups of one layer compute exactly as
+    /// [`Transformer::forward`] (bitwise: the exact strategy is the same code path). The cache
+    /// records which layers' new entries are exact ([`KvCache::precise_len`]).
+    pub fn forward_fuzzy(&self, tokens: &[u32], cache: &mut KvCache, groups: &LayerGroups) -> Result<ForwardOutput> {
+        ensure!(groups.layers() == self.blocks.len(), "layer strategy '{groups}' is for {} layers, the model has {}", groups.layers(), self.blocks.len());
+        let hidden = self.hidden_states_until(&[tokens], cache, None, None, Some(groups))?.expect("no cancel flag, never cancelled");
+        let logits = self.logits(hidden.clone());
+        Ok(ForwardOutput { logits, hidden })
+    }
+
+    /// The layer loop, group by group (each layer its own group unless `groups` says
+    /// otherwise); `None` when `cancel` was set before a group (the cache not advanced).
+    fn hidden_states_until(
+        &self,
+        tokens: &[&[u32]],
+        cache: &mut KvCache,
+        mut times: Option<&mut LayerTimes>,
+        cancel: Option<&std::sync::atomic::AtomicBool>,
+        groups: Option<&LayerGroups>,
+    ) -> Result<Option<Tensor<3>>> {
         let b = tokens.len();
         ensure!(b > 0 && b == cache.batch(), "{b} sequences given to a cache for {}", cache.batch());
         let n = tokens[0].len();
         ensure!(n > 0, "forward needs at least one token");
         ensure!(tokens.iter().all(|t| t.len() == n), "batched sequences must have equal length");
+        let sequential;
+        let groups = match groups {
+            Some(g) => g,
+            None => {
+                sequential = LayerGroups::sequential(self.blocks.len());
+                &sequential
+            }
+        };
         let mut x = self.embed_tokens(tokens)?.reshape([b, n, self.cfg.hidden_size]);
         let past = cache.len();
         cache.reserve(n);
         let rope = rope_tables(past, n, self.cfg.head_dim, self.cfg.rope_theta, &self.device);
-        let groups = self.cfg.num_attention_heads / self.cfg.num_key_value_heads;
-        let mask = (n > 1).then(|| causal_mask(past, n, groups, &self.device));
-        for (i, block) in self.blocks.iter().enumerate() {
+        let heads_per_kv = self.cfg.num_attention_heads / self.cfg.num_key_value_heads;
+        let mask = (n > 1).then(|| causal_mask(past, n, heads_per_kv, &self.device));
+        for group in groups.groups() {
             if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
                 return Ok(None);
             }
-            let t = std::time::Instant::now();
-            let h = block.attn.forward(block.attn_norm.forward(x.clone()), i, cache, &rope, mask.as_ref());
-            x = x + h;
-            let t_mlp = std::time::Instant::now();
-            x = x.clone() + block.mlp.forward(block.mlp_norm.forward(x));
-            if let Some(times) = times.as_deref_mut() {
-                times.attn.push(t_mlp - t);
-                times.mlp.push(t_mlp.elapsed());
+            // Every attention of the group reads the group's input.
+            let input = x.clone();
+            let mut attended = Vec::with_capacity(group.len());
+            for i in group.clone() {
+                let t = std::time::Instant::now();
+                let block = &self.blocks[i];
+                attended.push((block.attn.forward(block.attn_norm.forward(input.clone()), i, cache, &rope, mask.as_ref()), t.elapsed()));
+            }
+            for (i, (h, t_attn)) in group.clone().zip(attended) {
+                x = x + h;
+                let t_mlp = std::time::Instant::now();
+                let block = &self.blocks[i];
+                x = x.clone() + block.mlp.forward(block.mlp_norm.forward(x));
+                if let Some(times) = times.as_deref_mut() {
+                    times.attn.push(t_attn);
+                    times.mlp.push(t_mlp.elapsed());
+                }
             }
         }
-        cache.advance(n);
+        cache.advance(n, groups.first_fuzzy_layer());
         Ok(Some(self.norm.forward(x)))
     }
 }

@@ -3,7 +3,7 @@
 use super::metrics::RequestMetrics;
 use super::policy::{DraftStep, StopPolicy};
 use crate::cache::KvCache;
-use crate::model::Transformer;
+use crate::model::{ForwardOutput, Transformer};
 use crate::sampling::{argmax, sample_from, top_probability, SamplingConfig};
 use anyhow::Result;
 use rand::rngs::StdRng;
@@ -40,34 +40,46 @@ pub trait Drafter {
     fn rollback(&mut self, valid: usize);
 }
 
+/// A drafter's KV cache and the tokens whose keys it holds, in order (committed prefix, then
+/// this round's candidates fed so far).
+pub(crate) struct DraftCache {
+    pub cache: KvCache,
+    pub fed: Vec<u32>,
+}
+
+impl DraftCache {
+    pub fn new(model: &Transformer) -> Self {
+        Self { cache: model.new_cache(1), fed: Vec::new() }
+    }
+
+    /// Where a round's input starts: what the cache lacks of `committed`, and at least the
+    /// last committed token (whose logits give the first candidate).
+    pub fn resume_at(&self, committed: &[u32]) -> usize {
+        debug_assert!(self.fed.len() <= committed.len() && committed.starts_with(&self.fed));
+        self.fed.len().min(committed.len() - 1)
+    }
+
+    /// Keeps the first `valid` fed tokens.
+    pub fn rollback(&mut self, valid: usize) {
+        let keep = valid.min(self.fed.len());
+        self.fed.truncate(keep);
+        self.cache.truncate(keep);
+    }
+}
+
 /// The plain drafter: the draft model decodes autoregressively with its own KV cache.
 pub struct PlainDrafter<'m> {
     model: &'m Transformer,
-    cache: KvCache,
-    /// Tokens whose keys are in `cache`, in order (committed prefix, then this round's
-    /// candidates fed so far).
-    fed: Vec<u32>,
+    state: DraftCache,
 }
 
 impl<'m> PlainDrafter<'m> {
     pub fn new(model: &'m Transformer) -> Self {
-        Self { model, cache: model.new_cache(1), fed: Vec::new() }
+        Self { model, state: DraftCache::new(model) }
     }
 
     pub fn cache_len(&self) -> usize {
-        self.cache.len()
-    }
-
-    /// Forwards `tokens`; returns last-position logits and hidden state on the host.
-    fn step(&mut self, tokens: &[u32], metrics: &mut RequestMetrics) -> Result<(Vec<f32>, Vec<f32>)> {
-        let t = Instant::now();
-        let out = self.model.forward(tokens, &mut self.cache)?;
-        self.fed.extend_from_slice(tokens);
-        let logits = out.logits_tail(1).remove(0);
-        let hidden = out.hidden_tail(1).remove(0);
-        metrics.n_draft_calls += 1;
-        metrics.draft_time += t.elapsed();
-        Ok((logits, hidden))
+        self.state.cache.len()
     }
 }
 
@@ -82,42 +94,64 @@ impl Drafter for PlainDrafter<'_> {
         eos: &[u32],
         metrics: &mut RequestMetrics,
     ) -> Result<Vec<Candidate>> {
-        debug_assert!(self.fed.len() <= committed.len() && committed.starts_with(&self.fed));
-        let mut candidates = Vec::new();
         if max == 0 {
-            return Ok(candidates);
+            return Ok(Vec::new());
         }
-        policy.begin_round();
-        // Feed what the cache lacks: at least the last committed token.
-        let start = self.fed.len().min(committed.len() - 1);
-        self.rollback(start);
-        let mut input: Vec<u32> = committed[start..].to_vec();
-        loop {
-            let (logits, hidden) = self.step(&input, metrics)?;
-            let t = Instant::now();
-            let (c, confidence) = if sampling.is_greedy() {
-                let token = argmax(&logits);
-                (Candidate { token, q: Vec::new(), q_token: 1.0 }, top_probability(&logits, token))
-            } else {
-                let q = sampling.probabilities(&logits);
-                let token = sample_from(&q, rng);
-                let q_token = q[token as usize];
-                (Candidate { token, q_token, q }, q_token)
-            };
-            metrics.draft_time += t.elapsed();
-            let step = DraftStep { index: candidates.len() + 1, token: c.token, q_token: c.q_token, confidence, hidden: &hidden };
-            let stop = policy.should_stop(&step)? || eos.contains(&c.token) || candidates.len() + 1 >= max;
-            input = vec![c.token];
-            candidates.push(c);
-            if stop {
-                return Ok(candidates);
-            }
-        }
+        let start = self.state.resume_at(committed);
+        self.state.rollback(start);
+        let model = self.model;
+        let DraftCache { cache, fed } = &mut self.state;
+        draft_candidates(&committed[start..], max, policy, sampling, rng, eos, metrics, |tokens, _| {
+            let out = model.forward(tokens, cache)?;
+            fed.extend_from_slice(tokens);
+            Ok(out)
+        })
     }
 
     fn rollback(&mut self, valid: usize) {
-        let keep = valid.min(self.fed.len());
-        self.fed.truncate(keep);
-        self.cache.truncate(keep);
+        self.state.rollback(valid);
+    }
+}
+
+/// The drafting loop every drafter shares: forward the input (`forward(tokens, index)` with
+/// the index of the candidate it predicts, 0 first), sample a candidate from the warped `q`
+/// of the last position (the very `q` the verifier tests), ask `policy`, feed the candidate.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn draft_candidates(
+    first_input: &[u32],
+    max: usize,
+    policy: &mut dyn StopPolicy,
+    sampling: &SamplingConfig,
+    rng: &mut StdRng,
+    eos: &[u32],
+    metrics: &mut RequestMetrics,
+    mut forward: impl FnMut(&[u32], usize) -> Result<ForwardOutput>,
+) -> Result<Vec<Candidate>> {
+    let mut candidates = Vec::new();
+    policy.begin_round();
+    let mut input: Vec<u32> = first_input.to_vec();
+    loop {
+        let t = Instant::now();
+        let out = forward(&input, candidates.len())?;
+        let logits = out.logits_tail(1).remove(0);
+        let hidden = out.hidden_tail(1).remove(0);
+        metrics.n_draft_calls += 1;
+        let (c, confidence) = if sampling.is_greedy() {
+            let token = argmax(&logits);
+            (Candidate { token, q: Vec::new(), q_token: 1.0 }, top_probability(&logits, token))
+        } else {
+            let q = sampling.probabilities(&logits);
+            let token = sample_from(&q, rng);
+            let q_token = q[token as usize];
+            (Candidate { token, q_token, q }, q_token)
+        };
+        metrics.draft_time += t.elapsed();
+        let step = DraftStep { index: candidates.len() + 1, token: c.token, q_token: c.q_token, confidence, hidden: &hidden };
+        let stop = policy.should_stop(&step)? || eos.contains(&c.token) || candidates.len() + 1 >= max;
+        input = vec![c.token];
+        candidates.push(c);
+        if stop {
+            return Ok(candidates);
+        }
     }
 }

@@ -2,7 +2,8 @@
 //! combinations rather than separate loops:
 //!
 //! - a [`Drafter`] proposes candidates with the draft distributions `q` they were sampled from
-//!   and the draft hidden states ([`PlainDrafter`]; EasySpec's fuzzy drafter later);
+//!   and the draft hidden states ([`PlainDrafter`]; EasySpec's layer-parallel
+//!   [`FuzzyDrafter`] with bonus [`Calibration`]);
 //! - a [`StopPolicy`] decides after each candidate whether to stop drafting ([`FixedK`],
 //!   SpecDec++'s [`HeadPolicy`], the training-free [`ConfidencePolicy`]);
 //! - a [`Verifier`] checks the candidates against the target distributions `p`
@@ -18,6 +19,7 @@
 mod drafter;
 mod dsi;
 mod engine;
+mod fuzzy;
 mod head;
 mod metrics;
 mod policy;
@@ -26,6 +28,7 @@ mod verifier;
 pub use drafter::{Candidate, Drafter, PlainDrafter};
 pub use dsi::{generate_dsi, lookahead_for, DsiConfig, DsiGeneration, DsiStats};
 pub use engine::{generate_autoregressive, generate_speculative, Generation, SpecConfig};
+pub use fuzzy::{Calibration, FuzzyDrafter};
 pub use head::{AcceptanceHead, HeadSpec};
 pub use metrics::RequestMetrics;
 pub use policy::{AcceptanceModel, ConfidencePolicy, DraftStep, FixedK, HeadPolicy, HeadRule, StopPolicy};

@@ -1,0 +1,100 @@
+//! EasySpec's fuzzy forward on a 6-layer tiny model: the exact strategy is the exact forward
+//! bitwise, a layer-parallel strategy changes the logits and marks its layers' cache entries
+//! inexact, and calibration (truncate to the precise watermark, one exact forward) gives back,
+//! bitwise, the cache of the exact forward over the same tokens.
+
+mod common;
+use common::*;
+use specx_decoder::layer_groups::LayerGroups;
+use specx_decoder::synthetic::tiny_qwen2;
+use specx_decoder::synthetic::StDtype;
+use specx_decoder::gguf::GgmlType;
+use specx_decoder::{KvCache, LoadedModel};
+
+fn six_layers() -> (tempfile::TempDir, LoadedModel) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = specx_decoder::config::ModelConfig { num_hidden_layers: 6, ..tiny_qwen2(VOCAB) };
+    let (path, _) = write_both(&dir.path().join("m"), &cfg, 5, StDtype::F32, GgmlType::F32);
+    let m = load(&path);
+    (dir, m)
+}
+
+fn same_cache(a: &KvCache, b: &KvCache, layers: usize) -> bool {
+    a.len() == b.len() && (0..layers).all(|l| a.layer_data(l) == b.layer_data(l))
+}
+
+#[test]
+fn exact_strategy_is_the_exact_forward_bitwise() {
+    let (_d, m) = six_layers();
+    let prompt = tokens(7, 1);
+    let (mut a, mut b) = (m.model.new_cache(1), m.model.new_cache(1));
+    let exact = m.model.forward(&prompt, &mut a).unwrap();
+    let seq = m.model.forward_fuzzy(&prompt, &mut b, &LayerGroups::sequential(6)).unwrap();
+    assert_eq!(rows(&exact), rows(&seq));
+    assert!(same_cache(&a, &b, 6));
+    assert_eq!((b.precise_len(), b.layer_precise_lens()), (7, &[7usize; 6][..]));
+    // LP size 1 named as a preset is the same strategy.
+    assert!(LayerGroups::parse("lp1", 6).unwrap().is_sequential());
+}
+
+#[test]
+fn fuzzy_forward_marks_inexact_layers_and_calibration_restores_the_cache() {
+    let (_d, m) = six_layers();
+    let groups = LayerGroups::parse("0,1-3,4-5", 6).unwrap();
+    let prompt = tokens(6, 2);
+    let more = tokens(4, 3);
+    let mut fuzzy = m.model.new_cache(1);
+    m.model.forward(&prompt, &mut fuzzy).unwrap();
+    // Fuzzy single-token steps, as a drafter takes them.
+    let mut fuzzy_rows = Vec::new();
+    for &t in &more {
+        fuzzy_rows.extend(rows(&m.model.forward_fuzzy(&[t], &mut fuzzy, &groups).unwrap()));
+    }
+    // Layers 0 and 1 (the group's leading layer) saw exact inputs; 2..5 did not.
+    assert_eq!(fuzzy.layer_precise_lens(), &[10, 10, 6, 6, 6, 6]);
+    assert_eq!(fuzzy.precise_len(), 6);
+    let mut exact = m.model.new_cache(1);
+    m.model.forward(&prompt, &mut exact).unwrap();
+    let mut exact_rows = Vec::new();
+    for &t in &more {
+        exact_rows.extend(rows(&m.model.forward(&[t], &mut exact).unwrap()));
+    }
+    assert_ne!(fuzzy_rows, exact_rows, "a layer-parallel strategy must change the numerics");
+    assert_eq!(fuzzy.layer_data(0), exact.layer_data(0));
+    assert_eq!(fuzzy.layer_data(1), exact.layer_data(1));
+    assert_ne!(fuzzy.layer_data(2), exact.layer_data(2));
+
+    // Calibration: back to the watermark, then one exact forward over every token since.
+    let w = fuzzy.precise_len();
+    fuzzy.truncate(w);
+    let calibrated = m.model.forward(&more, &mut fuzzy).unwrap();
+    let mut fresh = m.model.new_cache(1);
+    m.model.forward(&prompt, &mut fresh).unwrap();
+    let fresh_out = m.model.forward(&more, &mut fresh).unwrap();
+    assert!(same_cache(&fuzzy, &fresh, 6), "calibrated cache differs from the exact forward's");
+    assert_eq!(rows(&calibrated), rows(&fresh_out));
+    assert_eq!(fuzzy.layer_precise_lens(), &[10; 6]);
+
+    // Truncation lowers the watermarks; a mismatched strategy is an error, not a panic.
+    fuzzy.truncate(8);
+    assert_eq!(fuzzy.precise_len(), 8);
+    let err = match m.model.forward_fuzzy(&[1], &mut fuzzy, &LayerGroups::preset(2, 8).unwrap()) {
+        Ok(_) => panic!("a strategy for 8 layers ran on a 6-layer model"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(err.contains("8 layers") && err.contains("has 6"), "{err}");
+}
+
+#[test]
+fn an_exact_forward_after_fuzzy_entries_stays_marked_inexact() {
+    let (_d, m) = six_layers();
+    let groups = LayerGroups::preset(2, 6).unwrap();
+    let mut c = m.model.new_cache(1);
+    m.model.forward(&tokens(5, 4), &mut c).unwrap();
+    m.model.forward_fuzzy(&[3], &mut c, &groups).unwrap();
+    let before = c.layer_precise_lens().to_vec();
+    // Exact layers reading an inexact cache are not exact: the watermarks do not move.
+    m.model.forward(&[4], &mut c).unwrap();
+    assert_eq!(c.layer_precise_lens()[0], 7, "layer 0 never sees a stale input");
+    assert_eq!(&c.layer_precise_lens()[2..], &before[2..]);
+}
