@@ -343,6 +343,8 @@ pub struct Transformer {
     norm: RmsNorm,
     /// Shares `embed`'s memory when the head is tied.
     lm_head: Linear,
+    /// Every layer its own group: the strategy of the exact forward.
+    sequential: LayerGroups,
     device: Device,
 }
 
@@ -574,7 +576,8 @@ impl Transformer {
         } else {
             linear(&[("lm_head", cfg.vocab_size)], hd, false)?
         };
-        Ok(Self { cfg, embed, blocks, norm: final_norm, lm_head, device: device.clone() })
+        let sequential = LayerGroups::sequential(blocks.len());
+        Ok(Self { cfg, embed, blocks, norm: final_norm, lm_head, sequential, device: device.clone() })
     }
 
     /// Every linear map a decoded token applies: each layer's four projections, then the head.
@@ -619,7 +622,7 @@ impl Transformer {
     /// preemption of a verification whose prefix was rejected): `Ok(None)` then, with the
     /// cache's length unchanged (keys already written past it are never read).
     pub fn forward_cancellable(&self, tokens: &[u32], cache: &mut KvCache, cancel: &std::sync::atomic::AtomicBool) -> Result<Option<ForwardOutput>> {
-        let Some(hidden) = self.hidden_states_until(&[tokens], cache, None, Some(cancel), None)? else { return Ok(None) };
+        let Some(hidden) = self.hidden_states_until(&[tokens], cache, None, Some(cancel), &self.sequential)? else { return Ok(None) };
         let logits = self.logits(hidden.clone());
         Ok(Some(ForwardOutput { logits, hidden }))
     }
@@ -746,7 +749,7 @@ impl Transformer {
     }
 
     fn hidden_states(&self, tokens: &[&[u32]], cache: &mut KvCache, times: Option<&mut LayerTimes>) -> Result<Tensor<3>> {
-        Ok(self.hidden_states_until(tokens, cache, times, None, None)?.expect("no cancel flag, never cancelled"))
+        Ok(self.hidden_states_until(tokens, cache, times, None, &self.sequential)?.expect("no cancel flag, never cancelled"))
     }
 
     /// EasySpec's fuzzy forward (Algorithm 2): within each group of `groups` every attention
@@ -756,34 +759,25 @@ impl Transformer {
     /// records which layers' new entries are exact ([`KvCache::precise_len`]).
     pub fn forward_fuzzy(&self, tokens: &[u32], cache: &mut KvCache, groups: &LayerGroups) -> Result<ForwardOutput> {
         ensure!(groups.layers() == self.blocks.len(), "layer strategy '{groups}' is for {} layers, the model has {}", groups.layers(), self.blocks.len());
-        let hidden = self.hidden_states_until(&[tokens], cache, None, None, Some(groups))?.expect("no cancel flag, never cancelled");
+        let hidden = self.hidden_states_until(&[tokens], cache, None, None, groups)?.expect("no cancel flag, never cancelled");
         let logits = self.logits(hidden.clone());
         Ok(ForwardOutput { logits, hidden })
     }
 
-    /// The layer loop, group by group (each layer its own group unless `groups` says
-    /// otherwise); `None` when `cancel` was set before a group (the cache not advanced).
+    /// The layer loop, group by group (`self.sequential` for the exact forward); `None` when `cancel` was set before a group (the cache not advanced).
     fn hidden_states_until(
         &self,
         tokens: &[&[u32]],
         cache: &mut KvCache,
         mut times: Option<&mut LayerTimes>,
         cancel: Option<&std::sync::atomic::AtomicBool>,
-        groups: Option<&LayerGroups>,
+        groups: &LayerGroups,
     ) -> Result<Option<Tensor<3>>> {
         let b = tokens.len();
         ensure!(b > 0 && b == cache.batch(), "{b} sequences given to a cache for {}", cache.batch());
         let n = tokens[0].len();
         ensure!(n > 0, "forward needs at least one token");
         ensure!(tokens.iter().all(|t| t.len() == n), "batched sequences must have equal length");
-        let sequential;
-        let groups = match groups {
-            Some(g) => g,
-            None => {
-                sequential = LayerGroups::sequential(self.blocks.len());
-                &sequential
-            }
-        };
         let mut x = self.embed_tokens(tokens)?.reshape([b, n, self.cfg.hidden_size]);
         let past = cache.len();
         cache.reserve(n);

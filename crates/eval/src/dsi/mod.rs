@@ -231,12 +231,12 @@ fn marks_markdown(cfg: &OfflineConfig) -> String {
             let cell = |k| offline::Cell { c: m.c, a: m.a, k };
             let ks = cfg.grid.ks();
             let si = ks.iter().map(|&k| (k, offline::exact_si(cell(k), cfg.tokens))).min_by(|x, y| x.1.total_cmp(&y.1)).expect("the grid has lookaheads");
-            let feasible = ks.iter().filter(|&&k| offline::servers_required(m.c, k) <= cfg.servers);
-            let dsi = feasible.map(|&k| (k, offline::exact_dsi(cell(k), cfg.tokens))).min_by(|x, y| x.1.total_cmp(&y.1));
-            let eq1 = ks.iter().copied().find(|&k| offline::servers_required(m.c, k) <= cfg.servers);
+            // DSI's costs at the lookaheads the servers can run, smallest (Eq. 1's) first.
+            let dsi: Vec<(usize, f64)> = ks.iter().filter(|&&k| offline::servers_required(m.c, k) <= cfg.servers).map(|&k| (k, offline::exact_dsi(cell(k), cfg.tokens))).collect();
+            let best = dsi.iter().copied().min_by(|x, y| x.1.total_cmp(&y.1));
             let non_si = cfg.tokens as f64;
-            let (dsi_k, dsi_cost) = dsi.map_or(("-".into(), f64::NAN), |(k, c)| (k.to_string(), c));
-            let eq1_speedup = eq1.map_or("-".into(), |k| format!("{:.3} (k = {k})", si.1 / offline::exact_dsi(cell(k), cfg.tokens)));
+            let (dsi_k, dsi_cost) = best.map_or(("-".into(), f64::NAN), |(k, c)| (k.to_string(), c));
+            let eq1_speedup = dsi.first().map_or("-".into(), |&(k, c)| format!("{:.3} (k = {k})", si.1 / c));
             vec![m.name.clone(), format!("{}", m.c), format!("{}", m.a), format!("{:.3} (k = {})", non_si / si.1, si.0), format!("{:.3} (k = {dsi_k})", si.1 / dsi_cost), eq1_speedup, format!("{:.3}", non_si / dsi_cost)]
         })
         .collect();

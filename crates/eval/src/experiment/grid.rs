@@ -103,10 +103,7 @@ pub fn expand(m: &MethodsConfig) -> Result<Vec<Setting>> {
     }
     if let Some(g) = &m.dsi {
         // Eq. 1's lookahead per server count, from the profile's TPOTs.
-        let eq1 = match &g.profile {
-            Some(p) => Some(crate::dsi::online_run::latencies_from_profile(p, 128)?),
-            None => None,
-        };
+        let eq1 = g.profile.as_deref().map(|p| crate::dsi::online_run::latencies_from_profile(p, 128)).transpose()?;
         for &sp in &g.servers {
             let mut ks: Vec<usize> = g.lookaheads.clone();
             if let Some(l) = &eq1 {
