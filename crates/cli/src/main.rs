@@ -1,13 +1,15 @@
 //! `specx`: command-line front end. Parses arguments and dispatches; the work lives in the
 //! library crates.
 
-use anyhow::{Context, Result};
+use anyhow::{ensure, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use specx_decoder::generate::generate;
 use specx_decoder::tokenizer::TextStream;
-use specx_decoder::spec::{ConfidencePolicy, HeadRule, SpecConfig};
+use specx_decoder::spec::{Calibration, Compat, HeadRule, SpecConfig};
 use specx_decoder::{check_pair, device_from_name, load_model_as, ChatTemplate, Sampler, SamplingConfig, WeightMode};
+use specx_eval::experiment::grid::Setting;
 use specx_eval::methods::{load_head, Method, MethodKind};
+use std::collections::BTreeMap;
 use specx_eval::report::markdown_table;
 use std::io::Write;
 use std::path::PathBuf;
@@ -25,7 +27,7 @@ enum Command {
     /// Generate text with one model, streaming it, and report prefill and decode speed.
     Generate(GenerateArgs),
     /// Decode one prompt with a draft/target pair and a method (ar, specdec, specdec++,
-    /// confidence, dsi); print the text and the request's metrics.
+    /// confidence, dsi, easyspec); print the text and the request's metrics.
     Decode(DecodeArgs),
     /// Measure decode/prefill speed of the draft and target, peak memory, and the machine's
     /// memory-bandwidth bound, all in one run.
@@ -77,19 +79,22 @@ struct DecodeArgs {
     /// Decoding method.
     #[arg(long, value_enum, default_value = "specdec")]
     method: MethodKind,
-    /// Candidates per round for `specdec`; draft tokens per verification task for `dsi`.
+    /// Candidates per round for `specdec` (and `easyspec` without a head); draft tokens per
+    /// verification task for `dsi`.
     #[arg(long, default_value_t = 4)]
     k: usize,
-    /// Target workers (threads, each with its own KV cache) for `dsi`.
-    #[arg(long, default_value_t = 2)]
-    servers: usize,
-    /// Acceptance head for `specdecpp`: a checkpoint directory (specx train), or
-    /// `random[:SEED]` for an untrained head (pipeline testing only).
+    /// Target workers (threads, each with its own KV cache) for `dsi` (default 2); with
+    /// `easyspec`, runs DSI's scheduler with this many workers.
+    #[arg(long)]
+    servers: Option<usize>,
+    /// Acceptance head for `specdecpp` (and `easyspec` with SpecDec++'s stop rule): a
+    /// checkpoint directory (specx train), or `random[:SEED]` for an untrained head (pipeline
+    /// testing only).
     #[arg(long)]
     head: Option<String>,
     /// Stop threshold: `specdecpp` stops when the predicted chance of a rejection exceeds it
-    /// (default 0.7, the paper's best); `confidence` stops when the draft's probability of its
-    /// token falls below it (default 0.5).
+    /// (default 0.7, the paper's best); `confidence` (and `easyspec` with a threshold but no
+    /// head) stops when the draft's probability of its token falls below it (default 0.5).
     #[arg(long)]
     threshold: Option<f64>,
     /// Fewest candidates per round for `specdecpp` and `confidence` (the SpecDec++ paper's
@@ -99,6 +104,23 @@ struct DecodeArgs {
     /// Most candidates per round for `specdecpp` and `confidence`.
     #[arg(long, default_value_t = HeadRule::PAPER_MAX)]
     max: usize,
+    /// EasySpec's layer-parallel strategy for `easyspec`: a preset `lp1`..`lp5` (the paper's
+    /// Table 6) or the paper's notation, e.g. `0,1-3,4-7,8-11,12-15,16-19,20-22,23`.
+    #[arg(long, default_value = "lp4")]
+    strategy: String,
+    /// When `easyspec` recomputes the draft cache entries its fuzzy forwards wrote: `never`,
+    /// `prefill_only`, `every_round` (the paper's description) or `every_mismatch` (the
+    /// reference code's default).
+    #[arg(long, default_value = "every_round")]
+    calibration: Calibration,
+    /// Threads running each layer group's attentions for `easyspec` (timing only: the tokens
+    /// never depend on it).
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
+    /// `reference` picks EasySpec's candidates as the reference code does (the argmax of q,
+    /// tested with min(1, p/q)): NOT lossless at temperature > 0, for demonstrating that only.
+    #[arg(long, default_value = "lossless")]
+    compat: Compat,
     #[command(flatten)]
     run: RunArgs,
 }
@@ -111,18 +133,29 @@ fn run_decode(a: DecodeArgs) -> Result<()> {
     if let Some(d) = &draft {
         check_pair(d, &target)?;
     }
-    let method = match a.method {
-        MethodKind::Ar => Method::Autoregressive,
-        MethodKind::Specdec => Method::SpecDec { k: a.k },
-        MethodKind::Specdecpp => {
-            let spec = a.head.as_deref().context("--method specdecpp needs --head DIR (or --head random for an untrained head)")?;
-            let head = load_head(spec, draft.as_ref().context("specdecpp needs the draft model")?, &device)?;
-            Method::SpecDecPP { head, rule: HeadRule::new(a.threshold.unwrap_or(0.7), a.min, a.max) }
-        }
-        MethodKind::Confidence => Method::Confidence(ConfidencePolicy { threshold: a.threshold.unwrap_or(0.5) as f32, min_candidates: a.min, max_candidates: a.max }),
-        MethodKind::Dsi => Method::Dsi { servers: a.servers, lookahead: a.k },
-        MethodKind::Oracle => anyhow::bail!("the oracle can only be replayed (specx eval replay)"),
+    ensure!(a.method != MethodKind::Specdecpp || a.head.is_some(), "--method specdecpp needs --head DIR (or --head random for an untrained head)");
+    ensure!(a.compat == Compat::Lossless || a.method == MethodKind::Easyspec, "--compat applies to --method easyspec only");
+    let mut heads = BTreeMap::new();
+    if let (Some(spec), Some(d)) = (&a.head, &draft) {
+        heads.insert(spec.clone(), load_head(spec, d, &device)?);
+    }
+    // The same setting an eval grid would hold, so that both build methods one way.
+    let setting = Setting {
+        method: a.method,
+        k: Some(a.k),
+        head: a.head.clone(),
+        threshold: a.threshold,
+        min: Some(a.min),
+        max: Some(a.max),
+        servers: if a.method == MethodKind::Dsi { Some(a.servers.unwrap_or(2)) } else { a.servers },
+        strategy: Some(a.strategy.clone()),
+        calibration: Some(a.calibration),
+        workers: Some(a.workers),
     };
+    let mut method = setting.method(&heads, draft.as_ref().map_or(0, |d| d.model.config().num_hidden_layers))?;
+    if let Method::EasySpec { fuzzy, .. } = &mut method {
+        fuzzy.compat = a.compat;
+    }
     let prompt = target.tokenizer.encode(&a.run.prompt_text())?;
     let cfg = SpecConfig { max_new_tokens: a.run.max_new_tokens, sampling, seed: a.run.sampling.seed };
     let g = method.run(&target.model, draft.as_ref().map(|d| &d.model), &prompt, &cfg, &target.eos_ids)?;
@@ -133,6 +166,7 @@ fn run_decode(a: DecodeArgs) -> Result<()> {
         vec!["n_generated".into(), m.n_generated.to_string()],
         vec!["n_target_calls".into(), m.n_target_calls.to_string()],
         vec!["n_draft_calls".into(), m.n_draft_calls.to_string()],
+        vec!["n_calibrations".into(), m.n_calibrations.to_string()],
         vec!["n_drafted".into(), m.n_drafted.to_string()],
         vec!["n_accepted".into(), m.n_accepted.to_string()],
         vec!["n_discarded".into(), m.n_discarded().to_string()],

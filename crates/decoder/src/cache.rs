@@ -107,17 +107,16 @@ impl KvCache {
         self.capacity = capacity;
     }
 
-    /// Writes `k`, `v` (`[batch, kv_heads, n, head_dim]`) for `layer` at positions
-    /// `len..len+n` and returns views of all `len+n` cached keys and values. The length
-    /// counter moves only in [`KvCache::advance`], after every layer has written.
-    pub(crate) fn write(&mut self, layer: usize, k: Tensor<4>, v: Tensor<4>) -> (Tensor<4>, Tensor<4>) {
-        let n = k.dims()[2];
-        let at = [0..self.batch, 0..self.kv_heads, self.len..self.len + n, 0..self.head_dim];
-        let all = [0..self.batch, 0..self.kv_heads, 0..self.len + n, 0..self.head_dim];
-        let (ck, cv) = &mut self.layers[layer];
-        ck.inplace(|t| t.slice_assign(at.clone(), k));
-        cv.inplace(|t| t.slice_assign(at, v));
-        (ck.clone().slice(all.clone()), cv.clone().slice(all))
+    /// The cache of one layer, to write its new keys and values.
+    pub(crate) fn slot(&mut self, layer: usize) -> LayerSlot<'_> {
+        self.slots(layer..layer + 1).pop().expect("one layer")
+    }
+
+    /// The caches of `layers`, each borrowed apart from the others so that the attentions of
+    /// an EasySpec layer group can write their own layers from different threads.
+    pub(crate) fn slots(&mut self, layers: std::ops::Range<usize>) -> Vec<LayerSlot<'_>> {
+        let (len, batch, kv_heads, head_dim) = (self.len, self.batch, self.kv_heads, self.head_dim);
+        self.layers[layers].iter_mut().map(|(keys, values)| LayerSlot { keys, values, len, batch, kv_heads, head_dim }).collect()
     }
 
     /// Moves the length past `n` rows every layer has written. Layers before `first_fuzzy`
@@ -132,5 +131,29 @@ impl KvCache {
             }
         }
         self.len += n;
+    }
+}
+
+/// One layer's keys and values, borrowed from a [`KvCache`] (see [`KvCache::slots`]).
+pub(crate) struct LayerSlot<'a> {
+    keys: &'a mut Tensor<4>,
+    values: &'a mut Tensor<4>,
+    len: usize,
+    batch: usize,
+    kv_heads: usize,
+    head_dim: usize,
+}
+
+impl LayerSlot<'_> {
+    /// Writes `k`, `v` (`[batch, kv_heads, n, head_dim]`) at positions `len..len+n` and
+    /// returns views of all `len+n` cached keys and values. The cache's length counter moves
+    /// only in [`KvCache::advance`], after every layer has written.
+    pub(crate) fn write(&mut self, k: Tensor<4>, v: Tensor<4>) -> (Tensor<4>, Tensor<4>) {
+        let n = k.dims()[2];
+        let at = [0..self.batch, 0..self.kv_heads, self.len..self.len + n, 0..self.head_dim];
+        let all = [0..self.batch, 0..self.kv_heads, 0..self.len + n, 0..self.head_dim];
+        self.keys.inplace(|t| t.slice_assign(at.clone(), k));
+        self.values.inplace(|t| t.slice_assign(at, v));
+        (self.keys.clone().slice(all.clone()), self.values.clone().slice(all))
     }
 }

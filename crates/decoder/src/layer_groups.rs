@@ -45,28 +45,23 @@ impl LayerGroups {
     /// Parses the paper's notation (`0,1-3,4-7,...`) for a model with `layers` layers, or a
     /// preset name `lp1` .. `lpN`.
     pub fn parse(s: &str, layers: usize) -> Result<Self> {
-        if let Some(lp) = s.strip_prefix("lp") {
-            let lp: usize = lp.parse().with_context(|| format!("layer-parallel preset '{s}': expected lp1, lp2, ..."))?;
+        if let Some(lp) = preset_size(s)? {
             return Self::preset(lp, layers);
         }
-        let mut groups = Vec::new();
-        let mut next = 0;
-        for part in s.split(',').map(str::trim) {
-            let (a, b) = match part.split_once('-') {
-                Some((a, b)) => (a.trim(), b.trim()),
-                None => (part, part),
-            };
-            let parse = |v: &str| v.parse::<usize>().with_context(|| format!("layer strategy '{s}': '{part}' is not a layer or a range a-b"));
-            let (a, b) = (parse(a)?, parse(b)?);
-            ensure!(a <= b, "layer strategy '{s}': range {a}-{b} runs backwards");
-            ensure!(a == next, "layer strategy '{s}': expected a group starting at layer {next}, found {part} (groups must cover every layer once, in order)");
-            groups.push(a..b + 1);
-            next = b + 1;
-        }
-        if next != layers {
-            bail!("layer strategy '{s}' covers layers 0..{next}, the model has {layers}");
+        let groups = parse_notation(s)?;
+        let covered = groups.last().map_or(0, |g| g.end);
+        if covered != layers {
+            bail!("layer strategy '{s}' covers layers 0..{covered}, the model has {layers}");
         }
         Ok(Self { groups })
+    }
+
+    /// Checks `s`'s syntax before the model's depth is known (configs, command lines).
+    pub fn check_syntax(s: &str) -> Result<()> {
+        if preset_size(s)?.is_none() {
+            parse_notation(s)?;
+        }
+        Ok(())
     }
 
     pub fn groups(&self) -> &[Range<usize>] {
@@ -93,6 +88,33 @@ impl LayerGroups {
     pub fn first_fuzzy_layer(&self) -> Option<usize> {
         self.groups.iter().find(|g| g.len() > 1).map(|g| g.start + 1)
     }
+}
+
+/// The LP size of a preset name `lpN`; `None` for the paper's notation.
+fn preset_size(s: &str) -> Result<Option<usize>> {
+    let Some(lp) = s.strip_prefix("lp") else { return Ok(None) };
+    let lp: usize = lp.parse().with_context(|| format!("layer-parallel preset '{s}': expected lp1, lp2, ..."))?;
+    ensure!(lp >= 1, "layer-parallel preset '{s}': the size must be at least 1");
+    Ok(Some(lp))
+}
+
+/// Groups written in the paper's notation, checked to start at layer 0 and run in order.
+fn parse_notation(s: &str) -> Result<Vec<Range<usize>>> {
+    let mut groups = Vec::new();
+    let mut next = 0;
+    for part in s.split(',').map(str::trim) {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a.trim(), b.trim()),
+            None => (part, part),
+        };
+        let parse = |v: &str| v.parse::<usize>().with_context(|| format!("layer strategy '{s}': '{part}' is not a layer or a range a-b"));
+        let (a, b) = (parse(a)?, parse(b)?);
+        ensure!(a <= b, "layer strategy '{s}': range {a}-{b} runs backwards");
+        ensure!(a == next, "layer strategy '{s}': expected a group starting at layer {next}, found {part} (groups must cover every layer once, in order)");
+        groups.push(a..b + 1);
+        next = b + 1;
+    }
+    Ok(groups)
 }
 
 impl std::fmt::Display for LayerGroups {
@@ -132,6 +154,11 @@ mod tests {
         for (bad, needle) in [("0,1-3,5-23", "starting at layer 4"), ("0,1-3,4-22", "covers layers 0..23"), ("0,3-1", "backwards"), ("0,x", "not a layer"), ("lpx", "lp1, lp2"), ("0-24", "covers layers 0..25")] {
             let err = format!("{:#}", LayerGroups::parse(bad, 24).unwrap_err());
             assert!(err.contains(needle), "{bad}: {err}");
+        }
+        // Syntax alone (the depth unknown): ranges and order, not coverage.
+        assert!(LayerGroups::check_syntax("0,1-3,4-22").is_ok() && LayerGroups::check_syntax("lp3").is_ok());
+        for bad in ["0,3-1", "1-3", "lp0", "lpx", "0,,1"] {
+            assert!(LayerGroups::check_syntax(bad).is_err(), "{bad}");
         }
     }
 }

@@ -2,7 +2,7 @@
 //! bias, tied or untied head) written against burn's backend-agnostic tensor API. It covers
 //! Qwen2/2.5 and Llama/SmolLM. The model holds no state: the caller passes a [`KvCache`].
 
-use crate::cache::KvCache;
+use crate::cache::{KvCache, LayerSlot};
 use crate::config::ModelConfig;
 use crate::layer_groups::LayerGroups;
 use crate::kernels::{F32Rows, WeightRows};
@@ -392,14 +392,15 @@ fn causal_mask(past: usize, n: usize, groups: usize, device: &Device) -> Tensor<
 }
 
 impl Attention {
-    fn forward(&self, x: Tensor<3>, layer: usize, cache: &mut KvCache, rope: &(Tensor<2>, Tensor<2>), mask: Option<&Tensor<2>>) -> Tensor<3> {
-        let out = self.attend(self.qkv.forward(x), layer, cache, rope, mask);
+    fn forward(&self, x: Tensor<3>, slot: &mut LayerSlot, rope: &(Tensor<2>, Tensor<2>), mask: Option<&Tensor<2>>) -> Tensor<3> {
+        let out = self.attend(self.qkv.forward(x), slot, rope, mask);
         self.o.forward(out)
     }
 
-    /// Attention of fused `qkv` rows `[b, n, q + 2 kv]` over `cache` (which receives the new
-    /// keys and values); returns `[b, n, heads * head_dim]` before the output projection.
-    fn attend(&self, qkv: Tensor<3>, layer: usize, cache: &mut KvCache, rope: &(Tensor<2>, Tensor<2>), mask: Option<&Tensor<2>>) -> Tensor<3> {
+    /// Attention of fused `qkv` rows `[b, n, q + 2 kv]` over a layer's cache `slot` (which
+    /// receives the new keys and values); returns `[b, n, heads * head_dim]` before the output
+    /// projection.
+    fn attend(&self, qkv: Tensor<3>, slot: &mut LayerSlot, rope: &(Tensor<2>, Tensor<2>), mask: Option<&Tensor<2>>) -> Tensor<3> {
         let [b, n, _] = qkv.dims();
         let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
         let groups = h / kvh;
@@ -409,7 +410,7 @@ impl Attention {
         let v = qkv.slice([0..b, 0..n, qd + kvd..qd + 2 * kvd]).reshape([b, n, kvh, d]).swap_dims(1, 2);
         let q = apply_rope(q, &rope.0, &rope.1);
         let k = apply_rope(k, &rope.0, &rope.1);
-        let (keys, values) = cache.write(layer, k, v);
+        let (keys, values) = slot.write(k, v);
         // Query heads sharing a kv head become extra rows: no copy of K/V per group.
         let q = q.reshape([b, kvh, groups * n, d]);
         let mut scores = q.matmul(keys.swap_dims(2, 3)).mul_scalar(1.0 / (d as f64).sqrt());
@@ -622,7 +623,7 @@ impl Transformer {
     /// preemption of a verification whose prefix was rejected): `Ok(None)` then, with the
     /// cache's length unchanged (keys already written past it are never read).
     pub fn forward_cancellable(&self, tokens: &[u32], cache: &mut KvCache, cancel: &std::sync::atomic::AtomicBool) -> Result<Option<ForwardOutput>> {
-        let Some(hidden) = self.hidden_states_until(&[tokens], cache, None, Some(cancel), &self.sequential)? else { return Ok(None) };
+        let Some(hidden) = self.hidden_states_until(&[tokens], cache, None, Some(cancel), &self.sequential, 1)? else { return Ok(None) };
         let logits = self.logits(hidden.clone());
         Ok(Some(ForwardOutput { logits, hidden }))
     }
@@ -682,7 +683,7 @@ impl Transformer {
                 .zip(seqs.iter_mut())
                 .map(|((range, rope, mask), (_, cache))| {
                     let rows_of_seq = qkv.clone().slice([0..1, range.clone(), 0..width]);
-                    block.attn.attend(rows_of_seq, layer, cache, rope, mask.as_ref())
+                    block.attn.attend(rows_of_seq, &mut cache.slot(layer), rope, mask.as_ref())
                 })
                 .collect();
             let attended = if outs.len() == 1 { outs.into_iter().next().unwrap() } else { Tensor::cat(outs, 1) };
@@ -749,7 +750,7 @@ impl Transformer {
     }
 
     fn hidden_states(&self, tokens: &[&[u32]], cache: &mut KvCache, times: Option<&mut LayerTimes>) -> Result<Tensor<3>> {
-        Ok(self.hidden_states_until(tokens, cache, times, None, &self.sequential)?.expect("no cancel flag, never cancelled"))
+        Ok(self.hidden_states_until(tokens, cache, times, None, &self.sequential, 1)?.expect("no cancel flag, never cancelled"))
     }
 
     /// EasySpec's fuzzy forward (Algorithm 2): within each group of `groups` every attention
@@ -757,9 +758,9 @@ impl Transformer {
     /// group's MLPs run in layer order. Groups of one layer compute exactly as
     /// [`Transformer::forward`] (bitwise: the exact strategy is the same code path). The cache
     /// records which layers' new entries are exact ([`KvCache::precise_len`]).
-    pub fn forward_fuzzy(&self, tokens: &[u32], cache: &mut KvCache, groups: &LayerGroups) -> Result<ForwardOutput> {
+    pub fn forward_fuzzy(&self, tokens: &[u32], cache: &mut KvCache, groups: &LayerGroups, workers: usize) -> Result<ForwardOutput> {
         ensure!(groups.layers() == self.blocks.len(), "layer strategy '{groups}' is for {} layers, the model has {}", groups.layers(), self.blocks.len());
-        let hidden = self.hidden_states_until(&[tokens], cache, None, None, groups)?.expect("no cancel flag, never cancelled");
+        let hidden = self.hidden_states_until(&[tokens], cache, None, None, groups, workers)?.expect("no cancel flag, never cancelled");
         let logits = self.logits(hidden.clone());
         Ok(ForwardOutput { logits, hidden })
     }
@@ -772,6 +773,7 @@ impl Transformer {
         mut times: Option<&mut LayerTimes>,
         cancel: Option<&std::sync::atomic::AtomicBool>,
         groups: &LayerGroups,
+        workers: usize,
     ) -> Result<Option<Tensor<3>>> {
         let b = tokens.len();
         ensure!(b > 0 && b == cache.batch(), "{b} sequences given to a cache for {}", cache.batch());
@@ -789,13 +791,7 @@ impl Transformer {
                 return Ok(None);
             }
             // Every attention of the group reads the group's input.
-            let input = x.clone();
-            let mut attended = Vec::with_capacity(group.len());
-            for i in group.clone() {
-                let t = std::time::Instant::now();
-                let block = &self.blocks[i];
-                attended.push((block.attn.forward(block.attn_norm.forward(input.clone()), i, cache, &rope, mask.as_ref()), t.elapsed()));
-            }
+            let attended = self.attend_group(group.clone(), &x, cache, &rope, mask.as_ref(), workers);
             for (i, (h, t_attn)) in group.clone().zip(attended) {
                 x = x + h;
                 let t_mlp = std::time::Instant::now();
@@ -809,5 +805,47 @@ impl Transformer {
         }
         cache.advance(n, groups.first_fuzzy_layer());
         Ok(Some(self.norm.forward(x)))
+    }
+
+    /// The attentions of the layers `group`, all reading `input`, each writing its own layer of
+    /// the cache, on up to `workers` threads (contiguous shares of the group; the caller's
+    /// thread runs the first). Each attention is the same computation on whichever thread runs
+    /// it, so the results never depend on `workers`. Returns each output with its time.
+    fn attend_group(
+        &self,
+        group: std::ops::Range<usize>,
+        input: &Tensor<3>,
+        cache: &mut KvCache,
+        rope: &(Tensor<2>, Tensor<2>),
+        mask: Option<&Tensor<2>>,
+        workers: usize,
+    ) -> Vec<(Tensor<3>, std::time::Duration)> {
+        let attend = |(i, mut slot): (usize, LayerSlot)| {
+            let t = std::time::Instant::now();
+            let block = &self.blocks[i];
+            (block.attn.forward(block.attn_norm.forward(input.clone()), &mut slot, rope, mask), t.elapsed())
+        };
+        let mut jobs: Vec<(usize, LayerSlot)> = group.clone().zip(cache.slots(group)).collect();
+        let threads = workers.clamp(1, jobs.len().max(1));
+        if threads == 1 {
+            return jobs.into_iter().map(attend).collect();
+        }
+        let share = jobs.len().div_ceil(threads);
+        let mut shares = Vec::with_capacity(threads);
+        while !jobs.is_empty() {
+            let rest = jobs.split_off(share.min(jobs.len()));
+            shares.push(std::mem::replace(&mut jobs, rest));
+        }
+        let mut shares = shares.into_iter();
+        let first = shares.next().expect("a group has layers");
+        std::thread::scope(|scope| {
+            let attend = &attend;
+            let others: Vec<_> = shares.map(|share| scope.spawn(move || share.into_iter().map(attend).collect::<Vec<_>>())).collect();
+            let mut out: Vec<_> = first.into_iter().map(attend).collect();
+            for worker in others {
+                out.extend(worker.join().expect("an attention worker panicked"));
+            }
+            out
+        })
     }
 }

@@ -1,6 +1,7 @@
 //! EasySpec's FuzzyDrafter: LP size 1 is the plain drafter exactly; every strategy x
 //! calibration policy x stop policy keeps greedy output equal to the target's, in sequential
-//! and DSI scheduling; sampled output is distributed as the target's at T 0.7 and 1.5.
+//! and DSI scheduling; sampled output is distributed as the target's at T 0.7 and 1.5, and the
+//! reference code's candidate choice (argmax of q tested with min(1, p/q)) is caught not to be.
 
 mod common;
 use common::lossless::*;
@@ -108,13 +109,19 @@ fn sampled_output_is_distributed_as_the_target_at_two_temperatures() {
     for temperature in [0.7, 1.5] {
         let s = SamplingConfig { temperature, top_k: None, top_p: None };
         let exact = exact_distribution(&t.model, &prompt, &s);
-        let cfg = |seed| SpecConfig { max_new_tokens: STEPS, sampling: s.clone(), seed };
-        let counts = sample_counts(N, |seed| {
-            let mut drafter = FuzzyDrafter::new(&d.model, LayerGroups::parse("0,1-3,4", 5).unwrap(), Calibration::EveryMismatch).unwrap();
-            generate_speculative(&t.model, &mut drafter, &mut FixedK(2), &mut RejectionSampler, &prompt, &cfg(seed), &[]).unwrap().tokens
-        });
-        let p = chi_square_p(&counts, &exact, N);
-        assert!(p > ALPHA, "EasySpec sampling at T {temperature} rejected: p = {p:.2e}");
-        eprintln!("chi-square p-value, EasySpec 0,1-3,4 every_mismatch, T {temperature}: {p:.3}");
+        for (compat, workers) in [(Compat::Lossless, 2), (Compat::Reference, 1)] {
+            let cfg = |seed| SpecConfig { max_new_tokens: STEPS, sampling: s.clone(), seed };
+            let counts = sample_counts(N, |seed| {
+                let groups = LayerGroups::parse("0,1-3,4", 5).unwrap();
+                let mut drafter = FuzzyDrafter::new(&d.model, groups, Calibration::EveryMismatch).unwrap().with_workers(workers).with_compat(compat);
+                generate_speculative(&t.model, &mut drafter, &mut FixedK(2), &mut RejectionSampler, &prompt, &cfg(seed), &[]).unwrap().tokens
+            });
+            let p = chi_square_p(&counts, &exact, N);
+            eprintln!("chi-square p-value, EasySpec 0,1-3,4 every_mismatch {compat:?}, T {temperature}: {p:.3e}");
+            match compat {
+                Compat::Lossless => assert!(p > ALPHA, "EasySpec sampling at T {temperature} rejected: p = {p:.2e}"),
+                Compat::Reference => assert!(p < ALPHA, "the reference code's argmax drafts passed as lossless at T {temperature}: p = {p:.2e}"),
+            }
+        }
     }
 }

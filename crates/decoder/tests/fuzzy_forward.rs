@@ -1,7 +1,8 @@
 //! EasySpec's fuzzy forward on a 6-layer tiny model: the exact strategy is the exact forward
 //! bitwise, a layer-parallel strategy changes the logits and marks its layers' cache entries
 //! inexact, and calibration (truncate to the precise watermark, one exact forward) gives back,
-//! bitwise, the cache of the exact forward over the same tokens.
+//! bitwise, the cache of the exact forward over the same tokens; running a group's attentions
+//! on several threads changes nothing.
 
 mod common;
 use common::*;
@@ -29,7 +30,7 @@ fn exact_strategy_is_the_exact_forward_bitwise() {
     let prompt = tokens(7, 1);
     let (mut a, mut b) = (m.model.new_cache(1), m.model.new_cache(1));
     let exact = m.model.forward(&prompt, &mut a).unwrap();
-    let seq = m.model.forward_fuzzy(&prompt, &mut b, &LayerGroups::sequential(6)).unwrap();
+    let seq = m.model.forward_fuzzy(&prompt, &mut b, &LayerGroups::sequential(6), 1).unwrap();
     assert_eq!(rows(&exact), rows(&seq));
     assert!(same_cache(&a, &b, 6));
     assert_eq!((b.precise_len(), b.layer_precise_lens()), (7, &[7usize; 6][..]));
@@ -48,7 +49,7 @@ fn fuzzy_forward_marks_inexact_layers_and_calibration_restores_the_cache() {
     // Fuzzy single-token steps, as a drafter takes them.
     let mut fuzzy_rows = Vec::new();
     for &t in &more {
-        fuzzy_rows.extend(rows(&m.model.forward_fuzzy(&[t], &mut fuzzy, &groups).unwrap()));
+        fuzzy_rows.extend(rows(&m.model.forward_fuzzy(&[t], &mut fuzzy, &groups, 1).unwrap()));
     }
     // Layers 0 and 1 (the group's leading layer) saw exact inputs; 2..5 did not.
     assert_eq!(fuzzy.layer_precise_lens(), &[10, 10, 6, 6, 6, 6]);
@@ -78,7 +79,7 @@ fn fuzzy_forward_marks_inexact_layers_and_calibration_restores_the_cache() {
     // Truncation lowers the watermarks; a mismatched strategy is an error, not a panic.
     fuzzy.truncate(8);
     assert_eq!(fuzzy.precise_len(), 8);
-    let err = match m.model.forward_fuzzy(&[1], &mut fuzzy, &LayerGroups::preset(2, 8).unwrap()) {
+    let err = match m.model.forward_fuzzy(&[1], &mut fuzzy, &LayerGroups::preset(2, 8).unwrap(), 1) {
         Ok(_) => panic!("a strategy for 8 layers ran on a 6-layer model"),
         Err(e) => format!("{e:#}"),
     };
@@ -91,10 +92,30 @@ fn an_exact_forward_after_fuzzy_entries_stays_marked_inexact() {
     let groups = LayerGroups::preset(2, 6).unwrap();
     let mut c = m.model.new_cache(1);
     m.model.forward(&tokens(5, 4), &mut c).unwrap();
-    m.model.forward_fuzzy(&[3], &mut c, &groups).unwrap();
+    m.model.forward_fuzzy(&[3], &mut c, &groups, 1).unwrap();
     let before = c.layer_precise_lens().to_vec();
     // Exact layers reading an inexact cache are not exact: the watermarks do not move.
     m.model.forward(&[4], &mut c).unwrap();
     assert_eq!(c.layer_precise_lens()[0], 7, "layer 0 never sees a stale input");
     assert_eq!(&c.layer_precise_lens()[2..], &before[2..]);
+}
+
+#[test]
+fn worker_threads_never_change_the_numerics() {
+    let (_d, m) = six_layers();
+    let groups = LayerGroups::parse("0,1-4,5", 6).unwrap();
+    let run = |workers: usize| {
+        let mut c = m.model.new_cache(1);
+        // A multi-token fuzzy prefill, then single-token steps, as a drafter takes them.
+        let mut out = rows(&m.model.forward_fuzzy(&tokens(5, 6), &mut c, &groups, workers).unwrap());
+        for t in [3u32, 9, 1] {
+            out.extend(rows(&m.model.forward_fuzzy(&[t], &mut c, &groups, workers).unwrap()));
+        }
+        let cache: Vec<_> = (0..6).map(|l| c.layer_data(l)).collect();
+        (out, cache, c.layer_precise_lens().to_vec())
+    };
+    let one = run(1);
+    for workers in [2, 3, 4, 8] {
+        assert!(run(workers) == one, "{workers} workers changed the logits, the cache or its watermarks");
+    }
 }

@@ -1,9 +1,10 @@
 //! The decoding methods a user can pick, as combinations of the decoder's parts.
 
 use anyhow::{bail, Context, Result};
+use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::spec::{
-    generate_autoregressive, generate_dsi, generate_speculative, AcceptanceHead, ConfidencePolicy, DsiConfig, FixedK, Generation, HeadPolicy,
-    HeadRule, PlainDrafter, RejectionSampler, SpecConfig, StopPolicy,
+    generate_autoregressive, generate_dsi, generate_speculative, AcceptanceHead, Calibration, Compat, ConfidencePolicy, Drafter, DsiConfig,
+    FixedK, FuzzyDrafter, Generation, HeadPolicy, HeadRule, PlainDrafter, RejectionSampler, SpecConfig, StopPolicy,
 };
 use specx_decoder::fsutil::short_hash;
 use specx_decoder::{Device, LoadedModel, Transformer};
@@ -24,6 +25,10 @@ pub enum MethodKind {
     /// DSI: speculation parallelism, blocks of `lookahead` drafts verified by several target
     /// workers (threads) while drafting goes on.
     Dsi,
+    /// EasySpec: the draft runs layer-parallel ("fuzzy") with bonus calibration, under fixed
+    /// K, the SpecDec++ head (with a head) or the confidence rule (a threshold, no head), and
+    /// DSI's scheduler when target workers are given.
+    Easyspec,
     /// The oracle of SpecDec++ Theorem 4.1 (stop right before each mismatch): it needs the
     /// AR output in advance, so it exists only in replays of greedy runs.
     #[value(skip)]
@@ -39,6 +44,27 @@ pub enum Method {
     Confidence(ConfidencePolicy),
     /// DSI with `servers` target workers and fixed blocks of `lookahead` drafts.
     Dsi { servers: usize, lookahead: usize },
+    /// EasySpec's drafter under `base`'s stop policy and scheduler (`base` is a speculative
+    /// method with the plain drafter).
+    EasySpec { fuzzy: FuzzySpec, base: Box<Method> },
+}
+
+/// EasySpec's drafter settings.
+#[derive(Clone, Debug)]
+pub struct FuzzySpec {
+    pub groups: LayerGroups,
+    pub calibration: Calibration,
+    /// Threads running a group's attentions (timing only; the numerics never depend on it).
+    pub workers: usize,
+    pub compat: Compat,
+}
+
+impl FuzzySpec {
+    pub fn name(&self) -> String {
+        let workers = if self.workers > 1 { format!(" x{}", self.workers) } else { String::new() };
+        let compat = if self.compat == Compat::Reference { " (reference compat)" } else { "" };
+        format!("easyspec {} {}{workers}{compat}", self.groups, self.calibration.name())
+    }
 }
 
 /// Loads an acceptance head: a checkpoint directory, or `random[:SEED]` for a randomly
@@ -71,6 +97,7 @@ impl Method {
             Self::SpecDecPP { rule, .. } => format!("specdec++ h={} [{}, {}]", rule.threshold, rule.min_candidates, rule.max_candidates),
             Self::Confidence(c) => format!("confidence {} [{}, {}]", c.threshold, c.min_candidates, c.max_candidates),
             Self::Dsi { servers, lookahead } => format!("dsi SP={servers} k={lookahead}"),
+            Self::EasySpec { fuzzy, base } => format!("{} + {}", fuzzy.name(), base.name()),
         }
     }
 
@@ -80,6 +107,16 @@ impl Method {
             Self::SpecDec { k: lookahead } | Self::Dsi { lookahead, .. } => Some(Box::new(FixedK(*lookahead))),
             Self::SpecDecPP { head, rule } => Some(Box::new(HeadPolicy::new(head.clone(), *rule))),
             Self::Confidence(c) => Some(Box::new(*c)),
+            Self::EasySpec { base, .. } => base.policy(),
+        }
+    }
+
+    /// The scheduler's DSI settings, if it is DSI's.
+    fn dsi(&self) -> Option<DsiConfig> {
+        match self {
+            Self::Dsi { servers, lookahead } => Some(DsiConfig::new(*servers, *lookahead)),
+            Self::EasySpec { base, .. } => base.dsi(),
+            _ => None,
         }
     }
 
@@ -89,12 +126,16 @@ impl Method {
             None => generate_autoregressive(target, prompt, cfg, eos),
             Some(mut policy) => {
                 let draft = draft.context("speculative methods need a draft model")?;
-                let mut drafter = PlainDrafter::new(draft);
-                if let Self::Dsi { servers, lookahead } = self {
-                    let dsi = DsiConfig::new(*servers, *lookahead);
-                    return Ok(generate_dsi(target, &mut drafter, policy.as_mut(), &mut RejectionSampler, prompt, cfg, &dsi, eos)?.generation);
+                let mut drafter: Box<dyn Drafter> = match self {
+                    Self::EasySpec { fuzzy, .. } => Box::new(
+                        FuzzyDrafter::new(draft, fuzzy.groups.clone(), fuzzy.calibration)?.with_workers(fuzzy.workers).with_compat(fuzzy.compat),
+                    ),
+                    _ => Box::new(PlainDrafter::new(draft)),
+                };
+                if let Some(dsi) = self.dsi() {
+                    return Ok(generate_dsi(target, drafter.as_mut(), policy.as_mut(), &mut RejectionSampler, prompt, cfg, &dsi, eos)?.generation);
                 }
-                generate_speculative(target, &mut drafter, policy.as_mut(), &mut RejectionSampler, prompt, cfg, eos)
+                generate_speculative(target, drafter.as_mut(), policy.as_mut(), &mut RejectionSampler, prompt, cfg, eos)
             }
         }
     }

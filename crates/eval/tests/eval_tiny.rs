@@ -216,8 +216,13 @@ fn bad_configs_are_named_before_models_load() {
     let e = err(&s.config.replace("sample_seed = 5", "sample_seed = 5\nsampel = 2"));
     assert!(e.contains("bad.toml") && e.contains("sampel"), "{e}");
     // Unknown method.
-    let e = err(&s.config.replace("[methods]", "[methods]\neasyspec = { k = [1] }"));
-    assert!(e.contains("easyspec"), "{e}");
+    let e = err(&s.config.replace("[methods]", "[methods]\nmedusa = { k = [1] }"));
+    assert!(e.contains("medusa"), "{e}");
+    // An EasySpec strategy with a gap (before loading), and one for another depth (after).
+    let e = err(&s.config.replace("[methods]", "[methods]\neasyspec = { strategies = [\"0,2\"], calibrations = [\"never\"], k = [1] }"));
+    assert!(e.contains("strategy '0,2'") && e.contains("starting at layer 1"), "{e}");
+    let e = err(&s.config.replace("[methods]", "[methods]\neasyspec = { strategies = [\"0-2\"], calibrations = [\"never\"], k = [1] }"));
+    assert!(e.contains("covers layers 0..3") && e.contains("has 2"), "{e}");
     // Missing head.
     let e = err(&s.config.replace("\"head-a\"", "\"no-such-head\""));
     assert!(e.contains("no-such-head") && e.contains("not a head checkpoint"), "{e}");
@@ -280,4 +285,39 @@ fn dsi_method_runs_for_real_and_is_audited() {
     let missing = text.replace("profile.json", "nope.json");
     let err = format!("{:#}", load_config(&s, &missing, "missing").unwrap_err());
     assert!(err.contains("nope.json") && err.contains("specx profile"), "{err}");
+}
+
+#[test]
+fn easyspec_method_runs_for_real_with_every_stop_policy_and_is_audited() {
+    let s = setup();
+    let methods = s.config.find("[methods]").unwrap();
+    let outro = s.config.find("[output]").unwrap();
+    // The tiny draft has 2 layers: "0-1" is their one layer-parallel group, lp1 the exact forward.
+    let grid = "easyspec = { strategies = [\"0-1\", \"lp1\"], calibrations = [\"every_round\", \"never\"], k = [2], heads = [\"head-a\"], thresholds = [0.5], bounds = [[1, 4]], servers = [2] }";
+    let text = format!("{}[methods]\n{grid}\n{}", &s.config[..methods], &s.config[outro..]);
+    let cfg = load_config(&s, &text, "easyspec").unwrap();
+    let keys: Vec<String> = specx_eval::experiment::grid::expand(&cfg.methods).unwrap().iter().map(|x| x.key()).collect();
+    assert_eq!(keys.len(), 1 + 2 * 2 * 3);
+    assert_eq!(keys[1..4], ["easyspec 0-1 every_round | specdec K=2", "easyspec 0-1 every_round | specdecpp head-a h=0.5 [1,4]", "easyspec 0-1 every_round | dsi SP=2 k=2"]);
+    let out = run(&cfg, &opts(None, None)).unwrap();
+    assert!(out.audit_failures.is_empty(), "{:?}", out.audit_failures);
+    let rows: Vec<&ResultRow> = out.rows.iter().filter(|r| r.setting.family() == "easyspec").collect();
+    assert_eq!(rows.len(), 9 * 12);
+    for r in &rows {
+        assert!(!r.greedy() || r.identical_to_ar, "{} {}", r.prompt_id, r.setting.key());
+        let fuzzy = r.setting.strategy.as_deref() == Some("0-1");
+        let calibrating = r.setting.calibration == Some(specx_decoder::spec::Calibration::EveryRound);
+        if !(fuzzy && calibrating) {
+            assert_eq!(r.n_calibrations, 0, "{}", r.setting.key());
+        }
+    }
+    assert!(rows.iter().any(|r| r.n_calibrations > 0), "no calibration was recorded");
+    let summary = std::fs::read_to_string(s.root.join("easyspec/summary.md")).unwrap();
+    assert!(summary.contains("easyspec 0-1 never | specdec K=2") && summary.contains("Losslessness audit: passed"), "{summary}");
+    // Greedy replays cannot stand in for a fuzzy draft.
+    let replay_grid = s.root.join("replay-easyspec.toml");
+    std::fs::write(&replay_grid, format!("[methods]\n{grid}\n")).unwrap();
+    let rc = ReplayConfig::load(&replay_grid);
+    let err = rc.and_then(|c| replay(&s.root.join("easyspec"), &c, "easyspec-grid", false).map(|_| ()));
+    assert!(format!("{:#}", err.unwrap_err()).contains("EasySpec runs only for real"));
 }

@@ -101,7 +101,7 @@ impl Drafter for PlainDrafter<'_> {
         self.state.rollback(start);
         let model = self.model;
         let DraftCache { cache, fed } = &mut self.state;
-        draft_candidates(&committed[start..], max, policy, sampling, rng, eos, metrics, |tokens, _| {
+        draft_candidates(&committed[start..], max, policy, sampling, Pick::Sample, rng, eos, metrics, |tokens, _| {
             let out = model.forward(tokens, cache)?;
             fed.extend_from_slice(tokens);
             Ok(out)
@@ -113,6 +113,17 @@ impl Drafter for PlainDrafter<'_> {
     }
 }
 
+/// How a sampling drafter picks its candidate from the warped `q`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pick {
+    /// A draw from `q`: what rejection sampling's min(1, p/q) test assumes (lossless).
+    Sample,
+    /// The argmax of `q`, still reported with `q` (EasySpec's reference code): the verifier's
+    /// test then assumes a draw that never happened, and the output is not the target's
+    /// distribution. Exists only to show that in a test.
+    Argmax,
+}
+
 /// The drafting loop every drafter shares: forward the input (`forward(tokens, index)` with
 /// the index of the candidate it predicts, 0 first), sample a candidate from the warped `q`
 /// of the last position (the very `q` the verifier tests), ask `policy`, feed the candidate.
@@ -122,6 +133,7 @@ pub(crate) fn draft_candidates(
     max: usize,
     policy: &mut dyn StopPolicy,
     sampling: &SamplingConfig,
+    pick: Pick,
     rng: &mut StdRng,
     eos: &[u32],
     metrics: &mut RequestMetrics,
@@ -141,7 +153,10 @@ pub(crate) fn draft_candidates(
             (Candidate { token, q: Vec::new(), q_token: 1.0 }, top_probability(&logits, token))
         } else {
             let q = sampling.probabilities(&logits);
-            let token = sample_from(&q, rng);
+            let token = match pick {
+                Pick::Sample => sample_from(&q, rng),
+                Pick::Argmax => argmax(&q),
+            };
             let q_token = q[token as usize];
             (Candidate { token, q_token, q }, q_token)
         };

@@ -4,7 +4,7 @@
 //! from the very q (fuzzy or exact) the verifier tests, so speculative decoding with this
 //! drafter stays lossless at any temperature; only the acceptance rate depends on the fuzz.
 
-use super::drafter::{draft_candidates, Candidate, DraftCache, Drafter};
+use super::drafter::{draft_candidates, Candidate, DraftCache, Drafter, Pick};
 use super::metrics::RequestMetrics;
 use super::policy::StopPolicy;
 use crate::cache::KvCache;
@@ -55,11 +55,37 @@ impl std::str::FromStr for Calibration {
     }
 }
 
+/// How candidates are picked when sampling.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Compat {
+    /// Candidates are draws from the q the verifier tests: lossless.
+    #[default]
+    Lossless,
+    /// As EasySpec's reference code: the argmax of q, tested with min(1, p/q) as if it were a
+    /// draw. Not lossless at temperature > 0; only for showing that.
+    Reference,
+}
+
+impl std::str::FromStr for Compat {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "lossless" => Self::Lossless,
+            "reference" => Self::Reference,
+            _ => anyhow::bail!("compat '{s}': expected lossless or reference"),
+        })
+    }
+}
+
 /// The layer-parallel drafter.
 pub struct FuzzyDrafter<'m> {
     model: &'m Transformer,
     groups: LayerGroups,
     calibration: Calibration,
+    /// Threads that run a group's attentions (never changes the numerics).
+    workers: usize,
+    compat: Compat,
     state: DraftCache,
     /// The last round's proposals: position of the first and the tokens.
     proposed: (usize, Vec<u32>),
@@ -71,7 +97,19 @@ impl<'m> FuzzyDrafter<'m> {
     pub fn new(model: &'m Transformer, groups: LayerGroups, calibration: Calibration) -> Result<Self> {
         let layers = model.config().num_hidden_layers;
         ensure!(groups.layers() == layers, "layer strategy '{groups}' is for {} layers, the draft model has {layers}", groups.layers());
-        Ok(Self { model, groups, calibration, state: DraftCache::new(model), proposed: (0, Vec::new()), calibrations: 0 })
+        Ok(Self { model, groups, calibration, workers: 1, compat: Compat::Lossless, state: DraftCache::new(model), proposed: (0, Vec::new()), calibrations: 0 })
+    }
+
+    /// Runs each group's attentions on up to `workers` threads.
+    pub fn with_workers(mut self, workers: usize) -> Self {
+        self.workers = workers.max(1);
+        self
+    }
+
+    /// Picks candidates as `compat` says (see [`Compat::Reference`]).
+    pub fn with_compat(mut self, compat: Compat) -> Self {
+        self.compat = compat;
+        self
     }
 
     /// The draft cache (its exact watermark shows what calibration would recompute).
@@ -112,13 +150,19 @@ impl Drafter for FuzzyDrafter<'_> {
         let mut start = self.state.resume_at(committed);
         if exact_first {
             start = start.min(self.state.cache.precise_len());
-            self.calibrations += usize::from(!self.groups.is_sequential());
+            let calibrating = usize::from(!self.groups.is_sequential());
+            self.calibrations += calibrating;
+            metrics.n_calibrations += calibrating;
         }
         self.state.rollback(start);
-        let (model, groups) = (self.model, &self.groups);
+        let (model, groups, workers) = (self.model, &self.groups, self.workers);
+        let pick = match self.compat {
+            Compat::Lossless => Pick::Sample,
+            Compat::Reference => Pick::Argmax,
+        };
         let DraftCache { cache, fed } = &mut self.state;
-        let candidates = draft_candidates(&committed[start..], max, policy, sampling, rng, eos, metrics, |tokens, index| {
-            let out = if index == 0 && exact_first { model.forward(tokens, cache)? } else { model.forward_fuzzy(tokens, cache, groups)? };
+        let candidates = draft_candidates(&committed[start..], max, policy, sampling, pick, rng, eos, metrics, |tokens, index| {
+            let out = if index == 0 && exact_first { model.forward(tokens, cache)? } else { model.forward_fuzzy(tokens, cache, groups, workers)? };
             fed.extend_from_slice(tokens);
             Ok(out)
         })?;

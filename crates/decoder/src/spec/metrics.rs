@@ -12,6 +12,9 @@ pub struct RequestMetrics {
     pub n_target_calls: usize,
     /// Draft forward passes (calibration passes included, for drafters that have them).
     pub n_draft_calls: usize,
+    /// Calibrating draft forwards (EasySpec's bonus calibration: an exact forward over the
+    /// draft cache's inexact entries; counted in `n_draft_calls` too).
+    pub n_calibrations: usize,
     /// Candidate tokens proposed.
     pub n_drafted: usize,
     /// Candidates accepted by verification.
@@ -62,6 +65,7 @@ impl RequestMetrics {
         self.n_generated += o.n_generated;
         self.n_target_calls += o.n_target_calls;
         self.n_draft_calls += o.n_draft_calls;
+        self.n_calibrations += o.n_calibrations;
         self.n_drafted += o.n_drafted;
         self.n_accepted += o.n_accepted;
         self.n_verified += o.n_verified;

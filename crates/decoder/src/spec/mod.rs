@@ -28,7 +28,7 @@ mod verifier;
 pub use drafter::{Candidate, Drafter, PlainDrafter};
 pub use dsi::{generate_dsi, lookahead_for, DsiConfig, DsiGeneration, DsiStats};
 pub use engine::{generate_autoregressive, generate_speculative, Generation, SpecConfig};
-pub use fuzzy::{Calibration, FuzzyDrafter};
+pub use fuzzy::{Calibration, Compat, FuzzyDrafter};
 pub use head::{AcceptanceHead, HeadSpec};
 pub use metrics::RequestMetrics;
 pub use policy::{AcceptanceModel, ConfidencePolicy, DraftStep, FixedK, HeadPolicy, HeadRule, StopPolicy};

@@ -500,6 +500,7 @@ mod tests {
             n_generated: runs.iter().map(|r| r + 1).sum::<usize>() + 1,
             n_target_calls: runs.len() + 1,
             n_draft_calls: 0,
+            n_calibrations: 0,
             n_drafted: 0,
             n_accepted: runs.iter().sum(),
             n_verified: 0,

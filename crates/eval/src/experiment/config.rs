@@ -6,7 +6,7 @@ use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use specx_datagen::config::{parse_toml, read_toml, resolve_path, PromptsConfig};
 use specx_datagen::prompts::PromptFormat;
-use specx_decoder::spec::HeadRule;
+use specx_decoder::spec::{Calibration, HeadRule};
 use specx_decoder::{SamplingConfig, WeightMode};
 use std::path::{Path, PathBuf};
 
@@ -132,6 +132,13 @@ impl BudgetConfig {
     }
 }
 
+impl MethodsConfig {
+    /// Every head checkpoint directory the grid names (SpecDec++'s and EasySpec's).
+    pub fn head_dirs(&self) -> impl Iterator<Item = &PathBuf> {
+        self.specdecpp.iter().flat_map(|g| &g.heads).chain(self.easyspec.iter().flat_map(|g| &g.heads))
+    }
+}
+
 /// The grid of methods. AR always runs first for every prompt: it is the reference of the
 /// speedups and of the losslessness audit.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -143,6 +150,9 @@ pub struct MethodsConfig {
     /// DSI, run for real (threads on this machine's cores).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dsi: Option<DsiGrid>,
+    /// EasySpec's layer-parallel drafter, run for real.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub easyspec: Option<EasySpecGrid>,
     /// The oracle of SpecDec++ Theorem 4.1 (replay grids only: it needs the AR output).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub oracle: bool,
@@ -179,6 +189,33 @@ pub struct ConfidenceGrid {
     pub thresholds: Vec<f32>,
     #[serde(default = "paper_bounds")]
     pub bounds: Vec<[usize; 2]>,
+}
+
+/// EasySpec: every strategy x calibration policy, each under fixed K for every `k`, under
+/// every head x threshold x bounds, and under DSI with every server count x `k`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EasySpecGrid {
+    /// Layer-parallel strategies: `lp1`..`lp5` (the paper's Table 6 presets) or the paper's
+    /// notation, e.g. `"0,1-3,4-7,8-11,12-15,16-19,20-22,23"`.
+    pub strategies: Vec<String>,
+    /// Calibration policies: `never`, `prefill_only`, `every_round`, `every_mismatch`.
+    pub calibrations: Vec<Calibration>,
+    #[serde(default)]
+    pub k: Vec<usize>,
+    /// Head checkpoint directories for SpecDec++'s stop rule on the fuzzy draft.
+    #[serde(default)]
+    pub heads: Vec<PathBuf>,
+    #[serde(default)]
+    pub thresholds: Vec<f64>,
+    #[serde(default = "paper_bounds")]
+    pub bounds: Vec<[usize; 2]>,
+    /// Target workers: also run every strategy x calibration x `k` under DSI.
+    #[serde(default)]
+    pub servers: Vec<usize>,
+    /// Threads running a group's attentions (timing only: the numerics never depend on it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<usize>,
 }
 
 /// DSI: every server count x lookahead (fixed blocks).
@@ -246,6 +283,11 @@ impl EvalConfig {
                 *h = resolve_path(h, base);
             }
         }
+        if let Some(g) = &mut self.methods.easyspec {
+            for h in &mut g.heads {
+                *h = resolve_path(h, base);
+            }
+        }
         if let Some(p) = self.methods.dsi.as_mut().and_then(|g| g.profile.as_mut()) {
             *p = resolve_path(p, base);
         }
@@ -290,7 +332,7 @@ impl EvalConfig {
         }
         if let Some(b) = m.ar_batch {
             ensure!(b >= 1, "[methods] ar_batch must be at least 1");
-            ensure!(m.specdec.is_none() && m.specdecpp.is_none() && m.confidence.is_none() && m.dsi.is_none(), "[methods] ar_batch makes a greedy trace run (AR only): remove the other methods, or run them in another config");
+            ensure!(m.specdec.is_none() && m.specdecpp.is_none() && m.confidence.is_none() && m.dsi.is_none() && m.easyspec.is_none(), "[methods] ar_batch makes a greedy trace run (AR only): remove the other methods, or run them in another config");
             ensure!(self.sampling.iter().all(|s| s.config().is_greedy()), "[methods] ar_batch batches greedy AR only: every [[sampling]] setting must be greedy");
         }
         ensure!(!m.oracle, "[methods] oracle can only be replayed (specx eval replay RUN_DIR --config GRID): it needs the AR output in advance");
@@ -306,6 +348,21 @@ impl EvalConfig {
             if let Some(p) = &g.profile {
                 ensure!(p.is_file(), "[methods.dsi] profile {} does not exist (`specx profile` writes it)", p.display());
             }
+        }
+        if let Some(g) = &m.easyspec {
+            ensure!(!g.strategies.is_empty() && !g.calibrations.is_empty(), "[methods.easyspec] needs strategies and calibrations");
+            for s in &g.strategies {
+                // The layer count is checked against the draft once it is loaded.
+                specx_decoder::layer_groups::LayerGroups::check_syntax(s).with_context(|| format!("[methods.easyspec] strategy '{s}'"))?;
+            }
+            ensure!(g.k.iter().chain(&g.servers).all(|&v| v >= 1), "[methods.easyspec] k and servers need values >= 1");
+            ensure!(!g.k.is_empty() || !g.heads.is_empty(), "[methods.easyspec] give k (fixed K) or heads and thresholds (SpecDec++'s stop rule)");
+            ensure!(g.heads.is_empty() == g.thresholds.is_empty(), "[methods.easyspec] heads and thresholds go together");
+            for h in &g.heads {
+                ensure!(h.join("head.json").is_file(), "[methods.easyspec] head {} is not a head checkpoint (no head.json; `specx train` writes one)", h.display());
+            }
+            check_bounds(&g.bounds, "easyspec")?;
+            ensure!(g.workers != Some(0), "[methods.easyspec] workers must be at least 1");
         }
         Ok(())
     }

@@ -69,6 +69,7 @@ impl ReplayPolicy {
             }
             MethodKind::Oracle => Some(Self::Oracle),
             MethodKind::Dsi => bail!("DSI runs only for real: a greedy replay would give fixed K's counts and no DSI timing (the online simulator `specx dsi online` reads traces instead)"),
+            MethodKind::Easyspec => bail!("EasySpec runs only for real: the greedy traces hold the exact draft's proposals, and a fuzzy draft proposes other tokens"),
         })
     }
 

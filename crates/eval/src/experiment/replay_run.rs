@@ -192,6 +192,7 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
                 n_generated: c.n_generated,
                 n_target_calls: c.n_target_calls,
                 n_draft_calls: c.n_draft_calls,
+                n_calibrations: 0,
                 n_drafted: c.n_drafted,
                 n_accepted: c.n_accepted,
                 n_verified: c.n_verified,

@@ -202,8 +202,9 @@ fn timing_markdown(rows: &[ResultRow]) -> String {
     );
     let mut table = Vec::new();
     let mut by: BTreeMap<(String, &str), Vec<&ResultRow>> = BTreeMap::new();
-    // DSI overlaps drafting and verification, so its wall time is no sum of forwards: no fit.
-    for r in rows.iter().filter(|r| !r.replayed && r.setting.family() != "dsi") {
+    // DSI (alone or under EasySpec) overlaps drafting and verification, so its wall time is
+    // no sum of forwards: no fit.
+    for r in rows.iter().filter(|r| !r.replayed && r.setting.servers.is_none()) {
         by.entry((r.dataset.clone(), r.setting.family())).or_default().push(r);
     }
     let fmt = |f: &Option<super::timing::Fit>| {

@@ -90,7 +90,10 @@ pub struct EvalOutcome {
 fn load_heads(cfg: &EvalConfig, draft: &LoadedModel, device: &specx_decoder::Device) -> Result<(BTreeMap<String, AcceptanceHead>, Vec<HeadRecord>)> {
     let mut heads = BTreeMap::new();
     let mut records = Vec::new();
-    for dir in cfg.methods.specdecpp.iter().flat_map(|g| &g.heads) {
+    for dir in cfg.methods.head_dirs() {
+        if heads.contains_key(&head_name(dir)) {
+            continue;
+        }
         let head = load_head(&dir.to_string_lossy(), draft, device)?;
         let spec = read_head_spec(dir)?;
         records.push(HeadRecord {
@@ -115,7 +118,7 @@ fn read_head_spec(dir: &Path) -> Result<specx_decoder::spec::HeadSpec> {
 
 /// Reads each head's `head.json` before any model loads, so a wrong path fails fast.
 fn check_heads_readable(cfg: &EvalConfig) -> Result<()> {
-    for dir in cfg.methods.specdecpp.iter().flat_map(|g| &g.heads) {
+    for dir in cfg.methods.head_dirs() {
         read_head_spec(dir)?;
     }
     Ok(())
@@ -141,7 +144,7 @@ pub fn run(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcome> {
     let target = load_model_as(&cfg.models.target, None, &device, cfg.models.weights)?;
     check_pair(&draft, &target)?;
     let (heads, head_records) = load_heads(cfg, &draft, &device)?;
-    let methods: Vec<Method> = settings.iter().map(|s| s.method(&heads)).collect::<Result<_>>()?;
+    let methods: Vec<Method> = settings.iter().map(|s| s.method(&heads, draft.model.config().num_hidden_layers)).collect::<Result<_>>()?;
 
     let mut manifest = EvalManifest {
         format: FORMAT.into(),
@@ -278,6 +281,7 @@ fn batched_ar_unit(u: &UnitKey, sampling: &super::config::SamplingSetting, promp
         n_generated: tokens.len(),
         n_target_calls: usize::from(!tokens.is_empty()) + stats.decode_steps,
         n_draft_calls: 0,
+        n_calibrations: 0,
         n_drafted: 0,
         n_accepted: 0,
         n_verified: 0,
@@ -335,6 +339,7 @@ fn run_unit(
             n_generated: m.n_generated,
             n_target_calls: m.n_target_calls,
             n_draft_calls: m.n_draft_calls,
+            n_calibrations: m.n_calibrations,
             n_drafted: m.n_drafted,
             n_accepted: m.n_accepted,
             n_verified: m.n_verified,
