@@ -101,7 +101,8 @@ impl Method {
         }
     }
 
-    fn policy(&self) -> Option<Box<dyn StopPolicy>> {
+    /// A fresh stop policy of this method (`None` for AR).
+    pub fn policy(&self) -> Option<Box<dyn StopPolicy>> {
         match self {
             Self::Autoregressive => None,
             Self::SpecDec { k: lookahead } | Self::Dsi { lookahead, .. } => Some(Box::new(FixedK(*lookahead))),
@@ -111,8 +112,16 @@ impl Method {
         }
     }
 
+    /// A fresh drafter of this method over `draft`.
+    pub fn drafter<'m>(&self, draft: &'m Transformer) -> Result<Box<dyn Drafter + 'm>> {
+        Ok(match self {
+            Self::EasySpec { fuzzy, .. } => Box::new(FuzzyDrafter::new(draft, fuzzy.groups.clone(), fuzzy.calibration)?.with_workers(fuzzy.workers).with_compat(fuzzy.compat)),
+            _ => Box::new(PlainDrafter::new(draft)),
+        })
+    }
+
     /// The scheduler's DSI settings, if it is DSI's.
-    fn dsi(&self) -> Option<DsiConfig> {
+    pub fn dsi(&self) -> Option<DsiConfig> {
         match self {
             Self::Dsi { servers, lookahead } => Some(DsiConfig::new(*servers, *lookahead)),
             Self::EasySpec { base, .. } => base.dsi(),
@@ -126,12 +135,7 @@ impl Method {
             None => generate_autoregressive(target, prompt, cfg, eos),
             Some(mut policy) => {
                 let draft = draft.context("speculative methods need a draft model")?;
-                let mut drafter: Box<dyn Drafter> = match self {
-                    Self::EasySpec { fuzzy, .. } => Box::new(
-                        FuzzyDrafter::new(draft, fuzzy.groups.clone(), fuzzy.calibration)?.with_workers(fuzzy.workers).with_compat(fuzzy.compat),
-                    ),
-                    _ => Box::new(PlainDrafter::new(draft)),
-                };
+                let mut drafter = self.drafter(draft)?;
                 if let Some(dsi) = self.dsi() {
                     return Ok(generate_dsi(target, drafter.as_mut(), policy.as_mut(), &mut RejectionSampler, prompt, cfg, &dsi, eos)?.generation);
                 }

@@ -314,10 +314,15 @@ fn easyspec_method_runs_for_real_with_every_stop_policy_and_is_audited() {
     assert!(rows.iter().any(|r| r.n_calibrations > 0), "no calibration was recorded");
     let summary = std::fs::read_to_string(s.root.join("easyspec/summary.md")).unwrap();
     assert!(summary.contains("easyspec 0-1 never | specdec K=2") && summary.contains("Losslessness audit: passed"), "{summary}");
-    // Greedy replays cannot stand in for a fuzzy draft.
+    // Greedy replay runs the fuzzy drafter along the AR output: the same counts as the real
+    // runs, calibrations included (DSI's timing is no sum of forwards: it is refused).
     let replay_grid = s.root.join("replay-easyspec.toml");
+    std::fs::write(&replay_grid, format!("[methods]\n{}\n", grid.replace(", servers = [2]", ""))).unwrap();
+    let o = replay(&s.root.join("easyspec"), &ReplayConfig::load(&replay_grid).unwrap(), "grid", false).unwrap();
+    assert!(o.mismatches.is_empty(), "{:?}", o.mismatches);
+    assert_eq!(o.compared, 3 * 8, "every greedy unit's 8 sequential EasySpec settings compared");
+    assert!(o.replayed.iter().any(|r| r.n_calibrations > 0));
     std::fs::write(&replay_grid, format!("[methods]\n{grid}\n")).unwrap();
-    let rc = ReplayConfig::load(&replay_grid);
-    let err = rc.and_then(|c| replay(&s.root.join("easyspec"), &c, "easyspec-grid", false).map(|_| ()));
-    assert!(format!("{:#}", err.unwrap_err()).contains("EasySpec runs only for real"));
+    let err = replay(&s.root.join("easyspec"), &ReplayConfig::load(&replay_grid).unwrap(), "grid", false).map(|_| ()).unwrap_err();
+    assert!(format!("{err:#}").contains("DSI runs only for real"), "{err:#}");
 }

@@ -4,6 +4,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod drafter_replay;
 pub mod grid;
 pub mod manifest;
 pub mod merge;

@@ -3,12 +3,13 @@
 //! the run's real rows; settings that were also run for real are checked count for count.
 
 use super::config::{MethodsConfig, OutputConfig};
+use super::drafter_replay::replay_with_drafter;
 use super::grid::{expand, head_name, Setting};
 use super::manifest::EvalManifest;
 use super::replay::{ReplayPolicy, TraceBuilder, TraceInput};
 use super::results::{tokens_sha256, ResultRow, UnitFile};
 use super::timing::{least_squares, standalone_target};
-use crate::methods::load_head;
+use crate::methods::{load_head, MethodKind};
 use anyhow::{bail, ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -29,13 +30,10 @@ pub struct ReplayConfig {
 impl ReplayConfig {
     pub fn load(path: &Path) -> Result<Self> {
         let (mut cfg, base): (Self, PathBuf) = read_toml(path)?;
-        if let Some(g) = &mut cfg.methods.specdecpp {
-            for h in &mut g.heads {
-                *h = resolve_path(h, &base);
-            }
-            for h in &g.heads {
-                ensure!(h.join("head.json").is_file(), "config {}: head {} is not a head checkpoint (no head.json)", path.display(), h.display());
-            }
+        let heads = cfg.methods.specdecpp.iter_mut().flat_map(|g| &mut g.heads).chain(cfg.methods.easyspec.iter_mut().flat_map(|g| &mut g.heads));
+        for h in heads {
+            *h = resolve_path(h, &base);
+            ensure!(h.join("head.json").is_file(), "config {}: head {} is not a head checkpoint (no head.json)", path.display(), h.display());
         }
         if let Some(o) = &mut cfg.output {
             o.dir = resolve_path(&o.dir, &base);
@@ -100,6 +98,21 @@ fn single_forward_seconds(draft: &specx_decoder::Transformer, unit: &UnitFile) -
     Ok(times[times.len() / 2])
 }
 
+/// The counters in which a real row and its replay differ, as `name real vs replayed`.
+fn count_differences(real: &specx_decoder::spec::RequestMetrics, replayed: &specx_decoder::spec::RequestMetrics) -> String {
+    let (a, b) = (serde_json::to_value(real).unwrap_or_default(), serde_json::to_value(replayed).unwrap_or_default());
+    let fields = a.as_object().into_iter().flatten().filter(|(k, v)| b.get(k.as_str()) != Some(v));
+    fields.map(|(k, v)| format!("{k} {v} vs {}", b.get(k.as_str()).unwrap_or(&serde_json::Value::Null))).collect::<Vec<_>>().join(", ")
+}
+
+/// How a setting is replayed.
+enum Replayer {
+    /// From the batched draft traces, with the trace policy of this index.
+    Trace(usize),
+    /// By running the method's drafter along the AR output.
+    Live(crate::methods::Method),
+}
+
 /// What a replay produced.
 pub struct ReplayOutcome {
     pub dir: PathBuf,
@@ -136,11 +149,28 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     }
     let mut heads = Vec::new();
     let mut head_index = HashMap::new();
-    for dir in grid.methods.specdecpp.iter().flat_map(|g| &g.heads) {
-        head_index.insert(head_name(dir), heads.len());
-        heads.push(load_head(&dir.to_string_lossy(), &draft, &device)?);
+    let mut head_map = BTreeMap::new();
+    for dir in grid.methods.head_dirs() {
+        if !head_map.contains_key(&head_name(dir)) {
+            let head = load_head(&dir.to_string_lossy(), &draft, &device)?;
+            head_index.insert(head_name(dir), heads.len());
+            head_map.insert(head_name(dir), head.clone());
+            heads.push(head);
+        }
     }
-    let policies: Vec<ReplayPolicy> = settings.iter().map(|s| ReplayPolicy::of(s, &head_index).map(|p| p.expect("no AR here"))).collect::<Result<_>>()?;
+    // Plain drafters replay from traces; EasySpec's drafter is run live along the AR output.
+    let mut policies = Vec::new();
+    let mut how = Vec::with_capacity(settings.len());
+    for s in &settings {
+        if s.method == MethodKind::Easyspec {
+            let method = s.method(&head_map, draft.model.config().num_hidden_layers)?;
+            ensure!(method.dsi().is_none(), "{}: DSI runs only for real (its timing is no sum of forwards)", s.key());
+            how.push(Replayer::Live(method));
+        } else {
+            how.push(Replayer::Trace(policies.len()));
+            policies.push(ReplayPolicy::of(s, &head_index)?.expect("no AR here"));
+        }
+    }
 
     let bar = if progress { ProgressBar::new(files.len() as u64) } else { ProgressBar::hidden() };
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} greedy units replayed, {elapsed} elapsed, ETA {eta} {msg}")?);
@@ -150,9 +180,16 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     for group in files.chunks(UNITS_PER_GROUP) {
         let inputs: Vec<TraceInput> = group.iter().map(|u| TraceInput { prompt: &u.prompt, ar: &u.ar_tokens, max_new_tokens: u.rows[0].max_new_tokens }).collect();
         let before = builder.rows;
-        let traces = builder.build(&inputs, &policies)?;
-        for trace in &traces {
-            replayed_counts.push(policies.iter().map(|p| trace.replay(p)).collect::<Result<Vec<_>>>()?);
+        let traces = if policies.is_empty() { Vec::new() } else { builder.build(&inputs, &policies)? };
+        for (i, u) in group.iter().enumerate() {
+            let counts = how.iter().map(|h| match h {
+                Replayer::Trace(p) => traces[i].replay(&policies[*p]),
+                Replayer::Live(method) => {
+                    let mut policy = method.policy().expect("a speculative method");
+                    replay_with_drafter(method.drafter(&draft.model)?.as_mut(), policy.as_mut(), &u.prompt, &u.ar_tokens, u.rows[0].max_new_tokens, &manifest.eos_ids)
+                }
+            });
+            replayed_counts.push(counts.collect::<Result<Vec<_>>>().with_context(|| format!("replaying {} {}", u.unit.dataset, u.unit.prompt_id))?);
         }
         bar.inc(group.len() as u64);
         if bar.is_hidden() {
@@ -181,18 +218,22 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
         for (s, c) in settings.iter().zip(counts) {
             if let Some(r) = u.rows.iter().find(|r| r.setting == *s) {
                 compared += 1;
-                if r.metrics().counts_only() != *c {
-                    mismatches.push(format!("{} {} {}: real {:?} vs replayed {:?}", r.dataset, r.prompt_id, s.key(), r.drafted_per_round, c.drafted_per_round));
+                let real = r.metrics().counts_only();
+                if real != c.counts_only() {
+                    mismatches.push(format!("{} {} {}: {}", r.dataset, r.prompt_id, s.key(), count_differences(&real, &c.counts_only())));
                 }
             }
-            let (draft_s, target_s) = (tm.t_draft * c.n_draft_calls as f64, tm.t_target * c.n_target_calls as f64);
+            // A live replay measured its drafting (calibrations are multi-token forwards, which
+            // the per-call time does not price); trace replays batch theirs, so predict it.
+            let draft_s = if c.draft_time.is_zero() { tm.t_draft * c.n_draft_calls as f64 } else { c.draft_time.as_secs_f64() };
+            let target_s = tm.t_target * c.n_target_calls as f64;
             replayed.push(ResultRow {
                 setting: s.clone(),
                 replayed: true,
                 n_generated: c.n_generated,
                 n_target_calls: c.n_target_calls,
                 n_draft_calls: c.n_draft_calls,
-                n_calibrations: 0,
+                n_calibrations: c.n_calibrations,
                 n_drafted: c.n_drafted,
                 n_accepted: c.n_accepted,
                 n_verified: c.n_verified,
