@@ -54,6 +54,11 @@ enum Command {
     /// heatmaps; `online` runs them on threads with profiled latencies and measured acceptance.
     /// (Real DSI decoding is the `dsi` method of `specx decode` and `specx eval`.)
     Dsi(specx_eval::dsi::DsiArgs),
+    /// EasySpec measurements: `similarity` gives the cosine similarity between precise and
+    /// fuzzy attention inputs, q, k, v and outputs per layer-parallel strategy (the paper's
+    /// Table 5). (Decoding with EasySpec is the `easyspec` method of `specx decode` and
+    /// `specx eval`.)
+    Easyspec(specx_eval::easyspec::EasySpecArgs),
     /// Assemble a paper reproduction's tables (results.md, claims.json) and PNG figures from
     /// finished runs (replay, real eval runs, head sweeps); runs nothing itself.
     #[command(subcommand)]
@@ -292,6 +297,7 @@ fn main() -> Result<()> {
         Command::Eval(a) => specx_eval::experiment::cli::run_cli(a),
         Command::Profile(a) => specx_eval::profile::run(a),
         Command::Dsi(a) => specx_eval::dsi::run_cli(a),
+        Command::Easyspec(a) => specx_eval::easyspec::run_cli(a),
         Command::Reproduce(Reproduce::Specdecpp(a)) => specx_eval::reproduce::specdecpp::run(a),
     }
 }

@@ -30,7 +30,7 @@ pub use burn::tensor::Device;
 pub use cache::KvCache;
 pub use config::ModelConfig;
 pub use loader::{check_pair, load_model, load_model_as, LoadedModel};
-pub use model::{ForwardOutput, LayerTimes, Transformer, WeightMode};
+pub use model::{AttentionProbe, ForwardOutput, LayerTimes, ProbedLayer, Transformer, WeightMode};
 pub use sampling::{Sampler, SamplingConfig};
 pub use tokenizer::{ChatTemplate, Tokenizer};
 

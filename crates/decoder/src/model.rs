@@ -292,6 +292,27 @@ pub struct LayerTimes {
     pub lm_head: std::time::Duration,
 }
 
+/// One layer's attention on the last new row: the hidden state it read (before its norm),
+/// its query, key and value (after RoPE; all heads, flattened) and its output (after the
+/// output projection). Recorded by [`Transformer::probe_fuzzy`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AttentionProbe {
+    pub input: Vec<f32>,
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+    pub out: Vec<f32>,
+}
+
+/// A layer's attention as a fuzzy forward computed it and as the precise model would have.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbedLayer {
+    pub fuzzy: AttentionProbe,
+    pub precise: AttentionProbe,
+    /// Whether the layer leads its group (reads the running state: both records identical).
+    pub leading: bool,
+}
+
 /// How a model's GGUF weight matrices are kept in memory on the CPU.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -392,15 +413,21 @@ fn causal_mask(past: usize, n: usize, groups: usize, device: &Device) -> Tensor<
 }
 
 impl Attention {
-    fn forward(&self, x: Tensor<3>, slot: &mut LayerSlot, rope: &(Tensor<2>, Tensor<2>), mask: Option<&Tensor<2>>) -> Tensor<3> {
-        let out = self.attend(self.qkv.forward(x), slot, rope, mask);
-        self.o.forward(out)
+    /// The attention of `x` (the normed hidden state); `probe`, when given, receives its q, k,
+    /// v and output on the last row.
+    fn forward(&self, x: Tensor<3>, slot: &mut LayerSlot, rope: &(Tensor<2>, Tensor<2>), mask: Option<&Tensor<2>>, mut probe: Option<&mut AttentionProbe>) -> Tensor<3> {
+        let out = self.attend(self.qkv.forward(x), slot, rope, mask, probe.as_deref_mut());
+        let out = self.o.forward(out);
+        if let Some(p) = probe {
+            p.out = last_row(out.clone());
+        }
+        out
     }
 
     /// Attention of fused `qkv` rows `[b, n, q + 2 kv]` over a layer's cache `slot` (which
     /// receives the new keys and values); returns `[b, n, heads * head_dim]` before the output
     /// projection.
-    fn attend(&self, qkv: Tensor<3>, slot: &mut LayerSlot, rope: &(Tensor<2>, Tensor<2>), mask: Option<&Tensor<2>>) -> Tensor<3> {
+    fn attend(&self, qkv: Tensor<3>, slot: &mut LayerSlot, rope: &(Tensor<2>, Tensor<2>), mask: Option<&Tensor<2>>, probe: Option<&mut AttentionProbe>) -> Tensor<3> {
         let [b, n, _] = qkv.dims();
         let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
         let groups = h / kvh;
@@ -410,6 +437,10 @@ impl Attention {
         let v = qkv.slice([0..b, 0..n, qd + kvd..qd + 2 * kvd]).reshape([b, n, kvh, d]).swap_dims(1, 2);
         let q = apply_rope(q, &rope.0, &rope.1);
         let k = apply_rope(k, &rope.0, &rope.1);
+        if let Some(p) = probe {
+            let last = |t: &Tensor<4>| last_row(t.clone().swap_dims(1, 2).reshape([b, n, t.dims()[1] * d]));
+            (p.q, p.k, p.v) = (last(&q), last(&k), last(&v));
+        }
         let (keys, values) = slot.write(k, v);
         // Query heads sharing a kv head become extra rows: no copy of K/V per group.
         let q = q.reshape([b, kvh, groups * n, d]);
@@ -436,6 +467,12 @@ impl Mlp {
         let up = gu.slice([0..b, 0..n, i..2 * i]);
         project(&self.down, silu(gate) * up)
     }
+}
+
+/// The last row of the first sequence of `[b, n, w]`, on the host.
+fn last_row(t: Tensor<3>) -> Vec<f32> {
+    let [_, n, w] = t.dims();
+    t.slice([0..1, n - 1..n, 0..w]).into_data().try_into_vec::<f32>().expect("f32 activations")
 }
 
 /// Checks a host tensor's shape.
@@ -623,7 +660,7 @@ impl Transformer {
     /// preemption of a verification whose prefix was rejected): `Ok(None)` then, with the
     /// cache's length unchanged (keys already written past it are never read).
     pub fn forward_cancellable(&self, tokens: &[u32], cache: &mut KvCache, cancel: &std::sync::atomic::AtomicBool) -> Result<Option<ForwardOutput>> {
-        let Some(hidden) = self.hidden_states_until(&[tokens], cache, None, Some(cancel), &self.sequential, 1)? else { return Ok(None) };
+        let Some(hidden) = self.hidden_states_until(&[tokens], cache, None, Some(cancel), &self.sequential, 1, None)? else { return Ok(None) };
         let logits = self.logits(hidden.clone());
         Ok(Some(ForwardOutput { logits, hidden }))
     }
@@ -683,7 +720,7 @@ impl Transformer {
                 .zip(seqs.iter_mut())
                 .map(|((range, rope, mask), (_, cache))| {
                     let rows_of_seq = qkv.clone().slice([0..1, range.clone(), 0..width]);
-                    block.attn.attend(rows_of_seq, &mut cache.slot(layer), rope, mask.as_ref())
+                    block.attn.attend(rows_of_seq, &mut cache.slot(layer), rope, mask.as_ref(), None)
                 })
                 .collect();
             let attended = if outs.len() == 1 { outs.into_iter().next().unwrap() } else { Tensor::cat(outs, 1) };
@@ -750,7 +787,7 @@ impl Transformer {
     }
 
     fn hidden_states(&self, tokens: &[&[u32]], cache: &mut KvCache, times: Option<&mut LayerTimes>) -> Result<Tensor<3>> {
-        Ok(self.hidden_states_until(tokens, cache, times, None, &self.sequential, 1)?.expect("no cancel flag, never cancelled"))
+        Ok(self.hidden_states_until(tokens, cache, times, None, &self.sequential, 1, None)?.expect("no cancel flag, never cancelled"))
     }
 
     /// EasySpec's fuzzy forward (Algorithm 2): within each group of `groups` every attention
@@ -760,12 +797,39 @@ impl Transformer {
     /// records which layers' new entries are exact ([`KvCache::precise_len`]).
     pub fn forward_fuzzy(&self, tokens: &[u32], cache: &mut KvCache, groups: &LayerGroups, workers: usize) -> Result<ForwardOutput> {
         ensure!(groups.layers() == self.blocks.len(), "layer strategy '{groups}' is for {} layers, the model has {}", groups.layers(), self.blocks.len());
-        let hidden = self.hidden_states_until(&[tokens], cache, None, None, groups, workers)?.expect("no cancel flag, never cancelled");
+        let hidden = self.hidden_states_until(&[tokens], cache, None, None, groups, workers, None)?.expect("no cancel flag, never cancelled");
         let logits = self.logits(hidden.clone());
         Ok(ForwardOutput { logits, hidden })
     }
 
-    /// The layer loop, group by group (`self.sequential` for the exact forward); `None` when `cancel` was set before a group (the cache not advanced).
+    /// [`Transformer::forward_fuzzy`] that also records every layer's attention on the last row
+    /// twice (EasySpec's Table 5): as the fuzzy forward computed it from the group's input, and
+    /// as the precise model would have from the running hidden state at that layer (the state
+    /// after the layers before it, against the same cache). A group's leading layer reads the
+    /// running state, so its two records are identical by construction. The output and the
+    /// cache are the fuzzy forward's.
+    pub fn probe_fuzzy(&self, tokens: &[u32], cache: &mut KvCache, groups: &LayerGroups) -> Result<(ForwardOutput, Vec<ProbedLayer>)> {
+        ensure!(groups.layers() == self.blocks.len(), "layer strategy '{groups}' is for {} layers, the model has {}", groups.layers(), self.blocks.len());
+        let mut probes = Vec::with_capacity(self.blocks.len());
+        let hidden = self.hidden_states_until(&[tokens], cache, None, None, groups, 1, Some(&mut probes))?.expect("no cancel flag, never cancelled");
+        let logits = self.logits(hidden.clone());
+        Ok((ForwardOutput { logits, hidden }, probes))
+    }
+
+    /// Layer `i`'s attention of the hidden state `x` against a copy of `cache` (the cache keeps
+    /// what the fuzzy forward wrote), recorded.
+    fn precise_attention(&self, i: usize, x: &Tensor<3>, cache: &KvCache, rope: &(Tensor<2>, Tensor<2>), mask: Option<&Tensor<2>>) -> AttentionProbe {
+        let mut scratch = cache.clone();
+        let block = &self.blocks[i];
+        let mut p = AttentionProbe { input: last_row(x.clone()), ..Default::default() };
+        block.attn.forward(block.attn_norm.forward(x.clone()), &mut scratch.slot(i), rope, mask, Some(&mut p));
+        p
+    }
+
+    /// The layer loop, group by group (`self.sequential` for the exact forward); `None` when
+    /// `cancel` was set before a group (the cache not advanced). `times` and `probes` collect
+    /// per-layer measurements when given.
+    #[allow(clippy::too_many_arguments)]
     fn hidden_states_until(
         &self,
         tokens: &[&[u32]],
@@ -774,6 +838,7 @@ impl Transformer {
         cancel: Option<&std::sync::atomic::AtomicBool>,
         groups: &LayerGroups,
         workers: usize,
+        mut probes: Option<&mut Vec<ProbedLayer>>,
     ) -> Result<Option<Tensor<3>>> {
         let b = tokens.len();
         ensure!(b > 0 && b == cache.batch(), "{b} sequences given to a cache for {}", cache.batch());
@@ -791,8 +856,13 @@ impl Transformer {
                 return Ok(None);
             }
             // Every attention of the group reads the group's input.
-            let attended = self.attend_group(group.clone(), &x, cache, &rope, mask.as_ref(), workers);
-            for (i, (h, t_attn)) in group.clone().zip(attended) {
+            let attended = self.attend_group(group.clone(), &x, cache, &rope, mask.as_ref(), workers, probes.is_some());
+            for (i, (h, t_attn, fuzzy)) in group.clone().zip(attended) {
+                if let (Some(probes), Some(fuzzy)) = (probes.as_deref_mut(), fuzzy) {
+                    let leading = i == group.start;
+                    let precise = if leading { fuzzy.clone() } else { self.precise_attention(i, &x, cache, &rope, mask.as_ref()) };
+                    probes.push(ProbedLayer { fuzzy, precise, leading });
+                }
                 x = x + h;
                 let t_mlp = std::time::Instant::now();
                 let block = &self.blocks[i];
@@ -810,7 +880,9 @@ impl Transformer {
     /// The attentions of the layers `group`, all reading `input`, each writing its own layer of
     /// the cache, on up to `workers` threads (contiguous shares of the group; the caller's
     /// thread runs the first). Each attention is the same computation on whichever thread runs
-    /// it, so the results never depend on `workers`. Returns each output with its time.
+    /// it, so the results never depend on `workers`. Returns each output with its time and,
+    /// with `probe`, its record.
+    #[allow(clippy::too_many_arguments)]
     fn attend_group(
         &self,
         group: std::ops::Range<usize>,
@@ -819,11 +891,14 @@ impl Transformer {
         rope: &(Tensor<2>, Tensor<2>),
         mask: Option<&Tensor<2>>,
         workers: usize,
-    ) -> Vec<(Tensor<3>, std::time::Duration)> {
+        probe: bool,
+    ) -> Vec<(Tensor<3>, std::time::Duration, Option<AttentionProbe>)> {
         let attend = |(i, mut slot): (usize, LayerSlot)| {
             let t = std::time::Instant::now();
             let block = &self.blocks[i];
-            (block.attn.forward(block.attn_norm.forward(input.clone()), &mut slot, rope, mask), t.elapsed())
+            let mut record = probe.then(|| AttentionProbe { input: last_row(input.clone()), ..Default::default() });
+            let out = block.attn.forward(block.attn_norm.forward(input.clone()), &mut slot, rope, mask, record.as_mut());
+            (out, t.elapsed(), record)
         };
         let mut jobs: Vec<(usize, LayerSlot)> = group.clone().zip(cache.slots(group)).collect();
         let threads = workers.clamp(1, jobs.len().max(1));

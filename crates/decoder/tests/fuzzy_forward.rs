@@ -119,3 +119,32 @@ fn worker_threads_never_change_the_numerics() {
         assert!(run(workers) == one, "{workers} workers changed the logits, the cache or its watermarks");
     }
 }
+
+#[test]
+fn probes_record_the_fuzzy_and_the_precise_attention() {
+    let (_d, m) = six_layers();
+    let prompt = tokens(6, 7);
+    let mut exact_cache = m.model.new_cache(1);
+    m.model.forward(&prompt, &mut exact_cache).unwrap();
+    let mut fuzzy_cache = exact_cache.clone();
+    // The exact strategy: every layer leads its group, both records equal.
+    let (out, seq) = m.model.probe_fuzzy(&[5], &mut exact_cache.clone(), &LayerGroups::sequential(6)).unwrap();
+    assert_eq!(rows(&out), rows(&m.model.forward(&[5], &mut exact_cache.clone()).unwrap()));
+    assert!(seq.iter().all(|p| p.leading && p.fuzzy == p.precise && !p.fuzzy.q.is_empty()));
+    // "0,1-2,3-5": layers 1 and 3 lead; layer 2's precise record reads the running state after
+    // the exact layers 0-1, so it is the exact forward's layer 2 bitwise; layers 2, 4, 5 differ.
+    let groups = LayerGroups::parse("0,1-2,3-5", 6).unwrap();
+    let (out, probes) = m.model.probe_fuzzy(&[5], &mut fuzzy_cache, &groups).unwrap();
+    assert_eq!(rows(&out), rows(&m.model.forward_fuzzy(&[5], &mut exact_cache.clone(), &groups, 1).unwrap()));
+    assert_eq!(probes.iter().map(|p| p.leading).collect::<Vec<_>>(), [true, true, false, true, false, false]);
+    assert_eq!(probes[2].precise, seq[2].fuzzy);
+    assert_eq!(probes[1].fuzzy, seq[1].fuzzy);
+    for l in [2, 4, 5] {
+        assert_ne!(probes[l].fuzzy.input, probes[l].precise.input, "layer {l}");
+        assert_ne!(probes[l].fuzzy.out, probes[l].precise.out, "layer {l}");
+    }
+    // The probed forward leaves the fuzzy forward's cache (the precise pass wrote a copy).
+    let mut plain = exact_cache.clone();
+    m.model.forward_fuzzy(&[5], &mut plain, &groups, 1).unwrap();
+    assert!(same_cache(&fuzzy_cache, &plain, 6));
+}

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod decode_bench;
 pub mod dsi;
+pub mod easyspec;
 pub mod experiment;
 pub mod methods;
 pub mod profile;
