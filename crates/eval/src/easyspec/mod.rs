@@ -1,8 +1,10 @@
 //! EasySpec (`../shared/papers/easyspec.txt`) measurements behind `specx easyspec`: the
-//! approximation precision of fuzzy layers (the paper's Table 5). Decoding with EasySpec is
+//! approximation precision of fuzzy layers (the paper's Table 5) and a timing model for N
+//! devices. Decoding with EasySpec is
 //! the `easyspec` method of `specx decode` and `specx eval`.
 
 pub mod similarity;
+pub mod timing;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
@@ -21,10 +23,16 @@ pub enum EasySpecCommand {
     /// once with an exact cache, as the first fuzzy step after a calibration). Writes
     /// similarity.json (per layer) and summary.md.
     Similarity(similarity::SimilarityArgs),
+    /// A timing model for N devices: per-layer draft times from `specx profile`, a
+    /// communication cost per group (a parameter), and the exact counts of greedy easyspec
+    /// replays give each setting's draft-forward, drafting-stage and end-to-end speedup over
+    /// the plain drafter. Writes timing.json and summary.md.
+    Timing(timing::TimingArgs),
 }
 
 pub fn run_cli(a: EasySpecArgs) -> Result<()> {
     match a.command {
         EasySpecCommand::Similarity(a) => similarity::run(&a),
+        EasySpecCommand::Timing(a) => timing::run(&a),
     }
 }
