@@ -3,6 +3,7 @@
 //! devices. Decoding with EasySpec is
 //! the `easyspec` method of `specx decode` and `specx eval`.
 
+pub mod acceptance;
 pub mod similarity;
 pub mod timing;
 
@@ -23,6 +24,11 @@ pub enum EasySpecCommand {
     /// once with an exact cache, as the first fuzzy step after a calibration). Writes
     /// similarity.json (per layer) and summary.md.
     Similarity(similarity::SimilarityArgs),
+    /// The analogue of the paper's Figure 4 from finished runs (greedy replays or real runs):
+    /// acceptance α and accepted length per LP size x calibration policy x K against the plain
+    /// drafter, the relative drop, calibrations per token; writes summary.md, acceptance.json
+    /// and one PNG per prompt set and sampling setting.
+    Acceptance(acceptance::AcceptanceArgs),
     /// A timing model for N devices: per-layer draft times from `specx profile`, a
     /// communication cost per group (a parameter), and the exact counts of greedy easyspec
     /// replays give each setting's draft-forward, drafting-stage and end-to-end speedup over
@@ -33,6 +39,7 @@ pub enum EasySpecCommand {
 pub fn run_cli(a: EasySpecArgs) -> Result<()> {
     match a.command {
         EasySpecCommand::Similarity(a) => similarity::run(&a),
+        EasySpecCommand::Acceptance(a) => acceptance::run(&a),
         EasySpecCommand::Timing(a) => timing::run(&a),
     }
 }
