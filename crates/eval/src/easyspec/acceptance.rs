@@ -1,8 +1,9 @@
 //! The analogue of EasySpec's Figure 4 (acceptance vs layer-parallel size, with and without
 //! calibration) from finished runs: the plain drafter's `specdec` rows are LP size 1, the
 //! `easyspec` rows (real or greedy replays; DSI rows left out) the others. Acceptance is the
-//! paper's alpha, sum accepted / sum verified (up to and including each first rejection), over
-//! a group's prompts; the drop is relative to LP 1 with the same K.
+//! paper's alpha, sum accepted / sum drafted over a group's prompts (specx's acceptance rate,
+//! accepted / verified up to and including each first rejection, is given beside it); the drop
+//! is relative to LP 1 with the same K.
 
 use crate::experiment::plots::render_png_sized;
 use anyhow::{anyhow, ensure, Context, Result};
@@ -35,6 +36,7 @@ pub struct Point {
     pub calibration: String,
     pub prompts: usize,
     pub accepted: f64,
+    pub drafted: f64,
     pub verified: f64,
     pub rounds: f64,
     pub generated: f64,
@@ -43,7 +45,12 @@ pub struct Point {
 }
 
 impl Point {
+    /// The paper's alpha: accepted / drafted.
     pub fn alpha(&self) -> f64 {
+        self.accepted / self.drafted.max(1.0)
+    }
+    /// specx's acceptance rate: accepted / verified.
+    pub fn acceptance_rate(&self) -> f64 {
         self.accepted / self.verified.max(1.0)
     }
     /// Accepted candidates per verification round.
@@ -75,6 +82,7 @@ fn add_rows(dir: &Path, groups: &mut BTreeMap<(String, String, u64, usize, Strin
     let u = |c: &str| -> Result<Vec<Option<u64>>> { Ok(df.column(c).with_context(|| ctx(c))?.u64().with_context(|| ctx(c))?.iter().collect()) };
     let (dataset, sampling, family, strategy, calibration, prompt) = (s("dataset")?, s("sampling")?, s("method")?, s("strategy")?, s("calibration")?, s("prompt_id")?);
     let seed = u("seed")?;
+    let drafted = u("n_drafted")?;
     let (k, servers, acc, ver, tgt, n, cal, drf) = (u("k")?, u("servers")?, u("n_accepted")?, u("n_verified")?, u("n_target_calls")?, u("n_generated")?, u("n_calibrations")?, u("n_draft_calls")?);
     let seen_prompts = &mut std::collections::BTreeSet::new();
     for i in 0..df.height() {
@@ -94,6 +102,7 @@ fn add_rows(dir: &Path, groups: &mut BTreeMap<(String, String, u64, usize, Strin
         p.prompts += 1;
         p.accepted += num(acc[i]);
         p.verified += num(ver[i]);
+        p.drafted += num(drafted[i]);
         p.rounds += num(tgt[i]) - 1.0;
         p.generated += num(n[i]);
         p.calibrations += num(cal[i]);
@@ -147,18 +156,18 @@ pub fn run(a: &AcceptanceArgs) -> Result<()> {
     for p in &points {
         by_set.entry((p.dataset.clone(), p.sampling.clone())).or_default().push(p);
     }
-    let mut md = String::from("# EasySpec acceptance (Figure 4 analogue)\n\nα = sum accepted / sum verified over the prompts; accepted length = accepted candidates per verification round; drop = 1 - α / α(LP 1, same K). LP 1 is the plain drafter.\n");
+    let mut md = String::from("# EasySpec acceptance (Figure 4 analogue)\n\nα = sum accepted / sum drafted over the prompts (the paper's); acceptance rate = accepted / verified up to and including each first rejection (specx's); accepted length = accepted candidates per verification round; drop = 1 - α / α(LP 1, same K). LP 1 is the plain drafter.\n");
     for ((dataset, sampling), ps) in &by_set {
         let base = |k: u64| ps.iter().find(|p| p.k == k && p.lp == 1).map(|p| p.alpha());
         let rows: Vec<Vec<String>> = ps
             .iter()
             .map(|p| {
                 let drop = base(p.k).map_or("-".into(), |b| format!("{:+.1}%", -100.0 * (1.0 - p.alpha() / b)));
-                vec![p.k.to_string(), p.strategy.clone(), p.calibration.clone(), p.prompts.to_string(), format!("{:.3}", p.alpha()), drop, format!("{:.2}", p.accepted_length()), format!("{:.2}", p.calibrations / p.generated.max(1.0) * 100.0)]
+                vec![p.k.to_string(), p.strategy.clone(), p.calibration.clone(), p.prompts.to_string(), format!("{:.3}", p.alpha()), drop, format!("{:.3}", p.acceptance_rate()), format!("{:.2}", p.accepted_length()), format!("{:.2}", p.calibrations / p.generated.max(1.0) * 100.0)]
             })
             .collect();
         md.push_str(&format!("\n## {dataset}, {sampling}\n\n"));
-        md.push_str(&markdown_table(&["K", "strategy", "calibration", "prompts", "α", "α vs LP 1", "accepted length", "calibrations per 100 tokens"], &rows));
+        md.push_str(&markdown_table(&["K", "strategy", "calibration", "prompts", "α", "α vs LP 1", "acceptance rate", "accepted length", "calibrations per 100 tokens"], &rows));
         let name = format!("figure4_{}_{}.png", crate::experiment::plots::safe(dataset), crate::experiment::plots::safe(sampling));
         figure(&a.out.join(&name), &format!("EasySpec acceptance vs LP size: {dataset}, {sampling}"), ps)?;
         md.push_str(&format!("\n![{dataset} {sampling}]({name})\n"));

@@ -82,7 +82,7 @@ pub struct Counts {
     pub calibrations: f64,
     pub target_calls: f64,
     pub accepted: f64,
-    pub verified: f64,
+    pub drafted: f64,
 }
 
 /// One modelled setting.
@@ -93,6 +93,7 @@ pub struct Modelled {
     pub calibration: String,
     pub k: u64,
     pub devices: usize,
+    /// The paper's alpha (accepted / drafted), EasySpec's and the plain drafter's.
     pub alpha: f64,
     pub alpha_plain: f64,
     /// Draft forward speedup (a fuzzy forward vs a sequential one).
@@ -114,8 +115,10 @@ fn read_counts(dir: &Path) -> Result<BTreeMap<(String, String, String, u64), Cou
     let k: Vec<Option<u64>> = df.column("k").with_context(|| ctx("k"))?.u64().with_context(|| ctx("k"))?.iter().collect();
     let temperature: Vec<Option<f32>> = df.column("temperature").with_context(|| ctx("temperature"))?.f32().with_context(|| ctx("temperature"))?.iter().collect();
     let (dataset, family, strategy, calibration, servers) = (s("dataset")?, s("method")?, s("strategy")?, s("calibration")?, df.column("servers").with_context(|| ctx("servers"))?.u64().with_context(|| ctx("servers"))?.iter().collect::<Vec<_>>());
-    let (n, draft, cal, target, acc, ver) = (u("n_generated")?, u("n_draft_calls")?, u("n_calibrations")?, u("n_target_calls")?, u("n_accepted")?, u("n_verified")?);
+    let (n, draft, cal, target, acc, drafted) = (u("n_generated")?, u("n_draft_calls")?, u("n_calibrations")?, u("n_target_calls")?, u("n_accepted")?, u("n_drafted")?);
+    let (prompt, seed) = (s("prompt_id")?, df.column("seed").with_context(|| ctx("seed"))?.u64().with_context(|| ctx("seed"))?.iter().collect::<Vec<_>>());
     let mut out: BTreeMap<(String, String, String, u64), Counts> = BTreeMap::new();
+    let mut seen = std::collections::BTreeSet::new();
     for i in 0..df.height() {
         let greedy = temperature[i].is_none_or(|t| t <= 0.0);
         let (Some(f), Some(k)) = (family[i].as_deref(), k[i]) else { continue };
@@ -123,13 +126,18 @@ fn read_counts(dir: &Path) -> Result<BTreeMap<(String, String, String, u64), Cou
             continue;
         }
         let (st, ca) = if f == "specdec" { ("lp1".to_string(), "-".to_string()) } else { (strategy[i].clone().unwrap_or_default(), calibration[i].clone().unwrap_or_default()) };
-        let c = out.entry((dataset[i].clone().unwrap_or_default(), st, ca, k)).or_default();
+        let key = (dataset[i].clone().unwrap_or_default(), st, ca, k);
+        // A setting run for real and replayed appears twice in a replay's table: count it once.
+        if !seen.insert((key.clone(), prompt[i].clone(), seed[i])) {
+            continue;
+        }
+        let c = out.entry(key).or_default();
         c.n += n[i];
         c.draft_calls += draft[i];
         c.calibrations += cal[i];
         c.target_calls += target[i];
         c.accepted += acc[i];
-        c.verified += ver[i];
+        c.drafted += drafted[i];
     }
     ensure!(out.keys().any(|(_, s, _, _)| s != "lp1"), "{} has no greedy easyspec rows (replay an easyspec grid first)", path.display());
     Ok(out)
@@ -154,8 +162,8 @@ pub fn model(parts: &DraftParts, t_target: f64, counts: &BTreeMap<(String, Strin
                 calibration: calibration.clone(),
                 k: *k,
                 devices: n_dev,
-                alpha: c.accepted / c.verified.max(1.0),
-                alpha_plain: plain.accepted / plain.verified.max(1.0),
+                alpha: c.accepted / c.drafted.max(1.0),
+                alpha_plain: plain.accepted / plain.drafted.max(1.0),
                 forward_speedup: t_seq / t_fuzzy,
                 drafting_speedup: (draft_plain / plain.n) / (draft / c.n),
                 end_to_end: (total_plain / plain.n) / (total / c.n),
