@@ -77,7 +77,7 @@ fn median(mut xs: Vec<f64>) -> f64 {
 }
 
 /// Real text of at least `n` tokens: HumanEval-like Python, repeated.
-fn context_tokens(lm: &LoadedModel, n: usize) -> Result<Vec<u32>> {
+pub(crate) fn context_tokens(lm: &LoadedModel, n: usize) -> Result<Vec<u32>> {
     let text = "def fibonacci(n: int) -> int:\n    \"\"\"Return the n-th Fibonacci number, computed iteratively.\"\"\"\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n";
     let mut ids = Vec::new();
     while ids.len() < n {

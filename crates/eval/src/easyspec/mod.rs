@@ -4,6 +4,7 @@
 //! the `easyspec` method of `specx decode` and `specx eval`.
 
 pub mod acceptance;
+pub mod bench;
 pub mod similarity;
 pub mod timing;
 
@@ -34,6 +35,9 @@ pub enum EasySpecCommand {
     /// replays give each setting's draft-forward, drafting-stage and end-to-end speedup over
     /// the plain drafter. Writes timing.json and summary.md.
     Timing(timing::TimingArgs),
+    /// Real drafting time here: single-token draft forwards, sequential vs each strategy on
+    /// 1..W worker threads, timed interleaved in one run (median, p10-p90, ratio).
+    Bench(bench::BenchArgs),
 }
 
 pub fn run_cli(a: EasySpecArgs) -> Result<()> {
@@ -41,5 +45,6 @@ pub fn run_cli(a: EasySpecArgs) -> Result<()> {
         EasySpecCommand::Similarity(a) => similarity::run(&a),
         EasySpecCommand::Acceptance(a) => acceptance::run(&a),
         EasySpecCommand::Timing(a) => timing::run(&a),
+        EasySpecCommand::Bench(a) => bench::run(&a),
     }
 }
