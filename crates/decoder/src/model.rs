@@ -796,7 +796,6 @@ impl Transformer {
     /// [`Transformer::forward`] (bitwise: the exact strategy is the same code path). The cache
     /// records which layers' new entries are exact ([`KvCache::precise_len`]).
     pub fn forward_fuzzy(&self, tokens: &[u32], cache: &mut KvCache, groups: &LayerGroups, workers: usize) -> Result<ForwardOutput> {
-        ensure!(groups.layers() == self.blocks.len(), "layer strategy '{groups}' is for {} layers, the model has {}", groups.layers(), self.blocks.len());
         let hidden = self.hidden_states_until(&[tokens], cache, None, None, groups, workers, None)?.expect("no cancel flag, never cancelled");
         let logits = self.logits(hidden.clone());
         Ok(ForwardOutput { logits, hidden })
@@ -809,7 +808,6 @@ impl Transformer {
     /// running state, so its two records are identical by construction. The output and the
     /// cache are the fuzzy forward's.
     pub fn probe_fuzzy(&self, tokens: &[u32], cache: &mut KvCache, groups: &LayerGroups) -> Result<(ForwardOutput, Vec<ProbedLayer>)> {
-        ensure!(groups.layers() == self.blocks.len(), "layer strategy '{groups}' is for {} layers, the model has {}", groups.layers(), self.blocks.len());
         let mut probes = Vec::with_capacity(self.blocks.len());
         let hidden = self.hidden_states_until(&[tokens], cache, None, None, groups, 1, Some(&mut probes))?.expect("no cancel flag, never cancelled");
         let logits = self.logits(hidden.clone());
@@ -845,6 +843,7 @@ impl Transformer {
         let n = tokens[0].len();
         ensure!(n > 0, "forward needs at least one token");
         ensure!(tokens.iter().all(|t| t.len() == n), "batched sequences must have equal length");
+        ensure!(groups.layers() == self.blocks.len(), "layer strategy '{groups}' is for {} layers, the model has {}", groups.layers(), self.blocks.len());
         let mut x = self.embed_tokens(tokens)?.reshape([b, n, self.cfg.hidden_size]);
         let past = cache.len();
         cache.reserve(n);

@@ -34,12 +34,13 @@ fn lp_size_one_drafts_exactly_what_the_plain_drafter_drafts() {
         let mut plain = PlainDrafter::new(&d.model);
         let mut fuzzy = FuzzyDrafter::new(&d.model, LayerGroups::preset(1, 5).unwrap(), calibration).unwrap();
         let mut committed = tokens(6, 3);
+        let mut fuzzy_metrics = RequestMetrics::default();
         for round in 0..3 {
-            let draw = |drafter: &mut dyn Drafter| {
+            let draw = |drafter: &mut dyn Drafter, metrics: &mut RequestMetrics| {
                 let mut rng = rand::rngs::StdRng::seed_from_u64(round);
-                drafter.draft(&committed, 4, &mut FixedK(4), &s, &mut rng, &[], &mut RequestMetrics::default()).unwrap()
+                drafter.draft(&committed, 4, &mut FixedK(4), &s, &mut rng, &[], metrics).unwrap()
             };
-            let (a, b) = (draw(&mut plain), draw(&mut fuzzy));
+            let (a, b) = (draw(&mut plain, &mut RequestMetrics::default()), draw(&mut fuzzy, &mut fuzzy_metrics));
             assert_eq!(a.iter().map(|c| (c.token, c.q.clone())).collect::<Vec<_>>(), b.iter().map(|c| (c.token, c.q.clone())).collect::<Vec<_>>(), "{calibration:?} round {round}");
             // Accept the first two, then a token of our own (a rejection).
             committed.extend(a[..2].iter().map(|c| c.token));
@@ -47,7 +48,7 @@ fn lp_size_one_drafts_exactly_what_the_plain_drafter_drafts() {
             fuzzy.rollback(committed.len());
             committed.push((round as u32 * 7 + 1) % VOCAB as u32);
         }
-        assert_eq!(fuzzy.calibrations, 0, "the exact strategy has nothing to calibrate");
+        assert_eq!(fuzzy_metrics.n_calibrations, 0, "the exact strategy has nothing to calibrate");
     }
 }
 
@@ -73,7 +74,7 @@ fn greedy_output_equals_the_targets_for_every_strategy_calibration_and_policy() 
                         let mut drafter = FuzzyDrafter::new(&draft.model, groups.clone(), calibration).unwrap();
                         let got = generate_speculative(&t.model, &mut drafter, policy.as_mut(), &mut RejectionSampler, &prompt, &cfg, &eos).unwrap();
                         assert_eq!(got.tokens, want, "{what}");
-                        calibrated += drafter.calibrations;
+                        calibrated += got.metrics.n_calibrations;
                         let mut drafter = FuzzyDrafter::new(&draft.model, groups.clone(), calibration).unwrap();
                         let got = generate_dsi(&t.model, &mut drafter, policy.as_mut(), &mut RejectionSampler, &prompt, &cfg, &DsiConfig::new(2, 3), &eos).unwrap();
                         assert_eq!(got.generation.tokens, want, "DSI, {what}");

@@ -65,6 +65,32 @@ impl DraftCache {
         self.fed.truncate(keep);
         self.cache.truncate(keep);
     }
+
+    /// A round from `committed[start..]` (the cache cut back to `start` first): the shared
+    /// drafting loop with `forward(tokens, index, cache)` as the model step; every forwarded
+    /// token is recorded as fed.
+    #[allow(clippy::too_many_arguments)]
+    pub fn draft(
+        &mut self,
+        committed: &[u32],
+        start: usize,
+        max: usize,
+        policy: &mut dyn StopPolicy,
+        sampling: &SamplingConfig,
+        pick: Pick,
+        rng: &mut StdRng,
+        eos: &[u32],
+        metrics: &mut RequestMetrics,
+        mut forward: impl FnMut(&[u32], usize, &mut KvCache) -> Result<ForwardOutput>,
+    ) -> Result<Vec<Candidate>> {
+        self.rollback(start);
+        let Self { cache, fed } = self;
+        draft_candidates(&committed[start..], max, policy, sampling, pick, rng, eos, metrics, |tokens, index| {
+            let out = forward(tokens, index, cache)?;
+            fed.extend_from_slice(tokens);
+            Ok(out)
+        })
+    }
 }
 
 /// The plain drafter: the draft model decodes autoregressively with its own KV cache.
@@ -98,14 +124,8 @@ impl Drafter for PlainDrafter<'_> {
             return Ok(Vec::new());
         }
         let start = self.state.resume_at(committed);
-        self.state.rollback(start);
         let model = self.model;
-        let DraftCache { cache, fed } = &mut self.state;
-        draft_candidates(&committed[start..], max, policy, sampling, Pick::Sample, rng, eos, metrics, |tokens, _| {
-            let out = model.forward(tokens, cache)?;
-            fed.extend_from_slice(tokens);
-            Ok(out)
-        })
+        self.state.draft(committed, start, max, policy, sampling, Pick::Sample, rng, eos, metrics, |tokens, _, cache| model.forward(tokens, cache))
     }
 
     fn rollback(&mut self, valid: usize) {
@@ -128,7 +148,7 @@ pub(crate) enum Pick {
 /// the index of the candidate it predicts, 0 first), sample a candidate from the warped `q`
 /// of the last position (the very `q` the verifier tests), ask `policy`, feed the candidate.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn draft_candidates(
+fn draft_candidates(
     first_input: &[u32],
     max: usize,
     policy: &mut dyn StopPolicy,

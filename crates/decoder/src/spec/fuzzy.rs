@@ -4,7 +4,7 @@
 //! from the very q (fuzzy or exact) the verifier tests, so speculative decoding with this
 //! drafter stays lossless at any temperature; only the acceptance rate depends on the fuzz.
 
-use super::drafter::{draft_candidates, Candidate, DraftCache, Drafter, Pick};
+use super::drafter::{Candidate, DraftCache, Drafter, Pick};
 use super::metrics::RequestMetrics;
 use super::policy::StopPolicy;
 use crate::cache::KvCache;
@@ -89,15 +89,13 @@ pub struct FuzzyDrafter<'m> {
     state: DraftCache,
     /// The last round's proposals: position of the first and the tokens.
     proposed: (usize, Vec<u32>),
-    /// Calibrating forwards run so far (each also drafts a round's first candidate).
-    pub calibrations: usize,
 }
 
 impl<'m> FuzzyDrafter<'m> {
     pub fn new(model: &'m Transformer, groups: LayerGroups, calibration: Calibration) -> Result<Self> {
         let layers = model.config().num_hidden_layers;
         ensure!(groups.layers() == layers, "layer strategy '{groups}' is for {} layers, the draft model has {layers}", groups.layers());
-        Ok(Self { model, groups, calibration, workers: 1, compat: Compat::Lossless, state: DraftCache::new(model), proposed: (0, Vec::new()), calibrations: 0 })
+        Ok(Self { model, groups, calibration, workers: 1, compat: Compat::Lossless, state: DraftCache::new(model), proposed: (0, Vec::new()) })
     }
 
     /// Runs each group's attentions on up to `workers` threads.
@@ -150,21 +148,16 @@ impl Drafter for FuzzyDrafter<'_> {
         let mut start = self.state.resume_at(committed);
         if exact_first {
             start = start.min(self.state.cache.precise_len());
-            let calibrating = usize::from(!self.groups.is_sequential());
-            self.calibrations += calibrating;
-            metrics.n_calibrations += calibrating;
+            // Counted in the request's metrics (the exact strategy has nothing to calibrate).
+            metrics.n_calibrations += usize::from(!self.groups.is_sequential());
         }
-        self.state.rollback(start);
         let (model, groups, workers) = (self.model, &self.groups, self.workers);
         let pick = match self.compat {
             Compat::Lossless => Pick::Sample,
             Compat::Reference => Pick::Argmax,
         };
-        let DraftCache { cache, fed } = &mut self.state;
-        let candidates = draft_candidates(&committed[start..], max, policy, sampling, pick, rng, eos, metrics, |tokens, index| {
-            let out = if index == 0 && exact_first { model.forward(tokens, cache)? } else { model.forward_fuzzy(tokens, cache, groups, workers)? };
-            fed.extend_from_slice(tokens);
-            Ok(out)
+        let candidates = self.state.draft(committed, start, max, policy, sampling, pick, rng, eos, metrics, |tokens, index, cache| {
+            if index == 0 && exact_first { model.forward(tokens, cache) } else { model.forward_fuzzy(tokens, cache, groups, workers) }
         })?;
         self.proposed = (committed.len(), candidates.iter().map(|c| c.token).collect());
         Ok(candidates)

@@ -193,26 +193,19 @@ pub struct AcceptanceEstimates {
 impl TraceMatches {
     /// The oracle rows of `dir/results.parquet` (optionally of one prompt set).
     pub fn read(dir: &Path, dataset: Option<&str>) -> Result<Self> {
-        let path = dir.join("results.parquet");
-        let df = crate::experiment::results::read_frame(&path)?;
-        let ctx = |c: &str| format!("{}: column {c}", path.display());
-        let s = |c: &str| -> Result<Vec<Option<String>>> { Ok(df.column(c).with_context(|| ctx(c))?.str().with_context(|| ctx(c))?.iter().map(|v| v.map(str::to_string)).collect()) };
-        let (family, ds, id) = (s("method")?, s("dataset")?, s("prompt_id")?);
-        let lists = df.column("accepted_per_round").with_context(|| ctx("accepted_per_round"))?.list().with_context(|| ctx("accepted_per_round"))?.clone();
+        let t = crate::experiment::results::ResultsTable::read(dir)?;
+        let (family, ds, id) = (t.strs("method")?, t.strs("dataset")?, t.strs("prompt_id")?);
         let mut prompts = Vec::new();
-        for i in 0..df.height() {
+        for i in 0..t.height() {
             if family[i].as_deref() != Some("oracle") || dataset.is_some_and(|d| ds[i].as_deref() != Some(d)) {
                 continue;
             }
-            let runs: Vec<usize> = match lists.get_as_series(i) {
-                Some(series) => series.u32().with_context(|| ctx("accepted_per_round"))?.into_no_null_iter().map(|v| v as usize).collect(),
-                None => Vec::new(),
-            };
+            let runs = t.u32_list("accepted_per_round", i)?;
             let bits = runs.iter().flat_map(|&n| std::iter::repeat_n(true, n).chain([false])).collect();
             prompts.push(PromptMatches { dataset: ds[i].clone().unwrap_or_default(), prompt_id: id[i].clone().unwrap_or_default(), bits, runs });
         }
         if prompts.is_empty() {
-            bail!("{}: no oracle rows{} (replay the greedy run with `[methods] oracle = true`)", path.display(), dataset.map_or(String::new(), |d| format!(" of prompt set '{d}'")));
+            bail!("{}: no oracle rows{} (replay the greedy run with `[methods] oracle = true`)", dir.join("results.parquet").display(), dataset.map_or(String::new(), |d| format!(" of prompt set '{d}'")));
         }
         Ok(Self { prompts })
     }

@@ -6,6 +6,7 @@
 //! is relative to LP 1 with the same K.
 
 use crate::experiment::plots::render_png_sized;
+use crate::experiment::results::ResultsTable;
 use anyhow::{anyhow, ensure, Context, Result};
 use plotters::prelude::*;
 use serde::Serialize;
@@ -38,7 +39,8 @@ pub struct Point {
     pub accepted: f64,
     pub drafted: f64,
     pub verified: f64,
-    pub rounds: f64,
+    /// Target forwards, prefills included (rounds = target calls - prompts).
+    pub target_calls: f64,
     pub generated: f64,
     pub calibrations: f64,
     pub draft_calls: f64,
@@ -55,7 +57,7 @@ impl Point {
     }
     /// Accepted candidates per verification round.
     pub fn accepted_length(&self) -> f64 {
-        self.accepted / self.rounds.max(1.0)
+        self.accepted / (self.target_calls - self.prompts as f64).max(1.0)
     }
 }
 
@@ -73,42 +75,42 @@ pub fn lp_size(strategy: &str) -> Option<usize> {
         .try_fold(0, |m, s| s.map(|s| m.max(s)))
 }
 
-/// Reads every (non-DSI) specdec and easyspec row of `dir/results.parquet` into `groups`.
-fn add_rows(dir: &Path, groups: &mut BTreeMap<(String, String, u64, usize, String, String), Point>) -> Result<()> {
-    let path = dir.join("results.parquet");
-    let df = crate::experiment::results::read_frame(&path)?;
-    let ctx = |c: &str| format!("{}: column {c} (a results table of this specx version?)", path.display());
-    let s = |c: &str| -> Result<Vec<Option<String>>> { Ok(df.column(c).with_context(|| ctx(c))?.str().with_context(|| ctx(c))?.iter().map(|v| v.map(str::to_string)).collect()) };
-    let u = |c: &str| -> Result<Vec<Option<u64>>> { Ok(df.column(c).with_context(|| ctx(c))?.u64().with_context(|| ctx(c))?.iter().collect()) };
-    let (dataset, sampling, family, strategy, calibration, prompt) = (s("dataset")?, s("sampling")?, s("method")?, s("strategy")?, s("calibration")?, s("prompt_id")?);
-    let seed = u("seed")?;
-    let drafted = u("n_drafted")?;
-    let (k, servers, acc, ver, tgt, n, cal, drf) = (u("k")?, u("servers")?, u("n_accepted")?, u("n_verified")?, u("n_target_calls")?, u("n_generated")?, u("n_calibrations")?, u("n_draft_calls")?);
-    let seen_prompts = &mut std::collections::BTreeSet::new();
-    for i in 0..df.height() {
-        let (Some(f), Some(k)) = (family[i].as_deref(), k[i]) else { continue };
-        if servers[i].is_some() || !(f == "specdec" || f == "easyspec") {
-            continue;
+/// Every (non-DSI) specdec and easyspec row of the runs' `results.parquet`, summed per
+/// (dataset, sampling, K, strategy, calibration). A setting run for real and replayed appears
+/// twice in a replay's table: each (prompt, seed) counts once.
+pub fn read_points(runs: &[PathBuf]) -> Result<Vec<Point>> {
+    let mut groups: BTreeMap<(String, String, u64, usize, String, String), Point> = BTreeMap::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for dir in runs {
+        let t = ResultsTable::read(dir)?;
+        let (dataset, sampling, family, strategy, calibration, prompt) = (t.strs("dataset")?, t.strs("sampling")?, t.strs("method")?, t.strs("strategy")?, t.strs("calibration")?, t.strs("prompt_id")?);
+        let (seed, k, servers, drafted) = (t.u64s("seed")?, t.u64s("k")?, t.u64s("servers")?, t.u64s("n_drafted")?);
+        let (acc, ver, tgt, n, cal, drf) = (t.u64s("n_accepted")?, t.u64s("n_verified")?, t.u64s("n_target_calls")?, t.u64s("n_generated")?, t.u64s("n_calibrations")?, t.u64s("n_draft_calls")?);
+        for i in 0..t.height() {
+            let (Some(f), Some(k)) = (family[i].as_deref(), k[i]) else { continue };
+            if servers[i].is_some() || !(f == "specdec" || f == "easyspec") {
+                continue;
+            }
+            let (st, ca) = if f == "specdec" { ("lp1".to_string(), "-".to_string()) } else { (strategy[i].clone().unwrap_or_default(), calibration[i].clone().unwrap_or_default()) };
+            let lp = lp_size(&st).with_context(|| format!("{}: strategy '{st}'", dir.display()))?;
+            let key = (dataset[i].clone().unwrap_or_default(), sampling[i].clone().unwrap_or_default(), k, lp, ca.clone(), st.clone());
+            if !seen.insert((key.clone(), prompt[i].clone(), seed[i])) {
+                continue;
+            }
+            let p = groups.entry(key.clone()).or_insert_with(|| Point { dataset: key.0.clone(), sampling: key.1.clone(), k, strategy: st, lp, calibration: ca, ..Default::default() });
+            let num = |v: Option<u64>| v.unwrap_or(0) as f64;
+            p.prompts += 1;
+            p.accepted += num(acc[i]);
+            p.verified += num(ver[i]);
+            p.drafted += num(drafted[i]);
+            p.target_calls += num(tgt[i]);
+            p.generated += num(n[i]);
+            p.calibrations += num(cal[i]);
+            p.draft_calls += num(drf[i]);
         }
-        let (st, ca) = if f == "specdec" { ("lp1".to_string(), "-".to_string()) } else { (strategy[i].clone().unwrap_or_default(), calibration[i].clone().unwrap_or_default()) };
-        let lp = lp_size(&st).with_context(|| format!("{}: strategy '{st}'", path.display()))?;
-        let key = (dataset[i].clone().unwrap_or_default(), sampling[i].clone().unwrap_or_default(), k, lp, ca.clone(), st.clone());
-        let p = groups.entry(key.clone()).or_insert_with(|| Point { dataset: key.0.clone(), sampling: key.1.clone(), k, strategy: st, lp, calibration: ca, ..Default::default() });
-        // A setting run for real and replayed appears twice in a replay's table: count it once.
-        if !seen_prompts.insert((key, prompt[i].clone(), seed[i])) {
-            continue;
-        }
-        let num = |v: Option<u64>| v.unwrap_or(0) as f64;
-        p.prompts += 1;
-        p.accepted += num(acc[i]);
-        p.verified += num(ver[i]);
-        p.drafted += num(drafted[i]);
-        p.rounds += num(tgt[i]) - 1.0;
-        p.generated += num(n[i]);
-        p.calibrations += num(cal[i]);
-        p.draft_calls += num(drf[i]);
     }
-    Ok(())
+    ensure!(groups.values().any(|p| p.lp > 1), "no easyspec rows in {runs:?}");
+    Ok(groups.into_values().collect())
 }
 
 /// The Figure 4 analogue of one (dataset, sampling): alpha vs LP size, one panel per K, one
@@ -145,12 +147,7 @@ fn figure(path: &Path, title: &str, points: &[&Point]) -> Result<()> {
 }
 
 pub fn run(a: &AcceptanceArgs) -> Result<()> {
-    let mut groups = BTreeMap::new();
-    for dir in &a.runs {
-        add_rows(dir, &mut groups)?;
-    }
-    ensure!(groups.values().any(|p| p.lp > 1), "no easyspec rows in {:?}", a.runs);
-    let points: Vec<Point> = groups.into_values().collect();
+    let points = read_points(&a.runs)?;
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let mut by_set: BTreeMap<(String, String), Vec<&Point>> = BTreeMap::new();
     for p in &points {

@@ -7,7 +7,7 @@
 //! reported apart (identical by construction, which the table checks).
 
 use crate::experiment::manifest::EvalManifest;
-use crate::experiment::merge::unit_files;
+use crate::experiment::merge::greedy_units;
 use crate::experiment::results::UnitFile;
 use anyhow::{ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -144,11 +144,10 @@ pub fn table(results: &[StrategySimilarity]) -> String {
 }
 
 fn read_units(run: &Path, limit: Option<usize>) -> Result<Vec<UnitFile>> {
-    let mut units: Vec<UnitFile> = unit_files(run)?.iter().map(|p| UnitFile::read_path(p)).collect::<Result<_>>()?;
-    units.retain(|u| u.rows.first().is_some_and(|r| r.greedy()) && !u.ar_tokens.is_empty());
-    units.sort_by_key(|u| u.unit.index);
+    let mut units = greedy_units(run)?;
+    units.retain(|u| !u.ar_tokens.is_empty());
     units.truncate(limit.unwrap_or(usize::MAX));
-    ensure!(!units.is_empty(), "{} has no finished greedy units (run `specx eval` with a greedy sampling setting first)", run.display());
+    ensure!(!units.is_empty(), "{}: no greedy unit with a non-empty output (within --limit)", run.display());
     Ok(units)
 }
 

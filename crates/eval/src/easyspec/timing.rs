@@ -8,19 +8,20 @@
 //! the plain drafter's. Tensor parallelism and tree drafting, the other sources of the paper's
 //! end-to-end numbers, are not modelled.
 
+use super::acceptance::Point;
 use anyhow::{ensure, Context, Result};
 use serde::Serialize;
 use specx_decoder::layer_groups::LayerGroups;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct TimingArgs {
     /// A `specx profile` JSON of the pair (per-layer draft times, TPOTs).
     #[arg(long)]
     pub profile: PathBuf,
-    /// A replay (or eval) directory whose results.parquet has greedy `easyspec` rows and the
-    /// plain drafter's `specdec` rows with the same K.
+    /// A replay (or eval) directory whose results.parquet has `easyspec` rows and the plain
+    /// drafter's `specdec` rows with the same K.
     #[arg(long)]
     pub replay: PathBuf,
     /// Device counts to model, comma-separated.
@@ -74,21 +75,11 @@ impl DraftParts {
     }
 }
 
-/// Summed greedy counts of one setting over a dataset's prompts.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Counts {
-    pub n: f64,
-    pub draft_calls: f64,
-    pub calibrations: f64,
-    pub target_calls: f64,
-    pub accepted: f64,
-    pub drafted: f64,
-}
-
 /// One modelled setting.
 #[derive(Clone, Debug, Serialize)]
 pub struct Modelled {
     pub dataset: String,
+    pub sampling: String,
     pub strategy: String,
     pub calibration: String,
     pub k: u64,
@@ -104,52 +95,17 @@ pub struct Modelled {
     pub end_to_end: f64,
 }
 
-/// Reads the greedy rows of `dir/results.parquet`, summed per (dataset, setting key):
-/// (strategy, calibration, k) for EasySpec rows, ("lp1", "-", k) for the plain drafter.
-fn read_counts(dir: &Path) -> Result<BTreeMap<(String, String, String, u64), Counts>> {
-    let path = dir.join("results.parquet");
-    let df = crate::experiment::results::read_frame(&path)?;
-    let ctx = |c: &str| format!("{}: column {c} (a results table of this specx version?)", path.display());
-    let s = |c: &str| -> Result<Vec<Option<String>>> { Ok(df.column(c).with_context(|| ctx(c))?.str().with_context(|| ctx(c))?.iter().map(|v| v.map(str::to_string)).collect()) };
-    let u = |c: &str| -> Result<Vec<f64>> { Ok(df.column(c).with_context(|| ctx(c))?.u64().with_context(|| ctx(c))?.iter().map(|v| v.unwrap_or(0) as f64).collect()) };
-    let k: Vec<Option<u64>> = df.column("k").with_context(|| ctx("k"))?.u64().with_context(|| ctx("k"))?.iter().collect();
-    let temperature: Vec<Option<f32>> = df.column("temperature").with_context(|| ctx("temperature"))?.f32().with_context(|| ctx("temperature"))?.iter().collect();
-    let (dataset, family, strategy, calibration, servers) = (s("dataset")?, s("method")?, s("strategy")?, s("calibration")?, df.column("servers").with_context(|| ctx("servers"))?.u64().with_context(|| ctx("servers"))?.iter().collect::<Vec<_>>());
-    let (n, draft, cal, target, acc, drafted) = (u("n_generated")?, u("n_draft_calls")?, u("n_calibrations")?, u("n_target_calls")?, u("n_accepted")?, u("n_drafted")?);
-    let (prompt, seed) = (s("prompt_id")?, df.column("seed").with_context(|| ctx("seed"))?.u64().with_context(|| ctx("seed"))?.iter().collect::<Vec<_>>());
-    let mut out: BTreeMap<(String, String, String, u64), Counts> = BTreeMap::new();
-    let mut seen = std::collections::BTreeSet::new();
-    for i in 0..df.height() {
-        let greedy = temperature[i].is_none_or(|t| t <= 0.0);
-        let (Some(f), Some(k)) = (family[i].as_deref(), k[i]) else { continue };
-        if !greedy || servers[i].is_some() || !(f == "specdec" || f == "easyspec") {
-            continue;
-        }
-        let (st, ca) = if f == "specdec" { ("lp1".to_string(), "-".to_string()) } else { (strategy[i].clone().unwrap_or_default(), calibration[i].clone().unwrap_or_default()) };
-        let key = (dataset[i].clone().unwrap_or_default(), st, ca, k);
-        // A setting run for real and replayed appears twice in a replay's table: count it once.
-        if !seen.insert((key.clone(), prompt[i].clone(), seed[i])) {
-            continue;
-        }
-        let c = out.entry(key).or_default();
-        c.n += n[i];
-        c.draft_calls += draft[i];
-        c.calibrations += cal[i];
-        c.target_calls += target[i];
-        c.accepted += acc[i];
-        c.drafted += drafted[i];
-    }
-    ensure!(out.keys().any(|(_, s, _, _)| s != "lp1"), "{} has no greedy easyspec rows (replay an easyspec grid first)", path.display());
-    Ok(out)
-}
-
-/// Models every EasySpec setting of `counts` on each device count against the plain drafter.
-pub fn model(parts: &DraftParts, t_target: f64, counts: &BTreeMap<(String, String, String, u64), Counts>, layers: usize, devices: &[usize], comm: f64) -> Result<Vec<Modelled>> {
+/// Models every EasySpec point on each device count against the plain drafter's point with
+/// the same prompt set, sampling and K.
+pub fn model(parts: &DraftParts, t_target: f64, points: &[Point], layers: usize, devices: &[usize], comm: f64) -> Result<Vec<Modelled>> {
     let t_seq = parts.sequential();
     let mut out = Vec::new();
-    for ((dataset, strategy, calibration, k), c) in counts.iter().filter(|(key, _)| key.1 != "lp1") {
-        let plain = counts.get(&(dataset.clone(), "lp1".into(), "-".into(), *k)).with_context(|| format!("{dataset}: no plain specdec K={k} rows to compare {strategy} with"))?;
-        let groups = LayerGroups::parse(strategy, layers)?;
+    for c in points.iter().filter(|p| p.lp > 1) {
+        let plain = points
+            .iter()
+            .find(|p| p.lp == 1 && p.dataset == c.dataset && p.sampling == c.sampling && p.k == c.k)
+            .with_context(|| format!("{} {}: no plain specdec K={} rows to compare {} with", c.dataset, c.sampling, c.k, c.strategy))?;
+        let groups = LayerGroups::parse(&c.strategy, layers)?;
         for &n_dev in devices {
             let t_fuzzy = parts.fuzzy(&groups, n_dev, comm);
             let draft = c.calibrations * t_seq + (c.draft_calls - c.calibrations) * t_fuzzy;
@@ -157,16 +113,17 @@ pub fn model(parts: &DraftParts, t_target: f64, counts: &BTreeMap<(String, Strin
             let total = draft + c.target_calls * t_target;
             let total_plain = draft_plain + plain.target_calls * t_target;
             out.push(Modelled {
-                dataset: dataset.clone(),
-                strategy: strategy.clone(),
-                calibration: calibration.clone(),
-                k: *k,
+                dataset: c.dataset.clone(),
+                sampling: c.sampling.clone(),
+                strategy: c.strategy.clone(),
+                calibration: c.calibration.clone(),
+                k: c.k,
                 devices: n_dev,
-                alpha: c.accepted / c.drafted.max(1.0),
-                alpha_plain: plain.accepted / plain.drafted.max(1.0),
+                alpha: c.alpha(),
+                alpha_plain: plain.alpha(),
                 forward_speedup: t_seq / t_fuzzy,
-                drafting_speedup: (draft_plain / plain.n) / (draft / c.n),
-                end_to_end: (total_plain / plain.n) / (total / c.n),
+                drafting_speedup: (draft_plain / plain.generated) / (draft / c.generated),
+                end_to_end: (total_plain / plain.generated) / (total / c.generated),
             });
         }
     }
@@ -181,9 +138,9 @@ pub fn run(a: &TimingArgs) -> Result<()> {
     ensure!(!a.devices.is_empty() && a.devices.iter().all(|&d| d >= 1), "--devices needs counts >= 1");
     ensure!(a.comm_ms >= 0.0, "--comm-ms must be >= 0");
     let parts = DraftParts::from_profile(draft)?;
-    let counts = read_counts(&a.replay)?;
+    let points = super::acceptance::read_points(std::slice::from_ref(&a.replay))?;
     let comm = a.comm_ms / 1e3;
-    let modelled = model(&parts, target.tpot_s, &counts, draft.layers, &a.devices, comm)?;
+    let modelled = model(&parts, target.tpot_s, &points, draft.layers, &a.devices, comm)?;
 
     let strategies: std::collections::BTreeSet<&str> = modelled.iter().map(|m| m.strategy.as_str()).collect();
     let dev_cols: Vec<String> = a.devices.iter().map(|d| format!("N={d}")).collect();
@@ -200,14 +157,14 @@ pub fn run(a: &TimingArgs) -> Result<()> {
     header.extend(dev_cols.iter().cloned());
     let forward_table = specx_decoder::report::markdown_table(&header.iter().map(String::as_str).collect::<Vec<_>>(), &forward_rows);
 
-    let mut by: BTreeMap<(String, u64, String, String), Vec<&Modelled>> = BTreeMap::new();
+    let mut by: BTreeMap<(String, String, u64, String, String), Vec<&Modelled>> = BTreeMap::new();
     for m in &modelled {
-        by.entry((m.dataset.clone(), m.k, m.strategy.clone(), m.calibration.clone())).or_default().push(m);
+        by.entry((m.dataset.clone(), m.sampling.clone(), m.k, m.strategy.clone(), m.calibration.clone())).or_default().push(m);
     }
     let rows: Vec<Vec<String>> = by
         .iter()
-        .map(|((d, k, s, c), ms)| {
-            let mut row = vec![d.clone(), k.to_string(), s.clone(), c.clone(), format!("{:.3} / {:.3}", ms[0].alpha, ms[0].alpha_plain)];
+        .map(|((d, sampling, k, s, c), ms)| {
+            let mut row = vec![d.clone(), sampling.clone(), k.to_string(), s.clone(), c.clone(), format!("{:.3} / {:.3}", ms[0].alpha, ms[0].alpha_plain)];
             row.push(ms.iter().map(|m| format!("{:.2}", m.drafting_speedup)).collect::<Vec<_>>().join(" / "));
             row.push(ms.iter().map(|m| format!("{:.2}", m.end_to_end)).collect::<Vec<_>>().join(" / "));
             row
@@ -215,12 +172,12 @@ pub fn run(a: &TimingArgs) -> Result<()> {
         .collect();
     let devs = a.devices.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("/");
     let settings_table = specx_decoder::report::markdown_table(
-        &["dataset", "K", "strategy", "calibration", "α EasySpec / plain", &format!("drafting speedup, N = {devs}"), &format!("end-to-end speedup, N = {devs}")],
+        &["dataset", "sampling", "K", "strategy", "calibration", "α EasySpec / plain", &format!("drafting speedup, N = {devs}"), &format!("end-to-end speedup, N = {devs}")],
         &rows,
     );
     let attn: f64 = parts.attention.iter().sum();
     let summary = format!(
-        "# EasySpec timing model\n\nDraft forward {:.1} ms sequential (profile {}: attention {:.1} ms = {:.0}% of it, MLPs {:.1} ms, LM head and rest {:.1} ms); target {:.1} ms per token. Communication {:.3} ms per multi-layer group and fuzzy forward (assumed). A fuzzy forward on N devices runs each group's attentions in waves of N, then the group's MLPs in order; calibrating forwards and the plain drafter's run sequentially. Counts: greedy rows of {} (ratio of sums over prompts). Speedups are over the plain drafter with the same K on one device; tensor parallelism and tree drafting are not modelled.\n\n## Draft forward speedup (fuzzy vs sequential)\n\n{forward_table}\n## Per setting\n\n{settings_table}",
+        "# EasySpec timing model\n\nDraft forward {:.1} ms sequential (profile {}: attention {:.1} ms = {:.0}% of it, MLPs {:.1} ms, LM head and rest {:.1} ms); target {:.1} ms per token. Communication {:.3} ms per multi-layer group and fuzzy forward (assumed). A fuzzy forward on N devices runs each group's attentions in waves of N, then the group's MLPs in order; calibrating forwards and the plain drafter's run sequentially. Counts: rows of {} (ratio of sums over prompts). Speedups are over the plain drafter with the same K on one device; tensor parallelism and tree drafting are not modelled.\n\n## Draft forward speedup (fuzzy vs sequential)\n\n{forward_table}\n## Per setting\n\n{settings_table}",
         parts.sequential() * 1e3,
         a.profile.display(),
         attn * 1e3,

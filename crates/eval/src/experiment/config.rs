@@ -133,9 +133,12 @@ impl BudgetConfig {
 }
 
 impl MethodsConfig {
-    /// Every head checkpoint directory the grid names (SpecDec++'s and EasySpec's).
-    pub fn head_dirs(&self) -> impl Iterator<Item = &PathBuf> {
-        self.specdecpp.iter().flat_map(|g| &g.heads).chain(self.easyspec.iter().flat_map(|g| &g.heads))
+    /// Every head checkpoint directory the grid names (SpecDec++'s and EasySpec's), each head
+    /// name (its directory's name, what settings refer to) once, in order.
+    pub fn head_dirs(&self) -> Vec<&PathBuf> {
+        let mut seen = std::collections::BTreeSet::new();
+        let all = self.specdecpp.iter().flat_map(|g| &g.heads).chain(self.easyspec.iter().flat_map(|g| &g.heads));
+        all.filter(|d| seen.insert(super::grid::head_name(d))).collect()
     }
 }
 

@@ -28,6 +28,21 @@ pub fn unit_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// The finished greedy units of the run in `dir` (their prompts and AR outputs), in unit
+/// order; an error naming the run when there are none.
+pub fn greedy_units(dir: &Path) -> Result<Vec<UnitFile>> {
+    let mut units = Vec::new();
+    for f in unit_files(dir)? {
+        let u = UnitFile::read_path(&f)?;
+        if u.rows.first().is_some_and(|r| r.greedy()) {
+            units.push(u);
+        }
+    }
+    ensure!(!units.is_empty(), "{} has no finished greedy units (run `specx eval` with a greedy sampling setting first)", dir.display());
+    units.sort_by_key(|u| u.unit.index);
+    Ok(units)
+}
+
 /// Copies every part's units into `out` and writes the merged manifest and reports.
 pub fn merge(parts: &[PathBuf], out: &Path) -> Result<EvalOutcome> {
     ensure!(!parts.is_empty(), "no part directories given");

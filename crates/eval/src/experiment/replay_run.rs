@@ -10,6 +10,7 @@ use super::replay::{ReplayPolicy, TraceBuilder, TraceInput};
 use super::results::{tokens_sha256, ResultRow, UnitFile};
 use super::timing::{least_squares, standalone_target};
 use crate::methods::{load_head, MethodKind};
+use specx_decoder::spec::AcceptanceHead;
 use anyhow::{bail, ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -128,16 +129,7 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     let settings: Vec<Setting> = expand(&grid.methods)?.into_iter().filter(|s| s.family() != "ar").collect();
     ensure!(!settings.is_empty(), "the grid has no speculative method to replay");
     let out = grid.output.as_ref().map_or_else(|| run_dir.join(format!("replay-{grid_name}")), |o| o.dir.clone());
-    let units = super::merge::unit_files(run_dir)?;
-    let mut files = Vec::new();
-    for f in &units {
-        let u = UnitFile::read_path(f)?;
-        if u.rows.first().is_some_and(|r| r.greedy()) {
-            files.push(u);
-        }
-    }
-    ensure!(!files.is_empty(), "{} has no finished greedy units to replay", run_dir.display());
-    files.sort_by_key(|u| u.unit.index);
+    let files = super::merge::greedy_units(run_dir)?;
 
     let c = &manifest.config.models;
     let device = device_from_name(&c.device)?;
@@ -147,17 +139,10 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     if sha != manifest.draft.sha256 {
         bail!("{} changed since the run (sha256 {} now, {} then)", c.draft.display(), &sha[..12], &manifest.draft.sha256[..12]);
     }
-    let mut heads = Vec::new();
-    let mut head_index = HashMap::new();
-    let mut head_map = BTreeMap::new();
-    for dir in grid.methods.head_dirs() {
-        if !head_map.contains_key(&head_name(dir)) {
-            let head = load_head(&dir.to_string_lossy(), &draft, &device)?;
-            head_index.insert(head_name(dir), heads.len());
-            head_map.insert(head_name(dir), head.clone());
-            heads.push(head);
-        }
-    }
+    let head_map: BTreeMap<String, AcceptanceHead> = grid.methods.head_dirs().into_iter().map(|dir| Ok((head_name(dir), load_head(&dir.to_string_lossy(), &draft, &device)?))).collect::<Result<_>>()?;
+    // The trace's head list and each name's index in it.
+    let heads: Vec<AcceptanceHead> = head_map.values().cloned().collect();
+    let head_index: HashMap<String, usize> = head_map.keys().enumerate().map(|(i, name)| (name.clone(), i)).collect();
     // Plain drafters replay from traces; EasySpec's drafter is run live along the AR output.
     let mut policies = Vec::new();
     let mut how = Vec::with_capacity(settings.len());

@@ -215,10 +215,66 @@ pub fn rows_frame(rows: &[ResultRow]) -> Result<DataFrame> {
     Ok(DataFrame::new_infer_height(columns)?)
 }
 
-/// The table of a `results.parquet` that `specx eval` or `specx eval replay` wrote.
-pub fn read_frame(path: &Path) -> Result<DataFrame> {
-    let f = std::fs::File::open(path).with_context(|| format!("opening {} (is the run finished? `specx eval` and `specx eval replay` write it)", path.display()))?;
-    ParquetReader::new(f).finish().with_context(|| format!("{}: not a readable results table", path.display()))
+/// The `results.parquet` of a finished `specx eval` or `specx eval replay` run, read back with
+/// typed columns whose errors name the file and the column.
+pub struct ResultsTable {
+    pub df: DataFrame,
+    path: PathBuf,
+}
+
+impl ResultsTable {
+    /// Reads `dir/results.parquet`.
+    pub fn read(dir: &Path) -> Result<Self> {
+        let path = dir.join("results.parquet");
+        let f = std::fs::File::open(&path).with_context(|| format!("opening {} (is the run finished? `specx eval` and `specx eval replay` write it)", path.display()))?;
+        let df = ParquetReader::new(f).finish().with_context(|| format!("{}: not a readable results table", path.display()))?;
+        Ok(Self { df, path })
+    }
+
+    pub fn height(&self) -> usize {
+        self.df.height()
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.df.column(name).is_ok()
+    }
+
+    fn context(&self, name: &str) -> String {
+        format!("{}: column {name} (a results table of this specx version?)", self.path.display())
+    }
+
+    pub fn column(&self, name: &str) -> Result<&Column> {
+        self.df.column(name).with_context(|| self.context(name))
+    }
+
+    pub fn strs(&self, name: &str) -> Result<Vec<Option<String>>> {
+        Ok(self.column(name)?.str().with_context(|| self.context(name))?.iter().map(|v| v.map(str::to_string)).collect())
+    }
+
+    pub fn u64s(&self, name: &str) -> Result<Vec<Option<u64>>> {
+        Ok(self.column(name)?.u64().with_context(|| self.context(name))?.iter().collect())
+    }
+
+    pub fn f64s(&self, name: &str) -> Result<Vec<Option<f64>>> {
+        Ok(self.column(name)?.f64().with_context(|| self.context(name))?.iter().collect())
+    }
+
+    pub fn f32s(&self, name: &str) -> Result<Vec<Option<f32>>> {
+        Ok(self.column(name)?.f32().with_context(|| self.context(name))?.iter().collect())
+    }
+
+    pub fn bools(&self, name: &str) -> Result<Vec<Option<bool>>> {
+        Ok(self.column(name)?.bool().with_context(|| self.context(name))?.iter().collect())
+    }
+
+    /// A list-of-u32 column (per-round counts) of row `i`.
+    pub fn u32_list(&self, name: &str, i: usize) -> Result<Vec<usize>> {
+        let lists = self.column(name)?.list().with_context(|| self.context(name))?;
+        Ok(match lists.get_as_series(i) {
+            Some(series) => series.u32().with_context(|| self.context(name))?.into_no_null_iter().map(|v| v as usize).collect(),
+            None => Vec::new(),
+        })
+    }
 }
 
 /// Writes `rows` to `path` as Parquet, atomically.

@@ -91,9 +91,6 @@ fn load_heads(cfg: &EvalConfig, draft: &LoadedModel, device: &specx_decoder::Dev
     let mut heads = BTreeMap::new();
     let mut records = Vec::new();
     for dir in cfg.methods.head_dirs() {
-        if heads.contains_key(&head_name(dir)) {
-            continue;
-        }
         let head = load_head(&dir.to_string_lossy(), draft, device)?;
         let spec = read_head_spec(dir)?;
         records.push(HeadRecord {

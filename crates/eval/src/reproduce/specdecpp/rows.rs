@@ -1,7 +1,7 @@
 //! Results rows of eval and replay runs read back from `results.parquet`, and their sums per
 //! (dataset, sampling, setting).
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -28,20 +28,14 @@ pub struct Row {
 
 /// Every row of `dir/results.parquet`.
 pub fn read_rows(dir: &Path) -> Result<Vec<Row>> {
-    let path = dir.join("results.parquet");
-    let df = crate::experiment::results::read_frame(&path)?;
-    let ctx = |c: &str| format!("{}: column {c}", path.display());
-    let s = |c: &str| -> Result<Vec<Option<String>>> { Ok(df.column(c).with_context(|| ctx(c))?.str().with_context(|| ctx(c))?.iter().map(|v| v.map(str::to_string)).collect()) };
-    let u = |c: &str| -> Result<Vec<Option<u64>>> { Ok(df.column(c).with_context(|| ctx(c))?.u64().with_context(|| ctx(c))?.iter().collect()) };
-    let f = |c: &str| -> Result<Vec<Option<f64>>> { Ok(df.column(c).with_context(|| ctx(c))?.f64().with_context(|| ctx(c))?.iter().collect()) };
-    let b = |c: &str| -> Result<Vec<Option<bool>>> { Ok(df.column(c).with_context(|| ctx(c))?.bool().with_context(|| ctx(c))?.iter().collect()) };
-    let (dataset, sampling, prompt_id, family, setting, head) = (s("dataset")?, s("sampling")?, s("prompt_id")?, s("method")?, s("setting")?, s("head")?);
-    let (threshold, k, min, replayed) = (f("threshold")?, u("k")?, u("min")?, b("replayed")?);
-    let (n, disc, tgt, drf, time) = (u("n_generated")?, u("n_discarded")?, u("n_target_calls")?, u("n_draft_calls")?, f("total_time_s")?);
+    let t = crate::experiment::results::ResultsTable::read(dir)?;
+    let (dataset, sampling, prompt_id, family, setting, head) = (t.strs("dataset")?, t.strs("sampling")?, t.strs("prompt_id")?, t.strs("method")?, t.strs("setting")?, t.strs("head")?);
+    let (threshold, k, min, replayed) = (t.f64s("threshold")?, t.u64s("k")?, t.u64s("min")?, t.bools("replayed")?);
+    let (n, disc, tgt, drf, time) = (t.u64s("n_generated")?, t.u64s("n_discarded")?, t.u64s("n_target_calls")?, t.u64s("n_draft_calls")?, t.f64s("total_time_s")?);
     // Runs written before trace runs existed have no batch column: single streams.
-    let batch = if df.column("batch").is_ok() { u("batch")? } else { vec![Some(1); df.height()] };
+    let batch = if t.has("batch") { t.u64s("batch")? } else { vec![Some(1); t.height()] };
     let num = |v: Option<u64>| v.unwrap_or(0) as f64;
-    Ok((0..df.height())
+    Ok((0..t.height())
         .map(|i| Row {
             dataset: dataset[i].clone().unwrap_or_default(),
             sampling: sampling[i].clone().unwrap_or_default(),
