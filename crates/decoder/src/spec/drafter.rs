@@ -66,9 +66,11 @@ impl DraftCache {
         self.cache.truncate(keep);
     }
 
-    /// A round from `committed[start..]` (the cache cut back to `start` first): the shared
-    /// drafting loop with `forward(tokens, index, cache)` as the model step; every forwarded
-    /// token is recorded as fed.
+    /// A round from `committed[start..]` (the cache cut back to `start` first): the drafting
+    /// loop every drafter shares. `forward(tokens, index, cache)` is the model step (`index`:
+    /// the candidate it predicts, 0 first); a candidate is drawn from the warped `q` of the
+    /// last position (the very `q` the verifier tests), `policy` decides whether to stop, and
+    /// the candidate is fed next. Every forwarded token is recorded as fed.
     #[allow(clippy::too_many_arguments)]
     pub fn draft(
         &mut self,
@@ -84,12 +86,37 @@ impl DraftCache {
         mut forward: impl FnMut(&[u32], usize, &mut KvCache) -> Result<ForwardOutput>,
     ) -> Result<Vec<Candidate>> {
         self.rollback(start);
-        let Self { cache, fed } = self;
-        draft_candidates(&committed[start..], max, policy, sampling, pick, rng, eos, metrics, |tokens, index| {
-            let out = forward(tokens, index, cache)?;
-            fed.extend_from_slice(tokens);
-            Ok(out)
-        })
+        let mut candidates = Vec::new();
+        policy.begin_round();
+        let mut input: Vec<u32> = committed[start..].to_vec();
+        loop {
+            let t = Instant::now();
+            let out = forward(&input, candidates.len(), &mut self.cache)?;
+            self.fed.extend_from_slice(&input);
+            let logits = out.logits_tail(1).remove(0);
+            let hidden = out.hidden_tail(1).remove(0);
+            metrics.n_draft_calls += 1;
+            let (c, confidence) = if sampling.is_greedy() {
+                let token = argmax(&logits);
+                (Candidate { token, q: Vec::new(), q_token: 1.0 }, top_probability(&logits, token))
+            } else {
+                let q = sampling.probabilities(&logits);
+                let token = match pick {
+                    Pick::Sample => sample_from(&q, rng),
+                    Pick::Argmax => argmax(&q),
+                };
+                let q_token = q[token as usize];
+                (Candidate { token, q_token, q }, q_token)
+            };
+            metrics.draft_time += t.elapsed();
+            let step = DraftStep { index: candidates.len() + 1, token: c.token, q_token: c.q_token, confidence, hidden: &hidden };
+            let stop = policy.should_stop(&step)? || eos.contains(&c.token) || candidates.len() + 1 >= max;
+            input = vec![c.token];
+            candidates.push(c);
+            if stop {
+                return Ok(candidates);
+            }
+        }
     }
 }
 
@@ -142,51 +169,4 @@ pub(crate) enum Pick {
     /// test then assumes a draw that never happened, and the output is not the target's
     /// distribution. Exists only to show that in a test.
     Argmax,
-}
-
-/// The drafting loop every drafter shares: forward the input (`forward(tokens, index)` with
-/// the index of the candidate it predicts, 0 first), sample a candidate from the warped `q`
-/// of the last position (the very `q` the verifier tests), ask `policy`, feed the candidate.
-#[allow(clippy::too_many_arguments)]
-fn draft_candidates(
-    first_input: &[u32],
-    max: usize,
-    policy: &mut dyn StopPolicy,
-    sampling: &SamplingConfig,
-    pick: Pick,
-    rng: &mut StdRng,
-    eos: &[u32],
-    metrics: &mut RequestMetrics,
-    mut forward: impl FnMut(&[u32], usize) -> Result<ForwardOutput>,
-) -> Result<Vec<Candidate>> {
-    let mut candidates = Vec::new();
-    policy.begin_round();
-    let mut input: Vec<u32> = first_input.to_vec();
-    loop {
-        let t = Instant::now();
-        let out = forward(&input, candidates.len())?;
-        let logits = out.logits_tail(1).remove(0);
-        let hidden = out.hidden_tail(1).remove(0);
-        metrics.n_draft_calls += 1;
-        let (c, confidence) = if sampling.is_greedy() {
-            let token = argmax(&logits);
-            (Candidate { token, q: Vec::new(), q_token: 1.0 }, top_probability(&logits, token))
-        } else {
-            let q = sampling.probabilities(&logits);
-            let token = match pick {
-                Pick::Sample => sample_from(&q, rng),
-                Pick::Argmax => argmax(&q),
-            };
-            let q_token = q[token as usize];
-            (Candidate { token, q_token, q }, q_token)
-        };
-        metrics.draft_time += t.elapsed();
-        let step = DraftStep { index: candidates.len() + 1, token: c.token, q_token: c.q_token, confidence, hidden: &hidden };
-        let stop = policy.should_stop(&step)? || eos.contains(&c.token) || candidates.len() + 1 >= max;
-        input = vec![c.token];
-        candidates.push(c);
-        if stop {
-            return Ok(candidates);
-        }
-    }
 }
