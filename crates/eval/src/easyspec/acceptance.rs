@@ -120,7 +120,8 @@ fn figure(path: &Path, title: &str, points: &[&Point]) -> Result<()> {
     let lp_max = points.iter().map(|p| p.lp).max().unwrap_or(1);
     let lo = points.iter().map(|p| p.alpha()).fold(1.0, f64::min);
     let y = (lo - 0.05).max(0.0)..1.0;
-    let width = 380 * ks.len() as u32 + 40;
+    // Wide enough for the title when there is one panel.
+    let width = (380 * ks.len() as u32 + 40).max(560);
     render_png_sized(path, (width, 520), |root| {
         let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
         let root = root.titled(title, ("sans-serif", 22)).map_err(e)?;
@@ -128,7 +129,7 @@ fn figure(path: &Path, title: &str, points: &[&Point]) -> Result<()> {
         let palette = [RGBColor(214, 39, 40), RGBColor(31, 119, 180), RGBColor(44, 160, 44), RGBColor(148, 103, 189)];
         for (panel, &k) in panels.iter().zip(&ks) {
             let mut chart = ChartBuilder::on(panel).caption(format!("K = {k}"), ("sans-serif", 18)).margin(12).x_label_area_size(40).y_label_area_size(56).build_cartesian_2d(0.5..lp_max as f64 + 0.5, y.clone()).map_err(e)?;
-            chart.configure_mesh().x_desc("layer-parallel size").y_desc("acceptance α").x_labels(lp_max).label_style(("sans-serif", 14)).draw().map_err(e)?;
+            chart.configure_mesh().x_desc("layer-parallel size").y_desc("acceptance α").x_labels(lp_max).x_label_formatter(&|v| format!("{v:.0}")).label_style(("sans-serif", 14)).draw().map_err(e)?;
             let base = points.iter().find(|p| p.k == k && p.lp == 1);
             let calibrations: std::collections::BTreeSet<&str> = points.iter().filter(|p| p.lp > 1).map(|p| p.calibration.as_str()).collect();
             for (i, c) in calibrations.iter().enumerate() {
