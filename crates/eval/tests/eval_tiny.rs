@@ -313,7 +313,7 @@ fn easyspec_method_runs_for_real_with_every_stop_policy_and_is_audited() {
     }
     assert!(rows.iter().any(|r| r.n_calibrations > 0), "no calibration was recorded");
     let summary = std::fs::read_to_string(s.root.join("easyspec/summary.md")).unwrap();
-    assert!(summary.contains("easyspec 0-1 never | specdec K=2") && summary.contains("Losslessness audit: passed"), "{summary}");
+    assert!(summary.contains(r"easyspec 0-1 never \| specdec K=2") && summary.contains("Losslessness audit: passed"), "{summary}");
     // Greedy replay runs the fuzzy drafter along the AR output: the same counts as the real
     // runs, calibrations included (DSI's timing is no sum of forwards: it is refused).
     let replay_grid = s.root.join("replay-easyspec.toml");
