@@ -218,7 +218,7 @@ pub fn rows_frame(rows: &[ResultRow]) -> Result<DataFrame> {
 /// The `results.parquet` of a finished `specx eval` or `specx eval replay` run, read back with
 /// typed columns whose errors name the file and the column.
 pub struct ResultsTable {
-    pub df: DataFrame,
+    df: DataFrame,
     path: PathBuf,
 }
 
@@ -243,7 +243,7 @@ impl ResultsTable {
         format!("{}: column {name} (a results table of this specx version?)", self.path.display())
     }
 
-    pub fn column(&self, name: &str) -> Result<&Column> {
+    fn column(&self, name: &str) -> Result<&Column> {
         self.df.column(name).with_context(|| self.context(name))
     }
 
@@ -257,10 +257,6 @@ impl ResultsTable {
 
     pub fn f64s(&self, name: &str) -> Result<Vec<Option<f64>>> {
         Ok(self.column(name)?.f64().with_context(|| self.context(name))?.iter().collect())
-    }
-
-    pub fn f32s(&self, name: &str) -> Result<Vec<Option<f32>>> {
-        Ok(self.column(name)?.f32().with_context(|| self.context(name))?.iter().collect())
     }
 
     pub fn bools(&self, name: &str) -> Result<Vec<Option<bool>>> {
