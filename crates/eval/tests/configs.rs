@@ -40,3 +40,33 @@ fn shipped_eval_configs_parse_and_expand() {
     let grid: ReplayConfig = toml::from_str(&std::fs::read_to_string(dir().join("replay-grid.toml")).unwrap()).unwrap();
     assert_eq!(expand(&grid.methods).unwrap().len(), 1 + 10 + 9 * 2 + 5);
 }
+
+fn replay_grid(name: &str) -> Vec<String> {
+    let grid: ReplayConfig = toml::from_str(&std::fs::read_to_string(dir().join(name)).unwrap()).unwrap();
+    expand(&grid.methods).unwrap().iter().map(|s| s.key()).collect()
+}
+
+/// The SpecDec++ reproduction's configs: the greedy trace, its grid, and the real runs whose
+/// settings the real-run replay re-derives count for count.
+#[test]
+fn specdecpp_reproduction_configs_agree() {
+    let trace = parse("specdecpp-trace.toml");
+    let names = |c: &EvalConfig| c.prompts.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&trace), ["alpaca", "gsm8k", "humaneval"]);
+    assert_eq!(trace.budget.max_total_tokens, Some(512));
+    // 10 fixed K + the oracle + 5 confidence thresholds + 23 heads x 5 thresholds x 2 bounds (+ AR).
+    let grid = replay_grid("specdecpp-replay.toml");
+    assert_eq!(grid.len(), 1 + 10 + 1 + 5 + 23 * 5 * 2, "{grid:?}");
+    assert!(grid.iter().any(|k| k == "confidence 0.7 [1,20]"), "f32 thresholds keyed as written: {grid:?}");
+    for real in ["specdecpp-real.toml", "specdecpp-sampled.toml"] {
+        let c = parse(real);
+        assert_eq!(names(&c), names(&trace), "{real}: the trace's prompt sets");
+        for (p, t) in c.prompts.iter().zip(&trace.prompts) {
+            assert_eq!((&p.path, &p.template, p.sample, &p.split), (&t.path, &t.template, t.sample, &t.split), "{real}: {}", p.name);
+        }
+    }
+    let real_keys: Vec<String> = expand(&parse("specdecpp-real.toml").methods).unwrap().iter().map(|s| s.key()).collect();
+    assert_eq!(real_keys, replay_grid("specdecpp-real-replay.toml"), "the real-run replay covers exactly the real settings");
+    let sampled = parse("specdecpp-sampled.toml");
+    assert_eq!(sampled.sampling.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["t1-topk50", "t0.7"]);
+}

@@ -96,13 +96,15 @@ fn reproduces_specdecpp_tables_and_figures_from_real_runs() {
     }
 
     // claims.json: under every time model the oracle (Theorem 4.1) is at least as fast as the
-    // best fixed K and the best SpecDec++ setting, and the scaling heads saw growing data.
+    // best fixed K, the best SpecDec++ setting and the best confidence setting, and the scaling
+    // heads saw growing data.
     let claims: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("claims.json")).unwrap()).unwrap();
     let comparisons = claims["alpaca/greedy"]["comparisons"].as_array().unwrap();
     assert!(comparisons.len() >= 2, "paper times, CPU single-forward times (and the fit)");
     for c in comparisons {
         let tp = |k: &str| c[k]["tokens_per_s"].as_f64().unwrap();
         assert!(tp("oracle") >= tp("best_fixed_k") - 1e-9 && tp("oracle") >= tp("best_specdecpp") - 1e-9, "{c}");
+        assert!(tp("oracle") >= tp("best_confidence") - 1e-9, "the grid's confidence baseline: {c}");
     }
     let rows = |h: &str| claims["heads"][h]["train_rows"].as_u64().unwrap();
     assert!(rows("w6-d1-p2") < rows("w6-d1-p4") && rows("w6-d1-p4") < rows("w6-d1"));

@@ -56,6 +56,9 @@ pub struct Comparison {
     pub times: String,
     pub best_fixed_k: Option<Scored>,
     pub best_specdecpp: Option<Scored>,
+    /// The confidence baseline (stop when the draft's own probability of its token falls below
+    /// a threshold): the same threshold stop rule fed a free signal instead of a trained head.
+    pub best_confidence: Option<Scored>,
     pub oracle: Option<Scored>,
     /// best SpecDec++ / best fixed K - 1.
     pub improvement: Option<f64>,
@@ -69,6 +72,7 @@ pub struct Comparison {
 pub fn compare(groups: &BTreeMap<String, Group>, t: &Times, default_head: Option<&str>) -> Comparison {
     let k = best(groups, "specdec", t).map(|b| b.1);
     let spp = best(groups, "specdecpp", t).map(|b| b.1);
+    let best_confidence = best(groups, "confidence", t).map(|b| b.1);
     let oracle = groups.values().find(|g| g.first.family == "oracle").map(|g| score(g, t));
     let default_setting = default_head.and_then(|h| {
         groups.values().find(|g| g.first.head.as_deref() == Some(h) && g.first.threshold == Some(0.7) && g.first.min == Some(2)).map(|g| score(g, t))
@@ -79,12 +83,13 @@ pub fn compare(groups: &BTreeMap<String, Group>, t: &Times, default_head: Option
         _ => None,
     };
     let default_share_of_best = default_setting.as_ref().zip(spp.as_ref()).map(|(d, s)| d.tokens_per_s / s.tokens_per_s);
-    Comparison { times: t.name.clone(), best_fixed_k: k, best_specdecpp: spp, oracle, improvement, oracle_gap_closed, default_setting, default_share_of_best }
+    Comparison { times: t.name.clone(), best_fixed_k: k, best_specdecpp: spp, best_confidence, oracle, improvement, oracle_gap_closed, default_setting, default_share_of_best }
 }
 
-/// Figure 3's claim checked at the fixed-K points: a K point is *matched* when some
-/// SpecDec++ setting has a discard rate and a verification rate no higher, *beaten* when
-/// one of the two is strictly lower as well.
+/// Figure 3's claim checked at the fixed-K points: a K point is *matched* when some setting
+/// of the adaptive family checked (`specdecpp`, or `confidence` for the baseline) has a
+/// discard rate and a verification rate no higher, *beaten* when one of the two is strictly
+/// lower as well.
 #[derive(Clone, Debug, Serialize)]
 pub struct FrontierCheck {
     pub fixed_k_points: usize,
@@ -94,9 +99,9 @@ pub struct FrontierCheck {
     pub strictly_better: bool,
 }
 
-pub fn frontier_check(groups: &BTreeMap<String, Group>) -> FrontierCheck {
+pub fn frontier_check(groups: &BTreeMap<String, Group>, family: &str) -> FrontierCheck {
     let pts = |f: &str| groups.values().filter(|g| g.first.family == f).map(Group::rates).collect::<Vec<_>>();
-    let (ks, spp) = (pts("specdec"), frontier(&pts("specdecpp")));
+    let (ks, spp) = (pts("specdec"), frontier(&pts(family)));
     let matched = ks.iter().filter(|k| spp.iter().any(|s| s.0 <= k.0 && s.1 <= k.1)).count();
     let beaten = ks.iter().filter(|k| spp.iter().any(|s| s.0 <= k.0 && s.1 <= k.1 && (s.0 < k.0 || s.1 < k.1))).count();
     FrontierCheck { fixed_k_points: ks.len(), matched, beaten, strictly_better: !ks.is_empty() && matched == ks.len() && beaten > 0 }
@@ -204,7 +209,7 @@ mod tests {
         assert!((c.oracle.unwrap().speedup - o * 0.112).abs() < 1e-12);
         // K=4 (0.30, 0.30) is beaten by h=0.7 (0.12, 0.28); K=2 (0.10, 0.40) is not matched:
         // h=0.3 (0.05, 0.45) discards less but verifies more, so the claim fails.
-        let f = frontier_check(g);
+        let f = frontier_check(g, "specdecpp");
         assert_eq!((f.fixed_k_points, f.matched, f.beaten, f.strictly_better), (2, 1, 1, false));
         let bt = best_threshold_per_head(g, &t);
         assert_eq!(bt.values().map(|b| (b.head.as_str(), b.threshold)).collect::<Vec<_>>(), vec![("w1-d3", 0.3), ("w6-d3", 0.7)]);

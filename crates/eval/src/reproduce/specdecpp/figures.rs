@@ -10,12 +10,13 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Figure 3: verification rate against discard rate (ratios of sums), fixed K labelled,
-/// every SpecDec++ setting, each family's frontier, and the oracle.
+/// every SpecDec++ setting, the confidence baseline (the same stop rule on the draft's own
+/// probability, when the grid has it), each family's frontier, and the oracle.
 pub fn frontier_figure(path: &Path, title: &str, groups: &BTreeMap<String, Group>) -> Result<()> {
     render_png(path, |root| {
         let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
         let pts = |f: &str| groups.values().filter(|g| g.first.family == f).map(|g| (g.rates(), g.first.k)).collect::<Vec<_>>();
-        let all: Vec<(f64, f64)> = ["specdec", "specdecpp", "oracle"].iter().flat_map(|f| pts(f)).map(|p| p.0).collect();
+        let all: Vec<(f64, f64)> = ["specdec", "specdecpp", "confidence", "oracle"].iter().flat_map(|f| pts(f)).map(|p| p.0).collect();
         let mut chart = ChartBuilder::on(root)
             .caption(title, ("sans-serif", 22))
             .margin(16)
@@ -24,14 +25,18 @@ pub fn frontier_figure(path: &Path, title: &str, groups: &BTreeMap<String, Group
             .build_cartesian_2d(range(all.iter().map(|p| p.0).chain([0.0])), range(all.iter().map(|p| p.1)))
             .map_err(e)?;
         chart.configure_mesh().x_desc("discard rate N_discarded / N").y_desc("verification rate N_target / N").label_style(("sans-serif", 15)).draw().map_err(e)?;
-        for (family, label) in [("specdecpp", "SpecDec++ (every head x threshold x bounds)"), ("specdec", "fixed K"), ("oracle", "oracle (Theorem 4.1)")] {
+        for (family, label) in [("specdecpp", "SpecDec++ (every head x threshold x bounds)"), ("confidence", "confidence baseline (draft's own probability)"), ("specdec", "fixed K"), ("oracle", "oracle (Theorem 4.1)")] {
             let c = colour(family);
             let p = pts(family);
             if p.is_empty() {
                 continue;
             }
             let xy: Vec<(f64, f64)> = p.iter().map(|q| q.0).collect();
-            let size = if family == "specdecpp" { 3 } else { 6 };
+            let size = match family {
+                "specdecpp" => 3,
+                "confidence" => 4,
+                _ => 6,
+            };
             chart.draw_series(xy.iter().map(|&q| Circle::new(q, size, c.filled()))).map_err(e)?.label(label).legend(move |(x, y)| Circle::new((x, y), 5, c.filled()));
             if family != "oracle" {
                 chart.draw_series(LineSeries::new(frontier(&xy), c.stroke_width(2))).map_err(e)?;
@@ -83,7 +88,7 @@ pub fn threshold_figure(path: &Path, title: &str, groups: &BTreeMap<String, Grou
 
 /// Grouped bars per prompt set: eq. 5.1 speedup of the best fixed K, the best SpecDec++ and
 /// the oracle.
-pub fn oracle_gap_figure(path: &Path, title: &str, bars: &[(String, [f64; 3])]) -> Result<()> {
+pub fn oracle_gap_figure(path: &Path, title: &str, bars: &[(String, [f64; 4])]) -> Result<()> {
     render_png(path, |root| {
         let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
         let ymax = bars.iter().flat_map(|b| b.1).filter(|v| v.is_finite()).fold(1.0, f64::max) * 1.15;
@@ -96,12 +101,12 @@ pub fn oracle_gap_figure(path: &Path, title: &str, bars: &[(String, [f64; 3])]) 
             .label_style(("sans-serif", 15))
             .draw()
             .map_err(e)?;
-        for (j, (family, label)) in [("specdec", "best fixed K"), ("specdecpp", "best SpecDec++"), ("oracle", "oracle")].into_iter().enumerate() {
+        for (j, (family, label)) in [("specdec", "best fixed K"), ("specdecpp", "best SpecDec++"), ("confidence", "best confidence baseline"), ("oracle", "oracle")].into_iter().enumerate() {
             let c = colour(family);
             chart
                 .draw_series(bars.iter().enumerate().filter(|(_, b)| b.1[j].is_finite()).map(|(i, b)| {
-                    let x = i as f64 - 0.36 + 0.24 * j as f64;
-                    Rectangle::new([(x, 0.0), (x + 0.22, b.1[j])], c.filled())
+                    let x = i as f64 - 0.38 + 0.19 * j as f64;
+                    Rectangle::new([(x, 0.0), (x + 0.17, b.1[j])], c.filled())
                 }))
                 .map_err(e)?
                 .label(label)
@@ -151,6 +156,10 @@ pub fn scaling_figure(path: &Path, title: &str, points: &[(HeadPoint, BTreeMap<S
                     drawn.label(label.as_str()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
                 }
                 chart.draw_series(v.iter().map(|&q| Circle::new(q, 4, c.filled()))).map_err(e)?;
+                // A log axis shows no tick inside a range like 1,800-4,400 rows: name each point.
+                if label.is_empty() {
+                    chart.draw_series(v.iter().map(|&q| Text::new(format!("{} rows", q.0 as usize), q, ("sans-serif", 12).into_font()))).map_err(e)?;
+                }
             }
             if lines.iter().any(|l| !l.0.is_empty()) {
                 chart.configure_series_labels().position(SeriesLabelPosition::LowerRight).border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 13)).draw().map_err(e)?;

@@ -226,23 +226,31 @@ pub fn reproduce(cfg: &ReproConfig) -> Result<String> {
         for t in &times {
             let c = compare(gs, t, cfg.default_head.as_deref());
             let s = |x: &Option<analysis::Scored>| x.as_ref().map_or("-".into(), |x| format!("{} ({:.2} tok/s, {:.3}x; mean/prompt {:.2})", x.setting, x.tokens_per_s, x.speedup, x.tokens_per_s_mean));
-            table.push(vec![t.name.clone(), s(&c.best_fixed_k), s(&c.best_specdecpp), pct(c.improvement), s(&c.oracle), c.oracle_gap_closed.map_or("-".into(), |v| format!("{:.0}%", 100.0 * v)), c.default_share_of_best.map_or("-".into(), |v| format!("{:.1}%", 100.0 * v))]);
+            let confidence_gain = c.best_fixed_k.as_ref().zip(c.best_confidence.as_ref()).map(|(k, b)| b.tokens_per_s / k.tokens_per_s - 1.0);
+            table.push(vec![t.name.clone(), s(&c.best_fixed_k), s(&c.best_specdecpp), pct(c.improvement), s(&c.best_confidence), pct(confidence_gain), s(&c.oracle), c.oracle_gap_closed.map_or("-".into(), |v| format!("{:.0}%", 100.0 * v)), c.default_share_of_best.map_or("-".into(), |v| format!("{:.1}%", 100.0 * v))]);
             per_times.push(serde_json::to_value(&c)?);
             if t.name.starts_with("paper") {
                 let sp = |x: &Option<analysis::Scored>| x.as_ref().map_or(f64::NAN, |x| x.speedup);
-                gap_bars.push((dataset.clone(), [sp(&c.best_fixed_k), sp(&c.best_specdecpp), sp(&c.oracle)]));
+                gap_bars.push((dataset.clone(), [sp(&c.best_fixed_k), sp(&c.best_specdecpp), sp(&c.best_confidence), sp(&c.oracle)]));
             }
         }
-        md.push_str(&markdown_table(&["time model", "best fixed K", "best SpecDec++", "improvement", "oracle", "oracle gap closed", "default (w6 d3 h0.7) / best"], &table));
-        let fc = frontier_check(gs);
-        let _ = writeln!(
-            md,
-            "\nFigure 3 check: of {} fixed-K points, {} are matched (some SpecDec++ setting has discard and verification rates no higher) and {} beaten (one strictly lower): SpecDec++'s frontier is {}.\n",
-            fc.fixed_k_points,
-            fc.matched,
-            fc.beaten,
-            if fc.strictly_better { "no worse at every K and strictly better somewhere" } else { "NOT better everywhere" }
-        );
+        md.push_str(&markdown_table(&["time model", "best fixed K", "best SpecDec++", "improvement", "best confidence baseline", "its improvement", "oracle", "oracle gap closed", "default (w6 d3 h0.7) / best"], &table));
+        let fc = frontier_check(gs, "specdecpp");
+        let fc_confidence = frontier_check(gs, "confidence");
+        for (f, name) in [(&fc, "SpecDec++"), (&fc_confidence, "the confidence baseline")] {
+            if f.fixed_k_points == 0 || (name != "SpecDec++" && !gs.values().any(|g| g.first.family == "confidence")) {
+                continue;
+            }
+            let _ = writeln!(
+                md,
+                "\nFigure 3 check, {name}: of {} fixed-K points, {} are matched (a setting of {name} has discard and verification rates no higher) and {} beaten (one strictly lower): the frontier is {}.",
+                f.fixed_k_points,
+                f.matched,
+                f.beaten,
+                if f.strictly_better { "no worse at every K and strictly better somewhere" } else { "NOT better everywhere" }
+            );
+        }
+        md.push('\n');
         let bt = best_threshold_per_head(gs, &times[0]);
         table3.insert(dataset.clone(), bt.clone());
         let tag = crate::experiment::plots::safe(&format!("{dataset}_{sampling}"));
@@ -259,10 +267,10 @@ pub fn reproduce(cfg: &ReproConfig) -> Result<String> {
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
         let top: Vec<String> = ranked.into_iter().take(4).map(|r| r.0).collect();
         figures::threshold_figure(&cfg.out.join(format!("threshold_{tag}.png")), &format!("{dataset} ({sampling}): speedup vs threshold, best heads"), gs, &top, &times[0])?;
-        claims.insert(format!("{dataset}/{sampling}"), serde_json::json!({ "prompts": prompts, "comparisons": per_times, "frontier": fc, "best_threshold_per_head": bt }));
+        claims.insert(format!("{dataset}/{sampling}"), serde_json::json!({ "prompts": prompts, "comparisons": per_times, "frontier": fc, "frontier_confidence": fc_confidence, "best_threshold_per_head": bt }));
     }
     if !gap_bars.is_empty() {
-        figures::oracle_gap_figure(&cfg.out.join("oracle_gap.png"), "Best fixed K, best SpecDec++ and the oracle (eq. 5.1, paper times)", &gap_bars)?;
+        figures::oracle_gap_figure(&cfg.out.join("oracle_gap.png"), "Best fixed K, best SpecDec++, best confidence rule and the oracle (eq. 5.1, paper times)", &gap_bars)?;
     }
 
     md.push_str("\n## Timing model (eq. 3.1) on real runs\n\n");
