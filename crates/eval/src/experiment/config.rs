@@ -189,7 +189,9 @@ pub struct SpecDecPPGrid {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfidenceGrid {
-    pub thresholds: Vec<f32>,
+    /// f64 like the head's thresholds, so a setting's key reads as written (0.7); the policy
+    /// takes it as f32.
+    pub thresholds: Vec<f64>,
     #[serde(default = "paper_bounds")]
     pub bounds: Vec<[usize; 2]>,
 }

@@ -136,7 +136,7 @@ pub fn expand(m: &MethodsConfig) -> Result<Vec<Setting>> {
     if let Some(g) = &m.confidence {
         for &t in &g.thresholds {
             for &[lo, hi] in &g.bounds {
-                out.push(Setting { method: MethodKind::Confidence, threshold: Some(f32_as_written(t)), min: Some(lo), max: Some(hi), ..Setting::ar() });
+                out.push(Setting { method: MethodKind::Confidence, threshold: Some(t), min: Some(lo), max: Some(hi), ..Setting::ar() });
             }
         }
     }
@@ -179,10 +179,4 @@ pub fn expand(m: &MethodsConfig) -> Result<Vec<Setting>> {
         ensure!(seen.insert(s.key()), "the method grid has '{}' twice (two heads with the same directory name?)", s.key());
     }
     Ok(out)
-}
-
-/// The f64 of an f32 config value as its shortest decimal (0.7, not 0.699999988079071), so
-/// setting keys read as the config wrote them; converting back to f32 gives the same value.
-fn f32_as_written(t: f32) -> f64 {
-    t.to_string().parse().unwrap_or(f64::from(t))
 }

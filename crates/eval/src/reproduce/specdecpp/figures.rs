@@ -86,8 +86,8 @@ pub fn threshold_figure(path: &Path, title: &str, groups: &BTreeMap<String, Grou
     })
 }
 
-/// Grouped bars per prompt set: eq. 5.1 speedup of the best fixed K, the best SpecDec++ and
-/// the oracle.
+/// Grouped bars per prompt set: eq. 5.1 speedup of the best fixed K, the best SpecDec++, the
+/// best confidence setting and the oracle (NaN: no bar).
 pub fn oracle_gap_figure(path: &Path, title: &str, bars: &[(String, [f64; 4])]) -> Result<()> {
     render_png(path, |root| {
         let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
