@@ -6,7 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use specx_decoder::generate::generate;
 use specx_decoder::tokenizer::TextStream;
 use specx_decoder::spec::{Calibration, Compat, HeadRule, SpecConfig};
-use specx_decoder::{check_pair, device_from_name, load_model_as, ChatTemplate, Sampler, SamplingConfig, WeightMode};
+use specx_decoder::{check_device, check_pair, device_from_name, load_model_as, open_device, parse_device_list, ChatTemplate, DeviceName, Sampler, SamplingConfig, WeightMode};
 use specx_eval::experiment::grid::Setting;
 use specx_eval::methods::{load_head, Method, MethodKind};
 use specx_eval::report::markdown_table;
@@ -59,6 +59,9 @@ enum Command {
     /// Table 5). (Decoding with EasySpec is the `easyspec` method of `specx decode` and
     /// `specx eval`.)
     Easyspec(specx_eval::easyspec::EasySpecArgs),
+    /// List the compute devices this build can use: the CPU, each Vulkan adapter as
+    /// `wgpu:N` (builds with `--features wgpu`), and whether CUDA is compiled in.
+    Devices,
     /// Assemble a paper reproduction's tables (results.md, claims.json) and PNG figures from
     /// finished runs (replay, real eval runs, head sweeps); runs nothing itself.
     #[command(subcommand)]
@@ -92,6 +95,11 @@ struct DecodeArgs {
     /// `easyspec`, runs DSI's scheduler with this many workers.
     #[arg(long)]
     servers: Option<usize>,
+    /// DSI's target workers on devices, one worker per device (`cpu,wgpu:0`): the target is
+    /// loaded on each (the --device copy is reused). Sets --servers to the list's length.
+    /// The drafter runs on --device.
+    #[arg(long, value_delimiter = ',')]
+    devices: Vec<String>,
     /// Acceptance head for `specdecpp` (and `easyspec` with SpecDec++'s stop rule): a
     /// checkpoint directory (specx train), or `random[:SEED]` for an untrained head (pipeline
     /// testing only).
@@ -132,7 +140,15 @@ struct DecodeArgs {
 
 fn run_decode(a: DecodeArgs) -> Result<()> {
     let sampling = a.run.sampling.config()?;
-    let device = device_from_name(&a.run.device)?;
+    // Devices are checked before any model loads.
+    let main_device: DeviceName = a.run.device.parse()?;
+    check_device(main_device)?;
+    let worker_devices = if a.devices.is_empty() { Vec::new() } else { parse_device_list(&a.devices)? };
+    worker_devices.iter().try_for_each(|&d| check_device(d))?;
+    let dsi_scheduler = a.method == MethodKind::Dsi || (a.method == MethodKind::Easyspec && a.servers.is_some());
+    ensure!(worker_devices.is_empty() || dsi_scheduler, "--devices places DSI's target workers: it needs --method dsi (or easyspec with --servers)");
+    ensure!(worker_devices.is_empty() || a.servers.is_none_or(|s| s == worker_devices.len()), "--servers {} and --devices with {} devices disagree (one worker per device)", a.servers.unwrap_or(0), worker_devices.len());
+    let device = open_device(main_device)?;
     let target = load_model_as(&a.target, None, &device, a.run.weights)?;
     let draft = if a.method == MethodKind::Ar { None } else { Some(load_model_as(&a.draft, None, &device, a.run.weights)?) };
     if let Some(d) = &draft {
@@ -152,7 +168,7 @@ fn run_decode(a: DecodeArgs) -> Result<()> {
         threshold: a.threshold,
         min: Some(a.min),
         max: Some(a.max),
-        servers: if a.method == MethodKind::Dsi { Some(a.servers.unwrap_or(2)) } else { a.servers },
+        servers: if !worker_devices.is_empty() { Some(worker_devices.len()) } else if a.method == MethodKind::Dsi { Some(a.servers.unwrap_or(2)) } else { a.servers },
         strategy: Some(a.strategy.clone()),
         calibration: Some(a.calibration),
         workers: Some(a.workers),
@@ -163,7 +179,14 @@ fn run_decode(a: DecodeArgs) -> Result<()> {
     }
     let prompt = target.tokenizer.encode(&a.run.prompt_text())?;
     let cfg = SpecConfig { max_new_tokens: a.run.max_new_tokens, sampling, seed: a.run.sampling.seed };
-    let g = method.run(&target.model, draft.as_ref().map(|d| &d.model), &prompt, &cfg, &target.eos_ids)?;
+    // One target per worker device (the main device's copy reused).
+    let mut replicas = Vec::new();
+    for &d in worker_devices.iter().filter(|&&d| d != main_device) {
+        eprintln!("loading the target on {d} for a DSI worker");
+        replicas.push((d, load_model_as(&a.target, None, &open_device(d)?, a.run.weights)?));
+    }
+    let workers: Vec<&specx_decoder::Transformer> = worker_devices.iter().map(|&d| replicas.iter().find(|(r, _)| *r == d).map_or(&target.model, |(_, lm)| &lm.model)).collect();
+    let g = method.run_with_workers(&target.model, &workers, draft.as_ref().map(|d| &d.model), &prompt, &cfg, &target.eos_ids)?;
     println!("{}", target.tokenizer.decode(&g.tokens)?);
     let m = &g.metrics;
     let rows = vec![
@@ -226,7 +249,8 @@ struct RunArgs {
     max_new_tokens: usize,
     #[command(flatten)]
     sampling: SamplingArgs,
-    /// Compute device: cpu, or cuda[:N] in builds with the `cuda` feature.
+    /// Compute device: `cpu`, `wgpu[:N]` (the N-th Vulkan adapter, `specx devices` lists them;
+    /// builds with `--features wgpu`) or `cuda[:N]` (builds with `--features cuda`).
     #[arg(long, default_value = "cpu")]
     device: String,
     /// GGUF weights on the CPU: `native` keeps them in their block formats and decodes them
@@ -299,5 +323,23 @@ fn main() -> Result<()> {
         Command::Dsi(a) => specx_eval::dsi::run_cli(a),
         Command::Easyspec(a) => specx_eval::easyspec::run_cli(a),
         Command::Reproduce(Reproduce::Specdecpp(a)) => specx_eval::reproduce::specdecpp::run(a),
+        Command::Devices => list_devices(),
     }
+}
+
+/// `specx devices`: what `--device` accepts on this machine with this build.
+fn list_devices() -> Result<()> {
+    let mut rows = vec![vec!["cpu".to_string(), "host CPU".into(), "burn-flex + specx kernels".into(), format!("{} threads", std::thread::available_parallelism().map_or(1, |n| n.get())), "-".into()]];
+    let vulkan = specx_decoder::device::vulkan_adapters();
+    if let Ok(adapters) = &vulkan {
+        rows.extend(adapters.iter().map(|a| vec![a.device.to_string(), a.name.clone(), a.kind.clone(), a.driver.clone(), format!("{} MiB", a.max_buffer_bytes >> 20)]));
+    }
+    print!("{}", markdown_table(&["--device", "name", "kind", "driver", "largest buffer"], &rows));
+    match vulkan {
+        Ok(a) if a.is_empty() => println!("\nwgpu: no Vulkan adapter (install the GPU's driver, or for testing Mesa's software Vulkan: apt-get install mesa-vulkan-drivers libvulkan1)"),
+        Ok(_) => {}
+        Err(e) => println!("\nwgpu: {e:#}"),
+    }
+    println!("cuda: {}", if cfg!(feature = "cuda") { "compiled in (cuda:N)" } else { "not in this build (--features cuda; see the README's GPU section)" });
+    Ok(())
 }

@@ -34,7 +34,7 @@ pub struct ModelsConfig {
     /// Draft model: a GGUF file or an HF directory.
     pub draft: PathBuf,
     pub target: PathBuf,
-    /// `cpu`, or `cuda[:N]` in a build with the `cuda` feature.
+    /// `cpu`, `wgpu[:N]` (a Vulkan adapter; build with `--features wgpu`) or `cuda[:N]`.
     #[serde(default = "default_device")]
     pub device: String,
     /// GGUF weights on the CPU: `native` (kept in their block formats, the default) or `f32`
@@ -290,6 +290,7 @@ impl DatagenConfig {
 
     /// Range checks that serde cannot express.
     pub fn validate(&self) -> Result<()> {
+        self.models.device.parse().and_then(specx_decoder::check_device).context("[models] device")?;
         self.generation.sampling().validate().context("[generation]")?;
         self.labels.sampling().validate().context("[labels]")?;
         let g = &self.generation;

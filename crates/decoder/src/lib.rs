@@ -6,11 +6,13 @@
 //! forwards over any number of new tokens that return logits and final hidden states, and
 //! sampling utilities whose warping applies identically to draft and target.
 //!
-//! Devices: [`default_device`] is burn's pure-Rust `flex` CPU backend; with the `cuda` cargo
-//! feature a `Device::cuda(0)` runs the same code on an NVIDIA GPU.
+//! Devices ([`device`]): `cpu` is burn's pure-Rust `flex` backend with specx's own few-row
+//! kernels; with the `wgpu` cargo feature `wgpu[:N]` runs the generic burn path on a Vulkan
+//! adapter (NVIDIA, AMD, Intel, or Mesa's software lavapipe), and with `cuda` on CUDA.
 
 pub mod cache;
 pub mod config;
+pub mod device;
 pub mod fsutil;
 pub mod generate;
 pub mod gguf;
@@ -29,6 +31,7 @@ pub mod weights;
 pub use burn::tensor::Device;
 pub use cache::KvCache;
 pub use config::ModelConfig;
+pub use device::{check_device, device_from_name, open_device, parse_device_list, DeviceName};
 pub use loader::{check_pair, load_model, load_model_as, LoadedModel};
 pub use model::{AttentionProbe, ForwardOutput, LayerTimes, ProbedLayer, Transformer, WeightMode};
 pub use sampling::{Sampler, SamplingConfig};
@@ -37,20 +40,4 @@ pub use tokenizer::{ChatTemplate, Tokenizer};
 /// The CPU device (burn-flex, multi-threaded with SIMD).
 pub fn default_device() -> Device {
     Device::flex()
-}
-
-/// The device called `name`: `cpu` (burn-flex), or with the `cuda` feature `cuda` / `cuda:N`.
-pub fn device_from_name(name: &str) -> anyhow::Result<Device> {
-    match name {
-        "cpu" => Ok(Device::flex()),
-        #[cfg(feature = "cuda")]
-        n if n == "cuda" || n.starts_with("cuda:") => {
-            let index: usize = n.strip_prefix("cuda:").map_or(Ok(0), str::parse)?;
-            Ok(Device::cuda(index))
-        }
-        other => anyhow::bail!(
-            "unknown device '{other}': this build knows 'cpu'{}",
-            if cfg!(feature = "cuda") { " and 'cuda[:N]'" } else { " (build with --features cuda for NVIDIA GPUs)" }
-        ),
-    }
 }

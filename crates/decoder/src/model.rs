@@ -151,8 +151,10 @@ enum Projection {
     /// call; inputs longer than [`HOST_KERNEL_MAX_ROWS`] (outside row-invariant forwards) get
     /// the matrix decoded for the call and burn's gemm, exactly as the f32 path.
     Native(Arc<QuantMatrix>),
-    /// Any other device: burn's matmul.
-    Device(Tensor<2>),
+    /// Any other device: burn's matmul, over row blocks of the matrix that each fit in one
+    /// device buffer (a GPU caps a storage buffer: 128 MiB on Mesa's lavapipe, less than the
+    /// 0.5B model's 544 MB vocabulary matrix). Usually a single block.
+    Device(Vec<Tensor<2>>),
 }
 
 /// A linear map stored in HF layout `[out, in]` and applied as `x W^T (+ bias)`.
@@ -190,7 +192,19 @@ impl Linear {
                 decoded = decoded_tensor(q, &x.device());
                 &decoded
             }
-            Projection::Host { weight, .. } | Projection::Device(weight) => weight,
+            Projection::Device(blocks) if blocks.len() > 1 => {
+                let rows = x.reshape([b * n, k]);
+                let parts: Vec<Tensor<2>> = blocks.iter().map(|w| rows.clone().matmul(w.clone().transpose())).collect();
+                let y = Tensor::cat(parts, 1);
+                let out = y.dims()[1];
+                let y = match &self.bias {
+                    Some(bias) => y + bias.clone().unsqueeze::<2>(),
+                    None => y,
+                };
+                return y.reshape([b, n, out]);
+            }
+            Projection::Device(blocks) => &blocks[0],
+            Projection::Host { weight, .. } => weight,
         };
         let out = weight.dims()[0];
         let y = x.reshape([b * n, k]).matmul(weight.clone().transpose());
@@ -225,7 +239,7 @@ impl Linear {
         let matrix = match &self.proj {
             Projection::Native(q) => q.byte_len(),
             Projection::Host { host, .. } => host.rows * host.cols * 4,
-            Projection::Device(w) => w.dims().iter().product::<usize>() * 4,
+            Projection::Device(blocks) => blocks.iter().map(|w| w.dims().iter().product::<usize>() * 4).sum(),
         };
         matrix + self.bias.as_ref().map_or(0, |b| b.dims()[0] * 4)
     }
@@ -352,6 +366,8 @@ impl std::fmt::Display for WeightMode {
 /// The token embedding table.
 enum Embedding {
     Dense(Tensor<2>),
+    /// A table in row blocks on a device ([`Projection::Device`]).
+    Blocks(Vec<Tensor<2>>),
     /// GGUF blocks; looked-up rows are decoded to the same f32 values as the dense table.
     Native(Arc<QuantMatrix>),
 }
@@ -489,12 +505,21 @@ fn upload<const D: usize>(t: HostTensor, name: &str, shape: [usize; D], device: 
     Ok(Tensor::from_data(TensorData::new(t.data, shape), device))
 }
 
+/// An f32 matrix on a non-CPU device as row blocks that each fit in one of its buffers.
+fn device_blocks(data: Vec<f32>, [rows, cols]: [usize; 2], device: &Device) -> Vec<Tensor<2>> {
+    let max_rows = crate::device::max_buffer_bytes(device).map_or(rows, |bytes| (bytes / (cols * 4)).max(1));
+    if rows <= max_rows {
+        return vec![Tensor::from_data(TensorData::new(data, [rows, cols]), device)];
+    }
+    data.chunks(max_rows * cols).map(|c| Tensor::from_data(TensorData::new(c.to_vec(), [c.len() / cols, cols]), device)).collect()
+}
+
 /// Moves an f32 weight matrix to the device. On the CPU device the burn tensor shares the
 /// host buffer, which the few-row kernel also reads; elsewhere only the device copy is kept.
 fn upload_matrix(t: HostTensor, name: &str, shape: [usize; 2], device: &Device) -> Result<Projection> {
     check_shape(&t, name, &shape)?;
     if *device != Device::flex() {
-        return Ok(Projection::Device(Tensor::from_data(TensorData::new(t.data, shape), device)));
+        return Ok(Projection::Device(device_blocks(t.data, shape, device)));
     }
     let host = HostMatrix { bytes: bytes::Bytes::from_owner(F32Buffer(t.data)), rows: shape[0], cols: shape[1] };
     let shared = Bytes::from_shared(host.bytes.clone(), AllocationProperty::Native);
@@ -581,7 +606,9 @@ impl Transformer {
         let embed_proj = projection(&[("model.embed_tokens", cfg.vocab_size)], hd)?;
         let embed = match &embed_proj {
             Projection::Native(q) => Embedding::Native(q.clone()),
-            Projection::Host { weight, .. } | Projection::Device(weight) => Embedding::Dense(weight.clone()),
+            Projection::Host { weight, .. } => Embedding::Dense(weight.clone()),
+            Projection::Device(blocks) if blocks.len() == 1 => Embedding::Dense(blocks[0].clone()),
+            Projection::Device(blocks) => Embedding::Blocks(blocks.clone()),
         };
         let mut blocks = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
@@ -757,10 +784,25 @@ impl Transformer {
         }
         let ids: Vec<u32> = seqs.iter().flat_map(|t| t.iter().copied()).collect();
         let rows = ids.len();
+        let index = |ids: Vec<i64>| Tensor::<1, Int>::from_data(TensorData::new(ids.clone(), [ids.len()]), &self.device);
         match &self.embed {
-            Embedding::Dense(table) => {
-                let ids: Vec<i64> = ids.iter().map(|&x| x as i64).collect();
-                Ok(table.clone().select(0, Tensor::<1, Int>::from_data(TensorData::new(ids, [rows]), &self.device)))
+            Embedding::Dense(table) => Ok(table.clone().select(0, index(ids.iter().map(|&x| x as i64).collect()))),
+            Embedding::Blocks(blocks) => {
+                // Each block selects its tokens' rows; one more select puts them in input order.
+                let per_block = blocks[0].dims()[0];
+                let (mut parts, mut order, mut found) = (Vec::new(), vec![0i64; rows], 0);
+                for (b, block) in blocks.iter().enumerate() {
+                    let mine: Vec<(usize, i64)> = ids.iter().enumerate().filter(|&(_, &id)| id as usize / per_block == b).map(|(i, &id)| (i, (id as usize % per_block) as i64)).collect();
+                    if mine.is_empty() {
+                        continue;
+                    }
+                    for (j, &(i, _)) in mine.iter().enumerate() {
+                        order[i] = (found + j) as i64;
+                    }
+                    found += mine.len();
+                    parts.push(block.clone().select(0, index(mine.into_iter().map(|(_, r)| r).collect())));
+                }
+                Ok(Tensor::cat(parts, 0).select(0, index(order)))
             }
             Embedding::Native(q) => {
                 let hd = q.cols();

@@ -11,7 +11,7 @@ use crate::report::markdown_table;
 use anyhow::{ensure, Context, Result};
 use specx_decoder::generate::last_logits;
 use specx_decoder::sampling::argmax;
-use specx_decoder::{default_device, load_model_as, LoadedModel, WeightMode};
+use specx_decoder::{check_device, open_device, parse_device_list, DeviceName, LoadedModel, WeightMode, load_model_as};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -52,6 +52,11 @@ pub struct BenchArgs {
     /// in the kernel; `f32`: dequantized on load), so their ratios come from the same run.
     #[arg(long, value_delimiter = ',', default_value = "native,f32")]
     pub weights: Vec<WeightMode>,
+    /// Devices to measure, one after the other in this run: `cpu` (each of --weights),
+    /// `wgpu[:N]` (a Vulkan adapter, f32 weights on the device; build with `--features wgpu`),
+    /// `cuda[:N]`. With a device besides the CPU, a table of device/CPU ratios follows.
+    #[arg(long, value_delimiter = ',', default_value = "cpu")]
+    pub devices: Vec<String>,
     /// llama.cpp's `llama-bench` binary (build one with scripts/bench-llamacpp.sh): run it on the
     /// same GGUF files with the same thread count, prompt and decode lengths in this run, and
     /// print specx/llama.cpp ratios.
@@ -81,6 +86,7 @@ pub fn default_target() -> PathBuf {
 #[derive(Debug, serde::Serialize)]
 pub struct ModelBench {
     pub role: String,
+    pub device: String,
     pub weights: String,
     pub path: String,
     pub parameters: usize,
@@ -101,6 +107,7 @@ pub struct ModelBench {
 /// Memory of one weight path, measured with only its two models loaded.
 #[derive(Debug, serde::Serialize)]
 pub struct PathMemory {
+    pub device: String,
     pub weights: String,
     pub rss_both_loaded_gb: f64,
     /// Peak RSS while this path loaded and ran (the peak is reset before each path).
@@ -135,6 +142,7 @@ fn bench_prompt(lm: &LoadedModel, n: usize) -> Result<Vec<u32>> {
 /// Raw timings of one model, before the bound is applied.
 struct Timing {
     role: String,
+    device: String,
     weights: String,
     path: String,
     parameters: usize,
@@ -153,6 +161,7 @@ impl Timing {
         let bound = bandwidth / self.bytes_per_token;
         ModelBench {
             role: self.role,
+            device: self.device,
             weights: self.weights,
             path: self.path,
             parameters: self.parameters,
@@ -169,12 +178,17 @@ impl Timing {
     }
 }
 
-fn time_model(role: &str, weights: WeightMode, lm: &LoadedModel, a: &BenchArgs) -> Result<Timing> {
+fn time_model(role: &str, device: DeviceName, weights: WeightMode, lm: &LoadedModel, a: &BenchArgs) -> Result<Timing> {
     let model = &lm.model;
     let prompt = bench_prompt(lm, a.prompt_tokens)?;
-    // Warm-up: one short forward so that first-touch allocation is not timed.
+    // Warm-up: first-touch allocation on the CPU; on a GPU also shader compilation and
+    // autotuning, which happen per shape, so every timed shape runs once first.
     let mut warm = model.new_cache(1);
-    model.forward_last(&prompt[..prompt.len().min(8)], &mut warm)?;
+    let _ = last_logits(&model.forward_last(&prompt, &mut warm)?);
+    if device != DeviceName::Cpu {
+        let _ = last_logits(&model.forward(&prompt[..a.verify_rows.max(1).min(prompt.len())], &mut warm)?);
+        let _ = last_logits(&model.forward(&prompt[..1], &mut warm)?);
+    }
     drop(warm);
 
     let mut cache = model.new_cache(1);
@@ -201,6 +215,7 @@ fn time_model(role: &str, weights: WeightMode, lm: &LoadedModel, a: &BenchArgs) 
     let mean_ctx = prompt.len() + a.decode_tokens / 2;
     Ok(Timing {
         role: role.into(),
+        device: device.to_string(),
         weights: weights.to_string(),
         path: lm.path.display().to_string(),
         parameters: cfg.num_parameters(),
@@ -235,21 +250,26 @@ pub fn measure(a: &BenchArgs) -> Result<BenchReport> {
     eprintln!("measuring memory bandwidth ({} MiB buffer)...", a.bandwidth_mib);
     let bandwidth = read_bandwidth(a.bandwidth_mib << 20, 5);
     let bandwidth_one = read_bandwidth_threads(a.bandwidth_mib << 20, 3, 1);
-    let device = default_device();
+    let devices = parse_device_list(&a.devices)?;
+    devices.iter().try_for_each(|&d| check_device(d))?;
+    // The CPU runs every weight path; other devices hold f32 weights (no native kernels there).
+    let paths: Vec<(DeviceName, WeightMode)> =
+        devices.iter().flat_map(|&d| if d == DeviceName::Cpu { a.weights.iter().map(|&w| (d, w)).collect::<Vec<_>>() } else { vec![(d, WeightMode::F32)] }).collect();
     let mut timings = Vec::new();
     let mut memory = Vec::new();
-    for &mode in &a.weights {
+    for (name, mode) in paths {
+        let device = open_device(name)?;
         reset_peak_rss();
-        eprintln!("loading draft {} and target {} ({mode} weights)...", draft_path.display(), target_path.display());
+        eprintln!("loading draft {} and target {} on {name} ({mode} weights)...", draft_path.display(), target_path.display());
         let draft = load_model_as(&draft_path, None, &device, mode)?;
         let target = load_model_as(&target_path, None, &device, mode)?;
         let rss_both = current_rss_bytes().unwrap_or(0) as f64 / 1e9;
         for (role, lm) in [("draft", &draft), ("target", &target)] {
-            eprintln!("benchmarking {role} ({mode})...");
-            timings.push(time_model(role, mode, lm, a)?);
+            eprintln!("benchmarking {role} on {name} ({mode})...");
+            timings.push(time_model(role, name, mode, lm, a)?);
         }
         let peak = peak_rss_bytes().unwrap_or(0) as f64 / 1e9;
-        memory.push(PathMemory { weights: mode.to_string(), rss_both_loaded_gb: rss_both, peak_rss_gb: peak });
+        memory.push(PathMemory { device: name.to_string(), weights: mode.to_string(), rss_both_loaded_gb: rss_both, peak_rss_gb: peak });
     }
     let llamacpp = match &a.llamacpp {
         Some(bin) => run_llama_bench(bin, &[("draft", &draft_path), ("target", &target_path)], threads, a)?,
@@ -309,26 +329,29 @@ fn print_report(r: &BenchReport) {
         .models
         .iter()
         .map(|m| {
+            // The bound is the host's memory bandwidth: it says nothing about another device.
+            let host = m.device == "cpu";
             vec![
                 m.role.clone(),
+                m.device.clone(),
                 m.weights.clone(),
                 format!("{:.2}B", m.parameters as f64 / 1e9),
                 format!("{:.1}", m.prefill_tokens_per_sec),
                 format!("{:.2}", m.decode_tokens_per_sec),
                 format!("{:.1}", m.verify_secs * 1e3),
                 format!("{:.3}", m.bytes_per_token / 1e9),
-                format!("{:.2}", m.bound_tokens_per_sec),
-                format!("{:.2}", m.fraction_of_bound),
+                if host { format!("{:.2}", m.bound_tokens_per_sec) } else { "-".into() },
+                if host { format!("{:.2}", m.fraction_of_bound) } else { "-".into() },
             ]
         })
         .collect();
     let verify = format!("verify {} rows ms", r.models.first().map_or(0, |m| m.verify_rows));
     print!(
         "{}",
-        markdown_table(&["model", "weights", "params", "prefill tok/s", "decode tok/s", &verify, "GB read/token", "bound tok/s", "achieved/bound"], &rows)
+        markdown_table(&["model", "device", "weights", "params", "prefill tok/s", "decode tok/s", &verify, "GB read/token", "host bound tok/s", "achieved/bound"], &rows)
     );
     // Ratios between the paths, same run.
-    let find = |role: &str, w: &str| r.models.iter().find(|m| m.role == role && m.weights == w);
+    let find = |role: &str, w: &str| r.models.iter().find(|m| m.role == role && m.device == "cpu" && m.weights == w);
     let mut ratios = Vec::new();
     for role in ["draft", "target"] {
         if let (Some(n), Some(f)) = (find(role, "native"), find(role, "f32")) {
@@ -343,6 +366,23 @@ fn print_report(r: &BenchReport) {
     if !ratios.is_empty() {
         println!();
         print!("{}", markdown_table(&["model", "native/f32 decode", "native/f32 prefill", "native/f32 verify time"], &ratios));
+    }
+    // Each other device against the CPU's best path (native if measured), same run.
+    let mut device_ratios = Vec::new();
+    for m in r.models.iter().filter(|m| m.device != "cpu") {
+        if let Some(c) = find(&m.role, "native").or_else(|| find(&m.role, "f32")) {
+            device_ratios.push(vec![
+                m.role.clone(),
+                format!("{} / cpu {}", m.device, c.weights),
+                format!("{:.2}x", m.decode_tokens_per_sec / c.decode_tokens_per_sec),
+                format!("{:.2}x", m.prefill_tokens_per_sec / c.prefill_tokens_per_sec),
+                format!("{:.2}", m.verify_secs / c.verify_secs),
+            ]);
+        }
+    }
+    if !device_ratios.is_empty() {
+        println!();
+        print!("{}", markdown_table(&["model", "paths", "decode", "prefill", "verify time"], &device_ratios));
     }
     if !r.llamacpp.is_empty() {
         let rows: Vec<Vec<String>> = r
@@ -368,6 +408,6 @@ fn print_report(r: &BenchReport) {
     }
     println!();
     for m in &r.memory {
-        println!("{} weights: RSS with both models loaded {:.2} GB; peak RSS {:.2} GB", m.weights, m.rss_both_loaded_gb, m.peak_rss_gb);
+        println!("{} {} weights: host RSS with both models loaded {:.2} GB; peak RSS {:.2} GB", m.device, m.weights, m.rss_both_loaded_gb, m.peak_rss_gb);
     }
 }

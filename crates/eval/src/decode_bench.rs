@@ -61,6 +61,7 @@ fn preset(a: &DecodeBenchArgs, mode: WeightMode) -> Result<EvalConfig> {
         budget: BudgetConfig { max_new_tokens: Some(a.max_new_tokens), max_total_tokens: None },
         seeds: vec![0],
         methods: MethodsConfig { specdec: Some(SpecDecGrid { k: a.k.clone() }), specdecpp: None, confidence: None, dsi: None, easyspec: None, oracle: false, ar_batch: None },
+        audit: Default::default(),
         output: OutputConfig { dir: abs(&a.out).join(mode.to_string()) },
     })
 }

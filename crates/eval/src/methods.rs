@@ -3,7 +3,7 @@
 use anyhow::{bail, Context, Result};
 use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::spec::{
-    generate_autoregressive, generate_dsi, generate_speculative, AcceptanceHead, Calibration, Compat, ConfidencePolicy, Drafter, DsiConfig,
+    generate_autoregressive, generate_dsi, generate_dsi_on, generate_speculative, AcceptanceHead, Calibration, Compat, ConfidencePolicy, Drafter, DsiConfig,
     FixedK, FuzzyDrafter, Generation, HeadPolicy, HeadRule, PlainDrafter, RejectionSampler, SpecConfig, StopPolicy,
 };
 use specx_decoder::fsutil::short_hash;
@@ -131,13 +131,25 @@ impl Method {
 
     /// Generates from `prompt` with this method.
     pub fn run(&self, target: &Transformer, draft: Option<&Transformer>, prompt: &[u32], cfg: &SpecConfig, eos: &[u32]) -> Result<Generation> {
+        self.run_with_workers(target, &[], draft, prompt, cfg, eos)
+    }
+
+    /// [`Method::run`] where DSI's worker `w` verifies on `workers[w]` (the target loaded on
+    /// one device per worker) when there is one per worker; otherwise the DSI workers share
+    /// `target`, which every other method uses.
+    pub fn run_with_workers(&self, target: &Transformer, workers: &[&Transformer], draft: Option<&Transformer>, prompt: &[u32], cfg: &SpecConfig, eos: &[u32]) -> Result<Generation> {
         match self.policy() {
             None => generate_autoregressive(target, prompt, cfg, eos),
             Some(mut policy) => {
                 let draft = draft.context("speculative methods need a draft model")?;
                 let mut drafter = self.drafter(draft)?;
                 if let Some(dsi) = self.dsi() {
-                    return Ok(generate_dsi(target, drafter.as_mut(), policy.as_mut(), &mut RejectionSampler, prompt, cfg, &dsi, eos)?.generation);
+                    let g = if workers.len() != dsi.servers {
+                        generate_dsi(target, drafter.as_mut(), policy.as_mut(), &mut RejectionSampler, prompt, cfg, &dsi, eos)?
+                    } else {
+                        generate_dsi_on(workers, drafter.as_mut(), policy.as_mut(), &mut RejectionSampler, prompt, cfg, &dsi, eos)?
+                    };
+                    return Ok(g.generation);
                 }
                 generate_speculative(target, drafter.as_mut(), policy.as_mut(), &mut RejectionSampler, prompt, cfg, eos)
             }

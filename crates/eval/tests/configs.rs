@@ -41,6 +41,27 @@ fn shipped_eval_configs_parse_and_expand() {
     assert_eq!(expand(&grid.methods).unwrap().len(), 1 + 10 + 9 * 2 + 5);
 }
 
+/// The GPU audit config: a numerical audit on the wgpu device; a build without the `wgpu`
+/// feature refuses it before loading anything, naming the feature.
+#[test]
+fn the_wgpu_audit_config_asks_for_a_numerical_audit_on_the_device() {
+    use specx_eval::experiment::config::AuditMode;
+    let c = parse("wgpu-audit.toml");
+    assert_eq!((c.models.device.as_str(), c.audit.mode, c.audit.near_tie), ("wgpu", AuditMode::Numerical, 0.01));
+    assert!(c.sampling.iter().all(|s| s.temperature == 0.0), "the audit is about greedy runs");
+    if !cfg!(feature = "wgpu") {
+        let e = format!("{:#}", c.validate().unwrap_err());
+        assert!(e.contains("[models] device") && e.contains("--features wgpu"), "{e}");
+    }
+    let mut bad = c.clone();
+    bad.models.device = "wgpu:x".into();
+    assert!(format!("{:#}", bad.validate().unwrap_err()).contains("not a device index"));
+    let mut dup = parse("dsi-real.toml");
+    dup.methods.dsi.as_mut().unwrap().devices = vec!["cpu".into(), "cpu".into()];
+    dup.methods.dsi.as_mut().unwrap().profile = None;
+    assert!(format!("{:#}", dup.validate().unwrap_err()).contains("listed twice"));
+}
+
 fn replay_grid(name: &str) -> Vec<String> {
     let grid: ReplayConfig = toml::from_str(&std::fs::read_to_string(dir().join(name)).unwrap()).unwrap();
     expand(&grid.methods).unwrap().iter().map(|s| s.key()).collect()

@@ -37,6 +37,10 @@ pub struct TrainArgs {
     /// Log a line per epoch without progress bars.
     #[arg(long)]
     pub no_progress: bool,
+    /// Training device instead of the config's `device`: `cpu`, `wgpu[:N]` (a Vulkan
+    /// adapter; needs a build with `--features wgpu`) or `cuda[:N]`.
+    #[arg(long)]
+    pub device: Option<String>,
 }
 
 /// One point of a sweep: what differs from the config.
@@ -103,6 +107,9 @@ pub fn run_cli(a: TrainArgs) -> Result<()> {
     }
     if a.train_prompts.is_some() {
         cfg.data.train_prompts = a.train_prompts;
+    }
+    if let Some(d) = &a.device {
+        cfg.device = d.clone();
     }
     if let Some(t) = a.tied {
         cfg.head.tied = t;

@@ -24,6 +24,14 @@ pub struct TrainConfig {
     /// Grid for `specx train --sweep` (the paper's Table 3: w_rej x depth).
     #[serde(default)]
     pub sweep: SweepConfig,
+    /// Where the head trains: `cpu` (default), `wgpu[:N]` (a Vulkan adapter; build with
+    /// `--features wgpu`) or `cuda[:N]`. Checkpoints load on any device.
+    #[serde(default = "cpu")]
+    pub device: String,
+}
+
+fn cpu() -> String {
+    "cpu".into()
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -170,6 +178,7 @@ impl TrainConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
+        self.device.parse().and_then(specx_decoder::check_device).map_err(|e| anyhow::anyhow!("device: {e:#}"))?;
         let o = &self.optim;
         if !(o.lr > 0.0) || o.epochs == 0 || o.batch_size == 0 || !(0.0..1.0).contains(&o.warmup_ratio) || o.weight_decay < 0.0 {
             bail!("[optim] needs lr > 0, epochs >= 1, batch_size >= 1, 0 <= warmup_ratio < 1, weight_decay >= 0");

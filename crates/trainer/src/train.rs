@@ -22,7 +22,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::spec::{AcceptanceHead, HeadSpec};
-use specx_decoder::{default_device, Device};
+use specx_decoder::Device;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -101,7 +101,7 @@ pub fn train(cfg: &TrainConfig, opts: &TrainOptions) -> Result<TrainState> {
 pub fn train_on(cfg: &TrainConfig, train_set: &LabelledSet, dev_set: &LabelledSet, opts: &TrainOptions) -> Result<TrainState> {
     cfg.validate()?;
     let dir = &cfg.output.dir;
-    let plain = default_device();
+    let plain = specx_decoder::open_device(cfg.device.parse()?)?;
     let device = plain.clone().autodiff();
     let spec = head_spec(cfg, train_set);
     let last = dir.join("last");

@@ -111,3 +111,33 @@ fn weighted_heads_learn_the_weighted_optimum() {
         assert!(best.dev.mean_predicted < best.dev.mean_label);
     }
 }
+
+/// The same training run on a Vulkan device (`--features wgpu`; Mesa's lavapipe in CI) as on
+/// the CPU: every epoch's dev metrics within 1e-3 (burn's device matmuls and reductions sum
+/// in another order than the CPU's, and Adam carries the differences from step to step; a
+/// wrong gradient or a lost update moves the KL by tenths), and the saved head predicts on
+/// the CPU what it predicted on the device.
+#[cfg(feature = "wgpu")]
+#[test]
+fn training_on_the_device_follows_the_cpu_run() {
+    let (train, dev) = (synthetic(2000, 3), synthetic(500, 4));
+    let tmp = tempfile::tempdir().unwrap();
+    let opts = TrainOptions { max_epochs_this_run: None, progress: false };
+    let cpu = train_on(&config(&tmp.path().join("cpu"), 2, 3, 3.0), &train, &dev, &opts).unwrap();
+    let mut on_device = config(&tmp.path().join("wgpu"), 2, 3, 3.0);
+    on_device.device = "wgpu".into();
+    let gpu = train_on(&on_device, &train, &dev, &opts).unwrap();
+    for (a, b) in cpu.history.iter().zip(&gpu.history) {
+        let auroc = |m: &specx_trainer::metrics::Metrics| m.auroc.unwrap_or(f64::NAN);
+        for (what, x, y) in [("dev KL", a.dev.binary_kl, b.dev.binary_kl), ("dev AUROC", auroc(&a.dev), auroc(&b.dev)), ("train KL", a.train.binary_kl, b.train.binary_kl)] {
+            assert!((x - y).abs() <= 1e-3, "epoch {}: {what} cpu {x} vs device {y}", a.epoch);
+        }
+    }
+    let (head, _) = AcceptanceHead::load(&tmp.path().join("wgpu"), &default_device()).unwrap();
+    let p_host = predict(&head, &dev, &default_device()).unwrap();
+    let device = specx_decoder::device_from_name("wgpu").unwrap();
+    let (head_dev, _) = AcceptanceHead::load(&tmp.path().join("wgpu"), &device).unwrap();
+    let p_dev = predict(&head_dev, &dev, &device).unwrap();
+    let worst = p_host.iter().zip(&p_dev).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(worst <= 1e-5, "predictions of the saved head: cpu vs device differ by {worst}");
+}

@@ -344,9 +344,9 @@ impl Coordinator<'_> {
     }
 }
 
-/// DSI decoding of `prompt` with `dsi.servers` target workers. Lossless as
-/// [`super::generate_speculative`]: greedy output equals the target's greedy output, sampled
-/// output is distributed as the target's.
+/// DSI decoding of `prompt` with `dsi.servers` target workers sharing `target`'s weights.
+/// Lossless as [`super::generate_speculative`]: greedy output equals the target's greedy
+/// output, sampled output is distributed as the target's.
 #[allow(clippy::too_many_arguments)]
 pub fn generate_dsi(
     target: &Transformer,
@@ -358,8 +358,26 @@ pub fn generate_dsi(
     dsi: &DsiConfig,
     eos: &[u32],
 ) -> Result<DsiGeneration> {
+    generate_dsi_on(&vec![target; dsi.servers], drafter, policy, verifier, prompt, cfg, dsi, eos)
+}
+
+/// [`generate_dsi`] with one target per worker: worker `w` verifies on `targets[w]`, so the
+/// workers can run on several devices (the same model loaded on each; `specx decode --method
+/// dsi --devices cpu,wgpu:0`). The decisions use the logits each worker returns, on the host.
+#[allow(clippy::too_many_arguments)]
+pub fn generate_dsi_on(
+    targets: &[&Transformer],
+    drafter: &mut dyn Drafter,
+    policy: &mut dyn StopPolicy,
+    verifier: &mut dyn Verifier,
+    prompt: &[u32],
+    cfg: &SpecConfig,
+    dsi: &DsiConfig,
+    eos: &[u32],
+) -> Result<DsiGeneration> {
     ensure!(!prompt.is_empty(), "the prompt is empty");
     ensure!(dsi.servers >= 1 && dsi.lookahead >= 1, "DSI needs at least one target server and a lookahead of at least 1");
+    ensure!(targets.len() == dsi.servers, "DSI with {} target workers got {} targets (one per worker)", dsi.servers, targets.len());
     let t0 = Instant::now();
     let mut stats = DsiStats { worker_busy_s: vec![0.0; dsi.servers], ..Default::default() };
     if cfg.max_new_tokens == 0 {
@@ -368,7 +386,7 @@ pub fn generate_dsi(
     let (m, seq) = std::thread::scope(|scope| -> Result<(RequestMetrics, Vec<u32>)> {
         let (reply_tx, reply_rx) = mpsc::channel();
         let mut task_txs = Vec::with_capacity(dsi.servers);
-        for w in 0..dsi.servers {
+        for (w, &target) in targets.iter().enumerate() {
             let (tx, rx) = mpsc::channel();
             let replies = reply_tx.clone();
             std::thread::Builder::new().name(format!("dsi-target-{w}")).spawn_scoped(scope, move || worker_loop(target, w, rx, replies))?;

@@ -506,6 +506,7 @@ mod tests {
             identical_to_ar: true,
             speedup: 1.0,
             batch: 1,
+            divergence: None,
         }
     }
 

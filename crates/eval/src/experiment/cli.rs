@@ -33,6 +33,18 @@ pub struct EvalArgs {
     /// Log a line per unit instead of drawing a progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// Compute device, instead of the config's [models] device: `cpu`, `wgpu[:N]` (the N-th
+    /// Vulkan adapter; `specx devices` lists them; needs a build with `--features wgpu`) or
+    /// `cuda[:N]` (`--features cuda`). Results on another device go into their own run
+    /// directory (a run resumes only on the device it started on).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// How the losslessness audit judges greedy outputs that differ from AR's, instead of the
+    /// config's [audit] mode: `exact` fails on any difference; `numerical` reports a difference
+    /// whose first departure is a near-tie of the target (|logit margin| <= [audit] near_tie)
+    /// as a numerical flip, for devices whose matmuls are not row-invariant (GPUs).
+    #[arg(long, value_enum)]
+    pub audit: Option<super::config::AuditMode>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -69,6 +81,12 @@ pub fn effective_config(a: &EvalArgs) -> Result<EvalConfig> {
     let mut cfg = EvalConfig::load(path)?;
     if let Some(o) = &a.out {
         cfg.output.dir = specx_datagen::config::resolve_path(o, &std::env::current_dir()?);
+    }
+    if let Some(d) = &a.device {
+        cfg.models.device = d.clone();
+    }
+    if let Some(m) = a.audit {
+        cfg.audit.mode = m;
     }
     Ok(cfg)
 }
@@ -114,6 +132,9 @@ fn finish(outcome: &super::run::EvalOutcome, dir: &std::path::Path) -> Result<()
         outcome.rows.len(),
         if outcome.manifest.complete { "" } else { "; incomplete: run the same command again to continue" }
     );
+    for f in &outcome.numerical_flips {
+        eprintln!("AUDIT (numerical near-tie, not a failure): {f}");
+    }
     if !outcome.audit_failures.is_empty() {
         for f in &outcome.audit_failures {
             eprintln!("AUDIT: {f}");

@@ -27,7 +27,43 @@ pub struct EvalConfig {
     pub seeds: Vec<u64>,
     #[serde(default)]
     pub methods: MethodsConfig,
+    /// How the losslessness audit judges greedy outputs that differ from AR's.
+    #[serde(default)]
+    pub audit: AuditConfig,
     pub output: OutputConfig,
+}
+
+/// How the losslessness audit judges a greedy speculative output that differs from AR's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditConfig {
+    /// `exact` (the default, right for the CPU, whose kernels are row-invariant): every
+    /// difference fails the run. `numerical` (for devices whose matmuls round differently for
+    /// K+1 rows than for one): a difference whose first departure is a near-tie of the target
+    /// (|logit margin| <= `near_tie`) is reported as numerical, not as a failure.
+    #[serde(default)]
+    pub mode: AuditMode,
+    /// Largest |logit margin| a `numerical` audit accepts as a near-tie.
+    #[serde(default = "default_near_tie")]
+    pub near_tie: f32,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self { mode: AuditMode::default(), near_tie: default_near_tie() }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum AuditMode {
+    #[default]
+    Exact,
+    Numerical,
+}
+
+fn default_near_tie() -> f32 {
+    0.01
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -35,7 +71,8 @@ pub struct EvalConfig {
 pub struct ModelsConfig {
     pub draft: PathBuf,
     pub target: PathBuf,
-    /// `cpu`, or `cuda[:N]` in a build with the `cuda` feature.
+    /// `cpu`, `wgpu[:N]` (a Vulkan adapter, in a build with the `wgpu` feature) or `cuda[:N]`
+    /// (the `cuda` feature).
     #[serde(default = "cpu")]
     pub device: String,
     /// GGUF weights on the CPU: `native` (default) or `f32`.
@@ -229,6 +266,11 @@ pub struct EasySpecGrid {
 pub struct DsiGrid {
     /// Target workers (speculation-parallelism degrees).
     pub servers: Vec<usize>,
+    /// Devices of the target workers, one worker per device (`["cpu", "wgpu:0"]`): the target
+    /// is loaded on each (the [models] device's copy is reused), and `servers` must be the
+    /// list's length. DSI-scheduled EasySpec settings with that many servers use them too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<String>,
     /// Draft tokens per verification task.
     #[serde(default)]
     pub lookaheads: Vec<usize>,
@@ -302,6 +344,7 @@ impl EvalConfig {
     /// What serde cannot check: ranges, unique names, and files that must exist (checked here,
     /// before any model is loaded).
     pub fn validate(&self) -> Result<()> {
+        self.models.device.parse().and_then(specx_decoder::check_device).context("[models] device")?;
         ensure!(!self.prompts.is_empty(), "no [[prompts]] set");
         ensure!(!self.sampling.is_empty(), "no [[sampling]] setting");
         ensure!(!self.seeds.is_empty(), "seeds is empty");
@@ -317,6 +360,7 @@ impl EvalConfig {
             ensure!(!s.name.is_empty() && s.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)), "sampling name '{}': use letters, digits, - _ .", s.name);
             s.config().validate().with_context(|| format!("[[sampling]] '{}'", s.name))?;
         }
+        ensure!(self.audit.near_tie.is_finite() && self.audit.near_tie >= 0.0, "[audit] near_tie must be a finite margin >= 0");
         let b = &self.budget;
         ensure!(b.max_new_tokens.is_some() || b.max_total_tokens.is_some(), "[budget] needs max_new_tokens or max_total_tokens");
         ensure!(b.max_new_tokens != Some(0) && b.max_total_tokens != Some(0), "[budget] limits must be at least 1");
@@ -352,6 +396,11 @@ impl EvalConfig {
             ensure!(!g.lookaheads.is_empty() || g.profile.is_some(), "[methods.dsi] give lookaheads, or a profile for Eq. 1's lookahead");
             if let Some(p) = &g.profile {
                 ensure!(p.is_file(), "[methods.dsi] profile {} does not exist (`specx profile` writes it)", p.display());
+            }
+            if !g.devices.is_empty() {
+                let devices = specx_decoder::parse_device_list(&g.devices).context("[methods.dsi] devices")?;
+                devices.into_iter().try_for_each(specx_decoder::check_device).context("[methods.dsi] devices")?;
+                ensure!(g.servers.iter().all(|&s| s == g.devices.len()), "[methods.dsi] devices gives one worker per device: servers must be [{}]", g.devices.len());
             }
         }
         if let Some(g) = &m.easyspec {

@@ -82,6 +82,7 @@ impl EvalManifest {
     pub fn identity(&self) -> serde_json::Value {
         let mut c = self.config.clone();
         c.output.dir = PathBuf::new();
+        c.audit = Default::default(); // how rows are judged, not how they were computed
         c.models.draft = PathBuf::new();
         c.models.target = PathBuf::new();
         for p in &mut c.prompts {

@@ -2,7 +2,7 @@
 
 use super::manifest::EvalManifest;
 use super::results::UnitFile;
-use super::run::{audit, EvalOutcome};
+use super::run::{audit, Audit, EvalOutcome};
 use anyhow::{bail, ensure, Context, Result};
 use specx_datagen::manifest::identity_difference;
 use std::path::{Path, PathBuf};
@@ -80,6 +80,6 @@ pub fn merge(parts: &[PathBuf], out: &Path) -> Result<EvalOutcome> {
     manifest.write(out)?;
     let rows: Vec<_> = units.into_iter().flat_map(|u| u.rows).collect();
     super::report::write_reports(out, &manifest, &rows)?;
-    let audit_failures = audit(&rows);
-    Ok(EvalOutcome { manifest, rows, audit_failures })
+    let Audit { failures: audit_failures, numerical: numerical_flips } = audit(&rows, &manifest.config.audit);
+    Ok(EvalOutcome { manifest, rows, audit_failures, numerical_flips })
 }

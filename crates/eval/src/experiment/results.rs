@@ -55,6 +55,26 @@ pub struct ResultRow {
     /// decode time is its share of the batched steps, not a single-stream time.
     #[serde(default = "one")]
     pub batch: usize,
+    /// Where a greedy output that differs from AR's first departs from it, with the target's
+    /// logit margin there (`None` when the outputs agree, and for sampled rows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub divergence: Option<Divergence>,
+}
+
+/// The first position at which a greedy speculative output departs from AR's, and how close
+/// the target's choice was there. On a device whose matmuls are not row-invariant (a GPU
+/// forward over K+1 rows need not round like K+1 single-row forwards), a near-tie (a margin
+/// of the order of the device's rounding) can flip without any algorithmic error; a large
+/// margin cannot.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Divergence {
+    /// Index in the generated tokens.
+    pub position: usize,
+    pub ar_token: u32,
+    pub token: u32,
+    /// `logit[ar_token] - logit[token]` of the target at that position, recomputed by one
+    /// forward of the common prefix on the run's device.
+    pub margin: f32,
 }
 
 fn one() -> usize {
@@ -187,6 +207,8 @@ pub fn rows_frame(rows: &[ResultRow]) -> Result<DataFrame> {
         col("calibration", rows, |r| r.setting.calibration.map(|c| c.name().to_string())),
         col("workers", rows, |r| r.setting.workers.map(|k| k as u64)),
         col("replayed", rows, |r| r.replayed),
+        col("diverged_at", rows, |r| r.divergence.as_ref().map(|d| d.position as u64)),
+        col("divergence_margin", rows, |r| r.divergence.as_ref().map(|d| d.margin)),
         col("prompt_tokens", rows, |r| u(r.prompt_tokens)),
         col("max_new_tokens", rows, |r| u(r.max_new_tokens)),
         col("n_generated", rows, |r| u(r.n_generated)),

@@ -2,10 +2,10 @@
 //! prompt x sampling setting x seed: AR first, then every method setting) that this process
 //! is responsible for and has not finished, then writes the results, the summary and the plots.
 
-use super::config::{EvalConfig, PromptSetConfig};
+use super::config::{AuditConfig, AuditMode, EvalConfig, PromptSetConfig};
 use super::grid::{expand, head_name, Setting};
 use super::manifest::{EvalManifest, HeadRecord, Machine, PromptSetRecord, FORMAT, MANIFEST};
-use super::results::{tokens_sha256, ResultRow, UnitFile, UnitKey};
+use super::results::{tokens_sha256, Divergence, ResultRow, UnitFile, UnitKey};
 use crate::methods::{load_head, Method};
 use anyhow::{ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -15,7 +15,7 @@ use specx_datagen::split::{stream_seed, SplitMix64};
 use specx_decoder::fsutil::{sha256_file, write_atomic};
 use specx_decoder::generate::{generate_greedy_batched, BatchItem, GenerateStats};
 use specx_decoder::spec::{AcceptanceHead, SpecConfig};
-use specx_decoder::{check_pair, device_from_name, load_model_as, LoadedModel};
+use specx_decoder::{check_pair, device_from_name, load_model_as, DeviceName, LoadedModel, Transformer};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
@@ -82,8 +82,10 @@ pub fn units(cfg: &EvalConfig, sets: &[SelectedSet]) -> Vec<UnitKey> {
 pub struct EvalOutcome {
     pub manifest: EvalManifest,
     pub rows: Vec<ResultRow>,
-    /// Greedy rows whose output differs from AR's: (dataset, prompt id, sampling, setting).
+    /// Greedy rows whose output differs from AR's and that the audit fails.
     pub audit_failures: Vec<String>,
+    /// Greedy rows whose output differs from AR's at a near-tie (a `numerical` audit).
+    pub numerical_flips: Vec<String>,
 }
 
 /// Loads every head of the grid (checked against the draft model) with its record.
@@ -121,6 +123,23 @@ fn check_heads_readable(cfg: &EvalConfig) -> Result<()> {
     Ok(())
 }
 
+/// The target on each of `[methods.dsi] devices` for DSI's workers, in worker order: `None`
+/// where the device is the [models] device (whose copy the caller reuses).
+fn load_worker_targets(cfg: &EvalConfig) -> Result<Vec<Option<LoadedModel>>> {
+    let Some(g) = cfg.methods.dsi.as_ref().filter(|g| !g.devices.is_empty()) else { return Ok(Vec::new()) };
+    let main: DeviceName = cfg.models.device.parse()?;
+    specx_decoder::parse_device_list(&g.devices)?
+        .into_iter()
+        .map(|d| {
+            if d == main {
+                return Ok(None);
+            }
+            eprintln!("loading the target on {d} for a DSI worker");
+            load_model_as(&cfg.models.target, None, &specx_decoder::open_device(d)?, cfg.models.weights).map(Some)
+        })
+        .collect()
+}
+
 /// Runs the experiment of `cfg` (paths resolved, `output.dir` the run directory).
 pub fn run(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcome> {
     let started = Instant::now();
@@ -140,6 +159,8 @@ pub fn run(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcome> {
     let draft = load_model_as(&cfg.models.draft, None, &device, cfg.models.weights)?;
     let target = load_model_as(&cfg.models.target, None, &device, cfg.models.weights)?;
     check_pair(&draft, &target)?;
+    let replicas = load_worker_targets(cfg)?;
+    let workers: Vec<&Transformer> = replicas.iter().map(|r| r.as_ref().map_or(&target.model, |lm| &lm.model)).collect();
     let (heads, head_records) = load_heads(cfg, &draft, &device)?;
     let methods: Vec<Method> = settings.iter().map(|s| s.method(&heads, draft.model.config().num_hidden_layers)).collect::<Result<_>>()?;
 
@@ -245,7 +266,7 @@ pub fn run(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcome> {
             let text = texts[&(u.dataset.as_str(), u.prompt_index)];
             let sampling = samplings[u.sampling.as_str()];
             bar.set_message(format!("{} {} {}", u.dataset, u.prompt_id, u.sampling));
-            let file = run_unit(u, text, sampling, cfg, &settings, &methods, &target, &draft)?;
+            let file = run_unit(u, text, sampling, cfg, &settings, &methods, &target, &workers, &draft)?;
             finish_unit(file, &mut manifest)?;
         }
     }
@@ -255,8 +276,8 @@ pub fn run(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcome> {
     manifest.write(dir)?;
     let rows = collect_rows(dir, &mine)?;
     super::report::write_reports(dir, &manifest, &rows)?;
-    let audit_failures = audit(&rows);
-    Ok(EvalOutcome { manifest, rows, audit_failures })
+    let Audit { failures: audit_failures, numerical: numerical_flips } = audit(&rows, &cfg.audit);
+    Ok(EvalOutcome { manifest, rows, audit_failures, numerical_flips })
 }
 
 /// The unit file of a greedy AR output from a batched trace run.
@@ -291,6 +312,7 @@ fn batched_ar_unit(u: &UnitKey, sampling: &super::config::SamplingSetting, promp
         identical_to_ar: true,
         speedup: 1.0,
         batch,
+        divergence: None,
     };
     UnitFile { unit: u.clone(), prompt: prompt.to_vec(), ar_tokens: tokens, rows: vec![row] }
 }
@@ -305,6 +327,7 @@ fn run_unit(
     settings: &[Setting],
     methods: &[Method],
     target: &LoadedModel,
+    workers: &[&Transformer],
     draft: &LoadedModel,
 ) -> Result<UnitFile> {
     let prompt = target.tokenizer.encode(text)?;
@@ -315,8 +338,9 @@ fn run_unit(
     let spec = SpecConfig { max_new_tokens: max_new, sampling: sampling.config(), seed };
     let mut rows = Vec::with_capacity(methods.len());
     let mut ar: Option<(Vec<u32>, f64)> = None;
+    let mut outputs = Vec::with_capacity(methods.len());
     for (setting, method) in settings.iter().zip(methods) {
-        let g = method.run(&target.model, Some(&draft.model), &prompt, &spec, &target.eos_ids)?;
+        let g = method.run_with_workers(&target.model, workers, Some(&draft.model), &prompt, &spec, &target.eos_ids)?;
         let m = &g.metrics;
         let total = m.total_time.as_secs_f64();
         let (ar_tokens, ar_time) = ar.get_or_insert_with(|| (g.tokens.clone(), total));
@@ -349,10 +373,35 @@ fn run_unit(
             identical_to_ar: g.tokens == *ar_tokens,
             speedup: *ar_time / total.max(1e-9),
             batch: 1,
+            divergence: None,
         });
+        outputs.push(g.tokens);
     }
     let ar_tokens = ar.map(|(t, _)| t).unwrap_or_default();
+    if spec.sampling.is_greedy() {
+        for (row, g_tokens) in rows.iter_mut().zip(&outputs) {
+            if !row.identical_to_ar {
+                row.divergence = Some(divergence(&target.model, &prompt, &ar_tokens, g_tokens)?);
+            }
+        }
+    }
     Ok(UnitFile { unit: u.clone(), prompt, ar_tokens, rows })
+}
+
+/// Where `tokens` first departs from the greedy `ar` output of `prompt`, with the target's
+/// logit margin between the two choices there (one forward of the common prefix). When one
+/// output is a prefix of the other (one stopped early), the margin is infinite: no near-tie.
+fn divergence(target: &Transformer, prompt: &[u32], ar: &[u32], tokens: &[u32]) -> Result<Divergence> {
+    let position = ar.iter().zip(tokens).take_while(|(a, b)| a == b).count();
+    let (Some(&ar_token), Some(&token)) = (ar.get(position), tokens.get(position)) else {
+        // One output is a prefix of the other: a stop (EOS or budget) that the other did not
+        // take. No single logit pair explains it; report an infinite margin (a failure).
+        return Ok(Divergence { position, ar_token: ar.get(position).copied().unwrap_or(u32::MAX), token: tokens.get(position).copied().unwrap_or(u32::MAX), margin: f32::INFINITY });
+    };
+    let mut prefix = prompt.to_vec();
+    prefix.extend_from_slice(&ar[..position]);
+    let logits = target.forward_last(&prefix, &mut target.new_cache(1))?.logits_tail(1).remove(0);
+    Ok(Divergence { position, ar_token, token, margin: logits[ar_token as usize] - logits[token as usize] })
 }
 
 /// Rows of every finished unit among `units`, in unit order.
@@ -366,10 +415,116 @@ pub fn collect_rows(dir: &Path, units: &[&UnitKey]) -> Result<Vec<ResultRow>> {
     Ok(rows)
 }
 
-/// The losslessness audit: every greedy speculative output must equal AR's.
-pub fn audit(rows: &[ResultRow]) -> Vec<String> {
-    rows.iter()
-        .filter(|r| r.greedy() && !r.identical_to_ar && !r.replayed)
-        .map(|r| format!("{} {} ({}, seed {}): {} differs from AR", r.dataset, r.prompt_id, r.sampling, r.seed, r.setting.key()))
-        .collect()
+/// What the losslessness audit found: greedy speculative outputs that differ from AR's, as
+/// failures, and (in a `numerical` audit) as near-tie flips.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Audit {
+    pub failures: Vec<String>,
+    pub numerical: Vec<String>,
+}
+
+/// The losslessness audit: every greedy speculative output must equal AR's, except, in a
+/// `numerical` audit, outputs whose first departure is a near-tie of the target.
+pub fn audit(rows: &[ResultRow], cfg: &AuditConfig) -> Audit {
+    let mut out = Audit::default();
+    for r in rows.iter().filter(|r| r.greedy() && !r.identical_to_ar && !r.replayed) {
+        let what = format!("{} {} ({}, seed {}): {} differs from AR", r.dataset, r.prompt_id, r.sampling, r.seed, r.setting.key());
+        match &r.divergence {
+            Some(d) => {
+                let line = format!("{what} from token {} on (AR {}, got {}; target logit margin {:.2e})", d.position, d.ar_token, d.token, d.margin);
+                if cfg.mode == AuditMode::Numerical && d.margin.abs() <= cfg.near_tie {
+                    out.numerical.push(line);
+                } else {
+                    out.failures.push(line);
+                }
+            }
+            None => out.failures.push(what),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::methods::MethodKind;
+
+    fn row(identical: bool, divergence: Option<Divergence>, temperature: f32) -> ResultRow {
+        ResultRow {
+            dataset: "d".into(),
+            prompt_index: 0,
+            prompt_id: "p".into(),
+            sampling: "greedy".into(),
+            temperature,
+            top_k: None,
+            top_p: None,
+            seed: 0,
+            setting: Setting { method: MethodKind::Specdec, k: Some(4), ..Setting::ar() },
+            replayed: false,
+            prompt_tokens: 3,
+            max_new_tokens: 8,
+            n_generated: 8,
+            n_target_calls: 3,
+            n_draft_calls: 8,
+            n_calibrations: 0,
+            n_drafted: 8,
+            n_accepted: 6,
+            n_verified: 8,
+            draft_time_s: 0.0,
+            target_time_s: 0.0,
+            total_time_s: 0.0,
+            accepted_per_round: vec![4, 2],
+            drafted_per_round: vec![4, 4],
+            output_sha256: String::new(),
+            identical_to_ar: identical,
+            speedup: 1.0,
+            batch: 1,
+            divergence,
+        }
+    }
+
+    #[test]
+    fn the_numerical_audit_excuses_near_ties_only() {
+        let tie = Divergence { position: 5, ar_token: 10, token: 11, margin: 3e-4 };
+        let wide = Divergence { position: 2, ar_token: 10, token: 12, margin: 1.5 };
+        let rows = vec![row(true, None, 0.0), row(false, Some(tie.clone()), 0.0), row(false, Some(wide), 0.0), row(false, None, 0.7)];
+        let exact = audit(&rows, &AuditConfig::default());
+        assert_eq!((exact.failures.len(), exact.numerical.len()), (2, 0), "{exact:?}");
+        assert!(exact.failures[0].contains("from token 5 on") && exact.failures[0].contains("3.00e-4"), "{:?}", exact.failures);
+        let numerical = audit(&rows, &AuditConfig { mode: AuditMode::Numerical, near_tie: 0.01 });
+        assert_eq!((numerical.failures.len(), numerical.numerical.len()), (1, 1), "{numerical:?}");
+        assert!(numerical.failures[0].contains("margin 1.50e0"), "{:?}", numerical.failures);
+        // A differing greedy row without a recorded divergence (an older run) always fails.
+        let old = audit(&[row(false, None, 0.0)], &AuditConfig { mode: AuditMode::Numerical, near_tie: 10.0 });
+        assert_eq!(old.failures.len(), 1);
+    }
+
+    #[test]
+    fn a_divergence_names_the_first_departure_and_the_targets_margin_there() {
+        use specx_decoder::synthetic::{random_weights, tiny_qwen2, word_tokenizer_json, write_hf_dir, StDtype};
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = tiny_qwen2(40);
+        write_hf_dir(dir.path(), &cfg, &random_weights(&cfg, 2), StDtype::F32, 1, &word_tokenizer_json(40, "w")).unwrap();
+        let lm = load_model_as(dir.path(), None, &specx_decoder::default_device(), Default::default()).unwrap();
+        let prompt = [3u32, 14, 15, 9];
+        let spec = SpecConfig { max_new_tokens: 6, sampling: specx_decoder::SamplingConfig::greedy(), seed: 0 };
+        let ar = specx_decoder::spec::generate_autoregressive(&lm.model, &prompt, &spec, &[]).unwrap().tokens;
+        // An output that follows AR for three tokens, then takes the target's runner-up.
+        let mut prefix = prompt.to_vec();
+        prefix.extend_from_slice(&ar[..3]);
+        let logits = lm.model.forward_last(&prefix, &mut lm.model.new_cache(1)).unwrap().logits_tail(1).remove(0);
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+        assert_eq!(order[0] as u32, ar[3]);
+        let mut other = ar[..3].to_vec();
+        other.push(order[1] as u32);
+        let d = divergence(&lm.model, &prompt, &ar, &other).unwrap();
+        assert_eq!((d.position, d.ar_token, d.token), (3, ar[3], order[1] as u32));
+        assert_eq!(d.margin, logits[order[0]] - logits[order[1]]);
+        assert!(d.margin > 0.0);
+        // An output that stops early departs where it stops, with no margin to excuse it.
+        let short = divergence(&lm.model, &prompt, &ar, &ar[..2]).unwrap();
+        assert_eq!(short.position, 2);
+        assert!(short.margin.is_infinite());
+    }
 }
