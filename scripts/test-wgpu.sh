@@ -39,3 +39,4 @@ export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 cargo test --release -j2 -p specx-decoder --features wgpu --lib device
 cargo test --release -j2 -p specx-decoder --features wgpu --test wgpu -- --test-threads 1
 cargo test --release -j2 -p specx-trainer --features wgpu --test train_synthetic training_on_the_device
+cargo test --release -j2 -p specx-datagen --features wgpu --test datagen_tiny a_device_list_splits

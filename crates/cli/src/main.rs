@@ -100,6 +100,12 @@ struct DecodeArgs {
     /// The drafter runs on --device.
     #[arg(long, value_delimiter = ',')]
     devices: Vec<String>,
+    /// EasySpec's group workers on devices (`cpu,wgpu:0`): the draft's layer i keeps its
+    /// attention and cache on the (i mod N)-th device, so each layer group's attentions run on
+    /// different devices at once, one thread per device (--workers is then not used). The
+    /// draft's embeddings, MLPs and head stay on --device. `easyspec` only.
+    #[arg(long, value_delimiter = ',')]
+    draft_devices: Vec<String>,
     /// Acceptance head for `specdecpp` (and `easyspec` with SpecDec++'s stop rule): a
     /// checkpoint directory (specx train), or `random[:SEED]` for an untrained head (pipeline
     /// testing only).
@@ -145,12 +151,20 @@ fn run_decode(a: DecodeArgs) -> Result<()> {
     check_device(main_device)?;
     let worker_devices = if a.devices.is_empty() { Vec::new() } else { parse_device_list(&a.devices)? };
     worker_devices.iter().try_for_each(|&d| check_device(d))?;
+    let draft_devices = if a.draft_devices.is_empty() { Vec::new() } else { parse_device_list(&a.draft_devices)? };
+    draft_devices.iter().try_for_each(|&d| check_device(d))?;
+    ensure!(draft_devices.is_empty() || a.method == MethodKind::Easyspec, "--draft-devices places EasySpec's attention layers: it needs --method easyspec");
     let dsi_scheduler = a.method == MethodKind::Dsi || (a.method == MethodKind::Easyspec && a.servers.is_some());
     ensure!(worker_devices.is_empty() || dsi_scheduler, "--devices places DSI's target workers: it needs --method dsi (or easyspec with --servers)");
     ensure!(worker_devices.is_empty() || a.servers.is_none_or(|s| s == worker_devices.len()), "--servers {} and --devices with {} devices disagree (one worker per device)", a.servers.unwrap_or(0), worker_devices.len());
     let device = open_device(main_device)?;
     let target = load_model_as(&a.target, None, &device, a.run.weights)?;
-    let draft = if a.method == MethodKind::Ar { None } else { Some(load_model_as(&a.draft, None, &device, a.run.weights)?) };
+    let mut draft = if a.method == MethodKind::Ar { None } else { Some(load_model_as(&a.draft, None, &device, a.run.weights)?) };
+    if let Some(d) = draft.take_if(|_| !draft_devices.is_empty()) {
+        let devices = draft_devices.iter().map(|&n| open_device(n)).collect::<Result<Vec<_>>>()?;
+        eprintln!("placing the draft's attention layers on {}", a.draft_devices.join(", "));
+        draft = Some(specx_decoder::LoadedModel { model: d.model.place_attention(&devices)?, ..d });
+    }
     if let Some(d) = &draft {
         check_pair(d, &target)?;
     }

@@ -24,6 +24,11 @@ pub struct DatagenArgs {
     /// its own machine into its own directory, then `specx datagen merge`.
     #[arg(long, value_name = "I/N")]
     pub shard: Option<String>,
+    /// Overrides [models] devices: run one part per device at once (`cpu,wgpu:0`: part 0 of 2
+    /// on the CPU, part 1 on the first Vulkan adapter) in OUT/parts/I, then merge them into
+    /// OUT. Run the same command again to resume.
+    #[arg(long, value_delimiter = ',')]
+    pub devices: Vec<String>,
     /// Overrides [prompts] limit: use the first N prompts of the split.
     #[arg(long)]
     pub limit: Option<usize>,
@@ -90,6 +95,9 @@ pub fn effective_config(a: &DatagenArgs) -> Result<DatagenConfig> {
     }
     if let Some(t) = &a.target {
         cfg.models.target = abs(t);
+    }
+    if !a.devices.is_empty() {
+        cfg.models.devices = a.devices.clone();
     }
     if let Some(w) = a.weights {
         cfg.models.weights = w;

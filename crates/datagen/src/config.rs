@@ -37,6 +37,11 @@ pub struct ModelsConfig {
     /// `cpu`, `wgpu[:N]` (a Vulkan adapter; build with `--features wgpu`) or `cuda[:N]`.
     #[serde(default = "default_device")]
     pub device: String,
+    /// Several devices at once (`["cpu", "wgpu:0"]`): the run is split into one part per
+    /// device (part i of N on the i-th, in OUTPUT/parts/i), the parts run side by side in one
+    /// process and are merged into the run directory. Replaces `device`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<String>,
     /// GGUF weights on the CPU: `native` (kept in their block formats, the default) or `f32`
     /// (dequantized on load). Both write bit-identical data.
     #[serde(default)]
@@ -291,6 +296,10 @@ impl DatagenConfig {
     /// Range checks that serde cannot express.
     pub fn validate(&self) -> Result<()> {
         self.models.device.parse().and_then(specx_decoder::check_device).context("[models] device")?;
+        if !self.models.devices.is_empty() {
+            let devices = specx_decoder::parse_device_list(&self.models.devices).context("[models] devices")?;
+            devices.into_iter().try_for_each(specx_decoder::check_device).context("[models] devices")?;
+        }
         self.generation.sampling().validate().context("[generation]")?;
         self.labels.sampling().validate().context("[labels]")?;
         let g = &self.generation;

@@ -5,10 +5,12 @@
 //! [`generation`] runs the target and draft passes in batches and computes [`labels`] and
 //! token mixing -> [`shard`] writes Parquet token tables and safetensors features ->
 //! [`manifest`] records everything with checksums. [`run`] drives it (resumable, `--shard
-//! i/n`), [`merge`] joins parts, [`summary`] prints what a run holds.
+//! i/n`), [`merge`] joins parts, [`devices`] runs one part per device at once, [`summary`]
+//! prints what a run holds.
 
 pub mod cli;
 pub mod config;
+pub mod devices;
 pub mod generation;
 pub mod labels;
 pub mod manifest;

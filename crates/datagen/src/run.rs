@@ -6,7 +6,7 @@ use crate::generation::{run_passes, PassSettings, PassTimes, PromptInput};
 use crate::manifest::{ensure_same_setup, Manifest, ModelRecord, Part, PromptSetRecord, FORMAT, PROMPT_LIST};
 use crate::prompts::{apply_template, load};
 use crate::shard::{finished_shard, write_shard};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};
 use specx_decoder::fsutil::{sha256_file, write_atomic};
@@ -83,8 +83,15 @@ pub fn run(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manifest> {
             bail!("--shard {}/{}: expected i/n with 0 <= i < n", p.index, p.count);
         }
     }
+    let device = match (cfg.models.devices.as_slice(), opts.part) {
+        ([], _) => device_from_name(&cfg.models.device)?,
+        (_, None) => return crate::devices::run_on_devices(cfg, opts),
+        (devices, Some(p)) => {
+            ensure!(p.count == devices.len(), "[models] devices runs one part per device: --shard {}/{} needs {} parts", p.index, p.count, devices.len());
+            device_from_name(&devices[p.index])?
+        }
+    };
     let (prompts, rows_in_file) = select_prompts(cfg)?;
-    let device = device_from_name(&cfg.models.device)?;
     eprintln!("loading draft {} and target {}", cfg.models.draft.display(), cfg.models.target.display());
     let draft = load_model_as(&cfg.models.draft, None, &device, cfg.models.weights)?;
     let target = load_model_as(&cfg.models.target, None, &device, cfg.models.weights)?;

@@ -257,3 +257,75 @@ fn the_real_pair_configs_parse_and_their_splits_are_disjoint() {
     assert!(train_prompts[0].1.starts_with("<|im_start|>system"));
     assert!(train_prompts.iter().all(|(id, _)| !dev_prompts.iter().any(|(d, _)| d == id)));
 }
+
+#[test]
+fn a_device_list_runs_one_part_per_device_and_merges_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (draft_path, target_path) = write_pair(tmp.path());
+    let plain_dir = tmp.path().join("plain");
+    let plain = run(&effective_config(&args(&plain_dir, &draft_path, &target_path)).unwrap(), &opts(None, None)).unwrap();
+    let dir = tmp.path().join("listed");
+    let mut a = args(&dir, &draft_path, &target_path);
+    a.devices = vec!["cpu".into()];
+    let cfg = effective_config(&a).unwrap();
+    // Stopped early: the part keeps what it wrote, nothing is merged yet.
+    let partial = run(&cfg, &opts(None, Some(1))).unwrap();
+    assert!(!partial.complete && partial.part == Some(Part { index: 0, count: 1 }));
+    assert!(dir.join("parts/0/manifest.json").exists() && !dir.join("manifest.json").exists());
+    // Resumed to the end and merged: the same data as the plain run on the same device.
+    let m = run(&cfg, &opts(None, None)).unwrap();
+    assert!(m.complete && m.part.is_none());
+    assert_eq!(m.config.models.devices, ["cpu"]);
+    assert_eq!(data_files(&m), data_files(&plain));
+    assert_eq!(Manifest::read(&dir).unwrap().shards.len(), plain.shards.len());
+    // Running it again finds every part finished and merges the same data.
+    assert_eq!(data_files(&run(&cfg, &opts(None, None)).unwrap()), data_files(&plain));
+    // A part of a listed run is the part of its device; the count must match the list.
+    let e = format!("{:#}", run(&cfg, &opts(Some(Part { index: 0, count: 2 }), None)).unwrap_err());
+    assert!(e.contains("one part per device"), "{e}");
+    // Duplicates are refused before any model loads.
+    let mut dup = cfg.clone();
+    dup.models.devices = vec!["cpu".into(), "cpu".into()];
+    let e = format!("{:#}", run(&dup, &opts(None, None)).unwrap_err());
+    assert!(e.contains("[models] devices") && e.contains("listed twice"), "{e}");
+    // A directory that holds a one-device run is not merged over.
+    let mut over = cfg.clone();
+    over.output.dir = plain_dir.clone();
+    let e = format!("{:#}", run(&over, &opts(None, None)).unwrap_err());
+    assert!(e.contains("holds a run made on devices"), "{e}");
+}
+
+/// `devices = ["cpu", "wgpu"]`: part 0 on the CPU writes exactly the plain run's shards 0 and
+/// 2; part 1 on the device writes shards 1 and 3 with the same rows and tokens and labels
+/// within 1e-4 (the device's matmuls round differently; a sampled token could flip only at a
+/// near-tie of the sampler, which these seeds do not meet).
+#[cfg(feature = "wgpu")]
+#[test]
+fn a_device_list_splits_the_run_between_the_cpu_and_the_device() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (draft_path, target_path) = write_pair(tmp.path());
+    let plain_dir = tmp.path().join("plain");
+    let plain = run(&effective_config(&args(&plain_dir, &draft_path, &target_path)).unwrap(), &opts(None, None)).unwrap();
+    let dir = tmp.path().join("two");
+    let mut a = args(&dir, &draft_path, &target_path);
+    a.devices = vec!["cpu".into(), "wgpu".into()];
+    let m = run(&effective_config(&a).unwrap(), &opts(None, None)).unwrap();
+    assert!(m.complete && m.shards.len() == plain.shards.len());
+    let mut worst = 0f32;
+    for (got, want) in m.shards.iter().zip(&plain.shards) {
+        assert_eq!((got.index, got.rows, got.labelled_rows), (want.index, want.rows, want.labelled_rows));
+        if got.index % 2 == 0 {
+            assert_eq!((&got.tokens.sha256, &got.features.sha256), (&want.tokens.sha256, &want.features.sha256), "shard {} (CPU part)", got.index);
+            continue;
+        }
+        let (a, b) = (read_tokens(&dir, got).unwrap(), read_tokens(&plain_dir, want).unwrap());
+        for c in ["prompt_index", "draw", "position", "x", "y"] {
+            assert_eq!(col_u32(&a, c), col_u32(&b, c), "shard {}: column {c}", got.index);
+        }
+        for (x, y) in col_f32(&a, "label").iter().zip(col_f32(&b, "label")) {
+            worst = worst.max((x - y).abs());
+        }
+    }
+    assert!(worst <= 1e-4, "labels on the device differ by {worst:.2e}");
+    eprintln!("largest |device - cpu| label difference: {worst:.2e}");
+}

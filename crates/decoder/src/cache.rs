@@ -23,12 +23,20 @@ pub struct KvCache {
     batch: usize,
     kv_heads: usize,
     head_dim: usize,
-    device: Device,
+    /// Per layer: the device that holds its keys and values (the device of the layer's
+    /// attention; EasySpec places a draft's attentions on several devices).
+    devices: Vec<Device>,
 }
 
 impl KvCache {
     /// An empty cache for `batch` sequences of a model with configuration `cfg`.
     pub fn new(cfg: &ModelConfig, batch: usize, device: &Device) -> Self {
+        Self::on_devices(cfg, batch, &vec![device.clone(); cfg.num_hidden_layers])
+    }
+
+    /// An empty cache whose layer `l` lives on `devices[l]` (one device per layer).
+    pub fn on_devices(cfg: &ModelConfig, batch: usize, devices: &[Device]) -> Self {
+        assert_eq!(devices.len(), cfg.num_hidden_layers, "one device per layer");
         let mut cache = Self {
             layers: Vec::with_capacity(cfg.num_hidden_layers),
             precise: vec![0; cfg.num_hidden_layers],
@@ -37,9 +45,9 @@ impl KvCache {
             batch,
             kv_heads: cfg.num_key_value_heads,
             head_dim: cfg.head_dim,
-            device: device.clone(),
+            devices: devices.to_vec(),
         };
-        for _ in 0..cfg.num_hidden_layers {
+        for device in devices {
             let empty = Tensor::zeros([batch, cache.kv_heads, 0, cache.head_dim], device);
             cache.layers.push((empty.clone(), empty));
         }
@@ -98,10 +106,10 @@ impl KvCache {
         let capacity = need.max(2 * self.capacity).div_ceil(GROW_STEP) * GROW_STEP;
         let shape = [self.batch, self.kv_heads, capacity, self.head_dim];
         let keep = [0..self.batch, 0..self.kv_heads, 0..self.len, 0..self.head_dim];
-        for (k, v) in &mut self.layers {
+        for ((k, v), device) in self.layers.iter_mut().zip(&self.devices) {
             for t in [k, v] {
                 let old = t.extract().slice(keep.clone());
-                *t = Tensor::zeros(shape, &self.device).slice_assign(keep.clone(), old);
+                *t = Tensor::zeros(shape, device).slice_assign(keep.clone(), old);
             }
         }
         self.capacity = capacity;

@@ -13,6 +13,8 @@ use std::sync::Arc;
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{AllocationProperty, Bytes, DType, Device, Int, Tensor, TensorData};
 
+mod placement;
+
 /// What one forward pass returns, for all `n` new positions of every sequence.
 pub struct ForwardOutput {
     /// `[batch, n, vocab]` unnormalised scores of the next token.
@@ -293,6 +295,10 @@ struct Mlp {
 struct Block {
     attn_norm: RmsNorm,
     attn: Attention,
+    /// Index into [`Transformer::devices`] of the device that holds `attn_norm`, `attn` and
+    /// this layer's cache (0, the model's device, unless [`Transformer::place_attention`]
+    /// moved them).
+    device: usize,
     mlp_norm: RmsNorm,
     mlp: Mlp,
 }
@@ -382,8 +388,13 @@ pub struct Transformer {
     lm_head: Linear,
     /// Every layer its own group: the strategy of the exact forward.
     sequential: LayerGroups,
-    device: Device,
+    /// The model's device (first: embeddings, MLPs, norms, head) and the other devices that
+    /// hold attention layers, if any ([`Transformer::place_attention`]).
+    devices: Vec<Device>,
 }
+
+/// RoPE tables and the causal mask of one forward, on one device.
+type PositionTables = ((Tensor<2>, Tensor<2>), Option<Tensor<2>>);
 
 /// cos and sin of RoPE angles for positions `start..start+n`, `[n, head_dim]` each, in the
 /// rotate-half layout (frequency i at columns i and i + head_dim/2). Computed in f64.
@@ -627,6 +638,7 @@ impl Transformer {
                     kv_heads: cfg.num_key_value_heads,
                     head_dim: cfg.head_dim,
                 },
+                device: 0,
                 mlp_norm: norm(&format!("{p}.post_attention_layernorm.weight"))?,
                 mlp: Mlp {
                     gate_up: linear(&[(&format!("{p}.mlp.gate_proj"), inter), (&format!("{p}.mlp.up_proj"), inter)], hd, false)?,
@@ -642,7 +654,7 @@ impl Transformer {
             linear(&[("lm_head", cfg.vocab_size)], hd, false)?
         };
         let sequential = LayerGroups::sequential(blocks.len());
-        Ok(Self { cfg, embed, blocks, norm: final_norm, lm_head, sequential, device: device.clone() })
+        Ok(Self { cfg, embed, blocks, norm: final_norm, lm_head, sequential, devices: vec![device.clone()] })
     }
 
     /// Every linear map a decoded token applies: each layer's four projections, then the head.
@@ -669,12 +681,43 @@ impl Transformer {
     }
 
     pub fn device(&self) -> &Device {
-        &self.device
+        &self.devices[0]
     }
 
-    /// A fresh cache for `batch` sequences.
+    /// A fresh cache for `batch` sequences, each layer on the device of its attention.
     pub fn new_cache(&self, batch: usize) -> KvCache {
-        KvCache::new(&self.cfg, batch, &self.device)
+        KvCache::on_devices(&self.cfg, batch, &self.layer_devices())
+    }
+
+    /// The device of each layer's attention and cache.
+    pub fn layer_devices(&self) -> Vec<Device> {
+        self.blocks.iter().map(|b| self.devices[b.device].clone()).collect()
+    }
+
+    /// The RoPE tables of positions `past..past + n` and, for n > 1, the causal mask, on
+    /// every device of the model (index as [`Transformer::devices`]).
+    fn position_tables(&self, past: usize, n: usize) -> Vec<PositionTables> {
+        let heads_per_kv = self.cfg.num_attention_heads / self.cfg.num_key_value_heads;
+        let rope = rope_tables(past, n, self.cfg.head_dim, self.cfg.rope_theta, self.device());
+        let mask = (n > 1).then(|| causal_mask(past, n, heads_per_kv, self.device()));
+        let mut tables = vec![(rope, mask)];
+        for device in &self.devices[1..] {
+            let ((cos, sin), mask) = &tables[0];
+            tables.push(((cos.clone().to_device(device), sin.clone().to_device(device)), mask.clone().map(|m| m.to_device(device))));
+        }
+        tables
+    }
+
+    /// Layer `i`'s attention sublayer (input norm, attention, output projection) of `x`, which
+    /// is on the model's device; runs on the layer's device and returns there.
+    fn attention(&self, i: usize, x: Tensor<3>, slot: &mut LayerSlot, tables: &[PositionTables], probe: Option<&mut AttentionProbe>) -> Tensor<3> {
+        let block = &self.blocks[i];
+        let (rope, mask) = &tables[block.device];
+        if block.device == 0 {
+            return block.attn.forward(block.attn_norm.forward(x), slot, rope, mask.as_ref(), probe);
+        }
+        let x = x.to_device(&self.devices[block.device]);
+        block.attn.forward(block.attn_norm.forward(x), slot, rope, mask.as_ref(), probe).to_device(self.device())
     }
 
     /// Forwards `tokens` (n >= 1 new tokens of one sequence) after what `cache` holds, and
@@ -718,6 +761,7 @@ impl Transformer {
     /// hidden states of all new rows, `[rows, hidden]`, sequence after sequence in input order.
     pub fn forward_ragged(&self, seqs: &mut [(&[u32], &mut KvCache)]) -> Result<Tensor<2>> {
         ensure!(!seqs.is_empty(), "a ragged forward needs at least one sequence");
+        ensure!(self.devices.len() == 1, "ragged forwards run on one device; this model's attentions are placed on {}", self.devices.len());
         for (tokens, cache) in seqs.iter() {
             ensure!(!tokens.is_empty(), "forward needs at least one token per sequence");
             ensure!(cache.batch() == 1, "ragged forwards take single-sequence caches, got one for {}", cache.batch());
@@ -734,8 +778,8 @@ impl Transformer {
             let n = tokens.len();
             let past = cache.len();
             cache.reserve(n);
-            let rope = rope_tables(past, n, self.cfg.head_dim, self.cfg.rope_theta, &self.device);
-            let mask = (n > 1).then(|| causal_mask(past, n, groups, &self.device));
+            let rope = rope_tables(past, n, self.cfg.head_dim, self.cfg.rope_theta, self.device());
+            let mask = (n > 1).then(|| causal_mask(past, n, groups, self.device()));
             parts.push((start..start + n, rope, mask));
             start += n;
         }
@@ -784,7 +828,7 @@ impl Transformer {
         }
         let ids: Vec<u32> = seqs.iter().flat_map(|t| t.iter().copied()).collect();
         let rows = ids.len();
-        let index = |ids: Vec<i64>| Tensor::<1, Int>::from_data(TensorData::new(ids.clone(), [ids.len()]), &self.device);
+        let index = |ids: Vec<i64>| Tensor::<1, Int>::from_data(TensorData::new(ids.clone(), [ids.len()]), self.device());
         match &self.embed {
             Embedding::Dense(table) => Ok(table.clone().select(0, index(ids.iter().map(|&x| x as i64).collect()))),
             Embedding::Blocks(blocks) => {
@@ -810,7 +854,7 @@ impl Transformer {
                 for (row, &id) in out.chunks_exact_mut(hd).zip(&ids) {
                     q.decode_row(id as usize, row);
                 }
-                Ok(Tensor::from_data(TensorData::new(out, [rows, hd]), &self.device))
+                Ok(Tensor::from_data(TensorData::new(out, [rows, hd]), self.device()))
             }
         }
     }
@@ -858,11 +902,10 @@ impl Transformer {
 
     /// Layer `i`'s attention of the hidden state `x` against a copy of `cache` (the cache keeps
     /// what the fuzzy forward wrote), recorded.
-    fn precise_attention(&self, i: usize, x: &Tensor<3>, cache: &KvCache, rope: &(Tensor<2>, Tensor<2>), mask: Option<&Tensor<2>>) -> AttentionProbe {
+    fn precise_attention(&self, i: usize, x: &Tensor<3>, cache: &KvCache, tables: &[PositionTables]) -> AttentionProbe {
         let mut scratch = cache.clone();
-        let block = &self.blocks[i];
         let mut p = AttentionProbe { input: last_row(x.clone()), ..Default::default() };
-        block.attn.forward(block.attn_norm.forward(x.clone()), &mut scratch.slot(i), rope, mask, Some(&mut p));
+        self.attention(i, x.clone(), &mut scratch.slot(i), tables, Some(&mut p));
         p
     }
 
@@ -889,19 +932,17 @@ impl Transformer {
         let mut x = self.embed_tokens(tokens)?.reshape([b, n, self.cfg.hidden_size]);
         let past = cache.len();
         cache.reserve(n);
-        let rope = rope_tables(past, n, self.cfg.head_dim, self.cfg.rope_theta, &self.device);
-        let heads_per_kv = self.cfg.num_attention_heads / self.cfg.num_key_value_heads;
-        let mask = (n > 1).then(|| causal_mask(past, n, heads_per_kv, &self.device));
+        let tables = self.position_tables(past, n);
         for group in groups.groups() {
             if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
                 return Ok(None);
             }
             // Every attention of the group reads the group's input.
-            let attended = self.attend_group(group.clone(), &x, cache, &rope, mask.as_ref(), workers, probes.is_some());
+            let attended = self.attend_group(group.clone(), &x, cache, &tables, workers, probes.is_some());
             for (i, (h, t_attn, fuzzy)) in group.clone().zip(attended) {
                 if let (Some(probes), Some(fuzzy)) = (probes.as_deref_mut(), fuzzy) {
                     let leading = i == group.start;
-                    let precise = if leading { fuzzy.clone() } else { self.precise_attention(i, &x, cache, &rope, mask.as_ref()) };
+                    let precise = if leading { fuzzy.clone() } else { self.precise_attention(i, &x, cache, &tables) };
                     probes.push(ProbedLayer { fuzzy, precise, leading });
                 }
                 x = x + h;
@@ -919,49 +960,61 @@ impl Transformer {
     }
 
     /// The attentions of the layers `group`, all reading `input`, each writing its own layer of
-    /// the cache, on up to `workers` threads (contiguous shares of the group; the caller's
-    /// thread runs the first). Each attention is the same computation on whichever thread runs
-    /// it, so the results never depend on `workers`. Returns each output with its time and,
-    /// with `probe`, its record.
-    #[allow(clippy::too_many_arguments)]
+    /// the cache. On one device they run on up to `workers` threads (contiguous shares of the
+    /// group); on a model whose attentions are placed on several devices, one thread per device
+    /// (`workers` is then not used). The caller's thread runs the first share. Each attention
+    /// is the same computation on whichever thread runs it, so the results never depend on
+    /// `workers`. Returns each output, in layer order, with its time and, with `probe`, its
+    /// record.
     fn attend_group(
         &self,
         group: std::ops::Range<usize>,
         input: &Tensor<3>,
         cache: &mut KvCache,
-        rope: &(Tensor<2>, Tensor<2>),
-        mask: Option<&Tensor<2>>,
+        tables: &[PositionTables],
         workers: usize,
         probe: bool,
     ) -> Vec<(Tensor<3>, std::time::Duration, Option<AttentionProbe>)> {
-        let attend = |(i, mut slot): (usize, LayerSlot)| {
+        type Attended = (usize, (Tensor<3>, std::time::Duration, Option<AttentionProbe>));
+        let attend = |(i, mut slot): (usize, LayerSlot)| -> Attended {
             let t = std::time::Instant::now();
-            let block = &self.blocks[i];
             let mut record = probe.then(|| AttentionProbe { input: last_row(input.clone()), ..Default::default() });
-            let out = block.attn.forward(block.attn_norm.forward(input.clone()), &mut slot, rope, mask, record.as_mut());
-            (out, t.elapsed(), record)
+            let out = self.attention(i, input.clone(), &mut slot, tables, record.as_mut());
+            (i, (out, t.elapsed(), record))
         };
         let mut jobs: Vec<(usize, LayerSlot)> = group.clone().zip(cache.slots(group)).collect();
-        let threads = workers.clamp(1, jobs.len().max(1));
-        if threads == 1 {
-            return jobs.into_iter().map(attend).collect();
-        }
-        let share = jobs.len().div_ceil(threads);
-        let mut shares = Vec::with_capacity(threads);
-        while !jobs.is_empty() {
-            let rest = jobs.split_off(share.min(jobs.len()));
-            shares.push(std::mem::replace(&mut jobs, rest));
-        }
-        let mut shares = shares.into_iter();
-        let first = shares.next().expect("a group has layers");
-        std::thread::scope(|scope| {
-            let attend = &attend;
-            let others: Vec<_> = shares.map(|share| scope.spawn(move || share.into_iter().map(attend).collect::<Vec<_>>())).collect();
-            let mut out: Vec<_> = first.into_iter().map(attend).collect();
-            for worker in others {
-                out.extend(worker.join().expect("an attention worker panicked"));
+        let mut shares: Vec<Vec<(usize, LayerSlot)>> = Vec::new();
+        if self.devices.len() > 1 {
+            for job in jobs {
+                match shares.iter_mut().find(|s| self.blocks[s[0].0].device == self.blocks[job.0].device) {
+                    Some(share) => share.push(job),
+                    None => shares.push(vec![job]),
+                }
             }
-            out
-        })
+        } else {
+            let threads = workers.clamp(1, jobs.len().max(1));
+            let share = jobs.len().div_ceil(threads);
+            while !jobs.is_empty() {
+                let rest = jobs.split_off(share.min(jobs.len()));
+                shares.push(std::mem::replace(&mut jobs, rest));
+            }
+        }
+        let mut out: Vec<Attended> = if shares.len() == 1 {
+            shares.pop().expect("one share").into_iter().map(attend).collect()
+        } else {
+            let mut shares = shares.into_iter();
+            let first = shares.next().expect("a group has layers");
+            std::thread::scope(|scope| {
+                let attend = &attend;
+                let others: Vec<_> = shares.map(|share| scope.spawn(move || share.into_iter().map(attend).collect::<Vec<_>>())).collect();
+                let mut out: Vec<_> = first.into_iter().map(attend).collect();
+                for worker in others {
+                    out.extend(worker.join().expect("an attention worker panicked"));
+                }
+                out
+            })
+        };
+        out.sort_by_key(|(i, _)| *i);
+        out.into_iter().map(|(_, r)| r).collect()
     }
 }

@@ -208,3 +208,62 @@ fn dsi_workers_on_the_cpu_and_the_device_reproduce_greedy_decoding() {
     let e = generate_dsi_on(&[&tc.model], &mut drafter, &mut FixedK(3), &mut RejectionSampler, &[1, 2], &cfg, &DsiConfig::new(2, 3), &eos).unwrap_err();
     assert!(e.to_string().contains("one per worker"), "{e}");
 }
+
+/// EasySpec's layer parallelism across devices: a draft whose attention layers alternate
+/// between the CPU and the device computes what the draft on one device computes (within the
+/// tiny-model tolerance), for the exact and fuzzy forwards alike, its cache layers sit on
+/// their attention's device, and a greedy EasySpec run with it reproduces the target.
+#[test]
+fn easyspec_attentions_placed_on_the_cpu_and_the_device_compute_as_on_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = specx_decoder::ModelConfig { num_hidden_layers: 5, ..tiny_qwen2(VOCAB) };
+    let path = write_tiny(dir.path(), &cfg, 4);
+    let one = load_model(&path, None, &default_device()).unwrap();
+    let placed = load_model(&path, None, &default_device()).unwrap().model.place_attention(&[default_device(), gpu()]).unwrap();
+    assert!(placed.is_placed() && !one.model.is_placed());
+    let on_cpu: Vec<bool> = placed.layer_devices().iter().map(|d| *d == default_device()).collect();
+    assert_eq!(on_cpu, [true, false, true, false, true], "layer i on devices[i % 2]");
+    let mut worst = 0f32;
+    for lp in [1, 2, 4] {
+        let groups = specx_decoder::layer_groups::LayerGroups::preset(lp, 5).unwrap();
+        let (mut a, mut b) = (one.model.new_cache(1), placed.new_cache(1));
+        for (step, chunk) in [tokens(7, 1), vec![5], tokens(3, 2), vec![9]].into_iter().enumerate() {
+            // Every other step exact (a calibration), the rest fuzzy; one rollback on the way.
+            let (x, y) = if step % 2 == 0 {
+                (one.model.forward(&chunk, &mut a).unwrap(), placed.forward(&chunk, &mut b).unwrap())
+            } else {
+                (one.model.forward_fuzzy(&chunk, &mut a, &groups, 1).unwrap(), placed.forward_fuzzy(&chunk, &mut b, &groups, 1).unwrap())
+            };
+            let (x, y) = (rows(&x), rows(&y));
+            for (p, q) in x.iter().zip(&y) {
+                worst = worst.max(max_abs_diff(p, q));
+            }
+            assert_rows_close(&x, &y, TINY_TOLERANCE, &format!("lp {lp}, step {step}"));
+            if step == 2 {
+                a.truncate(a.len() - 1);
+                b.truncate(b.len() - 1);
+            }
+        }
+        assert_eq!(a.layer_precise_lens(), b.layer_precise_lens(), "lp {lp}: exact watermarks");
+        for layer in 0..5 {
+            let ((ak, av), (bk, bv)) = (a.layer_data(layer), b.layer_data(layer));
+            assert!(max_abs_diff(&ak, &bk) <= TINY_TOLERANCE && max_abs_diff(&av, &bv) <= TINY_TOLERANCE, "lp {lp}: layer {layer} cache");
+        }
+    }
+    eprintln!("largest |one device - placed| logit difference: {worst:.2e}");
+    // Ragged (batched) forwards are for one-device models and say so.
+    let e = placed.forward_ragged(&mut [(&[1u32, 2][..], &mut placed.new_cache(1))]).unwrap_err();
+    assert!(e.to_string().contains("one device"), "{e}");
+    // Greedy EasySpec with the placed draft is the target's greedy output.
+    let target = load_model(&write_tiny(dir.path(), &cfg, 5), None, &default_device()).unwrap();
+    let eos = [VOCAB as u32 - 1];
+    for p in 0..2u32 {
+        let prompt = tokens(6 + p as usize, 50 + p);
+        let spec = SpecConfig { max_new_tokens: 12, sampling: SamplingConfig::greedy(), seed: 0 };
+        let want = generate_autoregressive(&target.model, &prompt, &spec, &eos).unwrap().tokens;
+        let groups = specx_decoder::layer_groups::LayerGroups::preset(2, 5).unwrap();
+        let mut drafter = FuzzyDrafter::new(&placed, groups, Calibration::EveryRound).unwrap();
+        let got = generate_speculative(&target.model, &mut drafter, &mut FixedK(3), &mut RejectionSampler, &prompt, &spec, &eos).unwrap();
+        assert_eq!(got.tokens, want, "prompt {p}");
+    }
+}

@@ -44,7 +44,7 @@ fn preset(a: &DecodeBenchArgs, mode: WeightMode) -> Result<EvalConfig> {
     let abs = |p: &PathBuf| specx_datagen::config::resolve_path(p, &cwd);
     let (draft, target) = a.pair.paths();
     Ok(EvalConfig {
-        models: ModelsConfig { draft: abs(&draft), target: abs(&target), device: "cpu".into(), weights: mode },
+        models: ModelsConfig { draft: abs(&draft), target: abs(&target), device: "cpu".into(), devices: Vec::new(), weights: mode },
         prompts: vec![PromptSetConfig {
             name: "humaneval".into(),
             format: PromptFormat::Humaneval,

@@ -60,6 +60,19 @@ fn the_wgpu_audit_config_asks_for_a_numerical_audit_on_the_device() {
     dup.methods.dsi.as_mut().unwrap().devices = vec!["cpu".into(), "cpu".into()];
     dup.methods.dsi.as_mut().unwrap().profile = None;
     assert!(format!("{:#}", dup.validate().unwrap_err()).contains("listed twice"));
+    // EasySpec's attention devices and the parts' devices are checked the same way.
+    let mut es = parse("easyspec-alpaca-t07.toml");
+    es.methods.easyspec.as_mut().unwrap().devices = vec!["cpu".into(), "cpu".into()];
+    let e = format!("{:#}", es.validate().unwrap_err());
+    assert!(e.contains("[methods.easyspec] devices") && e.contains("listed twice"), "{e}");
+    let mut parts = parse("smoke.toml");
+    parts.models.devices = vec!["cpu".into(), "cuda:x".into()];
+    assert!(format!("{:#}", parts.validate().unwrap_err()).contains("[models] devices"));
+    if !cfg!(feature = "wgpu") {
+        es.methods.easyspec.as_mut().unwrap().devices = vec!["cpu".into(), "wgpu:0".into()];
+        let e = format!("{:#}", es.validate().unwrap_err());
+        assert!(e.contains("[methods.easyspec] devices") && e.contains("--features wgpu"), "{e}");
+    }
 }
 
 fn replay_grid(name: &str) -> Vec<String> {

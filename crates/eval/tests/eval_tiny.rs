@@ -328,3 +328,34 @@ fn easyspec_method_runs_for_real_with_every_stop_policy_and_is_audited() {
     let err = replay(&s.root.join("easyspec"), &ReplayConfig::load(&replay_grid).unwrap(), "grid", false).map(|_| ()).unwrap_err();
     assert!(format!("{err:#}").contains("DSI runs only for real"), "{err:#}");
 }
+
+#[test]
+fn a_device_list_runs_one_part_per_device_and_merges_them() {
+    let s = setup();
+    let small = s.config.replace("[[sampling]]\nname = \"t1\"\ntemperature = 1.0\n", "").replace("seeds = [0, 1]", "seeds = [0]");
+    let plain = run(&load_config(&s, &small, "plain").unwrap(), &opts(None, None)).unwrap();
+    let listed = small.replace("[models]\n", "[models]\ndevices = [\"cpu\"]\n");
+    let cfg = load_config(&s, &listed, "listed").unwrap();
+    // Stopped early: the part keeps its units, nothing is merged yet.
+    let partial = run(&cfg, &opts(None, Some(1))).unwrap();
+    assert!(!partial.manifest.complete && partial.manifest.units_done == 1);
+    let dir = s.root.join("listed");
+    assert!(dir.join("parts/0/manifest.json").is_file() && !dir.join("manifest.json").exists());
+    // Resumed and merged: the plain run's rows, with results and reports in the run directory.
+    let merged = run(&cfg, &opts(None, None)).unwrap();
+    assert!(merged.manifest.complete && merged.manifest.part.is_none());
+    assert_eq!(untimed_all(&merged.rows), untimed_all(&plain.rows));
+    assert!(dir.join("results.parquet").is_file() && dir.join("summary.md").is_file());
+    // Again: every part is finished, the same rows come back.
+    assert_eq!(untimed_all(&run(&cfg, &opts(None, None)).unwrap().rows), untimed_all(&plain.rows));
+    // A part of a listed run needs the list's part count.
+    let e = format!("{:#}", run(&cfg, &opts(Some(Part { index: 0, count: 2 }), None)).unwrap_err());
+    assert!(e.contains("one part per device"), "{e}");
+    // A directory holding a one-device run is not merged over.
+    let e = format!("{:#}", run(&load_config(&s, &listed, "plain").unwrap(), &opts(None, None)).unwrap_err());
+    assert!(e.contains("holds a run made on devices"), "{e}");
+    // Devices of the parts and of DSI's workers would collide: refused before models load.
+    let both = listed.replace("[methods]\n", "[methods]\ndsi = { servers = [1], lookaheads = [2], devices = [\"cpu\"] }\n");
+    let e = format!("{:#}", load_config(&s, &both, "both").and_then(|c| c.validate()).unwrap_err());
+    assert!(e.contains("[models] devices") && e.contains("[methods.dsi] devices"), "{e}");
+}

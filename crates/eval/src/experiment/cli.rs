@@ -39,6 +39,11 @@ pub struct EvalArgs {
     /// directory (a run resumes only on the device it started on).
     #[arg(long)]
     pub device: Option<String>,
+    /// Several devices at once, instead of the config's [models] devices (`cpu,wgpu:0`): part
+    /// I of N runs on the I-th device in OUT/parts/I, side by side, then the parts are merged
+    /// into OUT. Run the same command again to resume.
+    #[arg(long, value_delimiter = ',')]
+    pub devices: Vec<String>,
     /// How the losslessness audit judges greedy outputs that differ from AR's, instead of the
     /// config's [audit] mode: `exact` fails on any difference; `numerical` reports a difference
     /// whose first departure is a near-tie of the target (|logit margin| <= [audit] near_tie)
@@ -84,6 +89,9 @@ pub fn effective_config(a: &EvalArgs) -> Result<EvalConfig> {
     }
     if let Some(d) = &a.device {
         cfg.models.device = d.clone();
+    }
+    if !a.devices.is_empty() {
+        cfg.models.devices = a.devices.clone();
     }
     if let Some(m) = a.audit {
         cfg.audit.mode = m;

@@ -75,6 +75,12 @@ pub struct ModelsConfig {
     /// (the `cuda` feature).
     #[serde(default = "cpu")]
     pub device: String,
+    /// Several devices at once (`["cpu", "wgpu:0"]`): the units are split into one part per
+    /// device (part i of N on the i-th, in OUTPUT/parts/i), the parts run side by side in one
+    /// process and are merged into the run directory. Replaces `device`. Speedups stay
+    /// per-unit ratios on one device; wall times then mix devices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<String>,
     /// GGUF weights on the CPU: `native` (default) or `f32`.
     #[serde(default)]
     pub weights: WeightMode,
@@ -258,6 +264,12 @@ pub struct EasySpecGrid {
     /// Threads running a group's attentions (timing only: the numerics never depend on it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<usize>,
+    /// Devices of the draft's attention layers (`["cpu", "wgpu:0"]`): layer i's attention and
+    /// cache on the (i mod len)-th, so a group's attentions run on different devices at once,
+    /// one thread per device (`workers` is then not used). The EasySpec settings get a copy of
+    /// the draft placed so; its embeddings, MLPs and head stay on the [models] device.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<String>,
 }
 
 /// DSI: every server count x lookahead (fixed blocks).
@@ -345,6 +357,12 @@ impl EvalConfig {
     /// before any model is loaded).
     pub fn validate(&self) -> Result<()> {
         self.models.device.parse().and_then(specx_decoder::check_device).context("[models] device")?;
+        if !self.models.devices.is_empty() {
+            let devices = specx_decoder::parse_device_list(&self.models.devices).context("[models] devices")?;
+            devices.into_iter().try_for_each(specx_decoder::check_device).context("[models] devices")?;
+            let others = self.methods.dsi.as_ref().is_some_and(|g| !g.devices.is_empty()) || self.methods.easyspec.as_ref().is_some_and(|g| !g.devices.is_empty());
+            ensure!(!others, "[models] devices gives each part a device of its own: it cannot be combined with [methods.dsi] devices or [methods.easyspec] devices");
+        }
         ensure!(!self.prompts.is_empty(), "no [[prompts]] set");
         ensure!(!self.sampling.is_empty(), "no [[sampling]] setting");
         ensure!(!self.seeds.is_empty(), "seeds is empty");
@@ -417,6 +435,10 @@ impl EvalConfig {
             }
             check_bounds(&g.bounds, "easyspec")?;
             ensure!(g.workers != Some(0), "[methods.easyspec] workers must be at least 1");
+            if !g.devices.is_empty() {
+                let devices = specx_decoder::parse_device_list(&g.devices).context("[methods.easyspec] devices")?;
+                devices.into_iter().try_for_each(specx_decoder::check_device).context("[methods.easyspec] devices")?;
+            }
         }
         Ok(())
     }

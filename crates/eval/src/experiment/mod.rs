@@ -1,9 +1,10 @@
 //! `specx eval`: config-driven experiments (models, prompt sets, sampling settings, a grid of
 //! methods) with a losslessness audit in every run, resumable per-unit results, `--shard` +
-//! merge, `results.parquet`, `summary.md`, the timing model and PNG plots.
+//! merge (and one part per device at once), `results.parquet`, `summary.md`, the timing model and PNG plots.
 
 pub mod cli;
 pub mod config;
+pub mod devices;
 pub mod drafter_replay;
 pub mod grid;
 pub mod manifest;

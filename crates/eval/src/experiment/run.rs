@@ -140,6 +140,19 @@ fn load_worker_targets(cfg: &EvalConfig) -> Result<Vec<Option<LoadedModel>>> {
         .collect()
 }
 
+/// A second copy of the draft with its attention layers on `[methods.easyspec] devices`, when
+/// the config lists them and the grid has EasySpec settings.
+fn load_placed_draft(cfg: &EvalConfig, methods: &[Method]) -> Result<Option<Transformer>> {
+    let Some(g) = cfg.methods.easyspec.as_ref().filter(|g| !g.devices.is_empty()) else { return Ok(None) };
+    if !methods.iter().any(|m| matches!(m, Method::EasySpec { .. })) {
+        return Ok(None);
+    }
+    let devices = specx_decoder::parse_device_list(&g.devices)?.into_iter().map(specx_decoder::open_device).collect::<Result<Vec<_>>>()?;
+    eprintln!("loading the draft with its attention layers on {} for EasySpec", g.devices.join(", "));
+    let main = device_from_name(&cfg.models.device)?;
+    load_model_as(&cfg.models.draft, None, &main, cfg.models.weights)?.model.place_attention(&devices).map(Some)
+}
+
 /// Runs the experiment of `cfg` (paths resolved, `output.dir` the run directory).
 pub fn run(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcome> {
     let started = Instant::now();
@@ -154,7 +167,14 @@ pub fn run(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcome> {
     let dir = &cfg.output.dir;
     let old = if dir.join(MANIFEST).exists() { Some(EvalManifest::read(dir)?) } else { None };
 
-    let device = device_from_name(&cfg.models.device)?;
+    let device = match (cfg.models.devices.as_slice(), opts.part) {
+        ([], _) => device_from_name(&cfg.models.device)?,
+        (_, None) => return super::devices::run_on_devices(cfg, opts),
+        (devices, Some(p)) => {
+            ensure!(p.count == devices.len(), "[models] devices runs one part per device: --shard {}/{} needs {} parts", p.index, p.count, devices.len());
+            device_from_name(&devices[p.index])?
+        }
+    };
     eprintln!("loading draft {} and target {}", cfg.models.draft.display(), cfg.models.target.display());
     let draft = load_model_as(&cfg.models.draft, None, &device, cfg.models.weights)?;
     let target = load_model_as(&cfg.models.target, None, &device, cfg.models.weights)?;
@@ -163,6 +183,9 @@ pub fn run(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcome> {
     let workers: Vec<&Transformer> = replicas.iter().map(|r| r.as_ref().map_or(&target.model, |lm| &lm.model)).collect();
     let (heads, head_records) = load_heads(cfg, &draft, &device)?;
     let methods: Vec<Method> = settings.iter().map(|s| s.method(&heads, draft.model.config().num_hidden_layers)).collect::<Result<_>>()?;
+    let placed = load_placed_draft(cfg, &methods)?;
+    // The draft each method runs: EasySpec's the placed copy when there is one.
+    let drafts: Vec<&Transformer> = methods.iter().map(|m| if matches!(m, Method::EasySpec { .. }) { placed.as_ref().unwrap_or(&draft.model) } else { &draft.model }).collect();
 
     let mut manifest = EvalManifest {
         format: FORMAT.into(),
@@ -266,7 +289,7 @@ pub fn run(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcome> {
             let text = texts[&(u.dataset.as_str(), u.prompt_index)];
             let sampling = samplings[u.sampling.as_str()];
             bar.set_message(format!("{} {} {}", u.dataset, u.prompt_id, u.sampling));
-            let file = run_unit(u, text, sampling, cfg, &settings, &methods, &target, &workers, &draft)?;
+            let file = run_unit(u, text, sampling, cfg, &settings, &methods, &target, &workers, &drafts)?;
             finish_unit(file, &mut manifest)?;
         }
     }
@@ -328,7 +351,7 @@ fn run_unit(
     methods: &[Method],
     target: &LoadedModel,
     workers: &[&Transformer],
-    draft: &LoadedModel,
+    drafts: &[&Transformer],
 ) -> Result<UnitFile> {
     let prompt = target.tokenizer.encode(text)?;
     let max_new = cfg.budget.new_tokens(prompt.len());
@@ -339,8 +362,8 @@ fn run_unit(
     let mut rows = Vec::with_capacity(methods.len());
     let mut ar: Option<(Vec<u32>, f64)> = None;
     let mut outputs = Vec::with_capacity(methods.len());
-    for (setting, method) in settings.iter().zip(methods) {
-        let g = method.run_with_workers(&target.model, workers, Some(&draft.model), &prompt, &spec, &target.eos_ids)?;
+    for ((setting, method), draft) in settings.iter().zip(methods).zip(drafts) {
+        let g = method.run_with_workers(&target.model, workers, Some(draft), &prompt, &spec, &target.eos_ids)?;
         let m = &g.metrics;
         let total = m.total_time.as_secs_f64();
         let (ar_tokens, ar_time) = ar.get_or_insert_with(|| (g.tokens.clone(), total));

@@ -1,0 +1,85 @@
+//! EasySpec's layer parallelism across devices: the attention layers of a draft model (their
+//! weights, input norms and KV cache) placed round-robin on several devices, so that the
+//! attentions of a fuzzy group run on different devices at once (the paper's Figure 1). The
+//! embeddings, MLPs, final norm and head stay on the model's own device, where each attention's
+//! output returns; the paper instead runs a copy of every MLP on every device to save that
+//! transfer, which changes where the numbers are computed, not which.
+
+use super::{upload_matrix, Attention, Linear, Projection, RmsNorm, Transformer};
+use crate::weights::HostTensor;
+use anyhow::{ensure, Result};
+use burn::tensor::Device;
+
+impl Linear {
+    /// The same map on `device`, as [`Transformer::load`] would have stored it there (f32;
+    /// GGUF blocks are decoded). A map already on the CPU device stays as it is when moved to
+    /// the CPU device.
+    fn to_device(&self, device: &Device) -> Result<Linear> {
+        let on_host = !matches!(self.proj, Projection::Device(_));
+        if on_host && *device == Device::flex() {
+            return Ok(self.clone());
+        }
+        let (rows, data) = match &self.proj {
+            Projection::Host { host, .. } => (host.rows, host.as_f32().to_vec()),
+            Projection::Native(q) => (q.rows(), q.to_f32()),
+            Projection::Device(blocks) => {
+                let rows = blocks.iter().map(|b| b.dims()[0]).sum();
+                let data = blocks.iter().flat_map(|b| b.clone().into_data().try_into_vec::<f32>().expect("f32 weights")).collect();
+                (rows, data)
+            }
+        };
+        let cols = data.len() / rows;
+        let proj = upload_matrix(HostTensor { shape: vec![rows, cols], data }, "placed projection", [rows, cols], device)?;
+        let bias = self.bias.as_ref().map(|b| b.clone().to_device(device));
+        let host_bias = match &proj {
+            Projection::Device(_) => None,
+            _ => bias.as_ref().map(|b| b.clone().into_data().try_into_vec::<f32>().expect("f32 bias")),
+        };
+        Ok(Linear { proj, bias, host_bias })
+    }
+}
+
+impl Attention {
+    fn to_device(&self, device: &Device) -> Result<Attention> {
+        Ok(Attention { qkv: self.qkv.to_device(device)?, o: self.o.to_device(device)?, heads: self.heads, kv_heads: self.kv_heads, head_dim: self.head_dim })
+    }
+}
+
+impl RmsNorm {
+    fn to_device(&self, device: &Device) -> RmsNorm {
+        RmsNorm { weight: self.weight.clone().to_device(device), eps: self.eps }
+    }
+}
+
+impl Transformer {
+    /// Places layer `i`'s attention (input norm, projections and its cache in
+    /// [`Transformer::new_cache`]) on `devices[i % devices.len()]`: any `devices.len()`
+    /// consecutive layers, so every fuzzy group no longer than the list, have their
+    /// attentions on different devices, whatever the layer strategy. Caches made before the
+    /// call no longer fit the model.
+    pub fn place_attention(mut self, devices: &[Device]) -> Result<Self> {
+        ensure!(!devices.is_empty(), "placing attention layers needs at least one device");
+        for (i, block) in self.blocks.iter_mut().enumerate() {
+            let device = &devices[i % devices.len()];
+            let index = match self.devices.iter().position(|d| d == device) {
+                Some(index) => index,
+                None => {
+                    self.devices.push(device.clone());
+                    self.devices.len() - 1
+                }
+            };
+            if index != block.device {
+                block.attn = block.attn.to_device(device)?;
+                block.attn_norm = block.attn_norm.to_device(device);
+                block.device = index;
+            }
+        }
+        Ok(self)
+    }
+
+    /// Whether some attention layer lives on another device than the model
+    /// ([`Transformer::place_attention`]).
+    pub fn is_placed(&self) -> bool {
+        self.blocks.iter().any(|b| b.device != 0)
+    }
+}
