@@ -359,3 +359,24 @@ fn a_device_list_runs_one_part_per_device_and_merges_them() {
     let e = format!("{:#}", load_config(&s, &both, "both").and_then(|c| c.validate()).unwrap_err());
     assert!(e.contains("[models] devices") && e.contains("[methods.dsi] devices"), "{e}");
 }
+
+#[test]
+fn margins_census_covers_every_greedy_position() {
+    let s = setup();
+    let greedy = s.config.replace("[[sampling]]\nname = \"t1\"\ntemperature = 1.0\n", "").replace("seeds = [0, 1]", "seeds = [0]");
+    let o = run(&load_config(&s, &greedy, "g").unwrap(), &opts(None, None)).unwrap();
+    let dir = s.root.join("g");
+    let c = specx_eval::experiment::margins::margins(&dir, false).unwrap();
+    let generated: usize = o.rows.iter().filter(|r| r.setting.family() == "ar").map(|r| r.n_generated).sum();
+    assert_eq!((c.units, c.positions), (3, generated));
+    assert!(c.below.windows(2).all(|w| w[0].1 <= w[1].1), "{:?}", c.below);
+    assert!(c.min_margin >= 0.0 && c.min_margin <= c.median_margin);
+    // The tiny models' greedy choices are not near-ties: a one-forward replay agrees with AR.
+    assert!(c.argmax_departures.is_empty(), "{:?}", c.argmax_departures);
+    assert!(dir.join("margins.json").is_file());
+    let table = specx_eval::experiment::margins::census_table(&c);
+    assert!(table.contains("< 1e-2") && table.contains(&format!("{generated} generated positions")), "{table}");
+    // A directory that is not a run is named.
+    let e = format!("{:#}", specx_eval::experiment::margins::margins(&s.root, false).unwrap_err());
+    assert!(e.contains("manifest.json"), "{e}");
+}

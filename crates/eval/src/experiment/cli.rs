@@ -64,6 +64,17 @@ pub enum EvalCommand {
         #[arg(required = true)]
         parts: Vec<PathBuf>,
     },
+    /// The target's top-2 logit margin at every position of a run's greedy AR outputs (one
+    /// teacher-forced forward per unit): how many positions are near-ties that a GPU's
+    /// rounding could flip, and where a many-row forward already picks another argmax on this
+    /// machine. Prints a table and writes RUN_DIR/margins.json.
+    Margins {
+        /// The eval run directory.
+        run_dir: PathBuf,
+        /// Log nothing per unit instead of drawing a progress bar.
+        #[arg(long)]
+        no_progress: bool,
+    },
     /// Replay the greedy units of a finished run under another method grid: exact counts
     /// from the AR outputs and the draft alone (never the target), times predicted by the
     /// run's timing model, written with the run's real rows (marked) into
@@ -105,6 +116,12 @@ pub fn run_cli(a: EvalArgs) -> Result<()> {
             let outcome = super::merge::merge(parts, out)?;
             eprintln!("merged {} parts into {}: {} rows", parts.len(), out.display(), outcome.rows.len());
             finish(&outcome, out)
+        }
+        Some(EvalCommand::Margins { run_dir, no_progress }) => {
+            let census = super::margins::margins(run_dir, !no_progress)?;
+            print!("{}", super::margins::census_table(&census));
+            eprintln!("written {}", run_dir.join("margins.json").display());
+            Ok(())
         }
         Some(EvalCommand::Replay { run_dir, config, no_progress }) => {
             let grid = super::replay_run::ReplayConfig::load(config)?;

@@ -8,6 +8,7 @@ pub mod devices;
 pub mod drafter_replay;
 pub mod grid;
 pub mod manifest;
+pub mod margins;
 pub mod merge;
 pub mod plots;
 pub mod replay;
