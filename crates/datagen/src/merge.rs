@@ -57,6 +57,8 @@ pub fn merge(parts: &[PathBuf], out: &Path) -> Result<Manifest> {
     write_atomic(&out.join(PROMPT_LIST), &list)?;
     merged.refresh_summary();
     merged.complete = true;
+    // As a one-process run leaves it: `--config OUT/config.toml` repeats the merged run.
+    write_atomic(&out.join("config.toml"), merged.config.to_toml().as_bytes())?;
     merged.write(out)?;
     Ok(merged)
 }

@@ -278,6 +278,8 @@ fn a_device_list_runs_one_part_per_device_and_merges_them() {
     assert_eq!(m.config.models.devices, ["cpu"]);
     assert_eq!(data_files(&m), data_files(&plain));
     assert_eq!(Manifest::read(&dir).unwrap().shards.len(), plain.shards.len());
+    // Its config.toml repeats the listed run, as a one-process run's does.
+    assert_eq!(DatagenConfig::load(&dir.join("config.toml")).unwrap().to_toml(), cfg.to_toml());
     // Running it again finds every part finished and merges the same data.
     assert_eq!(data_files(&run(&cfg, &opts(None, None)).unwrap()), data_files(&plain));
     // A part of a listed run is the part of its device; the count must match the list.

@@ -346,6 +346,8 @@ fn a_device_list_runs_one_part_per_device_and_merges_them() {
     assert!(merged.manifest.complete && merged.manifest.part.is_none());
     assert_eq!(untimed_all(&merged.rows), untimed_all(&plain.rows));
     assert!(dir.join("results.parquet").is_file() && dir.join("summary.md").is_file());
+    // Its config.toml repeats the listed run, as a one-process run's does.
+    assert_eq!(EvalConfig::load(&dir.join("config.toml")).unwrap().to_toml(), cfg.to_toml());
     // Again: every part is finished, the same rows come back.
     assert_eq!(untimed_all(&run(&cfg, &opts(None, None)).unwrap().rows), untimed_all(&plain.rows));
     // A part of a listed run needs the list's part count.

@@ -5,6 +5,7 @@ use super::results::UnitFile;
 use super::run::{audit, Audit, EvalOutcome};
 use anyhow::{bail, ensure, Context, Result};
 use specx_datagen::manifest::identity_difference;
+use specx_decoder::fsutil::write_atomic;
 use std::path::{Path, PathBuf};
 
 /// Every unit file below `dir/units`, in path order.
@@ -77,6 +78,8 @@ pub fn merge(parts: &[PathBuf], out: &Path) -> Result<EvalOutcome> {
     manifest.complete = true;
     manifest.seconds = manifests.iter().map(|m| m.seconds).sum();
     manifest.config.output.dir = out.to_path_buf();
+    // As a one-process run leaves it: `--config OUT/config.toml` repeats the merged run.
+    write_atomic(&out.join("config.toml"), manifest.config.to_toml().as_bytes())?;
     manifest.write(out)?;
     let rows: Vec<_> = units.into_iter().flat_map(|u| u.rows).collect();
     super::report::write_reports(out, &manifest, &rows)?;
