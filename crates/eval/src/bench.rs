@@ -357,9 +357,9 @@ fn print_report(r: &BenchReport) {
         if let (Some(n), Some(f)) = (find(role, "native"), find(role, "f32")) {
             ratios.push(vec![
                 role.to_string(),
-                format!("{:.2}x", n.decode_tokens_per_sec / f.decode_tokens_per_sec),
-                format!("{:.2}x", n.prefill_tokens_per_sec / f.prefill_tokens_per_sec),
-                format!("{:.2}", n.verify_secs / f.verify_secs),
+                format!("{}x", ratio_text(n.decode_tokens_per_sec / f.decode_tokens_per_sec)),
+                format!("{}x", ratio_text(n.prefill_tokens_per_sec / f.prefill_tokens_per_sec)),
+                ratio_text(n.verify_secs / f.verify_secs),
             ]);
         }
     }
@@ -374,9 +374,9 @@ fn print_report(r: &BenchReport) {
             device_ratios.push(vec![
                 m.role.clone(),
                 format!("{} / cpu {}", m.device, c.weights),
-                format!("{:.2}x", m.decode_tokens_per_sec / c.decode_tokens_per_sec),
-                format!("{:.2}x", m.prefill_tokens_per_sec / c.prefill_tokens_per_sec),
-                format!("{:.2}", m.verify_secs / c.verify_secs),
+                format!("{}x", ratio_text(m.decode_tokens_per_sec / c.decode_tokens_per_sec)),
+                format!("{}x", ratio_text(m.prefill_tokens_per_sec / c.prefill_tokens_per_sec)),
+                ratio_text(m.verify_secs / c.verify_secs),
             ]);
         }
     }
@@ -409,5 +409,31 @@ fn print_report(r: &BenchReport) {
     println!();
     for m in &r.memory {
         println!("{} {} weights: host RSS with both models loaded {:.2} GB; peak RSS {:.2} GB", m.device, m.weights, m.rss_both_loaded_gb, m.peak_rss_gb);
+    }
+}
+
+/// A ratio with two decimals, or two significant digits below 0.1 (a software device can be
+/// hundreds of times slower than the CPU, and "0.00x" would hide by how much).
+fn ratio_text(x: f64) -> String {
+    if x > 0.0 && x < 0.1 {
+        let decimals = (-x.log10()).ceil() as usize + 1;
+        format!("{x:.decimals$}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ratio_text;
+
+    #[test]
+    fn small_ratios_keep_two_significant_digits() {
+        assert_eq!(ratio_text(0.0033), "0.0033");
+        assert_eq!(ratio_text(0.05), "0.050");
+        assert_eq!(ratio_text(0.01), "0.010");
+        assert_eq!(ratio_text(0.1), "0.10");
+        assert_eq!(ratio_text(407.594), "407.59");
+        assert_eq!(ratio_text(0.0), "0.00");
     }
 }
