@@ -200,10 +200,10 @@ fn run_decode(a: DecodeArgs) -> Result<()> {
         replicas.push((d, load_model_as(&a.target, None, &open_device(d)?, a.run.weights)?));
     }
     let workers: Vec<&specx_decoder::Transformer> = worker_devices.iter().map(|&d| replicas.iter().find(|(r, _)| *r == d).map_or(&target.model, |(_, lm)| &lm.model)).collect();
-    let g = method.run_with_workers(&target.model, &workers, draft.as_ref().map(|d| &d.model), &prompt, &cfg, &target.eos_ids)?;
+    let (g, dsi) = method.run_with_workers(&target.model, &workers, draft.as_ref().map(|d| &d.model), &prompt, &cfg, &target.eos_ids)?;
     println!("{}", target.tokenizer.decode(&g.tokens)?);
     let m = &g.metrics;
-    let rows = vec![
+    let mut rows = vec![
         vec!["method".into(), method.name()],
         vec!["n_generated".into(), m.n_generated.to_string()],
         vec!["n_target_calls".into(), m.n_target_calls.to_string()],
@@ -220,6 +220,11 @@ fn run_decode(a: DecodeArgs) -> Result<()> {
         vec!["time draft / target / other (s)".into(), format!("{:.2} / {:.2} / {:.2}", m.draft_time.as_secs_f64(), m.target_time.as_secs_f64(), m.other_time().as_secs_f64())],
         vec!["tokens/s".into(), format!("{:.2}", m.tokens_per_sec())],
     ];
+    if let Some(d) = dsi {
+        rows.push(vec!["DSI tasks / preempted / stale".into(), format!("{} / {} / {}", d.tasks, d.preempted, d.stale)]);
+        rows.push(vec!["DSI waits for a free worker".into(), d.waits.to_string()]);
+        rows.push(vec!["DSI worker busy (s)".into(), d.worker_busy_s.iter().map(|b| format!("{b:.2}")).collect::<Vec<_>>().join(", ")]);
+    }
     eprint!("{}", markdown_table(&["metric", "value"], &rows));
     Ok(())
 }

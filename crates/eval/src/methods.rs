@@ -3,7 +3,7 @@
 use anyhow::{bail, Context, Result};
 use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::spec::{
-    generate_autoregressive, generate_dsi, generate_dsi_on, generate_speculative, AcceptanceHead, Calibration, Compat, ConfidencePolicy, Drafter, DsiConfig,
+    generate_autoregressive, generate_dsi, generate_dsi_on, generate_speculative, AcceptanceHead, Calibration, Compat, ConfidencePolicy, Drafter, DsiConfig, DsiStats,
     FixedK, FuzzyDrafter, Generation, HeadPolicy, HeadRule, PlainDrafter, RejectionSampler, SpecConfig, StopPolicy,
 };
 use specx_decoder::fsutil::short_hash;
@@ -131,15 +131,16 @@ impl Method {
 
     /// Generates from `prompt` with this method.
     pub fn run(&self, target: &Transformer, draft: Option<&Transformer>, prompt: &[u32], cfg: &SpecConfig, eos: &[u32]) -> Result<Generation> {
-        self.run_with_workers(target, &[], draft, prompt, cfg, eos)
+        Ok(self.run_with_workers(target, &[], draft, prompt, cfg, eos)?.0)
     }
 
     /// [`Method::run`] where DSI's worker `w` verifies on `workers[w]` (the target loaded on
     /// one device per worker) when there is one per worker; otherwise the DSI workers share
-    /// `target`, which every other method uses.
-    pub fn run_with_workers(&self, target: &Transformer, workers: &[&Transformer], draft: Option<&Transformer>, prompt: &[u32], cfg: &SpecConfig, eos: &[u32]) -> Result<Generation> {
+    /// `target`, which every other method uses. DSI's runs also return its scheduler's
+    /// counters (tasks, preemptions, stale results, waits, worker busy times).
+    pub fn run_with_workers(&self, target: &Transformer, workers: &[&Transformer], draft: Option<&Transformer>, prompt: &[u32], cfg: &SpecConfig, eos: &[u32]) -> Result<(Generation, Option<DsiStats>)> {
         match self.policy() {
-            None => generate_autoregressive(target, prompt, cfg, eos),
+            None => Ok((generate_autoregressive(target, prompt, cfg, eos)?, None)),
             Some(mut policy) => {
                 let draft = draft.context("speculative methods need a draft model")?;
                 let mut drafter = self.drafter(draft)?;
@@ -149,9 +150,9 @@ impl Method {
                     } else {
                         generate_dsi_on(workers, drafter.as_mut(), policy.as_mut(), &mut RejectionSampler, prompt, cfg, &dsi, eos)?
                     };
-                    return Ok(g.generation);
+                    return Ok((g.generation, Some(g.stats)));
                 }
-                generate_speculative(target, drafter.as_mut(), policy.as_mut(), &mut RejectionSampler, prompt, cfg, eos)
+                Ok((generate_speculative(target, drafter.as_mut(), policy.as_mut(), &mut RejectionSampler, prompt, cfg, eos)?, None))
             }
         }
     }

@@ -24,7 +24,7 @@ use crate::model::Transformer;
 use anyhow::{anyhow, bail, ensure, Result};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -57,7 +57,7 @@ pub fn lookahead_for(servers: usize, t_target: f64, t_draft: f64) -> usize {
 }
 
 /// What the scheduler did besides the request's metrics.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DsiStats {
     /// Verification tasks submitted (each one target forward, started or not).
     pub tasks: usize,

@@ -507,6 +507,7 @@ mod tests {
             speedup: 1.0,
             batch: 1,
             divergence: None,
+            dsi: None,
         }
     }
 

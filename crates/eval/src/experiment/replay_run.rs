@@ -234,6 +234,7 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
                 speedup: if ar.batch > 1 { tm.t_target * ar.n_target_calls as f64 } else { ar.total_time_s } / (draft_s + target_s).max(1e-9),
                 batch: 1,
                 divergence: None,
+                dsi: None,
                 ..ar.clone()
             });
         }

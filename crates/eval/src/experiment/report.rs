@@ -199,8 +199,46 @@ pub fn summary_markdown(manifest: &EvalManifest, rows: &[ResultRow]) -> String {
             &table,
         ));
         s.push('\n');
+        s.push_str(&dsi_markdown(&groups));
     }
     s.push_str(&timing_markdown(rows));
+    s
+}
+
+/// DSI's scheduler per setting, when the group ran DSI for real: how many verification tasks a
+/// request submitted, how many were preempted or finished stale (sums over prompts, as shares
+/// of the tasks), how often a drafted block found every worker busy, and how busy the workers
+/// were (busy time over servers x wall time, mean over prompts).
+fn dsi_markdown(groups: &[(String, Vec<&ResultRow>)]) -> String {
+    let table: Vec<Vec<String>> = groups
+        .iter()
+        .filter_map(|(key, rs)| {
+            let stats: Vec<(&ResultRow, &specx_decoder::spec::DsiStats)> = rs.iter().filter_map(|r| r.dsi.as_ref().map(|d| (*r, d))).collect();
+            if stats.is_empty() {
+                return None;
+            }
+            let tasks: usize = stats.iter().map(|(_, d)| d.tasks).sum();
+            let share = |n: usize| format!("{:.1}%", 100.0 * n as f64 / tasks.max(1) as f64);
+            let per_request: Vec<f64> = stats.iter().map(|(_, d)| d.tasks as f64).collect();
+            let waits: Vec<f64> = stats.iter().map(|(_, d)| d.waits as f64).collect();
+            let busy: Vec<f64> = stats.iter().map(|(r, d)| d.worker_busy_s.iter().sum::<f64>() / (d.worker_busy_s.len().max(1) as f64 * r.total_time_s.max(1e-9))).collect();
+            Some(vec![
+                key.clone(),
+                stats.len().to_string(),
+                pm(&per_request, 1),
+                share(stats.iter().map(|(_, d)| d.preempted).sum()),
+                share(stats.iter().map(|(_, d)| d.stale).sum()),
+                pm(&waits, 1),
+                pm(&busy, 2),
+            ])
+        })
+        .collect();
+    if table.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from("DSI scheduler (real runs; preempted and stale are shares of the tasks, summed over prompts):\n\n");
+    s.push_str(&markdown_table(&["setting", "requests", "tasks/request (mean ± sd)", "preempted", "stale", "waits for a worker (mean ± sd)", "worker busy / wall (mean ± sd)"], &table));
+    s.push('\n');
     s
 }
 

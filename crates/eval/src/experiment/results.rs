@@ -10,7 +10,7 @@ use polars_io::SerReader;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use specx_decoder::fsutil::write_atomic;
-use specx_decoder::spec::RequestMetrics;
+use specx_decoder::spec::{DsiStats, RequestMetrics};
 use std::path::{Path, PathBuf};
 
 /// Every `RequestMetrics` field plus where the row comes from. Times are seconds.
@@ -59,6 +59,9 @@ pub struct ResultRow {
     /// logit margin there (`None` when the outputs agree, and for sampled rows).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub divergence: Option<Divergence>,
+    /// DSI's scheduler counters for a real DSI row (`None` for every other method).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dsi: Option<DsiStats>,
 }
 
 /// The first position at which a greedy speculative output departs from AR's, and how close
@@ -209,6 +212,11 @@ pub fn rows_frame(rows: &[ResultRow]) -> Result<DataFrame> {
         col("replayed", rows, |r| r.replayed),
         col("diverged_at", rows, |r| r.divergence.as_ref().map(|d| d.position as u64)),
         col("divergence_margin", rows, |r| r.divergence.as_ref().map(|d| d.margin)),
+        col("dsi_tasks", rows, |r| r.dsi.as_ref().map(|d| d.tasks as u64)),
+        col("dsi_preempted", rows, |r| r.dsi.as_ref().map(|d| d.preempted as u64)),
+        col("dsi_stale", rows, |r| r.dsi.as_ref().map(|d| d.stale as u64)),
+        col("dsi_waits", rows, |r| r.dsi.as_ref().map(|d| d.waits as u64)),
+        col("dsi_worker_busy_s", rows, |r| r.dsi.as_ref().map(|d| d.worker_busy_s.iter().sum::<f64>())),
         col("prompt_tokens", rows, |r| u(r.prompt_tokens)),
         col("max_new_tokens", rows, |r| u(r.max_new_tokens)),
         col("n_generated", rows, |r| u(r.n_generated)),

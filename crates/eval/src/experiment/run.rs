@@ -336,6 +336,7 @@ fn batched_ar_unit(u: &UnitKey, sampling: &super::config::SamplingSetting, promp
         speedup: 1.0,
         batch,
         divergence: None,
+        dsi: None,
     };
     UnitFile { unit: u.clone(), prompt: prompt.to_vec(), ar_tokens: tokens, rows: vec![row] }
 }
@@ -363,7 +364,7 @@ fn run_unit(
     let mut ar: Option<(Vec<u32>, f64)> = None;
     let mut outputs = Vec::with_capacity(methods.len());
     for ((setting, method), draft) in settings.iter().zip(methods).zip(drafts) {
-        let g = method.run_with_workers(&target.model, workers, Some(draft), &prompt, &spec, &target.eos_ids)?;
+        let (g, dsi) = method.run_with_workers(&target.model, workers, Some(draft), &prompt, &spec, &target.eos_ids)?;
         let m = &g.metrics;
         let total = m.total_time.as_secs_f64();
         let (ar_tokens, ar_time) = ar.get_or_insert_with(|| (g.tokens.clone(), total));
@@ -397,6 +398,7 @@ fn run_unit(
             speedup: *ar_time / total.max(1e-9),
             batch: 1,
             divergence: None,
+            dsi,
         });
         outputs.push(g.tokens);
     }
@@ -503,6 +505,7 @@ mod tests {
             speedup: 1.0,
             batch: 1,
             divergence,
+            dsi: None,
         }
     }
 
