@@ -81,9 +81,10 @@ fn opts(part: Option<Part>, max_new_units: Option<usize>) -> EvalOptions {
     EvalOptions { part, limit: None, max_new_units, progress: false }
 }
 
-/// A row without its timing columns (what a resumed or sharded run must reproduce).
+/// A row without its timing columns (what a resumed or sharded run must reproduce; DSI's
+/// scheduler counters depend on its threads' timing).
 fn untimed(r: &ResultRow) -> ResultRow {
-    ResultRow { draft_time_s: 0.0, target_time_s: 0.0, total_time_s: 0.0, speedup: 0.0, ..r.clone() }
+    ResultRow { draft_time_s: 0.0, target_time_s: 0.0, total_time_s: 0.0, speedup: 0.0, dsi: None, ..r.clone() }
 }
 
 fn untimed_all(rows: &[ResultRow]) -> Vec<ResultRow> {
@@ -279,9 +280,20 @@ fn dsi_method_runs_for_real_and_is_audited() {
         }
         assert!(r.drafted_per_round.iter().all(|&k| k <= r.setting.k.unwrap()));
         assert_eq!(r.n_accepted, r.accepted_per_round.iter().sum::<usize>());
+        // The scheduler's counters: one task per target call, each preempted or stale at most once.
+        let d = r.dsi.as_ref().expect("a DSI row has its scheduler counters");
+        assert_eq!((d.tasks, d.worker_busy_s.len()), (r.n_target_calls, r.setting.servers.unwrap()));
+        assert!(d.preempted + d.stale <= d.tasks, "{d:?}");
     }
+    assert!(out.rows.iter().filter(|r| r.setting.family() != "dsi").all(|r| r.dsi.is_none()));
+    // They survive the unit files (a resumed run reads them back) and reach the Parquet table.
+    let again = run(&cfg, &opts(None, None)).unwrap();
+    assert_eq!(again.rows.iter().map(|r| r.dsi.clone()).collect::<Vec<_>>(), out.rows.iter().map(|r| r.dsi.clone()).collect::<Vec<_>>());
+    let tasks = specx_eval::experiment::results::ResultsTable::read(&s.root.join("dsi")).unwrap().u64s("dsi_tasks").unwrap();
+    assert_eq!(tasks, out.rows.iter().map(|r| r.dsi.as_ref().map(|d| d.tasks as u64)).collect::<Vec<_>>());
     let summary = std::fs::read_to_string(s.root.join("dsi/summary.md")).unwrap();
     assert!(summary.contains("dsi SP=3 k=2") && summary.contains("Losslessness audit: passed"), "{summary}");
+    assert!(summary.contains("DSI scheduler"), "{summary}");
     let batched = text.replace("[methods]\n", "[methods]\nar_batch = 2\n");
     assert!(format!("{:#}", load_config(&s, &batched, "batched").unwrap_err()).contains("ar_batch"));
     let missing = text.replace("profile.json", "nope.json");
