@@ -326,6 +326,15 @@ impl DatagenConfig {
     }
 }
 
+/// The file of a run directory that repeats the run: `--config DIR/config.toml`.
+pub const RUN_CONFIG: &str = "config.toml";
+
+/// Writes a run's effective config (`toml`: overrides applied, paths absolute) into its run
+/// directory, atomically; runs and merges of datagen and eval leave it alike.
+pub fn write_run_config(dir: &Path, toml: &str) -> Result<()> {
+    specx_decoder::fsutil::write_atomic(&dir.join(RUN_CONFIG), toml.as_bytes())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,7 @@
 //! `specx datagen merge`: joins the part directories of a `--shard i/n` run into one run
 //! directory with a single manifest.
 
+use crate::config::write_run_config;
 use crate::manifest::{identity_difference, Manifest, PROMPT_LIST};
 use crate::shard::{finished_shard, record_name};
 use anyhow::{bail, Context, Result};
@@ -57,8 +58,7 @@ pub fn merge(parts: &[PathBuf], out: &Path) -> Result<Manifest> {
     write_atomic(&out.join(PROMPT_LIST), &list)?;
     merged.refresh_summary();
     merged.complete = true;
-    // As a one-process run leaves it: `--config OUT/config.toml` repeats the merged run.
-    write_atomic(&out.join("config.toml"), merged.config.to_toml().as_bytes())?;
+    write_run_config(out, &merged.config.to_toml())?;
     merged.write(out)?;
     Ok(merged)
 }

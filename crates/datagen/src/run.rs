@@ -1,7 +1,7 @@
 //! `specx datagen`: loads the pair and the prompts, produces the shards this process is
 //! responsible for (skipping finished ones), and keeps `manifest.json` current after each.
 
-use crate::config::DatagenConfig;
+use crate::config::{write_run_config, DatagenConfig};
 use crate::generation::{run_passes, PassSettings, PassTimes, PromptInput};
 use crate::manifest::{ensure_same_setup, Manifest, ModelRecord, Part, PromptSetRecord, FORMAT, PROMPT_LIST};
 use crate::prompts::{apply_template, load};
@@ -141,9 +141,7 @@ pub fn run(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manifest> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     remove_stale_temporaries(dir)?;
     write_atomic(&dir.join(PROMPT_LIST), prompt_list.as_bytes())?;
-    // The effective config (overrides applied, paths absolute): `--config DIR/config.toml`
-    // repeats the run.
-    write_atomic(&dir.join("config.toml"), cfg.to_toml().as_bytes())?;
+    write_run_config(dir, &cfg.to_toml())?;
 
     let shard_range = |k: usize| k * per_shard..((k + 1) * per_shard).min(inputs.len());
     let mine: Vec<usize> = (0..shard_count).filter(|k| opts.part.is_none_or(|p| k % p.count == p.index)).collect();

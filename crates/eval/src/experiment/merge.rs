@@ -5,7 +5,7 @@ use super::results::UnitFile;
 use super::run::{audit, Audit, EvalOutcome};
 use anyhow::{bail, ensure, Context, Result};
 use specx_datagen::manifest::identity_difference;
-use specx_decoder::fsutil::write_atomic;
+use specx_datagen::config::write_run_config;
 use std::path::{Path, PathBuf};
 
 /// Every unit file below `dir/units`, in path order.
@@ -78,8 +78,7 @@ pub fn merge(parts: &[PathBuf], out: &Path) -> Result<EvalOutcome> {
     manifest.complete = true;
     manifest.seconds = manifests.iter().map(|m| m.seconds).sum();
     manifest.config.output.dir = out.to_path_buf();
-    // As a one-process run leaves it: `--config OUT/config.toml` repeats the merged run.
-    write_atomic(&out.join("config.toml"), manifest.config.to_toml().as_bytes())?;
+    write_run_config(out, &manifest.config.to_toml())?;
     manifest.write(out)?;
     let rows: Vec<_> = units.into_iter().flat_map(|u| u.rows).collect();
     super::report::write_reports(out, &manifest, &rows)?;

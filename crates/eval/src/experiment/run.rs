@@ -9,10 +9,11 @@ use super::results::{tokens_sha256, Divergence, ResultRow, UnitFile, UnitKey};
 use crate::methods::{load_head, Method};
 use anyhow::{ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
+use specx_datagen::config::write_run_config;
 use specx_datagen::manifest::{ensure_same_setup, Part};
 use specx_datagen::run::{model_record, remove_stale_temporaries, select_from};
 use specx_datagen::split::{stream_seed, SplitMix64};
-use specx_decoder::fsutil::{sha256_file, write_atomic};
+use specx_decoder::fsutil::sha256_file;
 use specx_decoder::generate::{generate_greedy_batched, BatchItem, GenerateStats};
 use specx_decoder::spec::{AcceptanceHead, SpecConfig};
 use specx_decoder::{check_pair, device_from_name, load_model_as, DeviceName, LoadedModel, Transformer};
@@ -222,7 +223,7 @@ pub fn run(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcome> {
     let base_seconds = manifest.seconds;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     remove_stale_temporaries(dir)?;
-    write_atomic(&dir.join("config.toml"), cfg.to_toml().as_bytes())?;
+    write_run_config(dir, &cfg.to_toml())?;
 
     let texts: BTreeMap<(&str, usize), &str> =
         sets.iter().flat_map(|s| s.prompts.iter().enumerate().map(|(i, (_, t))| ((s.config.name.as_str(), i), t.as_str()))).collect();
