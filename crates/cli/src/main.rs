@@ -35,6 +35,10 @@ enum Command {
     /// Compare autoregressive and fixed-K speculative decoding on HumanEval prompts in one run
     /// (greedy): tokens/s, speedup, acceptance, tokens per target call.
     BenchDecode(specx_eval::decode_bench::DecodeBenchArgs),
+    /// How far a weight mode's numbers are from the exact path's: perplexity, KL divergence
+    /// against the reference mode and top-1 agreement over a fixed text (llama.cpp's
+    /// perplexity tool's measure).
+    Numerics(specx_eval::numerics::NumericsArgs),
     /// Build a SpecDec++ token-mixing acceptance dataset from a target/draft pair (config
     /// driven, resumable, shardable over machines); `merge` joins parts, `summary` reports.
     Datagen(specx_datagen::cli::DatagenArgs),
@@ -273,8 +277,10 @@ struct RunArgs {
     #[arg(long, default_value = "cpu")]
     device: String,
     /// GGUF weights on the CPU: `native` keeps them in their block formats and decodes them
-    /// inside the matmul kernel (4-8x fewer bytes per token, bit-identical results); `f32`
-    /// dequantizes them on load. HF safetensors models and other devices always use f32.
+    /// inside the matmul kernel (4-8x fewer bytes per token, bit-identical results); `q8`
+    /// keeps the blocks and quantizes each activation row to 8 bits for integer dot products
+    /// (llama.cpp's arithmetic; close to, not bit-identical with, `native`); `f32` dequantizes
+    /// them on load. HF safetensors models and other devices always use f32.
     #[arg(long, default_value = "native")]
     weights: WeightMode,
 }
@@ -335,6 +341,7 @@ fn main() -> Result<()> {
         Command::Decode(a) => run_decode(a),
         Command::Bench(a) => specx_eval::bench::run(a),
         Command::BenchDecode(a) => specx_eval::decode_bench::run(a),
+        Command::Numerics(a) => specx_eval::numerics::run(a),
         Command::Datagen(a) => specx_datagen::cli::run_cli(a),
         Command::Train(a) => specx_trainer::cli::run_cli(a),
         Command::Eval(a) => specx_eval::experiment::cli::run_cli(a),

@@ -1,6 +1,8 @@
-//! Micro-benchmark of `x W^T` on the real models' weight matrices, three ways in the same run:
-//! the native kernel on the GGUF blocks, the f32 kernel on the same matrix dequantized, and
-//! burn-flex's matmul on that f32 matrix.
+//! Micro-benchmark of `x W^T` on the real models' weight matrices, in the same run: the integer
+//! kernels (`q8` weights) on every path this CPU supports, the native kernel on the GGUF
+//! blocks, the f32 kernel on the same matrix dequantized, and burn-flex's matmul on that f32
+//! matrix. The last column is the cost of the call as a multiple of a one-row call of the
+//! runtime's integer path.
 //!
 //!     cargo run --release --example kbench -p specx-decoder
 //!
@@ -10,7 +12,7 @@
 
 use burn::tensor::{Device, Tensor, TensorData};
 use specx_decoder::kernels::matmul_wt;
-use specx_decoder::quant::QuantMatrix;
+use specx_decoder::quant::{int, IntPath, QuantMatrix};
 use specx_decoder::weights::{GgufSource, WeightSource};
 use std::time::Instant;
 
@@ -34,6 +36,7 @@ fn main() -> anyhow::Result<()> {
         ("qwen2.5-coder-1.5b-instruct", "model.layers.0.mlp.gate_proj.weight"),
         ("qwen2.5-coder-1.5b-instruct", "model.layers.0.mlp.down_proj.weight"),
         ("qwen2.5-coder-1.5b-instruct", "model.layers.0.self_attn.q_proj.weight"),
+        ("qwen2.5-coder-1.5b-instruct", "output.weight"),
         ("qwen2.5-coder-0.5b-instruct", "model.layers.0.mlp.gate_proj.weight"),
         ("qwen2.5-coder-0.5b-instruct", "model.layers.0.self_attn.q_proj.weight"),
         ("qwen2.5-coder-0.5b-instruct", "lm_head.weight"),
@@ -42,14 +45,17 @@ fn main() -> anyhow::Result<()> {
         Ok(s) => s.split(',').map(|x| x.trim().parse().expect("KBENCH_ROWS: comma-separated row counts")).collect(),
         Err(_) => vec![1, 2, 5, 9, 21, 40],
     };
-    println!("| model | tensor | type | n x k | rows | native ms | f32 kernel ms | burn ms | f32/native | burn/native |");
-    println!("|---|---|---|---|---:|---:|---:|---:|---:|---:|");
+    let paths = IntPath::all_supported();
+    let int_cols: Vec<String> = paths.iter().map(|p| format!("{} ms", p.name())).collect();
+    println!("| model | tensor | type | n x k | rows | {} | native ms | f32 kernel ms | burn ms | native/{} | x 1 row |", int_cols.join(" | "), paths[0].name());
+    println!("|---|---|---|---|---:|{}---:|---:|---:|---:|---:|", "---:|".repeat(paths.len()));
     for (model, name) in cases {
         let path = dir.join(model).join("model.gguf");
         anyhow::ensure!(path.exists(), "{} is missing: run scripts/fetch-models.sh", path.display());
         let src = GgufSource::open(&path)?;
-        let Some((shape, part)) = src.load_blocks(name)? else {
-            println!("| {model} | {name} | {:?} | - | - | no native kernel | | | | |", src.stored_type(name));
+        let name = if src.contains(name) { name.to_string() } else { name.replace("output.weight", "lm_head.weight") };
+        let Some((shape, part)) = src.load_blocks(&name)? else {
+            println!("| {model} | {name} | {:?} | - | - | no native kernel |", src.stored_type(&name));
             continue;
         };
         let (n, k) = (shape[0], shape[1]);
@@ -61,24 +67,30 @@ fn main() -> anyhow::Result<()> {
         let dense = q.to_f32();
         let denses: Vec<Vec<f32>> = (0..copies_f).map(|_| dense.clone()).collect();
         let tensors: Vec<Tensor<2>> = denses.iter().map(|w| Tensor::from_data(TensorData::new(w.clone(), [n, k]), &device)).collect();
+        let mut one_row = None;
         for &m in &row_counts {
             let x: Vec<f32> = (0..m * k).map(|i| ((i % 7) as f32 - 3.0) / 7.0).collect();
             let mut out = vec![0f32; m * n];
+            let ints: Vec<f64> = paths.iter().map(|&p| time_per_call(copies_q, |c| int::matmul(&natives[c], &x, m, &mut out, p))).collect();
             let native = time_per_call(copies_q, |c| natives[c].matmul(&x, m, &mut out));
             let f32k = time_per_call(copies_f, |c| matmul_wt(&x, m, &denses[c], n, k, &mut out));
             let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), &device);
             let burn = time_per_call(copies_f, |c| {
                 let _ = xt.clone().matmul(tensors[c].clone().transpose()).into_data();
             });
+            if m == 1 {
+                one_row = Some(ints[0]);
+            }
             println!(
-                "| {} | {} | {ty:?} | {n} x {k} | {m} | {:.3} | {:.3} | {:.3} | {:.2} | {:.2} |",
+                "| {} | {} | {ty:?} | {n} x {k} | {m} | {} | {:.3} | {:.3} | {:.3} | {:.2} | {} |",
                 model.trim_start_matches("qwen2.5-coder-").trim_end_matches("-instruct"),
                 name.trim_start_matches("model.layers.").trim_end_matches(".weight"),
+                ints.iter().map(|t| format!("{:.3}", t * 1e3)).collect::<Vec<_>>().join(" | "),
                 native * 1e3,
                 f32k * 1e3,
                 burn * 1e3,
-                f32k / native,
-                burn / native
+                native / ints[0],
+                one_row.map_or("-".into(), |one| format!("{:.2}", ints[0] / one)),
             );
         }
     }

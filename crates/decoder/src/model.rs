@@ -153,6 +153,10 @@ enum Projection {
     /// call; inputs longer than [`HOST_KERNEL_MAX_ROWS`] (outside row-invariant forwards) get
     /// the matrix decoded for the call and burn's gemm, exactly as the f32 path.
     Native(Arc<QuantMatrix>),
+    /// GGUF blocks on the CPU multiplied by the integer kernels ([`crate::quant::int`]): every
+    /// activation row quantized to 8 bits, integer dot products, any number of rows (each
+    /// row's result independent of the others).
+    Int(Arc<QuantMatrix>),
     /// Any other device: burn's matmul, over row blocks of the matrix that each fit in one
     /// device buffer (a GPU caps a storage buffer: 128 MiB on Mesa's lavapipe, less than the
     /// 0.5B model's 544 MB vocabulary matrix). Usually a single block.
@@ -177,6 +181,7 @@ impl Linear {
         match &self.proj {
             Projection::Host { host, .. } => self.kernel_chunks(x, &host.weight_rows()),
             Projection::Native(q) => self.kernel_chunks(x, q.as_ref()),
+            Projection::Int(q) => self.kernel_int(x, q),
             Projection::Device(_) => self.forward(x),
         }
     }
@@ -188,6 +193,7 @@ impl Linear {
         let weight = match &self.proj {
             Projection::Host { host, .. } if few => return self.kernel(x, &host.weight_rows()),
             Projection::Native(q) if few => return self.kernel(x, q.as_ref()),
+            Projection::Int(q) => return self.kernel_int(x, q),
             Projection::Native(q) => {
                 // Long inputs (prefill) are compute-bound: decode the matrix for this call and
                 // run the gemm the f32 path runs on the same values (bit-identical to it).
@@ -239,7 +245,7 @@ impl Linear {
     /// (the bias included).
     fn weight_bytes(&self) -> usize {
         let matrix = match &self.proj {
-            Projection::Native(q) => q.byte_len(),
+            Projection::Native(q) | Projection::Int(q) => q.byte_len(),
             Projection::Host { host, .. } => host.rows * host.cols * 4,
             Projection::Device(blocks) => blocks.iter().map(|w| w.dims().iter().product::<usize>() * 4).sum(),
         };
@@ -248,12 +254,22 @@ impl Linear {
 
     /// `x W^T + bias` through the CPU kernel, on host copies of the activations.
     fn kernel<W: WeightRows>(&self, x: Tensor<3>, w: &W) -> Tensor<3> {
+        self.host_product(x, w.rows(), |xs, m, y| crate::kernels::matmul_rows(xs, m, w, y))
+    }
+
+    /// `x W^T + bias` through the integer kernels.
+    fn kernel_int(&self, x: Tensor<3>, q: &QuantMatrix) -> Tensor<3> {
+        self.host_product(x, q.rows(), |xs, m, y| q.matmul_int(xs, m, y))
+    }
+
+    /// `product(x, m, y)` (`y = x W^T`, `out` values per row) on host copies, plus the bias.
+    fn host_product(&self, x: Tensor<3>, out: usize, product: impl FnOnce(&[f32], usize, &mut [f32])) -> Tensor<3> {
         let [b, n, _] = x.dims();
-        let (m, out) = (b * n, w.rows());
+        let m = b * n;
         let device = x.device();
         let xs = x.into_data().try_to_vec::<f32>().expect("f32 activations");
         let mut y = vec![0f32; m * out];
-        crate::kernels::matmul_rows(&xs, m, w, &mut y);
+        product(&xs, m, &mut y);
         if let Some(bias) = &self.host_bias {
             for row in y.chunks_exact_mut(out) {
                 row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
@@ -347,6 +363,12 @@ pub enum WeightMode {
     /// f32 path. Applies to GGUF files on the CPU device.
     #[default]
     Native,
+    /// In their GGUF block formats, multiplied by integer dot products with each activation
+    /// row quantized to 8 bits (Q8_K for K-quants, Q8_0 for the 32-wide formats), as llama.cpp
+    /// does ([`crate::quant::int`]): not bit-identical to `f32`/`native` (the activations are
+    /// rounded; README gives perplexity and KL against `native`), but row-invariant. Matrices
+    /// whose type has no integer kernel take the `native` path (one log line each).
+    Q8,
 }
 
 impl std::str::FromStr for WeightMode {
@@ -355,7 +377,8 @@ impl std::str::FromStr for WeightMode {
         match s {
             "f32" => Ok(Self::F32),
             "native" => Ok(Self::Native),
-            other => bail!("unknown weight mode '{other}' (f32 or native)"),
+            "q8" => Ok(Self::Q8),
+            other => bail!("unknown weight mode '{other}' (f32, native or q8)"),
         }
     }
 }
@@ -365,6 +388,7 @@ impl std::fmt::Display for WeightMode {
         f.write_str(match self {
             Self::F32 => "f32",
             Self::Native => "native",
+            Self::Q8 => "q8",
         })
     }
 }
@@ -568,7 +592,8 @@ impl Transformer {
     /// matrices are kept on the CPU device (ignored elsewhere and for sources without blocks).
     pub fn load(cfg: ModelConfig, src: &dyn WeightSource, device: &Device, mode: WeightMode) -> Result<Self> {
         cfg.validate()?;
-        let native = mode == WeightMode::Native && *device == Device::flex();
+        let native = mode != WeightMode::F32 && *device == Device::flex();
+        let int = mode == WeightMode::Q8 && native;
         let (hd, inter) = (cfg.hidden_size, cfg.intermediate_size);
         let (qd, kvd) = (cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim);
         let get = |name: &str| src.load(name).with_context(|| format!("loading weight '{name}'"));
@@ -591,7 +616,14 @@ impl Transformer {
         // Native blocks where possible, else f32.
         let projection = |names: &[(&str, usize)], inp: usize| -> Result<Projection> {
             match native.then(|| native_matrix(src, names, inp)).transpose()?.flatten() {
-                Some(q) => Ok(Projection::Native(Arc::new(q))),
+                Some(q) if int && q.has_int_kernel() => Ok(Projection::Int(Arc::new(q))),
+                Some(q) => {
+                    if int {
+                        let types: Vec<_> = q.parts().iter().map(|p| p.ty).collect();
+                        eprintln!("specx: '{}' is stored as {types:?}, which has no integer kernel: using native weights for it", names[0].0);
+                    }
+                    Ok(Projection::Native(Arc::new(q)))
+                }
                 None => dense(names, inp),
             }
         };
@@ -616,7 +648,7 @@ impl Transformer {
         };
         let embed_proj = projection(&[("model.embed_tokens", cfg.vocab_size)], hd)?;
         let embed = match &embed_proj {
-            Projection::Native(q) => Embedding::Native(q.clone()),
+            Projection::Native(q) | Projection::Int(q) => Embedding::Native(q.clone()),
             Projection::Host { weight, .. } => Embedding::Dense(weight.clone()),
             Projection::Device(blocks) if blocks.len() == 1 => Embedding::Dense(blocks[0].clone()),
             Projection::Device(blocks) => Embedding::Blocks(blocks.clone()),
@@ -673,7 +705,7 @@ impl Transformer {
 
     /// Whether any weight matrix runs natively from GGUF blocks ([`WeightMode::Native`]).
     pub fn is_native(&self) -> bool {
-        matches!(self.embed, Embedding::Native(_)) || self.linears().any(|l| matches!(l.proj, Projection::Native(_)))
+        matches!(self.embed, Embedding::Native(_)) || self.linears().any(|l| matches!(l.proj, Projection::Native(_) | Projection::Int(_)))
     }
 
     pub fn config(&self) -> &ModelConfig {

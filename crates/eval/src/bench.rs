@@ -48,10 +48,15 @@ pub struct BenchArgs {
     /// Rows of the verification call that is timed (a speculative round of K = rows - 1).
     #[arg(long, default_value_t = 5)]
     pub verify_rows: usize,
-    /// Weight paths to measure, one after the other in this run (`native`: GGUF blocks decoded
-    /// in the kernel; `f32`: dequantized on load), so their ratios come from the same run.
-    #[arg(long, value_delimiter = ',', default_value = "native,f32")]
+    /// Weight paths to measure, one after the other in this run (`q8`: GGUF blocks with 8-bit
+    /// activations and integer dot products; `native`: GGUF blocks decoded to f32 in the
+    /// kernel; `f32`: dequantized on load), so their ratios come from the same run.
+    #[arg(long, value_delimiter = ',', default_value = "q8,native,f32")]
     pub weights: Vec<WeightMode>,
+    /// Row counts of the timed calls after the prompt (a verification of K + 1 rows, a batched
+    /// step), reported as multiples of a one-row call of the same path.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,5,9,21")]
+    pub call_rows: Vec<usize>,
     /// Devices to measure, one after the other in this run: `cpu` (each of --weights),
     /// `wgpu[:N]` (a Vulkan adapter, f32 weights on the device; build with `--features wgpu`),
     /// `cuda[:N]`. With a device besides the CPU, a table of device/CPU ratios follows.
@@ -97,6 +102,8 @@ pub struct ModelBench {
     /// Median seconds of one verification call of `verify_rows` tokens after the prompt.
     pub verify_secs: f64,
     pub verify_rows: usize,
+    /// (rows, median seconds) of calls of each `--call-rows` count after the prompt.
+    pub call_secs: Vec<(usize, f64)>,
     /// Weight bytes (as stored) plus mean KV-cache bytes read per decoded token.
     pub bytes_per_token: f64,
     /// bandwidth / bytes_per_token.
@@ -127,6 +134,9 @@ pub struct BenchReport {
     pub bandwidth_gb_s: f64,
     pub bandwidth_one_thread_gb_s: f64,
     pub threads: usize,
+    /// The integer kernels' path on this CPU (`q8` weights) and the others it supports.
+    pub int_path: String,
+    pub int_paths_supported: Vec<String>,
     pub models: Vec<ModelBench>,
     pub memory: Vec<PathMemory>,
     pub llamacpp: Vec<LlamaCppBench>,
@@ -152,6 +162,7 @@ struct Timing {
     decode_secs: f64,
     verify_secs: f64,
     verify_rows: usize,
+    call_secs: Vec<(usize, f64)>,
     bytes_per_token: f64,
 }
 
@@ -171,6 +182,7 @@ impl Timing {
             decode_tokens_per_sec: decode_tps,
             verify_secs: self.verify_secs,
             verify_rows: self.verify_rows,
+            call_secs: self.call_secs,
             bytes_per_token: self.bytes_per_token,
             bound_tokens_per_sec: bound,
             fraction_of_bound: decode_tps / bound,
@@ -195,16 +207,29 @@ fn time_model(role: &str, device: DeviceName, weights: WeightMode, lm: &LoadedMo
     let t = Instant::now();
     let mut next = argmax(&last_logits(&model.forward_last(&prompt, &mut cache)?));
     let prefill_secs = t.elapsed().as_secs_f64();
-    // Verification calls: `verify_rows` tokens after the prompt, rolled back after each.
-    let rows: Vec<u32> = prompt.iter().take(a.verify_rows.max(1)).copied().collect();
-    let mut verify = Vec::new();
+    // Calls of r tokens after the prompt, rolled back after each: the verification of
+    // `verify_rows`, and the cost curve of `call_rows` (median of 5, the shapes interleaved so
+    // that drift on a shared host hits them alike).
+    let rows_of = |r: usize| -> Vec<u32> { prompt.iter().cycle().take(r.max(1)).copied().collect() };
+    let mut shapes: Vec<usize> = a.call_rows.clone();
+    shapes.push(a.verify_rows.max(1));
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); shapes.len()];
     for _ in 0..5 {
-        let t = Instant::now();
-        model.forward(&rows, &mut cache)?;
-        verify.push(t.elapsed().as_secs_f64());
-        cache.truncate(prompt.len());
+        for (i, &r) in shapes.iter().enumerate() {
+            let rows = rows_of(r);
+            let t = Instant::now();
+            model.forward(&rows, &mut cache)?;
+            times[i].push(t.elapsed().as_secs_f64());
+            cache.truncate(prompt.len());
+        }
     }
-    verify.sort_by(f64::total_cmp);
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut medians: Vec<f64> = times.into_iter().map(median).collect();
+    let verify = medians.pop().expect("the verification shape");
+    let call_secs: Vec<(usize, f64)> = shapes.iter().copied().zip(medians).collect();
     let t = Instant::now();
     for _ in 0..a.decode_tokens {
         next = argmax(&last_logits(&model.forward(&[next], &mut cache)?));
@@ -223,8 +248,9 @@ fn time_model(role: &str, device: DeviceName, weights: WeightMode, lm: &LoadedMo
         prefill_secs,
         decode_tokens: a.decode_tokens,
         decode_secs,
-        verify_secs: verify[verify.len() / 2],
-        verify_rows: rows.len(),
+        verify_secs: verify,
+        verify_rows: a.verify_rows.max(1),
+        call_secs,
         bytes_per_token: (model.weight_bytes_per_token() + cfg.kv_bytes_per_token(mean_ctx)) as f64,
     })
 }
@@ -242,7 +268,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
 /// Runs the benchmark.
 pub fn measure(a: &BenchArgs) -> Result<BenchReport> {
     let (draft_path, target_path) = a.pair.paths();
-    ensure!(!a.weights.is_empty(), "--weights needs at least one of native, f32");
+    ensure!(!a.weights.is_empty(), "--weights needs at least one of q8, native, f32");
+    ensure!(a.call_rows.iter().all(|&r| r >= 1), "--call-rows takes row counts of at least 1");
     if let Some(bin) = &a.llamacpp {
         ensure!(bin.is_file(), "--llamacpp {}: no such file (build it with scripts/bench-llamacpp.sh)", bin.display());
     }
@@ -279,7 +306,9 @@ pub fn measure(a: &BenchArgs) -> Result<BenchReport> {
     // the runs and bound with the best figure seen, which can only lower achieved/bound.
     let bandwidth = bandwidth.max(read_bandwidth(a.bandwidth_mib << 20, 5));
     let models = timings.into_iter().map(|t| t.against(bandwidth)).collect();
-    Ok(BenchReport { bandwidth_gb_s: bandwidth / 1e9, bandwidth_one_thread_gb_s: bandwidth_one / 1e9, threads, models, memory, llamacpp })
+    let int_path = specx_decoder::quant::IntPath::active().name().to_string();
+    let int_paths_supported = specx_decoder::quant::IntPath::all_supported().iter().map(|p| p.name().to_string()).collect();
+    Ok(BenchReport { bandwidth_gb_s: bandwidth / 1e9, bandwidth_one_thread_gb_s: bandwidth_one / 1e9, threads, int_path, int_paths_supported, models, memory, llamacpp })
 }
 
 /// Resets the kernel's peak-RSS counter of this process (Linux: `5` to `/proc/self/clear_refs`),
@@ -324,6 +353,7 @@ fn print_report(r: &BenchReport) {
         "memory read bandwidth: {:.2} GB/s (all {} threads, best of before and after the runs), {:.2} GB/s (one thread)",
         r.bandwidth_gb_s, r.threads, r.bandwidth_one_thread_gb_s
     );
+    println!("integer kernels (q8 weights): {} (this CPU supports: {})", r.int_path, r.int_paths_supported.join(", "));
     println!();
     let rows: Vec<Vec<String>> = r
         .models
@@ -350,27 +380,54 @@ fn print_report(r: &BenchReport) {
         "{}",
         markdown_table(&["model", "device", "weights", "params", "prefill tok/s", "decode tok/s", &verify, "GB read/token", "host bound tok/s", "achieved/bound"], &rows)
     );
-    // Ratios between the paths, same run.
+    // Ratios between the paths, same run: each path against f32 (the exact reference).
     let find = |role: &str, w: &str| r.models.iter().find(|m| m.role == role && m.device == "cpu" && m.weights == w);
     let mut ratios = Vec::new();
     for role in ["draft", "target"] {
-        if let (Some(n), Some(f)) = (find(role, "native"), find(role, "f32")) {
-            ratios.push(vec![
-                role.to_string(),
-                format!("{}x", ratio_text(n.decode_tokens_per_sec / f.decode_tokens_per_sec)),
-                format!("{}x", ratio_text(n.prefill_tokens_per_sec / f.prefill_tokens_per_sec)),
-                ratio_text(n.verify_secs / f.verify_secs),
-            ]);
+        for w in ["q8", "native"] {
+            for base in ["native", "f32"].into_iter().filter(|b| *b != w) {
+                if let (Some(n), Some(f)) = (find(role, w), find(role, base)) {
+                    ratios.push(vec![
+                        role.to_string(),
+                        format!("{w}/{base}"),
+                        format!("{}x", ratio_text(n.decode_tokens_per_sec / f.decode_tokens_per_sec)),
+                        format!("{}x", ratio_text(n.prefill_tokens_per_sec / f.prefill_tokens_per_sec)),
+                        ratio_text(n.verify_secs / f.verify_secs),
+                    ]);
+                }
+            }
         }
     }
     if !ratios.is_empty() {
         println!();
-        print!("{}", markdown_table(&["model", "native/f32 decode", "native/f32 prefill", "native/f32 verify time"], &ratios));
+        print!("{}", markdown_table(&["model", "paths", "decode", "prefill", "verify time"], &ratios));
+    }
+    // The cost of a call of r rows as a multiple of one row, per path.
+    let shapes: Vec<usize> = r.models.first().map(|m| m.call_secs.iter().map(|c| c.0).collect()).unwrap_or_default();
+    if !shapes.is_empty() {
+        let mut header = vec!["model".to_string(), "device".into(), "weights".into()];
+        header.extend(shapes.iter().map(|r| format!("{r} rows ms (x 1 row)")));
+        let rows: Vec<Vec<String>> = r
+            .models
+            .iter()
+            .map(|m| {
+                let one = m.call_secs.iter().find(|c| c.0 == 1).map(|c| c.1);
+                let mut row = vec![m.role.clone(), m.device.clone(), m.weights.clone()];
+                row.extend(m.call_secs.iter().map(|&(_, t)| match one {
+                    Some(one) => format!("{:.1} ({:.2}x)", t * 1e3, t / one),
+                    None => format!("{:.1}", t * 1e3),
+                }));
+                row
+            })
+            .collect();
+        println!();
+        let header: Vec<&str> = header.iter().map(String::as_str).collect();
+        print!("{}", markdown_table(&header, &rows));
     }
     // Each other device against the CPU's best path (native if measured), same run.
     let mut device_ratios = Vec::new();
     for m in r.models.iter().filter(|m| m.device != "cpu") {
-        if let Some(c) = find(&m.role, "native").or_else(|| find(&m.role, "f32")) {
+        if let Some(c) = find(&m.role, "q8").or_else(|| find(&m.role, "native")).or_else(|| find(&m.role, "f32")) {
             device_ratios.push(vec![
                 m.role.clone(),
                 format!("{} / cpu {}", m.device, c.weights),
@@ -385,25 +442,27 @@ fn print_report(r: &BenchReport) {
         print!("{}", markdown_table(&["model", "paths", "decode", "prefill", "verify time"], &device_ratios));
     }
     if !r.llamacpp.is_empty() {
+        // Every specx path on the CPU against llama.cpp on the same file, same run.
         let rows: Vec<Vec<String>> = r
             .llamacpp
             .iter()
-            .map(|l| {
-                let ours = find(&l.role, "native").or_else(|| r.models.iter().find(|m| m.role == l.role));
-                let ratio = |a: Option<f64>, b: f64| a.map_or("-".into(), |a| format!("{:.2}", a / b));
-                vec![
-                    l.role.clone(),
-                    format!("{:.1}", l.prefill_tokens_per_sec),
-                    format!("{:.2}", l.decode_tokens_per_sec),
-                    ratio(ours.map(|m| m.prefill_tokens_per_sec), l.prefill_tokens_per_sec),
-                    ratio(ours.map(|m| m.decode_tokens_per_sec), l.decode_tokens_per_sec),
-                ]
+            .flat_map(|l| {
+                r.models.iter().filter(|m| m.role == l.role && m.device == "cpu").map(move |m| {
+                    vec![
+                        l.role.clone(),
+                        m.weights.clone(),
+                        format!("{:.1}", l.prefill_tokens_per_sec),
+                        format!("{:.2}", l.decode_tokens_per_sec),
+                        format!("{:.2}", m.prefill_tokens_per_sec / l.prefill_tokens_per_sec),
+                        format!("{:.2}", m.decode_tokens_per_sec / l.decode_tokens_per_sec),
+                    ]
+                })
             })
             .collect();
         println!();
         print!(
             "{}",
-            markdown_table(&["model", "llama.cpp prefill tok/s", "llama.cpp decode tok/s", "specx/llama.cpp prefill", "specx/llama.cpp decode"], &rows)
+            markdown_table(&["model", "specx weights", "llama.cpp prefill tok/s", "llama.cpp decode tok/s", "specx/llama.cpp prefill", "specx/llama.cpp decode"], &rows)
         );
     }
     println!();

@@ -7,6 +7,7 @@ pub mod dsi;
 pub mod easyspec;
 pub mod experiment;
 pub mod methods;
+pub mod numerics;
 pub mod profile;
 pub use specx_decoder::report;
 pub mod sysmem;

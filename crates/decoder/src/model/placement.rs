@@ -21,7 +21,7 @@ impl Linear {
         }
         let (rows, data) = match &self.proj {
             Projection::Host { host, .. } => (host.rows, host.as_f32().to_vec()),
-            Projection::Native(q) => (q.rows(), q.to_f32()),
+            Projection::Native(q) | Projection::Int(q) => (q.rows(), q.to_f32()),
             Projection::Device(blocks) => {
                 let rows = blocks.iter().map(|b| b.dims()[0]).sum();
                 let data = blocks.iter().flat_map(|b| b.clone().into_data().try_into_vec::<f32>().expect("f32 weights")).collect();

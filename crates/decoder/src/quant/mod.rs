@@ -19,8 +19,20 @@ use crate::gguf::{dequantize_blocks, GgmlType};
 use crate::kernels::{matmul_rows, WeightRows};
 use anyhow::{bail, ensure, Result};
 
+pub mod act;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+pub mod int;
+#[cfg(target_arch = "x86_64")]
+mod int_x86;
+pub mod unpack;
+
+pub use int::IntPath;
+
+#[cfg(test)]
+mod int_tests;
+#[cfg(test)]
+mod testutil;
 
 /// Whether [`QuantMatrix`] can hold rows of this type. The legacy Q4_1 / Q5_1 formats have no
 /// fast decoder: a model with them gets its f32 path (dequantized on load) for those matrices.
@@ -85,7 +97,7 @@ impl QuantMatrix {
     }
 
     /// The raw blocks of row `o` and their type.
-    fn row_blocks(&self, o: usize) -> (GgmlType, &[u8]) {
+    pub(crate) fn row_blocks(&self, o: usize) -> (GgmlType, &[u8]) {
         let i = self.starts.partition_point(|&s| s <= o) - 1;
         let p = &self.parts[i];
         let row_bytes = p.data.len() / p.rows;
@@ -103,6 +115,18 @@ impl QuantMatrix {
     /// [`crate::kernels::matmul_wt`] on the dequantized matrix.
     pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
         matmul_rows(x, m, self, out);
+    }
+
+    /// Whether every part has an integer kernel ([`unpack::family`]): [`QuantMatrix::matmul_int`]
+    /// applies.
+    pub fn has_int_kernel(&self) -> bool {
+        self.parts.iter().all(|p| unpack::family(p.ty).is_some())
+    }
+
+    /// `x W^T` with `x` quantized to 8 bits per row and integer dot products
+    /// ([`int`]), on the runtime's path ([`IntPath::active`]).
+    pub fn matmul_int(&self, x: &[f32], m: usize, out: &mut [f32]) {
+        int::matmul(self, x, m, out, IntPath::active());
     }
 
     /// The whole matrix dequantized to f32, row-major.
@@ -159,41 +183,9 @@ mod tests {
     use super::*;
     use crate::gguf::dequantize;
     use crate::kernels::matmul_wt;
-    use half::{bf16, f16};
+    use super::testutil::matrix;
     use rand::rngs::StdRng;
     use rand::{RngExt, SeedableRng};
-
-    /// Random but valid blocks: random quant bits, finite scales (f16 fields overwritten).
-    fn random_blocks(ty: GgmlType, rows: usize, cols: usize, rng: &mut StdRng) -> Vec<u8> {
-        let n = rows * cols;
-        let put = |b: &mut [u8], at: usize, v: f32| b[at..at + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
-        match ty {
-            GgmlType::F16 => (0..n).flat_map(|_| f16::from_f32(rng.random_range(-1.0..1.0)).to_le_bytes()).collect(),
-            GgmlType::BF16 => (0..n).flat_map(|_| bf16::from_f32(rng.random_range(-1.0..1.0)).to_le_bytes()).collect(),
-            _ => {
-                let (_, bytes) = ty.block();
-                let mut data: Vec<u8> = (0..ty.byte_size(n).unwrap()).map(|_| rng.random()).collect();
-                for b in data.chunks_exact_mut(bytes) {
-                    let (d, m) = (rng.random_range(-0.05..0.05), rng.random_range(0.0..0.05));
-                    match ty {
-                        GgmlType::Q6K => put(b, 208, d),
-                        GgmlType::Q4K | GgmlType::Q5K => {
-                            put(b, 0, d);
-                            put(b, 2, m);
-                        }
-                        _ => put(b, 0, d),
-                    }
-                }
-                data
-            }
-        }
-    }
-
-    fn matrix(parts: &[(GgmlType, usize)], cols: usize, seed: u64) -> QuantMatrix {
-        let mut rng = StdRng::seed_from_u64(seed);
-        let parts = parts.iter().map(|&(ty, rows)| QuantPart { ty, rows, data: random_blocks(ty, rows, cols, &mut rng) }).collect();
-        QuantMatrix::new(parts, cols).unwrap()
-    }
 
     /// The native kernel against the loader's dequantization + the f32 kernel: bitwise, for
     /// 1..=70 rows of x (crossing the 3-row tiles and the 32-row tasks) and 70 weight rows

@@ -1,0 +1,156 @@
+//! The integer kernels against their reference: every path this CPU has gives the portable
+//! path's bits for 1..70 activation rows, each row's result is the same alone or in a call of
+//! any size, the numbers are close to the exact product, and the comparison catches a broken
+//! arithmetic.
+
+use super::act::{Q8KRows, QK_K};
+use super::int::{dot_k_portable, matmul, reduce16, IntPath};
+use super::testutil::matrix;
+use super::unpack::UnpackedRow;
+use super::QuantMatrix;
+use crate::gguf::GgmlType;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+/// Activation rows with a spread of magnitudes (a few large values, as real hidden states).
+fn activations(rows: usize, k: usize, seed: u64) -> Vec<f32> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..rows * k).map(|i| rng.random_range(-1.0f32..1.0) * if i % 97 == 0 { 8.0 } else { 1.0 }).collect()
+}
+
+fn run(q: &QuantMatrix, x: &[f32], m: usize, path: IntPath) -> Vec<f32> {
+    let mut out = vec![0f32; m * q.rows()];
+    matmul(q, &x[..m * q.cols()], m, &mut out, path);
+    out
+}
+
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// Types and widths: 32-wide formats with an odd and an even block count, K-quants over one
+/// and three blocks.
+const CASES: [(GgmlType, usize); 9] = [
+    (GgmlType::Q4_0, 96),
+    (GgmlType::Q4_0, 128),
+    (GgmlType::Q5_0, 96),
+    (GgmlType::Q5_0, 896),
+    (GgmlType::Q8_0, 96),
+    (GgmlType::Q8_0, 128),
+    (GgmlType::Q4K, 768),
+    (GgmlType::Q5K, 256),
+    (GgmlType::Q6K, 768),
+];
+
+#[test]
+fn every_path_gives_the_portable_bits_for_1_to_70_rows() {
+    let paths = IntPath::all_supported();
+    eprintln!("integer paths on this CPU: {:?}", paths.iter().map(|p| p.name()).collect::<Vec<_>>());
+    for (ty, k) in CASES {
+        // 37 weight rows: two parallel tasks of 16 and a short one.
+        let q = matrix(&[(ty, 37)], k, ty.id() as u64 + k as u64);
+        let x = activations(70, k, 3);
+        for m in (1..=12).chain([20, 21, 33, 40, 64, 70]) {
+            let want = run(&q, &x, m, IntPath::Portable);
+            for &p in &paths {
+                assert!(same_bits(&run(&q, &x, m, p), &want), "{ty:?} k={k}: {} differs from portable at {m} rows", p.name());
+            }
+        }
+    }
+}
+
+#[test]
+fn a_row_alone_equals_the_same_row_in_any_call() {
+    for (ty, k) in CASES {
+        let q = matrix(&[(ty, 20)], k, 11);
+        let x = activations(40, k, 5);
+        let n = q.rows();
+        for &p in &IntPath::all_supported() {
+            let all = run(&q, &x, 40, p);
+            for r in [0, 1, 7, 39] {
+                let alone = run(&q, &x[r * k..], 1, p);
+                assert!(same_bits(&alone, &all[r * n..(r + 1) * n]), "{ty:?} {}: row {r} alone differs", p.name());
+            }
+            // Row 3 at the front of a 2-row call and in the middle of a 9-row one.
+            let two = run(&q, &x[3 * k..], 2, p);
+            let nine = run(&q, &x[k..], 9, p);
+            assert!(same_bits(&two[..n], &all[3 * n..4 * n]) && same_bits(&nine[2 * n..3 * n], &all[3 * n..4 * n]), "{ty:?} {}", p.name());
+        }
+    }
+}
+
+#[test]
+fn stacked_parts_of_both_families() {
+    // A fused projection mixing K-quants and a 32-wide format (both need their own activations).
+    let q = matrix(&[(GgmlType::Q4K, 9), (GgmlType::Q8_0, 5), (GgmlType::Q6K, 7)], 256, 4);
+    let x = activations(6, 256, 8);
+    let want = run(&q, &x, 6, IntPath::Portable);
+    for &p in &IntPath::all_supported() {
+        assert!(same_bits(&run(&q, &x, 6, p), &want), "{}", p.name());
+    }
+}
+
+/// Close to the exact product: each activation moves by at most half its block's step when
+/// quantized, so `|int - exact| <= sum_i |w_i| * step_i / 2` (plus float rounding). A wrong
+/// scale or offset breaks this bound by orders of magnitude.
+#[test]
+fn within_the_activation_rounding_bound_of_the_exact_product() {
+    for (ty, k) in CASES {
+        let q = matrix(&[(ty, 24)], k, 21);
+        let x = activations(3, k, 9);
+        let got = run(&q, &x, 3, IntPath::active());
+        let dense = q.to_f32();
+        let block = if ty.block().0 == QK_K { QK_K } else { 32 };
+        for r in 0..3 {
+            let xr = &x[r * k..(r + 1) * k];
+            let steps: Vec<f32> = xr.chunks(block).map(|c| c.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0).collect();
+            for o in 0..q.rows() {
+                let w = &dense[o * k..(o + 1) * k];
+                let exact: f64 = w.iter().zip(xr).map(|(a, b)| *a as f64 * *b as f64).sum();
+                let bound: f64 = w.iter().enumerate().map(|(i, a)| a.abs() as f64 * steps[i / block] as f64 / 2.0).sum::<f64>() * 1.001 + 1e-5;
+                let err = (got[r * q.rows() + o] as f64 - exact).abs();
+                assert!(err <= bound, "{ty:?} k={k} row {r} out {o}: error {err} beyond the rounding bound {bound}");
+            }
+        }
+    }
+}
+
+/// The reference with one deliberate mistake: each 16-value group takes the next group's scale.
+fn broken_dot_k(w: &UnpackedRow, x: &Q8KRows, r: usize) -> f32 {
+    let mut acc = [0f32; 16];
+    for b in 0..w.blocks {
+        let (dx, xq, bsums) = x.block(r, b);
+        let mut lanes = [0i32; 16];
+        for e in 0..QK_K {
+            let lane = 8 * ((e / 32) % 2) + (e % 32) / 4;
+            let sc = w.sc[b * 16 + (e / 16 + 1) % 16];
+            lanes[lane] += w.q[b * QK_K + e] as i32 * xq[e] as i32 * sc as i32;
+        }
+        let mn = &w.mn[b * 16..b * 16 + 16];
+        for i in 0..16 {
+            acc[i] = (w.d[b] * dx).mul_add(lanes[i] as f32, acc[i]);
+        }
+        for j in 0..8 {
+            let corr = mn[2 * j] as i32 * bsums[2 * j] as i32 + mn[2 * j + 1] as i32 * bsums[2 * j + 1] as i32;
+            acc[j] = (-(w.dmin[b] * dx)).mul_add(corr as f32, acc[j]);
+        }
+    }
+    reduce16(&acc)
+}
+
+#[test]
+fn the_bitwise_check_catches_a_wrong_scale_offset() {
+    let q = matrix(&[(GgmlType::Q4K, 8)], 512, 13);
+    let x = activations(1, 512, 2);
+    let xq = Q8KRows::quantize(&x, 1, 512);
+    let got = run(&q, &x, 1, IntPath::active());
+    let mut w = UnpackedRow::default();
+    let (mut differ, mut agree) = (0, 0);
+    for o in 0..q.rows() {
+        let (ty, bytes) = q.row_blocks(o);
+        w.unpack(ty, bytes);
+        agree += (dot_k_portable(&w, &xq, 0, true).to_bits() == got[o].to_bits()) as usize;
+        differ += (broken_dot_k(&w, &xq, 0).to_bits() != got[o].to_bits()) as usize;
+    }
+    assert_eq!((agree, differ), (8, 8), "the reference must match every row and the broken one none");
+}

@@ -1,0 +1,243 @@
+//! One weight row of ggml blocks unpacked for the integer kernels ([`super::int`]): every
+//! quantized value as an unsigned byte in element order, with the block's integer scales and
+//! its float scales beside. Unpacking happens once per weight row and call, into a per-thread
+//! buffer that stays in L1, and then serves every activation row of the call.
+//!
+//! Two families, by the activation format they pair with:
+//! - **K** (Q4_K, Q5_K, Q6_K; Q8_K activations): per 256-value block, `q` in 0..63, a scale per
+//!   16 values (`sc`, multiplying `q * x` in integers), an offset multiplier per 16 values
+//!   (`mn`, multiplying the activation sums: the Q4_K/Q5_K minimums, applied in float with
+//!   `dmin`; for Q6_K `32 * sc`, its `q - 32` offset, applied in integers), `d` and `dmin`.
+//! - **B32** (Q4_0, Q5_0, Q8_0; Q8_0 activations): per 32-value block, `q` unsigned with a
+//!   fixed offset per type (8, 16, 128: the signed value is `q - offset`) and `d`.
+
+use crate::gguf::GgmlType;
+use half::f16;
+
+/// How a weight type meets the integer kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// 256-value blocks with Q8_K activations; `float_mins` (Q4_K, Q5_K) or an integer offset
+    /// of `32 * sc` (Q6_K).
+    K { float_mins: bool },
+    /// 32-value blocks with Q8_0 activations; the stored byte minus `offset` is the value.
+    B32 { offset: i32 },
+}
+
+/// The integer family of `ty`, `None` for a type without an integer kernel.
+pub fn family(ty: GgmlType) -> Option<Family> {
+    Some(match ty {
+        GgmlType::Q4K | GgmlType::Q5K => Family::K { float_mins: true },
+        GgmlType::Q6K => Family::K { float_mins: false },
+        GgmlType::Q4_0 => Family::B32 { offset: 8 },
+        GgmlType::Q5_0 => Family::B32 { offset: 16 },
+        GgmlType::Q8_0 => Family::B32 { offset: 128 },
+        _ => return None,
+    })
+}
+
+/// A weight row unpacked (reused buffer: [`UnpackedRow::unpack`] overwrites it).
+#[derive(Clone, Debug, Default)]
+pub struct UnpackedRow {
+    pub family: Option<Family>,
+    /// Blocks in the row.
+    pub blocks: usize,
+    /// Quantized values, one byte each, in element order.
+    pub q: Vec<u8>,
+    /// K: 16 scales per block.
+    pub sc: Vec<i16>,
+    /// K: 16 offset multipliers per block.
+    pub mn: Vec<i16>,
+    /// Float scale per block.
+    pub d: Vec<f32>,
+    /// K: float minimum scale per block (Q4_K, Q5_K).
+    pub dmin: Vec<f32>,
+}
+
+fn f16_at(b: &[u8], i: usize) -> f32 {
+    f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
+}
+
+/// The 6-bit scale and minimum of sub-block `j` (0..8) in Q4_K/Q5_K's 12 scale bytes.
+#[inline]
+fn scale_min(j: usize, s: &[u8]) -> (i16, i16) {
+    if j < 4 {
+        ((s[j] & 63) as i16, (s[j + 4] & 63) as i16)
+    } else {
+        (((s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4)) as i16, ((s[j + 4] >> 4) | ((s[j] >> 6) << 4)) as i16)
+    }
+}
+
+impl UnpackedRow {
+    /// Unpacks one row of `ty` blocks (`bytes`, a whole row).
+    pub fn unpack(&mut self, ty: GgmlType, bytes: &[u8]) {
+        let fam = family(ty).unwrap_or_else(|| panic!("{ty:?} has no integer kernel"));
+        let (per, size) = ty.block();
+        let blocks = bytes.len() / size;
+        self.family = Some(fam);
+        self.blocks = blocks;
+        self.q.resize(blocks * per, 0);
+        self.d.resize(blocks, 0.0);
+        if let Family::K { .. } = fam {
+            self.sc.resize(blocks * 16, 0);
+            self.mn.resize(blocks * 16, 0);
+            self.dmin.resize(blocks, 0.0);
+        }
+        for (i, b) in bytes.chunks_exact(size).enumerate() {
+            let q = &mut self.q[i * per..(i + 1) * per];
+            match ty {
+                GgmlType::Q4K => {
+                    self.d[i] = f16_at(b, 0);
+                    self.dmin[i] = f16_at(b, 2);
+                    for (c, qs) in b[16..144].chunks_exact(32).enumerate() {
+                        for l in 0..32 {
+                            q[64 * c + l] = qs[l] & 0x0f;
+                            q[64 * c + 32 + l] = qs[l] >> 4;
+                        }
+                    }
+                    self.k_scales(i, &b[4..16]);
+                }
+                GgmlType::Q5K => {
+                    self.d[i] = f16_at(b, 0);
+                    self.dmin[i] = f16_at(b, 2);
+                    let qh = &b[16..48];
+                    for (c, qs) in b[48..176].chunks_exact(32).enumerate() {
+                        let (u1, u2) = (1u8 << (2 * c), 2u8 << (2 * c));
+                        for l in 0..32 {
+                            q[64 * c + l] = (qs[l] & 0x0f) | if qh[l] & u1 != 0 { 16 } else { 0 };
+                            q[64 * c + 32 + l] = (qs[l] >> 4) | if qh[l] & u2 != 0 { 16 } else { 0 };
+                        }
+                    }
+                    self.k_scales(i, &b[4..16]);
+                }
+                GgmlType::Q6K => {
+                    self.d[i] = f16_at(b, 208);
+                    self.dmin[i] = 0.0;
+                    for h in 0..2 {
+                        let ql = &b[64 * h..64 * h + 64];
+                        let qh = &b[128 + 32 * h..128 + 32 * h + 32];
+                        let out = &mut q[128 * h..128 * h + 128];
+                        for l in 0..32 {
+                            out[l] = (ql[l] & 0x0f) | ((qh[l] & 3) << 4);
+                            out[l + 32] = (ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4);
+                            out[l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+                            out[l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+                        }
+                    }
+                    for s in 0..16 {
+                        let sc = b[192 + s] as i8 as i16;
+                        self.sc[i * 16 + s] = sc;
+                        self.mn[i * 16 + s] = 32 * sc;
+                    }
+                }
+                GgmlType::Q4_0 => {
+                    self.d[i] = f16_at(b, 0);
+                    for j in 0..16 {
+                        q[j] = b[2 + j] & 0x0f;
+                        q[j + 16] = b[2 + j] >> 4;
+                    }
+                }
+                GgmlType::Q5_0 => {
+                    self.d[i] = f16_at(b, 0);
+                    #[cfg(target_arch = "x86_64")]
+                    if is_x86_feature_detected!("avx2") {
+                        // SAFETY: AVX2 is present; b is one 22-byte block, q 32 bytes.
+                        unsafe { q5_0_avx2(b, q) };
+                        continue;
+                    }
+                    let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+                    for j in 0..16 {
+                        q[j] = (b[6 + j] & 0x0f) | ((((qh >> j) << 4) & 0x10) as u8);
+                        q[j + 16] = (b[6 + j] >> 4) | (((qh >> (j + 12)) & 0x10) as u8);
+                    }
+                }
+                GgmlType::Q8_0 => {
+                    self.d[i] = f16_at(b, 0);
+                    for j in 0..32 {
+                        q[j] = b[2 + j] ^ 0x80; // i8 + 128
+                    }
+                }
+                _ => unreachable!("family() admitted {ty:?}"),
+            }
+        }
+    }
+
+    /// Q4_K/Q5_K: the eight 6-bit scales and minimums of block `i`, one per 16 values.
+    fn k_scales(&mut self, i: usize, s: &[u8]) {
+        for j in 0..8 {
+            let (sc, m) = scale_min(j, s);
+            self.sc[i * 16 + 2 * j..i * 16 + 2 * j + 2].fill(sc);
+            self.mn[i * 16 + 2 * j..i * 16 + 2 * j + 2].fill(m);
+        }
+    }
+}
+
+/// Q5_0's 32 values of block `b` into `q`: nibbles (low half then high half) with bit j of
+/// `qh` as value j's fifth bit (each byte of the mask tests its own bit, as llama.cpp's
+/// `bytes_from_bits_32`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn q5_0_avx2(b: &[u8], q: &mut [u8]) {
+    use std::arch::x86_64::*;
+    assert!(b.len() >= 22 && q.len() >= 32);
+    // SAFETY: lengths checked above.
+    unsafe {
+        let qs = _mm_loadu_si128(b.as_ptr().add(6).cast());
+        let lo = _mm_and_si128(qs, _mm_set1_epi8(0x0f));
+        let hi = _mm_and_si128(_mm_srli_epi16(qs, 4), _mm_set1_epi8(0x0f));
+        let nibbles = _mm256_set_m128i(hi, lo);
+        let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]) as i32;
+        let spread = _mm256_shuffle_epi8(
+            _mm256_set1_epi32(qh),
+            _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
+        );
+        let bit = _mm256_set1_epi64x(0x8040201008040201u64 as i64);
+        let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+        let v = _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+        _mm256_storeu_si256(q.as_mut_ptr().cast(), v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::dequantize_blocks;
+
+    /// The unpacked integers, scaled by the block's floats, give the loader's values (up to the
+    /// loader's own rounding): the unpacking reads every field where the loader does.
+    #[test]
+    fn unpacked_values_reproduce_the_loaders_dequantization() {
+        let mut seed = 7u64;
+        for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0] {
+            let (per, size) = ty.block();
+            let mut bytes: Vec<u8> = (0..size * 2)
+                .map(|_| {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    (seed >> 33) as u8
+                })
+                .collect();
+            for b in bytes.chunks_exact_mut(size) {
+                let at = if ty == GgmlType::Q6K { 208 } else { 0 };
+                b[at..at + 2].copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
+                if matches!(ty, GgmlType::Q4K | GgmlType::Q5K) {
+                    b[2..4].copy_from_slice(&f16::from_f32(0.02).to_le_bytes());
+                }
+            }
+            let mut want = vec![0f32; 2 * per];
+            dequantize_blocks(ty, &bytes, &mut want);
+            let mut u = UnpackedRow::default();
+            u.unpack(ty, &bytes);
+            for (e, w) in want.iter().enumerate() {
+                let (blk, k) = (e / per, e % per);
+                let got = match family(ty).unwrap() {
+                    Family::K { float_mins: true } => {
+                        u.d[blk] * (u.sc[blk * 16 + k / 16] as f32 * u.q[e] as f32) - u.dmin[blk] * u.mn[blk * 16 + k / 16] as f32
+                    }
+                    Family::K { float_mins: false } => u.d[blk] * (u.sc[blk * 16 + k / 16] as f32 * (u.q[e] as f32 - 32.0)),
+                    Family::B32 { offset } => u.d[blk] * (u.q[e] as i32 - offset) as f32,
+                };
+                assert!((got - w).abs() <= 1e-5 * w.abs().max(1.0), "{ty:?} value {e}: {got} vs {w}");
+            }
+        }
+    }
+}
