@@ -251,21 +251,21 @@ unsafe fn b32_avx512<const R: usize>(w: &UnpackedRow, x: &Q80Rows, r0: usize, of
     let rows: [(*const i8, *const i32, &[f32]); R] = std::array::from_fn(|j| b32_row(x, r0 + j, w.blocks));
     let mut acc = [_mm512_setzero_ps(); R];
     let pairs = w.blocks / 2;
+    // Lanes 0..8 take product 0, lanes 8..16 product 1.
+    let spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     for p in 0..pairs {
         let b = 2 * p;
         // SAFETY: blocks b and b + 1 exist (b + 1 < blocks); pointers stay inside them.
         unsafe {
             let qv = _mm512_loadu_si512(w.q.as_ptr().add(b * QK8_0).cast());
+            let dw = _mm_castpd_ps(_mm_load_sd(w.d.as_ptr().add(b).cast()));
             for j in 0..R {
                 let xv = _mm512_loadu_si512(rows[j].0.add(b * QK8_0).cast());
                 let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), qv, xv);
                 let s = _mm512_sub_epi32(dot, _mm512_sll_epi32(_mm512_loadu_si512(rows[j].1.add(b * 8).cast()), shift));
-                let (d0, d1) = (w.d[b] * rows[j].2[b], w.d[b + 1] * rows[j].2[b + 1]);
-                let dd = _mm512_castpd_ps(_mm512_insertf64x4(
-                    _mm512_castps_pd(_mm512_castps256_ps512(_mm256_set1_ps(d0))),
-                    _mm256_castps_pd(_mm256_set1_ps(d1)),
-                    1,
-                ));
+                // (d_w[b] * d_x[b], d_w[b+1] * d_x[b+1]): the reference's two f32 products.
+                let prods = _mm_mul_ps(dw, _mm_castpd_ps(_mm_load_sd(rows[j].2.as_ptr().add(b).cast())));
+                let dd = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(prods));
                 acc[j] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(s), acc[j]);
             }
         }

@@ -58,8 +58,9 @@ fn f16_at(b: &[u8], i: usize) -> f32 {
     f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
 }
 
-/// The 6-bit scale and minimum of sub-block `j` (0..8) in Q4_K/Q5_K's 12 scale bytes.
-#[inline]
+/// The 6-bit scale and minimum of sub-block `j` (0..8) in Q4_K/Q5_K's 12 scale bytes (the
+/// loader's reading, which [`UnpackedRow::k_scales`] is tested against).
+#[cfg(test)]
 fn scale_min(j: usize, s: &[u8]) -> (i16, i16) {
     if j < 4 {
         ((s[j] & 63) as i16, (s[j + 4] & 63) as i16)
@@ -83,13 +84,23 @@ impl UnpackedRow {
             self.mn.resize(blocks * 16, 0);
             self.dmin.resize(blocks, 0.0);
         }
+        // The values of the whole row through AVX2 where this CPU has it (the scalar loops
+        // below are the reference, tested equal); the scales always by the scalar code.
+        #[cfg(target_arch = "x86_64")]
+        let simd = is_x86_feature_detected!("avx2") && {
+            // SAFETY: AVX2 is present; bytes holds whole blocks of ty, q their values.
+            unsafe { x86::values_row(ty, bytes, &mut self.q) };
+            true
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let simd = false;
         for (i, b) in bytes.chunks_exact(size).enumerate() {
             let q = &mut self.q[i * per..(i + 1) * per];
             match ty {
                 GgmlType::Q4K => {
                     self.d[i] = f16_at(b, 0);
                     self.dmin[i] = f16_at(b, 2);
-                    for (c, qs) in b[16..144].chunks_exact(32).enumerate() {
+                    for (c, qs) in b[16..144].chunks_exact(32).enumerate().filter(|_| !simd) {
                         for l in 0..32 {
                             q[64 * c + l] = qs[l] & 0x0f;
                             q[64 * c + 32 + l] = qs[l] >> 4;
@@ -101,7 +112,7 @@ impl UnpackedRow {
                     self.d[i] = f16_at(b, 0);
                     self.dmin[i] = f16_at(b, 2);
                     let qh = &b[16..48];
-                    for (c, qs) in b[48..176].chunks_exact(32).enumerate() {
+                    for (c, qs) in b[48..176].chunks_exact(32).enumerate().filter(|_| !simd) {
                         let (u1, u2) = (1u8 << (2 * c), 2u8 << (2 * c));
                         for l in 0..32 {
                             q[64 * c + l] = (qs[l] & 0x0f) | if qh[l] & u1 != 0 { 16 } else { 0 };
@@ -113,7 +124,7 @@ impl UnpackedRow {
                 GgmlType::Q6K => {
                     self.d[i] = f16_at(b, 208);
                     self.dmin[i] = 0.0;
-                    for h in 0..2 {
+                    for h in (0..2).filter(|_| !simd) {
                         let ql = &b[64 * h..64 * h + 64];
                         let qh = &b[128 + 32 * h..128 + 32 * h + 32];
                         let out = &mut q[128 * h..128 * h + 128];
@@ -132,17 +143,14 @@ impl UnpackedRow {
                 }
                 GgmlType::Q4_0 => {
                     self.d[i] = f16_at(b, 0);
-                    for j in 0..16 {
+                    for j in (0..16).filter(|_| !simd) {
                         q[j] = b[2 + j] & 0x0f;
                         q[j + 16] = b[2 + j] >> 4;
                     }
                 }
                 GgmlType::Q5_0 => {
                     self.d[i] = f16_at(b, 0);
-                    #[cfg(target_arch = "x86_64")]
-                    if is_x86_feature_detected!("avx2") {
-                        // SAFETY: AVX2 is present; b is one 22-byte block, q 32 bytes.
-                        unsafe { q5_0_avx2(b, q) };
+                    if simd {
                         continue;
                     }
                     let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
@@ -153,7 +161,7 @@ impl UnpackedRow {
                 }
                 GgmlType::Q8_0 => {
                     self.d[i] = f16_at(b, 0);
-                    for j in 0..32 {
+                    for j in (0..32).filter(|_| !simd) {
                         q[j] = b[2 + j] ^ 0x80; // i8 + 128
                     }
                 }
@@ -162,39 +170,137 @@ impl UnpackedRow {
         }
     }
 
-    /// Q4_K/Q5_K: the eight 6-bit scales and minimums of block `i`, one per 16 values.
+    /// Q4_K/Q5_K: the eight 6-bit scales and minimums of block `i`, one per 16 values. The
+    /// 12 bytes are rearranged as three 32-bit words (llama.cpp's masks) into 8 scale bytes
+    /// and 8 minimum bytes, then each is written for both 16-value halves of its sub-block.
     fn k_scales(&mut self, i: usize, s: &[u8]) {
-        for j in 0..8 {
-            let (sc, m) = scale_min(j, s);
-            self.sc[i * 16 + 2 * j..i * 16 + 2 * j + 2].fill(sc);
-            self.mn[i * 16 + 2 * j..i * 16 + 2 * j + 2].fill(m);
-        }
+        const LOW6: u32 = 0x3f3f_3f3f;
+        const LOW4: u32 = 0x0f0f_0f0f;
+        const TOP2: u32 = 0x0303_0303;
+        let w = |k: usize| u32::from_le_bytes([s[4 * k], s[4 * k + 1], s[4 * k + 2], s[4 * k + 3]]);
+        let (w0, w1, w2) = (w(0), w(1), w(2));
+        let scales = [w0 & LOW6, (w2 & LOW4) | (((w0 >> 6) & TOP2) << 4)];
+        let mins = [w1 & LOW6, ((w2 >> 4) & LOW4) | (((w1 >> 6) & TOP2) << 4)];
+        let bytes = |v: [u32; 2]| -> [u8; 8] {
+            let mut b = [0u8; 8];
+            b[..4].copy_from_slice(&v[0].to_le_bytes());
+            b[4..].copy_from_slice(&v[1].to_le_bytes());
+            b
+        };
+        let (sc, mn) = (bytes(scales), bytes(mins));
+        let dst_sc: &mut [i16; 16] = (&mut self.sc[i * 16..i * 16 + 16]).try_into().expect("16 scales");
+        *dst_sc = std::array::from_fn(|k| sc[k / 2] as i16);
+        let dst_mn: &mut [i16; 16] = (&mut self.mn[i * 16..i * 16 + 16]).try_into().expect("16 minimums");
+        *dst_mn = std::array::from_fn(|k| mn[k / 2] as i16);
     }
 }
 
-/// Q5_0's 32 values of block `b` into `q`: nibbles (low half then high half) with bit j of
-/// `qh` as value j's fifth bit (each byte of the mask tests its own bit, as llama.cpp's
-/// `bytes_from_bits_32`).
+/// AVX2 unpacking of the values (not the scales) of one block, equal to the scalar loops.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn q5_0_avx2(b: &[u8], q: &mut [u8]) {
+mod x86 {
+    use crate::gguf::GgmlType;
     use std::arch::x86_64::*;
-    assert!(b.len() >= 22 && q.len() >= 32);
-    // SAFETY: lengths checked above.
-    unsafe {
-        let qs = _mm_loadu_si128(b.as_ptr().add(6).cast());
-        let lo = _mm_and_si128(qs, _mm_set1_epi8(0x0f));
-        let hi = _mm_and_si128(_mm_srli_epi16(qs, 4), _mm_set1_epi8(0x0f));
-        let nibbles = _mm256_set_m128i(hi, lo);
-        let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]) as i32;
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn low(v: __m256i) -> __m256i {
+        _mm256_and_si256(v, _mm256_set1_epi8(0x0f))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn high(v: __m256i) -> __m256i {
+        _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f))
+    }
+
+    /// 32 bytes: 0xFF where bit j of `bits` is set (byte j tests its own bit, as llama.cpp's
+    /// `bytes_from_bits_32`).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn bit_bytes(bits: u32) -> __m256i {
         let spread = _mm256_shuffle_epi8(
-            _mm256_set1_epi32(qh),
+            _mm256_set1_epi32(bits as i32),
             _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
         );
         let bit = _mm256_set1_epi64x(0x8040201008040201u64 as i64);
-        let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-        let v = _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
-        _mm256_storeu_si256(q.as_mut_ptr().cast(), v);
+        _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit)
+    }
+
+    /// The values of every block of `ty` in `bytes` into `q`.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn values_row(ty: GgmlType, bytes: &[u8], q: &mut [u8]) {
+        let (per, size) = ty.block();
+        assert!(q.len() >= bytes.len() / size * per);
+        for (b, out) in bytes.chunks_exact(size).zip(q.chunks_exact_mut(per)) {
+            // SAFETY: one whole block and room for its values.
+            unsafe { values(ty, b, out) };
+        }
+    }
+
+    /// The values of block `b` of `ty` into `q` (one byte each, element order).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn values(ty: GgmlType, b: &[u8], q: &mut [u8]) {
+        let (per, size) = ty.block();
+        assert!(b.len() >= size && q.len() >= per);
+        let load = |at: usize| -> __m256i { unsafe { _mm256_loadu_si256(b.as_ptr().add(at).cast()) } };
+        let mut store = |at: usize, v: __m256i| unsafe { _mm256_storeu_si256(q.as_mut_ptr().add(at).cast(), v) };
+        let m16 = _mm256_set1_epi8(0x10);
+        // SAFETY (every load and store below): inside the block / value ranges asserted above.
+        match ty {
+            GgmlType::Q4K => {
+                for c in 0..4 {
+                    let v = load(16 + 32 * c);
+                    store(64 * c, low(v));
+                    store(64 * c + 32, high(v));
+                }
+            }
+            GgmlType::Q5K => {
+                let qh = load(16);
+                for c in 0..4 {
+                    let v = load(48 + 32 * c);
+                    let (u1, u2) = (_mm256_set1_epi8((1u8 << (2 * c)) as i8), _mm256_set1_epi8((2u8 << (2 * c)) as i8));
+                    let h1 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, u1), u1), m16);
+                    let h2 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, u2), u2), m16);
+                    store(64 * c, _mm256_or_si256(low(v), h1));
+                    store(64 * c + 32, _mm256_or_si256(high(v), h2));
+                }
+            }
+            GgmlType::Q6K => {
+                let three = _mm256_set1_epi8(3);
+                for h in 0..2 {
+                    let (ql0, ql1, qh) = (load(64 * h), load(64 * h + 32), load(128 + 32 * h));
+                    let hb = |shift: i32| -> __m256i {
+                        let v = match shift {
+                            0 => qh,
+                            2 => _mm256_srli_epi16(qh, 2),
+                            4 => _mm256_srli_epi16(qh, 4),
+                            _ => _mm256_srli_epi16(qh, 6),
+                        };
+                        _mm256_slli_epi16(_mm256_and_si256(v, three), 4)
+                    };
+                    store(128 * h, _mm256_or_si256(low(ql0), hb(0)));
+                    store(128 * h + 32, _mm256_or_si256(low(ql1), hb(2)));
+                    store(128 * h + 64, _mm256_or_si256(high(ql0), hb(4)));
+                    store(128 * h + 96, _mm256_or_si256(high(ql1), hb(6)));
+                }
+            }
+            GgmlType::Q4_0 | GgmlType::Q5_0 => {
+                let at = if ty == GgmlType::Q4_0 { 2 } else { 6 };
+                let qs = unsafe { _mm_loadu_si128(b.as_ptr().add(at).cast()) };
+                let both = _mm256_set_m128i(qs, qs);
+                let nib = _mm256_blend_epi32(low(both), high(both), 0b1111_0000);
+                let v = if ty == GgmlType::Q4_0 {
+                    nib
+                } else {
+                    let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+                    _mm256_or_si256(nib, _mm256_and_si256(bit_bytes(qh), m16))
+                };
+                store(0, v);
+            }
+            GgmlType::Q8_0 => store(0, _mm256_xor_si256(load(2), _mm256_set1_epi8(-128))),
+            _ => unreachable!("no integer family for {ty:?}"),
+        }
     }
 }
 
@@ -205,6 +311,19 @@ mod tests {
 
     /// The unpacked integers, scaled by the block's floats, give the loader's values (up to the
     /// loader's own rounding): the unpacking reads every field where the loader does.
+    #[test]
+    fn word_scales_equal_the_bytewise_reading() {
+        let mut u = UnpackedRow { sc: vec![0; 16], mn: vec![0; 16], ..Default::default() };
+        for seed in 0..64u32 {
+            let s: Vec<u8> = (0..12u32).map(|i| (seed.wrapping_mul(2654435761).wrapping_add(i * 40503) >> 7) as u8).collect();
+            u.k_scales(0, &s);
+            for j in 0..8 {
+                let (sc, m) = scale_min(j, &s);
+                assert_eq!((u.sc[2 * j], u.sc[2 * j + 1], u.mn[2 * j], u.mn[2 * j + 1]), (sc, sc, m, m), "sub-block {j}");
+            }
+        }
+    }
+
     #[test]
     fn unpacked_values_reproduce_the_loaders_dequantization() {
         let mut seed = 7u64;
