@@ -206,14 +206,20 @@ pub fn matmul_rows<W: WeightRows>(x: &[f32], m: usize, w: &W, out: &mut [f32]) {
     let (n, k) = (w.rows(), w.cols());
     assert_eq!(x.len(), m * k, "x is not [m, k]");
     assert_eq!(out.len(), m * n, "out is not [m, n]");
+    by_weight_rows(n, m, out, |out_t| rows_into(x, m, w, out_t));
+}
+
+/// Lets `fill` write the products weight row by weight row (`[n, m]`: each weight row's `m`
+/// dot products together, so a parallel task over weight rows writes one contiguous chunk),
+/// then lays them out as `out` (`[m, n]`). With one row both layouts agree and `fill` writes
+/// `out` itself.
+pub(crate) fn by_weight_rows(n: usize, m: usize, out: &mut [f32], fill: impl FnOnce(&mut [f32])) {
     if m == 1 {
-        // One row: the output is already laid out as the tasks write it.
-        rows_into(x, 1, w, out);
+        fill(out);
         return;
     }
-    // Work in transposed output blocks [n, m] so each task writes one contiguous chunk.
     let mut out_t = vec![0f32; n * m];
-    rows_into(x, m, w, &mut out_t);
+    fill(&mut out_t);
     for (o, vals) in out_t.chunks_exact(m).enumerate() {
         for (r, v) in vals.iter().enumerate() {
             out[r * n + o] = *v;

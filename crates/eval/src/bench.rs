@@ -211,8 +211,11 @@ fn time_model(role: &str, device: DeviceName, weights: WeightMode, lm: &LoadedMo
     // `verify_rows`, and the cost curve of `call_rows` (median of 5, the shapes interleaved so
     // that drift on a shared host hits them alike).
     let rows_of = |r: usize| -> Vec<u32> { prompt.iter().cycle().take(r.max(1)).copied().collect() };
+    let verify_rows = a.verify_rows.max(1);
     let mut shapes: Vec<usize> = a.call_rows.clone();
-    shapes.push(a.verify_rows.max(1));
+    if !shapes.contains(&verify_rows) {
+        shapes.push(verify_rows);
+    }
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); shapes.len()];
     for _ in 0..5 {
         for (i, &r) in shapes.iter().enumerate() {
@@ -227,9 +230,9 @@ fn time_model(role: &str, device: DeviceName, weights: WeightMode, lm: &LoadedMo
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let mut medians: Vec<f64> = times.into_iter().map(median).collect();
-    let verify = medians.pop().expect("the verification shape");
-    let call_secs: Vec<(usize, f64)> = shapes.iter().copied().zip(medians).collect();
+    let medians: Vec<(usize, f64)> = shapes.iter().copied().zip(times.into_iter().map(median)).collect();
+    let verify = medians.iter().find(|(r, _)| *r == verify_rows).expect("the verification shape is timed").1;
+    let call_secs: Vec<(usize, f64)> = medians.into_iter().filter(|(r, _)| a.call_rows.contains(r)).collect();
     let t = Instant::now();
     for _ in 0..a.decode_tokens {
         next = argmax(&last_logits(&model.forward(&[next], &mut cache)?));
@@ -249,7 +252,7 @@ fn time_model(role: &str, device: DeviceName, weights: WeightMode, lm: &LoadedMo
         decode_tokens: a.decode_tokens,
         decode_secs,
         verify_secs: verify,
-        verify_rows: a.verify_rows.max(1),
+        verify_rows,
         call_secs,
         bytes_per_token: (model.weight_bytes_per_token() + cfg.kv_bytes_per_token(mean_ctx)) as f64,
     })
@@ -380,7 +383,7 @@ fn print_report(r: &BenchReport) {
         "{}",
         markdown_table(&["model", "device", "weights", "params", "prefill tok/s", "decode tok/s", &verify, "GB read/token", "host bound tok/s", "achieved/bound"], &rows)
     );
-    // Ratios between the paths, same run: each path against f32 (the exact reference).
+    // Ratios between the paths, same run: q8 against native and f32, native against f32.
     let find = |role: &str, w: &str| r.models.iter().find(|m| m.role == role && m.device == "cpu" && m.weights == w);
     let mut ratios = Vec::new();
     for role in ["draft", "target"] {

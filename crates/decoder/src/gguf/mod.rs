@@ -13,7 +13,7 @@ mod reader;
 mod writer;
 
 pub use dequant::{dequantize, GgmlType};
-pub(crate) use dequant::{dequantize_blocks, scale_min_k4};
+pub(crate) use dequant::{dequantize_blocks, f16_at, scale_min_k4};
 pub use quantize::quantize;
 pub use reader::{GgufFile, MetaValue, TensorInfo};
 pub use writer::GgufWriter;

@@ -6,17 +6,12 @@
 //! bit-identical to the loader's. The per-block scales are computed with the scalar code's
 //! f32 arithmetic.
 
-use crate::gguf::{scale_min_k4, GgmlType};
-use half::f16;
+use crate::gguf::{f16_at, scale_min_k4, GgmlType};
 use std::arch::x86_64::*;
 
 /// Whether this CPU has what the decoders use (AVX2 for the integer work, F16C for F16).
 pub fn available() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
-}
-
-fn f16_at(b: &[u8], i: usize) -> f32 {
-    f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
 }
 
 /// Eight bytes at `p`, zero-extended to 32-bit lanes.

@@ -157,23 +157,21 @@ impl QuantizedInput {
     }
 }
 
-/// Dot products of one unpacked weight row with activation rows `r0..r0 + out.len()`.
-fn row_dots(path: IntPath, w: &UnpackedRow, x: &QuantizedInput, r0: usize, out: &mut [f32]) {
+/// Dot products of one unpacked weight row with every activation row (`out[r]` for row r).
+fn row_dots(path: IntPath, w: &UnpackedRow, x: &QuantizedInput, out: &mut [f32]) {
     match path {
         #[cfg(target_arch = "x86_64")]
-        Path::Avx512Vnni | Path::Avx2 => super::int_x86::row_dots(path, w, x, r0, out),
+        IntPath::Avx512Vnni | IntPath::Avx2 => super::int_x86::row_dots(path, w, x, out),
         _ => {
-            for (i, o) in out.iter_mut().enumerate() {
+            for (r, o) in out.iter_mut().enumerate() {
                 *o = match w.family.expect("an unpacked row") {
-                    Family::K { float_mins } => dot_k_portable(w, x.k.as_ref().expect("Q8_K input"), r0 + i, float_mins),
-                    Family::B32 { offset } => dot_b32_portable(w, x.b32.as_ref().expect("Q8_0 input"), r0 + i, offset),
+                    Family::K { float_mins } => dot_k_portable(w, x.k.as_ref().expect("Q8_K input"), r, float_mins),
+                    Family::B32 { offset } => dot_b32_portable(w, x.b32.as_ref().expect("Q8_0 input"), r, offset),
                 };
             }
         }
     }
 }
-
-use IntPath as Path;
 
 /// Weight rows per parallel task.
 const ROWS_PER_TASK: usize = 16;
@@ -190,23 +188,16 @@ pub fn matmul(q: &QuantMatrix, x: &[f32], m: usize, out: &mut [f32], path: IntPa
     assert_eq!(x.len(), m * k, "x is not [m, k]");
     assert_eq!(out.len(), m * n, "out is not [m, n]");
     let input = QuantizedInput::new(q, x, m);
-    let mut out_t = if m == 1 { Vec::new() } else { vec![0f32; n * m] };
-    let target: &mut [f32] = if m == 1 { out } else { &mut out_t };
-    target.par_chunks_mut(ROWS_PER_TASK * m).enumerate().for_each(|(task, chunk)| {
-        UNPACKED.with(|cell| {
-            let mut w = cell.borrow_mut();
-            for (j, dots) in chunk.chunks_exact_mut(m).enumerate() {
-                let (ty, bytes) = q.row_blocks(task * ROWS_PER_TASK + j);
-                w.unpack(ty, bytes);
-                row_dots(path, &w, &input, 0, dots);
-            }
+    crate::kernels::by_weight_rows(n, m, out, |out_t| {
+        out_t.par_chunks_mut(ROWS_PER_TASK * m).enumerate().for_each(|(task, chunk)| {
+            UNPACKED.with(|cell| {
+                let mut w = cell.borrow_mut();
+                for (j, dots) in chunk.chunks_exact_mut(m).enumerate() {
+                    let (ty, bytes) = q.row_blocks(task * ROWS_PER_TASK + j);
+                    w.unpack(ty, bytes);
+                    row_dots(path, &w, &input, dots);
+                }
+            })
         })
     });
-    if m > 1 {
-        for (o, vals) in out_t.chunks_exact(m).enumerate() {
-            for (r, v) in vals.iter().enumerate() {
-                out[r * n + o] = *v;
-            }
-        }
-    }
 }

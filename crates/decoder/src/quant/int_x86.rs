@@ -25,14 +25,14 @@ pub fn avx512_available() -> bool {
         && is_x86_feature_detected!("avx512vnni")
 }
 
-/// Dot products of `w` with activation rows `r0..r0 + out.len()` on `path` (AVX2 or AVX-512).
-pub fn row_dots(path: IntPath, w: &UnpackedRow, x: &QuantizedInput, r0: usize, out: &mut [f32]) {
+/// Dot products of `w` with every activation row (`out[r]` for row r) on `path` (AVX2 or
+/// AVX-512).
+pub fn row_dots(path: IntPath, w: &UnpackedRow, x: &QuantizedInput, out: &mut [f32]) {
     assert!(path.supported(), "{} is not supported on this CPU", path.name());
     let avx512 = path == IntPath::Avx512Vnni;
     let mut r = 0;
     while r < out.len() {
         let n = (out.len() - r).min(TILE);
-        let at = r0 + r;
         let dst = &mut out[r..r + n];
         // SAFETY: the CPU supports the path's instructions (asserted above); the kernels check
         // every row index and length they read.
@@ -41,27 +41,27 @@ pub fn row_dots(path: IntPath, w: &UnpackedRow, x: &QuantizedInput, r0: usize, o
                 (Family::K { float_mins }, n) => {
                     let x = x.k.as_ref().expect("Q8_K input");
                     match (avx512, n) {
-                        (true, 4) => dst.copy_from_slice(&k_avx512::<4>(w, x, at, float_mins)),
-                        (true, 3) => dst.copy_from_slice(&k_avx512::<3>(w, x, at, float_mins)),
-                        (true, 2) => dst.copy_from_slice(&k_avx512::<2>(w, x, at, float_mins)),
-                        (true, _) => dst.copy_from_slice(&k_avx512::<1>(w, x, at, float_mins)),
-                        (false, 4) => dst.copy_from_slice(&k_avx2::<4>(w, x, at, float_mins)),
-                        (false, 3) => dst.copy_from_slice(&k_avx2::<3>(w, x, at, float_mins)),
-                        (false, 2) => dst.copy_from_slice(&k_avx2::<2>(w, x, at, float_mins)),
-                        (false, _) => dst.copy_from_slice(&k_avx2::<1>(w, x, at, float_mins)),
+                        (true, 4) => dst.copy_from_slice(&k_avx512::<4>(w, x, r, float_mins)),
+                        (true, 3) => dst.copy_from_slice(&k_avx512::<3>(w, x, r, float_mins)),
+                        (true, 2) => dst.copy_from_slice(&k_avx512::<2>(w, x, r, float_mins)),
+                        (true, _) => dst.copy_from_slice(&k_avx512::<1>(w, x, r, float_mins)),
+                        (false, 4) => dst.copy_from_slice(&k_avx2::<4>(w, x, r, float_mins)),
+                        (false, 3) => dst.copy_from_slice(&k_avx2::<3>(w, x, r, float_mins)),
+                        (false, 2) => dst.copy_from_slice(&k_avx2::<2>(w, x, r, float_mins)),
+                        (false, _) => dst.copy_from_slice(&k_avx2::<1>(w, x, r, float_mins)),
                     }
                 }
                 (Family::B32 { offset }, n) => {
                     let x = x.b32.as_ref().expect("Q8_0 input");
                     match (avx512, n) {
-                        (true, 4) => dst.copy_from_slice(&b32_avx512::<4>(w, x, at, offset)),
-                        (true, 3) => dst.copy_from_slice(&b32_avx512::<3>(w, x, at, offset)),
-                        (true, 2) => dst.copy_from_slice(&b32_avx512::<2>(w, x, at, offset)),
-                        (true, _) => dst.copy_from_slice(&b32_avx512::<1>(w, x, at, offset)),
-                        (false, 4) => dst.copy_from_slice(&b32_avx2::<4>(w, x, at, offset)),
-                        (false, 3) => dst.copy_from_slice(&b32_avx2::<3>(w, x, at, offset)),
-                        (false, 2) => dst.copy_from_slice(&b32_avx2::<2>(w, x, at, offset)),
-                        (false, _) => dst.copy_from_slice(&b32_avx2::<1>(w, x, at, offset)),
+                        (true, 4) => dst.copy_from_slice(&b32_avx512::<4>(w, x, r, offset)),
+                        (true, 3) => dst.copy_from_slice(&b32_avx512::<3>(w, x, r, offset)),
+                        (true, 2) => dst.copy_from_slice(&b32_avx512::<2>(w, x, r, offset)),
+                        (true, _) => dst.copy_from_slice(&b32_avx512::<1>(w, x, r, offset)),
+                        (false, 4) => dst.copy_from_slice(&b32_avx2::<4>(w, x, r, offset)),
+                        (false, 3) => dst.copy_from_slice(&b32_avx2::<3>(w, x, r, offset)),
+                        (false, 2) => dst.copy_from_slice(&b32_avx2::<2>(w, x, r, offset)),
+                        (false, _) => dst.copy_from_slice(&b32_avx2::<1>(w, x, r, offset)),
                     }
                 }
             }

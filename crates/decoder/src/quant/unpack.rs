@@ -11,8 +11,7 @@
 //! - **B32** (Q4_0, Q5_0, Q8_0; Q8_0 activations): per 32-value block, `q` unsigned with a
 //!   fixed offset per type (8, 16, 128: the signed value is `q - offset`) and `d`.
 
-use crate::gguf::GgmlType;
-use half::f16;
+use crate::gguf::{f16_at, GgmlType};
 
 /// How a weight type meets the integer kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,21 +53,6 @@ pub struct UnpackedRow {
     pub dmin: Vec<f32>,
 }
 
-fn f16_at(b: &[u8], i: usize) -> f32 {
-    f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
-}
-
-/// The 6-bit scale and minimum of sub-block `j` (0..8) in Q4_K/Q5_K's 12 scale bytes (the
-/// loader's reading, which [`UnpackedRow::k_scales`] is tested against).
-#[cfg(test)]
-fn scale_min(j: usize, s: &[u8]) -> (i16, i16) {
-    if j < 4 {
-        ((s[j] & 63) as i16, (s[j + 4] & 63) as i16)
-    } else {
-        (((s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4)) as i16, ((s[j + 4] >> 4) | ((s[j] >> 6) << 4)) as i16)
-    }
-}
-
 impl UnpackedRow {
     /// Unpacks one row of `ty` blocks (`bytes`, a whole row).
     pub fn unpack(&mut self, ty: GgmlType, bytes: &[u8]) {
@@ -84,88 +68,24 @@ impl UnpackedRow {
             self.mn.resize(blocks * 16, 0);
             self.dmin.resize(blocks, 0.0);
         }
-        // The values of the whole row through AVX2 where this CPU has it (the scalar loops
-        // below are the reference, tested equal); the scales always by the scalar code.
-        #[cfg(target_arch = "x86_64")]
-        let simd = is_x86_feature_detected!("avx2") && {
-            // SAFETY: AVX2 is present; bytes holds whole blocks of ty, q their values.
-            unsafe { x86::values_row(ty, bytes, &mut self.q) };
-            true
-        };
-        #[cfg(not(target_arch = "x86_64"))]
-        let simd = false;
+        unpack_values(ty, bytes, &mut self.q);
         for (i, b) in bytes.chunks_exact(size).enumerate() {
-            let q = &mut self.q[i * per..(i + 1) * per];
             match ty {
-                GgmlType::Q4K => {
+                GgmlType::Q4K | GgmlType::Q5K => {
                     self.d[i] = f16_at(b, 0);
                     self.dmin[i] = f16_at(b, 2);
-                    for (c, qs) in b[16..144].chunks_exact(32).enumerate().filter(|_| !simd) {
-                        for l in 0..32 {
-                            q[64 * c + l] = qs[l] & 0x0f;
-                            q[64 * c + 32 + l] = qs[l] >> 4;
-                        }
-                    }
-                    self.k_scales(i, &b[4..16]);
-                }
-                GgmlType::Q5K => {
-                    self.d[i] = f16_at(b, 0);
-                    self.dmin[i] = f16_at(b, 2);
-                    let qh = &b[16..48];
-                    for (c, qs) in b[48..176].chunks_exact(32).enumerate().filter(|_| !simd) {
-                        let (u1, u2) = (1u8 << (2 * c), 2u8 << (2 * c));
-                        for l in 0..32 {
-                            q[64 * c + l] = (qs[l] & 0x0f) | if qh[l] & u1 != 0 { 16 } else { 0 };
-                            q[64 * c + 32 + l] = (qs[l] >> 4) | if qh[l] & u2 != 0 { 16 } else { 0 };
-                        }
-                    }
                     self.k_scales(i, &b[4..16]);
                 }
                 GgmlType::Q6K => {
                     self.d[i] = f16_at(b, 208);
                     self.dmin[i] = 0.0;
-                    for h in (0..2).filter(|_| !simd) {
-                        let ql = &b[64 * h..64 * h + 64];
-                        let qh = &b[128 + 32 * h..128 + 32 * h + 32];
-                        let out = &mut q[128 * h..128 * h + 128];
-                        for l in 0..32 {
-                            out[l] = (ql[l] & 0x0f) | ((qh[l] & 3) << 4);
-                            out[l + 32] = (ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4);
-                            out[l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
-                            out[l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
-                        }
-                    }
                     for s in 0..16 {
                         let sc = b[192 + s] as i8 as i16;
                         self.sc[i * 16 + s] = sc;
                         self.mn[i * 16 + s] = 32 * sc;
                     }
                 }
-                GgmlType::Q4_0 => {
-                    self.d[i] = f16_at(b, 0);
-                    for j in (0..16).filter(|_| !simd) {
-                        q[j] = b[2 + j] & 0x0f;
-                        q[j + 16] = b[2 + j] >> 4;
-                    }
-                }
-                GgmlType::Q5_0 => {
-                    self.d[i] = f16_at(b, 0);
-                    if simd {
-                        continue;
-                    }
-                    let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-                    for j in 0..16 {
-                        q[j] = (b[6 + j] & 0x0f) | ((((qh >> j) << 4) & 0x10) as u8);
-                        q[j + 16] = (b[6 + j] >> 4) | (((qh >> (j + 12)) & 0x10) as u8);
-                    }
-                }
-                GgmlType::Q8_0 => {
-                    self.d[i] = f16_at(b, 0);
-                    for j in (0..32).filter(|_| !simd) {
-                        q[j] = b[2 + j] ^ 0x80; // i8 + 128
-                    }
-                }
-                _ => unreachable!("family() admitted {ty:?}"),
+                _ => self.d[i] = f16_at(b, 0),
             }
         }
     }
@@ -192,6 +112,77 @@ impl UnpackedRow {
         *dst_sc = std::array::from_fn(|k| sc[k / 2] as i16);
         let dst_mn: &mut [i16; 16] = (&mut self.mn[i * 16..i * 16 + 16]).try_into().expect("16 minimums");
         *dst_mn = std::array::from_fn(|k| mn[k / 2] as i16);
+    }
+}
+
+/// The values of every block of `ty` in `bytes` into `q` (one byte each, element order): through
+/// AVX2 where this CPU has it, else [`scalar_values`] (the reference, tested equal).
+fn unpack_values(ty: GgmlType, bytes: &[u8], q: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is present; bytes holds whole blocks of ty, q room for their values.
+        unsafe { x86::values_row(ty, bytes, q) };
+        return;
+    }
+    let (per, size) = ty.block();
+    for (b, out) in bytes.chunks_exact(size).zip(q.chunks_exact_mut(per)) {
+        scalar_values(ty, b, out);
+    }
+}
+
+/// The values of one block `b` of `ty` into `q`, in plain Rust.
+fn scalar_values(ty: GgmlType, b: &[u8], q: &mut [u8]) {
+    match ty {
+        GgmlType::Q4K => {
+            for (c, qs) in b[16..144].chunks_exact(32).enumerate() {
+                for l in 0..32 {
+                    q[64 * c + l] = qs[l] & 0x0f;
+                    q[64 * c + 32 + l] = qs[l] >> 4;
+                }
+            }
+        }
+        GgmlType::Q5K => {
+            let qh = &b[16..48];
+            for (c, qs) in b[48..176].chunks_exact(32).enumerate() {
+                let (u1, u2) = (1u8 << (2 * c), 2u8 << (2 * c));
+                for l in 0..32 {
+                    q[64 * c + l] = (qs[l] & 0x0f) | if qh[l] & u1 != 0 { 16 } else { 0 };
+                    q[64 * c + 32 + l] = (qs[l] >> 4) | if qh[l] & u2 != 0 { 16 } else { 0 };
+                }
+            }
+        }
+        GgmlType::Q6K => {
+            for h in 0..2 {
+                let ql = &b[64 * h..64 * h + 64];
+                let qh = &b[128 + 32 * h..128 + 32 * h + 32];
+                let out = &mut q[128 * h..128 * h + 128];
+                for l in 0..32 {
+                    out[l] = (ql[l] & 0x0f) | ((qh[l] & 3) << 4);
+                    out[l + 32] = (ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4);
+                    out[l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+                    out[l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+                }
+            }
+        }
+        GgmlType::Q4_0 => {
+            for j in 0..16 {
+                q[j] = b[2 + j] & 0x0f;
+                q[j + 16] = b[2 + j] >> 4;
+            }
+        }
+        GgmlType::Q5_0 => {
+            let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+            for j in 0..16 {
+                q[j] = (b[6 + j] & 0x0f) | ((((qh >> j) << 4) & 0x10) as u8);
+                q[j + 16] = (b[6 + j] >> 4) | (((qh >> (j + 12)) & 0x10) as u8);
+            }
+        }
+        GgmlType::Q8_0 => {
+            for j in 0..32 {
+                q[j] = b[2 + j] ^ 0x80; // i8 + 128
+            }
+        }
+        _ => unreachable!("no integer family for {ty:?}"),
     }
 }
 
@@ -308,9 +299,32 @@ mod x86 {
 mod tests {
     use super::*;
     use crate::gguf::dequantize_blocks;
+    use half::f16;
 
     /// The unpacked integers, scaled by the block's floats, give the loader's values (up to the
     /// loader's own rounding): the unpacking reads every field where the loader does.
+    /// The row unpacker (AVX2 where present) gives the scalar reference's bytes for every type.
+    #[test]
+    fn row_values_equal_the_scalar_reference() {
+        let mut seed = 3u64;
+        for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0] {
+            let (per, size) = ty.block();
+            let bytes: Vec<u8> = (0..size * 3)
+                .map(|_| {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    (seed >> 33) as u8
+                })
+                .collect();
+            let mut row = vec![0u8; 3 * per];
+            unpack_values(ty, &bytes, &mut row);
+            let mut want = vec![0u8; 3 * per];
+            for (b, out) in bytes.chunks_exact(size).zip(want.chunks_exact_mut(per)) {
+                scalar_values(ty, b, out);
+            }
+            assert_eq!(row, want, "{ty:?}");
+        }
+    }
+
     #[test]
     fn word_scales_equal_the_bytewise_reading() {
         let mut u = UnpackedRow { sc: vec![0; 16], mn: vec![0; 16], ..Default::default() };
@@ -318,8 +332,10 @@ mod tests {
             let s: Vec<u8> = (0..12u32).map(|i| (seed.wrapping_mul(2654435761).wrapping_add(i * 40503) >> 7) as u8).collect();
             u.k_scales(0, &s);
             for j in 0..8 {
-                let (sc, m) = scale_min(j, &s);
-                assert_eq!((u.sc[2 * j], u.sc[2 * j + 1], u.mn[2 * j], u.mn[2 * j + 1]), (sc, sc, m, m), "sub-block {j}");
+                // The loader's bytewise reading (as f32 values).
+                let (sc, m) = crate::gguf::scale_min_k4(j, &s);
+                let got = [u.sc[2 * j], u.sc[2 * j + 1], u.mn[2 * j], u.mn[2 * j + 1]].map(|v| v as f32);
+                assert_eq!(got, [sc, sc, m, m], "sub-block {j}");
             }
         }
     }
