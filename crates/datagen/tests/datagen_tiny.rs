@@ -213,6 +213,25 @@ fn native_gguf_weights_write_the_same_bytes_for_any_batch_size_and_as_f32() {
 }
 
 #[test]
+fn q8_weights_write_the_same_bytes_for_any_batch_size() {
+    // Integer dot products on 8-bit activations (`--weights q8`) give other numbers than the
+    // native path, but a row's result still depends on that row alone: batch sizes 1, 4 and 16
+    // write byte-identical data files.
+    let tmp = tempfile::tempdir().unwrap();
+    let (draft, target) = specx_decoder::synthetic::write_tiny_char_pair_gguf(tmp.path(), 7, 0.35, specx_decoder::gguf::GgmlType::Q8_0).unwrap();
+    let mut base = effective_config(&args(&tmp.path().join("q8-batch4"), &draft, &target)).unwrap();
+    base.models.weights = specx_decoder::WeightMode::Q8;
+    let reference = run(&base, &opts(None, None)).unwrap();
+    assert!(reference.complete && reference.summary.labelled_rows > 0);
+    for batch in [1, 16] {
+        let mut other = base.clone();
+        other.generation.batch_size = batch;
+        other.output.dir = tmp.path().join(format!("q8-batch{batch}"));
+        assert_eq!(data_files(&run(&other, &opts(None, None)).unwrap()), data_files(&reference), "batch size {batch}, q8 weights");
+    }
+}
+
+#[test]
 fn bad_inputs_are_explained() {
     let tmp = tempfile::tempdir().unwrap();
     let (draft_path, target_path) = write_pair(tmp.path());

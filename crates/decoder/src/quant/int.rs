@@ -20,6 +20,7 @@
 use super::act::{Q80Rows, Q8KRows, QK8_0, QK_K};
 use super::unpack::{family, Family, UnpackedRow};
 use super::QuantMatrix;
+use crate::gguf::GgmlType;
 use rayon::prelude::*;
 use std::sync::OnceLock;
 
@@ -157,12 +158,16 @@ impl QuantizedInput {
     }
 }
 
-/// Dot products of one unpacked weight row with every activation row (`out[r]` for row r).
-fn row_dots(path: IntPath, w: &UnpackedRow, x: &QuantizedInput, out: &mut [f32]) {
+/// Dot products of one weight row (whole blocks of `ty`) with every activation row (`out[r]`
+/// for row r). The portable path unpacks the row into `w` first (the reference); the x86 paths
+/// read the blocks as stored.
+fn row_dots(path: IntPath, ty: GgmlType, row: &[u8], w: &mut UnpackedRow, x: &QuantizedInput, out: &mut [f32]) {
     match path {
         #[cfg(target_arch = "x86_64")]
-        IntPath::Avx512Vnni | IntPath::Avx2 => super::int_x86::row_dots(path, w, x, out),
+        // SAFETY: `matmul` checked once that the CPU supports the path.
+        IntPath::Avx512Vnni | IntPath::Avx2 => unsafe { super::int_x86::row_dots(path, ty, row, x, out) },
         _ => {
+            w.unpack(ty, row);
             for (r, o) in out.iter_mut().enumerate() {
                 *o = match w.family.expect("an unpacked row") {
                     Family::K { float_mins } => dot_k_portable(w, x.k.as_ref().expect("Q8_K input"), r, float_mins),
@@ -177,7 +182,7 @@ fn row_dots(path: IntPath, w: &UnpackedRow, x: &QuantizedInput, out: &mut [f32])
 const ROWS_PER_TASK: usize = 16;
 
 thread_local! {
-    /// Per-thread unpacked weight row, reused across calls.
+    /// Per-thread unpacked weight row of the portable path, reused across calls.
     static UNPACKED: std::cell::RefCell<UnpackedRow> = std::cell::RefCell::new(UnpackedRow::default());
 }
 
@@ -187,15 +192,15 @@ pub fn matmul(q: &QuantMatrix, x: &[f32], m: usize, out: &mut [f32], path: IntPa
     let (n, k) = (q.rows(), q.cols());
     assert_eq!(x.len(), m * k, "x is not [m, k]");
     assert_eq!(out.len(), m * n, "out is not [m, n]");
+    assert!(path.supported(), "the integer path {} is not supported on this CPU", path.name());
     let input = QuantizedInput::new(q, x, m);
     crate::kernels::by_weight_rows(n, m, out, |out_t| {
         out_t.par_chunks_mut(ROWS_PER_TASK * m).enumerate().for_each(|(task, chunk)| {
             UNPACKED.with(|cell| {
                 let mut w = cell.borrow_mut();
                 for (j, dots) in chunk.chunks_exact_mut(m).enumerate() {
-                    let (ty, bytes) = q.row_blocks(task * ROWS_PER_TASK + j);
-                    w.unpack(ty, bytes);
-                    row_dots(path, &w, &input, dots);
+                    let (ty, row) = q.row_blocks(task * ROWS_PER_TASK + j);
+                    row_dots(path, ty, row, &mut w, &input, dots);
                 }
             })
         })

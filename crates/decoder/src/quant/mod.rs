@@ -25,6 +25,8 @@ mod avx2;
 pub mod int;
 #[cfg(target_arch = "x86_64")]
 mod int_x86;
+#[cfg(target_arch = "x86_64")]
+mod int_x86_blocks;
 pub mod unpack;
 
 pub use int::IntPath;

@@ -1,7 +1,8 @@
 //! One weight row of ggml blocks unpacked for the integer kernels ([`super::int`]): every
 //! quantized value as an unsigned byte in element order, with the block's integer scales and
-//! its float scales beside. Unpacking happens once per weight row and call, into a per-thread
-//! buffer that stays in L1, and then serves every activation row of the call.
+//! its float scales beside: the reference layout of the portable path ([`super::int`]). The x86
+//! kernels make the same values and scales in registers from the stored blocks
+//! (`int_x86_blocks`) and are tested bitwise against the reference.
 //!
 //! Two families, by the activation format they pair with:
 //! - **K** (Q4_K, Q5_K, Q6_K; Q8_K activations): per 256-value block, `q` in 0..63, a scale per
@@ -115,15 +116,8 @@ impl UnpackedRow {
     }
 }
 
-/// The values of every block of `ty` in `bytes` into `q` (one byte each, element order): through
-/// AVX2 where this CPU has it, else [`scalar_values`] (the reference, tested equal).
+/// The values of every block of `ty` in `bytes` into `q` (one byte each, element order).
 fn unpack_values(ty: GgmlType, bytes: &[u8], q: &mut [u8]) {
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 is present; bytes holds whole blocks of ty, q room for their values.
-        unsafe { x86::values_row(ty, bytes, q) };
-        return;
-    }
     let (per, size) = ty.block();
     for (b, out) in bytes.chunks_exact(size).zip(q.chunks_exact_mut(per)) {
         scalar_values(ty, b, out);
@@ -186,144 +180,11 @@ fn scalar_values(ty: GgmlType, b: &[u8], q: &mut [u8]) {
     }
 }
 
-/// AVX2 unpacking of the values (not the scales) of one block, equal to the scalar loops.
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    use crate::gguf::GgmlType;
-    use std::arch::x86_64::*;
-
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn low(v: __m256i) -> __m256i {
-        _mm256_and_si256(v, _mm256_set1_epi8(0x0f))
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn high(v: __m256i) -> __m256i {
-        _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f))
-    }
-
-    /// 32 bytes: 0xFF where bit j of `bits` is set (byte j tests its own bit, as llama.cpp's
-    /// `bytes_from_bits_32`).
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn bit_bytes(bits: u32) -> __m256i {
-        let spread = _mm256_shuffle_epi8(
-            _mm256_set1_epi32(bits as i32),
-            _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
-        );
-        let bit = _mm256_set1_epi64x(0x8040201008040201u64 as i64);
-        _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit)
-    }
-
-    /// The values of every block of `ty` in `bytes` into `q`.
-    #[target_feature(enable = "avx2")]
-    pub unsafe fn values_row(ty: GgmlType, bytes: &[u8], q: &mut [u8]) {
-        let (per, size) = ty.block();
-        assert!(q.len() >= bytes.len() / size * per);
-        for (b, out) in bytes.chunks_exact(size).zip(q.chunks_exact_mut(per)) {
-            // SAFETY: one whole block and room for its values.
-            unsafe { values(ty, b, out) };
-        }
-    }
-
-    /// The values of block `b` of `ty` into `q` (one byte each, element order).
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn values(ty: GgmlType, b: &[u8], q: &mut [u8]) {
-        let (per, size) = ty.block();
-        assert!(b.len() >= size && q.len() >= per);
-        let load = |at: usize| -> __m256i { unsafe { _mm256_loadu_si256(b.as_ptr().add(at).cast()) } };
-        let mut store = |at: usize, v: __m256i| unsafe { _mm256_storeu_si256(q.as_mut_ptr().add(at).cast(), v) };
-        let m16 = _mm256_set1_epi8(0x10);
-        // SAFETY (every load and store below): inside the block / value ranges asserted above.
-        match ty {
-            GgmlType::Q4K => {
-                for c in 0..4 {
-                    let v = load(16 + 32 * c);
-                    store(64 * c, low(v));
-                    store(64 * c + 32, high(v));
-                }
-            }
-            GgmlType::Q5K => {
-                let qh = load(16);
-                for c in 0..4 {
-                    let v = load(48 + 32 * c);
-                    let (u1, u2) = (_mm256_set1_epi8((1u8 << (2 * c)) as i8), _mm256_set1_epi8((2u8 << (2 * c)) as i8));
-                    let h1 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, u1), u1), m16);
-                    let h2 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, u2), u2), m16);
-                    store(64 * c, _mm256_or_si256(low(v), h1));
-                    store(64 * c + 32, _mm256_or_si256(high(v), h2));
-                }
-            }
-            GgmlType::Q6K => {
-                let three = _mm256_set1_epi8(3);
-                for h in 0..2 {
-                    let (ql0, ql1, qh) = (load(64 * h), load(64 * h + 32), load(128 + 32 * h));
-                    let hb = |shift: i32| -> __m256i {
-                        let v = match shift {
-                            0 => qh,
-                            2 => _mm256_srli_epi16(qh, 2),
-                            4 => _mm256_srli_epi16(qh, 4),
-                            _ => _mm256_srli_epi16(qh, 6),
-                        };
-                        _mm256_slli_epi16(_mm256_and_si256(v, three), 4)
-                    };
-                    store(128 * h, _mm256_or_si256(low(ql0), hb(0)));
-                    store(128 * h + 32, _mm256_or_si256(low(ql1), hb(2)));
-                    store(128 * h + 64, _mm256_or_si256(high(ql0), hb(4)));
-                    store(128 * h + 96, _mm256_or_si256(high(ql1), hb(6)));
-                }
-            }
-            GgmlType::Q4_0 | GgmlType::Q5_0 => {
-                let at = if ty == GgmlType::Q4_0 { 2 } else { 6 };
-                let qs = unsafe { _mm_loadu_si128(b.as_ptr().add(at).cast()) };
-                let both = _mm256_set_m128i(qs, qs);
-                let nib = _mm256_blend_epi32(low(both), high(both), 0b1111_0000);
-                let v = if ty == GgmlType::Q4_0 {
-                    nib
-                } else {
-                    let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-                    _mm256_or_si256(nib, _mm256_and_si256(bit_bytes(qh), m16))
-                };
-                store(0, v);
-            }
-            GgmlType::Q8_0 => store(0, _mm256_xor_si256(load(2), _mm256_set1_epi8(-128))),
-            _ => unreachable!("no integer family for {ty:?}"),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::gguf::dequantize_blocks;
     use half::f16;
-
-    /// The unpacked integers, scaled by the block's floats, give the loader's values (up to the
-    /// loader's own rounding): the unpacking reads every field where the loader does.
-    /// The row unpacker (AVX2 where present) gives the scalar reference's bytes for every type.
-    #[test]
-    fn row_values_equal_the_scalar_reference() {
-        let mut seed = 3u64;
-        for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0] {
-            let (per, size) = ty.block();
-            let bytes: Vec<u8> = (0..size * 3)
-                .map(|_| {
-                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                    (seed >> 33) as u8
-                })
-                .collect();
-            let mut row = vec![0u8; 3 * per];
-            unpack_values(ty, &bytes, &mut row);
-            let mut want = vec![0u8; 3 * per];
-            for (b, out) in bytes.chunks_exact(size).zip(want.chunks_exact_mut(per)) {
-                scalar_values(ty, b, out);
-            }
-            assert_eq!(row, want, "{ty:?}");
-        }
-    }
 
     #[test]
     fn word_scales_equal_the_bytewise_reading() {
@@ -340,6 +201,8 @@ mod tests {
         }
     }
 
+    /// The unpacked integers, scaled by the block's floats, give the loader's values (up to the
+    /// loader's own rounding): the unpacking reads every field where the loader does.
     #[test]
     fn unpacked_values_reproduce_the_loaders_dequantization() {
         let mut seed = 7u64;
