@@ -16,6 +16,7 @@ pub mod device;
 pub mod fsutil;
 pub mod generate;
 pub mod gguf;
+pub mod host_attention;
 pub mod kernels;
 pub mod layer_groups;
 pub mod loader;

@@ -4,6 +4,7 @@
 
 use crate::cache::{KvCache, LayerSlot};
 use crate::config::ModelConfig;
+use crate::host_attention::{self, AttentionShape};
 use crate::layer_groups::LayerGroups;
 use crate::kernels::{F32Rows, WeightRows};
 use crate::quant::{QuantMatrix, QuantPart};
@@ -480,6 +481,7 @@ impl Attention {
     /// projection.
     fn attend(&self, qkv: Tensor<3>, slot: &mut LayerSlot, rope: &(Tensor<2>, Tensor<2>), mask: Option<&Tensor<2>>, probe: Option<&mut AttentionProbe>) -> Tensor<3> {
         let [b, n, _] = qkv.dims();
+        let qkv_device = qkv.device();
         let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
         let groups = h / kvh;
         let (qd, kvd) = (h * d, kvh * d);
@@ -493,6 +495,13 @@ impl Attention {
             (p.q, p.k, p.v) = (last(&q), last(&k), last(&v));
         }
         let (keys, values) = slot.write(k, v);
+        if q.device() == Device::flex() {
+            // On the CPU: each row's attention in a fixed order of its own (row invariance).
+            let host = |t: Tensor<4>| t.into_data().try_to_vec::<f32>().expect("f32 attention inputs");
+            let shape = AttentionShape { batch: b, heads: h, kv_heads: kvh, rows: n, keys: keys.dims()[2], head_dim: d };
+            let out = host_attention::attend(&host(q), &host(keys), &host(values), shape, mask.is_some());
+            return Tensor::from_data(TensorData::new(out, [b, n, h * d]), &qkv_device);
+        }
         // Query heads sharing a kv head become extra rows: no copy of K/V per group.
         let q = q.reshape([b, kvh, groups * n, d]);
         let mut scores = q.matmul(keys.swap_dims(2, 3)).mul_scalar(1.0 / (d as f64).sqrt());

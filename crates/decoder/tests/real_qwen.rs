@@ -192,6 +192,33 @@ fn greedy_easyspec_reproduces_the_target_on_the_real_pair() {
 }
 
 #[test]
+fn a_verification_call_gives_each_row_the_logits_of_a_one_row_step() {
+    // Row invariance of the whole forward (kernels, norms, RoPE, attention): after the same
+    // prompt, 5 tokens in one call give, row by row, the bits of 5 one-token steps, for both
+    // weight paths the CPU decodes GGUF with.
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let device = default_device();
+    let path = model_dir("qwen2.5-coder-0.5b-instruct").join("model.gguf");
+    for mode in [WeightMode::Native, WeightMode::Q8] {
+        let lm = load_model_as(&path, None, &device, mode).unwrap();
+        let ids = lm.tokenizer.encode(&specx_decoder::ChatTemplate::qwen().apply("Write a Python function that reverses a list.")).unwrap();
+        let (prompt, rows) = ids.split_at(ids.len() - 5);
+        let v = lm.model.config().vocab_size;
+        let mut cache = lm.model.new_cache(1);
+        lm.model.forward_last(prompt, &mut cache).unwrap();
+        let mut one_by_one = cache.clone();
+        let together = lm.model.forward(rows, &mut cache).unwrap().logits.into_data().try_to_vec::<f32>().unwrap();
+        for (i, &t) in rows.iter().enumerate() {
+            let step = lm.model.forward(&[t], &mut one_by_one).unwrap().logits.into_data().try_to_vec::<f32>().unwrap();
+            let row = &together[i * v..(i + 1) * v];
+            let differ = step.iter().zip(row).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            let worst = step.iter().zip(row).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert_eq!(differ, 0, "{mode} weights, row {i}: {differ} of {v} logits differ from a one-row step (max {worst:.2e})");
+        }
+    }
+}
+
+#[test]
 fn q8_weights_keep_every_method_lossless_on_the_real_pair() {
     // Integer dot products on 8-bit activations change the numbers (README: perplexity
     // +0.13% on the target), not the contract: a row's result depends on that row alone, so a

@@ -18,7 +18,7 @@ use std::time::Instant;
 pub struct ProfileArgs {
     #[command(flatten)]
     pub pair: PairArgs,
-    /// GGUF weight path: native (default) or f32.
+    /// GGUF weight path: native (default), q8 (integer dot products on 8-bit activations) or f32.
     #[arg(long, default_value = "native")]
     pub weights: WeightMode,
     /// Context lengths (tokens already in the cache) of the r-row forwards.

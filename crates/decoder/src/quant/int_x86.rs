@@ -3,8 +3,8 @@
 //! (`vpdpbusd`, `vpdpwssd`, 64-byte vectors: all 16 lanes in one register).
 //!
 //! They read the GGUF blocks as stored: each block's values are unpacked in registers
-//! ([`blocks`]) and its scales decoded once, then serve up to [`TILE`] activation rows, so a
-//! weight byte is read once per call of up to four rows and never written back. Integer lanes
+//! ([`blocks`]) and its scales decoded once, then serve up to 8 (AVX-512) or 4 (AVX2) activation rows, so a
+//! weight byte is read once per tile of rows and never written back. Integer lanes
 //! are exact and the float steps are the reference's, in its order, so both kernels give the
 //! portable path's bits.
 
@@ -15,8 +15,10 @@ use super::int_x86_blocks::{KScales, Q4K, Q4_0, Q5K, Q5_0, Q6K, Q8_0};
 use crate::gguf::GgmlType;
 use std::arch::x86_64::*;
 
-/// Activation rows per pass over a weight row.
-const TILE: usize = 4;
+/// Activation rows per pass over a weight row: AVX-512 has 32 vector registers (8 rows: 16
+/// accumulators), AVX2 16 (4 rows).
+const TILE_512: usize = 8;
+const TILE_256: usize = 4;
 
 pub fn avx2_available() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
@@ -51,14 +53,19 @@ pub unsafe fn row_dots(path: IntPath, ty: GgmlType, row: &[u8], x: &QuantizedInp
     }
 }
 
-/// Runs the type's kernel over the activation rows, [`TILE`] at a time.
+/// Runs the type's kernel over the activation rows, a tile at a time.
 unsafe fn tiles<const T: u8>(avx512: bool, row: &[u8], x: &QuantizedInput, out: &mut [f32]) {
-    for (i, dst) in out.chunks_mut(TILE).enumerate() {
-        let r0 = i * TILE;
+    let tile = if avx512 { TILE_512 } else { TILE_256 };
+    for (i, dst) in out.chunks_mut(tile).enumerate() {
+        let r0 = i * tile;
         // SAFETY: the caller guarantees the path's instructions; the kernels check the row
         // lengths and activation indices they read.
         unsafe {
             match (avx512, dst.len()) {
+                (true, 8) => dots512::<T, 8>(row, x, r0, dst),
+                (true, 7) => dots512::<T, 7>(row, x, r0, dst),
+                (true, 6) => dots512::<T, 6>(row, x, r0, dst),
+                (true, 5) => dots512::<T, 5>(row, x, r0, dst),
                 (true, 4) => dots512::<T, 4>(row, x, r0, dst),
                 (true, 3) => dots512::<T, 3>(row, x, r0, dst),
                 (true, 2) => dots512::<T, 2>(row, x, r0, dst),
