@@ -495,7 +495,7 @@ impl Attention {
             (p.q, p.k, p.v) = (last(&q), last(&k), last(&v));
         }
         let (keys, values) = slot.write(k, v);
-        if q.device() == Device::flex() {
+        if qkv_device == Device::flex() {
             // On the CPU: each row's attention in a fixed order of its own (row invariance).
             let host = |t: Tensor<4>| t.into_data().try_to_vec::<f32>().expect("f32 attention inputs");
             let shape = AttentionShape { batch: b, heads: h, kv_heads: kvh, rows: n, keys: keys.dims()[2], head_dim: d };

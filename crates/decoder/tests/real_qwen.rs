@@ -30,10 +30,7 @@ fn model_dir(name: &str) -> PathBuf {
 
 /// The draft and the target, loaded together (default weights).
 fn load_pair() -> (specx_decoder::LoadedModel, specx_decoder::LoadedModel) {
-    let device = default_device();
-    let draft = load_model(&model_dir("qwen2.5-coder-0.5b-instruct").join("model.gguf"), None, &device).unwrap();
-    let target = load_model(&model_dir("qwen2.5-coder-1.5b-instruct").join("model.gguf"), None, &device).unwrap();
-    (draft, target)
+    load_pair_as(WeightMode::default())
 }
 
 /// The draft and the target with `mode` weights.

@@ -62,20 +62,26 @@ fn quantize_block(x: &[f32], q: &mut [i8]) -> f32 {
     d
 }
 
+/// Quantizes `x` (`[rows, cols]`) in blocks of `block` values: one scale per block, the
+/// values, and the sum of every `group` consecutive values.
+fn quantize_rows(x: &[f32], rows: usize, cols: usize, block: usize, group: usize) -> (Vec<f32>, Vec<i8>, Vec<i32>) {
+    assert!(cols % block == 0, "blocks of {block} values need a multiple of {block} per row, got {cols}");
+    assert_eq!(x.len(), rows * cols, "x is not [rows, cols]");
+    let n = rows * cols / block;
+    let (mut d, mut qs) = (vec![0f32; n], vec![0i8; rows * cols]);
+    for (b, (xb, qb)) in x.chunks_exact(block).zip(qs.chunks_exact_mut(block)).enumerate() {
+        d[b] = quantize_block(xb, qb);
+    }
+    let sums = qs.chunks_exact(group).map(|g| g.iter().map(|&v| v as i32).sum()).collect();
+    (d, qs, sums)
+}
+
 impl Q8KRows {
     /// Quantizes `x` (`[rows, cols]`, row-major).
     pub fn quantize(x: &[f32], rows: usize, cols: usize) -> Self {
-        assert!(cols % QK_K == 0, "Q8_K needs a multiple of {QK_K} values per row, got {cols}");
-        assert_eq!(x.len(), rows * cols, "x is not [rows, cols]");
-        let n = rows * cols / QK_K;
-        let mut out = Self { rows, blocks: cols / QK_K, d: vec![0.0; n], qs: vec![0; rows * cols], bsums: vec![0; n * 16] };
-        for (b, (xb, qb)) in x.chunks_exact(QK_K).zip(out.qs.chunks_exact_mut(QK_K)).enumerate() {
-            out.d[b] = quantize_block(xb, qb);
-            for (s, g) in out.bsums[b * 16..b * 16 + 16].iter_mut().zip(qb.chunks_exact(16)) {
-                *s = g.iter().map(|&v| v as i16).sum();
-            }
-        }
-        out
+        let (d, qs, sums) = quantize_rows(x, rows, cols, QK_K, 16);
+        // |sum of 16 values| <= 16 * 127: an i16 holds it.
+        Self { rows, blocks: cols / QK_K, d, qs, bsums: sums.into_iter().map(|s| s as i16).collect() }
     }
 
     /// Block `b` of row `r`: scale, values, sums.
@@ -89,17 +95,8 @@ impl Q8KRows {
 impl Q80Rows {
     /// Quantizes `x` (`[rows, cols]`, row-major).
     pub fn quantize(x: &[f32], rows: usize, cols: usize) -> Self {
-        assert!(cols % QK8_0 == 0, "Q8_0 needs a multiple of {QK8_0} values per row, got {cols}");
-        assert_eq!(x.len(), rows * cols, "x is not [rows, cols]");
-        let n = rows * cols / QK8_0;
-        let mut out = Self { rows, blocks: cols / QK8_0, d: vec![0.0; n], qs: vec![0; rows * cols], sums4: vec![0; n * 8] };
-        for (b, (xb, qb)) in x.chunks_exact(QK8_0).zip(out.qs.chunks_exact_mut(QK8_0)).enumerate() {
-            out.d[b] = quantize_block(xb, qb);
-            for (s, g) in out.sums4[b * 8..b * 8 + 8].iter_mut().zip(qb.chunks_exact(4)) {
-                *s = g.iter().map(|&v| v as i32).sum();
-            }
-        }
-        out
+        let (d, qs, sums4) = quantize_rows(x, rows, cols, QK8_0, 4);
+        Self { rows, blocks: cols / QK8_0, d, qs, sums4 }
     }
 
     /// Block `b` of row `r`: scale, values, sums of four.

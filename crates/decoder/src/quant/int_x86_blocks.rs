@@ -79,15 +79,8 @@ pub unsafe fn k_scales<const T: u8>(blk: *const u8) -> KScales {
             // Q6_K's values are q - 32: the offset multiplier is 32 * sc.
             return KScales { sc16, mn16: _mm256_slli_epi16(sc16, 5), d: f16_ptr(blk.add(208)), dmin: 0.0 };
         }
-        // Q4_K/Q5_K: eight 6-bit scales and minimums in 12 bytes, read as three words with
-        // llama.cpp's masks (unpack.rs's k_scales, tested against the loader's bytewise reading).
-        const LOW6: u32 = 0x3f3f_3f3f;
-        const LOW4: u32 = 0x0f0f_0f0f;
-        const TOP2: u32 = 0x0303_0303;
-        let w = |k: usize| u32::from_le(std::ptr::read_unaligned(blk.add(4 + 4 * k).cast::<u32>()));
-        let (w0, w1, w2) = (w(0), w(1), w(2));
-        let sc = (w0 & LOW6) as u64 | ((((w2 & LOW4) | (((w0 >> 6) & TOP2) << 4)) as u64) << 32);
-        let mn = (w1 & LOW6) as u64 | (((((w2 >> 4) & LOW4) | (((w1 >> 6) & TOP2) << 4)) as u64) << 32);
+        // Q4_K/Q5_K: eight 6-bit scales and minimums in 12 bytes.
+        let (sc, mn) = super::unpack::k_scale_bytes(std::slice::from_raw_parts(blk.add(4), 12));
         // Each of the 8 bytes serves both 16-value halves of its 32-value sub-block.
         let wide = |v: u64| {
             let b = _mm_cvtsi64_si128(v as i64);

@@ -91,29 +91,32 @@ impl UnpackedRow {
         }
     }
 
-    /// Q4_K/Q5_K: the eight 6-bit scales and minimums of block `i`, one per 16 values. The
-    /// 12 bytes are rearranged as three 32-bit words (llama.cpp's masks) into 8 scale bytes
-    /// and 8 minimum bytes, then each is written for both 16-value halves of its sub-block.
+    /// Q4_K/Q5_K: the eight 6-bit scales and minimums of block `i` ([`k_scale_bytes`]), each
+    /// written for both 16-value halves of its sub-block.
     fn k_scales(&mut self, i: usize, s: &[u8]) {
-        const LOW6: u32 = 0x3f3f_3f3f;
-        const LOW4: u32 = 0x0f0f_0f0f;
-        const TOP2: u32 = 0x0303_0303;
-        let w = |k: usize| u32::from_le_bytes([s[4 * k], s[4 * k + 1], s[4 * k + 2], s[4 * k + 3]]);
-        let (w0, w1, w2) = (w(0), w(1), w(2));
-        let scales = [w0 & LOW6, (w2 & LOW4) | (((w0 >> 6) & TOP2) << 4)];
-        let mins = [w1 & LOW6, ((w2 >> 4) & LOW4) | (((w1 >> 6) & TOP2) << 4)];
-        let bytes = |v: [u32; 2]| -> [u8; 8] {
-            let mut b = [0u8; 8];
-            b[..4].copy_from_slice(&v[0].to_le_bytes());
-            b[4..].copy_from_slice(&v[1].to_le_bytes());
-            b
-        };
-        let (sc, mn) = (bytes(scales), bytes(mins));
+        let (sc, mn) = k_scale_bytes(s);
+        let (sc, mn) = (sc.to_le_bytes(), mn.to_le_bytes());
         let dst_sc: &mut [i16; 16] = (&mut self.sc[i * 16..i * 16 + 16]).try_into().expect("16 scales");
         *dst_sc = std::array::from_fn(|k| sc[k / 2] as i16);
         let dst_mn: &mut [i16; 16] = (&mut self.mn[i * 16..i * 16 + 16]).try_into().expect("16 minimums");
         *dst_mn = std::array::from_fn(|k| mn[k / 2] as i16);
     }
+}
+
+/// Q4_K/Q5_K's 12 scale bytes `s` as the eight scales and the eight minimums, one byte per
+/// 32-value sub-block, packed little-endian in a u64 each: the bytes read as three 32-bit
+/// words with llama.cpp's masks (tested against the loader's bytewise reading). The x86
+/// kernels decode each block's scales with this too.
+pub(crate) fn k_scale_bytes(s: &[u8]) -> (u64, u64) {
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const TOP2: u32 = 0x0303_0303;
+    let w = |k: usize| u32::from_le_bytes([s[4 * k], s[4 * k + 1], s[4 * k + 2], s[4 * k + 3]]);
+    let (w0, w1, w2) = (w(0), w(1), w(2));
+    let pack = |lo: u32, hi: u32| lo as u64 | ((hi as u64) << 32);
+    let scales = pack(w0 & LOW6, (w2 & LOW4) | (((w0 >> 6) & TOP2) << 4));
+    let mins = pack(w1 & LOW6, ((w2 >> 4) & LOW4) | (((w1 >> 6) & TOP2) << 4));
+    (scales, mins)
 }
 
 /// The values of every block of `ty` in `bytes` into `q` (one byte each, element order).
