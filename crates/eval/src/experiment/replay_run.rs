@@ -184,17 +184,18 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     bar.finish_and_clear();
     let (forwards, draft_time) = (builder.rows, builder.time.as_secs_f64());
     let single = single_forward_seconds(&draft.model, &files[0])?;
-    let single_target = if files.iter().any(|u| u.rows[0].batch > 1) {
+    // Always measured: reports price counts with this pair of single-token times whatever the
+    // run's wall times allow (a fit on a few noisy rows may come out negative).
+    let single_target = {
         let target = load_model_as(&c.target, None, &device, c.weights)?;
         let sha = target.weights_sha256()?;
         ensure!(sha == manifest.target.sha256, "{} changed since the run (sha256 {} now, {} then)", c.target.display(), &sha[..12], &manifest.target.sha256[..12]);
-        Some(single_forward_seconds(&target.model, &files[0])?)
-    } else {
-        None
+        single_forward_seconds(&target.model, &files[0])?
     };
+    let batched = files.iter().any(|u| u.rows[0].batch > 1);
 
     let real: Vec<ResultRow> = files.iter().flat_map(|u| u.rows.clone()).collect();
-    let times = time_models(&real, single, single_target);
+    let times = time_models(&real, single, batched.then_some(single_target));
     let mut replayed = Vec::new();
     let (mut compared, mut mismatches) = (0, Vec::new());
     for (u, counts) in files.iter().zip(&replayed_counts) {
