@@ -622,14 +622,16 @@ impl Transformer {
             let label = names.iter().map(|(n, _)| *n).collect::<Vec<_>>().join("+");
             upload_matrix(w, &label, [out, inp], device)
         };
-        // Native blocks where possible, else f32.
+        // Native blocks where possible, else f32. A q8 fallback is logged once per set of types.
+        let reported = std::cell::RefCell::new(Vec::new());
         let projection = |names: &[(&str, usize)], inp: usize| -> Result<Projection> {
             match native.then(|| native_matrix(src, names, inp)).transpose()?.flatten() {
                 Some(q) if int && q.has_int_kernel() => Ok(Projection::Int(Arc::new(q))),
                 Some(q) => {
-                    if int {
-                        let types: Vec<_> = q.parts().iter().map(|p| p.ty).collect();
-                        eprintln!("specx: '{}' is stored as {types:?}, which has no integer kernel: using native weights for it", names[0].0);
+                    let types: Vec<_> = q.parts().iter().map(|p| p.ty).collect();
+                    if int && !reported.borrow().contains(&types) {
+                        eprintln!("specx: '{}' is stored as {types:?}, which has no integer kernel: using native weights for it and every other such matrix", names[0].0);
+                        reported.borrow_mut().push(types);
                     }
                     Ok(Projection::Native(Arc::new(q)))
                 }

@@ -3,10 +3,10 @@
 //!
 //! Both paths multiply the same f32 weight values in the same order: the few-row kernel for
 //! calls of up to 32 rows, burn's gemm for longer ones (the native path decodes the matrix for
-//! such a call), so their logits are compared bitwise. (Attention runs burn's matmul over the
-//! cache, whose rounding can
-//! depend on the number of query rows: n tokens at once vs one at a time agree within 1e-4,
-//! as on the f32 path; a sequence inside a ragged batch is bitwise the same as alone.)
+//! such a call), so their logits are compared bitwise. (n tokens at once vs one at a time agree
+//! within 1e-4 here: calls over 32 rows go through burn's gemm, whose rounding depends on the
+//! row count; a sequence inside a ragged batch is bitwise the same as alone. The q8 path has no
+//! gemm and is bitwise row invariant for any call size: tests/q8_weights.rs.)
 
 mod common;
 use common::*;
