@@ -107,6 +107,7 @@ impl UnpackedRow {
 /// 32-value sub-block, packed little-endian in a u64 each: the bytes read as three 32-bit
 /// words with llama.cpp's masks (tested against the loader's bytewise reading). The x86
 /// kernels decode each block's scales with this too.
+#[inline(always)] // in the x86 kernels' block loops a call would spill every vector register
 pub(crate) fn k_scale_bytes(s: &[u8]) -> (u64, u64) {
     const LOW6: u32 = 0x3f3f_3f3f;
     const LOW4: u32 = 0x0f0f_0f0f;
