@@ -42,8 +42,9 @@ pub struct ModelsConfig {
     /// process and are merged into the run directory. Replaces `device`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<String>,
-    /// GGUF weights on the CPU: `native` (kept in their block formats, the default) or `f32`
-    /// (dequantized on load). Both write bit-identical data.
+    /// GGUF weights on the CPU: `native` (kept in their block formats, the default), `f32`
+    /// (dequantized on load; the same data bit for bit) or `q8` (integer dot products on 8-bit
+    /// activations: other numbers, so a run never resumes or merges across it).
     #[serde(default)]
     pub weights: specx_decoder::WeightMode,
 }
