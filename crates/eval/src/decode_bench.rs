@@ -29,7 +29,7 @@ pub struct DecodeBenchArgs {
     /// Candidate lengths K of fixed-K speculative decoding to compare.
     #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,6,8")]
     pub k: Vec<usize>,
-    /// Weight paths to compare, one after the other (`native`, `f32`); speedups are against
+    /// Weight paths to compare, one after the other (`native`, `q8`, `f32`); speedups are against
     /// the autoregressive run of the same path, and of the first path listed.
     #[arg(long, value_delimiter = ',', default_value = "native")]
     pub weights: Vec<WeightMode>,

@@ -69,12 +69,12 @@ fn time_models(rows: &[ResultRow], single_draft: f64, single_target: Option<f64>
             let spec: Vec<&&ResultRow> = rs.iter().filter(|r| r.setting.family() != "ar").collect();
             let fit = least_squares(&spec.iter().map(|r| vec![r.n_draft_calls as f64, r.n_target_calls as f64]).collect::<Vec<_>>(), &spec.iter().map(|r| r.total_time_s).collect::<Vec<_>>());
             let model = match (fit, single_target) {
-                (Some(f), _) if spec.len() >= 3 && f.coefficients.iter().all(|c| *c > 0.0) => {
+                (Some(f), _) if spec.len() >= 3 && f.is_physical() => {
                     TimeModel { t_draft: f.coefficients[0], t_target: f.coefficients[1], source: format!("eq. 3.1 fitted on {} real speculative rows (R² {:.3})", spec.len(), f.r2) }
                 }
                 (_, Some(t)) => TimeModel { t_draft: single_draft, t_target: t, source: "single-token draft and target forwards measured at replay start (medians of 24; the AR rows were batched)".into() },
                 _ => {
-                    let t = standalone_target(&rs).map_or(f64::NAN, |f| f.coefficients[0]);
+                    let t = standalone_target(&rs).filter(|f| f.is_physical()).map_or(f64::NAN, |f| f.coefficients[0]);
                     TimeModel { t_draft: single_draft, t_target: t, source: "standalone target time of the AR rows; draft time of a single-token forward measured at replay start (median of 24)".into() }
                 }
             };

@@ -6,7 +6,7 @@
 
 use super::manifest::EvalManifest;
 use super::results::{write_parquet, ResultRow};
-use super::timing::{fit_family, predicted_throughput, standalone_target, PAPER_TIMES};
+use super::timing::{fit_family, predicted_throughput, standalone_target, Fit, PAPER_TIMES};
 use crate::report::markdown_table;
 use anyhow::Result;
 use specx_decoder::fsutil::write_atomic;
@@ -257,9 +257,7 @@ fn timing_markdown(rows: &[ResultRow]) -> String {
     for r in rows.iter().filter(|r| !r.replayed && r.setting.servers.is_none()) {
         by.entry((r.dataset.clone(), r.setting.family())).or_default().push(r);
     }
-    let fmt = |f: &Option<super::timing::Fit>| {
-        f.as_ref().map_or("-".into(), |f| format!("{} (R² {:.4})", f.coefficients.iter().map(|c| format!("{c:.4}")).collect::<Vec<_>>().join(", "), f.r2))
-    };
+    let fmt = |f: &Option<Fit>| Fit::describe(f.as_ref());
     for ((dataset, family), rs) in &by {
         if *family == "ar" {
             let t = standalone_target(rs);
@@ -271,7 +269,7 @@ fn timing_markdown(rows: &[ResultRow]) -> String {
         let disc: f64 = rs.iter().map(|r| r.n_discarded() as f64).sum();
         let tgt: f64 = rs.iter().map(|r| r.n_target_calls as f64).sum();
         let measured = n / rs.iter().map(|r| r.total_time_s).sum::<f64>();
-        let predicted = model.paper.as_ref().map(|f| predicted_throughput(n, disc, tgt, f.coefficients[0], f.coefficients[1]));
+        let predicted = model.paper.as_ref().filter(|f| f.is_physical()).map(|f| predicted_throughput(n, disc, tgt, f.coefficients[0], f.coefficients[1]));
         let (pd, pt) = PAPER_TIMES;
         let paper = predicted_throughput(n, disc, tgt, pd, pt);
         table.push(vec![

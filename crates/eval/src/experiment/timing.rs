@@ -18,6 +18,24 @@ pub struct Fit {
     pub n: usize,
 }
 
+impl Fit {
+    /// Every fitted time is positive. A negative or zero per-forward time cannot be right: it
+    /// comes from too few or too alike requests (prefill dominating short outputs, say), and
+    /// such a fit is reported as missing, never printed as times.
+    pub fn is_physical(&self) -> bool {
+        self.coefficients.iter().all(|c| *c > 0.0)
+    }
+
+    /// The coefficients with R², or why there are none.
+    pub fn describe(fit: Option<&Fit>) -> String {
+        match fit {
+            None => "-".into(),
+            Some(f) if !f.is_physical() => format!("none: a fitted time <= 0 over {} requests (too few or too alike)", f.n),
+            Some(f) => format!("{} (R² {:.4})", f.coefficients.iter().map(|c| format!("{c:.4}")).collect::<Vec<_>>().join(", "), f.r2),
+        }
+    }
+}
+
 /// Least squares of `y` on the columns of `x` (no intercept) by the normal equations.
 pub fn least_squares(x: &[Vec<f64>], y: &[f64]) -> Option<Fit> {
     let p = x.first()?.len();
@@ -102,5 +120,17 @@ mod tests {
         assert!((f.coefficients[0] - 0.02).abs() < 1e-9 && (f.coefficients[1] - 0.1).abs() < 1e-9 && (f.r2 - 1.0).abs() < 1e-9);
         // Eq. 5.1 with no drafting is AR: one target call per token.
         assert!((predicted_throughput(10.0, 0.0, 10.0, 0.02, 0.1) - 10.0).abs() < 1e-9);
+        assert!(f.is_physical() && Fit::describe(Some(&f)).starts_with("0.0200, 0.1000"));
+    }
+
+    /// Times that only a negative draft time explains give no printed times.
+    #[test]
+    fn a_negative_time_is_reported_as_none() {
+        let x: Vec<Vec<f64>> = (1..8).map(|i| vec![i as f64, (i % 3) as f64 + 1.0]).collect();
+        let y: Vec<f64> = x.iter().map(|r| -0.05 * r[0] + 0.5 * r[1]).collect();
+        let f = least_squares(&x, &y).unwrap();
+        assert!(f.coefficients[0] < 0.0 && !f.is_physical());
+        let text = Fit::describe(Some(&f));
+        assert!(text.starts_with("none:") && !text.contains("-0.05"), "{text}");
     }
 }

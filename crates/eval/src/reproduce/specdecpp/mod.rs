@@ -9,7 +9,7 @@ pub mod analysis;
 pub mod figures;
 pub mod rows;
 
-use crate::experiment::timing::PAPER_TIMES;
+use crate::experiment::timing::{Fit, PAPER_TIMES};
 use analysis::{best_threshold_per_head, compare, frontier_check, paper_threshold, timing_fit, BestThreshold, HeadPoint, Times};
 use anyhow::{ensure, Context, Result};
 use clap::Args;
@@ -202,7 +202,7 @@ pub fn reproduce(cfg: &ReproConfig) -> Result<String> {
     }
     let real_refs: Vec<&Row> = real_rows.iter().collect();
     let fit = timing_fit(&real_refs);
-    if let Some(f) = fit.as_ref().filter(|f| f.coefficients.iter().all(|c| *c > 0.0)) {
+    if let Some(f) = fit.as_ref().filter(|f| f.is_physical()) {
         times.push(Times { name: format!("CPU eq. 3.1 fit ({:.4}, {:.4}) s, R² {:.3}", f.coefficients[0], f.coefficients[1], f.r2), t_draft: f.coefficients[0], t_target: f.coefficients[1] });
     }
 
@@ -274,11 +274,11 @@ pub fn reproduce(cfg: &ReproConfig) -> Result<String> {
     md.push_str("\n## Timing model (eq. 3.1) on real runs\n\n");
     match &fit {
         Some(f) => {
-            let _ = writeln!(md, "T = t_draft N_draft + t_target N_target over {} real speculative requests: t_draft {:.4} s, t_target {:.4} s, R² {:.4}.\n", f.n, f.coefficients[0], f.coefficients[1], f.r2);
+            let _ = writeln!(md, "T = t_draft N_draft + t_target N_target over {} real speculative requests; t_draft, t_target (s): {}.\n", f.n, Fit::describe(Some(f)));
             for ((dataset, sampling), gs) in groups(&real_rows) {
                 let rs: Vec<&Row> = gs.values().flat_map(|g| g.rows.iter()).collect();
                 if let Some(f) = timing_fit(&rs) {
-                    let _ = writeln!(md, "- {dataset}, {sampling}: t_draft {:.4}, t_target {:.4}, R² {:.4} ({} requests)", f.coefficients[0], f.coefficients[1], f.r2, f.n);
+                    let _ = writeln!(md, "- {dataset}, {sampling}: {} ({} requests)", Fit::describe(Some(&f)), f.n);
                 }
             }
             md.push_str("\n### Measured on this CPU\n\n");
