@@ -719,6 +719,12 @@ impl Transformer {
         matches!(self.embed, Embedding::Native(_)) || self.linears().any(|l| matches!(l.proj, Projection::Native(_) | Projection::Int(_)))
     }
 
+    /// Whether any weight matrix takes integer dot products on 8-bit activations
+    /// ([`WeightMode::Q8`]); false when q8 was asked for but no matrix type has such a kernel.
+    pub fn runs_integer(&self) -> bool {
+        self.linears().any(|l| matches!(l.proj, Projection::Int(_)))
+    }
+
     pub fn config(&self) -> &ModelConfig {
         &self.cfg
     }
