@@ -5,7 +5,7 @@ use anyhow::{ensure, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use specx_decoder::generate::generate;
 use specx_decoder::tokenizer::TextStream;
-use specx_decoder::spec::{Calibration, Compat, HeadRule, SpecConfig};
+use specx_decoder::speculative::{Calibration, Compat, HeadRule, SpecConfig};
 use specx_decoder::{check_device, check_pair, device_from_name, load_model_as, open_device, parse_device_list, ChatTemplate, DeviceName, Sampler, SamplingConfig, WeightMode};
 use specx_eval::experiment::grid::Setting;
 use specx_eval::methods::{load_head, Method, MethodKind};

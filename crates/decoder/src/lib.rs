@@ -24,7 +24,7 @@ pub mod model;
 pub mod quant;
 pub mod report;
 pub mod sampling;
-pub mod spec;
+pub mod speculative;
 pub mod synthetic;
 pub mod tokenizer;
 pub mod weights;

@@ -7,7 +7,7 @@ mod common;
 use common::lossless::*;
 use common::*;
 use specx_decoder::sampling::SamplingConfig;
-use specx_decoder::spec::*;
+use specx_decoder::speculative::*;
 use specx_decoder::{default_device, Transformer};
 
 fn dsi(target: &Transformer, draft: &Transformer, policy: &mut dyn StopPolicy, prompt: &[u32], cfg: &SpecConfig, d: &DsiConfig, eos: &[u32]) -> DsiGeneration {

@@ -10,7 +10,7 @@ use rand::SeedableRng;
 use specx_decoder::gguf::GgmlType;
 use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::sampling::SamplingConfig;
-use specx_decoder::spec::*;
+use specx_decoder::speculative::*;
 use specx_decoder::synthetic::{tiny_qwen2, StDtype};
 use specx_decoder::{default_device, LoadedModel};
 

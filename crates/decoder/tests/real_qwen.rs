@@ -117,7 +117,7 @@ fn the_real_pair_loads_together_and_shares_a_tokenizer() {
 
 #[test]
 fn greedy_speculative_decoding_reproduces_the_target_on_the_real_pair() {
-    use specx_decoder::spec::*;
+    use specx_decoder::speculative::*;
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (draft, target) = load_pair();
     let cfg = SpecConfig { max_new_tokens: 24, sampling: specx_decoder::SamplingConfig::greedy(), seed: 0 };
@@ -136,7 +136,7 @@ fn greedy_speculative_decoding_reproduces_the_target_on_the_real_pair() {
 
 #[test]
 fn greedy_dsi_reproduces_the_target_on_the_real_pair_for_every_sp_degree() {
-    use specx_decoder::spec::*;
+    use specx_decoder::speculative::*;
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (draft, target) = load_pair();
     let cfg = SpecConfig { max_new_tokens: 24, sampling: specx_decoder::SamplingConfig::greedy(), seed: 0 };
@@ -154,7 +154,7 @@ fn greedy_dsi_reproduces_the_target_on_the_real_pair_for_every_sp_degree() {
 #[test]
 fn greedy_easyspec_reproduces_the_target_on_the_real_pair() {
     use specx_decoder::layer_groups::LayerGroups;
-    use specx_decoder::spec::*;
+    use specx_decoder::speculative::*;
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (draft, target) = load_pair();
     let layers = draft.model.config().num_hidden_layers;
@@ -222,7 +222,7 @@ fn q8_weights_keep_every_method_lossless_on_the_real_pair() {
     // verification of K + 1 rows gives each row the logits of a one-row step, and every
     // method reproduces the greedy output of the same q8 target token for token.
     use specx_decoder::layer_groups::LayerGroups;
-    use specx_decoder::spec::*;
+    use specx_decoder::speculative::*;
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (draft, target) = load_pair_as(WeightMode::Q8);
     let hidden = draft.model.config().hidden_size;

@@ -7,7 +7,7 @@ use common::lossless::*;
 use common::*;
 use rand::rngs::StdRng;
 use specx_decoder::sampling::{sample_from, SamplingConfig};
-use specx_decoder::spec::*;
+use specx_decoder::speculative::*;
 use specx_decoder::{default_device, Transformer};
 
 fn spec(target: &Transformer, draft: &Transformer, policy: &mut dyn StopPolicy, prompt: &[u32], cfg: &SpecConfig, eos: &[u32]) -> Generation {

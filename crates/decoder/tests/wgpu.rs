@@ -12,7 +12,7 @@
 
 mod common;
 use common::*;
-use specx_decoder::spec::*;
+use specx_decoder::speculative::*;
 use specx_decoder::synthetic::{random_weights, tiny_llama, tiny_qwen2, word_tokenizer_json, write_hf_dir, StDtype};
 use specx_decoder::{default_device, device_from_name, load_model, Device, LoadedModel, SamplingConfig};
 use std::path::Path;

@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use specx_decoder::layer_groups::LayerGroups;
-use specx_decoder::spec::{
+use specx_decoder::speculative::{
     generate_autoregressive, generate_dsi, generate_dsi_on, generate_speculative, AcceptanceHead, Calibration, Compat, ConfidencePolicy, Drafter, DsiConfig, DsiStats,
     FixedK, FuzzyDrafter, Generation, HeadPolicy, HeadRule, PlainDrafter, RejectionSampler, SpecConfig, StopPolicy,
 };

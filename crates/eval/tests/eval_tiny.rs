@@ -1,7 +1,7 @@
 //! `specx eval` end to end on a tiny synthetic pair over real Alpaca prompts: rows, audit,
 //! reports, resume, sharding + merge, and the errors a user meets.
 
-use specx_decoder::spec::{AcceptanceHead, HeadSpec};
+use specx_decoder::speculative::{AcceptanceHead, HeadSpec};
 use specx_decoder::{default_device, load_model};
 use specx_eval::experiment::config::EvalConfig;
 use specx_eval::experiment::merge::merge;
@@ -320,7 +320,7 @@ fn easyspec_method_runs_for_real_with_every_stop_policy_and_is_audited() {
     for r in &rows {
         assert!(!r.greedy() || r.identical_to_ar, "{} {}", r.prompt_id, r.setting.key());
         let fuzzy = r.setting.strategy.as_deref() == Some("0-1");
-        let calibrating = r.setting.calibration == Some(specx_decoder::spec::Calibration::EveryRound);
+        let calibrating = r.setting.calibration == Some(specx_decoder::speculative::Calibration::EveryRound);
         if !(fuzzy && calibrating) {
             assert_eq!(r.n_calibrations, 0, "{}", r.setting.key());
         }

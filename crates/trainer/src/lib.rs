@@ -1,4 +1,4 @@
-//! specx-trainer: trains SpecDec++'s acceptance head ([`specx_decoder::spec::head`]) on the
+//! specx-trainer: trains SpecDec++'s acceptance head ([`specx_decoder::speculative::head`]) on the
 //! features and labels a `specx datagen` run wrote, with burn (autodiff + AdamW).
 //!
 //! [`data`] loads labelled rows and batches them by seed, [`loss`] is the weighted soft-label

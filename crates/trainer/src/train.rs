@@ -21,7 +21,7 @@ use burn::tensor::{Tensor, TensorData};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use specx_decoder::fsutil::write_atomic;
-use specx_decoder::spec::{AcceptanceHead, HeadSpec};
+use specx_decoder::speculative::{AcceptanceHead, HeadSpec};
 use specx_decoder::Device;
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -2,7 +2,7 @@
 //! the same run, and the decoder's loaded head predicts what the trainer computed.
 
 use specx_decoder::default_device;
-use specx_decoder::spec::AcceptanceHead;
+use specx_decoder::speculative::AcceptanceHead;
 use specx_datagen::split::SplitMix64;
 use specx_trainer::config::TrainConfig;
 use specx_trainer::data::LabelledSet;

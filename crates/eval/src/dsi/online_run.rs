@@ -328,7 +328,7 @@ pub fn run_online(cfg: &OnlineConfig, progress: bool) -> Result<OnlineOutcome> {
             cells.push((sp, k, false));
         }
         if cfg.auto {
-            let k = specx_decoder::spec::lookahead_for(sp, lat.target_tpot, lat.draft_tpot);
+            let k = specx_decoder::speculative::lookahead_for(sp, lat.target_tpot, lat.draft_tpot);
             match cells.iter_mut().find(|c| c.0 == sp && c.1 == k) {
                 Some(c) => c.2 = true,
                 None => cells.push((sp, k, true)),

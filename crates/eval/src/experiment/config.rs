@@ -6,7 +6,7 @@ use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use specx_datagen::config::{parse_toml, read_toml, resolve_path, PromptsConfig};
 use specx_datagen::prompts::PromptFormat;
-use specx_decoder::spec::{Calibration, HeadRule};
+use specx_decoder::speculative::{Calibration, HeadRule};
 use specx_decoder::{SamplingConfig, WeightMode};
 use std::path::{Path, PathBuf};
 

@@ -8,11 +8,11 @@
 //! the same budget per round, EOS handling and rollback. `tests/eval_tiny.rs` checks the counts
 //! against real runs.
 //!
-//! [`generate_speculative`]: specx_decoder::spec::generate_speculative
+//! [`generate_speculative`]: specx_decoder::speculative::generate_speculative
 
 use anyhow::{ensure, Result};
 use rand::SeedableRng;
-use specx_decoder::spec::{Drafter, RequestMetrics, StopPolicy};
+use specx_decoder::speculative::{Drafter, RequestMetrics, StopPolicy};
 use specx_decoder::SamplingConfig;
 
 /// Replays a greedy run of `drafter` under `policy` along `ar`, the target's greedy output for

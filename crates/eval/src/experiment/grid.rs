@@ -5,7 +5,7 @@ use crate::methods::{FuzzySpec, Method, MethodKind};
 use anyhow::{ensure, Result};
 use serde::{Deserialize, Serialize};
 use specx_decoder::layer_groups::LayerGroups;
-use specx_decoder::spec::{AcceptanceHead, Calibration, Compat, ConfidencePolicy, HeadRule};
+use specx_decoder::speculative::{AcceptanceHead, Calibration, Compat, ConfidencePolicy, HeadRule};
 use std::collections::BTreeMap;
 
 /// One point of the grid. Fields a method does not use are `None`.
@@ -146,7 +146,7 @@ pub fn expand(m: &MethodsConfig) -> Result<Vec<Setting>> {
         for &sp in &g.servers {
             let mut ks: Vec<usize> = g.lookaheads.clone();
             if let Some(l) = &eq1 {
-                ks.push(specx_decoder::spec::lookahead_for(sp, l.target_tpot, l.draft_tpot));
+                ks.push(specx_decoder::speculative::lookahead_for(sp, l.target_tpot, l.draft_tpot));
             }
             ks.sort_unstable();
             ks.dedup();

@@ -7,7 +7,7 @@
 //! along the AR output (the *trunk*). What the draft proposes after a mismatch (its *branch*)
 //! only changes how many candidates a round drafts (the stop policy and draft EOS act there).
 //!
-//! The draft runs as [`specx_decoder::spec::PlainDrafter`] does: the first forward takes the
+//! The draft runs as [`specx_decoder::speculative::PlainDrafter`] does: the first forward takes the
 //! prompt and the first AR token together, then one token per forward; a branch continues
 //! from the trunk's cache cut back to its position. Stop decisions use the same rules as live
 //! runs ([`HeadRule::stop`], [`ConfidencePolicy::stop`], fixed K).
@@ -24,7 +24,7 @@ use super::grid::Setting;
 use crate::methods::MethodKind;
 use anyhow::{bail, ensure, Context, Result};
 use specx_decoder::sampling::{argmax, top_probability};
-use specx_decoder::spec::{AcceptanceHead, ConfidencePolicy, HeadRule, RequestMetrics};
+use specx_decoder::speculative::{AcceptanceHead, ConfidencePolicy, HeadRule, RequestMetrics};
 use specx_decoder::{KvCache, Transformer};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};

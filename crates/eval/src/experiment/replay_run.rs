@@ -10,7 +10,7 @@ use super::replay::{ReplayPolicy, TraceBuilder, TraceInput};
 use super::results::{tokens_sha256, ResultRow, UnitFile};
 use super::timing::{least_squares, standalone_target};
 use crate::methods::{load_head, MethodKind};
-use specx_decoder::spec::AcceptanceHead;
+use specx_decoder::speculative::AcceptanceHead;
 use anyhow::{bail, ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -100,7 +100,7 @@ fn single_forward_seconds(draft: &specx_decoder::Transformer, unit: &UnitFile) -
 }
 
 /// The counters in which a real row and its replay differ, as `name real vs replayed`.
-fn count_differences(real: &specx_decoder::spec::RequestMetrics, replayed: &specx_decoder::spec::RequestMetrics) -> String {
+fn count_differences(real: &specx_decoder::speculative::RequestMetrics, replayed: &specx_decoder::speculative::RequestMetrics) -> String {
     let (a, b) = (serde_json::to_value(real).unwrap_or_default(), serde_json::to_value(replayed).unwrap_or_default());
     let fields = a.as_object().into_iter().flatten().filter(|(k, v)| b.get(k.as_str()) != Some(v));
     fields.map(|(k, v)| format!("{k} {v} vs {}", b.get(k.as_str()).unwrap_or(&serde_json::Value::Null))).collect::<Vec<_>>().join(", ")

@@ -213,7 +213,7 @@ fn dsi_markdown(groups: &[(String, Vec<&ResultRow>)]) -> String {
     let table: Vec<Vec<String>> = groups
         .iter()
         .filter_map(|(key, rs)| {
-            let stats: Vec<(&ResultRow, &specx_decoder::spec::DsiStats)> = rs.iter().filter_map(|r| r.dsi.as_ref().map(|d| (*r, d))).collect();
+            let stats: Vec<(&ResultRow, &specx_decoder::speculative::DsiStats)> = rs.iter().filter_map(|r| r.dsi.as_ref().map(|d| (*r, d))).collect();
             if stats.is_empty() {
                 return None;
             }

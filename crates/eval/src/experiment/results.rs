@@ -10,7 +10,7 @@ use polars_io::SerReader;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use specx_decoder::fsutil::write_atomic;
-use specx_decoder::spec::{DsiStats, RequestMetrics};
+use specx_decoder::speculative::{DsiStats, RequestMetrics};
 use std::path::{Path, PathBuf};
 
 /// Every `RequestMetrics` field plus where the row comes from. Times are seconds.

@@ -15,7 +15,7 @@ use specx_datagen::run::{model_record, remove_stale_temporaries, select_from};
 use specx_datagen::split::{stream_seed, SplitMix64};
 use specx_decoder::fsutil::sha256_file;
 use specx_decoder::generate::{generate_greedy_batched, BatchItem, GenerateStats};
-use specx_decoder::spec::{AcceptanceHead, SpecConfig};
+use specx_decoder::speculative::{AcceptanceHead, SpecConfig};
 use specx_decoder::{check_pair, device_from_name, load_model_as, DeviceName, LoadedModel, Transformer};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -110,7 +110,7 @@ fn load_heads(cfg: &EvalConfig, draft: &LoadedModel, device: &specx_decoder::Dev
 }
 
 /// A head checkpoint's `head.json` (architecture and provenance) without its weights.
-fn read_head_spec(dir: &Path) -> Result<specx_decoder::spec::HeadSpec> {
+fn read_head_spec(dir: &Path) -> Result<specx_decoder::speculative::HeadSpec> {
     let p = dir.join("head.json");
     let text = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
     serde_json::from_str(&text).with_context(|| format!("{}: not a head spec", p.display()))
@@ -535,7 +535,7 @@ mod tests {
         let lm = load_model_as(dir.path(), None, &specx_decoder::default_device(), Default::default()).unwrap();
         let prompt = [3u32, 14, 15, 9];
         let spec = SpecConfig { max_new_tokens: 6, sampling: specx_decoder::SamplingConfig::greedy(), seed: 0 };
-        let ar = specx_decoder::spec::generate_autoregressive(&lm.model, &prompt, &spec, &[]).unwrap().tokens;
+        let ar = specx_decoder::speculative::generate_autoregressive(&lm.model, &prompt, &spec, &[]).unwrap().tokens;
         // An output that follows AR for three tokens, then takes the target's runner-up.
         let mut prefix = prompt.to_vec();
         prefix.extend_from_slice(&ar[..3]);
