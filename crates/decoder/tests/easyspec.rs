@@ -38,7 +38,7 @@ fn lp_size_one_drafts_exactly_what_the_plain_drafter_drafts() {
         for round in 0..3 {
             let draw = |drafter: &mut dyn Drafter, metrics: &mut RequestMetrics| {
                 let mut rng = rand::rngs::StdRng::seed_from_u64(round);
-                drafter.draft(&committed, 4, &mut FixedK(4), &s, &mut rng, &[], metrics).unwrap()
+                drafter.draft(DraftRound { committed: &committed, max: 4, policy: &mut FixedK(4), sampling: &s, rng: &mut rng, eos: &[], metrics }).unwrap()
             };
             let (a, b) = (draw(&mut plain, &mut RequestMetrics::default()), draw(&mut fuzzy, &mut fuzzy_metrics));
             assert_eq!(a.iter().map(|c| (c.token, c.q.clone())).collect::<Vec<_>>(), b.iter().map(|c| (c.token, c.q.clone())).collect::<Vec<_>>(), "{calibration:?} round {round}");

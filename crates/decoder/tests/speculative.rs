@@ -91,9 +91,9 @@ fn both_caches_hold_exactly_the_committed_prefix_after_every_round() {
         inner: PlainDrafter<'m>,
     }
     impl Drafter for Checked<'_> {
-        fn draft(&mut self, committed: &[u32], max: usize, policy: &mut dyn StopPolicy, s: &SamplingConfig, rng: &mut StdRng, eos: &[u32], m: &mut RequestMetrics) -> anyhow::Result<Vec<Candidate>> {
-            assert!(self.inner.cache_len() < committed.len(), "draft cache {} not behind committed {}", self.inner.cache_len(), committed.len());
-            self.inner.draft(committed, max, policy, s, rng, eos, m)
+        fn draft(&mut self, round: DraftRound<'_>) -> anyhow::Result<Vec<Candidate>> {
+            assert!(self.inner.cache_len() < round.committed.len(), "draft cache {} not behind committed {}", self.inner.cache_len(), round.committed.len());
+            self.inner.draft(round)
         }
         fn rollback(&mut self, valid: usize) {
             self.inner.rollback(valid);
@@ -132,7 +132,8 @@ struct GreedyDraftSampledQ<'m> {
     model: &'m Transformer,
 }
 impl Drafter for GreedyDraftSampledQ<'_> {
-    fn draft(&mut self, committed: &[u32], max: usize, _: &mut dyn StopPolicy, s: &SamplingConfig, _: &mut StdRng, _: &[u32], m: &mut RequestMetrics) -> anyhow::Result<Vec<Candidate>> {
+    fn draft(&mut self, round: DraftRound<'_>) -> anyhow::Result<Vec<Candidate>> {
+        let DraftRound { committed, max, sampling: s, metrics: m, .. } = round;
         let mut seq = committed.to_vec();
         let mut out = Vec::new();
         for _ in 0..max.min(2) {

@@ -20,21 +20,24 @@ pub struct Candidate {
     pub q_token: f32,
 }
 
+/// What one drafting round works from, whoever schedules it: the committed sequence, the
+/// most candidates it may propose, the stop rule asked after each one, how candidates are
+/// drawn, the EOS tokens (drafting stops at one) and the request's counters.
+pub struct DraftRound<'a> {
+    pub committed: &'a [u32],
+    pub max: usize,
+    pub policy: &'a mut dyn StopPolicy,
+    pub sampling: &'a SamplingConfig,
+    pub rng: &'a mut StdRng,
+    pub eos: &'a [u32],
+    pub metrics: &'a mut RequestMetrics,
+}
+
 /// Proposes candidates continuing a committed sequence.
 pub trait Drafter {
-    /// Drafts at most `max` candidates after `committed`, asking `policy` after each one and
-    /// stopping at an EOS token.
-    #[allow(clippy::too_many_arguments)]
-    fn draft(
-        &mut self,
-        committed: &[u32],
-        max: usize,
-        policy: &mut dyn StopPolicy,
-        sampling: &SamplingConfig,
-        rng: &mut StdRng,
-        eos: &[u32],
-        metrics: &mut RequestMetrics,
-    ) -> Result<Vec<Candidate>>;
+    /// Drafts at most `round.max` candidates after `round.committed`, asking `round.policy`
+    /// after each one and stopping at an EOS token.
+    fn draft(&mut self, round: DraftRound<'_>) -> Result<Vec<Candidate>>;
 
     /// After verification: the first `valid` committed tokens are final; forget the rest.
     fn rollback(&mut self, valid: usize);
@@ -68,23 +71,17 @@ impl DraftCache {
 
     /// A round from `committed[start..]` (the cache cut back to `start` first): the drafting
     /// loop every drafter shares. `forward(tokens, index, cache)` is the model step (`index`:
-    /// the candidate it predicts, 0 first); a candidate is drawn from the warped `q` of the
-    /// last position (the very `q` the verifier tests), `policy` decides whether to stop, and
-    /// the candidate is fed next. Every forwarded token is recorded as fed.
-    #[allow(clippy::too_many_arguments)]
+    /// the candidate it predicts, 0 first); a candidate is drawn (`pick`) from the warped `q`
+    /// of the last position (the very `q` the verifier tests), the round's policy decides
+    /// whether to stop, and the candidate is fed next. Every forwarded token is recorded as fed.
     pub fn draft(
         &mut self,
-        committed: &[u32],
+        round: DraftRound<'_>,
         start: usize,
-        max: usize,
-        policy: &mut dyn StopPolicy,
-        sampling: &SamplingConfig,
         pick: Pick,
-        rng: &mut StdRng,
-        eos: &[u32],
-        metrics: &mut RequestMetrics,
         mut forward: impl FnMut(&[u32], usize, &mut KvCache) -> Result<ForwardOutput>,
     ) -> Result<Vec<Candidate>> {
+        let DraftRound { committed, max, policy, sampling, rng, eos, metrics } = round;
         self.rollback(start);
         let mut candidates = Vec::new();
         policy.begin_round();
@@ -137,22 +134,13 @@ impl<'m> PlainDrafter<'m> {
 }
 
 impl Drafter for PlainDrafter<'_> {
-    fn draft(
-        &mut self,
-        committed: &[u32],
-        max: usize,
-        policy: &mut dyn StopPolicy,
-        sampling: &SamplingConfig,
-        rng: &mut StdRng,
-        eos: &[u32],
-        metrics: &mut RequestMetrics,
-    ) -> Result<Vec<Candidate>> {
-        if max == 0 {
+    fn draft(&mut self, round: DraftRound<'_>) -> Result<Vec<Candidate>> {
+        if round.max == 0 {
             return Ok(Vec::new());
         }
-        let start = self.state.resume_at(committed);
+        let start = self.state.resume_at(round.committed);
         let model = self.model;
-        self.state.draft(committed, start, max, policy, sampling, Pick::Sample, rng, eos, metrics, |tokens, _, cache| model.forward(tokens, cache))
+        self.state.draft(round, start, Pick::Sample, |tokens, _, cache| model.forward(tokens, cache))
     }
 
     fn rollback(&mut self, valid: usize) {

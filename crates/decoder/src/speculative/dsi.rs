@@ -15,7 +15,7 @@
 //! - The first token is a verified draft too (the first task is the prompt's prefill plus the
 //!   first block), as in the paper's Algorithm 1.
 
-use super::drafter::{Candidate, Drafter};
+use super::drafter::{Candidate, DraftRound, Drafter};
 use super::engine::{Generation, SpecConfig};
 use super::metrics::RequestMetrics;
 use super::policy::StopPolicy;
@@ -233,7 +233,7 @@ impl Coordinator<'_> {
         let mut context = self.seq.clone();
         context.extend(self.chain.iter().map(|c| c.token));
         let mut rng = position_rng(self.cfg.seed, start, DRAFT_STREAM);
-        let candidates = self.drafter.draft(&context, max, self.policy, &self.cfg.sampling, &mut rng, self.eos, &mut self.m)?;
+        let candidates = self.drafter.draft(DraftRound { committed: &context, max, policy: self.policy, sampling: &self.cfg.sampling, rng: &mut rng, eos: self.eos, metrics: &mut self.m })?;
         ensure!(!candidates.is_empty() && candidates.len() <= max, "drafter returned {} candidates (1..={max} allowed)", candidates.len());
         self.m.n_drafted += candidates.len();
         context.extend(candidates.iter().map(|c| c.token));

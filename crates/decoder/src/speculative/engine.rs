@@ -1,7 +1,7 @@
 //! Schedulers: plain autoregressive decoding and sequential speculative decoding, both
 //! reporting [`RequestMetrics`].
 
-use super::drafter::{Candidate, Drafter};
+use super::drafter::{Candidate, DraftRound, Drafter};
 use super::metrics::RequestMetrics;
 use super::policy::StopPolicy;
 use super::verifier::Verifier;
@@ -79,7 +79,7 @@ pub fn generate_speculative(
     while out_tokens.len() < cfg.max_new_tokens && !eos.contains(out_tokens.last().unwrap()) {
         let remaining = cfg.max_new_tokens - out_tokens.len();
         let max = remaining.min(policy.max_candidates());
-        let candidates: Vec<Candidate> = drafter.draft(&committed, max, policy, &cfg.sampling, &mut rng, eos, &mut m)?;
+        let candidates: Vec<Candidate> = drafter.draft(DraftRound { committed: &committed, max, policy, sampling: &cfg.sampling, rng: &mut rng, eos, metrics: &mut m })?;
         ensure!(!candidates.is_empty() && candidates.len() <= max, "drafter returned {} candidates (1..={max} allowed)", candidates.len());
         let k = candidates.len();
 

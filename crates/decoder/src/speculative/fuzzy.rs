@@ -4,15 +4,11 @@
 //! from the very q (fuzzy or exact) the verifier tests, so speculative decoding with this
 //! drafter stays lossless at any temperature; only the acceptance rate depends on the fuzz.
 
-use super::drafter::{Candidate, DraftCache, Drafter, Pick};
-use super::metrics::RequestMetrics;
-use super::policy::StopPolicy;
+use super::drafter::{Candidate, DraftCache, DraftRound, Drafter, Pick};
 use crate::cache::KvCache;
 use crate::layer_groups::LayerGroups;
 use crate::model::Transformer;
-use crate::sampling::SamplingConfig;
 use anyhow::{ensure, Result};
-use rand::rngs::StdRng;
 
 /// When the drafter recomputes its inexact cache entries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -123,19 +119,11 @@ impl<'m> FuzzyDrafter<'m> {
 }
 
 impl Drafter for FuzzyDrafter<'_> {
-    fn draft(
-        &mut self,
-        committed: &[u32],
-        max: usize,
-        policy: &mut dyn StopPolicy,
-        sampling: &SamplingConfig,
-        rng: &mut StdRng,
-        eos: &[u32],
-        metrics: &mut RequestMetrics,
-    ) -> Result<Vec<Candidate>> {
-        if max == 0 {
+    fn draft(&mut self, round: DraftRound<'_>) -> Result<Vec<Candidate>> {
+        if round.max == 0 {
             return Ok(Vec::new());
         }
+        let committed = round.committed;
         let prefill = self.state.fed.is_empty();
         let exact_first = match self.calibration {
             Calibration::Never => false,
@@ -149,14 +137,14 @@ impl Drafter for FuzzyDrafter<'_> {
         if exact_first {
             start = start.min(self.state.cache.precise_len());
             // Counted in the request's metrics (the exact strategy has nothing to calibrate).
-            metrics.n_calibrations += usize::from(!self.groups.is_sequential());
+            round.metrics.n_calibrations += usize::from(!self.groups.is_sequential());
         }
         let (model, groups, workers) = (self.model, &self.groups, self.workers);
         let pick = match self.compat {
             Compat::Lossless => Pick::Sample,
             Compat::Reference => Pick::Argmax,
         };
-        let candidates = self.state.draft(committed, start, max, policy, sampling, pick, rng, eos, metrics, |tokens, index, cache| {
+        let candidates = self.state.draft(round, start, pick, |tokens, index, cache| {
             if index == 0 && exact_first { model.forward(tokens, cache) } else { model.forward_fuzzy(tokens, cache, groups, workers) }
         })?;
         self.proposed = (committed.len(), candidates.iter().map(|c| c.token).collect());

@@ -25,7 +25,7 @@ mod metrics;
 mod policy;
 mod verifier;
 
-pub use drafter::{Candidate, Drafter, PlainDrafter};
+pub use drafter::{Candidate, DraftRound, Drafter, PlainDrafter};
 pub use dsi::{generate_dsi, generate_dsi_on, lookahead_for, DsiConfig, DsiGeneration, DsiStats};
 pub use engine::{generate_autoregressive, generate_speculative, Generation, SpecConfig};
 pub use fuzzy::{Calibration, Compat, FuzzyDrafter};

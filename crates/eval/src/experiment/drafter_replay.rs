@@ -12,7 +12,7 @@
 
 use anyhow::{ensure, Result};
 use rand::SeedableRng;
-use specx_decoder::speculative::{Drafter, RequestMetrics, StopPolicy};
+use specx_decoder::speculative::{DraftRound, Drafter, RequestMetrics, StopPolicy};
 use specx_decoder::SamplingConfig;
 
 /// Replays a greedy run of `drafter` under `policy` along `ar`, the target's greedy output for
@@ -31,7 +31,7 @@ pub fn replay_with_drafter(drafter: &mut dyn Drafter, policy: &mut dyn StopPolic
     while out < max_new && !eos.contains(&ar[out - 1]) {
         let remaining = max_new - out;
         let max = remaining.min(policy.max_candidates());
-        let candidates = drafter.draft(&committed, max, policy, &greedy, &mut rng, eos, &mut m)?;
+        let candidates = drafter.draft(DraftRound { committed: &committed, max, policy: &mut *policy, sampling: &greedy, rng: &mut rng, eos, metrics: &mut m })?;
         let k = candidates.len();
         ensure!(k >= 1 && k <= max, "drafter returned {k} candidates (1..={max} allowed)");
         m.n_target_calls += 1;
