@@ -60,7 +60,7 @@ fn preset(a: &DecodeBenchArgs, mode: WeightMode) -> Result<EvalConfig> {
         sampling: vec![crate::experiment::config::SamplingSetting { name: "greedy".into(), temperature: 0.0, top_k: None, top_p: None }],
         budget: BudgetConfig { max_new_tokens: Some(a.max_new_tokens), max_total_tokens: None },
         seeds: vec![0],
-        methods: MethodsConfig { specdec: Some(SpecDecGrid { k: a.k.clone() }), specdecpp: None, confidence: None, dsi: None, easyspec: None, oracle: false, ar_batch: None },
+        methods: MethodsConfig { specdec: Some(SpecDecGrid { k: a.k.clone() }), ..Default::default() },
         audit: Default::default(),
         output: OutputConfig { dir: abs(&a.out).join(mode.to_string()) },
     })

@@ -2,11 +2,12 @@
 //! parts, method comparisons on prompt sets, and reports.
 
 pub mod bench;
+pub mod decode;
 pub mod decode_bench;
 pub mod dsi;
 pub mod easyspec;
 pub mod experiment;
-pub mod methods;
+pub mod method;
 pub mod numerics;
 pub mod profile;
 pub use specx_decoder::report;

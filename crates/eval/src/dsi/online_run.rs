@@ -472,11 +472,10 @@ fn summary_markdown(cfg: &OnlineConfig, lat: &Latencies, est: Option<&Acceptance
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiment::grid::Setting;
     use crate::experiment::results::{write_parquet, ResultRow};
-    use crate::methods::MethodKind;
+    use crate::method::{MethodSpec, PolicySpec, Setting};
 
-    fn row(method: MethodKind, id: &str, runs: Vec<usize>) -> ResultRow {
+    fn row(setting: Setting, id: &str, runs: Vec<usize>) -> ResultRow {
         ResultRow {
             dataset: "humaneval".into(),
             prompt_index: 0,
@@ -486,7 +485,7 @@ mod tests {
             top_k: None,
             top_p: None,
             seed: 0,
-            setting: Setting { method, ..Setting::ar() },
+            setting,
             replayed: true,
             prompt_tokens: 10,
             max_new_tokens: 64,
@@ -514,7 +513,8 @@ mod tests {
     #[test]
     fn oracle_rows_become_match_bits_and_the_papers_estimator() {
         let dir = tempfile::tempdir().unwrap();
-        let rows = vec![row(MethodKind::Ar, "a", vec![]), row(MethodKind::Oracle, "a", vec![3, 0, 2]), row(MethodKind::Oracle, "b", vec![1, 4])];
+        let oracle = || Setting::Speculative(MethodSpec::plain(PolicySpec::Oracle));
+        let rows = vec![row(Setting::Ar, "a", vec![]), row(oracle(), "a", vec![3, 0, 2]), row(oracle(), "b", vec![1, 4])];
         write_parquet(&dir.path().join("results.parquet"), &rows).unwrap();
         let t = TraceMatches::read(dir.path(), None).unwrap();
         assert_eq!(t.prompts.len(), 2, "the AR row is not a trace");

@@ -5,6 +5,7 @@
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use specx_datagen::config::{parse_toml, read_toml, resolve_path, PromptsConfig};
+use super::axes::MethodGrid;
 use specx_datagen::prompts::PromptFormat;
 use specx_decoder::speculative::{Calibration, HeadRule};
 use specx_decoder::{SamplingConfig, WeightMode};
@@ -180,8 +181,8 @@ impl MethodsConfig {
     /// name (its directory's name, what settings refer to) once, in order.
     pub fn head_dirs(&self) -> Vec<&PathBuf> {
         let mut seen = std::collections::BTreeSet::new();
-        let all = self.specdecpp.iter().flat_map(|g| &g.heads).chain(self.easyspec.iter().flat_map(|g| &g.heads));
-        all.filter(|d| seen.insert(super::grid::head_name(d))).collect()
+        let all = self.specdecpp.iter().flat_map(|g| &g.heads).chain(self.easyspec.iter().flat_map(|g| &g.heads)).chain(self.grid.iter().flat_map(|g| g.head_dirs()));
+        all.filter(|d| seen.insert(super::axes::head_name(d))).collect()
     }
 }
 
@@ -199,6 +200,10 @@ pub struct MethodsConfig {
     /// EasySpec's layer-parallel drafter, run for real.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub easyspec: Option<EasySpecGrid>,
+    /// Products of axes (drafters x policies x schedulers, see [`super::axes`]), after the
+    /// papers' sections.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grid: Vec<MethodGrid>,
     /// The oracle of SpecDec++ Theorem 4.1 (replay grids only: it needs the AR output).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub oracle: bool,
@@ -347,6 +352,11 @@ impl EvalConfig {
                 *h = resolve_path(h, base);
             }
         }
+        for g in &mut self.methods.grid {
+            for h in g.head_dirs_mut() {
+                *h = resolve_path(h, base);
+            }
+        }
         if let Some(p) = self.methods.dsi.as_mut().and_then(|g| g.profile.as_mut()) {
             *p = resolve_path(p, base);
         }
@@ -399,7 +409,7 @@ impl EvalConfig {
         }
         if let Some(b) = m.ar_batch {
             ensure!(b >= 1, "[methods] ar_batch must be at least 1");
-            ensure!(m.specdec.is_none() && m.specdecpp.is_none() && m.confidence.is_none() && m.dsi.is_none() && m.easyspec.is_none(), "[methods] ar_batch makes a greedy trace run (AR only): remove the other methods, or run them in another config");
+            ensure!(m.specdec.is_none() && m.specdecpp.is_none() && m.confidence.is_none() && m.dsi.is_none() && m.easyspec.is_none() && m.grid.is_empty(), "[methods] ar_batch makes a greedy trace run (AR only): remove the other methods, or run them in another config");
             ensure!(self.sampling.iter().all(|s| s.config().is_greedy()), "[methods] ar_batch batches greedy AR only: every [[sampling]] setting must be greedy");
         }
         ensure!(!m.oracle, "[methods] oracle can only be replayed (specx eval replay RUN_DIR --config GRID): it needs the AR output in advance");
@@ -420,6 +430,9 @@ impl EvalConfig {
                 devices.into_iter().try_for_each(specx_decoder::check_device).context("[methods.dsi] devices")?;
                 ensure!(g.servers.iter().all(|&s| s == g.devices.len()), "[methods.dsi] devices gives one worker per device: servers must be [{}]", g.devices.len());
             }
+        }
+        for g in &m.grid {
+            g.validate()?;
         }
         if let Some(g) = &m.easyspec {
             ensure!(!g.strategies.is_empty() && !g.calibrations.is_empty(), "[methods.easyspec] needs strategies and calibrations");

@@ -1,182 +1,75 @@
-//! The method grid of a config, expanded into settings: what each results row was run with.
+//! The method grid of a config, expanded once into settings: what each results row was run
+//! with. The papers' sections (`[methods.specdec]`, `.specdecpp`, `.confidence`, `.dsi`,
+//! `.easyspec`) are shorthands for their grids; `[[methods.grid]]` is any product of axes.
 
 use super::config::MethodsConfig;
-use crate::methods::{FuzzySpec, Method, MethodKind};
+use crate::method::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting};
 use anyhow::{ensure, Result};
-use serde::{Deserialize, Serialize};
-use specx_decoder::layer_groups::LayerGroups;
-use specx_decoder::speculative::{AcceptanceHead, Calibration, Compat, ConfidencePolicy, HeadRule};
-use std::collections::BTreeMap;
+use specx_decoder::speculative::Compat;
 
-/// One point of the grid. Fields a method does not use are `None`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Setting {
-    pub method: MethodKind,
-    pub k: Option<usize>,
-    /// Head name (its checkpoint directory's name) for `specdecpp`.
-    pub head: Option<String>,
-    pub threshold: Option<f64>,
-    pub min: Option<usize>,
-    pub max: Option<usize>,
-    /// Target workers for `dsi` (whose lookahead is `k`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub servers: Option<usize>,
-    /// EasySpec's layer-parallel strategy (`lp4` or the paper's notation).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub strategy: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub calibration: Option<Calibration>,
-    /// Threads per EasySpec layer group (1 when absent).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workers: Option<usize>,
-}
+pub use super::axes::head_name;
 
-impl Setting {
-    pub fn ar() -> Self {
-        Self { method: MethodKind::Ar, k: None, head: None, threshold: None, min: None, max: None, servers: None, strategy: None, calibration: None, workers: None }
-    }
-
-    /// The stop policy and scheduler of an `easyspec` setting, as the plain-drafter setting
-    /// with the same fields: the head policy with a head, the confidence rule with a threshold
-    /// alone, fixed K otherwise; DSI's scheduler with target workers.
-    fn easyspec_base(&self) -> Setting {
-        let method = match (&self.head, self.threshold, self.servers) {
-            (_, _, Some(_)) => MethodKind::Dsi,
-            (Some(_), _, None) => MethodKind::Specdecpp,
-            (None, Some(_), None) => MethodKind::Confidence,
-            (None, None, None) => MethodKind::Specdec,
-        };
-        Setting { method, strategy: None, calibration: None, workers: None, ..self.clone() }
-    }
-
-    /// A short unique name: `ar`, `specdec K=4`, `specdecpp w6d3 h=0.7 [2,20]`,
-    /// `confidence 0.5 [2,20]`.
-    pub fn key(&self) -> String {
-        let bounds = || format!("[{},{}]", self.min.unwrap_or(0), self.max.unwrap_or(0));
-        match self.method {
-            MethodKind::Ar => "ar".into(),
-            MethodKind::Specdec => format!("specdec K={}", self.k.unwrap_or(0)),
-            MethodKind::Specdecpp => format!("specdecpp {} h={} {}", self.head.as_deref().unwrap_or("?"), self.threshold.unwrap_or(0.0), bounds()),
-            MethodKind::Confidence => format!("confidence {} {}", self.threshold.unwrap_or(0.0), bounds()),
-            MethodKind::Dsi => format!("dsi SP={} k={}", self.servers.unwrap_or(0), self.k.unwrap_or(0)),
-            MethodKind::Easyspec => {
-                let workers = self.workers.filter(|&w| w > 1).map_or(String::new(), |w| format!(" x{w}"));
-                let calibration = self.calibration.map_or("?", Calibration::name);
-                format!("easyspec {} {calibration}{workers} | {}", self.strategy.as_deref().unwrap_or("?"), self.easyspec_base().key())
-            }
-            MethodKind::Oracle => "oracle".into(),
-        }
-    }
-
-    /// The method family for grouping (`ar`, `specdec`, `specdecpp`, `confidence`, `dsi`,
-    /// `easyspec`, `oracle`).
-    pub fn family(&self) -> &'static str {
-        match self.method {
-            MethodKind::Ar => "ar",
-            MethodKind::Specdec => "specdec",
-            MethodKind::Specdecpp => "specdecpp",
-            MethodKind::Confidence => "confidence",
-            MethodKind::Dsi => "dsi",
-            MethodKind::Easyspec => "easyspec",
-            MethodKind::Oracle => "oracle",
-        }
-    }
-
-    /// The runnable method; `heads` maps head names to loaded heads, `draft_layers` is the
-    /// draft model's depth (an EasySpec strategy must cover it).
-    pub fn method(&self, heads: &BTreeMap<String, AcceptanceHead>, draft_layers: usize) -> Result<Method> {
-        let (min, max) = (self.min.unwrap_or(HeadRule::PAPER_MIN), self.max.unwrap_or(HeadRule::PAPER_MAX));
-        Ok(match self.method {
-            MethodKind::Ar => Method::Autoregressive,
-            MethodKind::Specdec => Method::SpecDec { k: self.k.unwrap_or(1) },
-            MethodKind::Specdecpp => {
-                let name = self.head.as_deref().unwrap_or_default();
-                let head = heads.get(name).ok_or_else(|| anyhow::anyhow!("head '{name}' is not loaded"))?;
-                Method::SpecDecPP { head: head.clone(), rule: HeadRule::new(self.threshold.unwrap_or(0.7), min, max) }
-            }
-            MethodKind::Confidence => {
-                Method::Confidence(ConfidencePolicy { threshold: self.threshold.unwrap_or(0.5) as f32, min_candidates: min, max_candidates: max })
-            }
-            MethodKind::Dsi => Method::Dsi { servers: self.servers.unwrap_or(1), lookahead: self.k.unwrap_or(1) },
-            MethodKind::Easyspec => {
-                let strategy = self.strategy.as_deref().unwrap_or("lp4");
-                let fuzzy = FuzzySpec {
-                    groups: LayerGroups::parse(strategy, draft_layers)?,
-                    calibration: self.calibration.unwrap_or(Calibration::EveryRound),
-                    workers: self.workers.unwrap_or(1),
-                    compat: Compat::Lossless,
-                };
-                Method::EasySpec { fuzzy, base: Box::new(self.easyspec_base().method(heads, draft_layers)?) }
-            }
-            MethodKind::Oracle => anyhow::bail!("the oracle needs the AR output in advance: it can only be replayed (specx eval replay)"),
-        })
-    }
-}
-
-/// Head name of a checkpoint directory: its last path component.
-pub fn head_name(dir: &std::path::Path) -> String {
-    dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| dir.display().to_string())
-}
-
-/// Every setting of the grid, AR first, in a fixed order (the order rows are run and written).
+/// Every setting of the grid, AR first, in a fixed order (the order rows are run and written):
+/// the papers' sections, then each `[[methods.grid]]` product, then the oracle. A setting
+/// named twice is an error.
 pub fn expand(m: &MethodsConfig) -> Result<Vec<Setting>> {
-    let mut out = vec![Setting::ar()];
+    let mut specs: Vec<MethodSpec> = Vec::new();
     if let Some(g) = &m.specdec {
-        out.extend(g.k.iter().map(|&k| Setting { method: MethodKind::Specdec, k: Some(k), ..Setting::ar() }));
+        specs.extend(g.k.iter().map(|&k| MethodSpec::plain(PolicySpec::Fixed { k })));
     }
     if let Some(g) = &m.specdecpp {
         for h in &g.heads {
-            for &t in &g.thresholds {
-                for &[lo, hi] in &g.bounds {
-                    out.push(Setting { method: MethodKind::Specdecpp, head: Some(head_name(h)), threshold: Some(t), min: Some(lo), max: Some(hi), ..Setting::ar() });
-                }
+            for &threshold in &g.thresholds {
+                specs.extend(g.bounds.iter().map(|&[min, max]| MethodSpec::plain(PolicySpec::Head { head: head_name(h), threshold, min, max })));
             }
         }
     }
     if let Some(g) = &m.confidence {
-        for &t in &g.thresholds {
-            for &[lo, hi] in &g.bounds {
-                out.push(Setting { method: MethodKind::Confidence, threshold: Some(t), min: Some(lo), max: Some(hi), ..Setting::ar() });
-            }
+        for &threshold in &g.thresholds {
+            specs.extend(g.bounds.iter().map(|&[min, max]| MethodSpec::plain(PolicySpec::Confidence { threshold, min, max })));
         }
     }
     if let Some(g) = &m.dsi {
         // Eq. 1's lookahead per server count, from the profile's TPOTs.
         let eq1 = g.profile.as_deref().map(|p| crate::dsi::online_run::latencies_from_profile(p, 128)).transpose()?;
-        for &sp in &g.servers {
+        for &servers in &g.servers {
             let mut ks: Vec<usize> = g.lookaheads.clone();
             if let Some(l) = &eq1 {
-                ks.push(specx_decoder::speculative::lookahead_for(sp, l.target_tpot, l.draft_tpot));
+                ks.push(specx_decoder::speculative::lookahead_for(servers, l.target_tpot, l.draft_tpot));
             }
             ks.sort_unstable();
             ks.dedup();
-            out.extend(ks.into_iter().map(|k| Setting { method: MethodKind::Dsi, k: Some(k), servers: Some(sp), ..Setting::ar() }));
+            specs.extend(ks.into_iter().map(|k| MethodSpec { scheduler: SchedulerSpec::Dsi { servers }, ..MethodSpec::plain(PolicySpec::Fixed { k }) }));
         }
     }
     if let Some(g) = &m.easyspec {
         for strategy in &g.strategies {
             for &calibration in &g.calibrations {
-                let fuzzy = Setting { method: MethodKind::Easyspec, strategy: Some(strategy.clone()), calibration: Some(calibration), workers: g.workers, ..Setting::ar() };
-                out.extend(g.k.iter().map(|&k| Setting { k: Some(k), ..fuzzy.clone() }));
+                let drafter = DrafterSpec::EasySpec { strategy: strategy.clone(), calibration, workers: g.workers.unwrap_or(1), compat: Compat::Lossless };
+                let fuzzy = |policy, scheduler| MethodSpec { drafter: drafter.clone(), policy, scheduler };
+                specs.extend(g.k.iter().map(|&k| fuzzy(PolicySpec::Fixed { k }, SchedulerSpec::Sequential)));
                 for h in &g.heads {
-                    for &t in &g.thresholds {
-                        for &[lo, hi] in &g.bounds {
-                            out.push(Setting { head: Some(head_name(h)), threshold: Some(t), min: Some(lo), max: Some(hi), ..fuzzy.clone() });
-                        }
+                    for &threshold in &g.thresholds {
+                        specs.extend(g.bounds.iter().map(|&[min, max]| fuzzy(PolicySpec::Head { head: head_name(h), threshold, min, max }, SchedulerSpec::Sequential)));
                     }
                 }
-                for &sp in &g.servers {
-                    out.extend(g.k.iter().map(|&k| Setting { k: Some(k), servers: Some(sp), ..fuzzy.clone() }));
+                for &servers in &g.servers {
+                    specs.extend(g.k.iter().map(|&k| fuzzy(PolicySpec::Fixed { k }, SchedulerSpec::Dsi { servers })));
                 }
             }
         }
     }
-    if m.oracle {
-        out.push(Setting { method: MethodKind::Oracle, ..Setting::ar() });
+    for g in &m.grid {
+        specs.extend(g.expand()?);
     }
+    if m.oracle {
+        specs.push(MethodSpec::plain(PolicySpec::Oracle));
+    }
+    let mut out = vec![Setting::Ar];
+    out.extend(specs.into_iter().map(Setting::Speculative));
     let mut seen = std::collections::BTreeSet::new();
     for s in &out {
-        ensure!(seen.insert(s.key()), "the method grid has '{}' twice (two heads with the same directory name?)", s.key());
+        ensure!(seen.insert(s.key()), "the method grid has '{}' twice (two heads with the same directory name, or a setting in two sections?)", s.key());
     }
     Ok(out)
 }

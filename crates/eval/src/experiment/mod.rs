@@ -2,6 +2,7 @@
 //! methods) with a losslessness audit in every run, resumable per-unit results, `--shard` +
 //! merge (and one part per device at once), `results.parquet`, `summary.md`, the timing model and PNG plots.
 
+pub mod axes;
 pub mod cli;
 pub mod config;
 pub mod devices;

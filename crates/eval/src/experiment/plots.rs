@@ -157,14 +157,14 @@ fn speedup_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, title
     // Left: speedup against K: fixed K, and DSI's lookahead per server count.
     let mut k_lines: BTreeMap<String, (&str, Vec<(f64, f64)>)> = BTreeMap::new();
     for s in spec.iter().filter(|s| s.1 == "specdec" || s.1 == "dsi") {
-        let name = match s.2.setting.servers {
+        let Some(k) = s.2.setting.k() else { continue };
+        let name = match s.2.setting.servers() {
             Some(sp) => format!("dsi SP={sp}"),
             None => "fixed K".into(),
         };
-        k_lines.entry(name).or_insert((s.1, Vec::new())).1.push((s.2.setting.k.unwrap_or(0) as f64, mean(s)));
+        k_lines.entry(name).or_insert((s.1, Vec::new())).1.push((k as f64, mean(s)));
     }
-    let thr: Vec<(&str, String, f64, f64)> =
-        spec.iter().filter(|s| s.2.setting.threshold.is_some()).map(|s| (s.1, line_name(s.2), s.2.setting.threshold.unwrap_or(0.0), mean(s))).collect();
+    let thr: Vec<(&str, String, f64, f64)> = spec.iter().filter_map(|s| Some((s.1, line_name(s.2), s.2.setting.threshold()?, mean(s)))).collect();
     let mut lines: BTreeMap<String, (&str, Vec<(f64, f64)>)> = BTreeMap::new();
     for (family, name, t, s) in &thr {
         lines.entry(name.clone()).or_insert((family, Vec::new())).1.push((*t, *s));
@@ -205,10 +205,11 @@ fn speedup_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, title
 /// A threshold line's name: the setting without its threshold.
 fn line_name(r: &ResultRow) -> String {
     let s = &r.setting;
-    let bounds = format!("[{},{}]", s.min.unwrap_or(0), s.max.unwrap_or(0));
-    match s.head.as_deref() {
-        Some(h) => format!("{} {h} {bounds}", s.family()),
-        None => format!("{} {bounds}", s.family()),
+    let [min, max] = s.bounds().unwrap_or_default();
+    let servers = s.servers().map_or(String::new(), |sp| format!(" SP={sp}"));
+    match s.head() {
+        Some(h) => format!("{}{servers} {h} [{min},{max}]", s.family()),
+        None => format!("{}{servers} [{min},{max}]", s.family()),
     }
 }
 

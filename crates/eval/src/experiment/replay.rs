@@ -20,8 +20,7 @@
 //! policy finds every branch look it is missing, and each wave extends every needed branch by
 //! one token.
 
-use super::grid::Setting;
-use crate::methods::MethodKind;
+use crate::method::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec};
 use anyhow::{bail, ensure, Context, Result};
 use specx_decoder::sampling::{argmax, top_probability};
 use specx_decoder::speculative::{AcceptanceHead, ConfidencePolicy, HeadRule, RequestMetrics};
@@ -53,23 +52,19 @@ pub enum ReplayPolicy {
 }
 
 impl ReplayPolicy {
-    /// The replay policy of a setting; `head_index` maps head names to trace head indices.
-    pub fn of(s: &Setting, head_index: &HashMap<String, usize>) -> Result<Option<Self>> {
-        let (min, max) = (s.min.unwrap_or(HeadRule::PAPER_MIN), s.max.unwrap_or(HeadRule::PAPER_MAX));
-        Ok(match s.method {
-            MethodKind::Ar => None,
-            MethodKind::Specdec => Some(Self::Fixed(s.k.unwrap_or(1))),
-            MethodKind::Specdecpp => {
-                let name = s.head.as_deref().unwrap_or_default();
-                let i = *head_index.get(name).with_context(|| format!("head '{name}' is not loaded"))?;
-                Some(Self::Head(HeadRule::new(s.threshold.unwrap_or(0.7), min, max), i))
+    /// The replay policy of a plain-drafter, sequential method; `head_index` maps head names
+    /// to trace head indices.
+    pub fn of(m: &MethodSpec, head_index: &HashMap<String, usize>) -> Result<Self> {
+        ensure!(m.scheduler == SchedulerSpec::Sequential, "{}: DSI runs only for real: a greedy replay would give fixed K's counts and no DSI timing (the online simulator `specx dsi online` reads traces instead)", m.key());
+        ensure!(m.drafter == DrafterSpec::Plain, "{}: the greedy traces hold the exact draft's proposals, and a fuzzy draft proposes other tokens", m.key());
+        Ok(match &m.policy {
+            PolicySpec::Fixed { k } => Self::Fixed(*k),
+            PolicySpec::Head { head, threshold, min, max } => {
+                let i = *head_index.get(head).with_context(|| format!("head '{head}' is not loaded"))?;
+                Self::Head(HeadRule::new(*threshold, *min, *max), i)
             }
-            MethodKind::Confidence => {
-                Some(Self::Confidence(ConfidencePolicy { threshold: s.threshold.unwrap_or(0.5) as f32, min_candidates: min, max_candidates: max }))
-            }
-            MethodKind::Oracle => Some(Self::Oracle),
-            MethodKind::Dsi => bail!("DSI runs only for real: a greedy replay would give fixed K's counts and no DSI timing (the online simulator `specx dsi online` reads traces instead)"),
-            MethodKind::Easyspec => bail!("EasySpec runs only for real: the greedy traces hold the exact draft's proposals, and a fuzzy draft proposes other tokens"),
+            PolicySpec::Confidence { threshold, min, max } => Self::Confidence(ConfidencePolicy { threshold: *threshold as f32, min_candidates: *min, max_candidates: *max }),
+            PolicySpec::Oracle => Self::Oracle,
         })
     }
 

@@ -4,13 +4,12 @@
 
 use super::config::{MethodsConfig, OutputConfig};
 use super::drafter_replay::replay_with_drafter;
-use super::grid::{expand, head_name, Setting};
+use super::grid::{expand, head_name};
 use super::manifest::EvalManifest;
 use super::replay::{ReplayPolicy, TraceBuilder, TraceInput};
 use super::results::{tokens_sha256, ResultRow, UnitFile};
 use super::timing::{least_squares, standalone_target};
-use crate::methods::{load_head, MethodKind};
-use specx_decoder::speculative::AcceptanceHead;
+use crate::method::{load_head, DrafterSpec, Heads, MethodSpec, SchedulerSpec, Setting};
 use anyhow::{bail, ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -111,7 +110,7 @@ enum Replayer {
     /// From the batched draft traces, with the trace policy of this index.
     Trace(usize),
     /// By running the method's drafter along the AR output.
-    Live(crate::methods::Method),
+    Live(MethodSpec),
 }
 
 /// What a replay produced.
@@ -139,21 +138,21 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     if sha != manifest.draft.sha256 {
         bail!("{} changed since the run (sha256 {} now, {} then)", c.draft.display(), &sha[..12], &manifest.draft.sha256[..12]);
     }
-    let head_map: BTreeMap<String, AcceptanceHead> = grid.methods.head_dirs().into_iter().map(|dir| Ok((head_name(dir), load_head(&dir.to_string_lossy(), &draft, &device)?))).collect::<Result<_>>()?;
+    let head_map: Heads = grid.methods.head_dirs().into_iter().map(|dir| Ok((head_name(dir), load_head(&dir.to_string_lossy(), &draft, &device)?))).collect::<Result<_>>()?;
     // The trace's head list and each name's index in it.
-    let heads: Vec<AcceptanceHead> = head_map.values().cloned().collect();
+    let heads: Vec<specx_decoder::speculative::AcceptanceHead> = head_map.values().cloned().collect();
     let head_index: HashMap<String, usize> = head_map.keys().enumerate().map(|(i, name)| (name.clone(), i)).collect();
     // Plain drafters replay from traces; EasySpec's drafter is run live along the AR output.
     let mut policies = Vec::new();
     let mut how = Vec::with_capacity(settings.len());
-    for s in &settings {
-        if s.method == MethodKind::Easyspec {
-            let method = s.method(&head_map, draft.model.config().num_hidden_layers)?;
-            ensure!(method.dsi().is_none(), "{}: DSI runs only for real (its timing is no sum of forwards)", s.key());
-            how.push(Replayer::Live(method));
+    for s in settings.iter().filter_map(Setting::spec) {
+        if matches!(s.drafter, DrafterSpec::EasySpec { .. }) {
+            ensure!(s.scheduler == SchedulerSpec::Sequential, "{}: DSI runs only for real (its timing is no sum of forwards)", s.key());
+            s.check_models(&draft.model, &head_map)?;
+            how.push(Replayer::Live(s.clone()));
         } else {
             how.push(Replayer::Trace(policies.len()));
-            policies.push(ReplayPolicy::of(s, &head_index)?.expect("no AR here"));
+            policies.push(ReplayPolicy::of(s, &head_index)?);
         }
     }
 
@@ -170,8 +169,8 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
             let counts = how.iter().map(|h| match h {
                 Replayer::Trace(p) => traces[i].replay(&policies[*p]),
                 Replayer::Live(method) => {
-                    let mut policy = method.policy().expect("a speculative method");
-                    replay_with_drafter(method.drafter(&draft.model)?.as_mut(), policy.as_mut(), &u.prompt, &u.ar_tokens, u.rows[0].max_new_tokens, &manifest.eos_ids)
+                    let mut policy = method.build_policy(&head_map)?;
+                    replay_with_drafter(method.build_drafter(&draft.model)?.as_mut(), policy.as_mut(), &u.prompt, &u.ar_tokens, u.rows[0].max_new_tokens, &manifest.eos_ids)
                 }
             });
             replayed_counts.push(counts.collect::<Result<Vec<_>>>().with_context(|| format!("replaying {} {}", u.unit.dataset, u.unit.prompt_id))?);

@@ -254,7 +254,7 @@ fn timing_markdown(rows: &[ResultRow]) -> String {
     let mut by: BTreeMap<(String, &str), Vec<&ResultRow>> = BTreeMap::new();
     // DSI (alone or under EasySpec) overlaps drafting and verification, so its wall time is
     // no sum of forwards: no fit.
-    for r in rows.iter().filter(|r| !r.replayed && r.setting.servers.is_none()) {
+    for r in rows.iter().filter(|r| !r.replayed && r.setting.servers().is_none()) {
         by.entry((r.dataset.clone(), r.setting.family())).or_default().push(r);
     }
     let fmt = |f: &Option<Fit>| Fit::describe(f.as_ref());

@@ -1,7 +1,7 @@
 //! One results row per (prompt set, prompt, sampling setting, seed, method setting), the
 //! per-unit files a run resumes from, and `results.parquet`.
 
-use super::grid::Setting;
+use crate::method::Setting;
 use anyhow::{Context, Result};
 use polars::prelude::{Column, DataFrame, NamedFrom, Series};
 use polars_io::parquet::read::ParquetReader;
@@ -200,15 +200,18 @@ pub fn rows_frame(rows: &[ResultRow]) -> Result<DataFrame> {
         col("seed", rows, |r| r.seed),
         col("method", rows, |r| r.setting.family().to_string()),
         col("setting", rows, |r| r.setting.key()),
-        col("k", rows, |r| r.setting.k.map(|k| k as u64)),
-        col("head", rows, |r| r.setting.head.clone()),
-        col("threshold", rows, |r| r.setting.threshold),
-        col("min", rows, |r| r.setting.min.map(|k| k as u64)),
-        col("max", rows, |r| r.setting.max.map(|k| k as u64)),
-        col("servers", rows, |r| r.setting.servers.map(|k| k as u64)),
-        col("strategy", rows, |r| r.setting.strategy.clone()),
-        col("calibration", rows, |r| r.setting.calibration.map(|c| c.name().to_string())),
-        col("workers", rows, |r| r.setting.workers.map(|k| k as u64)),
+        col("drafter", rows, |r| r.setting.drafter().map(str::to_string)),
+        col("policy", rows, |r| r.setting.policy().map(str::to_string)),
+        col("scheduler", rows, |r| r.setting.scheduler().map(str::to_string)),
+        col("k", rows, |r| r.setting.k().map(|k| k as u64)),
+        col("head", rows, |r| r.setting.head().map(str::to_string)),
+        col("threshold", rows, |r| r.setting.threshold()),
+        col("min", rows, |r| r.setting.bounds().map(|b| b[0] as u64)),
+        col("max", rows, |r| r.setting.bounds().map(|b| b[1] as u64)),
+        col("servers", rows, |r| r.setting.servers().map(|k| k as u64)),
+        col("strategy", rows, |r| r.setting.easyspec().map(|e| e.0.to_string())),
+        col("calibration", rows, |r| r.setting.easyspec().map(|e| e.1.name().to_string())),
+        col("workers", rows, |r| r.setting.easyspec().map(|e| e.2 as u64)),
         col("replayed", rows, |r| r.replayed),
         col("diverged_at", rows, |r| r.divergence.as_ref().map(|d| d.position as u64)),
         col("divergence_margin", rows, |r| r.divergence.as_ref().map(|d| d.margin)),

@@ -3,10 +3,10 @@
 //! is responsible for and has not finished, then writes the results, the summary and the plots.
 
 use super::config::{AuditConfig, AuditMode, EvalConfig, PromptSetConfig};
-use super::grid::{expand, head_name, Setting};
+use super::grid::{expand, head_name};
 use super::manifest::{EvalManifest, HeadRecord, Machine, PromptSetRecord, FORMAT, MANIFEST};
 use super::results::{tokens_sha256, Divergence, ResultRow, UnitFile, UnitKey};
-use crate::methods::{load_head, Method};
+use crate::method::{generate, ModelPlan, Models, Setting};
 use anyhow::{ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use specx_datagen::config::write_run_config;
@@ -15,8 +15,8 @@ use specx_datagen::run::{model_record, remove_stale_temporaries, select_from};
 use specx_datagen::split::{stream_seed, SplitMix64};
 use specx_decoder::fsutil::sha256_file;
 use specx_decoder::generate::{generate_greedy_batched, BatchItem, GenerateStats};
-use specx_decoder::speculative::{AcceptanceHead, SpecConfig};
-use specx_decoder::{check_pair, device_from_name, load_model_as, DeviceName, LoadedModel, Transformer};
+use specx_decoder::speculative::SpecConfig;
+use specx_decoder::{DeviceName, Transformer};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
@@ -89,24 +89,24 @@ pub struct EvalOutcome {
     pub numerical_flips: Vec<String>,
 }
 
-/// Loads every head of the grid (checked against the draft model) with its record.
-fn load_heads(cfg: &EvalConfig, draft: &LoadedModel, device: &specx_decoder::Device) -> Result<(BTreeMap<String, AcceptanceHead>, Vec<HeadRecord>)> {
-    let mut heads = BTreeMap::new();
-    let mut records = Vec::new();
-    for dir in cfg.methods.head_dirs() {
-        let head = load_head(&dir.to_string_lossy(), draft, device)?;
-        let spec = read_head_spec(dir)?;
-        records.push(HeadRecord {
-            name: head_name(dir),
-            path: dir.clone(),
-            sha256: sha256_file(&dir.join("head.safetensors"))?,
-            depth: spec.depth,
-            tied: spec.tied,
-            draft_model_sha256: spec.draft_model_sha256,
-        });
-        heads.insert(head_name(dir), head);
-    }
-    Ok((heads, records))
+/// The record of every head the grid names (read before any model loads, so that a wrong
+/// path fails fast).
+fn head_records(cfg: &EvalConfig) -> Result<Vec<HeadRecord>> {
+    cfg.methods
+        .head_dirs()
+        .into_iter()
+        .map(|dir| {
+            let spec = read_head_spec(dir)?;
+            Ok(HeadRecord {
+                name: head_name(dir),
+                path: dir.clone(),
+                sha256: sha256_file(&dir.join("head.safetensors"))?,
+                depth: spec.depth,
+                tied: spec.tied,
+                draft_model_sha256: spec.draft_model_sha256,
+            })
+        })
+        .collect()
 }
 
 /// A head checkpoint's `head.json` (architecture and provenance) without its weights.
@@ -116,42 +116,27 @@ fn read_head_spec(dir: &Path) -> Result<specx_decoder::speculative::HeadSpec> {
     serde_json::from_str(&text).with_context(|| format!("{}: not a head spec", p.display()))
 }
 
-/// Reads each head's `head.json` before any model loads, so a wrong path fails fast.
-fn check_heads_readable(cfg: &EvalConfig) -> Result<()> {
-    for dir in cfg.methods.head_dirs() {
-        read_head_spec(dir)?;
-    }
-    Ok(())
-}
-
-/// The target on each of `[methods.dsi] devices` for DSI's workers, in worker order: `None`
-/// where the device is the [models] device (whose copy the caller reuses).
-fn load_worker_targets(cfg: &EvalConfig) -> Result<Vec<Option<LoadedModel>>> {
-    let Some(g) = cfg.methods.dsi.as_ref().filter(|g| !g.devices.is_empty()) else { return Ok(Vec::new()) };
-    let main: DeviceName = cfg.models.device.parse()?;
-    specx_decoder::parse_device_list(&g.devices)?
-        .into_iter()
-        .map(|d| {
-            if d == main {
-                return Ok(None);
-            }
-            eprintln!("loading the target on {d} for a DSI worker");
-            load_model_as(&cfg.models.target, None, &specx_decoder::open_device(d)?, cfg.models.weights).map(Some)
-        })
-        .collect()
-}
-
-/// A second copy of the draft with its attention layers on `[methods.easyspec] devices`, when
-/// the config lists them and the grid has EasySpec settings.
-fn load_placed_draft(cfg: &EvalConfig, methods: &[Method]) -> Result<Option<Transformer>> {
-    let Some(g) = cfg.methods.easyspec.as_ref().filter(|g| !g.devices.is_empty()) else { return Ok(None) };
-    if !methods.iter().any(|m| matches!(m, Method::EasySpec { .. })) {
-        return Ok(None);
-    }
-    let devices = specx_decoder::parse_device_list(&g.devices)?.into_iter().map(specx_decoder::open_device).collect::<Result<Vec<_>>>()?;
-    eprintln!("loading the draft with its attention layers on {} for EasySpec", g.devices.join(", "));
-    let main = device_from_name(&cfg.models.device)?;
-    load_model_as(&cfg.models.draft, None, &main, cfg.models.weights)?.model.place_attention(&devices).map(Some)
+/// What the run loads: the pair on `device`, DSI's workers on `[methods.dsi] devices`, the
+/// draft placed on `[methods.easyspec] devices` when the grid has EasySpec settings, the heads.
+fn model_plan(cfg: &EvalConfig, device: DeviceName, settings: &[Setting]) -> Result<ModelPlan> {
+    let worker_devices = match cfg.methods.dsi.as_ref().filter(|g| !g.devices.is_empty()) {
+        Some(g) => specx_decoder::parse_device_list(&g.devices)?,
+        None => Vec::new(),
+    };
+    let easyspec = settings.iter().any(|s| s.easyspec().is_some());
+    let draft_devices = match cfg.methods.easyspec.as_ref().filter(|g| easyspec && !g.devices.is_empty()) {
+        Some(g) => specx_decoder::parse_device_list(&g.devices)?,
+        None => Vec::new(),
+    };
+    Ok(ModelPlan {
+        target: cfg.models.target.clone(),
+        draft: Some(cfg.models.draft.clone()),
+        device,
+        weights: cfg.models.weights,
+        worker_devices,
+        draft_devices,
+        heads: cfg.methods.head_dirs().into_iter().map(|d| (head_name(d), d.to_string_lossy().into_owned())).collect(),
+    })
 }
 
 /// Runs the experiment of `cfg` (paths resolved, `output.dir` the run directory).
@@ -163,37 +148,32 @@ pub fn run(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcome> {
     }
     let sets = select_sets(cfg, opts.limit)?;
     let settings = expand(&cfg.methods)?;
+    settings.iter().try_for_each(Setting::check_runnable)?;
     let all_units = units(cfg, &sets);
-    check_heads_readable(cfg)?;
+    let head_records = head_records(cfg)?;
     let dir = &cfg.output.dir;
     let old = if dir.join(MANIFEST).exists() { Some(EvalManifest::read(dir)?) } else { None };
 
-    let device = match (cfg.models.devices.as_slice(), opts.part) {
-        ([], _) => device_from_name(&cfg.models.device)?,
+    let device: DeviceName = match (cfg.models.devices.as_slice(), opts.part) {
+        ([], _) => cfg.models.device.parse()?,
         (_, None) => return super::devices::run_on_devices(cfg, opts),
         (devices, Some(p)) => {
             ensure!(p.count == devices.len(), "[models] devices runs one part per device: --shard {}/{} needs {} parts", p.index, p.count, devices.len());
-            device_from_name(&devices[p.index])?
+            devices[p.index].parse()?
         }
     };
-    eprintln!("loading draft {} and target {}", cfg.models.draft.display(), cfg.models.target.display());
-    let draft = load_model_as(&cfg.models.draft, None, &device, cfg.models.weights)?;
-    let target = load_model_as(&cfg.models.target, None, &device, cfg.models.weights)?;
-    check_pair(&draft, &target)?;
-    let replicas = load_worker_targets(cfg)?;
-    let workers: Vec<&Transformer> = replicas.iter().map(|r| r.as_ref().map_or(&target.model, |lm| &lm.model)).collect();
-    let (heads, head_records) = load_heads(cfg, &draft, &device)?;
-    let methods: Vec<Method> = settings.iter().map(|s| s.method(&heads, draft.model.config().num_hidden_layers)).collect::<Result<_>>()?;
-    let placed = load_placed_draft(cfg, &methods)?;
-    // The draft each method runs: EasySpec's the placed copy when there is one.
-    let drafts: Vec<&Transformer> = methods.iter().map(|m| if matches!(m, Method::EasySpec { .. }) { placed.as_ref().unwrap_or(&draft.model) } else { &draft.model }).collect();
+    let models = Models::load(&model_plan(cfg, device, &settings)?)?;
+    let (draft, target) = (models.draft.as_ref().expect("eval loads the draft"), &models.target);
+    for s in settings.iter().filter_map(Setting::spec) {
+        s.check_models(&draft.model, &models.heads)?;
+    }
 
     let mut manifest = EvalManifest {
         format: FORMAT.into(),
         specx_version: env!("CARGO_PKG_VERSION").into(),
         config: cfg.clone(),
-        draft: model_record(&draft)?,
-        target: model_record(&target)?,
+        draft: model_record(draft)?,
+        target: model_record(target)?,
         heads: head_records,
         eos_ids: target.eos_ids.clone(),
         prompt_sets: sets
@@ -290,7 +270,7 @@ pub fn run(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcome> {
             let text = texts[&(u.dataset.as_str(), u.prompt_index)];
             let sampling = samplings[u.sampling.as_str()];
             bar.set_message(format!("{} {} {}", u.dataset, u.prompt_id, u.sampling));
-            let file = run_unit(u, text, sampling, cfg, &settings, &methods, &target, &workers, &drafts)?;
+            let file = run_unit(u, text, sampling, cfg, &settings, &models)?;
             finish_unit(file, &mut manifest)?;
         }
     }
@@ -343,29 +323,20 @@ fn batched_ar_unit(u: &UnitKey, sampling: &super::config::SamplingSetting, promp
 }
 
 /// Runs AR and then every method on one unit.
-#[allow(clippy::too_many_arguments)]
-fn run_unit(
-    u: &UnitKey,
-    text: &str,
-    sampling: &super::config::SamplingSetting,
-    cfg: &EvalConfig,
-    settings: &[Setting],
-    methods: &[Method],
-    target: &LoadedModel,
-    workers: &[&Transformer],
-    drafts: &[&Transformer],
-) -> Result<UnitFile> {
+fn run_unit(u: &UnitKey, text: &str, sampling: &super::config::SamplingSetting, cfg: &EvalConfig, settings: &[Setting], models: &Models) -> Result<UnitFile> {
+    let target = &models.target;
+    let workers = models.workers();
     let prompt = target.tokenizer.encode(text)?;
     let max_new = cfg.budget.new_tokens(prompt.len());
     ensure!(max_new > 0, "{} {}: the prompt has {} tokens, the budget leaves no room for a response", u.dataset, u.prompt_id, prompt.len());
     // Each prompt's stream depends only on the run seed, the sampling setting and the prompt.
     let seed = stream_seed(u.seed, &format!("eval/{}", u.sampling), &u.prompt_id);
     let spec = SpecConfig { max_new_tokens: max_new, sampling: sampling.config(), seed };
-    let mut rows = Vec::with_capacity(methods.len());
+    let mut rows = Vec::with_capacity(settings.len());
     let mut ar: Option<(Vec<u32>, f64)> = None;
-    let mut outputs = Vec::with_capacity(methods.len());
-    for ((setting, method), draft) in settings.iter().zip(methods).zip(drafts) {
-        let (g, dsi) = method.run_with_workers(&target.model, workers, Some(draft), &prompt, &spec, &target.eos_ids)?;
+    let mut outputs = Vec::with_capacity(settings.len());
+    for setting in settings {
+        let (g, dsi) = generate(setting, models.for_setting(setting, &workers), &prompt, &spec, &target.eos_ids)?;
         let m = &g.metrics;
         let total = m.total_time.as_secs_f64();
         let (ar_tokens, ar_time) = ar.get_or_insert_with(|| (g.tokens.clone(), total));
@@ -473,7 +444,8 @@ pub fn audit(rows: &[ResultRow], cfg: &AuditConfig) -> Audit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::methods::MethodKind;
+    use crate::method::{MethodSpec, PolicySpec};
+    use specx_decoder::load_model_as;
 
     fn row(identical: bool, divergence: Option<Divergence>, temperature: f32) -> ResultRow {
         ResultRow {
@@ -485,7 +457,7 @@ mod tests {
             top_k: None,
             top_p: None,
             seed: 0,
-            setting: Setting { method: MethodKind::Specdec, k: Some(4), ..Setting::ar() },
+            setting: Setting::Speculative(MethodSpec::plain(PolicySpec::Fixed { k: 4 })),
             replayed: false,
             prompt_tokens: 3,
             max_new_tokens: 8,

@@ -1,0 +1,142 @@
+//! `specx decode`: one prompt with a draft/target pair and one method (a preset or any
+//! drafter x policy x scheduler), the text and the request's metrics. Models load through the
+//! same loader as `specx eval`'s, methods run through the same builder.
+
+use crate::method::{generate, MethodArgs, ModelPlan, Models};
+use anyhow::{Context, Result};
+use clap::Args;
+use specx_decoder::report::markdown_table;
+use specx_decoder::speculative::SpecConfig;
+use specx_decoder::{check_device, ChatTemplate, DeviceName, SamplingConfig, WeightMode};
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct DecodeArgs {
+    /// Draft model (HF directory or .gguf); it must share the target's tokenizer.
+    #[arg(long)]
+    pub draft: PathBuf,
+    /// Target model (HF directory or .gguf).
+    #[arg(long)]
+    pub target: PathBuf,
+    #[command(flatten)]
+    pub method: MethodArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// Sampling options shared by every command that generates.
+#[derive(Args, Clone, Debug)]
+pub struct SamplingArgs {
+    /// Softmax temperature; 0 means greedy decoding.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Keep only the k most likely tokens before sampling.
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// Keep the smallest set of most likely tokens whose probability reaches p (nucleus).
+    #[arg(long)]
+    pub top_p: Option<f32>,
+    /// Seed of the sampling random number generator.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+impl SamplingArgs {
+    pub fn config(&self) -> Result<SamplingConfig> {
+        let c = SamplingConfig { temperature: self.temperature, top_k: self.top_k, top_p: self.top_p };
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+/// Prompt, length, sampling and device options shared by `generate` and `decode`.
+#[derive(Args)]
+pub struct RunArgs {
+    /// The prompt text.
+    #[arg(long)]
+    pub prompt: String,
+    /// Wrap the prompt in Qwen's ChatML chat template (for instruct models).
+    #[arg(long)]
+    pub chat: bool,
+    /// Maximum number of tokens to generate (generation also stops at an end-of-sequence token).
+    #[arg(long, default_value_t = 128)]
+    pub max_new_tokens: usize,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Compute device: `cpu`, `wgpu[:N]` (the N-th Vulkan adapter, `specx devices` lists them;
+    /// builds with `--features wgpu`) or `cuda[:N]` (builds with `--features cuda`).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// GGUF weights on the CPU: `native` keeps them in their block formats and decodes them
+    /// inside the matmul kernel (4-8x fewer bytes per token, bit-identical results); `q8`
+    /// keeps the blocks and quantizes each activation row to 8 bits for integer dot products
+    /// (llama.cpp's arithmetic; close to, not bit-identical with, `native`); `f32` dequantizes
+    /// them on load. HF safetensors models and other devices always use f32.
+    #[arg(long, default_value = "native")]
+    pub weights: WeightMode,
+}
+
+impl RunArgs {
+    /// The prompt as text, wrapped in the chat template if asked.
+    pub fn prompt_text(&self) -> String {
+        let template = if self.chat { ChatTemplate::qwen() } else { ChatTemplate::None };
+        template.apply(&self.prompt)
+    }
+}
+
+pub fn run(a: DecodeArgs) -> Result<()> {
+    // The method, its flags and the devices are checked before any model loads.
+    let sampling = a.run.sampling.config()?;
+    let setting = a.method.setting()?;
+    let device: DeviceName = a.run.device.parse()?;
+    check_device(device)?;
+    let (worker_devices, draft_devices) = a.method.device_lists()?;
+    worker_devices.iter().chain(&draft_devices).try_for_each(|&d| check_device(d))?;
+    let head = setting.head().map(|h| (h.to_string(), a.method.head.clone().unwrap_or_default()));
+    let plan = ModelPlan {
+        target: a.target.clone(),
+        draft: setting.spec().map(|_| a.draft.clone()),
+        device,
+        weights: a.run.weights,
+        worker_devices,
+        draft_devices,
+        heads: head.into_iter().collect(),
+    };
+    let models = Models::load(&plan)?;
+    if let (Some(m), Some(d)) = (setting.spec(), &models.draft) {
+        m.check_models(&d.model, &models.heads)?;
+    }
+    let target = &models.target;
+    let prompt = target.tokenizer.encode(&a.run.prompt_text())?;
+    let cfg = SpecConfig { max_new_tokens: a.run.max_new_tokens, sampling, seed: a.run.sampling.seed };
+    let workers = models.workers();
+    let (g, dsi) = generate(&setting, models.for_setting(&setting, &workers), &prompt, &cfg, &target.eos_ids).context("decoding")?;
+    println!("{}", target.tokenizer.decode(&g.tokens)?);
+    let m = &g.metrics;
+    let part = |p: Option<&str>| p.unwrap_or("-").to_string();
+    let mut rows = vec![
+        vec!["method".into(), setting.key()],
+        vec!["drafter / policy / scheduler".into(), format!("{} / {} / {}", part(setting.drafter()), part(setting.policy()), part(setting.scheduler()))],
+        vec!["n_generated".into(), m.n_generated.to_string()],
+        vec!["n_target_calls".into(), m.n_target_calls.to_string()],
+        vec!["n_draft_calls".into(), m.n_draft_calls.to_string()],
+        vec!["n_calibrations".into(), m.n_calibrations.to_string()],
+        vec!["n_drafted".into(), m.n_drafted.to_string()],
+        vec!["n_accepted".into(), m.n_accepted.to_string()],
+        vec!["n_discarded".into(), m.n_discarded().to_string()],
+        vec!["acceptance rate".into(), format!("{:.3}", m.acceptance_rate())],
+        vec!["tokens per target call".into(), format!("{:.2}", m.tokens_per_target_call())],
+        vec!["verification rate".into(), format!("{:.3}", m.verification_rate())],
+        vec!["discard rate".into(), format!("{:.3}", m.discard_rate())],
+        vec!["accepted per round".into(), format!("{:?}", m.accepted_per_round)],
+        vec!["time draft / target / other (s)".into(), format!("{:.2} / {:.2} / {:.2}", m.draft_time.as_secs_f64(), m.target_time.as_secs_f64(), m.other_time().as_secs_f64())],
+        vec!["tokens/s".into(), format!("{:.2}", m.tokens_per_sec())],
+    ];
+    if let Some(d) = dsi {
+        rows.push(vec!["DSI tasks / preempted / stale".into(), format!("{} / {} / {}", d.tasks, d.preempted, d.stale)]);
+        rows.push(vec!["DSI waits for a free worker".into(), d.waits.to_string()]);
+        rows.push(vec!["DSI worker busy (s)".into(), d.worker_busy_s.iter().map(|b| format!("{b:.2}")).collect::<Vec<_>>().join(", ")]);
+    }
+    eprint!("{}", markdown_table(&["metric", "value"], &rows));
+    Ok(())
+}

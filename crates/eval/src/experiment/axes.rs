@@ -1,0 +1,250 @@
+//! `[[methods.grid]]`: a product of axes. Each axis lists its parts with their parameters; the
+//! settings are every drafter x every policy x every scheduler:
+//!
+//! ```toml
+//! [[methods.grid]]
+//! drafters.plain = {}
+//! drafters.easyspec = { strategies = ["lp4"], calibrations = ["every_round"] }
+//! policies.fixed = { k = [2, 4] }
+//! policies.head = { heads = ["../../checkpoints/w6-d3"], thresholds = [0.7] }
+//! schedulers.sequential = {}
+//! schedulers.dsi = { servers = [2] }
+//! ```
+//!
+//! Without `drafters` the drafter is plain; without `schedulers` the scheduler is sequential.
+
+use crate::method::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, PAPER_BOUNDS};
+use anyhow::{ensure, Result};
+use serde::{Deserialize, Serialize};
+use specx_decoder::speculative::{Calibration, Compat};
+use std::path::PathBuf;
+
+/// One product of axes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MethodGrid {
+    #[serde(default)]
+    pub drafters: DrafterAxis,
+    pub policies: PolicyAxis,
+    #[serde(default)]
+    pub schedulers: SchedulerAxis,
+}
+
+/// A part without parameters (`plain = {}`, `sequential = {}`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoParameters {}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrafterAxis {
+    pub plain: Option<NoParameters>,
+    /// EasySpec's layer-parallel drafter: every strategy x calibration.
+    pub easyspec: Option<EasySpecDrafters>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EasySpecDrafters {
+    /// `lp1`..`lp5` (the paper's Table 6) or the paper's notation `"0,1-3,4-7,..."`.
+    pub strategies: Vec<String>,
+    /// `never`, `prefill_only`, `every_round`, `every_mismatch`.
+    pub calibrations: Vec<Calibration>,
+    /// Threads running a group's attentions (timing only) [default 1].
+    pub workers: Option<usize>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyAxis {
+    /// Fixed K, for every `k`.
+    pub fixed: Option<FixedPolicies>,
+    /// SpecDec++'s acceptance head: every head x threshold x bounds.
+    pub head: Option<HeadPolicies>,
+    /// The draft's confidence: every threshold x bounds.
+    pub confidence: Option<ConfidencePolicies>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FixedPolicies {
+    pub k: Vec<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeadPolicies {
+    /// Head checkpoint directories (`specx train` output), relative to the config.
+    pub heads: Vec<PathBuf>,
+    pub thresholds: Vec<f64>,
+    /// `[min, max]` candidates per round; the paper's `[2, 20]` if absent.
+    #[serde(default = "paper_bounds")]
+    pub bounds: Vec<[usize; 2]>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfidencePolicies {
+    pub thresholds: Vec<f64>,
+    #[serde(default = "paper_bounds")]
+    pub bounds: Vec<[usize; 2]>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerAxis {
+    pub sequential: Option<NoParameters>,
+    /// DSI, for every server count (blocks end where the policy stops them).
+    pub dsi: Option<DsiSchedulers>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DsiSchedulers {
+    pub servers: Vec<usize>,
+}
+
+fn paper_bounds() -> Vec<[usize; 2]> {
+    vec![PAPER_BOUNDS]
+}
+
+/// The head name of a checkpoint directory: its last path component (what settings name).
+pub fn head_name(dir: &std::path::Path) -> String {
+    dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| dir.display().to_string())
+}
+
+impl DrafterAxis {
+    pub fn expand(&self) -> Vec<DrafterSpec> {
+        let mut out = Vec::new();
+        if self.plain.is_some() || self.easyspec.is_none() {
+            out.push(DrafterSpec::Plain);
+        }
+        if let Some(g) = &self.easyspec {
+            for s in &g.strategies {
+                for &calibration in &g.calibrations {
+                    out.push(DrafterSpec::EasySpec { strategy: s.clone(), calibration, workers: g.workers.unwrap_or(1), compat: Compat::Lossless });
+                }
+            }
+        }
+        out
+    }
+}
+
+impl PolicyAxis {
+    pub fn expand(&self) -> Vec<PolicySpec> {
+        let mut out = Vec::new();
+        if let Some(g) = &self.fixed {
+            out.extend(g.k.iter().map(|&k| PolicySpec::Fixed { k }));
+        }
+        if let Some(g) = &self.head {
+            for h in &g.heads {
+                for &threshold in &g.thresholds {
+                    out.extend(g.bounds.iter().map(|&[min, max]| PolicySpec::Head { head: head_name(h), threshold, min, max }));
+                }
+            }
+        }
+        if let Some(g) = &self.confidence {
+            for &threshold in &g.thresholds {
+                out.extend(g.bounds.iter().map(|&[min, max]| PolicySpec::Confidence { threshold, min, max }));
+            }
+        }
+        out
+    }
+}
+
+impl SchedulerAxis {
+    pub fn expand(&self) -> Vec<SchedulerSpec> {
+        let mut out = Vec::new();
+        if self.sequential.is_some() || self.dsi.is_none() {
+            out.push(SchedulerSpec::Sequential);
+        }
+        if let Some(g) = &self.dsi {
+            out.extend(g.servers.iter().map(|&servers| SchedulerSpec::Dsi { servers }));
+        }
+        out
+    }
+}
+
+impl MethodGrid {
+    /// Every drafter x policy x scheduler, in that nesting order, each checked.
+    pub fn expand(&self) -> Result<Vec<MethodSpec>> {
+        let policies = self.policies.expand();
+        ensure!(!policies.is_empty(), "[[methods.grid]] lists no policy: give policies.fixed, policies.head or policies.confidence");
+        let mut out = Vec::new();
+        for drafter in self.drafters.expand() {
+            for policy in &policies {
+                for scheduler in self.schedulers.expand() {
+                    let m = MethodSpec { drafter: drafter.clone(), policy: policy.clone(), scheduler };
+                    m.check()?;
+                    out.push(m);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every head directory the grid names.
+    pub fn head_dirs(&self) -> impl Iterator<Item = &PathBuf> {
+        self.policies.head.iter().flat_map(|g| &g.heads)
+    }
+
+    pub fn head_dirs_mut(&mut self) -> impl Iterator<Item = &mut PathBuf> {
+        self.policies.head.iter_mut().flat_map(|g| &mut g.heads)
+    }
+
+    /// Empty lists (a part given with nothing to run) are mistakes, not empty products.
+    pub fn validate(&self) -> Result<()> {
+        let empty = |what: &str| format!("[[methods.grid]] {what} is empty");
+        if let Some(g) = &self.drafters.easyspec {
+            ensure!(!g.strategies.is_empty() && !g.calibrations.is_empty(), "{}", empty("drafters.easyspec strategies or calibrations"));
+        }
+        if let Some(g) = &self.policies.fixed {
+            ensure!(!g.k.is_empty(), "{}", empty("policies.fixed k"));
+        }
+        if let Some(g) = &self.policies.head {
+            ensure!(!g.heads.is_empty() && !g.thresholds.is_empty() && !g.bounds.is_empty(), "{}", empty("policies.head heads, thresholds or bounds"));
+            for h in &g.heads {
+                ensure!(h.join("head.json").is_file(), "[[methods.grid]] head {} is not a head checkpoint (no head.json; `specx train` writes one)", h.display());
+            }
+        }
+        if let Some(g) = &self.policies.confidence {
+            ensure!(!g.thresholds.is_empty() && !g.bounds.is_empty(), "{}", empty("policies.confidence thresholds or bounds"));
+        }
+        if let Some(g) = &self.schedulers.dsi {
+            ensure!(!g.servers.is_empty(), "{}", empty("schedulers.dsi servers"));
+        }
+        self.expand().map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grid_is_the_product_of_its_axes() {
+        let g: MethodGrid = toml::from_str(
+            r#"
+            drafters.plain = {}
+            drafters.easyspec = { strategies = ["lp4"], calibrations = ["every_round", "never"] }
+            policies.fixed = { k = [2, 4] }
+            policies.head = { heads = ["ck/w6-d3"], thresholds = [0.7] }
+            schedulers.sequential = {}
+            schedulers.dsi = { servers = [2] }
+            "#,
+        )
+        .unwrap();
+        let keys: Vec<String> = g.expand().unwrap().iter().map(MethodSpec::key).collect();
+        assert_eq!(keys.len(), 3 * 3 * 2);
+        assert_eq!(&keys[..6], ["specdec K=2", "dsi SP=2 k=2", "specdec K=4", "dsi SP=2 k=4", "specdecpp w6-d3 h=0.7 [2,20]", "dsi SP=2 specdecpp w6-d3 h=0.7 [2,20]"]);
+        assert_eq!(keys[17], "easyspec lp4 never | dsi SP=2 specdecpp w6-d3 h=0.7 [2,20]");
+        // Plain and sequential are the defaults of their axes.
+        let only: MethodGrid = toml::from_str("policies.confidence = { thresholds = [0.5] }").unwrap();
+        assert_eq!(only.expand().unwrap().iter().map(MethodSpec::key).collect::<Vec<_>>(), ["confidence 0.5 [2,20]"]);
+        // Out-of-range parameters are refused with the setting's name.
+        let bad: MethodGrid = toml::from_str("policies.confidence = { thresholds = [1.5] }").unwrap();
+        assert!(format!("{:#}", bad.expand().unwrap_err()).contains("confidence 1.5 [2,20]: the threshold must be in [0, 1]"));
+        let unknown = toml::from_str::<MethodGrid>("policies.fixed = { k = [2] }\nschedulers.tree = {}").unwrap_err();
+        assert!(unknown.to_string().contains("unknown field `tree`"), "{unknown}");
+    }
+}

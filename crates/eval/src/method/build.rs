@@ -1,0 +1,88 @@
+//! From a method's description to the decoder's parts, and one generation with them: the one
+//! place where `specx eval`, `specx decode` and replay turn a [`Setting`] into running code.
+
+use super::spec::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting};
+use anyhow::{bail, Context, Result};
+use specx_decoder::layer_groups::LayerGroups;
+use specx_decoder::speculative::{
+    generate_autoregressive, generate_dsi_on, generate_speculative, AcceptanceHead, ConfidencePolicy, Drafter, DsiConfig, DsiStats, FixedK, FuzzyDrafter, Generation, HeadPolicy,
+    HeadRule, PlainDrafter, RejectionSampler, SpecConfig, StopPolicy,
+};
+use specx_decoder::Transformer;
+use std::collections::BTreeMap;
+
+/// Loaded acceptance heads by name (a checkpoint directory's name).
+pub type Heads = BTreeMap<String, AcceptanceHead>;
+
+impl MethodSpec {
+    /// A fresh drafter over `draft`.
+    pub fn build_drafter<'m>(&self, draft: &'m Transformer) -> Result<Box<dyn Drafter + 'm>> {
+        Ok(match &self.drafter {
+            DrafterSpec::Plain => Box::new(PlainDrafter::new(draft)),
+            DrafterSpec::EasySpec { strategy, calibration, workers, compat } => {
+                let groups = LayerGroups::parse(strategy, draft.config().num_hidden_layers).with_context(|| format!("{}: strategy '{strategy}'", self.key()))?;
+                Box::new(FuzzyDrafter::new(draft, groups, *calibration)?.with_workers(*workers).with_compat(*compat))
+            }
+        })
+    }
+
+    /// A fresh stop policy (its own state per request); a head policy takes its head from
+    /// `heads`.
+    pub fn build_policy(&self, heads: &Heads) -> Result<Box<dyn StopPolicy>> {
+        Ok(match &self.policy {
+            PolicySpec::Fixed { k } => Box::new(FixedK(*k)),
+            PolicySpec::Head { head, threshold, min, max } => {
+                let h = heads.get(head).with_context(|| format!("{}: head '{head}' is not loaded", self.key()))?;
+                Box::new(HeadPolicy::new(h.clone(), HeadRule::new(*threshold, *min, *max)))
+            }
+            PolicySpec::Confidence { threshold, min, max } => Box::new(ConfidencePolicy { threshold: *threshold as f32, min_candidates: *min, max_candidates: *max }),
+            PolicySpec::Oracle => bail!("the oracle needs the AR output in advance: it can only be replayed (specx eval replay)"),
+        })
+    }
+
+    /// DSI's settings: its servers, blocks as long as the policy allows.
+    pub fn dsi(&self) -> Option<DsiConfig> {
+        match self.scheduler {
+            SchedulerSpec::Dsi { servers } => Some(DsiConfig::new(servers, self.policy.max_candidates())),
+            SchedulerSpec::Sequential => None,
+        }
+    }
+
+    /// What needs the models: the strategy covers the draft's layers and the head is loaded.
+    /// Building the parts once says it before the first prompt runs.
+    pub fn check_models(&self, draft: &Transformer, heads: &Heads) -> Result<()> {
+        self.build_drafter(draft)?;
+        self.build_policy(heads)?;
+        Ok(())
+    }
+}
+
+/// The models a generation runs on: the target, DSI's target workers (one per worker, on their
+/// devices; empty when the workers share `target`) and the draft (`None` for AR).
+#[derive(Clone, Copy)]
+pub struct RunModels<'a> {
+    pub target: &'a Transformer,
+    pub workers: &'a [&'a Transformer],
+    pub draft: Option<&'a Transformer>,
+    pub heads: &'a Heads,
+}
+
+/// One generation of `prompt` with `setting`: AR with the target alone, or the method's
+/// drafter and a fresh stop policy under its scheduler with the lossless rejection sampler.
+/// DSI's runs also return the scheduler's counters. DSI's workers verify on `models.workers`
+/// when there is one per server, else all of them share `models.target`.
+pub fn generate(setting: &Setting, models: RunModels<'_>, prompt: &[u32], cfg: &SpecConfig, eos: &[u32]) -> Result<(Generation, Option<DsiStats>)> {
+    let Some(spec) = setting.spec() else { return Ok((generate_autoregressive(models.target, prompt, cfg, eos)?, None)) };
+    let draft = models.draft.context("speculative methods need a draft model")?;
+    let mut drafter = spec.build_drafter(draft)?;
+    let mut policy = spec.build_policy(models.heads)?;
+    match spec.dsi() {
+        None => Ok((generate_speculative(models.target, drafter.as_mut(), policy.as_mut(), &mut RejectionSampler, prompt, cfg, eos)?, None)),
+        Some(dsi) => {
+            let shared = vec![models.target; dsi.servers];
+            let targets = if models.workers.len() == dsi.servers { models.workers } else { &shared[..] };
+            let g = generate_dsi_on(targets, drafter.as_mut(), policy.as_mut(), &mut RejectionSampler, prompt, cfg, &dsi, eos)?;
+            Ok((g.generation, Some(g.stats)))
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! `specx decode`'s method flags: a paper's method as a preset of the three parts, any part
+//! overridden by `--drafter`, `--policy`, `--scheduler`, and each part's parameters. A flag
+//! the chosen method does not use is an error, never silently dropped.
+
+use super::spec::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting, PAPER_BOUNDS};
+use anyhow::{ensure, Result};
+use clap::{Args, ValueEnum};
+use specx_decoder::speculative::{Calibration, Compat};
+use specx_decoder::{parse_device_list, DeviceName};
+
+/// The papers' methods, each a default drafter x policy x scheduler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Preset {
+    /// Autoregressive decoding with the target alone (the reference).
+    Ar,
+    /// SpecDec: plain drafter, fixed K, sequential.
+    Specdec,
+    /// SpecDec++: plain drafter, the acceptance head's stop rule (needs --head), sequential.
+    Specdecpp,
+    /// Plain drafter, stop when the draft's confidence in its token falls below --threshold.
+    Confidence,
+    /// DSI: plain drafter, fixed blocks of --k drafts, DSI's scheduler with --servers workers.
+    Dsi,
+    /// EasySpec: the layer-parallel drafter with bonus calibration, under the head's rule with
+    /// --head, the confidence rule with --threshold alone, fixed K otherwise; DSI's scheduler
+    /// with --servers or --devices, sequential otherwise.
+    Easyspec,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DrafterKind {
+    /// The draft model decoding autoregressively.
+    Plain,
+    /// EasySpec's layer-parallel ("fuzzy") draft.
+    Easyspec,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PolicyKind {
+    /// Always --k candidates.
+    Fixed,
+    /// SpecDec++'s acceptance head (--head, --threshold, --min, --max).
+    Head,
+    /// The draft's confidence (--threshold, --min, --max).
+    Confidence,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SchedulerKind {
+    /// Draft, verify, commit, repeat.
+    Sequential,
+    /// DSI's speculation parallelism (--servers, --devices).
+    Dsi,
+}
+
+/// The method of one decode.
+#[derive(Args, Clone, Debug)]
+pub struct MethodArgs {
+    /// A paper's method: a preset drafter x stop policy x scheduler (see --drafter, --policy,
+    /// --scheduler to change one part).
+    #[arg(long, value_enum, default_value = "specdec")]
+    pub method: Preset,
+    /// The drafter, instead of the preset's.
+    #[arg(long, value_enum)]
+    pub drafter: Option<DrafterKind>,
+    /// The stop policy, instead of the preset's.
+    #[arg(long, value_enum)]
+    pub policy: Option<PolicyKind>,
+    /// The scheduler, instead of the preset's.
+    #[arg(long, value_enum)]
+    pub scheduler: Option<SchedulerKind>,
+    /// Candidates per round of the fixed-K policy (under DSI: draft tokens per verification
+    /// task) [default: 4].
+    #[arg(long)]
+    pub k: Option<usize>,
+    /// DSI's target workers (threads, each with its own KV cache) [default: 2, or the number
+    /// of --devices].
+    #[arg(long)]
+    pub servers: Option<usize>,
+    /// DSI's target workers on devices, one worker per device (`cpu,wgpu:0`): the target is
+    /// loaded on each (the --device copy is reused). The drafter runs on --device.
+    #[arg(long, value_delimiter = ',')]
+    pub devices: Vec<String>,
+    /// EasySpec's attention layers on devices (`cpu,wgpu:0`): the draft's layer i keeps its
+    /// attention and cache on the (i mod N)-th device, so each layer group's attentions run on
+    /// different devices at once, one thread per device (--workers is then not used). The
+    /// draft's embeddings, MLPs and head stay on --device.
+    #[arg(long, value_delimiter = ',')]
+    pub draft_devices: Vec<String>,
+    /// The head policy's acceptance head: a checkpoint directory (specx train), or
+    /// `random[:SEED]` for an untrained head (pipeline testing only).
+    #[arg(long)]
+    pub head: Option<String>,
+    /// Stop threshold: the head policy stops when the predicted chance of a rejection exceeds
+    /// it [default: 0.7, the paper's best]; the confidence policy stops when the draft's
+    /// probability of its token falls below it [default: 0.5].
+    #[arg(long)]
+    pub threshold: Option<f64>,
+    /// Fewest candidates per round of the head and confidence policies (the SpecDec++ paper's
+    /// bounds are [2, 20]; its rule never stops after one candidate, so 1 acts as 2 there)
+    /// [default: 2].
+    #[arg(long)]
+    pub min: Option<usize>,
+    /// Most candidates per round of the head and confidence policies [default: 20].
+    #[arg(long)]
+    pub max: Option<usize>,
+    /// EasySpec's layer-parallel strategy: a preset `lp1`..`lp5` (the paper's Table 6) or the
+    /// paper's notation, e.g. `0,1-3,4-7,8-11,12-15,16-19,20-22,23` [default: lp4].
+    #[arg(long)]
+    pub strategy: Option<String>,
+    /// When EasySpec recomputes the draft cache entries its fuzzy forwards wrote: `never`,
+    /// `prefill_only`, `every_round` (the paper's description) or `every_mismatch` (the
+    /// reference code's default) [default: every_round].
+    #[arg(long)]
+    pub calibration: Option<Calibration>,
+    /// Threads running each of EasySpec's layer groups' attentions (timing only: the tokens
+    /// never depend on it) [default: 1].
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// `reference` picks EasySpec's candidates as the reference code does (the argmax of q,
+    /// tested with min(1, p/q)): NOT lossless at temperature > 0, for demonstrating that only
+    /// [default: lossless].
+    #[arg(long)]
+    pub compat: Option<Compat>,
+}
+
+impl MethodArgs {
+    /// DSI's worker devices and EasySpec's attention devices, parsed.
+    pub fn device_lists(&self) -> Result<(Vec<DeviceName>, Vec<DeviceName>)> {
+        let list = |names: &[String]| if names.is_empty() { Ok(Vec::new()) } else { parse_device_list(names) };
+        Ok((list(&self.devices)?, list(&self.draft_devices)?))
+    }
+
+    /// The method these flags describe, checked: every flag given is used by it.
+    pub fn setting(&self) -> Result<Setting> {
+        let unused = |given: bool, flag: &str, needs: &str| -> Result<()> {
+            ensure!(!given, "{flag} is not used by this method: it needs {needs}");
+            Ok(())
+        };
+        if self.method == Preset::Ar && self.drafter.is_none() && self.policy.is_none() && self.scheduler.is_none() {
+            let any = self.k.is_some() || self.servers.is_some() || !self.devices.is_empty() || !self.draft_devices.is_empty() || self.head.is_some() || self.threshold.is_some();
+            let more = self.min.is_some() || self.max.is_some() || self.strategy.is_some() || self.calibration.is_some() || self.workers.is_some() || self.compat.is_some();
+            ensure!(!any && !more, "--method ar runs the target alone: it takes no drafter, policy or scheduler flag");
+            return Ok(Setting::Ar);
+        }
+        let dsi_flags = self.servers.is_some() || !self.devices.is_empty();
+        let drafter = self.drafter.unwrap_or(if self.method == Preset::Easyspec { DrafterKind::Easyspec } else { DrafterKind::Plain });
+        let policy = self.policy.unwrap_or(match self.method {
+            Preset::Specdecpp => PolicyKind::Head,
+            Preset::Confidence => PolicyKind::Confidence,
+            Preset::Easyspec if self.head.is_some() => PolicyKind::Head,
+            Preset::Easyspec if self.threshold.is_some() => PolicyKind::Confidence,
+            _ => PolicyKind::Fixed,
+        });
+        let scheduler = self.scheduler.unwrap_or(match self.method {
+            Preset::Dsi => SchedulerKind::Dsi,
+            Preset::Easyspec if dsi_flags => SchedulerKind::Dsi,
+            _ => SchedulerKind::Sequential,
+        });
+
+        let fuzzy_flags = [("--strategy", self.strategy.is_some()), ("--calibration", self.calibration.is_some()), ("--workers", self.workers.is_some()), ("--compat", self.compat.is_some()), ("--draft-devices", !self.draft_devices.is_empty())];
+        let drafter = match drafter {
+            DrafterKind::Plain => {
+                for (flag, given) in fuzzy_flags {
+                    unused(given, flag, "the easyspec drafter (--drafter easyspec or --method easyspec)")?;
+                }
+                DrafterSpec::Plain
+            }
+            DrafterKind::Easyspec => DrafterSpec::EasySpec {
+                strategy: self.strategy.clone().unwrap_or_else(|| "lp4".into()),
+                calibration: self.calibration.unwrap_or(Calibration::EveryRound),
+                workers: self.workers.unwrap_or(1),
+                compat: self.compat.unwrap_or_default(),
+            },
+        };
+        let [lo, hi] = PAPER_BOUNDS;
+        let (min, max) = (self.min.unwrap_or(lo), self.max.unwrap_or(hi));
+        let policy = match policy {
+            PolicyKind::Fixed => {
+                unused(self.head.is_some(), "--head", "the head policy")?;
+                unused(self.threshold.is_some(), "--threshold", "the head or confidence policy")?;
+                unused(self.min.is_some() || self.max.is_some(), "--min/--max", "the head or confidence policy")?;
+                PolicySpec::Fixed { k: self.k.unwrap_or(4) }
+            }
+            PolicyKind::Head => {
+                unused(self.k.is_some(), "--k", "the fixed-K policy")?;
+                let head = self.head.clone().ok_or_else(|| anyhow::anyhow!("the head policy needs --head DIR (or --head random for an untrained head)"))?;
+                PolicySpec::Head { head, threshold: self.threshold.unwrap_or(0.7), min, max }
+            }
+            PolicyKind::Confidence => {
+                unused(self.k.is_some(), "--k", "the fixed-K policy")?;
+                unused(self.head.is_some(), "--head", "the head policy")?;
+                PolicySpec::Confidence { threshold: self.threshold.unwrap_or(0.5), min, max }
+            }
+        };
+        let scheduler = match scheduler {
+            SchedulerKind::Sequential => {
+                unused(dsi_flags, "--servers/--devices", "DSI's scheduler (--scheduler dsi or --method dsi)")?;
+                SchedulerSpec::Sequential
+            }
+            SchedulerKind::Dsi => {
+                let n = self.devices.len();
+                ensure!(n == 0 || self.servers.is_none_or(|s| s == n), "--servers {} and --devices with {n} devices disagree (one worker per device)", self.servers.unwrap_or(0));
+                SchedulerSpec::Dsi { servers: if n > 0 { n } else { self.servers.unwrap_or(2) } }
+            }
+        };
+        let setting = Setting::Speculative(MethodSpec { drafter, policy, scheduler });
+        setting.check_runnable()?;
+        Ok(setting)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        m: MethodArgs,
+    }
+
+    fn key(args: &str) -> Result<String> {
+        let cli = Cli::try_parse_from(std::iter::once("x").chain(args.split_whitespace()))?;
+        Ok(cli.m.setting()?.key())
+    }
+
+    #[test]
+    fn presets_give_the_papers_methods_and_flags_override_a_part() {
+        assert_eq!(key("").unwrap(), "specdec K=4");
+        assert_eq!(key("--method ar").unwrap(), "ar");
+        assert_eq!(key("--method dsi --k 5").unwrap(), "dsi SP=2 k=5");
+        assert_eq!(key("--method specdecpp --head random:3").unwrap(), "specdecpp random:3 h=0.7 [2,20]");
+        assert_eq!(key("--method confidence --threshold 0.4 --max 8").unwrap(), "confidence 0.4 [2,8]");
+        assert_eq!(key("--method easyspec --calibration never").unwrap(), "easyspec lp4 never | specdec K=4");
+        // EasySpec with a head and servers keeps the head (it used to be dropped silently).
+        assert_eq!(key("--method easyspec --head h --servers 3").unwrap(), "easyspec lp4 every_round | dsi SP=3 specdecpp h h=0.7 [2,20]");
+        assert_eq!(key("--method dsi --devices cpu,wgpu:0").unwrap(), "dsi SP=2 k=4");
+        assert_eq!(key("--method specdecpp --head h --scheduler dsi").unwrap(), "dsi SP=2 specdecpp h h=0.7 [2,20]");
+        assert_eq!(key("--policy confidence --drafter easyspec --strategy lp2").unwrap(), "easyspec lp2 every_round | confidence 0.5 [2,20]");
+    }
+
+    #[test]
+    fn a_flag_the_method_does_not_use_is_an_error() {
+        let e = |args: &str| format!("{:#}", key(args).unwrap_err());
+        assert!(e("--method specdec --head h").contains("--head is not used"), "{}", e("--method specdec --head h"));
+        assert!(e("--method specdec --servers 2").contains("needs DSI's scheduler"));
+        assert!(e("--method dsi --strategy lp2").contains("needs the easyspec drafter"));
+        assert!(e("--method specdecpp").contains("needs --head"));
+        assert!(e("--method specdecpp --head h --k 3").contains("--k is not used"));
+        assert!(e("--method ar --k 3").contains("runs the target alone"));
+        assert!(e("--method easyspec --devices cpu --servers 2").contains("disagree"));
+        assert!(e("--k 0").contains("k >= 1"));
+    }
+}

@@ -1,0 +1,14 @@
+//! A decoding method as a combination of the decoder's parts, drafter x stop policy x
+//! scheduler, from its description (a config's grid, `specx decode`'s flags, a results row) to
+//! a generation: [`spec`] describes, [`flags`] parses the command line, [`models`] loads what
+//! the methods run on, [`build`] makes the parts and runs them.
+
+pub mod build;
+pub mod flags;
+pub mod models;
+pub mod spec;
+
+pub use build::{generate, Heads, RunModels};
+pub use flags::MethodArgs;
+pub use models::{load_head, ModelPlan, Models};
+pub use spec::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting, PAPER_BOUNDS};

@@ -1,0 +1,118 @@
+//! Loading what methods run on, one way for `specx eval` and `specx decode`: the pair on the
+//! main device, DSI's target workers on their devices, EasySpec's draft with its attention
+//! layers placed on devices, and the acceptance heads (each checked against the draft).
+
+use super::build::{Heads, RunModels};
+use super::spec::{DrafterSpec, Setting};
+use anyhow::{bail, Context, Result};
+use specx_decoder::fsutil::short_hash;
+use specx_decoder::speculative::AcceptanceHead;
+use specx_decoder::{check_pair, load_model_as, open_device, Device, DeviceName, LoadedModel, Transformer, WeightMode};
+use std::path::{Path, PathBuf};
+
+/// What to load.
+#[derive(Clone, Debug)]
+pub struct ModelPlan {
+    pub target: PathBuf,
+    /// `None` when only AR runs.
+    pub draft: Option<PathBuf>,
+    pub device: DeviceName,
+    pub weights: WeightMode,
+    /// DSI's target workers, one per device, in worker order (the main device's copy reused).
+    pub worker_devices: Vec<DeviceName>,
+    /// Devices of the EasySpec draft's attention layers (layer i on the (i mod N)-th): a copy
+    /// of the draft placed so runs EasySpec's settings. Empty: EasySpec runs on `draft`.
+    pub draft_devices: Vec<DeviceName>,
+    /// Heads by name: a checkpoint directory, or `random[:SEED]` for an untrained head.
+    pub heads: Vec<(String, String)>,
+}
+
+/// The loaded models of a [`ModelPlan`].
+pub struct Models {
+    pub device: Device,
+    pub target: LoadedModel,
+    pub draft: Option<LoadedModel>,
+    /// The draft with its attention layers on `draft_devices`.
+    pub placed_draft: Option<Transformer>,
+    /// The target on each worker device; `None` where it is the main device.
+    replicas: Vec<Option<LoadedModel>>,
+    pub heads: Heads,
+}
+
+impl Models {
+    pub fn load(plan: &ModelPlan) -> Result<Self> {
+        let device = open_device(plan.device)?;
+        let draft = match &plan.draft {
+            Some(path) => {
+                eprintln!("loading draft {} and target {}", path.display(), plan.target.display());
+                Some(load_model_as(path, None, &device, plan.weights)?)
+            }
+            None => None,
+        };
+        let target = load_model_as(&plan.target, None, &device, plan.weights)?;
+        if let Some(d) = &draft {
+            check_pair(d, &target)?;
+        }
+        let mut replicas = Vec::with_capacity(plan.worker_devices.len());
+        for &d in &plan.worker_devices {
+            replicas.push(if d == plan.device {
+                None
+            } else {
+                eprintln!("loading the target on {d} for a DSI worker");
+                Some(load_model_as(&plan.target, None, &open_device(d)?, plan.weights)?)
+            });
+        }
+        let placed_draft = match (&plan.draft, plan.draft_devices.is_empty()) {
+            (Some(path), false) => {
+                let devices = plan.draft_devices.iter().map(|&d| open_device(d)).collect::<Result<Vec<_>>>()?;
+                let names: Vec<String> = plan.draft_devices.iter().map(|d| d.to_string()).collect();
+                eprintln!("loading the draft with its attention layers on {} for EasySpec", names.join(", "));
+                Some(load_model_as(path, None, &device, plan.weights)?.model.place_attention(&devices)?)
+            }
+            _ => None,
+        };
+        let mut heads = Heads::new();
+        for (name, spec) in &plan.heads {
+            let d = draft.as_ref().context("acceptance heads read the draft's hidden states: a draft model is needed")?;
+            heads.insert(name.clone(), load_head(spec, d, &device)?);
+        }
+        Ok(Self { device, target, draft, placed_draft, replicas, heads })
+    }
+
+    /// DSI's target workers, one per worker device (empty: the workers share the target).
+    pub fn workers(&self) -> Vec<&Transformer> {
+        self.replicas.iter().map(|r| r.as_ref().map_or(&self.target.model, |lm| &lm.model)).collect()
+    }
+
+    /// What `setting` runs on: EasySpec's settings take the placed draft when there is one.
+    pub fn for_setting<'a>(&'a self, setting: &Setting, workers: &'a [&'a Transformer]) -> RunModels<'a> {
+        let easyspec = setting.spec().is_some_and(|m| matches!(m.drafter, DrafterSpec::EasySpec { .. }));
+        let draft = self.draft.as_ref().map(|d| match (&self.placed_draft, easyspec) {
+            (Some(placed), true) => placed,
+            _ => &d.model,
+        });
+        RunModels { target: &self.target.model, workers, draft, heads: &self.heads }
+    }
+}
+
+/// Loads an acceptance head: a checkpoint directory, or `random[:SEED]` for a randomly
+/// initialised head (for testing the pipeline before a head is trained).
+pub fn load_head(spec: &str, draft: &LoadedModel, device: &Device) -> Result<AcceptanceHead> {
+    let hidden_size = draft.model.config().hidden_size;
+    if let Some(rest) = spec.strip_prefix("random") {
+        let seed: u64 = rest.strip_prefix(':').map_or(Ok(0), str::parse).context("--head random:SEED needs an integer seed")?;
+        return Ok(AcceptanceHead::init_seeded(hidden_size, 3, false, seed, device));
+    }
+    let (head, hs) = AcceptanceHead::load(Path::new(spec), device)?;
+    if hs.hidden_size != hidden_size {
+        bail!("head {spec} reads hidden states of size {}, the draft model has {hidden_size}", hs.hidden_size);
+    }
+    // A head only means something on the hidden states of the draft it was trained on.
+    if let Some(trained_on) = &hs.draft_model_sha256 {
+        let this = draft.weights_sha256()?;
+        if *trained_on != this {
+            bail!("head {spec} was trained on the hidden states of another draft model (sha256 {}), not {} (sha256 {})", short_hash(trained_on), draft.path.display(), short_hash(&this));
+        }
+    }
+    Ok(head)
+}

@@ -1,0 +1,324 @@
+//! A method as data: what a results row was run with, what a config's grid expands to and what
+//! `specx decode`'s flags parse to. A speculative method is a triple of the decoder's parts,
+//! drafter x stop policy x scheduler; AR is the target alone.
+
+use anyhow::{bail, ensure, Result};
+use serde::{Deserialize, Serialize};
+use specx_decoder::layer_groups::LayerGroups;
+use specx_decoder::speculative::{Calibration, Compat, HeadRule};
+
+/// What one results row was run with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "method", rename_all = "lowercase")]
+pub enum Setting {
+    /// Autoregressive decoding with the target alone: every unit's reference.
+    Ar,
+    /// A speculative method.
+    Speculative(MethodSpec),
+}
+
+/// A speculative method: who proposes, when drafting stops, how verification is scheduled.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MethodSpec {
+    pub drafter: DrafterSpec,
+    pub policy: PolicySpec,
+    pub scheduler: SchedulerSpec,
+}
+
+/// Who proposes the candidates.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum DrafterSpec {
+    /// The draft model decoding autoregressively with its own KV cache.
+    Plain,
+    /// EasySpec's layer-parallel ("fuzzy") draft with bonus calibration.
+    EasySpec {
+        /// Layer groups: `lp1`..`lp5` (the paper's Table 6) or its notation `0,1-3,4-7,...`.
+        strategy: String,
+        calibration: Calibration,
+        /// Threads running a group's attentions (timing only: the tokens never depend on it).
+        workers: usize,
+        /// `reference` picks the argmax of q as EasySpec's code does (not lossless at T > 0).
+        #[serde(default, skip_serializing_if = "is_lossless")]
+        compat: Compat,
+    },
+}
+
+fn is_lossless(c: &Compat) -> bool {
+    *c == Compat::Lossless
+}
+
+/// When drafting stops.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum PolicySpec {
+    /// Always `k` candidates (SpecDec).
+    Fixed { k: usize },
+    /// SpecDec++: stop when the acceptance head `head` (a head's name) predicts a rejection
+    /// with probability above `threshold`, within `[min, max]` candidates.
+    Head { head: String, threshold: f64, min: usize, max: usize },
+    /// Stop when the draft's probability of its token falls below `threshold`.
+    Confidence { threshold: f64, min: usize, max: usize },
+    /// SpecDec++ Theorem 4.1's oracle (stop right before each mismatch): it needs the AR
+    /// output in advance, so it exists only in replays of greedy runs.
+    Oracle,
+}
+
+/// How drafting and verification are interleaved.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum SchedulerSpec {
+    /// Draft a round, verify it in one target forward, commit, repeat.
+    Sequential,
+    /// DSI: blocks verified by `servers` target workers while drafting goes on; a block ends
+    /// where the policy stops it (at most its `max`, `k` for fixed K).
+    Dsi { servers: usize },
+}
+
+impl DrafterSpec {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Plain => "plain",
+            Self::EasySpec { .. } => "easyspec",
+        }
+    }
+}
+
+impl PolicySpec {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Fixed { .. } => "fixed",
+            Self::Head { .. } => "head",
+            Self::Confidence { .. } => "confidence",
+            Self::Oracle => "oracle",
+        }
+    }
+
+    /// The most candidates a round may hold (DSI's block length).
+    pub fn max_candidates(&self) -> usize {
+        match self {
+            Self::Fixed { k } => *k,
+            Self::Head { max, .. } | Self::Confidence { max, .. } => *max,
+            Self::Oracle => usize::MAX,
+        }
+    }
+
+    /// The name each policy had as a method of its own (fixed K is SpecDec's).
+    fn key(&self) -> String {
+        match self {
+            Self::Fixed { k } => format!("specdec K={k}"),
+            Self::Head { head, threshold, min, max } => format!("specdecpp {head} h={threshold} [{min},{max}]"),
+            Self::Confidence { threshold, min, max } => format!("confidence {threshold} [{min},{max}]"),
+            Self::Oracle => "oracle".into(),
+        }
+    }
+}
+
+impl SchedulerSpec {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Sequential => "sequential",
+            Self::Dsi { .. } => "dsi",
+        }
+    }
+}
+
+impl MethodSpec {
+    /// A plain drafter under `policy`, scheduled sequentially.
+    pub fn plain(policy: PolicySpec) -> Self {
+        Self { drafter: DrafterSpec::Plain, policy, scheduler: SchedulerSpec::Sequential }
+    }
+
+    /// A short unique name. The papers' methods keep the names they have always had
+    /// (`specdec K=4`, `specdecpp w6d3 h=0.7 [2,20]`, `confidence 0.5 [2,20]`, `dsi SP=2 k=4`,
+    /// `easyspec lp4 every_round | specdec K=4`); other combinations compose them:
+    /// `dsi SP=2 specdecpp w6d3 h=0.7 [2,20]`.
+    pub fn key(&self) -> String {
+        let body = match (&self.scheduler, &self.policy) {
+            (SchedulerSpec::Sequential, p) => p.key(),
+            (SchedulerSpec::Dsi { servers }, PolicySpec::Fixed { k }) => format!("dsi SP={servers} k={k}"),
+            (SchedulerSpec::Dsi { servers }, p) => format!("dsi SP={servers} {}", p.key()),
+        };
+        match &self.drafter {
+            DrafterSpec::Plain => body,
+            DrafterSpec::EasySpec { strategy, calibration, workers, compat } => {
+                let workers = if *workers > 1 { format!(" x{workers}") } else { String::new() };
+                let compat = if *compat == Compat::Reference { " (reference compat)" } else { "" };
+                format!("easyspec {strategy} {}{workers}{compat} | {body}", calibration.name())
+            }
+        }
+    }
+
+    /// The paper a combination is grouped under: EasySpec for its drafter, DSI for its
+    /// scheduler, else the stop policy's (`specdec`, `specdecpp`, `confidence`, `oracle`).
+    pub fn family(&self) -> &'static str {
+        match (&self.drafter, &self.scheduler, &self.policy) {
+            (DrafterSpec::EasySpec { .. }, _, _) => "easyspec",
+            (_, SchedulerSpec::Dsi { .. }, _) => "dsi",
+            (_, _, PolicySpec::Fixed { .. }) => "specdec",
+            (_, _, PolicySpec::Head { .. }) => "specdecpp",
+            (_, _, PolicySpec::Confidence { .. }) => "confidence",
+            (_, _, PolicySpec::Oracle) => "oracle",
+        }
+    }
+
+    /// The parts' own ranges, and the combinations no scheduler can run: said before any model
+    /// loads. Model-dependent checks (the strategy against the draft's depth, the head's
+    /// presence) come with the models ([`super::build`]).
+    pub fn check(&self) -> Result<()> {
+        let key = self.key();
+        match &self.drafter {
+            DrafterSpec::Plain => {}
+            DrafterSpec::EasySpec { strategy, workers, .. } => {
+                LayerGroups::check_syntax(strategy).map_err(|e| anyhow::anyhow!("{key}: strategy '{strategy}': {e:#}"))?;
+                ensure!(*workers >= 1, "{key}: EasySpec needs at least 1 worker");
+            }
+        }
+        match &self.policy {
+            PolicySpec::Fixed { k } => ensure!(*k >= 1, "{key}: fixed K needs k >= 1"),
+            PolicySpec::Head { threshold, min, max, .. } | PolicySpec::Confidence { threshold, min, max } => {
+                ensure!((0.0..=1.0).contains(threshold), "{key}: the threshold must be in [0, 1]");
+                ensure!(*min >= 1 && min <= max, "{key}: bounds [{min}, {max}]: need 1 <= min <= max");
+            }
+            PolicySpec::Oracle => {
+                ensure!(self.drafter == DrafterSpec::Plain && self.scheduler == SchedulerSpec::Sequential, "{key}: the oracle replays the plain drafter's traces under the sequential scheduler only")
+            }
+        }
+        if let SchedulerSpec::Dsi { servers } = self.scheduler {
+            ensure!(servers >= 1, "{key}: DSI needs at least 1 target server");
+        }
+        Ok(())
+    }
+}
+
+impl Setting {
+    pub fn ar() -> Self {
+        Self::Ar
+    }
+
+    /// The speculative method, `None` for AR.
+    pub fn spec(&self) -> Option<&MethodSpec> {
+        match self {
+            Self::Ar => None,
+            Self::Speculative(m) => Some(m),
+        }
+    }
+
+    /// A short unique name (`ar`, or the method's [`MethodSpec::key`]).
+    pub fn key(&self) -> String {
+        self.spec().map_or_else(|| "ar".into(), MethodSpec::key)
+    }
+
+    /// The group a row is summarised under (`ar`, or [`MethodSpec::family`]).
+    pub fn family(&self) -> &'static str {
+        self.spec().map_or("ar", MethodSpec::family)
+    }
+
+    /// [`MethodSpec::check`], and the oracle refused: a real run cannot know the AR output.
+    pub fn check_runnable(&self) -> Result<()> {
+        let Some(m) = self.spec() else { return Ok(()) };
+        m.check()?;
+        if m.policy == PolicySpec::Oracle {
+            bail!("the oracle needs the AR output in advance: it can only be replayed (specx eval replay)");
+        }
+        Ok(())
+    }
+
+    pub fn drafter(&self) -> Option<&'static str> {
+        self.spec().map(|m| m.drafter.name())
+    }
+    pub fn policy(&self) -> Option<&'static str> {
+        self.spec().map(|m| m.policy.name())
+    }
+    pub fn scheduler(&self) -> Option<&'static str> {
+        self.spec().map(|m| m.scheduler.name())
+    }
+
+    /// Fixed K's `k` (DSI's lookahead with fixed blocks).
+    pub fn k(&self) -> Option<usize> {
+        match self.spec()?.policy {
+            PolicySpec::Fixed { k } => Some(k),
+            _ => None,
+        }
+    }
+    /// The acceptance head's name.
+    pub fn head(&self) -> Option<&str> {
+        match &self.spec()?.policy {
+            PolicySpec::Head { head, .. } => Some(head),
+            _ => None,
+        }
+    }
+    /// The head's or the confidence rule's threshold.
+    pub fn threshold(&self) -> Option<f64> {
+        match self.spec()?.policy {
+            PolicySpec::Head { threshold, .. } | PolicySpec::Confidence { threshold, .. } => Some(threshold),
+            _ => None,
+        }
+    }
+    /// `[min, max]` candidates of an adaptive policy.
+    pub fn bounds(&self) -> Option<[usize; 2]> {
+        match self.spec()?.policy {
+            PolicySpec::Head { min, max, .. } | PolicySpec::Confidence { min, max, .. } => Some([min, max]),
+            _ => None,
+        }
+    }
+    /// DSI's target workers.
+    pub fn servers(&self) -> Option<usize> {
+        match self.spec()?.scheduler {
+            SchedulerSpec::Dsi { servers } => Some(servers),
+            SchedulerSpec::Sequential => None,
+        }
+    }
+    /// EasySpec's strategy, calibration and workers.
+    pub fn easyspec(&self) -> Option<(&str, Calibration, usize)> {
+        match &self.spec()?.drafter {
+            DrafterSpec::EasySpec { strategy, calibration, workers, .. } => Some((strategy, *calibration, *workers)),
+            DrafterSpec::Plain => None,
+        }
+    }
+}
+
+/// `HeadRule`'s paper bounds, the default of every adaptive policy.
+pub const PAPER_BOUNDS: [usize; 2] = [HeadRule::PAPER_MIN, HeadRule::PAPER_MAX];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fuzzy() -> DrafterSpec {
+        DrafterSpec::EasySpec { strategy: "lp4".into(), calibration: Calibration::EveryRound, workers: 1, compat: Compat::Lossless }
+    }
+
+    #[test]
+    fn the_papers_methods_keep_their_names_and_other_combinations_compose_them() {
+        let head = PolicySpec::Head { head: "w6d3".into(), threshold: 0.7, min: 2, max: 20 };
+        let dsi = SchedulerSpec::Dsi { servers: 2 };
+        assert_eq!(MethodSpec::plain(PolicySpec::Fixed { k: 4 }).key(), "specdec K=4");
+        assert_eq!(MethodSpec::plain(head.clone()).key(), "specdecpp w6d3 h=0.7 [2,20]");
+        assert_eq!(MethodSpec { scheduler: dsi.clone(), ..MethodSpec::plain(PolicySpec::Fixed { k: 5 }) }.key(), "dsi SP=2 k=5");
+        let dsi_head = MethodSpec { scheduler: dsi.clone(), ..MethodSpec::plain(head.clone()) };
+        assert_eq!((dsi_head.key().as_str(), dsi_head.family()), ("dsi SP=2 specdecpp w6d3 h=0.7 [2,20]", "dsi"));
+        let all = MethodSpec { drafter: fuzzy(), policy: head, scheduler: dsi };
+        assert_eq!((all.key().as_str(), all.family()), ("easyspec lp4 every_round | dsi SP=2 specdecpp w6d3 h=0.7 [2,20]", "easyspec"));
+        let s = Setting::Speculative(all);
+        assert_eq!((s.drafter(), s.policy(), s.scheduler()), (Some("easyspec"), Some("head"), Some("dsi")));
+        assert_eq!((s.servers(), s.threshold(), s.bounds(), s.k()), (Some(2), Some(0.7), Some([2, 20]), None));
+        // A row's setting survives its unit file.
+        let back: Setting = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(serde_json::to_string(&Setting::Ar).unwrap(), r#"{"method":"ar"}"#);
+    }
+
+    #[test]
+    fn out_of_range_parts_and_the_oracle_in_a_real_run_are_refused_with_a_reason() {
+        let e = |s: Setting| format!("{:#}", s.check_runnable().unwrap_err());
+        assert!(e(Setting::Speculative(MethodSpec::plain(PolicySpec::Fixed { k: 0 }))).contains("k >= 1"));
+        assert!(e(Setting::Speculative(MethodSpec::plain(PolicySpec::Confidence { threshold: 0.5, min: 3, max: 2 }))).contains("bounds [3, 2]"));
+        assert!(e(Setting::Speculative(MethodSpec::plain(PolicySpec::Oracle))).contains("can only be replayed"));
+        let dsi_oracle = MethodSpec { scheduler: SchedulerSpec::Dsi { servers: 2 }, ..MethodSpec::plain(PolicySpec::Oracle) };
+        assert!(e(Setting::Speculative(dsi_oracle)).contains("sequential scheduler only"));
+        let bad_strategy = MethodSpec { drafter: DrafterSpec::EasySpec { strategy: "0-x".into(), calibration: Calibration::Never, workers: 1, compat: Compat::Lossless }, ..MethodSpec::plain(PolicySpec::Fixed { k: 2 }) };
+        assert!(e(Setting::Speculative(bad_strategy)).contains("strategy '0-x'"));
+        assert!(Setting::Ar.check_runnable().is_ok());
+    }
+}
