@@ -784,6 +784,16 @@ impl Transformer {
         Ok(Some(ForwardOutput { logits, hidden }))
     }
 
+    /// A verification's forward: `tokens` after what `cache` holds, with the logits of the last
+    /// `rows` positions only (the rows decided on; for a prefill, the last), giving up between
+    /// layers once `cancel` is set (`Ok(None)`, as [`Transformer::forward_cancellable`]).
+    pub fn forward_scores(&self, tokens: &[u32], cache: &mut KvCache, rows: usize, cancel: Option<&std::sync::atomic::AtomicBool>) -> Result<Option<Vec<Vec<f32>>>> {
+        ensure!((1..=tokens.len()).contains(&rows), "scores of {rows} rows from a forward of {} tokens", tokens.len());
+        let Some(hidden) = self.hidden_states_until(&[tokens], cache, None, cancel, &self.sequential, 1, None)? else { return Ok(None) };
+        let [b, n, h] = hidden.dims();
+        Ok(Some(tail_rows(&self.logits(hidden.slice([0..b, n - rows..n, 0..h])), rows)))
+    }
+
     /// Forwards several sequences of equal length at once (`cache.batch()` of them).
     pub fn forward_batch(&self, tokens: &[&[u32]], cache: &mut KvCache) -> Result<ForwardOutput> {
         let hidden = self.hidden_states(tokens, cache, None)?;

@@ -12,7 +12,7 @@ use specx_decoder::{default_device, Transformer};
 
 fn dsi(target: &Transformer, draft: &Transformer, policy: &mut dyn StopPolicy, prompt: &[u32], cfg: &SpecConfig, d: &DsiConfig, eos: &[u32]) -> DsiGeneration {
     let mut drafter = PlainDrafter::new(draft);
-    generate_dsi(target, &mut drafter, policy, &mut RejectionSampler, prompt, cfg, d, eos).unwrap()
+    generate_dsi(&vec![target; d.servers], &mut drafter, policy, &mut RejectionSampler, prompt, cfg, d, eos).unwrap()
 }
 
 #[test]
@@ -96,11 +96,21 @@ fn sampled_output_is_distributed_as_the_target_and_a_scheduler_without_preemptio
     let p_ok2 = chi_square_p(&ok2, &exact, N);
     assert!(p_ok2 > ALPHA, "DSI sampling (sp 4, lookahead 2) rejected: p = {p_ok2:.2e}");
 
+    // DSI with SpecDec++'s stop rule: blocks end where the head says.
+    let hidden = d.model.config().hidden_size;
+    let head = AcceptanceHead::init_seeded(hidden, 2, true, 5, &default_device());
+    let with_head = sample_counts(N, |seed| {
+        let mut policy = HeadPolicy::new(head.clone(), HeadRule::new(0.5, 1, 3));
+        dsi(&t.model, &d.model, &mut policy, &prompt, &cfg(seed), &DsiConfig::new(2, 3), &[]).generation.tokens
+    });
+    let p_head = chi_square_p(&with_head, &exact, N);
+    assert!(p_head > ALPHA, "DSI sampling with the head policy rejected: p = {p_head:.2e}");
+
     let broken = DsiConfig { preempt: false, ..DsiConfig::new(2, 1) };
     let bad = sample_counts(N, |seed| dsi(&t.model, &d.model, &mut FixedK(1), &prompt, &cfg(seed), &broken, &[]).generation.tokens);
     let p_bad = chi_square_p(&bad, &exact, N);
     assert!(p_bad < ALPHA, "a scheduler that commits results of rejected branches went unnoticed: p = {p_bad:.2e}");
-    eprintln!("chi-square p-values: DSI sp2/l1 {p_ok:.3}, sp4/l2 {p_ok2:.3}, without preemption {p_bad:.2e}");
+    eprintln!("chi-square p-values: DSI sp2/l1 {p_ok:.3}, sp4/l2 {p_ok2:.3}, with a head {p_head:.3}, without preemption {p_bad:.2e}");
 }
 
 #[test]
@@ -117,4 +127,43 @@ fn the_same_seed_gives_the_same_sampled_output_whatever_the_sp_degree() {
             assert_eq!(many, one, "seed {seed}, sp {servers}");
         }
     }
+}
+
+/// Randomness keyed by position, in both schedulers: the sequential scheduler and DSI commit
+/// the same tokens at T = 0.7 for the same seed, whatever DSI's degree and block length and the
+/// stop policy (the sequential scheduler decides its bonus positions as DSI decides every
+/// position: a drafted proposal tested against the target).
+#[test]
+fn sequential_and_dsi_give_the_same_tokens_for_the_same_seed_at_temperature_07() {
+    let (_d, t, _) = pair(VOCAB, 1, 2);
+    let close = noisy_draft(_d.path(), VOCAB, 1, 0.3);
+    let hidden = close.model.config().hidden_size;
+    let s = SamplingConfig { temperature: 0.7, top_k: None, top_p: None };
+    let mut full_rounds = 0;
+    for seed in 0..12u64 {
+        let prompt = tokens(3 + seed as usize % 3, seed as u32);
+        let eos = [VOCAB as u32 - 1];
+        let cfg = SpecConfig { max_new_tokens: 16, sampling: s.clone(), seed };
+        let policies = |k: usize| -> Vec<(String, Box<dyn StopPolicy>)> {
+            let head = AcceptanceHead::init_seeded(hidden, 2, true, seed, &default_device());
+            vec![("fixed".into(), Box::new(FixedK(k))), ("head".into(), Box::new(HeadPolicy::new(head, HeadRule::new(0.6, 1, k))))]
+        };
+        let mut drafter = PlainDrafter::new(&close.model);
+        let sequential = generate_speculative(&t.model, &mut drafter, &mut FixedK(3), &mut RejectionSampler, &prompt, &cfg, &eos).unwrap();
+        full_rounds += sequential.metrics.accepted_per_round.iter().zip(&sequential.metrics.drafted_per_round).filter(|(a, k)| a == k).count();
+        for k in [2, 4] {
+            for (name, mut policy) in policies(k) {
+                let mut drafter = PlainDrafter::new(&close.model);
+                let other = generate_speculative(&t.model, &mut drafter, policy.as_mut(), &mut RejectionSampler, &prompt, &cfg, &eos).unwrap();
+                assert_eq!(other.tokens, sequential.tokens, "seed {seed}: sequential, {name} k {k}");
+            }
+            for servers in [1, 3] {
+                for (name, mut policy) in policies(k) {
+                    let g = dsi(&t.model, &close.model, policy.as_mut(), &prompt, &cfg, &DsiConfig::new(servers, k), &eos);
+                    assert_eq!(g.generation.tokens, sequential.tokens, "seed {seed}: DSI sp {servers}, {name} k {k}");
+                }
+            }
+        }
+    }
+    assert!(full_rounds > 0, "no round was fully accepted: the bonus path went untested");
 }

@@ -6,7 +6,6 @@
 mod common;
 use common::lossless::*;
 use common::*;
-use rand::SeedableRng;
 use specx_decoder::gguf::GgmlType;
 use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::sampling::SamplingConfig;
@@ -37,8 +36,7 @@ fn lp_size_one_drafts_exactly_what_the_plain_drafter_drafts() {
         let mut fuzzy_metrics = RequestMetrics::default();
         for round in 0..3 {
             let draw = |drafter: &mut dyn Drafter, metrics: &mut RequestMetrics| {
-                let mut rng = rand::rngs::StdRng::seed_from_u64(round);
-                drafter.draft(DraftRound { committed: &committed, max: 4, policy: &mut FixedK(4), sampling: &s, rng: &mut rng, eos: &[], metrics }).unwrap()
+                drafter.draft(DraftRound { committed: &committed, max: 4, policy: &mut FixedK(4), sampling: &s, streams: Streams::new(round), eos: &[], metrics }).unwrap()
             };
             let (a, b) = (draw(&mut plain, &mut RequestMetrics::default()), draw(&mut fuzzy, &mut fuzzy_metrics));
             assert_eq!(a.iter().map(|c| (c.token, c.q.clone())).collect::<Vec<_>>(), b.iter().map(|c| (c.token, c.q.clone())).collect::<Vec<_>>(), "{calibration:?} round {round}");
@@ -76,7 +74,7 @@ fn greedy_output_equals_the_targets_for_every_strategy_calibration_and_policy() 
                         assert_eq!(got.tokens, want, "{what}");
                         calibrated += got.metrics.n_calibrations;
                         let mut drafter = FuzzyDrafter::new(&draft.model, groups.clone(), calibration).unwrap();
-                        let got = generate_dsi(&t.model, &mut drafter, policy.as_mut(), &mut RejectionSampler, &prompt, &cfg, &DsiConfig::new(2, 3), &eos).unwrap();
+                        let got = generate_dsi(&[&t.model; 2], &mut drafter, policy.as_mut(), &mut RejectionSampler, &prompt, &cfg, &DsiConfig::new(2, 3), &eos).unwrap();
                         assert_eq!(got.generation.tokens, want, "DSI, {what}");
                     }
                 }
@@ -125,4 +123,32 @@ fn sampled_output_is_distributed_as_the_target_at_two_temperatures() {
             }
         }
     }
+}
+
+/// EasySpec's drafter under the other stop policies and DSI's scheduler: sampled output is
+/// distributed as the target's (the confidence rule sequentially; the head under DSI).
+#[test]
+fn sampled_output_is_distributed_as_the_target_under_confidence_and_under_dsi_with_a_head() {
+    const N: usize = 6000;
+    const ALPHA: f64 = 1e-3;
+    let (_d, t, d) = pair_with_deep_draft(SMALL_VOCAB, 11, 12);
+    let prompt = vec![1u32, 4, 2];
+    let s = SamplingConfig { temperature: 1.0, top_k: None, top_p: None };
+    let exact = exact_distribution(&t.model, &prompt, &s);
+    let cfg = |seed| SpecConfig { max_new_tokens: STEPS, sampling: s.clone(), seed };
+    let fuzzy = || FuzzyDrafter::new(&d.model, LayerGroups::parse("0,1-3,4", 5).unwrap(), Calibration::EveryRound).unwrap();
+    let confidence = sample_counts(N, |seed| {
+        let mut policy = ConfidencePolicy { threshold: 0.4, min_candidates: 1, max_candidates: 3 };
+        generate_speculative(&t.model, &mut fuzzy(), &mut policy, &mut RejectionSampler, &prompt, &cfg(seed), &[]).unwrap().tokens
+    });
+    let p_confidence = chi_square_p(&confidence, &exact, N);
+    let head = AcceptanceHead::init_seeded(d.model.config().hidden_size, 2, true, 4, &default_device());
+    let dsi_head = sample_counts(N, |seed| {
+        let mut policy = HeadPolicy::new(head.clone(), HeadRule::new(0.5, 1, 3));
+        generate_dsi(&[&t.model; 2], &mut fuzzy(), &mut policy, &mut RejectionSampler, &prompt, &cfg(seed), &DsiConfig::new(2, 3), &[]).unwrap().generation.tokens
+    });
+    let p_dsi_head = chi_square_p(&dsi_head, &exact, N);
+    eprintln!("chi-square p-values: EasySpec + confidence {p_confidence:.3}, EasySpec + DSI + head {p_dsi_head:.3}");
+    assert!(p_confidence > ALPHA, "EasySpec with the confidence rule rejected: p = {p_confidence:.2e}");
+    assert!(p_dsi_head > ALPHA, "EasySpec under DSI with a head rejected: p = {p_dsi_head:.2e}");
 }

@@ -144,7 +144,7 @@ fn greedy_dsi_reproduces_the_target_on_the_real_pair_for_every_sp_degree() {
     let want = generate_autoregressive(&target.model, &ids, &cfg, &target.eos_ids).unwrap().tokens;
     for servers in [1, 2, 4] {
         let mut drafter = PlainDrafter::new(&draft.model);
-        let got = generate_dsi(&target.model, &mut drafter, &mut FixedK(3), &mut RejectionSampler, &ids, &cfg, &DsiConfig::new(servers, 3), &target.eos_ids).unwrap();
+        let got = generate_dsi(&vec![&target.model; servers], &mut drafter, &mut FixedK(3), &mut RejectionSampler, &ids, &cfg, &DsiConfig::new(servers, 3), &target.eos_ids).unwrap();
         let tokens = &got.generation.tokens;
         assert_eq!(tokens, &want, "sp {servers}: {:?} vs {:?}", target.tokenizer.decode(tokens), target.tokenizer.decode(&want));
         assert!(got.generation.metrics.n_accepted > 0, "the Qwen pair should agree on some tokens");
@@ -177,7 +177,7 @@ fn greedy_easyspec_reproduces_the_target_on_the_real_pair() {
         let what = format!("prompt {p}, {strategy}, {calibration:?}, {workers} workers, {servers} DSI servers");
         let mut drafter = FuzzyDrafter::new(&draft.model, LayerGroups::parse(strategy, layers).unwrap(), calibration).unwrap().with_workers(workers);
         let got = if servers > 0 {
-            generate_dsi(&target.model, &mut drafter, policy.as_mut(), &mut RejectionSampler, &ids[p], &cfg, &DsiConfig::new(servers, 3), &target.eos_ids).unwrap().generation
+            generate_dsi(&vec![&target.model; servers], &mut drafter, policy.as_mut(), &mut RejectionSampler, &ids[p], &cfg, &DsiConfig::new(servers, 3), &target.eos_ids).unwrap().generation
         } else {
             generate_speculative(&target.model, &mut drafter, policy.as_mut(), &mut RejectionSampler, &ids[p], &cfg, &target.eos_ids).unwrap()
         };
@@ -242,7 +242,7 @@ fn q8_weights_keep_every_method_lossless_on_the_real_pair() {
             assert!(got.metrics.n_accepted > 0, "prompt {p}, {name}: the Qwen pair should agree on some tokens");
         }
         let mut drafter = PlainDrafter::new(&draft.model);
-        let dsi = generate_dsi(&target.model, &mut drafter, &mut FixedK(3), &mut RejectionSampler, &ids, &cfg, &DsiConfig::new(2, 3), &target.eos_ids).unwrap();
+        let dsi = generate_dsi(&[&target.model; 2], &mut drafter, &mut FixedK(3), &mut RejectionSampler, &ids, &cfg, &DsiConfig::new(2, 3), &target.eos_ids).unwrap();
         assert_eq!(dsi.generation.tokens, want, "prompt {p}, DSI with 2 servers");
         let mut fuzzy = FuzzyDrafter::new(&draft.model, LayerGroups::parse("lp4", layers).unwrap(), Calibration::EveryRound).unwrap();
         let easy = generate_speculative(&target.model, &mut fuzzy, &mut FixedK(3), &mut RejectionSampler, &ids, &cfg, &target.eos_ids).unwrap();

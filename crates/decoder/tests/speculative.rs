@@ -114,15 +114,10 @@ fn both_caches_hold_exactly_the_committed_prefix_after_every_round() {
 /// On rejection samples from p instead of norm(max(p - q, 0)): biased towards draft tokens.
 struct ResidualFromP;
 impl Verifier for ResidualFromP {
-    fn verify(&mut self, c: &[Candidate], logits: &[Vec<f32>], s: &SamplingConfig, rng: &mut StdRng) -> Verdict {
+    fn decide(&mut self, c: &Candidate, logits: &[f32], s: &SamplingConfig, rng: &mut StdRng) -> Verdict {
         use rand::RngExt;
-        for (i, cand) in c.iter().enumerate() {
-            let p = s.probabilities(&logits[i]);
-            if rng.random::<f64>() * cand.q_token as f64 >= p[cand.token as usize] as f64 {
-                return Verdict { accepted: i, next: sample_from(&p, rng) };
-            }
-        }
-        Verdict { accepted: c.len(), next: sample_from(&s.probabilities(&logits[c.len()]), rng) }
+        let p = s.probabilities(logits);
+        if rng.random::<f64>() * c.q_token as f64 >= p[c.token as usize] as f64 { Verdict::Reject(sample_from(&p, rng)) } else { Verdict::Accept }
     }
 }
 

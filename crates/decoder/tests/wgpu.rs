@@ -199,13 +199,13 @@ fn dsi_workers_on_the_cpu_and_the_device_reproduce_greedy_decoding() {
         let want = generate_autoregressive(&tc.model, &prompt, &cfg, &eos).unwrap().tokens;
         let mut drafter = PlainDrafter::new(&close.model);
         let targets = [&tc.model, &td.model];
-        let got = generate_dsi_on(&targets, &mut drafter, &mut FixedK(3), &mut RejectionSampler, &prompt, &cfg, &DsiConfig::new(2, 3), &eos).unwrap();
+        let got = generate_dsi(&targets, &mut drafter, &mut FixedK(3), &mut RejectionSampler, &prompt, &cfg, &DsiConfig::new(2, 3), &eos).unwrap();
         assert_eq!(got.generation.tokens, want, "prompt {p}");
         assert!(got.stats.worker_busy_s.iter().all(|&s| s > 0.0) || got.stats.tasks < 2, "both workers verified: {:?}", got.stats);
     }
     let mut drafter = PlainDrafter::new(&close.model);
     let cfg = SpecConfig { max_new_tokens: 4, sampling: SamplingConfig::greedy(), seed: 0 };
-    let e = generate_dsi_on(&[&tc.model], &mut drafter, &mut FixedK(3), &mut RejectionSampler, &[1, 2], &cfg, &DsiConfig::new(2, 3), &eos).unwrap_err();
+    let e = generate_dsi(&[&tc.model], &mut drafter, &mut FixedK(3), &mut RejectionSampler, &[1, 2], &cfg, &DsiConfig::new(2, 3), &eos).unwrap_err();
     assert!(e.to_string().contains("one per worker"), "{e}");
 }
 

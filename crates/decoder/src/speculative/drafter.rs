@@ -1,12 +1,11 @@
 //! Drafters propose candidate tokens with the exact distributions they were sampled from.
 
-use super::metrics::RequestMetrics;
-use super::policy::{DraftStep, StopPolicy};
+use super::policy::DraftStep;
+use super::round::DraftRound;
 use crate::cache::KvCache;
 use crate::model::{ForwardOutput, Transformer};
-use crate::sampling::{argmax, sample_from, top_probability, SamplingConfig};
+use crate::sampling::{argmax, sample_from, top_probability};
 use anyhow::Result;
-use rand::rngs::StdRng;
 use std::time::Instant;
 
 /// One proposed token.
@@ -18,19 +17,6 @@ pub struct Candidate {
     pub q: Vec<f32>,
     /// `q[token]` (1 in greedy mode).
     pub q_token: f32,
-}
-
-/// What one drafting round works from, whoever schedules it: the committed sequence, the
-/// most candidates it may propose, the stop rule asked after each one, how candidates are
-/// drawn, the EOS tokens (drafting stops at one) and the request's counters.
-pub struct DraftRound<'a> {
-    pub committed: &'a [u32],
-    pub max: usize,
-    pub policy: &'a mut dyn StopPolicy,
-    pub sampling: &'a SamplingConfig,
-    pub rng: &'a mut StdRng,
-    pub eos: &'a [u32],
-    pub metrics: &'a mut RequestMetrics,
 }
 
 /// Proposes candidates continuing a committed sequence.
@@ -73,7 +59,9 @@ impl DraftCache {
     /// loop every drafter shares. `forward(tokens, index, cache)` is the model step (`index`:
     /// the candidate it predicts, 0 first); a candidate is drawn (`pick`) from the warped `q`
     /// of the last position (the very `q` the verifier tests), the round's policy decides
-    /// whether to stop, and the candidate is fed next. Every forwarded token is recorded as fed.
+    /// whether to stop, and the candidate is fed next. Candidate `i` is drawn from the draft
+    /// stream of its absolute position `committed.len() + i`. Every forwarded token is
+    /// recorded as fed.
     pub fn draft(
         &mut self,
         round: DraftRound<'_>,
@@ -81,7 +69,7 @@ impl DraftCache {
         pick: Pick,
         mut forward: impl FnMut(&[u32], usize, &mut KvCache) -> Result<ForwardOutput>,
     ) -> Result<Vec<Candidate>> {
-        let DraftRound { committed, max, policy, sampling, rng, eos, metrics } = round;
+        let DraftRound { committed, max, policy, sampling, streams, eos, metrics } = round;
         self.rollback(start);
         let mut candidates = Vec::new();
         policy.begin_round();
@@ -99,7 +87,7 @@ impl DraftCache {
             } else {
                 let q = sampling.probabilities(&logits);
                 let token = match pick {
-                    Pick::Sample => sample_from(&q, rng),
+                    Pick::Sample => sample_from(&q, &mut streams.draft(committed.len() + candidates.len())),
                     Pick::Argmax => argmax(&q),
                 };
                 let q_token = q[token as usize];

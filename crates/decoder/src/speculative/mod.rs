@@ -6,30 +6,35 @@
 //!   [`FuzzyDrafter`] with bonus [`Calibration`]);
 //! - a [`StopPolicy`] decides after each candidate whether to stop drafting ([`FixedK`],
 //!   SpecDec++'s [`HeadPolicy`], the training-free [`ConfidencePolicy`]);
-//! - a [`Verifier`] checks the candidates against the target distributions `p`
-//!   ([`RejectionSampler`], lossless for any `q`; [`ExactMatch`] for greedy decoding);
-//! - a scheduler runs rounds: [`generate_speculative`] is the sequential draft-then-verify
-//!   scheduler, [`generate_dsi`] DSI's speculation-parallel one (verifications on several
-//!   target workers while drafting goes on).
+//! - a [`Verifier`] decides each candidate against the target distribution `p` at its
+//!   position ([`RejectionSampler`], lossless for any `q`; [`ExactMatch`] for greedy decoding);
+//! - the round ([`round`]): what drafting works from ([`DraftRound`]), the random [`Streams`]
+//!   keyed by position, and the committed sequence with the one rule that extends it;
+//! - a target scorer ([`scorer`]): the verification forward, with a cache that keeps its
+//!   longest common prefix with the next request;
+//! - a [`scheduler`] runs rounds: [`generate_speculative`] drafts, verifies and commits in
+//!   turn; [`generate_dsi`] (DSI's speculation parallelism) verifies on several target
+//!   workers while drafting goes on. Both give the same tokens for the same seed.
 //!
-//! Cache invariant: each model's KV cache holds a prefix of the committed tokens; a round
-//! first feeds whatever committed tokens its cache lacks, and after verification both caches
-//! are truncated to the positions whose tokens were committed.
+//! Cache invariant: each model's KV cache holds a prefix of the committed tokens (and, for
+//! DSI, of the speculative chain); a round first feeds whatever tokens its cache lacks, and
+//! after verification both caches are cut back to the positions whose tokens were committed.
 
 mod drafter;
-mod dsi;
-mod engine;
 mod fuzzy;
 mod head;
 mod metrics;
 mod policy;
+pub mod round;
+pub mod scheduler;
+pub(crate) mod scorer;
 mod verifier;
 
-pub use drafter::{Candidate, DraftRound, Drafter, PlainDrafter};
-pub use dsi::{generate_dsi, generate_dsi_on, lookahead_for, DsiConfig, DsiGeneration, DsiStats};
-pub use engine::{generate_autoregressive, generate_speculative, Generation, SpecConfig};
+pub use drafter::{Candidate, Drafter, PlainDrafter};
 pub use fuzzy::{Calibration, Compat, FuzzyDrafter};
 pub use head::{AcceptanceHead, HeadSpec};
 pub use metrics::RequestMetrics;
 pub use policy::{AcceptanceModel, ConfidencePolicy, DraftStep, FixedK, HeadPolicy, HeadRule, StopPolicy};
+pub use round::{DraftRound, Generation, SpecConfig, Streams};
+pub use scheduler::{generate_autoregressive, generate_dsi, generate_speculative, lookahead_for, DsiConfig, DsiGeneration, DsiStats};
 pub use verifier::{residual_distribution, ExactMatch, RejectionSampler, Verdict, Verifier};

@@ -1,39 +1,35 @@
-//! Verification: which candidates the target accepts, and the token that follows them.
+//! Verification: whether the target accepts a candidate, and the token that replaces it if not.
+//! A verifier decides one position at a time, with that position's random stream, so that a
+//! token does not depend on how drafting was cut into rounds or blocks.
 
 use super::drafter::Candidate;
 use crate::sampling::{argmax, sample_from, SamplingConfig};
 use rand::rngs::StdRng;
 use rand::RngExt;
 
-/// Outcome of verifying one round.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Verdict {
-    /// Candidates accepted (a prefix of the proposal).
-    pub accepted: usize,
-    /// The correction after a rejection, or the bonus token when all were accepted.
-    pub next: u32,
+/// The decision on one candidate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Accept,
+    /// Rejected; the target's token there instead.
+    Reject(u32),
 }
 
-/// Decides acceptance from the target's logits at the candidates' positions.
+/// Decides candidates against the target's logits at their positions.
 pub trait Verifier {
-    /// `target_logits[i]` scores the token after candidate `i - 1` (index 0: the first
-    /// candidate's position); there are `candidates.len() + 1` of them.
-    fn verify(&mut self, candidates: &[Candidate], target_logits: &[Vec<f32>], sampling: &SamplingConfig, rng: &mut StdRng) -> Verdict;
+    /// Decides `candidate` from `target_logits`, the target's scores of the token at the
+    /// candidate's position; `rng` is that position's verification stream.
+    fn decide(&mut self, candidate: &Candidate, target_logits: &[f32], sampling: &SamplingConfig, rng: &mut StdRng) -> Verdict;
 }
 
-/// Greedy verification: accept while the candidate is the target's argmax; the first
-/// mismatch is replaced by the argmax. Reproduces greedy decoding of the target exactly.
+/// Greedy verification: accept the candidate if it is the target's argmax, else replace it
+/// by the argmax. Reproduces greedy decoding of the target exactly.
 pub struct ExactMatch;
 
 impl Verifier for ExactMatch {
-    fn verify(&mut self, candidates: &[Candidate], target_logits: &[Vec<f32>], _: &SamplingConfig, _: &mut StdRng) -> Verdict {
-        for (i, c) in candidates.iter().enumerate() {
-            let best = argmax(&target_logits[i]);
-            if c.token != best {
-                return Verdict { accepted: i, next: best };
-            }
-        }
-        Verdict { accepted: candidates.len(), next: argmax(&target_logits[candidates.len()]) }
+    fn decide(&mut self, candidate: &Candidate, target_logits: &[f32], _: &SamplingConfig, _: &mut StdRng) -> Verdict {
+        let best = argmax(target_logits);
+        if candidate.token == best { Verdict::Accept } else { Verdict::Reject(best) }
     }
 }
 
@@ -52,28 +48,25 @@ pub fn residual_distribution(p: &[f32], q: &[f32]) -> Vec<f32> {
 }
 
 /// Speculative sampling (Leviathan et al.; Chen et al.): accept candidate `y` with
-/// probability `min(1, p(y) / q(y))`, both warped identically; on the first rejection sample
-/// from `norm(max(p - q, 0))`; if all pass, sample the bonus from `p`. The output is
-/// distributed exactly as sampling from the warped target, for any `q`, provided each `y`
-/// was drawn from the `q` it is tested against.
+/// probability `min(1, p(y) / q(y))`, both warped identically; on a rejection sample from
+/// `norm(max(p - q, 0))`. The token at the position is then distributed exactly as sampling
+/// from the warped target, for any `q`, provided `y` was drawn from the `q` it is tested
+/// against. Greedy settings decide as [`ExactMatch`].
 pub struct RejectionSampler;
 
 impl Verifier for RejectionSampler {
-    fn verify(&mut self, candidates: &[Candidate], target_logits: &[Vec<f32>], sampling: &SamplingConfig, rng: &mut StdRng) -> Verdict {
+    fn decide(&mut self, c: &Candidate, target_logits: &[f32], sampling: &SamplingConfig, rng: &mut StdRng) -> Verdict {
         if sampling.is_greedy() {
-            return ExactMatch.verify(candidates, target_logits, sampling, rng);
+            return ExactMatch.decide(c, target_logits, sampling, rng);
         }
-        for (i, c) in candidates.iter().enumerate() {
-            let p = sampling.probabilities(&target_logits[i]);
-            let (py, qy) = (p[c.token as usize] as f64, c.q_token as f64);
-            let r: f64 = rng.random::<f64>();
-            if r * qy >= py {
-                // Rejected: r >= p/q.
-                let next = sample_from(&residual_distribution(&p, &c.q), rng);
-                return Verdict { accepted: i, next };
-            }
+        let p = sampling.probabilities(target_logits);
+        let (py, qy) = (p[c.token as usize] as f64, c.q_token as f64);
+        let r: f64 = rng.random::<f64>();
+        if r * qy < py {
+            Verdict::Accept
+        } else {
+            // Rejected: r >= p/q.
+            Verdict::Reject(sample_from(&residual_distribution(&p, &c.q), rng))
         }
-        let p = sampling.probabilities(&target_logits[candidates.len()]);
-        Verdict { accepted: candidates.len(), next: sample_from(&p, rng) }
     }
 }

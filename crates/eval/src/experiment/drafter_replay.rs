@@ -11,8 +11,7 @@
 //! [`generate_speculative`]: specx_decoder::speculative::generate_speculative
 
 use anyhow::{ensure, Result};
-use rand::SeedableRng;
-use specx_decoder::speculative::{DraftRound, Drafter, RequestMetrics, StopPolicy};
+use specx_decoder::speculative::{DraftRound, Drafter, RequestMetrics, StopPolicy, Streams};
 use specx_decoder::SamplingConfig;
 
 /// Replays a greedy run of `drafter` under `policy` along `ar`, the target's greedy output for
@@ -22,8 +21,6 @@ pub fn replay_with_drafter(drafter: &mut dyn Drafter, policy: &mut dyn StopPolic
     let mut m = RequestMetrics::default();
     let Some(&first) = ar.first() else { return Ok(m) };
     let greedy = SamplingConfig::greedy();
-    // Greedy drafting draws nothing; the generator only satisfies the interface.
-    let mut rng = rand::rngs::StdRng::seed_from_u64(0);
     m.n_target_calls = 1;
     let mut committed: Vec<u32> = prompt.to_vec();
     committed.push(first);
@@ -31,7 +28,7 @@ pub fn replay_with_drafter(drafter: &mut dyn Drafter, policy: &mut dyn StopPolic
     while out < max_new && !eos.contains(&ar[out - 1]) {
         let remaining = max_new - out;
         let max = remaining.min(policy.max_candidates());
-        let candidates = drafter.draft(DraftRound { committed: &committed, max, policy: &mut *policy, sampling: &greedy, rng: &mut rng, eos, metrics: &mut m })?;
+        let candidates = drafter.draft(DraftRound { committed: &committed, max, policy: &mut *policy, sampling: &greedy, streams: Streams::new(0), eos, metrics: &mut m })?;
         let k = candidates.len();
         ensure!(k >= 1 && k <= max, "drafter returned {k} candidates (1..={max} allowed)");
         m.n_target_calls += 1;

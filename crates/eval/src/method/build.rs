@@ -5,7 +5,7 @@ use super::spec::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting};
 use anyhow::{bail, Context, Result};
 use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::speculative::{
-    generate_autoregressive, generate_dsi_on, generate_speculative, AcceptanceHead, ConfidencePolicy, Drafter, DsiConfig, DsiStats, FixedK, FuzzyDrafter, Generation, HeadPolicy,
+    generate_autoregressive, generate_dsi, generate_speculative, AcceptanceHead, ConfidencePolicy, Drafter, DsiConfig, DsiStats, FixedK, FuzzyDrafter, Generation, HeadPolicy,
     HeadRule, PlainDrafter, RejectionSampler, SpecConfig, StopPolicy,
 };
 use specx_decoder::Transformer;
@@ -81,7 +81,7 @@ pub fn generate(setting: &Setting, models: RunModels<'_>, prompt: &[u32], cfg: &
         Some(dsi) => {
             let shared = vec![models.target; dsi.servers];
             let targets = if models.workers.len() == dsi.servers { models.workers } else { &shared[..] };
-            let g = generate_dsi_on(targets, drafter.as_mut(), policy.as_mut(), &mut RejectionSampler, prompt, cfg, &dsi, eos)?;
+            let g = generate_dsi(targets, drafter.as_mut(), policy.as_mut(), &mut RejectionSampler, prompt, cfg, &dsi, eos)?;
             Ok((g.generation, Some(g.stats)))
         }
     }

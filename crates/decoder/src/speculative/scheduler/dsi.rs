@@ -9,21 +9,20 @@
 //!
 //! - Workers are threads, each owning its own KV cache over the shared weights; a worker keeps
 //!   the longest common prefix of its cache with a task's tokens and forwards only the rest.
-//! - Randomness per position: the draft block starting at position `i`, and the decision at
-//!   position `i`, draw from streams keyed by (seed, i, role), so a run's output does not
-//!   depend on thread timing.
+//! - Randomness per position ([`crate::speculative::Streams`]): the proposal at position `i` and the decision
+//!   there draw from streams keyed by (seed, i, role), so a run's output depends neither on
+//!   thread timing nor on where blocks end, and equals the sequential scheduler's.
 //! - The first token is a verified draft too (the first task is the prompt's prefill plus the
 //!   first block), as in the paper's Algorithm 1.
 
-use super::drafter::{Candidate, DraftRound, Drafter};
-use super::engine::{Generation, SpecConfig};
-use super::metrics::RequestMetrics;
-use super::policy::StopPolicy;
-use super::verifier::Verifier;
 use crate::model::Transformer;
+use crate::speculative::drafter::{Candidate, Drafter};
+use crate::speculative::metrics::RequestMetrics;
+use crate::speculative::policy::StopPolicy;
+use crate::speculative::round::{Committed, DraftRound, Generation, SpecConfig};
+use crate::speculative::scorer::{common_prefix_len, TargetScorer};
+use crate::speculative::verifier::Verifier;
 use anyhow::{anyhow, bail, ensure, Result};
-use rand::rngs::StdRng;
-use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -80,14 +79,6 @@ pub struct DsiGeneration {
     pub stats: DsiStats,
 }
 
-/// Roles of the per-position random streams.
-const DRAFT_STREAM: u64 = 1;
-const VERIFY_STREAM: u64 = 2;
-
-fn position_rng(seed: u64, position: usize, role: u64) -> StdRng {
-    StdRng::seed_from_u64(crate::sampling::stream_seed(seed, position as u64, role))
-}
-
 struct Task {
     id: u64,
     tokens: Arc<Vec<u32>>,
@@ -101,30 +92,17 @@ enum Reply {
     Failed { worker: usize, error: String },
 }
 
-/// Length of the longest common prefix of two token sequences.
-fn common_prefix_len(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
-}
-
-/// A target worker: its own cache, tasks in arrival order, the longest common prefix kept.
+/// A target worker: its own scorer (cache), tasks in arrival order.
 fn worker_loop(target: &Transformer, worker: usize, tasks: mpsc::Receiver<Task>, replies: mpsc::Sender<Reply>) {
-    let mut cache = target.new_cache(1);
-    let mut fed: Vec<u32> = Vec::new();
+    let mut scorer = TargetScorer::new(target);
     for task in tasks {
         let t = Instant::now();
         if task.cancel.load(Ordering::Relaxed) {
             let _ = replies.send(Reply::Preempted { worker, busy: t.elapsed() });
             continue;
         }
-        // The forward must start at or before the token preceding the block.
-        let keep = common_prefix_len(&fed, &task.tokens).min(task.tokens.len() - task.rows);
-        cache.truncate(keep);
-        fed.truncate(keep);
-        let reply = match target.forward_cancellable(&task.tokens[keep..], &mut cache, &task.cancel) {
-            Ok(Some(out)) => {
-                fed.extend_from_slice(&task.tokens[keep..]);
-                Reply::Done { worker, id: task.id, rows: out.logits_tail(task.rows), busy: t.elapsed() }
-            }
+        let reply = match scorer.score(&task.tokens, task.rows, Some(&task.cancel)) {
+            Ok(Some(rows)) => Reply::Done { worker, id: task.id, rows, busy: t.elapsed() },
             Ok(None) => Reply::Preempted { worker, busy: t.elapsed() },
             Err(e) => Reply::Failed { worker, error: format!("{e:#}") },
         };
@@ -152,10 +130,9 @@ struct Coordinator<'a> {
     cfg: &'a SpecConfig,
     dsi: &'a DsiConfig,
     eos: &'a [u32],
-    prompt_len: usize,
     /// Prompt and committed tokens.
-    seq: Vec<u32>,
-    /// Speculative candidates after `seq`, block after block.
+    committed: Committed<'a>,
+    /// Speculative candidates after the committed tokens, block after block.
     chain: Vec<Candidate>,
     blocks: VecDeque<Block>,
     task_txs: Vec<mpsc::Sender<Task>>,
@@ -165,16 +142,11 @@ struct Coordinator<'a> {
     next_id: u64,
     m: RequestMetrics,
     stats: DsiStats,
-    finished: bool,
 }
 
 impl Coordinator<'_> {
-    fn generated(&self) -> usize {
-        self.seq.len() - self.prompt_len
-    }
-
     fn chain_ended(&self) -> bool {
-        self.chain.last().is_some_and(|c| self.eos.contains(&c.token)) || self.generated() + self.chain.len() >= self.cfg.max_new_tokens
+        self.chain.last().is_some_and(|c| self.eos.contains(&c.token)) || self.chain.len() >= self.committed.remaining()
     }
 
     fn unsubmitted(&self) -> bool {
@@ -227,13 +199,13 @@ impl Coordinator<'_> {
     }
 
     fn draft_block(&mut self) -> Result<()> {
-        let remaining = self.cfg.max_new_tokens - self.generated() - self.chain.len();
+        let remaining = self.committed.remaining() - self.chain.len();
         let max = remaining.min(self.dsi.lookahead).min(self.policy.max_candidates());
-        let start = self.seq.len() + self.chain.len();
-        let mut context = self.seq.clone();
+        let start = self.committed.seq.len() + self.chain.len();
+        let mut context = self.committed.seq.clone();
         context.extend(self.chain.iter().map(|c| c.token));
-        let mut rng = position_rng(self.cfg.seed, start, DRAFT_STREAM);
-        let candidates = self.drafter.draft(DraftRound { committed: &context, max, policy: self.policy, sampling: &self.cfg.sampling, rng: &mut rng, eos: self.eos, metrics: &mut self.m })?;
+        let round = DraftRound { committed: &context, max, policy: self.policy, sampling: &self.cfg.sampling, streams: self.committed.streams(), eos: self.eos, metrics: &mut self.m };
+        let candidates = self.drafter.draft(round)?;
         ensure!(!candidates.is_empty() && candidates.len() <= max, "drafter returned {} candidates (1..={max} allowed)", candidates.len());
         self.m.n_drafted += candidates.len();
         context.extend(candidates.iter().map(|c| c.token));
@@ -243,13 +215,6 @@ impl Coordinator<'_> {
             self.stats.waits += 1;
         }
         Ok(())
-    }
-
-    fn commit(&mut self, token: u32) {
-        self.seq.push(token);
-        if self.eos.contains(&token) || self.generated() >= self.cfg.max_new_tokens {
-            self.finished = true;
-        }
     }
 
     /// Cancels every outstanding block; a result already in but never decided counts as stale.
@@ -265,58 +230,32 @@ impl Coordinator<'_> {
 
     /// Decides the oldest blocks whose results are in, in position order.
     fn decide(&mut self) -> Result<()> {
-        while !self.finished {
+        while !self.committed.finished {
             let Some(rows) = self.blocks.front_mut().and_then(|b| b.rows.take()) else { return Ok(()) };
             let block = self.blocks.pop_front().expect("front exists");
+            let seq = &self.committed.seq;
             if self.dsi.preempt {
                 // Every block decided here was verified on exactly the committed prefix: a task
                 // from a rejected branch can never reach this point.
-                ensure!(
-                    block.start == self.seq.len() && block.tokens[..self.seq.len()] == self.seq[..],
-                    "DSI invariant broken: a block verified on another prefix reached a decision"
-                );
+                ensure!(block.start == seq.len() && block.tokens[..seq.len()] == seq[..], "DSI invariant broken: a block verified on another prefix reached a decision");
             }
-            let mut accepted = 0;
-            let mut correction = None;
-            for i in 0..block.len {
-                let mut rng = position_rng(self.cfg.seed, self.seq.len(), VERIFY_STREAM);
-                let verdict = self.verifier.verify(&self.chain[i..i + 1], &rows[i..i + 2], &self.cfg.sampling, &mut rng);
-                if verdict.accepted == 1 {
-                    accepted += 1;
-                    self.commit(self.chain[i].token);
-                    if self.finished {
-                        break;
-                    }
+            let decided = self.committed.decide(self.verifier, &self.chain[..block.len], &rows[..block.len]);
+            self.m.record_round(block.len, decided);
+            self.chain.drain(..block.len);
+            if decided.corrected {
+                if self.dsi.preempt {
+                    self.preempt_all();
                 } else {
-                    correction = Some(verdict.next);
-                    break;
-                }
-            }
-            self.m.n_accepted += accepted;
-            self.m.n_verified += accepted + correction.is_some() as usize;
-            self.m.accepted_per_round.push(accepted);
-            self.m.drafted_per_round.push(block.len);
-            match correction {
-                None => {
-                    self.chain.drain(..block.len);
-                }
-                Some(token) => {
-                    self.commit(token);
-                    if self.dsi.preempt {
-                        self.preempt_all();
-                    } else {
-                        // The broken variant: later blocks (drafted after the rejected token)
-                        // stay and are decided on as if their prefix were right.
-                        self.chain.drain(..block.len);
-                        let mut at = self.seq.len();
-                        for b in self.blocks.iter_mut() {
-                            b.start = at;
-                            at += b.len;
-                        }
+                    // The broken variant: later blocks (drafted after the rejected token) stay
+                    // and are decided on as if their prefix were right.
+                    let mut at = self.committed.seq.len();
+                    for b in self.blocks.iter_mut() {
+                        b.start = at;
+                        at += b.len;
                     }
-                    // The drafter's cache is valid up to the token before the correction.
-                    self.drafter.rollback(self.seq.len() - 1);
                 }
+                // The drafter's cache is valid up to the token before the correction.
+                self.drafter.rollback(self.committed.seq.len() - 1);
             }
         }
         Ok(())
@@ -328,7 +267,7 @@ impl Coordinator<'_> {
                 self.on_reply(r)?;
             }
             self.decide()?;
-            if self.finished {
+            if self.committed.finished {
                 self.preempt_all();
                 return Ok(());
             }
@@ -344,28 +283,14 @@ impl Coordinator<'_> {
     }
 }
 
-/// DSI decoding of `prompt` with `dsi.servers` target workers sharing `target`'s weights.
-/// Lossless as [`super::generate_speculative`]: greedy output equals the target's greedy
-/// output, sampled output is distributed as the target's.
+/// DSI decoding of `prompt` with `dsi.servers` target workers: worker `w` verifies on
+/// `targets[w]` (the same target, shared or loaded on one device per worker: `specx decode
+/// --method dsi --devices cpu,wgpu:0`; the decisions use the logits each worker returns, on
+/// the host). Lossless as [`super::generate_speculative`], and token for token the same
+/// output for the same seed: greedy output equals the target's greedy output, sampled output
+/// is distributed as the target's.
 #[allow(clippy::too_many_arguments)]
 pub fn generate_dsi(
-    target: &Transformer,
-    drafter: &mut dyn Drafter,
-    policy: &mut dyn StopPolicy,
-    verifier: &mut dyn Verifier,
-    prompt: &[u32],
-    cfg: &SpecConfig,
-    dsi: &DsiConfig,
-    eos: &[u32],
-) -> Result<DsiGeneration> {
-    generate_dsi_on(&vec![target; dsi.servers], drafter, policy, verifier, prompt, cfg, dsi, eos)
-}
-
-/// [`generate_dsi`] with one target per worker: worker `w` verifies on `targets[w]`, so the
-/// workers can run on several devices (the same model loaded on each; `specx decode --method
-/// dsi --devices cpu,wgpu:0`). The decisions use the logits each worker returns, on the host.
-#[allow(clippy::too_many_arguments)]
-pub fn generate_dsi_on(
     targets: &[&Transformer],
     drafter: &mut dyn Drafter,
     policy: &mut dyn StopPolicy,
@@ -383,7 +308,7 @@ pub fn generate_dsi_on(
     if cfg.max_new_tokens == 0 {
         return Ok(DsiGeneration { generation: Generation { tokens: Vec::new(), metrics: RequestMetrics::default() }, stats });
     }
-    let (m, seq) = std::thread::scope(|scope| -> Result<(RequestMetrics, Vec<u32>)> {
+    let (m, tokens) = std::thread::scope(|scope| -> Result<(RequestMetrics, Vec<u32>)> {
         let (reply_tx, reply_rx) = mpsc::channel();
         let mut task_txs = Vec::with_capacity(dsi.servers);
         for (w, &target) in targets.iter().enumerate() {
@@ -400,8 +325,7 @@ pub fn generate_dsi_on(
             cfg,
             dsi,
             eos,
-            prompt_len: prompt.len(),
-            seq: prompt.to_vec(),
+            committed: Committed::new(prompt, cfg, eos),
             chain: Vec::new(),
             blocks: VecDeque::new(),
             task_txs,
@@ -410,7 +334,6 @@ pub fn generate_dsi_on(
             next_id: 0,
             m: RequestMetrics::default(),
             stats: std::mem::take(&mut stats),
-            finished: false,
         };
         let outcome = c.run(&reply_rx);
         // Closing the task channels lets the workers finish (preempted tasks stop between
@@ -423,10 +346,9 @@ pub fn generate_dsi_on(
         }
         outcome?;
         stats = c.stats;
-        Ok((c.m, c.seq))
+        Ok((c.m, c.committed.tokens().to_vec()))
     })?;
     let mut m = m;
-    let tokens = seq[prompt.len()..].to_vec();
     m.n_generated = tokens.len();
     m.total_time = t0.elapsed();
     Ok(DsiGeneration { generation: Generation { tokens, metrics: m }, stats })

@@ -1,0 +1,155 @@
+//! What both schedulers share: the request's options, the random streams keyed by position,
+//! what a drafting round works from, and the committed sequence with the one rule that
+//! extends it (candidates decided in position order).
+
+use super::drafter::Candidate;
+use super::metrics::RequestMetrics;
+use super::policy::StopPolicy;
+use super::verifier::{Verdict, Verifier};
+use crate::sampling::{stream_seed, SamplingConfig};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+
+/// Options shared by every method.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SpecConfig {
+    pub max_new_tokens: usize,
+    pub sampling: SamplingConfig,
+    pub seed: u64,
+}
+
+/// Generated tokens (prompt excluded, EOS included) and the request's metrics.
+#[derive(Clone, Debug)]
+pub struct Generation {
+    pub tokens: Vec<u32>,
+    pub metrics: RequestMetrics,
+}
+
+/// The request's randomness: one stream per (seed, absolute position, role). The draft
+/// proposal at a position and the decision there each draw from their own stream, so the
+/// token at a position depends only on the prefix, the two models and the seed, never on how
+/// drafting was cut into rounds or blocks or on thread timing: the sequential and DSI
+/// schedulers give the same tokens for the same seed.
+#[derive(Clone, Copy, Debug)]
+pub struct Streams {
+    seed: u64,
+}
+
+const DRAFT_STREAM: u64 = 1;
+const VERIFY_STREAM: u64 = 2;
+
+impl Streams {
+    pub fn new(seed: u64) -> Self {
+        Self { seed }
+    }
+
+    /// The stream the draft's proposal at `position` is drawn from.
+    pub fn draft(&self, position: usize) -> StdRng {
+        StdRng::seed_from_u64(stream_seed(self.seed, position as u64, DRAFT_STREAM))
+    }
+
+    /// The stream of the decision at `position` (acceptance test, then the correction).
+    pub fn verify(&self, position: usize) -> StdRng {
+        StdRng::seed_from_u64(stream_seed(self.seed, position as u64, VERIFY_STREAM))
+    }
+}
+
+/// What one drafting round works from, whoever schedules it: the committed sequence (or, for
+/// DSI, the committed tokens and the speculative chain after them), the most candidates it
+/// may propose, the stop rule asked after each one, how candidates are drawn (candidate `i`
+/// at absolute position `committed.len() + i` from that position's draft stream), the EOS
+/// tokens (drafting stops at one) and the request's counters.
+pub struct DraftRound<'a> {
+    pub committed: &'a [u32],
+    pub max: usize,
+    pub policy: &'a mut dyn StopPolicy,
+    pub sampling: &'a SamplingConfig,
+    pub streams: Streams,
+    pub eos: &'a [u32],
+    pub metrics: &'a mut RequestMetrics,
+}
+
+/// The prompt and the committed tokens, with the rule that extends them.
+pub(crate) struct Committed<'a> {
+    pub seq: Vec<u32>,
+    prompt_len: usize,
+    max_new_tokens: usize,
+    eos: &'a [u32],
+    sampling: &'a SamplingConfig,
+    streams: Streams,
+    /// EOS committed or the token budget reached.
+    pub finished: bool,
+}
+
+/// What deciding a block of candidates did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Decided {
+    pub accepted: usize,
+    /// A candidate was rejected and its correction committed.
+    pub corrected: bool,
+}
+
+impl<'a> Committed<'a> {
+    pub fn new(prompt: &[u32], cfg: &'a SpecConfig, eos: &'a [u32]) -> Self {
+        Self { seq: prompt.to_vec(), prompt_len: prompt.len(), max_new_tokens: cfg.max_new_tokens, eos, sampling: &cfg.sampling, streams: Streams::new(cfg.seed), finished: cfg.max_new_tokens == 0 }
+    }
+
+    pub fn streams(&self) -> Streams {
+        self.streams
+    }
+
+    pub fn generated(&self) -> usize {
+        self.seq.len() - self.prompt_len
+    }
+
+    /// Tokens the budget still allows.
+    pub fn remaining(&self) -> usize {
+        self.max_new_tokens - self.generated()
+    }
+
+    pub fn tokens(&self) -> &[u32] {
+        &self.seq[self.prompt_len..]
+    }
+
+    pub fn push(&mut self, token: u32) {
+        debug_assert!(!self.finished);
+        self.seq.push(token);
+        self.finished = self.eos.contains(&token) || self.generated() >= self.max_new_tokens;
+    }
+
+    /// Decides `candidates`, which continue the committed sequence, in position order:
+    /// `rows[i]` is the target's scores at candidate `i`'s position. Accepted candidates are
+    /// committed; the first rejected one is replaced by its correction and ends the block; so
+    /// does the end of the generation. Each decision draws from its position's stream.
+    pub fn decide(&mut self, verifier: &mut dyn Verifier, candidates: &[Candidate], rows: &[Vec<f32>]) -> Decided {
+        let mut accepted = 0;
+        for (c, row) in candidates.iter().zip(rows) {
+            if self.finished {
+                break;
+            }
+            let mut rng = self.streams.verify(self.seq.len());
+            match verifier.decide(c, row, self.sampling, &mut rng) {
+                Verdict::Accept => {
+                    accepted += 1;
+                    self.push(c.token);
+                }
+                Verdict::Reject(token) => {
+                    self.push(token);
+                    return Decided { accepted, corrected: true };
+                }
+            }
+        }
+        Decided { accepted, corrected: false }
+    }
+}
+
+impl RequestMetrics {
+    /// Counts a decided block of `drafted` candidates.
+    pub(crate) fn record_round(&mut self, drafted: usize, d: Decided) {
+        self.n_accepted += d.accepted;
+        self.n_verified += d.accepted + usize::from(d.corrected);
+        self.accepted_per_round.push(d.accepted);
+        self.drafted_per_round.push(drafted);
+    }
+}

@@ -1,0 +1,33 @@
+//! Schedulers: how drafting and verification interleave. Both run the same round (a
+//! [`super::Drafter`] under a [`super::StopPolicy`], candidates decided in position order by a
+//! [`super::Verifier`] with per-position random streams) against the same target scorer:
+//! [`generate_speculative`] drafts, verifies and commits in turn; [`generate_dsi`] keeps
+//! drafting while target workers verify. [`generate_autoregressive`] is the target alone.
+
+mod dsi;
+mod sequential;
+
+pub use dsi::{generate_dsi, lookahead_for, DsiConfig, DsiGeneration, DsiStats};
+pub use sequential::generate_speculative;
+
+use super::metrics::RequestMetrics;
+use super::round::{Generation, SpecConfig};
+use crate::model::Transformer;
+use crate::sampling::Sampler;
+use anyhow::Result;
+use std::time::Instant;
+
+/// The autoregressive baseline with the target alone.
+pub fn generate_autoregressive(target: &Transformer, prompt: &[u32], cfg: &SpecConfig, eos: &[u32]) -> Result<Generation> {
+    let t0 = Instant::now();
+    let mut sampler = Sampler::new(cfg.sampling.clone(), cfg.seed);
+    let (tokens, stats) = crate::generate::generate(target, prompt, cfg.max_new_tokens, &mut sampler, eos, |_| Ok(()))?;
+    let metrics = RequestMetrics {
+        n_generated: tokens.len(),
+        n_target_calls: if tokens.is_empty() { 0 } else { 1 + stats.decode_steps },
+        target_time: stats.prefill_time + stats.decode_time,
+        total_time: t0.elapsed(),
+        ..Default::default()
+    };
+    Ok(Generation { tokens, metrics })
+}

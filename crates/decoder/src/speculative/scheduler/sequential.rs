@@ -1,0 +1,89 @@
+//! The sequential scheduler: draft a round, verify it in one target forward, commit, repeat.
+
+use crate::speculative::drafter::{Candidate, Drafter};
+use crate::speculative::metrics::RequestMetrics;
+use crate::speculative::policy::{FixedK, StopPolicy};
+use crate::speculative::round::{Committed, DraftRound, Generation, SpecConfig};
+use crate::speculative::scorer::TargetScorer;
+use crate::speculative::verifier::Verifier;
+use crate::model::Transformer;
+use crate::sampling::argmax;
+use anyhow::{ensure, Result};
+use std::time::Instant;
+
+/// Sequential speculative decoding: draft with `drafter` until `policy` stops (or EOS, or the
+/// token budget), verify all candidates in one target forward with `verifier`, commit the
+/// accepted prefix and the correction, roll the drafter back, repeat. When every candidate is
+/// accepted, the target's scores at the next position are already known, and that position's
+/// token (the "bonus") is decided without another target call; so is the first token, from
+/// the prefill.
+pub fn generate_speculative(
+    target: &Transformer,
+    drafter: &mut dyn Drafter,
+    policy: &mut dyn StopPolicy,
+    verifier: &mut dyn Verifier,
+    prompt: &[u32],
+    cfg: &SpecConfig,
+    eos: &[u32],
+) -> Result<Generation> {
+    ensure!(!prompt.is_empty(), "the prompt is empty");
+    let t0 = Instant::now();
+    let mut m = RequestMetrics::default();
+    let mut c = Committed::new(prompt, cfg, eos);
+    let mut scorer = TargetScorer::new(target);
+    // The target's scores at the next position, when known without a verification.
+    let mut known = if c.finished { None } else { Some(score(&mut scorer, &c.seq, 1, &mut m)?.remove(0)) };
+    while !c.finished {
+        if let Some(p) = known.take() {
+            decide_known(drafter, verifier, &mut c, p, cfg, eos, &mut m)?;
+            continue;
+        }
+        let max = c.remaining().min(policy.max_candidates());
+        let candidates: Vec<Candidate> = drafter.draft(DraftRound { committed: &c.seq, max, policy, sampling: &cfg.sampling, streams: c.streams(), eos, metrics: &mut m })?;
+        ensure!(!candidates.is_empty() && candidates.len() <= max, "drafter returned {} candidates (1..={max} allowed)", candidates.len());
+        let (k, base) = (candidates.len(), c.seq.len());
+        // One target forward over the committed tokens its cache lacks plus the candidates.
+        let mut input = c.seq.clone();
+        input.extend(candidates.iter().map(|x| x.token));
+        let mut rows = score(&mut scorer, &input, k + 1, &mut m)?;
+        m.n_drafted += k;
+        let decided = c.decide(verifier, &candidates, &rows);
+        m.record_round(k, decided);
+        // The drafter keeps the positions of committed tokens only.
+        drafter.rollback(base + decided.accepted);
+        if !decided.corrected && !c.finished {
+            known = rows.pop();
+        }
+    }
+    m.n_generated = c.generated();
+    m.total_time = t0.elapsed();
+    Ok(Generation { tokens: c.tokens().to_vec(), metrics: m })
+}
+
+/// One target forward through the scorer, counted.
+fn score(scorer: &mut TargetScorer, tokens: &[u32], rows: usize, m: &mut RequestMetrics) -> Result<Vec<Vec<f32>>> {
+    let t = Instant::now();
+    let scores = scorer.score(tokens, rows, None)?.expect("no cancel flag, never cancelled");
+    m.target_time += t.elapsed();
+    m.n_target_calls += 1;
+    Ok(scores)
+}
+
+/// Commits the token at a position whose target scores `p` are known (the prefill's last row,
+/// or the extra row of a fully accepted round). Greedy: the target's argmax, what any proposal
+/// would be decided to. Sampling: the drafter proposes a token there from the position's draft
+/// stream and the verifier decides it against `p`, exactly as DSI decides that position (for
+/// DSI it is always a drafted and verified candidate). Rejection sampling makes the token
+/// distributed as `p` for any proposal, so this is as lossless as drawing from `p` directly,
+/// and it gives the same token as DSI for the same seed; it costs one single-token draft
+/// forward per fully accepted round (not counted as drafted: no target call verifies it).
+fn decide_known(drafter: &mut dyn Drafter, verifier: &mut dyn Verifier, c: &mut Committed, p: Vec<f32>, cfg: &SpecConfig, eos: &[u32], m: &mut RequestMetrics) -> Result<()> {
+    if cfg.sampling.is_greedy() {
+        c.push(argmax(&p));
+        return Ok(());
+    }
+    let proposal = drafter.draft(DraftRound { committed: &c.seq, max: 1, policy: &mut FixedK(1), sampling: &cfg.sampling, streams: c.streams(), eos, metrics: m })?;
+    ensure!(proposal.len() == 1, "drafter returned {} candidates (1 asked)", proposal.len());
+    c.decide(verifier, &proposal, std::slice::from_ref(&p));
+    Ok(())
+}

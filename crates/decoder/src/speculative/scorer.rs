@@ -1,0 +1,43 @@
+//! The target's side of verification, one for both schedulers (the sequential scheduler owns
+//! one; each DSI worker owns one): a KV cache over the tokens it has scored, of which the
+//! longest common prefix with the next request is kept, and one forward over the rest.
+
+use crate::cache::KvCache;
+use crate::model::Transformer;
+use anyhow::{ensure, Result};
+use std::sync::atomic::AtomicBool;
+
+pub(crate) struct TargetScorer<'m> {
+    target: &'m Transformer,
+    cache: KvCache,
+    /// The tokens whose keys the cache holds, in order.
+    fed: Vec<u32>,
+}
+
+/// Length of the longest common prefix of two token sequences.
+pub(crate) fn common_prefix_len(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+impl<'m> TargetScorer<'m> {
+    pub fn new(target: &'m Transformer) -> Self {
+        Self { target, cache: target.new_cache(1), fed: Vec::new() }
+    }
+
+    /// The target's scores at the last `rows` positions of `tokens` (row `i` scores the token
+    /// after position `len - rows + i - 1`): the cache keeps its longest common prefix with
+    /// `tokens`, cut back so that the forward covers at least the `rows` positions, and the rest
+    /// is forwarded. `None` if `cancel` was set during the forward (the cache then holds the
+    /// kept prefix only).
+    pub fn score(&mut self, tokens: &[u32], rows: usize, cancel: Option<&AtomicBool>) -> Result<Option<Vec<Vec<f32>>>> {
+        ensure!((1..=tokens.len()).contains(&rows), "scores of {rows} rows of {} tokens", tokens.len());
+        let keep = common_prefix_len(&self.fed, tokens).min(tokens.len() - rows);
+        self.cache.truncate(keep);
+        self.fed.truncate(keep);
+        let scores = self.target.forward_scores(&tokens[keep..], &mut self.cache, rows, cancel)?;
+        if scores.is_some() {
+            self.fed.extend_from_slice(&tokens[keep..]);
+        }
+        Ok(scores)
+    }
+}
