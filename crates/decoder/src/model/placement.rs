@@ -5,10 +5,12 @@
 //! output returns; the paper instead runs a copy of every MLP on every device to save that
 //! transfer, which changes where the numbers are computed, not which.
 
-use super::{upload_matrix, Attention, Linear, Projection, RmsNorm, Transformer};
 use crate::weights::HostTensor;
 use anyhow::{ensure, Result};
 use burn::tensor::Device;
+use super::layers::{Attention, RmsNorm};
+use super::linear::{upload_matrix, Linear, Projection};
+use super::Transformer;
 
 impl Linear {
     /// The same map on `device`, as [`Transformer::load`] would have stored it there (f32;

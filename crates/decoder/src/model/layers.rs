@@ -1,0 +1,212 @@
+//! The layers of the decoder: RMSNorm, RoPE, grouped-query attention (on the CPU in a fixed
+//! order per query row, for row invariance), the SwiGLU MLP, the embedding table.
+
+use crate::cache::LayerSlot;
+use crate::host_attention::{self, AttentionShape};
+use crate::quant::QuantMatrix;
+use std::sync::Arc;
+use burn::tensor::activation::{silu, softmax};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+
+use super::linear::Linear;
+use super::fuzzy::AttentionProbe;
+
+pub(super) struct RmsNorm {
+    pub(super) weight: Tensor<1>,
+    pub(super) eps: f64,
+}
+
+impl RmsNorm {
+    pub(super) fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        let inv_rms = x.clone().square().mean_dim(2).add_scalar(self.eps).sqrt().recip();
+        x * inv_rms * self.weight.clone().unsqueeze::<3>()
+    }
+}
+
+/// Self-attention. q, k and v are one fused projection (rows q, then k, then v): one pass over
+/// the input and one kernel call instead of three.
+pub(super) struct Attention {
+    pub(super) qkv: Linear,
+    pub(super) o: Linear,
+    pub(super) heads: usize,
+    pub(super) kv_heads: usize,
+    pub(super) head_dim: usize,
+}
+
+/// SwiGLU MLP with gate and up fused into one projection (rows gate, then up).
+pub(super) struct Mlp {
+    pub(super) gate_up: Linear,
+    pub(super) down: Linear,
+    pub(super) intermediate: usize,
+}
+
+pub(super) struct Block {
+    pub(super) attn_norm: RmsNorm,
+    pub(super) attn: Attention,
+    /// Index into [`Transformer::devices`] of the device that holds `attn_norm`, `attn` and
+    /// this layer's cache (0, the model's device, unless [`Transformer::place_attention`]
+    /// moved them).
+    pub(super) device: usize,
+    pub(super) mlp_norm: RmsNorm,
+    pub(super) mlp: Mlp,
+}
+
+/// The token embedding table.
+pub(super) enum Embedding {
+    Dense(Tensor<2>),
+    /// A table in row blocks on a device ([`super::linear::Projection::Device`]).
+    Blocks(Vec<Tensor<2>>),
+    /// GGUF blocks; looked-up rows are decoded to the same f32 values as the dense table.
+    Native(Arc<QuantMatrix>),
+}
+
+impl Embedding {
+    /// The table's rows of `ids`, in order: `[ids, hidden]`.
+    pub(super) fn lookup(&self, ids: &[u32], device: &Device) -> Tensor<2> {
+        let rows = ids.len();
+        let index = |ids: Vec<i64>| Tensor::<1, Int>::from_data(TensorData::new(ids.clone(), [ids.len()]), device);
+        match self {
+            Self::Dense(table) => table.clone().select(0, index(ids.iter().map(|&x| x as i64).collect())),
+            Self::Blocks(blocks) => {
+                // Each block selects its tokens' rows; one more select puts them in input order.
+                let per_block = blocks[0].dims()[0];
+                let (mut parts, mut order, mut found) = (Vec::new(), vec![0i64; rows], 0);
+                for (b, block) in blocks.iter().enumerate() {
+                    let mine: Vec<(usize, i64)> = ids.iter().enumerate().filter(|&(_, &id)| id as usize / per_block == b).map(|(i, &id)| (i, (id as usize % per_block) as i64)).collect();
+                    if mine.is_empty() {
+                        continue;
+                    }
+                    for (j, &(i, _)) in mine.iter().enumerate() {
+                        order[i] = (found + j) as i64;
+                    }
+                    found += mine.len();
+                    parts.push(block.clone().select(0, index(mine.into_iter().map(|(_, r)| r).collect())));
+                }
+                Tensor::cat(parts, 0).select(0, index(order))
+            }
+            Self::Native(q) => {
+                let hd = q.cols();
+                let mut out = vec![0f32; rows * hd];
+                for (row, &id) in out.chunks_exact_mut(hd).zip(ids) {
+                    q.decode_row(id as usize, row);
+                }
+                Tensor::from_data(TensorData::new(out, [rows, hd]), device)
+            }
+        }
+    }
+}
+
+/// cos and sin of RoPE angles for positions `start..start+n`, `[n, head_dim]` each, in the
+/// rotate-half layout (frequency i at columns i and i + head_dim/2). Computed in f64.
+pub(super) fn rope_tables(start: usize, n: usize, head_dim: usize, theta: f64, device: &Device) -> (Tensor<2>, Tensor<2>) {
+    let half = head_dim / 2;
+    let mut cos = Vec::with_capacity(n * head_dim);
+    let mut sin = Vec::with_capacity(n * head_dim);
+    for p in start..start + n {
+        for j in 0..head_dim {
+            let inv_freq = theta.powf(-2.0 * (j % half) as f64 / head_dim as f64);
+            let angle = p as f64 * inv_freq;
+            cos.push(angle.cos() as f32);
+            sin.push(angle.sin() as f32);
+        }
+    }
+    (
+        Tensor::from_data(TensorData::new(cos, [n, head_dim]), device),
+        Tensor::from_data(TensorData::new(sin, [n, head_dim]), device),
+    )
+}
+
+/// Applies RoPE to `x: [batch, heads, n, head_dim]`.
+pub(super) fn apply_rope(x: Tensor<4>, cos: &Tensor<2>, sin: &Tensor<2>) -> Tensor<4> {
+    let [b, h, n, d] = x.dims();
+    let x1 = x.clone().slice([0..b, 0..h, 0..n, 0..d / 2]);
+    let x2 = x.clone().slice([0..b, 0..h, 0..n, d / 2..d]);
+    let rotated = Tensor::cat(vec![x2.neg(), x1], 3);
+    x * cos.clone().unsqueeze::<4>() + rotated * sin.clone().unsqueeze::<4>()
+}
+
+/// Additive causal mask for `n` new queries after `past` cached positions, laid out for the
+/// grouped query rows `(group, query)`: `[groups * n, past + n]`.
+pub(super) fn causal_mask(past: usize, n: usize, groups: usize, device: &Device) -> Tensor<2> {
+    let total = past + n;
+    let mut m = vec![0f32; groups * n * total];
+    for g in 0..groups {
+        for i in 0..n {
+            let row = &mut m[(g * n + i) * total..(g * n + i + 1) * total];
+            row[past + i + 1..].fill(f32::NEG_INFINITY);
+        }
+    }
+    Tensor::from_data(TensorData::new(m, [groups * n, total]), device)
+}
+
+impl Attention {
+    /// The attention of `x` (the normed hidden state); `probe`, when given, receives its q, k,
+    /// v and output on the last row.
+    pub(super) fn forward(&self, x: Tensor<3>, slot: &mut LayerSlot, rope: &(Tensor<2>, Tensor<2>), mask: Option<&Tensor<2>>, mut probe: Option<&mut AttentionProbe>) -> Tensor<3> {
+        let out = self.attend(self.qkv.forward(x), slot, rope, mask, probe.as_deref_mut());
+        let out = self.o.forward(out);
+        if let Some(p) = probe {
+            p.out = last_row(out.clone());
+        }
+        out
+    }
+
+    /// Attention of fused `qkv` rows `[b, n, q + 2 kv]` over a layer's cache `slot` (which
+    /// receives the new keys and values); returns `[b, n, heads * head_dim]` before the output
+    /// projection.
+    pub(super) fn attend(&self, qkv: Tensor<3>, slot: &mut LayerSlot, rope: &(Tensor<2>, Tensor<2>), mask: Option<&Tensor<2>>, probe: Option<&mut AttentionProbe>) -> Tensor<3> {
+        let [b, n, _] = qkv.dims();
+        let qkv_device = qkv.device();
+        let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
+        let groups = h / kvh;
+        let (qd, kvd) = (h * d, kvh * d);
+        let q = qkv.clone().slice([0..b, 0..n, 0..qd]).reshape([b, n, h, d]).swap_dims(1, 2);
+        let k = qkv.clone().slice([0..b, 0..n, qd..qd + kvd]).reshape([b, n, kvh, d]).swap_dims(1, 2);
+        let v = qkv.slice([0..b, 0..n, qd + kvd..qd + 2 * kvd]).reshape([b, n, kvh, d]).swap_dims(1, 2);
+        let q = apply_rope(q, &rope.0, &rope.1);
+        let k = apply_rope(k, &rope.0, &rope.1);
+        if let Some(p) = probe {
+            let last = |t: &Tensor<4>| last_row(t.clone().swap_dims(1, 2).reshape([b, n, t.dims()[1] * d]));
+            (p.q, p.k, p.v) = (last(&q), last(&k), last(&v));
+        }
+        let (keys, values) = slot.write(k, v);
+        if qkv_device == Device::flex() {
+            // On the CPU: each row's attention in a fixed order of its own (row invariance).
+            let host = |t: Tensor<4>| t.into_data().try_to_vec::<f32>().expect("f32 attention inputs");
+            let shape = AttentionShape { batch: b, heads: h, kv_heads: kvh, rows: n, keys: keys.dims()[2], head_dim: d };
+            let out = host_attention::attend(&host(q), &host(keys), &host(values), shape, mask.is_some());
+            return Tensor::from_data(TensorData::new(out, [b, n, h * d]), &qkv_device);
+        }
+        // Query heads sharing a kv head become extra rows: no copy of K/V per group.
+        let q = q.reshape([b, kvh, groups * n, d]);
+        let mut scores = q.matmul(keys.swap_dims(2, 3)).mul_scalar(1.0 / (d as f64).sqrt());
+        if let Some(mask) = mask {
+            scores = scores + mask.clone().unsqueeze::<4>();
+        }
+        let out = softmax(scores, 3).matmul(values); // [b, kvh, groups*n, d]
+        out.reshape([b, h, n, d]).swap_dims(1, 2).reshape([b, n, h * d])
+    }
+}
+
+impl Mlp {
+    pub(super) fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        self.forward_with(x, Linear::forward)
+    }
+
+    /// The MLP with `project` applying each linear map.
+    pub(super) fn forward_with(&self, x: Tensor<3>, project: fn(&Linear, Tensor<3>) -> Tensor<3>) -> Tensor<3> {
+        let [b, n, _] = x.dims();
+        let i = self.intermediate;
+        let gu = project(&self.gate_up, x);
+        let gate = gu.clone().slice([0..b, 0..n, 0..i]);
+        let up = gu.slice([0..b, 0..n, i..2 * i]);
+        project(&self.down, silu(gate) * up)
+    }
+}
+
+/// The last row of the first sequence of `[b, n, w]`, on the host.
+pub(super) fn last_row(t: Tensor<3>) -> Vec<f32> {
+    let [_, n, w] = t.dims();
+    t.slice([0..1, n - 1..n, 0..w]).into_data().try_into_vec::<f32>().expect("f32 activations")
+}
+

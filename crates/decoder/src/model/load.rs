@@ -1,0 +1,175 @@
+//! Building a [`Transformer`] from HF-named weights, one tensor at a time, and how GGUF
+//! matrices are kept ([`WeightMode`]).
+
+use crate::config::ModelConfig;
+use crate::layer_groups::LayerGroups;
+use crate::weights::{HostTensor, WeightSource};
+use anyhow::{bail, Context, Result};
+use std::sync::Arc;
+use burn::tensor::{Device, Tensor, TensorData};
+use super::layers::{Attention, Block, Embedding, Mlp, RmsNorm};
+use super::linear::{native_matrix, upload_matrix, Linear, Projection};
+use super::Transformer;
+
+/// How a model's GGUF weight matrices are kept in memory on the CPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WeightMode {
+    /// Dequantized to f32 on load: the reference path, and the only one for HF safetensors
+    /// models and non-CPU devices.
+    F32,
+    /// In their GGUF block formats, decoded inside the few-row kernel ([`crate::quant`]):
+    /// 4-8x fewer bytes per token, results bit-identical to the f32 path (the same values go
+    /// through the same kernel, or for long prefills through the same gemm after decoding the
+    /// matrix for the call). Matrices whose type has no native kernel (and F32 tensors) take the
+    /// f32 path. Applies to GGUF files on the CPU device.
+    #[default]
+    Native,
+    /// In their GGUF block formats, multiplied by integer dot products with each activation
+    /// row quantized to 8 bits (Q8_K for K-quants, Q8_0 for the 32-wide formats), as llama.cpp
+    /// does ([`crate::quant::int`]): not bit-identical to `f32`/`native` (the activations are
+    /// rounded; README gives perplexity and KL against `native`), but row-invariant. Matrices
+    /// whose type has no integer kernel take the `native` path (one log line each).
+    Q8,
+}
+
+impl std::str::FromStr for WeightMode {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "f32" => Ok(Self::F32),
+            "native" => Ok(Self::Native),
+            "q8" => Ok(Self::Q8),
+            other => bail!("unknown weight mode '{other}' (f32, native or q8)"),
+        }
+    }
+}
+
+impl std::fmt::Display for WeightMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::F32 => "f32",
+            Self::Native => "native",
+            Self::Q8 => "q8",
+        })
+    }
+}
+
+/// Checks a host tensor's shape.
+pub(super) fn check_shape(t: &HostTensor, name: &str, shape: &[usize]) -> Result<()> {
+    if t.shape != shape {
+        bail!("weight '{name}' has shape {:?}, the config implies {:?}", t.shape, shape);
+    }
+    Ok(())
+}
+
+/// Moves a small host tensor (norm weights, biases) to the device.
+pub(super) fn upload<const D: usize>(t: HostTensor, name: &str, shape: [usize; D], device: &Device) -> Result<Tensor<D>> {
+    check_shape(&t, name, &shape)?;
+    Ok(Tensor::from_data(TensorData::new(t.data, shape), device))
+}
+
+impl Transformer {
+    /// Builds the model from HF-named weights, one tensor at a time. `mode` chooses how GGUF
+    /// matrices are kept on the CPU device (ignored elsewhere and for sources without blocks).
+    pub fn load(cfg: ModelConfig, src: &dyn WeightSource, device: &Device, mode: WeightMode) -> Result<Self> {
+        cfg.validate()?;
+        let native = mode != WeightMode::F32 && *device == Device::flex();
+        let int = mode == WeightMode::Q8 && native;
+        let (hd, inter) = (cfg.hidden_size, cfg.intermediate_size);
+        let (qd, kvd) = (cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim);
+        let get = |name: &str| src.load(name).with_context(|| format!("loading weight '{name}'"));
+        // The f32 projection of the row-wise concatenation of the named matrices.
+        let dense = |names: &[(&str, usize)], inp: usize| -> Result<Projection> {
+            let out: usize = names.iter().map(|(_, rows)| rows).sum();
+            let mut w = HostTensor { shape: vec![out, inp], data: Vec::new() };
+            for &(name, rows) in names {
+                let part = get(&format!("{name}.weight"))?;
+                check_shape(&part, name, &[rows, inp])?;
+                if names.len() == 1 {
+                    w.data = part.data; // no copy of a lone (possibly vocabulary-sized) matrix
+                } else {
+                    w.data.extend_from_slice(&part.data);
+                }
+            }
+            let label = names.iter().map(|(n, _)| *n).collect::<Vec<_>>().join("+");
+            upload_matrix(w, &label, [out, inp], device)
+        };
+        // Native blocks where possible, else f32. A q8 fallback is logged once per set of types.
+        let reported = std::cell::RefCell::new(Vec::new());
+        let projection = |names: &[(&str, usize)], inp: usize| -> Result<Projection> {
+            match native.then(|| native_matrix(src, names, inp)).transpose()?.flatten() {
+                Some(q) if int && q.has_int_kernel() => Ok(Projection::Int(Arc::new(q))),
+                Some(q) => {
+                    let types: Vec<_> = q.parts().iter().map(|p| p.ty).collect();
+                    if int && !reported.borrow().contains(&types) {
+                        eprintln!("specx: '{}' is stored as {types:?}, which has no integer kernel: using native weights for it and every other such matrix", names[0].0);
+                        reported.borrow_mut().push(types);
+                    }
+                    Ok(Projection::Native(Arc::new(q)))
+                }
+                None => dense(names, inp),
+            }
+        };
+        let linear = |names: &[(&str, usize)], inp: usize, bias: bool| -> Result<Linear> {
+            let proj = projection(names, inp)?;
+            if !bias {
+                return Ok(Linear { proj, bias: None, host_bias: None });
+            }
+            let mut data = Vec::new();
+            for &(name, rows) in names {
+                let b = get(&format!("{name}.bias"))?;
+                check_shape(&b, &format!("{name}.bias"), &[rows])?;
+                data.extend_from_slice(&b.data);
+            }
+            let host_bias = (!matches!(proj, Projection::Device(_))).then(|| data.clone());
+            let len = data.len();
+            let bias = upload(HostTensor { shape: vec![len], data }, "bias", [len], device)?;
+            Ok(Linear { proj, bias: Some(bias), host_bias })
+        };
+        let norm = |name: &str| -> Result<RmsNorm> {
+            Ok(RmsNorm { weight: upload(get(name)?, name, [hd], device)?, eps: cfg.rms_norm_eps })
+        };
+        let embed_proj = projection(&[("model.embed_tokens", cfg.vocab_size)], hd)?;
+        let embed = match &embed_proj {
+            Projection::Native(q) | Projection::Int(q) => Embedding::Native(q.clone()),
+            Projection::Host { weight, .. } => Embedding::Dense(weight.clone()),
+            Projection::Device(blocks) if blocks.len() == 1 => Embedding::Dense(blocks[0].clone()),
+            Projection::Device(blocks) => Embedding::Blocks(blocks.clone()),
+        };
+        let mut blocks = Vec::with_capacity(cfg.num_hidden_layers);
+        for i in 0..cfg.num_hidden_layers {
+            let p = format!("model.layers.{i}");
+            let bias = cfg.attention_bias;
+            blocks.push(Block {
+                attn_norm: norm(&format!("{p}.input_layernorm.weight"))?,
+                attn: Attention {
+                    qkv: linear(
+                        &[(&format!("{p}.self_attn.q_proj"), qd), (&format!("{p}.self_attn.k_proj"), kvd), (&format!("{p}.self_attn.v_proj"), kvd)],
+                        hd,
+                        bias,
+                    )?,
+                    o: linear(&[(&format!("{p}.self_attn.o_proj"), hd)], qd, false)?,
+                    heads: cfg.num_attention_heads,
+                    kv_heads: cfg.num_key_value_heads,
+                    head_dim: cfg.head_dim,
+                },
+                device: 0,
+                mlp_norm: norm(&format!("{p}.post_attention_layernorm.weight"))?,
+                mlp: Mlp {
+                    gate_up: linear(&[(&format!("{p}.mlp.gate_proj"), inter), (&format!("{p}.mlp.up_proj"), inter)], hd, false)?,
+                    down: linear(&[(&format!("{p}.mlp.down_proj"), hd)], inter, false)?,
+                    intermediate: inter,
+                },
+            });
+        }
+        let final_norm = norm("model.norm.weight")?;
+        let lm_head = if cfg.tie_word_embeddings {
+            Linear { proj: embed_proj, bias: None, host_bias: None }
+        } else {
+            linear(&[("lm_head", cfg.vocab_size)], hd, false)?
+        };
+        let sequential = LayerGroups::sequential(blocks.len());
+        Ok(Self { cfg, embed, blocks, norm: final_norm, lm_head, sequential, devices: vec![device.clone()] })
+    }
+}

@@ -1,0 +1,276 @@
+//! One Llama-family decoder (RMSNorm, RoPE, grouped-query attention, SwiGLU, optional q/k/v
+//! bias, tied or untied head) written against burn's backend-agnostic tensor API. It covers
+//! Qwen2/2.5 and Llama/SmolLM. The model holds no state: the caller passes a [`KvCache`].
+//!
+//! This file holds the model and its one layer loop; [`linear`] the weight storage and kernel
+//! choice, [`layers`] the layers, [`load`] the loading, [`ragged`] the batched ragged forward,
+//! [`fuzzy`] EasySpec's fuzzy forward and [`placement`] its attention placement on devices.
+
+use crate::cache::{KvCache, LayerSlot};
+use crate::config::ModelConfig;
+use crate::layer_groups::LayerGroups;
+use anyhow::{bail, ensure, Result};
+use burn::tensor::{Device, Tensor};
+
+mod fuzzy;
+mod layers;
+mod linear;
+mod load;
+mod placement;
+mod ragged;
+
+pub use fuzzy::{AttentionProbe, ProbedLayer};
+pub use linear::HOST_KERNEL_MAX_ROWS;
+pub use load::WeightMode;
+use layers::{causal_mask, rope_tables, Block, Embedding, RmsNorm};
+use linear::{Linear, Projection};
+
+/// What one forward pass returns, for all `n` new positions of every sequence.
+pub struct ForwardOutput {
+    /// `[batch, n, vocab]` unnormalised scores of the next token.
+    pub logits: Tensor<3>,
+    /// `[batch, n, hidden]` final hidden states after the last RMSNorm (the acceptance head
+    /// reads these).
+    pub hidden: Tensor<3>,
+}
+
+/// The last `k` positions of a `[1, n, d]` tensor as host rows.
+fn tail_rows(t: &Tensor<3>, k: usize) -> Vec<Vec<f32>> {
+    let [b, n, d] = t.dims();
+    assert!(b == 1 && k <= n, "tail of {k} rows from a [{b}, {n}, {d}] tensor");
+    host_rows(t.clone().slice([0..1, n - k..n, 0..d]).reshape([k, d]))
+}
+
+/// The rows of a `[rows, d]` tensor as host vectors.
+fn host_rows(t: Tensor<2>) -> Vec<Vec<f32>> {
+    let d = t.dims()[1];
+    let flat = t.into_data().try_to_vec::<f32>().expect("f32 model outputs");
+    flat.chunks_exact(d).map(<[f32]>::to_vec).collect()
+}
+
+impl ForwardOutput {
+    /// Logits of the last `k` positions (single sequence), one host vector per position.
+    pub fn logits_tail(&self, k: usize) -> Vec<Vec<f32>> {
+        tail_rows(&self.logits, k)
+    }
+
+    /// Hidden states of the last `k` positions (single sequence), one host vector each.
+    pub fn hidden_tail(&self, k: usize) -> Vec<Vec<f32>> {
+        tail_rows(&self.hidden, k)
+    }
+}
+
+/// Wall times of one forward's sublayers ([`Transformer::forward_timed`]).
+#[derive(Clone, Debug, Default)]
+pub struct LayerTimes {
+    /// Per layer: attention (norm, projections, cache write, attention) and MLP (norm, MLP).
+    pub attn: Vec<std::time::Duration>,
+    pub mlp: Vec<std::time::Duration>,
+    pub lm_head: std::time::Duration,
+}
+
+/// The decoder.
+pub struct Transformer {
+    cfg: ModelConfig,
+    embed: Embedding,
+    blocks: Vec<Block>,
+    norm: RmsNorm,
+    /// Shares `embed`'s memory when the head is tied.
+    lm_head: Linear,
+    /// Every layer its own group: the strategy of the exact forward.
+    sequential: LayerGroups,
+    /// The model's device (first: embeddings, MLPs, norms, head) and the other devices that
+    /// hold attention layers, if any ([`Transformer::place_attention`]).
+    devices: Vec<Device>,
+}
+
+/// RoPE tables and the causal mask of one forward, on one device.
+type PositionTables = ((Tensor<2>, Tensor<2>), Option<Tensor<2>>);
+
+impl Transformer {
+    /// Every linear map a decoded token applies: each layer's four projections, then the head.
+    fn linears(&self) -> impl Iterator<Item = &Linear> {
+        self.blocks.iter().flat_map(|b| [&b.attn.qkv, &b.attn.o, &b.mlp.gate_up, &b.mlp.down]).chain([&self.lm_head])
+    }
+
+    /// Bytes of weights one decoded token reads, as stored: every layer's projections (GGUF
+    /// blocks on the native path, f32 otherwise), norms and biases, the final norm and the
+    /// output head (the embedding lookup reads one row and is left out).
+    pub fn weight_bytes_per_token(&self) -> usize {
+        // Two norms per layer and the final norm, f32 of the hidden size each.
+        let norms = (2 * self.blocks.len() + 1) * self.cfg.hidden_size * 4;
+        self.linears().map(Linear::weight_bytes).sum::<usize>() + norms
+    }
+
+    /// Whether any weight matrix runs natively from GGUF blocks ([`WeightMode::Native`]).
+    pub fn is_native(&self) -> bool {
+        matches!(self.embed, Embedding::Native(_)) || self.linears().any(|l| matches!(l.proj, Projection::Native(_) | Projection::Int(_)))
+    }
+
+    /// Whether any weight matrix takes integer dot products on 8-bit activations
+    /// ([`WeightMode::Q8`]); false when q8 was asked for but no matrix type has such a kernel.
+    pub fn runs_integer(&self) -> bool {
+        self.linears().any(|l| matches!(l.proj, Projection::Int(_)))
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.devices[0]
+    }
+
+    /// A fresh cache for `batch` sequences, each layer on the device of its attention.
+    pub fn new_cache(&self, batch: usize) -> KvCache {
+        KvCache::on_devices(&self.cfg, batch, &self.layer_devices())
+    }
+
+    /// The device of each layer's attention and cache.
+    pub fn layer_devices(&self) -> Vec<Device> {
+        self.blocks.iter().map(|b| self.devices[b.device].clone()).collect()
+    }
+
+    /// The RoPE tables of positions `past..past + n` and, for n > 1, the causal mask, on
+    /// every device of the model (index as [`Transformer::devices`]).
+    fn position_tables(&self, past: usize, n: usize) -> Vec<PositionTables> {
+        let heads_per_kv = self.cfg.num_attention_heads / self.cfg.num_key_value_heads;
+        let rope = rope_tables(past, n, self.cfg.head_dim, self.cfg.rope_theta, self.device());
+        let mask = (n > 1).then(|| causal_mask(past, n, heads_per_kv, self.device()));
+        let mut tables = vec![(rope, mask)];
+        for device in &self.devices[1..] {
+            let ((cos, sin), mask) = &tables[0];
+            tables.push(((cos.clone().to_device(device), sin.clone().to_device(device)), mask.clone().map(|m| m.to_device(device))));
+        }
+        tables
+    }
+
+    /// Layer `i`'s attention sublayer (input norm, attention, output projection) of `x`, which
+    /// is on the model's device; runs on the layer's device and returns there.
+    fn attention(&self, i: usize, x: Tensor<3>, slot: &mut LayerSlot, tables: &[PositionTables], probe: Option<&mut AttentionProbe>) -> Tensor<3> {
+        let block = &self.blocks[i];
+        let (rope, mask) = &tables[block.device];
+        if block.device == 0 {
+            return block.attn.forward(block.attn_norm.forward(x), slot, rope, mask.as_ref(), probe);
+        }
+        let x = x.to_device(&self.devices[block.device]);
+        block.attn.forward(block.attn_norm.forward(x), slot, rope, mask.as_ref(), probe).to_device(self.device())
+    }
+
+    /// Forwards `tokens` (n >= 1 new tokens of one sequence) after what `cache` holds, and
+    /// appends their keys and values to it.
+    pub fn forward(&self, tokens: &[u32], cache: &mut KvCache) -> Result<ForwardOutput> {
+        self.forward_batch(&[tokens], cache)
+    }
+
+    /// A verification's forward: `tokens` after what `cache` holds, with the logits of the last
+    /// `rows` positions only (the rows decided on; for a prefill, the last), giving up between
+    /// layers once `cancel` is set (DSI's preemption of a verification whose prefix was
+    /// rejected): `Ok(None)` then, with the cache's length unchanged (keys already written past
+    /// it are never read).
+    pub fn forward_scores(&self, tokens: &[u32], cache: &mut KvCache, rows: usize, cancel: Option<&std::sync::atomic::AtomicBool>) -> Result<Option<Vec<Vec<f32>>>> {
+        ensure!((1..=tokens.len()).contains(&rows), "scores of {rows} rows from a forward of {} tokens", tokens.len());
+        let Some(hidden) = self.hidden_states_until(&[tokens], cache, None, cancel, &self.sequential, 1, None)? else { return Ok(None) };
+        let [b, n, h] = hidden.dims();
+        Ok(Some(tail_rows(&self.logits(hidden.slice([0..b, n - rows..n, 0..h])), rows)))
+    }
+
+    /// Forwards several sequences of equal length at once (`cache.batch()` of them).
+    pub fn forward_batch(&self, tokens: &[&[u32]], cache: &mut KvCache) -> Result<ForwardOutput> {
+        let hidden = self.hidden_states(tokens, cache, None)?;
+        let logits = self.logits(hidden.clone());
+        Ok(ForwardOutput { logits, hidden })
+    }
+
+    /// Like [`Transformer::forward`] but computes logits for the last position only (prefill
+    /// of a long prompt, where the other positions' logits are not needed).
+    pub fn forward_last(&self, tokens: &[u32], cache: &mut KvCache) -> Result<ForwardOutput> {
+        let hidden = self.hidden_states(&[tokens], cache, None)?;
+        let [b, n, h] = hidden.dims();
+        let last = hidden.slice([0..b, n - 1..n, 0..h]);
+        Ok(ForwardOutput { logits: self.logits(last.clone()), hidden: last })
+    }
+
+    /// Output-head scores for hidden states `[batch, n, hidden]`.
+    pub fn logits(&self, hidden: Tensor<3>) -> Tensor<3> {
+        self.lm_head.forward(hidden)
+    }
+
+    /// Embeddings of the tokens of `seqs`, one after another: `[total tokens, hidden]`. Token
+    /// ids outside the vocabulary are an error.
+    fn embed_tokens(&self, seqs: &[&[u32]]) -> Result<Tensor<2>> {
+        let vocab = self.cfg.vocab_size as u32;
+        if let Some(&bad) = seqs.iter().flat_map(|t| t.iter()).find(|&&t| t >= vocab) {
+            bail!("token id {bad} is outside the vocabulary of {vocab}");
+        }
+        let ids: Vec<u32> = seqs.iter().flat_map(|t| t.iter().copied()).collect();
+        Ok(self.embed.lookup(&ids, self.device()))
+    }
+
+    /// [`Transformer::forward`] of one sequence that also times each layer's attention and
+    /// MLP and the LM head (`specx profile`). The CPU backend computes eagerly, so each time
+    /// is the sublayer's own; the results equal those of `forward`.
+    pub fn forward_timed(&self, tokens: &[u32], cache: &mut KvCache) -> Result<(ForwardOutput, LayerTimes)> {
+        let mut times = LayerTimes::default();
+        let hidden = self.hidden_states(&[tokens], cache, Some(&mut times))?;
+        let t = std::time::Instant::now();
+        let logits = self.logits(hidden.clone());
+        let _ = logits.clone().into_data(); // materialise before stopping the clock
+        times.lm_head = t.elapsed();
+        Ok((ForwardOutput { logits, hidden }, times))
+    }
+
+    fn hidden_states(&self, tokens: &[&[u32]], cache: &mut KvCache, times: Option<&mut LayerTimes>) -> Result<Tensor<3>> {
+        Ok(self.hidden_states_until(tokens, cache, times, None, &self.sequential, 1, None)?.expect("no cancel flag, never cancelled"))
+    }
+
+    /// The layer loop, group by group (`self.sequential` for the exact forward); `None` when
+    /// `cancel` was set before a group (the cache not advanced). `times` and `probes` collect
+    /// per-layer measurements when given.
+    #[allow(clippy::too_many_arguments)]
+    fn hidden_states_until(
+        &self,
+        tokens: &[&[u32]],
+        cache: &mut KvCache,
+        mut times: Option<&mut LayerTimes>,
+        cancel: Option<&std::sync::atomic::AtomicBool>,
+        groups: &LayerGroups,
+        workers: usize,
+        mut probes: Option<&mut Vec<ProbedLayer>>,
+    ) -> Result<Option<Tensor<3>>> {
+        let b = tokens.len();
+        ensure!(b > 0 && b == cache.batch(), "{b} sequences given to a cache for {}", cache.batch());
+        let n = tokens[0].len();
+        ensure!(n > 0, "forward needs at least one token");
+        ensure!(tokens.iter().all(|t| t.len() == n), "batched sequences must have equal length");
+        ensure!(groups.layers() == self.blocks.len(), "layer strategy '{groups}' is for {} layers, the model has {}", groups.layers(), self.blocks.len());
+        let mut x = self.embed_tokens(tokens)?.reshape([b, n, self.cfg.hidden_size]);
+        let past = cache.len();
+        cache.reserve(n);
+        let tables = self.position_tables(past, n);
+        for group in groups.groups() {
+            if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
+                return Ok(None);
+            }
+            // Every attention of the group reads the group's input.
+            let attended = self.attend_group(group.clone(), &x, cache, &tables, workers, probes.is_some());
+            for (i, (h, t_attn, fuzzy)) in group.clone().zip(attended) {
+                if let (Some(probes), Some(fuzzy)) = (probes.as_deref_mut(), fuzzy) {
+                    let leading = i == group.start;
+                    let precise = if leading { fuzzy.clone() } else { self.precise_attention(i, &x, cache, &tables) };
+                    probes.push(ProbedLayer { fuzzy, precise, leading });
+                }
+                x = x + h;
+                let t_mlp = std::time::Instant::now();
+                let block = &self.blocks[i];
+                x = x.clone() + block.mlp.forward(block.mlp_norm.forward(x));
+                if let Some(times) = times.as_deref_mut() {
+                    times.attn.push(t_attn);
+                    times.mlp.push(t_mlp.elapsed());
+                }
+            }
+        }
+        cache.advance(n, groups.first_fuzzy_layer());
+        Ok(Some(self.norm.forward(x)))
+    }
+}
