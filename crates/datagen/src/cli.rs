@@ -2,7 +2,7 @@
 
 use crate::config::DatagenConfig;
 use crate::manifest::{Manifest, Part};
-use crate::run::{run, RunOptions};
+use crate::{run, RunOptions};
 use crate::summary::summary_text;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};

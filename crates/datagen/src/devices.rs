@@ -5,7 +5,7 @@
 
 use crate::manifest::{identity_difference, Manifest, Part};
 use crate::merge::merge;
-use crate::run::{run, RunOptions};
+use crate::run::{run_on_one_device, RunOptions};
 use crate::config::DatagenConfig;
 use anyhow::{anyhow, bail, Result};
 use std::path::PathBuf;
@@ -43,7 +43,7 @@ pub fn run_on_devices(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manifest
     let mut manifests = run_parts(&cfg.models.devices, |index| {
         let mut part_cfg = cfg.clone();
         part_cfg.output.dir = part_dir(dir, index);
-        run(&part_cfg, &RunOptions { part: Some(Part { index, count: n }), progress: false, ..opts.clone() })
+        run_on_one_device(&part_cfg, &RunOptions { part: Some(Part { index, count: n }), progress: false, ..opts.clone() })
     })?;
     if let Some(unfinished) = manifests.iter().position(|m| !m.complete) {
         eprintln!("part {unfinished} is unfinished: run the same command again to continue; the parts merge once all are complete");

@@ -4,9 +4,9 @@
 //! A run: [`config`] (TOML) -> [`prompts`] + [`split`] select and template the prompts ->
 //! [`generation`] runs the target and draft passes in batches and computes [`labels`] and
 //! token mixing -> [`shard`] writes Parquet token tables and safetensors features ->
-//! [`manifest`] records everything with checksums. [`run`] drives it (resumable, `--shard
-//! i/n`), [`merge`] joins parts, [`devices`] runs one part per device at once, [`summary`]
-//! prints what a run holds.
+//! [`manifest`] records everything with checksums. [`run()`] drives it (resumable, `--shard
+//! i/n`; [`mod@run`] on one device, [`devices`] one part per device at once), [`merge`] joins
+//! parts, [`summary`] prints what a run holds.
 
 pub mod cli;
 pub mod config;
@@ -20,3 +20,16 @@ pub mod run;
 pub mod shard;
 pub mod split;
 pub mod summary;
+
+pub use run::RunOptions;
+
+/// Runs datagen for `cfg` (paths already resolved): on this process's device, or with
+/// `[models] devices` and no `--shard`, one part per device side by side, merged. Returns the
+/// manifest it leaves.
+pub fn run(cfg: &config::DatagenConfig, opts: &RunOptions) -> anyhow::Result<manifest::Manifest> {
+    cfg.validate()?;
+    if !cfg.models.devices.is_empty() && opts.part.is_none() {
+        return devices::run_on_devices(cfg, opts);
+    }
+    run::run_on_one_device(cfg, opts)
+}

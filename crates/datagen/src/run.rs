@@ -74,8 +74,10 @@ pub fn model_record(m: &LoadedModel) -> Result<ModelRecord> {
     })
 }
 
-/// Runs datagen for `cfg` (paths already resolved). Returns the manifest it leaves.
-pub fn run(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manifest> {
+/// Runs datagen for `cfg` (paths already resolved) on this process's one device: the whole
+/// run, or the part `opts.part` (of a `[models] devices` run, the part's device). Returns the
+/// manifest it leaves.
+pub fn run_on_one_device(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manifest> {
     cfg.validate()?;
     let started = Instant::now();
     if let Some(p) = opts.part {
@@ -85,7 +87,7 @@ pub fn run(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manifest> {
     }
     let device = match (cfg.models.devices.as_slice(), opts.part) {
         ([], _) => device_from_name(&cfg.models.device)?,
-        (_, None) => return crate::devices::run_on_devices(cfg, opts),
+        (_, None) => bail!("[models] devices runs one part per device: run it with specx_datagen::run (specx datagen), which starts them"),
         (devices, Some(p)) => {
             ensure!(p.count == devices.len(), "[models] devices runs one part per device: --shard {}/{} needs {} parts", p.index, p.count, devices.len());
             device_from_name(&devices[p.index])?

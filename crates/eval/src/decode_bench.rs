@@ -4,8 +4,8 @@
 
 use crate::bench::PairArgs;
 use crate::experiment::config::{BudgetConfig, EvalConfig, MethodsConfig, ModelsConfig, OutputConfig, PromptSetConfig, SpecDecGrid};
-use crate::experiment::report::{mean_sd, GroupStats};
-use crate::experiment::run::{run as run_eval, EvalOptions};
+use crate::common::stats::{grouped, mean_sd, GroupStats};
+use crate::experiment::{run as run_eval, EvalOptions};
 use crate::report::markdown_table;
 use anyhow::{bail, ensure, Result};
 use specx_datagen::prompts::PromptFormat;
@@ -80,12 +80,12 @@ pub fn run(a: DecodeBenchArgs) -> Result<()> {
         }
         results.push((mode, out.rows, cfg.output.dir));
     }
-    let total_ar = |rows: &[crate::experiment::results::ResultRow]| rows.iter().filter(|r| r.setting.family() == "ar").map(|r| r.total_time_s).sum::<f64>();
+    let total_ar = |rows: &[crate::common::results::ResultRow]| rows.iter().filter(|r| r.setting.family() == "ar").map(|r| r.total_time_s).sum::<f64>();
     let first_ar = total_ar(&results[0].1);
     let mut table = Vec::new();
     for (mode, rows, _) in &results {
         let ar_time = total_ar(rows);
-        for (key, group) in &crate::experiment::report::grouped(rows)[&("humaneval".to_string(), "greedy".to_string())] {
+        for (key, group) in &grouped(rows)[&("humaneval".to_string(), "greedy".to_string())] {
             let g = GroupStats::of(group);
             let mut row = vec![
                 mode.to_string(),

@@ -2,6 +2,7 @@
 //! parts, method comparisons on prompt sets, and reports.
 
 pub mod bench;
+pub mod common;
 pub mod decode;
 pub mod decode_bench;
 pub mod dsi;

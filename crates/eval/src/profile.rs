@@ -8,7 +8,6 @@ use crate::bench::PairArgs;
 use crate::report::markdown_table;
 use anyhow::{anyhow, ensure, Result};
 use plotters::prelude::*;
-use serde::{Deserialize, Serialize};
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::{check_pair, default_device, load_model_as, LoadedModel, WeightMode};
 use std::path::PathBuf;
@@ -38,38 +37,7 @@ pub struct ProfileArgs {
     pub out: PathBuf,
 }
 
-#[derive(Serialize, Deserialize)]
-pub struct ForwardCurve {
-    pub context: usize,
-    /// Median seconds of a forward of r new rows, r = 1..=max_rows.
-    pub seconds: Vec<f64>,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct ModelProfile {
-    pub role: String,
-    pub path: PathBuf,
-    pub sha256: String,
-    pub layers: usize,
-    pub forward: Vec<ForwardCurve>,
-    /// One new row after `layer_context` tokens: median seconds per layer.
-    pub layer_context: usize,
-    pub attention_s: Vec<f64>,
-    pub mlp_s: Vec<f64>,
-    pub lm_head_s: f64,
-    /// Prefill of `context` tokens (time to first token), median seconds, per context.
-    pub ttft_s: Vec<(usize, f64)>,
-    /// Seconds per output token of a greedy generation after a 128-token prompt.
-    pub tpot_s: f64,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct Profile {
-    pub weights: String,
-    pub machine: crate::experiment::manifest::Machine,
-    pub reps: usize,
-    pub models: Vec<ModelProfile>,
-}
+pub use crate::common::profile_data::{ForwardCurve, ModelProfile, Profile};
 
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
@@ -159,7 +127,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     let draft = load_model_as(&draft_path, None, &device, a.weights)?;
     let target = load_model_as(&target_path, None, &device, a.weights)?;
     check_pair(&draft, &target)?;
-    let machine = crate::experiment::manifest::Machine::measure();
+    let machine = crate::common::machine::Machine::measure();
     let models = vec![profile_model("draft", &draft, &a)?, profile_model("target", &target, &a)?];
     let profile = Profile { weights: a.weights.to_string(), machine, reps: a.reps, models };
     write_atomic(&a.out, serde_json::to_string_pretty(&profile)?.as_bytes())?;
@@ -204,7 +172,7 @@ fn tables(p: &Profile) -> String {
 /// The verification cost curve: forward time of r rows relative to one row, per model and
 /// context.
 fn plot(p: &Profile, path: &std::path::Path) -> Result<()> {
-    crate::experiment::plots::render_png(path, |root| {
+    crate::common::plot::render_png(path, |root| {
         let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
         let max_r = p.models.iter().flat_map(|m| m.forward.iter().map(|c| c.seconds.len())).max().unwrap_or(1);
         let ymax = p.models.iter().flat_map(|m| m.forward.iter().flat_map(|c| c.seconds.iter().map(move |s| s / c.seconds[0]))).fold(1.0, f64::max) * 1.1;

@@ -6,8 +6,9 @@ use specx_decoder::{default_device, load_model};
 use specx_eval::experiment::config::EvalConfig;
 use specx_eval::experiment::merge::merge;
 use specx_eval::experiment::replay_run::{replay, ReplayConfig};
-use specx_eval::experiment::results::{ResultRow, UnitFile};
-use specx_eval::experiment::run::{audit, run, EvalOptions};
+use specx_eval::common::results::{ResultRow, UnitFile};
+use specx_eval::experiment::audit::audit;
+use specx_eval::experiment::{run, EvalOptions};
 use specx_datagen::manifest::Part;
 use std::path::PathBuf;
 
@@ -289,7 +290,7 @@ fn dsi_method_runs_for_real_and_is_audited() {
     // They survive the unit files (a resumed run reads them back) and reach the Parquet table.
     let again = run(&cfg, &opts(None, None)).unwrap();
     assert_eq!(again.rows.iter().map(|r| r.dsi.clone()).collect::<Vec<_>>(), out.rows.iter().map(|r| r.dsi.clone()).collect::<Vec<_>>());
-    let tasks = specx_eval::experiment::results::ResultsTable::read(&s.root.join("dsi")).unwrap().u64s("dsi_tasks").unwrap();
+    let tasks = specx_eval::common::results::ResultsTable::read(&s.root.join("dsi")).unwrap().u64s("dsi_tasks").unwrap();
     assert_eq!(tasks, out.rows.iter().map(|r| r.dsi.as_ref().map(|d| d.tasks as u64)).collect::<Vec<_>>());
     let summary = std::fs::read_to_string(s.root.join("dsi/summary.md")).unwrap();
     assert!(summary.contains("dsi SP=3 k=2") && summary.contains("Losslessness audit: passed"), "{summary}");
@@ -427,7 +428,7 @@ schedulers.dsi = { servers = [2] }
         assert!(r.identical_to_ar, "{} {}", r.prompt_id, r.setting.key());
         assert_eq!(r.dsi.is_some(), r.setting.scheduler() == Some("dsi"), "{}", r.setting.key());
     }
-    let t = specx_eval::experiment::results::ResultsTable::read(&s.root.join("axes")).unwrap();
+    let t = specx_eval::common::results::ResultsTable::read(&s.root.join("axes")).unwrap();
     let parts = |name: &str| t.strs(name).unwrap().into_iter().collect::<std::collections::BTreeSet<_>>();
     assert_eq!(parts("drafter"), [None, Some("easyspec".into()), Some("plain".into())].into());
     assert_eq!(parts("policy"), [None, Some("confidence".into()), Some("fixed".into()), Some("head".into())].into());

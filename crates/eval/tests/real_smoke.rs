@@ -6,10 +6,10 @@
 //! exactly the counts of the real runs.
 
 use specx_datagen::cli::{effective_config, DatagenArgs};
-use specx_datagen::run::{run as datagen, RunOptions};
+use specx_datagen::{run as datagen, RunOptions};
 use specx_eval::experiment::config::EvalConfig;
 use specx_eval::experiment::replay_run::{replay, ReplayConfig};
-use specx_eval::experiment::run::{run, EvalOptions};
+use specx_eval::experiment::{run, EvalOptions};
 use specx_trainer::config::TrainConfig;
 use specx_trainer::train::{train, TrainOptions};
 use std::path::PathBuf;

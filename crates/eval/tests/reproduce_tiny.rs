@@ -3,11 +3,11 @@
 //! the reproduction's tables and figures from what those commands wrote.
 
 use specx_datagen::cli::{effective_config, DatagenArgs};
-use specx_datagen::run::{run as datagen, RunOptions};
+use specx_datagen::{run as datagen, RunOptions};
 use specx_decoder::synthetic::write_tiny_char_pair;
 use specx_eval::experiment::config::EvalConfig;
 use specx_eval::experiment::replay_run::{replay, ReplayConfig};
-use specx_eval::experiment::run::{run as eval, EvalOptions};
+use specx_eval::experiment::{run as eval, EvalOptions};
 use specx_eval::reproduce::specdecpp::{reproduce, ReproConfig};
 use specx_trainer::cli::{run_cli as train, TrainArgs};
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 
 use specx_datagen::cli::{effective_config, DatagenArgs};
 use specx_datagen::manifest::Manifest;
-use specx_datagen::run::{run, RunOptions};
+use specx_datagen::{run, RunOptions};
 use specx_decoder::synthetic::write_tiny_char_pair;
 use specx_trainer::config::TrainConfig;
 use specx_trainer::train::{train, TrainOptions};

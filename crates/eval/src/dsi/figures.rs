@@ -3,7 +3,7 @@
 //! cell labelled with its value, measured model pairs marked.
 
 use super::grid::{Mark, Point, SiMode, Speedups};
-use crate::experiment::plots::render_png_sized;
+use crate::common::plot::render_png_sized;
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
 use std::path::Path;
@@ -157,8 +157,8 @@ pub fn timeline_figure(path: &Path, title: &str, run: &super::online::SimRun) ->
 }
 
 /// DSI's speedup over SI and over non-SI per lookahead, one line per server count.
-pub fn online_speedup_figure(path: &Path, title: &str, cells: &[super::online_run::CellResult]) -> Result<()> {
-    use super::online_run::CellResult;
+pub fn online_speedup_figure(path: &Path, title: &str, cells: &[super::cell::CellResult]) -> Result<()> {
+    use super::cell::CellResult;
     let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
     let kmax = cells.iter().map(|c| c.k).max().unwrap_or(1) as f64;
     let ys: Vec<f64> = cells.iter().flat_map(|c| [1.0 / CellResult::ratio(&c.dsi_s, &c.si_s), 1.0 / CellResult::ratio(&c.dsi_s, &c.nonsi_s), 1.0 / CellResult::ratio(&c.si_s, &c.nonsi_s)]).collect();

@@ -1,6 +1,7 @@
 //! DSI (Distributed Speculative Inference, `../shared/papers/dsi.txt`): the paper's offline
 //! simulator with its heatmaps, behind `specx dsi offline`.
 
+mod cell;
 pub mod figures;
 pub mod grid;
 pub mod offline;

@@ -27,45 +27,11 @@
 //!   correct drafts only (the correction token is not counted); non-SI is costed as TTFT for
 //!   every token (arithmetic, not simulated).
 
+pub use crate::common::profile_data::Latencies;
 use serde::{Deserialize, Serialize};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// Forward latencies of the pair, in seconds.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Latencies {
-    pub draft_ttft: f64,
-    pub draft_tpot: f64,
-    pub target_ttft: f64,
-    pub target_tpot: f64,
-    /// Target forward time of r new rows relative to one row, r = 1, 2, ... (empty: every
-    /// forward costs TPOT, the paper's model). Extrapolated linearly past its end.
-    #[serde(default)]
-    pub target_rows: Vec<f64>,
-}
-
-impl Latencies {
-    /// Every latency multiplied by `s` (the row curve is relative and stays).
-    pub fn scaled(&self, s: f64) -> Self {
-        Self { draft_ttft: self.draft_ttft * s, draft_tpot: self.draft_tpot * s, target_ttft: self.target_ttft * s, target_tpot: self.target_tpot * s, target_rows: self.target_rows.clone() }
-    }
-
-    /// Time of a (not first) target forward of `rows` new rows.
-    pub fn target(&self, rows: usize) -> f64 {
-        let curve = &self.target_rows;
-        if rows <= 1 || curve.is_empty() {
-            return self.target_tpot;
-        }
-        let n = curve.len();
-        let rel = if rows <= n {
-            curve[rows - 1]
-        } else {
-            let slope = if n >= 2 { curve[n - 1] - curve[n - 2] } else { 0.0 };
-            curve[n - 1] + slope.max(0.0) * (rows - n) as f64
-        };
-        self.target_tpot * rel
-    }
-}
 
 /// Which semantics the simulator follows (module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]

@@ -5,12 +5,14 @@
 
 use super::offline::{exact_dsi, exact_si, repeat_seed, AcceptSampler, Cell};
 use super::online::{simulate_dsi, simulate_nonsi, simulate_si, Acceptance, Compat, Latencies, SimRun};
+use crate::common::profile_data::latencies_from_profile;
+pub use super::cell::CellResult;
+use super::cell::{mean, sd};
 use anyhow::{bail, ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 use specx_decoder::fsutil::write_atomic;
-use crate::experiment::report::mean_sd;
 use specx_decoder::report::markdown_table;
 use std::path::{Path, PathBuf};
 
@@ -142,25 +144,6 @@ impl OnlineConfig {
     }
 }
 
-/// The profile's draft and target latencies at `context` (TTFT of the nearest measured prompt
-/// length; the row curve at the nearest context, relative to one row).
-pub fn latencies_from_profile(path: &Path, context: usize) -> Result<Latencies> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let p: crate::profile::Profile = serde_json::from_str(&text).with_context(|| format!("{}: not a `specx profile` JSON", path.display()))?;
-    let model = |role: &str| p.models.iter().find(|m| m.role == role).with_context(|| format!("{}: no {role} model", path.display()));
-    let (d, t) = (model("draft")?, model("target")?);
-    let nearest = |v: &[(usize, f64)]| v.iter().min_by_key(|(c, _)| c.abs_diff(context)).map(|x| x.1).context("profile without TTFT");
-    let curve = t.forward.iter().min_by_key(|c| c.context.abs_diff(context)).context("profile without forward curves")?;
-    ensure!(!curve.seconds.is_empty() && curve.seconds[0] > 0.0, "{}: empty forward curve", path.display());
-    Ok(Latencies {
-        draft_ttft: nearest(&d.ttft_s)?,
-        draft_tpot: d.tpot_s,
-        target_ttft: nearest(&t.ttft_s)?,
-        target_tpot: t.tpot_s,
-        target_rows: curve.seconds.iter().map(|s| s / curve.seconds[0]).collect(),
-    })
-}
-
 /// Measured acceptance of a greedy pair: per prompt, whether each proposal matched.
 #[derive(Clone, Debug, Serialize)]
 pub struct TraceMatches {
@@ -193,7 +176,7 @@ pub struct AcceptanceEstimates {
 impl TraceMatches {
     /// The oracle rows of `dir/results.parquet` (optionally of one prompt set).
     pub fn read(dir: &Path, dataset: Option<&str>) -> Result<Self> {
-        let t = crate::experiment::results::ResultsTable::read(dir)?;
+        let t = crate::common::results::ResultsTable::read(dir)?;
         let (family, ds, id) = (t.strs("method")?, t.strs("dataset")?, t.strs("prompt_id")?);
         let mut prompts = Vec::new();
         for i in 0..t.height() {
@@ -255,47 +238,6 @@ fn draws(cfg: &OnlineConfig, trace: Option<&TraceMatches>) -> Vec<Draw> {
     }
 }
 
-/// Results of one (servers, lookahead) cell over its generations.
-#[derive(Clone, Debug, Serialize)]
-pub struct CellResult {
-    pub servers: usize,
-    pub k: usize,
-    /// Eq. 1's lookahead for these servers (the paper's choice).
-    pub eq1: bool,
-    pub nonsi_s: Vec<f64>,
-    pub si_s: Vec<f64>,
-    pub dsi_s: Vec<f64>,
-    pub dsi_tasks: usize,
-    pub dsi_started: usize,
-    pub dsi_preempted: usize,
-    pub dsi_max_queue: usize,
-    /// Mean busy fraction of the target servers in DSI runs.
-    pub dsi_busy: f64,
-    /// Exact expectations of the offline simulator at c = draft TPOT / target TPOT and the
-    /// rate a, in seconds (rate acceptance with flat costs only).
-    pub offline_si_s: Option<f64>,
-    pub offline_dsi_s: Option<f64>,
-}
-
-fn mean(v: &[f64]) -> f64 {
-    mean_sd(v).0
-}
-
-fn sd(v: &[f64]) -> f64 {
-    mean_sd(v).1
-}
-
-impl CellResult {
-    /// Ratio of mean wall times (a / b).
-    pub fn ratio(a: &[f64], b: &[f64]) -> f64 {
-        mean(a) / mean(b)
-    }
-    /// Mean over generations of the per-generation ratio, and its standard deviation.
-    pub fn per_run(a: &[f64], b: &[f64]) -> (f64, f64) {
-        let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
-        (mean(&r), sd(&r))
-    }
-}
 
 /// What `run_online` produced.
 pub struct OnlineOutcome {
@@ -472,7 +414,7 @@ fn summary_markdown(cfg: &OnlineConfig, lat: &Latencies, est: Option<&Acceptance
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiment::results::{write_parquet, ResultRow};
+    use crate::common::results::{write_parquet, ResultRow};
     use crate::method::{MethodSpec, PolicySpec, Setting};
 
     fn row(setting: Setting, id: &str, runs: Vec<usize>) -> ResultRow {

@@ -5,8 +5,8 @@
 //! accepted / verified up to and including each first rejection, is given beside it); the drop
 //! is relative to LP 1 with the same K.
 
-use crate::experiment::plots::render_png_sized;
-use crate::experiment::results::ResultsTable;
+use crate::common::plot::render_png_sized;
+use crate::common::results::ResultsTable;
 use anyhow::{anyhow, ensure, Context, Result};
 use plotters::prelude::*;
 use serde::Serialize;
@@ -166,7 +166,7 @@ pub fn run(a: &AcceptanceArgs) -> Result<()> {
             .collect();
         md.push_str(&format!("\n## {dataset}, {sampling}\n\n"));
         md.push_str(&markdown_table(&["K", "strategy", "calibration", "prompts", "α", "α vs LP 1", "acceptance rate", "accepted length", "calibrations per 100 tokens"], &rows));
-        let name = format!("figure4_{}_{}.png", crate::experiment::plots::safe(dataset), crate::experiment::plots::safe(sampling));
+        let name = format!("figure4_{}_{}.png", crate::common::plot::safe(dataset), crate::common::plot::safe(sampling));
         figure(&a.out.join(&name), &format!("EasySpec acceptance vs LP size: {dataset}, {sampling}"), ps)?;
         md.push_str(&format!("\n![{dataset} {sampling}]({name})\n"));
     }

@@ -8,7 +8,7 @@
 
 use crate::experiment::manifest::EvalManifest;
 use crate::experiment::merge::greedy_units;
-use crate::experiment::results::UnitFile;
+use crate::common::results::UnitFile;
 use anyhow::{ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;

@@ -85,6 +85,8 @@ pub struct HeadPolicies {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfidencePolicies {
+    /// f64 like the head's thresholds, so a setting's key reads as written (0.7); the policy
+    /// takes it as f32.
     pub thresholds: Vec<f64>,
     #[serde(default = "paper_bounds")]
     pub bounds: Vec<[usize; 2]>,
@@ -130,24 +132,37 @@ impl DrafterAxis {
     }
 }
 
+impl FixedPolicies {
+    pub fn specs(&self) -> Vec<PolicySpec> {
+        self.k.iter().map(|&k| PolicySpec::Fixed { k }).collect()
+    }
+}
+
+impl HeadPolicies {
+    /// Every head x threshold x bounds, heads named by their directories.
+    pub fn specs(&self) -> Vec<PolicySpec> {
+        let mut out = Vec::new();
+        for h in &self.heads {
+            for &threshold in &self.thresholds {
+                out.extend(self.bounds.iter().map(|&[min, max]| PolicySpec::Head { head: head_name(h), threshold, min, max }));
+            }
+        }
+        out
+    }
+}
+
+impl ConfidencePolicies {
+    pub fn specs(&self) -> Vec<PolicySpec> {
+        self.thresholds.iter().flat_map(|&threshold| self.bounds.iter().map(move |&[min, max]| PolicySpec::Confidence { threshold, min, max })).collect()
+    }
+}
+
 impl PolicyAxis {
     pub fn expand(&self) -> Vec<PolicySpec> {
         let mut out = Vec::new();
-        if let Some(g) = &self.fixed {
-            out.extend(g.k.iter().map(|&k| PolicySpec::Fixed { k }));
-        }
-        if let Some(g) = &self.head {
-            for h in &g.heads {
-                for &threshold in &g.thresholds {
-                    out.extend(g.bounds.iter().map(|&[min, max]| PolicySpec::Head { head: head_name(h), threshold, min, max }));
-                }
-            }
-        }
-        if let Some(g) = &self.confidence {
-            for &threshold in &g.thresholds {
-                out.extend(g.bounds.iter().map(|&[min, max]| PolicySpec::Confidence { threshold, min, max }));
-            }
-        }
+        out.extend(self.fixed.iter().flat_map(FixedPolicies::specs));
+        out.extend(self.head.iter().flat_map(HeadPolicies::specs));
+        out.extend(self.confidence.iter().flat_map(ConfidencePolicies::specs));
         out
     }
 }

@@ -1,7 +1,7 @@
 //! Command-line arguments of `specx eval` (the binary only parses and dispatches).
 
 use super::config::EvalConfig;
-use super::run::{run, EvalOptions};
+use super::{run, EvalOptions};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -148,7 +148,7 @@ pub fn run_cli(a: EvalArgs) -> Result<()> {
 }
 
 /// Prints where the results are and fails if the losslessness audit did.
-fn finish(outcome: &super::run::EvalOutcome, dir: &std::path::Path) -> Result<()> {
+fn finish(outcome: &super::EvalOutcome, dir: &std::path::Path) -> Result<()> {
     let summary = std::fs::read_to_string(dir.join("summary.md")).unwrap_or_default();
     print!("{summary}");
     eprintln!(

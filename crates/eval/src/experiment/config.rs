@@ -5,7 +5,7 @@
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use specx_datagen::config::{parse_toml, read_toml, resolve_path, PromptsConfig};
-use super::axes::MethodGrid;
+use super::axes::{ConfidencePolicies, FixedPolicies, HeadPolicies, MethodGrid};
 use specx_datagen::prompts::PromptFormat;
 use specx_decoder::speculative::{Calibration, HeadRule};
 use specx_decoder::{SamplingConfig, WeightMode};
@@ -214,35 +214,12 @@ pub struct MethodsConfig {
     pub ar_batch: Option<usize>,
 }
 
-/// Fixed-K speculative decoding for each K.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SpecDecGrid {
-    pub k: Vec<usize>,
-}
-
-/// SpecDec++: every head x threshold x bounds.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SpecDecPPGrid {
-    /// Head checkpoint directories (`specx train` output).
-    pub heads: Vec<PathBuf>,
-    pub thresholds: Vec<f64>,
-    /// `[min, max]` candidates per round; the paper's `[2, 20]` if absent.
-    #[serde(default = "paper_bounds")]
-    pub bounds: Vec<[usize; 2]>,
-}
-
-/// The confidence baseline: every threshold x bounds.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ConfidenceGrid {
-    /// f64 like the head's thresholds, so a setting's key reads as written (0.7); the policy
-    /// takes it as f32.
-    pub thresholds: Vec<f64>,
-    #[serde(default = "paper_bounds")]
-    pub bounds: Vec<[usize; 2]>,
-}
+/// `[methods.specdec]`: fixed K for each K (the fixed policy's axis).
+pub type SpecDecGrid = FixedPolicies;
+/// `[methods.specdecpp]`: SpecDec++, every head x threshold x bounds (the head policy's axis).
+pub type SpecDecPPGrid = HeadPolicies;
+/// `[methods.confidence]`: the confidence baseline, every threshold x bounds.
+pub type ConfidenceGrid = ConfidencePolicies;
 
 /// EasySpec: every strategy x calibration policy, each under fixed K for every `k`, under
 /// every head x threshold x bounds, and under DSI with every server count x `k`.

@@ -6,7 +6,8 @@
 use super::config::EvalConfig;
 use super::manifest::{EvalManifest, MANIFEST};
 use super::merge::merge;
-use super::run::{run, EvalOptions, EvalOutcome};
+use super::audit::EvalOutcome;
+use super::run::{run_on_one_device, EvalOptions};
 use anyhow::{bail, Result};
 use specx_datagen::devices::{part_dir, run_parts};
 use specx_datagen::manifest::Part;
@@ -29,7 +30,7 @@ pub fn run_on_devices(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcom
     let mut outcomes = run_parts(devices, |index| {
         let mut part_cfg = cfg.clone();
         part_cfg.output.dir = part_dir(dir, index);
-        run(&part_cfg, &EvalOptions { part: Some(Part { index, count: n }), progress: false, ..opts.clone() })
+        run_on_one_device(&part_cfg, &EvalOptions { part: Some(Part { index, count: n }), progress: false, ..opts.clone() })
     })?;
     if let Some(unfinished) = outcomes.iter().position(|o| !o.manifest.complete) {
         eprintln!("part {unfinished} is unfinished: run the same command again to continue; the parts merge once all are complete");

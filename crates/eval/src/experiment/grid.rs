@@ -2,6 +2,7 @@
 //! with. The papers' sections (`[methods.specdec]`, `.specdecpp`, `.confidence`, `.dsi`,
 //! `.easyspec`) are shorthands for their grids; `[[methods.grid]]` is any product of axes.
 
+use super::axes::HeadPolicies;
 use super::config::MethodsConfig;
 use crate::method::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting};
 use anyhow::{ensure, Result};
@@ -14,24 +15,12 @@ pub use super::axes::head_name;
 /// named twice is an error.
 pub fn expand(m: &MethodsConfig) -> Result<Vec<Setting>> {
     let mut specs: Vec<MethodSpec> = Vec::new();
-    if let Some(g) = &m.specdec {
-        specs.extend(g.k.iter().map(|&k| MethodSpec::plain(PolicySpec::Fixed { k })));
-    }
-    if let Some(g) = &m.specdecpp {
-        for h in &g.heads {
-            for &threshold in &g.thresholds {
-                specs.extend(g.bounds.iter().map(|&[min, max]| MethodSpec::plain(PolicySpec::Head { head: head_name(h), threshold, min, max })));
-            }
-        }
-    }
-    if let Some(g) = &m.confidence {
-        for &threshold in &g.thresholds {
-            specs.extend(g.bounds.iter().map(|&[min, max]| MethodSpec::plain(PolicySpec::Confidence { threshold, min, max })));
-        }
-    }
+    specs.extend(m.specdec.iter().flat_map(|g| g.specs()).map(MethodSpec::plain));
+    specs.extend(m.specdecpp.iter().flat_map(|g| g.specs()).map(MethodSpec::plain));
+    specs.extend(m.confidence.iter().flat_map(|g| g.specs()).map(MethodSpec::plain));
     if let Some(g) = &m.dsi {
         // Eq. 1's lookahead per server count, from the profile's TPOTs.
-        let eq1 = g.profile.as_deref().map(|p| crate::dsi::online_run::latencies_from_profile(p, 128)).transpose()?;
+        let eq1 = g.profile.as_deref().map(|p| crate::common::profile_data::latencies_from_profile(p, 128)).transpose()?;
         for &servers in &g.servers {
             let mut ks: Vec<usize> = g.lookaheads.clone();
             if let Some(l) = &eq1 {
@@ -48,11 +37,8 @@ pub fn expand(m: &MethodsConfig) -> Result<Vec<Setting>> {
                 let drafter = DrafterSpec::EasySpec { strategy: strategy.clone(), calibration, workers: g.workers.unwrap_or(1), compat: Compat::Lossless };
                 let fuzzy = |policy, scheduler| MethodSpec { drafter: drafter.clone(), policy, scheduler };
                 specs.extend(g.k.iter().map(|&k| fuzzy(PolicySpec::Fixed { k }, SchedulerSpec::Sequential)));
-                for h in &g.heads {
-                    for &threshold in &g.thresholds {
-                        specs.extend(g.bounds.iter().map(|&[min, max]| fuzzy(PolicySpec::Head { head: head_name(h), threshold, min, max }, SchedulerSpec::Sequential)));
-                    }
-                }
+                let heads = HeadPolicies { heads: g.heads.clone(), thresholds: g.thresholds.clone(), bounds: g.bounds.clone() };
+                specs.extend(heads.specs().into_iter().map(|p| fuzzy(p, SchedulerSpec::Sequential)));
                 for &servers in &g.servers {
                     specs.extend(g.k.iter().map(|&k| fuzzy(PolicySpec::Fixed { k }, SchedulerSpec::Dsi { servers })));
                 }

@@ -3,6 +3,7 @@
 //! machine, and progress.
 
 use super::config::EvalConfig;
+pub use crate::common::machine::Machine;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use specx_datagen::manifest::{ModelRecord, Part};
@@ -31,25 +32,6 @@ pub struct PromptSetRecord {
     pub rows_in_file: usize,
     /// Ids of the selected prompts, in run order.
     pub selected: Vec<String>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Machine {
-    pub cpu: String,
-    pub cores: usize,
-    /// Read bandwidth measured when the run (this process) started, GB/s.
-    pub bandwidth_gb_s: f64,
-}
-
-impl Machine {
-    pub fn measure() -> Self {
-        let cpu = std::fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_string()))
-            .unwrap_or_else(|| std::env::consts::ARCH.to_string());
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self { cpu, cores, bandwidth_gb_s: crate::sysmem::read_bandwidth(512 << 20, 3) / 1e9 }
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -89,7 +71,7 @@ impl EvalManifest {
             p.path = PathBuf::new();
         }
         if let Some(g) = &mut c.methods.specdecpp {
-            g.heads.iter_mut().for_each(|h| *h = PathBuf::from(super::grid::head_name(h)));
+            g.heads.iter_mut().for_each(|h| *h = PathBuf::from(super::axes::head_name(h)));
         }
         serde_json::json!({
             "format": self.format,

@@ -1,8 +1,8 @@
 //! `specx eval merge`: joins the part directories of a `--shard I/N` run.
 
 use super::manifest::EvalManifest;
-use super::results::UnitFile;
-use super::run::{audit, Audit, EvalOutcome};
+use crate::common::results::UnitFile;
+use super::audit::{audit, Audit, EvalOutcome};
 use anyhow::{bail, ensure, Context, Result};
 use specx_datagen::manifest::identity_difference;
 use specx_datagen::config::write_run_config;

@@ -2,6 +2,7 @@
 //! methods) with a losslessness audit in every run, resumable per-unit results, `--shard` +
 //! merge (and one part per device at once), `results.parquet`, `summary.md`, the timing model and PNG plots.
 
+pub mod audit;
 pub mod axes;
 pub mod cli;
 pub mod config;
@@ -15,6 +16,18 @@ pub mod plots;
 pub mod replay;
 pub mod replay_run;
 pub mod report;
-pub mod results;
 pub mod run;
-pub mod timing;
+
+pub use audit::EvalOutcome;
+pub use run::EvalOptions;
+
+/// Runs the experiment of `cfg` (paths resolved, `output.dir` the run directory): on this
+/// process's device, or with `[models] devices` and no `--shard`, one part per device side by
+/// side, merged into the run directory.
+pub fn run(cfg: &config::EvalConfig, opts: &EvalOptions) -> anyhow::Result<EvalOutcome> {
+    cfg.validate()?;
+    if !cfg.models.devices.is_empty() && opts.part.is_none() {
+        return devices::run_on_devices(cfg, opts);
+    }
+    run::run_on_one_device(cfg, opts)
+}

@@ -2,88 +2,14 @@
 //! rate, one point per setting, each family's non-dominated frontier drawn; replayed points
 //! hollow), speedup against K and against the threshold, and the distribution of accepted
 //! lengths per method family.
-//!
-//! Text is drawn with DejaVu Sans shipped in `assets/fonts` (no system font needed); images
-//! are rendered into memory and written atomically.
 
-use super::report::{grouped, GroupStats};
-use super::results::ResultRow;
-use anyhow::{anyhow, Context, Result};
+use crate::common::plot::{colour, frontier, range, render_png, safe, SIZE};
+use crate::common::results::ResultRow;
+use crate::common::stats::{grouped, mean_sd, GroupStats};
+use anyhow::{anyhow, Result};
 use plotters::prelude::*;
-use specx_decoder::fsutil::write_atomic;
 use std::collections::BTreeMap;
 use std::path::Path;
-
-static FONT: &[u8] = include_bytes!("../../../../assets/fonts/DejaVuSans.ttf");
-pub(crate) const SIZE: (u32, u32) = (900, 640);
-
-fn register_font() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // Registration fails only for a malformed font, which include_bytes! rules out.
-        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
-    });
-}
-
-/// Colour of a method family (the same in every plot).
-pub(crate) fn colour(family: &str) -> RGBColor {
-    match family {
-        "specdec" => RGBColor(31, 119, 180),
-        "specdecpp" => RGBColor(214, 39, 40),
-        "confidence" => RGBColor(44, 160, 44),
-        "oracle" => RGBColor(148, 103, 189),
-        "dsi" => RGBColor(255, 127, 14),
-        _ => RGBColor(90, 90, 90),
-    }
-}
-
-/// Renders `draw` into a PNG at `path` (900 x 640).
-pub fn render_png(path: &Path, draw: impl FnOnce(&DrawingArea<BitMapBackend, plotters::coord::Shift>) -> Result<()>) -> Result<()> {
-    render_png_sized(path, SIZE, draw)
-}
-
-/// Renders `draw` into a PNG of `size` pixels at `path`.
-pub fn render_png_sized(path: &Path, size: (u32, u32), draw: impl FnOnce(&DrawingArea<BitMapBackend, plotters::coord::Shift>) -> Result<()>) -> Result<()> {
-    register_font();
-    let mut rgb = vec![0u8; (size.0 * size.1 * 3) as usize];
-    {
-        let root = BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
-        draw(&root)?;
-        root.present().map_err(|e| anyhow!("{e}"))?;
-    }
-    let mut bytes = Vec::new();
-    {
-        let mut enc = png::Encoder::new(&mut bytes, size.0, size.1);
-        enc.set_color(png::ColorType::Rgb);
-        enc.set_depth(png::BitDepth::Eight);
-        enc.write_header()?.write_image_data(&rgb)?;
-    }
-    write_atomic(path, &bytes).with_context(|| format!("writing {}", path.display()))
-}
-
-/// Points not dominated by another (lower is better in both coordinates), sorted by x.
-pub fn frontier(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
-    let mut f: Vec<(f64, f64)> =
-        points.iter().copied().filter(|&(x, y)| !points.iter().any(|&(a, b)| a <= x && b <= y && (a < x || b < y))).collect();
-    f.sort_by(|a, b| a.0.total_cmp(&b.0));
-    f.dedup();
-    f
-}
-
-pub(crate) fn range(vals: impl Iterator<Item = f64> + Clone) -> std::ops::Range<f64> {
-    let lo = vals.clone().fold(f64::INFINITY, f64::min);
-    let hi = vals.fold(f64::NEG_INFINITY, f64::max);
-    if !lo.is_finite() || !hi.is_finite() {
-        return 0.0..1.0;
-    }
-    let pad = ((hi - lo) * 0.08).max(0.02);
-    (lo - pad).max(0.0)..hi + pad
-}
-
-pub(crate) fn safe(s: &str) -> String {
-    s.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
-}
 
 /// Writes every plot into `dir`; returns the files written.
 pub fn write_plots(dir: &Path, rows: &[ResultRow]) -> Result<Vec<std::path::PathBuf>> {
@@ -153,7 +79,7 @@ fn frontier_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, titl
 fn speedup_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, title: &str, spec: &[&Stat]) -> Result<()> {
     let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
     let (left, right) = root.split_horizontally(SIZE.0 / 2);
-    let mean = |s: &Stat| super::report::mean_sd(&s.3.speedup).0;
+    let mean = |s: &Stat| mean_sd(&s.3.speedup).0;
     // Left: speedup against K: fixed K, and DSI's lookahead per server count.
     let mut k_lines: BTreeMap<String, (&str, Vec<(f64, f64)>)> = BTreeMap::new();
     for s in spec.iter().filter(|s| s.1 == "specdec" || s.1 == "dsi") {
@@ -252,13 +178,4 @@ fn accepted_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, titl
     }
     chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 15)).draw().map_err(e)?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn frontier_keeps_only_non_dominated_points() {
-        let f = super::frontier(&[(0.1, 0.5), (0.2, 0.4), (0.3, 0.45), (0.05, 0.9), (0.2, 0.4)]);
-        assert_eq!(f, vec![(0.05, 0.9), (0.1, 0.5), (0.2, 0.4)]);
-    }
 }

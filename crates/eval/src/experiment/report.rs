@@ -5,8 +5,9 @@
 //! prompts (e.g. total discarded / total generated), which weights long responses more.
 
 use super::manifest::EvalManifest;
-use super::results::{write_parquet, ResultRow};
-use super::timing::{fit_family, predicted_throughput, standalone_target, Fit, PAPER_TIMES};
+use crate::common::results::{write_parquet, ResultRow};
+use crate::common::stats::{grouped, pm, GroupStats};
+use crate::common::timing::{fit_family, predicted_throughput, standalone_target, Fit, PAPER_TIMES};
 use crate::report::markdown_table;
 use anyhow::Result;
 use specx_decoder::fsutil::write_atomic;
@@ -20,93 +21,6 @@ pub fn write_reports(dir: &Path, manifest: &EvalManifest, rows: &[ResultRow]) ->
     write_atomic(&dir.join("summary.md"), summary_markdown(manifest, rows).as_bytes())?;
     super::plots::write_plots(&dir.join("plots"), rows)?;
     Ok(())
-}
-
-/// Mean and sample standard deviation.
-pub fn mean_sd(xs: &[f64]) -> (f64, f64) {
-    let n = xs.len() as f64;
-    if xs.is_empty() {
-        return (f64::NAN, f64::NAN);
-    }
-    let mean = xs.iter().sum::<f64>() / n;
-    let sd = if xs.len() > 1 { (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt() } else { 0.0 };
-    (mean, sd)
-}
-
-fn pm(xs: &[f64], digits: usize) -> String {
-    let (m, s) = mean_sd(xs);
-    format!("{m:.digits$} ± {s:.digits$}")
-}
-
-/// Aggregates of one (dataset, sampling, setting) group.
-pub struct GroupStats {
-    pub prompts: usize,
-    pub tokens_per_s: Vec<f64>,
-    pub speedup: Vec<f64>,
-    pub discard_rate: Vec<f64>,
-    pub verification_rate: Vec<f64>,
-    pub acceptance: Vec<f64>,
-    pub sum_generated: usize,
-    pub sum_discarded: usize,
-    pub sum_target_calls: usize,
-    pub sum_accepted: usize,
-    pub sum_verified: usize,
-    pub sum_time: f64,
-    pub identical: usize,
-    pub replayed: bool,
-}
-
-impl GroupStats {
-    pub fn of(rows: &[&ResultRow]) -> Self {
-        let m: Vec<_> = rows.iter().map(|r| r.metrics()).collect();
-        let sum = |f: &dyn Fn(&ResultRow) -> usize| rows.iter().map(|r| f(r)).sum::<usize>();
-        Self {
-            prompts: rows.len(),
-            tokens_per_s: m.iter().map(|m| m.tokens_per_sec()).collect(),
-            speedup: rows.iter().map(|r| r.speedup).collect(),
-            discard_rate: m.iter().map(|m| m.discard_rate()).collect(),
-            verification_rate: m.iter().map(|m| m.verification_rate()).collect(),
-            acceptance: m.iter().filter(|m| m.n_verified > 0).map(|m| m.acceptance_rate()).collect(),
-            sum_generated: sum(&|r| r.n_generated),
-            sum_discarded: sum(&|r| r.n_discarded()),
-            sum_target_calls: sum(&|r| r.n_target_calls),
-            sum_accepted: sum(&|r| r.n_accepted),
-            sum_verified: sum(&|r| r.n_verified),
-            sum_time: rows.iter().map(|r| r.total_time_s).sum(),
-            identical: rows.iter().filter(|r| r.identical_to_ar).count(),
-            replayed: rows.iter().any(|r| r.replayed),
-        }
-    }
-
-    fn ratio(a: usize, b: usize) -> f64 {
-        if b == 0 { 0.0 } else { a as f64 / b as f64 }
-    }
-    pub fn discard_rate_sum(&self) -> f64 {
-        Self::ratio(self.sum_discarded, self.sum_generated)
-    }
-    pub fn verification_rate_sum(&self) -> f64 {
-        Self::ratio(self.sum_target_calls, self.sum_generated)
-    }
-    pub fn acceptance_sum(&self) -> f64 {
-        Self::ratio(self.sum_accepted, self.sum_verified)
-    }
-    pub fn tokens_per_call_sum(&self) -> f64 {
-        Self::ratio(self.sum_generated, self.sum_target_calls)
-    }
-}
-
-/// Rows grouped by (dataset, sampling) and, inside, by setting key in first-seen order.
-pub fn grouped(rows: &[ResultRow]) -> BTreeMap<(String, String), Vec<(String, Vec<&ResultRow>)>> {
-    let mut out: BTreeMap<(String, String), Vec<(String, Vec<&ResultRow>)>> = BTreeMap::new();
-    for r in rows {
-        let groups = out.entry((r.dataset.clone(), r.sampling.clone())).or_default();
-        let key = format!("{}{}", r.setting.key(), if r.replayed { " (replayed)" } else { "" });
-        match groups.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, v)) => v.push(r),
-            None => groups.push((key, vec![r])),
-        }
-    }
-    out
 }
 
 pub fn summary_markdown(manifest: &EvalManifest, rows: &[ResultRow]) -> String {
@@ -139,7 +53,7 @@ pub fn summary_markdown(manifest: &EvalManifest, rows: &[ResultRow]) -> String {
             "The AR rows come from a greedy trace run ({b} prompts decoded at once): their times are shares of batched steps, not single-stream times, so they give no timing fit; replayed rows use eq. 5.1 with single-forward times for the AR reference too.\n"
         );
     }
-    let super::run::Audit { failures, numerical } = super::run::audit(rows, &manifest.config.audit);
+    let super::audit::Audit { failures, numerical } = super::audit::audit(rows, &manifest.config.audit);
     if failures.is_empty() && numerical.is_empty() {
         let _ = writeln!(s, "Losslessness audit: passed (every greedy speculative output equals AR's).\n");
     } else if failures.is_empty() {

@@ -2,12 +2,13 @@
 //! prompt x sampling setting x seed: AR first, then every method setting) that this process
 //! is responsible for and has not finished, then writes the results, the summary and the plots.
 
-use super::config::{AuditConfig, AuditMode, EvalConfig, PromptSetConfig};
+use super::audit::{audit, Audit, EvalOutcome};
+use super::config::{EvalConfig, PromptSetConfig};
 use super::grid::{expand, head_name};
 use super::manifest::{EvalManifest, HeadRecord, Machine, PromptSetRecord, FORMAT, MANIFEST};
-use super::results::{tokens_sha256, Divergence, ResultRow, UnitFile, UnitKey};
+use crate::common::results::{tokens_sha256, Divergence, ResultRow, UnitFile, UnitKey};
 use crate::method::{generate, ModelPlan, Models, Setting};
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use specx_datagen::config::write_run_config;
 use specx_datagen::manifest::{ensure_same_setup, Part};
@@ -78,17 +79,6 @@ pub fn units(cfg: &EvalConfig, sets: &[SelectedSet]) -> Vec<UnitKey> {
     out
 }
 
-/// What a finished (or partial) run produced.
-#[derive(Debug)]
-pub struct EvalOutcome {
-    pub manifest: EvalManifest,
-    pub rows: Vec<ResultRow>,
-    /// Greedy rows whose output differs from AR's and that the audit fails.
-    pub audit_failures: Vec<String>,
-    /// Greedy rows whose output differs from AR's at a near-tie (a `numerical` audit).
-    pub numerical_flips: Vec<String>,
-}
-
 /// The record of every head the grid names (read before any model loads, so that a wrong
 /// path fails fast).
 fn head_records(cfg: &EvalConfig) -> Result<Vec<HeadRecord>> {
@@ -139,8 +129,10 @@ fn model_plan(cfg: &EvalConfig, device: DeviceName, settings: &[Setting]) -> Res
     })
 }
 
-/// Runs the experiment of `cfg` (paths resolved, `output.dir` the run directory).
-pub fn run(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcome> {
+/// Runs the experiment of `cfg` (paths resolved, `output.dir` the run directory) on this
+/// process's one device: the whole run, or the part `opts.part` (of a `[models] devices` run,
+/// the part's device).
+pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcome> {
     let started = Instant::now();
     cfg.validate()?;
     if let Some(p) = opts.part {
@@ -156,7 +148,7 @@ pub fn run(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcome> {
 
     let device: DeviceName = match (cfg.models.devices.as_slice(), opts.part) {
         ([], _) => cfg.models.device.parse()?,
-        (_, None) => return super::devices::run_on_devices(cfg, opts),
+        (_, None) => bail!("[models] devices runs one part per device: run it with experiment::run (specx eval), which starts them"),
         (devices, Some(p)) => {
             ensure!(p.count == devices.len(), "[models] devices runs one part per device: --shard {}/{} needs {} parts", p.index, p.count, devices.len());
             devices[p.index].parse()?
@@ -412,91 +404,10 @@ pub fn collect_rows(dir: &Path, units: &[&UnitKey]) -> Result<Vec<ResultRow>> {
     Ok(rows)
 }
 
-/// What the losslessness audit found: greedy speculative outputs that differ from AR's, as
-/// failures, and (in a `numerical` audit) as near-tie flips.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Audit {
-    pub failures: Vec<String>,
-    pub numerical: Vec<String>,
-}
-
-/// The losslessness audit: every greedy speculative output must equal AR's, except, in a
-/// `numerical` audit, outputs whose first departure is a near-tie of the target.
-pub fn audit(rows: &[ResultRow], cfg: &AuditConfig) -> Audit {
-    let mut out = Audit::default();
-    for r in rows.iter().filter(|r| r.greedy() && !r.identical_to_ar && !r.replayed) {
-        let what = format!("{} {} ({}, seed {}): {} differs from AR", r.dataset, r.prompt_id, r.sampling, r.seed, r.setting.key());
-        match &r.divergence {
-            Some(d) => {
-                let line = format!("{what} from token {} on (AR {}, got {}; target logit margin {:.2e})", d.position, d.ar_token, d.token, d.margin);
-                if cfg.mode == AuditMode::Numerical && d.margin.abs() <= cfg.near_tie {
-                    out.numerical.push(line);
-                } else {
-                    out.failures.push(line);
-                }
-            }
-            None => out.failures.push(what),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::{MethodSpec, PolicySpec};
     use specx_decoder::load_model_as;
-
-    fn row(identical: bool, divergence: Option<Divergence>, temperature: f32) -> ResultRow {
-        ResultRow {
-            dataset: "d".into(),
-            prompt_index: 0,
-            prompt_id: "p".into(),
-            sampling: "greedy".into(),
-            temperature,
-            top_k: None,
-            top_p: None,
-            seed: 0,
-            setting: Setting::Speculative(MethodSpec::plain(PolicySpec::Fixed { k: 4 })),
-            replayed: false,
-            prompt_tokens: 3,
-            max_new_tokens: 8,
-            n_generated: 8,
-            n_target_calls: 3,
-            n_draft_calls: 8,
-            n_calibrations: 0,
-            n_drafted: 8,
-            n_accepted: 6,
-            n_verified: 8,
-            draft_time_s: 0.0,
-            target_time_s: 0.0,
-            total_time_s: 0.0,
-            accepted_per_round: vec![4, 2],
-            drafted_per_round: vec![4, 4],
-            output_sha256: String::new(),
-            identical_to_ar: identical,
-            speedup: 1.0,
-            batch: 1,
-            divergence,
-            dsi: None,
-        }
-    }
-
-    #[test]
-    fn the_numerical_audit_excuses_near_ties_only() {
-        let tie = Divergence { position: 5, ar_token: 10, token: 11, margin: 3e-4 };
-        let wide = Divergence { position: 2, ar_token: 10, token: 12, margin: 1.5 };
-        let rows = vec![row(true, None, 0.0), row(false, Some(tie.clone()), 0.0), row(false, Some(wide), 0.0), row(false, None, 0.7)];
-        let exact = audit(&rows, &AuditConfig::default());
-        assert_eq!((exact.failures.len(), exact.numerical.len()), (2, 0), "{exact:?}");
-        assert!(exact.failures[0].contains("from token 5 on") && exact.failures[0].contains("3.00e-4"), "{:?}", exact.failures);
-        let numerical = audit(&rows, &AuditConfig { mode: AuditMode::Numerical, near_tie: 0.01 });
-        assert_eq!((numerical.failures.len(), numerical.numerical.len()), (1, 1), "{numerical:?}");
-        assert!(numerical.failures[0].contains("margin 1.50e0"), "{:?}", numerical.failures);
-        // A differing greedy row without a recorded divergence (an older run) always fails.
-        let old = audit(&[row(false, None, 0.0)], &AuditConfig { mode: AuditMode::Numerical, near_tie: 10.0 });
-        assert_eq!(old.failures.len(), 1);
-    }
 
     #[test]
     fn a_divergence_names_the_first_departure_and_the_targets_margin_there() {

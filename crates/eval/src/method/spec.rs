@@ -164,7 +164,7 @@ impl MethodSpec {
 
     /// The parts' own ranges, and the combinations no scheduler can run: said before any model
     /// loads. Model-dependent checks (the strategy against the draft's depth, the head's
-    /// presence) come with the models ([`super::build`]).
+    /// presence) come with the models (`MethodSpec::check_models`).
     pub fn check(&self) -> Result<()> {
         let key = self.key();
         match &self.drafter {

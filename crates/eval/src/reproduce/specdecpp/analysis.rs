@@ -4,8 +4,8 @@
 //! (Table 2).
 
 use super::rows::{Group, Row};
-use crate::experiment::plots::frontier;
-use crate::experiment::timing::{least_squares, Fit};
+use crate::common::plot::frontier;
+use crate::common::timing::{least_squares, Fit};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -202,7 +202,7 @@ mod tests {
         let g = &gs[&("d".to_string(), "greedy".to_string())];
         let t = Times { name: "paper".into(), t_draft: 0.0234, t_target: 0.112 };
         let c = compare(g, &t, Some("w6-d3"));
-        let tp = |disc: f64, tgt: f64| crate::experiment::timing::predicted_throughput(100.0, disc, tgt, 0.0234, 0.112);
+        let tp = |disc: f64, tgt: f64| crate::common::timing::predicted_throughput(100.0, disc, tgt, 0.0234, 0.112);
         let (k, s, o) = (tp(30.0, 30.0).max(tp(10.0, 40.0)), tp(12.0, 28.0), tp(0.0, 20.0));
         assert!((c.best_fixed_k.as_ref().unwrap().tokens_per_s - k).abs() < 1e-9);
         assert_eq!(c.best_specdecpp.as_ref().unwrap().setting, "h=0.7");

@@ -3,7 +3,7 @@
 
 use super::analysis::{HeadPoint, Times};
 use super::rows::Group;
-use crate::experiment::plots::{colour, frontier, range, render_png};
+use crate::common::plot::{colour, frontier, range, render_png};
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
 use std::collections::BTreeMap;

@@ -9,7 +9,7 @@ pub mod analysis;
 pub mod figures;
 pub mod rows;
 
-use crate::experiment::timing::{Fit, PAPER_TIMES};
+use crate::common::timing::{Fit, PAPER_TIMES};
 use analysis::{best_threshold_per_head, compare, frontier_check, paper_threshold, timing_fit, BestThreshold, HeadPoint, Times};
 use anyhow::{ensure, Context, Result};
 use clap::Args;
@@ -103,7 +103,7 @@ fn measured_table(rows: &[Row]) -> String {
         let mut table = Vec::new();
         for g in gs.values() {
             let sp: Vec<f64> = g.rows.iter().filter_map(|r| ar.get(r.prompt_id.as_str()).map(|a| a / r.time_s)).collect();
-            let (m, sd) = crate::experiment::report::mean_sd(&sp);
+            let (m, sd) = crate::common::stats::mean_sd(&sp);
             let ar_sum: f64 = g.rows.iter().filter_map(|r| ar.get(r.prompt_id.as_str())).sum();
             let t_sum: f64 = g.rows.iter().map(|r| r.time_s).sum();
             table.push(vec![g.first.setting.clone(), g.rows.len().to_string(), g.measured().map_or("-".into(), f3), format!("{m:.3} ± {sd:.3}"), f3(ar_sum / t_sum), f3(g.eq51(PAPER_TIMES) * PAPER_TIMES.1)]);
@@ -251,7 +251,7 @@ pub fn reproduce(cfg: &ReproConfig) -> Result<String> {
         md.push('\n');
         let bt = best_threshold_per_head(gs, &times[0]);
         table3.insert(dataset.clone(), bt.clone());
-        let tag = crate::experiment::plots::safe(&format!("{dataset}_{sampling}"));
+        let tag = crate::common::plot::safe(&format!("{dataset}_{sampling}"));
         figures::frontier_figure(&cfg.out.join(format!("frontier_{tag}.png")), &format!("{dataset} ({sampling}): Figure 3 analogue"), gs)?;
         let mut ranked: Vec<(String, f64)> = Vec::new();
         for g in gs.values().filter(|g| g.first.family == "specdecpp") {

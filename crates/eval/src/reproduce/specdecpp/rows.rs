@@ -28,7 +28,7 @@ pub struct Row {
 
 /// Every row of `dir/results.parquet`.
 pub fn read_rows(dir: &Path) -> Result<Vec<Row>> {
-    let t = crate::experiment::results::ResultsTable::read(dir)?;
+    let t = crate::common::results::ResultsTable::read(dir)?;
     let (dataset, sampling, prompt_id, family, setting, head) = (t.strs("dataset")?, t.strs("sampling")?, t.strs("prompt_id")?, t.strs("method")?, t.strs("setting")?, t.strs("head")?);
     let (threshold, k, min, replayed) = (t.f64s("threshold")?, t.u64s("k")?, t.u64s("min")?, t.bools("replayed")?);
     let (n, disc, tgt, drf, time) = (t.u64s("n_generated")?, t.u64s("n_discarded")?, t.u64s("n_target_calls")?, t.u64s("n_draft_calls")?, t.f64s("total_time_s")?);
@@ -80,11 +80,11 @@ impl Group {
     }
     /// Eq. 5.1 throughput at forward times `t` = (draft, target): ratio of sums over prompts.
     pub fn eq51(&self, t: (f64, f64)) -> f64 {
-        crate::experiment::timing::predicted_throughput(self.n(), self.discarded(), self.target_calls(), t.0, t.1)
+        crate::common::timing::predicted_throughput(self.n(), self.discarded(), self.target_calls(), t.0, t.1)
     }
     /// Eq. 5.1 throughput per prompt, averaged over prompts.
     pub fn eq51_mean(&self, t: (f64, f64)) -> f64 {
-        let v: Vec<f64> = self.rows.iter().filter(|r| r.n > 0.0).map(|r| crate::experiment::timing::predicted_throughput(r.n, r.discarded, r.target_calls, t.0, t.1)).collect();
+        let v: Vec<f64> = self.rows.iter().filter(|r| r.n > 0.0).map(|r| crate::common::timing::predicted_throughput(r.n, r.discarded, r.target_calls, t.0, t.1)).collect();
         v.iter().sum::<f64>() / v.len().max(1) as f64
     }
     /// Measured tokens per second, ratio of sums (real single-stream rows only).

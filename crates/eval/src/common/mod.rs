@@ -1,0 +1,10 @@
+//! What every command and analysis of the eval crate shares, at the bottom of its layers (it
+//! imports nothing above it): results rows and tables, statistics over prompts, timing-model
+//! fits, the profile's data and latencies, the measured machine, and PNG rendering.
+
+pub mod machine;
+pub mod plot;
+pub mod profile_data;
+pub mod results;
+pub mod stats;
+pub mod timing;

@@ -1,0 +1,88 @@
+//! Rendering PNG plots: DejaVu Sans shipped in `assets/fonts` (no system font needed), images
+//! rendered into memory and written atomically, one colour per method family, and the small
+//! helpers every figure uses (axis ranges, Pareto frontiers, file-name-safe tags).
+
+use anyhow::{anyhow, Context, Result};
+use plotters::prelude::*;
+use specx_decoder::fsutil::write_atomic;
+use std::path::Path;
+
+static FONT: &[u8] = include_bytes!("../../../../assets/fonts/DejaVuSans.ttf");
+pub const SIZE: (u32, u32) = (900, 640);
+
+fn register_font() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Registration fails only for a malformed font, which include_bytes! rules out.
+        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
+    });
+}
+
+/// Colour of a method family (the same in every plot).
+pub fn colour(family: &str) -> RGBColor {
+    match family {
+        "specdec" => RGBColor(31, 119, 180),
+        "specdecpp" => RGBColor(214, 39, 40),
+        "confidence" => RGBColor(44, 160, 44),
+        "oracle" => RGBColor(148, 103, 189),
+        "dsi" => RGBColor(255, 127, 14),
+        _ => RGBColor(90, 90, 90),
+    }
+}
+
+/// Renders `draw` into a PNG at `path` (900 x 640).
+pub fn render_png(path: &Path, draw: impl FnOnce(&DrawingArea<BitMapBackend, plotters::coord::Shift>) -> Result<()>) -> Result<()> {
+    render_png_sized(path, SIZE, draw)
+}
+
+/// Renders `draw` into a PNG of `size` pixels at `path`.
+pub fn render_png_sized(path: &Path, size: (u32, u32), draw: impl FnOnce(&DrawingArea<BitMapBackend, plotters::coord::Shift>) -> Result<()>) -> Result<()> {
+    register_font();
+    let mut rgb = vec![0u8; (size.0 * size.1 * 3) as usize];
+    {
+        let root = BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+        draw(&root)?;
+        root.present().map_err(|e| anyhow!("{e}"))?;
+    }
+    let mut bytes = Vec::new();
+    {
+        let mut enc = png::Encoder::new(&mut bytes, size.0, size.1);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        enc.write_header()?.write_image_data(&rgb)?;
+    }
+    write_atomic(path, &bytes).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Points not dominated by another (lower is better in both coordinates), sorted by x.
+pub fn frontier(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut f: Vec<(f64, f64)> =
+        points.iter().copied().filter(|&(x, y)| !points.iter().any(|&(a, b)| a <= x && b <= y && (a < x || b < y))).collect();
+    f.sort_by(|a, b| a.0.total_cmp(&b.0));
+    f.dedup();
+    f
+}
+
+pub fn range(vals: impl Iterator<Item = f64> + Clone) -> std::ops::Range<f64> {
+    let lo = vals.clone().fold(f64::INFINITY, f64::min);
+    let hi = vals.fold(f64::NEG_INFINITY, f64::max);
+    if !lo.is_finite() || !hi.is_finite() {
+        return 0.0..1.0;
+    }
+    let pad = ((hi - lo) * 0.08).max(0.02);
+    (lo - pad).max(0.0)..hi + pad
+}
+
+pub fn safe(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn frontier_keeps_only_non_dominated_points() {
+        let f = super::frontier(&[(0.1, 0.5), (0.2, 0.4), (0.3, 0.45), (0.05, 0.9), (0.2, 0.4)]);
+        assert_eq!(f, vec![(0.05, 0.9), (0.1, 0.5), (0.2, 0.4)]);
+    }
+}

@@ -1,0 +1,95 @@
+//! What `specx profile` writes (each model's forward curve, per-layer times, TTFT, TPOT) and
+//! the latencies the DSI and EasySpec timing models read from it.
+
+use anyhow::{ensure, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+#[derive(Serialize, Deserialize)]
+pub struct ForwardCurve {
+    pub context: usize,
+    /// Median seconds of a forward of r new rows, r = 1..=max_rows.
+    pub seconds: Vec<f64>,
+}
+
+#[derive(Serialize, Deserialize)]
+pub struct ModelProfile {
+    pub role: String,
+    pub path: PathBuf,
+    pub sha256: String,
+    pub layers: usize,
+    pub forward: Vec<ForwardCurve>,
+    /// One new row after `layer_context` tokens: median seconds per layer.
+    pub layer_context: usize,
+    pub attention_s: Vec<f64>,
+    pub mlp_s: Vec<f64>,
+    pub lm_head_s: f64,
+    /// Prefill of `context` tokens (time to first token), median seconds, per context.
+    pub ttft_s: Vec<(usize, f64)>,
+    /// Seconds per output token of a greedy generation after a 128-token prompt.
+    pub tpot_s: f64,
+}
+
+#[derive(Serialize, Deserialize)]
+pub struct Profile {
+    pub weights: String,
+    pub machine: super::machine::Machine,
+    pub reps: usize,
+    pub models: Vec<ModelProfile>,
+}
+
+/// Forward latencies of the pair, in seconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Latencies {
+    pub draft_ttft: f64,
+    pub draft_tpot: f64,
+    pub target_ttft: f64,
+    pub target_tpot: f64,
+    /// Target forward time of r new rows relative to one row, r = 1, 2, ... (empty: every
+    /// forward costs TPOT, the paper's model). Extrapolated linearly past its end.
+    #[serde(default)]
+    pub target_rows: Vec<f64>,
+}
+
+impl Latencies {
+    /// Every latency multiplied by `s` (the row curve is relative and stays).
+    pub fn scaled(&self, s: f64) -> Self {
+        Self { draft_ttft: self.draft_ttft * s, draft_tpot: self.draft_tpot * s, target_ttft: self.target_ttft * s, target_tpot: self.target_tpot * s, target_rows: self.target_rows.clone() }
+    }
+
+    /// Time of a (not first) target forward of `rows` new rows.
+    pub fn target(&self, rows: usize) -> f64 {
+        let curve = &self.target_rows;
+        if rows <= 1 || curve.is_empty() {
+            return self.target_tpot;
+        }
+        let n = curve.len();
+        let rel = if rows <= n {
+            curve[rows - 1]
+        } else {
+            let slope = if n >= 2 { curve[n - 1] - curve[n - 2] } else { 0.0 };
+            curve[n - 1] + slope.max(0.0) * (rows - n) as f64
+        };
+        self.target_tpot * rel
+    }
+}
+
+/// The profile's draft and target latencies at `context` (TTFT of the nearest measured prompt
+/// length; the row curve at the nearest context, relative to one row).
+pub fn latencies_from_profile(path: &Path, context: usize) -> Result<Latencies> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let p: Profile = serde_json::from_str(&text).with_context(|| format!("{}: not a `specx profile` JSON", path.display()))?;
+    let model = |role: &str| p.models.iter().find(|m| m.role == role).with_context(|| format!("{}: no {role} model", path.display()));
+    let (d, t) = (model("draft")?, model("target")?);
+    let nearest = |v: &[(usize, f64)]| v.iter().min_by_key(|(c, _)| c.abs_diff(context)).map(|x| x.1).context("profile without TTFT");
+    let curve = t.forward.iter().min_by_key(|c| c.context.abs_diff(context)).context("profile without forward curves")?;
+    ensure!(!curve.seconds.is_empty() && curve.seconds[0] > 0.0, "{}: empty forward curve", path.display());
+    Ok(Latencies {
+        draft_ttft: nearest(&d.ttft_s)?,
+        draft_tpot: d.tpot_s,
+        target_ttft: nearest(&t.ttft_s)?,
+        target_tpot: t.tpot_s,
+        target_rows: curve.seconds.iter().map(|s| s / curve.seconds[0]).collect(),
+    })
+}
+
