@@ -95,8 +95,18 @@ impl<'a> Committed<'a> {
         Self { seq: prompt.to_vec(), prompt_len: prompt.len(), max_new_tokens: cfg.max_new_tokens, eos, sampling: &cfg.sampling, streams: Streams::new(cfg.seed), finished: cfg.max_new_tokens == 0 }
     }
 
-    pub fn streams(&self) -> Streams {
-        self.streams
+    pub fn eos(&self) -> &'a [u32] {
+        self.eos
+    }
+
+    pub fn is_greedy(&self) -> bool {
+        self.sampling.is_greedy()
+    }
+
+    /// A drafting round after `context` (the committed tokens; for DSI, those and the
+    /// speculative chain) with this request's sampling, random streams and EOS tokens.
+    pub fn draft_round<'r>(&'r self, context: &'r [u32], max: usize, policy: &'r mut dyn StopPolicy, metrics: &'r mut RequestMetrics) -> DraftRound<'r> {
+        DraftRound { committed: context, max, policy, sampling: self.sampling, streams: self.streams, eos: self.eos, metrics }
     }
 
     pub fn generated(&self) -> usize {

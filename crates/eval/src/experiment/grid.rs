@@ -32,13 +32,13 @@ pub fn expand(m: &MethodsConfig) -> Result<Vec<Setting>> {
         }
     }
     if let Some(g) = &m.easyspec {
+        let head_policies = HeadPolicies { heads: g.heads.clone(), thresholds: g.thresholds.clone(), bounds: g.bounds.clone() }.specs();
         for strategy in &g.strategies {
             for &calibration in &g.calibrations {
                 let drafter = DrafterSpec::EasySpec { strategy: strategy.clone(), calibration, workers: g.workers.unwrap_or(1), compat: Compat::Lossless };
                 let fuzzy = |policy, scheduler| MethodSpec { drafter: drafter.clone(), policy, scheduler };
                 specs.extend(g.k.iter().map(|&k| fuzzy(PolicySpec::Fixed { k }, SchedulerSpec::Sequential)));
-                let heads = HeadPolicies { heads: g.heads.clone(), thresholds: g.thresholds.clone(), bounds: g.bounds.clone() };
-                specs.extend(heads.specs().into_iter().map(|p| fuzzy(p, SchedulerSpec::Sequential)));
+                specs.extend(head_policies.iter().map(|p| fuzzy(p.clone(), SchedulerSpec::Sequential)));
                 for &servers in &g.servers {
                     specs.extend(g.k.iter().map(|&k| fuzzy(PolicySpec::Fixed { k }, SchedulerSpec::Dsi { servers })));
                 }

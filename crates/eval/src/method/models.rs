@@ -29,7 +29,6 @@ pub struct ModelPlan {
 
 /// The loaded models of a [`ModelPlan`].
 pub struct Models {
-    pub device: Device,
     pub target: LoadedModel,
     pub draft: Option<LoadedModel>,
     /// The draft with its attention layers on `draft_devices`.
@@ -76,7 +75,7 @@ impl Models {
             let d = draft.as_ref().context("acceptance heads read the draft's hidden states: a draft model is needed")?;
             heads.insert(name.clone(), load_head(spec, d, &device)?);
         }
-        Ok(Self { device, target, draft, placed_draft, replicas, heads })
+        Ok(Self { target, draft, placed_draft, replicas, heads })
     }
 
     /// DSI's target workers, one per worker device (empty: the workers share the target).

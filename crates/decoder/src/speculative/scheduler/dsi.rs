@@ -19,7 +19,7 @@ use crate::model::Transformer;
 use crate::speculative::drafter::{Candidate, Drafter};
 use crate::speculative::metrics::RequestMetrics;
 use crate::speculative::policy::StopPolicy;
-use crate::speculative::round::{Committed, DraftRound, Generation, SpecConfig};
+use crate::speculative::round::{Committed, Generation, SpecConfig};
 use crate::speculative::scorer::{common_prefix_len, TargetScorer};
 use crate::speculative::verifier::Verifier;
 use anyhow::{anyhow, bail, ensure, Result};
@@ -127,9 +127,7 @@ struct Coordinator<'a> {
     drafter: &'a mut dyn Drafter,
     policy: &'a mut dyn StopPolicy,
     verifier: &'a mut dyn Verifier,
-    cfg: &'a SpecConfig,
     dsi: &'a DsiConfig,
-    eos: &'a [u32],
     /// Prompt and committed tokens.
     committed: Committed<'a>,
     /// Speculative candidates after the committed tokens, block after block.
@@ -146,7 +144,7 @@ struct Coordinator<'a> {
 
 impl Coordinator<'_> {
     fn chain_ended(&self) -> bool {
-        self.chain.last().is_some_and(|c| self.eos.contains(&c.token)) || self.chain.len() >= self.committed.remaining()
+        self.chain.last().is_some_and(|c| self.committed.eos().contains(&c.token)) || self.chain.len() >= self.committed.remaining()
     }
 
     fn unsubmitted(&self) -> bool {
@@ -204,8 +202,7 @@ impl Coordinator<'_> {
         let start = self.committed.seq.len() + self.chain.len();
         let mut context = self.committed.seq.clone();
         context.extend(self.chain.iter().map(|c| c.token));
-        let round = DraftRound { committed: &context, max, policy: self.policy, sampling: &self.cfg.sampling, streams: self.committed.streams(), eos: self.eos, metrics: &mut self.m };
-        let candidates = self.drafter.draft(round)?;
+        let candidates = self.drafter.draft(self.committed.draft_round(&context, max, self.policy, &mut self.m))?;
         ensure!(!candidates.is_empty() && candidates.len() <= max, "drafter returned {} candidates (1..={max} allowed)", candidates.len());
         self.m.n_drafted += candidates.len();
         context.extend(candidates.iter().map(|c| c.token));
@@ -322,9 +319,7 @@ pub fn generate_dsi(
             drafter,
             policy,
             verifier,
-            cfg,
             dsi,
-            eos,
             committed: Committed::new(prompt, cfg, eos),
             chain: Vec::new(),
             blocks: VecDeque::new(),

@@ -3,7 +3,7 @@
 use crate::speculative::drafter::{Candidate, Drafter};
 use crate::speculative::metrics::RequestMetrics;
 use crate::speculative::policy::{FixedK, StopPolicy};
-use crate::speculative::round::{Committed, DraftRound, Generation, SpecConfig};
+use crate::speculative::round::{Committed, Generation, SpecConfig};
 use crate::speculative::scorer::TargetScorer;
 use crate::speculative::verifier::Verifier;
 use crate::model::Transformer;
@@ -35,11 +35,11 @@ pub fn generate_speculative(
     let mut known = if c.finished { None } else { Some(score(&mut scorer, &c.seq, 1, &mut m)?.remove(0)) };
     while !c.finished {
         if let Some(p) = known.take() {
-            decide_known(drafter, verifier, &mut c, p, cfg, eos, &mut m)?;
+            decide_known(drafter, verifier, &mut c, p, &mut m)?;
             continue;
         }
         let max = c.remaining().min(policy.max_candidates());
-        let candidates: Vec<Candidate> = drafter.draft(DraftRound { committed: &c.seq, max, policy, sampling: &cfg.sampling, streams: c.streams(), eos, metrics: &mut m })?;
+        let candidates: Vec<Candidate> = drafter.draft(c.draft_round(&c.seq, max, policy, &mut m))?;
         ensure!(!candidates.is_empty() && candidates.len() <= max, "drafter returned {} candidates (1..={max} allowed)", candidates.len());
         let (k, base) = (candidates.len(), c.seq.len());
         // One target forward over the committed tokens its cache lacks plus the candidates.
@@ -77,12 +77,12 @@ fn score(scorer: &mut TargetScorer, tokens: &[u32], rows: usize, m: &mut Request
 /// distributed as `p` for any proposal, so this is as lossless as drawing from `p` directly,
 /// and it gives the same token as DSI for the same seed; it costs one single-token draft
 /// forward per fully accepted round (not counted as drafted: no target call verifies it).
-fn decide_known(drafter: &mut dyn Drafter, verifier: &mut dyn Verifier, c: &mut Committed, p: Vec<f32>, cfg: &SpecConfig, eos: &[u32], m: &mut RequestMetrics) -> Result<()> {
-    if cfg.sampling.is_greedy() {
+fn decide_known(drafter: &mut dyn Drafter, verifier: &mut dyn Verifier, c: &mut Committed, p: Vec<f32>, m: &mut RequestMetrics) -> Result<()> {
+    if c.is_greedy() {
         c.push(argmax(&p));
         return Ok(());
     }
-    let proposal = drafter.draft(DraftRound { committed: &c.seq, max: 1, policy: &mut FixedK(1), sampling: &cfg.sampling, streams: c.streams(), eos, metrics: m })?;
+    let proposal = drafter.draft(c.draft_round(&c.seq, 1, &mut FixedK(1), m))?;
     ensure!(proposal.len() == 1, "drafter returned {} candidates (1 asked)", proposal.len());
     c.decide(verifier, &proposal, std::slice::from_ref(&p));
     Ok(())
