@@ -45,7 +45,9 @@ pub struct MixDraw {
 pub struct PromptData {
     pub index: usize,
     pub id: String,
-    pub prompt_len: usize,
+    /// The prompt's token ids (chat template applied): with the token table, all a feature
+    /// recomputation needs.
+    pub prompt_tokens: Vec<u32>,
     pub positions: Vec<PositionLabel>,
     pub draws: Vec<MixDraw>,
 }
@@ -67,6 +69,9 @@ pub struct PassSettings {
     pub seed: u64,
     /// Target tokens that end a response (the EOS position is kept, as decoding drafts it too).
     pub eos: Vec<u32>,
+    /// Run the draft's Z streams and keep their hidden states (else the features are
+    /// recomputed later from the token table: see `features.rs`, and the Z streams are skipped).
+    pub keep_features: bool,
 }
 
 /// Time spent per model, for the run's report.
@@ -156,7 +161,7 @@ pub fn run_passes(
         on_step(produced, done.len());
         for a in done {
             let p = &prompts[a.input];
-            if !on_done(PromptData { index: p.index, id: p.id.clone(), prompt_len: p.tokens.len(), positions: a.positions, draws: a.draws })? {
+            if !on_done(PromptData { index: p.index, id: p.id.clone(), prompt_tokens: p.tokens.clone(), positions: a.positions, draws: a.draws })? {
                 return Ok(());
             }
         }
@@ -180,12 +185,16 @@ fn target_step(target: &Transformer, active: &mut [Active]) -> Result<()> {
 }
 
 /// Feeds X_t to the draft's X stream of every unfinished sequence (storing q_{t+1}) and Z_t to
-/// every Z stream, in one ragged batch; keeps the hidden state of each Z row that came from Y.
+/// every Z stream (when features are kept), in one ragged batch; keeps the hidden state of each
+/// Z row that came from Y.
 fn draft_step(draft: &Transformer, active: &mut [Active]) -> Result<()> {
     let hidden = draft.config().hidden_size;
     let mut tokens: Vec<[u32; 1]> = active.iter().filter(|a| !a.done).map(|a| [a.x]).collect();
     let n_live = tokens.len();
-    tokens.extend(active.iter().flat_map(|a| a.z.iter().map(|&z| [z])));
+    tokens.extend(active.iter().flat_map(|a| a.z.iter().take(a.draft_z.len()).map(|&z| [z])));
+    if tokens.is_empty() {
+        return Ok(());
+    }
     let mut x_caches: Vec<&mut KvCache> = Vec::new();
     let mut z_caches: Vec<&mut KvCache> = Vec::new();
     for a in active.iter_mut() {
@@ -199,10 +208,14 @@ fn draft_step(draft: &Transformer, active: &mut [Active]) -> Result<()> {
     let h = draft.forward_ragged(&mut seqs)?;
     let rows = tokens.len();
     let mut q_next = if n_live > 0 { draft.logits_ragged(h.clone().slice([0..n_live, 0..hidden])) } else { Vec::new() }.into_iter();
-    let z_hidden = h.slice([n_live..rows, 0..hidden]).into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("reading hidden states: {e:?}"))?;
+    let z_hidden = if rows > n_live {
+        h.slice([n_live..rows, 0..hidden]).into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("reading hidden states: {e:?}"))?
+    } else {
+        Vec::new()
+    };
     let mut z_rows = z_hidden.chunks_exact(hidden);
     for a in active.iter_mut() {
-        for d in &mut a.draws {
+        for d in a.draws.iter_mut().take(a.draft_z.len()) {
             let row = z_rows.next().expect("a Z row per draw");
             if *d.from_y.last().expect("a mixing flag per position") {
                 d.features.extend_from_slice(row);
@@ -230,7 +243,7 @@ fn start(target: &Transformer, draft: &Transformer, p: &PromptInput, input: usiz
     Ok(Active {
         input,
         target: tc,
-        draft_z: vec![dc.clone(); s.mixing.draws],
+        draft_z: if s.keep_features { vec![dc.clone(); s.mixing.draws] } else { Vec::new() },
         draft_x: dc,
         p_logits,
         q_logits,

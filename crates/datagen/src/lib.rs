@@ -3,7 +3,8 @@
 //!
 //! A run: [`config`] (TOML) -> [`prompts`] + [`split`] select and template the prompts ->
 //! [`generation`] runs the target and draft passes in batches and computes [`labels`] and
-//! token mixing -> [`shard`] writes Parquet token tables and safetensors features ->
+//! token mixing -> [`shard`] writes Parquet token and prompt tables (and safetensors features,
+//! unless [`features`] recomputes them when a head is trained) ->
 //! [`manifest`] records everything with checksums. [`run()`] drives it (resumable, `--shard
 //! i/n`; [`mod@run`] on one device, [`devices`] one part per device at once), [`merge`] joins
 //! parts, [`summary`] prints what a run holds.
@@ -11,6 +12,7 @@
 pub mod cli;
 pub mod config;
 pub mod devices;
+pub mod features;
 pub mod generation;
 pub mod labels;
 pub mod manifest;

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 
 pub const MANIFEST: &str = "manifest.json";
 pub const PROMPT_LIST: &str = "prompts.json";
-pub const FORMAT: &str = "specx-datagen/1";
+/// 2: shards carry a prompt table and features only when stored (1 had no prompt table).
+pub const FORMAT: &str = "specx-datagen/2";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelRecord {
@@ -95,15 +96,20 @@ impl Manifest {
     pub fn read(dir: &Path) -> Result<Self> {
         let p = dir.join(MANIFEST);
         let bytes = std::fs::read(&p).with_context(|| format!("reading {} (is {} a datagen run directory?)", p.display(), dir.display()))?;
-        let m: Self = serde_json::from_slice(&bytes).with_context(|| format!("{}: malformed manifest", p.display()))?;
+        let mut m: Self = serde_json::from_slice(&bytes).with_context(|| format!("{}: malformed manifest", p.display()))?;
         if m.format != FORMAT {
             bail!("{}: format '{}', this specx reads '{FORMAT}'", p.display(), m.format);
         }
+        m.config.resolve(dir);
         Ok(m)
     }
 
+    /// Writes the manifest with the config's model and prompt paths relative to the caches
+    /// (see [`DatagenConfig::portable`]), so a committed run names the same files on another
+    /// machine; [`Self::read`] resolves them again.
     pub fn write(&self, dir: &Path) -> Result<()> {
-        write_atomic(&dir.join(MANIFEST), serde_json::to_string_pretty(self)?.as_bytes())
+        let portable = Self { config: self.config.portable(), ..self.clone() };
+        write_atomic(&dir.join(MANIFEST), serde_json::to_string_pretty(&portable)?.as_bytes())
     }
 
     /// Recomputes the summary from the shard records.

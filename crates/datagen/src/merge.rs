@@ -43,7 +43,8 @@ pub fn merge(parts: &[PathBuf], out: &Path) -> Result<Manifest> {
             if finished_shard(dir, rec.index)?.as_ref() != Some(rec) {
                 bail!("{}: shard {} does not match the part's manifest", dir.display(), rec.index);
             }
-            for f in [&rec.tokens.name, &rec.features.name, &record_name(rec.index)] {
+            let record = record_name(rec.index);
+            for f in rec.files().into_iter().map(|f| &f.name).chain([&record]) {
                 let bytes = std::fs::read(dir.join(f)).with_context(|| format!("reading {}", dir.join(f).display()))?;
                 write_atomic(&out.join(f), &bytes)?;
             }
@@ -58,7 +59,7 @@ pub fn merge(parts: &[PathBuf], out: &Path) -> Result<Manifest> {
     write_atomic(&out.join(PROMPT_LIST), &list)?;
     merged.refresh_summary();
     merged.complete = true;
-    write_run_config(out, &merged.config.to_toml())?;
+    write_run_config(out, &merged.config.portable().to_toml())?;
     merged.write(out)?;
     Ok(merged)
 }

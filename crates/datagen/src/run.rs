@@ -62,10 +62,10 @@ pub fn remove_stale_temporaries(dir: &std::path::Path) -> Result<()> {
 pub fn model_record(m: &LoadedModel) -> Result<ModelRecord> {
     let c = m.model.config();
     Ok(ModelRecord {
-        path: m.path.clone(),
+        path: crate::config::portable_path(&m.path),
         format: format!("{:?}", m.format),
         sha256: m.weights_sha256()?,
-        files: m.files.clone(),
+        files: m.files.iter().map(|f| crate::config::portable_path(f)).collect(),
         tokenizer_sha256: sha256_file(m.tokenizer.path())?,
         architecture: c.architecture.clone(),
         hidden_size: c.hidden_size,
@@ -115,7 +115,7 @@ pub fn run_on_one_device(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manif
         draft: model_record(&draft)?,
         target: model_record(&target)?,
         prompts: PromptSetRecord {
-            path: p.path.clone(),
+            path: crate::config::portable_path(&p.path),
             sha256: sha256_file(&p.path)?,
             rows_in_file,
             split: p.split.clone(),
@@ -143,7 +143,7 @@ pub fn run_on_one_device(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manif
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     remove_stale_temporaries(dir)?;
     write_atomic(&dir.join(PROMPT_LIST), prompt_list.as_bytes())?;
-    write_run_config(dir, &cfg.to_toml())?;
+    write_run_config(dir, &cfg.portable().to_toml())?;
 
     let shard_range = |k: usize| k * per_shard..((k + 1) * per_shard).min(inputs.len());
     let mine: Vec<usize> = (0..shard_count).filter(|k| opts.part.is_none_or(|p| k % p.count == p.index)).collect();
@@ -158,6 +158,7 @@ pub fn run_on_one_device(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manif
         batch_size: cfg.generation.batch_size,
         seed: cfg.seed,
         eos: target.eos_ids.clone(),
+        keep_features: cfg.output.features == crate::config::FeatureStorage::Store,
     };
     let mut times = PassTimes::default();
     let mut tokens_done = 0usize;
@@ -199,7 +200,7 @@ pub fn run_on_one_device(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manif
         }
         let mut data = pending.remove(&k).expect("just used");
         data.sort_by_key(|d| d.index);
-        let rec = write_shard(dir, k, k * per_shard, &data, manifest.hidden_size, cfg.output.features_dtype, last_write.elapsed().as_secs_f64())?;
+        let rec = write_shard(dir, k, k * per_shard, &data, manifest.hidden_size, cfg.output.features, cfg.output.features_dtype, last_write.elapsed().as_secs_f64())?;
         last_write = Instant::now();
         if bar.is_hidden() {
             eprintln!("shard {k}: {} prompts, {} response tokens, {} labelled rows", rec.prompt_count, rec.stats.response_tokens, rec.labelled_rows);

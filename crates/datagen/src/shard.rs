@@ -1,6 +1,8 @@
-//! One shard of a datagen run: a Parquet token table, a safetensors feature file aligned with
-//! its labelled rows, and a small JSON record written last (its presence, with matching
-//! checksums, is what marks the shard finished). Every file is written atomically.
+//! One shard of a datagen run: a Parquet token table, a Parquet prompt table, optionally a
+//! safetensors feature file aligned with its labelled rows (`[output] features = "store"`; with
+//! `"recompute"` the draft recomputes them from the two tables when a head is trained, see
+//! `features.rs`), and a small JSON record written last (its presence, with matching checksums,
+//! is what marks the shard finished). Every file is written atomically.
 //!
 //! Token table, one row per (prompt, mixing draw, response position), ordered that way:
 //! `prompt_index` (u32, position in the run's prompt order), `prompt_id` (str), `draw` (u32),
@@ -8,13 +10,16 @@
 //! `log_p` (f32, ln p_target(y)), `log_q` (f32, ln q_draft(y)), `label` (f32, min(1, p/q)),
 //! `from_y` (bool, Z took y here: the row is labelled), `feature_row` (i64, its row in the
 //! shard's `features` tensor, -1 when unlabelled), `greedy_match` (bool, argmax q == x).
-//! Features: one tensor `features` `[labelled rows, hidden]` (f16 or f32).
+//! Prompt table, one row per prompt: `prompt_index` (u32), `prompt_id` (str), `tokens`
+//! (list of u32: the prompt's token ids, chat template applied).
+//! Features: one tensor `features` `[labelled rows, hidden]` (f16 or f32): the draft's final
+//! (normed) hidden state after reading Z_t, for every labelled row, in token-table order.
 
-use crate::config::FeatureDtype;
+use crate::config::{FeatureDtype, FeatureStorage};
 use crate::generation::PromptData;
 use crate::labels::LabelStats;
 use anyhow::{bail, ensure, Context, Result};
-use polars::prelude::{Column, DataFrame};
+use polars::prelude::{Column, DataFrame, NamedFrom, Series};
 use polars_io::parquet::read::ParquetReader;
 use polars_io::parquet::write::ParquetWriter;
 use polars_io::SerReader;
@@ -42,7 +47,9 @@ pub struct ShardRecord {
     pub labelled_rows: u64,
     pub stats: LabelStats,
     pub tokens: FileRecord,
-    pub features: FileRecord,
+    pub prompts: FileRecord,
+    /// None when the run recomputes features instead of storing them.
+    pub features: Option<FileRecord>,
     /// Seconds since the previous shard of the run was written (prompts of neighbouring shards
     /// are generated together, so this is a share of the wall time; not part of the data).
     pub seconds: f64,
@@ -50,6 +57,9 @@ pub struct ShardRecord {
 
 pub fn tokens_name(index: usize) -> String {
     format!("tokens-{index:05}.parquet")
+}
+pub fn prompts_name(index: usize) -> String {
+    format!("prompts-{index:05}.parquet")
 }
 pub fn features_name(index: usize) -> String {
     format!("features-{index:05}.safetensors")
@@ -110,6 +120,25 @@ pub fn token_table(prompts: &[PromptData]) -> Result<DataFrame> {
     Ok(DataFrame::new_infer_height(columns)?)
 }
 
+/// The prompt table of `prompts` as a DataFrame.
+pub fn prompt_table(prompts: &[PromptData]) -> Result<DataFrame> {
+    let index: Vec<u32> = prompts.iter().map(|p| p.index as u32).collect();
+    let id: Vec<String> = prompts.iter().map(|p| p.id.clone()).collect();
+    let tokens: Vec<Series> = prompts.iter().map(|p| Series::new("".into(), p.prompt_tokens.as_slice())).collect();
+    let columns = vec![
+        Column::new("prompt_index".into(), index),
+        Column::new("prompt_id".into(), id),
+        Column::new("tokens".into(), tokens),
+    ];
+    Ok(DataFrame::new_infer_height(columns)?)
+}
+
+fn parquet_bytes(mut df: DataFrame, what: &str) -> Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    ParquetWriter::new(&mut bytes).finish(&mut df).with_context(|| format!("encoding the {what} as Parquet"))?;
+    Ok(bytes)
+}
+
 /// The labelled rows' features of `prompts`, in token-table order, as safetensors bytes.
 fn features_bytes(prompts: &[PromptData], hidden: usize, dtype: FeatureDtype) -> Result<Vec<u8>> {
     let mut data: Vec<u8> = Vec::new();
@@ -133,12 +162,17 @@ fn features_bytes(prompts: &[PromptData], hidden: usize, dtype: FeatureDtype) ->
     Ok(safetensors::serialize([("features", view)], None)?)
 }
 
-/// Writes shard `index` of `prompts` into `dir`; the record goes last.
-pub fn write_shard(dir: &Path, index: usize, first_prompt: usize, prompts: &[PromptData], hidden: usize, dtype: FeatureDtype, seconds: f64) -> Result<ShardRecord> {
-    let mut df = token_table(prompts)?;
-    let mut parquet = Vec::new();
-    ParquetWriter::new(&mut parquet).finish(&mut df).context("encoding the token table as Parquet")?;
-    let features = features_bytes(prompts, hidden, dtype)?;
+/// Writes shard `index` of `prompts` into `dir` (features only when `storage` stores them);
+/// the record goes last.
+pub fn write_shard(dir: &Path, index: usize, first_prompt: usize, prompts: &[PromptData], hidden: usize, storage: FeatureStorage, dtype: FeatureDtype, seconds: f64) -> Result<ShardRecord> {
+    let df = token_table(prompts)?;
+    let rows = df.height() as u64;
+    let tokens = parquet_bytes(df, "token table")?;
+    let prompt_rows = parquet_bytes(prompt_table(prompts)?, "prompt table")?;
+    let features = match storage {
+        FeatureStorage::Store => Some(features_bytes(prompts, hidden, dtype)?),
+        FeatureStorage::Recompute => None,
+    };
     let mut stats = LabelStats::default();
     for p in prompts {
         stats.add_prompt(&p.positions, p.labelled_rows());
@@ -147,17 +181,28 @@ pub fn write_shard(dir: &Path, index: usize, first_prompt: usize, prompts: &[Pro
         index,
         first_prompt,
         prompt_count: prompts.len(),
-        rows: df.height() as u64,
+        rows,
         labelled_rows: stats.labelled_rows,
         stats,
-        tokens: record(tokens_name(index), &parquet),
-        features: record(features_name(index), &features),
+        tokens: record(tokens_name(index), &tokens),
+        prompts: record(prompts_name(index), &prompt_rows),
+        features: features.as_ref().map(|f| record(features_name(index), f)),
         seconds,
     };
-    write_atomic(&dir.join(&rec.tokens.name), &parquet)?;
-    write_atomic(&dir.join(&rec.features.name), &features)?;
+    write_atomic(&dir.join(&rec.tokens.name), &tokens)?;
+    write_atomic(&dir.join(&rec.prompts.name), &prompt_rows)?;
+    if let (Some(f), Some(bytes)) = (&rec.features, &features) {
+        write_atomic(&dir.join(&f.name), bytes)?;
+    }
     write_atomic(&dir.join(record_name(index)), serde_json::to_string_pretty(&rec)?.as_bytes())?;
     Ok(rec)
+}
+
+impl ShardRecord {
+    /// The shard's data files (not the record itself).
+    pub fn files(&self) -> Vec<&FileRecord> {
+        [&self.tokens, &self.prompts].into_iter().chain(&self.features).collect()
+    }
 }
 
 /// The record of shard `index` in `dir` if the shard is finished and intact: the record
@@ -168,7 +213,7 @@ pub fn finished_shard(dir: &Path, index: usize) -> Result<Option<ShardRecord>> {
         return Ok(None);
     }
     let rec: ShardRecord = serde_json::from_slice(&std::fs::read(&path)?).with_context(|| format!("{}: malformed shard record", path.display()))?;
-    for f in [&rec.tokens, &rec.features] {
+    for f in rec.files() {
         let p = dir.join(&f.name);
         if !p.exists() || std::fs::metadata(&p)?.len() != f.bytes || sha256_file(&p)? != f.sha256 {
             eprintln!("shard {index}: {} is missing or does not match its record; producing the shard again", p.display());
@@ -178,17 +223,42 @@ pub fn finished_shard(dir: &Path, index: usize) -> Result<Option<ShardRecord>> {
     Ok(Some(rec))
 }
 
-/// Reads a shard's token table.
-pub fn read_tokens(dir: &Path, rec: &ShardRecord) -> Result<DataFrame> {
-    let p = dir.join(&rec.tokens.name);
-    let f = std::fs::File::open(&p).with_context(|| format!("opening {}", p.display()))?;
-    ParquetReader::new(f).finish().with_context(|| format!("{}: not a readable Parquet token table", p.display()))
+fn read_parquet(p: &Path, what: &str) -> Result<DataFrame> {
+    let f = std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?;
+    ParquetReader::new(f).finish().with_context(|| format!("{}: not a readable Parquet {what}", p.display()))
 }
 
-/// Reads a shard's features as f32, `[rows, hidden]` row-major; returns (values, hidden).
+/// Reads a shard's token table.
+pub fn read_tokens(dir: &Path, rec: &ShardRecord) -> Result<DataFrame> {
+    read_parquet(&dir.join(&rec.tokens.name), "token table")
+}
+
+/// Reads a shard's prompt table: (prompt_index, prompt_id, token ids) per prompt, in order.
+pub fn read_prompts(dir: &Path, rec: &ShardRecord) -> Result<Vec<(usize, String, Vec<u32>)>> {
+    let p = dir.join(&rec.prompts.name);
+    let df = read_parquet(&p, "prompt table")?;
+    let col = |name: &str| df.column(name).with_context(|| format!("{}: no column '{name}'", p.display()));
+    let index = col("prompt_index")?.u32().context("prompt_index is not u32")?;
+    let id = col("prompt_id")?.str().context("prompt_id is not a string")?;
+    let tokens = col("tokens")?.list().context("tokens is not a list")?;
+    let mut out = Vec::with_capacity(df.height());
+    for ((i, id), t) in index.iter().zip(id.iter()).zip(tokens.amortized_iter()) {
+        let (Some(i), Some(id), Some(t)) = (i, id, t) else { bail!("{}: a null in the prompt table", p.display()) };
+        let t: Vec<u32> = t.as_ref().u32().context("prompt tokens are not u32")?.into_no_null_iter().collect();
+        out.push((i as usize, id.to_string(), t));
+    }
+    Ok(out)
+}
+
+/// Reads a shard's stored features as f32, `[rows, hidden]` row-major; returns (values, hidden).
 pub fn read_features(dir: &Path, rec: &ShardRecord) -> Result<(Vec<f32>, usize)> {
-    let p = dir.join(&rec.features.name);
-    let bytes = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+    let name = &rec.features.as_ref().with_context(|| format!("shard {} of {} stores no features (they are recomputed)", rec.index, dir.display()))?.name;
+    read_features_file(&dir.join(name))
+}
+
+/// Reads a safetensors feature file (a shard's, or a recomputation's cache) as f32.
+pub fn read_features_file(p: &Path) -> Result<(Vec<f32>, usize)> {
+    let bytes = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
     let st = safetensors::SafeTensors::deserialize(&bytes).with_context(|| format!("{}: not a safetensors file", p.display()))?;
     let t = st.tensor("features").with_context(|| format!("{}: no 'features' tensor", p.display()))?;
     let shape = t.shape();
@@ -211,10 +281,17 @@ pub struct LabelledRows {
     pub hidden: usize,
 }
 
-/// Reads a shard's labelled rows, checking that the token table and the features agree.
+/// Reads a shard's labelled rows with its stored features, checking that the token table and
+/// the features agree.
 pub fn read_labelled(dir: &Path, rec: &ShardRecord) -> Result<LabelledRows> {
-    let df = read_tokens(dir, rec)?;
     let (features, hidden) = read_features(dir, rec)?;
+    labelled_rows(dir, rec, features, hidden)
+}
+
+/// A shard's labels in feature-row order joined with `features` (stored or recomputed),
+/// checking that they agree.
+pub fn labelled_rows(dir: &Path, rec: &ShardRecord, features: Vec<f32>, hidden: usize) -> Result<LabelledRows> {
+    let df = read_tokens(dir, rec)?;
     let col = |name: &str| df.column(name).with_context(|| format!("{}: no column '{name}'", rec.tokens.name));
     let rows = col("feature_row")?.i64().context("feature_row is not i64")?;
     let labels_col = col("label")?.f32().context("label is not f32")?;
@@ -231,7 +308,7 @@ pub fn read_labelled(dir: &Path, rec: &ShardRecord) -> Result<LabelledRows> {
         }
     }
     if let Some(missing) = labels.iter().position(|l| l.is_nan()) {
-        bail!("{}: feature row {missing} has no labelled token row", rec.features.name);
+        bail!("{}: feature row {missing} of shard {} has no labelled token row", dir.display(), rec.index);
     }
     Ok(LabelledRows { labels, features, hidden })
 }

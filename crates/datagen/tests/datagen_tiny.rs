@@ -43,7 +43,12 @@ fn opts(part: Option<Part>, max_new_shards: Option<usize>) -> RunOptions {
 
 /// (file name, sha256) of every data file of a run, in shard order.
 fn data_files(m: &Manifest) -> Vec<(String, String)> {
-    m.shards.iter().flat_map(|s| [(s.tokens.name.clone(), s.tokens.sha256.clone()), (s.features.name.clone(), s.features.sha256.clone())]).collect()
+    m.shards.iter().flat_map(|s| s.files().into_iter().map(|f| (f.name.clone(), f.sha256.clone()))).collect()
+}
+
+#[cfg(feature = "wgpu")]
+fn data_files_of(s: &specx_datagen::shard::ShardRecord) -> Vec<String> {
+    s.files().into_iter().map(|f| f.sha256.clone()).collect()
 }
 
 fn load(p: &Path) -> LoadedModel {
@@ -160,7 +165,7 @@ fn datagen_on_a_tiny_pair() {
     let partial = run(&cfg_r, &opts(None, Some(1))).unwrap();
     assert!(!partial.complete && partial.shards.len() == 1);
     // A shard whose file was damaged is produced again.
-    std::fs::write(resumed_dir.join(&partial.shards[0].features.name), b"garbage").unwrap();
+    std::fs::write(resumed_dir.join(&partial.shards[0].features.as_ref().unwrap().name), b"garbage").unwrap();
     let partial = run(&cfg_r, &opts(None, Some(2))).unwrap();
     assert_eq!(partial.shards.len(), 2);
     // What a kill during an atomic write leaves behind is cleaned up.
@@ -191,6 +196,58 @@ fn datagen_on_a_tiny_pair() {
     other.mixing.target_ratio = 0.3;
     let e = format!("{:#}", run(&other, &opts(None, None)).unwrap_err());
     assert!(e.contains("different setup") && e.contains("target_ratio"), "{e}");
+}
+
+/// `[output] features = "recompute"`: the same token and prompt tables as a run that stores
+/// its features (the draft's Z streams are skipped, nothing else changes), no feature files,
+/// and features recomputed by one draft forward per mixed sequence that match the stored
+/// ones to rounding; they are cached (f16) keyed by the draft and the token table, and a draft
+/// with other weights is refused.
+#[test]
+fn recomputed_features_match_the_stored_ones() {
+    use specx_datagen::config::FeatureStorage;
+    use specx_datagen::features::{cache_path, recompute, shard_features};
+    let tmp = tempfile::tempdir().unwrap();
+    // The only test of this binary that reads the feature cache.
+    unsafe { std::env::set_var("SPECX_FEATURES", tmp.path().join("feature-cache")) };
+    let (draft_path, target_path) = write_pair(tmp.path());
+    let stored_dir = tmp.path().join("stored");
+    let cfg = effective_config(&args(&stored_dir, &draft_path, &target_path)).unwrap();
+    let stored = run(&cfg, &opts(None, None)).unwrap();
+    let mut rc = cfg.clone();
+    rc.output.features = FeatureStorage::Recompute;
+    rc.output.dir = tmp.path().join("recompute");
+    let recomputed = run(&rc, &opts(None, None)).unwrap();
+    assert_eq!(recomputed.summary, stored.summary);
+    let draft = load(&draft_path);
+    let sha = draft.weights_sha256().unwrap();
+    let mut worst = 0f32;
+    for (r, s) in recomputed.shards.iter().zip(&stored.shards) {
+        assert!(r.features.is_none() && !rc.output.dir.join(specx_datagen::shard::features_name(r.index)).exists());
+        assert_eq!((&r.tokens.sha256, &r.prompts.sha256), (&s.tokens.sha256, &s.prompts.sha256), "shard {}", r.index);
+        let (want, hidden) = read_features(&stored_dir, s).unwrap();
+        let got = recompute(&rc.output.dir, r, &draft.model).unwrap();
+        assert_eq!(got.len(), want.len());
+        worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(worst, f32::max);
+        // Through the cache: f16, the same on the second read, without a model.
+        assert!(!cache_path(&sha, r).exists());
+        let (first, h) = shard_features(&rc.output.dir, &recomputed, r, Some((&draft.model, &sha))).unwrap();
+        assert_eq!(h, hidden);
+        assert!(first.iter().zip(&got).all(|(a, b)| (a - b).abs() <= 2e-3 * b.abs().max(1.0)));
+        assert_eq!(shard_features(&rc.output.dir, &recomputed, r, None).unwrap().0, first);
+        let rows = specx_datagen::shard::labelled_rows(&rc.output.dir, r, first, h).unwrap();
+        assert_eq!(rows.labels, specx_datagen::shard::read_labelled(&stored_dir, s).unwrap().labels);
+    }
+    assert!(worst < 1e-4, "recomputed features differ from the generated ones by {worst:.2e}");
+    eprintln!("largest |recomputed - generated| feature difference: {worst:.2e}");
+    // Without a cache and without the draft: a clear error. With another draft: refused.
+    let r = &recomputed.shards[0];
+    std::fs::remove_file(cache_path(&sha, r)).unwrap();
+    let e = format!("{:#}", shard_features(&rc.output.dir, &recomputed, r, None).unwrap_err());
+    assert!(e.contains("stores no features") && e.contains("draft model is needed"), "{e}");
+    let target = load(&target_path);
+    let e = format!("{:#}", shard_features(&rc.output.dir, &recomputed, r, Some((&target.model, &target.weights_sha256().unwrap()))).unwrap_err());
+    assert!(e.contains("made with the draft of weights sha256"), "{e}");
 }
 
 #[test]
@@ -337,7 +394,7 @@ fn a_device_list_splits_the_run_between_the_cpu_and_the_device() {
     for (got, want) in m.shards.iter().zip(&plain.shards) {
         assert_eq!((got.index, got.rows, got.labelled_rows), (want.index, want.rows, want.labelled_rows));
         if got.index % 2 == 0 {
-            assert_eq!((&got.tokens.sha256, &got.features.sha256), (&want.tokens.sha256, &want.features.sha256), "shard {} (CPU part)", got.index);
+            assert_eq!(data_files_of(got), data_files_of(want), "shard {} (CPU part)", got.index);
             continue;
         }
         let (a, b) = (read_tokens(&dir, got).unwrap(), read_tokens(&plain_dir, want).unwrap());

@@ -1,9 +1,12 @@
 //! Labelled rows of a datagen run directory, held in memory as f32 (a 100-prompt run is ~30
 //! MB; the full 4,000-prompt Alpaca train split would be ~1.3 GB), with seeded shuffling.
+//! Shards that do not store their features get them from the local cache or, the first time,
+//! from the run's draft model ([`specx_datagen::features`]).
 
 use anyhow::{bail, Context, Result};
 use specx_datagen::manifest::Manifest;
-use specx_datagen::shard::read_labelled;
+use specx_datagen::features::{cache_path, shard_features};
+use specx_datagen::shard::{labelled_rows, ShardRecord};
 use specx_datagen::split::SplitMix64;
 use specx_decoder::fsutil::short_hash;
 use std::path::{Path, PathBuf};
@@ -74,8 +77,11 @@ impl LabelledSet {
             draft_sha256: m.draft.sha256.clone(),
             split: format!("{:?}/{}", m.config.prompts.format, m.prompts.split).to_lowercase(),
         };
+        let draft = load_draft_if_needed(dir, &m, &shards)?;
+        let draft = draft.as_ref().map(|(model, sha)| (&model.model, sha.as_str()));
         for rec in shards {
-            let rows = read_labelled(dir, rec).with_context(|| format!("reading shard {} of {}", rec.index, dir.display()))?;
+            let (features, hidden) = shard_features(dir, &m, rec, draft).with_context(|| format!("features of shard {} of {}", rec.index, dir.display()))?;
+            let rows = labelled_rows(dir, rec, features, hidden).with_context(|| format!("reading shard {} of {}", rec.index, dir.display()))?;
             if rows.hidden != m.hidden_size {
                 bail!("{}: shard {} has features of width {}, the manifest says {}", dir.display(), rec.index, rows.hidden, m.hidden_size);
             }
@@ -119,6 +125,21 @@ impl LabelledSet {
         }
         (x, rows.iter().map(|&r| self.labels[r]).collect())
     }
+}
+
+/// The run's draft model (and its weights checksum), loaded on the CPU when some shard's
+/// features are neither stored nor cached; the manifest names it relative to the model cache.
+fn load_draft_if_needed(dir: &Path, m: &Manifest, shards: &[&ShardRecord]) -> Result<Option<(specx_decoder::LoadedModel, String)>> {
+    let missing = shards.iter().filter(|r| r.features.is_none() && !cache_path(&m.draft.sha256, r).exists()).count();
+    if missing == 0 {
+        return Ok(None);
+    }
+    let path = &m.config.models.draft;
+    eprintln!("{}: recomputing the features of {missing} shard(s) with the draft {} (cached in {})", dir.display(), path.display(), specx_datagen::features::cache_dir().display());
+    let device = specx_decoder::device_from_name("cpu")?;
+    let model = specx_decoder::load_model_as(path, None, &device, m.config.models.weights).with_context(|| format!("loading the draft of {} to recompute its features", dir.display()))?;
+    let sha = model.weights_sha256()?;
+    Ok(Some((model, sha)))
 }
 
 /// Loads the train and dev runs of a config and checks that they fit together.

@@ -2,6 +2,7 @@
 //! `specx datagen` from disjoint Alpaca splits, the head checkpoint records their draft.
 
 use specx_datagen::cli::{effective_config, DatagenArgs};
+use specx_datagen::config::FeatureStorage;
 use specx_datagen::manifest::Manifest;
 use specx_datagen::{run, RunOptions};
 use specx_decoder::synthetic::write_tiny_char_pair;
@@ -20,6 +21,10 @@ fn datagen(out: &Path, draft: &Path, target: &Path, split: &str) -> Manifest {
 
 /// [`datagen`] with `per_shard` prompts per shard, stopping after `max_shards` shards.
 fn datagen_with(out: &Path, draft: &Path, target: &Path, split: &str, per_shard: usize, max_shards: Option<usize>) -> Manifest {
+    datagen_stored(out, draft, target, split, per_shard, max_shards, FeatureStorage::Store)
+}
+
+fn datagen_stored(out: &Path, draft: &Path, target: &Path, split: &str, per_shard: usize, max_shards: Option<usize>, features: FeatureStorage) -> Manifest {
     let args = DatagenArgs {
         config: Some(configs().join("datagen-tiny.toml")),
         out: Some(out.to_path_buf()),
@@ -33,6 +38,7 @@ fn datagen_with(out: &Path, draft: &Path, target: &Path, split: &str, per_shard:
     let mut cfg = effective_config(&args).unwrap();
     cfg.prompts.split = split.into();
     cfg.output.prompts_per_shard = per_shard;
+    cfg.output.features = features;
     run(&cfg, &RunOptions { max_new_shards: max_shards, ..Default::default() }).unwrap()
 }
 
@@ -91,4 +97,35 @@ fn trains_on_datagen_runs_and_refuses_mixed_drafts() {
     mixed.output.dir = tmp.path().join("head2");
     let e = format!("{:#}", train(&mixed, &TrainOptions::default()).unwrap_err());
     assert!(e.contains("different draft models"), "{e}");
+}
+
+/// A head trained on recomputed features (no feature files; the draft recomputes and caches
+/// them) matches one trained on the features generation stored: same rows and labels, dev
+/// metrics within the f16 rounding of the cache.
+#[test]
+fn trains_the_same_head_on_recomputed_features() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The only test of this binary that reads the feature cache.
+    unsafe { std::env::set_var("SPECX_FEATURES", tmp.path().join("feature-cache")) };
+    let (draft, target) = write_tiny_char_pair(&tmp.path().join("pair"), 7, 0.35).unwrap();
+    let mut states = Vec::new();
+    for (name, storage) in [("stored", FeatureStorage::Store), ("recomputed", FeatureStorage::Recompute)] {
+        let train_dir = tmp.path().join(format!("{name}-train"));
+        let dev_dir = tmp.path().join(format!("{name}-dev"));
+        datagen_stored(&train_dir, &draft, &target, "train", 3, None, storage);
+        datagen_stored(&dev_dir, &draft, &target, "dev", 3, None, storage);
+        let text = format!(
+            "[data]\ntrain = {:?}\ndev = {:?}\n[head]\ndepth = 1\n[optim]\nlr = 0.001\nepochs = 2\n[output]\ndir = {:?}\n",
+            train_dir.display().to_string(),
+            dev_dir.display().to_string(),
+            tmp.path().join(format!("{name}-head")).display().to_string()
+        );
+        let cfg: TrainConfig = toml::from_str(&text).unwrap();
+        states.push(train(&cfg, &TrainOptions::default()).unwrap());
+    }
+    assert!(std::fs::read_dir(tmp.path().join("feature-cache")).unwrap().count() == 4, "2 train + 2 dev shards cached");
+    let (a, b) = (states[0].best().unwrap(), states[1].best().unwrap());
+    assert_eq!((states[0].train_rows, states[0].dev_rows), (states[1].train_rows, states[1].dev_rows));
+    assert!((a.dev.binary_kl - b.dev.binary_kl).abs() < 1e-3 * a.dev.binary_kl.max(1e-3), "dev KL {} vs {}", a.dev.binary_kl, b.dev.binary_kl);
+    assert!((a.dev.mean_predicted - b.dev.mean_predicted).abs() < 1e-3, "{} vs {}", a.dev.mean_predicted, b.dev.mean_predicted);
 }

@@ -4,7 +4,7 @@
 
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
-use specx_datagen::config::{parse_toml, read_toml, resolve_path, PromptsConfig};
+use specx_datagen::config::{parse_toml, portable_path, read_toml, resolve_path, PromptsConfig};
 use super::axes::{ConfidencePolicies, FixedPolicies, HeadPolicies, MethodGrid};
 use specx_datagen::prompts::PromptFormat;
 use specx_decoder::speculative::{Calibration, HeadRule};
@@ -311,6 +311,20 @@ impl EvalConfig {
         cfg.resolve(&base);
         cfg.validate().with_context(|| format!("config {}", path.display()))?;
         Ok(cfg)
+    }
+
+    /// The config with its model and prompt-file paths written relative to the caches
+    /// (`$SPECX_MODELS/...`, `$SPECX_DATASETS/...`): what a manifest records, so that a run
+    /// directory committed on one machine names the same files on another ([`Self::resolve`]
+    /// undoes it).
+    pub fn portable(&self) -> Self {
+        let mut c = self.clone();
+        c.models.draft = portable_path(&c.models.draft);
+        c.models.target = portable_path(&c.models.target);
+        for p in &mut c.prompts {
+            p.path = portable_path(&p.path);
+        }
+        c
     }
 
     pub fn resolve(&mut self, base: &Path) {

@@ -87,14 +87,18 @@ impl EvalManifest {
     pub fn read(dir: &Path) -> Result<Self> {
         let p = dir.join(MANIFEST);
         let bytes = std::fs::read(&p).with_context(|| format!("reading {} (is {} an eval run directory?)", p.display(), dir.display()))?;
-        let m: Self = serde_json::from_slice(&bytes).with_context(|| format!("{}: malformed manifest", p.display()))?;
+        let mut m: Self = serde_json::from_slice(&bytes).with_context(|| format!("{}: malformed manifest", p.display()))?;
         if m.format != FORMAT {
             bail!("{}: format '{}', this specx reads '{FORMAT}'", p.display(), m.format);
         }
+        m.config.resolve(dir);
         Ok(m)
     }
 
+    /// Writes the manifest with the config's paths relative to the caches (see
+    /// [`EvalConfig::portable`]); [`Self::read`] resolves them again.
     pub fn write(&self, dir: &Path) -> Result<()> {
-        write_atomic(&dir.join(MANIFEST), serde_json::to_string_pretty(self)?.as_bytes())
+        let portable = Self { config: self.config.portable(), ..self.clone() };
+        write_atomic(&dir.join(MANIFEST), serde_json::to_string_pretty(&portable)?.as_bytes())
     }
 }

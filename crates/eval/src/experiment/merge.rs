@@ -78,7 +78,7 @@ pub fn merge(parts: &[PathBuf], out: &Path) -> Result<EvalOutcome> {
     manifest.complete = true;
     manifest.seconds = manifests.iter().map(|m| m.seconds).sum();
     manifest.config.output.dir = out.to_path_buf();
-    write_run_config(out, &manifest.config.to_toml())?;
+    write_run_config(out, &manifest.config.portable().to_toml())?;
     manifest.write(out)?;
     let rows: Vec<_> = units.into_iter().flat_map(|u| u.rows).collect();
     super::report::write_reports(out, &manifest, &rows)?;

@@ -195,7 +195,7 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
     let base_seconds = manifest.seconds;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     remove_stale_temporaries(dir)?;
-    write_run_config(dir, &cfg.to_toml())?;
+    write_run_config(dir, &cfg.portable().to_toml())?;
 
     let texts: BTreeMap<(&str, usize), &str> =
         sets.iter().flat_map(|s| s.prompts.iter().enumerate().map(|(i, (_, t))| ((s.config.name.as_str(), i), t.as_str()))).collect();
@@ -207,6 +207,12 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
         }
     }
     manifest.units_done = mine.len() - todo.len();
+    if cfg.methods.ar_batch.is_some() {
+        // A trace run takes the sets' prompts in turn (first of each set, second of each, ...):
+        // stopped early, it covers every set evenly, and the next run adds to each. Outputs do
+        // not depend on the order (batched greedy decoding is bitwise single-stream).
+        todo.sort_by_key(|u| (u.prompt_index, u.index));
+    }
     if let Some(m) = opts.max_new_units {
         todo.truncate(m);
     }
