@@ -36,7 +36,7 @@ fn lp_size_one_drafts_exactly_what_the_plain_drafter_drafts() {
         let mut fuzzy_metrics = RequestMetrics::default();
         for round in 0..3 {
             let draw = |drafter: &mut dyn Drafter, metrics: &mut RequestMetrics| {
-                drafter.draft(DraftRound { committed: &committed, max: 4, policy: &mut FixedK(4), sampling: &s, streams: Streams::new(round), eos: &[], metrics }).unwrap()
+                drafter.draft(DraftRound { committed: &committed, max: 4, keep_first: false, policy: &mut FixedK(4), sampling: &s, streams: Streams::new(round), eos: &[], metrics }).unwrap()
             };
             let (a, b) = (draw(&mut plain, &mut RequestMetrics::default()), draw(&mut fuzzy, &mut fuzzy_metrics));
             assert_eq!(a.iter().map(|c| (c.token, c.q.clone())).collect::<Vec<_>>(), b.iter().map(|c| (c.token, c.q.clone())).collect::<Vec<_>>(), "{calibration:?} round {round}");

@@ -25,7 +25,35 @@ fn policies(hidden: usize) -> Vec<(String, Box<dyn StopPolicy>)> {
         let head = AcceptanceHead::init_seeded(hidden, 2, i == 0, i as u64, &default_device());
         v.push((format!("head h={h}"), Box::new(HeadPolicy::new(head, HeadRule::new(h, 1, 20)))));
     }
+    // The training-free rules, at settings where they act on these small models: llama.cpp's
+    // and AdaEDL's drop the low-confidence candidate (p_min 0.6 drops even first candidates,
+    // so some rounds verify nothing), the others adapt across rounds.
+    v.push(("roc 0.4".into(), Box::new(RocThreshold::new(ConfidencePolicy { threshold: 0.4, min_candidates: 1, max_candidates: 6 }))));
+    v.push(("pmin 0.6".into(), Box::new(PMinPolicy { p_min: 0.6, n_max: 6 })));
+    v.push(("dynamic K0=2".into(), Box::new(DynamicK::new(2, 8))));
+    v.push(("svip 0.5".into(), Box::new(SvipPolicy { threshold: 0.5, max_candidates: 8 })));
+    v.push(("adaedl 0.3".into(), Box::new(AdaEdlPolicy::new(AdaEdlParams { lambda: 0.3, max_candidates: 6, ..AdaEdlParams::DEFAULT }))));
+    v.push(("bandit 1,2,4".into(), Box::new(BanditK::new(vec![1, 2, 4], BanditK::EXPLORATION))));
     v
+}
+
+#[test]
+fn a_policy_that_drops_every_candidate_decodes_like_the_target_alone() {
+    // p_min above every probability: each round drops its first candidate and verifies
+    // nothing, one target forward per token, as plain decoding does.
+    let (_d, t, d) = pair(VOCAB, 1, 2);
+    let prompt = tokens(5, 1);
+    for sampling in [SamplingConfig::greedy(), SamplingConfig { temperature: 1.0, top_k: None, top_p: None }] {
+        let cfg = SpecConfig { max_new_tokens: 12, sampling, seed: 3 };
+        let got = spec(&t.model, &d.model, &mut PMinPolicy { p_min: 1.01, n_max: 4 }, &prompt, &cfg, &[]);
+        let m = &got.metrics;
+        assert_eq!(m.n_generated, 12);
+        assert_eq!((m.n_drafted, m.n_accepted, m.n_target_calls), (0, 0, 12));
+        assert!(m.drafted_per_round.iter().all(|&k| k == 0) && m.drafted_per_round.len() == 11);
+        if cfg.sampling.is_greedy() {
+            assert_eq!(got.tokens, generate_autoregressive(&t.model, &prompt, &cfg, &[]).unwrap().tokens);
+        }
+    }
 }
 
 #[test]
@@ -171,6 +199,17 @@ fn sampled_output_is_distributed_as_the_target_and_broken_variants_are_caught() 
     let p_w = chi_square_p(&ok_w, &exact_w, N);
     assert!(p_w > ALPHA, "speculative sampling with top-k/top-p warping rejected: p = {p_w:.2e}");
 
+    // Rules that drop candidates (some rounds verify none) and adapt across rounds.
+    let drops = sample_counts(N, |seed| spec(&t.model, &d.model, &mut PMinPolicy { p_min: 0.5, n_max: 3 }, &prompt, &cfg(seed), &[]).tokens);
+    let p_drop = chi_square_p(&drops, &exact, N);
+    assert!(p_drop > ALPHA, "speculative sampling under p_min rejected: p = {p_drop:.2e}");
+    let ada = sample_counts(N, |seed| {
+        let mut p = AdaEdlPolicy::new(AdaEdlParams { lambda: 0.2, max_candidates: 3, ..AdaEdlParams::DEFAULT });
+        spec(&t.model, &d.model, &mut p, &prompt, &cfg(seed), &[]).tokens
+    });
+    let p_ada = chi_square_p(&ada, &exact, N);
+    assert!(p_ada > ALPHA, "speculative sampling under AdaEDL rejected: p = {p_ada:.2e}");
+
     let bad = sample_counts(N, |seed| {
         let mut dr = PlainDrafter::new(&d.model);
         generate_speculative(&t.model, &mut dr, &mut FixedK(2), &mut ResidualFromP, &prompt, &cfg(seed), &[]).unwrap().tokens
@@ -184,7 +223,7 @@ fn sampled_output_is_distributed_as_the_target_and_broken_variants_are_caught() 
     });
     let p_bad_q = chi_square_p(&bad_q, &exact, N);
     assert!(p_bad_q < ALPHA, "greedy drafting against a sampled q went unnoticed: p = {p_bad_q:.2e}");
-    eprintln!("chi-square p-values: correct {p_ok:.3}, warped {p_w:.3}, residual-from-p {p_bad:.2e}, greedy-draft {p_bad_q:.2e}");
+    eprintln!("chi-square p-values: correct {p_ok:.3}, warped {p_w:.3}, p_min {p_drop:.3}, AdaEDL {p_ada:.3}, residual-from-p {p_bad:.2e}, greedy-draft {p_bad_q:.2e}");
 }
 
 #[test]
@@ -215,8 +254,8 @@ fn head_policy_follows_the_threshold_rule() {
     let threshold = 1.0 - p.powi(3) + 1e-9; // exceeded first at i - 1 = 4
     let mut pol = HeadPolicy::new(head, HeadRule::new(threshold, 2, 20));
     pol.begin_round();
-    let step = |i| DraftStep { index: i, token: 0, q_token: 0.5, confidence: 0.5, hidden: &h };
-    let stops: Vec<bool> = (1..=6).map(|i| pol.should_stop(&step(i)).unwrap()).collect();
+    let step = |i| DraftStep { index: i, token: 0, q_token: 0.5, confidence: 0.5, stats: LazyStats::known(DraftStats::default()), hidden: HiddenState::Vector(&h) };
+    let stops: Vec<bool> = (1..=6).map(|i| pol.decide(&step(i)).unwrap() == Decision::Stop).collect();
     assert_eq!(stops, vec![false, false, false, false, true, true]);
 }
 
@@ -235,7 +274,7 @@ fn assert_rounds_draft(g: &Generation, max_new: usize, k: usize, what: &str) {
 struct ConstantHead(f64);
 
 impl AcceptanceModel for ConstantHead {
-    fn accept_probability(&self, _: &[f32]) -> anyhow::Result<f64> {
+    fn accept_probability(&self, _: HiddenState) -> anyhow::Result<f64> {
         Ok(self.0)
     }
 }

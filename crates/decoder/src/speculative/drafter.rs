@@ -1,6 +1,6 @@
 //! Drafters propose candidate tokens with the exact distributions they were sampled from.
 
-use super::policy::DraftStep;
+use super::policy::{Decision, DraftStep, HiddenState, LazyStats};
 use super::round::DraftRound;
 use crate::cache::KvCache;
 use crate::model::{ForwardOutput, Transformer};
@@ -22,7 +22,8 @@ pub struct Candidate {
 /// Proposes candidates continuing a committed sequence.
 pub trait Drafter {
     /// Drafts at most `round.max` candidates after `round.committed`, asking `round.policy`
-    /// after each one and stopping at an EOS token.
+    /// after each one and stopping at an EOS token. Returns none only when the policy dropped
+    /// the first candidate (and `round.keep_first` is false).
     fn draft(&mut self, round: DraftRound<'_>) -> Result<Vec<Candidate>>;
 
     /// After verification: the first `valid` committed tokens are final; forget the rest.
@@ -59,9 +60,9 @@ impl DraftCache {
     /// loop every drafter shares. `forward(tokens, index, cache)` is the model step (`index`:
     /// the candidate it predicts, 0 first); a candidate is drawn (`pick`) from the warped `q`
     /// of the last position (the very `q` the verifier tests), the round's policy decides
-    /// whether to stop, and the candidate is fed next. Candidate `i` is drawn from the draft
-    /// stream of its absolute position `committed.len() + i`. Every forwarded token is
-    /// recorded as fed.
+    /// whether to stop (or to drop the candidate), and the candidate is fed next. Candidate `i`
+    /// is drawn from the draft stream of its absolute position `committed.len() + i`. Every
+    /// forwarded token is recorded as fed.
     pub fn draft(
         &mut self,
         round: DraftRound<'_>,
@@ -69,7 +70,7 @@ impl DraftCache {
         pick: Pick,
         mut forward: impl FnMut(&[u32], usize, &mut KvCache) -> Result<ForwardOutput>,
     ) -> Result<Vec<Candidate>> {
-        let DraftRound { committed, max, policy, sampling, streams, eos, metrics } = round;
+        let DraftRound { committed, max, keep_first, policy, sampling, streams, eos, metrics } = round;
         self.rollback(start);
         let mut candidates = Vec::new();
         policy.begin_round();
@@ -94,8 +95,12 @@ impl DraftCache {
                 (Candidate { token, q_token, q }, q_token)
             };
             metrics.draft_time += t.elapsed();
-            let step = DraftStep { index: candidates.len() + 1, token: c.token, q_token: c.q_token, confidence, hidden: &hidden };
-            let stop = policy.should_stop(&step)? || eos.contains(&c.token) || candidates.len() + 1 >= max;
+            let step = DraftStep { index: candidates.len() + 1, token: c.token, q_token: c.q_token, confidence, stats: LazyStats::of_logits(&logits), hidden: HiddenState::Vector(&hidden) };
+            let decision = policy.decide(&step)?;
+            if decision == Decision::Drop && !(keep_first && candidates.is_empty()) {
+                return Ok(candidates);
+            }
+            let stop = decision != Decision::Continue || eos.contains(&c.token) || candidates.len() + 1 >= max;
             input = vec![c.token];
             candidates.push(c);
             if stop {

@@ -4,8 +4,10 @@
 //! - a [`Drafter`] proposes candidates with the draft distributions `q` they were sampled from
 //!   and the draft hidden states ([`PlainDrafter`]; EasySpec's layer-parallel
 //!   [`FuzzyDrafter`] with bonus [`Calibration`]);
-//! - a [`StopPolicy`] decides after each candidate whether to stop drafting ([`FixedK`],
-//!   SpecDec++'s [`HeadPolicy`], the training-free [`ConfidencePolicy`]);
+//! - a [`StopPolicy`] decides after each candidate whether to stop drafting (and hears how
+//!   each round went): [`FixedK`], SpecDec++'s [`HeadPolicy`], and the training-free rules
+//!   (HF's [`ConfidencePolicy`], [`RocThreshold`] and [`DynamicK`], llama.cpp's [`PMinPolicy`],
+//!   [`SvipPolicy`], [`AdaEdlPolicy`], [`BanditK`]);
 //! - a [`Verifier`] decides each candidate against the target distribution `p` at its
 //!   position ([`RejectionSampler`], lossless for any `q`; [`ExactMatch`] for greedy decoding);
 //! - the round ([`round`]): what drafting works from ([`DraftRound`]), the random [`Streams`]
@@ -34,7 +36,10 @@ pub use drafter::{Candidate, Drafter, PlainDrafter};
 pub use fuzzy::{Calibration, Compat, FuzzyDrafter};
 pub use head::{AcceptanceHead, HeadSpec};
 pub use metrics::RequestMetrics;
-pub use policy::{AcceptanceModel, ConfidencePolicy, DraftStep, FixedK, HeadPolicy, HeadRule, StopPolicy};
+pub use policy::{
+    AcceptanceModel, AdaEdlParams, AdaEdlPolicy, BanditK, ConfidencePolicy, Decision, DraftStats, DraftStep, DynamicK, FixedK, HeadPolicy, HeadRule, HiddenState, LazyStats, PMinPolicy,
+    PrecomputedHead, RocThreshold, RoundOutcome, StopPolicy, SvipPolicy,
+};
 pub use round::{DraftRound, Generation, SpecConfig, Streams};
 pub use scheduler::{generate_autoregressive, generate_dsi, generate_speculative, lookahead_for, DsiConfig, DsiGeneration, DsiStats};
 pub use verifier::{residual_distribution, ExactMatch, RejectionSampler, Verdict, Verifier};

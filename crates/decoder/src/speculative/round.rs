@@ -57,12 +57,14 @@ impl Streams {
 
 /// What one drafting round works from, whoever schedules it: the committed sequence (or, for
 /// DSI, the committed tokens and the speculative chain after them), the most candidates it
-/// may propose, the stop rule asked after each one, how candidates are drawn (candidate `i`
+/// may propose, whether a dropped first candidate is kept anyway (DSI's tasks verify at least
+/// one), the stop rule asked after each one, how candidates are drawn (candidate `i`
 /// at absolute position `committed.len() + i` from that position's draft stream), the EOS
 /// tokens (drafting stops at one) and the request's counters.
 pub struct DraftRound<'a> {
     pub committed: &'a [u32],
     pub max: usize,
+    pub keep_first: bool,
     pub policy: &'a mut dyn StopPolicy,
     pub sampling: &'a SamplingConfig,
     pub streams: Streams,
@@ -105,8 +107,8 @@ impl<'a> Committed<'a> {
 
     /// A drafting round after `context` (the committed tokens; for DSI, those and the
     /// speculative chain) with this request's sampling, random streams and EOS tokens.
-    pub fn draft_round<'r>(&'r self, context: &'r [u32], max: usize, policy: &'r mut dyn StopPolicy, metrics: &'r mut RequestMetrics) -> DraftRound<'r> {
-        DraftRound { committed: context, max, policy, sampling: self.sampling, streams: self.streams, eos: self.eos, metrics }
+    pub fn draft_round<'r>(&'r self, context: &'r [u32], max: usize, keep_first: bool, policy: &'r mut dyn StopPolicy, metrics: &'r mut RequestMetrics) -> DraftRound<'r> {
+        DraftRound { committed: context, max, keep_first, policy, sampling: self.sampling, streams: self.streams, eos: self.eos, metrics }
     }
 
     pub fn generated(&self) -> usize {

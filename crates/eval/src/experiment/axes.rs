@@ -7,6 +7,13 @@
 //! drafters.easyspec = { strategies = ["lp4"], calibrations = ["every_round"] }
 //! policies.fixed = { k = [2, 4] }
 //! policies.head = { heads = ["../../checkpoints/w6-d3"], thresholds = [0.7] }
+//! policies.roc = { thresholds = [0.4], max = [20] }            # HF confidence + ROC update
+//! policies.pmin = { p_min = [0.75], n_max = [16] }             # llama.cpp
+//! policies.dynamic = { initial = [5], cap = 64 }               # HF's dynamic schedule
+//! policies.svip = { thresholds = [0.3], max = [40] }
+//! policies.adaedl = { lambda = [0.7], gamma = [0.2], max = [16] }
+//! policies.bandit = { arms = [[1, 2, 3, 4]] }
+//! policies.oracle = {}                                         # replays only
 //! schedulers.sequential = {}
 //! schedulers.dsi = { servers = [2] }
 //! ```
@@ -61,8 +68,72 @@ pub struct PolicyAxis {
     pub fixed: Option<FixedPolicies>,
     /// SpecDec++'s acceptance head: every head x threshold x bounds.
     pub head: Option<HeadPolicies>,
-    /// The draft's confidence: every threshold x bounds.
+    /// HF's confidence criterion: every threshold x bounds.
     pub confidence: Option<ConfidencePolicies>,
+    /// HF's confidence criterion with the online ROC threshold: every threshold x max.
+    pub roc: Option<ThresholdPolicies>,
+    /// llama.cpp's p_min: every p_min x n_max.
+    pub pmin: Option<PMinPolicies>,
+    /// HF's dynamic schedule: every initial K (all with one cap).
+    pub dynamic: Option<DynamicPolicies>,
+    /// SVIP: every threshold x max.
+    pub svip: Option<ThresholdPolicies>,
+    /// AdaEDL: every initial lambda x gamma x max.
+    pub adaedl: Option<AdaEdlPolicies>,
+    /// A bandit over K: every arm set.
+    pub bandit: Option<BanditPolicies>,
+    /// SpecDec++'s oracle (greedy replays only).
+    pub oracle: Option<NoParameters>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThresholdPolicies {
+    pub thresholds: Vec<f64>,
+    pub max: Vec<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PMinPolicies {
+    pub p_min: Vec<f64>,
+    pub n_max: Vec<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DynamicPolicies {
+    pub initial: Vec<usize>,
+    /// Largest K the schedule may reach [default 64].
+    #[serde(default = "dynamic_cap")]
+    pub cap: usize,
+}
+
+fn dynamic_cap() -> usize {
+    64
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaEdlPolicies {
+    pub lambda: Vec<f64>,
+    #[serde(default = "adaedl_gamma")]
+    pub gamma: Vec<f64>,
+    #[serde(default = "adaedl_max")]
+    pub max: Vec<usize>,
+}
+
+fn adaedl_gamma() -> Vec<f64> {
+    vec![0.2]
+}
+fn adaedl_max() -> Vec<usize> {
+    vec![16]
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BanditPolicies {
+    pub arms: Vec<Vec<usize>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -157,12 +228,28 @@ impl ConfidencePolicies {
     }
 }
 
+/// Every `a` x `b` as `make(a, b)`.
+fn product<A: Copy, B: Copy>(a: &[A], b: &[B], make: impl Fn(A, B) -> PolicySpec) -> Vec<PolicySpec> {
+    a.iter().flat_map(|&x| b.iter().map(move |&y| (x, y))).map(|(x, y)| make(x, y)).collect()
+}
+
 impl PolicyAxis {
     pub fn expand(&self) -> Vec<PolicySpec> {
         let mut out = Vec::new();
         out.extend(self.fixed.iter().flat_map(FixedPolicies::specs));
         out.extend(self.head.iter().flat_map(HeadPolicies::specs));
         out.extend(self.confidence.iter().flat_map(ConfidencePolicies::specs));
+        out.extend(self.roc.iter().flat_map(|g| product(&g.thresholds, &g.max, |threshold, max| PolicySpec::Roc { threshold, max })));
+        out.extend(self.pmin.iter().flat_map(|g| product(&g.p_min, &g.n_max, |p_min, n_max| PolicySpec::PMin { p_min, n_max })));
+        out.extend(self.dynamic.iter().flat_map(|g| g.initial.iter().map(|&initial| PolicySpec::Dynamic { initial, cap: g.cap })));
+        out.extend(self.svip.iter().flat_map(|g| product(&g.thresholds, &g.max, |threshold, max| PolicySpec::Svip { threshold, max })));
+        if let Some(g) = &self.adaedl {
+            for &lambda in &g.lambda {
+                out.extend(product(&g.gamma, &g.max, |gamma, max| PolicySpec::AdaEdl { lambda, gamma, max }));
+            }
+        }
+        out.extend(self.bandit.iter().flat_map(|g| g.arms.iter().map(|arms| PolicySpec::Bandit { arms: arms.clone() })));
+        out.extend(self.oracle.iter().map(|_| PolicySpec::Oracle));
         out
     }
 }
@@ -184,7 +271,7 @@ impl MethodGrid {
     /// Every drafter x policy x scheduler, in that nesting order, each checked.
     pub fn expand(&self) -> Result<Vec<MethodSpec>> {
         let policies = self.policies.expand();
-        ensure!(!policies.is_empty(), "[[methods.grid]] lists no policy: give policies.fixed, policies.head or policies.confidence");
+        ensure!(!policies.is_empty(), "[[methods.grid]] lists no policy: give policies.fixed, head, confidence, roc, pmin, dynamic, svip, adaedl, bandit or oracle");
         let mut out = Vec::new();
         for drafter in self.drafters.expand() {
             for policy in &policies {
@@ -225,6 +312,17 @@ impl MethodGrid {
         if let Some(g) = &self.policies.confidence {
             ensure!(!g.thresholds.is_empty() && !g.bounds.is_empty(), "{}", empty("policies.confidence thresholds or bounds"));
         }
+        let p = &self.policies;
+        for (name, lists) in [
+            ("roc thresholds or max", p.roc.as_ref().map(|g| [g.thresholds.len(), g.max.len()])),
+            ("pmin p_min or n_max", p.pmin.as_ref().map(|g| [g.p_min.len(), g.n_max.len()])),
+            ("dynamic initial", p.dynamic.as_ref().map(|g| [g.initial.len(), 1])),
+            ("svip thresholds or max", p.svip.as_ref().map(|g| [g.thresholds.len(), g.max.len()])),
+            ("adaedl lambda, gamma or max", p.adaedl.as_ref().map(|g| [g.lambda.len(), g.gamma.len().min(g.max.len())])),
+            ("bandit arms", p.bandit.as_ref().map(|g| [g.arms.len(), 1])),
+        ] {
+            ensure!(lists.is_none_or(|l| l.iter().all(|&n| n > 0)), "{}", empty(&format!("policies.{name}")));
+        }
         if let Some(g) = &self.schedulers.dsi {
             ensure!(!g.servers.is_empty(), "{}", empty("schedulers.dsi servers"));
         }
@@ -259,6 +357,37 @@ mod tests {
         // Out-of-range parameters are refused with the setting's name.
         let bad: MethodGrid = toml::from_str("policies.confidence = { thresholds = [1.5] }").unwrap();
         assert!(format!("{:#}", bad.expand().unwrap_err()).contains("confidence 1.5 [2,20]: the threshold must be in [0, 1]"));
+        // Every training-free rule, with its parameters in the key.
+        let rules: MethodGrid = toml::from_str(
+            r#"
+            policies.roc = { thresholds = [0.4], max = [20] }
+            policies.pmin = { p_min = [0.75, 0.0], n_max = [16] }
+            policies.dynamic = { initial = [5] }
+            policies.svip = { thresholds = [0.3], max = [40] }
+            policies.adaedl = { lambda = [0.5, 0.7] }
+            policies.bandit = { arms = [[1, 2, 3, 4]] }
+            policies.oracle = {}
+            "#,
+        )
+        .unwrap();
+        rules.validate().unwrap();
+        let keys: Vec<String> = rules.expand().unwrap().iter().map(MethodSpec::key).collect();
+        assert_eq!(
+            keys,
+            [
+                "roc 0.4 [1,20]",
+                "pmin 0.75 n_max=16",
+                "pmin 0 n_max=16",
+                "dynamic K0=5 cap=64",
+                "svip 0.3 [1,40]",
+                "adaedl lambda=0.5 gamma=0.2 [1,16]",
+                "adaedl lambda=0.7 gamma=0.2 [1,16]",
+                "bandit K=1,2,3,4",
+                "oracle"
+            ]
+        );
+        let empty: MethodGrid = toml::from_str("policies.bandit = { arms = [] }").unwrap();
+        assert!(format!("{:#}", empty.validate().unwrap_err()).contains("policies.bandit arms is empty"));
         let unknown = toml::from_str::<MethodGrid>("policies.fixed = { k = [2] }\nschedulers.tree = {}").unwrap_err();
         assert!(unknown.to_string().contains("unknown field `tree`"), "{unknown}");
     }

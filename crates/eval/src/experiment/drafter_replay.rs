@@ -10,14 +10,16 @@
 //!
 //! [`generate_speculative`]: specx_decoder::speculative::generate_speculative
 
+use super::replay::ReplayCosts;
 use anyhow::{ensure, Result};
-use specx_decoder::speculative::{DraftRound, Drafter, RequestMetrics, StopPolicy, Streams};
+use specx_decoder::speculative::{DraftRound, Drafter, RequestMetrics, RoundOutcome, StopPolicy, Streams};
 use specx_decoder::SamplingConfig;
 
 /// Replays a greedy run of `drafter` under `policy` along `ar`, the target's greedy output for
 /// `prompt` with a budget of `max_new` tokens (EOS included when it ended on one). The counts
-/// are the real run's; `draft_time` is this replay's measured drafting time.
-pub fn replay_with_drafter(drafter: &mut dyn Drafter, policy: &mut dyn StopPolicy, prompt: &[u32], ar: &[u32], max_new: usize, eos: &[u32]) -> Result<RequestMetrics> {
+/// are the real run's; `draft_time` is this replay's measured drafting time. Policies that
+/// learn from round outcomes hear each round priced with `costs`.
+pub fn replay_with_drafter(drafter: &mut dyn Drafter, policy: &mut dyn StopPolicy, prompt: &[u32], ar: &[u32], max_new: usize, eos: &[u32], costs: &ReplayCosts) -> Result<RequestMetrics> {
     let mut m = RequestMetrics::default();
     let Some(&first) = ar.first() else { return Ok(m) };
     let greedy = SamplingConfig::greedy();
@@ -25,12 +27,14 @@ pub fn replay_with_drafter(drafter: &mut dyn Drafter, policy: &mut dyn StopPolic
     let mut committed: Vec<u32> = prompt.to_vec();
     committed.push(first);
     let mut out = 1;
+    policy.begin_request();
     while out < max_new && !eos.contains(&ar[out - 1]) {
         let remaining = max_new - out;
         let max = remaining.min(policy.max_candidates());
-        let candidates = drafter.draft(DraftRound { committed: &committed, max, policy: &mut *policy, sampling: &greedy, streams: Streams::new(0), eos, metrics: &mut m })?;
+        let calls_before = m.n_draft_calls;
+        let candidates = drafter.draft(DraftRound { committed: &committed, max, keep_first: false, policy: &mut *policy, sampling: &greedy, streams: Streams::new(0), eos, metrics: &mut m })?;
         let k = candidates.len();
-        ensure!(k >= 1 && k <= max, "drafter returned {k} candidates (1..={max} allowed)");
+        ensure!(k <= max, "drafter returned {k} candidates (at most {max} allowed)");
         m.n_target_calls += 1;
         let a = candidates.iter().zip(&ar[out..]).take_while(|(c, t)| c.token == **t).count();
         m.n_drafted += k;
@@ -49,6 +53,8 @@ pub fn replay_with_drafter(drafter: &mut dyn Drafter, policy: &mut dyn StopPolic
         ensure!(end <= ar.len(), "the AR output ends at {} tokens, the replay needs {end}: was it decoded with another budget?", ar.len());
         committed.extend_from_slice(&ar[out..end]);
         out = end;
+        let seconds = costs.t_draft * (m.n_draft_calls - calls_before) as f64 + costs.t_target;
+        policy.end_round(&RoundOutcome { drafted: k, accepted: a, committed: new, seconds });
     }
     ensure!(out == ar.len(), "the replay committed {out} tokens, the AR output has {}", ar.len());
     m.n_generated = out;

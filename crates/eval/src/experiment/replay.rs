@@ -9,45 +9,64 @@
 //!
 //! The draft runs as [`specx_decoder::speculative::PlainDrafter`] does: the first forward takes the
 //! prompt and the first AR token together, then one token per forward; a branch continues
-//! from the trunk's cache cut back to its position. Stop decisions use the same rules as live
-//! runs ([`HeadRule::stop`], [`ConfidencePolicy::stop`], fixed K).
+//! from the trunk's cache cut back to its position. Stop decisions are taken by the very
+//! policy objects live runs use ([`MethodSpec::build_policy_with`]), fed the recorded looks:
+//! the draft's token and softmax statistics at each position, and each head's acceptance
+//! probability for its hidden state ([`HeadBinding::Precomputed`]). Policies that learn from
+//! round outcomes (HF's ROC threshold and dynamic schedule, AdaEDL, the bandit) hear the
+//! replayed rounds; the bandit's reward prices them with [`ReplayCosts`].
 //!
 //! [`TraceBuilder`] computes the looks of many prompts at once: every single-token forward of
 //! a wave (trunk steps, then branch steps) goes into one ragged batch, whose rows are bitwise
 //! what a forward of that row alone gives (the row-invariant kernel), so the counts are those
 //! of one-at-a-time forwards, at a third of the cost. Branches are computed as deep as some
-//! policy needs them: because round starts do not depend on branches, one simulation of every
-//! policy finds every branch look it is missing, and each wave extends every needed branch by
-//! one token.
+//! policy needs them: round starts depend on the trunk only, so one simulation of every
+//! policy finds the branch looks a stateless policy is missing; a policy with state across
+//! rounds may ask for more once earlier rounds are complete, so simulation and waves repeat
+//! until no policy misses a look (then every count is exact).
 
-use crate::method::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec};
+use crate::method::{DrafterSpec, HeadBinding, MethodSpec, PolicySpec, SchedulerSpec};
 use anyhow::{bail, ensure, Context, Result};
-use specx_decoder::sampling::{argmax, top_probability};
-use specx_decoder::speculative::{AcceptanceHead, ConfidencePolicy, HeadRule, RequestMetrics};
+use serde::{Deserialize, Serialize};
+use specx_decoder::sampling::argmax;
+use specx_decoder::speculative::{AcceptanceHead, Decision, DraftStats, DraftStep, HiddenState, LazyStats, RequestMetrics, RoundOutcome, StopPolicy};
 use specx_decoder::{KvCache, Transformer};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-/// What the draft proposes at one position: its greedy token, the softmax probability of
-/// that token, and each head's acceptance probability for the hidden state of the input
-/// token (the token before the proposal).
+/// What the draft proposes at one position: its greedy token, the statistics of its softmax
+/// there, and each head's acceptance probability for the hidden state of the input token (the
+/// token before the proposal).
 #[derive(Clone, Debug)]
 struct Look {
     token: u32,
-    confidence: f32,
+    stats: DraftStats,
     head_probs: Vec<f64>,
 }
 
-/// A stop policy as a pure rule over looks (the replay counterpart of the live policies).
-#[derive(Clone, Debug)]
+/// Forward times that price a replayed round for the policies rewarded with throughput (the
+/// bandit): `t_draft` per draft forward plus `t_target` per verification. The SpecDec++
+/// paper's A100 times unless the replay grid says otherwise (`[costs]`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayCosts {
+    pub t_draft: f64,
+    pub t_target: f64,
+}
+
+impl Default for ReplayCosts {
+    fn default() -> Self {
+        let (t_draft, t_target) = crate::common::timing::PAPER_TIMES;
+        Self { t_draft, t_target }
+    }
+}
+
+/// A stop policy as replayed: a live policy, or SpecDec++'s oracle (Theorem 4.1: stop right
+/// before every mismatch, so nothing is discarded; a round whose first proposal would
+/// mismatch drafts nothing; no cap on the candidates), which needs the AR output and so
+/// exists only here.
 pub enum ReplayPolicy {
-    Fixed(usize),
-    /// SpecDec++ rule with the index of its head in the trace's head list.
-    Head(HeadRule, usize),
-    Confidence(ConfidencePolicy),
-    /// The oracle of SpecDec++ Theorem 4.1: stop right before every mismatch, so nothing is
-    /// discarded. A round whose first proposal would mismatch drafts nothing (one target
-    /// step); no cap on the candidates.
+    Live(Box<dyn StopPolicy>),
     Oracle,
 }
 
@@ -57,22 +76,21 @@ impl ReplayPolicy {
     pub fn of(m: &MethodSpec, head_index: &HashMap<String, usize>) -> Result<Self> {
         ensure!(m.scheduler == SchedulerSpec::Sequential, "{}: DSI runs only for real: a greedy replay would give fixed K's counts and no DSI timing (the online simulator `specx dsi online` reads traces instead)", m.key());
         ensure!(m.drafter == DrafterSpec::Plain, "{}: the greedy traces hold the exact draft's proposals, and a fuzzy draft proposes other tokens", m.key());
-        Ok(match &m.policy {
-            PolicySpec::Fixed { k } => Self::Fixed(*k),
-            PolicySpec::Head { head, threshold, min, max } => {
-                let i = *head_index.get(head).with_context(|| format!("head '{head}' is not loaded"))?;
-                Self::Head(HeadRule::new(*threshold, *min, *max), i)
-            }
-            PolicySpec::Confidence { threshold, min, max } => Self::Confidence(ConfidencePolicy { threshold: *threshold as f32, min_candidates: *min, max_candidates: *max }),
+        Ok(match m.policy {
             PolicySpec::Oracle => Self::Oracle,
+            _ => Self::Live(m.build_policy_with(HeadBinding::Precomputed(head_index))?),
         })
+    }
+
+    fn begin_request(&mut self) {
+        if let Self::Live(p) = self {
+            p.begin_request();
+        }
     }
 
     fn max_candidates(&self) -> usize {
         match self {
-            Self::Fixed(k) => *k,
-            Self::Head(r, _) => r.max_candidates,
-            Self::Confidence(c) => c.max_candidates,
+            Self::Live(p) => p.max_candidates(),
             Self::Oracle => usize::MAX,
         }
     }
@@ -95,18 +113,21 @@ pub struct DraftTrace {
 impl DraftTrace {
     /// Counts of a greedy speculative run with `policy` (timings zero), and the branch looks
     /// it would need that are not computed yet, as (mismatch index, depth). A round that
-    /// needs a missing look is cut there, which does not move later rounds (their starts
-    /// depend on the trunk only), so one call finds every missing look.
-    fn simulate(&self, policy: &ReplayPolicy) -> Result<(RequestMetrics, Vec<(usize, usize)>)> {
+    /// needs a missing look is cut there; for a stateless policy that does not move later
+    /// rounds (their starts depend on the trunk only), so one call finds every missing look.
+    fn simulate(&self, policy: &mut ReplayPolicy, costs: &ReplayCosts) -> Result<(RequestMetrics, Vec<(usize, usize)>)> {
         let n = self.ar.len();
         let mut c = RequestMetrics { n_generated: n, n_target_calls: usize::from(n > 0), ..Default::default() };
         let mut needs = Vec::new();
+        policy.begin_request();
         let mut l = 1; // committed response tokens (the first comes from the target's prefill)
         while l < n {
             let max = (self.max_new_tokens - l).min(policy.max_candidates());
-            let mut product = 1.0f64;
+            if let ReplayPolicy::Live(p) = policy {
+                p.begin_round();
+            }
             let mut mismatch: Option<usize> = None; // AR index of the first mismatch
-            let mut k = 0;
+            let (mut k, mut forwards) = (0, 0);
             loop {
                 let i = k + 1;
                 let look = match mismatch {
@@ -119,47 +140,56 @@ impl DraftTrace {
                         }
                     },
                 };
-                if matches!(policy, ReplayPolicy::Oracle) && look.token != self.ar[l + k] {
-                    break; // stop before the mismatch: this round drafts k candidates
+                forwards += 1;
+                let decision = match policy {
+                    ReplayPolicy::Oracle if look.token != self.ar[l + k] => Decision::Drop,
+                    ReplayPolicy::Oracle => Decision::Continue,
+                    ReplayPolicy::Live(p) => p.decide(&DraftStep {
+                        index: i,
+                        token: look.token,
+                        q_token: 1.0,
+                        confidence: look.stats.top1,
+                        stats: LazyStats::known(look.stats),
+                        hidden: HiddenState::HeadScores(&look.head_probs),
+                    })?,
+                };
+                if decision == Decision::Drop {
+                    // The oracle looks ahead for free; a live rule spent the forward.
+                    forwards -= usize::from(matches!(policy, ReplayPolicy::Oracle));
+                    break;
                 }
                 if mismatch.is_none() && look.token != self.ar[l + k] {
                     mismatch = Some(l + k);
                 }
                 k = i;
-                let stop = match policy {
-                    ReplayPolicy::Fixed(kk) => i >= *kk,
-                    ReplayPolicy::Head(rule, h) => {
-                        if i >= 2 {
-                            product *= look.head_probs[*h];
-                        }
-                        rule.stop(i, product)
-                    }
-                    ReplayPolicy::Confidence(cp) => cp.stop(i, look.confidence),
-                    ReplayPolicy::Oracle => false,
-                };
-                if stop || self.eos.contains(&look.token) || i >= max {
+                if decision == Decision::Stop || self.eos.contains(&look.token) || i >= max {
                     break;
                 }
             }
             let a = mismatch.map_or(k, |p| p - l);
             c.n_target_calls += 1;
-            c.n_draft_calls += k;
+            c.n_draft_calls += forwards;
             c.n_drafted += k;
             c.n_accepted += a;
             c.n_verified += if a < k { a + 1 } else { k };
             c.accepted_per_round.push(a);
             c.drafted_per_round.push(k);
-            l = (l + a + 1).min(n);
+            let next = (l + a + 1).min(n);
+            if let ReplayPolicy::Live(p) = policy {
+                let seconds = costs.t_draft * forwards as f64 + costs.t_target;
+                p.end_round(&RoundOutcome { drafted: k, accepted: a, committed: next - l, seconds });
+            }
+            l = next;
         }
         Ok((c, needs))
     }
 
     /// Counts of a greedy speculative run with `policy` (timings zero). Every branch look the
     /// policy needs must have been computed ([`TraceBuilder::build`] with this policy).
-    pub fn replay(&self, policy: &ReplayPolicy) -> Result<RequestMetrics> {
-        let (c, needs) = self.simulate(policy)?;
+    pub fn replay(&self, policy: &mut ReplayPolicy, costs: &ReplayCosts) -> Result<RequestMetrics> {
+        let (c, needs) = self.simulate(policy, costs)?;
         if let Some((p, d)) = needs.first() {
-            bail!("replay of {policy:?} needs branch look {d} after the mismatch at AR index {p}, which was not computed");
+            bail!("the replay needs branch look {d} after the mismatch at AR index {p}, which was not computed");
         }
         Ok(c)
     }
@@ -203,9 +233,8 @@ impl<'a> TraceBuilder<'a> {
 
     /// A look from a row's logits and hidden state.
     fn look(&self, logits: &[f32], hidden: &[f32]) -> Result<Look> {
-        let token = argmax(logits);
         let head_probs = self.heads.iter().map(|h| h.accept_probability(hidden)).collect::<Result<Vec<f64>>>()?;
-        Ok(Look { token, confidence: top_probability(logits, token), head_probs })
+        Ok(Look { token: argmax(logits), stats: DraftStats::of(logits), head_probs })
     }
 
     /// One ragged forward of single tokens, each with its own cache; a look per row.
@@ -223,7 +252,7 @@ impl<'a> TraceBuilder<'a> {
     }
 
     /// Traces of `inputs`, with every branch look that `policies` need.
-    pub fn build(&mut self, inputs: &[TraceInput], policies: &[ReplayPolicy]) -> Result<Vec<DraftTrace>> {
+    pub fn build(&mut self, inputs: &[TraceInput], policies: &mut [ReplayPolicy], costs: &ReplayCosts) -> Result<Vec<DraftTrace>> {
         let mut b: Vec<Building> = inputs
             .iter()
             .map(|i| {
@@ -278,8 +307,8 @@ impl<'a> TraceBuilder<'a> {
             let mut wanted: Vec<(usize, usize)> = Vec::new(); // (trace, mismatch index)
             for (ti, x) in b.iter_mut().enumerate() {
                 let mut need: BTreeSet<usize> = BTreeSet::new();
-                for p in policies {
-                    need.extend(x.trace.simulate(p)?.1.into_iter().map(|(p, _)| p));
+                for p in policies.iter_mut() {
+                    need.extend(x.trace.simulate(p, costs)?.1.into_iter().map(|(p, _)| p));
                 }
                 x.open.retain(|p, _| need.contains(p));
                 if need.is_empty() {

@@ -6,7 +6,7 @@ use super::config::{MethodsConfig, OutputConfig};
 use super::drafter_replay::replay_with_drafter;
 use super::grid::{expand, head_name};
 use super::manifest::EvalManifest;
-use super::replay::{ReplayPolicy, TraceBuilder, TraceInput};
+use super::replay::{ReplayCosts, ReplayPolicy, TraceBuilder, TraceInput};
 use crate::common::results::{tokens_sha256, ResultRow, UnitFile};
 use crate::common::timing::{least_squares, standalone_target};
 use crate::method::{load_head, DrafterSpec, Heads, MethodSpec, SchedulerSpec, Setting};
@@ -18,13 +18,17 @@ use specx_decoder::{device_from_name, load_model_as};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-/// The grid file of a replay: a `[methods]` table as in eval configs, and optionally where
-/// to write (default `RUN_DIR/replay-<grid file stem>`).
+/// The grid file of a replay: a `[methods]` table as in eval configs, optionally where to
+/// write (default `RUN_DIR/replay-<grid file stem>`) and the forward times that price a
+/// replayed round for the policies rewarded with throughput (`[costs] t_draft, t_target`;
+/// default the SpecDec++ paper's A100 times).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayConfig {
     pub methods: MethodsConfig,
     pub output: Option<OutputConfig>,
+    #[serde(default)]
+    pub costs: ReplayCosts,
 }
 
 impl ReplayConfig {
@@ -164,13 +168,13 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     for group in files.chunks(UNITS_PER_GROUP) {
         let inputs: Vec<TraceInput> = group.iter().map(|u| TraceInput { prompt: &u.prompt, ar: &u.ar_tokens, max_new_tokens: u.rows[0].max_new_tokens }).collect();
         let before = builder.rows;
-        let traces = if policies.is_empty() { Vec::new() } else { builder.build(&inputs, &policies)? };
+        let traces = if policies.is_empty() { Vec::new() } else { builder.build(&inputs, &mut policies, &grid.costs)? };
         for (i, u) in group.iter().enumerate() {
             let counts = how.iter().map(|h| match h {
-                Replayer::Trace(p) => traces[i].replay(&policies[*p]),
+                Replayer::Trace(p) => traces[i].replay(&mut policies[*p], &grid.costs),
                 Replayer::Live(method) => {
                     let mut policy = method.build_policy(&head_map)?;
-                    replay_with_drafter(method.build_drafter(&draft.model)?.as_mut(), policy.as_mut(), &u.prompt, &u.ar_tokens, u.rows[0].max_new_tokens, &manifest.eos_ids)
+                    replay_with_drafter(method.build_drafter(&draft.model)?.as_mut(), policy.as_mut(), &u.prompt, &u.ar_tokens, u.rows[0].max_new_tokens, &manifest.eos_ids, &grid.costs)
                 }
             });
             replayed_counts.push(counts.collect::<Result<Vec<_>>>().with_context(|| format!("replaying {} {}", u.unit.dataset, u.unit.prompt_id))?);

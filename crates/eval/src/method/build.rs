@@ -5,14 +5,23 @@ use super::spec::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting};
 use anyhow::{bail, Context, Result};
 use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::speculative::{
-    generate_autoregressive, generate_dsi, generate_speculative, AcceptanceHead, ConfidencePolicy, Drafter, DsiConfig, DsiStats, FixedK, FuzzyDrafter, Generation, HeadPolicy,
-    HeadRule, PlainDrafter, RejectionSampler, SpecConfig, StopPolicy,
+    generate_autoregressive, generate_dsi, generate_speculative, AcceptanceHead, AdaEdlParams, AdaEdlPolicy, BanditK, ConfidencePolicy, Drafter, DsiConfig, DsiStats, DynamicK, FixedK,
+    FuzzyDrafter, Generation, HeadPolicy, HeadRule, PMinPolicy, PlainDrafter, PrecomputedHead, RejectionSampler, RocThreshold, SpecConfig, StopPolicy, SvipPolicy,
 };
 use specx_decoder::Transformer;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Loaded acceptance heads by name (a checkpoint directory's name).
 pub type Heads = BTreeMap<String, AcceptanceHead>;
+
+/// Where a head policy's acceptance probabilities come from: a loaded head applied to the
+/// draft's hidden states (decoding), or a replay's precomputed scores (the head's index in the
+/// replay's head list).
+#[derive(Clone, Copy)]
+pub enum HeadBinding<'a> {
+    Loaded(&'a Heads),
+    Precomputed(&'a HashMap<String, usize>),
+}
 
 impl MethodSpec {
     /// A fresh drafter over `draft`.
@@ -29,13 +38,28 @@ impl MethodSpec {
     /// A fresh stop policy (its own state per request); a head policy takes its head from
     /// `heads`.
     pub fn build_policy(&self, heads: &Heads) -> Result<Box<dyn StopPolicy>> {
+        self.build_policy_with(HeadBinding::Loaded(heads))
+    }
+
+    /// The one place a [`PolicySpec`] becomes a policy, for decoding and replay alike.
+    pub fn build_policy_with(&self, heads: HeadBinding) -> Result<Box<dyn StopPolicy>> {
         Ok(match &self.policy {
             PolicySpec::Fixed { k } => Box::new(FixedK(*k)),
             PolicySpec::Head { head, threshold, min, max } => {
-                let h = heads.get(head).with_context(|| format!("{}: head '{head}' is not loaded", self.key()))?;
-                Box::new(HeadPolicy::new(h.clone(), HeadRule::new(*threshold, *min, *max)))
+                let rule = HeadRule::new(*threshold, *min, *max);
+                let missing = || format!("{}: head '{head}' is not loaded", self.key());
+                match heads {
+                    HeadBinding::Loaded(h) => Box::new(HeadPolicy::new(h.get(head).with_context(missing)?.clone(), rule)),
+                    HeadBinding::Precomputed(index) => Box::new(HeadPolicy::new(PrecomputedHead(*index.get(head).with_context(missing)?), rule)),
+                }
             }
             PolicySpec::Confidence { threshold, min, max } => Box::new(ConfidencePolicy { threshold: *threshold as f32, min_candidates: *min, max_candidates: *max }),
+            PolicySpec::Roc { threshold, max } => Box::new(RocThreshold::new(ConfidencePolicy { threshold: *threshold as f32, min_candidates: 1, max_candidates: *max })),
+            PolicySpec::PMin { p_min, n_max } => Box::new(PMinPolicy { p_min: *p_min as f32, n_max: *n_max }),
+            PolicySpec::Dynamic { initial, cap } => Box::new(DynamicK::new(*initial, *cap)),
+            PolicySpec::Svip { threshold, max } => Box::new(SvipPolicy { threshold: *threshold as f32, max_candidates: *max }),
+            PolicySpec::AdaEdl { lambda, gamma, max } => Box::new(AdaEdlPolicy::new(AdaEdlParams { lambda: *lambda, gamma: *gamma, max_candidates: *max, ..AdaEdlParams::DEFAULT })),
+            PolicySpec::Bandit { arms } => Box::new(BanditK::new(arms.clone(), BanditK::EXPLORATION)),
             PolicySpec::Oracle => bail!("the oracle needs the AR output in advance: it can only be replayed (specx eval replay)"),
         })
     }

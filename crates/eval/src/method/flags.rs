@@ -41,8 +41,23 @@ pub enum PolicyKind {
     Fixed,
     /// SpecDec++'s acceptance head (--head, --threshold, --min, --max).
     Head,
-    /// The draft's confidence (--threshold, --min, --max).
+    /// HF's confidence criterion (--threshold [0.5], --min, --max): the low-confidence token
+    /// is kept.
     Confidence,
+    /// HF's confidence criterion with its online ROC threshold (--threshold: the initial one
+    /// [0.4], --max [20]).
+    Roc,
+    /// llama.cpp's p_min (--threshold: p_min [0.75], --max: n_max [16]): the low-confidence
+    /// token is dropped.
+    Pmin,
+    /// HF's dynamic schedule (--k: the initial K [5], --max: its cap [64]).
+    Dynamic,
+    /// SVIP's entropy rule (--threshold [0.3], --max [40]).
+    Svip,
+    /// AdaEDL's entropy bound (--threshold: the initial lambda [0.7], --max [16]).
+    Adaedl,
+    /// A UCB bandit over K (--arms [1,2,3,4]).
+    Bandit,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -101,9 +116,13 @@ pub struct MethodArgs {
     /// [default: 2].
     #[arg(long)]
     pub min: Option<usize>,
-    /// Most candidates per round of the head and confidence policies [default: 20].
+    /// Most candidates per round of the head and confidence policies [default: 20]; of the
+    /// training-free rules (see --policy for each one's default).
     #[arg(long)]
     pub max: Option<usize>,
+    /// The bandit's arms: the round lengths it chooses from [default: 1,2,3,4].
+    #[arg(long, value_delimiter = ',')]
+    pub arms: Vec<usize>,
     /// EasySpec's layer-parallel strategy: a preset `lp1`..`lp5` (the paper's Table 6) or the
     /// paper's notation, e.g. `0,1-3,4-7,8-11,12-15,16-19,20-22,23` [default: lp4].
     #[arg(long)]
@@ -139,7 +158,7 @@ impl MethodArgs {
         };
         if self.method == Preset::Ar && self.drafter.is_none() && self.policy.is_none() && self.scheduler.is_none() {
             let any = self.k.is_some() || self.servers.is_some() || !self.devices.is_empty() || !self.draft_devices.is_empty() || self.head.is_some() || self.threshold.is_some();
-            let more = self.min.is_some() || self.max.is_some() || self.strategy.is_some() || self.calibration.is_some() || self.workers.is_some() || self.compat.is_some();
+            let more = self.min.is_some() || self.max.is_some() || self.strategy.is_some() || self.calibration.is_some() || self.workers.is_some() || self.compat.is_some() || !self.arms.is_empty();
             ensure!(!any && !more, "--method ar runs the target alone: it takes no drafter, policy or scheduler flag");
             return Ok(Setting::Ar);
         }
@@ -175,22 +194,44 @@ impl MethodArgs {
         };
         let [lo, hi] = PAPER_BOUNDS;
         let (min, max) = (self.min.unwrap_or(lo), self.max.unwrap_or(hi));
+        let threshold = |default: f64| self.threshold.unwrap_or(default);
+        let max_or = |default: usize| self.max.unwrap_or(default);
+        unused(!self.arms.is_empty() && policy != PolicyKind::Bandit, "--arms", "the bandit policy")?;
+        if !matches!(policy, PolicyKind::Head | PolicyKind::Confidence) {
+            unused(self.head.is_some(), "--head", "the head policy")?;
+            unused(self.min.is_some(), "--min", "the head or confidence policy")?;
+        }
+        if !matches!(policy, PolicyKind::Fixed | PolicyKind::Dynamic) {
+            unused(self.k.is_some(), "--k", "the fixed-K or dynamic policy")?;
+        }
         let policy = match policy {
             PolicyKind::Fixed => {
-                unused(self.head.is_some(), "--head", "the head policy")?;
-                unused(self.threshold.is_some(), "--threshold", "the head or confidence policy")?;
-                unused(self.min.is_some() || self.max.is_some(), "--min/--max", "the head or confidence policy")?;
+                unused(self.threshold.is_some(), "--threshold", "a policy with a threshold")?;
+                unused(self.max.is_some(), "--max", "a policy with a bound")?;
                 PolicySpec::Fixed { k: self.k.unwrap_or(4) }
             }
             PolicyKind::Head => {
                 unused(self.k.is_some(), "--k", "the fixed-K policy")?;
                 let head = self.head.clone().ok_or_else(|| anyhow::anyhow!("the head policy needs --head DIR (or --head random for an untrained head)"))?;
-                PolicySpec::Head { head, threshold: self.threshold.unwrap_or(0.7), min, max }
+                PolicySpec::Head { head, threshold: threshold(0.7), min, max }
             }
             PolicyKind::Confidence => {
                 unused(self.k.is_some(), "--k", "the fixed-K policy")?;
                 unused(self.head.is_some(), "--head", "the head policy")?;
-                PolicySpec::Confidence { threshold: self.threshold.unwrap_or(0.5), min, max }
+                PolicySpec::Confidence { threshold: threshold(0.5), min, max }
+            }
+            PolicyKind::Roc => PolicySpec::Roc { threshold: threshold(0.4), max: max_or(20) },
+            PolicyKind::Pmin => PolicySpec::PMin { p_min: threshold(0.75), n_max: max_or(16) },
+            PolicyKind::Dynamic => {
+                unused(self.threshold.is_some(), "--threshold", "a policy with a threshold")?;
+                PolicySpec::Dynamic { initial: self.k.unwrap_or(5), cap: max_or(64) }
+            }
+            PolicyKind::Svip => PolicySpec::Svip { threshold: threshold(0.3), max: max_or(40) },
+            PolicyKind::Adaedl => PolicySpec::AdaEdl { lambda: threshold(0.7), gamma: 0.2, max: max_or(16) },
+            PolicyKind::Bandit => {
+                unused(self.threshold.is_some(), "--threshold", "a policy with a threshold")?;
+                unused(self.max.is_some(), "--max", "a policy with a bound")?;
+                PolicySpec::Bandit { arms: if self.arms.is_empty() { vec![1, 2, 3, 4] } else { self.arms.clone() } }
             }
         };
         let scheduler = match scheduler {
@@ -239,6 +280,14 @@ mod tests {
         assert_eq!(key("--method dsi --devices cpu,wgpu:0").unwrap(), "dsi SP=2 k=4");
         assert_eq!(key("--method specdecpp --head h --scheduler dsi").unwrap(), "dsi SP=2 specdecpp h h=0.7 [2,20]");
         assert_eq!(key("--policy confidence --drafter easyspec --strategy lp2").unwrap(), "easyspec lp2 every_round | confidence 0.5 [2,20]");
+        // The training-free rules with their published defaults, and with flags.
+        assert_eq!(key("--policy roc").unwrap(), "roc 0.4 [1,20]");
+        assert_eq!(key("--policy pmin").unwrap(), "pmin 0.75 n_max=16");
+        assert_eq!(key("--policy pmin --threshold 0 --max 3").unwrap(), "pmin 0 n_max=3");
+        assert_eq!(key("--policy dynamic").unwrap(), "dynamic K0=5 cap=64");
+        assert_eq!(key("--policy svip --threshold 0.4").unwrap(), "svip 0.4 [1,40]");
+        assert_eq!(key("--policy adaedl").unwrap(), "adaedl lambda=0.7 gamma=0.2 [1,16]");
+        assert_eq!(key("--policy bandit --arms 2,4,6").unwrap(), "bandit K=2,4,6");
     }
 
     #[test]
@@ -252,5 +301,9 @@ mod tests {
         assert!(e("--method ar --k 3").contains("runs the target alone"));
         assert!(e("--method easyspec --devices cpu --servers 2").contains("disagree"));
         assert!(e("--k 0").contains("k >= 1"));
+        assert!(e("--policy svip --k 3").contains("--k is not used"));
+        assert!(e("--policy roc --min 2").contains("--min is not used"));
+        assert!(e("--arms 1,2").contains("--arms is not used"));
+        assert!(e("--policy bandit --max 4").contains("--max is not used"));
     }
 }

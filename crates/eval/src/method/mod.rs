@@ -8,7 +8,7 @@ pub mod flags;
 pub mod models;
 pub mod spec;
 
-pub use build::{generate, Heads, RunModels};
+pub use build::{generate, HeadBinding, Heads, RunModels};
 pub use flags::MethodArgs;
 pub use models::{load_head, ModelPlan, Models};
 pub use spec::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting, PAPER_BOUNDS};

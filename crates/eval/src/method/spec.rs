@@ -57,8 +57,24 @@ pub enum PolicySpec {
     /// SpecDec++: stop when the acceptance head `head` (a head's name) predicts a rejection
     /// with probability above `threshold`, within `[min, max]` candidates.
     Head { head: String, threshold: f64, min: usize, max: usize },
-    /// Stop when the draft's probability of its token falls below `threshold`.
+    /// HF transformers' confidence criterion: stop when the draft's probability of its token
+    /// falls below `threshold` (the token is kept).
     Confidence { threshold: f64, min: usize, max: usize },
+    /// HF's confidence criterion with its online ROC threshold update (from `threshold`).
+    Roc { threshold: f64, max: usize },
+    /// llama.cpp's `p_min`: stop and drop the token when the draft's top-10-renormalised top
+    /// probability is below `p_min`; at most `n_max`.
+    PMin { p_min: f64, n_max: usize },
+    /// HF's dynamic schedule: K from `initial`, +2 after a fully accepted round, -1 otherwise,
+    /// at most `cap`.
+    Dynamic { initial: usize, cap: usize },
+    /// SVIP: stop when sqrt(0.15 H) exceeds `threshold` (the token is kept); at most `max`.
+    Svip { threshold: f64, max: usize },
+    /// AdaEDL: drop the token when 1 - sqrt(gamma H) < lambda (adapted per round, from
+    /// `lambda`); at most `max`.
+    AdaEdl { lambda: f64, gamma: f64, max: usize },
+    /// A UCB bandit over the round length K in `arms`, rewarded with each round's throughput.
+    Bandit { arms: Vec<usize> },
     /// SpecDec++ Theorem 4.1's oracle (stop right before each mismatch): it needs the AR
     /// output in advance, so it exists only in replays of greedy runs.
     Oracle,
@@ -90,6 +106,12 @@ impl PolicySpec {
             Self::Fixed { .. } => "fixed",
             Self::Head { .. } => "head",
             Self::Confidence { .. } => "confidence",
+            Self::Roc { .. } => "roc",
+            Self::PMin { .. } => "pmin",
+            Self::Dynamic { .. } => "dynamic",
+            Self::Svip { .. } => "svip",
+            Self::AdaEdl { .. } => "adaedl",
+            Self::Bandit { .. } => "bandit",
             Self::Oracle => "oracle",
         }
     }
@@ -98,7 +120,10 @@ impl PolicySpec {
     pub fn max_candidates(&self) -> usize {
         match self {
             Self::Fixed { k } => *k,
-            Self::Head { max, .. } | Self::Confidence { max, .. } => *max,
+            Self::Head { max, .. } | Self::Confidence { max, .. } | Self::Roc { max, .. } | Self::Svip { max, .. } | Self::AdaEdl { max, .. } => *max,
+            Self::PMin { n_max, .. } => *n_max,
+            Self::Dynamic { cap, .. } => *cap,
+            Self::Bandit { arms } => arms.iter().copied().max().unwrap_or(1),
             Self::Oracle => usize::MAX,
         }
     }
@@ -109,6 +134,12 @@ impl PolicySpec {
             Self::Fixed { k } => format!("specdec K={k}"),
             Self::Head { head, threshold, min, max } => format!("specdecpp {head} h={threshold} [{min},{max}]"),
             Self::Confidence { threshold, min, max } => format!("confidence {threshold} [{min},{max}]"),
+            Self::Roc { threshold, max } => format!("roc {threshold} [1,{max}]"),
+            Self::PMin { p_min, n_max } => format!("pmin {p_min} n_max={n_max}"),
+            Self::Dynamic { initial, cap } => format!("dynamic K0={initial} cap={cap}"),
+            Self::Svip { threshold, max } => format!("svip {threshold} [1,{max}]"),
+            Self::AdaEdl { lambda, gamma, max } => format!("adaedl lambda={lambda} gamma={gamma} [1,{max}]"),
+            Self::Bandit { arms } => format!("bandit K={}", arms.iter().map(usize::to_string).collect::<Vec<_>>().join(",")),
             Self::Oracle => "oracle".into(),
         }
     }
@@ -150,15 +181,15 @@ impl MethodSpec {
     }
 
     /// The paper a combination is grouped under: EasySpec for its drafter, DSI for its
-    /// scheduler, else the stop policy's (`specdec`, `specdecpp`, `confidence`, `oracle`).
+    /// scheduler, else the stop policy's (`specdec`, `specdecpp`, `confidence`, `roc`, `pmin`,
+    /// `dynamic`, `svip`, `adaedl`, `bandit`, `oracle`).
     pub fn family(&self) -> &'static str {
         match (&self.drafter, &self.scheduler, &self.policy) {
             (DrafterSpec::EasySpec { .. }, _, _) => "easyspec",
             (_, SchedulerSpec::Dsi { .. }, _) => "dsi",
             (_, _, PolicySpec::Fixed { .. }) => "specdec",
             (_, _, PolicySpec::Head { .. }) => "specdecpp",
-            (_, _, PolicySpec::Confidence { .. }) => "confidence",
-            (_, _, PolicySpec::Oracle) => "oracle",
+            (_, _, p) => p.name(),
         }
     }
 
@@ -180,6 +211,20 @@ impl MethodSpec {
                 ensure!((0.0..=1.0).contains(threshold), "{key}: the threshold must be in [0, 1]");
                 ensure!(*min >= 1 && min <= max, "{key}: bounds [{min}, {max}]: need 1 <= min <= max");
             }
+            PolicySpec::Roc { threshold, max } | PolicySpec::Svip { threshold, max } => {
+                ensure!(*threshold >= 0.0 && threshold.is_finite(), "{key}: the threshold must be a non-negative number");
+                ensure!(*max >= 1, "{key}: at most {max} candidates: need at least 1");
+            }
+            PolicySpec::PMin { p_min, n_max } => {
+                ensure!((0.0..=1.0).contains(p_min), "{key}: p_min must be in [0, 1]");
+                ensure!(*n_max >= 1, "{key}: n_max must be at least 1");
+            }
+            PolicySpec::Dynamic { initial, cap } => ensure!(*initial >= 1 && initial <= cap, "{key}: need 1 <= K0 <= cap"),
+            PolicySpec::AdaEdl { lambda, gamma, max } => {
+                ensure!((0.0..=1.0).contains(lambda) && *gamma > 0.0, "{key}: need lambda in [0, 1] and gamma > 0");
+                ensure!(*max >= 1, "{key}: at most {max} candidates: need at least 1");
+            }
+            PolicySpec::Bandit { arms } => ensure!(!arms.is_empty() && arms.iter().all(|&k| k >= 1), "{key}: a bandit needs arms of at least 1 candidate"),
             PolicySpec::Oracle => {
                 ensure!(self.drafter == DrafterSpec::Plain && self.scheduler == SchedulerSpec::Sequential, "{key}: the oracle replays the plain drafter's traces under the sequential scheduler only")
             }

@@ -18,7 +18,7 @@
 use crate::model::Transformer;
 use crate::speculative::drafter::{Candidate, Drafter};
 use crate::speculative::metrics::RequestMetrics;
-use crate::speculative::policy::StopPolicy;
+use crate::speculative::policy::{RoundOutcome, StopPolicy};
 use crate::speculative::round::{Committed, Generation, SpecConfig};
 use crate::speculative::scorer::{common_prefix_len, TargetScorer};
 use crate::speculative::verifier::Verifier;
@@ -138,6 +138,7 @@ struct Coordinator<'a> {
     /// Tokens of each worker's last finished task (its cache holds them).
     worker_tokens: Vec<Arc<Vec<u32>>>,
     next_id: u64,
+    last_decision: Instant,
     m: RequestMetrics,
     stats: DsiStats,
 }
@@ -202,7 +203,7 @@ impl Coordinator<'_> {
         let start = self.committed.seq.len() + self.chain.len();
         let mut context = self.committed.seq.clone();
         context.extend(self.chain.iter().map(|c| c.token));
-        let candidates = self.drafter.draft(self.committed.draft_round(&context, max, self.policy, &mut self.m))?;
+        let candidates = self.drafter.draft(self.committed.draft_round(&context, max, true, self.policy, &mut self.m))?;
         ensure!(!candidates.is_empty() && candidates.len() <= max, "drafter returned {} candidates (1..={max} allowed)", candidates.len());
         self.m.n_drafted += candidates.len();
         context.extend(candidates.iter().map(|c| c.token));
@@ -236,8 +237,13 @@ impl Coordinator<'_> {
                 // from a rejected branch can never reach this point.
                 ensure!(block.start == seq.len() && block.tokens[..seq.len()] == seq[..], "DSI invariant broken: a block verified on another prefix reached a decision");
             }
+            let before = self.committed.generated();
             let decided = self.committed.decide(self.verifier, &self.chain[..block.len], &rows[..block.len]);
             self.m.record_round(block.len, decided);
+            // A block's time: since the previous decision (drafting ran ahead meanwhile).
+            let seconds = self.last_decision.elapsed().as_secs_f64();
+            self.last_decision = Instant::now();
+            self.policy.end_round(&RoundOutcome { drafted: block.len, accepted: decided.accepted, committed: self.committed.generated() - before, seconds });
             self.chain.drain(..block.len);
             if decided.corrected {
                 if self.dsi.preempt {
@@ -315,6 +321,7 @@ pub fn generate_dsi(
             task_txs.push(tx);
         }
         drop(reply_tx);
+        policy.begin_request();
         let mut c = Coordinator {
             drafter,
             policy,
@@ -327,6 +334,7 @@ pub fn generate_dsi(
             free: vec![true; dsi.servers],
             worker_tokens: (0..dsi.servers).map(|_| Arc::default()).collect(),
             next_id: 0,
+            last_decision: Instant::now(),
             m: RequestMetrics::default(),
             stats: std::mem::take(&mut stats),
         };

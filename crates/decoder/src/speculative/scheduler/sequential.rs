@@ -2,7 +2,7 @@
 
 use crate::speculative::drafter::{Candidate, Drafter};
 use crate::speculative::metrics::RequestMetrics;
-use crate::speculative::policy::{FixedK, StopPolicy};
+use crate::speculative::policy::{FixedK, RoundOutcome, StopPolicy};
 use crate::speculative::round::{Committed, Generation, SpecConfig};
 use crate::speculative::scorer::TargetScorer;
 use crate::speculative::verifier::Verifier;
@@ -31,6 +31,7 @@ pub fn generate_speculative(
     let mut m = RequestMetrics::default();
     let mut c = Committed::new(prompt, cfg, eos);
     let mut scorer = TargetScorer::new(target);
+    policy.begin_request();
     // The target's scores at the next position, when known without a verification.
     let mut known = if c.finished { None } else { Some(score(&mut scorer, &c.seq, 1, &mut m)?.remove(0)) };
     while !c.finished {
@@ -38,11 +39,13 @@ pub fn generate_speculative(
             decide_known(drafter, verifier, &mut c, p, &mut m)?;
             continue;
         }
+        let round_start = Instant::now();
         let max = c.remaining().min(policy.max_candidates());
-        let candidates: Vec<Candidate> = drafter.draft(c.draft_round(&c.seq, max, policy, &mut m))?;
-        ensure!(!candidates.is_empty() && candidates.len() <= max, "drafter returned {} candidates (1..={max} allowed)", candidates.len());
-        let (k, base) = (candidates.len(), c.seq.len());
-        // One target forward over the committed tokens its cache lacks plus the candidates.
+        let candidates: Vec<Candidate> = drafter.draft(c.draft_round(&c.seq, max, false, policy, &mut m))?;
+        ensure!(candidates.len() <= max, "drafter returned {} candidates (at most {max} allowed)", candidates.len());
+        let (k, base, before) = (candidates.len(), c.seq.len(), c.generated());
+        // One target forward over the committed tokens its cache lacks plus the candidates
+        // (none when the policy dropped the first: a plain target step).
         let mut input = c.seq.clone();
         input.extend(candidates.iter().map(|x| x.token));
         let mut rows = score(&mut scorer, &input, k + 1, &mut m)?;
@@ -54,6 +57,10 @@ pub fn generate_speculative(
         if !decided.corrected && !c.finished {
             known = rows.pop();
         }
+        // Committed by the round: the accepted candidates and the correction, or the bonus
+        // decided next from `known`.
+        let committed = c.generated() - before + usize::from(known.is_some());
+        policy.end_round(&RoundOutcome { drafted: k, accepted: decided.accepted, committed, seconds: round_start.elapsed().as_secs_f64() });
     }
     m.n_generated = c.generated();
     m.total_time = t0.elapsed();
@@ -82,7 +89,7 @@ fn decide_known(drafter: &mut dyn Drafter, verifier: &mut dyn Verifier, c: &mut 
         c.push(argmax(&p));
         return Ok(());
     }
-    let proposal = drafter.draft(c.draft_round(&c.seq, 1, &mut FixedK(1), m))?;
+    let proposal = drafter.draft(c.draft_round(&c.seq, 1, true, &mut FixedK(1), m))?;
     ensure!(proposal.len() == 1, "drafter returned {} candidates (1 asked)", proposal.len());
     c.decide(verifier, &proposal, std::slice::from_ref(&p));
     Ok(())

@@ -1,0 +1,98 @@
+//! SpecDec++'s stop rule (Algorithm 1) over an acceptance head's predictions.
+
+use super::{stop_if, Decision, DraftStep, HiddenState, StopPolicy};
+use crate::speculative::head::AcceptanceHead;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// Anything that predicts the probability that a draft token is accepted from the draft's
+/// hidden state at that token's position: the trained [`AcceptanceHead`], a replay's
+/// precomputed scores ([`PrecomputedHead`]), or a fixed function in tests.
+pub trait AcceptanceModel {
+    fn accept_probability(&self, hidden: HiddenState) -> Result<f64>;
+}
+
+impl AcceptanceModel for AcceptanceHead {
+    fn accept_probability(&self, hidden: HiddenState) -> Result<f64> {
+        match hidden {
+            HiddenState::Vector(h) => AcceptanceHead::accept_probability(self, h),
+            HiddenState::HeadScores(_) => bail!("a head needs the draft's hidden state; this step carries precomputed scores (build the replay's policies with PrecomputedHead)"),
+        }
+    }
+}
+
+/// In a replay: head number `index` of the replay's head list, whose scores the replay
+/// computed for every look in one batch.
+#[derive(Clone, Copy, Debug)]
+pub struct PrecomputedHead(pub usize);
+
+impl AcceptanceModel for PrecomputedHead {
+    fn accept_probability(&self, hidden: HiddenState) -> Result<f64> {
+        match hidden {
+            HiddenState::HeadScores(s) => s.get(self.0).copied().with_context(|| format!("head {} is not among the {} scored", self.0, s.len())),
+            HiddenState::Vector(_) => bail!("a precomputed head reads scores, not hidden states"),
+        }
+    }
+}
+
+/// SpecDec++'s stop rule (Algorithm 1), apart from where the probabilities come from.
+///
+/// After candidate `i` the running product is `prod_{j=1}^{i-1} P(Y_j accepted)`, the head's
+/// predictions for the candidates before the newest one (the newest one's prediction needs
+/// the hidden state at its own position, which only the next step computes). The first step
+/// contributes 1: its hidden state is that of the last committed token, which the target
+/// chose and which is never verified (the official code's `if assist_steps == 1: acc_prob = 1`).
+/// Drafting stops after candidate `i` when `1 - product > threshold` and `i >= min`, or at
+/// `i = max`. So the rule can never stop after one candidate (unless `max = 1`): the first
+/// decision with information comes after candidate 2, and bounds `[1, max]` act as `[2, max]`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HeadRule {
+    pub threshold: f64,
+    pub min_candidates: usize,
+    pub max_candidates: usize,
+}
+
+impl HeadRule {
+    /// The paper's bounds: at least 2 and at most 20 candidates per round.
+    pub const PAPER_MIN: usize = 2;
+    pub const PAPER_MAX: usize = 20;
+
+    /// Bounds are clamped to at least one candidate.
+    pub fn new(threshold: f64, min_candidates: usize, max_candidates: usize) -> Self {
+        Self { threshold, min_candidates: min_candidates.max(1), max_candidates: max_candidates.max(1) }
+    }
+
+    /// Whether to stop after candidate `index` given the running acceptance `product`.
+    pub fn stop(&self, index: usize, product: f64) -> bool {
+        index >= self.max_candidates || (index >= self.min_candidates && 1.0 - product > self.threshold)
+    }
+}
+
+/// SpecDec++: the acceptance head's predictions under [`HeadRule`].
+pub struct HeadPolicy<H: AcceptanceModel = AcceptanceHead> {
+    pub head: H,
+    pub rule: HeadRule,
+    accept_product: f64,
+}
+
+impl<H: AcceptanceModel> HeadPolicy<H> {
+    pub fn new(head: H, rule: HeadRule) -> Self {
+        Self { head, rule, accept_product: 1.0 }
+    }
+}
+
+impl<H: AcceptanceModel> StopPolicy for HeadPolicy<H> {
+    fn begin_round(&mut self) {
+        self.accept_product = 1.0;
+    }
+    fn decide(&mut self, step: &DraftStep) -> Result<Decision> {
+        // Step 1's hidden state belongs to the committed token: it contributes 1.
+        if step.index >= 2 {
+            self.accept_product *= self.head.accept_probability(step.hidden)?;
+        }
+        Ok(stop_if(self.rule.stop(step.index, self.accept_product)))
+    }
+    fn max_candidates(&self) -> usize {
+        self.rule.max_candidates
+    }
+}

@@ -1,0 +1,115 @@
+//! Stop policies: when to stop drafting and verify.
+//!
+//! A policy sees each candidate as it is drafted ([`DraftStep`]: the token, the draft's
+//! probabilities there, its hidden state) and answers [`Decision::Continue`], [`Decision::Stop`]
+//! (verify what was drafted, this candidate included) or [`Decision::Drop`] (discard this
+//! candidate and verify the ones before it: the rules that test a token before trusting it,
+//! llama.cpp's `p_min` and AdaEDL). After verification it hears how the round went
+//! ([`RoundOutcome`]), which the adaptive rules learn from (HF's dynamic schedule and its ROC
+//! threshold, AdaEDL's threshold, a bandit over K). Every rule lives in one place and is used
+//! by live decoding and by the exact greedy replay alike: the replay feeds the same policy
+//! objects the draft's recorded looks ([`HiddenState::HeadScores`] stands for the hidden state
+//! there). See `../shared/STOP-RULES.md` and `docs/reproductions/adaptive-drafting.md` for the
+//! sources of each rule.
+
+mod confidence;
+mod entropy;
+mod head;
+mod schedule;
+mod stats;
+
+pub use confidence::{ConfidencePolicy, PMinPolicy, RocThreshold};
+pub use entropy::{AdaEdlParams, AdaEdlPolicy, SvipPolicy};
+pub use head::{AcceptanceModel, HeadPolicy, HeadRule, PrecomputedHead};
+pub use schedule::{BanditK, DynamicK};
+pub use stats::{DraftStats, LazyStats};
+
+use anyhow::Result;
+
+/// The draft's hidden state at a step's input position, or (in a replay, which keeps no
+/// hidden states) the replay's heads' acceptance probabilities for it, by head index.
+#[derive(Clone, Copy, Debug)]
+pub enum HiddenState<'a> {
+    Vector(&'a [f32]),
+    HeadScores(&'a [f64]),
+}
+
+/// What a policy sees after the draft produced candidate number `index` (1-based).
+pub struct DraftStep<'a> {
+    /// Number of candidates drafted so far this round, this one included.
+    pub index: usize,
+    pub token: u32,
+    /// Draft probability of `token` under the warped `q` it was sampled from (1 when greedy).
+    pub q_token: f32,
+    /// The draft's confidence in `token`: `q_token` when sampling; when greedy (q one-hot),
+    /// the probability of the argmax token under the draft's plain softmax (temperature 1).
+    /// HF's confidence criterion reads this (the processed scores the token came from).
+    pub confidence: f32,
+    /// Statistics of the draft's plain softmax (temperature 1, whole vocabulary) at the
+    /// position `token` was drawn at: entropy, top-2 margin, llama.cpp's top-10 probability.
+    pub stats: LazyStats<'a>,
+    /// At the input position of this step: the token before `token` (the last committed token
+    /// for `index == 1`). SpecDec++'s head scores the acceptance of that token, so its product
+    /// lags one candidate behind the newest draft (Algorithm 1).
+    pub hidden: HiddenState<'a>,
+}
+
+/// A policy's answer after a candidate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Continue,
+    /// Stop; the candidate is verified.
+    Stop,
+    /// Stop and discard the candidate (its draft forward is spent). A round may then verify
+    /// nothing (a plain target step); DSI, whose tasks verify at least one candidate, keeps a
+    /// first candidate instead.
+    Drop,
+}
+
+/// How a verified round went, for the policies that adapt.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RoundOutcome {
+    /// Candidates verified (after a drop, the ones before it).
+    pub drafted: usize,
+    pub accepted: usize,
+    /// Tokens the round committed (accepted + the correction or bonus).
+    pub committed: usize,
+    /// Time the round took (drafting and its verification): measured when decoding, from a
+    /// cost model in a replay.
+    pub seconds: f64,
+}
+
+/// Decides after each drafted candidate whether to stop drafting.
+pub trait StopPolicy {
+    /// Called before the first round of a request (state that lives for one request resets).
+    fn begin_request(&mut self) {}
+    /// Called before the first candidate of a round.
+    fn begin_round(&mut self) {}
+    fn decide(&mut self, step: &DraftStep) -> Result<Decision>;
+    /// Called after each round's verification.
+    fn end_round(&mut self, _outcome: &RoundOutcome) {}
+    /// Most candidates the next round may draft (constant for most rules; the dynamic
+    /// schedules change it in `end_round` only).
+    fn max_candidates(&self) -> usize;
+}
+
+/// The SpecDec baseline: always `k` candidates.
+pub struct FixedK(pub usize);
+
+impl StopPolicy for FixedK {
+    fn decide(&mut self, step: &DraftStep) -> Result<Decision> {
+        Ok(if step.index >= self.0 { Decision::Stop } else { Decision::Continue })
+    }
+    fn max_candidates(&self) -> usize {
+        self.0
+    }
+}
+
+/// `Stop` when `stop` holds, else `Continue`.
+pub(crate) fn stop_if(stop: bool) -> Decision {
+    if stop {
+        Decision::Stop
+    } else {
+        Decision::Continue
+    }
+}
