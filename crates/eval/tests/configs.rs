@@ -104,3 +104,16 @@ fn specdecpp_reproduction_configs_agree() {
     let sampled = parse("specdecpp-sampled.toml");
     assert_eq!(sampled.sampling.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["t1-topk50", "t0.7"]);
 }
+
+/// The adaptive-drafting replay grid holds every training-free rule at its published default
+/// and a sweep of its free parameter, priced for the bandit at the paper's A100 times.
+#[test]
+fn the_adaptive_drafting_grid_has_every_rule_at_its_default() {
+    let grid: ReplayConfig = toml::from_str(&std::fs::read_to_string(dir().join("adaptive-replay.toml")).unwrap()).unwrap();
+    assert_eq!((grid.costs.t_draft, grid.costs.t_target), (0.0234, 0.112));
+    let keys = replay_grid("adaptive-replay.toml");
+    assert_eq!(keys.len(), 1 + 11 + 1 + 9 + 3 + 18 + 5 + 8 + 7 + 3);
+    for default in ["confidence 0.4 [1,20]", "roc 0.4 [1,20]", "pmin 0.75 n_max=16", "pmin 0 n_max=3", "dynamic K0=5 cap=64", "svip 0.3 [1,40]", "adaedl lambda=0.7 gamma=0.2 [1,16]", "bandit K=1,2,3,4", "oracle"] {
+        assert!(keys.iter().any(|k| k == default), "{default} missing from {keys:?}");
+    }
+}
