@@ -9,13 +9,19 @@
 //! so they agree to rounding: `datagen_tiny.rs` bounds the difference, and the SpecDec++
 //! reproduction compares heads trained on either.
 //!
-//! The result is cached under `~/.cache/specx/features/` (or `$SPECX_FEATURES`), keyed by the
-//! draft's weights checksum and the shard's token-table checksum, so it is never stale.
+//! Beyond the paper, a head may also read three statistics of the draft distribution each
+//! labelled token was drawn from in the Z context (its probability at temperature 1, the
+//! entropy, the top-2 margin: [`DraftStats::head_inputs`]), read from the logits of the row
+//! before, `prompt_len + t - 1`: what a live head sees of the candidate it scores.
+//!
+//! The results are cached under `~/.cache/specx/features/` (or `$SPECX_FEATURES`), keyed by the
+//! draft's weights checksum and the shard's token-table checksum, so they are never stale.
 
 use crate::manifest::Manifest;
 use crate::shard::{read_features_file, read_prompts, read_tokens, ShardRecord};
 use anyhow::{bail, ensure, Context, Result};
 use specx_decoder::fsutil::{short_hash, write_atomic};
+use specx_decoder::speculative::{DraftStats, HEAD_STAT_INPUTS};
 use specx_decoder::Transformer;
 use std::path::{Path, PathBuf};
 
@@ -31,6 +37,14 @@ pub fn cache_dir() -> PathBuf {
 pub fn cache_path(draft_sha256: &str, rec: &ShardRecord) -> PathBuf {
     cache_dir().join(format!("{}-{}.safetensors", short_hash(draft_sha256), short_hash(&rec.tokens.sha256)))
 }
+
+/// The cache file of shard `rec`'s draft statistics (`[labelled rows, 3]`, f32).
+pub fn stats_cache_path(draft_sha256: &str, rec: &ShardRecord) -> PathBuf {
+    cache_dir().join(format!("{}-{}-stats.safetensors", short_hash(draft_sha256), short_hash(&rec.tokens.sha256)))
+}
+
+/// Rows of vocabulary-wide logits computed at once for the statistics (~0.6 MB each).
+const LOGIT_ROWS: usize = 128;
 
 /// One mixed sequence to forward: the prompt, then Z; and where its labelled rows go.
 struct MixedSequence {
@@ -76,9 +90,16 @@ fn mixed_sequences(dir: &Path, rec: &ShardRecord) -> Result<(Vec<MixedSequence>,
 /// Computes shard `rec`'s features with `draft`: `[labelled rows, hidden]` row-major, in
 /// feature-row order (no cache).
 pub fn recompute(dir: &Path, rec: &ShardRecord, draft: &Transformer) -> Result<Vec<f32>> {
+    Ok(recompute_with(dir, rec, draft, false)?.0)
+}
+
+/// [`recompute`], and with `stats` the draft statistics of every labelled row
+/// (`[labelled rows, 3]`).
+pub fn recompute_with(dir: &Path, rec: &ShardRecord, draft: &Transformer, stats: bool) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
     let hidden = draft.config().hidden_size;
     let (seqs, rows) = mixed_sequences(dir, rec)?;
     let mut out = vec![f32::NAN; rows * hidden];
+    let mut stat_rows = stats.then(|| vec![f32::NAN; rows * HEAD_STAT_INPUTS]);
     let mut start = 0;
     while start < seqs.len() {
         // A batch of whole sequences, up to ROWS_PER_FORWARD rows (at least one sequence).
@@ -92,47 +113,96 @@ pub fn recompute(dir: &Path, rec: &ShardRecord, draft: &Transformer) -> Result<V
         let mut caches: Vec<_> = batch.iter().map(|_| draft.new_cache(1)).collect();
         let mut inputs: Vec<(&[u32], &mut specx_decoder::KvCache)> = batch.iter().map(|s| s.tokens.as_slice()).zip(caches.iter_mut()).collect();
         let h = draft.forward_ragged(&mut inputs)?.into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("reading hidden states: {e:?}"))?;
+        // (row of the previous position, drafted token, feature row) of every labelled row.
+        let mut wanted: Vec<(usize, u32, usize)> = Vec::new();
         let mut offset = 0;
         for s in batch {
             for &(t, r) in &s.labelled {
-                let src = (offset + s.prompt_len + t) * hidden;
-                out[r * hidden..(r + 1) * hidden].copy_from_slice(&h[src..src + hidden]);
+                let row = offset + s.prompt_len + t;
+                out[r * hidden..(r + 1) * hidden].copy_from_slice(&h[row * hidden..(row + 1) * hidden]);
+                wanted.push((row - 1, s.tokens[s.prompt_len + t], r));
             }
             offset += s.tokens.len();
+        }
+        if let Some(st) = stat_rows.as_mut() {
+            for chunk in wanted.chunks(LOGIT_ROWS) {
+                let rows_h: Vec<f32> = chunk.iter().flat_map(|&(row, _, _)| h[row * hidden..(row + 1) * hidden].iter().copied()).collect();
+                let x = burn::tensor::Tensor::<2>::from_data(burn::tensor::TensorData::new(rows_h, [chunk.len(), hidden]), draft.device());
+                for (logits, &(_, token, r)) in draft.logits_ragged(x).iter().zip(chunk) {
+                    st[r * HEAD_STAT_INPUTS..(r + 1) * HEAD_STAT_INPUTS].copy_from_slice(&DraftStats::of(logits, token).head_inputs());
+                }
+            }
         }
         start = end;
     }
     if let Some(missing) = out.chunks_exact(hidden).position(|r| r[0].is_nan()) {
         bail!("shard {} of {}: feature row {missing} belongs to no labelled position", rec.index, dir.display());
     }
-    Ok(out)
+    Ok((out, stat_rows))
+}
+
+fn write_cache(path: &Path, values: &[f32], width: usize, dtype: safetensors::Dtype) -> Result<()> {
+    let bytes: Vec<u8> = match dtype {
+        safetensors::Dtype::F16 => values.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect(),
+        _ => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    };
+    let view = safetensors::tensor::TensorView::new(dtype, vec![values.len() / width, width], &bytes)?;
+    std::fs::create_dir_all(cache_dir()).with_context(|| format!("creating {}", cache_dir().display()))?;
+    write_atomic(path, &safetensors::serialize([("features", view)], None)?)
+}
+
+/// A cache file if it is intact and of the expected shape.
+fn read_cache(path: &Path, rows: u64, width: usize) -> Option<Vec<f32>> {
+    if !path.exists() {
+        return None;
+    }
+    match read_features_file(path) {
+        Ok((values, w)) if w == width && values.len() as u64 == rows * width as u64 => Some(values),
+        _ => {
+            eprintln!("{}: a damaged feature cache; recomputing it", path.display());
+            None
+        }
+    }
 }
 
 /// Shard `rec`'s features: stored in the shard, else from the cache, else recomputed with
 /// `draft` (which must be the run's draft: its checksum is compared with the manifest's) and
-/// cached. Returns (values, hidden).
-pub fn shard_features(dir: &Path, manifest: &Manifest, rec: &ShardRecord, draft: Option<(&Transformer, &str)>) -> Result<(Vec<f32>, usize)> {
-    if rec.features.is_some() {
-        return crate::shard::read_features(dir, rec);
-    }
-    let path = cache_path(&manifest.draft.sha256, rec);
-    if path.exists() {
-        match read_features_file(&path) {
-            Ok((values, hidden)) if hidden == manifest.hidden_size && values.len() as u64 == rec.labelled_rows * hidden as u64 => return Ok((values, hidden)),
-            _ => eprintln!("{}: a damaged feature cache; recomputing it", path.display()),
+/// cached. With `stats`, each row is followed by the draft statistics of its token (cached
+/// too). Returns (values, width).
+pub fn shard_features(dir: &Path, manifest: &Manifest, rec: &ShardRecord, draft: Option<(&Transformer, &str)>, stats: bool) -> Result<(Vec<f32>, usize)> {
+    let hidden = manifest.hidden_size;
+    let (fpath, spath) = (cache_path(&manifest.draft.sha256, rec), stats_cache_path(&manifest.draft.sha256, rec));
+    let stored = if rec.features.is_some() { Some(crate::shard::read_features(dir, rec)?.0) } else { read_cache(&fpath, rec.labelled_rows, hidden) };
+    let cached_stats = if stats { read_cache(&spath, rec.labelled_rows, HEAD_STAT_INPUTS) } else { None };
+    let (features, stat_rows) = match (stored, cached_stats) {
+        (Some(f), s) if !stats || s.is_some() => (f, s),
+        (stored, _) => {
+            let (draft, sha) = draft.with_context(|| format!("shard {} of {} {}: the draft model is needed to recompute them", rec.index, dir.display(), if stored.is_none() { "stores no features and none are cached" } else { "has no cached draft statistics" }))?;
+            if sha != manifest.draft.sha256 {
+                bail!("{}: made with the draft of weights sha256 {}, but the draft loaded to recompute its features has {}", dir.display(), short_hash(&manifest.draft.sha256), short_hash(sha));
+            }
+            let (values, st) = recompute_with(dir, rec, draft, stats)?;
+            if let Some(st) = &st {
+                write_cache(&spath, st, HEAD_STAT_INPUTS, safetensors::Dtype::F32)?;
+            }
+            let features = match stored {
+                Some(f) => f,
+                None => {
+                    write_cache(&fpath, &values, hidden, safetensors::Dtype::F16)?;
+                    // The cache holds f16: use what a later read of it returns, so a first and
+                    // a second training run see the same numbers.
+                    read_features_file(&fpath)?.0
+                }
+            };
+            (features, st)
+        }
+    };
+    match stat_rows {
+        None => Ok((features, hidden)),
+        Some(st) => {
+            let width = hidden + HEAD_STAT_INPUTS;
+            let joined = features.chunks_exact(hidden).zip(st.chunks_exact(HEAD_STAT_INPUTS)).flat_map(|(f, s)| f.iter().chain(s).copied()).collect();
+            Ok((joined, width))
         }
     }
-    let (draft, sha) = draft.with_context(|| format!("shard {} of {} stores no features and none are cached: the draft model is needed to recompute them", rec.index, dir.display()))?;
-    if sha != manifest.draft.sha256 {
-        bail!("{}: made with the draft of weights sha256 {}, but the draft loaded to recompute its features has {}", dir.display(), short_hash(&manifest.draft.sha256), short_hash(sha));
-    }
-    let values = recompute(dir, rec, draft)?;
-    let hidden = manifest.hidden_size;
-    let bytes: Vec<u8> = values.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect();
-    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F16, vec![values.len() / hidden, hidden], &bytes)?;
-    std::fs::create_dir_all(cache_dir()).with_context(|| format!("creating {}", cache_dir().display()))?;
-    write_atomic(&path, &safetensors::serialize([("features", view)], None)?)?;
-    // The cache holds f16: return what a later read of the cache returns, so a first and a
-    // second training run see the same numbers.
-    read_features_file(&path)
 }

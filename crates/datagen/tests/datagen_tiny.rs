@@ -231,22 +231,39 @@ fn recomputed_features_match_the_stored_ones() {
         worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(worst, f32::max);
         // Through the cache: f16, the same on the second read, without a model.
         assert!(!cache_path(&sha, r).exists());
-        let (first, h) = shard_features(&rc.output.dir, &recomputed, r, Some((&draft.model, &sha))).unwrap();
+        let (first, h) = shard_features(&rc.output.dir, &recomputed, r, Some((&draft.model, &sha)), false).unwrap();
         assert_eq!(h, hidden);
         assert!(first.iter().zip(&got).all(|(a, b)| (a - b).abs() <= 2e-3 * b.abs().max(1.0)));
-        assert_eq!(shard_features(&rc.output.dir, &recomputed, r, None).unwrap().0, first);
+        assert_eq!(shard_features(&rc.output.dir, &recomputed, r, None, false).unwrap().0, first);
         let rows = specx_datagen::shard::labelled_rows(&rc.output.dir, r, first, h).unwrap();
         assert_eq!(rows.labels, specx_datagen::shard::read_labelled(&stored_dir, s).unwrap().labels);
     }
     assert!(worst < 1e-4, "recomputed features differ from the generated ones by {worst:.2e}");
+    // The draft statistics of a labelled token: at position 0 the Z prefix is the X prefix, so
+    // the token's probability is exp(log q) (labels at temperature 1, no cuts).
+    let r = &recomputed.shards[0];
+    let (_, stats) = specx_datagen::features::recompute_with(&rc.output.dir, r, &draft.model, true).unwrap();
+    let stats = stats.unwrap();
+    let df = read_tokens(&rc.output.dir, r).unwrap();
+    let (pos, from_y, row, log_q) = (col_u32(&df, "position"), col_bool(&df, "from_y"), df.column("feature_row").unwrap().i64().unwrap().into_no_null_iter().collect::<Vec<_>>(), col_f32(&df, "log_q"));
+    let mut checked = 0;
+    for i in (0..df.height()).filter(|&i| from_y[i]) {
+        let s = &stats[row[i] as usize * 3..][..3];
+        assert!(s[0] > 0.0 && s[0] <= 1.0 && s[1] >= 0.0 && (0.0..=1.0).contains(&s[2]), "row {i}: {s:?}");
+        if pos[i] == 0 {
+            assert!((s[0] - log_q[i].exp()).abs() < 1e-4, "row {i}: token probability {} vs exp(log q) {}", s[0], log_q[i].exp());
+            checked += 1;
+        }
+    }
+    assert!(checked >= 3, "{checked} first positions checked");
     eprintln!("largest |recomputed - generated| feature difference: {worst:.2e}");
     // Without a cache and without the draft: a clear error. With another draft: refused.
     let r = &recomputed.shards[0];
     std::fs::remove_file(cache_path(&sha, r)).unwrap();
-    let e = format!("{:#}", shard_features(&rc.output.dir, &recomputed, r, None).unwrap_err());
+    let e = format!("{:#}", shard_features(&rc.output.dir, &recomputed, r, None, false).unwrap_err());
     assert!(e.contains("stores no features") && e.contains("draft model is needed"), "{e}");
     let target = load(&target_path);
-    let e = format!("{:#}", shard_features(&rc.output.dir, &recomputed, r, Some((&target.model, &target.weights_sha256().unwrap()))).unwrap_err());
+    let e = format!("{:#}", shard_features(&rc.output.dir, &recomputed, r, Some((&target.model, &target.weights_sha256().unwrap())), false).unwrap_err());
     assert!(e.contains("made with the draft of weights sha256"), "{e}");
 }
 

@@ -232,7 +232,7 @@ fn head_checkpoints_round_trip() {
     let device = default_device();
     for (depth, tied) in [(0, false), (3, true), (2, false)] {
         let head = AcceptanceHead::init_seeded(16, depth, tied, depth as u64, &device);
-        let spec = HeadSpec { hidden_size: 16, depth, tied, draft_model_sha256: Some("abc".into()), training: serde_json::json!({"w_rej": 6}) };
+        let spec = HeadSpec { hidden_size: 16, depth, tied, draft_model_sha256: Some("abc".into()), training: serde_json::json!({"w_rej": 6}), draft_stats: false };
         let path = dir.path().join(format!("h{depth}{tied}"));
         head.save(&path, &spec).unwrap();
         let (back, spec2) = AcceptanceHead::load(&path, &device).unwrap();
@@ -274,7 +274,7 @@ fn assert_rounds_draft(g: &Generation, max_new: usize, k: usize, what: &str) {
 struct ConstantHead(f64);
 
 impl AcceptanceModel for ConstantHead {
-    fn accept_probability(&self, _: HiddenState) -> anyhow::Result<f64> {
+    fn accept_probability(&self, _: HiddenState, _: Option<&DraftStats>) -> anyhow::Result<f64> {
         Ok(self.0)
     }
 }

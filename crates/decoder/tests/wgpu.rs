@@ -142,7 +142,7 @@ fn the_acceptance_head_gives_the_cpu_probabilities_on_the_device() {
         }
         // A checkpoint written from the device loads on the CPU with the same predictions.
         let dir = tempfile::tempdir().unwrap();
-        let spec = HeadSpec { hidden_size: hidden, depth, tied, draft_model_sha256: None, training: serde_json::Value::Null };
+        let spec = HeadSpec { hidden_size: hidden, depth, tied, draft_model_sha256: None, training: serde_json::Value::Null, draft_stats: false };
         dev.save(dir.path(), &spec).unwrap();
         let (back, _) = AcceptanceHead::load(dir.path(), &default_device()).unwrap();
         let h = vec![0.25f32; hidden];

@@ -34,7 +34,7 @@ fn setup() -> Setup {
     let d = load_model(&draft, None, &default_device()).unwrap();
     let hidden = d.model.config().hidden_size;
     let head = root.join("head-a");
-    let spec = HeadSpec { hidden_size: hidden, depth: 1, tied: false, draft_model_sha256: Some(d.weights_sha256().unwrap()), training: serde_json::json!({}) };
+    let spec = HeadSpec { hidden_size: hidden, depth: 1, tied: false, draft_model_sha256: Some(d.weights_sha256().unwrap()), training: serde_json::json!({}), draft_stats: false };
     AcceptanceHead::init_seeded(hidden, 1, false, 3, &default_device()).save(&head, &spec).unwrap();
     let config = format!(
         r#"
@@ -234,7 +234,7 @@ fn bad_configs_are_named_before_models_load() {
     let other = s.root.join("head-b");
     let d = load_model(&s.draft, None, &default_device()).unwrap();
     let hidden = d.model.config().hidden_size;
-    let spec = HeadSpec { hidden_size: hidden, depth: 1, tied: false, draft_model_sha256: Some("0".repeat(64)), training: serde_json::json!({}) };
+    let spec = HeadSpec { hidden_size: hidden, depth: 1, tied: false, draft_model_sha256: Some("0".repeat(64)), training: serde_json::json!({}), draft_stats: false };
     AcceptanceHead::init_seeded(hidden, 1, false, 3, &default_device()).save(&other, &spec).unwrap();
     let e = err(&s.config.replace("\"head-a\"", "\"head-b\""));
     assert!(e.contains("another draft model"), "{e}");
@@ -448,7 +448,19 @@ schedulers.dsi = { servers = [2] }
 #[test]
 fn every_stop_rule_runs_live_and_replays_count_for_count() {
     let s = setup();
+    // A head that also reads the draft's statistics of the token it scores, and only them: a
+    // linear head sigmoid(12 q - 6) of the token's draft probability q, so that scoring a look
+    // with another look's statistics changes the stop decisions.
+    let d = load_model(&s.draft, None, &default_device()).unwrap();
+    let hidden = d.model.config().hidden_size;
+    let spec = HeadSpec { hidden_size: hidden, depth: 0, tied: false, draft_model_sha256: Some(d.weights_sha256().unwrap()), training: serde_json::json!({}), draft_stats: true };
+    let dir = s.root.join("head-stats");
+    AcceptanceHead::init_seeded_with_inputs(hidden, 3, 0, false, 11, &default_device()).save(&dir, &spec).unwrap();
+    let mut weight = vec![0f32; hidden + 3];
+    weight[hidden] = 12.0;
+    write_linear_head(&dir.join("head.safetensors"), &weight, -6.0);
     let rules = r#"[[methods.grid]]
+policies.head = { heads = ["head-stats"], thresholds = [0.3, 0.6], bounds = [[1, 8]] }
 policies.roc = { thresholds = [0.3], max = [6] }
 policies.pmin = { p_min = [0.5, 0.9], n_max = [6] }
 policies.dynamic = { initial = [2], cap = 8 }
@@ -460,7 +472,7 @@ policies.adaedl = { lambda = [0.3, 0.7], max = [6] }
     let live = run(&load_config(&s, &cfg, "rules").unwrap(), &opts(None, None)).unwrap();
     assert!(audit(&live.rows, &Default::default()).failures.is_empty());
     let greedy_rows = live.rows.iter().filter(|r| r.greedy() && r.setting.family() != "ar");
-    assert_eq!(greedy_rows.clone().count(), 3 * 7);
+    assert_eq!(greedy_rows.clone().count(), 3 * 9);
     assert!(greedy_rows.clone().all(|r| r.identical_to_ar));
     // p_min 0.9 drops first candidates on this pair: some rounds verify nothing.
     assert!(greedy_rows.clone().any(|r| r.drafted_per_round.contains(&0)), "no round verified zero candidates");
@@ -468,8 +480,20 @@ policies.adaedl = { lambda = [0.3, 0.7], max = [6] }
     std::fs::write(&grid, format!("[methods]\n{rules}policies.bandit = {{ arms = [[1, 2, 4]] }}\npolicies.oracle = {{}}\n")).unwrap();
     let o = replay(&s.root.join("rules"), &ReplayConfig::load(&grid).unwrap(), "grid", false).unwrap();
     assert!(o.mismatches.is_empty(), "{:#?}", o.mismatches);
-    assert_eq!(o.compared, 3 * 7);
-    assert_eq!(o.replayed.len(), 3 * 9);
+    assert_eq!(o.compared, 3 * 9);
+    assert_eq!(o.replayed.len(), 3 * 11);
     let bandit: Vec<&ResultRow> = o.replayed.iter().filter(|r| r.setting.family() == "bandit").collect();
     assert!(bandit.iter().all(|r| r.drafted_per_round.iter().all(|k| [1, 2, 4].contains(k) || *k < 4)), "{bandit:?}");
+}
+
+/// A depth-0 head's `head.safetensors` with the given output weight row and bias (the
+/// safetensors format by hand: 8-byte header length, JSON header, little-endian f32 data).
+fn write_linear_head(path: &std::path::Path, weight: &[f32], bias: f32) {
+    let n = weight.len();
+    let header = format!(r#"{{"out.bias":{{"dtype":"F32","shape":[1],"data_offsets":[0,4]}},"out.weight":{{"dtype":"F32","shape":[1,{n}],"data_offsets":[4,{}]}}}}"#, 4 + 4 * n);
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(&bias.to_le_bytes());
+    weight.iter().for_each(|w| bytes.extend_from_slice(&w.to_le_bytes()));
+    std::fs::write(path, bytes).unwrap();
 }

@@ -135,11 +135,12 @@ pub fn run_cli(a: TrainArgs) -> Result<()> {
         vec![Point { w_rej: cfg.loss.w_rej, depth: cfg.head.depth, tied: cfg.head.tied, train_prompts: cfg.data.train_prompts }]
     };
     // Check every training-set size before training anything.
-    let dev_set = LabelledSet::load(&cfg.data.dev)?;
+    let stats = cfg.head.draft_stats;
+    let dev_set = LabelledSet::load_prompts_with(&cfg.data.dev, None, stats)?;
     let mut sets: BTreeMap<Option<usize>, LabelledSet> = BTreeMap::new();
     for p in &points {
         if !sets.contains_key(&p.train_prompts) {
-            let set = LabelledSet::load_prompts(&cfg.data.train, p.train_prompts)?;
+            let set = LabelledSet::load_prompts_with(&cfg.data.train, p.train_prompts, stats)?;
             check_compatible(&set, &dev_set)?;
             eprintln!(
                 "train: {} rows ({}, {}{}), dev: {} rows ({}), hidden {}",

@@ -57,6 +57,11 @@ pub struct HeadConfig {
     /// One block's weights shared by all blocks.
     #[serde(default)]
     pub tied: bool,
+    /// Beyond the paper: the head also reads the draft's probability of the scored token, the
+    /// entropy and the top-2 margin of the distribution it was drawn from (recomputed with the
+    /// run's draft, like the features).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub draft_stats: bool,
 }
 
 fn default_depth() -> usize {
@@ -65,7 +70,7 @@ fn default_depth() -> usize {
 
 impl Default for HeadConfig {
     fn default() -> Self {
-        Self { depth: default_depth(), tied: false }
+        Self { depth: default_depth(), tied: false, draft_stats: false }
     }
 }
 

@@ -5,7 +5,7 @@
 
 use anyhow::{bail, Context, Result};
 use specx_datagen::manifest::Manifest;
-use specx_datagen::features::{cache_path, shard_features};
+use specx_datagen::features::{cache_path, shard_features, stats_cache_path};
 use specx_datagen::shard::{labelled_rows, ShardRecord};
 use specx_datagen::split::SplitMix64;
 use specx_decoder::fsutil::short_hash;
@@ -16,7 +16,11 @@ pub struct LabelledSet {
     pub dir: PathBuf,
     pub features: Vec<f32>,
     pub labels: Vec<f32>,
+    /// Width of a row of `features`: the draft's hidden size, plus the three draft statistics
+    /// when `draft_stats`.
     pub hidden: usize,
+    /// Rows end with the draft statistics of their token (a head beyond the paper reads them).
+    pub draft_stats: bool,
     /// The draft model whose hidden states these are (a head must be trained and used with it).
     pub draft_sha256: String,
     /// Which prompts the run covered (`alpaca`/`train`, ...), for reports.
@@ -34,6 +38,12 @@ impl LabelledSet {
     /// None). A run still being generated serves as long as those shards are written; the
     /// count must end on a shard boundary, so nested subsets are whole shards.
     pub fn load_prompts(dir: &Path, prompts: Option<usize>) -> Result<Self> {
+        Self::load_prompts_with(dir, prompts, false)
+    }
+
+    /// [`LabelledSet::load_prompts`], each row followed by its token's draft statistics when
+    /// `draft_stats` (computed with the run's draft and cached, like recomputed features).
+    pub fn load_prompts_with(dir: &Path, prompts: Option<usize>, draft_stats: bool) -> Result<Self> {
         let m = Manifest::read(dir)?;
         if m.part.is_some() {
             bail!("{} is one part of a sharded run (part {:?}); merge the parts first (specx datagen merge)", dir.display(), m.part);
@@ -73,17 +83,18 @@ impl LabelledSet {
             dir: dir.to_path_buf(),
             features: Vec::new(),
             labels: Vec::new(),
-            hidden: m.hidden_size,
+            hidden: m.hidden_size + if draft_stats { specx_decoder::speculative::HEAD_STAT_INPUTS } else { 0 },
+            draft_stats,
             draft_sha256: m.draft.sha256.clone(),
             split: format!("{:?}/{}", m.config.prompts.format, m.prompts.split).to_lowercase(),
         };
-        let draft = load_draft_if_needed(dir, &m, &shards)?;
+        let draft = load_draft_if_needed(dir, &m, &shards, draft_stats)?;
         let draft = draft.as_ref().map(|(model, sha)| (&model.model, sha.as_str()));
         for rec in shards {
-            let (features, hidden) = shard_features(dir, &m, rec, draft).with_context(|| format!("features of shard {} of {}", rec.index, dir.display()))?;
+            let (features, hidden) = shard_features(dir, &m, rec, draft, draft_stats).with_context(|| format!("features of shard {} of {}", rec.index, dir.display()))?;
             let rows = labelled_rows(dir, rec, features, hidden).with_context(|| format!("reading shard {} of {}", rec.index, dir.display()))?;
-            if rows.hidden != m.hidden_size {
-                bail!("{}: shard {} has features of width {}, the manifest says {}", dir.display(), rec.index, rows.hidden, m.hidden_size);
+            if rows.hidden != set.hidden {
+                bail!("{}: shard {} has rows of width {}, expected {} (hidden size {} in the manifest)", dir.display(), rec.index, rows.hidden, set.hidden, m.hidden_size);
             }
             set.features.extend_from_slice(&rows.features);
             set.labels.extend_from_slice(&rows.labels);
@@ -97,7 +108,7 @@ impl LabelledSet {
     /// An in-memory set (tests, synthetic data).
     pub fn from_rows(features: Vec<f32>, labels: Vec<f32>, hidden: usize, draft_sha256: &str) -> Self {
         assert_eq!(features.len(), labels.len() * hidden, "features must be [labels, hidden]");
-        Self { dir: PathBuf::new(), features, labels, hidden, draft_sha256: draft_sha256.into(), split: "memory".into() }
+        Self { dir: PathBuf::new(), features, labels, hidden, draft_stats: false, draft_sha256: draft_sha256.into(), split: "memory".into() }
     }
 
     pub fn len(&self) -> usize {
@@ -128,9 +139,10 @@ impl LabelledSet {
 }
 
 /// The run's draft model (and its weights checksum), loaded on the CPU when some shard's
-/// features are neither stored nor cached; the manifest names it relative to the model cache.
-fn load_draft_if_needed(dir: &Path, m: &Manifest, shards: &[&ShardRecord]) -> Result<Option<(specx_decoder::LoadedModel, String)>> {
-    let missing = shards.iter().filter(|r| r.features.is_none() && !cache_path(&m.draft.sha256, r).exists()).count();
+/// features (or, with `stats`, draft statistics) are neither stored nor cached; the manifest
+/// names it relative to the model cache.
+fn load_draft_if_needed(dir: &Path, m: &Manifest, shards: &[&ShardRecord], stats: bool) -> Result<Option<(specx_decoder::LoadedModel, String)>> {
+    let missing = shards.iter().filter(|r| (r.features.is_none() && !cache_path(&m.draft.sha256, r).exists()) || (stats && !stats_cache_path(&m.draft.sha256, r).exists())).count();
     if missing == 0 {
         return Ok(None);
     }
@@ -144,8 +156,9 @@ fn load_draft_if_needed(dir: &Path, m: &Manifest, shards: &[&ShardRecord]) -> Re
 
 /// Loads the train and dev runs of a config and checks that they fit together.
 pub fn load_sets(cfg: &crate::config::TrainConfig) -> Result<(LabelledSet, LabelledSet)> {
-    let train = LabelledSet::load_prompts(&cfg.data.train, cfg.data.train_prompts)?;
-    let dev = LabelledSet::load(&cfg.data.dev)?;
+    let stats = cfg.head.draft_stats;
+    let train = LabelledSet::load_prompts_with(&cfg.data.train, cfg.data.train_prompts, stats)?;
+    let dev = LabelledSet::load_prompts_with(&cfg.data.dev, None, stats)?;
     check_compatible(&train, &dev)?;
     Ok((train, dev))
 }

@@ -77,7 +77,8 @@ pub fn predict(head: &AcceptanceHead, set: &LabelledSet, device: &Device) -> Res
 
 fn head_spec(cfg: &TrainConfig, set: &LabelledSet) -> HeadSpec {
     HeadSpec {
-        hidden_size: set.hidden,
+        hidden_size: set.hidden - if set.draft_stats { specx_decoder::speculative::HEAD_STAT_INPUTS } else { 0 },
+        draft_stats: set.draft_stats,
         depth: cfg.head.depth,
         tied: cfg.head.tied,
         draft_model_sha256: Some(set.draft_sha256.clone()),
@@ -119,7 +120,8 @@ pub fn train_on(cfg: &TrainConfig, train_set: &LabelledSet, dev_set: &LabelledSe
         eprintln!("resuming {} after epoch {}", dir.display(), state.epochs_done);
         (head, optim, state)
     } else {
-        let head = AcceptanceHead::init_seeded(train_set.hidden, cfg.head.depth, cfg.head.tied, cfg.seed, &device);
+        let extra = if train_set.draft_stats { specx_decoder::speculative::HEAD_STAT_INPUTS } else { 0 };
+        let head = AcceptanceHead::init_seeded_with_inputs(train_set.hidden - extra, extra, cfg.head.depth, cfg.head.tied, cfg.seed, &device);
         let state = TrainState {
             config: cfg.clone(),
             epochs_done: 0,

@@ -124,6 +124,19 @@ fn trains_the_same_head_on_recomputed_features() {
         states.push(train(&cfg, &TrainOptions::default()).unwrap());
     }
     assert!(std::fs::read_dir(tmp.path().join("feature-cache")).unwrap().count() == 4, "2 train + 2 dev shards cached");
+    // Beyond the paper: a head that also reads the draft's statistics of each token.
+    let text = format!(
+        "[data]\ntrain = {:?}\ndev = {:?}\n[head]\ndepth = 1\ndraft_stats = true\n[optim]\nlr = 0.001\nepochs = 2\n[output]\ndir = {:?}\n",
+        tmp.path().join("recomputed-train").display().to_string(),
+        tmp.path().join("recomputed-dev").display().to_string(),
+        tmp.path().join("stats-head").display().to_string()
+    );
+    let cfg: TrainConfig = toml::from_str(&text).unwrap();
+    let stats_state = train(&cfg, &TrainOptions::default()).unwrap();
+    assert_eq!(stats_state.train_rows, states[1].train_rows);
+    assert_eq!(std::fs::read_dir(tmp.path().join("feature-cache")).unwrap().count(), 8, "statistics cached beside the features");
+    let (head, spec) = specx_decoder::speculative::AcceptanceHead::load(&tmp.path().join("stats-head"), &specx_decoder::default_device()).unwrap();
+    assert!(spec.draft_stats && head.input_size() == spec.hidden_size + 3 && head.hidden_width() == spec.hidden_size);
     let (a, b) = (states[0].best().unwrap(), states[1].best().unwrap());
     assert_eq!((states[0].train_rows, states[0].dev_rows), (states[1].train_rows, states[1].dev_rows));
     assert!((a.dev.binary_kl - b.dev.binary_kl).abs() < 1e-3 * a.dev.binary_kl.max(1e-3), "dev KL {} vs {}", a.dev.binary_kl, b.dev.binary_kl);

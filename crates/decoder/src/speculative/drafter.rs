@@ -95,7 +95,7 @@ impl DraftCache {
                 (Candidate { token, q_token, q }, q_token)
             };
             metrics.draft_time += t.elapsed();
-            let step = DraftStep { index: candidates.len() + 1, token: c.token, q_token: c.q_token, confidence, stats: LazyStats::of_logits(&logits), hidden: HiddenState::Vector(&hidden) };
+            let step = DraftStep { index: candidates.len() + 1, token: c.token, q_token: c.q_token, confidence, stats: LazyStats::of_logits(&logits, c.token), hidden: HiddenState::Vector(&hidden) };
             let decision = policy.decide(&step)?;
             if decision == Decision::Drop && !(keep_first && candidates.is_empty()) {
                 return Ok(candidates);

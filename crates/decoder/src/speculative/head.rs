@@ -1,5 +1,7 @@
 //! The SpecDec++ acceptance head, shared by the trainer and the decoder: input the draft's
-//! final hidden state, `depth` residual blocks `x + SiLU(W x + b)` (optionally one block's
+//! final hidden state (beyond the paper, optionally followed by three statistics of the draft's
+//! distribution the scored token was drawn from: its probability, the entropy and the top-2
+//! margin, see [`HeadSpec::draft_stats`]), `depth` residual blocks `x + SiLU(W x + b)` (optionally one block's
 //! weights tied across all of them, as the official code does), then a linear map to one
 //! logit; `sigmoid(logit)` = predicted P(candidate accepted).
 //!
@@ -31,6 +33,18 @@ pub struct HeadSpec {
     /// The training configuration, recorded as given.
     #[serde(default)]
     pub training: serde_json::Value,
+    /// Beyond the paper: the input is the hidden state followed by
+    /// [`super::DraftStats::head_inputs`] of the draft distribution the scored token was drawn
+    /// from (its probability at temperature 1, the entropy in nats, the top-2 margin).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub draft_stats: bool,
+}
+
+impl HeadSpec {
+    /// Width of the head's input.
+    pub fn input_size(&self) -> usize {
+        self.hidden_size + if self.draft_stats { super::policy::HEAD_STAT_INPUTS } else { 0 }
+    }
 }
 
 /// The head module (a burn `Module`, so the trainer can optimise it).
@@ -39,6 +53,8 @@ pub struct AcceptanceHead {
     blocks: Vec<Linear>,
     out: Linear,
     depth: usize,
+    /// The draft's hidden size (the input is wider for a head that reads statistics).
+    hidden: usize,
 }
 
 impl AcceptanceHead {
@@ -46,6 +62,13 @@ impl AcceptanceHead {
     /// +-1/sqrt(fan_in)) from its own generator seeded with `seed`: the same seed gives the
     /// same head whatever else runs in the process (burn's device RNG is shared global state).
     pub fn init_seeded(hidden_size: usize, depth: usize, tied: bool, seed: u64, device: &Device) -> Self {
+        Self::init_seeded_with_inputs(hidden_size, 0, depth, tied, seed, device)
+    }
+
+    /// [`AcceptanceHead::init_seeded`] for an input of the hidden state and `extra` more
+    /// values (the draft's statistics: [`super::policy::HEAD_STAT_INPUTS`]).
+    pub fn init_seeded_with_inputs(hidden: usize, extra: usize, depth: usize, tied: bool, seed: u64, device: &Device) -> Self {
+        let hidden_size = hidden + extra;
         use rand::{RngExt, SeedableRng};
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let bound = 1.0 / (hidden_size as f32).sqrt();
@@ -57,7 +80,12 @@ impl AcceptanceHead {
         };
         let n_blocks = if tied { depth.min(1) } else { depth };
         let blocks = (0..n_blocks).map(|_| linear(hidden_size)).collect();
-        Self { blocks, out: linear(1), depth }
+        Self { blocks, out: linear(1), depth, hidden }
+    }
+
+    /// The draft's hidden size this head reads.
+    pub fn hidden_width(&self) -> usize {
+        self.hidden
     }
 
     pub fn depth(&self) -> usize {
@@ -69,7 +97,9 @@ impl AcceptanceHead {
         self.blocks.len() < self.depth
     }
 
-    pub fn hidden_size(&self) -> usize {
+    /// Width of the head's input (the draft's hidden size, plus the statistics' for a head
+    /// that reads them).
+    pub fn input_size(&self) -> usize {
         self.out.weight.val().dims()[0]
     }
 
@@ -106,9 +136,10 @@ impl AcceptanceHead {
         self.blocks.iter().chain([&self.out])
     }
 
-    /// Predicted acceptance probability for one hidden state.
+    /// Predicted acceptance probability for one input (a hidden state, and the statistics for
+    /// a head that reads them).
     pub fn accept_probability(&self, hidden: &[f32]) -> Result<f64> {
-        ensure!(hidden.len() == self.hidden_size(), "head expects hidden size {}, got {}", self.hidden_size(), hidden.len());
+        ensure!(hidden.len() == self.input_size(), "head expects inputs of width {}, got {}", self.input_size(), hidden.len());
         let device = self.out.weight.val().device();
         let x = Tensor::<2>::from_data(TensorData::new(hidden.to_vec(), [1, hidden.len()]), &device);
         let p = sigmoid(self.forward(x)).into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
@@ -117,7 +148,7 @@ impl AcceptanceHead {
 
     /// Writes `head.json` and `head.safetensors` into `dir` (atomically, file by file).
     pub fn save(&self, dir: &Path, spec: &HeadSpec) -> Result<()> {
-        ensure!(spec.hidden_size == self.hidden_size() && spec.depth == self.depth && (self.depth <= 1 || spec.tied == self.tied()), "spec does not describe this head");
+        ensure!(spec.hidden_size == self.hidden && spec.input_size() == self.input_size() && spec.depth == self.depth && (self.depth <= 1 || spec.tied == self.tied()), "spec does not describe this head");
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
         let linears = self.blocks.iter().enumerate().map(|(i, l)| (format!("blocks.{i}"), l)).chain([("out".to_string(), &self.out)]);
@@ -145,7 +176,7 @@ impl AcceptanceHead {
         let wpath = dir.join("head.safetensors");
         let bytes = std::fs::read(&wpath).with_context(|| format!("reading {}", wpath.display()))?;
         let st = SafeTensors::deserialize(&bytes).map_err(|e| anyhow::anyhow!("{}: malformed safetensors: {e}", wpath.display()))?;
-        let h = spec.hidden_size;
+        let h = spec.input_size();
         let get = |name: &str, shape: &[usize]| -> Result<Vec<f32>> {
             let v = st.tensor(name).map_err(|e| anyhow::anyhow!("{}: tensor '{name}': {e}", wpath.display()))?;
             if v.dtype() != Dtype::F32 || v.shape() != shape {
@@ -162,7 +193,7 @@ impl AcceptanceHead {
         };
         let n_blocks = if spec.tied { spec.depth.min(1) } else { spec.depth };
         let blocks = (0..n_blocks).map(|i| linear(&format!("blocks.{i}"), h)).collect::<Result<Vec<_>>>()?;
-        let head = Self { blocks, out: linear("out", 1)?, depth: spec.depth };
+        let head = Self { blocks, out: linear("out", 1)?, depth: spec.depth, hidden: spec.hidden_size };
         Ok((head, spec))
     }
 }

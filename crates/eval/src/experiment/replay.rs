@@ -29,7 +29,7 @@ use crate::method::{DrafterSpec, HeadBinding, MethodSpec, PolicySpec, SchedulerS
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use specx_decoder::sampling::argmax;
-use specx_decoder::speculative::{AcceptanceHead, Decision, DraftStats, DraftStep, HiddenState, LazyStats, RequestMetrics, RoundOutcome, StopPolicy};
+use specx_decoder::speculative::{AcceptanceHead, AcceptanceModel, Decision, DraftStats, DraftStep, HiddenState, LazyStats, RequestMetrics, RoundOutcome, StopPolicy};
 use specx_decoder::{KvCache, Transformer};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -222,8 +222,9 @@ struct Building {
     trunk: Option<KvCache>,
     /// Next trunk index to feed (`ar[j]` gives `path[j + 1]`).
     next: usize,
-    /// Growing branches: mismatch index -> (cache, token to feed next).
-    open: BTreeMap<usize, (KvCache, u32)>,
+    /// Growing branches: mismatch index -> (cache, token to feed next, the statistics of the
+    /// look that proposed it).
+    open: BTreeMap<usize, (KvCache, u32, DraftStats)>,
 }
 
 impl<'a> TraceBuilder<'a> {
@@ -231,20 +232,31 @@ impl<'a> TraceBuilder<'a> {
         Self { draft, heads, eos, max_rows: 64, rows: 0, calls: 0, time: Duration::ZERO }
     }
 
-    /// A look from a row's logits and hidden state.
-    fn look(&self, logits: &[f32], hidden: &[f32]) -> Result<Look> {
-        let head_probs = self.heads.iter().map(|h| h.accept_probability(hidden)).collect::<Result<Vec<f64>>>()?;
-        Ok(Look { token: argmax(logits), stats: DraftStats::of(logits), head_probs })
+    /// A look from a row's logits and hidden state; `input` are the statistics of the look
+    /// that proposed this row's input token (what a head reading them scores it with: the
+    /// replay consults a look's scores only at a round's second candidate or later, whose
+    /// input was proposed by the round's previous look, this one).
+    fn look(&self, logits: &[f32], hidden: &[f32], input: Option<&DraftStats>) -> Result<Look> {
+        let score = |h: &AcceptanceHead| match (h.reads_draft_stats(), input) {
+            (false, _) => h.accept_probability(hidden),
+            (true, Some(s)) => h.accept_probability(&hidden.iter().copied().chain(s.head_inputs()).collect::<Vec<f32>>()),
+            // The round's first look (after the prefill) is never scored.
+            (true, None) => Ok(f64::NAN),
+        };
+        let head_probs = self.heads.iter().map(score).collect::<Result<Vec<f64>>>()?;
+        let token = argmax(logits);
+        Ok(Look { token, stats: DraftStats::of(logits, token), head_probs })
     }
 
-    /// One ragged forward of single tokens, each with its own cache; a look per row.
-    fn wave(&mut self, rows: &mut [(&[u32], &mut KvCache)]) -> Result<Vec<Look>> {
+    /// One ragged forward of single tokens, each with its own cache (`inputs`: the statistics
+    /// of the look that proposed each row's token); a look per row.
+    fn wave(&mut self, rows: &mut [(&[u32], &mut KvCache)], inputs: &[DraftStats]) -> Result<Vec<Look>> {
         let t = Instant::now();
         let hidden = self.draft.forward_ragged(rows)?;
         let h = hidden.dims()[1];
         let logits = self.draft.logits_ragged(hidden.clone());
         let hidden: Vec<f32> = hidden.into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("draft hidden states: {e:?}"))?;
-        let looks = logits.iter().enumerate().map(|(i, l)| self.look(l, &hidden[i * h..(i + 1) * h])).collect::<Result<Vec<_>>>()?;
+        let looks = logits.iter().enumerate().map(|(i, l)| self.look(l, &hidden[i * h..(i + 1) * h], Some(&inputs[i]))).collect::<Result<Vec<_>>>()?;
         self.rows += rows.len();
         self.calls += 1;
         self.time += t.elapsed();
@@ -277,7 +289,7 @@ impl<'a> TraceBuilder<'a> {
             let mut cache = self.draft.new_cache(1);
             let first: Vec<u32> = input.prompt.iter().copied().chain([input.ar[0]]).collect();
             let out = self.draft.forward(&first, &mut cache)?;
-            let look = self.look(&out.logits_tail(1).remove(0), &out.hidden_tail(1).remove(0))?;
+            let look = self.look(&out.logits_tail(1).remove(0), &out.hidden_tail(1).remove(0), None)?;
             self.rows += 1;
             self.calls += 1;
             self.time += t.elapsed();
@@ -291,9 +303,10 @@ impl<'a> TraceBuilder<'a> {
             }
             for chunk in live.chunks_mut(self.max_rows) {
                 let tokens: Vec<[u32; 1]> = chunk.iter().map(|x| [x.trace.ar[x.next]]).collect();
+                let inputs: Vec<DraftStats> = chunk.iter().map(|x| x.trace.path[x.next].as_ref().expect("the previous trunk look").stats).collect();
                 let mut rows: Vec<(&[u32], &mut KvCache)> =
                     chunk.iter_mut().zip(&tokens).map(|(x, t)| (&t[..], x.trunk.as_mut().expect("trunk started"))).collect();
-                let looks = self.wave(&mut rows)?;
+                let looks = self.wave(&mut rows, &inputs)?;
                 for (x, look) in chunk.iter_mut().zip(looks) {
                     x.next += 1;
                     x.trace.path[x.next] = Some(look);
@@ -325,25 +338,25 @@ impl<'a> TraceBuilder<'a> {
                 if !x.open.contains_key(&p) {
                     let mut cache = x.trunk.as_ref().expect("a trace with needs keeps its trunk").clone();
                     cache.truncate(x.prompt_len + p);
-                    let first = x.trace.path[p].as_ref().expect("mismatches are on the trunk").token;
-                    x.open.insert(p, (cache, first));
+                    let first = x.trace.path[p].as_ref().expect("mismatches are on the trunk");
+                    x.open.insert(p, (cache, first.token, first.stats));
                 }
             }
             // Borrow each wanted branch's cache mutably (distinct (trace, p) pairs).
-            let mut slots: Vec<(usize, usize, [u32; 1], KvCache)> = wanted
-                .iter()
-                .map(|&(ti, p)| {
-                    let (cache, next) = b[ti].open.remove(&p).expect("just opened");
-                    (ti, p, [next], cache)
-                })
-                .collect();
+            let mut slots: Vec<(usize, usize, [u32; 1], KvCache)> = Vec::with_capacity(wanted.len());
+            let mut inputs = Vec::with_capacity(wanted.len());
+            for &(ti, p) in &wanted {
+                let (cache, next, stats) = b[ti].open.remove(&p).expect("just opened");
+                slots.push((ti, p, [next], cache));
+                inputs.push(stats);
+            }
             let looks = {
                 let mut rows: Vec<(&[u32], &mut KvCache)> = slots.iter_mut().map(|(_, _, t, c)| (&t[..], c)).collect();
-                self.wave(&mut rows)?
+                self.wave(&mut rows, &inputs)?
             };
             for ((ti, p, _, cache), look) in slots.into_iter().zip(looks) {
                 let x = &mut b[ti];
-                x.open.insert(p, (cache, look.token));
+                x.open.insert(p, (cache, look.token, look.stats));
                 x.trace.branches.entry(p).or_default().push(look);
             }
         }

@@ -34,7 +34,7 @@ pub struct ReplayConfig {
 impl ReplayConfig {
     pub fn load(path: &Path) -> Result<Self> {
         let (mut cfg, base): (Self, PathBuf) = read_toml(path)?;
-        let heads = cfg.methods.specdecpp.iter_mut().flat_map(|g| &mut g.heads).chain(cfg.methods.easyspec.iter_mut().flat_map(|g| &mut g.heads));
+        let heads = cfg.methods.specdecpp.iter_mut().flat_map(|g| &mut g.heads).chain(cfg.methods.easyspec.iter_mut().flat_map(|g| &mut g.heads)).chain(cfg.methods.grid.iter_mut().flat_map(|g| g.head_dirs_mut()));
         for h in heads {
             *h = resolve_path(h, &base);
             ensure!(h.join("head.json").is_file(), "config {}: head {} is not a head checkpoint (no head.json)", path.display(), h.display());

@@ -1,6 +1,6 @@
 //! SpecDec++'s stop rule (Algorithm 1) over an acceptance head's predictions.
 
-use super::{stop_if, Decision, DraftStep, HiddenState, StopPolicy};
+use super::{stop_if, Decision, DraftStats, DraftStep, HiddenState, StopPolicy};
 use crate::speculative::head::AcceptanceHead;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -9,15 +9,30 @@ use serde::{Deserialize, Serialize};
 /// hidden state at that token's position: the trained [`AcceptanceHead`], a replay's
 /// precomputed scores ([`PrecomputedHead`]), or a fixed function in tests.
 pub trait AcceptanceModel {
-    fn accept_probability(&self, hidden: HiddenState) -> Result<f64>;
+    /// The acceptance probability of the token whose hidden state is `hidden`; `stats` are
+    /// those of the draft distribution that token was drawn from (None for the round's first
+    /// input, the committed token, which is never scored).
+    fn accept_probability(&self, hidden: HiddenState, stats: Option<&DraftStats>) -> Result<f64>;
+    /// Whether it reads `stats` (else they need not be computed).
+    fn reads_draft_stats(&self) -> bool {
+        false
+    }
 }
 
 impl AcceptanceModel for AcceptanceHead {
-    fn accept_probability(&self, hidden: HiddenState) -> Result<f64> {
+    fn accept_probability(&self, hidden: HiddenState, stats: Option<&DraftStats>) -> Result<f64> {
         match hidden {
+            HiddenState::Vector(h) if self.reads_draft_stats() => {
+                let s = stats.context("this head reads the draft's statistics of the scored token, and none were given")?;
+                let input: Vec<f32> = h.iter().copied().chain(s.head_inputs()).collect();
+                AcceptanceHead::accept_probability(self, &input)
+            }
             HiddenState::Vector(h) => AcceptanceHead::accept_probability(self, h),
             HiddenState::HeadScores(_) => bail!("a head needs the draft's hidden state; this step carries precomputed scores (build the replay's policies with PrecomputedHead)"),
         }
+    }
+    fn reads_draft_stats(&self) -> bool {
+        self.input_size() > self.hidden_width()
     }
 }
 
@@ -27,7 +42,8 @@ impl AcceptanceModel for AcceptanceHead {
 pub struct PrecomputedHead(pub usize);
 
 impl AcceptanceModel for PrecomputedHead {
-    fn accept_probability(&self, hidden: HiddenState) -> Result<f64> {
+    /// The replay scored each look with its predecessor's statistics already.
+    fn accept_probability(&self, hidden: HiddenState, _: Option<&DraftStats>) -> Result<f64> {
         match hidden {
             HiddenState::HeadScores(s) => s.get(self.0).copied().with_context(|| format!("head {} is not among the {} scored", self.0, s.len())),
             HiddenState::Vector(_) => bail!("a precomputed head reads scores, not hidden states"),
@@ -73,22 +89,29 @@ pub struct HeadPolicy<H: AcceptanceModel = AcceptanceHead> {
     pub head: H,
     pub rule: HeadRule,
     accept_product: f64,
+    /// The previous candidate's draft statistics (for a head that reads them).
+    previous: Option<DraftStats>,
 }
 
 impl<H: AcceptanceModel> HeadPolicy<H> {
     pub fn new(head: H, rule: HeadRule) -> Self {
-        Self { head, rule, accept_product: 1.0 }
+        Self { head, rule, accept_product: 1.0, previous: None }
     }
 }
 
 impl<H: AcceptanceModel> StopPolicy for HeadPolicy<H> {
     fn begin_round(&mut self) {
         self.accept_product = 1.0;
+        self.previous = None;
     }
     fn decide(&mut self, step: &DraftStep) -> Result<Decision> {
-        // Step 1's hidden state belongs to the committed token: it contributes 1.
+        // Step 1's hidden state belongs to the committed token: it contributes 1. Step i's
+        // belongs to candidate i - 1, drawn at the previous step.
         if step.index >= 2 {
-            self.accept_product *= self.head.accept_probability(step.hidden)?;
+            self.accept_product *= self.head.accept_probability(step.hidden, self.previous.as_ref())?;
+        }
+        if self.head.reads_draft_stats() {
+            self.previous = Some(*step.stats.get());
         }
         Ok(stop_if(self.rule.stop(step.index, self.accept_product)))
     }

@@ -22,7 +22,7 @@ pub use confidence::{ConfidencePolicy, PMinPolicy, RocThreshold};
 pub use entropy::{AdaEdlParams, AdaEdlPolicy, SvipPolicy};
 pub use head::{AcceptanceModel, HeadPolicy, HeadRule, PrecomputedHead};
 pub use schedule::{BanditK, DynamicK};
-pub use stats::{DraftStats, LazyStats};
+pub use stats::{DraftStats, LazyStats, HEAD_STAT_INPUTS};
 
 use anyhow::Result;
 
