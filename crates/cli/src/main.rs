@@ -75,6 +75,10 @@ enum Reproduce {
     /// under eq. 5.1 (paper and CPU times), Figure 3 frontiers, thresholds per w_rej, the
     /// eq. 3.1 timing fit, measured speedups, head sweeps and data scaling.
     Specdecpp(specx_eval::reproduce::specdecpp::ReproArgs),
+    /// Adaptive drafting: every stop rule's published default and best setting per prompt set
+    /// (discard and verification rates, tokens per target call, throughput at the paper's and
+    /// this CPU's costs) and Figure 3 with every rule, from greedy replays.
+    Adaptive(specx_eval::reproduce::adaptive::AdaptiveArgs),
 }
 
 #[derive(Args)]
@@ -133,6 +137,7 @@ fn main() -> Result<()> {
         Command::Dsi(a) => specx_eval::dsi::run_cli(a),
         Command::Easyspec(a) => specx_eval::easyspec::run_cli(a),
         Command::Reproduce(Reproduce::Specdecpp(a)) => specx_eval::reproduce::specdecpp::run(a),
+        Command::Reproduce(Reproduce::Adaptive(a)) => specx_eval::reproduce::adaptive::run(&a),
         Command::Devices => list_devices(),
     }
 }

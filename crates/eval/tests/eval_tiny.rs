@@ -482,6 +482,21 @@ policies.adaedl = { lambda = [0.3, 0.7], max = [6] }
     assert!(o.mismatches.is_empty(), "{:#?}", o.mismatches);
     assert_eq!(o.compared, 3 * 9);
     assert_eq!(o.replayed.len(), 3 * 11);
+    // The comparison tables and Figure 3 with every rule, from this replay.
+    let repro = s.root.join("adaptive.toml");
+    std::fs::write(
+        &repro,
+        format!("replays = [{:?}]\nout = \"adaptive\"\n[[costs]]\nname = \"A100\"\nt_draft = 0.0234\nt_target = 0.112\n[defaults]\npmin = [\"pmin 0.5 n_max=6\"]\n", o.dir.display().to_string()),
+    )
+    .unwrap();
+    specx_eval::reproduce::adaptive::run(&specx_eval::reproduce::adaptive::AdaptiveArgs { config: repro }).unwrap();
+    let md = std::fs::read_to_string(s.root.join("adaptive/results.md")).unwrap();
+    assert!(md.lines().any(|l| l.contains("pmin 0.5 n_max=6") && l.contains("default")), "{md}");
+    assert!(!md.contains("NaN"), "{md}");
+    for needle in ["## alpaca (greedy)", "best at A100", "oracle", "adaedl", "bandit"] {
+        assert!(md.contains(needle), "{needle} missing from\n{md}");
+    }
+    assert_eq!(&std::fs::read(s.root.join("adaptive/frontier_alpaca.png")).unwrap()[..4], b"\x89PNG");
     let bandit: Vec<&ResultRow> = o.replayed.iter().filter(|r| r.setting.family() == "bandit").collect();
     assert!(bandit.iter().all(|r| r.drafted_per_round.iter().all(|k| [1, 2, 4].contains(k) || *k < 4)), "{bandit:?}");
 }

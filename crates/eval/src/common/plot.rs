@@ -26,6 +26,12 @@ pub fn colour(family: &str) -> RGBColor {
         "confidence" => RGBColor(44, 160, 44),
         "oracle" => RGBColor(148, 103, 189),
         "dsi" => RGBColor(255, 127, 14),
+        "roc" => RGBColor(23, 190, 207),
+        "pmin" => RGBColor(140, 86, 75),
+        "dynamic" => RGBColor(227, 119, 194),
+        "svip" => RGBColor(188, 189, 34),
+        "adaedl" => RGBColor(31, 60, 100),
+        "bandit" => RGBColor(255, 187, 120),
         _ => RGBColor(90, 90, 90),
     }
 }

@@ -3,4 +3,5 @@
 //! commands of their own, and this step only reads what they wrote, so a write-up can be
 //! regenerated in seconds whenever a run grows.
 
+pub mod adaptive;
 pub mod specdecpp;

@@ -183,6 +183,7 @@ mod tests {
             discarded: disc,
             target_calls: tgt,
             draft_calls: n - tgt + disc,
+            drafted: 0.0,
             time_s: f64::NAN,
             batch: 1,
         }

@@ -22,6 +22,8 @@ pub struct Row {
     pub discarded: f64,
     pub target_calls: f64,
     pub draft_calls: f64,
+    /// Candidates verified (a rule's dropped tokens are draft calls, not candidates).
+    pub drafted: f64,
     pub time_s: f64,
     pub batch: u64,
 }
@@ -32,6 +34,7 @@ pub fn read_rows(dir: &Path) -> Result<Vec<Row>> {
     let (dataset, sampling, prompt_id, family, setting, head) = (t.strs("dataset")?, t.strs("sampling")?, t.strs("prompt_id")?, t.strs("method")?, t.strs("setting")?, t.strs("head")?);
     let (threshold, k, min, replayed) = (t.f64s("threshold")?, t.u64s("k")?, t.u64s("min")?, t.bools("replayed")?);
     let (n, disc, tgt, drf, time) = (t.u64s("n_generated")?, t.u64s("n_discarded")?, t.u64s("n_target_calls")?, t.u64s("n_draft_calls")?, t.f64s("total_time_s")?);
+    let drafted = t.u64s("n_drafted")?;
     // Runs written before trace runs existed have no batch column: single streams.
     let batch = if t.has("batch") { t.u64s("batch")? } else { vec![Some(1); t.height()] };
     let num = |v: Option<u64>| v.unwrap_or(0) as f64;
@@ -51,6 +54,7 @@ pub fn read_rows(dir: &Path) -> Result<Vec<Row>> {
             discarded: num(disc[i]),
             target_calls: num(tgt[i]),
             draft_calls: num(drf[i]),
+            drafted: num(drafted[i]),
             time_s: time[i].unwrap_or(f64::NAN),
             batch: batch[i].unwrap_or(1),
         })
@@ -73,6 +77,14 @@ impl Group {
     }
     pub fn target_calls(&self) -> f64 {
         self.rows.iter().map(|r| r.target_calls).sum()
+    }
+    pub fn draft_calls(&self) -> f64 {
+        self.rows.iter().map(|r| r.draft_calls).sum()
+    }
+    /// Rows the target checked in verifications: each round's candidates and one more (the
+    /// prefill's call, the first of each row's target calls, is not a verification).
+    pub fn rows_verified(&self) -> f64 {
+        self.rows.iter().map(|r| r.drafted + (r.target_calls - 1.0).max(0.0)).sum()
     }
     /// Discard rate and verification rate as ratios of sums (the Figure 3 coordinates).
     pub fn rates(&self) -> (f64, f64) {

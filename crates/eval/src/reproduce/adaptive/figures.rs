@@ -1,0 +1,38 @@
+//! Figure 3 (verification rate against discard rate) with every stop rule: one colour per
+//! family, its settings as points and its non-dominated frontier as a line.
+
+use super::family_order;
+use crate::common::plot::{colour, frontier, range, render_png};
+use crate::reproduce::specdecpp::rows::Group;
+use anyhow::{anyhow, Result};
+use plotters::prelude::*;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+pub fn frontier_all(path: &Path, title: &str, groups: &BTreeMap<String, Group>) -> Result<()> {
+    let mut by_family: BTreeMap<(usize, String), Vec<(f64, f64)>> = BTreeMap::new();
+    for g in groups.values().filter(|g| g.first.family != "ar") {
+        by_family.entry((family_order(&g.first.family), g.first.family.clone())).or_default().push(g.rates());
+    }
+    render_png(path, |root| {
+        let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
+        let all: Vec<(f64, f64)> = by_family.values().flatten().copied().collect();
+        let mut chart = ChartBuilder::on(root)
+            .caption(title, ("sans-serif", 22))
+            .margin(16)
+            .x_label_area_size(48)
+            .y_label_area_size(64)
+            .build_cartesian_2d(range(all.iter().map(|p| p.0).chain([0.0])), range(all.iter().map(|p| p.1)))
+            .map_err(e)?;
+        chart.configure_mesh().x_desc("discard rate N_discarded / N").y_desc("verification rate N_target / N").label_style(("sans-serif", 15)).draw().map_err(e)?;
+        for ((_, family), pts) in &by_family {
+            let c = colour(family);
+            chart.draw_series(pts.iter().map(|&q| Circle::new(q, 4, c.filled()))).map_err(e)?.label(family.as_str()).legend(move |(x, y)| Circle::new((x, y), 5, c.filled()));
+            if pts.len() > 1 {
+                chart.draw_series(LineSeries::new(frontier(pts), c.stroke_width(2))).map_err(e)?;
+            }
+        }
+        chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 15)).draw().map_err(e)?;
+        Ok(())
+    })
+}
