@@ -61,6 +61,25 @@ pub fn render_png_sized(path: &Path, size: (u32, u32), draw: impl FnOnce(&Drawin
     write_atomic(path, &bytes).with_context(|| format!("writing {}", path.display()))
 }
 
+/// The axes of Figure 3 (verification rate against discard rate) over `points`, captioned
+/// `title`, mesh drawn: the chart every frontier figure draws its families into.
+pub fn rate_chart<'a, 'b>(
+    root: &'a DrawingArea<BitMapBackend<'b>, plotters::coord::Shift>,
+    title: &str,
+    points: &[(f64, f64)],
+) -> Result<ChartContext<'a, BitMapBackend<'b>, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>> {
+    let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 22))
+        .margin(16)
+        .x_label_area_size(48)
+        .y_label_area_size(64)
+        .build_cartesian_2d(range(points.iter().map(|p| p.0).chain([0.0])), range(points.iter().map(|p| p.1)))
+        .map_err(e)?;
+    chart.configure_mesh().x_desc("discard rate N_discarded / N").y_desc("verification rate N_target / N").label_style(("sans-serif", 15)).draw().map_err(e)?;
+    Ok(chart)
+}
+
 /// Points not dominated by another (lower is better in both coordinates), sorted by x.
 pub fn frontier(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
     let mut f: Vec<(f64, f64)> =

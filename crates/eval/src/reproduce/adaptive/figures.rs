@@ -2,7 +2,7 @@
 //! family, its settings as points and its non-dominated frontier as a line.
 
 use super::family_order;
-use crate::common::plot::{colour, frontier, range, render_png};
+use crate::common::plot::{colour, frontier, rate_chart, render_png};
 use crate::reproduce::specdecpp::rows::Group;
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
@@ -17,14 +17,7 @@ pub fn frontier_all(path: &Path, title: &str, groups: &BTreeMap<String, Group>) 
     render_png(path, |root| {
         let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
         let all: Vec<(f64, f64)> = by_family.values().flatten().copied().collect();
-        let mut chart = ChartBuilder::on(root)
-            .caption(title, ("sans-serif", 22))
-            .margin(16)
-            .x_label_area_size(48)
-            .y_label_area_size(64)
-            .build_cartesian_2d(range(all.iter().map(|p| p.0).chain([0.0])), range(all.iter().map(|p| p.1)))
-            .map_err(e)?;
-        chart.configure_mesh().x_desc("discard rate N_discarded / N").y_desc("verification rate N_target / N").label_style(("sans-serif", 15)).draw().map_err(e)?;
+        let mut chart = rate_chart(root, title, &all)?;
         for ((_, family), pts) in &by_family {
             let c = colour(family);
             chart.draw_series(pts.iter().map(|&q| Circle::new(q, 4, c.filled()))).map_err(e)?.label(family.as_str()).legend(move |(x, y)| Circle::new((x, y), 5, c.filled()));

@@ -3,7 +3,7 @@
 
 use super::analysis::{HeadPoint, Times};
 use super::rows::Group;
-use crate::common::plot::{colour, frontier, range, render_png};
+use crate::common::plot::{colour, frontier, range, rate_chart, render_png};
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
 use std::collections::BTreeMap;
@@ -17,14 +17,7 @@ pub fn frontier_figure(path: &Path, title: &str, groups: &BTreeMap<String, Group
         let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
         let pts = |f: &str| groups.values().filter(|g| g.first.family == f).map(|g| (g.rates(), g.first.k)).collect::<Vec<_>>();
         let all: Vec<(f64, f64)> = ["specdec", "specdecpp", "confidence", "oracle"].iter().flat_map(|f| pts(f)).map(|p| p.0).collect();
-        let mut chart = ChartBuilder::on(root)
-            .caption(title, ("sans-serif", 22))
-            .margin(16)
-            .x_label_area_size(48)
-            .y_label_area_size(64)
-            .build_cartesian_2d(range(all.iter().map(|p| p.0).chain([0.0])), range(all.iter().map(|p| p.1)))
-            .map_err(e)?;
-        chart.configure_mesh().x_desc("discard rate N_discarded / N").y_desc("verification rate N_target / N").label_style(("sans-serif", 15)).draw().map_err(e)?;
+        let mut chart = rate_chart(root, title, &all)?;
         for (family, label) in [("specdecpp", "SpecDec++ (every head x threshold x bounds)"), ("confidence", "confidence baseline (draft's own probability)"), ("specdec", "fixed K"), ("oracle", "oracle (Theorem 4.1)")] {
             let c = colour(family);
             let p = pts(family);
