@@ -28,12 +28,6 @@ pub struct LabelledSet {
 }
 
 impl LabelledSet {
-    /// Loads every shard of a finished run directory (checksums were verified when written;
-    /// shapes and alignment are checked here).
-    pub fn load(dir: &Path) -> Result<Self> {
-        Self::load_prompts(dir, None)
-    }
-
     /// Loads the shards holding the run's first `prompts` prompts (all of a finished run if
     /// None). A run still being generated serves as long as those shards are written; the
     /// count must end on a shard boundary, so nested subsets are whole shards.
