@@ -25,6 +25,11 @@ pub fn short_hash(hex: &str) -> &str {
     &hex[..12.min(hex.len())]
 }
 
+/// Hex sha256 of bytes in memory.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    format!("{:x}", Sha256::digest(bytes))
+}
+
 /// Hex sha256 of a file, streamed.
 pub fn sha256_file(path: &Path) -> Result<String> {
     let mut f = File::open(path).with_context(|| format!("opening {}", path.display()))?;

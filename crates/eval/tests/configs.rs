@@ -23,7 +23,7 @@ fn shipped_eval_configs_parse_and_expand() {
     assert_eq!(smoke.prompts.iter().map(|p| (p.name.as_str(), p.sample)).collect::<Vec<_>>(), [("alpaca", Some(3)), ("gsm8k", Some(3)), ("humaneval", Some(3))]);
     assert_eq!(smoke.budget.new_tokens(1000), 32);
     let keys: Vec<String> = expand(&smoke.methods).unwrap().iter().map(|s| s.key()).collect();
-    assert_eq!(keys, ["ar", "specdec K=2", "specdec K=4", "specdecpp qwen-alpaca-w6-d3 h=0.7 [2,20]", "confidence 0.5 [2,20]"]);
+    assert_eq!(keys, ["ar", "specdec K=2", "specdec K=4", "specdecpp specdecpp-default h=0.7 [2,20]", "confidence 0.5 [2,20]"]);
     let cache = specx_datagen::config::dataset_cache_dir();
     for name in ["specdecpp-alpaca.toml", "specdecpp-gsm8k.toml", "specdecpp-humaneval.toml"] {
         let c = parse(name);
@@ -106,13 +106,15 @@ fn specdecpp_reproduction_configs_agree() {
 }
 
 /// The adaptive-drafting replay grid holds every training-free rule at its published default
-/// and a sweep of its free parameter, priced for the bandit at the paper's A100 times.
+/// and a sweep of its free parameter, priced for the bandit at the paper's A100 times, and the
+/// learned heads (the data-scaling heads and the shipped one) at thresholds 0.1-0.9, two bounds.
 #[test]
 fn the_adaptive_drafting_grid_has_every_rule_at_its_default() {
     let grid: ReplayConfig = toml::from_str(&std::fs::read_to_string(dir().join("adaptive-replay.toml")).unwrap()).unwrap();
     assert_eq!((grid.costs.t_draft, grid.costs.t_target), (0.0234, 0.112));
     let keys = replay_grid("adaptive-replay.toml");
-    assert_eq!(keys.len(), 1 + 11 + 1 + 9 + 3 + 18 + 5 + 8 + 7 + 3);
+    assert_eq!(keys.len(), 1 + 11 + 1 + 9 + 3 + 18 + 5 + 8 + 7 + 3 + 4 * 9 * 2);
+    assert!(keys.iter().any(|k| k == "specdecpp specdecpp-default h=0.7 [2,20]"), "the shipped head at the paper's default: {keys:?}");
     for default in ["confidence 0.4 [1,20]", "roc 0.4 [1,20]", "pmin 0.75 n_max=16", "pmin 0 n_max=3", "dynamic K0=5 cap=64", "svip 0.3 [1,40]", "adaedl lambda=0.7 gamma=0.2 [1,16]", "bandit K=1,2,3,4", "oracle"] {
         assert!(keys.iter().any(|k| k == default), "{default} missing from {keys:?}");
     }

@@ -1,17 +1,13 @@
 //! `configs/eval/smoke.toml` on the real Qwen pair (fetched by scripts/fetch-models.sh, prompt
 //! sets by scripts/fetch-datasets.sh), as a new user runs it, with 1 prompt per set (`--limit 1`) to
-//! stay within CI time (the full config takes about 15 minutes here): a head is trained on a small real datagen run first (the smoke config's
-//! default head comes from scripts/run.sh). Checks the summary (rows of every set, sampling
+//! stay within CI time (the full config takes about 15 minutes here), with the acceptance head
+//! that ships in `checkpoints/specdecpp-default`. Checks the summary (rows of every set, sampling
 //! setting and method; audit passed; plots written) and that replaying the greedy units gives
 //! exactly the counts of the real runs.
 
-use specx_datagen::cli::{effective_config, DatagenArgs};
-use specx_datagen::{run as datagen, RunOptions};
 use specx_eval::experiment::config::EvalConfig;
 use specx_eval::experiment::replay_run::{replay, ReplayConfig};
 use specx_eval::experiment::{run, EvalOptions};
-use specx_trainer::config::TrainConfig;
-use specx_trainer::train::{train, TrainOptions};
 use std::path::PathBuf;
 
 fn repo() -> PathBuf {
@@ -24,31 +20,12 @@ fn smoke_config_on_the_real_pair() {
     assert!(models.join("qwen2.5-coder-1.5b-instruct/model.gguf").is_file(), "the real pair is missing: run scripts/fetch-models.sh");
     let tmp = tempfile::tempdir().unwrap();
 
-    // A small real head: datagen on 3 Alpaca train prompts, one training epoch.
-    let args = DatagenArgs {
-        config: Some(repo().join("configs/datagen-qwen-alpaca.toml")),
-        out: Some(tmp.path().join("data")),
-        limit: Some(3),
-        max_new_tokens: Some(64),
-        no_progress: true,
-        ..Default::default()
-    };
-    datagen(&effective_config(&args).unwrap(), &RunOptions::default()).unwrap();
-    let head = tmp.path().join("qwen-alpaca-w6-d3");
-    let text = format!("[data]\ntrain = {0:?}\ndev = {0:?}\n[head]\ndepth = 3\n[loss]\nw_rej = 6.0\n[optim]\nepochs = 1\n[output]\ndir = {1:?}\n", tmp.path().join("data").display().to_string(), head.display().to_string());
-    let tcfg: TrainConfig = toml::from_str(&text).unwrap();
-    train(&tcfg, &TrainOptions::default()).unwrap();
-
-    // The smoke config as shipped, with that head and a temporary run directory.
-    let mut cfg = EvalConfig::load(&repo().join("configs/eval/smoke.toml").canonicalize().unwrap()).unwrap_or_else(|e| {
-        // The shipped config names the head of scripts/run.sh, which a test machine may lack.
-        assert!(format!("{e:#}").contains("qwen-alpaca-w6-d3"), "{e:#}");
-        let text = std::fs::read_to_string(repo().join("configs/eval/smoke.toml")).unwrap();
-        let mut c = EvalConfig::parse(&text, std::path::Path::new("smoke.toml")).unwrap();
-        c.resolve(&repo().join("configs/eval"));
-        c
-    });
-    cfg.methods.specdecpp.as_mut().unwrap().heads = vec![head.clone()];
+    // The smoke config as shipped, with the head that ships in checkpoints/specdecpp-default
+    // (what a new user gets without running datagen), and a temporary run directory.
+    let mut cfg = EvalConfig::load(&repo().join("configs/eval/smoke.toml").canonicalize().unwrap()).unwrap();
+    let head = repo().join("checkpoints/specdecpp-default").canonicalize().unwrap();
+    let heads: Vec<PathBuf> = cfg.methods.specdecpp.as_ref().unwrap().heads.iter().map(|h| h.canonicalize().unwrap()).collect();
+    assert_eq!(heads, [head.clone()]);
     cfg.output.dir = tmp.path().join("eval");
     cfg.validate().unwrap();
     let out = run(&cfg, &EvalOptions { limit: Some(1), ..Default::default() }).unwrap();
@@ -57,7 +34,7 @@ fn smoke_config_on_the_real_pair() {
     // 3 sets x 1 prompt x 2 sampling settings x 5 methods.
     assert_eq!(out.rows.len(), 3 * 2 * 5);
     let summary = std::fs::read_to_string(tmp.path().join("eval/summary.md")).unwrap();
-    for needle in ["Losslessness audit: passed", "## alpaca, greedy", "## gsm8k, qwen-t0.7", "## humaneval, greedy", "specdecpp qwen-alpaca-w6-d3 h=0.7 [2,20]", "confidence 0.5 [2,20]", "Timing model"] {
+    for needle in ["Losslessness audit: passed", "## alpaca, greedy", "## gsm8k, qwen-t0.7", "## humaneval, greedy", "specdecpp specdecpp-default h=0.7 [2,20]", "confidence 0.5 [2,20]", "Timing model"] {
         assert!(summary.contains(needle), "summary.md lacks '{needle}':\n{summary}");
     }
     for set in ["alpaca", "gsm8k", "humaneval"] {

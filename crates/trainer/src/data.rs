@@ -8,7 +8,7 @@ use specx_datagen::manifest::Manifest;
 use specx_datagen::features::{cache_path, shard_features, stats_cache_path};
 use specx_datagen::shard::{labelled_rows, ShardRecord};
 use specx_datagen::split::SplitMix64;
-use specx_decoder::fsutil::short_hash;
+use specx_decoder::fsutil::{sha256_hex, short_hash};
 use std::path::{Path, PathBuf};
 
 /// Features and acceptance labels of every labelled row of a run, in shard order.
@@ -25,6 +25,11 @@ pub struct LabelledSet {
     pub draft_sha256: String,
     /// Which prompts the run covered (`alpaca`/`train`, ...), for reports.
     pub split: String,
+    /// Prompts the rows come from (the run's first ones).
+    pub prompts: usize,
+    /// sha256 of the data the rows come from: the sha256s of the loaded shards' token and
+    /// prompt tables, one per line in shard order (a head's provenance names its data by it).
+    pub data_sha256: String,
 }
 
 impl LabelledSet {
@@ -81,6 +86,8 @@ impl LabelledSet {
             draft_stats,
             draft_sha256: m.draft.sha256.clone(),
             split: format!("{:?}/{}", m.config.prompts.format, m.prompts.split).to_lowercase(),
+            prompts: shards.iter().map(|r| r.prompt_count).sum(),
+            data_sha256: data_sha256(&shards),
         };
         let draft = load_draft_if_needed(dir, &m, &shards, draft_stats)?;
         let draft = draft.as_ref().map(|(model, sha)| (&model.model, sha.as_str()));
@@ -102,7 +109,7 @@ impl LabelledSet {
     /// An in-memory set (tests, synthetic data).
     pub fn from_rows(features: Vec<f32>, labels: Vec<f32>, hidden: usize, draft_sha256: &str) -> Self {
         assert_eq!(features.len(), labels.len() * hidden, "features must be [labels, hidden]");
-        Self { dir: PathBuf::new(), features, labels, hidden, draft_stats: false, draft_sha256: draft_sha256.into(), split: "memory".into() }
+        Self { dir: PathBuf::new(), features, labels, hidden, draft_stats: false, draft_sha256: draft_sha256.into(), split: "memory".into(), prompts: 0, data_sha256: String::new() }
     }
 
     pub fn len(&self) -> usize {
@@ -130,6 +137,12 @@ impl LabelledSet {
         }
         (x, rows.iter().map(|&r| self.labels[r]).collect())
     }
+}
+
+/// sha256 naming the data of `shards` (in shard order): of their token and prompt tables
+/// sha256s, one shard per line. A head's `head.json` records it for its train and dev rows.
+pub fn data_sha256(shards: &[&ShardRecord]) -> String {
+    sha256_hex(shards.iter().map(|r| format!("{} {}\n", r.tokens.sha256, r.prompts.sha256)).collect::<String>().as_bytes())
 }
 
 /// The run's draft model (and its weights checksum), loaded on the CPU when some shard's

@@ -75,7 +75,10 @@ pub fn predict(head: &AcceptanceHead, set: &LabelledSet, device: &Device) -> Res
     Ok(out)
 }
 
-fn head_spec(cfg: &TrainConfig, set: &LabelledSet) -> HeadSpec {
+/// The head's architecture and provenance: the draft, the config, and the data (directory,
+/// prompts and sha256 of the train and dev rows); the best epoch's metrics are added on save.
+fn head_spec(cfg: &TrainConfig, set: &LabelledSet, dev: &LabelledSet) -> HeadSpec {
+    let data = |s: &LabelledSet| serde_json::json!({ "dir": s.dir, "split": s.split, "prompts": s.prompts, "rows": s.len(), "sha256": s.data_sha256 });
     HeadSpec {
         hidden_size: set.hidden - if set.draft_stats { specx_decoder::speculative::HEAD_STAT_INPUTS } else { 0 },
         draft_stats: set.draft_stats,
@@ -84,8 +87,8 @@ fn head_spec(cfg: &TrainConfig, set: &LabelledSet) -> HeadSpec {
         draft_model_sha256: Some(set.draft_sha256.clone()),
         training: serde_json::json!({
             "config": cfg,
-            "train_dir": set.dir,
-            "train_split": set.split,
+            "train": data(set),
+            "dev": data(dev),
         }),
     }
 }
@@ -104,7 +107,7 @@ pub fn train_on(cfg: &TrainConfig, train_set: &LabelledSet, dev_set: &LabelledSe
     let dir = &cfg.output.dir;
     let plain = specx_decoder::open_device(cfg.device.parse()?)?;
     let device = plain.clone().autodiff();
-    let spec = head_spec(cfg, train_set);
+    let spec = head_spec(cfg, train_set, dev_set);
     let last = dir.join("last");
     let state_path = last.join("state.json");
     let optim_config = AdamWConfig::new().with_weight_decay(cfg.optim.weight_decay as f32);
@@ -167,7 +170,9 @@ pub fn train_on(cfg: &TrainConfig, train_set: &LabelledSet, dev_set: &LabelledSe
         state.epochs_done = epoch;
         if is_best {
             state.best_epoch = Some(epoch);
-            eval_head.save(dir, &spec)?;
+            let mut best = spec.clone();
+            best.training["best_epoch"] = serde_json::json!(state.history.last().expect("pushed above"));
+            eval_head.save(dir, &best)?;
         }
         let state_json = serde_json::to_string_pretty(&state)?;
         save_last(&last, state.epochs_done, &eval_head, &optim, &spec, &state_json)?;

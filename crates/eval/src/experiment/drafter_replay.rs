@@ -53,7 +53,7 @@ pub fn replay_with_drafter(drafter: &mut dyn Drafter, policy: &mut dyn StopPolic
         ensure!(end <= ar.len(), "the AR output ends at {} tokens, the replay needs {end}: was it decoded with another budget?", ar.len());
         committed.extend_from_slice(&ar[out..end]);
         out = end;
-        let seconds = costs.t_draft * (m.n_draft_calls - calls_before) as f64 + costs.t_target;
+        let seconds = costs.round_seconds(m.n_draft_calls - calls_before, k);
         policy.end_round(&RoundOutcome { drafted: k, accepted: a, committed: new, seconds });
     }
     ensure!(out == ar.len(), "the replay committed {out} tokens, the AR output has {}", ar.len());

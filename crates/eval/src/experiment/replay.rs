@@ -45,19 +45,30 @@ struct Look {
 }
 
 /// Forward times that price a replayed round for the policies rewarded with throughput (the
-/// bandit): `t_draft` per draft forward plus `t_target` per verification. The SpecDec++
-/// paper's A100 times unless the replay grid says otherwise (`[costs]`).
+/// bandit): `t_draft` per draft forward plus `t_target` per verification plus `t_row` per row
+/// it checks (the candidates and the row before them; a CPU's verification cost grows with
+/// them, a GPU's barely). The SpecDec++ paper's A100 times (no row term) unless the replay
+/// grid says otherwise (`[costs]`).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayCosts {
     pub t_draft: f64,
     pub t_target: f64,
+    #[serde(default)]
+    pub t_row: f64,
 }
 
 impl Default for ReplayCosts {
     fn default() -> Self {
         let (t_draft, t_target) = crate::common::timing::PAPER_TIMES;
-        Self { t_draft, t_target }
+        Self { t_draft, t_target, t_row: 0.0 }
+    }
+}
+
+impl ReplayCosts {
+    /// Seconds of a round of `forwards` draft forwards that verifies `drafted` candidates.
+    pub fn round_seconds(&self, forwards: usize, drafted: usize) -> f64 {
+        self.t_draft * forwards as f64 + self.t_target + self.t_row * (drafted + 1) as f64
     }
 }
 
@@ -176,7 +187,7 @@ impl DraftTrace {
             c.drafted_per_round.push(k);
             let next = (l + a + 1).min(n);
             if let ReplayPolicy::Live(p) = policy {
-                let seconds = costs.t_draft * forwards as f64 + costs.t_target;
+                let seconds = costs.round_seconds(forwards, k);
                 p.end_round(&RoundOutcome { drafted: k, accepted: a, committed: next - l, seconds });
             }
             l = next;

@@ -2,6 +2,7 @@
 //! overridden by `--drafter`, `--policy`, `--scheduler`, and each part's parameters. A flag
 //! the chosen method does not use is an error, never silently dropped.
 
+use super::models::DEFAULT_HEAD;
 use super::spec::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting, PAPER_BOUNDS};
 use anyhow::{ensure, Result};
 use clap::{Args, ValueEnum};
@@ -102,8 +103,10 @@ pub struct MethodArgs {
     /// draft's embeddings, MLPs and head stay on --device.
     #[arg(long, value_delimiter = ',')]
     pub draft_devices: Vec<String>,
-    /// The head policy's acceptance head: a checkpoint directory (specx train), or
-    /// `random[:SEED]` for an untrained head (pipeline testing only).
+    /// The head policy's acceptance head: a checkpoint directory (specx train), `default`
+    /// for the head that ships with specx (checkpoints/specdecpp-default, trained for the
+    /// Qwen2.5-Coder 0.5B/1.5B pair), or `random[:SEED]` for an untrained head (pipeline
+    /// testing only) [default: default].
     #[arg(long)]
     pub head: Option<String>,
     /// Stop threshold: the head policy stops when the predicted chance of a rejection exceeds
@@ -212,7 +215,7 @@ impl MethodArgs {
             }
             PolicyKind::Head => {
                 unused(self.k.is_some(), "--k", "the fixed-K policy")?;
-                let head = self.head.clone().ok_or_else(|| anyhow::anyhow!("the head policy needs --head DIR (or --head random for an untrained head)"))?;
+                let head = self.head.clone().unwrap_or_else(|| DEFAULT_HEAD.to_string());
                 PolicySpec::Head { head, threshold: threshold(0.7), min, max }
             }
             PolicyKind::Confidence => {
@@ -273,6 +276,7 @@ mod tests {
         assert_eq!(key("--method ar").unwrap(), "ar");
         assert_eq!(key("--method dsi --k 5").unwrap(), "dsi SP=2 k=5");
         assert_eq!(key("--method specdecpp --head random:3").unwrap(), "specdecpp random:3 h=0.7 [2,20]");
+        assert_eq!(key("--method specdecpp").unwrap(), "specdecpp default h=0.7 [2,20]");
         assert_eq!(key("--method confidence --threshold 0.4 --max 8").unwrap(), "confidence 0.4 [2,8]");
         assert_eq!(key("--method easyspec --calibration never").unwrap(), "easyspec lp4 never | specdec K=4");
         // EasySpec with a head and servers keeps the head (it used to be dropped silently).
@@ -296,7 +300,6 @@ mod tests {
         assert!(e("--method specdec --head h").contains("--head is not used"), "{}", e("--method specdec --head h"));
         assert!(e("--method specdec --servers 2").contains("needs DSI's scheduler"));
         assert!(e("--method dsi --strategy lp2").contains("needs the easyspec drafter"));
-        assert!(e("--method specdecpp").contains("needs --head"));
         assert!(e("--method specdecpp --head h --k 3").contains("--k is not used"));
         assert!(e("--method ar --k 3").contains("runs the target alone"));
         assert!(e("--method easyspec --devices cpu --servers 2").contains("disagree"));

@@ -94,15 +94,35 @@ impl Models {
     }
 }
 
-/// Loads an acceptance head: a checkpoint directory, or `random[:SEED]` for a randomly
-/// initialised head (for testing the pipeline before a head is trained).
+/// The head spec of the head that ships with specx (what `--method specdecpp` uses when no
+/// `--head` is given).
+pub const DEFAULT_HEAD: &str = "default";
+
+/// Where the shipped head lives: `checkpoints/specdecpp-default` of the source tree this
+/// binary was built from (committed: trained on the committed datasets for the Qwen2.5-Coder
+/// 0.5B/1.5B pair; its `head.json` records the data, config and metrics).
+pub fn default_head_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../checkpoints/specdecpp-default")
+}
+
+/// Loads an acceptance head: a checkpoint directory, [`DEFAULT_HEAD`], or `random[:SEED]` for
+/// a randomly initialised head (for testing the pipeline before a head is trained).
 pub fn load_head(spec: &str, draft: &LoadedModel, device: &Device) -> Result<AcceptanceHead> {
     let hidden_size = draft.model.config().hidden_size;
     if let Some(rest) = spec.strip_prefix("random") {
         let seed: u64 = rest.strip_prefix(':').map_or(Ok(0), str::parse).context("--head random:SEED needs an integer seed")?;
         return Ok(AcceptanceHead::init_seeded(hidden_size, 3, false, seed, device));
     }
-    let (head, hs) = AcceptanceHead::load(Path::new(spec), device)?;
+    let dir = if spec == DEFAULT_HEAD {
+        let dir = default_head_dir();
+        if !dir.join("head.json").is_file() {
+            bail!("the default head {} is missing (it ships in the specx repository this binary was built from); pass --head DIR", dir.display());
+        }
+        dir
+    } else {
+        PathBuf::from(spec)
+    };
+    let (head, hs) = AcceptanceHead::load(&dir, device)?;
     if hs.hidden_size != hidden_size {
         bail!("head {spec} reads hidden states of size {}, the draft model has {hidden_size}", hs.hidden_size);
     }
