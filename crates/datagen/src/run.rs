@@ -8,8 +8,7 @@ use crate::prompts::{apply_template, load};
 use crate::shard::{finished_shard, write_shard};
 use anyhow::{bail, ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use sha2::{Digest, Sha256};
-use specx_decoder::fsutil::{sha256_file, write_atomic};
+use specx_decoder::fsutil::{sha256_file, sha256_hex, write_atomic};
 use specx_decoder::{check_pair, device_from_name, load_model_as, LoadedModel};
 use std::time::Instant;
 
@@ -122,7 +121,7 @@ pub fn run_on_one_device(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manif
             split_sizes: p.split_sizes.clone(),
             split_seed: p.split_seed,
             selected: inputs.len(),
-            prompt_list_sha256: format!("{:x}", Sha256::digest(prompt_list.as_bytes())),
+            prompt_list_sha256: sha256_hex(prompt_list.as_bytes()),
             template: p.template().to_string(),
         },
         part: opts.part,

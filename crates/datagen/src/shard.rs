@@ -24,8 +24,7 @@ use polars_io::parquet::read::ParquetReader;
 use polars_io::parquet::write::ParquetWriter;
 use polars_io::SerReader;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
-use specx_decoder::fsutil::{sha256_file, write_atomic};
+use specx_decoder::fsutil::{sha256_file, sha256_hex, write_atomic};
 use std::path::Path;
 
 /// A file of a shard with its size and checksum.
@@ -69,7 +68,7 @@ pub fn record_name(index: usize) -> String {
 }
 
 fn record(name: String, bytes: &[u8]) -> FileRecord {
-    FileRecord { name, bytes: bytes.len() as u64, sha256: format!("{:x}", Sha256::digest(bytes)) }
+    FileRecord { name, bytes: bytes.len() as u64, sha256: sha256_hex(bytes) }
 }
 
 /// The token table of `prompts` as a DataFrame.

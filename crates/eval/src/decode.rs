@@ -2,7 +2,6 @@
 //! drafter x policy x scheduler), the text and the request's metrics. Models load through the
 //! same loader as `specx eval`'s, methods run through the same builder.
 
-use crate::method::models::DEFAULT_HEAD;
 use crate::method::{generate, MethodArgs, ModelPlan, Models};
 use anyhow::{Context, Result};
 use clap::Args;
@@ -93,7 +92,8 @@ pub fn run(a: DecodeArgs) -> Result<()> {
     check_device(device)?;
     let (worker_devices, draft_devices) = a.method.device_lists()?;
     worker_devices.iter().chain(&draft_devices).try_for_each(|&d| check_device(d))?;
-    let head = setting.head().map(|h| (h.to_string(), a.method.head.clone().unwrap_or_else(|| DEFAULT_HEAD.into())));
+    // The setting names its head by the spec it was given (`--head`, or the shipped default).
+    let head = setting.head().map(|h| (h.to_string(), h.to_string()));
     let plan = ModelPlan {
         target: a.target.clone(),
         draft: setting.spec().map(|_| a.draft.clone()),

@@ -47,37 +47,7 @@ impl LabelledSet {
         if m.part.is_some() {
             bail!("{} is one part of a sharded run (part {:?}); merge the parts first (specx datagen merge)", dir.display(), m.part);
         }
-        let mut shards: Vec<_> = m.shards.iter().collect();
-        shards.sort_by_key(|r| r.index);
-        let shards = match prompts {
-            None if !m.complete => bail!("{} is not a finished run ({} of {} shards written); finish it, or train on its first shards with [data] train_prompts", dir.display(), m.shards.len(), m.shard_count),
-            None => shards,
-            Some(n) => {
-                let mut taken = Vec::new();
-                let mut covered = 0;
-                for (k, rec) in shards.iter().enumerate() {
-                    if covered >= n {
-                        break;
-                    }
-                    if rec.index != k {
-                        bail!("{}: train_prompts = {n} needs shards 0..; shard {k} is not written yet ({covered} prompts available in order)", dir.display());
-                    }
-                    covered += rec.prompt_count;
-                    taken.push(*rec);
-                }
-                if covered != n {
-                    let per = m.config.output.prompts_per_shard;
-                    bail!(
-                        "{}: train_prompts = {n}, but {} (shards of {per} prompts; {} written in order, of {} selected)",
-                        dir.display(),
-                        if covered < n { format!("only {covered} prompts are written in order") } else { format!("{n} is not a shard boundary") },
-                        shards.iter().enumerate().take_while(|(k, r)| r.index == *k).map(|(_, r)| r.prompt_count).sum::<usize>(),
-                        m.prompts.selected
-                    );
-                }
-                taken
-            }
-        };
+        let shards = prompt_shards(dir, &m, prompts)?;
         let mut set = Self {
             dir: dir.to_path_buf(),
             features: Vec::new(),
@@ -137,6 +107,43 @@ impl LabelledSet {
         }
         (x, rows.iter().map(|&r| self.labels[r]).collect())
     }
+}
+
+/// The shards holding run `dir`'s first `prompts` prompts, in order (all shards of a finished
+/// run if None): what [`LabelledSet::load_prompts`] loads and [`data_sha256`] names. The count
+/// must end on a shard boundary and those shards must all be written.
+pub fn prompt_shards<'a>(dir: &Path, m: &'a Manifest, prompts: Option<usize>) -> Result<Vec<&'a ShardRecord>> {
+    let mut shards: Vec<_> = m.shards.iter().collect();
+    shards.sort_by_key(|r| r.index);
+    Ok(match prompts {
+        None if !m.complete => bail!("{} is not a finished run ({} of {} shards written); finish it, or train on its first shards with [data] train_prompts", dir.display(), m.shards.len(), m.shard_count),
+        None => shards,
+        Some(n) => {
+            let mut taken = Vec::new();
+            let mut covered = 0;
+            for (k, rec) in shards.iter().enumerate() {
+                if covered >= n {
+                    break;
+                }
+                if rec.index != k {
+                    bail!("{}: train_prompts = {n} needs shards 0..; shard {k} is not written yet ({covered} prompts available in order)", dir.display());
+                }
+                covered += rec.prompt_count;
+                taken.push(*rec);
+            }
+            if covered != n {
+                let per = m.config.output.prompts_per_shard;
+                bail!(
+                    "{}: train_prompts = {n}, but {} (shards of {per} prompts; {} written in order, of {} selected)",
+                    dir.display(),
+                    if covered < n { format!("only {covered} prompts are written in order") } else { format!("{n} is not a shard boundary") },
+                    shards.iter().enumerate().take_while(|(k, r)| r.index == *k).map(|(_, r)| r.prompt_count).sum::<usize>(),
+                    m.prompts.selected
+                );
+            }
+            taken
+        }
+    })
 }
 
 /// sha256 naming the data of `shards` (in shard order): of their token and prompt tables

@@ -6,7 +6,7 @@
 use specx_datagen::manifest::Manifest;
 use specx_decoder::speculative::AcceptanceHead;
 use specx_trainer::config::TrainConfig;
-use specx_trainer::data::data_sha256;
+use specx_trainer::data::{data_sha256, prompt_shards};
 use std::path::{Path, PathBuf};
 
 fn repo() -> PathBuf {
@@ -16,17 +16,7 @@ fn repo() -> PathBuf {
 /// The sha256 a head records for the first `prompts` prompts of the committed run `dir`.
 fn committed_data_sha256(dir: &Path, prompts: usize) -> String {
     let m = Manifest::read(dir).unwrap();
-    let mut shards: Vec<_> = m.shards.iter().collect();
-    shards.sort_by_key(|r| r.index);
-    let mut used = Vec::new();
-    for r in shards {
-        if used.iter().map(|u: &&specx_datagen::shard::ShardRecord| u.prompt_count).sum::<usize>() >= prompts {
-            break;
-        }
-        used.push(r);
-    }
-    assert_eq!(used.iter().map(|r| r.prompt_count).sum::<usize>(), prompts, "{}: the head's prompts end on a shard boundary", dir.display());
-    data_sha256(&used)
+    data_sha256(&prompt_shards(dir, &m, Some(prompts)).unwrap())
 }
 
 #[test]
