@@ -107,15 +107,40 @@ fn specdecpp_reproduction_configs_agree() {
 
 /// The adaptive-drafting replay grid holds every training-free rule at its published default
 /// and a sweep of its free parameter, priced for the bandit at the paper's A100 times, and the
-/// learned heads (the data-scaling heads and the shipped one) at thresholds 0.1-0.9, two bounds.
+/// learned heads (the data-scaling heads and the shipped one) at thresholds 0.1-0.9, two bounds,
+/// and the paper's 20 Table 3 heads at thresholds 0.1-0.9 under its bounds [2, 20].
 #[test]
 fn the_adaptive_drafting_grid_has_every_rule_at_its_default() {
     let grid: ReplayConfig = toml::from_str(&std::fs::read_to_string(dir().join("adaptive-replay.toml")).unwrap()).unwrap();
     assert_eq!((grid.costs.t_draft, grid.costs.t_target), (0.0234, 0.112));
     let keys = replay_grid("adaptive-replay.toml");
-    assert_eq!(keys.len(), 1 + 11 + 1 + 9 + 3 + 18 + 5 + 8 + 7 + 3 + 4 * 9 * 2);
+    assert_eq!(keys.len(), 1 + 11 + 1 + 9 + 3 + 18 + 5 + 8 + 7 + 3 + 4 * 9 * 2 + 20 * 9);
+    assert!(keys.iter().any(|k| k == "specdecpp w6-d3 h=0.7 [2,20]"), "the paper's default head of the Table 3 grid");
     assert!(keys.iter().any(|k| k == "specdecpp specdecpp-default h=0.7 [2,20]"), "the shipped head at the paper's default: {keys:?}");
     for default in ["confidence 0.4 [1,20]", "roc 0.4 [1,20]", "pmin 0.75 n_max=16", "pmin 0 n_max=3", "dynamic K0=5 cap=64", "svip 0.3 [1,40]", "adaedl lambda=0.7 gamma=0.2 [1,16]", "bandit K=1,2,3,4", "oracle"] {
         assert!(keys.iter().any(|k| k == default), "{default} missing from {keys:?}");
     }
+}
+
+/// The adaptive-drafting real runs: the trace's prompt sets, greedy and the paper's sampling,
+/// and every rule's published default that the reproduction's `[defaults]` names, besides AR,
+/// fixed K and the shipped head.
+#[test]
+fn the_adaptive_real_runs_cover_every_rules_default() {
+    let (real, trace) = (parse("adaptive-real.toml"), parse("specdecpp-trace.toml"));
+    for (p, t) in real.prompts.iter().zip(&trace.prompts) {
+        assert_eq!((&p.name, &p.path, &p.template, p.sample, &p.split), (&t.name, &t.path, &t.template, t.sample, &t.split));
+    }
+    assert_eq!(real.prompts.len(), trace.prompts.len());
+    let sampling: Vec<_> = real.sampling.iter().map(|s| (s.temperature, s.top_k)).collect();
+    assert_eq!(sampling, [(0.0, None), (1.0, Some(50))]);
+    let keys: Vec<String> = expand(&real.methods).unwrap().iter().map(|s| s.key()).collect();
+    let reproduction = std::fs::read_to_string(dir().join("../reproductions/adaptive.toml")).unwrap();
+    let defaults: toml::Table = toml::from_str::<toml::Table>(&reproduction).unwrap()["defaults"].as_table().unwrap().clone();
+    let mut wanted: Vec<String> = defaults.values().flat_map(|v| v.as_array().unwrap().iter().map(|k| k.as_str().unwrap().to_string())).collect();
+    wanted.extend(["ar", "specdecpp specdecpp-default h=0.7 [2,20]"].map(String::from));
+    for w in &wanted {
+        assert!(keys.contains(w), "{w} missing from {keys:?}");
+    }
+    assert_eq!(keys.len(), wanted.len() + 2, "AR, two fixed K and one setting per default: {keys:?}");
 }
