@@ -13,7 +13,7 @@
 
 mod figures;
 
-use super::specdecpp::rows::{groups, read_rows, Group, Row};
+use super::specdecpp::rows::{groups, move_head_families, read_rows, Group, Row};
 use anyhow::{Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
@@ -188,14 +188,6 @@ fn read_all(cfg: &AdaptiveConfig) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// Rows of the heads a `head_families` entry names take that entry's family.
-fn move_head_families(rows: &mut [Row], families: &BTreeMap<String, Vec<String>>) {
-    for r in rows {
-        if let Some((family, _)) = families.iter().find(|(_, heads)| r.head.as_ref().is_some_and(|h| heads.contains(h))) {
-            r.family = family.clone();
-        }
-    }
-}
 
 pub fn run(a: &AdaptiveArgs) -> Result<()> {
     let cfg = AdaptiveConfig::load(&a.config)?;

@@ -13,7 +13,7 @@ use crate::common::timing::{Fit, PAPER_TIMES};
 use analysis::{best_threshold_per_head, compare, frontier_check, paper_threshold, timing_fit, BestThreshold, HeadPoint, Times};
 use anyhow::{ensure, Context, Result};
 use clap::Args;
-use rows::{groups, read_rows, Row};
+use rows::{groups, move_head_families, read_rows, Row};
 use serde::{Deserialize, Serialize};
 use specx_datagen::config::{read_toml, resolve_path};
 use specx_decoder::fsutil::write_atomic;
@@ -37,6 +37,10 @@ pub struct ReproConfig {
     pub scaling: Vec<String>,
     /// The head directory name of the paper's recommended setting (w_rej 6, depth 3).
     pub default_head: Option<String>,
+    /// Heads that form a family of their own and so are not SpecDec++'s (family name -> head
+    /// names): the heads that read more than the paper's.
+    #[serde(default)]
+    pub head_families: BTreeMap<String, Vec<String>>,
     /// Where the tables and figures go.
     pub out: PathBuf,
 }
@@ -175,14 +179,17 @@ pub fn run(a: ReproArgs) -> Result<()> {
 
 /// Writes `results.md`, `claims.json` and the figures into `cfg.out`; returns `results.md`.
 pub fn reproduce(cfg: &ReproConfig) -> Result<String> {
-    let replay_rows = read_rows(&cfg.replay)?;
+    let mut replay_rows = read_rows(&cfg.replay)?;
+    move_head_families(&mut replay_rows, &cfg.head_families);
     ensure!(replay_rows.iter().any(|r| r.replayed), "{} has no replayed rows (is it a `specx eval replay` directory?)", cfg.replay.display());
     let replay_json: serde_json::Value = serde_json::from_slice(&std::fs::read(cfg.replay.join("replay.json")).with_context(|| format!("reading {}", cfg.replay.join("replay.json").display()))?)?;
     let mut missing = Vec::new();
     let mut real_rows = Vec::new();
     for dir in &cfg.real {
         if dir.join("results.parquet").exists() {
-            real_rows.extend(read_rows(dir)?);
+            let mut rows = read_rows(dir)?;
+            move_head_families(&mut rows, &cfg.head_families);
+            real_rows.extend(rows);
         } else {
             missing.push(format!("real eval run {} (specx eval --config configs/eval/specdecpp-*.toml)", dir.display()));
         }

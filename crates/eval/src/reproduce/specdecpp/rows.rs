@@ -5,6 +5,17 @@ use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// Rows of the heads a `head_families` entry names take that entry's family (family name ->
+/// head names), e.g. heads that read more than the paper's, so that the paper's rule is
+/// judged on the paper's heads.
+pub fn move_head_families(rows: &mut [Row], families: &BTreeMap<String, Vec<String>>) {
+    for r in rows {
+        if let Some((family, _)) = families.iter().find(|(_, heads)| r.head.as_ref().is_some_and(|h| heads.contains(h))) {
+            r.family = family.clone();
+        }
+    }
+}
+
 /// The columns of a results row this report uses.
 #[derive(Clone, Debug)]
 pub struct Row {
