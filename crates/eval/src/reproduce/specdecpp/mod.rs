@@ -66,9 +66,10 @@ pub struct ReproArgs {
 /// Head name -> what it was trained with and its dev metrics, from each head directory's
 /// `metrics.json` (written by `specx train`), for the heads of the replay's grid.
 fn read_heads(replay_json: &serde_json::Value) -> Result<BTreeMap<String, HeadPoint>> {
-    let dirs: Vec<PathBuf> = serde_json::from_value(replay_json["grid"]["methods"]["specdecpp"]["heads"].clone()).unwrap_or_default();
+    let methods: crate::experiment::config::MethodsConfig = serde_json::from_value(replay_json["grid"]["methods"].clone()).context("replay.json: the replay's method grid")?;
     let mut out = BTreeMap::new();
-    for dir in dirs {
+    for dir in methods.head_dirs() {
+        let dir = in_this_checkout(dir);
         let path = dir.join("metrics.json");
         let text = std::fs::read(&path).with_context(|| format!("reading {} (a head of the replay's grid; `specx train` writes it)", path.display()))?;
         let state: TrainState = serde_json::from_slice(&text).with_context(|| format!("{}: not a `specx train` metrics.json", path.display()))?;
@@ -90,6 +91,17 @@ fn read_heads(replay_json: &serde_json::Value) -> Result<BTreeMap<String, HeadPo
         );
     }
     Ok(out)
+}
+
+/// A head directory as a replay recorded it (absolute, on the machine that ran it), or, when
+/// that path does not exist here (a replay committed elsewhere), the same path from its
+/// `checkpoints/` component on, under the working directory.
+fn in_this_checkout(dir: &Path) -> PathBuf {
+    let parts: Vec<_> = dir.components().collect();
+    match parts.iter().rposition(|c| c.as_os_str() == "checkpoints") {
+        Some(i) if !dir.exists() => parts[i..].iter().collect(),
+        _ => dir.to_path_buf(),
+    }
 }
 
 fn f3(v: f64) -> String {
@@ -311,6 +323,19 @@ pub fn reproduce(cfg: &ReproConfig) -> Result<String> {
 
 /// `path` relative to the working directory when it lies under it, so that committed tables do
 /// not carry one machine's absolute paths.
-fn shown_path(path: &Path) -> &Path {
+pub(crate) fn shown_path(path: &Path) -> &Path {
     std::env::current_dir().ok().and_then(|cwd| path.strip_prefix(cwd).ok()).unwrap_or(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_head_recorded_on_another_machine_is_looked_up_in_this_checkout() {
+        assert_eq!(in_this_checkout(Path::new("/elsewhere/repo/checkpoints/specdecpp-sweep/w6-d3")), PathBuf::from("checkpoints/specdecpp-sweep/w6-d3"));
+        let here = std::env::temp_dir();
+        assert_eq!(in_this_checkout(&here), here, "an existing directory is kept");
+        assert_eq!(in_this_checkout(Path::new("/elsewhere/head")), PathBuf::from("/elsewhere/head"), "no checkpoints/ component: kept, and reported missing when read");
+    }
 }
