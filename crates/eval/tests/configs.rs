@@ -4,6 +4,7 @@
 use specx_eval::experiment::config::EvalConfig;
 use specx_eval::experiment::grid::expand;
 use specx_eval::experiment::replay_run::ReplayConfig;
+use specx_eval::reproduce::adaptive::AdaptiveConfig;
 use std::path::{Path, PathBuf};
 
 fn dir() -> PathBuf {
@@ -135,9 +136,8 @@ fn the_adaptive_real_runs_cover_every_rules_default() {
     let sampling: Vec<_> = real.sampling.iter().map(|s| (s.temperature, s.top_k)).collect();
     assert_eq!(sampling, [(0.0, None), (1.0, Some(50))]);
     let keys: Vec<String> = expand(&real.methods).unwrap().iter().map(|s| s.key()).collect();
-    let reproduction = std::fs::read_to_string(dir().join("../reproductions/adaptive.toml")).unwrap();
-    let defaults: toml::Table = toml::from_str::<toml::Table>(&reproduction).unwrap()["defaults"].as_table().unwrap().clone();
-    let mut wanted: Vec<String> = defaults.iter().filter(|(family, _)| *family != "specdecpp").flat_map(|(_, v)| v.as_array().unwrap().iter().map(|k| k.as_str().unwrap().to_string())).collect();
+    let reproduction = AdaptiveConfig::load(&dir().join("../reproductions/adaptive.toml")).unwrap();
+    let mut wanted: Vec<String> = reproduction.defaults.into_iter().filter(|(family, _)| family != "specdecpp").flat_map(|(_, keys)| keys).collect();
     assert!(wanted.iter().any(|k| k == "specdecpp specdecpp-default h=0.7 [2,20]"), "the shipped head's default: {wanted:?}");
     wanted.push("ar".into());
     for w in &wanted {

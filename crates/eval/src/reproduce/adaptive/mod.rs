@@ -188,7 +188,6 @@ fn read_all(cfg: &AdaptiveConfig) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-
 pub fn run(a: &AdaptiveArgs) -> Result<()> {
     let cfg = AdaptiveConfig::load(&a.config)?;
     let rows = read_all(&cfg)?;
