@@ -1,14 +1,37 @@
 #!/usr/bin/env bash
-# The GPU path's tests (`--features wgpu`: burn's wgpu runtime pinned to Vulkan) against the
-# CPU path: tiny-model logits, KV rollback, a fixed-K speculative round, the acceptance head,
-# head training, and a few greedy tokens of the real 0.5B model. They run on whatever Vulkan
-# adapter comes first (`specx devices` lists them); on a machine without a GPU that is Mesa's
-# software driver (lavapipe), which this script installs when it can (Debian/Ubuntu, as root
-# or with passwordless sudo). Without a Vulkan driver it skips the tests with a loud message
-# and still succeeds: the CPU tests above are the bar there.
+# The GPU phase of the tests, from one `--features wgpu,cuda,hub` build (every command below
+# selects the same packages and features, so the GPU dependency graph is built once):
+# - CUDA: the build links, and on a machine without NVIDIA's driver (CI) `specx devices` and
+#   every `--device cuda` say so instead of failing inside the runtime;
+# - wgpu: the GPU path's tests (burn's wgpu runtime pinned to Vulkan) against the CPU path:
+#   tiny-model logits, KV rollback, a fixed-K speculative round, the acceptance head, DSI and
+#   EasySpec across devices, a model split over the CPU and the device, head training, datagen
+#   parts, and a few greedy tokens of the real 0.5B model. They run on whatever Vulkan adapter
+#   comes first (`specx devices` lists them); on a machine without a GPU that is Mesa's
+#   software driver (lavapipe), which this script installs when it can (Debian/Ubuntu, as root
+#   or with passwordless sudo). Without a Vulkan driver it skips them with a loud message and
+#   still succeeds: the CPU tests are the bar there;
+# - the `hub` feature (hf-hub's downloads) builds, and cached hub ids resolve as without it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/specx/target}"
+sel=(-p specx-decoder -p specx-trainer -p specx-datagen -p specx-cli)
+feat=(--features specx-cli/wgpu,specx-cli/cuda,specx-cli/hub)
+gpu_test() { cargo test --release -j2 "${sel[@]}" "${feat[@]}" "$@"; }
+# Mesa warns on every device creation without a runtime directory.
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
+
+echo "test-wgpu: CUDA (build and refusals; no GPU is expected here), hub ids with downloads built in"
+gpu_test --test devices --test hub
+cargo build --release -j2 "${sel[@]}" "${feat[@]}"
+specx="$CARGO_TARGET_DIR/release/specx"
+"$specx" devices | tee /tmp/specx-devices.$$
+grep -q '^cuda: \|^| cuda:' /tmp/specx-devices.$$ || { echo "test-wgpu: specx devices says nothing about CUDA" >&2; exit 1; }
+rm -f /tmp/specx-devices.$$
+if ! out=$("$specx" generate --device cuda --model /nonexistent --prompt x 2>&1); then
+    grep -q "device 'cuda:0'" <<<"$out" || { echo "test-wgpu: --device cuda failed without naming the device: $out" >&2; exit 1; }
+    echo "test-wgpu: --device cuda refused: $(head -1 <<<"$out")"
+fi
 
 has_vulkan() {
     ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1' && compgen -G '/usr/share/vulkan/icd.d/*.json' >/dev/null
@@ -34,9 +57,6 @@ if ! has_vulkan; then
 MSG
     exit 0
 fi
-# Mesa warns on every device creation without a runtime directory.
-export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
-cargo test --release -j2 -p specx-decoder --features wgpu --lib device
-cargo test --release -j2 -p specx-decoder --features wgpu --test wgpu -- --test-threads 1
-cargo test --release -j2 -p specx-trainer --features wgpu --test train_synthetic training_on_the_device
-cargo test --release -j2 -p specx-datagen --features wgpu --test datagen_tiny a_device_list_splits
+gpu_test --test wgpu -- --test-threads 1
+gpu_test --test train_synthetic training_on_the_device
+gpu_test --test datagen_tiny a_device_list_splits

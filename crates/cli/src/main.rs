@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use specx_decoder::generate::generate;
 use specx_decoder::tokenizer::TextStream;
-use specx_decoder::{device_from_name, load_model_as, Sampler};
+use specx_decoder::{load_model_split, Placement, Sampler};
 use specx_eval::report::markdown_table;
 use std::io::Write;
 use std::path::PathBuf;
@@ -61,8 +61,11 @@ enum Command {
     /// `specx eval`.)
     Easyspec(specx_eval::easyspec::EasySpecArgs),
     /// List the compute devices this build can use: the CPU, each Vulkan adapter as
-    /// `wgpu:N` (builds with `--features wgpu`), and whether CUDA is compiled in.
+    /// `wgpu:N` (builds with `--features wgpu`), each CUDA GPU as `cuda:N` (`--features cuda`).
     Devices,
+    /// The GPU check's specx steps (scripts/gpu-check.sh runs them on a GPU machine): the real
+    /// pair's shapes, random-weight models of them, device correctness checks, the report.
+    GpuCheck(specx_eval::gpu_check::GpuCheckArgs),
     /// Assemble a paper reproduction's tables (results.md, claims.json) and PNG figures from
     /// finished runs (replay, real eval runs, head sweeps); runs nothing itself.
     #[command(subcommand)]
@@ -83,8 +86,9 @@ enum Reproduce {
 
 #[derive(Args)]
 struct GenerateArgs {
-    /// Model: an HF directory (config.json, *.safetensors, tokenizer.json) or a .gguf file
-    /// with tokenizer.json beside it.
+    /// Model: an HF directory (config.json, *.safetensors, tokenizer.json), a .gguf file with
+    /// tokenizer.json beside it, or a hub id `hf:ORG/NAME[@REV]` (`hf:ORG/NAME/FILE.gguf`)
+    /// resolved through the Hugging Face cache (downloads need `--features hub`).
     #[arg(long)]
     model: PathBuf,
     /// tokenizer.json to use instead of the one beside the model.
@@ -96,9 +100,10 @@ struct GenerateArgs {
 
 fn run_generate(a: GenerateArgs) -> Result<()> {
     let sampling = a.run.sampling.config()?;
-    let device = device_from_name(&a.run.device)?;
+    let placement: Placement = a.run.device.parse()?;
+    placement.check()?;
     let t = Instant::now();
-    let lm = load_model_as(&a.model, a.tokenizer.as_deref(), &device, a.run.weights)?;
+    let lm = load_model_split(&a.model, a.tokenizer.as_deref(), &placement.open()?, a.run.weights)?;
     eprintln!("loaded {} in {:.1} s", a.model.display(), t.elapsed().as_secs_f64());
     let prompt = lm.tokenizer.encode(&a.run.prompt_text())?;
     let mut sampler = Sampler::new(sampling, a.run.sampling.seed);
@@ -139,6 +144,7 @@ fn main() -> Result<()> {
         Command::Reproduce(Reproduce::Specdecpp(a)) => specx_eval::reproduce::specdecpp::run(a),
         Command::Reproduce(Reproduce::Adaptive(a)) => specx_eval::reproduce::adaptive::run(&a),
         Command::Devices => list_devices(),
+        Command::GpuCheck(a) => specx_eval::gpu_check::run_cli(a),
     }
 }
 
@@ -149,12 +155,20 @@ fn list_devices() -> Result<()> {
     if let Ok(adapters) = &vulkan {
         rows.extend(adapters.iter().map(|a| vec![a.device.to_string(), a.name.clone(), a.kind.clone(), a.driver.clone(), format!("{} MiB", a.max_buffer_bytes >> 20)]));
     }
+    let cuda = specx_decoder::device::cuda_devices();
+    if let Ok(devices) = &cuda {
+        rows.extend(devices.iter().map(|d| vec![d.device.to_string(), d.name.clone(), format!("CUDA, compute {}", d.compute_capability), format!("CUDA {}", d.driver), format!("{} MiB memory", d.memory_bytes >> 20)]));
+    }
     print!("{}", markdown_table(&["--device", "name", "kind", "driver", "largest buffer"], &rows));
     match vulkan {
         Ok(a) if a.is_empty() => println!("\nwgpu: no Vulkan adapter (install the GPU's driver, or for testing Mesa's software Vulkan: apt-get install mesa-vulkan-drivers libvulkan1)"),
         Ok(_) => {}
         Err(e) => println!("\nwgpu: {e:#}"),
     }
-    println!("cuda: {}", if cfg!(feature = "cuda") { "compiled in (cuda:N)" } else { "not in this build (--features cuda; see the README's GPU section)" });
+    match cuda {
+        Ok(d) if d.is_empty() => println!("cuda: the CUDA driver found no GPU on this machine"),
+        Ok(_) => {}
+        Err(e) => println!("cuda: {e:#}"),
+    }
     Ok(())
 }

@@ -34,7 +34,8 @@ pub struct ModelsConfig {
     /// Draft model: a GGUF file or an HF directory.
     pub draft: PathBuf,
     pub target: PathBuf,
-    /// `cpu`, `wgpu[:N]` (a Vulkan adapter; build with `--features wgpu`) or `cuda[:N]`.
+    /// `cpu`, `wgpu[:N]` (a Vulkan adapter; build with `--features wgpu`) or `cuda[:N]`; several
+    /// joined by `+` split the target's layers over them, the draft on the first.
     #[serde(default = "default_device")]
     pub device: String,
     /// Several devices at once (`["cpu", "wgpu:0"]`): the run is split into one part per
@@ -239,8 +240,12 @@ pub fn dataset_cache_dir() -> PathBuf {
 }
 
 /// Expands `$SPECX_MODELS`, `$SPECX_DATASETS` and `~` at the start of a path, then makes a relative path
-/// relative to `base`.
+/// relative to `base`; hub ids stay as written.
 pub fn resolve_path(p: &Path, base: &Path) -> PathBuf {
+    // A hub id (hf:ORG/NAME) is resolved where it is used (specx_decoder::hub), not joined.
+    if specx_decoder::hub::is_hub_id(p) {
+        return p.to_path_buf();
+    }
     let s = p.to_string_lossy();
     let expanded = if let Some(rest) = s.strip_prefix("$SPECX_MODELS") {
         PathBuf::from(format!("{}{rest}", specx_decoder::loader::model_cache_dir().display()))
@@ -335,7 +340,7 @@ impl DatagenConfig {
 
     /// Range checks that serde cannot express.
     pub fn validate(&self) -> Result<()> {
-        self.models.device.parse().and_then(specx_decoder::check_device).context("[models] device")?;
+        self.models.device.parse::<specx_decoder::Placement>().and_then(|p| p.check()).context("[models] device")?;
         if !self.models.devices.is_empty() {
             let devices = specx_decoder::parse_device_list(&self.models.devices).context("[models] devices")?;
             devices.into_iter().try_for_each(specx_decoder::check_device).context("[models] devices")?;

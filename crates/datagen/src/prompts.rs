@@ -92,6 +92,8 @@ fn string_fields(row: &serde_json::Value) -> BTreeMap<String, String> {
 
 /// Loads the prompt set at `path` in `format`. An empty set is an error.
 pub fn load(format: PromptFormat, path: &Path) -> Result<Vec<PromptRecord>> {
+    let resolved = specx_decoder::hub::resolve(path)?;
+    let path = resolved.as_path();
     let rows = match format {
         PromptFormat::Alpaca => load_alpaca(path)?,
         PromptFormat::Gsm8k => load_lines(path, |row, place| {

@@ -9,7 +9,7 @@ use crate::shard::{finished_shard, write_shard};
 use anyhow::{bail, ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use specx_decoder::fsutil::{sha256_file, sha256_hex, write_atomic};
-use specx_decoder::{check_pair, device_from_name, load_model_as, LoadedModel};
+use specx_decoder::{check_pair, load_model_as, load_model_split, LoadedModel, Placement};
 use std::time::Instant;
 
 /// Run options that do not change the data.
@@ -84,18 +84,21 @@ pub fn run_on_one_device(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manif
             bail!("--shard {}/{}: expected i/n with 0 <= i < n", p.index, p.count);
         }
     }
-    let device = match (cfg.models.devices.as_slice(), opts.part) {
-        ([], _) => device_from_name(&cfg.models.device)?,
+    // The target split over a placement's devices (`a+b`), the draft on its first.
+    let placement: Placement = match (cfg.models.devices.as_slice(), opts.part) {
+        ([], _) => cfg.models.device.parse()?,
         (_, None) => bail!("[models] devices runs one part per device: run it with specx_datagen::run (specx datagen), which starts them"),
         (devices, Some(p)) => {
             ensure!(p.count == devices.len(), "[models] devices runs one part per device: --shard {}/{} needs {} parts", p.index, p.count, devices.len());
-            device_from_name(&devices[p.index])?
+            devices[p.index].parse()?
         }
     };
+    let devices = placement.open()?;
+    let device = devices[0].clone();
     let (prompts, rows_in_file) = select_prompts(cfg)?;
     eprintln!("loading draft {} and target {}", cfg.models.draft.display(), cfg.models.target.display());
     let draft = load_model_as(&cfg.models.draft, None, &device, cfg.models.weights)?;
-    let target = load_model_as(&cfg.models.target, None, &device, cfg.models.weights)?;
+    let target = load_model_split(&cfg.models.target, None, &devices, cfg.models.weights)?;
     check_pair(&draft, &target)?;
 
     let inputs = prompts
@@ -115,7 +118,7 @@ pub fn run_on_one_device(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manif
         target: model_record(&target)?,
         prompts: PromptSetRecord {
             path: crate::config::portable_path(&p.path),
-            sha256: sha256_file(&p.path)?,
+            sha256: sha256_file(&specx_decoder::hub::resolve(&p.path)?)?,
             rows_in_file,
             split: p.split.clone(),
             split_sizes: p.split_sizes.clone(),

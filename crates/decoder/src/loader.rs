@@ -66,6 +66,14 @@ pub fn load_model(path: &Path, tokenizer: Option<&Path>, device: &Device) -> Res
 
 /// [`load_model`] with an explicit [`WeightMode`] (`--weights f32|native`).
 pub fn load_model_as(path: &Path, tokenizer: Option<&Path>, device: &Device, mode: WeightMode) -> Result<LoadedModel> {
+    load_model_split(path, tokenizer, std::slice::from_ref(device), mode)
+}
+
+/// [`load_model_as`] with the layers split in contiguous ranges over `devices`
+/// ([`Transformer::load_split`]; one device: not split).
+pub fn load_model_split(path: &Path, tokenizer: Option<&Path>, devices: &[Device], mode: WeightMode) -> Result<LoadedModel> {
+    let resolved = crate::hub::resolve(path)?;
+    let path = resolved.as_path();
     if !path.exists() {
         bail!("model path {} does not exist (run scripts/fetch-models.sh for the Qwen pair)", path.display());
     }
@@ -79,7 +87,7 @@ pub fn load_model_as(path: &Path, tokenizer: Option<&Path>, device: &Device, mod
         let src = SafetensorsDir::open(path)?;
         let files = src.files().map(Path::to_path_buf).collect();
         let cfg = adjust_to_weights(cfg, &src);
-        let model = Transformer::load(cfg, &src, device, mode).with_context(|| format!("model {}", path.display()))?;
+        let model = Transformer::load_split(cfg, &src, devices, mode).with_context(|| format!("model {}", path.display()))?;
         (model, ModelFormat::HfSafetensors, files, None)
     } else {
         let src = GgufSource::open(path)?;
@@ -92,7 +100,7 @@ pub fn load_model_as(path: &Path, tokenizer: Option<&Path>, device: &Device, mod
             }
             format!("{:x}", h.finalize())
         });
-        let model = Transformer::load(cfg, &src, device, mode).with_context(|| format!("model {}", path.display()))?;
+        let model = Transformer::load_split(cfg, &src, devices, mode).with_context(|| format!("model {}", path.display()))?;
         (model, ModelFormat::Gguf, vec![path.to_path_buf()], hash)
     };
     let cfg = model.config();

@@ -176,8 +176,20 @@ pub enum StDtype {
 /// `shards == 2`) and `tokenizer.json`.
 pub fn write_hf_dir(dir: &Path, cfg: &ModelConfig, weights: &BTreeMap<String, HostTensor>, dtype: StDtype, shards: usize, tokenizer_json: &str) -> Result<()> {
     std::fs::create_dir_all(dir)?;
+    // HF's own fields too (architectures, hidden_act, torch_dtype), so that transformers loads
+    // the directory as it loads a real checkpoint (the GPU check's anchor does).
+    let hf_class = if cfg.architecture == "qwen2" { "Qwen2ForCausalLM" } else { "LlamaForCausalLM" };
+    let torch_dtype = match dtype {
+        StDtype::F32 => "float32",
+        StDtype::F16 => "float16",
+        StDtype::BF16 => "bfloat16",
+    };
     let config = serde_json::json!({
+        "architectures": [hf_class],
         "model_type": cfg.architecture,
+        "hidden_act": "silu",
+        "torch_dtype": torch_dtype,
+        "head_dim": cfg.head_dim,
         "vocab_size": cfg.vocab_size,
         "hidden_size": cfg.hidden_size,
         "intermediate_size": cfg.intermediate_size,

@@ -79,6 +79,14 @@ fn budget_and_eos_inside_a_block_are_respected() {
 }
 
 #[test]
+fn a_target_list_that_does_not_match_the_workers_is_refused() {
+    let (_d, t, _) = pair(VOCAB, 1, 1);
+    let cfg = SpecConfig { max_new_tokens: 4, sampling: SamplingConfig::greedy(), seed: 0 };
+    let e = generate_dsi(&[&t.model], &mut PlainDrafter::new(&t.model), &mut FixedK(3), &mut RejectionSampler, &[1, 2], &cfg, &DsiConfig::new(2, 3), &[]).unwrap_err();
+    assert!(e.to_string().contains("one per worker"), "{e}");
+}
+
+#[test]
 fn sampled_output_is_distributed_as_the_target_and_a_scheduler_without_preemption_is_caught() {
     const N: usize = 6000;
     const ALPHA: f64 = 1e-3;

@@ -19,10 +19,10 @@ use std::time::Instant;
 /// The model pair of a benchmark, defaulting to the fetched Qwen pair.
 #[derive(clap::Args, Debug)]
 pub struct PairArgs {
-    /// Draft model (HF directory or .gguf). Default: the fetched Qwen2.5-Coder-0.5B-Instruct.
+    /// Draft model (HF directory, .gguf, or hub id hf:ORG/NAME[@REV]). Default: the fetched Qwen2.5-Coder-0.5B-Instruct.
     #[arg(long)]
     pub draft: Option<PathBuf>,
-    /// Target model (HF directory or .gguf). Default: the fetched Qwen2.5-Coder-1.5B-Instruct.
+    /// Target model (HF directory, .gguf, or hub id hf:ORG/NAME[@REV]). Default: the fetched Qwen2.5-Coder-1.5B-Instruct.
     #[arg(long)]
     pub target: Option<PathBuf>,
 }

@@ -7,15 +7,15 @@ use anyhow::{Context, Result};
 use clap::Args;
 use specx_decoder::report::markdown_table;
 use specx_decoder::speculative::SpecConfig;
-use specx_decoder::{check_device, ChatTemplate, DeviceName, SamplingConfig, WeightMode};
+use specx_decoder::{check_device, ChatTemplate, Placement, SamplingConfig, WeightMode};
 use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct DecodeArgs {
-    /// Draft model (HF directory or .gguf); it must share the target's tokenizer.
+    /// Draft model (HF directory, .gguf, or hub id hf:ORG/NAME[@REV]); it must share the target's tokenizer.
     #[arg(long)]
     pub draft: PathBuf,
-    /// Target model (HF directory or .gguf).
+    /// Target model (HF directory, .gguf, or hub id hf:ORG/NAME[@REV]).
     #[arg(long)]
     pub target: PathBuf,
     #[command(flatten)]
@@ -64,7 +64,9 @@ pub struct RunArgs {
     #[command(flatten)]
     pub sampling: SamplingArgs,
     /// Compute device: `cpu`, `wgpu[:N]` (the N-th Vulkan adapter, `specx devices` lists them;
-    /// builds with `--features wgpu`) or `cuda[:N]` (builds with `--features cuda`).
+    /// builds with `--features wgpu`) or `cuda[:N]` (builds with `--features cuda`). Several
+    /// joined by `+` (`cuda:0+cuda:1`) split the model's layers over them in contiguous ranges
+    /// (embedding with the first, head with the last); a pair's draft goes on the first.
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// GGUF weights on the CPU: `native` keeps them in their block formats and decodes them
@@ -88,10 +90,11 @@ pub fn run(a: DecodeArgs) -> Result<()> {
     // The method, its flags and the devices are checked before any model loads.
     let sampling = a.run.sampling.config()?;
     let setting = a.method.setting()?;
-    let device: DeviceName = a.run.device.parse()?;
-    check_device(device)?;
+    let device: Placement = a.run.device.parse()?;
+    device.check()?;
     let (worker_devices, draft_devices) = a.method.device_lists()?;
-    worker_devices.iter().chain(&draft_devices).try_for_each(|&d| check_device(d))?;
+    worker_devices.iter().try_for_each(Placement::check)?;
+    draft_devices.iter().try_for_each(|&d| check_device(d))?;
     // The setting names its head by the spec it was given (`--head`, or the shipped default).
     let head = setting.head().map(|h| (h.to_string(), h.to_string()));
     let plan = ModelPlan {

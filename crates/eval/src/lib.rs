@@ -8,6 +8,7 @@ pub mod decode_bench;
 pub mod dsi;
 pub mod easyspec;
 pub mod experiment;
+pub mod gpu_check;
 pub mod method;
 pub mod numerics;
 pub mod profile;

@@ -9,7 +9,7 @@ use crate::report::markdown_table;
 use anyhow::{anyhow, ensure, Result};
 use plotters::prelude::*;
 use specx_decoder::fsutil::write_atomic;
-use specx_decoder::{check_pair, default_device, load_model_as, LoadedModel, WeightMode};
+use specx_decoder::{check_pair, load_model_as, LoadedModel, WeightMode};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -32,6 +32,11 @@ pub struct ProfileArgs {
     /// Output tokens of the TPOT measurement (greedy, after a 128-token prompt).
     #[arg(long, default_value_t = 32)]
     pub tpot_tokens: usize,
+    /// Device the forwards run on: `cpu`, `cuda[:N]`, `wgpu[:N]` (GGUF weights are dequantized
+    /// to f32 on a GPU). Every timed forward reads its output back to the host, and per-layer
+    /// times wait for each sublayer, so GPU times include the work queued, not its launch.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
     /// JSON output (the plot goes beside it, same name with .png).
     #[arg(long, default_value = "profile.json")]
     pub out: PathBuf,
@@ -122,14 +127,15 @@ fn profile_model(role: &str, lm: &LoadedModel, a: &ProfileArgs) -> Result<ModelP
 
 pub fn run(a: ProfileArgs) -> Result<()> {
     ensure!(a.max_rows >= 1 && !a.contexts.is_empty() && a.contexts.iter().all(|&c| c >= 1), "--max-rows and --contexts need values >= 1");
-    let device = default_device();
+    let device = specx_decoder::device_from_name(&a.device)?;
     let (draft_path, target_path) = a.pair.paths();
     let draft = load_model_as(&draft_path, None, &device, a.weights)?;
     let target = load_model_as(&target_path, None, &device, a.weights)?;
     check_pair(&draft, &target)?;
     let machine = crate::common::machine::Machine::measure();
     let models = vec![profile_model("draft", &draft, &a)?, profile_model("target", &target, &a)?];
-    let profile = Profile { weights: a.weights.to_string(), machine, reps: a.reps, models };
+    let device_name = a.device.parse::<specx_decoder::DeviceName>()?.to_string();
+    let profile = Profile { weights: a.weights.to_string(), device: device_name, machine, reps: a.reps, models };
     write_atomic(&a.out, serde_json::to_string_pretty(&profile)?.as_bytes())?;
     print!("{}", tables(&profile));
     let png = a.out.with_extension("png");
@@ -139,7 +145,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
 }
 
 fn tables(p: &Profile) -> String {
-    let mut s = format!("Machine: {} ({} cores, {:.1} GB/s); weights {}; medians of {} runs.\n\n", p.machine.cpu, p.machine.cores, p.machine.bandwidth_gb_s, p.weights, p.reps);
+    let mut s = format!("Machine: {} ({} cores, {:.1} GB/s); device {}; weights {}; medians of {} runs.\n\n", p.machine.cpu, p.machine.cores, p.machine.bandwidth_gb_s, p.device, p.weights, p.reps);
     let mut rows = Vec::new();
     for m in &p.models {
         for c in &m.forward {

@@ -70,7 +70,8 @@ impl Transformer {
     /// (`workers` is then not used). The caller's thread runs the first share. Each attention
     /// is the same computation on whichever thread runs it, so the results never depend on
     /// `workers`. Returns each output, in layer order, with its time and, with `probe`, its
-    /// record.
+    /// record; with `sync`, each time waits for the device to finish the attention (a GPU
+    /// queues work, so a time without it is the launch's).
     pub(super) fn attend_group(
         &self,
         group: std::ops::Range<usize>,
@@ -79,12 +80,16 @@ impl Transformer {
         tables: &[PositionTables],
         workers: usize,
         probe: bool,
+        sync: bool,
     ) -> Vec<(Tensor<3>, std::time::Duration, Option<AttentionProbe>)> {
         type Attended = (usize, (Tensor<3>, std::time::Duration, Option<AttentionProbe>));
         let attend = |(i, mut slot): (usize, LayerSlot)| -> Attended {
             let t = std::time::Instant::now();
             let mut record = probe.then(|| AttentionProbe { input: last_row(input.clone()), ..Default::default() });
             let out = self.attention(i, input.clone(), &mut slot, tables, record.as_mut());
+            if sync {
+                super::wait_for(&out);
+            }
             (i, (out, t.elapsed(), record))
         };
         let mut jobs: Vec<(usize, LayerSlot)> = group.clone().zip(cache.slots(group)).collect();

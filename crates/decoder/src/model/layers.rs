@@ -47,6 +47,10 @@ pub(super) struct Block {
     /// this layer's cache (0, the model's device, unless [`Transformer::place_attention`]
     /// moved them).
     pub(super) device: usize,
+    /// Index into [`Transformer::devices`] of the device that holds `mlp_norm`, `mlp` and the
+    /// residual stream through this layer: 0 unless the model is split in layer ranges
+    /// ([`Transformer::load_split`]), where it equals `device`.
+    pub(super) home: usize,
     pub(super) mlp_norm: RmsNorm,
     pub(super) mlp: Mlp,
 }

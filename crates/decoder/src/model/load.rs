@@ -73,14 +73,30 @@ impl Transformer {
     /// Builds the model from HF-named weights, one tensor at a time. `mode` chooses how GGUF
     /// matrices are kept on the CPU device (ignored elsewhere and for sources without blocks).
     pub fn load(cfg: ModelConfig, src: &dyn WeightSource, device: &Device, mode: WeightMode) -> Result<Self> {
+        Self::load_split(cfg, src, std::slice::from_ref(device), mode)
+    }
+
+    /// [`Transformer::load`] with the layers in contiguous ranges over `devices` (pipeline
+    /// placement, as HF's `device_map="auto"`): range j of [`layer_ranges`] on `devices[j]`,
+    /// each layer's weights and KV cache on its device, the embedding on the first device and
+    /// the final norm and head on the last; the forward moves the activations from range to
+    /// range. Each tensor is read once and placed directly on its device (a model too large
+    /// for one device never has to fit on one).
+    pub fn load_split(cfg: ModelConfig, src: &dyn WeightSource, devices: &[Device], mode: WeightMode) -> Result<Self> {
         cfg.validate()?;
-        let native = mode != WeightMode::F32 && *device == Device::flex();
-        let int = mode == WeightMode::Q8 && native;
+        let ranges = layer_ranges(cfg.num_hidden_layers, devices.len())?;
+        // One entry per range, even where two ranges name the same device (tests split over
+        // the CPU twice to exercise the bookkeeping without a second device).
+        let unique = devices.to_vec();
+        let layer_device: Vec<usize> = ranges.iter().enumerate().flat_map(|(j, r)| std::iter::repeat_n(j, r.len())).collect();
+        let head = devices.len() - 1;
+        let native_on = |device: &Device| mode != WeightMode::F32 && *device == Device::flex();
+        let int_on = |device: &Device| mode == WeightMode::Q8 && native_on(device);
         let (hd, inter) = (cfg.hidden_size, cfg.intermediate_size);
         let (qd, kvd) = (cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim);
         let get = |name: &str| src.load(name).with_context(|| format!("loading weight '{name}'"));
         // The f32 projection of the row-wise concatenation of the named matrices.
-        let dense = |names: &[(&str, usize)], inp: usize| -> Result<Projection> {
+        let dense = |names: &[(&str, usize)], inp: usize, device: &Device| -> Result<Projection> {
             let out: usize = names.iter().map(|(_, rows)| rows).sum();
             let mut w = HostTensor { shape: vec![out, inp], data: Vec::new() };
             for &(name, rows) in names {
@@ -97,8 +113,9 @@ impl Transformer {
         };
         // Native blocks where possible, else f32. A q8 fallback is logged once per set of types.
         let reported = std::cell::RefCell::new(Vec::new());
-        let projection = |names: &[(&str, usize)], inp: usize| -> Result<Projection> {
-            match native.then(|| native_matrix(src, names, inp)).transpose()?.flatten() {
+        let projection = |names: &[(&str, usize)], inp: usize, device: &Device| -> Result<Projection> {
+            let int = int_on(device);
+            match native_on(device).then(|| native_matrix(src, names, inp)).transpose()?.flatten() {
                 Some(q) if int && q.has_int_kernel() => Ok(Projection::Int(Arc::new(q))),
                 Some(q) => {
                     let types: Vec<_> = q.parts().iter().map(|p| p.ty).collect();
@@ -108,11 +125,11 @@ impl Transformer {
                     }
                     Ok(Projection::Native(Arc::new(q)))
                 }
-                None => dense(names, inp),
+                None => dense(names, inp, device),
             }
         };
-        let linear = |names: &[(&str, usize)], inp: usize, bias: bool| -> Result<Linear> {
-            let proj = projection(names, inp)?;
+        let linear = |names: &[(&str, usize)], inp: usize, bias: bool, device: &Device| -> Result<Linear> {
+            let proj = projection(names, inp, device)?;
             if !bias {
                 return Ok(Linear { proj, bias: None, host_bias: None });
             }
@@ -127,10 +144,11 @@ impl Transformer {
             let bias = upload(HostTensor { shape: vec![len], data }, "bias", [len], device)?;
             Ok(Linear { proj, bias: Some(bias), host_bias })
         };
-        let norm = |name: &str| -> Result<RmsNorm> {
+        let norm = |name: &str, device: &Device| -> Result<RmsNorm> {
             Ok(RmsNorm { weight: upload(get(name)?, name, [hd], device)?, eps: cfg.rms_norm_eps })
         };
-        let embed_proj = projection(&[("model.embed_tokens", cfg.vocab_size)], hd)?;
+        let first = &unique[0];
+        let embed_proj = projection(&[("model.embed_tokens", cfg.vocab_size)], hd, first)?;
         let embed = match &embed_proj {
             Projection::Native(q) | Projection::Int(q) => Embedding::Native(q.clone()),
             Projection::Host { weight, .. } => Embedding::Dense(weight.clone()),
@@ -141,35 +159,59 @@ impl Transformer {
         for i in 0..cfg.num_hidden_layers {
             let p = format!("model.layers.{i}");
             let bias = cfg.attention_bias;
+            let device = &unique[layer_device[i]];
             blocks.push(Block {
-                attn_norm: norm(&format!("{p}.input_layernorm.weight"))?,
+                attn_norm: norm(&format!("{p}.input_layernorm.weight"), device)?,
                 attn: Attention {
                     qkv: linear(
                         &[(&format!("{p}.self_attn.q_proj"), qd), (&format!("{p}.self_attn.k_proj"), kvd), (&format!("{p}.self_attn.v_proj"), kvd)],
                         hd,
                         bias,
+                        device,
                     )?,
-                    o: linear(&[(&format!("{p}.self_attn.o_proj"), hd)], qd, false)?,
+                    o: linear(&[(&format!("{p}.self_attn.o_proj"), hd)], qd, false, device)?,
                     heads: cfg.num_attention_heads,
                     kv_heads: cfg.num_key_value_heads,
                     head_dim: cfg.head_dim,
                 },
-                device: 0,
-                mlp_norm: norm(&format!("{p}.post_attention_layernorm.weight"))?,
+                device: layer_device[i],
+                home: layer_device[i],
+                mlp_norm: norm(&format!("{p}.post_attention_layernorm.weight"), device)?,
                 mlp: Mlp {
-                    gate_up: linear(&[(&format!("{p}.mlp.gate_proj"), inter), (&format!("{p}.mlp.up_proj"), inter)], hd, false)?,
-                    down: linear(&[(&format!("{p}.mlp.down_proj"), hd)], inter, false)?,
+                    gate_up: linear(&[(&format!("{p}.mlp.gate_proj"), inter), (&format!("{p}.mlp.up_proj"), inter)], hd, false, device)?,
+                    down: linear(&[(&format!("{p}.mlp.down_proj"), hd)], inter, false, device)?,
                     intermediate: inter,
                 },
             });
         }
-        let final_norm = norm("model.norm.weight")?;
-        let lm_head = if cfg.tie_word_embeddings {
+        let last = &unique[head];
+        let final_norm = norm("model.norm.weight", last)?;
+        let lm_head = if cfg.tie_word_embeddings && head == 0 {
             Linear { proj: embed_proj, bias: None, host_bias: None }
+        } else if cfg.tie_word_embeddings {
+            // The tied table again, on the head's device (the embedding stays on the first).
+            Linear { proj: projection(&[("model.embed_tokens", cfg.vocab_size)], hd, last)?, bias: None, host_bias: None }
         } else {
-            linear(&[("lm_head", cfg.vocab_size)], hd, false)?
+            linear(&[("lm_head", cfg.vocab_size)], hd, false, last)?
         };
         let sequential = LayerGroups::sequential(blocks.len());
-        Ok(Self { cfg, embed, blocks, norm: final_norm, lm_head, sequential, devices: vec![device.clone()] })
+        Ok(Self { cfg, embed, blocks, norm: final_norm, lm_head, sequential, devices: unique, head })
     }
+}
+
+/// The contiguous layer ranges of a model of `layers` layers split over `parts` devices: as
+/// equal as possible, the earlier ranges one layer longer where it does not divide.
+pub fn layer_ranges(layers: usize, parts: usize) -> Result<Vec<std::ops::Range<usize>>> {
+    if parts == 0 || parts > layers {
+        bail!("a model of {layers} layers cannot be split over {parts} device(s): each device needs at least one layer");
+    }
+    let (base, extra) = (layers / parts, layers % parts);
+    let mut start = 0;
+    Ok((0..parts)
+        .map(|j| {
+            let len = base + usize::from(j < extra);
+            start += len;
+            start - len..start
+        })
+        .collect())
 }

@@ -21,7 +21,7 @@ mod ragged;
 
 pub use fuzzy::{AttentionProbe, ProbedLayer};
 pub use linear::HOST_KERNEL_MAX_ROWS;
-pub use load::WeightMode;
+pub use load::{layer_ranges, WeightMode};
 use layers::{causal_mask, rope_tables, Block, Embedding, RmsNorm};
 use linear::{Linear, Projection};
 
@@ -39,6 +39,12 @@ fn tail_rows(t: &Tensor<3>, k: usize) -> Vec<Vec<f32>> {
     let [b, n, d] = t.dims();
     assert!(b == 1 && k <= n, "tail of {k} rows from a [{b}, {n}, {d}] tensor");
     host_rows(t.clone().slice([0..1, n - k..n, 0..d]).reshape([k, d]))
+}
+
+/// Blocks until the device has computed `t` (reads one element back): what a timer around
+/// queued GPU work needs.
+fn wait_for(t: &Tensor<3>) {
+    let _ = t.clone().slice([0..1, 0..1, 0..1]).into_data();
 }
 
 /// The rows of a `[rows, d]` tensor as host vectors.
@@ -79,9 +85,12 @@ pub struct Transformer {
     lm_head: Linear,
     /// Every layer its own group: the strategy of the exact forward.
     sequential: LayerGroups,
-    /// The model's device (first: embeddings, MLPs, norms, head) and the other devices that
-    /// hold attention layers, if any ([`Transformer::place_attention`]).
+    /// The model's device (first: embeddings, and unless split the MLPs, norms and head) and
+    /// the other devices that hold attention layers ([`Transformer::place_attention`]) or layer
+    /// ranges ([`Transformer::load_split`]).
     devices: Vec<Device>,
+    /// Index into `devices` of the final norm's and the head's device (the last range's).
+    head: usize,
 }
 
 /// RoPE tables and the causal mask of one forward, on one device.
@@ -145,16 +154,28 @@ impl Transformer {
         tables
     }
 
-    /// Layer `i`'s attention sublayer (input norm, attention, output projection) of `x`, which
-    /// is on the model's device; runs on the layer's device and returns there.
+    /// Whether the layers are split in ranges over several devices ([`Transformer::load_split`]).
+    pub fn is_split(&self) -> bool {
+        self.head != 0
+    }
+
+    /// `t` on `devices[index]` (moved only when it is elsewhere).
+    fn on_device(&self, t: Tensor<3>, index: usize) -> Tensor<3> {
+        let device = &self.devices[index];
+        if t.device() == *device { t } else { t.to_device(device) }
+    }
+
+    /// Layer `i`'s attention sublayer (input norm, attention, output projection) of `x`; runs
+    /// on the layer's attention device and returns on its home device (where its residual
+    /// stream and MLP are).
     fn attention(&self, i: usize, x: Tensor<3>, slot: &mut LayerSlot, tables: &[PositionTables], probe: Option<&mut AttentionProbe>) -> Tensor<3> {
         let block = &self.blocks[i];
         let (rope, mask) = &tables[block.device];
-        if block.device == 0 {
-            return block.attn.forward(block.attn_norm.forward(x), slot, rope, mask.as_ref(), probe);
+        if block.device == block.home {
+            return block.attn.forward(block.attn_norm.forward(self.on_device(x, block.home)), slot, rope, mask.as_ref(), probe);
         }
         let x = x.to_device(&self.devices[block.device]);
-        block.attn.forward(block.attn_norm.forward(x), slot, rope, mask.as_ref(), probe).to_device(self.device())
+        block.attn.forward(block.attn_norm.forward(x), slot, rope, mask.as_ref(), probe).to_device(&self.devices[block.home])
     }
 
     /// Forwards `tokens` (n >= 1 new tokens of one sequence) after what `cache` holds, and
@@ -248,22 +269,27 @@ impl Transformer {
         let past = cache.len();
         cache.reserve(n);
         let tables = self.position_tables(past, n);
+        // Per-layer times on a device that queues work wait for each sublayer to finish.
+        let sync = times.is_some() && self.devices.iter().any(|d| *d != Device::flex());
         for group in groups.groups() {
             if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
                 return Ok(None);
             }
             // Every attention of the group reads the group's input.
-            let attended = self.attend_group(group.clone(), &x, cache, &tables, workers, probes.is_some());
+            let attended = self.attend_group(group.clone(), &x, cache, &tables, workers, probes.is_some(), sync);
             for (i, (h, t_attn, fuzzy)) in group.clone().zip(attended) {
                 if let (Some(probes), Some(fuzzy)) = (probes.as_deref_mut(), fuzzy) {
                     let leading = i == group.start;
                     let precise = if leading { fuzzy.clone() } else { self.precise_attention(i, &x, cache, &tables) };
                     probes.push(ProbedLayer { fuzzy, precise, leading });
                 }
-                x = x + h;
-                let t_mlp = std::time::Instant::now();
                 let block = &self.blocks[i];
+                x = self.on_device(x, block.home) + h;
+                let t_mlp = std::time::Instant::now();
                 x = x.clone() + block.mlp.forward(block.mlp_norm.forward(x));
+                if sync {
+                    wait_for(&x);
+                }
                 if let Some(times) = times.as_deref_mut() {
                     times.attn.push(t_attn);
                     times.mlp.push(t_mlp.elapsed());
@@ -271,6 +297,6 @@ impl Transformer {
             }
         }
         cache.advance(n, groups.first_fuzzy_layer());
-        Ok(Some(self.norm.forward(x)))
+        Ok(Some(self.norm.forward(self.on_device(x, self.head))))
     }
 }

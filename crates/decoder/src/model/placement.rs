@@ -61,6 +61,7 @@ impl Transformer {
     /// call no longer fit the model.
     pub fn place_attention(mut self, devices: &[Device]) -> Result<Self> {
         ensure!(!devices.is_empty(), "placing attention layers needs at least one device");
+        ensure!(!self.is_split(), "EasySpec's attention placement needs a model on one device; this one is split in layer ranges over several");
         for (i, block) in self.blocks.iter_mut().enumerate() {
             let device = &devices[i % devices.len()];
             let index = match self.devices.iter().position(|d| d == device) {

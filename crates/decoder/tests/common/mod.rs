@@ -8,7 +8,7 @@ use specx_decoder::synthetic::{random_weights, word_tokenizer_json, write_gguf, 
 use specx_decoder::{default_device, load_model, LoadedModel, ModelConfig};
 use std::path::{Path, PathBuf};
 
-pub const VOCAB: usize = 48;
+pub const VOCAB: usize = specx_decoder::device_check::TINY_VOCAB;
 
 /// Writes `cfg` with seeded weights as an HF directory (`hf/`) and a GGUF file
 /// (`gguf/model.gguf` + tokenizer.json) under `root`; returns (hf dir, gguf file).
@@ -35,10 +35,8 @@ pub fn rows(out: &specx_decoder::ForwardOutput) -> Vec<Vec<f32>> {
     out.logits_tail(out.logits.dims()[1])
 }
 
-pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
-}
+#[allow(unused_imports)] // not every test binary uses both
+pub use specx_decoder::device_check::{max_abs_diff, tokens};
 
 pub fn assert_rows_close(a: &[Vec<f32>], b: &[Vec<f32>], tol: f32, what: &str) {
     assert_eq!(a.len(), b.len(), "{what}: different number of positions");
@@ -46,11 +44,6 @@ pub fn assert_rows_close(a: &[Vec<f32>], b: &[Vec<f32>], tol: f32, what: &str) {
         let d = max_abs_diff(x, y);
         assert!(d <= tol, "{what}: position {i} differs by {d} (tolerance {tol})");
     }
-}
-
-/// A pseudo-random token sequence.
-pub fn tokens(n: usize, seed: u32) -> Vec<u32> {
-    (0..n as u32).map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed.wrapping_mul(40503)) >> 7) % VOCAB as u32).collect()
 }
 
 /// A target and a draft of the tiny architecture with independent random weights.
@@ -65,15 +58,5 @@ pub fn pair(vocab: usize, target_seed: u64, draft_seed: u64) -> (tempfile::TempD
 
 /// A draft close to the target (its weights plus noise): rounds accept some, not all.
 pub fn noisy_draft(dir: &std::path::Path, vocab: usize, target_seed: u64, noise: f32) -> LoadedModel {
-    let cfg = specx_decoder::synthetic::tiny_qwen2(vocab);
-    let mut w = random_weights(&cfg, target_seed);
-    let n = random_weights(&cfg, 999);
-    for (name, t) in w.iter_mut() {
-        for (a, b) in t.data.iter_mut().zip(&n[name].data) {
-            *a += noise * b;
-        }
-    }
-    let path = dir.join("noisy");
-    write_hf_dir(&path, &cfg, &w, StDtype::F32, 1, &word_tokenizer_json(vocab, "w")).unwrap();
-    load(&path)
+    specx_decoder::device_check::noisy_draft(dir, vocab, target_seed, noise).unwrap()
 }

@@ -33,9 +33,38 @@ pub struct ModelProfile {
 #[derive(Serialize, Deserialize)]
 pub struct Profile {
     pub weights: String,
+    /// The device the forwards ran on (`cpu`, `cuda:0`, `wgpu:0`); profiles written before
+    /// the field existed were all measured on the CPU.
+    #[serde(default = "cpu_device")]
+    pub device: String,
     pub machine: super::machine::Machine,
     pub reps: usize,
     pub models: Vec<ModelProfile>,
+}
+
+fn cpu_device() -> String {
+    "cpu".into()
+}
+
+impl Profile {
+    /// Per-call costs for pricing replayed counts (eq. 5.1 with a row term), after `context`
+    /// tokens (the nearest profiled context): `t_draft`, the draft's one-row forward; and the
+    /// target's call of r rows as `t_target + t_row r`, the least-squares line through its
+    /// r = 1..=11 forwards that passes through r = 1 exactly (so a one-row call costs what was
+    /// measured). On a device whose extra rows are nearly free, `t_row` comes out near 0.
+    pub fn call_costs(&self, context: usize) -> Result<(f64, f64, f64)> {
+        let curve = |role: &str| -> Result<&ForwardCurve> {
+            let m = self.models.iter().find(|m| m.role == role).with_context(|| format!("profile without a {role} model"))?;
+            let c = m.forward.iter().min_by_key(|c| c.context.abs_diff(context)).with_context(|| format!("profile without {role} forward curves"))?;
+            ensure!(!c.seconds.is_empty() && c.seconds.iter().all(|s| s.is_finite() && *s > 0.0), "profile: the {role} curve after {} tokens has no positive times", c.context);
+            Ok(c)
+        };
+        let (draft, target) = (curve("draft")?, curve("target")?);
+        let s = &target.seconds[..target.seconds.len().min(11)];
+        let (num, den) = s.iter().enumerate().skip(1).fold((0.0, 0.0), |(n, d), (i, &t)| (n + i as f64 * (t - s[0]), d + (i * i) as f64));
+        let t_row = if den > 0.0 { (num / den).max(0.0) } else { 0.0 };
+        Ok((draft.seconds[0], s[0] - t_row, t_row))
+    }
 }
 
 /// Forward latencies of the pair, in seconds.

@@ -73,7 +73,8 @@ pub struct ModelsConfig {
     pub draft: PathBuf,
     pub target: PathBuf,
     /// `cpu`, `wgpu[:N]` (a Vulkan adapter, in a build with the `wgpu` feature) or `cuda[:N]`
-    /// (the `cuda` feature).
+    /// (the `cuda` feature); several joined by `+` (`cuda:0+cuda:1`) split the target's layers
+    /// over them in contiguous ranges, the draft on the first.
     #[serde(default = "cpu")]
     pub device: String,
     /// Several devices at once (`["cpu", "wgpu:0"]`): the units are split into one part per
@@ -357,7 +358,7 @@ impl EvalConfig {
     /// What serde cannot check: ranges, unique names, and files that must exist (checked here,
     /// before any model is loaded).
     pub fn validate(&self) -> Result<()> {
-        self.models.device.parse().and_then(specx_decoder::check_device).context("[models] device")?;
+        self.models.device.parse::<specx_decoder::Placement>().and_then(|p| p.check()).context("[models] device")?;
         if !self.models.devices.is_empty() {
             let devices = specx_decoder::parse_device_list(&self.models.devices).context("[models] devices")?;
             devices.into_iter().try_for_each(specx_decoder::check_device).context("[models] devices")?;
@@ -384,7 +385,11 @@ impl EvalConfig {
         ensure!(b.max_new_tokens.is_some() || b.max_total_tokens.is_some(), "[budget] needs max_new_tokens or max_total_tokens");
         ensure!(b.max_new_tokens != Some(0) && b.max_total_tokens != Some(0), "[budget] limits must be at least 1");
         for (what, path) in [("draft", &self.models.draft), ("target", &self.models.target)] {
-            ensure!(path.exists(), "[models] {what} {} does not exist (scripts/fetch-models.sh fetches the Qwen pair)", path.display());
+            if specx_decoder::hub::is_hub_id(path) {
+                specx_decoder::hub::resolve(path).with_context(|| format!("[models] {what}"))?;
+            } else {
+                ensure!(path.exists(), "[models] {what} {} does not exist (scripts/fetch-models.sh fetches the Qwen pair)", path.display());
+            }
         }
         let m = &self.methods;
         if let Some(g) = &m.specdec {
@@ -417,8 +422,8 @@ impl EvalConfig {
                 ensure!(p.is_file(), "[methods.dsi] profile {} does not exist (`specx profile` writes it)", p.display());
             }
             if !g.devices.is_empty() {
-                let devices = specx_decoder::parse_device_list(&g.devices).context("[methods.dsi] devices")?;
-                devices.into_iter().try_for_each(specx_decoder::check_device).context("[methods.dsi] devices")?;
+                let workers = specx_decoder::parse_placement_list(&g.devices).context("[methods.dsi] devices")?;
+                workers.iter().try_for_each(specx_decoder::Placement::check).context("[methods.dsi] devices")?;
                 ensure!(g.servers.iter().all(|&s| s == g.devices.len()), "[methods.dsi] devices gives one worker per device: servers must be [{}]", g.devices.len());
             }
         }

@@ -17,7 +17,7 @@ use specx_datagen::split::{stream_seed, SplitMix64};
 use specx_decoder::fsutil::sha256_file;
 use specx_decoder::generate::{generate_greedy_batched, BatchItem, GenerateStats};
 use specx_decoder::speculative::SpecConfig;
-use specx_decoder::{DeviceName, Transformer};
+use specx_decoder::{Placement, Transformer};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
@@ -108,9 +108,9 @@ fn read_head_spec(dir: &Path) -> Result<specx_decoder::speculative::HeadSpec> {
 
 /// What the run loads: the pair on `device`, DSI's workers on `[methods.dsi] devices`, the
 /// draft placed on `[methods.easyspec] devices` when the grid has EasySpec settings, the heads.
-fn model_plan(cfg: &EvalConfig, device: DeviceName, settings: &[Setting]) -> Result<ModelPlan> {
+fn model_plan(cfg: &EvalConfig, device: Placement, settings: &[Setting]) -> Result<ModelPlan> {
     let worker_devices = match cfg.methods.dsi.as_ref().filter(|g| !g.devices.is_empty()) {
-        Some(g) => specx_decoder::parse_device_list(&g.devices)?,
+        Some(g) => specx_decoder::parse_placement_list(&g.devices)?,
         None => Vec::new(),
     };
     let easyspec = settings.iter().any(|s| s.easyspec().is_some());
@@ -146,7 +146,7 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
     let dir = &cfg.output.dir;
     let old = if dir.join(MANIFEST).exists() { Some(EvalManifest::read(dir)?) } else { None };
 
-    let device: DeviceName = match (cfg.models.devices.as_slice(), opts.part) {
+    let device: Placement = match (cfg.models.devices.as_slice(), opts.part) {
         ([], _) => cfg.models.device.parse()?,
         (_, None) => bail!("[models] devices runs one part per device: run it with experiment::run (specx eval), which starts them"),
         (devices, Some(p)) => {
@@ -174,7 +174,7 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
                 Ok(PromptSetRecord {
                     name: s.config.name.clone(),
                     path: s.config.path.clone(),
-                    sha256: sha256_file(&s.config.path)?,
+                    sha256: sha256_file(&specx_decoder::hub::resolve(&s.config.path)?)?,
                     rows_in_file: s.rows_in_file,
                     selected: s.prompts.iter().map(|(id, _)| id.clone()).collect(),
                 })

@@ -7,7 +7,7 @@ use super::spec::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting, P
 use anyhow::{ensure, Result};
 use clap::{Args, ValueEnum};
 use specx_decoder::speculative::{Calibration, Compat};
-use specx_decoder::{parse_device_list, DeviceName};
+use specx_decoder::{parse_device_list, parse_placement_list, DeviceName, Placement};
 
 /// The papers' methods, each a default drafter x policy x scheduler.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -94,7 +94,8 @@ pub struct MethodArgs {
     #[arg(long)]
     pub servers: Option<usize>,
     /// DSI's target workers on devices, one worker per device (`cpu,wgpu:0`): the target is
-    /// loaded on each (the --device copy is reused). The drafter runs on --device.
+    /// loaded on each (the --device copy is reused); a worker written `cuda:0+cuda:1` spans
+    /// both, the target's layers split over them. The drafter runs on --device.
     #[arg(long, value_delimiter = ',')]
     pub devices: Vec<String>,
     /// EasySpec's attention layers on devices (`cpu,wgpu:0`): the draft's layer i keeps its
@@ -147,10 +148,11 @@ pub struct MethodArgs {
 }
 
 impl MethodArgs {
-    /// DSI's worker devices and EasySpec's attention devices, parsed.
-    pub fn device_lists(&self) -> Result<(Vec<DeviceName>, Vec<DeviceName>)> {
-        let list = |names: &[String]| if names.is_empty() { Ok(Vec::new()) } else { parse_device_list(names) };
-        Ok((list(&self.devices)?, list(&self.draft_devices)?))
+    /// DSI's worker placements and EasySpec's attention devices, parsed.
+    pub fn device_lists(&self) -> Result<(Vec<Placement>, Vec<DeviceName>)> {
+        let workers = if self.devices.is_empty() { Vec::new() } else { parse_placement_list(&self.devices)? };
+        let draft = if self.draft_devices.is_empty() { Vec::new() } else { parse_device_list(&self.draft_devices)? };
+        Ok((workers, draft))
     }
 
     /// The method these flags describe, checked: every flag given is used by it.

@@ -7,7 +7,7 @@ use super::spec::{DrafterSpec, Setting};
 use anyhow::{bail, Context, Result};
 use specx_decoder::fsutil::short_hash;
 use specx_decoder::speculative::AcceptanceHead;
-use specx_decoder::{check_pair, load_model_as, open_device, Device, DeviceName, LoadedModel, Transformer, WeightMode};
+use specx_decoder::{check_pair, load_model_as, load_model_split, open_device, Device, DeviceName, LoadedModel, Placement, Transformer, WeightMode};
 use std::path::{Path, PathBuf};
 
 /// What to load.
@@ -16,10 +16,13 @@ pub struct ModelPlan {
     pub target: PathBuf,
     /// `None` when only AR runs.
     pub draft: Option<PathBuf>,
-    pub device: DeviceName,
+    /// The target's placement (one device, or several its layers are split over); the draft
+    /// and the heads go on its first device.
+    pub device: Placement,
     pub weights: WeightMode,
-    /// DSI's target workers, one per device, in worker order (the main device's copy reused).
-    pub worker_devices: Vec<DeviceName>,
+    /// DSI's target workers, one placement each (a worker may span several devices), in worker
+    /// order (the main placement's copy reused).
+    pub worker_devices: Vec<Placement>,
     /// Devices of the EasySpec draft's attention layers (layer i on the (i mod N)-th): a copy
     /// of the draft placed so runs EasySpec's settings. Empty: EasySpec runs on `draft`.
     pub draft_devices: Vec<DeviceName>,
@@ -40,7 +43,8 @@ pub struct Models {
 
 impl Models {
     pub fn load(plan: &ModelPlan) -> Result<Self> {
-        let device = open_device(plan.device)?;
+        let devices = plan.device.open()?;
+        let device = devices[0].clone();
         let draft = match &plan.draft {
             Some(path) => {
                 eprintln!("loading draft {} and target {}", path.display(), plan.target.display());
@@ -48,17 +52,20 @@ impl Models {
             }
             None => None,
         };
-        let target = load_model_as(&plan.target, None, &device, plan.weights)?;
+        if plan.device.is_split() {
+            eprintln!("the target's layers split over {}", plan.device);
+        }
+        let target = load_model_split(&plan.target, None, &devices, plan.weights)?;
         if let Some(d) = &draft {
             check_pair(d, &target)?;
         }
         let mut replicas = Vec::with_capacity(plan.worker_devices.len());
-        for &d in &plan.worker_devices {
-            replicas.push(if d == plan.device {
+        for d in &plan.worker_devices {
+            replicas.push(if *d == plan.device {
                 None
             } else {
                 eprintln!("loading the target on {d} for a DSI worker");
-                Some(load_model_as(&plan.target, None, &open_device(d)?, plan.weights)?)
+                Some(load_model_split(&plan.target, None, &d.open()?, plan.weights)?)
             });
         }
         let placed_draft = match (&plan.draft, plan.draft_devices.is_empty()) {

@@ -20,20 +20,47 @@ use serde::{Deserialize, Serialize};
 use specx_datagen::config::{read_toml, resolve_path};
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::report::markdown_table;
+use crate::common::profile_data::Profile;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 /// Forward costs that price counts: `t_draft` per draft forward, `t_target` per target call,
-/// `t_row` per row a verification checks.
+/// `t_row` per row a verification checks; given as numbers, or read from a `specx profile`
+/// JSON of any device (`profile`, after `context` tokens: [`Profile::call_costs`]), so a GPU's
+/// measured latencies price the same replayed counts as the paper's A100 times.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Costs {
     pub name: String,
+    #[serde(default)]
     pub t_draft: f64,
+    #[serde(default)]
     pub t_target: f64,
     #[serde(default)]
     pub t_row: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<PathBuf>,
+    /// Context of the profile's curves to read (the nearest profiled one); default 256.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<usize>,
+}
+
+impl Costs {
+    /// Fills the times from `profile` where one is given (resolved against `base`); checks
+    /// that every model prices something.
+    fn resolve(&mut self, base: &Path) -> Result<()> {
+        if let Some(p) = &self.profile {
+            anyhow::ensure!(self.t_draft == 0.0 && self.t_target == 0.0 && self.t_row == 0.0, "[[costs]] '{}': give either a profile or the times, not both", self.name);
+            let path = resolve_path(p, base);
+            let text = std::fs::read_to_string(&path).with_context(|| format!("[[costs]] '{}': reading {}", self.name, path.display()))?;
+            let profile: Profile = serde_json::from_str(&text).with_context(|| format!("[[costs]] '{}': {} is not a `specx profile` JSON", self.name, path.display()))?;
+            (self.t_draft, self.t_target, self.t_row) = profile.call_costs(self.context.unwrap_or(256)).with_context(|| format!("[[costs]] '{}': {}", self.name, path.display()))?;
+            self.profile = Some(path);
+        }
+        anyhow::ensure!(self.t_draft > 0.0 && self.t_target > 0.0 && self.t_row >= 0.0, "[[costs]] '{}': t_draft and t_target must be positive (or give a profile)", self.name);
+        Ok(())
+    }
 }
 
 impl Costs {
@@ -71,6 +98,9 @@ impl AdaptiveConfig {
         c.replays = c.replays.iter().map(|p| resolve_path(p, &base)).collect();
         c.out = resolve_path(&c.out, &base);
         anyhow::ensure!(!c.costs.is_empty(), "{}: give at least one [[costs]] model", path.display());
+        for costs in &mut c.costs {
+            costs.resolve(&base).with_context(|| format!("{}", path.display()))?;
+        }
         Ok(c)
     }
 }
@@ -241,7 +271,7 @@ mod tests {
     fn throughput_charges_every_draft_forward_and_the_tables_pick_defaults_and_bests() {
         // 100 tokens, 20 rounds + the prefill call; fixed K = 4 drafts 80 and accepts 79.
         let k4 = row("specdec", "specdec K=4", 100.0, 80.0, 79.0, 21.0, 80.0);
-        let a100 = Costs { name: "A100".into(), t_draft: 0.0234, t_target: 0.112, t_row: 0.0 };
+        let a100 = Costs { name: "A100".into(), t_draft: 0.0234, t_target: 0.112, t_row: 0.0, profile: None, context: None };
         let g = |r: &Row| Group { first: r.clone(), rows: vec![r.clone()] };
         // Eq. 5.1: N + N_discarded - N_target = 100 + 1 - 21 = 80 draft forwards.
         let want = crate::common::timing::predicted_throughput(100.0, 1.0, 21.0, 0.0234, 0.112);
@@ -249,7 +279,7 @@ mod tests {
         // A rule that dropped 10 tokens pays their forwards though eq. 5.1's counts ignore them.
         let drop = row("pmin", "pmin 0.75 n_max=16", 100.0, 80.0, 79.0, 21.0, 90.0);
         assert!(a100.throughput(&g(&drop)) < want);
-        let cpu = Costs { name: "cpu".into(), t_draft: 0.01, t_target: 0.05, t_row: 0.01 };
+        let cpu = Costs { name: "cpu".into(), t_draft: 0.01, t_target: 0.05, t_row: 0.01, profile: None, context: None };
         assert!((cpu.throughput(&g(&k4)) - 100.0 / (0.01 * 80.0 + 0.05 * 21.0 + 0.01 * (80.0 + 20.0))).abs() < 1e-9);
         let k2 = row("specdec", "specdec K=2", 100.0, 60.0, 59.0, 41.0, 60.0);
         let gs: BTreeMap<String, Group> = [&k4, &k2, &drop].into_iter().map(|r| (r.setting.clone(), g(r))).collect();
@@ -259,6 +289,26 @@ mod tests {
         assert_eq!(roles, [("specdec", "specdec K=4", "best at A100"), ("specdec", "specdec K=4", "best at cpu"), ("pmin", "pmin 0.75 n_max=16", "default"), ("pmin", "pmin 0.75 n_max=16", "best at A100"), ("pmin", "pmin 0.75 n_max=16", "best at cpu")]);
         assert!((t[0].vs_best_fixed_k[0] - 1.0).abs() < 1e-12 && t[2].vs_best_fixed_k[0] < 1.0);
         assert!((t[0].tokens_per_target_call - 100.0 / 21.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn costs_come_from_a_profile_of_any_device_and_a_bad_model_is_refused() {
+        use crate::common::profile_data::{ForwardCurve, ModelProfile};
+        let model = |role: &str, seconds: Vec<f64>| ModelProfile { role: role.into(), path: PathBuf::new(), sha256: String::new(), layers: 1, forward: vec![ForwardCurve { context: 256, seconds }], layer_context: 256, attention_s: vec![], mlp_s: vec![], lm_head_s: 0.0, ttft_s: vec![], tpot_s: 0.01 };
+        // A target whose call of r rows costs 0.02 + 0.001 r exactly; the draft's one row 0.005.
+        let target: Vec<f64> = (1..=21).map(|r| 0.02 + 0.001 * r as f64).collect();
+        let machine = crate::common::machine::Machine { cpu: "x".into(), cores: 1, bandwidth_gb_s: 1.0 };
+        let p = Profile { weights: "f32".into(), device: "cuda:0".into(), machine, reps: 1, models: vec![model("draft", vec![0.005, 0.006]), model("target", target)] };
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("gpu.json"), serde_json::to_string(&p).unwrap()).unwrap();
+        let mut c = Costs { name: "GPU".into(), t_draft: 0.0, t_target: 0.0, t_row: 0.0, profile: Some("gpu.json".into()), context: None };
+        c.resolve(dir.path()).unwrap();
+        assert!((c.t_draft - 0.005).abs() < 1e-12 && (c.t_target - 0.02).abs() < 1e-9 && (c.t_row - 0.001).abs() < 1e-9, "{c:?}");
+        let mut both = Costs { t_draft: 0.1, ..c.clone() };
+        both.profile = Some("gpu.json".into());
+        assert!(both.resolve(dir.path()).unwrap_err().to_string().contains("not both"));
+        let mut none = Costs { name: "x".into(), t_draft: 0.0, t_target: 0.0, t_row: 0.0, profile: None, context: None };
+        assert!(none.resolve(dir.path()).is_err());
     }
 
     #[test]

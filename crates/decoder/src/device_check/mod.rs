@@ -1,0 +1,64 @@
+//! Checks that a device computes what the CPU path computes, on tiny synthetic models written
+//! to a scratch directory: logits, KV rollback, greedy speculative decoding, the acceptance
+//! head, DSI with one worker on the CPU and one on the device, EasySpec with attentions placed
+//! on the device, and one model's layers split over the CPU and the device. The wgpu tests (lavapipe in CI) and `specx gpu-check` (a real GPU,
+//! where no Rust toolchain exists) run the same code, so what CI checks is what a GPU run checks.
+//!
+//! Each check returns its largest measured difference next to its tolerance; an error or a
+//! panic inside a check is a failed check with the message, so one broken kernel does not hide
+//! the others.
+
+mod tiny;
+
+pub use tiny::{max_abs_diff, noisy_draft, tokens, TINY_VOCAB};
+
+use crate::Device;
+use anyhow::Result;
+use serde::Serialize;
+use std::path::Path;
+
+/// One check's outcome.
+#[derive(Clone, Debug, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub passed: bool,
+    /// The largest |device - reference| logit (or probability) difference, where the check
+    /// compares numbers; `None` for checks that compare tokens.
+    pub worst_abs_diff: Option<f64>,
+    pub tolerance: Option<f64>,
+    /// What was compared, and on failure what went wrong.
+    pub detail: String,
+}
+
+/// The checks by name, in the order they run.
+pub const CHECKS: [&str; 7] = ["logits", "kv_rollback", "speculative_fixed_k", "acceptance_head", "dsi_cpu_and_device", "easyspec_placed", "split_layers"];
+
+/// Runs check `name` on `device` against the CPU with logit tolerance `tol`, using `dir` for
+/// the tiny models. Never panics: failures and errors come back as a failed [`Check`].
+pub fn run_check(name: &str, device: &Device, dir: &Path, tol: f32) -> Check {
+    let dir = dir.join(name);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<Check> {
+        std::fs::create_dir_all(&dir)?;
+        match name {
+            "logits" => tiny::logits(device, &dir, tol),
+            "kv_rollback" => tiny::kv_rollback(device, &dir, tol),
+            "speculative_fixed_k" => tiny::speculative_fixed_k(device, &dir),
+            "acceptance_head" => tiny::acceptance_head(device, &dir),
+            "dsi_cpu_and_device" => tiny::dsi_cpu_and_device(device, &dir),
+            "easyspec_placed" => tiny::easyspec_placed(device, &dir, tol),
+            "split_layers" => tiny::split_layers(device, &dir, tol),
+            _ => anyhow::bail!("unknown check '{name}' (known: {})", CHECKS.join(", ")),
+        }
+    }));
+    let failed = |detail: String| Check { name: name.into(), passed: false, worst_abs_diff: None, tolerance: None, detail };
+    match outcome {
+        Ok(Ok(check)) => check,
+        Ok(Err(e)) => failed(format!("error: {e:#}")),
+        Err(panic) => failed(format!("panicked: {}", panic.downcast_ref::<String>().map(String::as_str).or(panic.downcast_ref::<&str>().copied()).unwrap_or("(no message)"))),
+    }
+}
+
+/// Every check in [`CHECKS`] order.
+pub fn run_all(device: &Device, dir: &Path, tol: f32) -> Vec<Check> {
+    CHECKS.iter().map(|name| run_check(name, device, dir, tol)).collect()
+}

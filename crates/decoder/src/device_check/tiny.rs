@@ -1,0 +1,306 @@
+//! The tiny-model checks (see the module above): each compares a device against the CPU path.
+
+use super::Check;
+use crate::speculative::*;
+use crate::synthetic::{random_weights, tiny_llama, tiny_qwen2, word_tokenizer_json, write_hf_dir, StDtype};
+use crate::{default_device, load_model, load_model_split, Device, ForwardOutput, LoadedModel, ModelConfig, SamplingConfig, Transformer};
+use anyhow::{ensure, Context, Result};
+use std::path::{Path, PathBuf};
+
+/// Vocabulary of the tiny models (small, so greedy rounds both accept and reject).
+pub const TINY_VOCAB: usize = 48;
+
+/// A pseudo-random token sequence over the tiny vocabulary.
+pub fn tokens(n: usize, seed: u32) -> Vec<u32> {
+    (0..n as u32).map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed.wrapping_mul(40503)) >> 7) % TINY_VOCAB as u32).collect()
+}
+
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// A draft close to the tiny target of `target_seed` (its weights plus `noise` times another
+/// seed's), written as `dir/noisy` and loaded on the CPU: rounds accept some tokens, not all.
+pub fn noisy_draft(dir: &Path, vocab: usize, target_seed: u64, noise: f32) -> Result<LoadedModel> {
+    let cfg = tiny_qwen2(vocab);
+    let mut w = random_weights(&cfg, target_seed);
+    let n = random_weights(&cfg, 999);
+    for (name, t) in w.iter_mut() {
+        for (a, b) in t.data.iter_mut().zip(&n[name].data) {
+            *a += noise * b;
+        }
+    }
+    let path = dir.join("noisy");
+    write_hf_dir(&path, &cfg, &w, StDtype::F32, 1, &word_tokenizer_json(vocab, "w"))?;
+    load_model(&path, None, &default_device())
+}
+
+fn write_tiny(dir: &Path, cfg: &ModelConfig, seed: u64) -> Result<PathBuf> {
+    let path = dir.join(format!("{}-{seed}", cfg.architecture));
+    write_hf_dir(&path, cfg, &random_weights(cfg, seed), StDtype::F32, 1, &word_tokenizer_json(cfg.vocab_size, "w"))?;
+    Ok(path)
+}
+
+/// The same HF directory loaded on the CPU and on the device.
+fn both(path: &Path, device: &Device) -> Result<(LoadedModel, LoadedModel)> {
+    Ok((load_model(path, None, &default_device())?, load_model(path, None, device)?))
+}
+
+fn rows(out: &ForwardOutput) -> Vec<Vec<f32>> {
+    out.logits_tail(out.logits.dims()[1])
+}
+
+/// Largest difference between two sets of logit rows.
+fn rows_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> Result<f32> {
+    ensure!(a.len() == b.len(), "different numbers of positions: {} and {}", a.len(), b.len());
+    Ok(a.iter().zip(b).map(|(x, y)| max_abs_diff(x, y)).fold(0.0, f32::max))
+}
+
+fn numeric(name: &str, worst: f32, tol: f32, detail: &str) -> Check {
+    Check { name: name.into(), passed: worst <= tol, worst_abs_diff: Some(worst as f64), tolerance: Some(tol as f64), detail: detail.into() }
+}
+
+/// Prefill, single steps, a 4-row verification and a batched forward (logits and hidden
+/// states), on a Qwen2-shaped and a Llama-shaped tiny model.
+pub(super) fn logits(device: &Device, dir: &Path, tol: f32) -> Result<Check> {
+    let mut worst = 0f32;
+    for cfg in [tiny_qwen2(TINY_VOCAB), tiny_llama(TINY_VOCAB)] {
+        let (cpu, dev) = both(&write_tiny(dir, &cfg, 3)?, device)?;
+        let (mut cc, mut dc) = (cpu.model.new_cache(1), dev.model.new_cache(1));
+        for chunk in [tokens(9, 1), vec![5], vec![17], tokens(4, 2)] {
+            let a = rows(&cpu.model.forward(&chunk, &mut cc)?);
+            let b = rows(&dev.model.forward(&chunk, &mut dc)?);
+            worst = worst.max(rows_diff(&a, &b)?);
+        }
+        let seqs = [tokens(6, 3), tokens(6, 4)];
+        let refs: Vec<&[u32]> = seqs.iter().map(Vec::as_slice).collect();
+        let a = cpu.model.forward_batch(&refs, &mut cpu.model.new_cache(2))?;
+        let b = dev.model.forward_batch(&refs, &mut dev.model.new_cache(2))?;
+        let flat = |t: burn::tensor::Tensor<3>| t.into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"));
+        worst = worst.max(max_abs_diff(&flat(a.logits)?, &flat(b.logits)?));
+        worst = worst.max(max_abs_diff(&flat(a.hidden)?, &flat(b.hidden)?));
+    }
+    Ok(numeric("logits", worst, tol, "tiny qwen2 and llama: 9-row prefill, two 1-row steps, a 4-row verification, a 2-sequence batch (logits and hidden states)"))
+}
+
+/// A 300-token cache (past one growth step) with five speculative rows of which three are
+/// rolled back, then two new tokens: the device's logits against a fresh device cache that
+/// never saw the rolled-back rows and against the CPU, and the stored keys and values.
+pub(super) fn kv_rollback(device: &Device, dir: &Path, tol: f32) -> Result<Check> {
+    let (cpu, dev) = both(&write_tiny(dir, &tiny_qwen2(TINY_VOCAB), 5)?, device)?;
+    let prefix = tokens(300, 7);
+    let (mut cc, mut dc) = (cpu.model.new_cache(1), dev.model.new_cache(1));
+    cpu.model.forward(&prefix, &mut cc)?;
+    dev.model.forward(&prefix, &mut dc)?;
+    let spec = tokens(5, 8);
+    cpu.model.forward(&spec, &mut cc)?;
+    dev.model.forward(&spec, &mut dc)?;
+    cc.truncate(prefix.len() + 2);
+    dc.truncate(prefix.len() + 2);
+    let next = [11u32, 12];
+    let after_cpu = rows(&cpu.model.forward(&next, &mut cc)?);
+    let after_dev = rows(&dev.model.forward(&next, &mut dc)?);
+    let mut fresh = prefix.clone();
+    fresh.extend_from_slice(&spec[..2]);
+    fresh.extend_from_slice(&next);
+    let want = dev.model.forward(&fresh, &mut dev.model.new_cache(1))?.logits_tail(next.len());
+    ensure!(dc.len() == fresh.len(), "device cache holds {} positions after the rollback, expected {}", dc.len(), fresh.len());
+    let mut worst = rows_diff(&after_dev, &want)?.max(rows_diff(&after_dev, &after_cpu)?);
+    for layer in [0, 1] {
+        let ((ck, cv), (dk, dv)) = (cc.layer_data(layer), dc.layer_data(layer));
+        worst = worst.max(max_abs_diff(&ck, &dk)).max(max_abs_diff(&cv, &dv));
+    }
+    Ok(numeric("kv_rollback", worst, tol, "300-token cache, 5 speculative rows, 3 rolled back: logits vs a fresh device cache and vs the CPU; keys and values vs the CPU"))
+}
+
+fn tokens_check(name: &str, mismatches: Vec<String>, detail: &str) -> Check {
+    let passed = mismatches.is_empty();
+    let detail = if passed { detail.to_string() } else { format!("{detail}; MISMATCH: {}", mismatches.join("; ")) };
+    Check { name: name.into(), passed, worst_abs_diff: None, tolerance: None, detail }
+}
+
+/// Greedy fixed-K (K=3) speculative decoding with target and draft on the device gives the
+/// CPU's greedy AR tokens and the CPU speculative run's accepted counts, over rounds with and
+/// without rejections.
+pub(super) fn speculative_fixed_k(device: &Device, dir: &Path) -> Result<Check> {
+    let target = write_tiny(dir, &tiny_qwen2(TINY_VOCAB), 1)?;
+    let (tc, td) = both(&target, device)?;
+    let close = noisy_draft(dir, TINY_VOCAB, 1, 0.1)?;
+    let dd = load_model(&dir.join("noisy"), None, device)?;
+    let eos = [TINY_VOCAB as u32 - 1];
+    let (mut bad, mut rounds) = (Vec::new(), (0, 0));
+    for p in 0..4u32 {
+        let prompt = tokens(5 + p as usize, 20 + p);
+        let cfg = SpecConfig { max_new_tokens: 12, sampling: SamplingConfig::greedy(), seed: 0 };
+        let ar_cpu = generate_autoregressive(&tc.model, &prompt, &cfg, &eos)?;
+        let ar_dev = generate_autoregressive(&td.model, &prompt, &cfg, &eos)?;
+        let run = |target: &Transformer, draft: &Transformer| generate_speculative(target, &mut PlainDrafter::new(draft), &mut FixedK(3), &mut RejectionSampler, &prompt, &cfg, &eos);
+        let cpu = run(&tc.model, &close.model)?;
+        let dev = run(&td.model, &dd.model)?;
+        if ar_dev.tokens != ar_cpu.tokens {
+            bad.push(format!("prompt {p}: greedy AR on the device {:?} vs the CPU {:?}", ar_dev.tokens, ar_cpu.tokens));
+        }
+        if dev.tokens != ar_cpu.tokens {
+            bad.push(format!("prompt {p}: speculative on the device {:?} vs greedy {:?}", dev.tokens, ar_cpu.tokens));
+        }
+        if dev.metrics.accepted_per_round != cpu.metrics.accepted_per_round {
+            bad.push(format!("prompt {p}: accepted per round {:?} vs the CPU's {:?}", dev.metrics.accepted_per_round, cpu.metrics.accepted_per_round));
+        }
+        for (&a, &k) in dev.metrics.accepted_per_round.iter().zip(&dev.metrics.drafted_per_round) {
+            if a < k { rounds.0 += 1 } else { rounds.1 += 1 }
+        }
+    }
+    ensure!(rounds.0 > 0 && rounds.1 > 0, "the check needs rounds with and without a rejection, got {rounds:?}");
+    Ok(tokens_check("speculative_fixed_k", bad, &format!("4 prompts, 12 tokens, K=3, greedy: {} rounds with a rejection, {} fully accepted", rounds.0, rounds.1)))
+}
+
+/// The acceptance head's probabilities on the device against the CPU's (seeded heads of depth
+/// 0 and 3, tied and not), and a checkpoint written from the device loading on the CPU.
+pub(super) fn acceptance_head(device: &Device, dir: &Path) -> Result<Check> {
+    let (hidden, tol) = (32, 1e-6f32);
+    let mut worst = 0f32;
+    for (depth, tied) in [(0, false), (3, false), (3, true)] {
+        let cpu = AcceptanceHead::init_seeded(hidden, depth, tied, 11, &default_device());
+        let dev = AcceptanceHead::init_seeded(hidden, depth, tied, 11, device);
+        for s in 0..8u32 {
+            let h: Vec<f32> = tokens(hidden, s).iter().map(|&t| t as f32 / TINY_VOCAB as f32 - 0.5).collect();
+            worst = worst.max((cpu.accept_probability(&h)? - dev.accept_probability(&h)?).abs() as f32);
+        }
+        let ckpt = dir.join(format!("head-{depth}-{tied}"));
+        let spec = HeadSpec { hidden_size: hidden, depth, tied, draft_model_sha256: None, training: serde_json::Value::Null, draft_stats: false };
+        dev.save(&ckpt, &spec)?;
+        let (back, _) = AcceptanceHead::load(&ckpt, &default_device()).context("loading the head saved from the device")?;
+        let h = vec![0.25f32; hidden];
+        worst = worst.max((back.accept_probability(&h)? - cpu.accept_probability(&h)?).abs() as f32);
+    }
+    Ok(numeric("acceptance_head", worst, tol, "probabilities of seeded heads (depth 0 and 3, tied and untied) and of a checkpoint saved from the device and loaded on the CPU"))
+}
+
+/// DSI with two target workers, one on the CPU and one on the device, gives greedy AR's tokens.
+pub(super) fn dsi_cpu_and_device(device: &Device, dir: &Path) -> Result<Check> {
+    let (tc, td) = both(&write_tiny(dir, &tiny_qwen2(TINY_VOCAB), 1)?, device)?;
+    let close = noisy_draft(dir, TINY_VOCAB, 1, 0.3)?;
+    let eos = [TINY_VOCAB as u32 - 1];
+    let (mut bad, mut busy, mut tasks) = (Vec::new(), [0.0f64; 2], 0);
+    for p in 0..3u32 {
+        let prompt = tokens(6 + p as usize, 40 + p);
+        let cfg = SpecConfig { max_new_tokens: 14, sampling: SamplingConfig::greedy(), seed: 0 };
+        let want = generate_autoregressive(&tc.model, &prompt, &cfg, &eos)?.tokens;
+        let got = generate_dsi(&[&tc.model, &td.model], &mut PlainDrafter::new(&close.model), &mut FixedK(3), &mut RejectionSampler, &prompt, &cfg, &DsiConfig::new(2, 3), &eos)?;
+        if got.generation.tokens != want {
+            bad.push(format!("prompt {p}: DSI {:?} vs greedy {want:?}", got.generation.tokens));
+        }
+        for (b, s) in busy.iter_mut().zip(&got.stats.worker_busy_s) {
+            *b += s;
+        }
+        tasks += got.stats.tasks;
+    }
+    if tasks >= 2 && busy.iter().any(|&s| s <= 0.0) {
+        bad.push(format!("a worker never verified ({tasks} tasks; busy {busy:?} s)"));
+    }
+    Ok(tokens_check("dsi_cpu_and_device", bad, &format!("3 prompts, 14 tokens, K=3, workers on the CPU and the device (busy {:.3} s / {:.3} s)", busy[0], busy[1])))
+}
+
+/// EasySpec's layer placement: a draft whose attention layers alternate between the CPU and
+/// the device computes the one-device draft's exact and fuzzy logits (layer-parallel 1, 2, 4,
+/// with a rollback), keeps the exact watermarks and cache, and greedy EasySpec with it gives the
+/// target's greedy tokens.
+pub(super) fn easyspec_placed(device: &Device, dir: &Path, tol: f32) -> Result<Check> {
+    let cfg = ModelConfig { num_hidden_layers: 5, ..tiny_qwen2(TINY_VOCAB) };
+    let path = write_tiny(dir, &cfg, 4)?;
+    let one = load_model(&path, None, &default_device())?;
+    let placed = load_model(&path, None, &default_device())?.model.place_attention(&[default_device(), device.clone()])?;
+    let mut worst = 0f32;
+    let mut bad = Vec::new();
+    let on_cpu: Vec<bool> = placed.layer_devices().iter().map(|d| *d == default_device()).collect();
+    if on_cpu != [true, false, true, false, true] {
+        bad.push(format!("layer i should sit on devices[i % 2]; on the CPU: {on_cpu:?}"));
+    }
+    // Ragged (batched) forwards are for one-device models and say so.
+    match placed.forward_ragged(&mut [(&[1u32, 2][..], &mut placed.new_cache(1))]) {
+        Err(e) if e.to_string().contains("one device") => {}
+        other => bad.push(format!("a ragged forward of a placed model should be refused, got {:?}", other.map(|_| ()))),
+    }
+    for lp in [1, 2, 4] {
+        let groups = crate::layer_groups::LayerGroups::preset(lp, 5)?;
+        let (mut a, mut b) = (one.model.new_cache(1), placed.new_cache(1));
+        for (step, chunk) in [tokens(7, 1), vec![5], tokens(3, 2), vec![9]].into_iter().enumerate() {
+            let (x, y) = if step % 2 == 0 {
+                (one.model.forward(&chunk, &mut a)?, placed.forward(&chunk, &mut b)?)
+            } else {
+                (one.model.forward_fuzzy(&chunk, &mut a, &groups, 1)?, placed.forward_fuzzy(&chunk, &mut b, &groups, 1)?)
+            };
+            worst = worst.max(rows_diff(&rows(&x), &rows(&y))?);
+            if step == 2 {
+                a.truncate(a.len() - 1);
+                b.truncate(b.len() - 1);
+            }
+        }
+        if a.layer_precise_lens() != b.layer_precise_lens() {
+            bad.push(format!("layer-parallel {lp}: exact watermarks {:?} vs {:?}", b.layer_precise_lens(), a.layer_precise_lens()));
+        }
+        for layer in 0..5 {
+            let ((ak, av), (bk, bv)) = (a.layer_data(layer), b.layer_data(layer));
+            worst = worst.max(max_abs_diff(&ak, &bk)).max(max_abs_diff(&av, &bv));
+        }
+    }
+    let target = load_model(&write_tiny(dir, &cfg, 5)?, None, &default_device())?;
+    let eos = [TINY_VOCAB as u32 - 1];
+    for p in 0..2u32 {
+        let prompt = tokens(6 + p as usize, 50 + p);
+        let spec = SpecConfig { max_new_tokens: 12, sampling: SamplingConfig::greedy(), seed: 0 };
+        let want = generate_autoregressive(&target.model, &prompt, &spec, &eos)?.tokens;
+        let mut drafter = FuzzyDrafter::new(&placed, crate::layer_groups::LayerGroups::preset(2, 5)?, Calibration::EveryRound)?;
+        let got = generate_speculative(&target.model, &mut drafter, &mut FixedK(3), &mut RejectionSampler, &prompt, &spec, &eos)?;
+        if got.tokens != want {
+            bad.push(format!("prompt {p}: EasySpec {:?} vs greedy {want:?}", got.tokens));
+        }
+    }
+    let mut check = numeric("easyspec_placed", worst, tol, "5-layer draft, attentions alternating CPU/device, layer-parallel 1/2/4, exact and fuzzy forwards with a rollback; greedy EasySpec = greedy");
+    if !bad.is_empty() {
+        check.passed = false;
+        check.detail = format!("{}; MISMATCH: {}", check.detail, bad.join("; "));
+    }
+    Ok(check)
+}
+
+/// One model's layers split in two ranges over the CPU and the device (both orders: the
+/// embedding on one, the head on the other) computes the one-device CPU model's logits: a
+/// prefill, steps, a verification, and a rollback that crosses back over both ranges' caches;
+/// greedy decoding with the split model as the target gives the CPU's tokens.
+pub(super) fn split_layers(device: &Device, dir: &Path, tol: f32) -> Result<Check> {
+    let mut worst = 0f32;
+    let mut bad = Vec::new();
+    let cpu = default_device();
+    for cfg in [ModelConfig { num_hidden_layers: 3, ..tiny_qwen2(TINY_VOCAB) }, tiny_llama(TINY_VOCAB)] {
+        let path = write_tiny(dir, &cfg, 6)?;
+        let one = load_model(&path, None, &cpu)?;
+        for order in [[cpu.clone(), device.clone()], [device.clone(), cpu.clone()]] {
+            let split = load_model_split(&path, None, &order, crate::WeightMode::default())?;
+            ensure!(split.model.is_split(), "the model did not split");
+            let (mut a, mut b) = (one.model.new_cache(1), split.model.new_cache(1));
+            for (step, chunk) in [tokens(9, 1), vec![5], tokens(4, 2), vec![7]].into_iter().enumerate() {
+                worst = worst.max(rows_diff(&rows(&one.model.forward(&chunk, &mut a)?), &rows(&split.model.forward(&chunk, &mut b)?))?);
+                if step == 2 {
+                    a.truncate(a.len() - 3);
+                    b.truncate(b.len() - 3);
+                }
+            }
+            let eos = [TINY_VOCAB as u32 - 1];
+            let spec = SpecConfig { max_new_tokens: 10, sampling: SamplingConfig::greedy(), seed: 0 };
+            let prompt = tokens(6, 60);
+            let want = generate_autoregressive(&one.model, &prompt, &spec, &eos)?.tokens;
+            let got = generate_speculative(&split.model, &mut PlainDrafter::new(&one.model), &mut FixedK(3), &mut RejectionSampler, &prompt, &spec, &eos)?.tokens;
+            if got != want {
+                bad.push(format!("{}: greedy speculative with the split target {got:?} vs {want:?}", cfg.architecture));
+            }
+        }
+    }
+    let mut check = numeric("split_layers", worst, tol, "tiny qwen2 (3 layers) and tied llama split CPU|device and device|CPU: prefill, steps, verification, a 3-row rollback; greedy speculative with the split target");
+    if !bad.is_empty() {
+        check.passed = false;
+        check.detail = format!("{}; MISMATCH: {}", check.detail, bad.join("; "));
+    }
+    Ok(check)
+}

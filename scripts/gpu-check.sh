@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The one-command GPU check, run on the GPU machine from the repository root after
+# scripts/gpu-pack.sh has filled gpu-bundle/ here (the bundle travels with the command):
+#
+#   OUT=DIR scripts/gpu-check.sh
+#
+# It needs no Rust, no network and no model files: it unpacks the specx binary and the Vulkan
+# loader, writes random-weight models of the real pair's shapes, then runs, each step under a
+# time limit inside one overall deadline (GPU_CHECK_SECONDS, default 540) so the report is
+# always written:
+#   (a) specx devices                       (b) tiny-model correctness on cuda (and Vulkan)
+#   (d) HF transformers anchor (eager bf16) (c) specx bench and specx profile on cuda (and Vulkan)
+#   (e) specx gpu-check report -> DIR/report.md, DIR/report.json
+# Every step's log is DIR/<step>.log; DIR/steps.tsv has exit statuses and durations.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+: "${OUT:?set OUT to the directory for the report}"
+bundle="${GPU_CHECK_BUNDLE:-gpu-bundle}"
+work="${GPU_CHECK_WORK:-/tmp/specx-gpu-check}"
+deadline=$(( $(date +%s) + ${GPU_CHECK_SECONDS:-540} ))
+mkdir -p "$OUT" "$work"
+: > "$OUT/steps.tsv"
+
+# step NAME LIMIT_S CMD...: runs CMD with its output in $OUT/NAME.log, under LIMIT_S seconds
+# and whatever is left before the deadline (30 s kept for the report).
+step() {
+    local name=$1 limit=$2
+    shift 2
+    local left=$(( deadline - $(date +%s) - 30 ))
+    (( left < limit )) && limit=$left
+    if (( limit < 10 )); then
+        printf '%s\tskipped\t0\n' "$name" >> "$OUT/steps.tsv"
+        echo "gpu-check: $name skipped (deadline)"
+        return 0
+    fi
+    local t0=$(date +%s%N)
+    echo "gpu-check: $name (limit ${limit} s)"
+    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+    local rc=$?
+    local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    printf '%s\t%s\t%d.%03d\n' "$name" "$rc" $((ms / 1000)) $((ms % 1000)) >> "$OUT/steps.tsv"
+    tail -n 4 "$OUT/$name.log" | sed "s/^/  $name: /"
+    return 0
+}
+
+unpack() {
+    [ -f "$bundle/specx.xz" ] || { echo "no $bundle/specx.xz: run scripts/gpu-pack.sh first and carry gpu-bundle" >&2; return 1; }
+    python3 - "$bundle" "$work" <<'PY'
+import lzma, shutil, sys, os
+b, w = sys.argv[1], sys.argv[2]
+for src, dst in [("specx.xz", "specx"), ("tokenizer.json.xz", "tokenizer.json")]:
+    with lzma.open(os.path.join(b, src)) as f, open(os.path.join(w, dst), "wb") as g:
+        shutil.copyfileobj(f, g)
+os.chmod(os.path.join(w, "specx"), 0o755)
+PY
+    mkdir -p "$work/vk"
+    for deb in "$bundle"/libvulkan1_*.deb; do
+        dpkg-deb -x "$deb" "$work/vk" || (cd "$work/vk" && ar x "$OLDPWD/$deb" && tar xf data.tar.*)
+    done
+    cat "$bundle/commit" 2>/dev/null
+    ls /usr/share/vulkan/icd.d /etc/vulkan/icd.d 2>/dev/null || echo "no Vulkan ICD files found (wgpu will have no adapter)"
+}
+
+export bundle work
+export -f unpack
+step unpack 60 bash -c unpack
+export LD_LIBRARY_PATH="$work/vk/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# cubecl compiles kernels with NVRTC, which it loads by name (LD_LIBRARY_PATH) and points at the
+# toolkit's headers (CUDA_PATH, else /usr/local/cuda): find both where a toolkit or PyTorch's
+# wheels put them, and record what was used.
+if [ -z "${CUDA_PATH:-}" ]; then
+    for d in /usr/local/cuda /opt/cuda "$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || echo /none/bin/nvcc)")")"; do
+        [ -f "$d/include/cuda_runtime.h" ] && { export CUDA_PATH="$d"; break; }
+    done
+fi
+nvrtc_dirs=("${CUDA_PATH:-/usr/local/cuda}/lib64" "${CUDA_PATH:-/usr/local/cuda}/targets/x86_64-linux/lib")
+nvrtc_dirs+=($(python3 -c 'import glob, site; print(" ".join(d for p in site.getsitepackages() for d in glob.glob(p + "/nvidia/*/lib")))' 2>/dev/null))
+for d in "${nvrtc_dirs[@]}"; do
+    if compgen -G "$d/libnvrtc.so*" >/dev/null; then
+        export LD_LIBRARY_PATH="$d:$LD_LIBRARY_PATH"
+        break
+    fi
+done
+{ echo "CUDA_PATH=${CUDA_PATH:-unset}"; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; ls "${CUDA_PATH:-/usr/local/cuda}/include/cuda_fp16.h" 2>&1; } > "$OUT/cuda-env.log"
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$work}"
+specx="$work/specx"
+models="$work/models"
+if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.csv" 2>&1
+else
+    echo "nvidia-smi not found" > "$OUT/gpu.csv"
+fi
+step devices 30 "$specx" devices
+devices="cuda"
+grep -q '^| wgpu:0 ' "$OUT/devices.log" && devices="cuda,wgpu:0"
+step synth 120 "$specx" gpu-check synth --shapes "$bundle/shapes.json" --tokenizer "$work/tokenizer.json" --out "$models"
+step correctness 90 "$specx" gpu-check correctness --devices "$devices" --tolerance 1e-3 --out "$OUT/correctness.json"
+step hf-anchor 120 python3 scripts/gpu/hf_anchor.py --models "$models" --out "$OUT/hf.json"
+pair=(--draft "$models/draft" --target "$models/target")
+step bench-cuda 120 "$specx" bench "${pair[@]}" --devices cuda --weights f32 --prompt-tokens 128 --decode-tokens 64 --call-rows 1,2,5,9,21 --bandwidth-mib 256 --json "$OUT/bench-cuda.json"
+step profile-cuda 90 "$specx" profile "${pair[@]}" --device cuda --weights f32 --contexts 128,1024 --max-rows 21 --reps 5 --tpot-tokens 16 --out "$OUT/profile-cuda.json"
+if [ "$devices" != cuda ]; then
+    step bench-wgpu 90 "$specx" bench "${pair[@]}" --devices wgpu:0 --weights f32 --prompt-tokens 128 --decode-tokens 32 --call-rows 1,2,5,9,21 --bandwidth-mib 256 --json "$OUT/bench-wgpu.json"
+    step profile-wgpu 60 "$specx" profile "${pair[@]}" --device wgpu:0 --weights f32 --contexts 128 --max-rows 21 --reps 3 --tpot-tokens 8 --out "$OUT/profile-wgpu.json"
+fi
+deadline=$(( deadline + 30 ))
+step report 30 "$specx" gpu-check report --dir "$OUT"
+cat "$OUT/report.md" 2>/dev/null || { echo "no report: see $OUT/*.log"; cat "$OUT/steps.tsv"; }
