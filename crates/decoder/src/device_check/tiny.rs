@@ -114,6 +114,15 @@ pub(super) fn kv_rollback(device: &Device, dir: &Path, tol: f32) -> Result<Check
     Ok(numeric("kv_rollback", worst, tol, "300-token cache, 5 speculative rows, 3 rolled back: logits vs a fresh device cache and vs the CPU; keys and values vs the CPU"))
 }
 
+/// A check that compares numbers within `tol` and tokens exactly: it fails on either.
+fn numeric_and_tokens(name: &str, worst: f32, tol: f32, detail: &str, mismatches: Vec<String>) -> Check {
+    let check = numeric(name, worst, tol, detail);
+    if mismatches.is_empty() {
+        return check;
+    }
+    Check { passed: false, detail: format!("{}; MISMATCH: {}", check.detail, mismatches.join("; ")), ..check }
+}
+
 fn tokens_check(name: &str, mismatches: Vec<String>, detail: &str) -> Check {
     let passed = mismatches.is_empty();
     let detail = if passed { detail.to_string() } else { format!("{detail}; MISMATCH: {}", mismatches.join("; ")) };
@@ -257,12 +266,7 @@ pub(super) fn easyspec_placed(device: &Device, dir: &Path, tol: f32) -> Result<C
             bad.push(format!("prompt {p}: EasySpec {:?} vs greedy {want:?}", got.tokens));
         }
     }
-    let mut check = numeric("easyspec_placed", worst, tol, "5-layer draft, attentions alternating CPU/device, layer-parallel 1/2/4, exact and fuzzy forwards with a rollback; greedy EasySpec = greedy");
-    if !bad.is_empty() {
-        check.passed = false;
-        check.detail = format!("{}; MISMATCH: {}", check.detail, bad.join("; "));
-    }
-    Ok(check)
+    Ok(numeric_and_tokens("easyspec_placed", worst, tol, "5-layer draft, attentions alternating CPU/device, layer-parallel 1/2/4, exact and fuzzy forwards with a rollback; greedy EasySpec = greedy", bad))
 }
 
 /// One model's layers split in two ranges over the CPU and the device (both orders: the
@@ -297,10 +301,5 @@ pub(super) fn split_layers(device: &Device, dir: &Path, tol: f32) -> Result<Chec
             }
         }
     }
-    let mut check = numeric("split_layers", worst, tol, "tiny qwen2 (3 layers) and tied llama split CPU|device and device|CPU: prefill, steps, verification, a 3-row rollback; greedy speculative with the split target");
-    if !bad.is_empty() {
-        check.passed = false;
-        check.detail = format!("{}; MISMATCH: {}", check.detail, bad.join("; "));
-    }
-    Ok(check)
+    Ok(numeric_and_tokens("split_layers", worst, tol, "tiny qwen2 (3 layers) and tied llama split CPU|device and device|CPU: prefill, steps, verification, a 3-row rollback; greedy speculative with the split target", bad))
 }
