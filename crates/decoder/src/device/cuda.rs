@@ -7,7 +7,7 @@ use super::{CudaDeviceInfo, DeviceName};
 use anyhow::{anyhow, bail, Result};
 use cudarc::driver::{result, sys};
 
-/// What to install when there is no driver; `wgpu` is named because it also runs NVIDIA GPUs.
+/// What to install when there is no driver.
 const NO_DRIVER: &str = "no CUDA driver on this machine (libcuda.so.1 was not found): install NVIDIA's driver, or use the CPU";
 
 fn driver_error(what: &str, e: result::DriverError) -> anyhow::Error {

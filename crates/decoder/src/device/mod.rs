@@ -101,12 +101,6 @@ impl Placement {
     }
 }
 
-impl From<DeviceName> for Placement {
-    fn from(d: DeviceName) -> Self {
-        Self(vec![d])
-    }
-}
-
 impl fmt::Display for Placement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names: Vec<String> = self.0.iter().map(DeviceName::to_string).collect();

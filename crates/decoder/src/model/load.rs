@@ -85,9 +85,8 @@ impl Transformer {
     pub fn load_split(cfg: ModelConfig, src: &dyn WeightSource, devices: &[Device], mode: WeightMode) -> Result<Self> {
         cfg.validate()?;
         let ranges = layer_ranges(cfg.num_hidden_layers, devices.len())?;
-        // One entry per range, even where two ranges name the same device (tests split over
-        // the CPU twice to exercise the bookkeeping without a second device).
-        let unique = devices.to_vec();
+        // Layer i on devices[range of i]: one entry per range, even where two ranges name the
+        // same device (tests split over the CPU twice to exercise the bookkeeping).
         let layer_device: Vec<usize> = ranges.iter().enumerate().flat_map(|(j, r)| std::iter::repeat_n(j, r.len())).collect();
         let head = devices.len() - 1;
         let native_on = |device: &Device| mode != WeightMode::F32 && *device == Device::flex();
@@ -147,8 +146,7 @@ impl Transformer {
         let norm = |name: &str, device: &Device| -> Result<RmsNorm> {
             Ok(RmsNorm { weight: upload(get(name)?, name, [hd], device)?, eps: cfg.rms_norm_eps })
         };
-        let first = &unique[0];
-        let embed_proj = projection(&[("model.embed_tokens", cfg.vocab_size)], hd, first)?;
+        let embed_proj = projection(&[("model.embed_tokens", cfg.vocab_size)], hd, &devices[0])?;
         let embed = match &embed_proj {
             Projection::Native(q) | Projection::Int(q) => Embedding::Native(q.clone()),
             Projection::Host { weight, .. } => Embedding::Dense(weight.clone()),
@@ -159,7 +157,7 @@ impl Transformer {
         for i in 0..cfg.num_hidden_layers {
             let p = format!("model.layers.{i}");
             let bias = cfg.attention_bias;
-            let device = &unique[layer_device[i]];
+            let device = &devices[layer_device[i]];
             blocks.push(Block {
                 attn_norm: norm(&format!("{p}.input_layernorm.weight"), device)?,
                 attn: Attention {
@@ -184,7 +182,7 @@ impl Transformer {
                 },
             });
         }
-        let last = &unique[head];
+        let last = &devices[head];
         let final_norm = norm("model.norm.weight", last)?;
         let lm_head = if cfg.tie_word_embeddings && head == 0 {
             Linear { proj: embed_proj, bias: None, host_bias: None }
@@ -195,7 +193,7 @@ impl Transformer {
             linear(&[("lm_head", cfg.vocab_size)], hd, false, last)?
         };
         let sequential = LayerGroups::sequential(blocks.len());
-        Ok(Self { cfg, embed, blocks, norm: final_norm, lm_head, sequential, devices: unique, head })
+        Ok(Self { cfg, embed, blocks, norm: final_norm, lm_head, sequential, devices: devices.to_vec(), head })
     }
 }
 

@@ -47,6 +47,12 @@ fn cpu_device() -> String {
 }
 
 impl Profile {
+    /// Reads a `specx profile` JSON, naming the file in every error.
+    pub fn read(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("{}: not a `specx profile` JSON", path.display()))
+    }
+
     /// Per-call costs for pricing replayed counts (eq. 5.1 with a row term), after `context`
     /// tokens (the nearest profiled context): `t_draft`, the draft's one-row forward; and the
     /// target's call of r rows as `t_target + t_row r`, the least-squares line through its
@@ -106,8 +112,7 @@ impl Latencies {
 /// The profile's draft and target latencies at `context` (TTFT of the nearest measured prompt
 /// length; the row curve at the nearest context, relative to one row).
 pub fn latencies_from_profile(path: &Path, context: usize) -> Result<Latencies> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let p: Profile = serde_json::from_str(&text).with_context(|| format!("{}: not a `specx profile` JSON", path.display()))?;
+    let p = Profile::read(path)?;
     let model = |role: &str| p.models.iter().find(|m| m.role == role).with_context(|| format!("{}: no {role} model", path.display()));
     let (d, t) = (model("draft")?, model("target")?);
     let nearest = |v: &[(usize, f64)]| v.iter().min_by_key(|(c, _)| c.abs_diff(context)).map(|x| x.1).context("profile without TTFT");

@@ -131,8 +131,7 @@ pub fn model(parts: &DraftParts, t_target: f64, points: &[Point], layers: usize,
 }
 
 pub fn run(a: &TimingArgs) -> Result<()> {
-    let text = std::fs::read_to_string(&a.profile).with_context(|| format!("reading {}", a.profile.display()))?;
-    let p: crate::profile::Profile = serde_json::from_str(&text).with_context(|| format!("{}: not a `specx profile` JSON", a.profile.display()))?;
+    let p = crate::profile::Profile::read(&a.profile)?;
     let role = |r: &str| p.models.iter().find(|m| m.role == r).with_context(|| format!("{}: no {r} model", a.profile.display()));
     let (draft, target) = (role("draft")?, role("target")?);
     ensure!(!a.devices.is_empty() && a.devices.iter().all(|&d| d >= 1), "--devices needs counts >= 1");

@@ -2,7 +2,7 @@
 
 use crate::profile::Profile;
 use crate::report::markdown_table;
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use serde::Serialize;
 use serde_json::Value;
 use specx_decoder::device_check::{run_all, Check};
@@ -142,11 +142,7 @@ pub fn report(a: &ReportArgs) -> Result<()> {
     let bench_models: Vec<Value> = ["bench-cuda.json", "bench-wgpu.json"].iter().filter_map(|n| read_json(dir, n)).flat_map(|b| b["models"].as_array().cloned().unwrap_or_default()).collect();
     let bench = (!bench_models.is_empty()).then(|| serde_json::json!({ "models": bench_models }));
     let hf = read_json(dir, "hf.json");
-    let profiles: Vec<Profile> = ["profile-cuda.json", "profile-wgpu.json"]
-        .iter()
-        .filter_map(|n| std::fs::read_to_string(dir.join(n)).ok())
-        .map(|t| serde_json::from_str(&t).context("a profile JSON of this check"))
-        .collect::<Result<_>>()?;
+    let profiles: Vec<Profile> = ["profile-cuda.json", "profile-wgpu.json"].iter().map(|n| dir.join(n)).filter(|p| p.exists()).map(|p| Profile::read(&p)).collect::<Result<_>>()?;
     let cuda_profile = profiles.iter().find(|p| p.device.starts_with("cuda"));
 
     let cuda_checks: Vec<Value> = correctness

@@ -53,8 +53,7 @@ impl Costs {
         if let Some(p) = &self.profile {
             anyhow::ensure!(self.t_draft == 0.0 && self.t_target == 0.0 && self.t_row == 0.0, "[[costs]] '{}': give either a profile or the times, not both", self.name);
             let path = resolve_path(p, base);
-            let text = std::fs::read_to_string(&path).with_context(|| format!("[[costs]] '{}': reading {}", self.name, path.display()))?;
-            let profile: Profile = serde_json::from_str(&text).with_context(|| format!("[[costs]] '{}': {} is not a `specx profile` JSON", self.name, path.display()))?;
+            let profile = Profile::read(&path).with_context(|| format!("[[costs]] '{}'", self.name))?;
             (self.t_draft, self.t_target, self.t_row) = profile.call_costs(self.context.unwrap_or(256)).with_context(|| format!("[[costs]] '{}': {}", self.name, path.display()))?;
             self.profile = Some(path);
         }
