@@ -32,6 +32,9 @@ enum Command {
     /// Compare autoregressive and fixed-K speculative decoding on HumanEval prompts in one run
     /// (greedy): tokens/s, speedup, acceptance, tokens per target call.
     BenchDecode(specx_eval::decode_bench::DecodeBenchArgs),
+    /// What a cheaper draft costs: c = draft step / target step for every vocabulary subset x
+    /// weight type, and each model's 1..N-row call curve, in one run.
+    DraftCost(specx_eval::draft_cost::DraftCostArgs),
     /// How far a weight mode's numbers are from the exact path's: perplexity, KL divergence
     /// against the reference mode and top-1 agreement over a fixed text (llama.cpp's
     /// perplexity tool's measure).
@@ -42,6 +45,10 @@ enum Command {
     /// Train SpecDec++ acceptance heads (weighted BCE, burn) on datagen runs; `--sweep` trains
     /// the paper's w_rej x depth grid and writes a summary table.
     Train(specx_trainer::cli::TrainArgs),
+    /// FR-Spec's token frequency table from training text (Alpaca's train split, GSM8K's train
+    /// set, optionally a code directory): the source of a draft's vocabulary subset
+    /// (`--draft-vocab N`).
+    TokenFreq(specx_datagen::token_freq::TokenFreqArgs),
     /// Run a config-driven evaluation (models, prompt sets, sampling settings, a grid of
     /// methods): AR reference and losslessness audit per prompt, resumable results.parquet,
     /// summary.md, timing model and plots; `merge` joins `--shard` parts.
@@ -134,9 +141,11 @@ fn main() -> Result<()> {
         Command::Decode(a) => specx_eval::decode::run(a),
         Command::Bench(a) => specx_eval::bench::run(a),
         Command::BenchDecode(a) => specx_eval::decode_bench::run(a),
+        Command::DraftCost(a) => specx_eval::draft_cost::run(a),
         Command::Numerics(a) => specx_eval::numerics::run(a),
         Command::Datagen(a) => specx_datagen::cli::run_cli(a),
         Command::Train(a) => specx_trainer::cli::run_cli(a),
+        Command::TokenFreq(a) => specx_datagen::token_freq::run(&a),
         Command::Eval(a) => specx_eval::experiment::cli::run_cli(a),
         Command::Profile(a) => specx_eval::profile::run(a),
         Command::Dsi(a) => specx_eval::dsi::run_cli(a),

@@ -48,6 +48,11 @@ pub struct ModelsConfig {
     /// activations: other numbers, so a run never resumes or merges across it).
     #[serde(default)]
     pub weights: specx_decoder::WeightMode,
+    /// A cheaper draft (`{ vocab = 32768, weights = "q4_0" }`, see `specx decode
+    /// --draft-vocab/--draft-weights`): the data, and a head trained on it, then belong to that
+    /// draft, and are refused with another.
+    #[serde(default, skip_serializing_if = "specx_decoder::DraftTransform::is_identity")]
+    pub draft_transform: specx_decoder::DraftTransform,
 }
 
 fn default_device() -> String {
@@ -326,6 +331,9 @@ impl DatagenConfig {
         self.models.target = resolve_path(&self.models.target, base);
         self.prompts.path = resolve_path(&self.prompts.path, base);
         self.output.dir = resolve_path(&self.output.dir, base);
+        if let Some(t) = &mut self.models.draft_transform.vocab_table {
+            *t = resolve_path(t, base);
+        }
     }
 
     /// The config with its model and prompt paths written relative to the caches (see

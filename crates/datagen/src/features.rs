@@ -33,9 +33,10 @@ pub fn cache_dir() -> PathBuf {
     specx_decoder::loader::cache_dir("SPECX_FEATURES", "features")
 }
 
-/// The cache file of shard `rec`'s features under the draft with weights `draft_sha256`.
-pub fn cache_path(draft_sha256: &str, rec: &ShardRecord) -> PathBuf {
-    cache_dir().join(format!("{}-{}.safetensors", short_hash(draft_sha256), short_hash(&rec.tokens.sha256)))
+/// The cache file of shard `rec`'s features under the draft whose outputs are keyed by
+/// `draft_key` ([`crate::manifest::ModelRecord::weights_key`]).
+pub fn cache_path(draft_key: &str, rec: &ShardRecord) -> PathBuf {
+    cache_dir().join(format!("{}-{}.safetensors", short_hash(draft_key), short_hash(&rec.tokens.sha256)))
 }
 
 /// The cache file of shard `rec`'s draft statistics (`[labelled rows, 3]`, f32).
@@ -171,7 +172,8 @@ fn read_cache(path: &Path, rows: u64, width: usize) -> Option<Vec<f32>> {
 /// too). Returns (values, width).
 pub fn shard_features(dir: &Path, manifest: &Manifest, rec: &ShardRecord, draft: Option<(&Transformer, &str)>, stats: bool) -> Result<(Vec<f32>, usize)> {
     let hidden = manifest.hidden_size;
-    let (fpath, spath) = (cache_path(&manifest.draft.sha256, rec), stats_cache_path(&manifest.draft.sha256, rec));
+    let key = manifest.draft.weights_key();
+    let (fpath, spath) = (cache_path(&key, rec), stats_cache_path(&key, rec));
     let stored = if rec.features.is_some() { Some(crate::shard::read_features(dir, rec)?.0) } else { read_cache(&fpath, rec.labelled_rows, hidden) };
     let cached_stats = if stats { read_cache(&spath, rec.labelled_rows, HEAD_STAT_INPUTS) } else { None };
     let (features, stat_rows) = match (stored, cached_stats) {

@@ -7,7 +7,8 @@
 //! unless [`features`] recomputes them when a head is trained) ->
 //! [`manifest`] records everything with checksums. [`run()`] drives it (resumable, `--shard
 //! i/n`; [`mod@run`] on one device, [`devices`] one part per device at once), [`merge`] joins
-//! parts, [`summary`] prints what a run holds.
+//! parts, [`summary`] prints what a run holds. [`token_freq`] counts training text for a draft's
+//! frequency-ranked vocabulary (`specx token-freq`).
 
 pub mod cli;
 pub mod config;
@@ -22,6 +23,7 @@ pub mod run;
 pub mod shard;
 pub mod split;
 pub mod summary;
+pub mod token_freq;
 
 pub use run::RunOptions;
 

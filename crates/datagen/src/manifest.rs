@@ -26,6 +26,22 @@ pub struct ModelRecord {
     pub hidden_size: usize,
     pub layers: usize,
     pub vocab_size: usize,
+    /// The transform the model ran with ([`specx_decoder::DraftTransform::identity`]):
+    /// `none` for a model as loaded (and every run made before transforms existed).
+    #[serde(default = "no_transform")]
+    pub transform: String,
+}
+
+fn no_transform() -> String {
+    "none".into()
+}
+
+impl ModelRecord {
+    /// What the model's outputs depend on: its weights' sha256, and its transform when it has
+    /// one (hashed together). Keys the feature caches of a run.
+    pub fn weights_key(&self) -> String {
+        if self.transform == "none" { self.sha256.clone() } else { specx_decoder::fsutil::sha256_hex(format!("{} {}", self.sha256, self.transform).as_bytes()) }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -83,10 +99,11 @@ impl Manifest {
         c.models.draft = PathBuf::new();
         c.models.target = PathBuf::new();
         c.prompts.path = PathBuf::new();
+        c.models.draft_transform.vocab_table = None;
         serde_json::json!({
             "format": self.format,
             "config": c,
-            "draft": self.draft.sha256, "draft_tokenizer": self.draft.tokenizer_sha256,
+            "draft": self.draft.sha256, "draft_tokenizer": self.draft.tokenizer_sha256, "draft_transform": self.draft.transform,
             "target": self.target.sha256, "target_tokenizer": self.target.tokenizer_sha256,
             "prompts": self.prompts.sha256, "prompt_list": self.prompts.prompt_list_sha256,
             "shard_count": self.shard_count,

@@ -70,6 +70,7 @@ pub fn model_record(m: &LoadedModel) -> Result<ModelRecord> {
         hidden_size: c.hidden_size,
         layers: c.num_hidden_layers,
         vocab_size: c.vocab_size,
+        transform: "none".into(),
     })
 }
 
@@ -97,9 +98,16 @@ pub fn run_on_one_device(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manif
     let device = devices[0].clone();
     let (prompts, rows_in_file) = select_prompts(cfg)?;
     eprintln!("loading draft {} and target {}", cfg.models.draft.display(), cfg.models.target.display());
-    let draft = load_model_as(&cfg.models.draft, None, &device, cfg.models.weights)?;
+    let mut draft = load_model_as(&cfg.models.draft, None, &device, cfg.models.weights)?;
     let target = load_model_split(&cfg.models.target, None, &devices, cfg.models.weights)?;
     check_pair(&draft, &target)?;
+    let transform = &cfg.models.draft_transform;
+    let mut draft_record = model_record(&draft)?;
+    if !transform.is_identity() {
+        eprintln!("making the draft {}", transform.label());
+        draft.model = transform.apply(draft.model.clone(), &draft.tokenizer)?;
+        draft_record.transform = transform.identity()?;
+    }
 
     let inputs = prompts
         .iter()
@@ -114,7 +122,7 @@ pub fn run_on_one_device(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manif
         format: FORMAT.into(),
         specx_version: env!("CARGO_PKG_VERSION").into(),
         config: cfg.clone(),
-        draft: model_record(&draft)?,
+        draft: draft_record,
         target: model_record(&target)?,
         prompts: PromptSetRecord {
             path: crate::config::portable_path(&p.path),

@@ -46,6 +46,22 @@ impl Tokenizer {
         self.inner.get_vocab(true)
     }
 
+    /// sha256 over the vocabulary (`id<TAB>token<LF>` by id, added tokens included): what
+    /// identifies a tokenizer's ids whatever its file's formatting.
+    pub fn vocab_sha256(&self) -> String {
+        let mut pairs: Vec<(u32, String)> = self.vocab().into_iter().map(|(t, id)| (id, t)).collect();
+        pairs.sort_unstable();
+        let text: String = pairs.iter().map(|(id, t)| format!("{id}\t{t}\n")).collect();
+        crate::fsutil::sha256_hex(text.as_bytes())
+    }
+
+    /// The ids of the added tokens marked special (chat markup, EOS), ascending.
+    pub fn special_ids(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = self.inner.get_added_tokens_decoder().into_iter().filter(|(_, t)| t.special).map(|(id, _)| id).collect();
+        ids.sort_unstable();
+        ids
+    }
+
     /// End-of-sequence ids known by name in this vocabulary (`<|im_end|>`, `<|endoftext|>`,
     /// `</s>`, `<|end_of_text|>`, `<|eot_id|>`).
     pub fn named_eos_ids(&self) -> Vec<u32> {

@@ -251,6 +251,35 @@ fn q8_weights_keep_every_method_lossless_on_the_real_pair() {
 }
 
 #[test]
+fn cheaper_drafts_keep_the_real_pair_lossless_and_read_fewer_bytes() {
+    // The shipped frequency table's vocabulary subset and a Q4_0 requantization (issue 36):
+    // each is a different q, so greedy output must still be the target's, token for token,
+    // under a fixed K and a policy that reads the draft's probabilities.
+    use specx_decoder::speculative::*;
+    use specx_decoder::{DraftTransform, DraftWeights};
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (draft, target) = load_pair_as(WeightMode::Q8);
+    let cfg = SpecConfig { max_new_tokens: 24, sampling: specx_decoder::SamplingConfig::greedy(), seed: 0 };
+    let full_bytes = draft.model.weight_bytes_per_token();
+    for t in [DraftTransform { vocab: Some(16384), ..Default::default() }, DraftTransform { vocab: Some(32768), vocab_table: None, weights: Some(DraftWeights::Q4_0) }] {
+        let cheap = t.apply(draft.model.clone(), &draft.tokenizer).unwrap();
+        assert!(cheap.weight_bytes_per_token() < full_bytes * 3 / 4, "{}: {} of {} bytes", t.label(), cheap.weight_bytes_per_token(), full_bytes);
+        for q in ["Write a Python function that checks whether a string is a palindrome.", "What is 17 * 23? Answer briefly."] {
+            let ids = target.tokenizer.encode(&specx_decoder::ChatTemplate::qwen().apply(q)).unwrap();
+            let want = generate_autoregressive(&target.model, &ids, &cfg, &target.eos_ids).unwrap().tokens;
+            let confidence = ConfidencePolicy { threshold: 0.6, min_candidates: 1, max_candidates: 8 };
+            let mut policies: Vec<(&str, Box<dyn StopPolicy>)> = vec![("fixed K=4", Box::new(FixedK(4))), ("confidence", Box::new(confidence))];
+            for (name, policy) in policies.iter_mut() {
+                let mut drafter = PlainDrafter::new(&cheap);
+                let got = generate_speculative(&target.model, &mut drafter, policy.as_mut(), &mut RejectionSampler, &ids, &cfg, &target.eos_ids).unwrap();
+                assert_eq!(got.tokens, want, "{}, {name}, {q}", t.label());
+                assert!(got.metrics.n_accepted > 0, "{}, {name}: the cheaper draft should still agree on some tokens", t.label());
+            }
+        }
+    }
+}
+
+#[test]
 fn native_weights_give_the_f32_paths_logits_on_the_real_pair() {
     // Both paths multiply the same dequantized values in the same order: the few-row kernel for
     // a prompt of <= 32 tokens and single-token steps, burn's gemm for a 48-token prompt (the

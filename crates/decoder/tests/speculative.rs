@@ -232,7 +232,7 @@ fn head_checkpoints_round_trip() {
     let device = default_device();
     for (depth, tied) in [(0, false), (3, true), (2, false)] {
         let head = AcceptanceHead::init_seeded(16, depth, tied, depth as u64, &device);
-        let spec = HeadSpec { hidden_size: 16, depth, tied, draft_model_sha256: Some("abc".into()), training: serde_json::json!({"w_rej": 6}), draft_stats: false };
+        let spec = HeadSpec { hidden_size: 16, depth, tied, draft_model_sha256: Some("abc".into()), draft_transform: None, training: serde_json::json!({"w_rej": 6}), draft_stats: false };
         let path = dir.path().join(format!("h{depth}{tied}"));
         head.save(&path, &spec).unwrap();
         let (back, spec2) = AcceptanceHead::load(&path, &device).unwrap();

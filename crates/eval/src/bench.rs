@@ -143,7 +143,7 @@ pub struct BenchReport {
 }
 
 /// A prompt of exactly `n` tokens: a fixed English/code text, repeated as needed.
-fn bench_prompt(lm: &LoadedModel, n: usize) -> Result<Vec<u32>> {
+pub fn bench_prompt(lm: &LoadedModel, n: usize) -> Result<Vec<u32>> {
     let text = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n# Speculative decoding lets a small model draft tokens that a large model verifies.\n";
     let ids = lm.tokenizer.encode(text)?;
     Ok(ids.iter().cycle().take(n.max(1)).copied().collect())
@@ -302,7 +302,7 @@ pub fn measure(a: &BenchArgs) -> Result<BenchReport> {
         memory.push(PathMemory { device: name.to_string(), weights: mode.to_string(), rss_both_loaded_gb: rss_both, peak_rss_gb: peak });
     }
     let llamacpp = match &a.llamacpp {
-        Some(bin) => run_llama_bench(bin, &[("draft", &draft_path), ("target", &target_path)], threads, a)?,
+        Some(bin) => run_llama_bench(bin, &[("draft", &draft_path), ("target", &target_path)], threads, a.prompt_tokens, a.decode_tokens)?,
         None => Vec::new(),
     };
     // The machine's bandwidth varies from minute to minute (shared host): measure again after
@@ -322,7 +322,8 @@ fn reset_peak_rss() {
 
 /// Runs `llama-bench` on each model (prompt processing of `prompt_tokens`, then generation of
 /// `decode_tokens` after a context of `prompt_tokens`, as specx measures them) and reads its JSON.
-fn run_llama_bench(bin: &Path, models: &[(&str, &PathBuf)], threads: usize, a: &BenchArgs) -> Result<Vec<LlamaCppBench>> {
+pub fn run_llama_bench(bin: &Path, models: &[(&str, &PathBuf)], threads: usize, prompt_tokens: usize, decode_tokens: usize) -> Result<Vec<LlamaCppBench>> {
+    ensure!(bin.is_file(), "--llamacpp {}: no such file (build it with scripts/bench-llamacpp.sh)", bin.display());
     let mut out = Vec::new();
     for (role, path) in models {
         eprintln!("llama-bench on the {role} ({threads} threads)...");
@@ -344,8 +345,8 @@ fn run_llama_bench(bin: &Path, models: &[(&str, &PathBuf)], threads: usize, a: &
                 .and_then(|x| x.as_f64())
                 .context("llama-bench JSON without avg_ts")
         };
-        let prefill = avg_ts(&run(&["-p".into(), a.prompt_tokens.to_string(), "-n".into(), "0".into()])?)?;
-        let decode = avg_ts(&run(&["-p".into(), "0".into(), "-n".into(), a.decode_tokens.to_string(), "-d".into(), a.prompt_tokens.to_string()])?)?;
+        let prefill = avg_ts(&run(&["-p".into(), prompt_tokens.to_string(), "-n".into(), "0".into()])?)?;
+        let decode = avg_ts(&run(&["-p".into(), "0".into(), "-n".into(), decode_tokens.to_string(), "-d".into(), prompt_tokens.to_string()])?)?;
         out.push(LlamaCppBench { role: role.to_string(), prefill_tokens_per_sec: prefill, decode_tokens_per_sec: decode });
     }
     Ok(out)

@@ -105,11 +105,13 @@ pub fn run(a: DecodeArgs) -> Result<()> {
         worker_devices,
         draft_devices,
         heads: head.into_iter().collect(),
+        drafts: setting.spec().map(|m| m.draft.clone()).into_iter().collect(),
     };
     let models = Models::load(&plan)?;
     if let (Some(m), Some(d)) = (setting.spec(), &models.draft) {
         m.check_models(&d.model, &models.heads)?;
     }
+    models.check_setting(&setting)?;
     let target = &models.target;
     let prompt = target.tokenizer.encode(&a.run.prompt_text())?;
     let cfg = SpecConfig { max_new_tokens: a.run.max_new_tokens, sampling, seed: a.run.sampling.seed };

@@ -1,6 +1,8 @@
 //! `specx bench-decode`: a preset of `specx eval` (greedy, fixed K, the first N HumanEval
-//! prompts, Qwen's chat template) run once per weight path, with the speedups of all paths
-//! against the first path's AR printed in one table.
+//! prompts, Qwen's chat template) run once per weight path, every K with every draft of
+//! `--drafts`, with the speedups of all paths against the first path's AR printed in one table,
+//! and with `--llamacpp` against llama.cpp's `llama-bench` generation speed on the target, run
+//! in the same process after the decodes.
 
 use crate::bench::PairArgs;
 use crate::experiment::config::{BudgetConfig, EvalConfig, MethodsConfig, ModelsConfig, OutputConfig, PromptSetConfig, SpecDecGrid};
@@ -9,7 +11,7 @@ use crate::experiment::{run as run_eval, EvalOptions};
 use crate::report::markdown_table;
 use anyhow::{bail, ensure, Result};
 use specx_datagen::prompts::PromptFormat;
-use specx_decoder::WeightMode;
+use specx_decoder::{DraftTransform, WeightMode};
 use std::path::PathBuf;
 
 /// Options of `specx bench-decode`.
@@ -36,6 +38,17 @@ pub struct DecodeBenchArgs {
     /// Eval run directories go here, one per weight path (resumable like any eval run).
     #[arg(long, default_value = "runs/bench-decode")]
     pub out: PathBuf,
+    /// Drafts each K runs with: `full` (as loaded), `vN` (the N most frequent tokens of the
+    /// shipped frequency table), `q4_0`/`q5_0`/`q8_0` (requantized), or both joined by `+`
+    /// (`v16384+q4_0`).
+    #[arg(long, value_delimiter = ',', default_value = "full")]
+    pub drafts: Vec<DraftTransform>,
+    /// llama.cpp's `llama-bench` (scripts/bench-llamacpp.sh builds it): after the decodes, its
+    /// generation speed on the target (`--max-new-tokens` tokens after a context of the runs'
+    /// mean prompt length, 3 repetitions) and every method's tokens/s against it. specx's
+    /// tokens/s include each prompt's prefill; llama-bench's tg does not.
+    #[arg(long, value_name = "PATH")]
+    pub llamacpp: Option<PathBuf>,
 }
 
 /// The eval config of one weight path.
@@ -60,7 +73,7 @@ fn preset(a: &DecodeBenchArgs, mode: WeightMode) -> Result<EvalConfig> {
         sampling: vec![crate::experiment::config::SamplingSetting { name: "greedy".into(), temperature: 0.0, top_k: None, top_p: None }],
         budget: BudgetConfig { max_new_tokens: Some(a.max_new_tokens), max_total_tokens: None },
         seeds: vec![0],
-        methods: MethodsConfig { specdec: Some(SpecDecGrid { k: a.k.clone() }), ..Default::default() },
+        methods: MethodsConfig { specdec: Some(SpecDecGrid { k: a.k.clone() }), drafts: a.drafts.clone(), ..Default::default() },
         audit: Default::default(),
         output: OutputConfig { dir: abs(&a.out).join(mode.to_string()) },
     })
@@ -82,6 +95,17 @@ pub fn run(a: DecodeBenchArgs) -> Result<()> {
     }
     let total_ar = |rows: &[crate::common::results::ResultRow]| rows.iter().filter(|r| r.setting.family() == "ar").map(|r| r.total_time_s).sum::<f64>();
     let first_ar = total_ar(&results[0].1);
+    let llama_tg = match &a.llamacpp {
+        Some(bin) => {
+            let ar: Vec<&crate::common::results::ResultRow> = results[0].1.iter().filter(|r| r.setting.family() == "ar").collect();
+            let context = ar.iter().map(|r| r.prompt_tokens).sum::<usize>() / ar.len().max(1);
+            let (_, target) = a.pair.paths();
+            let l = crate::bench::run_llama_bench(bin, &[("target", &target)], rayon::current_num_threads(), context.max(1), a.max_new_tokens)?;
+            eprintln!("llama.cpp on the target: tg{} after {context} tokens {:.2} tokens/s", a.max_new_tokens, l[0].decode_tokens_per_sec);
+            Some(l[0].decode_tokens_per_sec)
+        }
+        None => None,
+    };
     let mut table = Vec::new();
     for (mode, rows, _) in &results {
         let ar_time = total_ar(rows);
@@ -97,6 +121,9 @@ pub fn run(a: DecodeBenchArgs) -> Result<()> {
             if results.len() > 1 {
                 row.push(format!("{:.2}x", first_ar / g.sum_time));
             }
+            if let Some(tg) = llama_tg {
+                row.push(format!("{:.2}x", g.sum_generated as f64 / g.sum_time / tg));
+            }
             row.extend([
                 if g.sum_verified > 0 { format!("{:.3}", g.acceptance_sum()) } else { "-".into() },
                 format!("{:.2}", g.tokens_per_call_sum()),
@@ -106,11 +133,18 @@ pub fn run(a: DecodeBenchArgs) -> Result<()> {
             table.push(row);
         }
     }
-    println!("{} HumanEval prompts, greedy, {} new tokens; tokens/s and the first speedup are ratios of sums over prompts\n", a.n, a.max_new_tokens);
+    println!("{} HumanEval prompts, greedy, {} new tokens; tokens/s and the first speedup are ratios of sums over prompts", a.n, a.max_new_tokens);
+    if let Some(tg) = llama_tg {
+        println!("llama.cpp's llama-bench on the target, same run: tg{} {tg:.2} tokens/s (decode only; specx's tokens/s include the prompt's prefill)", a.max_new_tokens);
+    }
+    println!();
     let first_label = format!("speedup vs {} AR", a.weights[0]);
     let mut header = vec!["weights", "method", "tokens/s", "speedup", "speedup (mean over prompts)"];
     if results.len() > 1 {
         header.push(&first_label);
+    }
+    if llama_tg.is_some() {
+        header.push("vs llama.cpp tg");
     }
     header.extend(["acceptance rate", "tokens/target call", "discard rate", "same output as AR"]);
     print!("{}", markdown_table(&header, &table));

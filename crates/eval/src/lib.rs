@@ -5,6 +5,7 @@ pub mod bench;
 pub mod common;
 pub mod decode;
 pub mod decode_bench;
+pub mod draft_cost;
 pub mod dsi;
 pub mod easyspec;
 pub mod experiment;

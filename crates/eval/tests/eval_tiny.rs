@@ -34,7 +34,7 @@ fn setup() -> Setup {
     let d = load_model(&draft, None, &default_device()).unwrap();
     let hidden = d.model.config().hidden_size;
     let head = root.join("head-a");
-    let spec = HeadSpec { hidden_size: hidden, depth: 1, tied: false, draft_model_sha256: Some(d.weights_sha256().unwrap()), training: serde_json::json!({}), draft_stats: false };
+    let spec = HeadSpec { hidden_size: hidden, depth: 1, tied: false, draft_model_sha256: Some(d.weights_sha256().unwrap()), draft_transform: None, training: serde_json::json!({}), draft_stats: false };
     AcceptanceHead::init_seeded(hidden, 1, false, 3, &default_device()).save(&head, &spec).unwrap();
     let config = format!(
         r#"
@@ -234,7 +234,7 @@ fn bad_configs_are_named_before_models_load() {
     let other = s.root.join("head-b");
     let d = load_model(&s.draft, None, &default_device()).unwrap();
     let hidden = d.model.config().hidden_size;
-    let spec = HeadSpec { hidden_size: hidden, depth: 1, tied: false, draft_model_sha256: Some("0".repeat(64)), training: serde_json::json!({}), draft_stats: false };
+    let spec = HeadSpec { hidden_size: hidden, depth: 1, tied: false, draft_model_sha256: Some("0".repeat(64)), draft_transform: None, training: serde_json::json!({}), draft_stats: false };
     AcceptanceHead::init_seeded(hidden, 1, false, 3, &default_device()).save(&other, &spec).unwrap();
     let e = err(&s.config.replace("\"head-a\"", "\"head-b\""));
     assert!(e.contains("another draft model"), "{e}");
@@ -453,7 +453,7 @@ fn every_stop_rule_runs_live_and_replays_count_for_count() {
     // with another look's statistics changes the stop decisions.
     let d = load_model(&s.draft, None, &default_device()).unwrap();
     let hidden = d.model.config().hidden_size;
-    let spec = HeadSpec { hidden_size: hidden, depth: 0, tied: false, draft_model_sha256: Some(d.weights_sha256().unwrap()), training: serde_json::json!({}), draft_stats: true };
+    let spec = HeadSpec { hidden_size: hidden, depth: 0, tied: false, draft_model_sha256: Some(d.weights_sha256().unwrap()), draft_transform: None, training: serde_json::json!({}), draft_stats: true };
     let dir = s.root.join("head-stats");
     AcceptanceHead::init_seeded_with_inputs(hidden, 3, 0, false, 11, &default_device()).save(&dir, &spec).unwrap();
     let mut weight = vec![0f32; hidden + 3];
@@ -511,4 +511,60 @@ fn write_linear_head(path: &std::path::Path, weight: &[f32], bias: f32) {
     bytes.extend_from_slice(&bias.to_le_bytes());
     weight.iter().for_each(|w| bytes.extend_from_slice(&w.to_le_bytes()));
     std::fs::write(path, bytes).unwrap();
+}
+
+/// Cheaper drafts (issue 36) from a config: every method runs once per draft of
+/// `[methods] drafts`, losslessly; the run records each draft's identity (its table by sha256);
+/// a head trained with one draft transform is refused with another, naming both, before any
+/// prompt runs; a replay refuses a cheaper draft (its traces are the draft's as loaded).
+#[test]
+fn cheaper_drafts_run_from_a_config_and_heads_of_another_transform_are_refused() {
+    use specx_decoder::draft::frequencies::TokenFrequencies;
+    let s = setup();
+    let (draft, target) = specx_decoder::synthetic::write_tiny_char_pair_gguf(&s.root.join("gguf"), 7, 0.35, specx_decoder::gguf::GgmlType::Q8_0).unwrap();
+    let d = load_model(&draft, None, &default_device()).unwrap();
+    let vocab = d.model.config().vocab_size;
+    let counts: Vec<u64> = (0..vocab as u64).map(|i| (i * 37) % 11).collect();
+    TokenFrequencies::from_counts(&counts, Vec::new(), d.tokenizer.vocab_sha256(), vocab, Vec::new()).write(&s.root.join("freq.tsv")).unwrap();
+    let methods = s.config.find("[methods]").unwrap();
+    let outro = s.config.find("[output]").unwrap();
+    let with_methods = |m: &str| {
+        let head = &s.config[..methods];
+        let head = head.replace(&s.draft.display().to_string(), &draft.display().to_string()).replace(&s.draft.with_file_name("target").display().to_string(), &target.display().to_string());
+        format!("{head}{m}\n{}", &s.config[outro..])
+    };
+    let text = with_methods("[methods]\nspecdec = { k = [3] }\ndrafts = [{}, { vocab = 40, vocab_table = \"freq.tsv\" }, { weights = \"q4_0\" }]");
+    let cfg = load_config(&s, &text, "cheap").unwrap();
+    let out = run(&cfg, &opts(None, None)).unwrap();
+    assert!(out.audit_failures.is_empty(), "{:?}", out.audit_failures);
+    let keys: std::collections::BTreeSet<String> = out.rows.iter().map(|r| r.setting.key()).collect();
+    assert_eq!(keys, ["ar", "specdec K=3", "specdec K=3 [draft v40:freq]", "specdec K=3 [draft q4_0]"].map(String::from).into());
+    for r in out.rows.iter().filter(|r| r.greedy()) {
+        assert!(r.identical_to_ar, "{} {}", r.prompt_id, r.setting.key());
+    }
+    let ids = &out.manifest.draft_transforms;
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert!(ids.iter().any(|(l, id)| l == "v40:freq" && id.starts_with("vocab=40 table=")), "{ids:?}");
+    assert!(ids.iter().any(|(l, id)| l == "q4_0" && id == "weights=q4_0"), "{ids:?}");
+
+    // A head made with the draft as loaded: refused for the subset draft, naming both.
+    let hidden = d.model.config().hidden_size;
+    let head_for = |name: &str, transform: Option<&str>| {
+        let spec = HeadSpec { hidden_size: hidden, depth: 1, tied: false, draft_model_sha256: Some(d.weights_sha256().unwrap()), draft_transform: transform.map(String::from), training: serde_json::json!({}), draft_stats: false };
+        AcceptanceHead::init_seeded(hidden, 1, false, 3, &default_device()).save(&s.root.join(name), &spec).unwrap();
+    };
+    head_for("head-g", None);
+    let mixed = with_methods("[methods]\nspecdecpp = { heads = [\"head-g\"], thresholds = [0.5] }\ndrafts = [{ vocab = 40, vocab_table = \"freq.tsv\" }]");
+    let e = format!("{:#}", run(&load_config(&s, &mixed, "mixed").unwrap(), &opts(None, None)).unwrap_err());
+    assert!(e.contains("head 'head-g'") && e.contains("'none'") && e.contains("'vocab=40 table="), "{e}");
+    // A head made for the subset draft: refused with the draft as loaded.
+    head_for("head-c", Some("vocab=40 table=0123456789ab"));
+    let plain = with_methods("[methods]\nspecdecpp = { heads = [\"head-c\"], thresholds = [0.5] }");
+    let e = format!("{:#}", run(&load_config(&s, &plain, "plain").unwrap(), &opts(None, None)).unwrap_err());
+    assert!(e.contains("'vocab=40 table=0123456789ab'") && e.contains("runs with 'none'"), "{e}");
+    // Replays trace the draft as loaded.
+    let grid = s.root.join("cheap-replay.toml");
+    std::fs::write(&grid, "[methods]\nspecdec = { k = [2] }\ndrafts = [{ weights = \"q4_0\" }]\n").unwrap();
+    let e = format!("{:#}", replay(&s.root.join("cheap"), &ReplayConfig::load(&grid).unwrap(), "cheap-replay", false).err().expect("refused"));
+    assert!(e.contains("replays trace the draft as loaded"), "{e}");
 }

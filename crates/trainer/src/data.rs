@@ -23,6 +23,8 @@ pub struct LabelledSet {
     pub draft_stats: bool,
     /// The draft model whose hidden states these are (a head must be trained and used with it).
     pub draft_sha256: String,
+    /// The draft's transform ([`specx_decoder::DraftTransform::identity`], `none` as loaded).
+    pub draft_transform: String,
     /// Which prompts the run covered (`alpaca`/`train`, ...), for reports.
     pub split: String,
     /// Prompts the rows come from (the run's first ones).
@@ -55,6 +57,7 @@ impl LabelledSet {
             hidden: m.hidden_size + if draft_stats { specx_decoder::speculative::HEAD_STAT_INPUTS } else { 0 },
             draft_stats,
             draft_sha256: m.draft.sha256.clone(),
+            draft_transform: m.draft.transform.clone(),
             split: format!("{:?}/{}", m.config.prompts.format, m.prompts.split).to_lowercase(),
             prompts: shards.iter().map(|r| r.prompt_count).sum(),
             data_sha256: data_sha256(&shards),
@@ -79,7 +82,7 @@ impl LabelledSet {
     /// An in-memory set (tests, synthetic data).
     pub fn from_rows(features: Vec<f32>, labels: Vec<f32>, hidden: usize, draft_sha256: &str) -> Self {
         assert_eq!(features.len(), labels.len() * hidden, "features must be [labels, hidden]");
-        Self { dir: PathBuf::new(), features, labels, hidden, draft_stats: false, draft_sha256: draft_sha256.into(), split: "memory".into(), prompts: 0, data_sha256: String::new() }
+        Self { dir: PathBuf::new(), features, labels, hidden, draft_stats: false, draft_sha256: draft_sha256.into(), draft_transform: "none".into(), split: "memory".into(), prompts: 0, data_sha256: String::new() }
     }
 
     pub fn len(&self) -> usize {
@@ -156,15 +159,21 @@ pub fn data_sha256(shards: &[&ShardRecord]) -> String {
 /// features (or, with `stats`, draft statistics) are neither stored nor cached; the manifest
 /// names it relative to the model cache.
 fn load_draft_if_needed(dir: &Path, m: &Manifest, shards: &[&ShardRecord], stats: bool) -> Result<Option<(specx_decoder::LoadedModel, String)>> {
-    let missing = shards.iter().filter(|r| (r.features.is_none() && !cache_path(&m.draft.sha256, r).exists()) || (stats && !stats_cache_path(&m.draft.sha256, r).exists())).count();
+    let key = m.draft.weights_key();
+    let missing = shards.iter().filter(|r| (r.features.is_none() && !cache_path(&key, r).exists()) || (stats && !stats_cache_path(&key, r).exists())).count();
     if missing == 0 {
         return Ok(None);
     }
     let path = &m.config.models.draft;
     eprintln!("{}: recomputing the features of {missing} shard(s) with the draft {} (cached in {})", dir.display(), path.display(), specx_datagen::features::cache_dir().display());
     let device = specx_decoder::device_from_name("cpu")?;
-    let model = specx_decoder::load_model_as(path, None, &device, m.config.models.weights).with_context(|| format!("loading the draft of {} to recompute its features", dir.display()))?;
+    let mut model = specx_decoder::load_model_as(path, None, &device, m.config.models.weights).with_context(|| format!("loading the draft of {} to recompute its features", dir.display()))?;
     let sha = model.weights_sha256()?;
+    let transform = &m.config.models.draft_transform;
+    if !transform.is_identity() {
+        specx_decoder::draft::check_same_transform(&format!("{}", dir.display()), Some(&m.draft.transform), &transform.identity()?)?;
+        model.model = transform.apply(model.model.clone(), &model.tokenizer)?;
+    }
     Ok(Some((model, sha)))
 }
 
@@ -191,6 +200,7 @@ pub fn check_compatible(train: &LabelledSet, dev: &LabelledSet) -> Result<()> {
             short_hash(&dev.draft_sha256)
         );
     }
+    specx_decoder::draft::check_same_transform(&format!("{} (dev rows of {})", dev.dir.display(), train.dir.display()), Some(&dev.draft_transform), &train.draft_transform)?;
     Ok(())
 }
 
@@ -208,5 +218,14 @@ mod tests {
         assert_eq!(all, (0..70).collect::<Vec<_>>());
         assert_eq!(set.batches(32, 1), b);
         assert_ne!(set.batches(32, 2), b);
+    }
+
+    #[test]
+    fn rows_of_another_draft_transform_are_refused_naming_both() {
+        let train = LabelledSet { dir: "train-run".into(), ..LabelledSet::from_rows(vec![0.0; 4], vec![1.0; 2], 2, "x") };
+        let dev = LabelledSet { dir: "dev-run".into(), draft_transform: "vocab=32768 table=329af048363c".into(), ..LabelledSet::from_rows(vec![0.0; 4], vec![1.0; 2], 2, "x") };
+        let e = format!("{:#}", check_compatible(&train, &dev).unwrap_err());
+        assert!(e.contains("dev-run") && e.contains("'vocab=32768 table=329af048363c'") && e.contains("'none'"), "{e}");
+        assert!(check_compatible(&train, &train).is_ok());
     }
 }

@@ -85,6 +85,7 @@ fn head_spec(cfg: &TrainConfig, set: &LabelledSet, dev: &LabelledSet) -> HeadSpe
         depth: cfg.head.depth,
         tied: cfg.head.tied,
         draft_model_sha256: Some(set.draft_sha256.clone()),
+        draft_transform: (set.draft_transform != "none").then(|| set.draft_transform.clone()),
         training: serde_json::json!({
             "config": cfg,
             "train": data(set),

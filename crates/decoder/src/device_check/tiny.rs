@@ -177,7 +177,7 @@ pub(super) fn acceptance_head(device: &Device, dir: &Path) -> Result<Check> {
             worst = worst.max((cpu.accept_probability(&h)? - dev.accept_probability(&h)?).abs() as f32);
         }
         let ckpt = dir.join(format!("head-{depth}-{tied}"));
-        let spec = HeadSpec { hidden_size: hidden, depth, tied, draft_model_sha256: None, training: serde_json::Value::Null, draft_stats: false };
+        let spec = HeadSpec { hidden_size: hidden, depth, tied, draft_model_sha256: None, draft_transform: None, training: serde_json::Value::Null, draft_stats: false };
         dev.save(&ckpt, &spec)?;
         let (back, _) = AcceptanceHead::load(&ckpt, &default_device()).context("loading the head saved from the device")?;
         let h = vec![0.25f32; hidden];

@@ -11,6 +11,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use super::linear::Linear;
 use super::fuzzy::AttentionProbe;
 
+#[derive(Clone)]
 pub(super) struct RmsNorm {
     pub(super) weight: Tensor<1>,
     pub(super) eps: f64,
@@ -25,6 +26,7 @@ impl RmsNorm {
 
 /// Self-attention. q, k and v are one fused projection (rows q, then k, then v): one pass over
 /// the input and one kernel call instead of three.
+#[derive(Clone)]
 pub(super) struct Attention {
     pub(super) qkv: Linear,
     pub(super) o: Linear,
@@ -34,12 +36,14 @@ pub(super) struct Attention {
 }
 
 /// SwiGLU MLP with gate and up fused into one projection (rows gate, then up).
+#[derive(Clone)]
 pub(super) struct Mlp {
     pub(super) gate_up: Linear,
     pub(super) down: Linear,
     pub(super) intermediate: usize,
 }
 
+#[derive(Clone)]
 pub(super) struct Block {
     pub(super) attn_norm: RmsNorm,
     pub(super) attn: Attention,
@@ -56,6 +60,7 @@ pub(super) struct Block {
 }
 
 /// The token embedding table.
+#[derive(Clone)]
 pub(super) enum Embedding {
     Dense(Tensor<2>),
     /// A table in row blocks on a device ([`super::linear::Projection::Device`]).

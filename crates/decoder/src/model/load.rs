@@ -193,7 +193,7 @@ impl Transformer {
             linear(&[("lm_head", cfg.vocab_size)], hd, false, last)?
         };
         let sequential = LayerGroups::sequential(blocks.len());
-        Ok(Self { cfg, embed, blocks, norm: final_norm, lm_head, sequential, devices: devices.to_vec(), head })
+        Ok(Self { cfg, embed, blocks, norm: final_norm, lm_head, sequential, devices: devices.to_vec(), head, vocab_subset: None })
     }
 }
 

@@ -11,6 +11,7 @@ use crate::config::ModelConfig;
 use crate::layer_groups::LayerGroups;
 use anyhow::{bail, ensure, Result};
 use burn::tensor::{Device, Tensor};
+use std::sync::Arc;
 
 mod fuzzy;
 mod layers;
@@ -18,6 +19,7 @@ mod linear;
 mod load;
 mod placement;
 mod ragged;
+mod transform;
 
 pub use fuzzy::{AttentionProbe, ProbedLayer};
 pub use linear::HOST_KERNEL_MAX_ROWS;
@@ -76,6 +78,7 @@ pub struct LayerTimes {
 }
 
 /// The decoder.
+#[derive(Clone)]
 pub struct Transformer {
     cfg: ModelConfig,
     embed: Embedding,
@@ -91,6 +94,9 @@ pub struct Transformer {
     devices: Vec<Device>,
     /// Index into `devices` of the final norm's and the head's device (the last range's).
     head: usize,
+    /// The token ids of `lm_head`'s rows when the head is restricted to a subset of the
+    /// vocabulary ([`Transformer::restrict_vocab`]): logits elsewhere are -inf.
+    vocab_subset: Option<Arc<[u32]>>,
 }
 
 /// RoPE tables and the causal mask of one forward, on one device.
@@ -214,7 +220,11 @@ impl Transformer {
 
     /// Output-head scores for hidden states `[batch, n, hidden]`.
     pub fn logits(&self, hidden: Tensor<3>) -> Tensor<3> {
-        self.lm_head.forward(hidden)
+        let scores = self.lm_head.forward(hidden);
+        match &self.vocab_subset {
+            None => scores,
+            Some(ids) => self.full_vocabulary(scores, ids),
+        }
     }
 
     /// Embeddings of the tokens of `seqs`, one after another: `[total tokens, hidden]`. Token

@@ -67,7 +67,10 @@ impl Transformer {
     /// computed independently of the others (the companion of [`Transformer::forward_ragged`]).
     pub fn logits_ragged(&self, hidden: Tensor<2>) -> Vec<Vec<f32>> {
         let [r, h] = hidden.dims();
-        let out = self.lm_head.forward_row_invariant(hidden.reshape([1, r, h]));
+        let mut out = self.lm_head.forward_row_invariant(hidden.reshape([1, r, h]));
+        if let Some(ids) = &self.vocab_subset {
+            out = self.full_vocabulary(out, ids);
+        }
         let v = out.dims()[2];
         host_rows(out.reshape([r, v]))
     }

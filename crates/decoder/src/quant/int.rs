@@ -196,6 +196,15 @@ pub fn matmul(q: &QuantMatrix, x: &[f32], m: usize, out: &mut [f32], path: IntPa
     let input = QuantizedInput::new(q, x, m);
     crate::kernels::by_weight_rows(n, m, out, |out_t| {
         out_t.par_chunks_mut(ROWS_PER_TASK * m).enumerate().for_each(|(task, chunk)| {
+            let start = task * ROWS_PER_TASK;
+            #[cfg(target_arch = "x86_64")]
+            if path != IntPath::Portable {
+                if let Some((ty, rows, row_bytes)) = q.row_span(start, start + chunk.len() / m) {
+                    // SAFETY: `path` is supported (checked above).
+                    unsafe { super::int_x86::rows_dots(path, ty, rows, row_bytes, &input, chunk) };
+                    return;
+                }
+            }
             UNPACKED.with(|cell| {
                 let mut w = cell.borrow_mut();
                 for (j, dots) in chunk.chunks_exact_mut(m).enumerate() {

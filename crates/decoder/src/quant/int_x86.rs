@@ -53,6 +53,34 @@ pub unsafe fn row_dots(path: IntPath, ty: GgmlType, row: &[u8], x: &QuantizedInp
     }
 }
 
+/// [`row_dots`] for consecutive weight rows of one type (`rows`: `row_bytes` each; `out`:
+/// each row's dots with every activation row, row after row): the type and path are matched
+/// once, and each row's kernel runs inlined in one loop (the draft's rows are short: per-row
+/// dispatch cost about as much as a row's arithmetic).
+///
+/// # Safety
+/// As [`row_dots`].
+pub unsafe fn rows_dots(path: IntPath, ty: GgmlType, rows: &[u8], row_bytes: usize, x: &QuantizedInput, out: &mut [f32]) {
+    let avx512 = path == IntPath::Avx512Vnni;
+    // SAFETY: the caller guarantees the path's instructions.
+    unsafe {
+        macro_rules! each {
+            ($t:expr) => {
+                if avx512 { rows512::<{ $t }>(rows, row_bytes, x, out) } else { rows256::<{ $t }>(rows, row_bytes, x, out) }
+            };
+        }
+        match ty {
+            GgmlType::Q4K => each!(Q4K),
+            GgmlType::Q5K => each!(Q5K),
+            GgmlType::Q6K => each!(Q6K),
+            GgmlType::Q4_0 => each!(Q4_0),
+            GgmlType::Q5_0 => each!(Q5_0),
+            GgmlType::Q8_0 => each!(Q8_0),
+            _ => unreachable!("{ty:?} has no integer kernel"),
+        }
+    }
+}
+
 /// Runs the type's kernel over the activation rows, a tile at a time.
 unsafe fn tiles<const T: u8>(avx512: bool, row: &[u8], x: &QuantizedInput, out: &mut [f32]) {
     let tile = if avx512 { TILE_512 } else { TILE_256 };
@@ -74,6 +102,48 @@ unsafe fn tiles<const T: u8>(avx512: bool, row: &[u8], x: &QuantizedInput, out: 
                 (false, 3) => dots256::<T, 3>(row, x, r0, dst),
                 (false, 2) => dots256::<T, 2>(row, x, r0, dst),
                 (false, _) => dots256::<T, 1>(row, x, r0, dst),
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn rows512<const T: u8>(rows: &[u8], row_bytes: usize, x: &QuantizedInput, out: &mut [f32]) {
+    let m = out.len() / (rows.len() / row_bytes);
+    for (row, dst) in rows.chunks_exact(row_bytes).zip(out.chunks_exact_mut(m)) {
+        for (i, d) in dst.chunks_mut(TILE_512).enumerate() {
+            let r0 = i * TILE_512;
+            // SAFETY: the features are enabled; the kernels check what they read.
+            unsafe {
+                match d.len() {
+                    8 => dots512::<T, 8>(row, x, r0, d),
+                    7 => dots512::<T, 7>(row, x, r0, d),
+                    6 => dots512::<T, 6>(row, x, r0, d),
+                    5 => dots512::<T, 5>(row, x, r0, d),
+                    4 => dots512::<T, 4>(row, x, r0, d),
+                    3 => dots512::<T, 3>(row, x, r0, d),
+                    2 => dots512::<T, 2>(row, x, r0, d),
+                    _ => dots512::<T, 1>(row, x, r0, d),
+                }
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows256<const T: u8>(rows: &[u8], row_bytes: usize, x: &QuantizedInput, out: &mut [f32]) {
+    let m = out.len() / (rows.len() / row_bytes);
+    for (row, dst) in rows.chunks_exact(row_bytes).zip(out.chunks_exact_mut(m)) {
+        for (i, d) in dst.chunks_mut(TILE_256).enumerate() {
+            let r0 = i * TILE_256;
+            // SAFETY: the features are enabled; the kernels check what they read.
+            unsafe {
+                match d.len() {
+                    4 => dots256::<T, 4>(row, x, r0, d),
+                    3 => dots256::<T, 3>(row, x, r0, d),
+                    2 => dots256::<T, 2>(row, x, r0, d),
+                    _ => dots256::<T, 1>(row, x, r0, d),
+                }
             }
         }
     }

@@ -27,6 +27,7 @@ pub mod int;
 mod int_x86;
 #[cfg(target_arch = "x86_64")]
 mod int_x86_blocks;
+pub mod transform;
 pub mod unpack;
 
 pub use int::IntPath;
@@ -96,6 +97,18 @@ impl QuantMatrix {
     /// Bytes of weight data (what one pass over the matrix reads).
     pub fn byte_len(&self) -> usize {
         self.parts.iter().map(|p| p.data.len()).sum()
+    }
+
+    /// Rows `start..end` when one part holds them all: their type, their bytes (row after row)
+    /// and the bytes of one row.
+    pub(crate) fn row_span(&self, start: usize, end: usize) -> Option<(GgmlType, &[u8], usize)> {
+        let i = self.starts.partition_point(|&s| s <= start) - 1;
+        let p = &self.parts[i];
+        let first = start - self.starts[i];
+        (end - self.starts[i] <= p.rows).then(|| {
+            let row_bytes = p.data.len() / p.rows;
+            (p.ty, &p.data[first * row_bytes..(end - self.starts[i]) * row_bytes], row_bytes)
+        })
     }
 
     /// The raw blocks of row `o` and their type.

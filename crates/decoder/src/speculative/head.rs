@@ -30,6 +30,10 @@ pub struct HeadSpec {
     pub tied: bool,
     /// sha256 of the draft model file whose hidden states the head reads.
     pub draft_model_sha256: Option<String>,
+    /// The draft transform it was trained with ([`crate::DraftTransform::identity`]); absent:
+    /// the draft as loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_transform: Option<String>,
     /// The training configuration, recorded as given.
     #[serde(default)]
     pub training: serde_json::Value,

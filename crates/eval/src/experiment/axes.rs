@@ -16,14 +16,17 @@
 //! policies.oracle = {}                                         # replays only
 //! schedulers.sequential = {}
 //! schedulers.dsi = { servers = [2] }
+//! drafts = [{}, { vocab = 32768 }, { vocab = 16384, weights = "q4_0" }]   # cheaper drafts
 //! ```
 //!
-//! Without `drafters` the drafter is plain; without `schedulers` the scheduler is sequential.
+//! Without `drafters` the drafter is plain; without `schedulers` the scheduler is sequential;
+//! without `drafts` the draft runs as loaded (`{}`).
 
 use crate::method::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, PAPER_BOUNDS};
 use anyhow::{ensure, Result};
 use serde::{Deserialize, Serialize};
 use specx_decoder::speculative::{Calibration, Compat};
+use specx_decoder::DraftTransform;
 use std::path::PathBuf;
 
 /// One product of axes.
@@ -35,6 +38,15 @@ pub struct MethodGrid {
     pub policies: PolicyAxis,
     #[serde(default)]
     pub schedulers: SchedulerAxis,
+    /// The draft as loaded (`{}`) or made cheaper: `vocab` (the N most frequent tokens of
+    /// `vocab_table`, default the shipped table), `weights` (`q4_0`, `q5_0`, `q8_0`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drafts: Vec<DraftTransform>,
+}
+
+/// `drafts`, or the draft as loaded when none is listed.
+pub fn drafts_or_loaded(drafts: &[DraftTransform]) -> Vec<DraftTransform> {
+    if drafts.is_empty() { vec![DraftTransform::default()] } else { drafts.to_vec() }
 }
 
 /// A part without parameters (`plain = {}`, `sequential = {}`).
@@ -274,11 +286,13 @@ impl MethodGrid {
         ensure!(!policies.is_empty(), "[[methods.grid]] lists no policy: give policies.fixed, head, confidence, roc, pmin, dynamic, svip, adaedl, bandit or oracle");
         let mut out = Vec::new();
         for drafter in self.drafters.expand() {
-            for policy in &policies {
-                for scheduler in self.schedulers.expand() {
-                    let m = MethodSpec { drafter: drafter.clone(), policy: policy.clone(), scheduler };
-                    m.check()?;
-                    out.push(m);
+            for draft in drafts_or_loaded(&self.drafts) {
+                for policy in &policies {
+                    for scheduler in self.schedulers.expand() {
+                        let m = MethodSpec { drafter: drafter.clone(), draft: draft.clone(), policy: policy.clone(), scheduler };
+                        m.check()?;
+                        out.push(m);
+                    }
                 }
             }
         }

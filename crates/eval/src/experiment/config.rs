@@ -201,6 +201,12 @@ pub struct MethodsConfig {
     /// EasySpec's layer-parallel drafter, run for real.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub easyspec: Option<EasySpecGrid>,
+    /// The drafts every method of the papers' sections runs with (each method once per draft):
+    /// `{}` as loaded, or made cheaper with `vocab` (the N most frequent tokens of
+    /// `vocab_table`, default the shipped table) and `weights` (`q4_0`, `q5_0`, `q8_0`).
+    /// `[[methods.grid]]` products have their own `drafts`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drafts: Vec<specx_decoder::DraftTransform>,
     /// Products of axes (drafters x policies x schedulers, see [`super::axes`]), after the
     /// papers' sections.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -351,6 +357,10 @@ impl EvalConfig {
         }
         if let Some(p) = self.methods.dsi.as_mut().and_then(|g| g.profile.as_mut()) {
             *p = resolve_path(p, base);
+        }
+        let drafts = self.methods.drafts.iter_mut().chain(self.methods.grid.iter_mut().flat_map(|g| g.drafts.iter_mut()));
+        for table in drafts.filter_map(|d| d.vocab_table.as_mut()) {
+            *table = resolve_path(table, base);
         }
         self.output.dir = resolve_path(&self.output.dir, base);
     }

@@ -2,7 +2,7 @@
 //! with. The papers' sections (`[methods.specdec]`, `.specdecpp`, `.confidence`, `.dsi`,
 //! `.easyspec`) are shorthands for their grids; `[[methods.grid]]` is any product of axes.
 
-use super::axes::HeadPolicies;
+use super::axes::{drafts_or_loaded, HeadPolicies};
 use super::config::MethodsConfig;
 use crate::method::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting};
 use anyhow::{ensure, Result};
@@ -36,7 +36,7 @@ pub fn expand(m: &MethodsConfig) -> Result<Vec<Setting>> {
         for strategy in &g.strategies {
             for &calibration in &g.calibrations {
                 let drafter = DrafterSpec::EasySpec { strategy: strategy.clone(), calibration, workers: g.workers.unwrap_or(1), compat: Compat::Lossless };
-                let fuzzy = |policy, scheduler| MethodSpec { drafter: drafter.clone(), policy, scheduler };
+                let fuzzy = |policy, scheduler| MethodSpec { drafter: drafter.clone(), draft: Default::default(), policy, scheduler };
                 specs.extend(g.k.iter().map(|&k| fuzzy(PolicySpec::Fixed { k }, SchedulerSpec::Sequential)));
                 specs.extend(head_policies.iter().map(|p| fuzzy(p.clone(), SchedulerSpec::Sequential)));
                 for &servers in &g.servers {
@@ -45,6 +45,15 @@ pub fn expand(m: &MethodsConfig) -> Result<Vec<Setting>> {
             }
         }
     }
+    // The papers' sections run with every draft of `[methods] drafts`.
+    let specs: Vec<MethodSpec> = specs
+        .into_iter()
+        .flat_map(|s| drafts_or_loaded(&m.drafts).into_iter().map(move |draft| MethodSpec { draft, ..s.clone() }))
+        .collect();
+    for s in &specs {
+        s.check()?;
+    }
+    let mut specs = specs;
     for g in &m.grid {
         specs.extend(g.expand()?);
     }

@@ -22,6 +22,9 @@ pub struct HeadRecord {
     pub depth: usize,
     pub tied: bool,
     pub draft_model_sha256: Option<String>,
+    /// The draft transform the head was trained with (absent: the draft as loaded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_transform: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -42,6 +45,10 @@ pub struct EvalManifest {
     pub draft: ModelRecord,
     pub target: ModelRecord,
     pub heads: Vec<HeadRecord>,
+    /// The cheaper drafts the methods ran: label (as in method names) and identity
+    /// ([`specx_decoder::DraftTransform::identity`]: the table by its sha256).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub draft_transforms: Vec<(String, String)>,
     /// End-of-sequence ids the runs stopped at (the target's), for replays.
     pub eos_ids: Vec<u32>,
     pub prompt_sets: Vec<PromptSetRecord>,
@@ -73,12 +80,18 @@ impl EvalManifest {
         if let Some(g) = &mut c.methods.specdecpp {
             g.heads.iter_mut().for_each(|h| *h = PathBuf::from(super::axes::head_name(h)));
         }
+        // A table enters by its content (draft_transforms), not where it lives.
+        let drafts = c.methods.drafts.iter_mut().chain(c.methods.grid.iter_mut().flat_map(|g| g.drafts.iter_mut()));
+        for t in drafts.filter_map(|d| d.vocab_table.as_mut()) {
+            *t = t.file_name().map(PathBuf::from).unwrap_or_default();
+        }
         serde_json::json!({
             "format": self.format,
             "config": c,
             "draft": self.draft.sha256, "target": self.target.sha256,
             "tokenizer": self.target.tokenizer_sha256,
             "heads": self.heads.iter().map(|h| (&h.name, &h.sha256)).collect::<Vec<_>>(),
+            "draft_transforms": self.draft_transforms,
             "prompt_sets": self.prompt_sets.iter().map(|p| (&p.name, &p.sha256, &p.selected)).collect::<Vec<_>>(),
             "settings": self.settings,
         })

@@ -142,7 +142,17 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     if sha != manifest.draft.sha256 {
         bail!("{} changed since the run (sha256 {} now, {} then)", c.draft.display(), &sha[..12], &manifest.draft.sha256[..12]);
     }
-    let head_map: Heads = grid.methods.head_dirs().into_iter().map(|dir| Ok((head_name(dir), load_head(&dir.to_string_lossy(), &draft, &device)?))).collect::<Result<_>>()?;
+    // Traces are the draft's as loaded: a cheaper draft proposes other tokens, and a head made
+    // for one reads other hidden states.
+    if let Some(s) = settings.iter().filter_map(Setting::spec).find(|s| !s.draft.is_identity()) {
+        bail!("{}: replays trace the draft as loaded; a cheaper draft ({}) runs for real (specx eval)", s.key(), s.draft.label());
+    }
+    let mut head_map = Heads::new();
+    for dir in grid.methods.head_dirs() {
+        let (head, transform) = load_head(&dir.to_string_lossy(), &draft, &device)?;
+        specx_decoder::draft::check_same_transform(&format!("head {}", dir.display()), transform.as_deref(), "none")?;
+        head_map.insert(head_name(dir), head);
+    }
     // The trace's head list and each name's index in it.
     let heads: Vec<specx_decoder::speculative::AcceptanceHead> = head_map.values().cloned().collect();
     let head_index: HashMap<String, usize> = head_map.keys().enumerate().map(|(i, name)| (name.clone(), i)).collect();

@@ -94,6 +94,7 @@ fn head_records(cfg: &EvalConfig) -> Result<Vec<HeadRecord>> {
                 depth: spec.depth,
                 tied: spec.tied,
                 draft_model_sha256: spec.draft_model_sha256,
+                draft_transform: spec.draft_transform,
             })
         })
         .collect()
@@ -126,6 +127,7 @@ fn model_plan(cfg: &EvalConfig, device: Placement, settings: &[Setting]) -> Resu
         worker_devices,
         draft_devices,
         heads: cfg.methods.head_dirs().into_iter().map(|d| (head_name(d), d.to_string_lossy().into_owned())).collect(),
+        drafts: settings.iter().filter_map(|s| s.spec().map(|m| m.draft.clone())).collect(),
     })
 }
 
@@ -159,6 +161,7 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
     for s in settings.iter().filter_map(Setting::spec) {
         s.check_models(&draft.model, &models.heads)?;
     }
+    settings.iter().try_for_each(|s| models.check_setting(s))?;
 
     let mut manifest = EvalManifest {
         format: FORMAT.into(),
@@ -167,6 +170,7 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
         draft: model_record(draft)?,
         target: model_record(target)?,
         heads: head_records,
+        draft_transforms: models.draft_identities(),
         eos_ids: target.eos_ids.clone(),
         prompt_sets: sets
             .iter()

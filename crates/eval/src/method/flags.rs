@@ -7,7 +7,7 @@ use super::spec::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting, P
 use anyhow::{ensure, Result};
 use clap::{Args, ValueEnum};
 use specx_decoder::speculative::{Calibration, Compat};
-use specx_decoder::{parse_device_list, parse_placement_list, DeviceName, Placement};
+use specx_decoder::{parse_device_list, parse_placement_list, DeviceName, DraftTransform, Placement};
 
 /// The papers' methods, each a default drafter x policy x scheduler.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -145,6 +145,41 @@ pub struct MethodArgs {
     /// [default: lossless].
     #[arg(long)]
     pub compat: Option<Compat>,
+    #[command(flatten)]
+    pub draft: DraftArgs,
+}
+
+/// A cheaper draft (any drafter, policy and scheduler; lossless either way).
+#[derive(Args, Clone, Debug, Default)]
+pub struct DraftArgs {
+    /// FR-Spec: the draft's output head restricted to the N most frequent tokens of the
+    /// frequency table (special tokens always in); q is the softmax over them [default: the
+    /// whole vocabulary].
+    #[arg(long, value_name = "N")]
+    pub draft_vocab: Option<usize>,
+    /// The token frequency table of --draft-vocab (`specx token-freq` writes one) [default:
+    /// datasets/token-frequencies/ of this source tree].
+    #[arg(long, value_name = "PATH")]
+    pub draft_vocab_table: Option<std::path::PathBuf>,
+    /// Requantize the draft's layer matrices and head to this block type after loading:
+    /// q4_0, q5_0 or q8_0 (matrices already as cheap are kept) [default: as stored].
+    #[arg(long, value_name = "TYPE")]
+    pub draft_weights: Option<String>,
+}
+
+impl DraftArgs {
+    pub fn given(&self) -> bool {
+        self.draft_vocab.is_some() || self.draft_vocab_table.is_some() || self.draft_weights.is_some()
+    }
+
+    /// The transform these flags describe (checked: the table exists and fits N).
+    pub fn transform(&self) -> Result<DraftTransform> {
+        ensure!(self.draft_vocab_table.is_none() || self.draft_vocab.is_some(), "--draft-vocab-table needs --draft-vocab N");
+        let weights = self.draft_weights.as_deref().map(str::parse).transpose()?;
+        let t = DraftTransform { vocab: self.draft_vocab, vocab_table: self.draft_vocab_table.clone(), weights };
+        t.check()?;
+        Ok(t)
+    }
 }
 
 impl MethodArgs {
@@ -164,7 +199,7 @@ impl MethodArgs {
         if self.method == Preset::Ar && self.drafter.is_none() && self.policy.is_none() && self.scheduler.is_none() {
             let any = self.k.is_some() || self.servers.is_some() || !self.devices.is_empty() || !self.draft_devices.is_empty() || self.head.is_some() || self.threshold.is_some();
             let more = self.min.is_some() || self.max.is_some() || self.strategy.is_some() || self.calibration.is_some() || self.workers.is_some() || self.compat.is_some() || !self.arms.is_empty();
-            ensure!(!any && !more, "--method ar runs the target alone: it takes no drafter, policy or scheduler flag");
+            ensure!(!any && !more && !self.draft.given(), "--method ar runs the target alone: it takes no drafter, policy, scheduler or draft flag");
             return Ok(Setting::Ar);
         }
         let dsi_flags = self.servers.is_some() || !self.devices.is_empty();
@@ -250,7 +285,7 @@ impl MethodArgs {
                 SchedulerSpec::Dsi { servers: if n > 0 { n } else { self.servers.unwrap_or(2) } }
             }
         };
-        let setting = Setting::Speculative(MethodSpec { drafter, policy, scheduler });
+        let setting = Setting::Speculative(MethodSpec { drafter, draft: self.draft.transform()?, policy, scheduler });
         setting.check_runnable()?;
         Ok(setting)
     }
@@ -310,5 +345,18 @@ mod tests {
         assert!(e("--policy roc --min 2").contains("--min is not used"));
         assert!(e("--arms 1,2").contains("--arms is not used"));
         assert!(e("--policy bandit --max 4").contains("--max is not used"));
+        // A cheaper draft: named in the key; bad sizes and types refused before any model loads.
+        assert_eq!(key("--draft-vocab 32768 --draft-weights q4_0").unwrap(), "specdec K=4 [draft v32768+q4_0]");
+        assert_eq!(key("--method confidence --draft-weights q5_0").unwrap(), "confidence 0.5 [2,20] [draft q5_0]");
+        assert!(e("--method ar --draft-vocab 100").contains("no drafter, policy, scheduler or draft flag"));
+        assert!(e("--draft-weights q3_k").contains("unknown draft weight type 'q3_k'"));
+        assert!(e("--draft-vocab 0").contains("need 1..="), "{}", e("--draft-vocab 0"));
+        assert!(e("--draft-vocab 999999").contains("the tokenizer's vocabulary"));
+        assert!(e("--draft-vocab-table t.tsv").contains("needs --draft-vocab"));
+        assert!(e("--draft-vocab 100 --draft-vocab-table no-such.tsv").contains("no-such.tsv"));
+        // Labels parse back to the transform they name.
+        for label in ["full", "v32768", "q4_0", "v16384+q4_0"] {
+            assert_eq!(label.parse::<DraftTransform>().unwrap().label(), label);
+        }
     }
 }

@@ -4,7 +4,10 @@
 
 use super::build::{Heads, RunModels};
 use super::spec::{DrafterSpec, Setting};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
+use specx_decoder::draft::check_same_transform;
+use specx_decoder::DraftTransform;
+use std::collections::BTreeMap;
 use specx_decoder::fsutil::short_hash;
 use specx_decoder::speculative::AcceptanceHead;
 use specx_decoder::{check_pair, load_model_as, load_model_split, open_device, Device, DeviceName, LoadedModel, Placement, Transformer, WeightMode};
@@ -28,6 +31,9 @@ pub struct ModelPlan {
     pub draft_devices: Vec<DeviceName>,
     /// Heads by name: a checkpoint directory, or `random[:SEED]` for an untrained head.
     pub heads: Vec<(String, String)>,
+    /// Cheaper drafts the methods run (made from `draft` after loading); the draft as loaded
+    /// needs no entry.
+    pub drafts: Vec<DraftTransform>,
 }
 
 /// The loaded models of a [`ModelPlan`].
@@ -38,7 +44,11 @@ pub struct Models {
     pub placed_draft: Option<Transformer>,
     /// The target on each worker device; `None` where it is the main device.
     replicas: Vec<Option<LoadedModel>>,
+    /// The cheaper drafts of [`ModelPlan::drafts`], with their identities.
+    transformed: BTreeMap<DraftTransform, (Transformer, String)>,
     pub heads: Heads,
+    /// The draft transform each head was trained with ([`DraftTransform::identity`]).
+    head_drafts: BTreeMap<String, String>,
 }
 
 impl Models {
@@ -77,12 +87,40 @@ impl Models {
             }
             _ => None,
         };
+        let mut transformed = BTreeMap::new();
+        let wanted: std::collections::BTreeSet<&DraftTransform> = plan.drafts.iter().filter(|t| !t.is_identity()).collect();
+        for t in wanted {
+            let d = draft.as_ref().context("a cheaper draft is made from the draft model: a draft model is needed")?;
+            ensure!(plan.draft_devices.is_empty(), "EasySpec's placed draft (--draft-devices) runs the draft as loaded: it cannot be combined with a cheaper draft ({})", t.label());
+            eprintln!("making the draft {}", t.label());
+            transformed.insert(t.clone(), (t.apply(d.model.clone(), &d.tokenizer)?, t.identity()?));
+        }
         let mut heads = Heads::new();
+        let mut head_drafts = BTreeMap::new();
         for (name, spec) in &plan.heads {
             let d = draft.as_ref().context("acceptance heads read the draft's hidden states: a draft model is needed")?;
-            heads.insert(name.clone(), load_head(spec, d, &device)?);
+            let (head, transform) = load_head(spec, d, &device)?;
+            heads.insert(name.clone(), head);
+            head_drafts.insert(name.clone(), transform.unwrap_or_else(|| "none".into()));
         }
-        Ok(Self { target, draft, placed_draft, replicas, heads })
+        Ok(Self { target, draft, placed_draft, replicas, transformed, heads, head_drafts })
+    }
+
+    /// The cheaper drafts made: label and identity of each.
+    pub fn draft_identities(&self) -> Vec<(String, String)> {
+        self.transformed.iter().map(|(t, (_, id))| (t.label(), id.clone())).collect()
+    }
+
+    /// What needs the loaded models besides the method's own parts: a head policy's head was
+    /// trained on the draft this setting runs (the same transform).
+    pub fn check_setting(&self, setting: &Setting) -> Result<()> {
+        let Some(m) = setting.spec() else { return Ok(()) };
+        let used = if m.draft.is_identity() { "none".to_string() } else { self.transformed.get(&m.draft).map(|(_, id)| id.clone()).with_context(|| format!("{}: the draft {} was not made", m.key(), m.draft.label()))? };
+        if let Some(head) = setting.head() {
+            let recorded = self.head_drafts.get(head).map(String::as_str);
+            check_same_transform(&format!("{}: head '{head}'", m.key()), recorded, &used)?;
+        }
+        Ok(())
     }
 
     /// DSI's target workers, one per worker device (empty: the workers share the target).
@@ -93,8 +131,10 @@ impl Models {
     /// What `setting` runs on: EasySpec's settings take the placed draft when there is one.
     pub fn for_setting<'a>(&'a self, setting: &Setting, workers: &'a [&'a Transformer]) -> RunModels<'a> {
         let easyspec = setting.spec().is_some_and(|m| matches!(m.drafter, DrafterSpec::EasySpec { .. }));
-        let draft = self.draft.as_ref().map(|d| match (&self.placed_draft, easyspec) {
-            (Some(placed), true) => placed,
+        let cheaper = setting.spec().and_then(|m| self.transformed.get(&m.draft)).map(|(t, _)| t);
+        let draft = self.draft.as_ref().map(|d| match (&self.placed_draft, easyspec, cheaper) {
+            (_, _, Some(t)) => t,
+            (Some(placed), true, None) => placed,
             _ => &d.model,
         });
         RunModels { target: &self.target.model, workers, draft, heads: &self.heads }
@@ -113,12 +153,14 @@ pub fn default_head_dir() -> PathBuf {
 }
 
 /// Loads an acceptance head: a checkpoint directory, [`DEFAULT_HEAD`], or `random[:SEED]` for
-/// a randomly initialised head (for testing the pipeline before a head is trained).
-pub fn load_head(spec: &str, draft: &LoadedModel, device: &Device) -> Result<AcceptanceHead> {
+/// a randomly initialised head (for testing the pipeline before a head is trained). Returns
+/// the draft transform it was trained with (`None`: the draft as loaded; a random head fits
+/// any draft and returns `None` too).
+pub fn load_head(spec: &str, draft: &LoadedModel, device: &Device) -> Result<(AcceptanceHead, Option<String>)> {
     let hidden_size = draft.model.config().hidden_size;
     if let Some(rest) = spec.strip_prefix("random") {
         let seed: u64 = rest.strip_prefix(':').map_or(Ok(0), str::parse).context("--head random:SEED needs an integer seed")?;
-        return Ok(AcceptanceHead::init_seeded(hidden_size, 3, false, seed, device));
+        return Ok((AcceptanceHead::init_seeded(hidden_size, 3, false, seed, device), None));
     }
     let dir = if spec == DEFAULT_HEAD {
         let dir = default_head_dir();
@@ -140,5 +182,5 @@ pub fn load_head(spec: &str, draft: &LoadedModel, device: &Device) -> Result<Acc
             bail!("head {spec} was trained on the hidden states of another draft model (sha256 {}), not {} (sha256 {})", short_hash(trained_on), draft.path.display(), short_hash(&this));
         }
     }
-    Ok(head)
+    Ok((head, hs.draft_transform))
 }

@@ -2,10 +2,11 @@
 //! `specx decode`'s flags parse to. A speculative method is a triple of the decoder's parts,
 //! drafter x stop policy x scheduler; AR is the target alone.
 
-use anyhow::{bail, ensure, Result};
+use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::speculative::{Calibration, Compat, HeadRule};
+use specx_decoder::DraftTransform;
 
 /// What one results row was run with.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -17,10 +18,15 @@ pub enum Setting {
     Speculative(MethodSpec),
 }
 
-/// A speculative method: who proposes, when drafting stops, how verification is scheduled.
+/// A speculative method: who proposes (with which draft), when drafting stops, how
+/// verification is scheduled.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MethodSpec {
     pub drafter: DrafterSpec,
+    /// The draft model the drafter runs, as loaded or made cheaper (a vocabulary subset, a
+    /// requantization): a drafter option, composable with every policy and scheduler.
+    #[serde(default, skip_serializing_if = "DraftTransform::is_identity")]
+    pub draft: DraftTransform,
     pub policy: PolicySpec,
     pub scheduler: SchedulerSpec,
 }
@@ -157,14 +163,20 @@ impl SchedulerSpec {
 impl MethodSpec {
     /// A plain drafter under `policy`, scheduled sequentially.
     pub fn plain(policy: PolicySpec) -> Self {
-        Self { drafter: DrafterSpec::Plain, policy, scheduler: SchedulerSpec::Sequential }
+        Self { drafter: DrafterSpec::Plain, draft: DraftTransform::default(), policy, scheduler: SchedulerSpec::Sequential }
     }
 
     /// A short unique name. The papers' methods keep the names they have always had
     /// (`specdec K=4`, `specdecpp w6d3 h=0.7 [2,20]`, `confidence 0.5 [2,20]`, `dsi SP=2 k=4`,
     /// `easyspec lp4 every_round | specdec K=4`); other combinations compose them:
-    /// `dsi SP=2 specdecpp w6d3 h=0.7 [2,20]`.
+    /// `dsi SP=2 specdecpp w6d3 h=0.7 [2,20]`; a cheaper draft adds its label:
+    /// `specdec K=4 [draft v32768+q4_0]`.
     pub fn key(&self) -> String {
+        let key = self.parts_key();
+        if self.draft.is_identity() { key } else { format!("{key} [draft {}]", self.draft.label()) }
+    }
+
+    fn parts_key(&self) -> String {
         let body = match (&self.scheduler, &self.policy) {
             (SchedulerSpec::Sequential, p) => p.key(),
             (SchedulerSpec::Dsi { servers }, PolicySpec::Fixed { k }) => format!("dsi SP={servers} k={k}"),
@@ -198,6 +210,7 @@ impl MethodSpec {
     /// presence) come with the models (`MethodSpec::check_models`).
     pub fn check(&self) -> Result<()> {
         let key = self.key();
+        self.draft.check().with_context(|| format!("{key}: the draft"))?;
         match &self.drafter {
             DrafterSpec::Plain => {}
             DrafterSpec::EasySpec { strategy, workers, .. } => {
@@ -343,7 +356,7 @@ mod tests {
         assert_eq!(MethodSpec { scheduler: dsi.clone(), ..MethodSpec::plain(PolicySpec::Fixed { k: 5 }) }.key(), "dsi SP=2 k=5");
         let dsi_head = MethodSpec { scheduler: dsi.clone(), ..MethodSpec::plain(head.clone()) };
         assert_eq!((dsi_head.key().as_str(), dsi_head.family()), ("dsi SP=2 specdecpp w6d3 h=0.7 [2,20]", "dsi"));
-        let all = MethodSpec { drafter: fuzzy(), policy: head, scheduler: dsi };
+        let all = MethodSpec { drafter: fuzzy(), draft: DraftTransform::default(), policy: head, scheduler: dsi };
         assert_eq!((all.key().as_str(), all.family()), ("easyspec lp4 every_round | dsi SP=2 specdecpp w6d3 h=0.7 [2,20]", "easyspec"));
         let s = Setting::Speculative(all);
         assert_eq!((s.drafter(), s.policy(), s.scheduler()), (Some("easyspec"), Some("head"), Some("dsi")));

@@ -32,7 +32,10 @@ impl DraftStats {
         for &l in logits {
             let e = ((l - max) as f64).exp();
             z += e;
-            zl += e * (l - max) as f64;
+            if e > 0.0 {
+                // A token outside a draft's vocabulary subset has l = -inf: no mass, no term.
+                zl += e * (l - max) as f64;
+            }
             if l > top[DRAFT_TOP_K - 1] {
                 let mut i = DRAFT_TOP_K - 1;
                 while i > 0 && top[i - 1] < l {

@@ -1,0 +1,39 @@
+//! The shipped token frequency table (datasets/token-frequencies/) is rebuilt byte for byte by
+//! `specx token-freq` from the training sets beside the project (../shared/datasets), the
+//! committed datagen run's first shards and the fetched Qwen2.5 tokenizer: the draft
+//! vocabulary every config names is reproducible.
+
+use specx_datagen::token_freq::{run, TokenFreqArgs};
+use std::path::PathBuf;
+
+fn root() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from).join("../..")
+}
+
+#[test]
+fn the_shipped_frequency_table_is_rebuilt_byte_for_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shared = root().join("../shared/datasets");
+    let tokenizer = specx_decoder::loader::model_cache_dir().join("qwen2.5-coder-0.5b-instruct/tokenizer.json");
+    assert!(tokenizer.is_file(), "{} missing: run scripts/fetch-models.sh", tokenizer.display());
+    let out = tmp.path().join("freq.tsv");
+    // The shards the shipped table counted (the committed run keeps growing).
+    let shipped = specx_decoder::draft::frequencies::TokenFrequencies::read(&specx_decoder::draft::default_table_path()).unwrap();
+    let datagen = shipped.header.sources.iter().find(|s| s.name == "datagen").expect("the shipped table counts a datagen run");
+    let args = TokenFreqArgs {
+        out: out.clone(),
+        tokenizer: Some(tokenizer),
+        alpaca: Some(shared.join("alpaca/alpaca_5000.json")),
+        gsm8k: Some(shared.join("gsm8k/train.jsonl")),
+        code: None,
+        datagen: Some(root().join("datasets").join(&datagen.file)),
+        datagen_shards: Some(datagen.count),
+        no_progress: true,
+    };
+    run(&args).unwrap();
+    let shipped = std::fs::read(specx_decoder::draft::default_table_path()).unwrap();
+    assert!(std::fs::read(&out).unwrap() == shipped, "the rebuilt table differs from {}", specx_decoder::draft::default_table_path().display());
+    // A test set is refused by name.
+    let e = format!("{:#}", run(&TokenFreqArgs { gsm8k: Some(shared.join("gsm8k/test.jsonl")), ..args }).unwrap_err());
+    assert!(e.contains("test.jsonl") && e.contains("training text only"), "{e}");
+}

@@ -1,0 +1,102 @@
+//! A model made cheaper to run as a draft, after loading: its output head restricted to a
+//! subset of the vocabulary (FR-Spec's frequency-ranked draft vocabulary) and its matrices
+//! requantized to a cheaper block type. Speculative decoding stays lossless under both: the
+//! verifier's rejection sampling is exact for any draft distribution q, and these only change q.
+
+use super::linear::{device_blocks, upload_matrix, Linear, Projection};
+use super::Transformer;
+use crate::gguf::GgmlType;
+use crate::weights::HostTensor;
+use anyhow::{bail, ensure, Result};
+use burn::tensor::{Device, Tensor, TensorData};
+use std::sync::Arc;
+
+impl Transformer {
+    /// The model with its output head restricted to the tokens `ids` (distinct, inside the
+    /// vocabulary): the head keeps only those rows, exactly as stored, so a token's score is
+    /// the full head's score bit for bit; every other token's logit is -inf, probability 0.
+    /// The embedding table is untouched (any token can still be fed).
+    pub fn restrict_vocab(mut self, ids: &[u32]) -> Result<Self> {
+        let vocab = self.cfg.vocab_size;
+        ensure!(self.vocab_subset.is_none(), "the head is already restricted to a vocabulary subset");
+        ensure!((1..=vocab).contains(&ids.len()), "a vocabulary subset of {} tokens for a vocabulary of {vocab}: need 1..={vocab}", ids.len());
+        let mut seen = vec![false; vocab];
+        for &t in ids {
+            ensure!((t as usize) < vocab, "token {t} of the vocabulary subset is outside the vocabulary of {vocab}");
+            ensure!(!std::mem::replace(&mut seen[t as usize], true), "token {t} is twice in the vocabulary subset");
+        }
+        let head = &self.lm_head;
+        let proj = match &head.proj {
+            Projection::Native(q) => Projection::Native(Arc::new(q.select_rows(ids)?)),
+            Projection::Int(q) => Projection::Int(Arc::new(q.select_rows(ids)?)),
+            Projection::Host { host, .. } => {
+                let (cols, all) = (host.cols, host.as_f32());
+                let data: Vec<f32> = ids.iter().flat_map(|&t| &all[t as usize * cols..(t as usize + 1) * cols]).copied().collect();
+                upload_matrix(HostTensor { shape: vec![ids.len(), cols], data }, "lm_head subset", [ids.len(), cols], &self.devices[self.head])?
+            }
+            Projection::Device(blocks) => {
+                let cols = blocks[0].dims()[1];
+                let all: Vec<f32> = blocks.iter().flat_map(|b| b.clone().into_data().try_to_vec::<f32>().expect("f32 weights")).collect();
+                let data: Vec<f32> = ids.iter().flat_map(|&t| &all[t as usize * cols..(t as usize + 1) * cols]).copied().collect();
+                Projection::Device(device_blocks(data, [ids.len(), cols], &self.devices[self.head]))
+            }
+        };
+        let bias = head.host_bias.as_ref().map(|b| ids.iter().map(|&t| b[t as usize]).collect::<Vec<f32>>());
+        let device = self.devices[self.head].clone();
+        self.lm_head = Linear {
+            proj,
+            bias: bias.as_ref().map(|b| Tensor::from_data(TensorData::new(b.clone(), [b.len()]), &device)),
+            host_bias: bias.filter(|_| !matches!(head.proj, Projection::Device(_))),
+        };
+        self.vocab_subset = Some(ids.into());
+        Ok(self)
+    }
+
+    /// The token ids the head scores when it is restricted ([`Transformer::restrict_vocab`]).
+    pub fn vocab_subset(&self) -> Option<&[u32]> {
+        self.vocab_subset.as_deref()
+    }
+
+    /// The model with every layer matrix and the output head stored with more bits per weight
+    /// than `ty` requantized to `ty` (decoded, then ggml's round-to-nearest quantizer); cheaper
+    /// matrices, the embedding table and the norms are kept. Needs the GGUF blocks on the CPU
+    /// (`--weights native` or `q8`); integer matrices stay integer when `ty` has an integer
+    /// kernel.
+    pub fn requantize(mut self, ty: GgmlType) -> Result<Self> {
+        let convert = |l: &mut Linear, name: &str| -> Result<()> {
+            l.proj = match &l.proj {
+                Projection::Native(q) => Projection::Native(Arc::new(q.requantized(ty)?)),
+                Projection::Int(q) => {
+                    let r = q.requantized(ty)?;
+                    if r.has_int_kernel() { Projection::Int(Arc::new(r)) } else { Projection::Native(Arc::new(r)) }
+                }
+                Projection::Host { .. } => bail!("requantizing {name} needs the model's GGUF blocks: load it with --weights native or q8 (it is held in f32)"),
+                Projection::Device(_) => bail!("requantizing {name} needs the model on the CPU (it is on another device)"),
+            };
+            Ok(())
+        };
+        for (i, b) in self.blocks.iter_mut().enumerate() {
+            for (l, what) in [(&mut b.attn.qkv, "q/k/v"), (&mut b.attn.o, "o"), (&mut b.mlp.gate_up, "gate/up"), (&mut b.mlp.down, "down")] {
+                convert(l, &format!("layer {i}'s {what} projection"))?;
+            }
+        }
+        convert(&mut self.lm_head, "the output head")?;
+        Ok(self)
+    }
+
+    /// Scores of the head's subset rows `[b, n, ids]` placed into the full vocabulary
+    /// `[b, n, vocab]`, -inf elsewhere.
+    pub(super) fn full_vocabulary(&self, scores: Tensor<3>, ids: &[u32]) -> Tensor<3> {
+        let [b, n, k] = scores.dims();
+        let vocab = self.cfg.vocab_size;
+        let device: Device = scores.device();
+        let sub = scores.into_data().try_to_vec::<f32>().expect("f32 logits");
+        let mut full = vec![f32::NEG_INFINITY; b * n * vocab];
+        for (row, src) in full.chunks_exact_mut(vocab).zip(sub.chunks_exact(k)) {
+            for (&t, &v) in ids.iter().zip(src) {
+                row[t as usize] = v;
+            }
+        }
+        Tensor::from_data(TensorData::new(full, [b, n, vocab]), &device)
+    }
+}
