@@ -38,25 +38,14 @@ pub fn avx512_available() -> bool {
 /// # Safety
 /// The CPU must support `path` (the caller checks [`IntPath::supported`] once per call).
 pub unsafe fn row_dots(path: IntPath, ty: GgmlType, row: &[u8], x: &QuantizedInput, out: &mut [f32]) {
-    let avx512 = path == IntPath::Avx512Vnni;
-    // SAFETY: the caller guarantees the path's instructions.
-    unsafe {
-        match ty {
-            GgmlType::Q4K => tiles::<Q4K>(avx512, row, x, out),
-            GgmlType::Q5K => tiles::<Q5K>(avx512, row, x, out),
-            GgmlType::Q6K => tiles::<Q6K>(avx512, row, x, out),
-            GgmlType::Q4_0 => tiles::<Q4_0>(avx512, row, x, out),
-            GgmlType::Q5_0 => tiles::<Q5_0>(avx512, row, x, out),
-            GgmlType::Q8_0 => tiles::<Q8_0>(avx512, row, x, out),
-            _ => unreachable!("{ty:?} has no integer kernel"),
-        }
-    }
+    // SAFETY: as rows_dots.
+    unsafe { rows_dots(path, ty, row, row.len(), x, out) }
 }
 
 /// [`row_dots`] for consecutive weight rows of one type (`rows`: `row_bytes` each; `out`:
 /// each row's dots with every activation row, row after row): the type and path are matched
-/// once, and each row's kernel runs inlined in one loop (the draft's rows are short: per-row
-/// dispatch cost about as much as a row's arithmetic).
+/// once, then each row's tiles of activation rows run in one loop (the draft's rows are
+/// short: a dispatch per row cost a measurable share of its arithmetic).
 ///
 /// # Safety
 /// As [`row_dots`].
@@ -77,32 +66,6 @@ pub unsafe fn rows_dots(path: IntPath, ty: GgmlType, rows: &[u8], row_bytes: usi
             GgmlType::Q5_0 => each!(Q5_0),
             GgmlType::Q8_0 => each!(Q8_0),
             _ => unreachable!("{ty:?} has no integer kernel"),
-        }
-    }
-}
-
-/// Runs the type's kernel over the activation rows, a tile at a time.
-unsafe fn tiles<const T: u8>(avx512: bool, row: &[u8], x: &QuantizedInput, out: &mut [f32]) {
-    let tile = if avx512 { TILE_512 } else { TILE_256 };
-    for (i, dst) in out.chunks_mut(tile).enumerate() {
-        let r0 = i * tile;
-        // SAFETY: the caller guarantees the path's instructions; the kernels check the row
-        // lengths and activation indices they read.
-        unsafe {
-            match (avx512, dst.len()) {
-                (true, 8) => dots512::<T, 8>(row, x, r0, dst),
-                (true, 7) => dots512::<T, 7>(row, x, r0, dst),
-                (true, 6) => dots512::<T, 6>(row, x, r0, dst),
-                (true, 5) => dots512::<T, 5>(row, x, r0, dst),
-                (true, 4) => dots512::<T, 4>(row, x, r0, dst),
-                (true, 3) => dots512::<T, 3>(row, x, r0, dst),
-                (true, 2) => dots512::<T, 2>(row, x, r0, dst),
-                (true, _) => dots512::<T, 1>(row, x, r0, dst),
-                (false, 4) => dots256::<T, 4>(row, x, r0, dst),
-                (false, 3) => dots256::<T, 3>(row, x, r0, dst),
-                (false, 2) => dots256::<T, 2>(row, x, r0, dst),
-                (false, _) => dots256::<T, 1>(row, x, r0, dst),
-            }
         }
     }
 }

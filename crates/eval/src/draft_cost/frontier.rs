@@ -125,11 +125,9 @@ fn draw(groups: &Groups, report: &DraftCostReport, path: &Path) -> Result<()> {
         chart.configure_mesh().x_desc("c = draft step / target step").y_desc("tokens per target call").label_style(("sans-serif", 15)).draw().map_err(e)?;
         for (i, (name, pts)) in series.iter().enumerate() {
             let col = colour(["specdec", "specdecpp", "confidence", "dsi", "oracle", "roc"][i % 6]);
-            let mut sorted = pts.clone();
-            sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
-            chart.draw_series(LineSeries::new(sorted.iter().map(|p| (p.0, p.1)), col.stroke_width(2))).map_err(e)?.label(name.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], col.stroke_width(2)));
-            chart.draw_series(sorted.iter().map(|p| Circle::new((p.0, p.1), 4, col.filled()))).map_err(e)?;
-            chart.draw_series(sorted.iter().map(|p| Text::new(p.2.clone(), (p.0, p.1), ("sans-serif", 12)))).map_err(e)?;
+            // Points, not lines: the drafts are settings, not a curve.
+            chart.draw_series(pts.iter().map(|p| Circle::new((p.0, p.1), 5, col.filled()))).map_err(e)?.label(name.clone()).legend(move |(x, y)| Circle::new((x + 8, y), 5, col.filled()));
+            chart.draw_series(pts.iter().map(|p| Text::new(format!(" {}", p.2), (p.0, p.1), ("sans-serif", 13)))).map_err(e)?;
         }
         chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).label_font(("sans-serif", 14)).draw().map_err(e)?;
         Ok(())
