@@ -30,15 +30,13 @@ impl Transformer {
             Projection::Native(q) => Projection::Native(Arc::new(q.select_rows(ids)?)),
             Projection::Int(q) => Projection::Int(Arc::new(q.select_rows(ids)?)),
             Projection::Host { host, .. } => {
-                let (cols, all) = (host.cols, host.as_f32());
-                let data: Vec<f32> = ids.iter().flat_map(|&t| &all[t as usize * cols..(t as usize + 1) * cols]).copied().collect();
-                upload_matrix(HostTensor { shape: vec![ids.len(), cols], data }, "lm_head subset", [ids.len(), cols], &self.devices[self.head])?
+                let data = gather_rows(host.as_f32(), host.cols, ids);
+                upload_matrix(HostTensor { shape: vec![ids.len(), host.cols], data }, "lm_head subset", [ids.len(), host.cols], &self.devices[self.head])?
             }
             Projection::Device(blocks) => {
                 let cols = blocks[0].dims()[1];
                 let all: Vec<f32> = blocks.iter().flat_map(|b| b.clone().into_data().try_to_vec::<f32>().expect("f32 weights")).collect();
-                let data: Vec<f32> = ids.iter().flat_map(|&t| &all[t as usize * cols..(t as usize + 1) * cols]).copied().collect();
-                Projection::Device(device_blocks(data, [ids.len(), cols], &self.devices[self.head]))
+                Projection::Device(device_blocks(gather_rows(&all, cols, ids), [ids.len(), cols], &self.devices[self.head]))
             }
         };
         let bias = head.host_bias.as_ref().map(|b| ids.iter().map(|&t| b[t as usize]).collect::<Vec<f32>>());
@@ -99,4 +97,9 @@ impl Transformer {
         }
         Tensor::from_data(TensorData::new(full, [b, n, vocab]), &device)
     }
+}
+
+/// Rows `ids` (in that order) of a row-major matrix of `cols` values per row.
+fn gather_rows(all: &[f32], cols: usize, ids: &[u32]) -> Vec<f32> {
+    ids.iter().flat_map(|&t| &all[t as usize * cols..(t as usize + 1) * cols]).copied().collect()
 }
