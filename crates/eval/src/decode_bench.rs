@@ -67,6 +67,7 @@ fn preset(a: &DecodeBenchArgs, mode: WeightMode) -> Result<EvalConfig> {
             split_seed: 0,
             sample: None,
             sample_seed: 0,
+            optional: false,
             template: None,
             chat_template: "qwen".into(),
         }],

@@ -40,7 +40,7 @@ fn shipped_eval_configs_parse_and_expand() {
     assert_eq!(keys, ["ar", "specdec K=1", "specdec K=2", "specdec K=3", "specdec K=5", "dsi SP=1 k=5", "dsi SP=2 k=5", "dsi SP=4 k=5"]);
     let grid: ReplayConfig = toml::from_str(&std::fs::read_to_string(dir().join("replay-grid.toml")).unwrap()).unwrap();
     assert_eq!(expand(&grid.methods).unwrap().len(), 1 + 10 + 9 * 2 + 5);
-    // Issue 36's cheaper drafts: every draft of [methods] drafts once per method.
+    // Cheaper drafts: every draft of [methods] drafts once per method.
     let cheap: Vec<String> = expand(&parse("cheap-drafts.toml").methods).unwrap().iter().map(|s| s.key()).collect();
     assert_eq!(cheap, ["ar", "specdec K=4", "specdec K=4 [draft v32768]", "specdec K=4 [draft v16384]", "specdec K=4 [draft v8192]", "specdec K=4 [draft q4_0]", "specdec K=4 [draft v32768+q4_0]"]);
     let speed: Vec<String> = expand(&parse("cheap-drafts-speed.toml").methods).unwrap().iter().map(|s| s.key()).collect();

@@ -513,7 +513,7 @@ fn write_linear_head(path: &std::path::Path, weight: &[f32], bias: f32) {
     std::fs::write(path, bytes).unwrap();
 }
 
-/// Cheaper drafts (issue 36) from a config: every method runs once per draft of
+/// Cheaper drafts from a config: every method runs once per draft of
 /// `[methods] drafts`, losslessly; the run records each draft's identity (its table by sha256);
 /// a head trained with one draft transform is refused with another, naming both, before any
 /// prompt runs; a replay refuses a cheaper draft (its traces are the draft's as loaded).
@@ -567,4 +567,40 @@ fn cheaper_drafts_run_from_a_config_and_heads_of_another_transform_are_refused()
     std::fs::write(&grid, "[methods]\nspecdec = { k = [2] }\ndrafts = [{ weights = \"q4_0\" }]\n").unwrap();
     let e = format!("{:#}", replay(&s.root.join("cheap"), &ReplayConfig::load(&grid).unwrap(), "cheap-replay", false).err().expect("refused"));
     assert!(e.contains("replays trace the draft as loaded"), "{e}");
+}
+
+/// An optional prompt set whose file is missing is left out (by `--check` and by the run, which
+/// then writes only the other sets' rows); the same set made required fails before any model
+/// loads, naming the set and the file; a config whose every set is optional and missing fails.
+#[test]
+fn a_missing_optional_prompt_set_is_skipped_and_a_missing_required_one_is_named() {
+    use specx_eval::experiment::check::check;
+    let s = setup();
+    let extra = "[[prompts]]\nname = \"gsm8k\"\nformat = \"gsm8k\"\npath = \"no-such/test.jsonl\"\nsample = 2\nchat_template = \"none\"\noptional = true\n";
+    let text = s.config.replace("[[sampling]]\nname = \"greedy\"", &format!("{extra}[[sampling]]\nname = \"greedy\""));
+    assert_ne!(text, s.config, "the extra set was not inserted");
+    let cfg = load_config(&s, &text, "optional").unwrap();
+
+    let plan = check(&cfg, Some(1)).unwrap();
+    assert_eq!(plan.sets.iter().map(|(n, _, k)| (n.as_str(), *k)).collect::<Vec<_>>(), [("alpaca", 1)]);
+    assert_eq!(plan.skipped.len(), 1);
+    assert_eq!(plan.skipped[0].name, "gsm8k");
+    let shown = plan.render();
+    assert!(shown.contains("| gsm8k") && shown.contains("skipped: optional") && shown.contains("no-such/test.jsonl"), "{shown}");
+    assert!(!s.root.join("optional").exists(), "--check wrote the run directory");
+
+    let outcome = run(&cfg, &EvalOptions { part: None, limit: Some(1), max_new_units: None, progress: false }).unwrap();
+    assert!(!outcome.rows.is_empty());
+    assert!(outcome.rows.iter().all(|r| r.dataset == "alpaca"), "rows of a skipped set");
+    let units: std::collections::BTreeSet<_> = outcome.rows.iter().map(|r| (r.prompt_id.clone(), r.sampling.clone(), r.seed)).collect();
+    assert_eq!(units.len(), plan.units, "--check's unit count is the run's");
+
+    let required = text.replace("optional = true\n", "");
+    let e = format!("{:#}", load_config(&s, &required, "required").unwrap_err());
+    assert!(e.contains("prompt set 'gsm8k'") && e.contains("no-such/test.jsonl"), "{e}");
+
+    let all_missing = text.replace("name = \"alpaca\"\n", "name = \"alpaca\"\noptional = true\n").replace(&alpaca().display().to_string(), "/no-such/alpaca.json");
+    let cfg = load_config(&s, &all_missing, "all-missing").unwrap();
+    let e = format!("{:#}", check(&cfg, None).unwrap_err());
+    assert!(e.contains("every prompt set is optional and missing") && e.contains("alpaca") && e.contains("gsm8k"), "{e}");
 }

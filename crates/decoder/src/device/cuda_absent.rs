@@ -3,12 +3,12 @@
 use super::CudaDeviceInfo;
 use anyhow::{bail, Result};
 
-const NOT_BUILT: &str = "this build has no CUDA backend: rebuild with `--features cuda` (see the README's GPU section; it builds offline and needs no CUDA toolkit)";
+const NOT_BUILT: &str = "this build has no CUDA backend: rebuild with `--features cuda` (see docs/guide/gpu.md; it builds offline and needs no CUDA toolkit)";
 
 pub(super) fn devices() -> Result<Vec<CudaDeviceInfo>> {
     bail!("{NOT_BUILT}")
 }
 
 pub(super) fn check(index: usize) -> Result<()> {
-    bail!("device 'cuda:{index}' needs a build with `--features cuda` (see the README's GPU section: it builds offline and needs no CUDA toolkit; `wgpu` also runs NVIDIA GPUs, through Vulkan)")
+    bail!("device 'cuda:{index}' needs a build with `--features cuda` (see docs/guide/gpu.md: it builds offline and needs no CUDA toolkit; `wgpu` also runs NVIDIA GPUs, through Vulkan)")
 }

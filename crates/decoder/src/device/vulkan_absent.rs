@@ -3,7 +3,7 @@
 use super::AdapterInfo;
 use anyhow::{bail, Result};
 
-const NOT_BUILT: &str = "this build has no wgpu backend: rebuild with `--features wgpu` (see the README's GPU section)";
+const NOT_BUILT: &str = "this build has no wgpu backend: rebuild with `--features wgpu` (see docs/guide/gpu.md)";
 
 pub(super) fn adapters() -> Result<Vec<AdapterInfo>> {
     bail!("{NOT_BUILT}")

@@ -1,4 +1,4 @@
-//! A cheaper draft (issue 36): the draft model's output head restricted to a frequency-ranked
+//! A cheaper draft: the draft model's output head restricted to a frequency-ranked
 //! vocabulary subset (FR-Spec) and its matrices requantized to a cheaper block type, applied
 //! once after loading. Both change only the draft distribution q, so speculative decoding stays
 //! lossless; both change what a SpecDec++ head sees, so a transform is part of the draft's

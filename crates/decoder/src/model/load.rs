@@ -28,7 +28,7 @@ pub enum WeightMode {
     /// In their GGUF block formats, multiplied by integer dot products with each activation
     /// row quantized to 8 bits (Q8_K for K-quants, Q8_0 for the 32-wide formats), as llama.cpp
     /// does ([`crate::quant::int`]): not bit-identical to `f32`/`native` (the activations are
-    /// rounded; README gives perplexity and KL against `native`), but row-invariant. Matrices
+    /// rounded; docs/performance gives perplexity and KL against `native`), but row-invariant. Matrices
     /// whose type has no integer kernel take the `native` path (one log line each).
     Q8,
 }

@@ -50,6 +50,11 @@ pub struct EvalArgs {
     /// as a numerical flip, for devices whose matmuls are not row-invariant (GPUs).
     #[arg(long, value_enum)]
     pub audit: Option<super::config::AuditMode>,
+    /// Check the config as a run would (prompt files, splits and samples, the method grid,
+    /// heads, model files) and print what it would run, without loading a model or writing
+    /// anything. Optional prompt sets whose files are missing are listed as skipped.
+    #[arg(long)]
+    pub check: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -135,6 +140,12 @@ pub fn run_cli(a: EvalArgs) -> Result<()> {
                 }
                 bail!("{} replayed rows differ from the real runs of the same setting", o.mismatches.len());
             }
+            Ok(())
+        }
+        None if a.check => {
+            let plan = super::check::check(&effective_config(&a)?, a.limit)?;
+            print!("{}", plan.render());
+            eprintln!("config ok: {} units would run (nothing was loaded or written)", plan.units);
             Ok(())
         }
         None => {

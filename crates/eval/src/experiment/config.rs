@@ -113,9 +113,25 @@ pub struct PromptSetConfig {
     /// `qwen` (ChatML with Qwen's system prompt), `chatml` or `none`.
     #[serde(default = "qwen")]
     pub chat_template: String,
+    /// A set the run can go without: when its file is missing, the run leaves it out and says
+    /// so, instead of failing (configs meant for any machine, such as the smoke config, whose
+    /// Alpaca and GSM8K files a machine may not be able to fetch). A required set that is
+    /// missing stays an error.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
 }
 
 impl PromptSetConfig {
+    /// Whether the set's file can be read on this machine (a path that exists, or a hub id
+    /// found in the Hugging Face cache).
+    pub fn available(&self) -> bool {
+        if specx_decoder::hub::is_hub_id(&self.path) {
+            specx_decoder::hub::resolve(&self.path).is_ok()
+        } else {
+            self.path.is_file()
+        }
+    }
+
     /// The datagen selection this set starts from (the whole split; sampling comes after).
     pub fn as_prompts_config(&self) -> PromptsConfig {
         PromptsConfig {
@@ -382,7 +398,8 @@ impl EvalConfig {
         unique(self.sampling.iter().map(|s| s.name.as_str()), "[[sampling]] name")?;
         for p in &self.prompts {
             ensure!(!p.name.is_empty() && p.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)), "prompt set name '{}': use letters, digits, - _ .", p.name);
-            ensure!(p.path.is_file(), "prompt set '{}': {} does not exist{}", p.name, p.path.display(), dataset_hint(&p.path));
+            // An optional set may be missing: a run leaves it out (`without_missing_optional_sets`).
+            ensure!(p.optional || p.path.is_file(), "prompt set '{}': {} does not exist{}", p.name, p.path.display(), dataset_hint(&p.path));
             ensure!(p.sample != Some(0), "prompt set '{}': sample = 0 selects no prompts", p.name);
             p.as_prompts_config().chat().with_context(|| format!("prompt set '{}'", p.name))?;
         }
@@ -485,6 +502,34 @@ fn check_bounds(bounds: &[[usize; 2]], what: &str) -> Result<()> {
 }
 
 /// How to get a missing prompt file that lives in the dataset cache.
+/// An optional prompt set left out of a run because its file is missing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SkippedSet {
+    pub name: String,
+    pub path: PathBuf,
+}
+
+impl std::fmt::Display for SkippedSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "optional prompt set '{}' skipped: {} does not exist{}", self.name, self.path.display(), dataset_hint(&self.path))
+    }
+}
+
+impl EvalConfig {
+    /// This config without the optional prompt sets whose files are missing, and those sets.
+    /// Fails when no set is left, naming the ones skipped.
+    pub fn without_missing_optional_sets(&self) -> Result<(Self, Vec<SkippedSet>)> {
+        let (kept, skipped): (Vec<_>, Vec<_>) = self.prompts.iter().cloned().partition(|p| !p.optional || p.available());
+        let skipped: Vec<SkippedSet> = skipped.into_iter().map(|p| SkippedSet { name: p.name, path: p.path }).collect();
+        ensure!(
+            !kept.is_empty() || skipped.is_empty(),
+            "every prompt set is optional and missing: {}",
+            skipped.iter().map(|s| s.to_string()).collect::<Vec<_>>().join("; ")
+        );
+        Ok((Self { prompts: kept, ..self.clone() }, skipped))
+    }
+}
+
 fn dataset_hint(path: &Path) -> String {
     if path.starts_with(specx_datagen::config::dataset_cache_dir()) {
         " (run scripts/fetch-datasets.sh to fill the dataset cache)".into()

@@ -4,6 +4,7 @@
 
 pub mod audit;
 pub mod axes;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod devices;
@@ -24,7 +25,14 @@ pub use run::EvalOptions;
 /// Runs the experiment of `cfg` (paths resolved, `output.dir` the run directory): on this
 /// process's device, or with `[models] devices` and no `--shard`, one part per device side by
 /// side, merged into the run directory.
+///
+/// Optional prompt sets whose files are missing are left out, each with a line on stderr.
 pub fn run(cfg: &config::EvalConfig, opts: &EvalOptions) -> anyhow::Result<EvalOutcome> {
+    let (cfg, skipped) = cfg.without_missing_optional_sets()?;
+    for s in &skipped {
+        eprintln!("eval: {s}");
+    }
+    let cfg = &cfg;
     cfg.validate()?;
     if !cfg.models.devices.is_empty() && opts.part.is_none() {
         return devices::run_on_devices(cfg, opts);

@@ -81,7 +81,7 @@ pub fn units(cfg: &EvalConfig, sets: &[SelectedSet]) -> Vec<UnitKey> {
 
 /// The record of every head the grid names (read before any model loads, so that a wrong
 /// path fails fast).
-fn head_records(cfg: &EvalConfig) -> Result<Vec<HeadRecord>> {
+pub(super) fn head_records(cfg: &EvalConfig) -> Result<Vec<HeadRecord>> {
     cfg.methods
         .head_dirs()
         .into_iter()

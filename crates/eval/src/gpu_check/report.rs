@@ -10,7 +10,7 @@ use specx_decoder::fsutil::write_atomic;
 use specx_decoder::{check_device, open_device, parse_device_list, DeviceName};
 use std::path::{Path, PathBuf};
 
-/// The issue's bar on an H100: tiny-model logits within this of the CPU.
+/// The bar on a GPU: tiny-model logits within this of the CPU.
 const LOGIT_TARGET: f64 = 1e-3;
 /// How a check on a device that could not be opened begins its detail.
 const UNAVAILABLE: &str = "device unavailable";
@@ -95,7 +95,7 @@ fn read_json(dir: &Path, name: &str) -> Option<Value> {
     serde_json::from_str(&text).ok()
 }
 
-/// One target of the issue, judged from the files, or why it could not be.
+/// One target of the GPU check, judged from the files, or why it could not be.
 #[derive(Serialize)]
 struct Target {
     target: String,

@@ -16,9 +16,11 @@ pub enum Preset {
     Ar,
     /// SpecDec: plain drafter, fixed K, sequential.
     Specdec,
-    /// SpecDec++: plain drafter, the acceptance head's stop rule (needs --head), sequential.
+    /// SpecDec++: plain drafter, the acceptance head's stop rule (--head, default the head that
+    /// ships), sequential.
     Specdecpp,
-    /// Plain drafter, stop when the draft's confidence in its token falls below --threshold.
+    /// Plain drafter, stop when the draft's confidence in its token falls below --threshold
+    /// (HF transformers' confidence criterion, its defaults 0.4 and [1, 20]).
     Confidence,
     /// DSI: plain drafter, fixed blocks of --k drafts, DSI's scheduler with --servers workers.
     Dsi,
@@ -42,8 +44,8 @@ pub enum PolicyKind {
     Fixed,
     /// SpecDec++'s acceptance head (--head, --threshold, --min, --max).
     Head,
-    /// HF's confidence criterion (--threshold [0.5], --min, --max): the low-confidence token
-    /// is kept.
+    /// HF's confidence criterion (--threshold [0.4], --min [1], --max [20]): the low-confidence
+    /// token is kept.
     Confidence,
     /// HF's confidence criterion with its online ROC threshold (--threshold: the initial one
     /// [0.4], --max [20]).
@@ -112,12 +114,12 @@ pub struct MethodArgs {
     pub head: Option<String>,
     /// Stop threshold: the head policy stops when the predicted chance of a rejection exceeds
     /// it [default: 0.7, the paper's best]; the confidence policy stops when the draft's
-    /// probability of its token falls below it [default: 0.5].
+    /// probability of its token falls below it [default: 0.4, HF's].
     #[arg(long)]
     pub threshold: Option<f64>,
-    /// Fewest candidates per round of the head and confidence policies (the SpecDec++ paper's
-    /// bounds are [2, 20]; its rule never stops after one candidate, so 1 acts as 2 there)
-    /// [default: 2].
+    /// Fewest candidates per round of the head and confidence policies [default: 2 for the head
+    /// (the SpecDec++ paper's bounds are [2, 20]; its rule never stops after one candidate, so
+    /// 1 acts as 2 there), 1 for the confidence policy (HF's)].
     #[arg(long)]
     pub min: Option<usize>,
     /// Most candidates per round of the head and confidence policies [default: 20]; of the
@@ -258,7 +260,8 @@ impl MethodArgs {
             PolicyKind::Confidence => {
                 unused(self.k.is_some(), "--k", "the fixed-K policy")?;
                 unused(self.head.is_some(), "--head", "the head policy")?;
-                PolicySpec::Confidence { threshold: threshold(0.5), min, max }
+                // HF transformers' defaults: assistant_confidence_threshold 0.4, 1..20 tokens.
+                PolicySpec::Confidence { threshold: threshold(0.4), min: self.min.unwrap_or(1), max }
             }
             PolicyKind::Roc => PolicySpec::Roc { threshold: threshold(0.4), max: max_or(20) },
             PolicyKind::Pmin => PolicySpec::PMin { p_min: threshold(0.75), n_max: max_or(16) },
@@ -314,13 +317,13 @@ mod tests {
         assert_eq!(key("--method dsi --k 5").unwrap(), "dsi SP=2 k=5");
         assert_eq!(key("--method specdecpp --head random:3").unwrap(), "specdecpp random:3 h=0.7 [2,20]");
         assert_eq!(key("--method specdecpp").unwrap(), "specdecpp default h=0.7 [2,20]");
-        assert_eq!(key("--method confidence --threshold 0.4 --max 8").unwrap(), "confidence 0.4 [2,8]");
+        assert_eq!(key("--method confidence --threshold 0.4 --max 8").unwrap(), "confidence 0.4 [1,8]");
         assert_eq!(key("--method easyspec --calibration never").unwrap(), "easyspec lp4 never | specdec K=4");
         // EasySpec with a head and servers keeps the head (it used to be dropped silently).
         assert_eq!(key("--method easyspec --head h --servers 3").unwrap(), "easyspec lp4 every_round | dsi SP=3 specdecpp h h=0.7 [2,20]");
         assert_eq!(key("--method dsi --devices cpu,wgpu:0").unwrap(), "dsi SP=2 k=4");
         assert_eq!(key("--method specdecpp --head h --scheduler dsi").unwrap(), "dsi SP=2 specdecpp h h=0.7 [2,20]");
-        assert_eq!(key("--policy confidence --drafter easyspec --strategy lp2").unwrap(), "easyspec lp2 every_round | confidence 0.5 [2,20]");
+        assert_eq!(key("--policy confidence --drafter easyspec --strategy lp2").unwrap(), "easyspec lp2 every_round | confidence 0.4 [1,20]");
         // The training-free rules with their published defaults, and with flags.
         assert_eq!(key("--policy roc").unwrap(), "roc 0.4 [1,20]");
         assert_eq!(key("--policy pmin").unwrap(), "pmin 0.75 n_max=16");
@@ -347,7 +350,7 @@ mod tests {
         assert!(e("--policy bandit --max 4").contains("--max is not used"));
         // A cheaper draft: named in the key; bad sizes and types refused before any model loads.
         assert_eq!(key("--draft-vocab 32768 --draft-weights q4_0").unwrap(), "specdec K=4 [draft v32768+q4_0]");
-        assert_eq!(key("--method confidence --draft-weights q5_0").unwrap(), "confidence 0.5 [2,20] [draft q5_0]");
+        assert_eq!(key("--method confidence --draft-weights q5_0").unwrap(), "confidence 0.4 [1,20] [draft q5_0]");
         assert!(e("--method ar --draft-vocab 100").contains("no drafter, policy, scheduler or draft flag"));
         assert!(e("--draft-weights q3_k").contains("unknown draft weight type 'q3_k'"));
         assert!(e("--draft-vocab 0").contains("need 1..="), "{}", e("--draft-vocab 0"));

@@ -6,7 +6,7 @@
 use super::rows::{Group, Row};
 use crate::common::plot::frontier;
 use crate::common::timing::{least_squares, Fit};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Forward times (draft, target) in seconds, with where they come from.
@@ -112,7 +112,7 @@ pub fn frontier_check(groups: &BTreeMap<String, Group>, family: &str) -> Frontie
 
 /// What a head checkpoint was trained with and its best epoch's dev metrics (from the head's
 /// `metrics.json`).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct HeadPoint {
     pub w_rej: f64,
     pub depth: usize,

@@ -43,6 +43,11 @@ pub struct ReproConfig {
     pub head_families: BTreeMap<String, Vec<String>>,
     /// Where the tables and figures go.
     pub out: PathBuf,
+    /// Heads whose checkpoint directory is not in this checkout are described from this file
+    /// (head name -> what it was trained with and its dev metrics, as `claims.json` records
+    /// them under `heads`). The reproduction writes it as `heads.json` in `out`, so the heads
+    /// of a sweep need not be committed for the tables to be rebuilt.
+    pub head_metrics: Option<PathBuf>,
 }
 
 impl ReproConfig {
@@ -51,6 +56,7 @@ impl ReproConfig {
         c.replay = resolve_path(&c.replay, &base);
         c.real = c.real.iter().map(|p| resolve_path(p, &base)).collect();
         c.out = resolve_path(&c.out, &base);
+        c.head_metrics = c.head_metrics.map(|p| resolve_path(&p, &base));
         Ok(c)
     }
 }
@@ -64,19 +70,25 @@ pub struct ReproArgs {
 }
 
 /// Head name -> what it was trained with and its dev metrics, from each head directory's
-/// `metrics.json` (written by `specx train`), for the heads of the replay's grid.
-fn read_heads(replay_json: &serde_json::Value) -> Result<BTreeMap<String, HeadPoint>> {
+/// `metrics.json` (written by `specx train`), for the heads of the replay's grid; a head whose
+/// `metrics.json` is not here is taken from `recorded` (a `heads.json`), if that has it.
+fn read_heads(replay_json: &serde_json::Value, recorded: &BTreeMap<String, HeadPoint>) -> Result<BTreeMap<String, HeadPoint>> {
     let methods: crate::experiment::config::MethodsConfig = serde_json::from_value(replay_json["grid"]["methods"].clone()).context("replay.json: the replay's method grid")?;
     let mut out = BTreeMap::new();
     for dir in methods.head_dirs() {
         let dir = in_this_checkout(dir);
         let path = dir.join("metrics.json");
+        let name = crate::experiment::grid::head_name(&dir);
+        if let (false, Some(p)) = (path.exists(), recorded.get(&name)) {
+            out.insert(name, p.clone());
+            continue;
+        }
         let text = std::fs::read(&path).with_context(|| format!("reading {} (a head of the replay's grid; `specx train` writes it)", path.display()))?;
         let state: TrainState = serde_json::from_slice(&text).with_context(|| format!("{}: not a `specx train` metrics.json", path.display()))?;
         let best = state.best().with_context(|| format!("{}: the head has no finished epoch", path.display()))?;
         let c = &state.config;
         out.insert(
-            crate::experiment::grid::head_name(&dir),
+            name,
             HeadPoint {
                 w_rej: c.loss.w_rej,
                 depth: c.head.depth,
@@ -206,7 +218,11 @@ pub fn reproduce(cfg: &ReproConfig) -> Result<String> {
             missing.push(format!("real eval run {} (specx eval --config configs/eval/specdecpp-*.toml)", dir.display()));
         }
     }
-    let heads = read_heads(&replay_json)?;
+    let recorded: BTreeMap<String, HeadPoint> = match &cfg.head_metrics {
+        Some(p) => serde_json::from_slice(&std::fs::read(p).with_context(|| format!("reading {} (head_metrics)", p.display()))?).with_context(|| format!("{}: not a heads.json (head name -> metrics)", p.display()))?,
+        None => BTreeMap::new(),
+    };
+    let heads = read_heads(&replay_json, &recorded)?;
     for n in cfg.scaling.iter().chain(&cfg.default_head) {
         ensure!(heads.contains_key(n), "head '{n}' (scaling or default_head) is not in the replay's grid (its heads: {})", heads.keys().cloned().collect::<Vec<_>>().join(", "));
     }
@@ -303,13 +319,14 @@ pub fn reproduce(cfg: &ReproConfig) -> Result<String> {
             md.push_str("\n### Measured on this CPU\n\n");
             md.push_str(&measured_table(&real_rows));
         }
-        None => md.push_str("No real speculative runs yet.\n"),
+        None => md.push_str("No real runs given (the config's `real`): measured speedups and the eq. 3.1 fit need eval runs with speculative rows, e.g. of configs/eval/adaptive-real.toml.\n"),
     }
     claims.insert("timing_fit".into(), serde_json::to_value(&fit)?);
 
     if !heads.is_empty() {
         md.push_str(&table3_markdown(&heads, &table3));
         claims.insert("heads".into(), serde_json::to_value(&heads)?);
+        write_atomic(&cfg.out.join("heads.json"), serde_json::to_string_pretty(&heads)?.as_bytes())?;
     }
     if !cfg.scaling.is_empty() {
         md.push_str(&scaling_markdown(&cfg.scaling, &heads, &table3));

