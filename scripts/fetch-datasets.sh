@@ -109,6 +109,9 @@ while read -r name rel sha source; do
       echo "fetch-datasets: $source has another sha256 than expected ($sha); not used" >&2
     fi
   fi
+  if [ $done_it = 1 ] && [ "$name" = alpaca ]; then
+    echo "fetch-datasets: note: the Alpaca data is licensed CC BY-NC 4.0 (non-commercial research use)"
+  fi
   if [ $done_it = 0 ]; then
     missing="$missing $name"
     echo "fetch-datasets: MISSING $rel: $source could not be reached; put the file (sha256 $sha) at $dir/$rel, or pass --from DIR with $rel inside" >&2
