@@ -42,5 +42,5 @@ step "specx eval --config configs/eval/smoke.toml"
 echo
 echo "run.sh: done in $(( ($(date +%s) - start) / 60 )) min; specx is $specx"
 if [ -n "$skipped" ]; then
-  echo "run.sh: prompt sets skipped on this machine: $skipped- scripts/fetch-datasets.sh --help says how to add them"
+  echo "run.sh: prompt sets skipped on this machine: $skipped (scripts/fetch-datasets.sh --help says how to add them)"
 fi
