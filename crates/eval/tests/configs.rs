@@ -150,3 +150,29 @@ fn the_adaptive_real_runs_cover_every_rules_default() {
     }
     assert_eq!(keys.len(), wanted.len() + 2, "AR, two fixed K and one setting per default: {keys:?}");
 }
+
+/// The config trio that docs/guide/models.md gives for a new model pair parses as datagen,
+/// train and eval configs (every key known, values in range), so the page cannot drift from
+/// the config formats.
+#[test]
+fn the_documented_config_trio_for_a_new_pair_parses() {
+    let page = dir().join("../../docs/guide/models.md");
+    let text = std::fs::read_to_string(&page).unwrap();
+    let blocks: Vec<&str> = text.split("```toml\n").skip(1).map(|b| b.split("```").next().unwrap()).collect();
+    assert_eq!(blocks.len(), 3, "models.md should hold the datagen, train and eval configs");
+    let tmp = tempfile::tempdir().unwrap();
+    let write = |name: &str, body: &str| {
+        let p = tmp.path().join(name);
+        std::fs::write(&p, body).unwrap();
+        p
+    };
+    let datagen = specx_datagen::config::DatagenConfig::load(&write("datagen.toml", blocks[0])).unwrap();
+    datagen.validate().unwrap();
+    assert_eq!(datagen.prompts.chat_template, "chatml");
+    let train = specx_trainer::config::TrainConfig::load(&write("train.toml", blocks[1])).unwrap();
+    train.validate().unwrap();
+    assert_eq!((train.head.depth, train.loss.w_rej), (3, 6.0));
+    let eval = EvalConfig::parse(blocks[2], Path::new("mine.toml")).unwrap();
+    let keys: Vec<String> = expand(&eval.methods).unwrap().iter().map(|s| s.key()).collect();
+    assert_eq!(keys, ["ar", "specdec K=2", "specdec K=4", "specdecpp mine-w6-d3 h=0.7 [2,20]", "confidence 0.4 [1,20]"]);
+}
