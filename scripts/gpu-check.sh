@@ -11,7 +11,9 @@
 #   (a) specx devices                       (b) tiny-model correctness on cuda (and Vulkan)
 #   (d) HF transformers anchor (eager bf16) (c) specx bench and specx profile on cuda (and Vulkan)
 #   (e) specx gpu-check report -> DIR/report.md, DIR/report.json
-# Every step's log is DIR/<step>.log; DIR/steps.tsv has exit statuses and durations.
+# Every step's log is DIR/<step>.log; DIR/steps.tsv has exit statuses and durations. The exit
+# status is 1 when a correctness step (unpack, devices, synth, correctness, report) failed or
+# was skipped, after the report is written; the timing steps only feed the report.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the directory for the report}"
@@ -106,3 +108,11 @@ fi
 deadline=$(( deadline + 30 ))
 step report 30 "$specx" gpu-check report --dir "$OUT"
 cat "$OUT/report.md" 2>/dev/null || { echo "no report: see $OUT/*.log"; cat "$OUT/steps.tsv"; }
+failed=$(awk -F'\t' '$1 ~ /^(unpack|devices|synth|correctness|report)$/ && $2 != "0" {print $1 " (" $2 ")"}' "$OUT/steps.tsv" | tr '\n' ' ')
+for s in unpack devices synth correctness report; do
+    grep -q "^$s"$'\t' "$OUT/steps.tsv" || failed="$failed$s (not run) "
+done
+if [ -n "$failed" ]; then
+    echo "gpu-check: FAILED correctness steps: $failed(logs in $OUT)" >&2
+    exit 1
+fi

@@ -130,7 +130,7 @@ fn datagen_on_a_tiny_pair() {
                 assert_eq!(from_y[r], feature_row[r] >= 0);
                 if from_y[r] {
                     let f = &features[feature_row[r] as usize * hidden..][..hidden];
-                    let d = f.iter().zip(&h[i]).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                    let d = specx_decoder::compare::max_abs_diff(f, &h[i]);
                     assert!(d < 1e-4, "prompt {pi} position {i}: feature differs by {d}");
                     checked_features += 1;
                 }
@@ -228,7 +228,7 @@ fn recomputed_features_match_the_stored_ones() {
         let (want, hidden) = read_features(&stored_dir, s).unwrap();
         let got = recompute(&rc.output.dir, r, &draft.model).unwrap();
         assert_eq!(got.len(), want.len());
-        worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(worst, f32::max);
+        worst = specx_decoder::compare::nan_max(worst, specx_decoder::compare::max_abs_diff(&got, &want));
         // Through the cache: f16, the same on the second read, without a model.
         assert!(!cache_path(&sha, r).exists());
         let (first, h) = shard_features(&rc.output.dir, &recomputed, r, Some((&draft.model, &sha)), false).unwrap();
@@ -419,7 +419,7 @@ fn a_device_list_splits_the_run_between_the_cpu_and_the_device() {
             assert_eq!(col_u32(&a, c), col_u32(&b, c), "shard {}: column {c}", got.index);
         }
         for (x, y) in col_f32(&a, "label").iter().zip(col_f32(&b, "label")) {
-            worst = worst.max((x - y).abs());
+            worst = specx_decoder::compare::nan_max(worst, (x - y).abs());
         }
     }
     assert!(worst <= 1e-4, "labels on the device differ by {worst:.2e}");

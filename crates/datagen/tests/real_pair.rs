@@ -10,6 +10,7 @@ use specx_datagen::config::{DatagenConfig, FeatureDtype, FeatureStorage};
 use specx_datagen::features::recompute;
 use specx_datagen::shard::read_features;
 use specx_datagen::{run, RunOptions};
+use specx_decoder::compare::{max_abs, max_abs_diff, nan_max, nan_max64};
 use specx_decoder::{default_device, load_model};
 use std::path::PathBuf;
 
@@ -45,9 +46,9 @@ fn recomputed_features_match_generation_on_the_real_pair() {
     for (g, w) in got.chunks_exact(hidden).zip(want.chunks_exact(hidden)) {
         let diff: f64 = g.iter().zip(w).map(|(x, y)| ((x - y) as f64).powi(2)).sum::<f64>().sqrt();
         let norm: f64 = w.iter().map(|&y| (y as f64).powi(2)).sum::<f64>().sqrt();
-        worst_rel = worst_rel.max(diff / norm);
-        worst = g.iter().zip(w).map(|(x, y)| (x - y).abs()).fold(worst, f32::max);
-        scale = w.iter().map(|y| y.abs()).fold(scale, f32::max);
+        worst_rel = nan_max64(worst_rel, diff / norm);
+        worst = nan_max(worst, max_abs_diff(g, w));
+        scale = nan_max(scale, max_abs(w));
     }
     eprintln!("{} labelled rows: largest |recomputed - generated| {worst:.2e} (largest |feature| {scale:.1}), largest relative L2 difference per row {worst_rel:.2e}", want.len() / hidden);
     assert!(worst_rel < 1e-4, "recomputed features differ from generation's by {worst_rel:.2e} (relative L2)");

@@ -11,6 +11,7 @@
 //! adapter (NVIDIA, AMD, Intel, or Mesa's software lavapipe), and with `cuda` on CUDA.
 
 pub mod cache;
+pub mod compare;
 pub mod config;
 pub mod device;
 pub mod device_check;

@@ -138,6 +138,6 @@ fn training_on_the_device_follows_the_cpu_run() {
     let device = specx_decoder::device_from_name("wgpu").unwrap();
     let (head_dev, _) = AcceptanceHead::load(&tmp.path().join("wgpu"), &device).unwrap();
     let p_dev = predict(&head_dev, &dev, &device).unwrap();
-    let worst = p_host.iter().zip(&p_dev).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let worst = specx_decoder::compare::max_abs_diff(&p_host, &p_dev);
     assert!(worst <= 1e-5, "predictions of the saved head: cpu vs device differ by {worst}");
 }

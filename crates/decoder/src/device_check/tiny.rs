@@ -15,10 +15,8 @@ pub fn tokens(n: usize, seed: u32) -> Vec<u32> {
     (0..n as u32).map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed.wrapping_mul(40503)) >> 7) % TINY_VOCAB as u32).collect()
 }
 
-pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
-}
+pub use crate::compare::max_abs_diff;
+use crate::compare::nan_max;
 
 /// A draft close to the tiny target of `target_seed` (its weights plus `noise` times another
 /// seed's), written as `dir/noisy` and loaded on the CPU: rounds accept some tokens, not all.
@@ -54,7 +52,7 @@ fn rows(out: &ForwardOutput) -> Vec<Vec<f32>> {
 /// Largest difference between two sets of logit rows.
 fn rows_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> Result<f32> {
     ensure!(a.len() == b.len(), "different numbers of positions: {} and {}", a.len(), b.len());
-    Ok(a.iter().zip(b).map(|(x, y)| max_abs_diff(x, y)).fold(0.0, f32::max))
+    Ok(a.iter().zip(b).map(|(x, y)| max_abs_diff(x, y)).fold(0.0, nan_max))
 }
 
 fn numeric(name: &str, worst: f32, tol: f32, detail: &str) -> Check {
@@ -71,15 +69,15 @@ pub(super) fn logits(device: &Device, dir: &Path, tol: f32) -> Result<Check> {
         for chunk in [tokens(9, 1), vec![5], vec![17], tokens(4, 2)] {
             let a = rows(&cpu.model.forward(&chunk, &mut cc)?);
             let b = rows(&dev.model.forward(&chunk, &mut dc)?);
-            worst = worst.max(rows_diff(&a, &b)?);
+            worst = nan_max(worst, rows_diff(&a, &b)?);
         }
         let seqs = [tokens(6, 3), tokens(6, 4)];
         let refs: Vec<&[u32]> = seqs.iter().map(Vec::as_slice).collect();
         let a = cpu.model.forward_batch(&refs, &mut cpu.model.new_cache(2))?;
         let b = dev.model.forward_batch(&refs, &mut dev.model.new_cache(2))?;
         let flat = |t: burn::tensor::Tensor<3>| t.into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"));
-        worst = worst.max(max_abs_diff(&flat(a.logits)?, &flat(b.logits)?));
-        worst = worst.max(max_abs_diff(&flat(a.hidden)?, &flat(b.hidden)?));
+        worst = nan_max(worst, max_abs_diff(&flat(a.logits)?, &flat(b.logits)?));
+        worst = nan_max(worst, max_abs_diff(&flat(a.hidden)?, &flat(b.hidden)?));
     }
     Ok(numeric("logits", worst, tol, "tiny qwen2 and llama: 9-row prefill, two 1-row steps, a 4-row verification, a 2-sequence batch (logits and hidden states)"))
 }
@@ -106,10 +104,10 @@ pub(super) fn kv_rollback(device: &Device, dir: &Path, tol: f32) -> Result<Check
     fresh.extend_from_slice(&next);
     let want = dev.model.forward(&fresh, &mut dev.model.new_cache(1))?.logits_tail(next.len());
     ensure!(dc.len() == fresh.len(), "device cache holds {} positions after the rollback, expected {}", dc.len(), fresh.len());
-    let mut worst = rows_diff(&after_dev, &want)?.max(rows_diff(&after_dev, &after_cpu)?);
+    let mut worst = nan_max(rows_diff(&after_dev, &want)?, rows_diff(&after_dev, &after_cpu)?);
     for layer in [0, 1] {
         let ((ck, cv), (dk, dv)) = (cc.layer_data(layer), dc.layer_data(layer));
-        worst = worst.max(max_abs_diff(&ck, &dk)).max(max_abs_diff(&cv, &dv));
+        worst = nan_max(nan_max(worst, max_abs_diff(&ck, &dk)), max_abs_diff(&cv, &dv));
     }
     Ok(numeric("kv_rollback", worst, tol, "300-token cache, 5 speculative rows, 3 rolled back: logits vs a fresh device cache and vs the CPU; keys and values vs the CPU"))
 }
@@ -174,14 +172,14 @@ pub(super) fn acceptance_head(device: &Device, dir: &Path) -> Result<Check> {
         let dev = AcceptanceHead::init_seeded(hidden, depth, tied, 11, device);
         for s in 0..8u32 {
             let h: Vec<f32> = tokens(hidden, s).iter().map(|&t| t as f32 / TINY_VOCAB as f32 - 0.5).collect();
-            worst = worst.max((cpu.accept_probability(&h)? - dev.accept_probability(&h)?).abs() as f32);
+            worst = nan_max(worst, (cpu.accept_probability(&h)? - dev.accept_probability(&h)?).abs() as f32);
         }
         let ckpt = dir.join(format!("head-{depth}-{tied}"));
         let spec = HeadSpec { hidden_size: hidden, depth, tied, draft_model_sha256: None, draft_transform: None, training: serde_json::Value::Null, draft_stats: false };
         dev.save(&ckpt, &spec)?;
         let (back, _) = AcceptanceHead::load(&ckpt, &default_device()).context("loading the head saved from the device")?;
         let h = vec![0.25f32; hidden];
-        worst = worst.max((back.accept_probability(&h)? - cpu.accept_probability(&h)?).abs() as f32);
+        worst = nan_max(worst, (back.accept_probability(&h)? - cpu.accept_probability(&h)?).abs() as f32);
     }
     Ok(numeric("acceptance_head", worst, tol, "probabilities of seeded heads (depth 0 and 3, tied and untied) and of a checkpoint saved from the device and loaded on the CPU"))
 }
@@ -240,7 +238,7 @@ pub(super) fn easyspec_placed(device: &Device, dir: &Path, tol: f32) -> Result<C
             } else {
                 (one.model.forward_fuzzy(&chunk, &mut a, &groups, 1)?, placed.forward_fuzzy(&chunk, &mut b, &groups, 1)?)
             };
-            worst = worst.max(rows_diff(&rows(&x), &rows(&y))?);
+            worst = nan_max(worst, rows_diff(&rows(&x), &rows(&y))?);
             if step == 2 {
                 a.truncate(a.len() - 1);
                 b.truncate(b.len() - 1);
@@ -251,7 +249,7 @@ pub(super) fn easyspec_placed(device: &Device, dir: &Path, tol: f32) -> Result<C
         }
         for layer in 0..5 {
             let ((ak, av), (bk, bv)) = (a.layer_data(layer), b.layer_data(layer));
-            worst = worst.max(max_abs_diff(&ak, &bk)).max(max_abs_diff(&av, &bv));
+            worst = nan_max(nan_max(worst, max_abs_diff(&ak, &bk)), max_abs_diff(&av, &bv));
         }
     }
     let target = load_model(&write_tiny(dir, &cfg, 5)?, None, &default_device())?;
@@ -285,7 +283,7 @@ pub(super) fn split_layers(device: &Device, dir: &Path, tol: f32) -> Result<Chec
             ensure!(split.model.is_split(), "the model did not split");
             let (mut a, mut b) = (one.model.new_cache(1), split.model.new_cache(1));
             for (step, chunk) in [tokens(9, 1), vec![5], tokens(4, 2), vec![7]].into_iter().enumerate() {
-                worst = worst.max(rows_diff(&rows(&one.model.forward(&chunk, &mut a)?), &rows(&split.model.forward(&chunk, &mut b)?))?);
+                worst = nan_max(worst, rows_diff(&rows(&one.model.forward(&chunk, &mut a)?), &rows(&split.model.forward(&chunk, &mut b)?))?);
                 if step == 2 {
                     a.truncate(a.len() - 3);
                     b.truncate(b.len() - 3);
