@@ -302,19 +302,45 @@ fn head_policy_never_stops_before_candidate_two_and_drafts_max_when_sure() {
 
 #[test]
 fn confidence_policy_reads_the_draft_softmax_when_greedy() {
-    // Greedy drafting has a one-hot q; the confidence rule must still see the draft's
-    // probability of its token. A threshold above every possible probability stops at min,
-    // one below every probability drafts max.
+    // Greedy drafting has a one-hot q; the confidence rule must still see the draft's softmax
+    // probability of its token. Each round's length is predicted from that probability along
+    // the draft's greedy continuation of the round's committed prefix, with a threshold at the
+    // median of those probabilities, so that some rounds stop early and some run to max. A
+    // policy that read the one-hot q (confidence 1) would draft max every round.
     let (_d, t, d) = pair(VOCAB, 1, 2);
     let prompt = tokens(4, 3);
-    let cfg = SpecConfig { max_new_tokens: 30, sampling: SamplingConfig::greedy(), seed: 0 };
-    for (threshold, want_k) in [(1.01f32, 2), (0.0, 4)] {
-        let mut pol = ConfidencePolicy { threshold, min_candidates: 2, max_candidates: 4 };
-        let g = spec(&t.model, &d.model, &mut pol, &prompt, &cfg, &[]);
-        assert_rounds_draft(&g, cfg.max_new_tokens, want_k, &format!("threshold {threshold}"));
-    }
-    // In between, the rule reacts to the tokens: some rounds stop early, some run to max.
-    let mut pol = ConfidencePolicy { threshold: 0.05, min_candidates: 1, max_candidates: 4 };
+    let cfg = SpecConfig { max_new_tokens: 40, sampling: SamplingConfig::greedy(), seed: 0 };
+    let (min, max) = (1, 4);
+    // The draft's greedy candidates after `prefix` and its softmax probability of each.
+    let draft_confidences = |prefix: &[u32], n: usize| -> Vec<f32> {
+        let mut seq = prefix.to_vec();
+        (0..n)
+            .map(|_| {
+                let logits = specx_decoder::generate::last_logits(&d.model.forward(&seq, &mut d.model.new_cache(1)).unwrap());
+                let token = specx_decoder::sampling::argmax(&logits);
+                seq.push(token);
+                specx_decoder::sampling::top_probability(&logits, token)
+            })
+            .collect()
+    };
+    let mut all: Vec<f32> = draft_confidences(&prompt, 30);
+    all.sort_by(f32::total_cmp);
+    let threshold = all[all.len() / 2];
+    let mut pol = ConfidencePolicy { threshold, min_candidates: min, max_candidates: max };
     let g = spec(&t.model, &d.model, &mut pol, &prompt, &cfg, &[]);
-    eprintln!("confidence 0.05 rounds: {:?}", g.metrics.drafted_per_round);
+    let m = &g.metrics;
+    let mut committed = prompt.clone();
+    committed.push(g.tokens[0]); // the prefill's token
+    let mut generated = 1;
+    for (r, (&drafted, &accepted)) in m.drafted_per_round.iter().zip(&m.accepted_per_round).enumerate() {
+        let budget = max.min(cfg.max_new_tokens - generated);
+        let conf = draft_confidences(&committed, budget);
+        let want = (1..=budget).find(|&i| pol.stop(i, conf[i - 1])).unwrap_or(budget);
+        assert_eq!(drafted, want, "round {r}: confidences {conf:?}, threshold {threshold}");
+        let n = (accepted + 1).min(cfg.max_new_tokens - generated);
+        committed.extend_from_slice(&g.tokens[generated..generated + n]);
+        generated += n;
+    }
+    let lengths = &m.drafted_per_round;
+    assert!(lengths.iter().any(|&k| k < max) && lengths.iter().any(|&k| k == max), "threshold {threshold} did not separate the rounds: {lengths:?}");
 }

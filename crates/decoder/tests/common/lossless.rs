@@ -53,9 +53,7 @@ pub fn chi_square_p(counts: &HashMap<Vec<u32>, usize>, exact: &HashMap<Vec<u32>,
         cells += 1;
     }
     assert!(cells >= 3, "too few cells ({cells}) for a meaningful test");
-    let df = (cells - 1) as f64;
-    let z = ((stat / df).powf(1.0 / 3.0) - (1.0 - 2.0 / (9.0 * df))) / (2.0 / (9.0 * df)).sqrt();
-    0.5 * libm_erfc(z / std::f64::consts::SQRT_2)
+    chi_square_upper_tail(stat, (cells - 1) as f64)
 }
 
 /// Complementary error function (Numerical Recipes' erfc, relative error < 1.2e-7).
@@ -74,3 +72,120 @@ pub fn sample_counts(n: usize, mut run: impl FnMut(u64) -> Vec<u32>) -> HashMap<
     counts
 }
 
+/// Tokens generated per request in the many-round tests: with candidates of 1-4 tokens, every
+/// request runs several rounds.
+pub const LONG: usize = 10;
+
+/// A goodness-of-fit test of whole sampled sequences, valid for any length (an exact table of
+/// every sequence is out of reach beyond a few tokens). At each position `t` the sampled token
+/// should be distributed as `p_t`, the warped target's distribution given the prompt and the
+/// sampled tokens before it. Per position, the token counts minus their conditional
+/// expectations, `O - E = Σ_samples (onehot(x_t) - p_t)`, are a sum of martingale differences
+/// with conditional covariance `V = Σ (diag p_t - p_t p_tᵀ)`; `(O - E)ᵀ V⁻¹ (O - E)` is then
+/// asymptotically chi-square with one degree of freedom per category kept (categories with an
+/// expected count under 5, and the largest, form the remainder), and increments at different
+/// positions are uncorrelated, so the sum over positions is chi-square with the summed degrees
+/// of freedom. One target forward per distinct sequence gives every `p_t` (the forward is row
+/// invariant, so each row equals a one-token step). Returns the p-value.
+pub fn sequence_chi_square_p(
+    target: &Transformer,
+    prompt: &[u32],
+    s: &SamplingConfig,
+    samples: &[Vec<u32>],
+) -> f64 {
+    let len = samples[0].len();
+    assert!(
+        samples.iter().all(|x| x.len() == len),
+        "samples of different lengths"
+    );
+    let mut probs: HashMap<&[u32], Vec<Vec<f32>>> = HashMap::new();
+    for x in samples {
+        probs.entry(x.as_slice()).or_insert_with(|| {
+            let mut input = prompt.to_vec();
+            input.extend_from_slice(&x[..len - 1]);
+            let mut c = target.new_cache(1);
+            let out = target.forward(&input, &mut c).unwrap();
+            out.logits_tail(len)
+                .iter()
+                .map(|l| s.probabilities(l))
+                .collect()
+        });
+    }
+    let (mut stat, mut df) = (0.0, 0usize);
+    for t in 0..len {
+        let vocab = probs.values().next().unwrap()[t].len();
+        let mut expected = vec![0.0f64; vocab];
+        for x in samples {
+            let p = &probs[x.as_slice()][t];
+            assert!(
+                p[x[t] as usize] > 0.0,
+                "sampled a token of probability 0 at position {t}: {x:?}"
+            );
+            expected
+                .iter_mut()
+                .zip(p)
+                .for_each(|(e, &q)| *e += q as f64);
+        }
+        let largest = (0..vocab)
+            .max_by(|&a, &b| expected[a].total_cmp(&expected[b]))
+            .unwrap();
+        let kept: Vec<usize> = (0..vocab)
+            .filter(|&j| j != largest && expected[j] >= 5.0)
+            .collect();
+        if kept.is_empty() {
+            continue;
+        }
+        let n = kept.len();
+        let mut d = vec![0.0f64; n];
+        let mut v = vec![vec![0.0f64; n]; n];
+        for x in samples {
+            let p = &probs[x.as_slice()][t];
+            for (a, &j) in kept.iter().enumerate() {
+                d[a] += f64::from(u8::from(x[t] as usize == j)) - p[j] as f64;
+                for (b, &k) in kept.iter().enumerate() {
+                    v[a][b] += if j == k { p[j] as f64 } else { 0.0 } - p[j] as f64 * p[k] as f64;
+                }
+            }
+        }
+        stat += quadratic_form_inverse(v, d);
+        df += n;
+    }
+    assert!(
+        df >= 3,
+        "too few degrees of freedom ({df}) for a meaningful test"
+    );
+    chi_square_upper_tail(stat, df as f64)
+}
+
+/// `dᵀ V⁻¹ d` for a symmetric positive definite `V`, by Cholesky.
+fn quadratic_form_inverse(mut v: Vec<Vec<f64>>, d: Vec<f64>) -> f64 {
+    let n = d.len();
+    for j in 0..n {
+        for k in 0..j {
+            let l = v[j][k];
+            for i in j..n {
+                v[i][j] -= v[i][k] * l;
+            }
+        }
+        assert!(
+            v[j][j] > 0.0,
+            "conditional covariance not positive definite"
+        );
+        let r = v[j][j].sqrt();
+        for i in j..n {
+            v[i][j] /= r;
+        }
+    }
+    // Solve L y = d; dᵀ V⁻¹ d = |y|².
+    let mut y = vec![0.0; n];
+    for i in 0..n {
+        y[i] = (d[i] - (0..i).map(|k| v[i][k] * y[k]).sum::<f64>()) / v[i][i];
+    }
+    y.iter().map(|x| x * x).sum()
+}
+
+/// Upper tail of the chi-square distribution (Wilson-Hilferty approximation).
+fn chi_square_upper_tail(stat: f64, df: f64) -> f64 {
+    let z = ((stat / df).powf(1.0 / 3.0) - (1.0 - 2.0 / (9.0 * df))) / (2.0 / (9.0 * df)).sqrt();
+    0.5 * libm_erfc(z / std::f64::consts::SQRT_2)
+}

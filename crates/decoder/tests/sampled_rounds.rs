@@ -1,0 +1,518 @@
+//! Sampled output is distributed as the target's over whole requests of many rounds, every
+//! stop policy under both schedulers commits exactly those tokens, at two temperatures and
+//! with top-k/top-p warping; and a broken variant of each mechanism a round relies on is caught.
+//!
+//! Each request generates [`LONG`] tokens, so rounds follow one another: rejections, fully
+//! accepted rounds and the bonus token after them, and the state the adaptive policies carry
+//! from round to round all occur, and the tests assert that they did. The test of whole
+//! sequences is `sequence_chi_square_p` (a martingale chi-square per position, see
+//! `common/lossless.rs`); seeds are fixed, so each outcome is deterministic.
+//!
+//! Why one chi-square per sampling setting covers every policy: randomness is keyed by position
+//! (`Streams`), so the token committed at a position is a function of the prefix, the two
+//! models and the seed alone. A stop policy, or the scheduler, changes what a request costs,
+//! never its tokens. The test asserts exactly that, request by request, for every policy and
+//! both schedulers against one reference run, and tests that run's distribution; a policy or
+//! scheduler bug that changed a token would fail the equality, one shared by all would fail the
+//! chi-square.
+
+mod common;
+use common::lossless::*;
+use common::*;
+use rand::rngs::StdRng;
+use specx_decoder::sampling::SamplingConfig;
+use specx_decoder::speculative::*;
+use specx_decoder::{LoadedModel, Transformer, default_device};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// Requests per chi-square test.
+const N: usize = 3000;
+/// Requests per policy and scheduler in the equality test.
+const N_POLICY: usize = 150;
+/// Significance level of each chi-square test (fixed seeds: a run passes or fails the same way
+/// every time).
+const ALPHA: f64 = 1e-4;
+
+fn settings() -> Vec<(&'static str, SamplingConfig)> {
+    vec![
+        (
+            "T=1",
+            SamplingConfig {
+                temperature: 1.0,
+                top_k: None,
+                top_p: None,
+            },
+        ),
+        (
+            "T=0.6",
+            SamplingConfig {
+                temperature: 0.6,
+                top_k: None,
+                top_p: None,
+            },
+        ),
+        (
+            "T=1.3 top-k 4 top-p 0.9",
+            SamplingConfig {
+                temperature: 1.3,
+                top_k: Some(4),
+                top_p: Some(0.9),
+            },
+        ),
+    ]
+}
+
+/// Every policy of `speculative::policy`, at settings where it acts on these models.
+fn policies(hidden: usize) -> Vec<(&'static str, Box<dyn StopPolicy>)> {
+    let head = AcceptanceHead::init_seeded(hidden, 2, true, 5, &default_device());
+    vec![
+        ("fixed 3", Box::new(FixedK(3))),
+        (
+            "confidence 0.5",
+            Box::new(ConfidencePolicy {
+                threshold: 0.5,
+                min_candidates: 1,
+                max_candidates: 4,
+            }),
+        ),
+        (
+            "roc 0.4",
+            Box::new(RocThreshold::new(ConfidencePolicy {
+                threshold: 0.4,
+                min_candidates: 1,
+                max_candidates: 4,
+            })),
+        ),
+        (
+            "p_min 0.4",
+            Box::new(PMinPolicy {
+                p_min: 0.4,
+                n_max: 4,
+            }),
+        ),
+        ("dynamic K0=2", Box::new(DynamicK::new(2, 5))),
+        (
+            "svip 0.6",
+            Box::new(SvipPolicy {
+                threshold: 0.6,
+                max_candidates: 5,
+            }),
+        ),
+        (
+            "adaedl 0.3",
+            Box::new(AdaEdlPolicy::new(AdaEdlParams {
+                lambda: 0.3,
+                max_candidates: 4,
+                ..AdaEdlParams::DEFAULT
+            })),
+        ),
+        (
+            "bandit 1,2,4",
+            Box::new(BanditK::new(vec![1, 2, 4], BanditK::EXPLORATION)),
+        ),
+        (
+            "head 0.5",
+            Box::new(HeadPolicy::new(head, HeadRule::new(0.5, 1, 4))),
+        ),
+    ]
+}
+
+/// What the requests of a run generated, and what kinds of rounds they went through.
+#[derive(Default)]
+struct Run {
+    samples: Vec<Vec<u32>>,
+    rounds: usize,
+    /// Rounds with a rejected candidate.
+    rejected: usize,
+    /// Rounds whose every candidate (at least one) was accepted.
+    full: usize,
+    /// Fully accepted rounds followed by more tokens: the next one is the bonus.
+    bonus: usize,
+}
+
+impl Run {
+    fn of(n: usize, mut generate: impl FnMut(u64) -> Generation) -> Run {
+        let mut run = Run::default();
+        for seed in 0..n as u64 {
+            let g = generate(seed);
+            let m = &g.metrics;
+            let rounds: Vec<(usize, usize)> = m
+                .drafted_per_round
+                .iter()
+                .copied()
+                .zip(m.accepted_per_round.iter().copied())
+                .collect();
+            run.rounds += rounds.len();
+            run.rejected += rounds.iter().filter(|(k, a)| a < k).count();
+            run.full += rounds.iter().filter(|(k, a)| a == k && *k > 0).count();
+            run.bonus += rounds
+                .iter()
+                .rev()
+                .skip(1)
+                .filter(|(k, a)| a == k && *k > 0)
+                .count();
+            run.samples.push(g.tokens);
+        }
+        run
+    }
+
+    /// Asserts that the run went through several rounds per request, and that at least one
+    /// request in `1/share` had a rejection, a fully accepted round and (`bonus`) a bonus token.
+    fn assert_exercised(&self, what: &str, share: usize, bonus: bool) {
+        let n = self.samples.len();
+        assert!(
+            self.rounds >= 2 * n,
+            "{what}: {} rounds in {n} requests",
+            self.rounds
+        );
+        let enough = (n / share).max(1);
+        assert!(
+            self.rejected >= enough && self.full >= enough,
+            "{what}: {} rejected and {} fully accepted rounds in {n} requests",
+            self.rejected,
+            self.full
+        );
+        assert!(
+            !bonus || self.bonus >= enough,
+            "{what}: {} bonus tokens in {n} requests",
+            self.bonus
+        );
+    }
+
+    fn summary(&self) -> String {
+        let per = |x: usize| x as f64 / self.samples.len() as f64;
+        format!(
+            "{:.2} rounds, {:.2} with a rejection, {:.2} fully accepted, {:.2} bonus tokens per request",
+            per(self.rounds),
+            per(self.rejected),
+            per(self.full),
+            per(self.bonus)
+        )
+    }
+}
+
+/// The target and a draft: `noise` > 0 adds noise to the target's weights (rounds accept some
+/// candidates, not all), `None` gives an independent random draft (most candidates rejected,
+/// and `q` far from `p`, which is what makes a bug that confuses them visible).
+fn models(noise: Option<f32>) -> (tempfile::TempDir, LoadedModel, LoadedModel) {
+    let (dir, target, draft) = pair(SMALL_VOCAB, 11, 12);
+    let draft = noise.map_or(draft, |x| noisy_draft(dir.path(), SMALL_VOCAB, 11, x));
+    (dir, target, draft)
+}
+
+const CLOSE: Option<f32> = Some(0.3);
+const PROMPT: [u32; 3] = [1, 4, 2];
+
+fn cfg(s: &SamplingConfig, seed: u64) -> SpecConfig {
+    SpecConfig {
+        max_new_tokens: LONG,
+        sampling: s.clone(),
+        seed,
+    }
+}
+
+fn sequential(
+    target: &Transformer,
+    draft: &Transformer,
+    policy: &mut dyn StopPolicy,
+    cfg: &SpecConfig,
+) -> Generation {
+    generate_speculative(
+        target,
+        &mut PlainDrafter::new(draft),
+        policy,
+        &mut RejectionSampler,
+        &PROMPT,
+        cfg,
+        &[],
+    )
+    .unwrap()
+}
+
+fn dsi(
+    target: &Transformer,
+    draft: &Transformer,
+    policy: &mut dyn StopPolicy,
+    cfg: &SpecConfig,
+) -> Generation {
+    let lookahead = policy.max_candidates();
+    generate_dsi(
+        &[target, target],
+        &mut PlainDrafter::new(draft),
+        policy,
+        &mut RejectionSampler,
+        &PROMPT,
+        cfg,
+        &DsiConfig::new(2, lookahead),
+        &[],
+    )
+    .unwrap()
+    .generation
+}
+
+#[test]
+fn sampled_requests_of_many_rounds_are_distributed_as_the_target() {
+    let (_dir, t, d) = models(CLOSE);
+    let mut report = Vec::new();
+    for (name, s) in settings() {
+        let run = Run::of(N, |seed| {
+            sequential(&t.model, &d.model, &mut FixedK(3), &cfg(&s, seed))
+        });
+        run.assert_exercised(name, 10, true);
+        let p = sequence_chi_square_p(&t.model, &PROMPT, &s, &run.samples);
+        report.push(format!("{name}: p = {p:.3}; {}", run.summary()));
+        assert!(
+            p > ALPHA,
+            "{name}: sampled output not distributed as the target's: p = {p:.2e}"
+        );
+    }
+    eprintln!("{}", report.join("\n"));
+}
+
+#[test]
+fn every_policy_under_both_schedulers_commits_the_same_tokens() {
+    let (_dir, t, d) = models(CLOSE);
+    let (t, d) = (&t.model, &d.model);
+    for (sname, s) in settings() {
+        let reference = Run::of(N_POLICY, |seed| {
+            sequential(t, d, &mut FixedK(3), &cfg(&s, seed))
+        });
+        type Scheduler =
+            fn(&Transformer, &Transformer, &mut dyn StopPolicy, &SpecConfig) -> Generation;
+        for (scheduler, run_one) in [("sequential", sequential as Scheduler), ("DSI sp 2", dsi)] {
+            // One policy object serves every request: state carried across requests too.
+            for (pname, mut policy) in policies(d.config().hidden_size) {
+                let what = format!("{scheduler}, {pname}, {sname}");
+                let run = Run::of(N_POLICY, |seed| {
+                    run_one(t, d, policy.as_mut(), &cfg(&s, seed))
+                });
+                for (seed, (got, want)) in run.samples.iter().zip(&reference.samples).enumerate() {
+                    assert_eq!(
+                        got, want,
+                        "{what}, seed {seed}: tokens differ from the reference run's"
+                    );
+                }
+                // DSI decides every position as a drafted and verified candidate: no bonus.
+                run.assert_exercised(&what, 50, scheduler == "sequential");
+            }
+        }
+    }
+}
+
+// ---------- broken variants ----------
+
+/// Marks the proposal the sequential scheduler asks for at the bonus position after a fully
+/// accepted round (a one-candidate round that keeps its candidate whatever the policy says;
+/// the first token, decided the same way from the prefill, is left alone). With
+/// [`AcceptMarked`] this is the bug of a bonus token drawn from the draft's `q` instead of
+/// the target's `p`.
+struct MarkBonus<'m> {
+    inner: PlainDrafter<'m>,
+    marked: Rc<Cell<bool>>,
+}
+
+impl Drafter for MarkBonus<'_> {
+    fn draft(&mut self, round: DraftRound<'_>) -> anyhow::Result<Vec<Candidate>> {
+        self.marked
+            .set(round.keep_first && round.max == 1 && round.committed.len() > PROMPT.len());
+        self.inner.draft(round)
+    }
+    fn rollback(&mut self, valid: usize) {
+        self.inner.rollback(valid);
+    }
+}
+
+/// Accepts a marked proposal without testing it; decides the others as [`RejectionSampler`].
+struct AcceptMarked(Rc<Cell<bool>>);
+
+impl Verifier for AcceptMarked {
+    fn decide(
+        &mut self,
+        c: &Candidate,
+        logits: &[f32],
+        s: &SamplingConfig,
+        rng: &mut StdRng,
+    ) -> Verdict {
+        if self.0.replace(false) {
+            Verdict::Accept
+        } else {
+            RejectionSampler.decide(c, logits, s, rng)
+        }
+    }
+}
+
+/// Remembers the candidate a policy dropped (its token and `q`).
+struct RecordDrops {
+    inner: Box<dyn StopPolicy>,
+    dropped: Rc<RefCell<Option<(u32, f32)>>>,
+}
+
+impl StopPolicy for RecordDrops {
+    fn begin_request(&mut self) {
+        self.inner.begin_request();
+    }
+    fn begin_round(&mut self) {
+        self.dropped.replace(None);
+        self.inner.begin_round();
+    }
+    fn decide(&mut self, step: &DraftStep) -> anyhow::Result<Decision> {
+        let d = self.inner.decide(step)?;
+        if d == Decision::Drop {
+            self.dropped.replace(Some((step.token, step.q_token)));
+        }
+        Ok(d)
+    }
+    fn end_round(&mut self, outcome: &RoundOutcome) {
+        self.inner.end_round(outcome);
+    }
+    fn max_candidates(&self) -> usize {
+        self.inner.max_candidates()
+    }
+}
+
+/// Appends the dropped candidate to the round, with an empty `q` as its mark; with
+/// [`CommitUnmarked`] it is committed untested: the bug of a dropped token still committed.
+struct KeepDropped<'m> {
+    inner: PlainDrafter<'m>,
+    dropped: Rc<RefCell<Option<(u32, f32)>>>,
+}
+
+impl Drafter for KeepDropped<'_> {
+    fn draft(&mut self, round: DraftRound<'_>) -> anyhow::Result<Vec<Candidate>> {
+        let mut out = self.inner.draft(round)?;
+        if let Some((token, q_token)) = self.dropped.take() {
+            out.push(Candidate {
+                token,
+                q_token,
+                q: Vec::new(),
+            });
+        }
+        Ok(out)
+    }
+    fn rollback(&mut self, valid: usize) {
+        self.inner.rollback(valid);
+    }
+}
+
+struct CommitUnmarked;
+
+impl Verifier for CommitUnmarked {
+    fn decide(
+        &mut self,
+        c: &Candidate,
+        logits: &[f32],
+        s: &SamplingConfig,
+        rng: &mut StdRng,
+    ) -> Verdict {
+        if c.q.is_empty() {
+            Verdict::Accept
+        } else {
+            RejectionSampler.decide(c, logits, s, rng)
+        }
+    }
+}
+
+/// A drafter that keeps, across requests, the `q` it reported at each position and reports
+/// that one again later (a cache keyed by position, never reset between requests), while its
+/// tokens are drawn from the current `q`.
+struct StaleQ<'m> {
+    model: &'m Transformer,
+    by_position: HashMap<usize, Vec<f32>>,
+}
+
+impl Drafter for StaleQ<'_> {
+    fn draft(&mut self, round: DraftRound<'_>) -> anyhow::Result<Vec<Candidate>> {
+        let base = round.committed.len();
+        let mut out = PlainDrafter::new(self.model).draft(round)?;
+        for (i, c) in out.iter_mut().enumerate() {
+            let q = self
+                .by_position
+                .entry(base + i)
+                .or_insert_with(|| c.q.clone());
+            c.q_token = q[c.token as usize];
+            c.q = q.clone();
+        }
+        Ok(out)
+    }
+    fn rollback(&mut self, _: usize) {}
+}
+
+#[test]
+fn broken_round_mechanisms_are_caught_over_many_rounds() {
+    let (_dir, t, far) = models(None);
+    let (target, draft) = (&t.model, &far.model);
+    let s = settings().remove(0).1;
+    let mut report = Vec::new();
+    let mut check = |what: &str, run: Run| {
+        let p = sequence_chi_square_p(target, &PROMPT, &s, &run.samples);
+        report.push(format!("{what}: p = {p:.2e}"));
+        assert!(p < ALPHA, "{what} went unnoticed: p = {p:.2e}");
+    };
+
+    let marked = Rc::new(Cell::new(false));
+    let run = Run::of(N, |seed| {
+        let mut d = MarkBonus {
+            inner: PlainDrafter::new(draft),
+            marked: marked.clone(),
+        };
+        generate_speculative(
+            target,
+            &mut d,
+            &mut FixedK(1),
+            &mut AcceptMarked(marked.clone()),
+            &PROMPT,
+            &cfg(&s, seed),
+            &[],
+        )
+        .unwrap()
+    });
+    run.assert_exercised("bonus from q", 10, true);
+    check("bonus tokens drawn from the draft's q", run);
+
+    let dropped = Rc::new(RefCell::new(None));
+    let mut policy = RecordDrops {
+        inner: Box::new(PMinPolicy {
+            p_min: 0.4,
+            n_max: 4,
+        }),
+        dropped: dropped.clone(),
+    };
+    let run = Run::of(N, |seed| {
+        let mut d = KeepDropped {
+            inner: PlainDrafter::new(draft),
+            dropped: dropped.clone(),
+        };
+        generate_speculative(
+            target,
+            &mut d,
+            &mut policy,
+            &mut CommitUnmarked,
+            &PROMPT,
+            &cfg(&s, seed),
+            &[],
+        )
+        .unwrap()
+    });
+    check("a dropped candidate committed", run);
+
+    let mut stale = StaleQ {
+        model: draft,
+        by_position: HashMap::new(),
+    };
+    let run = Run::of(N, |seed| {
+        generate_speculative(
+            target,
+            &mut stale,
+            &mut FixedK(3),
+            &mut RejectionSampler,
+            &PROMPT,
+            &cfg(&s, seed),
+            &[],
+        )
+        .unwrap()
+    });
+    check("the draft's q kept across requests", run);
+    eprintln!("{}", report.join("\n"));
+}
