@@ -79,16 +79,17 @@ fn real_qwen_0_5b_greedy_tokens_match_the_cpu_path() {
     let a = generate_autoregressive(&cpu.model, &prompt, &cfg, &[]).unwrap();
     let b = generate_autoregressive(&dev.model, &prompt, &cfg, &[]).unwrap();
     assert_eq!(b.tokens, a.tokens, "greedy tokens: cpu {:?} vs device {:?}", cpu.tokenizer.decode(&a.tokens), dev.tokenizer.decode(&b.tokens));
-    // The prompt's last logits, for the record (the real model's logits are ~10-30).
+    // The prompt's last logits (the real model's logits are ~10-30): 3.7e-5 apart on Mesa's
+    // lavapipe; the bar leaves 25x that for other drivers' summation orders.
     let la = cpu.model.forward_last(&prompt, &mut cpu.model.new_cache(1)).unwrap().logits_tail(1);
     let lb = dev.model.forward_last(&prompt, &mut dev.model.new_cache(1)).unwrap().logits_tail(1);
     let d = max_abs_diff(&la[0], &lb[0]);
     eprintln!("real 0.5B: {} greedy tokens equal; prompt logits differ by at most {d:.2e}", a.tokens.len());
-    assert!(d < 5e-2, "prompt logits differ by {d}");
+    assert!(d <= 1e-3, "prompt logits differ by {d}");
     // Row invariance: a 5-row verification forward against 5 one-row forwards, on each path.
-    // The CPU's projections are row-invariant by construction; the device's matmuls need not
-    // be, which is what can flip greedy near-ties (the eval's numerical audit). Printed for the
-    // record: the tolerance above is the bar.
+    // The CPU path is row invariant by construction (bitwise); the device's matmuls need not
+    // be (that is what can flip greedy near-ties, the eval's numerical audit), but their gap
+    // stays within the CPU-device bar.
     let rows = &a.tokens[..5];
     for (name, lm) in [("cpu", &cpu), ("device", &dev)] {
         let mut cache = lm.model.new_cache(1);
@@ -98,9 +99,11 @@ fn real_qwen_0_5b_greedy_tokens_match_the_cpu_path() {
         let mut gap = 0f32;
         for (i, &t) in rows.iter().enumerate() {
             let one = lm.model.forward(&[t], &mut cache).unwrap().logits_tail(1);
-            gap = gap.max(max_abs_diff(&one[0], &together[i]));
+            gap = specx_decoder::compare::nan_max(gap, max_abs_diff(&one[0], &together[i]));
         }
         eprintln!("real 0.5B on the {name}: 5 rows at once vs one at a time differ by at most {gap:.2e}");
+        let bar = if name == "cpu" { 0.0 } else { 1e-3 };
+        assert!(gap <= bar, "{name}: a 5-row forward differs from one-row forwards by {gap} (bar {bar})");
     }
 }
 

@@ -127,6 +127,7 @@ fn training_on_the_device_follows_the_cpu_run() {
     let mut on_device = config(&tmp.path().join("wgpu"), 2, 3, 3.0);
     on_device.device = "wgpu".into();
     let gpu = train_on(&on_device, &train, &dev, &opts).unwrap();
+    assert!(!cpu.history.is_empty() && cpu.history.len() == gpu.history.len(), "epochs: cpu {}, device {}", cpu.history.len(), gpu.history.len());
     for (a, b) in cpu.history.iter().zip(&gpu.history) {
         let auroc = |m: &specx_trainer::metrics::Metrics| m.auroc.unwrap_or(f64::NAN);
         for (what, x, y) in [("dev KL", a.dev.binary_kl, b.dev.binary_kl), ("dev AUROC", auroc(&a.dev), auroc(&b.dev)), ("train KL", a.train.binary_kl, b.train.binary_kl)] {
