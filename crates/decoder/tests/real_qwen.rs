@@ -1,15 +1,17 @@
-//! The real Qwen2.5-Coder pair (fetched by scripts/fetch-models.sh): parity of the 0.5B model
-//! with an independent float64 numpy implementation, the pair loading together, native GGUF
-//! weights against the f32 path, and greedy speculative decoding reproducing the target. The
-//! models load with the default (native) weights unless a test says otherwise.
+//! The real Qwen2.5-Coder pair (fetched by scripts/fetch-models.sh): parity of both models with
+//! an independent float64 numpy implementation (and of `q8` with that implementation's 8-bit
+//! activations), the pair loading together, native GGUF weights against the f32 path, and
+//! greedy speculative decoding reproducing the target. The models load with the default
+//! (native) weights unless a test says otherwise.
 //!
 //! Tolerance: specx computes in f32 with another summation order than the f64 reference. The
-//! largest difference measured here over all compared logits (magnitude ~10-30) is 3.0e-4; we
+//! largest difference measured over all compared logits (magnitude ~10-30) is 1.0e-4 (0.5B) and
+//! 2.9e-5 (1.5B) on a Zen 4, 3.0e-4 on other CPUs; we
 //! require 5e-3 absolute (a 16x margin for other CPUs' SIMD widths) and the same argmax
 //! wherever the reference's top-2 gap exceeds that. A wrong RoPE, norm, bias or dequantizer
 //! moves logits by whole units.
 
-use specx_decoder::{check_pair, default_device, load_model, load_model_as, WeightMode};
+use specx_decoder::{check_pair, default_device, load_model_as, WeightMode};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -62,37 +64,106 @@ fn logsumexp(xs: &[f32]) -> f32 {
     m + xs.iter().map(|x| ((x - m) as f64).exp()).sum::<f64>().ln() as f32
 }
 
-#[test]
-fn qwen_0_5b_logits_match_the_numpy_reference() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let text = std::fs::read_to_string(manifest_dir().join("tests/fixtures/qwen2.5-coder-0.5b-reference.json")).unwrap();
-    let r: Reference = serde_json::from_str(&text).unwrap();
-    let dir = model_dir("qwen2.5-coder-0.5b-instruct");
-    let sha = specx_decoder::fsutil::sha256_file(&dir.join("model.gguf")).unwrap();
-    assert_eq!(sha, r.model_sha256, "the fixture was made from another file");
-    let lm = load_model(&dir.join("model.gguf"), None, &default_device()).unwrap();
-    assert_eq!(lm.tokenizer.encode(&r.prompt).unwrap(), r.token_ids, "tokenizer differs from HF tokenizers");
+/// How a model's logits compare with its numpy reference over the fixture's positions.
+struct Agreement {
+    /// Largest |specx - reference| over the compared logits and log-sum-exps.
+    worst: f32,
+    /// KL(reference || specx) per position, over the reference's top-32 tokens and the rest
+    /// as one class (a lower bound of the full KL, short of it by the tail's share only).
+    kl: Vec<f64>,
+    /// Positions whose argmax is the reference's, and positions.
+    top1: (usize, usize),
+    /// Positions whose argmax differs although the reference's top-2 gap exceeds `gap`.
+    clear_misses: Vec<usize>,
+}
 
-    let mut cache = lm.model.new_cache(1);
-    let out = lm.model.forward(&r.token_ids, &mut cache).unwrap();
-    let v = lm.model.config().vocab_size;
-    let flat = out.logits.into_data().try_to_vec::<f32>().unwrap();
-    let mut worst = 0f32;
-    for (i, p) in r.positions.iter().enumerate() {
-        let row = &flat[i * v..(i + 1) * v];
+/// Runs the prompt of `name`'s fixture (`-reference.json`, or `-q8-reference.json` with the
+/// activations rounded as `q8` rounds them) through the model with `mode` weights and compares
+/// every position.
+fn against_reference(name: &str, fixture: &str, mode: WeightMode, gap: f32) -> Agreement {
+    let fixture = manifest_dir().join(format!("tests/fixtures/{}-{fixture}.json", name.trim_end_matches("-instruct")));
+    let r: Reference = serde_json::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    let dir = model_dir(name);
+    let sha = specx_decoder::fsutil::sha256_file(&dir.join("model.gguf")).unwrap();
+    assert_eq!(sha, r.model_sha256, "{} was made from another file", fixture.display());
+    let lm = load_model_as(&dir.join("model.gguf"), None, &default_device(), mode).unwrap();
+    assert_eq!(lm.tokenizer.encode(&r.prompt).unwrap(), r.token_ids, "tokenizer differs from HF tokenizers");
+    let out = lm.model.forward(&r.token_ids, &mut lm.model.new_cache(1)).unwrap();
+    let rows = out.logits_tail(r.token_ids.len());
+    let mut a = Agreement { worst: 0.0, kl: Vec::new(), top1: (0, rows.len()), clear_misses: Vec::new() };
+    for (i, (row, p)) in rows.iter().zip(&r.positions).enumerate() {
         let pairs = p.top_ids.iter().zip(&p.top_logits).chain(r.probe_ids.iter().zip(&p.probe_logits));
         for (&id, &want) in pairs {
-            let d = (row[id as usize] - want).abs();
-            worst = specx_decoder::compare::nan_max(worst, d);
-            assert!(d <= TOLERANCE, "position {i}, token {id}: specx {} vs reference {want}", row[id as usize]);
+            a.worst = specx_decoder::compare::nan_max(a.worst, (row[id as usize] - want).abs());
         }
-        let d = (logsumexp(row) - p.logsumexp).abs();
-        assert!(d <= TOLERANCE, "position {i}: logsumexp differs by {d}");
-        if p.top_logits[0] - p.top_logits[1] > TOLERANCE {
-            assert_eq!(specx_decoder::sampling::argmax(row), p.top_ids[0], "position {i}: argmax");
+        let lse = logsumexp(row);
+        a.worst = specx_decoder::compare::nan_max(a.worst, (lse - p.logsumexp).abs());
+        let (mut kl, mut rest_p, mut rest_q) = (0.0f64, 1.0f64, 1.0f64);
+        for (&id, &l) in p.top_ids.iter().zip(&p.top_logits) {
+            let (pr, q) = (((l - p.logsumexp) as f64).exp(), ((row[id as usize] - lse) as f64).exp());
+            kl += pr * (pr / q).ln();
+            rest_p -= pr;
+            rest_q -= q;
+        }
+        let (rest_p, rest_q) = (rest_p.max(1e-300), rest_q.max(1e-300));
+        a.kl.push(kl + rest_p * (rest_p / rest_q).ln());
+        let best = specx_decoder::sampling::argmax(row);
+        if best == p.top_ids[0] {
+            a.top1.0 += 1;
+        } else if p.top_logits[0] - p.top_logits[1] > gap {
+            a.clear_misses.push(i);
         }
     }
-    eprintln!("max |specx - reference| over compared logits: {worst:.2e}");
+    a
+}
+
+#[test]
+fn both_models_logits_match_the_numpy_reference() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for name in ["qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"] {
+        let a = against_reference(name, "reference", WeightMode::default(), TOLERANCE);
+        eprintln!("{name}: max |specx - reference| over compared logits {:.2e}", a.worst);
+        assert!(a.worst <= TOLERANCE, "{name}: logits differ from the reference by {}", a.worst);
+        assert!(a.clear_misses.is_empty(), "{name}: argmax differs at positions {:?}", a.clear_misses);
+    }
+}
+
+/// `q8` rounds activations to 8 bits, so its logits move by far more than the f32 tolerance;
+/// what must hold is the distribution, against two float64 numpy references: the exact model,
+/// and the model with its activations rounded as `q8` defines it (`--q8`: what 8-bit
+/// activations cost, computed independently). Measured (the bits are the same on every CPU):
+///
+/// | | KL to the q8 reference: mean / max | KL to the exact reference: median / max | top-1 vs exact |
+/// |---|---|---|---|
+/// | 0.5B | 1.1e-3 / 8.1e-3 | 3.9e-4 / 0.40 (position 14) | 18/18 |
+/// | 1.5B | 1.0e-3 / 5.2e-3 | 7.2e-4 / 3.7 (position 0) | 17/18 |
+///
+/// The two large KLs to the exact model are what 8-bit rounding does there, not a kernel error:
+/// the q8 reference has them too (its argmax moves at the same positions) and specx agrees with
+/// it within 2e-3 at both. The first `<|im_start|>` and the newline after `<|im_end|>` carry the
+/// model's attention-sink activations, a few values thousands of times larger than the rest of
+/// their 256-value block, whose other values then round to a few levels. Bars (~4x the
+/// measured): against the q8 reference, every position within KL 3e-2, the mean within 5e-3
+/// and the argmax equal wherever its top-2 gap exceeds 0.5; against the exact reference, the
+/// median within 3e-3 and the argmax equal at 17 of 18 positions or more.
+#[test]
+fn q8_logits_match_the_numpy_reference_of_8_bit_activations() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for name in ["qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"] {
+        let sim = against_reference(name, "q8-reference", WeightMode::Q8, 0.5);
+        let exact = against_reference(name, "reference", WeightMode::Q8, f32::INFINITY);
+        let mean = sim.kl.iter().sum::<f64>() / sim.kl.len() as f64;
+        let max = sim.kl.iter().copied().fold(0.0, f64::max);
+        let mut sorted = exact.kl.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted[sorted.len() / 2];
+        let per_position = |kl: &[f64]| kl.iter().map(|k| format!("{k:.1e}")).collect::<Vec<_>>().join(" ");
+        eprintln!("{name} q8: KL to the q8 reference mean {mean:.1e}, max {max:.1e}; to the exact reference median {median:.1e}, top-1 {}/{}", exact.top1.0, exact.top1.1);
+        eprintln!("  per position, to the q8 reference: {}\n  to the exact reference: {}", per_position(&sim.kl), per_position(&exact.kl));
+        assert!(sim.kl.iter().all(|k| k.is_finite() && *k <= 3e-2) && mean <= 5e-3, "{name}: KL to the q8 reference {}", per_position(&sim.kl));
+        assert!(sim.clear_misses.is_empty(), "{name}: argmax differs from the q8 reference at positions {:?}", sim.clear_misses);
+        assert!(median <= 3e-3 && exact.top1.0 + 1 >= exact.top1.1, "{name}: KL to the exact reference {} (top-1 {}/{})", per_position(&exact.kl), exact.top1.0, exact.top1.1);
+    }
 }
 
 #[test]

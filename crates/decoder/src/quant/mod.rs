@@ -33,6 +33,8 @@ pub mod unpack;
 pub use int::IntPath;
 
 #[cfg(test)]
+mod accuracy_tests;
+#[cfg(test)]
 mod int_tests;
 #[cfg(test)]
 mod testutil;
