@@ -1,0 +1,318 @@
+//! Interrupted runs lose nothing. `specx datagen`, `specx eval` and `specx eval replay` are
+//! killed with SIGKILL at seeded random moments and run again with the same command; each
+//! chain of kills ends with a run that finishes, whose outputs must equal an uninterrupted
+//! run's: the same bytes for every data file (datagen's shards, replay's rows), the same rows
+//! but for the measured times for eval. At least [`KILLS`] kills per command land on a running
+//! process, spread over its phases (startup, model loading, the work, the writes).
+
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Kills per command that must land on a running process.
+const KILLS: usize = 20;
+
+fn specx() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_specx"));
+    c.stdout(Stdio::null()).stderr(Stdio::piped()).env("RUST_BACKTRACE", "0");
+    c
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn alpaca() -> PathBuf {
+    repo().join("../shared/datasets/alpaca/alpaca_5000.json")
+}
+
+/// Runs `args` to the end; panics with its stderr if it fails.
+fn finish(args: &[String]) -> Duration {
+    let t = Instant::now();
+    let out = specx().args(args).output().unwrap();
+    assert!(out.status.success(), "specx {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    t.elapsed()
+}
+
+/// Every regular file under `dir` (relative path -> sha256), but the ones `skip` names.
+fn files(dir: &Path, skip: &dyn Fn(&str) -> bool) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().display().to_string();
+                if !skip(&rel) {
+                    out.insert(rel, format!("{:x}", Sha256::digest(std::fs::read(&p).unwrap())));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// What the kills did: how many landed on a running process, and the number of files the run
+/// directory held after each (its progress when killed).
+#[derive(Default, Debug)]
+struct Kills {
+    landed: usize,
+    chains: usize,
+    progress: Vec<usize>,
+}
+
+/// Runs `args` into `out` again and again, killing each process after a seeded random delay
+/// in `[0, span)` while it runs, until [`KILLS`] kills have landed. Whenever a run finishes
+/// before its kill, `check` compares the directory with the uninterrupted run's, and the next
+/// chain starts from an empty directory.
+fn kill_repeatedly(args: &[String], out: &Path, span: Duration, seed: u64, check: &dyn Fn(&Path)) -> Kills {
+    use rand::{RngExt, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut k = Kills::default();
+    let _ = std::fs::remove_dir_all(out);
+    while k.landed < KILLS {
+        let delay = span.mul_f64(rng.random::<f64>());
+        let mut child = specx().args(args).spawn().unwrap();
+        let start = Instant::now();
+        let finished = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if start.elapsed() >= delay {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        match finished {
+            None => {
+                child.kill().unwrap(); // SIGKILL
+                child.wait().unwrap();
+                k.landed += 1;
+                k.progress.push(if out.exists() { files(out, &|_| false).len() } else { 0 });
+            }
+            Some(status) => {
+                let mut err = String::new();
+                std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+                assert!(status.success(), "a resumed run failed: specx {}: {err}", args.join(" "));
+                check(out);
+                k.chains += 1;
+                std::fs::remove_dir_all(out).unwrap();
+            }
+        }
+    }
+    // The last chain, run to its end.
+    finish(args);
+    check(out);
+    k.chains += 1;
+    k
+}
+
+fn assert_spread(what: &str, k: &Kills) {
+    let levels: std::collections::BTreeSet<_> = k.progress.iter().collect();
+    eprintln!("{what}: {} kills in {} chains, files on disk after each kill: {:?}", k.landed, k.chains, k.progress);
+    assert!(levels.len() >= 3, "{what}: every kill landed at the same progress {:?}", k.progress);
+}
+
+/// Copies `from` into `to`, leaving out the entry named `skip` at the top.
+fn copy_dir(from: &Path, to: &Path, skip: &str) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_name() == skip {
+            continue;
+        }
+        let dest = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &dest, "");
+        } else {
+            std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
+}
+
+struct Tiny {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    draft: PathBuf,
+    target: PathBuf,
+}
+
+fn tiny() -> Tiny {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let (draft, target) = specx_decoder::synthetic::write_tiny_char_pair(&root, 7, 0.35).unwrap();
+    Tiny { _tmp: tmp, root, draft, target }
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// A datagen run's files by sha256: the data (shards, prompts, config) as written; the shard
+/// records and the manifest, which also say how long each part took, with those times zeroed.
+fn datagen_files(dir: &Path) -> BTreeMap<String, String> {
+    let mut out = files(dir, &|f| f.ends_with(".json") && f != "prompts.json");
+    for f in files(dir, &|f| !(f.starts_with("shard-") && f.ends_with(".json"))).keys() {
+        let mut record: specx_datagen::shard::ShardRecord = serde_json::from_slice(&std::fs::read(dir.join(f)).unwrap()).unwrap();
+        record.seconds = 0.0;
+        out.insert(f.clone(), serde_json::to_string(&record).unwrap());
+    }
+    let m = specx_datagen::manifest::Manifest::read(dir).unwrap();
+    out.insert("manifest.json".into(), format!("complete {}, identity {:?}, summary {:?}", m.complete, m.identity(), m.summary));
+    out
+}
+
+#[test]
+fn killed_datagen_resumes_to_the_same_bytes() {
+    let t = tiny();
+    let out = t.root.join("out");
+    let args = ["datagen", "--config", &s(&repo().join("configs/datagen-tiny.toml")), "--out", &s(&out), "--draft", &s(&t.draft), "--target", &s(&t.target), "--no-progress"].map(String::from).to_vec();
+    // The uninterrupted run, in the same directory (the config it records names it).
+    let span = finish(&args);
+    let want = datagen_files(&out);
+    assert!(want.len() >= 16 && want["manifest.json"].starts_with("complete true"), "{want:?}");
+    let k = kill_repeatedly(&args, &out, span, 1, &|dir| assert_eq!(datagen_files(dir), want, "datagen files after kills"));
+    assert_spread("datagen", &k);
+}
+
+/// A replay's files by sha256; `replay.json` without the run's path and the draft's measured
+/// seconds (the rows are priced by the run's timing model, not by those).
+fn replay_files(dir: &Path) -> BTreeMap<String, String> {
+    let mut out = files(dir, &|f| f == "replay.json");
+    let mut record: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("replay.json")).unwrap()).unwrap();
+    record.as_object_mut().unwrap().retain(|k, _| k != "run" && !k.ends_with("seconds"));
+    out.insert("replay.json".into(), record.to_string());
+    out
+}
+
+/// An eval config over 3 Alpaca prompts, greedy and sampled, a few methods.
+fn eval_config(t: &Tiny) -> PathBuf {
+    let path = t.root.join("eval.toml");
+    let text = format!(
+        r#"seeds = [0, 1]
+[models]
+draft = "{}"
+target = "{}"
+[[prompts]]
+name = "alpaca"
+format = "alpaca"
+path = "{}"
+split = "test"
+split_sizes = [4000, 800, 200]
+sample = 3
+sample_seed = 5
+chat_template = "none"
+[[sampling]]
+name = "greedy"
+[[sampling]]
+name = "t1"
+temperature = 1.0
+[budget]
+max_new_tokens = 12
+[methods]
+specdec = {{ k = [1, 3] }}
+confidence = {{ thresholds = [0.3] }}
+[output]
+dir = "out"
+"#,
+        s(&t.draft),
+        s(&t.target),
+        s(&alpaca())
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The rows of a run's unit files without the measured times (and what is computed from them).
+fn untimed_rows(dir: &Path) -> Vec<String> {
+    let mut rows = Vec::new();
+    for f in specx_eval::experiment::merge::unit_files(dir).unwrap() {
+        for mut r in specx_eval::common::results::UnitFile::read_path(&f).unwrap().rows {
+            (r.draft_time_s, r.target_time_s, r.total_time_s, r.speedup) = (0.0, 0.0, 0.0, 0.0);
+            rows.push(serde_json::to_string(&r).unwrap());
+        }
+    }
+    rows.sort();
+    rows
+}
+
+#[test]
+fn killed_eval_and_replay_resume_to_the_same_rows() {
+    let t = tiny();
+    let config = eval_config(&t);
+    let args = |dir: &Path| -> Vec<String> { ["eval", "--config", &s(&config), "--out", &s(dir), "--no-progress"].map(String::from).to_vec() };
+    let full = t.root.join("full");
+    let span = finish(&args(&full));
+    let want = untimed_rows(&full);
+    assert_eq!(want.len(), 9 * 4, "3 prompts x 3 sampling units x (AR + 3 methods)");
+    let killed = t.root.join("killed");
+    let k = kill_repeatedly(&args(&killed), &killed, span, 2, &|dir| {
+        assert_eq!(untimed_rows(dir), want, "eval rows after kills");
+        assert!(dir.join("results.parquet").is_file() && dir.join("summary.md").is_file());
+    });
+    assert_spread("eval", &k);
+
+    // Replay of the finished run under another grid: its rows are exact counts and modelled
+    // times, so every file it writes must be the same bytes.
+    let grid = t.root.join("grid.toml");
+    std::fs::write(&grid, "[methods]\nspecdec = { k = [2, 4] }\nconfidence = { thresholds = [0.5] }\n").unwrap();
+    let replay_args = |run: &Path| -> Vec<String> { ["eval", "replay", "--config", &s(&grid), &s(run), "--no-progress"].map(String::from).to_vec() };
+    let span = finish(&replay_args(&full));
+    let replay_dir = |run: &Path| run.join("replay-grid");
+    let want = replay_files(&replay_dir(&full));
+    assert!(want.len() >= 4, "{want:?}");
+    // A copy of the run without its replay; the kill loop empties the replay directory
+    // between chains.
+    let copy = t.root.join("copy");
+    copy_dir(&full, &copy, "replay-grid");
+    let k = kill_repeatedly(&replay_args(&copy), &replay_dir(&copy), span, 3, &|dir| {
+        assert_eq!(replay_files(dir), want, "replay files after kills");
+    });
+    assert_spread("replay", &k);
+}
+
+/// Runs `args` with the file size limit at `kib` KiB (`ulimit -f`, SIGXFSZ ignored): a write
+/// past it fails with EFBIG, as on a full disk. Returns whether it succeeded, and its stderr.
+fn with_file_limit(args: &[String], kib: u64) -> (bool, String) {
+    let script = format!("trap '' XFSZ; ulimit -f {kib}; exec \"$0\" \"$@\"");
+    let out = Command::new("bash").arg("-c").arg(script).arg(env!("CARGO_BIN_EXE_specx")).args(args).env("RUST_BACKTRACE", "0").output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn a_failed_write_is_reported_and_a_rerun_completes_the_same_run() {
+    let t = tiny();
+    let out = t.root.join("out");
+    let datagen = ["datagen", "--config", &s(&repo().join("configs/datagen-tiny.toml")), "--out", &s(&out), "--draft", &s(&t.draft), "--target", &s(&t.target), "--no-progress"].map(String::from).to_vec();
+    finish(&datagen);
+    let want = datagen_files(&out);
+    for kib in [1, 4, 16, 64] {
+        std::fs::remove_dir_all(&out).unwrap();
+        let (ok, err) = with_file_limit(&datagen, kib);
+        eprintln!("datagen, files limited to {kib} KiB: {}", if ok { "finished".to_string() } else { err.trim().replace('\n', " | ") });
+        assert!(ok || err.contains(&s(&out)), "the error does not name the file: {err}");
+        let temporaries: Vec<String> = files(&out, &|_| false).into_keys().filter(|f| f.contains(".tmp-")).collect();
+        assert!(temporaries.is_empty(), "a failed write left {temporaries:?}");
+        finish(&datagen);
+        assert_eq!(datagen_files(&out), want, "datagen after a failed write ({kib} KiB)");
+    }
+    let config = eval_config(&t);
+    let eval = ["eval", "--config", &s(&config), "--out", &s(&out), "--no-progress"].map(String::from).to_vec();
+    std::fs::remove_dir_all(&out).unwrap();
+    finish(&eval);
+    let want = untimed_rows(&out);
+    for kib in [1, 4, 16, 64] {
+        std::fs::remove_dir_all(&out).unwrap();
+        let (ok, err) = with_file_limit(&eval, kib);
+        eprintln!("eval, files limited to {kib} KiB: {}", if ok { "finished".to_string() } else { err.trim().replace('\n', " | ") });
+        assert!(ok || err.contains(&s(&out)), "the error does not name the file: {err}");
+        let temporaries: Vec<String> = files(&out, &|_| false).into_keys().filter(|f| f.contains(".tmp-")).collect();
+        assert!(temporaries.is_empty(), "a failed write left {temporaries:?}");
+        finish(&eval);
+        assert_eq!(untimed_rows(&out), want, "eval after a failed write ({kib} KiB)");
+    }
+}
