@@ -24,7 +24,7 @@ use polars_io::parquet::read::ParquetReader;
 use polars_io::parquet::write::ParquetWriter;
 use polars_io::SerReader;
 use serde::{Deserialize, Serialize};
-use specx_decoder::fsutil::{sha256_file, sha256_hex, write_atomic};
+use specx_decoder::fsutil::{sha256_file, sha256_hex, short_hash, write_atomic};
 use std::path::Path;
 
 /// A file of a shard with its size and checksum.
@@ -222,20 +222,39 @@ pub fn finished_shard(dir: &Path, index: usize) -> Result<Option<ShardRecord>> {
     Ok(Some(rec))
 }
 
-fn read_parquet(p: &Path, what: &str) -> Result<DataFrame> {
-    let f = std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?;
-    ParquetReader::new(f).finish().with_context(|| format!("{}: not a readable Parquet {what}", p.display()))
+/// The bytes of a shard's file, checked against its record: a damaged or changed file (a
+/// flipped byte would otherwise be read as data) is an error that names it.
+pub fn read_recorded(dir: &Path, f: &FileRecord) -> Result<Vec<u8>> {
+    let p = dir.join(&f.name);
+    let bytes = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+    let sha = sha256_hex(&bytes);
+    ensure!(
+        bytes.len() as u64 == f.bytes && sha == f.sha256,
+        "{}: {} bytes with sha256 {}, but its shard record says {} bytes with sha256 {}: the file was damaged or changed (delete it and rerun `specx datagen` into {} to produce the shard again)",
+        p.display(),
+        bytes.len(),
+        short_hash(&sha),
+        f.bytes,
+        short_hash(&f.sha256),
+        dir.display()
+    );
+    Ok(bytes)
+}
+
+fn read_parquet(dir: &Path, f: &FileRecord, what: &str) -> Result<DataFrame> {
+    let bytes = read_recorded(dir, f)?;
+    ParquetReader::new(std::io::Cursor::new(bytes)).finish().with_context(|| format!("{}: not a readable Parquet {what}", dir.join(&f.name).display()))
 }
 
 /// Reads a shard's token table.
 pub fn read_tokens(dir: &Path, rec: &ShardRecord) -> Result<DataFrame> {
-    read_parquet(&dir.join(&rec.tokens.name), "token table")
+    read_parquet(dir, &rec.tokens, "token table")
 }
 
 /// Reads a shard's prompt table: (prompt_index, prompt_id, token ids) per prompt, in order.
 pub fn read_prompts(dir: &Path, rec: &ShardRecord) -> Result<Vec<(usize, String, Vec<u32>)>> {
     let p = dir.join(&rec.prompts.name);
-    let df = read_parquet(&p, "prompt table")?;
+    let df = read_parquet(dir, &rec.prompts, "prompt table")?;
     let col = |name: &str| df.column(name).with_context(|| format!("{}: no column '{name}'", p.display()));
     let index = col("prompt_index")?.u32().context("prompt_index is not u32")?;
     let id = col("prompt_id")?.str().context("prompt_id is not a string")?;
@@ -251,14 +270,19 @@ pub fn read_prompts(dir: &Path, rec: &ShardRecord) -> Result<Vec<(usize, String,
 
 /// Reads a shard's stored features as f32, `[rows, hidden]` row-major; returns (values, hidden).
 pub fn read_features(dir: &Path, rec: &ShardRecord) -> Result<(Vec<f32>, usize)> {
-    let name = &rec.features.as_ref().with_context(|| format!("shard {} of {} stores no features (they are recomputed)", rec.index, dir.display()))?.name;
-    read_features_file(&dir.join(name))
+    let f = rec.features.as_ref().with_context(|| format!("shard {} of {} stores no features (they are recomputed)", rec.index, dir.display()))?;
+    features_from_bytes(&dir.join(&f.name), &read_recorded(dir, f)?)
 }
 
-/// Reads a safetensors feature file (a shard's, or a recomputation's cache) as f32.
+/// Reads a safetensors feature file (a recomputation's cache) as f32.
 pub fn read_features_file(p: &Path) -> Result<(Vec<f32>, usize)> {
     let bytes = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
-    let st = safetensors::SafeTensors::deserialize(&bytes).with_context(|| format!("{}: not a safetensors file", p.display()))?;
+    features_from_bytes(p, &bytes)
+}
+
+/// The f32 features of a safetensors file's bytes (`p` names it in errors).
+fn features_from_bytes(p: &Path, bytes: &[u8]) -> Result<(Vec<f32>, usize)> {
+    let st = safetensors::SafeTensors::deserialize(bytes).with_context(|| format!("{}: not a safetensors file", p.display()))?;
     let t = st.tensor("features").with_context(|| format!("{}: no 'features' tensor", p.display()))?;
     let shape = t.shape();
     if shape.len() != 2 {
