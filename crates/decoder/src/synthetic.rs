@@ -46,6 +46,15 @@ pub fn tiny_llama(vocab: usize) -> ModelConfig {
     }
 }
 
+/// The tiny llama of the GGUF reader's independent check: grouped-query attention (4 query
+/// heads, 2 key/value heads), so that q and k are permuted with different head counts.
+pub fn tiny_llama_gqa() -> ModelConfig {
+    ModelConfig { num_key_value_heads: 2, ..tiny_llama(crate::device_check::TINY_VOCAB) }
+}
+
+/// The seed of [`tiny_llama_gqa`]'s weights in that check.
+pub const TINY_LLAMA_SEED: u64 = 5;
+
 /// HF-named random weights for `cfg`, uniform in +-sqrt(3/fan_in) (unit variance outputs),
 /// norms near 1. The same seed gives the same weights.
 pub fn random_weights(cfg: &ModelConfig, seed: u64) -> BTreeMap<String, HostTensor> {

@@ -60,7 +60,12 @@ fn fuzzy_forward_marks_inexact_layers_and_calibration_restores_the_cache() {
     for &t in &more {
         exact_rows.extend(rows(&m.model.forward(&[t], &mut exact).unwrap()));
     }
-    assert_ne!(fuzzy_rows, exact_rows, "a layer-parallel strategy must change the numerics");
+    // A layer-parallel strategy changes the numerics, by a little: the stale inputs are a
+    // residual stream apart.
+    let gap = fuzzy_rows.iter().zip(&exact_rows).map(|(a, b)| max_abs_diff(a, b)).fold(0f32, specx_decoder::compare::nan_max);
+    let scale = exact_rows.iter().flatten().map(|v| v.abs()).fold(0f32, f32::max);
+    eprintln!("fuzzy vs exact logits: max difference {gap:.3e} (largest logit {scale:.3})");
+    assert!(gap > 0.0 && gap < 0.5 * scale, "fuzzy logits {gap} from the exact ones (largest logit {scale})");
     assert_eq!(fuzzy.layer_data(0), exact.layer_data(0));
     assert_eq!(fuzzy.layer_data(1), exact.layer_data(1));
     assert_ne!(fuzzy.layer_data(2), exact.layer_data(2));
@@ -139,7 +144,10 @@ fn probes_record_the_fuzzy_and_the_precise_attention() {
     assert_eq!(probes.iter().map(|p| p.leading).collect::<Vec<_>>(), [true, true, false, true, false, false]);
     assert_eq!(probes[2].precise, seq[2].fuzzy);
     assert_eq!(probes[1].fuzzy, seq[1].fuzzy);
-    for l in [2, 4, 5] {
+    // Every attention of a group reads the group's input, the leading layer's (Algorithm 2):
+    // bitwise, and not the running state it would read in the precise model.
+    for (l, lead) in [(2, 1), (4, 3), (5, 3)] {
+        assert_eq!(probes[l].fuzzy.input, probes[lead].fuzzy.input, "layer {l} reads another input than its group's");
         assert_ne!(probes[l].fuzzy.input, probes[l].precise.input, "layer {l}");
         assert_ne!(probes[l].fuzzy.out, probes[l].precise.out, "layer {l}");
     }

@@ -40,6 +40,31 @@ fn llama_gguf_qk_permutation_is_undone() {
     assert_rows_close(&forward_rows(&hf.model, &t), &forward_rows(&gg.model, &t), 1e-5, "llama hf vs gguf");
 }
 
+/// The reader against a GGUF that specx did not write: the tiny GQA llama converted by
+/// llama.cpp's `gguf` package with its converter's q/k permutation
+/// (`scripts/reference/llama_gguf_fixture.py`). A wrong inverse permutation in the reader, or
+/// one taking the query head count for k, moves the logits by whole units.
+#[test]
+fn a_llama_gguf_written_by_gguf_py_gives_the_hf_logits() {
+    let fixtures = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = specx_decoder::synthetic::tiny_llama_gqa();
+    let hf = dir.path().join("hf");
+    let tok = specx_decoder::synthetic::word_tokenizer_json(cfg.vocab_size, "w");
+    specx_decoder::synthetic::write_hf_dir(&hf, &cfg, &specx_decoder::synthetic::random_weights(&cfg, specx_decoder::synthetic::TINY_LLAMA_SEED), StDtype::F32, 1, &tok).unwrap();
+    let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(fixtures.join("tiny-llama-gqa.gguf.json")).unwrap()).unwrap();
+    let sha = specx_decoder::fsutil::sha256_file(&hf.join("model.safetensors")).unwrap();
+    assert_eq!(meta["source_safetensors_sha256"], sha.as_str(), "the synthetic weights changed: regenerate the fixture (scripts/reference/llama_gguf_fixture.py)");
+    let gdir = dir.path().join("gguf");
+    std::fs::create_dir_all(&gdir).unwrap();
+    std::fs::copy(fixtures.join("tiny-llama-gqa.gguf"), gdir.join("model.gguf")).unwrap();
+    std::fs::write(gdir.join("tokenizer.json"), &tok).unwrap();
+    let (hf, gg) = (load(&hf), load(&gdir.join("model.gguf")));
+    assert_eq!((gg.model.config().num_attention_heads, gg.model.config().num_key_value_heads), (4, 2));
+    let t = tokens(9, 5);
+    assert_rows_close(&forward_rows(&hf.model, &t), &forward_rows(&gg.model, &t), 1e-5, "llama hf vs a gguf-py GGUF");
+}
+
 #[test]
 fn half_precision_files_load() {
     let dir = tempfile::tempdir().unwrap();
