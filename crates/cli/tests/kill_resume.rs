@@ -166,11 +166,15 @@ fn datagen_files(dir: &Path) -> BTreeMap<String, String> {
     out
 }
 
+fn datagen_args(t: &Tiny, out: &Path) -> Vec<String> {
+    ["datagen", "--config", &s(&repo().join("configs/datagen-tiny.toml")), "--out", &s(out), "--draft", &s(&t.draft), "--target", &s(&t.target), "--no-progress"].map(String::from).to_vec()
+}
+
 #[test]
 fn killed_datagen_resumes_to_the_same_bytes() {
     let t = tiny();
     let out = t.root.join("out");
-    let args = ["datagen", "--config", &s(&repo().join("configs/datagen-tiny.toml")), "--out", &s(&out), "--draft", &s(&t.draft), "--target", &s(&t.target), "--no-progress"].map(String::from).to_vec();
+    let args = datagen_args(&t, &out);
     // The uninterrupted run, in the same directory (the config it records names it).
     let span = finish(&args);
     let want = datagen_files(&out);
@@ -253,6 +257,8 @@ fn killed_eval_and_replay_resume_to_the_same_rows() {
     let k = kill_repeatedly(&args(&killed), &killed, span, 2, &|dir| {
         assert_eq!(untimed_rows(dir), want, "eval rows after kills");
         assert!(dir.join("results.parquet").is_file() && dir.join("summary.md").is_file());
+        let temporaries: Vec<String> = files(dir, &|_| false).into_keys().filter(|f| f.contains(".tmp-")).collect();
+        assert!(temporaries.is_empty(), "a killed write's temporaries outlived the run: {temporaries:?}");
     });
     assert_spread("eval", &k);
 
@@ -283,36 +289,30 @@ fn with_file_limit(args: &[String], kib: u64) -> (bool, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// Runs `args` (which write into `out`) once uninterrupted, then with the file size limit at
+/// 1, 4, 16 and 64 KiB: each failure must name a file under `out` and leave no temporary, and
+/// the same command run again must complete the same run (`snapshot` of `out` as the first).
+fn fail_writes_then_rerun<T: PartialEq + std::fmt::Debug>(what: &str, args: &[String], out: &Path, snapshot: &dyn Fn(&Path) -> T) {
+    let _ = std::fs::remove_dir_all(out);
+    finish(args);
+    let want = snapshot(out);
+    for kib in [1, 4, 16, 64] {
+        std::fs::remove_dir_all(out).unwrap();
+        let (ok, err) = with_file_limit(args, kib);
+        eprintln!("{what}, files limited to {kib} KiB: {}", if ok { "finished".to_string() } else { err.trim().replace('\n', " | ") });
+        assert!(ok || err.contains(&s(out)), "the error does not name the file: {err}");
+        let temporaries: Vec<String> = files(out, &|_| false).into_keys().filter(|f| f.contains(".tmp-")).collect();
+        assert!(temporaries.is_empty(), "a failed write left {temporaries:?}");
+        finish(args);
+        assert_eq!(snapshot(out), want, "{what} after a failed write ({kib} KiB)");
+    }
+}
+
 #[test]
 fn a_failed_write_is_reported_and_a_rerun_completes_the_same_run() {
     let t = tiny();
     let out = t.root.join("out");
-    let datagen = ["datagen", "--config", &s(&repo().join("configs/datagen-tiny.toml")), "--out", &s(&out), "--draft", &s(&t.draft), "--target", &s(&t.target), "--no-progress"].map(String::from).to_vec();
-    finish(&datagen);
-    let want = datagen_files(&out);
-    for kib in [1, 4, 16, 64] {
-        std::fs::remove_dir_all(&out).unwrap();
-        let (ok, err) = with_file_limit(&datagen, kib);
-        eprintln!("datagen, files limited to {kib} KiB: {}", if ok { "finished".to_string() } else { err.trim().replace('\n', " | ") });
-        assert!(ok || err.contains(&s(&out)), "the error does not name the file: {err}");
-        let temporaries: Vec<String> = files(&out, &|_| false).into_keys().filter(|f| f.contains(".tmp-")).collect();
-        assert!(temporaries.is_empty(), "a failed write left {temporaries:?}");
-        finish(&datagen);
-        assert_eq!(datagen_files(&out), want, "datagen after a failed write ({kib} KiB)");
-    }
-    let config = eval_config(&t);
-    let eval = ["eval", "--config", &s(&config), "--out", &s(&out), "--no-progress"].map(String::from).to_vec();
-    std::fs::remove_dir_all(&out).unwrap();
-    finish(&eval);
-    let want = untimed_rows(&out);
-    for kib in [1, 4, 16, 64] {
-        std::fs::remove_dir_all(&out).unwrap();
-        let (ok, err) = with_file_limit(&eval, kib);
-        eprintln!("eval, files limited to {kib} KiB: {}", if ok { "finished".to_string() } else { err.trim().replace('\n', " | ") });
-        assert!(ok || err.contains(&s(&out)), "the error does not name the file: {err}");
-        let temporaries: Vec<String> = files(&out, &|_| false).into_keys().filter(|f| f.contains(".tmp-")).collect();
-        assert!(temporaries.is_empty(), "a failed write left {temporaries:?}");
-        finish(&eval);
-        assert_eq!(untimed_rows(&out), want, "eval after a failed write ({kib} KiB)");
-    }
+    fail_writes_then_rerun("datagen", &datagen_args(&t, &out), &out, &datagen_files);
+    let eval = ["eval", "--config", &s(&eval_config(&t)), "--out", &s(&out), "--no-progress"].map(String::from).to_vec();
+    fail_writes_then_rerun("eval", &eval, &out, &untimed_rows);
 }

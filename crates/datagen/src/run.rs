@@ -46,17 +46,7 @@ pub fn select_from(p: &crate::config::PromptsConfig) -> Result<(Vec<(String, Str
     Ok((out, records.len()))
 }
 
-/// Deletes temporary files an interrupted atomic write left behind (`.NAME.tmp-PID`).
-pub fn remove_stale_temporaries(dir: &std::path::Path) -> Result<()> {
-    for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
-        let entry = entry?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') && name.contains(".tmp-") {
-            std::fs::remove_file(entry.path()).with_context(|| format!("removing {}", entry.path().display()))?;
-        }
-    }
-    Ok(())
-}
+pub use specx_decoder::fsutil::remove_stale_temporaries;
 
 pub fn model_record(m: &LoadedModel) -> Result<ModelRecord> {
     let c = m.model.config();

@@ -24,6 +24,24 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
 }
 
+/// Deletes, in `dir` and below, the temporaries that atomic writes of killed processes left
+/// behind (`.NAME.tmp-PID`). Those of this process may be live writes of its other threads and
+/// are kept.
+pub fn remove_stale_temporaries(dir: &Path) -> Result<()> {
+    let own = format!(".tmp-{}", std::process::id());
+    for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let entry = entry?;
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type()?.is_dir() {
+            remove_stale_temporaries(&path)?;
+        } else if name.starts_with('.') && name.contains(".tmp-") && !name.ends_with(&own) {
+            std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+        }
+    }
+    Ok(())
+}
+
 /// The first 12 hex digits of a checksum, enough to tell two apart in a message.
 pub fn short_hash(hex: &str) -> &str {
     &hex[..12.min(hex.len())]

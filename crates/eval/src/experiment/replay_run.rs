@@ -133,6 +133,9 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     ensure!(!settings.is_empty(), "the grid has no speculative method to replay");
     let out = grid.output.as_ref().map_or_else(|| run_dir.join(format!("replay-{grid_name}")), |o| o.dir.clone());
     let files = super::merge::greedy_units(run_dir)?;
+    if out.is_dir() {
+        specx_decoder::fsutil::remove_stale_temporaries(&out)?;
+    }
 
     let c = &manifest.config.models;
     let device = device_from_name(&c.device)?;
