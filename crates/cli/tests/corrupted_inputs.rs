@@ -2,6 +2,8 @@
 //! runs: one table of cases, each a copy of a good input with one thing wrong. The good inputs
 //! are checked to work first, so every error below comes from the damage.
 
+mod common;
+use common::*;
 use specx_decoder::gguf::GgmlType;
 use specx_decoder::speculative::{AcceptanceHead, HeadSpec};
 use std::path::{Path, PathBuf};
@@ -12,29 +14,8 @@ fn specx(args: &[String]) -> (bool, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn s(p: &Path) -> String {
-    p.display().to_string()
-}
-
 fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|a| a.to_string()).collect()
-}
-
-/// Copies a file or a directory tree.
-fn copy(from: &Path, to: &Path) {
-    if from.is_dir() {
-        std::fs::create_dir_all(to).unwrap();
-        for e in std::fs::read_dir(from).unwrap() {
-            let e = e.unwrap();
-            copy(&e.path(), &to.join(e.file_name()));
-        }
-    } else {
-        std::fs::copy(from, to).unwrap();
-    }
 }
 
 fn truncate(p: &Path, keep: f64) {
@@ -116,10 +97,6 @@ fn eval(i: &Inputs, prompts: &Path, head_dir: &Path, name: &str) -> Vec<String> 
     )
     .unwrap();
     args(&["eval", "--config", &s(&path), "--no-progress"])
-}
-
-fn alpaca() -> PathBuf {
-    repo().join("../shared/datasets/alpaca/alpaca_5000.json")
 }
 
 /// One damaged input: what it is, the command that reads it, and what the error must say

@@ -5,6 +5,8 @@
 //! but for the measured times for eval. At least [`KILLS`] kills per command land on a running
 //! process, spread over its phases (startup, model loading, the work, the writes).
 
+mod common;
+use common::*;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,14 +20,6 @@ fn specx() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_specx"));
     c.stdout(Stdio::null()).stderr(Stdio::piped()).env("RUST_BACKTRACE", "0");
     c
-}
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn alpaca() -> PathBuf {
-    repo().join("../shared/datasets/alpaca/alpaca_5000.json")
 }
 
 /// Runs `args` to the end; panics with its stderr if it fails.
@@ -117,23 +111,6 @@ fn assert_spread(what: &str, k: &Kills) {
     assert!(levels.len() >= 3, "{what}: every kill landed at the same progress {:?}", k.progress);
 }
 
-/// Copies `from` into `to`, leaving out the entry named `skip` at the top.
-fn copy_dir(from: &Path, to: &Path, skip: &str) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        if e.file_name() == skip {
-            continue;
-        }
-        let dest = to.join(e.file_name());
-        if e.path().is_dir() {
-            copy_dir(&e.path(), &dest, "");
-        } else {
-            std::fs::copy(e.path(), dest).unwrap();
-        }
-    }
-}
-
 struct Tiny {
     _tmp: tempfile::TempDir,
     root: PathBuf,
@@ -146,10 +123,6 @@ fn tiny() -> Tiny {
     let root = tmp.path().to_path_buf();
     let (draft, target) = specx_decoder::synthetic::write_tiny_char_pair(&root, 7, 0.35).unwrap();
     Tiny { _tmp: tmp, root, draft, target }
-}
-
-fn s(p: &Path) -> String {
-    p.display().to_string()
 }
 
 /// A datagen run's files by sha256: the data (shards, prompts, config) as written; the shard
@@ -273,9 +246,10 @@ fn killed_eval_and_replay_resume_to_the_same_rows() {
     assert!(want.len() >= 4, "{want:?}");
     // A copy of the run without its replay; the kill loop empties the replay directory
     // between chains.
-    let copy = t.root.join("copy");
-    copy_dir(&full, &copy, "replay-grid");
-    let k = kill_repeatedly(&replay_args(&copy), &replay_dir(&copy), span, 3, &|dir| {
+    let copied = t.root.join("copy");
+    common::copy(&full, &copied);
+    std::fs::remove_dir_all(replay_dir(&copied)).unwrap();
+    let k = kill_repeatedly(&replay_args(&copied), &replay_dir(&copied), span, 3, &|dir| {
         assert_eq!(replay_files(dir), want, "replay files after kills");
     });
     assert_spread("replay", &k);

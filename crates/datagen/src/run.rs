@@ -8,7 +8,7 @@ use crate::prompts::{apply_template, load};
 use crate::shard::{finished_shard, write_shard};
 use anyhow::{bail, ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use specx_decoder::fsutil::{sha256_file, sha256_hex, write_atomic};
+use specx_decoder::fsutil::{remove_stale_temporaries, sha256_file, sha256_hex, write_atomic};
 use specx_decoder::{check_pair, load_model_as, load_model_split, LoadedModel, Placement};
 use std::time::Instant;
 
@@ -45,8 +45,6 @@ pub fn select_from(p: &crate::config::PromptsConfig) -> Result<(Vec<(String, Str
     }
     Ok((out, records.len()))
 }
-
-pub use specx_decoder::fsutil::remove_stale_temporaries;
 
 pub fn model_record(m: &LoadedModel) -> Result<ModelRecord> {
     let c = m.model.config();

@@ -306,7 +306,7 @@ fn every_policy_under_both_schedulers_commits_the_same_tokens() {
 /// Marks the proposal the sequential scheduler asks for at the bonus position after a fully
 /// accepted round (a one-candidate round that keeps its candidate whatever the policy says;
 /// the first token, decided the same way from the prefill, is left alone). With
-/// [`AcceptMarked`] this is the bug of a bonus token drawn from the draft's `q` instead of
+/// [`AcceptUntested`] taking the marked one, this is the bug of a bonus token drawn from the draft's `q` instead of
 /// the target's `p`.
 struct MarkBonus<'m> {
     inner: PlainDrafter<'m>,
@@ -324,22 +324,13 @@ impl Drafter for MarkBonus<'_> {
     }
 }
 
-/// Accepts a marked proposal without testing it; decides the others as [`RejectionSampler`].
-struct AcceptMarked(Rc<Cell<bool>>);
+/// Accepts the candidates `untested` picks without testing them; decides the others as
+/// [`RejectionSampler`]. The broken variants' commit step.
+struct AcceptUntested<F: FnMut(&Candidate) -> bool>(F);
 
-impl Verifier for AcceptMarked {
-    fn decide(
-        &mut self,
-        c: &Candidate,
-        logits: &[f32],
-        s: &SamplingConfig,
-        rng: &mut StdRng,
-    ) -> Verdict {
-        if self.0.replace(false) {
-            Verdict::Accept
-        } else {
-            RejectionSampler.decide(c, logits, s, rng)
-        }
+impl<F: FnMut(&Candidate) -> bool> Verifier for AcceptUntested<F> {
+    fn decide(&mut self, c: &Candidate, logits: &[f32], s: &SamplingConfig, rng: &mut StdRng) -> Verdict {
+        if (self.0)(c) { Verdict::Accept } else { RejectionSampler.decide(c, logits, s, rng) }
     }
 }
 
@@ -373,7 +364,7 @@ impl StopPolicy for RecordDrops {
 }
 
 /// Appends the dropped candidate to the round, with an empty `q` as its mark; with
-/// [`CommitUnmarked`] it is committed untested: the bug of a dropped token still committed.
+/// [`AcceptUntested`] taking candidates with an empty `q`, it is committed untested: the bug of a dropped token still committed.
 struct KeepDropped<'m> {
     inner: PlainDrafter<'m>,
     dropped: Rc<RefCell<Option<(u32, f32)>>>,
@@ -393,24 +384,6 @@ impl Drafter for KeepDropped<'_> {
     }
     fn rollback(&mut self, valid: usize) {
         self.inner.rollback(valid);
-    }
-}
-
-struct CommitUnmarked;
-
-impl Verifier for CommitUnmarked {
-    fn decide(
-        &mut self,
-        c: &Candidate,
-        logits: &[f32],
-        s: &SamplingConfig,
-        rng: &mut StdRng,
-    ) -> Verdict {
-        if c.q.is_empty() {
-            Verdict::Accept
-        } else {
-            RejectionSampler.decide(c, logits, s, rng)
-        }
     }
 }
 
@@ -461,7 +434,7 @@ fn broken_round_mechanisms_are_caught_over_many_rounds() {
             target,
             &mut d,
             &mut FixedK(1),
-            &mut AcceptMarked(marked.clone()),
+            &mut AcceptUntested(|_: &Candidate| marked.replace(false)),
             &PROMPT,
             &cfg(&s, seed),
             &[],
@@ -488,7 +461,7 @@ fn broken_round_mechanisms_are_caught_over_many_rounds() {
             target,
             &mut d,
             &mut policy,
-            &mut CommitUnmarked,
+            &mut AcceptUntested(|c: &Candidate| c.q.is_empty()),
             &PROMPT,
             &cfg(&s, seed),
             &[],
