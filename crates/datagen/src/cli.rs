@@ -44,9 +44,9 @@ pub struct DatagenArgs {
     /// Overrides [models] target.
     #[arg(long)]
     pub target: Option<PathBuf>,
-    /// Overrides [models] weights: `native` (GGUF blocks decoded in the kernel, the default),
-    /// `f32` (dequantized on load; bit-identical data to `native`) or `q8` (8-bit activations and
-    /// integer dot products: faster, data close to but not bitwise `native`'s).
+    /// Overrides [models] weights: `q8` (the default: 8-bit activations and integer dot
+    /// products: faster, data close to but not bitwise `native`'s), `native` (GGUF blocks
+    /// decoded in the kernel) or `f32` (dequantized on load; bit-identical data to `native`).
     #[arg(long)]
     pub weights: Option<specx_decoder::WeightMode>,
     /// Stop after writing this many new shards (a resumable partial run).

@@ -43,9 +43,10 @@ pub struct ModelsConfig {
     /// process and are merged into the run directory. Replaces `device`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<String>,
-    /// GGUF weights on the CPU: `native` (kept in their block formats, the default), `f32`
-    /// (dequantized on load; the same data bit for bit) or `q8` (integer dot products on 8-bit
-    /// activations: other numbers, so a run never resumes or merges across it).
+    /// GGUF weights on the CPU: `q8` (the default: integer dot products on 8-bit activations),
+    /// `native` (kept in their block formats, decoded in the kernel) or `f32` (dequantized on
+    /// load; the same data as `native` bit for bit). `q8` gives other numbers, so a run never
+    /// resumes or merges across it.
     #[serde(default)]
     pub weights: specx_decoder::WeightMode,
     /// A cheaper draft (`{ vocab = 32768, weights = "q4_0" }`, see `specx decode

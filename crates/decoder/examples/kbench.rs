@@ -1,8 +1,9 @@
 //! Micro-benchmark of `x W^T` on the real models' weight matrices, in the same run: the integer
-//! kernels (`q8` weights) on every path this CPU supports, the native kernel on the GGUF
+//! kernels (`q8` weights) on every path this CPU supports (on AVX-512 VNNI also on weight panels,
+//! the layout the runtime uses there), the native kernel on the GGUF
 //! blocks, the f32 kernel on the same matrix dequantized, and burn-flex's matmul on that f32
 //! matrix. The last column is the cost of the call as a multiple of a one-row call of the
-//! runtime's integer path.
+//! runtime's integer path and layout.
 //!
 //!     cargo run --release --example kbench -p specx-decoder
 //!
@@ -46,9 +47,13 @@ fn main() -> anyhow::Result<()> {
         Err(_) => vec![1, 2, 5, 9, 21, 40],
     };
     let paths = IntPath::all_supported();
-    let int_cols: Vec<String> = paths.iter().map(|p| format!("{} ms", p.name())).collect();
-    println!("| model | tensor | type | n x k | rows | {} | native ms | f32 kernel ms | burn ms | native/{} | x 1 row |", int_cols.join(" | "), paths[0].name());
-    println!("|---|---|---|---|---:|{}---:|---:|---:|---:|---:|", "---:|".repeat(paths.len()));
+    let panels = paths[0] == IntPath::Avx512Vnni;
+    let mut int_cols: Vec<String> = paths.iter().map(|p| format!("{} ms", p.name())).collect();
+    if panels {
+        int_cols.insert(0, "avx512-vnni panels ms".into());
+    }
+    println!("| model | tensor | type | n x k | rows | {} | native ms | f32 kernel ms | burn ms | native/runtime | x 1 row |", int_cols.join(" | "));
+    println!("|---|---|---|---|---:|{}---:|---:|---:|---:|---:|", "---:|".repeat(int_cols.len()));
     for (model, name) in cases {
         let path = dir.join(model).join("model.gguf");
         anyhow::ensure!(path.exists(), "{} is missing: run scripts/fetch-models.sh", path.display());
@@ -64,6 +69,8 @@ fn main() -> anyhow::Result<()> {
         let copies_q = (96_000_000usize).div_ceil(q.byte_len()).max(1);
         let copies_f = (96_000_000usize).div_ceil(n * k * 4).max(1);
         let natives: Vec<QuantMatrix> = (0..copies_q).map(|_| q.clone()).collect();
+        // The layout the runtime gives `q8` matrices on this CPU (panels on AVX-512 VNNI).
+        let laid_out: Vec<QuantMatrix> = if panels { natives.iter().map(|q| q.clone().into_int_layout()).collect() } else { Vec::new() };
         let dense = q.to_f32();
         let denses: Vec<Vec<f32>> = (0..copies_f).map(|_| dense.clone()).collect();
         let tensors: Vec<Tensor<2>> = denses.iter().map(|w| Tensor::from_data(TensorData::new(w.clone(), [n, k]), &device)).collect();
@@ -71,7 +78,10 @@ fn main() -> anyhow::Result<()> {
         for &m in &row_counts {
             let x: Vec<f32> = (0..m * k).map(|i| ((i % 7) as f32 - 3.0) / 7.0).collect();
             let mut out = vec![0f32; m * n];
-            let ints: Vec<f64> = paths.iter().map(|&p| time_per_call(copies_q, |c| int::matmul(&natives[c], &x, m, &mut out, p))).collect();
+            let mut ints: Vec<f64> = paths.iter().map(|&p| time_per_call(copies_q, |c| int::matmul(&natives[c], &x, m, &mut out, p))).collect();
+            if panels {
+                ints.insert(0, time_per_call(copies_q, |c| int::matmul(&laid_out[c], &x, m, &mut out, paths[0])));
+            }
             let native = time_per_call(copies_q, |c| natives[c].matmul(&x, m, &mut out));
             let f32k = time_per_call(copies_f, |c| matmul_wt(&x, m, &denses[c], n, k, &mut out));
             let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), &device);

@@ -21,6 +21,7 @@ pub mod generate;
 pub mod gguf;
 pub mod hub;
 pub mod host_attention;
+pub mod hugepages;
 pub mod kernels;
 pub mod layer_groups;
 pub mod loader;

@@ -58,10 +58,11 @@ pub fn default_tokenizer_path(path: &Path) -> PathBuf {
 }
 
 /// Loads the model at `path` (HF directory or `.gguf` file) onto `device`, GGUF weights kept
-/// in their block formats on the CPU ([`WeightMode::Native`]). `tokenizer` overrides the
-/// default tokenizer location.
+/// in their block formats on the CPU ([`WeightMode::Native`]: exact, bit-identical to `f32`;
+/// the commands default to `q8`, see [`load_model_as`]). `tokenizer` overrides the default
+/// tokenizer location.
 pub fn load_model(path: &Path, tokenizer: Option<&Path>, device: &Device) -> Result<LoadedModel> {
-    load_model_as(path, tokenizer, device, WeightMode::default())
+    load_model_as(path, tokenizer, device, WeightMode::Native)
 }
 
 /// [`load_model`] with an explicit [`WeightMode`] (`--weights f32|native`).

@@ -239,12 +239,12 @@ impl WeightSource for GgufSource {
         if shape.len() != 2 || ty == GgmlType::F32 || !has_native_kernel(ty) {
             return Ok(None);
         }
-        let mut data = bytes.to_vec();
+        let mut data = crate::hugepages::copy_advised(bytes);
         if let Some(h) = self.permuted_heads(&g) {
             let row_bytes = data.len() / shape[0];
             unpermute_qk_rows(&mut data, shape[0], row_bytes, h);
         }
-        Ok(Some((shape.clone(), QuantPart { ty, rows: shape[0], data })))
+        Ok(Some((shape.clone(), QuantPart::rows(ty, shape[0], data))))
     }
 
     fn stored_type(&self, name: &str) -> Option<GgmlType> {

@@ -30,9 +30,9 @@ fn model_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// The draft and the target, loaded together (default weights).
+/// The draft and the target, loaded together (exact `native` weights).
 fn load_pair() -> (specx_decoder::LoadedModel, specx_decoder::LoadedModel) {
-    load_pair_as(WeightMode::default())
+    load_pair_as(WeightMode::Native)
 }
 
 /// The draft and the target with `mode` weights.
@@ -121,7 +121,7 @@ fn against_reference(name: &str, fixture: &str, mode: WeightMode, gap: f32) -> A
 fn both_models_logits_match_the_numpy_reference() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for name in ["qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"] {
-        let a = against_reference(name, "reference", WeightMode::default(), TOLERANCE);
+        let a = against_reference(name, "reference", WeightMode::Native, TOLERANCE);
         eprintln!("{name}: max |specx - reference| over compared logits {:.2e}", a.worst);
         assert!(a.worst <= TOLERANCE, "{name}: logits differ from the reference by {}", a.worst);
         assert!(a.clear_misses.is_empty(), "{name}: argmax differs at positions {:?}", a.clear_misses);

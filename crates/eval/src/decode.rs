@@ -69,12 +69,12 @@ pub struct RunArgs {
     /// (embedding with the first, head with the last); a pair's draft goes on the first.
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// GGUF weights on the CPU: `native` keeps them in their block formats and decodes them
-    /// inside the matmul kernel (4-8x fewer bytes per token, bit-identical results); `q8`
-    /// keeps the blocks and quantizes each activation row to 8 bits for integer dot products
-    /// (llama.cpp's arithmetic; close to, not bit-identical with, `native`); `f32` dequantizes
-    /// them on load. HF safetensors models and other devices always use f32.
-    #[arg(long, default_value = "native")]
+    /// GGUF weights on the CPU: `q8` (the default) keeps them in their block formats and
+    /// quantizes each activation row to 8 bits for integer dot products (llama.cpp's
+    /// arithmetic; close to, not bit-identical with, `native`); `native` keeps the blocks and
+    /// decodes them inside the matmul kernel (bit-identical to `f32`); `f32` dequantizes them
+    /// on load. HF safetensors models and other devices always use f32.
+    #[arg(long, default_value = "q8")]
     pub weights: WeightMode,
 }
 

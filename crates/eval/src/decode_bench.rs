@@ -33,7 +33,7 @@ pub struct DecodeBenchArgs {
     pub k: Vec<usize>,
     /// Weight paths to compare, one after the other (`native`, `q8`, `f32`); speedups are against
     /// the autoregressive run of the same path, and of the first path listed.
-    #[arg(long, value_delimiter = ',', default_value = "native")]
+    #[arg(long, value_delimiter = ',', default_value = "q8")]
     pub weights: Vec<WeightMode>,
     /// Eval run directories go here, one per weight path (resumable like any eval run).
     #[arg(long, default_value = "runs/bench-decode")]

@@ -17,8 +17,8 @@ use std::time::Instant;
 pub struct ProfileArgs {
     #[command(flatten)]
     pub pair: PairArgs,
-    /// GGUF weight path: native (default), q8 (integer dot products on 8-bit activations) or f32.
-    #[arg(long, default_value = "native")]
+    /// GGUF weight path: q8 (the default: integer dot products on 8-bit activations), native or f32.
+    #[arg(long, default_value = "q8")]
     pub weights: WeightMode,
     /// Context lengths (tokens already in the cache) of the r-row forwards.
     #[arg(long, value_delimiter = ',', default_value = "128,512,1024")]

@@ -279,7 +279,7 @@ pub(super) fn split_layers(device: &Device, dir: &Path, tol: f32) -> Result<Chec
         let path = write_tiny(dir, &cfg, 6)?;
         let one = load_model(&path, None, &cpu)?;
         for order in [[cpu.clone(), device.clone()], [device.clone(), cpu.clone()]] {
-            let split = load_model_split(&path, None, &order, crate::WeightMode::default())?;
+            let split = load_model_split(&path, None, &order, crate::WeightMode::Native)?;
             ensure!(split.model.is_split(), "the model did not split");
             let (mut a, mut b) = (one.model.new_cache(1), split.model.new_cache(1));
             for (step, chunk) in [tokens(9, 1), vec![5], tokens(4, 2), vec![7]].into_iter().enumerate() {

@@ -22,14 +22,16 @@ pub enum WeightMode {
     /// 4-8x fewer bytes per token, results bit-identical to the f32 path (the same values go
     /// through the same kernel, or for long prefills through the same gemm after decoding the
     /// matrix for the call). Matrices whose type has no native kernel (and F32 tensors) take the
-    /// f32 path. Applies to GGUF files on the CPU device.
-    #[default]
+    /// f32 path. Applies to GGUF files on the CPU device. The choice where data must not
+    /// depend on the weight path.
     Native,
     /// In their GGUF block formats, multiplied by integer dot products with each activation
     /// row quantized to 8 bits (Q8_K for K-quants, Q8_0 for the 32-wide formats), as llama.cpp
     /// does ([`crate::quant::int`]): not bit-identical to `f32`/`native` (the activations are
     /// rounded; docs/performance gives perplexity and KL against `native`), but row-invariant. Matrices
-    /// whose type has no integer kernel take the `native` path (one log line each).
+    /// whose type has no integer kernel take the `native` path (one log line each). The
+    /// default: 1.8-2.7x `native`'s decode speed for +0.13% perplexity.
+    #[default]
     Q8,
 }
 
@@ -115,7 +117,7 @@ impl Transformer {
         let projection = |names: &[(&str, usize)], inp: usize, device: &Device| -> Result<Projection> {
             let int = int_on(device);
             match native_on(device).then(|| native_matrix(src, names, inp)).transpose()?.flatten() {
-                Some(q) if int && q.has_int_kernel() => Ok(Projection::Int(Arc::new(q))),
+                Some(q) if int && q.has_int_kernel() => Ok(Projection::Int(Arc::new(q.into_int_layout()))),
                 Some(q) => {
                     let types: Vec<_> = q.parts().iter().map(|p| p.ty).collect();
                     if int && !reported.borrow().contains(&types) {

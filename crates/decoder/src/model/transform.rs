@@ -28,7 +28,7 @@ impl Transformer {
         let head = &self.lm_head;
         let proj = match &head.proj {
             Projection::Native(q) => Projection::Native(Arc::new(q.select_rows(ids)?)),
-            Projection::Int(q) => Projection::Int(Arc::new(q.select_rows(ids)?)),
+            Projection::Int(q) => Projection::Int(Arc::new(q.select_rows(ids)?.into_int_layout())),
             Projection::Host { host, .. } => {
                 let data = gather_rows(host.as_f32(), host.cols, ids);
                 upload_matrix(HostTensor { shape: vec![ids.len(), host.cols], data }, "lm_head subset", [ids.len(), host.cols], &self.devices[self.head])?
@@ -66,7 +66,7 @@ impl Transformer {
                 Projection::Native(q) => Projection::Native(Arc::new(q.requantized(ty)?)),
                 Projection::Int(q) => {
                     let r = q.requantized(ty)?;
-                    if r.has_int_kernel() { Projection::Int(Arc::new(r)) } else { Projection::Native(Arc::new(r)) }
+                    if r.has_int_kernel() { Projection::Int(Arc::new(r.into_int_layout())) } else { Projection::Native(Arc::new(r)) }
                 }
                 Projection::Host { .. } => bail!("requantizing {name} needs the model's GGUF blocks: load it with --weights native or q8 (it is held in f32)"),
                 Projection::Device(_) => bail!("requantizing {name} needs the model on the CPU (it is on another device)"),

@@ -123,7 +123,7 @@ fn the_integer_product_is_within_its_rounding_distribution_and_faults_fall_far_o
     let mut report = Vec::new();
     for (ty, k) in CASES {
         let data = random_blocks(ty, ROWS, k, &mut StdRng::seed_from_u64(ty.id() as u64));
-        let reference = QuantMatrix::new(vec![QuantPart { ty, rows: ROWS, data: data.clone() }], k).unwrap();
+        let reference = QuantMatrix::new(vec![QuantPart::rows(ty, ROWS, data.clone())], k).unwrap();
         let x = activations(k as u64 + 1, k);
         let kernel = |q: &QuantMatrix, path: IntPath| {
             let mut out = vec![0f32; M * ROWS];
@@ -137,7 +137,7 @@ fn the_integer_product_is_within_its_rounding_distribution_and_faults_fall_far_o
         }
         for fault in [Fault::Scale20, Fault::NibbleMerge, Fault::BlockOffset] {
             let Some(faulty) = with_fault(ty, k, &data, fault) else { continue };
-            let q = QuantMatrix::new(vec![QuantPart { ty, rows: ROWS, data: faulty }], k).unwrap();
+            let q = QuantMatrix::new(vec![QuantPart::rows(ty, ROWS, faulty)], k).unwrap();
             let stats = z_stats(&reference, &x, &kernel(&q, IntPath::active()));
             report.push(format!("{ty:?} {fault:?}: mean z² {:.3e}, max |z| {:.3e}", stats.0, stats.1));
             assert!(!passes(stats), "{ty:?} k={k}: {fault:?} passed the check (mean z² {:.3}, max |z| {:.2})", stats.0, stats.1);

@@ -30,6 +30,8 @@ pub struct Q8KRows {
     pub qs: Vec<i8>,
     /// 16 sums (of 16 consecutive values) per block.
     pub bsums: Vec<i16>,
+    /// 8 sums (of 32 consecutive values) per block: the Q4_K sub-blocks' (|sum| <= 4064).
+    pub bsums32: Vec<i16>,
 }
 
 /// `rows` activation rows in Q8_0 blocks (`cols` a multiple of 32).
@@ -43,6 +45,8 @@ pub struct Q80Rows {
     /// 8 sums per block: sum `l` covers values `4l..4l+4`, the lane of an integer dot product
     /// that holds those four products.
     pub sums4: Vec<i32>,
+    /// The sum of each block's 32 values.
+    pub sums: Vec<i32>,
 }
 
 /// Scale and inverse scale of a block whose largest magnitude is `amax`.
@@ -81,7 +85,8 @@ impl Q8KRows {
     pub fn quantize(x: &[f32], rows: usize, cols: usize) -> Self {
         let (d, qs, sums) = quantize_rows(x, rows, cols, QK_K, 16);
         // |sum of 16 values| <= 16 * 127: an i16 holds it.
-        Self { rows, blocks: cols / QK_K, d, qs, bsums: sums.into_iter().map(|s| s as i16).collect() }
+        let bsums32 = sums.chunks_exact(2).map(|p| (p[0] + p[1]) as i16).collect();
+        Self { rows, blocks: cols / QK_K, d, qs, bsums: sums.into_iter().map(|s| s as i16).collect(), bsums32 }
     }
 
     /// Block `b` of row `r`: scale, values, sums.
@@ -96,7 +101,8 @@ impl Q80Rows {
     /// Quantizes `x` (`[rows, cols]`, row-major).
     pub fn quantize(x: &[f32], rows: usize, cols: usize) -> Self {
         let (d, qs, sums4) = quantize_rows(x, rows, cols, QK8_0, 4);
-        Self { rows, blocks: cols / QK8_0, d, qs, sums4 }
+        let sums = sums4.chunks_exact(8).map(|s| s.iter().sum()).collect();
+        Self { rows, blocks: cols / QK8_0, d, qs, sums4, sums }
     }
 
     /// Block `b` of row `r`: scale, values, sums of four.

@@ -1,21 +1,20 @@
 //! Integer dot products of GGUF weight blocks with 8-bit activation rows (`--weights q8`).
 //!
 //! **The arithmetic** (defined here by the portable path; the SIMD paths reproduce it bit for
-//! bit). A (weight row, activation row) pair keeps 16 f32 lanes. For each block:
-//! 1. integer lanes (exact i32): the block's values in chunks of 32; chunk `c` feeds lanes
-//!    `8 * (c % 2) + l`, lane `l` taking the products of values `4l..4l+4` of the chunk (the
-//!    lane `vpdpbusd` / `vpmaddubsw`+`vpmaddwd` put them in). K family: each product times its
-//!    16-value scale `sc`; B32 family: one chunk per block, chunk index = block index, minus
-//!    `offset * (sum of the four activations)`.
-//! 2. K family offsets: `corr[j] = mn[2j] * bsum[2j] + mn[2j+1] * bsum[2j+1]` (8 lanes); Q6_K
-//!    subtracts them from lanes 0..8 in integers.
-//! 3. float: `acc[i] = fma(d_w * d_x, lanes[i] as f32, acc[i])` for the lanes the block fed;
-//!    Q4_K/Q5_K then `acc[j] = fma(-(dmin_w * d_x), corr[j] as f32, acc[j])` for j < 8.
+//! bit). A (weight row, activation row) pair keeps one f32 accumulator, starting at 0. For each
+//! block b, in order:
+//! 1. an exact integer `t_b`: K family, the sum over the block's 256 values of `q * x * sc`
+//!    (`sc` the value's 16-value scale), minus (Q6_K) the offset term `m_b`; B32 family, the
+//!    sum of `q * x` over the 32 values minus `offset * (sum of the 32 activations)`. K family
+//!    offsets: `m_b = sum over the 16 groups of mn[g] * bsum[g]`.
+//! 2. float: `acc = fma(d_w * d_x, t_b as f32, acc)`; Q4_K/Q5_K then
+//!    `acc = fma(-(dmin_w * d_x), m_b as f32, acc)`.
 //!
-//! The result is `((a[0..8] + a[8..16]) folded 8 -> 4 -> 2 -> 1)` (see [`reduce16`]). Integer
-//! lanes are exact whatever instructions compute them, and every float operation happens in
-//! the same order on every path, so every path gives the same bits, and a row's result depends
-//! on that row alone (row invariance).
+//! Integers are exact whatever instructions compute them and in whatever order (|t_b| < 2^31:
+//! at most 256 * 128 * 63 * 127), and the float steps are two per block in block order, so
+//! every path gives the same bits, and a row's result depends on that row alone (row
+//! invariance). One scalar per output is what lets a kernel hold 16 weight rows in the lanes
+//! of one register ([`super::panel`]): the float steps then serve 16 outputs per instruction.
 
 use super::act::{Q80Rows, Q8KRows, QK8_0, QK_K};
 use super::unpack::{family, Family, UnpackedRow};
@@ -83,62 +82,42 @@ impl IntPath {
     }
 }
 
-/// The fixed reduction of 16 lanes: 16 -> 8 (i + 8), 8 -> 4 (i + 4), 4 -> 2 (i + 2), 2 -> 1.
-#[inline(always)]
-pub fn reduce16(a: &[f32; 16]) -> f32 {
-    let t8: [f32; 8] = std::array::from_fn(|i| a[i] + a[i + 8]);
-    let t4: [f32; 4] = std::array::from_fn(|i| t8[i] + t8[i + 4]);
-    let t2 = [t4[0] + t4[2], t4[1] + t4[3]];
-    t2[0] + t2[1]
+/// Reference: block `b` of a K-family weight row with block `b` of activation row `r`: the
+/// exact `t_b` (Q6_K's offset term included) and `m_b`.
+pub fn block_k(w: &UnpackedRow, x: &Q8KRows, r: usize, b: usize, float_mins: bool) -> (i32, i32) {
+    let (_, xq, bsums) = x.block(r, b);
+    let q = &w.q[b * QK_K..(b + 1) * QK_K];
+    let sc = &w.sc[b * 16..b * 16 + 16];
+    let mn = &w.mn[b * 16..b * 16 + 16];
+    let t: i32 = (0..QK_K).map(|e| q[e] as i32 * xq[e] as i32 * sc[e / 16] as i32).sum();
+    let m: i32 = (0..16).map(|g| mn[g] as i32 * bsums[g] as i32).sum();
+    if float_mins { (t, m) } else { (t - m, 0) }
 }
 
 /// Reference: a K-family weight row with activation row `r`.
 pub fn dot_k_portable(w: &UnpackedRow, x: &Q8KRows, r: usize, float_mins: bool) -> f32 {
-    let mut acc = [0f32; 16];
+    let mut acc = 0f32;
     for b in 0..w.blocks {
-        let (dx, xq, bsums) = x.block(r, b);
-        let q = &w.q[b * QK_K..(b + 1) * QK_K];
-        let sc = &w.sc[b * 16..b * 16 + 16];
-        let mn = &w.mn[b * 16..b * 16 + 16];
-        let mut lanes = [0i32; 16];
-        for e in 0..QK_K {
-            let lane = 8 * ((e / 32) % 2) + (e % 32) / 4;
-            lanes[lane] += q[e] as i32 * xq[e] as i32 * sc[e / 16] as i32;
-        }
-        let corr: [i32; 8] = std::array::from_fn(|j| mn[2 * j] as i32 * bsums[2 * j] as i32 + mn[2 * j + 1] as i32 * bsums[2 * j + 1] as i32);
-        if !float_mins {
-            for j in 0..8 {
-                lanes[j] -= corr[j];
-            }
-        }
-        let dd = w.d[b] * dx;
-        for i in 0..16 {
-            acc[i] = dd.mul_add(lanes[i] as f32, acc[i]);
-        }
+        let (t, m) = block_k(w, x, r, b, float_mins);
+        let dx = x.d[r * x.blocks + b];
+        acc = (w.d[b] * dx).mul_add(t as f32, acc);
         if float_mins {
-            let dm = -(w.dmin[b] * dx);
-            for j in 0..8 {
-                acc[j] = dm.mul_add(corr[j] as f32, acc[j]);
-            }
+            acc = (-(w.dmin[b] * dx)).mul_add(m as f32, acc);
         }
     }
-    reduce16(&acc)
+    acc
 }
 
 /// Reference: a B32-family weight row with activation row `r`.
 pub fn dot_b32_portable(w: &UnpackedRow, x: &Q80Rows, r: usize, offset: i32) -> f32 {
-    let mut acc = [0f32; 16];
+    let mut acc = 0f32;
     for b in 0..w.blocks {
-        let (dx, xq, sums4) = x.block(r, b);
+        let (dx, xq, _) = x.block(r, b);
         let q = &w.q[b * QK8_0..(b + 1) * QK8_0];
-        let dd = w.d[b] * dx;
-        for l in 0..8 {
-            let s: i32 = (0..4).map(|t| q[4 * l + t] as i32 * xq[4 * l + t] as i32).sum::<i32>() - offset * sums4[l];
-            let i = 8 * (b % 2) + l;
-            acc[i] = dd.mul_add(s as f32, acc[i]);
-        }
+        let t: i32 = (0..QK8_0).map(|e| q[e] as i32 * xq[e] as i32).sum::<i32>() - offset * x.sums[r * x.blocks + b];
+        acc = (w.d[b] * dx).mul_add(t as f32, acc);
     }
-    reduce16(&acc)
+    acc
 }
 
 /// The activation rows of one call, quantized in the formats the matrix's parts need.
@@ -178,8 +157,8 @@ fn row_dots(path: IntPath, ty: GgmlType, row: &[u8], w: &mut UnpackedRow, x: &Qu
     }
 }
 
-/// Weight rows per parallel task.
-const ROWS_PER_TASK: usize = 16;
+/// Weight rows per parallel task: one panel.
+const ROWS_PER_TASK: usize = super::panel::PANEL;
 
 thread_local! {
     /// Per-thread unpacked weight row of the portable path, reused across calls.
@@ -187,31 +166,106 @@ thread_local! {
 }
 
 /// `x W^T` through the integer kernels of `path`: `x` is `[m, cols]`, `out` `[m, rows]`. Every
-/// part of `q` must have an integer family ([`family`]).
+/// part of `q` must have an integer family ([`family`]). Parts stored as panels run the panel
+/// kernels on AVX-512 ([`super::panel_x86`]); elsewhere their rows are gathered back.
 pub fn matmul(q: &QuantMatrix, x: &[f32], m: usize, out: &mut [f32], path: IntPath) {
     let (n, k) = (q.rows(), q.cols());
     assert_eq!(x.len(), m * k, "x is not [m, k]");
     assert_eq!(out.len(), m * n, "out is not [m, n]");
     assert!(path.supported(), "the integer path {} is not supported on this CPU", path.name());
     let input = QuantizedInput::new(q, x, m);
+    #[cfg(target_arch = "x86_64")]
+    if path == IntPath::Avx512Vnni && q.parts().iter().all(|p| p.panels) {
+        return panels_into(q, &input, m, out);
+    }
     crate::kernels::by_weight_rows(n, m, out, |out_t| {
-        out_t.par_chunks_mut(ROWS_PER_TASK * m).enumerate().for_each(|(task, chunk)| {
-            let start = task * ROWS_PER_TASK;
-            #[cfg(target_arch = "x86_64")]
-            if path != IntPath::Portable {
-                if let Some((ty, rows, row_bytes)) = q.row_span(start, start + chunk.len() / m) {
-                    // SAFETY: `path` is supported (checked above).
-                    unsafe { super::int_x86::rows_dots(path, ty, rows, row_bytes, &input, chunk) };
-                    return;
-                }
+        // Tasks of 16 weight rows counted from each part's first row (a panel each).
+        let mut tasks: Vec<(usize, usize, &mut [f32])> = Vec::with_capacity(n.div_ceil(ROWS_PER_TASK) + q.parts().len());
+        let mut rest = out_t;
+        for (i, (p, &start)) in q.parts().iter().zip(q.part_starts()).enumerate() {
+            let (mine, tail) = std::mem::take(&mut rest).split_at_mut(p.rows * m);
+            rest = tail;
+            for (c, chunk) in mine.chunks_mut(ROWS_PER_TASK * m).enumerate() {
+                tasks.push((i, start + c * ROWS_PER_TASK, chunk));
             }
-            UNPACKED.with(|cell| {
-                let mut w = cell.borrow_mut();
-                for (j, dots) in chunk.chunks_exact_mut(m).enumerate() {
-                    let (ty, row) = q.row_blocks(task * ROWS_PER_TASK + j);
-                    row_dots(path, ty, row, &mut w, &input, dots);
-                }
-            })
+        }
+        tasks.into_par_iter().for_each(|(part, start, chunk)| {
+            let p = &q.parts()[part];
+            #[cfg(target_arch = "x86_64")]
+            if p.panels && path == IntPath::Avx512Vnni {
+                return panel_task(p, (start - q.part_starts()[part]) / ROWS_PER_TASK, &input, m, |j, r, v| chunk[j * m + r] = v);
+            }
+            rows_task(q, path, start, &input, m, chunk);
         })
     });
+}
+
+/// `out` (`[m, n]`) of a matrix whose every part is stored as panels, written in place:
+/// each task owns 16 output columns, so no `[n, m]` buffer is filled and transposed (for the
+/// 151,936-row heads that was an allocation of n * m values and a strided copy per call).
+#[cfg(target_arch = "x86_64")]
+fn panels_into(q: &QuantMatrix, input: &QuantizedInput, m: usize, out: &mut [f32]) {
+    use super::panel::PANEL;
+    /// The output, shared by tasks that write disjoint columns.
+    #[derive(Clone, Copy)]
+    struct Out(*mut f32);
+    // SAFETY: every task writes only its own columns (below), so no element is written twice
+    // and none is read.
+    unsafe impl Send for Out {}
+    unsafe impl Sync for Out {}
+    let (n, dst) = (q.rows(), Out(out.as_mut_ptr()));
+    let tasks: Vec<(usize, usize)> = q.parts().iter().enumerate().flat_map(|(i, p)| (0..p.rows.div_ceil(PANEL)).map(move |k| (i, k))).collect();
+    tasks.into_par_iter().for_each(|(part, index)| {
+        let dst = dst;
+        let (p, start) = (&q.parts()[part], q.part_starts()[part] + index * PANEL);
+        let rows_here = (p.rows - index * PANEL).min(PANEL);
+        panel_task(p, index, input, m, |j, r, v| {
+            debug_assert!(j < rows_here && r < m);
+            // SAFETY: column start + j (< n) and row r (< m) lie inside `out`; this task is
+            // the only one writing columns start..start + rows_here.
+            unsafe { *dst.0.add(r * n + start + j) = v };
+        });
+    });
+}
+
+/// One task on AVX-512: panel `index` of part `p` with every activation row, in passes of
+/// up to [`super::panel_x86::MAX_ROWS`] rows; `put(j, r, v)` receives weight row j's (of the
+/// panel's real rows) dot product with activation row r.
+#[cfg(target_arch = "x86_64")]
+fn panel_task(p: &super::QuantPart, index: usize, input: &QuantizedInput, m: usize, mut put: impl FnMut(usize, usize, f32)) {
+    use super::panel::PANEL;
+    use super::panel_x86::{panel_dots, MAX_ROWS};
+    let panel_bytes = p.data.len() / p.rows.div_ceil(PANEL);
+    let panel = &p.data[index * panel_bytes..(index + 1) * panel_bytes];
+    let rows_here = (p.rows - index * PANEL).min(PANEL);
+    let mut tile = [[0f32; PANEL]; MAX_ROWS];
+    for r0 in (0..m).step_by(MAX_ROWS) {
+        let mr = (m - r0).min(MAX_ROWS);
+        // SAFETY: the caller checked that the CPU supports AVX-512 VNNI.
+        unsafe { panel_dots(p.ty, panel, input.k.as_ref(), input.b32.as_ref(), r0, &mut tile[..mr]) };
+        for j in 0..rows_here {
+            for (r, dots) in tile[..mr].iter().enumerate() {
+                put(j, r0 + r, dots[j]);
+            }
+        }
+    }
+}
+
+/// One task on rows in GGUF order: weight rows `start..` (`chunk.len() / m` of them).
+fn rows_task(q: &QuantMatrix, path: IntPath, start: usize, input: &QuantizedInput, m: usize, chunk: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if path != IntPath::Portable {
+        if let Some((ty, rows, row_bytes)) = q.row_span(start, start + chunk.len() / m) {
+            // SAFETY: `path` is supported (checked by `matmul`).
+            unsafe { super::int_x86::rows_dots(path, ty, rows, row_bytes, input, chunk) };
+            return;
+        }
+    }
+    UNPACKED.with(|cell| {
+        let mut w = cell.borrow_mut();
+        for (j, dots) in chunk.chunks_exact_mut(m).enumerate() {
+            let (ty, row) = q.row_blocks(start + j);
+            row_dots(path, ty, &row, &mut w, input, dots);
+        }
+    })
 }

@@ -4,7 +4,7 @@
 //! ones, close to the exact product, is `accuracy_tests`.
 
 use super::act::{Q8KRows, QK_K};
-use super::int::{dot_k_portable, matmul, reduce16, IntPath};
+use super::int::{dot_k_portable, matmul, IntPath};
 use super::testutil::matrix;
 use super::unpack::UnpackedRow;
 use super::QuantMatrix;
@@ -22,6 +22,13 @@ fn run(q: &QuantMatrix, x: &[f32], m: usize, path: IntPath) -> Vec<f32> {
     let mut out = vec![0f32; m * q.rows()];
     matmul(q, &x[..m * q.cols()], m, &mut out, path);
     out
+}
+
+/// `q` with every part that has a panel layout stored as panels.
+fn panels(q: &QuantMatrix) -> QuantMatrix {
+    let mut p = q.clone();
+    p.repack_panels();
+    p
 }
 
 fn same_bits(a: &[f32], b: &[f32]) -> bool {
@@ -49,11 +56,13 @@ fn every_path_gives_the_portable_bits_for_1_to_70_rows() {
     for (ty, k) in CASES {
         // 37 weight rows: two parallel tasks of 16 and a short one.
         let q = matrix(&[(ty, 37)], k, ty.id() as u64 + k as u64);
+        let paneled = panels(&q);
         let x = activations(70, k, 3);
-        for m in (1..=12).chain([20, 21, 33, 40, 64, 70]) {
+        for m in (1..=17).chain([20, 21, 31, 33, 40, 64, 70]) {
             let want = run(&q, &x, m, IntPath::Portable);
             for &p in &paths {
                 assert!(same_bits(&run(&q, &x, m, p), &want), "{ty:?} k={k}: {} differs from portable at {m} rows", p.name());
+                assert!(same_bits(&run(&paneled, &x, m, p), &want), "{ty:?} k={k}: {} on panels differs from portable at {m} rows", p.name());
             }
         }
     }
@@ -62,10 +71,10 @@ fn every_path_gives_the_portable_bits_for_1_to_70_rows() {
 #[test]
 fn a_row_alone_equals_the_same_row_in_any_call() {
     for (ty, k) in CASES {
-        let q = matrix(&[(ty, 20)], k, 11);
+        let rows = matrix(&[(ty, 20)], k, 11);
         let x = activations(40, k, 5);
-        let n = q.rows();
-        for &p in &IntPath::all_supported() {
+        let n = rows.rows();
+        for (q, p) in [&rows, &panels(&rows)].into_iter().flat_map(|q| IntPath::all_supported().into_iter().map(move |p| (q, p))) {
             let all = run(&q, &x, 40, p);
             for r in [0, 1, 7, 39] {
                 let alone = run(&q, &x[r * k..], 1, p);
@@ -82,35 +91,27 @@ fn a_row_alone_equals_the_same_row_in_any_call() {
 #[test]
 fn stacked_parts_of_both_families() {
     // A fused projection mixing K-quants and a 32-wide format (both need their own activations).
-    let q = matrix(&[(GgmlType::Q4K, 9), (GgmlType::Q8_0, 5), (GgmlType::Q6K, 7)], 256, 4);
+    // Parts of 9, 5 and 7 rows: as panels, each padded to 16, with a Q5_K part that has none.
+    let q = matrix(&[(GgmlType::Q4K, 9), (GgmlType::Q8_0, 5), (GgmlType::Q5K, 3), (GgmlType::Q6K, 7)], 256, 4);
     let x = activations(6, 256, 8);
     let want = run(&q, &x, 6, IntPath::Portable);
     for &p in &IntPath::all_supported() {
         assert!(same_bits(&run(&q, &x, 6, p), &want), "{}", p.name());
+        assert!(same_bits(&run(&panels(&q), &x, 6, p), &want), "{} on panels", p.name());
     }
 }
 
 /// The reference with one deliberate mistake: each 16-value group takes the next group's scale.
 fn broken_dot_k(w: &UnpackedRow, x: &Q8KRows, r: usize) -> f32 {
-    let mut acc = [0f32; 16];
+    let mut acc = 0f32;
     for b in 0..w.blocks {
         let (dx, xq, bsums) = x.block(r, b);
-        let mut lanes = [0i32; 16];
-        for e in 0..QK_K {
-            let lane = 8 * ((e / 32) % 2) + (e % 32) / 4;
-            let sc = w.sc[b * 16 + (e / 16 + 1) % 16];
-            lanes[lane] += w.q[b * QK_K + e] as i32 * xq[e] as i32 * sc as i32;
-        }
-        let mn = &w.mn[b * 16..b * 16 + 16];
-        for i in 0..16 {
-            acc[i] = (w.d[b] * dx).mul_add(lanes[i] as f32, acc[i]);
-        }
-        for j in 0..8 {
-            let corr = mn[2 * j] as i32 * bsums[2 * j] as i32 + mn[2 * j + 1] as i32 * bsums[2 * j + 1] as i32;
-            acc[j] = (-(w.dmin[b] * dx)).mul_add(corr as f32, acc[j]);
-        }
+        let t: i32 = (0..QK_K).map(|e| w.q[b * QK_K + e] as i32 * xq[e] as i32 * w.sc[b * 16 + (e / 16 + 1) % 16] as i32).sum();
+        let m: i32 = (0..16).map(|g| w.mn[b * 16 + g] as i32 * bsums[g] as i32).sum();
+        acc = (w.d[b] * dx).mul_add(t as f32, acc);
+        acc = (-(w.dmin[b] * dx)).mul_add(m as f32, acc);
     }
-    reduce16(&acc)
+    acc
 }
 
 #[test]
@@ -123,7 +124,7 @@ fn the_bitwise_check_catches_a_wrong_scale_offset() {
     let (mut differ, mut agree) = (0, 0);
     for o in 0..q.rows() {
         let (ty, bytes) = q.row_blocks(o);
-        w.unpack(ty, bytes);
+        w.unpack(ty, &bytes);
         agree += (dot_k_portable(&w, &xq, 0, true).to_bits() == got[o].to_bits()) as usize;
         differ += (broken_dot_k(&w, &xq, 0).to_bits() != got[o].to_bits()) as usize;
     }

@@ -3,10 +3,12 @@
 //! (`vpdpbusd`, `vpdpwssd`, 64-byte vectors: all 16 lanes in one register).
 //!
 //! They read the GGUF blocks as stored: each block's values are unpacked in registers
-//! ([`blocks`]) and its scales decoded once, then serve up to 8 (AVX-512) or 4 (AVX2) activation rows, so a
-//! weight byte is read once per tile of rows and never written back. Integer lanes
-//! are exact and the float steps are the reference's, in its order, so both kernels give the
-//! portable path's bits.
+//! ([`blocks`]) and its scales decoded once, then serve up to 8 (AVX-512) or 4 (AVX2)
+//! activation rows, so a weight byte is read once per tile of rows and never written back.
+//! Each block's integer total is summed exactly from the lanes, then the reference's float
+//! steps run in its order, so both kernels give the portable path's bits. On AVX-512 VNNI the
+//! runtime stores the types with a panel layout as panels ([`super::panel_x86`]); these
+//! kernels serve the rest (Q5_K) and the AVX2 path.
 
 use super::act::{Q80Rows, Q8KRows, QK8_0, QK_K};
 use super::int::{IntPath, QuantizedInput};
@@ -130,23 +132,32 @@ unsafe fn dots256<const T: u8, const R: usize>(row: &[u8], x: &QuantizedInput, r
     out.copy_from_slice(&got);
 }
 
-/// 8 lanes -> 1 in the reference's order (i + 4, then i + 2, then i + 1).
+/// The exact sum of 8 i32 lanes (any order: the reference's block totals fit in i32).
 #[inline]
 #[target_feature(enable = "avx2")]
-fn reduce8(v: __m256) -> f32 {
-    let v = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    let v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    let v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
-    _mm_cvtss_f32(v)
+fn hsum8(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+    _mm_cvtsi128_si32(s)
 }
 
-/// 16 lanes -> 1 in the reference's order.
+/// The exact sum of 16 i32 lanes.
 #[inline]
 #[target_feature(enable = "avx512f,avx2")]
-fn reduce16(v: __m512) -> f32 {
-    let lo = _mm512_castps512_ps256(v);
-    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-    reduce8(_mm256_add_ps(lo, hi))
+fn hsum16(v: __m512i) -> i32 {
+    hsum8(_mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)))
+}
+
+/// The reference's float steps for one block: `acc = fma(d_w d_x, t, acc)`, then (Q4_K/Q5_K)
+/// `acc = fma(-(dmin_w d_x), m, acc)`.
+#[inline(always)]
+fn block_step(acc: f32, dd: f32, t: i32, dm: Option<(f32, i32)>) -> f32 {
+    let acc = dd.mul_add(t as f32, acc);
+    match dm {
+        Some((dm, m)) => dm.mul_add(m as f32, acc),
+        None => acc,
+    }
 }
 
 /// Block count of `row` for type `T`, checking it holds whole blocks matching `cols`.
@@ -177,8 +188,7 @@ unsafe fn k_avx2<const T: u8, const R: usize>(row: &[u8], x: &Q8KRows, r0: usize
     let rows: [(*const i8, *const i16, &[f32]); R] = std::array::from_fn(|j| k_row(x, r0 + j));
     // From an i32 lane holding (sc[2c], sc[2c+1]): sc[2c] in i16 lanes 0..8, sc[2c+1] in 8..16.
     let spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
-    let mut acc0 = [_mm256_setzero_ps(); R];
-    let mut acc1 = [_mm256_setzero_ps(); R];
+    let mut acc = [0f32; R];
     for b in 0..nb {
         // SAFETY: block b lies inside `row` (row_blocks); activation pointers stay inside
         // block b of their rows (k_row checks the row, `x.blocks == nb`).
@@ -203,20 +213,13 @@ unsafe fn k_avx2<const T: u8, const R: usize>(row: &[u8], x: &Q8KRows, r0: usize
             for j in 0..R {
                 let corr = _mm256_madd_epi16(ks.mn16, _mm256_loadu_si256(rows[j].1.add(b * 16).cast()));
                 let dx = rows[j].2[b];
-                let dd = _mm256_set1_ps(ks.d * dx);
-                if !blocks::float_mins(T) {
-                    s0[j] = _mm256_sub_epi32(s0[j], corr);
-                }
-                acc0[j] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s0[j]), acc0[j]);
-                acc1[j] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s1[j]), acc1[j]);
-                if blocks::float_mins(T) {
-                    let dm = _mm256_set1_ps(-(ks.dmin * dx));
-                    acc0[j] = _mm256_fmadd_ps(dm, _mm256_cvtepi32_ps(corr), acc0[j]);
-                }
+                let t = hsum8(_mm256_add_epi32(s0[j], s1[j]));
+                let m = hsum8(corr);
+                acc[j] = if blocks::float_mins(T) { block_step(acc[j], ks.d * dx, t, Some((-(ks.dmin * dx), m))) } else { block_step(acc[j], ks.d * dx, t - m, None) };
             }
         }
     }
-    std::array::from_fn(|j| reduce8(_mm256_add_ps(acc0[j], acc1[j])))
+    acc
 }
 
 /// K family, AVX-512 VNNI: each 64-byte span holds chunks 2s (lanes 0..8) and 2s+1 (8..16).
@@ -231,7 +234,7 @@ unsafe fn k_avx512<const T: u8, const R: usize>(row: &[u8], x: &Q8KRows, r0: usi
         // SAFETY: 64 bytes read from a 64-byte array.
         unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
     });
-    let mut acc = [_mm512_setzero_ps(); R];
+    let mut acc = [0f32; R];
     for b in 0..nb {
         // SAFETY: as k_avx2.
         unsafe {
@@ -250,19 +253,12 @@ unsafe fn k_avx512<const T: u8, const R: usize>(row: &[u8], x: &Q8KRows, r0: usi
             for j in 0..R {
                 let corr = _mm256_madd_epi16(ks.mn16, _mm256_loadu_si256(rows[j].1.add(b * 16).cast()));
                 let dx = rows[j].2[b];
-                if !blocks::float_mins(T) {
-                    s[j] = _mm512_sub_epi32(s[j], _mm512_zextsi256_si512(corr));
-                }
-                acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(ks.d * dx), _mm512_cvtepi32_ps(s[j]), acc[j]);
-                if blocks::float_mins(T) {
-                    let dm = _mm512_set1_ps(-(ks.dmin * dx));
-                    let c = _mm512_cvtepi32_ps(_mm512_zextsi256_si512(corr));
-                    acc[j] = _mm512_mask3_fmadd_ps(dm, c, acc[j], 0x00ff);
-                }
+                let (t, m) = (hsum16(s[j]), hsum8(corr));
+                acc[j] = if blocks::float_mins(T) { block_step(acc[j], ks.d * dx, t, Some((-(ks.dmin * dx), m))) } else { block_step(acc[j], ks.d * dx, t - m, None) };
             }
         }
     }
-    std::array::from_fn(|j| reduce16(acc[j]))
+    acc
 }
 
 /// `log2(offset)` of type `T` as a shift count.
@@ -272,7 +268,7 @@ fn offset_shift<const T: u8>() -> __m128i {
     unsafe { _mm_cvtsi32_si128(offset.trailing_zeros() as i32) }
 }
 
-/// B32 family, AVX2: block b goes to `acc0` (b even) or `acc1` (b odd).
+/// B32 family, AVX2: one block per 32-byte vector.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn b32_avx2<const T: u8, const R: usize>(row: &[u8], x: &Q80Rows, r0: usize) -> [f32; R] {
     let nb = row_blocks::<T>(row, x.blocks * QK8_0);
@@ -280,8 +276,7 @@ unsafe fn b32_avx2<const T: u8, const R: usize>(row: &[u8], x: &Q80Rows, r0: usi
     let shift = offset_shift::<T>();
     let rows: [(*const i8, *const i32, &[f32]); R] = std::array::from_fn(|j| b32_row(x, r0 + j));
     let ones = _mm256_set1_epi16(1);
-    let mut acc0 = [_mm256_setzero_ps(); R];
-    let mut acc1 = [_mm256_setzero_ps(); R];
+    let mut acc = [0f32; R];
     for b in 0..nb {
         // SAFETY: as k_avx2.
         unsafe {
@@ -297,44 +292,36 @@ unsafe fn b32_avx2<const T: u8, const R: usize>(row: &[u8], x: &Q80Rows, r0: usi
                     let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(blocks::b32_block256::<T>(blk), xv), ones);
                     _mm256_sub_epi32(dot, _mm256_sll_epi32(_mm256_loadu_si256(rows[j].1.add(b * 8).cast()), shift))
                 };
-                let dd = _mm256_set1_ps(dw * rows[j].2[b]);
-                if b % 2 == 0 {
-                    acc0[j] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s), acc0[j]);
-                } else {
-                    acc1[j] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s), acc1[j]);
-                }
+                acc[j] = block_step(acc[j], dw * rows[j].2[b], hsum8(s), None);
             }
         }
     }
-    std::array::from_fn(|j| reduce8(_mm256_add_ps(acc0[j], acc1[j])))
+    acc
 }
 
 /// B32 family, AVX-512 VNNI: blocks b (lanes 0..8) and b + 1 (8..16) per 64-byte vector; an odd
-/// last block uses the low half alone.
+/// last block uses a 32-byte vector.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn b32_avx512<const T: u8, const R: usize>(row: &[u8], x: &Q80Rows, r0: usize) -> [f32; R] {
     let nb = row_blocks::<T>(row, x.blocks * QK8_0);
     let size = blocks::ty(T).block().1;
     let shift = offset_shift::<T>();
     let rows: [(*const i8, *const i32, &[f32]); R] = std::array::from_fn(|j| b32_row(x, r0 + j));
-    let mut acc = [_mm512_setzero_ps(); R];
-    // Lanes 0..8 take product 0, lanes 8..16 product 1.
-    let spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    let mut acc = [0f32; R];
     for p in 0..nb / 2 {
         let b = 2 * p;
         // SAFETY: blocks b and b + 1 exist (b + 1 < nb); pointers stay inside them.
         unsafe {
             let blk = row.as_ptr().add(b * size);
             let qv = blocks::b32_pair512::<T>(blk);
-            let dw = _mm_setr_ps(blocks::f16_ptr(blk), blocks::f16_ptr(blk.add(size)), 0.0, 0.0);
+            let (dw0, dw1) = (blocks::f16_ptr(blk), blocks::f16_ptr(blk.add(size)));
             for j in 0..R {
                 let xv = _mm512_loadu_si512(rows[j].0.add(b * QK8_0).cast());
                 let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), qv, xv);
                 let s = _mm512_sub_epi32(dot, _mm512_sll_epi32(_mm512_loadu_si512(rows[j].1.add(b * 8).cast()), shift));
-                // (d_w[b] * d_x[b], d_w[b+1] * d_x[b+1]): the reference's two f32 products.
-                let prods = _mm_mul_ps(dw, _mm_castpd_ps(_mm_load_sd(rows[j].2.as_ptr().add(b).cast())));
-                let dd = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(prods));
-                acc[j] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(s), acc[j]);
+                let (t0, t1) = (hsum8(_mm512_castsi512_si256(s)), hsum8(_mm512_extracti64x4_epi64(s, 1)));
+                acc[j] = block_step(acc[j], dw0 * rows[j].2[b], t0, None);
+                acc[j] = block_step(acc[j], dw1 * rows[j].2[b + 1], t1, None);
             }
         }
     }
@@ -349,11 +336,9 @@ unsafe fn b32_avx512<const T: u8, const R: usize>(row: &[u8], x: &Q80Rows, r0: u
                 let xv = _mm256_loadu_si256(rows[j].0.add(b * QK8_0).cast());
                 let dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), qv, xv);
                 let s = _mm256_sub_epi32(dot, _mm256_sll_epi32(_mm256_loadu_si256(rows[j].1.add(b * 8).cast()), shift));
-                let dd = _mm256_set1_ps(dw * rows[j].2[b]);
-                let lo = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s), _mm512_castps512_ps256(acc[j]));
-                acc[j] = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(acc[j]), _mm256_castps_pd(lo), 0));
+                acc[j] = block_step(acc[j], dw * rows[j].2[b], hsum8(s), None);
             }
         }
     }
-    std::array::from_fn(|j| reduce16(acc[j]))
+    acc
 }

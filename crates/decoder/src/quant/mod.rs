@@ -18,6 +18,7 @@
 use crate::gguf::{dequantize_blocks, GgmlType};
 use crate::kernels::{matmul_rows, WeightRows};
 use anyhow::{bail, ensure, Result};
+use std::borrow::Cow;
 
 pub mod act;
 #[cfg(target_arch = "x86_64")]
@@ -27,6 +28,9 @@ pub mod int;
 mod int_x86;
 #[cfg(target_arch = "x86_64")]
 mod int_x86_blocks;
+pub mod panel;
+#[cfg(target_arch = "x86_64")]
+mod panel_x86;
 pub mod transform;
 pub mod unpack;
 
@@ -50,8 +54,22 @@ pub fn has_native_kernel(ty: GgmlType) -> bool {
 pub struct QuantPart {
     pub ty: GgmlType,
     pub rows: usize,
-    /// `rows * row_bytes` bytes, row after row.
+    /// `rows * row_bytes` bytes, row after row; or, with `panels`, the rows as panels of 16
+    /// ([`panel`]), padded to a multiple of 16 rows.
     pub data: Vec<u8>,
+    pub panels: bool,
+}
+
+impl QuantPart {
+    /// `rows` rows of `ty` in GGUF order.
+    pub fn rows(ty: GgmlType, rows: usize, data: Vec<u8>) -> Self {
+        Self { ty, rows, data, panels: false }
+    }
+
+    /// Bytes of one row.
+    fn row_bytes(&self) -> usize {
+        self.data.len() / if self.panels { self.rows.next_multiple_of(panel::PANEL) } else { self.rows }
+    }
 }
 
 /// A `[rows, cols]` weight matrix (HF `[out, in]` layout) stored as ggml blocks, possibly in
@@ -75,8 +93,10 @@ impl QuantMatrix {
         for p in &parts {
             ensure!(has_native_kernel(p.ty), "{:?} has no native kernel", p.ty);
             let row_bytes = p.ty.byte_size(cols)?;
-            if p.data.len() != p.rows * row_bytes {
-                bail!("{:?} part: {} bytes for {} rows of {cols} values ({} expected)", p.ty, p.data.len(), p.rows, p.rows * row_bytes);
+            let stored = if p.panels { p.rows.next_multiple_of(panel::PANEL) } else { p.rows };
+            ensure!(!p.panels || panel::has_panel(p.ty), "{:?} has no panel layout", p.ty);
+            if p.data.len() != stored * row_bytes {
+                bail!("{:?} part: {} bytes for {} rows of {cols} values ({} expected)", p.ty, p.data.len(), p.rows, stored * row_bytes);
             }
             starts.push(rows);
             rows += p.rows;
@@ -101,31 +121,64 @@ impl QuantMatrix {
         self.parts.iter().map(|p| p.data.len()).sum()
     }
 
-    /// Rows `start..end` when one part holds them all: their type, their bytes (row after row)
-    /// and the bytes of one row.
+    /// First row of each part.
+    pub(crate) fn part_starts(&self) -> &[usize] {
+        &self.starts
+    }
+
+    /// Rows `start..end` when one part holds them all in GGUF order: their type, their bytes
+    /// (row after row) and the bytes of one row.
     pub(crate) fn row_span(&self, start: usize, end: usize) -> Option<(GgmlType, &[u8], usize)> {
         let i = self.starts.partition_point(|&s| s <= start) - 1;
         let p = &self.parts[i];
         let first = start - self.starts[i];
-        (end - self.starts[i] <= p.rows).then(|| {
-            let row_bytes = p.data.len() / p.rows;
+        (end - self.starts[i] <= p.rows && !p.panels).then(|| {
+            let row_bytes = p.row_bytes();
             (p.ty, &p.data[first * row_bytes..(end - self.starts[i]) * row_bytes], row_bytes)
         })
     }
 
-    /// The raw blocks of row `o` and their type.
-    pub(crate) fn row_blocks(&self, o: usize) -> (GgmlType, &[u8]) {
+    /// The raw blocks of row `o` in GGUF order (gathered from its panel if the part has
+    /// panels) and their type.
+    pub(crate) fn row_blocks(&self, o: usize) -> (GgmlType, Cow<'_, [u8]>) {
         let i = self.starts.partition_point(|&s| s <= o) - 1;
         let p = &self.parts[i];
-        let row_bytes = p.data.len() / p.rows;
+        let row_bytes = p.row_bytes();
         let r = o - self.starts[i];
-        (p.ty, &p.data[r * row_bytes..(r + 1) * row_bytes])
+        if p.panels {
+            let mut row = Vec::with_capacity(row_bytes);
+            panel::gather_row(p.ty, &p.data, row_bytes, r, &mut row);
+            return (p.ty, Cow::Owned(row));
+        }
+        (p.ty, Cow::Borrowed(&p.data[r * row_bytes..(r + 1) * row_bytes]))
+    }
+
+    /// Stores every part whose type has a panel layout as panels of 16 rows ([`panel`]): the
+    /// layout of the AVX-512 integer kernels. Results are unchanged on every path.
+    pub fn repack_panels(&mut self) {
+        let cols = self.cols;
+        for p in self.parts.iter_mut().filter(|p| panel::has_panel(p.ty) && !p.panels) {
+            let row_bytes = p.ty.byte_size(cols).expect("checked by new");
+            p.data = panel::to_panels(p.ty, &p.data, p.rows, row_bytes);
+            p.panels = true;
+        }
+    }
+
+    /// `self` laid out for the runtime's integer path ([`IntPath::active`]): as panels where
+    /// that path has panel kernels (AVX-512 VNNI), else unchanged. `SPECX_PANELS=0` keeps the
+    /// rows (the row kernels; to measure the difference).
+    pub fn into_int_layout(mut self) -> Self {
+        let panels = std::env::var("SPECX_PANELS").map_or(true, |v| v != "0");
+        if panels && IntPath::active() == IntPath::Avx512Vnni {
+            self.repack_panels();
+        }
+        self
     }
 
     /// Row `o` decoded to f32 into `out` (`cols` values).
     pub fn decode_row(&self, o: usize, out: &mut [f32]) {
         let (ty, blocks) = self.row_blocks(o);
-        decode(ty, blocks, out);
+        decode(ty, &blocks, out);
     }
 
     /// `x W^T`: `x` is `[m, cols]`, `out` is `[m, rows]`. Bit-identical to
@@ -252,9 +305,9 @@ mod tests {
 
     #[test]
     fn refuses_types_without_a_kernel_and_wrong_sizes() {
-        let err = QuantMatrix::new(vec![QuantPart { ty: GgmlType::Q4_1, rows: 1, data: vec![0; 20] }], 32).unwrap_err();
+        let err = QuantMatrix::new(vec![QuantPart::rows(GgmlType::Q4_1, 1, vec![0; 20])], 32).unwrap_err();
         assert!(err.to_string().contains("no native kernel"), "{err}");
-        let err = QuantMatrix::new(vec![QuantPart { ty: GgmlType::Q8_0, rows: 2, data: vec![0; 34] }], 32).unwrap_err();
+        let err = QuantMatrix::new(vec![QuantPart::rows(GgmlType::Q8_0, 2, vec![0; 34])], 32).unwrap_err();
         assert!(err.to_string().contains("68 expected"), "{err}");
     }
 }

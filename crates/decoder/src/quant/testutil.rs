@@ -34,6 +34,6 @@ pub fn random_blocks(ty: GgmlType, rows: usize, cols: usize, rng: &mut StdRng) -
 
 pub fn matrix(parts: &[(GgmlType, usize)], cols: usize, seed: u64) -> QuantMatrix {
     let mut rng = StdRng::seed_from_u64(seed);
-    let parts = parts.iter().map(|&(ty, rows)| QuantPart { ty, rows, data: random_blocks(ty, rows, cols, &mut rng) }).collect();
+    let parts = parts.iter().map(|&(ty, rows)| QuantPart::rows(ty, rows, random_blocks(ty, rows, cols, &mut rng))).collect();
     QuantMatrix::new(parts, cols).unwrap()
 }

@@ -27,10 +27,10 @@ impl QuantMatrix {
             let (ty, blocks) = self.row_blocks(o as usize);
             match parts.last_mut() {
                 Some(p) if p.ty == ty => {
-                    p.data.extend_from_slice(blocks);
+                    p.data.extend_from_slice(&blocks);
                     p.rows += 1;
                 }
-                _ => parts.push(QuantPart { ty, rows: 1, data: blocks.to_vec() }),
+                _ => parts.push(QuantPart::rows(ty, 1, blocks.into_owned())),
             }
         }
         QuantMatrix::new(parts, self.cols())
@@ -57,7 +57,7 @@ impl QuantMatrix {
                         quantize(ty, &row)
                     })
                     .collect::<Result<_>>()?;
-                parts.push(QuantPart { ty, rows: p.rows, data: rows.concat() });
+                parts.push(QuantPart::rows(ty, p.rows, rows.concat()));
             }
             start += p.rows;
         }
@@ -71,7 +71,7 @@ mod tests {
 
     fn matrix(ty: GgmlType, rows: usize, cols: usize) -> QuantMatrix {
         let x: Vec<f32> = (0..rows * cols).map(|i| ((i * 7919 % 1013) as f32 - 506.0) / 300.0).collect();
-        QuantMatrix::new(vec![QuantPart { ty, rows, data: quantize(ty, &x).unwrap() }], cols).unwrap()
+        QuantMatrix::new(vec![QuantPart::rows(ty, rows, quantize(ty, &x).unwrap())], cols).unwrap()
     }
 
     #[test]

@@ -27,7 +27,8 @@ pub struct BenchArgs {
     /// Repetitions (configurations interleaved, so drift on a shared machine hits all alike).
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
-    #[arg(long, value_enum, default_value = "native")]
+    /// GGUF weight path on the CPU (`q8`, `native`, `f32`).
+    #[arg(long, value_enum, default_value = "q8")]
     pub weights: WeightMode,
     #[arg(long, default_value = "cpu")]
     pub device: String,

@@ -83,7 +83,8 @@ pub struct ModelsConfig {
     /// per-unit ratios on one device; wall times then mix devices.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<String>,
-    /// GGUF weights on the CPU: `native` (default) or `f32`.
+    /// GGUF weights on the CPU: `q8` (the default: 8-bit activations, integer dot products),
+    /// `native` (exact, bit-identical to `f32`) or `f32`.
     #[serde(default)]
     pub weights: WeightMode,
 }

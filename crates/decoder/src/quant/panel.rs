@@ -1,0 +1,135 @@
+//! Weight panels: 16 rows of a matrix part interleaved so that one 64-byte vector holds four
+//! consecutive quantized values of each of the 16 rows, the layout of the integer kernels of
+//! [`super::panel_x86`].
+//!
+//! **Why.** With a row per register, an integer kernel pays its float steps (block scale
+//! times activation scale, conversion, fused multiply-add) once per block, weight row and
+//! activation row, and a 16-lane horizontal sum at the end: more instructions than the
+//! products themselves for the 32-wide formats. With the 16 rows in the 16 lanes, one
+//! `vpdpbusd` against four activation bytes broadcast to every lane computes 64 products for
+//! 16 outputs, and every float step serves 16 outputs. This is the VNNI layout of oneDNN's
+//! int8 GEMMs and of llama.cpp's repacked `block_q4_Kx8` (there 8 rows).
+//!
+//! **Same bytes, different order.** A panel holds exactly the bytes of its 16 rows' GGUF
+//! blocks, permuted ([`position`]), so any row can be read back in GGUF order ([`gather_row`])
+//! for the embedding lookup, the native decoder and the reference path. A part whose row
+//! count is not a multiple of 16 gets zero rows to fill its last panel; their outputs are
+//! never read.
+//!
+//! Per block, the panel holds (offsets in the panel block of `16 * block_bytes` bytes; "a
+//! vector of k-byte groups" is 16 rows x k bytes, row r at `k * r`):
+//! - Q8_0 (34): `d` (16 x 2), then 8 vectors, vector t the four values `4t..4t+4` of each row.
+//! - Q4_0 (18): `d`, then 4 vectors, vector v the four bytes `4v..4v+4` of each row's `qs`:
+//!   low nibbles values `4v..`, high nibbles values `16 + 4v..`.
+//! - Q5_0 (22): `d`, then `qh` (one 4-byte group per row), then `qs` as Q4_0's.
+//! - Q4_K (144): `d`, `dmin`, the 12 scale bytes as 3 vectors, then `qs` as 32 vectors:
+//!   vector `8p + v` holds bytes `32p + 4v..+4` (low nibbles: sub-block 2p, values 4v..; high:
+//!   sub-block 2p + 1).
+//! - Q6_K (210): the 16 scales as 4 vectors, then for half h and v < 8 three vectors: `ql`
+//!   bytes `64h + 4v..+4` and `64h + 32 + 4v..+4`, `qh` bytes `32h + 4v..+4` (the kernel reads
+//!   them in this order: interleaved regions of `ql` and `qh` defeated the hardware
+//!   prefetcher and halved one-row speed from memory), then `d`.
+//!
+//! Every kernel reads its panel block in ascending order, so a panel streams from memory like
+//! a row.
+
+use crate::gguf::GgmlType;
+
+/// Weight rows per panel: the 16 i32 lanes of a 64-byte vector.
+pub const PANEL: usize = 16;
+
+/// Whether `ty` has a panel layout (and panel kernels).
+pub fn has_panel(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4K | GgmlType::Q6K | GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0)
+}
+
+/// Where byte `i` of a block of row `r` (< 16) goes in the panel block.
+pub fn position(ty: GgmlType, r: usize, i: usize) -> usize {
+    // Byte j of a 4-byte group of vector `vec` starting at `base`.
+    let group = |base: usize, vec: usize, j: usize| base + 64 * vec + 4 * r + j;
+    match ty {
+        GgmlType::Q8_0 => if i < 2 { 2 * r + i } else { group(32, (i - 2) / 4, (i - 2) % 4) },
+        GgmlType::Q4_0 => if i < 2 { 2 * r + i } else { group(32, (i - 2) / 4, (i - 2) % 4) },
+        GgmlType::Q5_0 => match i {
+            0..2 => 2 * r + i,
+            2..6 => 32 + 4 * r + (i - 2),
+            _ => group(96, (i - 6) / 4, (i - 6) % 4),
+        },
+        GgmlType::Q4K => match i {
+            0..2 => 2 * r + i,
+            2..4 => 32 + 2 * r + (i - 2),
+            4..16 => group(64, (i - 4) / 4, (i - 4) % 4),
+            _ => group(256, (i - 16) / 4, (i - 16) % 4),
+        },
+        GgmlType::Q6K => match i {
+            0..128 => group(256, 3 * (8 * (i / 64) + (i % 32) / 4) + (i % 64) / 32, i % 4),
+            128..192 => group(256, 3 * (8 * ((i - 128) / 32) + ((i - 128) % 32) / 4) + 2, i % 4),
+            192..208 => group(0, (i - 192) / 4, i % 4),
+            _ => 3328 + 2 * r + (i - 208),
+        },
+        _ => unreachable!("{ty:?} has no panel layout"),
+    }
+}
+
+/// `rows` rows of `ty` (`row_bytes` each, GGUF order) as panels, padded with zero rows to a
+/// multiple of 16.
+pub fn to_panels(ty: GgmlType, data: &[u8], rows: usize, row_bytes: usize) -> Vec<u8> {
+    let size = ty.block().1;
+    let blocks = row_bytes / size;
+    let map: Vec<usize> = (0..PANEL * size).map(|k| position(ty, k / size, k % size)).collect();
+    let panels = rows.div_ceil(PANEL);
+    let mut out = super::super::hugepages::zeroed_advised(panels * PANEL * row_bytes);
+    for o in 0..rows {
+        let (p, r) = (o / PANEL, o % PANEL);
+        for b in 0..blocks {
+            let src = &data[o * row_bytes + b * size..][..size];
+            let dst = &mut out[(p * blocks + b) * PANEL * size..][..PANEL * size];
+            for (i, &v) in src.iter().enumerate() {
+                dst[map[r * size + i]] = v;
+            }
+        }
+    }
+    out
+}
+
+/// Row `o` of panels of `ty` back in GGUF order (`row_bytes` bytes into `out`).
+pub fn gather_row(ty: GgmlType, panels: &[u8], row_bytes: usize, o: usize, out: &mut Vec<u8>) {
+    let size = ty.block().1;
+    let blocks = row_bytes / size;
+    let (p, r) = (o / PANEL, o % PANEL);
+    out.clear();
+    for b in 0..blocks {
+        let src = &panels[(p * blocks + b) * PANEL * size..][..PANEL * size];
+        out.extend((0..size).map(|i| src[position(ty, r, i)]));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_layout_is_a_permutation_and_rows_come_back() {
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q4K, GgmlType::Q6K] {
+            let size = ty.block().1;
+            let mut seen = vec![false; PANEL * size];
+            for r in 0..PANEL {
+                for i in 0..size {
+                    let at = position(ty, r, i);
+                    assert!(!seen[at], "{ty:?}: two bytes map to {at}");
+                    seen[at] = true;
+                }
+            }
+            // 37 rows of 2 blocks: three panels, the last with 5 rows.
+            let row_bytes = 2 * size;
+            let data: Vec<u8> = (0..37 * row_bytes).map(|k| (k * 131 % 251) as u8).collect();
+            let panels = to_panels(ty, &data, 37, row_bytes);
+            assert_eq!(panels.len(), 48 * row_bytes);
+            let mut row = Vec::new();
+            for o in 0..37 {
+                gather_row(ty, &panels, row_bytes, o, &mut row);
+                assert_eq!(row, data[o * row_bytes..(o + 1) * row_bytes], "{ty:?} row {o}");
+            }
+        }
+    }
+}

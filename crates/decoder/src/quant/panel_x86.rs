@@ -1,0 +1,275 @@
+//! AVX-512 VNNI kernels on weight panels ([`super::panel`]): 16 weight rows in the 16 i32
+//! lanes, four activation bytes broadcast to every lane, one `vpdpbusd` per 64 products.
+//!
+//! Per block, the panel's values are unpacked once in registers and serve every activation
+//! row of the call (up to [`MAX_ROWS`] per pass): sub-block sums (exact i32) times their
+//! scales (`vpmulld`), the offset terms through the activation sums in `vpdpwssd` pairs, then
+//! the reference's two float steps per block ([`super::int`]) on 16 outputs at once. Integer
+//! results are exact and the float steps are the reference's in its order, so the results
+//! are the portable path's bits.
+
+use super::act::{Q80Rows, Q8KRows, QK8_0, QK_K};
+use super::int_x86_blocks::{b32_offset, ty, Q4K, Q4_0, Q5_0, Q6K, Q8_0};
+use super::panel::PANEL;
+use crate::gguf::GgmlType;
+use std::arch::x86_64::*;
+
+/// Activation rows per pass over a panel: one i32 total and one f32 accumulator each, kept
+/// in L1 between sub-blocks.
+pub const MAX_ROWS: usize = 16;
+
+/// Dot products of one panel (16 weight rows of `ty`, all blocks) with activation rows
+/// `r0..r0 + out.len()` of `x`: `out[r][lane]` for weight row `lane` of the panel.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VL and VNNI ([`super::int::IntPath::Avx512Vnni`]).
+pub unsafe fn panel_dots(t: GgmlType, panel: &[u8], k: Option<&Q8KRows>, b32: Option<&Q80Rows>, r0: usize, out: &mut [[f32; PANEL]]) {
+    assert!(out.len() <= MAX_ROWS, "at most {MAX_ROWS} activation rows per pass");
+    // SAFETY: the caller guarantees the instructions; the kernels check what they read.
+    unsafe {
+        match t {
+            GgmlType::Q4K => panel_k::<Q4K>(panel, k.expect("Q8_K input"), r0, out),
+            GgmlType::Q6K => panel_k::<Q6K>(panel, k.expect("Q8_K input"), r0, out),
+            GgmlType::Q4_0 => panel_b32::<Q4_0>(panel, b32.expect("Q8_0 input"), r0, out),
+            GgmlType::Q5_0 => panel_b32::<Q5_0>(panel, b32.expect("Q8_0 input"), r0, out),
+            GgmlType::Q8_0 => panel_b32::<Q8_0>(panel, b32.expect("Q8_0 input"), r0, out),
+            _ => unreachable!("{t:?} has no panel kernel"),
+        }
+    }
+}
+
+/// The 64 bytes at `p`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn ld(p: *const u8) -> __m512i {
+    // SAFETY: 64 readable bytes at p (caller).
+    unsafe { _mm512_loadu_si512(p.cast()) }
+}
+
+/// The 4 bytes at `p` in every lane.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn bcast4<P>(p: *const P) -> __m512i {
+    // SAFETY: 4 readable bytes at p (caller).
+    _mm512_set1_epi32(unsafe { std::ptr::read_unaligned(p.cast::<i32>()) })
+}
+
+/// Lane-wise `(v >> 8 * byte) & 0xff`: byte `byte` of every lane, zero-extended.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn byte_u32(v: __m512i, byte: u32) -> __m512i {
+    _mm512_and_si512(_mm512_srlv_epi32(v, _mm512_set1_epi32(8 * byte as i32)), _mm512_set1_epi32(0xff))
+}
+
+/// Byte `byte` of every lane, sign-extended.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn byte_i32(v: __m512i, byte: u32) -> __m512i {
+    _mm512_srai_epi32::<24>(_mm512_sllv_epi32(v, _mm512_set1_epi32(24 - 8 * byte as i32)))
+}
+
+/// Lanes of two i16 halves: `lo` (its low 16 bits) and `hi`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn pair16(lo: __m512i, hi: __m512i) -> __m512i {
+    _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32::<16>(hi))
+}
+
+/// The 16 f16 at `p` as f32.
+#[inline]
+#[target_feature(enable = "avx512f,avx2")]
+unsafe fn f16x16(p: *const u8) -> __m512 {
+    // SAFETY: 32 readable bytes at p (caller).
+    unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
+}
+
+/// Sum of `dpbusd` over `quads` against the four activation bytes at `x + 4 i` for quad i, in
+/// two chains (halves the latency of one chain; the sum is exact either way).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn dot_quads(quads: &[__m512i], x: *const i8) -> __m512i {
+    let (mut a, mut b) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+    for (i, pair) in quads.chunks_exact(2).enumerate() {
+        // SAFETY: 4 * quads.len() readable bytes at x (caller).
+        unsafe {
+            a = _mm512_dpbusd_epi32(a, pair[0], bcast4(x.add(8 * i)));
+            b = _mm512_dpbusd_epi32(b, pair[1], bcast4(x.add(8 * i + 4)));
+        }
+    }
+    _mm512_add_epi32(a, b)
+}
+
+/// K family (Q4_K, Q6_K) on a panel. Per block, the scales are decoded once; Q6_K unpacks its
+/// 64 quads (4 values of 16 rows each) into L1, then each activation row runs its 16 groups
+/// with its block total in a register (a total kept in memory across groups made one row a
+/// chain of store-to-load latencies); Q4_K unpacks sub-block by sub-block and serves every
+/// row from registers.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [[f32; PANEL]]) {
+    let (m, nb, size) = (out.len(), x.blocks, ty(T).block().1);
+    assert!(panel.len() == nb * PANEL * size && r0 + m <= x.rows, "a panel of {} bytes for {nb} blocks, rows {r0}..{} of {}", panel.len(), r0 + m, x.rows);
+    let cols = nb * QK_K;
+    let m0f = _mm512_set1_epi8(0x0f);
+    let mut acc = [_mm512_setzero_ps(); MAX_ROWS];
+    // Q6_K: the 64 quads in value order (group g's four at 4g).
+    let mut quads = [_mm512_setzero_si512(); 64];
+    // Q4_K: each activation row's block total.
+    let mut tot = [_mm512_setzero_si512(); MAX_ROWS];
+    // Q4_K: the 8 sub-block scales; Q6_K: the 16 group scales.
+    let mut scales = [_mm512_setzero_si512(); 16];
+    // i16 pairs for the offset terms: Q4_K's minimums (4 pairs), Q6_K's scales (8 pairs).
+    let mut pairs = [_mm512_setzero_si512(); 8];
+    for b in 0..nb {
+        // SAFETY: the panel block and every activation block read lie inside their buffers
+        // (sizes checked above).
+        unsafe {
+            let pb = panel.as_ptr().add(b * PANEL * size);
+            // Every field in address order (one ascending stream the hardware prefetcher
+            // follows; reading Q6_K's trailing `d` first made one-row calls 1.5x slower):
+            // Q4_K's `d` and `dmin` lead its block, Q6_K's `d` ends it.
+            let (d, dmin);
+            if T == Q4K {
+                (d, dmin) = (f16x16(pb), f16x16(pb.add(32)));
+                // 6-bit scales and minimums of sub-blocks 0..4 (bytes of sc_lo, mn_lo) and 4..8.
+                let (s0, s1, s2) = (ld(pb.add(64)), ld(pb.add(128)), ld(pb.add(192)));
+                let (m63, mc0) = (_mm512_set1_epi8(63), _mm512_set1_epi8(0xc0u8 as i8));
+                let sc_lo = _mm512_and_si512(s0, m63);
+                let mn_lo = _mm512_and_si512(s1, m63);
+                let sc_hi = _mm512_or_si512(_mm512_and_si512(s2, m0f), _mm512_srli_epi16::<2>(_mm512_and_si512(s0, mc0)));
+                let mn_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(s2), m0f), _mm512_srli_epi16::<2>(_mm512_and_si512(s1, mc0)));
+                for j in 0..8 {
+                    scales[j] = byte_u32(if j < 4 { sc_lo } else { sc_hi }, (j % 4) as u32);
+                }
+                for k in 0..4 {
+                    let v = if k < 2 { mn_lo } else { mn_hi };
+                    pairs[k] = pair16(byte_u32(v, 2 * (k % 2) as u32), byte_u32(v, 2 * (k % 2) as u32 + 1));
+                }
+                // Sub-block by sub-block straight from the panel (through an L1 buffer of all
+                // 64 quads, one-row calls from memory ran at half speed), totals in L1.
+                tot[..m].fill(_mm512_setzero_si512());
+                for j in 0..8 {
+                    let q: [__m512i; 8] = std::array::from_fn(|v| {
+                        let w = ld(pb.add(256 + 64 * (8 * (j / 2) + v)));
+                        if j % 2 == 0 { _mm512_and_si512(w, m0f) } else { _mm512_and_si512(_mm512_srli_epi16::<4>(w), m0f) }
+                    });
+                    for (r, t) in tot[..m].iter_mut().enumerate() {
+                        let s = dot_quads(&q, x.qs.as_ptr().add((r0 + r) * cols + b * QK_K + 32 * j));
+                        *t = _mm512_add_epi32(*t, _mm512_mullo_epi32(s, scales[j]));
+                    }
+                }
+            } else {
+                let sv: [__m512i; 4] = std::array::from_fn(|c| ld(pb.add(64 * c)));
+                for g in 0..16 {
+                    scales[g] = byte_i32(sv[g / 4], (g % 4) as u32);
+                }
+                for k in 0..8 {
+                    let byte = 2 * (k % 2) as u32;
+                    pairs[k] = pair16(byte_i32(sv[k / 2], byte), byte_i32(sv[k / 2], byte + 1));
+                }
+                // Half h, quad v of 32: ql bytes (region 0 low, 2 high) and (1 low, 3 high), qh
+                // bits 2c, 2c + 1 for region c; region c's quad v is in group 8h + 2c + v / 4.
+                let m30 = _mm512_set1_epi8(0x30);
+                for h in 0..2 {
+                    for v in 0..8 {
+                        let at_hv = pb.add(256 + 192 * (8 * h + v));
+                        let (a, bb, qh) = (ld(at_hv), ld(at_hv.add(64)), ld(at_hv.add(128)));
+                        let at = |c: usize| 4 * (8 * h + 2 * c + v / 4) + v % 4;
+                        // nib | (hb & 0x30)
+                        quads[at(0)] = _mm512_ternarylogic_epi32::<0xf8>(_mm512_and_si512(a, m0f), _mm512_slli_epi16::<4>(qh), m30);
+                        quads[at(1)] = _mm512_ternarylogic_epi32::<0xf8>(_mm512_and_si512(bb, m0f), _mm512_slli_epi16::<2>(qh), m30);
+                        quads[at(2)] = _mm512_ternarylogic_epi32::<0xf8>(_mm512_and_si512(_mm512_srli_epi16::<4>(a), m0f), qh, m30);
+                        quads[at(3)] = _mm512_ternarylogic_epi32::<0xf8>(_mm512_and_si512(_mm512_srli_epi16::<4>(bb), m0f), _mm512_srli_epi16::<2>(qh), m30);
+                    }
+                }
+                (d, dmin) = (f16x16(pb.add(3328)), _mm512_setzero_ps());
+            }
+            for r in 0..m {
+                let row = (r0 + r) * nb + b;
+                let xb = x.qs.as_ptr().add((r0 + r) * cols + b * QK_K);
+                let dx = _mm512_set1_ps(x.d[row]);
+                if T == Q4K {
+                    let t = tot[r];
+                    // m_b = sum_j mn_j * (sum of sub-block j's activations), two per step.
+                    let bs = x.bsums32.as_ptr().add(row * 8);
+                    let mut mm = _mm512_setzero_si512();
+                    for (k, mv) in pairs[..4].iter().enumerate() {
+                        mm = _mm512_dpwssd_epi32(mm, *mv, bcast4(bs.add(2 * k)));
+                    }
+                    acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(t), acc[r]);
+                    acc[r] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mm), acc[r]);
+                } else {
+                    let mut t = _mm512_setzero_si512();
+                    for g in 0..16 {
+                        let s = dot_quads(&quads[4 * g..4 * g + 4], xb.add(16 * g));
+                        t = _mm512_add_epi32(t, _mm512_mullo_epi32(s, scales[g]));
+                    }
+                    // The `q - 32` offset: 32 * sum_g sc_g * bsum_g, two groups per step.
+                    let bs = x.bsums.as_ptr().add(row * 16);
+                    let mut o = _mm512_setzero_si512();
+                    for (k, sv2) in pairs.iter().enumerate() {
+                        o = _mm512_dpwssd_epi32(o, *sv2, bcast4(bs.add(2 * k)));
+                    }
+                    let total = _mm512_sub_epi32(t, _mm512_slli_epi32::<5>(o));
+                    acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(total), acc[r]);
+                }
+            }
+        }
+    }
+    for (o, a) in out.iter_mut().zip(&acc) {
+        // SAFETY: 16 f32 written into a 16-f32 array.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), *a) };
+    }
+}
+
+/// B32 family (Q4_0, Q5_0, Q8_0) on a panel.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn panel_b32<const T: u8>(panel: &[u8], x: &Q80Rows, r0: usize, out: &mut [[f32; PANEL]]) {
+    let (m, nb, size) = (out.len(), x.blocks, ty(T).block().1);
+    assert!(panel.len() == nb * PANEL * size && r0 + m <= x.rows, "a panel of {} bytes for {nb} blocks, rows {r0}..{} of {}", panel.len(), r0 + m, x.rows);
+    let cols = nb * QK8_0;
+    let offset = b32_offset(T);
+    let m0f = _mm512_set1_epi8(0x0f);
+    // Q5_0: byte j of quad t takes bit 4t + j of its row's qh: byte t / 2 of the lane, spread
+    // over the lane's 4 bytes, tested against bit 4 (t % 2) + j.
+    let spread: [__m512i; 4] = std::array::from_fn(|s| {
+        let v: [u8; 64] = std::array::from_fn(|i| ((i % 16) / 4 * 4 + s) as u8);
+        // SAFETY: 64 bytes read from a 64-byte array.
+        unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
+    });
+    let bit: [__m512i; 2] = std::array::from_fn(|h| _mm512_set1_epi32(i32::from_le_bytes(std::array::from_fn(|j| 1u8 << (4 * h + j)))));
+    let mut acc = [_mm512_setzero_ps(); MAX_ROWS];
+    for b in 0..nb {
+        // SAFETY: as panel_k.
+        unsafe {
+            let pb = panel.as_ptr().add(b * PANEL * size);
+            let q: [__m512i; 8] = match T {
+                Q8_0 => std::array::from_fn(|t| _mm512_xor_si512(ld(pb.add(32 + 64 * t)), _mm512_set1_epi8(-128))),
+                _ => {
+                    let at = if T == Q4_0 { 32 } else { 96 };
+                    let qh = ld(pb.add(32));
+                    std::array::from_fn(|t| {
+                        let w = ld(pb.add(at + 64 * (t % 4)));
+                        let nib = if t < 4 { _mm512_and_si512(w, m0f) } else { _mm512_and_si512(_mm512_srli_epi16::<4>(w), m0f) };
+                        if T == Q4_0 {
+                            return nib;
+                        }
+                        let k = _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, spread[t / 2]), bit[t % 2]);
+                        _mm512_mask_add_epi8(nib, k, nib, _mm512_set1_epi8(0x10))
+                    })
+                }
+            };
+            let d = f16x16(pb);
+            for r in 0..m {
+                let xp = x.qs.as_ptr().add((r0 + r) * cols + b * QK8_0);
+                let g = dot_quads(&q, xp);
+                let i = (r0 + r) * nb + b;
+                let total = _mm512_sub_epi32(g, _mm512_set1_epi32(offset * x.sums[i]));
+                acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x.d[i])), _mm512_cvtepi32_ps(total), acc[r]);
+            }
+        }
+    }
+    for (o, a) in out.iter_mut().zip(&acc) {
+        // SAFETY: 16 f32 written into a 16-f32 array.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), *a) };
+    }
+}
