@@ -27,16 +27,6 @@ pub fn copy_advised(bytes: &[u8]) -> Vec<u8> {
     data
 }
 
-/// `len` zero bytes in a new buffer advised as [`copy_advised`]'s.
-pub fn zeroed_advised(len: usize) -> Vec<u8> {
-    let mut data: Vec<u8> = Vec::with_capacity(len);
-    if enabled() && len >= 2 * HUGE {
-        advise(data.as_mut_ptr(), len);
-    }
-    data.resize(len, 0);
-    data
-}
-
 #[cfg(target_os = "linux")]
 fn advise(ptr: *mut u8, len: usize) {
     let start = (ptr as usize).next_multiple_of(HUGE);

@@ -159,7 +159,7 @@ impl QuantMatrix {
         let cols = self.cols;
         for p in self.parts.iter_mut().filter(|p| panel::has_panel(p.ty) && !p.panels) {
             let row_bytes = p.ty.byte_size(cols).expect("checked by new");
-            p.data = panel::to_panels(p.ty, &p.data, p.rows, row_bytes);
+            panel::repack(p.ty, &mut p.data, p.rows, row_bytes);
             p.panels = true;
         }
     }

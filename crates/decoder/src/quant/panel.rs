@@ -12,9 +12,9 @@
 //!
 //! **Same bytes, different order.** A panel holds exactly the bytes of its 16 rows' GGUF
 //! blocks, permuted ([`position`]), so any row can be read back in GGUF order ([`gather_row`])
-//! for the embedding lookup, the native decoder and the reference path. A part whose row
-//! count is not a multiple of 16 gets zero rows to fill its last panel; their outputs are
-//! never read.
+//! for the embedding lookup, the native decoder and the reference path, and the repacking is
+//! done in place ([`repack`]). A part whose row count is not a multiple of 16 gets zero rows to
+//! fill its last panel; their outputs are never read.
 //!
 //! Per block, the panel holds (offsets in the panel block of `16 * block_bytes` bytes; "a
 //! vector of k-byte groups" is 16 rows x k bytes, row r at `k * r`):
@@ -71,25 +71,51 @@ pub fn position(ty: GgmlType, r: usize, i: usize) -> usize {
     }
 }
 
-/// `rows` rows of `ty` (`row_bytes` each, GGUF order) as panels, padded with zero rows to a
-/// multiple of 16.
-pub fn to_panels(ty: GgmlType, data: &[u8], rows: usize, row_bytes: usize) -> Vec<u8> {
-    let size = ty.block().1;
-    let blocks = row_bytes / size;
-    let map: Vec<usize> = (0..PANEL * size).map(|k| position(ty, k / size, k % size)).collect();
-    let panels = rows.div_ceil(PANEL);
-    let mut out = super::super::hugepages::zeroed_advised(panels * PANEL * row_bytes);
-    for o in 0..rows {
-        let (p, r) = (o / PANEL, o % PANEL);
-        for b in 0..blocks {
-            let src = &data[o * row_bytes + b * size..][..size];
-            let dst = &mut out[(p * blocks + b) * PANEL * size..][..PANEL * size];
-            for (i, &v) in src.iter().enumerate() {
-                dst[map[r * size + i]] = v;
-            }
+/// Byte runs of a block of row `r` that stay contiguous in the panel: `(from, to, len)`.
+fn runs(ty: GgmlType, r: usize) -> Vec<(usize, usize, usize)> {
+    let mut out: Vec<(usize, usize, usize)> = Vec::new();
+    for i in 0..ty.block().1 {
+        let to = position(ty, r, i);
+        match out.last_mut() {
+            Some((from, at, len)) if *from + *len == i && *at + *len == to => *len += 1,
+            _ => out.push((i, to, 1)),
         }
     }
     out
+}
+
+/// Copies byte runs (`(from, to, len)`: `dst[to..]` from `src[from..]`); the 4-byte groups
+/// that make up most of a block as single moves.
+#[inline]
+fn copy_runs(src: &[u8], dst: &mut [u8], runs: &[(usize, usize, usize)], forward: bool) {
+    for &(from, to, len) in runs {
+        let (s, d) = if forward { (from, to) } else { (to, from) };
+        if len == 4 {
+            dst[d..d + 4].copy_from_slice(&src[s..s + 4]);
+        } else {
+            dst[d..d + len].copy_from_slice(&src[s..s + len]);
+        }
+    }
+}
+
+/// Rearranges `rows` rows of `ty` (`row_bytes` each, GGUF order) in `data` into panels, in
+/// place (a panel takes exactly the bytes of its 16 rows), after padding with zero rows to a
+/// multiple of 16; panels in parallel. In place, so loading a model never holds a matrix
+/// twice.
+pub fn repack(ty: GgmlType, data: &mut Vec<u8>, rows: usize, row_bytes: usize) {
+    use rayon::prelude::*;
+    let size = ty.block().1;
+    let runs: Vec<_> = (0..PANEL).map(|r| runs(ty, r)).collect();
+    assert_eq!(data.len(), rows * row_bytes, "{rows} rows of {row_bytes} bytes");
+    data.resize(rows.div_ceil(PANEL) * PANEL * row_bytes, 0);
+    data.par_chunks_mut(PANEL * row_bytes).for_each(|panel| {
+        let rows16 = panel.to_vec();
+        for (row, row_runs) in rows16.chunks_exact(row_bytes).zip(&runs) {
+            for (src, dst) in row.chunks_exact(size).zip(panel.chunks_exact_mut(PANEL * size)) {
+                copy_runs(src, dst, row_runs, true);
+            }
+        }
+    });
 }
 
 /// Row `o` of panels of `ty` back in GGUF order (`row_bytes` bytes into `out`).
@@ -97,10 +123,11 @@ pub fn gather_row(ty: GgmlType, panels: &[u8], row_bytes: usize, o: usize, out: 
     let size = ty.block().1;
     let blocks = row_bytes / size;
     let (p, r) = (o / PANEL, o % PANEL);
+    let row_runs = runs(ty, r);
     out.clear();
-    for b in 0..blocks {
-        let src = &panels[(p * blocks + b) * PANEL * size..][..PANEL * size];
-        out.extend((0..size).map(|i| src[position(ty, r, i)]));
+    out.resize(row_bytes, 0);
+    for (b, dst) in out.chunks_exact_mut(size).enumerate() {
+        copy_runs(&panels[(p * blocks + b) * PANEL * size..][..PANEL * size], dst, &row_runs, false);
     }
 }
 
@@ -123,7 +150,8 @@ mod tests {
             // 37 rows of 2 blocks: three panels, the last with 5 rows.
             let row_bytes = 2 * size;
             let data: Vec<u8> = (0..37 * row_bytes).map(|k| (k * 131 % 251) as u8).collect();
-            let panels = to_panels(ty, &data, 37, row_bytes);
+            let mut panels = data.clone();
+            repack(ty, &mut panels, 37, row_bytes);
             assert_eq!(panels.len(), 48 * row_bytes);
             let mut row = Vec::new();
             for o in 0..37 {
