@@ -48,8 +48,8 @@ pub fn position(ty: GgmlType, r: usize, i: usize) -> usize {
     // Byte j of a 4-byte group of vector `vec` starting at `base`.
     let group = |base: usize, vec: usize, j: usize| base + 64 * vec + 4 * r + j;
     match ty {
-        GgmlType::Q8_0 => if i < 2 { 2 * r + i } else { group(32, (i - 2) / 4, (i - 2) % 4) },
-        GgmlType::Q4_0 => if i < 2 { 2 * r + i } else { group(32, (i - 2) / 4, (i - 2) % 4) },
+        // `d`, then the values (Q8_0) or nibble bytes (Q4_0) in 4-byte groups.
+        GgmlType::Q8_0 | GgmlType::Q4_0 => if i < 2 { 2 * r + i } else { group(32, (i - 2) / 4, (i - 2) % 4) },
         GgmlType::Q5_0 => match i {
             0..2 => 2 * r + i,
             2..6 => 32 + 4 * r + (i - 2),
