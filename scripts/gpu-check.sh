@@ -56,11 +56,29 @@ for src, dst in [("specx.xz", "specx"), ("tokenizer.json.xz", "tokenizer.json")]
 os.chmod(os.path.join(w, "specx"), 0o755)
 PY
     mkdir -p "$work/vk"
-    for deb in "$bundle"/libvulkan1_*.deb; do
+    for deb in "$bundle"/*.deb; do
         dpkg-deb -x "$deb" "$work/vk" || (cd "$work/vk" && ar x "$OLDPWD/$deb" && tar xf data.tar.*)
     done
     cat "$bundle/commit" 2>/dev/null
-    ls /usr/share/vulkan/icd.d /etc/vulkan/icd.d 2>/dev/null || echo "no Vulkan ICD files found (wgpu will have no adapter)"
+    # The NVIDIA Vulkan driver's manifest, and whether the library it names loads (it needs
+    # glvnd's libGLdispatch, carried as libglvnd0 for machines without it).
+    local icds
+    icds=$(ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json /usr/local/nvidia/share/vulkan/icd.d/*.json 2>/dev/null)
+    [ -n "$icds" ] || { echo "no Vulkan ICD files found (wgpu will have no adapter)"; return 0; }
+    for icd in $icds; do
+        local lib
+        lib=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["ICD"]["library_path"])' "$icd" 2>/dev/null)
+        echo "$icd: $lib"
+        local path="" d
+        for d in ${LD_LIBRARY_PATH//:/ }; do [ -f "$d/$lib" ] && { path="$d/$lib"; break; }; done
+        [ -n "$path" ] || path=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+        if [ -z "$path" ]; then
+            echo "  $lib: not found on LD_LIBRARY_PATH or by ldconfig"
+        else
+            echo "  $lib: $path"
+            LD_LIBRARY_PATH="$work/vk/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$path" | grep "not found" | sed 's/^/  missing: /' || true
+        fi
+    done
 }
 
 export bundle work
@@ -85,6 +103,11 @@ for d in "${nvrtc_dirs[@]}"; do
 done
 { echo "CUDA_PATH=${CUDA_PATH:-unset}"; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; ls "${CUDA_PATH:-/usr/local/cuda}/include/cuda_fp16.h" 2>&1; } > "$OUT/cuda-env.log"
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$work}"
+# Some machines keep NVIDIA's Vulkan manifest outside the loader's search path.
+if [ -z "${VK_DRIVER_FILES:-}" ] && ! ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1 \
+    && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
 specx="$work/specx"
 models="$work/models"
 if command -v nvidia-smi >/dev/null; then

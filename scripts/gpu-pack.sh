@@ -3,8 +3,8 @@
 # specx binary built with `--features wgpu,cuda` for any x86-64-v3 CPU (the GPU machine's CPU
 # is unknown; this build's default, -C target-cpu=native, could use instructions it lacks),
 # xz-compressed; the real pair's shapes (so random-weight models of them are written there,
-# no 1.6 GB transfer); the Qwen tokenizer; the Vulkan loader as a Debian package (the GPU
-# machine has NVIDIA's Vulkan driver but no loader). Checks that the working tree and the
+# no 1.6 GB transfer); the Qwen tokenizer; the Vulkan loader and glvnd's dispatch library as
+# Debian packages (the GPU machine has NVIDIA's Vulkan driver but neither). Checks that the working tree and the
 # bundle together stay under what travels with one command (about 64 MiB).
 #
 # Then, on the GPU machine, from the repository root: OUT=DIR scripts/gpu-check.sh
@@ -27,7 +27,7 @@ strip -o gpu-bundle.tmp/specx "$bin"
 "$bin" gpu-check shapes --out gpu-bundle.tmp/shapes.json
 xz -T2 -6 gpu-bundle.tmp/specx
 xz -6 -c "$models/qwen2.5-coder-1.5b-instruct/tokenizer.json" > gpu-bundle.tmp/tokenizer.json.xz
-(cd gpu-bundle.tmp && apt-get download libvulkan1 >/dev/null 2>&1 || { apt-get update >/dev/null 2>&1 && apt-get download libvulkan1; })
+(cd gpu-bundle.tmp && apt-get download libvulkan1 libglvnd0 >/dev/null 2>&1 || { apt-get update >/dev/null 2>&1 && apt-get download libvulkan1 libglvnd0; })
 ls gpu-bundle.tmp/libvulkan1_*.deb >/dev/null
 git rev-parse HEAD > gpu-bundle.tmp/commit
 rm -rf gpu-bundle && mv gpu-bundle.tmp gpu-bundle
