@@ -24,13 +24,21 @@ pub struct AttentionShape {
 /// Lanes of the dot products' partial sums (fixed, so the order never depends on the CPU).
 const LANES: usize = 16;
 
-/// `sum a_i b_i` in [`LANES`] partial sums, folded in a fixed order.
+/// `sum a_i b_i` in [`LANES`] partial sums (lane l takes the products of i = l mod 16, each
+/// rounded, then added), folded in a fixed order. Whole chunks are fixed-size arrays so the
+/// compiler makes one vector multiply and add of them; a shorter tail takes the same per-lane
+/// steps.
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; LANES];
-    for (ca, cb) in a.chunks(LANES).zip(b.chunks(LANES)) {
-        for l in 0..ca.len() {
+    let (whole_a, tail_a) = a.as_chunks::<LANES>();
+    let (whole_b, tail_b) = b[..a.len()].as_chunks::<LANES>();
+    for (ca, cb) in whole_a.iter().zip(whole_b) {
+        for l in 0..LANES {
             acc[l] += ca[l] * cb[l];
         }
+    }
+    for (l, (x, y)) in tail_a.iter().zip(tail_b).enumerate() {
+        acc[l] += x * y;
     }
     acc.iter().fold(0.0, |s, v| s + v)
 }
@@ -105,6 +113,20 @@ mod tests {
         let e: Vec<f64> = sc.iter().map(|s| (s - m).exp()).collect();
         let z: f64 = e.iter().sum();
         (0..d).map(|x| (0..seen).map(|j| e[j] / z * v[j * d + x] as f64).sum()).collect()
+    }
+
+    #[test]
+    fn dot_takes_the_per_lane_steps_of_its_definition() {
+        // Lane l adds the rounded products of i = l mod 16 in order; lanes fold left to right.
+        for n in [1, 5, 16, 17, 40, 128, 130] {
+            let (a, b) = (data(n, 7), data(n, 8));
+            let mut acc = [0f32; LANES];
+            for i in 0..n {
+                acc[i % LANES] += a[i] * b[i];
+            }
+            let want = acc.iter().fold(0.0f32, |s, v| s + v);
+            assert_eq!(dot(&a, &b).to_bits(), want.to_bits(), "length {n}");
+        }
     }
 
     #[test]

@@ -193,7 +193,11 @@ pub fn matmul(q: &QuantMatrix, x: &[f32], m: usize, out: &mut [f32], path: IntPa
             let p = &q.parts()[part];
             #[cfg(target_arch = "x86_64")]
             if p.panels && path == IntPath::Avx512Vnni {
-                return panel_task(p, (start - q.part_starts()[part]) / ROWS_PER_TASK, &input, m, |j, r, v| chunk[j * m + r] = v);
+                return panel_task(p, (start - q.part_starts()[part]) / ROWS_PER_TASK, &input, m, |r, dots| {
+                    for (j, &v) in dots.iter().enumerate() {
+                        chunk[j * m + r] = v;
+                    }
+                });
             }
             rows_task(q, path, start, &input, m, chunk);
         })
@@ -219,20 +223,21 @@ fn panels_into(q: &QuantMatrix, input: &QuantizedInput, m: usize, out: &mut [f32
         let dst = dst;
         let (p, start) = (&q.parts()[part], q.part_starts()[part] + index * PANEL);
         let rows_here = (p.rows - index * PANEL).min(PANEL);
-        panel_task(p, index, input, m, |j, r, v| {
-            debug_assert!(j < rows_here && r < m);
-            // SAFETY: column start + j (< n) and row r (< m) lie inside `out`; this task is
-            // the only one writing columns start..start + rows_here.
-            unsafe { *dst.0.add(r * n + start + j) = v };
+        panel_task(p, index, input, m, |r, dots| {
+            debug_assert!(dots.len() == rows_here && r < m);
+            // SAFETY: columns start..start + rows_here (<= n) of row r (< m) lie inside `out`;
+            // this task is the only one writing them.
+            unsafe { std::ptr::copy_nonoverlapping(dots.as_ptr(), dst.0.add(r * n + start), rows_here) };
         });
     });
 }
 
 /// One task on AVX-512: panel `index` of part `p` with every activation row, in passes of
-/// up to [`super::panel_x86::MAX_ROWS`] rows; `put(j, r, v)` receives weight row j's (of the
-/// panel's real rows) dot product with activation row r.
+/// up to [`super::panel_x86::MAX_ROWS`] rows; `put(r, dots)` receives activation row r's dot
+/// products with the panel's real weight rows, in order (one contiguous run of an `[m, n]`
+/// output row).
 #[cfg(target_arch = "x86_64")]
-fn panel_task(p: &super::QuantPart, index: usize, input: &QuantizedInput, m: usize, mut put: impl FnMut(usize, usize, f32)) {
+fn panel_task(p: &super::QuantPart, index: usize, input: &QuantizedInput, m: usize, mut put: impl FnMut(usize, &[f32])) {
     use super::panel::PANEL;
     use super::panel_x86::{panel_dots, MAX_ROWS};
     let panel_bytes = p.data.len() / p.rows.div_ceil(PANEL);
@@ -243,10 +248,8 @@ fn panel_task(p: &super::QuantPart, index: usize, input: &QuantizedInput, m: usi
         let mr = (m - r0).min(MAX_ROWS);
         // SAFETY: the caller checked that the CPU supports AVX-512 VNNI.
         unsafe { panel_dots(p.ty, panel, input.k.as_ref(), input.b32.as_ref(), r0, &mut tile[..mr]) };
-        for j in 0..rows_here {
-            for (r, dots) in tile[..mr].iter().enumerate() {
-                put(j, r0 + r, dots[j]);
-            }
+        for (r, dots) in tile[..mr].iter().enumerate() {
+            put(r0 + r, &dots[..rows_here]);
         }
     }
 }
