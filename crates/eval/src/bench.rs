@@ -65,8 +65,9 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "cpu")]
     pub devices: Vec<String>,
     /// llama.cpp's `llama-bench` binary (build one with scripts/bench-llamacpp.sh): run it on the
-    /// same GGUF files with the same thread count, prompt and decode lengths in this run, and
-    /// print specx/llama.cpp ratios.
+    /// same GGUF files with the same thread count, prompt and decode lengths in this run, with
+    /// its weight repacking off and on (`--repack 0,1`; on a CPU with AMX-INT8 `1` is its AMX
+    /// path), and print specx/llama.cpp ratios against each.
     #[arg(long, value_name = "PATH")]
     pub llamacpp: Option<PathBuf>,
     /// Size of the buffer read to measure memory bandwidth, in MiB.
@@ -127,8 +128,21 @@ pub struct PathMemory {
 #[derive(Debug, serde::Serialize)]
 pub struct LlamaCppBench {
     pub role: String,
+    /// Which of llama.cpp's CPU paths ran: `plain` (`--repack 0`: weights as stored, one
+    /// `vec_dot` per row pair), `REPACK` (`--repack 1`: its extra buffer types, interleaved
+    /// Q4_0 / Q4_K rows), or `AMX+REPACK` (`--repack 1` on a CPU with AMX-INT8, whose AMX
+    /// buffer takes the types it supports first).
+    pub path: String,
     pub prefill_tokens_per_sec: f64,
+    pub prefill_sd: f64,
     pub decode_tokens_per_sec: f64,
+    pub decode_sd: f64,
+}
+
+/// The name of llama.cpp's `--repack 1` path on this CPU (see [`LlamaCppBench::path`]).
+fn extra_buffers_path() -> &'static str {
+    let amx = std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.lines().any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "amx_int8")));
+    if amx { "AMX+REPACK" } else { "REPACK" }
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -340,16 +354,22 @@ pub fn run_llama_bench(bin: &Path, models: &[(&str, &PathBuf)], threads: usize, 
             ensure!(o.status.success(), "{} failed on {}: {}", bin.display(), path.display(), String::from_utf8_lossy(&o.stderr).trim());
             serde_json::from_slice(&o.stdout).with_context(|| format!("{}: output is not llama-bench JSON", bin.display()))
         };
-        let avg_ts = |v: &serde_json::Value| -> Result<f64> {
-            v.as_array()
-                .and_then(|tests| tests.first())
-                .and_then(|t| t.get("avg_ts"))
-                .and_then(|x| x.as_f64())
-                .context("llama-bench JSON without avg_ts")
+        // Tokens/s (mean, sd) of the test with `--repack` = `repack`.
+        let speed = |v: &serde_json::Value, repack: bool| -> Result<(f64, f64)> {
+            let t = v
+                .as_array()
+                .and_then(|tests| tests.iter().find(|t| t.get("repack").and_then(|r| r.as_bool()) == Some(repack)))
+                .with_context(|| format!("llama-bench JSON without a test of repack = {repack}"))?;
+            let num = |k: &str| t.get(k).and_then(|x| x.as_f64()).with_context(|| format!("llama-bench JSON without {k}"));
+            Ok((num("avg_ts")?, num("stddev_ts")?))
         };
-        let prefill = avg_ts(&run(&["-p".into(), prompt_tokens.to_string(), "-n".into(), "0".into()])?)?;
-        let decode = avg_ts(&run(&["-p".into(), "0".into(), "-n".into(), decode_tokens.to_string(), "-d".into(), prompt_tokens.to_string()])?)?;
-        out.push(LlamaCppBench { role: role.to_string(), prefill_tokens_per_sec: prefill, decode_tokens_per_sec: decode });
+        let both = ["--repack".to_string(), "0,1".into()];
+        let pp = run(&[&both[..], &["-p".into(), prompt_tokens.to_string(), "-n".into(), "0".into()]].concat())?;
+        let tg = run(&[&both[..], &["-p".into(), "0".into(), "-n".into(), decode_tokens.to_string(), "-d".into(), prompt_tokens.to_string()]].concat())?;
+        for (repack, path) in [(false, "plain"), (true, extra_buffers_path())] {
+            let ((prefill, prefill_sd), (decode, decode_sd)) = (speed(&pp, repack)?, speed(&tg, repack)?);
+            out.push(LlamaCppBench { role: role.to_string(), path: path.into(), prefill_tokens_per_sec: prefill, prefill_sd, decode_tokens_per_sec: decode, decode_sd });
+        }
     }
     Ok(out)
 }
@@ -457,8 +477,9 @@ fn print_report(r: &BenchReport) {
                     vec![
                         l.role.clone(),
                         m.weights.clone(),
-                        format!("{:.1}", l.prefill_tokens_per_sec),
-                        format!("{:.2}", l.decode_tokens_per_sec),
+                        l.path.clone(),
+                        format!("{:.1} ± {:.1}", l.prefill_tokens_per_sec, l.prefill_sd),
+                        format!("{:.2} ± {:.2}", l.decode_tokens_per_sec, l.decode_sd),
                         format!("{:.2}", m.prefill_tokens_per_sec / l.prefill_tokens_per_sec),
                         format!("{:.2}", m.decode_tokens_per_sec / l.decode_tokens_per_sec),
                     ]
@@ -468,7 +489,7 @@ fn print_report(r: &BenchReport) {
         println!();
         print!(
             "{}",
-            markdown_table(&["model", "specx weights", "llama.cpp prefill tok/s", "llama.cpp decode tok/s", "specx/llama.cpp prefill", "specx/llama.cpp decode"], &rows)
+            markdown_table(&["model", "specx weights", "llama.cpp path", "llama.cpp prefill tok/s", "llama.cpp decode tok/s", "specx/llama.cpp prefill", "specx/llama.cpp decode"], &rows)
         );
     }
     println!();
