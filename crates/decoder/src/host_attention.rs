@@ -24,6 +24,10 @@ pub struct AttentionShape {
 /// Lanes of the dot products' partial sums (fixed, so the order never depends on the CPU).
 const LANES: usize = 16;
 
+/// Attention calls with fewer score products (`batch * heads * rows * keys * head_dim`) than
+/// this run on the calling thread.
+const SERIAL_BELOW: usize = 1 << 19;
+
 /// `sum a_i b_i` in [`LANES`] partial sums (lane l takes the products of i = l mod 16, each
 /// rounded, then added), folded in a fixed order. Whole chunks are fixed-size arrays so the
 /// compiler makes one vector multiply and add of them; a shorter tail takes the same per-lane
@@ -57,36 +61,37 @@ pub fn attend(q: &[f32], keys: &[f32], values: &[f32], s: AttentionShape, causal
     let scale = (1.0 / (d as f64).sqrt()) as f32;
     let past = t - rows;
     // One task per (sequence, head): its rows x d outputs.
-    let per_head: Vec<Vec<f32>> = (0..batch * heads)
-        .into_par_iter()
-        .map(|bh| {
-            let (b, h) = (bh / heads, bh % heads);
-            let kv = b * kv_heads + h / groups;
-            let ks = &keys[kv * t * d..(kv + 1) * t * d];
-            let vs = &values[kv * t * d..(kv + 1) * t * d];
-            let mut out = vec![0f32; rows * d];
-            let mut p = vec![0f32; t];
-            for i in 0..rows {
-                let qi = &q[(bh * rows + i) * d..(bh * rows + i + 1) * d];
-                let seen = if causal { past + i + 1 } else { t };
-                for (j, pj) in p[..seen].iter_mut().enumerate() {
-                    *pj = dot(qi, &ks[j * d..(j + 1) * d]) * scale;
-                }
-                let max = p[..seen].iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-                let mut sum = 0f32;
-                for pj in &mut p[..seen] {
-                    *pj = (*pj - max).exp();
-                    sum += *pj;
-                }
-                let o = &mut out[i * d..(i + 1) * d];
-                for (j, &pj) in p[..seen].iter().enumerate() {
-                    let w = pj / sum;
-                    o.iter_mut().zip(&vs[j * d..(j + 1) * d]).for_each(|(o, v)| *o += w * v);
-                }
+    let head = |bh: usize| {
+        let (b, h) = (bh / heads, bh % heads);
+        let kv = b * kv_heads + h / groups;
+        let ks = &keys[kv * t * d..(kv + 1) * t * d];
+        let vs = &values[kv * t * d..(kv + 1) * t * d];
+        let mut out = vec![0f32; rows * d];
+        let mut p = vec![0f32; t];
+        for i in 0..rows {
+            let qi = &q[(bh * rows + i) * d..(bh * rows + i + 1) * d];
+            let seen = if causal { past + i + 1 } else { t };
+            for (j, pj) in p[..seen].iter_mut().enumerate() {
+                *pj = dot(qi, &ks[j * d..(j + 1) * d]) * scale;
             }
-            out
-        })
-        .collect();
+            let max = p[..seen].iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            let mut sum = 0f32;
+            for pj in &mut p[..seen] {
+                *pj = (*pj - max).exp();
+                sum += *pj;
+            }
+            let o = &mut out[i * d..(i + 1) * d];
+            for (j, &pj) in p[..seen].iter().enumerate() {
+                let w = pj / sum;
+                o.iter_mut().zip(&vs[j * d..(j + 1) * d]).for_each(|(o, v)| *o += w * v);
+            }
+        }
+        out
+    };
+    // A decode step's attention is a few hundred thousand multiply-adds, tens of
+    // microseconds: it stays on the calling thread. Either way each head is computed alone,
+    // so the results are the same (a test crosses the threshold).
+    let per_head: Vec<Vec<f32>> = if batch * heads * rows * t * d < SERIAL_BELOW { (0..batch * heads).map(head).collect() } else { (0..batch * heads).into_par_iter().map(head).collect() };
     let mut out = vec![0f32; batch * rows * heads * d];
     for (bh, block) in per_head.iter().enumerate() {
         let (b, h) = (bh / heads, bh % heads);
@@ -113,6 +118,24 @@ mod tests {
         let e: Vec<f64> = sc.iter().map(|s| (s - m).exp()).collect();
         let z: f64 = e.iter().sum();
         (0..d).map(|x| (0..seen).map(|j| e[j] / z * v[j * d + x] as f64).sum()).collect()
+    }
+
+    #[test]
+    fn a_parallel_call_gives_each_row_the_bits_of_a_serial_one_row_call() {
+        // 4 rows run in parallel (above SERIAL_BELOW), each row alone serially (below it).
+        let (heads, kv_heads, d, t, rows) = (8, 2, 128, 160, 4);
+        assert!(heads * rows * t * d >= SERIAL_BELOW && heads * t * d < SERIAL_BELOW);
+        let (keys, values) = (data(kv_heads * t * d, 4), data(kv_heads * t * d, 5));
+        let q = data(heads * rows * d, 6);
+        let all = attend(&q, &keys, &values, AttentionShape { batch: 1, heads, kv_heads, rows, keys: t, head_dim: d }, true);
+        for i in 0..rows {
+            let seen = t - rows + i + 1;
+            let cut = |x: &[f32]| -> Vec<f32> { x.chunks(t * d).flat_map(|c| c[..seen * d].to_vec()).collect() };
+            let qi: Vec<f32> = q.chunks(rows * d).flat_map(|c| c[i * d..(i + 1) * d].to_vec()).collect();
+            let alone = attend(&qi, &cut(&keys), &cut(&values), AttentionShape { batch: 1, heads, kv_heads, rows: 1, keys: seen, head_dim: d }, true);
+            let r = &all[i * heads * d..(i + 1) * heads * d];
+            assert!(alone.iter().zip(r).all(|(x, y)| x.to_bits() == y.to_bits()), "row {i}");
+        }
     }
 
     #[test]

@@ -27,6 +27,25 @@ pub use load::{layer_ranges, WeightMode};
 use layers::{causal_mask, rope_tables, Block, Embedding, RmsNorm};
 use linear::{Linear, Projection};
 
+/// Forwards running in this process ([`Transformer::hidden_states_until`]).
+static FORWARDS_RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One running forward, counted while it lives; `.0`: no other forward was running when it
+/// entered.
+struct AloneForward(bool);
+
+impl AloneForward {
+    fn enter() -> Self {
+        Self(FORWARDS_RUNNING.fetch_add(1, std::sync::atomic::Ordering::AcqRel) == 0)
+    }
+}
+
+impl Drop for AloneForward {
+    fn drop(&mut self) {
+        FORWARDS_RUNNING.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// What one forward pass returns, for all `n` new positions of every sequence.
 pub struct ForwardOutput {
     /// `[batch, n, vocab]` unnormalised scores of the next token.
@@ -258,8 +277,37 @@ impl Transformer {
     /// The layer loop, group by group (`self.sequential` for the exact forward); `None` when
     /// `cancel` was set before a group (the cache not advanced). `times` and `probes` collect
     /// per-layer measurements when given.
+    ///
+    /// On the CPU, when no other forward is running, the loop runs on a worker of rayon's
+    /// pool: the kernels' parallel loops then start on the calling worker, where from any other
+    /// thread each of them (about 140 a forward) parks the caller on a latch and wakes it when
+    /// the loop ends (a one-row target step: 5.6x fewer context switches, 7% less time on a
+    /// Zen 4). Concurrent forwards (DSI's instances) and layer-parallel attention (which
+    /// blocks on threads of its own) stay on their threads, so no forward can be run nested
+    /// inside another's wait.
     #[allow(clippy::too_many_arguments)]
     fn hidden_states_until(
+        &self,
+        tokens: &[&[u32]],
+        cache: &mut KvCache,
+        times: Option<&mut LayerTimes>,
+        cancel: Option<&std::sync::atomic::AtomicBool>,
+        groups: &LayerGroups,
+        workers: usize,
+        probes: Option<&mut Vec<ProbedLayer>>,
+    ) -> Result<Option<Tensor<3>>> {
+        let run = || self.layer_loop(tokens, cache, times, cancel, groups, workers, probes);
+        let on_cpu = self.devices.iter().all(|d| *d == Device::flex());
+        if workers > 1 || !on_cpu || rayon::current_thread_index().is_some() {
+            return run();
+        }
+        let alone = AloneForward::enter();
+        if alone.0 { rayon::join(run, || ()).0 } else { run() }
+    }
+
+    /// [`Transformer::hidden_states_until`] on the calling thread.
+    #[allow(clippy::too_many_arguments)]
+    fn layer_loop(
         &self,
         tokens: &[&[u32]],
         cache: &mut KvCache,
