@@ -21,6 +21,10 @@ bundle="${GPU_CHECK_BUNDLE:-gpu-bundle}"
 work="${GPU_CHECK_WORK:-/tmp/specx-gpu-check}"
 deadline=$(( $(date +%s) + ${GPU_CHECK_SECONDS:-540} ))
 mkdir -p "$OUT" "$work"
+# Where Vulkan drivers' manifests live: the loader's search path, and NVIDIA's container
+# location, which the loader only reads through VK_DRIVER_FILES.
+icd_dirs="/usr/share/vulkan/icd.d /etc/vulkan/icd.d"
+nvidia_icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 : > "$OUT/steps.tsv"
 
 # step NAME LIMIT_S CMD...: runs CMD with its output in $OUT/NAME.log, under LIMIT_S seconds
@@ -60,17 +64,19 @@ PY
         dpkg-deb -x "$deb" "$work/vk" || (cd "$work/vk" && ar x "$OLDPWD/$deb" && tar xf data.tar.*)
     done
     cat "$bundle/commit" 2>/dev/null
-    # The NVIDIA Vulkan driver's manifest, and whether the library it names loads (it needs
-    # glvnd's libGLdispatch, carried as libglvnd0 for machines without it).
+    # Each Vulkan driver manifest, the library it names and any library that one misses
+    # (glvnd's libGLdispatch is carried as libglvnd0 for machines without it).
     local icds
-    icds=$(ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json /usr/local/nvidia/share/vulkan/icd.d/*.json 2>/dev/null)
+    icds=$(ls $(printf '%s/*.json ' $icd_dirs) "$nvidia_icd" 2>/dev/null)
     [ -n "$icds" ] || { echo "no Vulkan ICD files found (wgpu will have no adapter)"; return 0; }
     for icd in $icds; do
         local lib
         lib=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["ICD"]["library_path"])' "$icd" 2>/dev/null)
         echo "$icd: $lib"
         local path="" d
-        for d in ${LD_LIBRARY_PATH//:/ }; do [ -f "$d/$lib" ] && { path="$d/$lib"; break; }; done
+        # Mesa's manifests name an absolute path, NVIDIA's a library name.
+        case "$lib" in /*) [ -f "$lib" ] && path="$lib" ;; esac
+        [ -n "$path" ] || for d in ${LD_LIBRARY_PATH//:/ }; do [ -f "$d/$lib" ] && { path="$d/$lib"; break; }; done
         [ -n "$path" ] || path=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
         if [ -z "$path" ]; then
             echo "  $lib: not found on LD_LIBRARY_PATH or by ldconfig"
@@ -81,7 +87,7 @@ PY
     done
 }
 
-export bundle work
+export bundle work icd_dirs nvidia_icd
 export -f unpack
 step unpack 60 bash -c unpack
 export LD_LIBRARY_PATH="$work/vk/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -104,9 +110,8 @@ done
 { echo "CUDA_PATH=${CUDA_PATH:-unset}"; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; ls "${CUDA_PATH:-/usr/local/cuda}/include/cuda_fp16.h" 2>&1; } > "$OUT/cuda-env.log"
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$work}"
 # Some machines keep NVIDIA's Vulkan manifest outside the loader's search path.
-if [ -z "${VK_DRIVER_FILES:-}" ] && ! ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1 \
-    && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
-    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+if [ -z "${VK_DRIVER_FILES:-}" ] && ! ls $(printf '%s/*.json ' $icd_dirs) >/dev/null 2>&1 && [ -f "$nvidia_icd" ]; then
+    export VK_DRIVER_FILES="$nvidia_icd"
 fi
 specx="$work/specx"
 models="$work/models"

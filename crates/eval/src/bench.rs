@@ -141,8 +141,7 @@ pub struct LlamaCppBench {
 
 /// The name of llama.cpp's `--repack 1` path on this CPU (see [`LlamaCppBench::path`]).
 fn extra_buffers_path() -> &'static str {
-    let amx = std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.lines().any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "amx_int8")));
-    if amx { "AMX+REPACK" } else { "REPACK" }
+    if crate::common::machine::cpu_has_flag("amx_int8") { "AMX+REPACK" } else { "REPACK" }
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -347,7 +346,8 @@ pub fn run_llama_bench(bin: &Path, models: &[(&str, &PathBuf)], threads: usize, 
             let o = Command::new(bin)
                 .arg("-m")
                 .arg(path)
-                .args(["-t", &threads.to_string(), "-r", "3", "-o", "json"])
+                // Weight repacking off and on: both of llama.cpp's CPU paths in one call.
+                .args(["-t", &threads.to_string(), "-r", "3", "-o", "json", "--repack", "0,1"])
                 .args(args)
                 .output()
                 .with_context(|| format!("running {}", bin.display()))?;
@@ -363,9 +363,8 @@ pub fn run_llama_bench(bin: &Path, models: &[(&str, &PathBuf)], threads: usize, 
             let num = |k: &str| t.get(k).and_then(|x| x.as_f64()).with_context(|| format!("llama-bench JSON without {k}"));
             Ok((num("avg_ts")?, num("stddev_ts")?))
         };
-        let both = ["--repack".to_string(), "0,1".into()];
-        let pp = run(&[&both[..], &["-p".into(), prompt_tokens.to_string(), "-n".into(), "0".into()]].concat())?;
-        let tg = run(&[&both[..], &["-p".into(), "0".into(), "-n".into(), decode_tokens.to_string(), "-d".into(), prompt_tokens.to_string()]].concat())?;
+        let pp = run(&["-p".into(), prompt_tokens.to_string(), "-n".into(), "0".into()])?;
+        let tg = run(&["-p".into(), "0".into(), "-n".into(), decode_tokens.to_string(), "-d".into(), prompt_tokens.to_string()])?;
         for (repack, path) in [(false, "plain"), (true, extra_buffers_path())] {
             let ((prefill, prefill_sd), (decode, decode_sd)) = (speed(&pp, repack)?, speed(&tg, repack)?);
             out.push(LlamaCppBench { role: role.to_string(), path: path.into(), prefill_tokens_per_sec: prefill, prefill_sd, decode_tokens_per_sec: decode, decode_sd });
