@@ -23,11 +23,36 @@ fn specx() -> Command {
 }
 
 /// Runs `args` to the end; panics with its stderr if it fails.
-fn finish(args: &[String]) -> Duration {
-    let t = Instant::now();
+fn finish(args: &[String]) {
     let out = specx().args(args).output().unwrap();
     assert!(out.status.success(), "specx {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
-    t.elapsed()
+}
+
+/// Runs `args` to the end while watching `out`, the directory it writes: the run's phases as
+/// moments since its start, `[0, t1, .., end]`, a new phase wherever the number of files under
+/// `out` changed. Kills drawn phase by phase land on every phase whatever their lengths (on
+/// some machines startup is nine tenths of a run, on others the writes are).
+fn finish_watching(args: &[String], out: &Path) -> Vec<Duration> {
+    let mut child = specx().args(args).spawn().unwrap();
+    let start = Instant::now();
+    let (mut phases, mut count) = (vec![Duration::ZERO], 0);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        let now = file_count(out);
+        if now != count {
+            count = now;
+            phases.push(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "specx {}: {err}", args.join(" "));
+    phases.push(start.elapsed());
+    eprintln!("specx {}: phases (ms) {:?}", args[0], phases.iter().map(|t| t.as_millis()).collect::<Vec<_>>());
+    phases
 }
 
 /// Every regular file under `dir` (relative path -> sha256), but the ones `skip` names.
@@ -50,6 +75,13 @@ fn files(dir: &Path, skip: &dyn Fn(&str) -> bool) -> BTreeMap<String, String> {
     out
 }
 
+/// The number of files under `dir` (0 if it does not exist) while a process writes there:
+/// entries that vanish between listing and reading (renamed temporaries) are skipped.
+fn file_count(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries.flatten().map(|e| if e.path().is_dir() { file_count(&e.path()) } else { 1 }).sum()
+}
+
 /// What the kills did: how many landed on a running process, and the number of files the run
 /// directory held after each (its progress when killed).
 #[derive(Default, Debug)]
@@ -60,16 +92,17 @@ struct Kills {
 }
 
 /// Runs `args` into `out` again and again, killing each process after a seeded random delay
-/// in `[0, span)` while it runs, until [`KILLS`] kills have landed. Whenever a run finishes
-/// before its kill, `check` compares the directory with the uninterrupted run's, and the next
-/// chain starts from an empty directory.
-fn kill_repeatedly(args: &[String], out: &Path, span: Duration, seed: u64, check: &dyn Fn(&Path)) -> Kills {
+/// (a phase of `phases` drawn uniformly, then a moment in it uniformly) while it runs, until
+/// [`KILLS`] kills have landed. Whenever a run finishes before its kill, `check` compares the
+/// directory with the uninterrupted run's, and the next chain starts from an empty directory.
+fn kill_repeatedly(args: &[String], out: &Path, phases: &[Duration], seed: u64, check: &dyn Fn(&Path)) -> Kills {
     use rand::{RngExt, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut k = Kills::default();
     let _ = std::fs::remove_dir_all(out);
     while k.landed < KILLS {
-        let delay = span.mul_f64(rng.random::<f64>());
+        let phase = rng.random_range(1..phases.len());
+        let delay = phases[phase - 1] + (phases[phase] - phases[phase - 1]).mul_f64(rng.random::<f64>());
         let mut child = specx().args(args).spawn().unwrap();
         let start = Instant::now();
         let finished = loop {
@@ -86,7 +119,7 @@ fn kill_repeatedly(args: &[String], out: &Path, span: Duration, seed: u64, check
                 child.kill().unwrap(); // SIGKILL
                 child.wait().unwrap();
                 k.landed += 1;
-                k.progress.push(if out.exists() { files(out, &|_| false).len() } else { 0 });
+                k.progress.push(file_count(out));
             }
             Some(status) => {
                 let mut err = String::new();
@@ -149,10 +182,10 @@ fn killed_datagen_resumes_to_the_same_bytes() {
     let out = t.root.join("out");
     let args = datagen_args(&t, &out);
     // The uninterrupted run, in the same directory (the config it records names it).
-    let span = finish(&args);
+    let phases = finish_watching(&args, &out);
     let want = datagen_files(&out);
     assert!(want.len() >= 16 && want["manifest.json"].starts_with("complete true"), "{want:?}");
-    let k = kill_repeatedly(&args, &out, span, 1, &|dir| assert_eq!(datagen_files(dir), want, "datagen files after kills"));
+    let k = kill_repeatedly(&args, &out, &phases, 1, &|dir| assert_eq!(datagen_files(dir), want, "datagen files after kills"));
     assert_spread("datagen", &k);
 }
 
@@ -223,11 +256,11 @@ fn killed_eval_and_replay_resume_to_the_same_rows() {
     let config = eval_config(&t);
     let args = |dir: &Path| -> Vec<String> { ["eval", "--config", &s(&config), "--out", &s(dir), "--no-progress"].map(String::from).to_vec() };
     let full = t.root.join("full");
-    let span = finish(&args(&full));
+    let phases = finish_watching(&args(&full), &full);
     let want = untimed_rows(&full);
     assert_eq!(want.len(), 9 * 4, "3 prompts x 3 sampling units x (AR + 3 methods)");
     let killed = t.root.join("killed");
-    let k = kill_repeatedly(&args(&killed), &killed, span, 2, &|dir| {
+    let k = kill_repeatedly(&args(&killed), &killed, &phases, 2, &|dir| {
         assert_eq!(untimed_rows(dir), want, "eval rows after kills");
         assert!(dir.join("results.parquet").is_file() && dir.join("summary.md").is_file());
         let temporaries: Vec<String> = files(dir, &|_| false).into_keys().filter(|f| f.contains(".tmp-")).collect();
@@ -240,8 +273,8 @@ fn killed_eval_and_replay_resume_to_the_same_rows() {
     let grid = t.root.join("grid.toml");
     std::fs::write(&grid, "[methods]\nspecdec = { k = [2, 4] }\nconfidence = { thresholds = [0.5] }\n").unwrap();
     let replay_args = |run: &Path| -> Vec<String> { ["eval", "replay", "--config", &s(&grid), &s(run), "--no-progress"].map(String::from).to_vec() };
-    let span = finish(&replay_args(&full));
     let replay_dir = |run: &Path| run.join("replay-grid");
+    let phases = finish_watching(&replay_args(&full), &replay_dir(&full));
     let want = replay_files(&replay_dir(&full));
     assert!(want.len() >= 4, "{want:?}");
     // A copy of the run without its replay; the kill loop empties the replay directory
@@ -249,7 +282,7 @@ fn killed_eval_and_replay_resume_to_the_same_rows() {
     let copied = t.root.join("copy");
     common::copy(&full, &copied);
     std::fs::remove_dir_all(replay_dir(&copied)).unwrap();
-    let k = kill_repeatedly(&replay_args(&copied), &replay_dir(&copied), span, 3, &|dir| {
+    let k = kill_repeatedly(&replay_args(&copied), &replay_dir(&copied), &phases, 3, &|dir| {
         assert_eq!(replay_files(dir), want, "replay files after kills");
     });
     assert_spread("replay", &k);
