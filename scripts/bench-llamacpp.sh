@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Build llama.cpp's `llama-bench` (CPU backend, native instruction set) from the llama.cpp
-# sources vendored in the PyPI source distribution of llama-cpp-python, for
-# `specx bench --llamacpp PATH`. cmake comes from PyPI too when the machine has none.
+# Build llama.cpp's `llama-bench` and `llama-speculative-simple` (CPU backend, native
+# instruction set) from the llama.cpp sources vendored in the PyPI source distribution of
+# llama-cpp-python, for `specx bench --llamacpp PATH` and `specx bench-decode --llamacpp PATH`
+# (PATH: llama-bench; its speculative decoding is found beside it). cmake comes from PyPI too
+# when the machine has none.
 #
 #   scripts/bench-llamacpp.sh [--dir DIR]
 #
 # DIR defaults to $SPECX_CACHE/llama.cpp, else ~/.cache/specx/llama.cpp (never the repository).
-# Prints the path of the binary on its last line. Idempotent: a finished build of the same
+# Prints the path of llama-bench on its last line. Idempotent: a finished build of the same
 # version is reused (about 6 minutes on 2 cores the first time).
 set -euo pipefail
 
@@ -23,7 +25,8 @@ done
 die() { echo "bench-llamacpp: error: $*" >&2; exit 1; }
 
 bin="$dir/build-$version/bin/llama-bench"
-if [ -x "$bin" ] && [ -f "$dir/build-$version/.done" ]; then
+spec="$dir/build-$version/bin/llama-speculative-simple"
+if [ -x "$bin" ] && [ -x "$spec" ] && [ -f "$dir/build-$version/.done" ]; then
   echo "bench-llamacpp: present ($bin)" >&2
   echo "$bin"
   exit 0
@@ -68,14 +71,14 @@ if [ ! -f "$src/vendor/llama.cpp/CMakeLists.txt" ]; then
 fi
 
 build="$dir/build-$version"
-echo "bench-llamacpp: building llama-bench in $build (native CPU flags, no GPU backends)" >&2
+echo "bench-llamacpp: building llama-bench and llama-speculative-simple in $build (native CPU flags, no GPU backends)" >&2
 "$CMAKE" -S "$src/vendor/llama.cpp" -B "$build" -DCMAKE_BUILD_TYPE=Release \
   -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DLLAMA_CURL=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DBUILD_SHARED_LIBS=OFF >"$dir/cmake.log" 2>&1 \
   || { tail -20 "$dir/cmake.log" >&2; die "cmake configure failed (log: $dir/cmake.log)"; }
-"$CMAKE" --build "$build" --target llama-bench -j "$(nproc)" >"$dir/build.log" 2>&1 \
+"$CMAKE" --build "$build" --target llama-bench llama-speculative-simple -j "$(nproc)" >"$dir/build.log" 2>&1 \
   || { tail -20 "$dir/build.log" >&2; die "build failed (log: $dir/build.log)"; }
-[ -x "$bin" ] || die "the build finished but $bin is missing"
+[ -x "$bin" ] && [ -x "$spec" ] || die "the build finished but $bin or $spec is missing"
 touch "$build/.done"
-echo "bench-llamacpp: built $bin" >&2
+echo "bench-llamacpp: built $bin and $spec" >&2
 echo "$bin"

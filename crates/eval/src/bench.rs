@@ -8,12 +8,12 @@
 
 use crate::sysmem::{current_rss_bytes, peak_rss_bytes, read_bandwidth, read_bandwidth_threads};
 use crate::report::markdown_table;
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 use specx_decoder::generate::last_logits;
 use specx_decoder::sampling::argmax;
 use specx_decoder::{check_device, open_device, parse_device_list, DeviceName, LoadedModel, WeightMode, load_model_as};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
+use crate::llamacpp::{run_llama_bench, LlamaCppBench};
 use std::time::Instant;
 
 /// The model pair of a benchmark, defaulting to the fetched Qwen pair.
@@ -122,26 +122,6 @@ pub struct PathMemory {
     pub rss_both_loaded_gb: f64,
     /// Peak RSS while this path loaded and ran (the peak is reset before each path).
     pub peak_rss_gb: f64,
-}
-
-/// llama.cpp's figures for one model, from `llama-bench` in the same run.
-#[derive(Debug, serde::Serialize)]
-pub struct LlamaCppBench {
-    pub role: String,
-    /// Which of llama.cpp's CPU paths ran: `plain` (`--repack 0`: weights as stored, one
-    /// `vec_dot` per row pair), `REPACK` (`--repack 1`: its extra buffer types, interleaved
-    /// Q4_0 / Q4_K rows), or `AMX+REPACK` (`--repack 1` on a CPU with AMX-INT8, whose AMX
-    /// buffer takes the types it supports first).
-    pub path: String,
-    pub prefill_tokens_per_sec: f64,
-    pub prefill_sd: f64,
-    pub decode_tokens_per_sec: f64,
-    pub decode_sd: f64,
-}
-
-/// The name of llama.cpp's `--repack 1` path on this CPU (see [`LlamaCppBench::path`]).
-fn extra_buffers_path() -> &'static str {
-    if crate::common::machine::cpu_has_flag("amx_int8") { "AMX+REPACK" } else { "REPACK" }
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -333,44 +313,6 @@ pub fn measure(a: &BenchArgs) -> Result<BenchReport> {
 /// so each weight path's peak is its own. Best effort: elsewhere the peak is the process's.
 fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
-}
-
-/// Runs `llama-bench` on each model (prompt processing of `prompt_tokens`, then generation of
-/// `decode_tokens` after a context of `prompt_tokens`, as specx measures them) and reads its JSON.
-pub fn run_llama_bench(bin: &Path, models: &[(&str, &PathBuf)], threads: usize, prompt_tokens: usize, decode_tokens: usize) -> Result<Vec<LlamaCppBench>> {
-    ensure!(bin.is_file(), "--llamacpp {}: no such file (build it with scripts/bench-llamacpp.sh)", bin.display());
-    let mut out = Vec::new();
-    for (role, path) in models {
-        eprintln!("llama-bench on the {role} ({threads} threads)...");
-        let run = |args: &[String]| -> Result<serde_json::Value> {
-            let o = Command::new(bin)
-                .arg("-m")
-                .arg(path)
-                // Weight repacking off and on: both of llama.cpp's CPU paths in one call.
-                .args(["-t", &threads.to_string(), "-r", "3", "-o", "json", "--repack", "0,1"])
-                .args(args)
-                .output()
-                .with_context(|| format!("running {}", bin.display()))?;
-            ensure!(o.status.success(), "{} failed on {}: {}", bin.display(), path.display(), String::from_utf8_lossy(&o.stderr).trim());
-            serde_json::from_slice(&o.stdout).with_context(|| format!("{}: output is not llama-bench JSON", bin.display()))
-        };
-        // Tokens/s (mean, sd) of the test with `--repack` = `repack`.
-        let speed = |v: &serde_json::Value, repack: bool| -> Result<(f64, f64)> {
-            let t = v
-                .as_array()
-                .and_then(|tests| tests.iter().find(|t| t.get("repack").and_then(|r| r.as_bool()) == Some(repack)))
-                .with_context(|| format!("llama-bench JSON without a test of repack = {repack}"))?;
-            let num = |k: &str| t.get(k).and_then(|x| x.as_f64()).with_context(|| format!("llama-bench JSON without {k}"));
-            Ok((num("avg_ts")?, num("stddev_ts")?))
-        };
-        let pp = run(&["-p".into(), prompt_tokens.to_string(), "-n".into(), "0".into()])?;
-        let tg = run(&["-p".into(), "0".into(), "-n".into(), decode_tokens.to_string(), "-d".into(), prompt_tokens.to_string()])?;
-        for (repack, path) in [(false, "plain"), (true, extra_buffers_path())] {
-            let ((prefill, prefill_sd), (decode, decode_sd)) = (speed(&pp, repack)?, speed(&tg, repack)?);
-            out.push(LlamaCppBench { role: role.to_string(), path: path.into(), prefill_tokens_per_sec: prefill, prefill_sd, decode_tokens_per_sec: decode, decode_sd });
-        }
-    }
-    Ok(out)
 }
 
 fn print_report(r: &BenchReport) {

@@ -8,6 +8,8 @@ use crate::bench::PairArgs;
 use crate::experiment::config::{BudgetConfig, EvalConfig, MethodsConfig, ModelsConfig, OutputConfig, PromptSetConfig, SpecDecGrid};
 use crate::common::stats::{grouped, mean_sd, GroupStats};
 use crate::experiment::{run as run_eval, EvalOptions};
+use crate::experiment::run::select_sets;
+use crate::llamacpp::{self, LlamaCppSpeculative};
 use crate::report::markdown_table;
 use anyhow::{bail, ensure, Result};
 use specx_datagen::prompts::PromptFormat;
@@ -43,11 +45,14 @@ pub struct DecodeBenchArgs {
     /// (`v16384+q4_0`).
     #[arg(long, value_delimiter = ',', default_value = "full")]
     pub drafts: Vec<DraftTransform>,
-    /// llama.cpp's `llama-bench` (scripts/bench-llamacpp.sh builds it): after the decodes, its
-    /// generation speed on the target (`--max-new-tokens` tokens after a context of the runs'
-    /// mean prompt length, 3 repetitions, with `--repack 0` and `1`) and every method's tokens/s
-    /// against the faster of the two. specx's tokens/s include each prompt's prefill;
-    /// llama-bench's tg does not.
+    /// llama.cpp's `llama-bench` (scripts/bench-llamacpp.sh builds it, and
+    /// `llama-speculative-simple` beside it): after the decodes, its generation speed on the
+    /// target (`--max-new-tokens` tokens after a context of the runs' mean prompt length, 3
+    /// repetitions, with `--repack 0` and `1`) and every method's tokens/s against the faster of
+    /// the two; then llama.cpp's own speculative decoding of the same prompts with every K of
+    /// `--k` (greedy, exactly K draft tokens per round; one process per prompt and K, model
+    /// loading not timed). specx's and llama.cpp's speculative tokens/s include each prompt's
+    /// prefill; llama-bench's tg does not.
     #[arg(long, value_name = "PATH")]
     pub llamacpp: Option<PathBuf>,
 }
@@ -97,19 +102,30 @@ pub fn run(a: DecodeBenchArgs) -> Result<()> {
     }
     let total_ar = |rows: &[crate::common::results::ResultRow]| rows.iter().filter(|r| r.setting.family() == "ar").map(|r| r.total_time_s).sum::<f64>();
     let first_ar = total_ar(&results[0].1);
-    let llama_tg = match &a.llamacpp {
+    let ar: Vec<&crate::common::results::ResultRow> = results[0].1.iter().filter(|r| r.setting.family() == "ar").collect();
+    let specx_prompt_tokens = ar.iter().map(|r| r.prompt_tokens).sum::<usize>();
+    let (llama_tg, llama_spec) = match &a.llamacpp {
         Some(bin) => {
-            let ar: Vec<&crate::common::results::ResultRow> = results[0].1.iter().filter(|r| r.setting.family() == "ar").collect();
-            let context = ar.iter().map(|r| r.prompt_tokens).sum::<usize>() / ar.len().max(1);
-            let (_, target) = a.pair.paths();
-            let l = crate::bench::run_llama_bench(bin, &[("target", &target)], rayon::current_num_threads(), context.max(1), a.max_new_tokens)?;
+            let spec_bin = llamacpp::speculative_binary(bin)?;
+            let context = specx_prompt_tokens / ar.len().max(1);
+            let (draft, target) = a.pair.paths();
+            let threads = rayon::current_num_threads();
+            let l = llamacpp::run_llama_bench(bin, &[("target", &target)], threads, context.max(1), a.max_new_tokens)?;
             for p in &l {
                 eprintln!("llama.cpp on the target ({}): tg{} after {context} tokens {:.2} ± {:.2} tokens/s", p.path, a.max_new_tokens, p.decode_tokens_per_sec, p.decode_sd);
             }
+            // The prompts exactly as specx decoded them (chat template applied).
+            let cfg = preset(&a, a.weights[0])?;
+            let prompts: Vec<String> = select_sets(&cfg, Some(a.n))?.into_iter().flat_map(|s| s.prompts.into_iter().map(|(_, text)| text)).collect();
+            let mut spec = Vec::new();
+            for &k in &a.k {
+                eprintln!("llama.cpp's speculative decoding, K = {k}, {} prompts ({threads} threads)...", prompts.len());
+                spec.push(llamacpp::run_speculative(&spec_bin, &draft, &target, &prompts, k, a.max_new_tokens, threads)?);
+            }
             // Against llama.cpp's faster path on this CPU.
-            l.iter().map(|p| p.decode_tokens_per_sec).reduce(f64::max)
+            (l.iter().map(|p| p.decode_tokens_per_sec).reduce(f64::max), spec)
         }
-        None => None,
+        None => (None, Vec::new()),
     };
     let mut table = Vec::new();
     for (mode, rows, _) in &results {
@@ -153,8 +169,55 @@ pub fn run(a: DecodeBenchArgs) -> Result<()> {
     }
     header.extend(["acceptance rate", "tokens/target call", "discard rate", "same output as AR"]);
     print!("{}", markdown_table(&header, &table));
+    if !llama_spec.is_empty() {
+        print_llama_speculative(&llama_spec, &results[0], llama_tg, specx_prompt_tokens);
+    }
     for (mode, _, dir) in &results {
         eprintln!("{mode}: eval run directory {} (results.parquet, summary.md, plots)", dir.display());
     }
     Ok(())
+}
+
+/// llama.cpp's speculative decoding beside specx's: its tokens/s per K, against its own tg and
+/// against specx's fastest fixed K of the first weight path.
+fn print_llama_speculative(spec: &[LlamaCppSpeculative], first: &(WeightMode, Vec<crate::common::results::ResultRow>, PathBuf), llama_tg: Option<f64>, specx_prompt_tokens: usize) {
+    let (mode, rows, _) = first;
+    let best = grouped(rows)[&("humaneval".to_string(), "greedy".to_string())]
+        .iter()
+        .filter(|(key, _)| !key.starts_with("ar"))
+        .map(|(key, group)| {
+            let g = GroupStats::of(group);
+            (key.clone(), g.sum_generated as f64 / g.sum_time)
+        })
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    println!();
+    println!(
+        "llama.cpp's own speculative decoding (llama-speculative-simple, the same pair and prompts; {} prompt tokens by its tokenizer, {specx_prompt_tokens} by specx's):",
+        spec[0].prompt_tokens
+    );
+    println!();
+    let mut header = vec!["method", "tokens/s"];
+    if llama_tg.is_some() {
+        header.push("vs llama.cpp tg");
+    }
+    let best_label = best.as_ref().map(|(key, _)| format!("specx {mode} {key} / this"));
+    if let Some(l) = &best_label {
+        header.push(l);
+    }
+    header.extend(["acceptance rate", "generated tokens"]);
+    let table: Vec<Vec<String>> = spec
+        .iter()
+        .map(|s| {
+            let mut row = vec![format!("llama.cpp K={}", s.k), format!("{:.2}", s.tokens_per_sec())];
+            if let Some(tg) = llama_tg {
+                row.push(format!("{:.2}x", s.tokens_per_sec() / tg));
+            }
+            if let Some((_, tps)) = &best {
+                row.push(format!("{:.2}x", tps / s.tokens_per_sec()));
+            }
+            row.extend([format!("{:.3}", s.acceptance()), s.generated.to_string()]);
+            row
+        })
+        .collect();
+    print!("{}", markdown_table(&header, &table));
 }

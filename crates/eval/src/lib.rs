@@ -10,6 +10,7 @@ pub mod dsi;
 pub mod easyspec;
 pub mod experiment;
 pub mod gpu_check;
+pub mod llamacpp;
 pub mod method;
 pub mod numerics;
 pub mod profile;
