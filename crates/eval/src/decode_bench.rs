@@ -204,7 +204,7 @@ fn print_llama_speculative(spec: &[LlamaCppSpeculative], first: &(WeightMode, Ve
     if let Some(l) = &best_label {
         header.push(l);
     }
-    header.extend(["acceptance rate", "generated tokens"]);
+    header.extend(["decode tokens/s (prefill excluded)", "prefill s", "acceptance rate", "generated tokens"]);
     let table: Vec<Vec<String>> = spec
         .iter()
         .map(|s| {
@@ -215,7 +215,12 @@ fn print_llama_speculative(spec: &[LlamaCppSpeculative], first: &(WeightMode, Ve
             if let Some((_, tps)) = &best {
                 row.push(format!("{:.2}x", tps / s.tokens_per_sec()));
             }
-            row.extend([format!("{:.3}", s.acceptance()), s.generated.to_string()]);
+            row.extend([
+                format!("{:.2}", s.generated as f64 / (s.seconds - s.prefill_seconds)),
+                format!("{:.2}", s.prefill_seconds),
+                format!("{:.3}", s.acceptance()),
+                s.generated.to_string(),
+            ]);
             row
         })
         .collect();

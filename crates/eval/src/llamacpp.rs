@@ -80,6 +80,8 @@ pub struct LlamaCppSpeculative {
     /// Prefill ("encoded") plus decode seconds, model loading excluded, like specx's request
     /// times.
     pub seconds: f64,
+    /// The prefill's part of `seconds` (both models' prompt processing).
+    pub prefill_seconds: f64,
     pub drafted: usize,
     pub accepted: usize,
 }
@@ -99,6 +101,7 @@ impl LlamaCppSpeculative {
         self.prompt_tokens += o.prompt_tokens;
         self.generated += o.generated;
         self.seconds += o.seconds;
+        self.prefill_seconds += o.prefill_seconds;
         self.drafted += o.drafted;
         self.accepted += o.accepted;
     }
@@ -119,7 +122,7 @@ pub fn speculative_binary(llama_bench: &Path) -> Result<PathBuf> {
 /// applied) with draft length `k`, `max_new_tokens` per prompt, greedy, `threads` threads for
 /// both models; one process per prompt (each loads the models; loading is not timed).
 pub fn run_speculative(bin: &Path, draft: &Path, target: &Path, prompts: &[String], k: usize, max_new_tokens: usize, threads: usize) -> Result<LlamaCppSpeculative> {
-    let mut sum = LlamaCppSpeculative { k, prompts: 0, prompt_tokens: 0, generated: 0, seconds: 0.0, drafted: 0, accepted: 0 };
+    let mut sum = LlamaCppSpeculative { k, prompts: 0, prompt_tokens: 0, generated: 0, seconds: 0.0, prefill_seconds: 0.0, drafted: 0, accepted: 0 };
     let t = threads.to_string();
     for (i, prompt) in prompts.iter().enumerate() {
         let o = Command::new(bin)
@@ -166,7 +169,7 @@ pub fn parse_speculative_log(log: &str) -> Result<LlamaCppSpeculative> {
     };
     let (prompt_tokens, encode_s) = timed("encoded")?;
     let (generated, decode_s) = timed("decoded")?;
-    Ok(LlamaCppSpeculative { k: 0, prompts: 1, prompt_tokens, generated, seconds: encode_s + decode_s, drafted: count("n_drafted")?, accepted: count("n_accept")? })
+    Ok(LlamaCppSpeculative { k: 0, prompts: 1, prompt_tokens, generated, seconds: encode_s + decode_s, prefill_seconds: encode_s, drafted: count("n_drafted")?, accepted: count("n_accept")? })
 }
 
 #[cfg(test)]
@@ -190,7 +193,7 @@ mod tests {
     fn the_summary_of_a_real_log_is_read() {
         let r = parse_speculative_log(LOG).unwrap();
         assert_eq!((r.prompt_tokens, r.generated, r.drafted, r.accepted, r.prompts), (40, 133, 118, 103, 1));
-        assert!((r.seconds - 7.785).abs() < 1e-9, "{}", r.seconds);
+        assert!((r.seconds - 7.785).abs() < 1e-9 && r.prefill_seconds == 0.608, "{} {}", r.seconds, r.prefill_seconds);
         assert!((r.acceptance() - 103.0 / 118.0).abs() < 1e-12);
     }
 
