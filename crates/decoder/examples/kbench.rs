@@ -13,7 +13,9 @@
 
 use burn::tensor::{Device, Tensor, TensorData};
 use specx_decoder::kernels::matmul_wt;
-use specx_decoder::quant::{int, IntPath, QuantMatrix};
+use rand::SeedableRng;
+use specx_decoder::gguf::GgmlType;
+use specx_decoder::quant::{int, IntPath, QuantMatrix, QuantPart};
 use specx_decoder::weights::{GgufSource, WeightSource};
 use std::time::Instant;
 
@@ -47,9 +49,8 @@ fn main() -> anyhow::Result<()> {
         Err(_) => vec![1, 2, 5, 9, 21, 40],
     };
     let paths = IntPath::all_supported();
-    let panels = paths[0] == IntPath::Avx512Vnni;
     let mut int_cols: Vec<String> = paths.iter().map(|p| format!("{} ms", p.name())).collect();
-    if panels {
+    if paths[0] == IntPath::Avx512Vnni {
         int_cols.insert(0, "avx512-vnni panels ms".into());
     }
     println!("| model | tensor | type | n x k | rows | {} | native ms | f32 kernel ms | burn ms | native/runtime | x 1 row |", int_cols.join(" | "));
@@ -64,45 +65,55 @@ fn main() -> anyhow::Result<()> {
             continue;
         };
         let (n, k) = (shape[0], shape[1]);
-        let ty = part.ty;
-        let q = QuantMatrix::new(vec![part], k)?;
-        let copies_q = (96_000_000usize).div_ceil(q.byte_len()).max(1);
-        let copies_f = (96_000_000usize).div_ceil(n * k * 4).max(1);
-        let natives: Vec<QuantMatrix> = (0..copies_q).map(|_| q.clone()).collect();
-        // The layout the runtime gives `q8` matrices on this CPU (panels on AVX-512 VNNI).
-        let laid_out: Vec<QuantMatrix> = if panels { natives.iter().map(|q| q.clone().into_int_layout()).collect() } else { Vec::new() };
-        let dense = q.to_f32();
-        let denses: Vec<Vec<f32>> = (0..copies_f).map(|_| dense.clone()).collect();
-        let tensors: Vec<Tensor<2>> = denses.iter().map(|w| Tensor::from_data(TensorData::new(w.clone(), [n, k]), &device)).collect();
-        let mut one_row = None;
-        for &m in &row_counts {
-            let x: Vec<f32> = (0..m * k).map(|i| ((i % 7) as f32 - 3.0) / 7.0).collect();
-            let mut out = vec![0f32; m * n];
-            let mut ints: Vec<f64> = paths.iter().map(|&p| time_per_call(copies_q, |c| int::matmul(&natives[c], &x, m, &mut out, p))).collect();
-            if panels {
-                ints.insert(0, time_per_call(copies_q, |c| int::matmul(&laid_out[c], &x, m, &mut out, paths[0])));
-            }
-            let native = time_per_call(copies_q, |c| natives[c].matmul(&x, m, &mut out));
-            let f32k = time_per_call(copies_f, |c| matmul_wt(&x, m, &denses[c], n, k, &mut out));
-            let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), &device);
-            let burn = time_per_call(copies_f, |c| {
-                let _ = xt.clone().matmul(tensors[c].clone().transpose()).into_data();
-            });
-            if m == 1 {
-                one_row = Some(ints[0]);
-            }
-            println!(
-                "| {} | {} | {ty:?} | {n} x {k} | {m} | {} | {:.3} | {:.3} | {:.3} | {:.2} | {} |",
-                model.trim_start_matches("qwen2.5-coder-").trim_end_matches("-instruct"),
-                name.trim_start_matches("model.layers.").trim_end_matches(".weight"),
-                ints.iter().map(|t| format!("{:.3}", t * 1e3)).collect::<Vec<_>>().join(" | "),
-                native * 1e3,
-                f32k * 1e3,
-                burn * 1e3,
-                native / ints[0],
-                one_row.map_or("-".into(), |one| format!("{:.2}", ints[0] / one)),
-            );
-        }
+        let short = model.trim_start_matches("qwen2.5-coder-").trim_end_matches("-instruct");
+        bench_matrix(short, name.trim_start_matches("model.layers.").trim_end_matches(".weight"), QuantMatrix::new(vec![part], k)?, n, &row_counts, &paths, &device);
     }
+    // Q5_K, which the pair does not use (Q5_K_M files do): random valid blocks of the target
+    // gate's shape.
+    let (n, k) = (8960, 1536);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let data = specx_decoder::quant::testutil::random_blocks(GgmlType::Q5K, n, k, &mut rng);
+    bench_matrix("random", "Q5_K of the 1.5b gate's shape", QuantMatrix::new(vec![QuantPart::rows(GgmlType::Q5K, n, data)], k)?, n, &row_counts, &paths, &device);
     Ok(())
+}
+
+/// One matrix's row of the table for every row count.
+fn bench_matrix(model: &str, tensor: &str, q: QuantMatrix, n: usize, row_counts: &[usize], paths: &[IntPath], device: &Device) {
+    let panels = paths[0] == IntPath::Avx512Vnni;
+    let (k, ty) = (q.cols(), q.parts()[0].ty);
+    let copies_q = (96_000_000usize).div_ceil(q.byte_len()).max(1);
+    let copies_f = (96_000_000usize).div_ceil(n * k * 4).max(1);
+    let natives: Vec<QuantMatrix> = (0..copies_q).map(|_| q.clone()).collect();
+    // The layout the runtime gives `q8` matrices on this CPU (panels on AVX-512 VNNI).
+    let laid_out: Vec<QuantMatrix> = if panels { natives.iter().map(|q| q.clone().into_int_layout()).collect() } else { Vec::new() };
+    let dense = q.to_f32();
+    let denses: Vec<Vec<f32>> = (0..copies_f).map(|_| dense.clone()).collect();
+    let tensors: Vec<Tensor<2>> = denses.iter().map(|w| Tensor::from_data(TensorData::new(w.clone(), [n, k]), device)).collect();
+    let mut one_row = None;
+    for &m in row_counts {
+        let x: Vec<f32> = (0..m * k).map(|i| ((i % 7) as f32 - 3.0) / 7.0).collect();
+        let mut out = vec![0f32; m * n];
+        let mut ints: Vec<f64> = paths.iter().map(|&p| time_per_call(copies_q, |c| int::matmul(&natives[c], &x, m, &mut out, p))).collect();
+        if panels {
+            ints.insert(0, time_per_call(copies_q, |c| int::matmul(&laid_out[c], &x, m, &mut out, paths[0])));
+        }
+        let native = time_per_call(copies_q, |c| natives[c].matmul(&x, m, &mut out));
+        let f32k = time_per_call(copies_f, |c| matmul_wt(&x, m, &denses[c], n, k, &mut out));
+        let xt = Tensor::<2>::from_data(TensorData::new(x.clone(), [m, k]), device);
+        let burn = time_per_call(copies_f, |c| {
+            let _ = xt.clone().matmul(tensors[c].clone().transpose()).into_data();
+        });
+        if m == 1 {
+            one_row = Some(ints[0]);
+        }
+        println!(
+            "| {model} | {tensor} | {ty:?} | {n} x {k} | {m} | {} | {:.3} | {:.3} | {:.3} | {:.2} | {} |",
+            ints.iter().map(|t| format!("{:.3}", t * 1e3)).collect::<Vec<_>>().join(" | "),
+            native * 1e3,
+            f32k * 1e3,
+            burn * 1e3,
+            native / ints[0],
+            one_row.map_or("-".into(), |one| format!("{:.2}", ints[0] / one)),
+        );
+    }
 }

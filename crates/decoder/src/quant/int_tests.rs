@@ -37,7 +37,7 @@ fn same_bits(a: &[f32], b: &[f32]) -> bool {
 
 /// Types and widths: 32-wide formats with an odd and an even block count, K-quants over one
 /// and three blocks.
-const CASES: [(GgmlType, usize); 9] = [
+const CASES: [(GgmlType, usize); 10] = [
     (GgmlType::Q4_0, 96),
     (GgmlType::Q4_0, 128),
     (GgmlType::Q5_0, 96),
@@ -46,6 +46,7 @@ const CASES: [(GgmlType, usize); 9] = [
     (GgmlType::Q8_0, 128),
     (GgmlType::Q4K, 768),
     (GgmlType::Q5K, 256),
+    (GgmlType::Q5K, 768),
     (GgmlType::Q6K, 768),
 ];
 
@@ -91,7 +92,7 @@ fn a_row_alone_equals_the_same_row_in_any_call() {
 #[test]
 fn stacked_parts_of_both_families() {
     // A fused projection mixing K-quants and a 32-wide format (both need their own activations).
-    // Parts of 9, 5 and 7 rows: as panels, each padded to 16, with a Q5_K part that has none.
+    // Parts of 9, 5, 3 and 7 rows: as panels, each padded to 16.
     let q = matrix(&[(GgmlType::Q4K, 9), (GgmlType::Q8_0, 5), (GgmlType::Q5K, 3), (GgmlType::Q6K, 7)], 256, 4);
     let x = activations(6, 256, 8);
     let want = run(&q, &x, 6, IntPath::Portable);

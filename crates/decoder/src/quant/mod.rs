@@ -40,8 +40,7 @@ pub use int::IntPath;
 mod accuracy_tests;
 #[cfg(test)]
 mod int_tests;
-#[cfg(test)]
-mod testutil;
+pub mod testutil;
 
 /// Whether [`QuantMatrix`] can hold rows of this type. The legacy Q4_1 / Q5_1 formats have no
 /// fast decoder: a model with them gets its f32 path (dequantized on load) for those matrices.

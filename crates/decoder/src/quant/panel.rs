@@ -25,6 +25,9 @@
 //! - Q4_K (144): `d`, `dmin`, the 12 scale bytes as 3 vectors, then `qs` as 32 vectors:
 //!   vector `8p + v` holds bytes `32p + 4v..+4` (low nibbles: sub-block 2p, values 4v..; high:
 //!   sub-block 2p + 1).
+//! - Q5_K (176): Q4_K's `d`, `dmin` and scales, then `qh` as 8 vectors (vector v: bytes
+//!   `4v..+4`, whose bit j is the fifth bit of sub-block j's values 4v..), then `qs` as Q4_K's:
+//!   all in the order the kernel reads them.
 //! - Q6_K (210): the 16 scales as 4 vectors, then for half h and v < 8 three vectors: `ql`
 //!   bytes `64h + 4v..+4` and `64h + 32 + 4v..+4`, `qh` bytes `32h + 4v..+4` (the kernel reads
 //!   them in this order: interleaved regions of `ql` and `qh` defeated the hardware
@@ -40,7 +43,7 @@ pub const PANEL: usize = 16;
 
 /// Whether `ty` has a panel layout (and panel kernels).
 pub fn has_panel(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4K | GgmlType::Q6K | GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0)
+    matches!(ty, GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K | GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0)
 }
 
 /// Where byte `i` of a block of row `r` (< 16) goes in the panel block.
@@ -60,6 +63,13 @@ pub fn position(ty: GgmlType, r: usize, i: usize) -> usize {
             2..4 => 32 + 2 * r + (i - 2),
             4..16 => group(64, (i - 4) / 4, (i - 4) % 4),
             _ => group(256, (i - 16) / 4, (i - 16) % 4),
+        },
+        GgmlType::Q5K => match i {
+            0..2 => 2 * r + i,
+            2..4 => 32 + 2 * r + (i - 2),
+            4..16 => group(64, (i - 4) / 4, (i - 4) % 4),
+            16..48 => group(256, (i - 16) / 4, (i - 16) % 4),
+            _ => group(768, (i - 48) / 4, (i - 48) % 4),
         },
         GgmlType::Q6K => match i {
             0..128 => group(256, 3 * (8 * (i / 64) + (i % 32) / 4) + (i % 64) / 32, i % 4),
@@ -137,7 +147,7 @@ mod tests {
 
     #[test]
     fn every_layout_is_a_permutation_and_rows_come_back() {
-        for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q4K, GgmlType::Q6K] {
+        for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
             let size = ty.block().1;
             let mut seen = vec![false; PANEL * size];
             for r in 0..PANEL {

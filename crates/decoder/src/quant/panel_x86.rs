@@ -9,7 +9,7 @@
 //! are the portable path's bits.
 
 use super::act::{Q80Rows, Q8KRows, QK8_0, QK_K};
-use super::int_x86_blocks::{b32_offset, ty, Q4K, Q4_0, Q5_0, Q6K, Q8_0};
+use super::int_x86_blocks::{b32_offset, ty, Q4K, Q4_0, Q5K, Q5_0, Q6K, Q8_0};
 use super::panel::PANEL;
 use crate::gguf::GgmlType;
 use std::arch::x86_64::*;
@@ -29,6 +29,7 @@ pub unsafe fn panel_dots(t: GgmlType, panel: &[u8], k: Option<&Q8KRows>, b32: Op
     unsafe {
         match t {
             GgmlType::Q4K => panel_k::<Q4K>(panel, k.expect("Q8_K input"), r0, out),
+            GgmlType::Q5K => panel_k::<Q5K>(panel, k.expect("Q8_K input"), r0, out),
             GgmlType::Q6K => panel_k::<Q6K>(panel, k.expect("Q8_K input"), r0, out),
             GgmlType::Q4_0 => panel_b32::<Q4_0>(panel, b32.expect("Q8_0 input"), r0, out),
             GgmlType::Q5_0 => panel_b32::<Q5_0>(panel, b32.expect("Q8_0 input"), r0, out),
@@ -99,11 +100,11 @@ unsafe fn dot_quads(quads: &[__m512i], x: *const i8) -> __m512i {
     _mm512_add_epi32(a, b)
 }
 
-/// K family (Q4_K, Q6_K) on a panel. Per block, the scales are decoded once; Q6_K unpacks its
-/// 64 quads (4 values of 16 rows each) into L1, then each activation row runs its 16 groups
-/// with its block total in a register (a total kept in memory across groups made one row a
-/// chain of store-to-load latencies); Q4_K unpacks sub-block by sub-block and serves every
-/// row from registers.
+/// K family (Q4_K, Q5_K, Q6_K) on a panel. Per block, the scales are decoded once; Q6_K
+/// unpacks its 64 quads (4 values of 16 rows each) into L1, then each activation row runs its
+/// 16 groups with its block total in a register (a total kept in memory across groups made one
+/// row a chain of store-to-load latencies); Q4_K and Q5_K unpack sub-block by sub-block and
+/// serve every row from registers (Q5_K with its 8 `qh` vectors held for the whole block).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [[f32; PANEL]]) {
     let (m, nb, size) = (out.len(), x.blocks, ty(T).block().1);
@@ -128,7 +129,7 @@ unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [
             // follows; reading Q6_K's trailing `d` first made one-row calls 1.5x slower):
             // Q4_K's `d` and `dmin` lead its block, Q6_K's `d` ends it.
             let (d, dmin);
-            if T == Q4K {
+            if T == Q4K || T == Q5K {
                 (d, dmin) = (f16x16(pb), f16x16(pb.add(32)));
                 // 6-bit scales and minimums of sub-blocks 0..4 (bytes of sc_lo, mn_lo) and 4..8.
                 let (s0, s1, s2) = (ld(pb.add(64)), ld(pb.add(128)), ld(pb.add(192)));
@@ -144,13 +145,26 @@ unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [
                     let v = if k < 2 { mn_lo } else { mn_hi };
                     pairs[k] = pair16(byte_u32(v, 2 * (k % 2) as u32), byte_u32(v, 2 * (k % 2) as u32 + 1));
                 }
+                // Q5_K: the fifth bits of all 256 values, then `qs` after them.
+                let qh: [__m512i; 8] = std::array::from_fn(|v| if T == Q5K { ld(pb.add(256 + 64 * v)) } else { _mm512_setzero_si512() });
+                let qs_at = if T == Q5K { 768 } else { 256 };
+                let m10 = _mm512_set1_epi8(0x10);
                 // Sub-block by sub-block straight from the panel (through an L1 buffer of all
                 // 64 quads, one-row calls from memory ran at half speed), totals in L1.
                 tot[..m].fill(_mm512_setzero_si512());
                 for j in 0..8 {
                     let q: [__m512i; 8] = std::array::from_fn(|v| {
-                        let w = ld(pb.add(256 + 64 * (8 * (j / 2) + v)));
-                        if j % 2 == 0 { _mm512_and_si512(w, m0f) } else { _mm512_and_si512(_mm512_srli_epi16::<4>(w), m0f) }
+                        let w = ld(pb.add(qs_at + 64 * (8 * (j / 2) + v)));
+                        let nib = if j % 2 == 0 { _mm512_and_si512(w, m0f) } else { _mm512_and_si512(_mm512_srli_epi16::<4>(w), m0f) };
+                        if T == Q5K {
+                            // Bit j of each qh byte moved to bit 4 (16-bit shifts carry bits
+                            // across bytes, but never into bit 4 for shifts of at most 4).
+                            let hb = if j <= 4 { _mm512_sll_epi16(qh[v], _mm_cvtsi32_si128(4 - j as i32)) } else { _mm512_srl_epi16(qh[v], _mm_cvtsi32_si128(j as i32 - 4)) };
+                            // nib | (hb & 0x10)
+                            _mm512_ternarylogic_epi32::<0xf8>(nib, hb, m10)
+                        } else {
+                            nib
+                        }
                     });
                     for (r, t) in tot[..m].iter_mut().enumerate() {
                         let s = dot_quads(&q, x.qs.as_ptr().add((r0 + r) * cols + b * QK_K + 32 * j));
@@ -187,7 +201,7 @@ unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [
                 let row = (r0 + r) * nb + b;
                 let xb = x.qs.as_ptr().add((r0 + r) * cols + b * QK_K);
                 let dx = _mm512_set1_ps(x.d[row]);
-                if T == Q4K {
+                if T != Q6K {
                     let t = tot[r];
                     // m_b = sum_j mn_j * (sum of sub-block j's activations), two per step.
                     let bs = x.bsums32.as_ptr().add(row * 8);

@@ -1,10 +1,10 @@
-//! Random but valid quantized matrices for the kernels' tests.
+//! Random but valid quantized matrices for the kernels' tests and benchmarks (`kbench`'s
+//! formats the real pair does not use).
 
-use super::{QuantMatrix, QuantPart};
 use crate::gguf::GgmlType;
 use half::{bf16, f16};
 use rand::rngs::StdRng;
-use rand::{RngExt, SeedableRng};
+use rand::RngExt;
 
 /// Random but valid blocks: random quant bits, finite scales (f16 fields overwritten).
 pub fn random_blocks(ty: GgmlType, rows: usize, cols: usize, rng: &mut StdRng) -> Vec<u8> {
@@ -32,7 +32,11 @@ pub fn random_blocks(ty: GgmlType, rows: usize, cols: usize, rng: &mut StdRng) -
     }
 }
 
-pub fn matrix(parts: &[(GgmlType, usize)], cols: usize, seed: u64) -> QuantMatrix {
+/// A matrix of parts `(type, rows)` of random blocks, seeded.
+#[cfg(test)]
+pub fn matrix(parts: &[(GgmlType, usize)], cols: usize, seed: u64) -> super::QuantMatrix {
+    use super::{QuantMatrix, QuantPart};
+    use rand::SeedableRng;
     let mut rng = StdRng::seed_from_u64(seed);
     let parts = parts.iter().map(|&(ty, rows)| QuantPart::rows(ty, rows, random_blocks(ty, rows, cols, &mut rng))).collect();
     QuantMatrix::new(parts, cols).unwrap()
