@@ -30,8 +30,9 @@ fn finish(args: &[String]) {
 
 /// Runs `args` to the end while watching `out`, the directory it writes: the run's phases as
 /// moments since its start, `[0, t1, .., end]`, a new phase wherever the number of files under
-/// `out` changed. Kills drawn phase by phase land on every phase whatever their lengths (on
-/// some machines startup is nine tenths of a run, on others the writes are).
+/// `out` changed (startup and model loading, then each write). Kills aimed phase by phase land
+/// on every phase whatever their lengths (on some machines startup is nine tenths of a run, on
+/// others the writes are).
 fn finish_watching(args: &[String], out: &Path) -> Vec<Duration> {
     let mut child = specx().args(args).spawn().unwrap();
     let start = Instant::now();
@@ -91,30 +92,38 @@ struct Kills {
     progress: Vec<usize>,
 }
 
-/// Runs `args` into `out` again and again, killing each process after a seeded random delay
-/// (a phase of `phases` drawn uniformly, then a moment in it uniformly) while it runs, until
-/// [`KILLS`] kills have landed. Whenever a run finishes before its kill, `check` compares the
-/// directory with the uninterrupted run's, and the next chain starts from an empty directory.
+/// Runs `args` into `out` again and again, killing each process in a seeded random phase
+/// while it runs, until [`KILLS`] kills have landed. A kill aims at phase i of `phases` and a
+/// fraction u of its length: it waits for the process's i-th change of the number of files
+/// (so a slower or faster machine shifts the moment, not the phase), then u of the phase's
+/// length, and kills at once if the process got further meanwhile. A resumed run skips done
+/// work and may finish first: then `check` compares the directory with the uninterrupted
+/// run's, and the next chain starts from an empty directory (whose first kill always lands).
 fn kill_repeatedly(args: &[String], out: &Path, phases: &[Duration], seed: u64, check: &dyn Fn(&Path)) -> Kills {
     use rand::{RngExt, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut k = Kills::default();
     let _ = std::fs::remove_dir_all(out);
     while k.landed < KILLS {
-        let phase = rng.random_range(1..phases.len());
-        let delay = phases[phase - 1] + (phases[phase] - phases[phase - 1]).mul_f64(rng.random::<f64>());
+        let phase = rng.random_range(0..phases.len() - 1);
+        let wait = (phases[phase + 1] - phases[phase]).mul_f64(rng.random::<f64>());
+        let mut count = file_count(out);
         let mut child = specx().args(args).spawn().unwrap();
-        let start = Instant::now();
+        let (mut changes, mut since) = (0, Instant::now());
         let finished = loop {
             if let Some(status) = child.try_wait().unwrap() {
                 break Some(status);
             }
-            if start.elapsed() >= delay {
+            let now = file_count(out);
+            if now != count {
+                (count, changes, since) = (now, changes + 1, Instant::now());
+            }
+            if changes > phase || (changes == phase && since.elapsed() >= wait) {
                 break None;
             }
-            std::thread::sleep(Duration::from_millis(2));
+            std::thread::sleep(Duration::from_millis(1));
         };
-        match finished {
+    match finished {
             None => {
                 child.kill().unwrap(); // SIGKILL
                 child.wait().unwrap();
