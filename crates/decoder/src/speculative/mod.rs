@@ -3,7 +3,7 @@
 //!
 //! - a [`Drafter`] proposes candidates with the draft distributions `q` they were sampled from
 //!   and the draft hidden states ([`PlainDrafter`]; EasySpec's layer-parallel
-//!   [`FuzzyDrafter`] with bonus [`Calibration`]);
+//!   [`FuzzyDrafter`] with bonus [`Calibration`]; [`PromptLookupDrafter`], no draft model);
 //! - a [`StopPolicy`] decides after each candidate whether to stop drafting (and hears how
 //!   each round went): [`FixedK`], SpecDec++'s [`HeadPolicy`], and the training-free rules
 //!   (HF's [`ConfidencePolicy`], [`RocThreshold`] and [`DynamicK`], llama.cpp's [`PMinPolicy`],
@@ -25,6 +25,7 @@
 mod drafter;
 mod fuzzy;
 mod head;
+mod lookup;
 mod metrics;
 mod policy;
 pub mod round;
@@ -35,6 +36,7 @@ mod verifier;
 pub use drafter::{Candidate, Drafter, PlainDrafter};
 pub use fuzzy::{Calibration, Compat, FuzzyDrafter};
 pub use head::{AcceptanceHead, HeadSpec};
+pub use lookup::PromptLookupDrafter;
 pub use metrics::RequestMetrics;
 pub use policy::{
     AcceptanceModel, AdaEdlParams, AdaEdlPolicy, BanditK, ConfidencePolicy, Decision, DraftStats, DraftStep, DynamicK, FixedK, HeadPolicy, HeadRule, HiddenState, LazyStats, PMinPolicy,
@@ -42,4 +44,4 @@ pub use policy::{
 };
 pub use round::{DraftRound, Generation, SpecConfig, Streams};
 pub use scheduler::{generate_autoregressive, generate_dsi, generate_speculative, lookahead_for, DsiConfig, DsiGeneration, DsiStats};
-pub use verifier::{residual_distribution, ExactMatch, RejectionSampler, Verdict, Verifier};
+pub use verifier::{point_mass_residual, residual_distribution, ExactMatch, RejectionSampler, Verdict, Verifier};

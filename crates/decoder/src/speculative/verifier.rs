@@ -47,11 +47,27 @@ pub fn residual_distribution(p: &[f32], q: &[f32]) -> Vec<f32> {
     r
 }
 
+/// The residual of a point-mass proposal (`q` one-hot on `token`, a lookup draft's):
+/// `norm(max(p - q, 0))` is `p` without `token`, renormalised; `p` itself if `token` held all
+/// the mass (then a rejection has probability 0).
+pub fn point_mass_residual(p: &[f32], token: u32) -> Vec<f32> {
+    let mut r = p.to_vec();
+    r[token as usize] = 0.0;
+    let sum: f64 = r.iter().map(|&x| x as f64).sum();
+    if sum <= 0.0 {
+        return p.to_vec();
+    }
+    let inv = (1.0 / sum) as f32;
+    r.iter_mut().for_each(|x| *x *= inv);
+    r
+}
+
 /// Speculative sampling (Leviathan et al.; Chen et al.): accept candidate `y` with
 /// probability `min(1, p(y) / q(y))`, both warped identically; on a rejection sample from
 /// `norm(max(p - q, 0))`. The token at the position is then distributed exactly as sampling
 /// from the warped target, for any `q`, provided `y` was drawn from the `q` it is tested
-/// against. Greedy settings decide as [`ExactMatch`].
+/// against. An empty `q` is a point mass on the candidate ([`point_mass_residual`]). Greedy
+/// settings decide as [`ExactMatch`].
 pub struct RejectionSampler;
 
 impl Verifier for RejectionSampler {
@@ -66,7 +82,8 @@ impl Verifier for RejectionSampler {
             Verdict::Accept
         } else {
             // Rejected: r >= p/q.
-            Verdict::Reject(sample_from(&residual_distribution(&p, &c.q), rng))
+            let residual = if c.q.is_empty() { point_mass_residual(&p, c.token) } else { residual_distribution(&p, &c.q) };
+            Verdict::Reject(sample_from(&residual, rng))
         }
     }
 }

@@ -1,7 +1,9 @@
-//! Losslessness helpers shared by the schedulers' tests: the exact distribution of short
-//! continuations under the warped target, and a chi-square test of sampled counts against it.
+//! Losslessness helpers shared by the schedulers' and drafters' tests: the exact distribution of
+//! short continuations under the warped target, chi-square tests of sampled counts and of
+//! whole sampled sequences against it, and what a run of requests went through.
 
 use specx_decoder::sampling::SamplingConfig;
+use specx_decoder::speculative::Generation;
 use specx_decoder::Transformer;
 use std::collections::HashMap;
 
@@ -188,4 +190,78 @@ fn quadratic_form_inverse(mut v: Vec<Vec<f64>>, d: Vec<f64>) -> f64 {
 fn chi_square_upper_tail(stat: f64, df: f64) -> f64 {
     let z = ((stat / df).powf(1.0 / 3.0) - (1.0 - 2.0 / (9.0 * df))) / (2.0 / (9.0 * df)).sqrt();
     0.5 * libm_erfc(z / std::f64::consts::SQRT_2)
+}
+
+/// What the requests of a run generated, and what kinds of rounds they went through.
+#[derive(Default)]
+pub struct Run {
+    pub samples: Vec<Vec<u32>>,
+    pub rounds: usize,
+    /// Rounds with a rejected candidate.
+    pub rejected: usize,
+    /// Rounds whose every candidate (at least one) was accepted.
+    pub full: usize,
+    /// Fully accepted rounds followed by more tokens: the next one is the bonus.
+    pub bonus: usize,
+}
+
+impl Run {
+    pub fn of(n: usize, mut generate: impl FnMut(u64) -> Generation) -> Run {
+        let mut run = Run::default();
+        for seed in 0..n as u64 {
+            let g = generate(seed);
+            let m = &g.metrics;
+            let rounds: Vec<(usize, usize)> = m
+                .drafted_per_round
+                .iter()
+                .copied()
+                .zip(m.accepted_per_round.iter().copied())
+                .collect();
+            run.rounds += rounds.len();
+            run.rejected += rounds.iter().filter(|(k, a)| a < k).count();
+            run.full += rounds.iter().filter(|(k, a)| a == k && *k > 0).count();
+            run.bonus += rounds
+                .iter()
+                .rev()
+                .skip(1)
+                .filter(|(k, a)| a == k && *k > 0)
+                .count();
+            run.samples.push(g.tokens);
+        }
+        run
+    }
+
+    /// Asserts that the run went through several rounds per request, and that at least one
+    /// request in `1/share` had a rejection, a fully accepted round and (`bonus`) a bonus token.
+    pub fn assert_exercised(&self, what: &str, share: usize, bonus: bool) {
+        let n = self.samples.len();
+        assert!(
+            self.rounds >= 2 * n,
+            "{what}: {} rounds in {n} requests",
+            self.rounds
+        );
+        let enough = (n / share).max(1);
+        assert!(
+            self.rejected >= enough && self.full >= enough,
+            "{what}: {} rejected and {} fully accepted rounds in {n} requests",
+            self.rejected,
+            self.full
+        );
+        assert!(
+            !bonus || self.bonus >= enough,
+            "{what}: {} bonus tokens in {n} requests",
+            self.bonus
+        );
+    }
+
+    pub fn summary(&self) -> String {
+        let per = |x: usize| x as f64 / self.samples.len() as f64;
+        format!(
+            "{:.2} rounds, {:.2} with a rejection, {:.2} fully accepted, {:.2} bonus tokens per request",
+            per(self.rounds),
+            per(self.rejected),
+            per(self.full),
+            per(self.bonus)
+        )
+    }
 }

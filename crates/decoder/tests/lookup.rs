@@ -1,0 +1,99 @@
+//! Prompt lookup drafting ([`PromptLookupDrafter`]) is lossless: greedy output equals the
+//! target's greedy output under every policy that applies to it and both schedulers, and
+//! sampled output is distributed as the target's (a chi-square over whole sequences); a
+//! verifier that treats the looked-up token as if it had no proposal distribution (resampling
+//! from `p` after a rejection, the token itself included) is caught.
+
+mod common;
+use common::lossless::*;
+use common::*;
+use rand::rngs::StdRng;
+use specx_decoder::sampling::{sample_from, SamplingConfig};
+use specx_decoder::speculative::*;
+use specx_decoder::Transformer;
+
+/// A prompt that repeats itself, so that its n-grams recur in what follows.
+const PROMPT: [u32; 10] = [1, 4, 2, 3, 1, 4, 2, 5, 1, 4];
+const N: usize = 3000;
+const ALPHA: f64 = 1e-4;
+
+fn cfg(s: SamplingConfig, seed: u64, n: usize) -> SpecConfig {
+    SpecConfig { max_new_tokens: n, sampling: s, seed }
+}
+
+fn greedy() -> SamplingConfig {
+    SamplingConfig { temperature: 0.0, top_k: None, top_p: None }
+}
+
+fn t1() -> SamplingConfig {
+    SamplingConfig { temperature: 1.0, top_k: None, top_p: None }
+}
+
+fn lookup(target: &Transformer, policy: &mut dyn StopPolicy, verifier: &mut dyn Verifier, c: &SpecConfig) -> Generation {
+    generate_speculative(target, &mut PromptLookupDrafter::new(1, 3).unwrap(), policy, verifier, &PROMPT, c, &[]).unwrap()
+}
+
+#[test]
+fn greedy_lookup_equals_greedy_decoding_under_every_policy_and_both_schedulers() {
+    let (_dir, t, _) = pair(SMALL_VOCAB, 11, 12);
+    let target = &t.model;
+    let c = cfg(greedy(), 0, 40);
+    let want = generate_autoregressive(target, &PROMPT, &c, &[]).unwrap().tokens;
+    let policies: Vec<(&str, Box<dyn StopPolicy>)> =
+        vec![("fixed 3", Box::new(FixedK(3))), ("dynamic", Box::new(DynamicK::new(2, 6))), ("bandit", Box::new(BanditK::new(vec![1, 3, 5], 1.0)))];
+    for (name, mut policy) in policies {
+        let g = lookup(target, policy.as_mut(), &mut RejectionSampler, &c);
+        assert_eq!(g.tokens, want, "sequential, {name}");
+        assert!(g.metrics.n_accepted > 0 && g.metrics.n_drafted > g.metrics.n_accepted, "{name}: lookups accepted and rejected: {:?}", g.metrics);
+        let dsi = generate_dsi(&[target, target], &mut PromptLookupDrafter::new(1, 3).unwrap(), policy.as_mut(), &mut RejectionSampler, &PROMPT, &c, &DsiConfig::new(2, 3), &[]).unwrap();
+        assert_eq!(dsi.generation.tokens, want, "DSI, {name}");
+    }
+}
+
+/// Sampled output under lookup with fixed K = 3, and what the rounds went through.
+fn sampled(target: &Transformer, verifier: &mut dyn Verifier) -> Vec<Vec<u32>> {
+    let (mut rounds, mut rejected, mut accepted) = (0, 0, 0);
+    let samples: Vec<Vec<u32>> = (0..N as u64)
+        .map(|seed| {
+            let g = lookup(target, &mut FixedK(3), verifier, &cfg(t1(), seed, LONG));
+            let m = &g.metrics;
+            rounds += m.drafted_per_round.iter().filter(|&&k| k > 0).count();
+            rejected += m.drafted_per_round.iter().zip(&m.accepted_per_round).filter(|(k, a)| a < k).count();
+            accepted += m.n_accepted;
+            g.tokens
+        })
+        .collect();
+    assert!(rounds >= N && rejected >= N / 4 && accepted >= N / 4, "lookups in {N} requests: {rounds} rounds with candidates, {rejected} with a rejection, {accepted} accepted");
+    samples
+}
+
+#[test]
+fn sampled_lookup_is_distributed_as_the_target() {
+    let (_dir, t, _) = pair(SMALL_VOCAB, 11, 12);
+    let samples = sampled(&t.model, &mut RejectionSampler);
+    let p = sequence_chi_square_p(&t.model, &PROMPT, &t1(), &samples);
+    eprintln!("lookup, T=1: p = {p:.3}");
+    assert!(p > ALPHA, "sampled lookup output not distributed as the target's: p = {p:.2e}");
+}
+
+/// After rejecting a looked-up token, resamples from `p` itself: the residual of a proposal
+/// with no `q`, as if the point mass were not there.
+struct ResampleFromP;
+
+impl Verifier for ResampleFromP {
+    fn decide(&mut self, c: &Candidate, logits: &[f32], s: &SamplingConfig, rng: &mut StdRng) -> Verdict {
+        match RejectionSampler.decide(c, logits, s, rng) {
+            Verdict::Accept => Verdict::Accept,
+            Verdict::Reject(_) => Verdict::Reject(sample_from(&s.probabilities(logits), rng)),
+        }
+    }
+}
+
+#[test]
+fn a_residual_that_keeps_the_rejected_lookup_is_caught() {
+    let (_dir, t, _) = pair(SMALL_VOCAB, 11, 12);
+    let samples = sampled(&t.model, &mut ResampleFromP);
+    let p = sequence_chi_square_p(&t.model, &PROMPT, &t1(), &samples);
+    eprintln!("lookup with p as its residual, T=1: p = {p:.2e}");
+    assert!(p < ALPHA, "a residual that keeps the rejected token went unnoticed: p = {p:.2e}");
+}
