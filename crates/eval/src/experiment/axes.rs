@@ -5,6 +5,7 @@
 //! [[methods.grid]]
 //! drafters.plain = {}
 //! drafters.easyspec = { strategies = ["lp4"], calibrations = ["every_round"] }
+//! drafters.lookup = { ngrams = [[1, 3]] }                      # prompt lookup, n-gram range
 //! policies.fixed = { k = [2, 4] }
 //! policies.head = { heads = ["../../checkpoints/w6-d3"], thresholds = [0.7] }
 //! policies.roc = { thresholds = [0.4], max = [20] }            # HF confidence + ROC update
@@ -60,6 +61,14 @@ pub struct DrafterAxis {
     pub plain: Option<NoParameters>,
     /// EasySpec's layer-parallel drafter: every strategy x calibration.
     pub easyspec: Option<EasySpecDrafters>,
+    /// Prompt lookup, for every `[ngram_min, ngram_max]` (policies: fixed, dynamic, bandit).
+    pub lookup: Option<LookupDrafters>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LookupDrafters {
+    pub ngrams: Vec<[usize; 2]>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -201,7 +210,7 @@ pub fn head_name(dir: &std::path::Path) -> String {
 impl DrafterAxis {
     pub fn expand(&self) -> Vec<DrafterSpec> {
         let mut out = Vec::new();
-        if self.plain.is_some() || self.easyspec.is_none() {
+        if self.plain.is_some() || (self.easyspec.is_none() && self.lookup.is_none()) {
             out.push(DrafterSpec::Plain);
         }
         if let Some(g) = &self.easyspec {
@@ -210,6 +219,9 @@ impl DrafterAxis {
                     out.push(DrafterSpec::EasySpec { strategy: s.clone(), calibration, workers: g.workers.unwrap_or(1), compat: Compat::Lossless });
                 }
             }
+        }
+        if let Some(g) = &self.lookup {
+            out.extend(g.ngrams.iter().map(|&[ngram_min, ngram_max]| DrafterSpec::Lookup { ngram_min, ngram_max }));
         }
         out
     }
@@ -314,6 +326,9 @@ impl MethodGrid {
         if let Some(g) = &self.drafters.easyspec {
             ensure!(!g.strategies.is_empty() && !g.calibrations.is_empty(), "{}", empty("drafters.easyspec strategies or calibrations"));
         }
+        if let Some(g) = &self.drafters.lookup {
+            ensure!(!g.ngrams.is_empty(), "{}", empty("drafters.lookup ngrams"));
+        }
         if let Some(g) = &self.policies.fixed {
             ensure!(!g.k.is_empty(), "{}", empty("policies.fixed k"));
         }
@@ -365,6 +380,11 @@ mod tests {
         assert_eq!(keys.len(), 3 * 3 * 2);
         assert_eq!(&keys[..6], ["specdec K=2", "dsi SP=2 k=2", "specdec K=4", "dsi SP=2 k=4", "specdecpp w6-d3 h=0.7 [2,20]", "dsi SP=2 specdecpp w6-d3 h=0.7 [2,20]"]);
         assert_eq!(keys[17], "easyspec lp4 never | dsi SP=2 specdecpp w6-d3 h=0.7 [2,20]");
+        // Prompt lookup under fixed K and the dynamic schedule, both schedulers.
+        let lookup: MethodGrid = toml::from_str("drafters.lookup = { ngrams = [[1, 3], [2, 2]] }\npolicies.fixed = { k = [8] }\nschedulers.dsi = { servers = [2] }").unwrap();
+        assert_eq!(lookup.expand().unwrap().iter().map(MethodSpec::key).collect::<Vec<_>>(), ["lookup n=1..3 | dsi SP=2 k=8", "lookup n=2..2 | dsi SP=2 k=8"]);
+        let mixed: MethodGrid = toml::from_str("drafters.lookup = { ngrams = [[1, 3]] }\npolicies.confidence = { thresholds = [0.5] }").unwrap();
+        assert!(format!("{:#}", mixed.expand().unwrap_err()).contains("use fixed, dynamic or bandit"));
         // Plain and sequential are the defaults of their axes.
         let only: MethodGrid = toml::from_str("policies.confidence = { thresholds = [0.5] }").unwrap();
         assert_eq!(only.expand().unwrap().iter().map(MethodSpec::key).collect::<Vec<_>>(), ["confidence 0.5 [2,20]"]);

@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::speculative::{
     generate_autoregressive, generate_dsi, generate_speculative, AcceptanceHead, AdaEdlParams, AdaEdlPolicy, BanditK, ConfidencePolicy, Drafter, DsiConfig, DsiStats, DynamicK, FixedK,
-    FuzzyDrafter, Generation, HeadPolicy, HeadRule, PMinPolicy, PlainDrafter, PrecomputedHead, RejectionSampler, RocThreshold, SpecConfig, StopPolicy, SvipPolicy,
+    FuzzyDrafter, Generation, HeadPolicy, HeadRule, PMinPolicy, PlainDrafter, PrecomputedHead, PromptLookupDrafter, RejectionSampler, RocThreshold, SpecConfig, StopPolicy, SvipPolicy,
 };
 use specx_decoder::Transformer;
 use std::collections::{BTreeMap, HashMap};
@@ -24,7 +24,7 @@ pub enum HeadBinding<'a> {
 }
 
 impl MethodSpec {
-    /// A fresh drafter over `draft`.
+    /// A fresh drafter over `draft` (prompt lookup does not use it).
     pub fn build_drafter<'m>(&self, draft: &'m Transformer) -> Result<Box<dyn Drafter + 'm>> {
         Ok(match &self.drafter {
             DrafterSpec::Plain => Box::new(PlainDrafter::new(draft)),
@@ -32,6 +32,7 @@ impl MethodSpec {
                 let groups = LayerGroups::parse(strategy, draft.config().num_hidden_layers).with_context(|| format!("{}: strategy '{strategy}'", self.key()))?;
                 Box::new(FuzzyDrafter::new(draft, groups, *calibration)?.with_workers(*workers).with_compat(*compat))
             }
+            DrafterSpec::Lookup { ngram_min, ngram_max } => Box::new(PromptLookupDrafter::new(*ngram_min, *ngram_max)?),
         })
     }
 

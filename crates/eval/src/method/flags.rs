@@ -36,6 +36,9 @@ pub enum DrafterKind {
     Plain,
     /// EasySpec's layer-parallel ("fuzzy") draft.
     Easyspec,
+    /// Prompt lookup: copies the continuation of an earlier occurrence of the text's last n
+    /// tokens (--ngram-min, --ngram-max); no draft model runs. Policies: fixed, dynamic, bandit.
+    Lookup,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -147,6 +150,12 @@ pub struct MethodArgs {
     /// [default: lossless].
     #[arg(long)]
     pub compat: Option<Compat>,
+    /// Prompt lookup's shortest n-gram to match [default: 1].
+    #[arg(long)]
+    pub ngram_min: Option<usize>,
+    /// Prompt lookup's longest n-gram to match, tried first [default: 3].
+    #[arg(long)]
+    pub ngram_max: Option<usize>,
     #[command(flatten)]
     pub draft: DraftArgs,
 }
@@ -201,6 +210,7 @@ impl MethodArgs {
         if self.method == Preset::Ar && self.drafter.is_none() && self.policy.is_none() && self.scheduler.is_none() {
             let any = self.k.is_some() || self.servers.is_some() || !self.devices.is_empty() || !self.draft_devices.is_empty() || self.head.is_some() || self.threshold.is_some();
             let more = self.min.is_some() || self.max.is_some() || self.strategy.is_some() || self.calibration.is_some() || self.workers.is_some() || self.compat.is_some() || !self.arms.is_empty();
+            let more = more || self.ngram_min.is_some() || self.ngram_max.is_some();
             ensure!(!any && !more && !self.draft.given(), "--method ar runs the target alone: it takes no drafter, policy, scheduler or draft flag");
             return Ok(Setting::Ar);
         }
@@ -220,12 +230,19 @@ impl MethodArgs {
         });
 
         let fuzzy_flags = [("--strategy", self.strategy.is_some()), ("--calibration", self.calibration.is_some()), ("--workers", self.workers.is_some()), ("--compat", self.compat.is_some()), ("--draft-devices", !self.draft_devices.is_empty())];
+        if drafter != DrafterKind::Lookup {
+            unused(self.ngram_min.is_some() || self.ngram_max.is_some(), "--ngram-min/--ngram-max", "the lookup drafter (--drafter lookup)")?;
+        }
         let drafter = match drafter {
-            DrafterKind::Plain => {
+            DrafterKind::Plain | DrafterKind::Lookup => {
                 for (flag, given) in fuzzy_flags {
                     unused(given, flag, "the easyspec drafter (--drafter easyspec or --method easyspec)")?;
                 }
-                DrafterSpec::Plain
+                if drafter == DrafterKind::Lookup {
+                    DrafterSpec::Lookup { ngram_min: self.ngram_min.unwrap_or(1), ngram_max: self.ngram_max.unwrap_or(3) }
+                } else {
+                    DrafterSpec::Plain
+                }
             }
             DrafterKind::Easyspec => DrafterSpec::EasySpec {
                 strategy: self.strategy.clone().unwrap_or_else(|| "lp4".into()),
@@ -332,6 +349,10 @@ mod tests {
         assert_eq!(key("--policy svip --threshold 0.4").unwrap(), "svip 0.4 [1,40]");
         assert_eq!(key("--policy adaedl").unwrap(), "adaedl lambda=0.7 gamma=0.2 [1,16]");
         assert_eq!(key("--policy bandit --arms 2,4,6").unwrap(), "bandit K=2,4,6");
+        // Prompt lookup under the policies that apply to it.
+        assert_eq!(key("--drafter lookup --k 8").unwrap(), "lookup n=1..3 | specdec K=8");
+        assert_eq!(key("--drafter lookup --ngram-min 2 --ngram-max 4 --policy dynamic").unwrap(), "lookup n=2..4 | dynamic K0=5 cap=64");
+        assert_eq!(key("--drafter lookup --method dsi").unwrap(), "lookup n=1..3 | dsi SP=2 k=4");
     }
 
     #[test]
@@ -348,6 +369,9 @@ mod tests {
         assert!(e("--policy roc --min 2").contains("--min is not used"));
         assert!(e("--arms 1,2").contains("--arms is not used"));
         assert!(e("--policy bandit --max 4").contains("--max is not used"));
+        assert!(e("--ngram-max 4").contains("needs the lookup drafter"));
+        assert!(e("--drafter lookup --method confidence").contains("use fixed, dynamic or bandit"));
+        assert!(e("--drafter lookup --draft-weights q4_0").contains("runs no draft model"));
         // A cheaper draft: named in the key; bad sizes and types refused before any model loads.
         assert_eq!(key("--draft-vocab 32768 --draft-weights q4_0").unwrap(), "specdec K=4 [draft v32768+q4_0]");
         assert_eq!(key("--method confidence --draft-weights q5_0").unwrap(), "confidence 0.4 [1,20] [draft q5_0]");

@@ -48,6 +48,9 @@ pub enum DrafterSpec {
         #[serde(default, skip_serializing_if = "is_lossless")]
         compat: Compat,
     },
+    /// Prompt lookup: the continuation of the most recent earlier occurrence of the text's last
+    /// n tokens, n from `ngram_max` down to `ngram_min`; no draft model (a point-mass proposal).
+    Lookup { ngram_min: usize, ngram_max: usize },
 }
 
 fn is_lossless(c: &Compat) -> bool {
@@ -102,6 +105,7 @@ impl DrafterSpec {
         match self {
             Self::Plain => "plain",
             Self::EasySpec { .. } => "easyspec",
+            Self::Lookup { .. } => "lookup",
         }
     }
 }
@@ -189,15 +193,17 @@ impl MethodSpec {
                 let compat = if *compat == Compat::Reference { " (reference compat)" } else { "" };
                 format!("easyspec {strategy} {}{workers}{compat} | {body}", calibration.name())
             }
+            DrafterSpec::Lookup { ngram_min, ngram_max } => format!("lookup n={ngram_min}..{ngram_max} | {body}"),
         }
     }
 
-    /// The paper a combination is grouped under: EasySpec for its drafter, DSI for its
-    /// scheduler, else the stop policy's (`specdec`, `specdecpp`, `confidence`, `roc`, `pmin`,
-    /// `dynamic`, `svip`, `adaedl`, `bandit`, `oracle`).
+    /// The paper a combination is grouped under: EasySpec or prompt lookup for their drafters,
+    /// DSI for its scheduler, else the stop policy's (`specdec`, `specdecpp`, `confidence`,
+    /// `roc`, `pmin`, `dynamic`, `svip`, `adaedl`, `bandit`, `oracle`).
     pub fn family(&self) -> &'static str {
         match (&self.drafter, &self.scheduler, &self.policy) {
             (DrafterSpec::EasySpec { .. }, _, _) => "easyspec",
+            (DrafterSpec::Lookup { .. }, _, _) => "lookup",
             (_, SchedulerSpec::Dsi { .. }, _) => "dsi",
             (_, _, PolicySpec::Fixed { .. }) => "specdec",
             (_, _, PolicySpec::Head { .. }) => "specdecpp",
@@ -216,6 +222,17 @@ impl MethodSpec {
             DrafterSpec::EasySpec { strategy, workers, .. } => {
                 LayerGroups::check_syntax(strategy).map_err(|e| anyhow::anyhow!("{key}: strategy '{strategy}': {e:#}"))?;
                 ensure!(*workers >= 1, "{key}: EasySpec needs at least 1 worker");
+            }
+            DrafterSpec::Lookup { ngram_min, ngram_max } => {
+                ensure!(*ngram_min >= 1 && ngram_min <= ngram_max, "{key}: prompt lookup needs 1 <= ngram_min <= ngram_max");
+                ensure!(self.draft.is_identity(), "{key}: prompt lookup runs no draft model, so a cheaper draft changes nothing");
+                // A lookup's proposal is a point mass (probability 1, entropy 0, no hidden
+                // state): the rules that read the draft's distribution would never stop it.
+                ensure!(
+                    matches!(self.policy, PolicySpec::Fixed { .. } | PolicySpec::Dynamic { .. } | PolicySpec::Bandit { .. }),
+                    "{key}: the {} policy reads the draft model's probabilities or hidden state, which prompt lookup does not have; use fixed, dynamic or bandit",
+                    self.policy.name()
+                );
             }
         }
         match &self.policy {
@@ -331,7 +348,7 @@ impl Setting {
     pub fn easyspec(&self) -> Option<(&str, Calibration, usize)> {
         match &self.spec()?.drafter {
             DrafterSpec::EasySpec { strategy, calibration, workers, .. } => Some((strategy, *calibration, *workers)),
-            DrafterSpec::Plain => None,
+            DrafterSpec::Plain | DrafterSpec::Lookup { .. } => None,
         }
     }
 }
@@ -377,6 +394,12 @@ mod tests {
         assert!(e(Setting::Speculative(dsi_oracle)).contains("sequential scheduler only"));
         let bad_strategy = MethodSpec { drafter: DrafterSpec::EasySpec { strategy: "0-x".into(), calibration: Calibration::Never, workers: 1, compat: Compat::Lossless }, ..MethodSpec::plain(PolicySpec::Fixed { k: 2 }) };
         assert!(e(Setting::Speculative(bad_strategy)).contains("strategy '0-x'"));
+        let lookup = |policy| Setting::Speculative(MethodSpec { drafter: DrafterSpec::Lookup { ngram_min: 1, ngram_max: 3 }, ..MethodSpec::plain(policy) });
+        assert_eq!(lookup(PolicySpec::Fixed { k: 6 }).key(), "lookup n=1..3 | specdec K=6");
+        assert!(lookup(PolicySpec::Dynamic { initial: 5, cap: 64 }).check_runnable().is_ok());
+        assert!(e(lookup(PolicySpec::Confidence { threshold: 0.5, min: 1, max: 20 })).contains("use fixed, dynamic or bandit"));
+        let wide = MethodSpec { drafter: DrafterSpec::Lookup { ngram_min: 3, ngram_max: 2 }, ..MethodSpec::plain(PolicySpec::Fixed { k: 2 }) };
+        assert!(e(Setting::Speculative(wide)).contains("1 <= ngram_min <= ngram_max"));
         assert!(Setting::Ar.check_runnable().is_ok());
     }
 }
