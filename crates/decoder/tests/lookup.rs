@@ -1,8 +1,9 @@
-//! Prompt lookup drafting ([`PromptLookupDrafter`]) is lossless: greedy output equals the
-//! target's greedy output under every policy that applies to it and both schedulers, and
-//! sampled output is distributed as the target's (a chi-square over whole sequences); a
-//! verifier that treats the looked-up token as if it had no proposal distribution (resampling
-//! from `p` after a rejection, the token itself included) is caught.
+//! Prompt lookup drafting ([`PromptLookupDrafter`], and [`HybridDrafter`]: lookup else the
+//! draft model) is lossless: greedy output equals the target's greedy output under every
+//! policy that applies to it and both schedulers, and sampled output is distributed as the
+//! target's (a chi-square over whole sequences); a verifier that treats the looked-up token as
+//! if it had no proposal distribution (resampling from `p` after a rejection, the token itself
+//! included) is caught.
 
 mod common;
 use common::lossless::*;
@@ -96,4 +97,32 @@ fn a_residual_that_keeps_the_rejected_lookup_is_caught() {
     let p = sequence_chi_square_p(&t.model, &PROMPT, &t1(), &samples);
     eprintln!("lookup with p as its residual, T=1: p = {p:.2e}");
     assert!(p < ALPHA, "a residual that keeps the rejected token went unnoticed: p = {p:.2e}");
+}
+
+#[test]
+fn hybrid_drafting_is_greedy_exact_and_sampled_as_the_target() {
+    let (dir, t, _) = pair(SMALL_VOCAB, 11, 12);
+    let draft = noisy_draft(dir.path(), SMALL_VOCAB, 11, 0.3);
+    let (target, draft) = (&t.model, &draft.model);
+    let hybrid = || HybridDrafter::new(PromptLookupDrafter::new(2, 3).unwrap(), draft);
+    let c = cfg(greedy(), 0, 40);
+    let want = generate_autoregressive(target, &PROMPT, &c, &[]).unwrap().tokens;
+    let mut h = hybrid();
+    assert_eq!(generate_speculative(target, &mut h, &mut FixedK(3), &mut RejectionSampler, &PROMPT, &c, &[]).unwrap().tokens, want, "sequential");
+    assert!(h.rounds[0] > 0 && h.rounds[1] > 0, "rounds by lookup and by the draft model: {:?}", h.rounds);
+    let dsi = generate_dsi(&[target, target], &mut hybrid(), &mut DynamicK::new(2, 6), &mut RejectionSampler, &PROMPT, &c, &DsiConfig::new(2, 3), &[]).unwrap();
+    assert_eq!(dsi.generation.tokens, want, "DSI");
+    let (mut by_lookup, mut by_model) = (0, 0);
+    let samples: Vec<Vec<u32>> = (0..N as u64)
+        .map(|seed| {
+            let mut h = hybrid();
+            let g = generate_speculative(target, &mut h, &mut FixedK(3), &mut RejectionSampler, &PROMPT, &cfg(t1(), seed, LONG), &[]).unwrap();
+            (by_lookup, by_model) = (by_lookup + h.rounds[0], by_model + h.rounds[1]);
+            g.tokens
+        })
+        .collect();
+    assert!(by_lookup >= N / 2 && by_model >= N / 2, "rounds by lookup {by_lookup}, by the draft model {by_model}");
+    let p = sequence_chi_square_p(target, &PROMPT, &t1(), &samples);
+    eprintln!("hybrid, T=1: p = {p:.3}");
+    assert!(p > ALPHA, "sampled hybrid output not distributed as the target's: p = {p:.2e}");
 }

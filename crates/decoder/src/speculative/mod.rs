@@ -3,7 +3,8 @@
 //!
 //! - a [`Drafter`] proposes candidates with the draft distributions `q` they were sampled from
 //!   and the draft hidden states ([`PlainDrafter`]; EasySpec's layer-parallel
-//!   [`FuzzyDrafter`] with bonus [`Calibration`]; [`PromptLookupDrafter`], no draft model);
+//!   [`FuzzyDrafter`] with bonus [`Calibration`]; [`PromptLookupDrafter`], no draft model;
+//!   [`HybridDrafter`], lookup else the draft model);
 //! - a [`StopPolicy`] decides after each candidate whether to stop drafting (and hears how
 //!   each round went): [`FixedK`], SpecDec++'s [`HeadPolicy`], and the training-free rules
 //!   (HF's [`ConfidencePolicy`], [`RocThreshold`] and [`DynamicK`], llama.cpp's [`PMinPolicy`],
@@ -25,6 +26,7 @@
 mod drafter;
 mod fuzzy;
 mod head;
+mod hybrid;
 mod lookup;
 mod metrics;
 mod policy;
@@ -36,6 +38,7 @@ mod verifier;
 pub use drafter::{Candidate, Drafter, PlainDrafter};
 pub use fuzzy::{Calibration, Compat, FuzzyDrafter};
 pub use head::{AcceptanceHead, HeadSpec};
+pub use hybrid::HybridDrafter;
 pub use lookup::PromptLookupDrafter;
 pub use metrics::RequestMetrics;
 pub use policy::{

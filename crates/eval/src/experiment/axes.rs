@@ -6,6 +6,7 @@
 //! drafters.plain = {}
 //! drafters.easyspec = { strategies = ["lp4"], calibrations = ["every_round"] }
 //! drafters.lookup = { ngrams = [[1, 3]] }                      # prompt lookup, n-gram range
+//! drafters.hybrid = { ngrams = [[2, 3]] }                      # lookup, else the draft model
 //! policies.fixed = { k = [2, 4] }
 //! policies.head = { heads = ["../../checkpoints/w6-d3"], thresholds = [0.7] }
 //! policies.roc = { thresholds = [0.4], max = [20] }            # HF confidence + ROC update
@@ -63,6 +64,8 @@ pub struct DrafterAxis {
     pub easyspec: Option<EasySpecDrafters>,
     /// Prompt lookup, for every `[ngram_min, ngram_max]` (policies: fixed, dynamic, bandit).
     pub lookup: Option<LookupDrafters>,
+    /// Prompt lookup, else the draft model, for every `[ngram_min, ngram_max]`.
+    pub hybrid: Option<LookupDrafters>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -210,7 +213,7 @@ pub fn head_name(dir: &std::path::Path) -> String {
 impl DrafterAxis {
     pub fn expand(&self) -> Vec<DrafterSpec> {
         let mut out = Vec::new();
-        if self.plain.is_some() || (self.easyspec.is_none() && self.lookup.is_none()) {
+        if self.plain.is_some() || (self.easyspec.is_none() && self.lookup.is_none() && self.hybrid.is_none()) {
             out.push(DrafterSpec::Plain);
         }
         if let Some(g) = &self.easyspec {
@@ -222,6 +225,9 @@ impl DrafterAxis {
         }
         if let Some(g) = &self.lookup {
             out.extend(g.ngrams.iter().map(|&[ngram_min, ngram_max]| DrafterSpec::Lookup { ngram_min, ngram_max }));
+        }
+        if let Some(g) = &self.hybrid {
+            out.extend(g.ngrams.iter().map(|&[ngram_min, ngram_max]| DrafterSpec::Hybrid { ngram_min, ngram_max }));
         }
         out
     }
@@ -326,8 +332,8 @@ impl MethodGrid {
         if let Some(g) = &self.drafters.easyspec {
             ensure!(!g.strategies.is_empty() && !g.calibrations.is_empty(), "{}", empty("drafters.easyspec strategies or calibrations"));
         }
-        if let Some(g) = &self.drafters.lookup {
-            ensure!(!g.ngrams.is_empty(), "{}", empty("drafters.lookup ngrams"));
+        for (name, g) in [("lookup", &self.drafters.lookup), ("hybrid", &self.drafters.hybrid)] {
+            ensure!(g.as_ref().is_none_or(|g| !g.ngrams.is_empty()), "{}", empty(&format!("drafters.{name} ngrams")));
         }
         if let Some(g) = &self.policies.fixed {
             ensure!(!g.k.is_empty(), "{}", empty("policies.fixed k"));

@@ -159,12 +159,12 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     // The trace's head list and each name's index in it.
     let heads: Vec<specx_decoder::speculative::AcceptanceHead> = head_map.values().cloned().collect();
     let head_index: HashMap<String, usize> = head_map.keys().enumerate().map(|(i, name)| (name.clone(), i)).collect();
-    // Plain drafters replay from traces; EasySpec's and prompt lookup's drafters run live
-    // along the AR output.
+    // Plain drafters replay from traces; EasySpec's, prompt lookup's and the hybrid drafters
+    // run live along the AR output.
     let mut policies = Vec::new();
     let mut how = Vec::with_capacity(settings.len());
     for s in settings.iter().filter_map(Setting::spec) {
-        if matches!(s.drafter, DrafterSpec::EasySpec { .. } | DrafterSpec::Lookup { .. }) {
+        if matches!(s.drafter, DrafterSpec::EasySpec { .. } | DrafterSpec::Lookup { .. } | DrafterSpec::Hybrid { .. }) {
             ensure!(s.scheduler == SchedulerSpec::Sequential, "{}: DSI runs only for real (its timing is no sum of forwards)", s.key());
             s.check_models(&draft.model, &head_map)?;
             how.push(Replayer::Live(s.clone()));

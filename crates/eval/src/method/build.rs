@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::speculative::{
     generate_autoregressive, generate_dsi, generate_speculative, AcceptanceHead, AdaEdlParams, AdaEdlPolicy, BanditK, ConfidencePolicy, Drafter, DsiConfig, DsiStats, DynamicK, FixedK,
-    FuzzyDrafter, Generation, HeadPolicy, HeadRule, PMinPolicy, PlainDrafter, PrecomputedHead, PromptLookupDrafter, RejectionSampler, RocThreshold, SpecConfig, StopPolicy, SvipPolicy,
+    FuzzyDrafter, Generation, HeadPolicy, HybridDrafter, HeadRule, PMinPolicy, PlainDrafter, PrecomputedHead, PromptLookupDrafter, RejectionSampler, RocThreshold, SpecConfig, StopPolicy, SvipPolicy,
 };
 use specx_decoder::Transformer;
 use std::collections::{BTreeMap, HashMap};
@@ -33,6 +33,7 @@ impl MethodSpec {
                 Box::new(FuzzyDrafter::new(draft, groups, *calibration)?.with_workers(*workers).with_compat(*compat))
             }
             DrafterSpec::Lookup { ngram_min, ngram_max } => Box::new(PromptLookupDrafter::new(*ngram_min, *ngram_max)?),
+            DrafterSpec::Hybrid { ngram_min, ngram_max } => Box::new(HybridDrafter::new(PromptLookupDrafter::new(*ngram_min, *ngram_max)?, draft)),
         })
     }
 

@@ -39,6 +39,8 @@ pub enum DrafterKind {
     /// Prompt lookup: copies the continuation of an earlier occurrence of the text's last n
     /// tokens (--ngram-min, --ngram-max); no draft model runs. Policies: fixed, dynamic, bandit.
     Lookup,
+    /// Prompt lookup when the text's last n tokens occurred before, else the draft model.
+    Hybrid,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -150,7 +152,7 @@ pub struct MethodArgs {
     /// [default: lossless].
     #[arg(long)]
     pub compat: Option<Compat>,
-    /// Prompt lookup's shortest n-gram to match [default: 1].
+    /// Prompt lookup's (and the hybrid drafter's) shortest n-gram to match [default: 1].
     #[arg(long)]
     pub ngram_min: Option<usize>,
     /// Prompt lookup's longest n-gram to match, tried first [default: 3].
@@ -230,18 +232,19 @@ impl MethodArgs {
         });
 
         let fuzzy_flags = [("--strategy", self.strategy.is_some()), ("--calibration", self.calibration.is_some()), ("--workers", self.workers.is_some()), ("--compat", self.compat.is_some()), ("--draft-devices", !self.draft_devices.is_empty())];
-        if drafter != DrafterKind::Lookup {
-            unused(self.ngram_min.is_some() || self.ngram_max.is_some(), "--ngram-min/--ngram-max", "the lookup drafter (--drafter lookup)")?;
+        if !matches!(drafter, DrafterKind::Lookup | DrafterKind::Hybrid) {
+            unused(self.ngram_min.is_some() || self.ngram_max.is_some(), "--ngram-min/--ngram-max", "the lookup or hybrid drafter (--drafter lookup|hybrid)")?;
         }
+        let (ngram_min, ngram_max) = (self.ngram_min.unwrap_or(1), self.ngram_max.unwrap_or(3));
         let drafter = match drafter {
-            DrafterKind::Plain | DrafterKind::Lookup => {
+            DrafterKind::Plain | DrafterKind::Lookup | DrafterKind::Hybrid => {
                 for (flag, given) in fuzzy_flags {
                     unused(given, flag, "the easyspec drafter (--drafter easyspec or --method easyspec)")?;
                 }
-                if drafter == DrafterKind::Lookup {
-                    DrafterSpec::Lookup { ngram_min: self.ngram_min.unwrap_or(1), ngram_max: self.ngram_max.unwrap_or(3) }
-                } else {
-                    DrafterSpec::Plain
+                match drafter {
+                    DrafterKind::Lookup => DrafterSpec::Lookup { ngram_min, ngram_max },
+                    DrafterKind::Hybrid => DrafterSpec::Hybrid { ngram_min, ngram_max },
+                    _ => DrafterSpec::Plain,
                 }
             }
             DrafterKind::Easyspec => DrafterSpec::EasySpec {
@@ -353,6 +356,7 @@ mod tests {
         assert_eq!(key("--drafter lookup --k 8").unwrap(), "lookup n=1..3 | specdec K=8");
         assert_eq!(key("--drafter lookup --ngram-min 2 --ngram-max 4 --policy dynamic").unwrap(), "lookup n=2..4 | dynamic K0=5 cap=64");
         assert_eq!(key("--drafter lookup --method dsi").unwrap(), "lookup n=1..3 | dsi SP=2 k=4");
+        assert_eq!(key("--drafter hybrid --ngram-min 2 --draft-weights q4_0").unwrap(), "lookup+draft n=2..3 | specdec K=4 [draft q4_0]");
     }
 
     #[test]
@@ -369,7 +373,7 @@ mod tests {
         assert!(e("--policy roc --min 2").contains("--min is not used"));
         assert!(e("--arms 1,2").contains("--arms is not used"));
         assert!(e("--policy bandit --max 4").contains("--max is not used"));
-        assert!(e("--ngram-max 4").contains("needs the lookup drafter"));
+        assert!(e("--ngram-max 4").contains("needs the lookup or hybrid drafter"));
         assert!(e("--drafter lookup --method confidence").contains("use fixed, dynamic or bandit"));
         assert!(e("--drafter lookup --draft-weights q4_0").contains("runs no draft model"));
         // A cheaper draft: named in the key; bad sizes and types refused before any model loads.

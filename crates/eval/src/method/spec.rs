@@ -51,6 +51,8 @@ pub enum DrafterSpec {
     /// Prompt lookup: the continuation of the most recent earlier occurrence of the text's last
     /// n tokens, n from `ngram_max` down to `ngram_min`; no draft model (a point-mass proposal).
     Lookup { ngram_min: usize, ngram_max: usize },
+    /// Prompt lookup when the text's last n tokens occurred before, else the draft model.
+    Hybrid { ngram_min: usize, ngram_max: usize },
 }
 
 fn is_lossless(c: &Compat) -> bool {
@@ -106,6 +108,7 @@ impl DrafterSpec {
             Self::Plain => "plain",
             Self::EasySpec { .. } => "easyspec",
             Self::Lookup { .. } => "lookup",
+            Self::Hybrid { .. } => "hybrid",
         }
     }
 }
@@ -194,6 +197,7 @@ impl MethodSpec {
                 format!("easyspec {strategy} {}{workers}{compat} | {body}", calibration.name())
             }
             DrafterSpec::Lookup { ngram_min, ngram_max } => format!("lookup n={ngram_min}..{ngram_max} | {body}"),
+            DrafterSpec::Hybrid { ngram_min, ngram_max } => format!("lookup+draft n={ngram_min}..{ngram_max} | {body}"),
         }
     }
 
@@ -203,7 +207,7 @@ impl MethodSpec {
     pub fn family(&self) -> &'static str {
         match (&self.drafter, &self.scheduler, &self.policy) {
             (DrafterSpec::EasySpec { .. }, _, _) => "easyspec",
-            (DrafterSpec::Lookup { .. }, _, _) => "lookup",
+            (DrafterSpec::Lookup { .. } | DrafterSpec::Hybrid { .. }, _, _) => "lookup",
             (_, SchedulerSpec::Dsi { .. }, _) => "dsi",
             (_, _, PolicySpec::Fixed { .. }) => "specdec",
             (_, _, PolicySpec::Head { .. }) => "specdecpp",
@@ -223,9 +227,10 @@ impl MethodSpec {
                 LayerGroups::check_syntax(strategy).map_err(|e| anyhow::anyhow!("{key}: strategy '{strategy}': {e:#}"))?;
                 ensure!(*workers >= 1, "{key}: EasySpec needs at least 1 worker");
             }
-            DrafterSpec::Lookup { ngram_min, ngram_max } => {
+            DrafterSpec::Lookup { ngram_min, ngram_max } | DrafterSpec::Hybrid { ngram_min, ngram_max } => {
                 ensure!(*ngram_min >= 1 && ngram_min <= ngram_max, "{key}: prompt lookup needs 1 <= ngram_min <= ngram_max");
-                ensure!(self.draft.is_identity(), "{key}: prompt lookup runs no draft model, so a cheaper draft changes nothing");
+                let lookup_only = matches!(self.drafter, DrafterSpec::Lookup { .. });
+                ensure!(!lookup_only || self.draft.is_identity(), "{key}: prompt lookup runs no draft model, so a cheaper draft changes nothing");
                 // A lookup's proposal is a point mass (probability 1, entropy 0, no hidden
                 // state): the rules that read the draft's distribution would never stop it.
                 ensure!(
@@ -348,7 +353,7 @@ impl Setting {
     pub fn easyspec(&self) -> Option<(&str, Calibration, usize)> {
         match &self.spec()?.drafter {
             DrafterSpec::EasySpec { strategy, calibration, workers, .. } => Some((strategy, *calibration, *workers)),
-            DrafterSpec::Plain | DrafterSpec::Lookup { .. } => None,
+            DrafterSpec::Plain | DrafterSpec::Lookup { .. } | DrafterSpec::Hybrid { .. } => None,
         }
     }
 }
@@ -396,6 +401,8 @@ mod tests {
         assert!(e(Setting::Speculative(bad_strategy)).contains("strategy '0-x'"));
         let lookup = |policy| Setting::Speculative(MethodSpec { drafter: DrafterSpec::Lookup { ngram_min: 1, ngram_max: 3 }, ..MethodSpec::plain(policy) });
         assert_eq!(lookup(PolicySpec::Fixed { k: 6 }).key(), "lookup n=1..3 | specdec K=6");
+        let hybrid = MethodSpec { drafter: DrafterSpec::Hybrid { ngram_min: 2, ngram_max: 3 }, ..MethodSpec::plain(PolicySpec::Fixed { k: 4 }) };
+        assert_eq!((hybrid.key().as_str(), hybrid.family()), ("lookup+draft n=2..3 | specdec K=4", "lookup"));
         assert!(lookup(PolicySpec::Dynamic { initial: 5, cap: 64 }).check_runnable().is_ok());
         assert!(e(lookup(PolicySpec::Confidence { threshold: 0.5, min: 1, max: 20 })).contains("use fixed, dynamic or bandit"));
         let wide = MethodSpec { drafter: DrafterSpec::Lookup { ngram_min: 3, ngram_max: 2 }, ..MethodSpec::plain(PolicySpec::Fixed { k: 2 }) };

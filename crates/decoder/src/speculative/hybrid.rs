@@ -1,0 +1,46 @@
+//! Prompt lookup first, the draft model when nothing matches: the copy costs nothing where the
+//! text repeats itself, and the draft model drafts everywhere else (llama.cpp tries its n-gram
+//! speculators before its draft model the same way). The draft model's cache is fed only in its
+//! own rounds: a round it drafts after lookup rounds first feeds the tokens those committed
+//! (one multi-row draft forward), as any round feeds what its cache lacks.
+
+use super::drafter::{Candidate, Drafter, PlainDrafter};
+use super::lookup::PromptLookupDrafter;
+use super::round::DraftRound;
+use crate::model::Transformer;
+use anyhow::Result;
+
+/// [`PromptLookupDrafter`] when the text's last n tokens occurred before, else [`PlainDrafter`].
+pub struct HybridDrafter<'m> {
+    lookup: PromptLookupDrafter,
+    model: PlainDrafter<'m>,
+    /// Rounds drafted by lookup and by the draft model, for reports.
+    pub rounds: [usize; 2],
+}
+
+impl<'m> HybridDrafter<'m> {
+    pub fn new(lookup: PromptLookupDrafter, draft: &'m Transformer) -> Self {
+        Self { lookup, model: PlainDrafter::new(draft), rounds: [0, 0] }
+    }
+}
+
+impl Drafter for HybridDrafter<'_> {
+    fn draft(&mut self, round: DraftRound<'_>) -> Result<Vec<Candidate>> {
+        if round.max == 0 {
+            return Ok(Vec::new());
+        }
+        let (matched, _) = self.lookup.lookup(round.committed, round.max);
+        if matched > 0 {
+            self.rounds[0] += 1;
+            self.lookup.draft(round)
+        } else {
+            self.rounds[1] += 1;
+            self.model.draft(round)
+        }
+    }
+
+    /// The draft model's cache keeps the committed positions it holds (lookup keeps nothing).
+    fn rollback(&mut self, valid: usize) {
+        self.model.rollback(valid);
+    }
+}
