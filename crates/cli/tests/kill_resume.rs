@@ -123,7 +123,7 @@ fn kill_repeatedly(args: &[String], out: &Path, phases: &[Duration], seed: u64, 
             }
             std::thread::sleep(Duration::from_millis(1));
         };
-    match finished {
+        match finished {
             None => {
                 child.kill().unwrap(); // SIGKILL
                 child.wait().unwrap();

@@ -9,6 +9,7 @@ use super::lookup::PromptLookupDrafter;
 use super::round::DraftRound;
 use crate::model::Transformer;
 use anyhow::Result;
+use std::time::Instant;
 
 /// [`PromptLookupDrafter`] when the text's last n tokens occurred before, else [`PlainDrafter`].
 pub struct HybridDrafter<'m> {
@@ -29,10 +30,11 @@ impl Drafter for HybridDrafter<'_> {
         if round.max == 0 {
             return Ok(Vec::new());
         }
-        let (matched, _) = self.lookup.lookup(round.committed, round.max);
+        let started = Instant::now();
+        let (matched, found) = self.lookup.lookup(round.committed, round.max);
         if matched > 0 {
             self.rounds[0] += 1;
-            self.lookup.draft(round)
+            PromptLookupDrafter::propose(round, found, started)
         } else {
             self.rounds[1] += 1;
             self.model.draft(round)

@@ -26,20 +26,13 @@ const POINT_MASS: DraftStats = DraftStats { token_prob: 1.0, top1: 1.0, margin: 
 pub struct PromptLookupDrafter {
     ngram_min: usize,
     ngram_max: usize,
-    /// The n of the last round's match (0: none), for the policies that read it.
-    last_match: usize,
 }
 
 impl PromptLookupDrafter {
     /// Matches of `ngram_min..=ngram_max` tokens, longest first.
     pub fn new(ngram_min: usize, ngram_max: usize) -> Result<Self> {
         ensure!(ngram_min >= 1 && ngram_min <= ngram_max, "prompt lookup needs 1 <= ngram_min <= ngram_max (got {ngram_min} and {ngram_max})");
-        Ok(Self { ngram_min, ngram_max, last_match: 0 })
-    }
-
-    /// The length of the last round's match (0 when nothing matched).
-    pub fn last_match(&self) -> usize {
-        self.last_match
+        Ok(Self { ngram_min, ngram_max })
     }
 
     /// The n-gram size matched and at most `max` tokens that followed the most recent earlier
@@ -59,21 +52,14 @@ impl PromptLookupDrafter {
         }
         (0, &[])
     }
-}
 
-impl Drafter for PromptLookupDrafter {
-    /// The looked-up continuation, asked to the policy token by token. When nothing matches,
-    /// no candidate; a round that must propose one (`keep_first`: a sampled bonus position, a
-    /// DSI task) proposes the last committed token again, which rejection sampling keeps
-    /// lossless like any proposal.
-    fn draft(&mut self, round: DraftRound<'_>) -> Result<Vec<Candidate>> {
-        let DraftRound { committed, max, keep_first, policy, eos, metrics, .. } = round;
-        if max == 0 {
-            return Ok(Vec::new());
-        }
-        let t = Instant::now();
-        let (n, found) = self.lookup(committed, max);
-        self.last_match = n;
+    /// The round's candidates from `found`, a looked-up continuation (drafting began at
+    /// `started`), asked to the policy token by token. When `found` is empty, no candidate; a
+    /// round that must propose one (`keep_first`: a sampled bonus position, a DSI task)
+    /// proposes the last committed token again, which rejection sampling keeps lossless like
+    /// any proposal.
+    pub(super) fn propose(round: DraftRound<'_>, found: &[u32], started: Instant) -> Result<Vec<Candidate>> {
+        let DraftRound { committed, keep_first, policy, eos, metrics, .. } = round;
         let mut proposal = found.to_vec();
         if proposal.is_empty() && keep_first {
             proposal.extend(committed.last());
@@ -91,8 +77,21 @@ impl Drafter for PromptLookupDrafter {
                 break;
             }
         }
-        metrics.draft_time += t.elapsed();
+        metrics.draft_time += started.elapsed();
         Ok(candidates)
+    }
+}
+
+impl Drafter for PromptLookupDrafter {
+    /// The continuation [`PromptLookupDrafter::lookup`] finds, through
+    /// [`PromptLookupDrafter::propose`].
+    fn draft(&mut self, round: DraftRound<'_>) -> Result<Vec<Candidate>> {
+        if round.max == 0 {
+            return Ok(Vec::new());
+        }
+        let started = Instant::now();
+        let (_, found) = self.lookup(round.committed, round.max);
+        Self::propose(round, found, started)
     }
 
     /// Nothing to forget: the lookup reads the committed text anew each round.

@@ -37,14 +37,7 @@ impl Verifier for ExactMatch {
 /// `p` if the residual has no mass (only possible when p == q up to rounding, where a
 /// rejection has probability ~0).
 pub fn residual_distribution(p: &[f32], q: &[f32]) -> Vec<f32> {
-    let mut r: Vec<f32> = p.iter().zip(q).map(|(a, b)| (a - b).max(0.0)).collect();
-    let sum: f64 = r.iter().map(|&x| x as f64).sum();
-    if sum <= 0.0 {
-        return p.to_vec();
-    }
-    let inv = (1.0 / sum) as f32;
-    r.iter_mut().for_each(|x| *x *= inv);
-    r
+    renormalized(p.iter().zip(q).map(|(a, b)| (a - b).max(0.0)).collect(), p)
 }
 
 /// The residual of a point-mass proposal (`q` one-hot on `token`, a lookup draft's):
@@ -53,6 +46,11 @@ pub fn residual_distribution(p: &[f32], q: &[f32]) -> Vec<f32> {
 pub fn point_mass_residual(p: &[f32], token: u32) -> Vec<f32> {
     let mut r = p.to_vec();
     r[token as usize] = 0.0;
+    renormalized(r, p)
+}
+
+/// `r` scaled to sum to 1, or `p` when `r` has no mass.
+fn renormalized(mut r: Vec<f32>, p: &[f32]) -> Vec<f32> {
     let sum: f64 = r.iter().map(|&x| x as f64).sum();
     if sum <= 0.0 {
         return p.to_vec();
