@@ -53,6 +53,12 @@ impl PromptFormat {
     }
 }
 
+/// A copy-heavy prompt set over HumanEval's rows: each function complete (its prompt and
+/// canonical solution) with an instruction to add type hints and a docstring, so most of the
+/// answer repeats the prompt (the work prompt lookup is made for). Set a HumanEval prompt set's
+/// `template` to this to get it; `specx bench-decode --set humaneval-edit` uses it.
+pub const HUMANEVAL_EDIT_TEMPLATE: &str = "Rewrite the following Python code with type hints on every function signature and a docstring in every function. Keep everything else unchanged. Reply with the complete code only.\n```python\n{prompt}{canonical_solution}```";
+
 /// Opens a file, transparently gunzipping `*.gz`.
 fn open(path: &Path) -> Result<Box<dyn Read>> {
     let f = std::fs::File::open(path).with_context(|| format!("opening prompt file {}", path.display()))?;

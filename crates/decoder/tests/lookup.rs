@@ -1,9 +1,10 @@
 //! Prompt lookup drafting ([`PromptLookupDrafter`], and [`HybridDrafter`]: lookup else the
 //! draft model) is lossless: greedy output equals the target's greedy output under every
 //! policy that applies to it and both schedulers, and sampled output is distributed as the
-//! target's (a chi-square over whole sequences); a verifier that treats the looked-up token as
-//! if it had no proposal distribution (resampling from `p` after a rejection, the token itself
-//! included) is caught.
+//! target's (a chi-square over whole sequences; for the hybrid also under [`MatchRatePolicy`],
+//! whose dropped matches are drafted by the draft model); a
+//! verifier that treats the looked-up token as if it had no proposal distribution (resampling
+//! from `p` after a rejection, the token itself included) is caught.
 
 mod common;
 use common::lossless::*;
@@ -40,8 +41,12 @@ fn greedy_lookup_equals_greedy_decoding_under_every_policy_and_both_schedulers()
     let target = &t.model;
     let c = cfg(greedy(), 0, 40);
     let want = generate_autoregressive(target, &PROMPT, &c, &[]).unwrap().tokens;
-    let policies: Vec<(&str, Box<dyn StopPolicy>)> =
-        vec![("fixed 3", Box::new(FixedK(3))), ("dynamic", Box::new(DynamicK::new(2, 6))), ("bandit", Box::new(BanditK::new(vec![1, 3, 5], 1.0)))];
+    let policies: Vec<(&str, Box<dyn StopPolicy>)> = vec![
+        ("fixed 3", Box::new(FixedK(3))),
+        ("dynamic", Box::new(DynamicK::new(2, 6))),
+        ("bandit", Box::new(BanditK::new(vec![1, 3, 5], 1.0))),
+        ("matchrate 0.3", Box::new(MatchRatePolicy::new(0.3, 6))),
+    ];
     for (name, mut policy) in policies {
         let g = lookup(target, policy.as_mut(), &mut RejectionSampler, &c);
         assert_eq!(g.tokens, want, "sequential, {name}");
@@ -99,6 +104,29 @@ fn a_residual_that_keeps_the_rejected_lookup_is_caught() {
     assert!(p < ALPHA, "a residual that keeps the rejected token went unnoticed: p = {p:.2e}");
 }
 
+/// The hybrid under the matchrate rule: a match whose first candidate the rule drops (this
+/// request's matches were rejected) is drafted by the draft model instead, so proposals come
+/// from both parts within one request.
+#[test]
+fn sampled_hybrid_under_the_matchrate_rule_is_distributed_as_the_target() {
+    let (dir, t, _) = pair(SMALL_VOCAB, 11, 12);
+    let draft = noisy_draft(dir.path(), SMALL_VOCAB, 11, 0.3);
+    let (target, draft) = (&t.model, &draft.model);
+    let (mut by_lookup, mut dropped) = (0, 0);
+    let samples: Vec<Vec<u32>> = (0..N as u64)
+        .map(|seed| {
+            let mut h = HybridDrafter::new(PromptLookupDrafter::new(2, 3).unwrap(), draft);
+            let g = generate_speculative(target, &mut h, &mut MatchRatePolicy::new(0.45, 6), &mut RejectionSampler, &PROMPT, &cfg(t1(), seed, LONG), &[]).unwrap();
+            (by_lookup, dropped) = (by_lookup + h.rounds[0], dropped + h.dropped_matches);
+            g.tokens
+        })
+        .collect();
+    assert!(by_lookup >= N / 2 && dropped >= N / 4, "rounds by lookup {by_lookup}, matches dropped for the draft model {dropped}");
+    let p = sequence_chi_square_p(target, &PROMPT, &t1(), &samples);
+    eprintln!("hybrid under matchrate 0.45, T=1: p = {p:.3}");
+    assert!(p > ALPHA, "sampled hybrid output under matchrate not distributed as the target's: p = {p:.2e}");
+}
+
 #[test]
 fn hybrid_drafting_is_greedy_exact_and_sampled_as_the_target() {
     let (dir, t, _) = pair(SMALL_VOCAB, 11, 12);
@@ -112,6 +140,16 @@ fn hybrid_drafting_is_greedy_exact_and_sampled_as_the_target() {
     assert!(h.rounds[0] > 0 && h.rounds[1] > 0, "rounds by lookup and by the draft model: {:?}", h.rounds);
     let dsi = generate_dsi(&[target, target], &mut hybrid(), &mut DynamicK::new(2, 6), &mut RejectionSampler, &PROMPT, &c, &DsiConfig::new(2, 3), &[]).unwrap();
     assert_eq!(dsi.generation.tokens, want, "DSI");
+    for threshold in [0.3, 0.45] {
+        let mut h = hybrid();
+        let g = generate_speculative(target, &mut h, &mut MatchRatePolicy::new(threshold, 6), &mut RejectionSampler, &PROMPT, &c, &[]).unwrap();
+        assert_eq!(g.tokens, want, "sequential, matchrate {threshold}");
+        if threshold > 0.4 {
+            assert!(h.dropped_matches > 0 && h.rounds[0] > 0, "weak matches dropped, others kept: {} dropped, rounds {:?}", h.dropped_matches, h.rounds);
+        }
+        let dsi = generate_dsi(&[target, target], &mut hybrid(), &mut MatchRatePolicy::new(threshold, 6), &mut RejectionSampler, &PROMPT, &c, &DsiConfig::new(2, 3), &[]).unwrap();
+        assert_eq!(dsi.generation.tokens, want, "DSI, matchrate {threshold}");
+    }
     let (mut by_lookup, mut by_model) = (0, 0);
     let samples: Vec<Vec<u32>> = (0..N as u64)
         .map(|seed| {
@@ -126,3 +164,4 @@ fn hybrid_drafting_is_greedy_exact_and_sampled_as_the_target() {
     eprintln!("hybrid, T=1: p = {p:.3}");
     assert!(p > ALPHA, "sampled hybrid output not distributed as the target's: p = {p:.2e}");
 }
+

@@ -112,6 +112,7 @@ fn policies(hidden: usize) -> Vec<(&'static str, Box<dyn StopPolicy>)> {
             "bandit 1,2,4",
             Box::new(BanditK::new(vec![1, 2, 4], BanditK::EXPLORATION)),
         ),
+        ("matchrate 0.5", Box::new(MatchRatePolicy::new(0.5, 4))),
         (
             "head 0.5",
             Box::new(HeadPolicy::new(head, HeadRule::new(0.5, 1, 4))),
@@ -304,6 +305,7 @@ impl Drafter for KeepDropped<'_> {
                 token,
                 q_token,
                 q: Vec::new(),
+                ngram: None,
             });
         }
         Ok(out)

@@ -1,10 +1,12 @@
 //! `specx bench-decode`: a preset of `specx eval` (greedy, fixed K, the first N HumanEval
-//! prompts, Qwen's chat template) run once per weight path, every K with every draft of
-//! `--drafts`, with the speedups of all paths against the first path's AR printed in one table,
-//! and with `--llamacpp` against llama.cpp's `llama-bench` generation speed on the target, run
-//! in the same process after the decodes.
+//! prompts or their copy-heavy edit, Qwen's chat template) run once per weight path, every K
+//! with every drafter of `--drafters` and every draft of `--drafts`, with the speedups of all
+//! paths against the first path's AR printed in one table, and with `--llamacpp` against
+//! llama.cpp's `llama-bench` generation speed on the target, run in the same process after the
+//! decodes.
 
 use crate::bench::PairArgs;
+use crate::experiment::axes::{DrafterAxis, FixedPolicies, LookupDrafters, MethodGrid, PolicyAxis, ThresholdPolicies};
 use crate::experiment::config::{BudgetConfig, EvalConfig, MethodsConfig, ModelsConfig, OutputConfig, PromptSetConfig, SpecDecGrid};
 use crate::common::stats::{grouped, mean_sd, GroupStats};
 use crate::experiment::{run as run_eval, EvalOptions};
@@ -12,7 +14,7 @@ use crate::experiment::run::select_sets;
 use crate::llamacpp::{self, LlamaCppSpeculative};
 use crate::report::markdown_table;
 use anyhow::{bail, ensure, Result};
-use specx_datagen::prompts::PromptFormat;
+use specx_datagen::prompts::{PromptFormat, HUMANEVAL_EDIT_TEMPLATE};
 use specx_decoder::{DraftTransform, WeightMode};
 use std::path::PathBuf;
 
@@ -24,6 +26,11 @@ pub struct DecodeBenchArgs {
     /// HumanEval JSONL(.gz) file.
     #[arg(long, default_value = "~/.cache/specx/datasets/humaneval/HumanEval.jsonl.gz")]
     pub prompts: PathBuf,
+    /// The prompt set made of the file's rows: `humaneval` (complete the function) or
+    /// `humaneval-edit` (copy-heavy: the complete function with an instruction to add type hints
+    /// and a docstring; the answer mostly repeats the prompt).
+    #[arg(long, value_enum, default_value = "humaneval")]
+    pub set: BenchSet,
     /// Number of prompts (the first N of the file).
     #[arg(long, default_value_t = 10)]
     pub n: usize,
@@ -45,6 +52,20 @@ pub struct DecodeBenchArgs {
     /// (`v16384+q4_0`).
     #[arg(long, value_delimiter = ',', default_value = "full")]
     pub drafts: Vec<DraftTransform>,
+    /// Drafters each K runs with: `plain` (the draft model), `lookup` (prompt lookup, no
+    /// draft model; the draft as loaded only), `hybrid` (lookup, else the draft model).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "plain")]
+    pub drafters: Vec<BenchDrafter>,
+    /// The lookup and hybrid drafters' n-gram sizes, longest tried first [default: 1 and 3, as
+    /// `specx decode`].
+    #[arg(long, default_value_t = 1)]
+    pub ngram_min: usize,
+    #[arg(long, default_value_t = 3)]
+    pub ngram_max: usize,
+    /// Also run the lookup and hybrid drafters under the matchrate stop rule at each of these
+    /// thresholds (at most 16 candidates), beside fixed K.
+    #[arg(long, value_delimiter = ',')]
+    pub matchrate: Vec<f64>,
     /// llama.cpp's `llama-bench` (scripts/bench-llamacpp.sh builds it, and
     /// `llama-speculative-simple` beside it): after the decodes, its generation speed on the
     /// target (`--max-new-tokens` tokens after a context of the runs' mean prompt length, 3
@@ -57,6 +78,52 @@ pub struct DecodeBenchArgs {
     pub llamacpp: Option<PathBuf>,
 }
 
+/// `--set`: which prompts the HumanEval rows become.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchSet {
+    Humaneval,
+    HumanevalEdit,
+}
+
+impl BenchSet {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Humaneval => "humaneval",
+            Self::HumanevalEdit => "humaneval-edit",
+        }
+    }
+}
+
+/// `--drafters`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchDrafter {
+    Plain,
+    Lookup,
+    Hybrid,
+}
+
+/// The methods: fixed K for each drafter (the papers' `specdec` section when the draft model
+/// drafts alone, as before drafters were an option), matchrate beside it for lookup and hybrid.
+fn methods(a: &DecodeBenchArgs) -> MethodsConfig {
+    let lookup = || Some(LookupDrafters { ngrams: vec![[a.ngram_min, a.ngram_max]] });
+    let fixed = || FixedPolicies { k: a.k.clone() };
+    let matchrate = (!a.matchrate.is_empty()).then(|| ThresholdPolicies { thresholds: a.matchrate.clone(), max: vec![16] });
+    let mut m = MethodsConfig { drafts: a.drafts.clone(), ..Default::default() };
+    if a.drafters.contains(&BenchDrafter::Plain) {
+        m.specdec = Some(SpecDecGrid { k: a.k.clone() });
+    }
+    if a.drafters.contains(&BenchDrafter::Lookup) {
+        // Prompt lookup runs no draft model: once, whatever --drafts lists.
+        let policies = PolicyAxis { fixed: Some(fixed()), matchrate: matchrate.clone(), ..Default::default() };
+        m.grid.push(MethodGrid { drafters: DrafterAxis { lookup: lookup(), ..Default::default() }, policies, ..Default::default() });
+    }
+    if a.drafters.contains(&BenchDrafter::Hybrid) {
+        let policies = PolicyAxis { fixed: Some(fixed()), matchrate, ..Default::default() };
+        m.grid.push(MethodGrid { drafters: DrafterAxis { hybrid: lookup(), ..Default::default() }, policies, drafts: a.drafts.clone(), ..Default::default() });
+    }
+    m
+}
+
 /// The eval config of one weight path.
 fn preset(a: &DecodeBenchArgs, mode: WeightMode) -> Result<EvalConfig> {
     let cwd = std::env::current_dir()?;
@@ -65,7 +132,7 @@ fn preset(a: &DecodeBenchArgs, mode: WeightMode) -> Result<EvalConfig> {
     Ok(EvalConfig {
         models: ModelsConfig { draft: abs(&draft), target: abs(&target), device: "cpu".into(), devices: Vec::new(), weights: mode },
         prompts: vec![PromptSetConfig {
-            name: "humaneval".into(),
+            name: a.set.name().into(),
             format: PromptFormat::Humaneval,
             path: abs(&a.prompts),
             split: "all".into(),
@@ -74,13 +141,13 @@ fn preset(a: &DecodeBenchArgs, mode: WeightMode) -> Result<EvalConfig> {
             sample: None,
             sample_seed: 0,
             optional: false,
-            template: None,
+            template: (a.set == BenchSet::HumanevalEdit).then(|| HUMANEVAL_EDIT_TEMPLATE.to_string()),
             chat_template: "qwen".into(),
         }],
         sampling: vec![crate::experiment::config::SamplingSetting { name: "greedy".into(), temperature: 0.0, top_k: None, top_p: None }],
         budget: BudgetConfig { max_new_tokens: Some(a.max_new_tokens), max_total_tokens: None },
         seeds: vec![0],
-        methods: MethodsConfig { specdec: Some(SpecDecGrid { k: a.k.clone() }), drafts: a.drafts.clone(), ..Default::default() },
+        methods: methods(a),
         audit: Default::default(),
         output: OutputConfig { dir: abs(&a.out).join(mode.to_string()) },
     })
@@ -90,6 +157,7 @@ fn preset(a: &DecodeBenchArgs, mode: WeightMode) -> Result<EvalConfig> {
 pub fn run(a: DecodeBenchArgs) -> Result<()> {
     ensure!(!a.weights.is_empty(), "--weights needs at least one of native, f32");
     ensure!(a.n > 0, "--n must be at least 1");
+    ensure!(!a.drafters.is_empty(), "--drafters needs at least one of plain, lookup, hybrid");
     let mut results = Vec::new();
     for &mode in &a.weights {
         let cfg = preset(&a, mode)?;
@@ -130,7 +198,7 @@ pub fn run(a: DecodeBenchArgs) -> Result<()> {
     let mut table = Vec::new();
     for (mode, rows, _) in &results {
         let ar_time = total_ar(rows);
-        for (key, group) in &grouped(rows)[&("humaneval".to_string(), "greedy".to_string())] {
+        for (key, group) in &grouped(rows)[&(a.set.name().to_string(), "greedy".to_string())] {
             let g = GroupStats::of(group);
             let mut row = vec![
                 mode.to_string(),
@@ -154,7 +222,7 @@ pub fn run(a: DecodeBenchArgs) -> Result<()> {
             table.push(row);
         }
     }
-    println!("{} HumanEval prompts, greedy, {} new tokens; tokens/s and the first speedup are ratios of sums over prompts", a.n, a.max_new_tokens);
+    println!("{} {} prompts, greedy, {} new tokens; tokens/s and the first speedup are ratios of sums over prompts", a.n, a.set.name(), a.max_new_tokens);
     if let Some(tg) = llama_tg {
         println!("llama.cpp's llama-bench on the target, same run: tg{} {tg:.2} tokens/s (decode only; specx's tokens/s include the prompt's prefill)", a.max_new_tokens);
     }
@@ -170,7 +238,7 @@ pub fn run(a: DecodeBenchArgs) -> Result<()> {
     header.extend(["acceptance rate", "tokens/target call", "discard rate", "same output as AR"]);
     print!("{}", markdown_table(&header, &table));
     if !llama_spec.is_empty() {
-        print_llama_speculative(&llama_spec, &results[0], llama_tg, specx_prompt_tokens);
+        print_llama_speculative(&llama_spec, a.set.name(), &results[0], llama_tg, specx_prompt_tokens);
     }
     for (mode, _, dir) in &results {
         eprintln!("{mode}: eval run directory {} (results.parquet, summary.md, plots)", dir.display());
@@ -180,9 +248,9 @@ pub fn run(a: DecodeBenchArgs) -> Result<()> {
 
 /// llama.cpp's speculative decoding beside specx's: its tokens/s per K, against its own tg and
 /// against specx's fastest fixed K of the first weight path.
-fn print_llama_speculative(spec: &[LlamaCppSpeculative], first: &(WeightMode, Vec<crate::common::results::ResultRow>, PathBuf), llama_tg: Option<f64>, specx_prompt_tokens: usize) {
+fn print_llama_speculative(spec: &[LlamaCppSpeculative], set: &str, first: &(WeightMode, Vec<crate::common::results::ResultRow>, PathBuf), llama_tg: Option<f64>, specx_prompt_tokens: usize) {
     let (mode, rows, _) = first;
-    let best = grouped(rows)[&("humaneval".to_string(), "greedy".to_string())]
+    let best = grouped(rows)[&(set.to_string(), "greedy".to_string())]
         .iter()
         .filter(|(key, _)| !key.starts_with("ar"))
         .map(|(key, group)| {

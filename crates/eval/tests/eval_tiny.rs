@@ -346,16 +346,18 @@ fn easyspec_method_runs_for_real_with_every_stop_policy_and_is_audited() {
 
 #[test]
 fn lookup_and_hybrid_drafters_run_for_real_are_audited_and_replay_to_the_same_counts() {
+    // Policies: fixed K, the dynamic schedule and matchrate (which learns from each round and
+    // drops weak matches: the replay must hear the same outcomes to make the same choices).
     let s = setup();
     let methods = s.config.find("[methods]").unwrap();
     let outro = s.config.find("[output]").unwrap();
-    let axes = "drafters.lookup = { ngrams = [[1, 3]] }\ndrafters.hybrid = { ngrams = [[2, 3]] }\npolicies.fixed = { k = [2, 6] }\npolicies.dynamic = { initial = [2], cap = 8 }";
+    let axes = "drafters.lookup = { ngrams = [[1, 3]] }\ndrafters.hybrid = { ngrams = [[2, 3]] }\npolicies.fixed = { k = [2, 6] }\npolicies.dynamic = { initial = [2], cap = 8 }\npolicies.matchrate = { thresholds = [0.45], max = [8] }";
     let text = format!("{}[methods]\n[[methods.grid]]\n{axes}\nschedulers.sequential = {{}}\nschedulers.dsi = {{ servers = [2] }}\n{}", &s.config[..methods], &s.config[outro..]);
     let cfg = load_config(&s, &text, "lookup").unwrap();
     let out = run(&cfg, &opts(None, None)).unwrap();
     assert!(out.audit_failures.is_empty(), "{:?}", out.audit_failures);
     let rows: Vec<&ResultRow> = out.rows.iter().filter(|r| r.setting.family() == "lookup").collect();
-    assert_eq!(rows.len(), 9 * 12, "9 units x 2 drafters x 3 policies x 2 schedulers");
+    assert_eq!(rows.len(), 9 * 16, "9 units x 2 drafters x 4 policies x 2 schedulers");
     for r in &rows {
         assert!(!r.greedy() || r.identical_to_ar, "{} {}", r.prompt_id, r.setting.key());
         if r.setting.drafter() == Some("lookup") {
@@ -369,7 +371,7 @@ fn lookup_and_hybrid_drafters_run_for_real_are_audited_and_replay_to_the_same_co
     std::fs::write(&replay_grid, format!("[methods]\n[[methods.grid]]\n{axes}\n")).unwrap();
     let o = replay(&s.root.join("lookup"), &ReplayConfig::load(&replay_grid).unwrap(), "grid", false).unwrap();
     assert!(o.mismatches.is_empty(), "{:?}", o.mismatches);
-    assert_eq!(o.compared, 3 * 6, "every greedy unit's 6 sequential lookup and hybrid settings compared");
+    assert_eq!(o.compared, 3 * 8, "every greedy unit's 8 sequential lookup and hybrid settings compared");
 }
 
 #[test]

@@ -17,6 +17,8 @@ pub struct Candidate {
     pub q: Vec<f32>,
     /// `q[token]` (1 in greedy mode).
     pub q_token: f32,
+    /// The n-gram size whose match proposed it (prompt lookup), `None` from a draft model.
+    pub ngram: Option<usize>,
 }
 
 /// Proposes candidates continuing a committed sequence.
@@ -84,7 +86,7 @@ impl DraftCache {
             metrics.n_draft_calls += 1;
             let (c, confidence) = if sampling.is_greedy() {
                 let token = argmax(&logits);
-                (Candidate { token, q: Vec::new(), q_token: 1.0 }, top_probability(&logits, token))
+                (Candidate { token, q: Vec::new(), q_token: 1.0, ngram: None }, top_probability(&logits, token))
             } else {
                 let q = sampling.probabilities(&logits);
                 let token = match pick {
@@ -92,10 +94,10 @@ impl DraftCache {
                     Pick::Argmax => argmax(&q),
                 };
                 let q_token = q[token as usize];
-                (Candidate { token, q_token, q }, q_token)
+                (Candidate { token, q_token, q, ngram: None }, q_token)
             };
             metrics.draft_time += t.elapsed();
-            let step = DraftStep { index: candidates.len() + 1, token: c.token, q_token: c.q_token, confidence, stats: LazyStats::of_logits(&logits, c.token), hidden: HiddenState::Vector(&hidden) };
+            let step = DraftStep { index: candidates.len() + 1, token: c.token, q_token: c.q_token, confidence, ngram: None, stats: LazyStats::of_logits(&logits, c.token), hidden: HiddenState::Vector(&hidden) };
             let decision = policy.decide(&step)?;
             if decision == Decision::Drop && !(keep_first && candidates.is_empty()) {
                 return Ok(candidates);

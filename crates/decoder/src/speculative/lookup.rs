@@ -10,7 +10,10 @@
 //! probability `p(y)` and, after a rejection, samples from `p` without `y`, renormalised: the
 //! committed token is distributed exactly as the target's. Policies see a point mass too
 //! (confidence 1, entropy 0), so the rules that read the draft's probabilities never stop a
-//! lookup early; fixed K, the dynamic schedule and the bandit do.
+//! lookup early; fixed K, the dynamic schedule, the bandit and [`MatchRatePolicy`] (which
+//! reads the matched n-gram size, [`DraftStep::ngram`]) do.
+//!
+//! [`MatchRatePolicy`]: super::policy::MatchRatePolicy
 
 use super::drafter::{Candidate, Drafter};
 use super::policy::{Decision, DraftStats, DraftStep, HiddenState, LazyStats};
@@ -53,26 +56,28 @@ impl PromptLookupDrafter {
         (0, &[])
     }
 
-    /// The round's candidates from `found`, a looked-up continuation (drafting began at
-    /// `started`), asked to the policy token by token. When `found` is empty, no candidate; a
-    /// round that must propose one (`keep_first`: a sampled bonus position, a DSI task)
-    /// proposes the last committed token again, which rejection sampling keeps lossless like
-    /// any proposal.
-    pub(super) fn propose(round: DraftRound<'_>, found: &[u32], started: Instant) -> Result<Vec<Candidate>> {
+    /// The round's candidates from `found`, the continuation of an `ngram`-token match
+    /// (drafting began at `started`), asked to the policy token by token. When `found` is
+    /// empty, no candidate; a round that must propose one (`keep_first`: a sampled bonus
+    /// position, a DSI task) proposes the last committed token again (reported as n-gram size
+    /// 0), which rejection sampling keeps lossless like any proposal.
+    pub(super) fn propose(round: DraftRound<'_>, ngram: usize, found: &[u32], started: Instant) -> Result<Vec<Candidate>> {
         let DraftRound { committed, keep_first, policy, eos, metrics, .. } = round;
         let mut proposal = found.to_vec();
+        let mut ngram = ngram;
         if proposal.is_empty() && keep_first {
             proposal.extend(committed.last());
+            ngram = 0;
         }
         policy.begin_round();
         let mut candidates = Vec::new();
         for token in proposal {
-            let step = DraftStep { index: candidates.len() + 1, token, q_token: 1.0, confidence: 1.0, stats: LazyStats::known(POINT_MASS), hidden: HiddenState::Vector(&[]) };
+            let step = DraftStep { index: candidates.len() + 1, token, q_token: 1.0, confidence: 1.0, ngram: Some(ngram), stats: LazyStats::known(POINT_MASS), hidden: HiddenState::Vector(&[]) };
             let decision = policy.decide(&step)?;
             if decision == Decision::Drop && !(keep_first && candidates.is_empty()) {
                 break;
             }
-            candidates.push(Candidate { token, q: Vec::new(), q_token: 1.0 });
+            candidates.push(Candidate { token, q: Vec::new(), q_token: 1.0, ngram: Some(ngram) });
             if decision != Decision::Continue || eos.contains(&token) {
                 break;
             }
@@ -90,8 +95,8 @@ impl Drafter for PromptLookupDrafter {
             return Ok(Vec::new());
         }
         let started = Instant::now();
-        let (_, found) = self.lookup(round.committed, round.max);
-        Self::propose(round, found, started)
+        let (ngram, found) = self.lookup(round.committed, round.max);
+        Self::propose(round, ngram, found, started)
     }
 
     /// Nothing to forget: the lookup reads the committed text anew each round.

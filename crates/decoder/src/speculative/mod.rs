@@ -8,7 +8,8 @@
 //! - a [`StopPolicy`] decides after each candidate whether to stop drafting (and hears how
 //!   each round went): [`FixedK`], SpecDec++'s [`HeadPolicy`], and the training-free rules
 //!   (HF's [`ConfidencePolicy`], [`RocThreshold`] and [`DynamicK`], llama.cpp's [`PMinPolicy`],
-//!   [`SvipPolicy`], [`AdaEdlPolicy`], [`BanditK`]);
+//!   [`SvipPolicy`], [`AdaEdlPolicy`], [`BanditK`]), and for prompt lookup
+//!   [`MatchRatePolicy`] (this request's acceptance of matches by n-gram size);
 //! - a [`Verifier`] decides each candidate against the target distribution `p` at its
 //!   position ([`RejectionSampler`], lossless for any `q`; [`ExactMatch`] for greedy decoding);
 //! - the round ([`round`]): what drafting works from ([`DraftRound`]), the random [`Streams`]
@@ -42,8 +43,8 @@ pub use hybrid::HybridDrafter;
 pub use lookup::PromptLookupDrafter;
 pub use metrics::RequestMetrics;
 pub use policy::{
-    AcceptanceModel, AdaEdlParams, AdaEdlPolicy, BanditK, ConfidencePolicy, Decision, DraftStats, DraftStep, DynamicK, FixedK, HeadPolicy, HeadRule, HiddenState, LazyStats, PMinPolicy,
-    PrecomputedHead, RocThreshold, RoundOutcome, StopPolicy, SvipPolicy, HEAD_STAT_INPUTS,
+    AcceptanceModel, AdaEdlParams, AdaEdlPolicy, BanditK, ConfidencePolicy, Decision, DraftStats, DraftStep, DynamicK, FixedK, HeadPolicy, HeadRule, HiddenState, LazyStats, MatchRatePolicy,
+    PMinPolicy, PrecomputedHead, RocThreshold, RoundOutcome, StopPolicy, SvipPolicy, HEAD_STAT_INPUTS,
 };
 pub use round::{DraftRound, Generation, SpecConfig, Streams};
 pub use scheduler::{generate_autoregressive, generate_dsi, generate_speculative, lookahead_for, DsiConfig, DsiGeneration, DsiStats};

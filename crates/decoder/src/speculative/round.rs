@@ -72,6 +72,14 @@ pub struct DraftRound<'a> {
     pub metrics: &'a mut RequestMetrics,
 }
 
+impl DraftRound<'_> {
+    /// The same round, borrowed again: a drafter that may hand the round on after trying it
+    /// (the hybrid's lookup, then its draft model) drafts from this.
+    pub fn reborrow(&mut self) -> DraftRound<'_> {
+        DraftRound { committed: self.committed, max: self.max, keep_first: self.keep_first, policy: &mut *self.policy, sampling: self.sampling, streams: self.streams, eos: self.eos, metrics: &mut *self.metrics }
+    }
+}
+
 /// The prompt and the committed tokens, with the rule that extends them.
 pub(crate) struct Committed<'a> {
     pub seq: Vec<u32>,

@@ -32,6 +32,8 @@ pub fn colour(family: &str) -> RGBColor {
         "svip" => RGBColor(188, 189, 34),
         "adaedl" => RGBColor(31, 60, 100),
         "bandit" => RGBColor(255, 187, 120),
+        "lookup" => RGBColor(0, 0, 0),
+        "matchrate" => RGBColor(199, 199, 199),
         _ => RGBColor(90, 90, 90),
     }
 }

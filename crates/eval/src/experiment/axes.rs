@@ -15,6 +15,7 @@
 //! policies.svip = { thresholds = [0.3], max = [40] }
 //! policies.adaedl = { lambda = [0.7], gamma = [0.2], max = [16] }
 //! policies.bandit = { arms = [[1, 2, 3, 4]] }
+//! policies.matchrate = { thresholds = [0.3], max = [16] }      # prompt lookup's matches
 //! policies.oracle = {}                                         # replays only
 //! schedulers.sequential = {}
 //! schedulers.dsi = { servers = [2] }
@@ -62,7 +63,8 @@ pub struct DrafterAxis {
     pub plain: Option<NoParameters>,
     /// EasySpec's layer-parallel drafter: every strategy x calibration.
     pub easyspec: Option<EasySpecDrafters>,
-    /// Prompt lookup, for every `[ngram_min, ngram_max]` (policies: fixed, dynamic, bandit).
+    /// Prompt lookup, for every `[ngram_min, ngram_max]` (policies: fixed, dynamic, bandit,
+    /// matchrate).
     pub lookup: Option<LookupDrafters>,
     /// Prompt lookup, else the draft model, for every `[ngram_min, ngram_max]`.
     pub hybrid: Option<LookupDrafters>,
@@ -106,6 +108,8 @@ pub struct PolicyAxis {
     pub adaedl: Option<AdaEdlPolicies>,
     /// A bandit over K: every arm set.
     pub bandit: Option<BanditPolicies>,
+    /// Prompt lookup's rule on its matches' acceptance: every threshold x max.
+    pub matchrate: Option<ThresholdPolicies>,
     /// SpecDec++'s oracle (greedy replays only).
     pub oracle: Option<NoParameters>,
 }
@@ -279,6 +283,7 @@ impl PolicyAxis {
             }
         }
         out.extend(self.bandit.iter().flat_map(|g| g.arms.iter().map(|arms| PolicySpec::Bandit { arms: arms.clone() })));
+        out.extend(self.matchrate.iter().flat_map(|g| product(&g.thresholds, &g.max, |threshold, max| PolicySpec::MatchRate { threshold, max })));
         out.extend(self.oracle.iter().map(|_| PolicySpec::Oracle));
         out
     }
@@ -389,8 +394,10 @@ mod tests {
         // Prompt lookup under fixed K and the dynamic schedule, both schedulers.
         let lookup: MethodGrid = toml::from_str("drafters.lookup = { ngrams = [[1, 3], [2, 2]] }\npolicies.fixed = { k = [8] }\nschedulers.dsi = { servers = [2] }").unwrap();
         assert_eq!(lookup.expand().unwrap().iter().map(MethodSpec::key).collect::<Vec<_>>(), ["lookup n=1..3 | dsi SP=2 k=8", "lookup n=2..2 | dsi SP=2 k=8"]);
+        let rate: MethodGrid = toml::from_str("drafters.hybrid = { ngrams = [[2, 4]] }\npolicies.matchrate = { thresholds = [0.2, 0.4], max = [16] }").unwrap();
+        assert_eq!(rate.expand().unwrap().iter().map(MethodSpec::key).collect::<Vec<_>>(), ["lookup+draft n=2..4 | matchrate 0.2 [1,16]", "lookup+draft n=2..4 | matchrate 0.4 [1,16]"]);
         let mixed: MethodGrid = toml::from_str("drafters.lookup = { ngrams = [[1, 3]] }\npolicies.confidence = { thresholds = [0.5] }").unwrap();
-        assert!(format!("{:#}", mixed.expand().unwrap_err()).contains("use fixed, dynamic or bandit"));
+        assert!(format!("{:#}", mixed.expand().unwrap_err()).contains("use fixed, dynamic, bandit or matchrate"));
         // Plain and sequential are the defaults of their axes.
         let only: MethodGrid = toml::from_str("policies.confidence = { thresholds = [0.5] }").unwrap();
         assert_eq!(only.expand().unwrap().iter().map(MethodSpec::key).collect::<Vec<_>>(), ["confidence 0.5 [2,20]"]);

@@ -54,7 +54,7 @@ pub fn replay_with_drafter(drafter: &mut dyn Drafter, policy: &mut dyn StopPolic
         committed.extend_from_slice(&ar[out..end]);
         out = end;
         let seconds = costs.round_seconds(m.n_draft_calls - calls_before, k);
-        policy.end_round(&RoundOutcome { drafted: k, accepted: a, committed: new, seconds });
+        policy.end_round(&RoundOutcome { drafted: k, accepted: a, committed: new, seconds, ngram: candidates.first().and_then(|c| c.ngram) });
     }
     ensure!(out == ar.len(), "the replay committed {out} tokens, the AR output has {}", ar.len());
     m.n_generated = out;

@@ -160,6 +160,7 @@ impl DraftTrace {
                         token: look.token,
                         q_token: 1.0,
                         confidence: look.stats.top1,
+                        ngram: None,
                         stats: LazyStats::known(look.stats),
                         hidden: HiddenState::HeadScores(&look.head_probs),
                     })?,
@@ -188,7 +189,7 @@ impl DraftTrace {
             let next = (l + a + 1).min(n);
             if let ReplayPolicy::Live(p) = policy {
                 let seconds = costs.round_seconds(forwards, k);
-                p.end_round(&RoundOutcome { drafted: k, accepted: a, committed: next - l, seconds });
+                p.end_round(&RoundOutcome { drafted: k, accepted: a, committed: next - l, seconds, ngram: None });
             }
             l = next;
         }

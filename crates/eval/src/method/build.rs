@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::speculative::{
     generate_autoregressive, generate_dsi, generate_speculative, AcceptanceHead, AdaEdlParams, AdaEdlPolicy, BanditK, ConfidencePolicy, Drafter, DsiConfig, DsiStats, DynamicK, FixedK,
-    FuzzyDrafter, Generation, HeadPolicy, HybridDrafter, HeadRule, PMinPolicy, PlainDrafter, PrecomputedHead, PromptLookupDrafter, RejectionSampler, RocThreshold, SpecConfig, StopPolicy, SvipPolicy,
+    FuzzyDrafter, Generation, HeadPolicy, HybridDrafter, HeadRule, MatchRatePolicy, PMinPolicy, PlainDrafter, PrecomputedHead, PromptLookupDrafter, RejectionSampler, RocThreshold, SpecConfig, StopPolicy, SvipPolicy,
 };
 use specx_decoder::Transformer;
 use std::collections::{BTreeMap, HashMap};
@@ -62,6 +62,7 @@ impl MethodSpec {
             PolicySpec::Svip { threshold, max } => Box::new(SvipPolicy { threshold: *threshold as f32, max_candidates: *max }),
             PolicySpec::AdaEdl { lambda, gamma, max } => Box::new(AdaEdlPolicy::new(AdaEdlParams { lambda: *lambda, gamma: *gamma, max_candidates: *max, ..AdaEdlParams::DEFAULT })),
             PolicySpec::Bandit { arms } => Box::new(BanditK::new(arms.clone(), BanditK::EXPLORATION)),
+            PolicySpec::MatchRate { threshold, max } => Box::new(MatchRatePolicy::new(*threshold, *max)),
             PolicySpec::Oracle => bail!("the oracle needs the AR output in advance: it can only be replayed (specx eval replay)"),
         })
     }

@@ -37,7 +37,8 @@ pub enum DrafterKind {
     /// EasySpec's layer-parallel ("fuzzy") draft.
     Easyspec,
     /// Prompt lookup: copies the continuation of an earlier occurrence of the text's last n
-    /// tokens (--ngram-min, --ngram-max); no draft model runs. Policies: fixed, dynamic, bandit.
+    /// tokens (--ngram-min, --ngram-max); no draft model runs. Policies: fixed, dynamic, bandit,
+    /// matchrate.
     Lookup,
     /// Prompt lookup when the text's last n tokens occurred before, else the draft model.
     Hybrid,
@@ -66,6 +67,10 @@ pub enum PolicyKind {
     Adaedl,
     /// A UCB bandit over K (--arms [1,2,3,4]).
     Bandit,
+    /// For prompt lookup: draft while the estimated chance that every candidate so far is
+    /// accepted (a match: this request's acceptance of its n-gram size; a draft model's
+    /// token: its confidence) is at least --threshold [0.3]; --max [16].
+    Matchrate,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -291,6 +296,7 @@ impl MethodArgs {
             }
             PolicyKind::Svip => PolicySpec::Svip { threshold: threshold(0.3), max: max_or(40) },
             PolicyKind::Adaedl => PolicySpec::AdaEdl { lambda: threshold(0.7), gamma: 0.2, max: max_or(16) },
+            PolicyKind::Matchrate => PolicySpec::MatchRate { threshold: threshold(0.3), max: max_or(16) },
             PolicyKind::Bandit => {
                 unused(self.threshold.is_some(), "--threshold", "a policy with a threshold")?;
                 unused(self.max.is_some(), "--max", "a policy with a bound")?;
@@ -356,6 +362,7 @@ mod tests {
         assert_eq!(key("--drafter lookup --k 8").unwrap(), "lookup n=1..3 | specdec K=8");
         assert_eq!(key("--drafter lookup --ngram-min 2 --ngram-max 4 --policy dynamic").unwrap(), "lookup n=2..4 | dynamic K0=5 cap=64");
         assert_eq!(key("--drafter lookup --method dsi").unwrap(), "lookup n=1..3 | dsi SP=2 k=4");
+        assert_eq!(key("--drafter hybrid --policy matchrate --threshold 0.2").unwrap(), "lookup+draft n=1..3 | matchrate 0.2 [1,16]");
         assert_eq!(key("--drafter hybrid --ngram-min 2 --draft-weights q4_0").unwrap(), "lookup+draft n=2..3 | specdec K=4 [draft q4_0]");
     }
 
@@ -374,7 +381,7 @@ mod tests {
         assert!(e("--arms 1,2").contains("--arms is not used"));
         assert!(e("--policy bandit --max 4").contains("--max is not used"));
         assert!(e("--ngram-max 4").contains("needs the lookup or hybrid drafter"));
-        assert!(e("--drafter lookup --method confidence").contains("use fixed, dynamic or bandit"));
+        assert!(e("--drafter lookup --method confidence").contains("use fixed, dynamic, bandit or matchrate"));
         assert!(e("--drafter lookup --draft-weights q4_0").contains("runs no draft model"));
         // A cheaper draft: named in the key; bad sizes and types refused before any model loads.
         assert_eq!(key("--draft-vocab 32768 --draft-weights q4_0").unwrap(), "specdec K=4 [draft v32768+q4_0]");

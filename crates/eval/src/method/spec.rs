@@ -86,6 +86,12 @@ pub enum PolicySpec {
     AdaEdl { lambda: f64, gamma: f64, max: usize },
     /// A UCB bandit over the round length K in `arms`, rewarded with each round's throughput.
     Bandit { arms: Vec<usize> },
+    /// For prompt lookup: draft while the estimated chance that every candidate so far is
+    /// accepted stays at least `threshold` (a looked-up candidate: this request's acceptance
+    /// rate of matches of its n-gram size; a draft model's: its confidence); a weak first match
+    /// is dropped. At most `max`.
+    #[serde(rename = "matchrate")]
+    MatchRate { threshold: f64, max: usize },
     /// SpecDec++ Theorem 4.1's oracle (stop right before each mismatch): it needs the AR
     /// output in advance, so it exists only in replays of greedy runs.
     Oracle,
@@ -125,6 +131,7 @@ impl PolicySpec {
             Self::Svip { .. } => "svip",
             Self::AdaEdl { .. } => "adaedl",
             Self::Bandit { .. } => "bandit",
+            Self::MatchRate { .. } => "matchrate",
             Self::Oracle => "oracle",
         }
     }
@@ -133,7 +140,7 @@ impl PolicySpec {
     pub fn max_candidates(&self) -> usize {
         match self {
             Self::Fixed { k } => *k,
-            Self::Head { max, .. } | Self::Confidence { max, .. } | Self::Roc { max, .. } | Self::Svip { max, .. } | Self::AdaEdl { max, .. } => *max,
+            Self::Head { max, .. } | Self::Confidence { max, .. } | Self::Roc { max, .. } | Self::Svip { max, .. } | Self::AdaEdl { max, .. } | Self::MatchRate { max, .. } => *max,
             Self::PMin { n_max, .. } => *n_max,
             Self::Dynamic { cap, .. } => *cap,
             Self::Bandit { arms } => arms.iter().copied().max().unwrap_or(1),
@@ -153,6 +160,7 @@ impl PolicySpec {
             Self::Svip { threshold, max } => format!("svip {threshold} [1,{max}]"),
             Self::AdaEdl { lambda, gamma, max } => format!("adaedl lambda={lambda} gamma={gamma} [1,{max}]"),
             Self::Bandit { arms } => format!("bandit K={}", arms.iter().map(usize::to_string).collect::<Vec<_>>().join(",")),
+            Self::MatchRate { threshold, max } => format!("matchrate {threshold} [1,{max}]"),
             Self::Oracle => "oracle".into(),
         }
     }
@@ -234,8 +242,8 @@ impl MethodSpec {
                 // A lookup's proposal is a point mass (probability 1, entropy 0, no hidden
                 // state): the rules that read the draft's distribution would never stop it.
                 ensure!(
-                    matches!(self.policy, PolicySpec::Fixed { .. } | PolicySpec::Dynamic { .. } | PolicySpec::Bandit { .. }),
-                    "{key}: the {} policy reads the draft model's probabilities or hidden state, which prompt lookup does not have; use fixed, dynamic or bandit",
+                    matches!(self.policy, PolicySpec::Fixed { .. } | PolicySpec::Dynamic { .. } | PolicySpec::Bandit { .. } | PolicySpec::MatchRate { .. }),
+                    "{key}: the {} policy reads the draft model's probabilities or hidden state, which prompt lookup does not have; use fixed, dynamic, bandit or matchrate",
                     self.policy.name()
                 );
             }
@@ -257,6 +265,10 @@ impl MethodSpec {
             PolicySpec::Dynamic { initial, cap } => ensure!(*initial >= 1 && initial <= cap, "{key}: need 1 <= K0 <= cap"),
             PolicySpec::AdaEdl { lambda, gamma, max } => {
                 ensure!((0.0..=1.0).contains(lambda) && *gamma > 0.0, "{key}: need lambda in [0, 1] and gamma > 0");
+                ensure!(*max >= 1, "{key}: at most {max} candidates: need at least 1");
+            }
+            PolicySpec::MatchRate { threshold, max } => {
+                ensure!((0.0..=1.0).contains(threshold), "{key}: the threshold must be in [0, 1]");
                 ensure!(*max >= 1, "{key}: at most {max} candidates: need at least 1");
             }
             PolicySpec::Bandit { arms } => ensure!(!arms.is_empty() && arms.iter().all(|&k| k >= 1), "{key}: a bandit needs arms of at least 1 candidate"),
@@ -404,7 +416,7 @@ mod tests {
         let hybrid = MethodSpec { drafter: DrafterSpec::Hybrid { ngram_min: 2, ngram_max: 3 }, ..MethodSpec::plain(PolicySpec::Fixed { k: 4 }) };
         assert_eq!((hybrid.key().as_str(), hybrid.family()), ("lookup+draft n=2..3 | specdec K=4", "lookup"));
         assert!(lookup(PolicySpec::Dynamic { initial: 5, cap: 64 }).check_runnable().is_ok());
-        assert!(e(lookup(PolicySpec::Confidence { threshold: 0.5, min: 1, max: 20 })).contains("use fixed, dynamic or bandit"));
+        assert!(e(lookup(PolicySpec::Confidence { threshold: 0.5, min: 1, max: 20 })).contains("use fixed, dynamic, bandit or matchrate"));
         let wide = MethodSpec { drafter: DrafterSpec::Lookup { ngram_min: 3, ngram_max: 2 }, ..MethodSpec::plain(PolicySpec::Fixed { k: 2 }) };
         assert!(e(Setting::Speculative(wide)).contains("1 <= ngram_min <= ngram_max"));
         assert!(Setting::Ar.check_runnable().is_ok());

@@ -15,12 +15,14 @@
 mod confidence;
 mod entropy;
 mod head;
+mod matchrate;
 mod schedule;
 mod stats;
 
 pub use confidence::{ConfidencePolicy, PMinPolicy, RocThreshold};
 pub use entropy::{AdaEdlParams, AdaEdlPolicy, SvipPolicy};
 pub use head::{AcceptanceModel, HeadPolicy, HeadRule, PrecomputedHead};
+pub use matchrate::MatchRatePolicy;
 pub use schedule::{BanditK, DynamicK};
 pub use stats::{DraftStats, LazyStats, HEAD_STAT_INPUTS};
 
@@ -45,6 +47,9 @@ pub struct DraftStep<'a> {
     /// the probability of the argmax token under the draft's plain softmax (temperature 1).
     /// HF's confidence criterion reads this (the processed scores the token came from).
     pub confidence: f32,
+    /// The n-gram size whose match proposed `token` (prompt lookup; 0 for the filler proposed
+    /// where nothing matched), `None` when a draft model drew it.
+    pub ngram: Option<usize>,
     /// Statistics of the draft's plain softmax (temperature 1, whole vocabulary) at the
     /// position `token` was drawn at: entropy, top-2 margin, llama.cpp's top-10 probability.
     pub stats: LazyStats<'a>,
@@ -77,6 +82,9 @@ pub struct RoundOutcome {
     /// Time the round took (drafting and its verification): measured when decoding, from a
     /// cost model in a replay.
     pub seconds: f64,
+    /// The n-gram size whose match proposed the round's candidates (prompt lookup), `None`
+    /// when a draft model drew them.
+    pub ngram: Option<usize>,
 }
 
 /// Decides after each drafted candidate whether to stop drafting.

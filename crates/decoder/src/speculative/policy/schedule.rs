@@ -108,7 +108,7 @@ mod tests {
     use super::*;
 
     fn outcome(drafted: usize, accepted: usize, seconds: f64) -> RoundOutcome {
-        RoundOutcome { drafted, accepted, committed: accepted + 1, seconds }
+        RoundOutcome { drafted, accepted, committed: accepted + 1, seconds, ngram: None }
     }
 
     #[test]

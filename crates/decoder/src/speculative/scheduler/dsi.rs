@@ -243,7 +243,7 @@ impl Coordinator<'_> {
             // A block's time: since the previous decision (drafting ran ahead meanwhile).
             let seconds = self.last_decision.elapsed().as_secs_f64();
             self.last_decision = Instant::now();
-            self.policy.end_round(&RoundOutcome { drafted: block.len, accepted: decided.accepted, committed: self.committed.generated() - before, seconds });
+            self.policy.end_round(&RoundOutcome { drafted: block.len, accepted: decided.accepted, committed: self.committed.generated() - before, seconds, ngram: self.chain[0].ngram });
             self.chain.drain(..block.len);
             if decided.corrected {
                 if self.dsi.preempt {

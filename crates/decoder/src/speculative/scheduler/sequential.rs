@@ -44,6 +44,7 @@ pub fn generate_speculative(
         let candidates: Vec<Candidate> = drafter.draft(c.draft_round(&c.seq, max, false, policy, &mut m))?;
         ensure!(candidates.len() <= max, "drafter returned {} candidates (at most {max} allowed)", candidates.len());
         let (k, base, before) = (candidates.len(), c.seq.len(), c.generated());
+        let ngram = candidates.first().and_then(|x| x.ngram);
         // One target forward over the committed tokens its cache lacks plus the candidates
         // (none when the policy dropped the first: a plain target step).
         let mut input = c.seq.clone();
@@ -60,7 +61,7 @@ pub fn generate_speculative(
         // Committed by the round: the accepted candidates and the correction, or the bonus
         // decided next from `known`.
         let committed = c.generated() - before + usize::from(known.is_some());
-        policy.end_round(&RoundOutcome { drafted: k, accepted: decided.accepted, committed, seconds: round_start.elapsed().as_secs_f64() });
+        policy.end_round(&RoundOutcome { drafted: k, accepted: decided.accepted, committed, seconds: round_start.elapsed().as_secs_f64(), ngram });
     }
     m.n_generated = c.generated();
     m.total_time = t0.elapsed();
