@@ -28,31 +28,36 @@ fn finish(args: &[String]) {
     assert!(out.status.success(), "specx {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
 }
 
-/// Runs `args` to the end while watching `out`, the directory it writes: the run's phases as
-/// moments since its start, `[0, t1, .., end]`, a new phase wherever the number of files under
-/// `out` changed (startup and model loading, then each write). Kills aimed phase by phase land
-/// on every phase whatever their lengths (on some machines startup is nine tenths of a run, on
-/// others the writes are).
-fn finish_watching(args: &[String], out: &Path) -> Vec<Duration> {
+/// A moment of an uninterrupted run and the number of files under its directory from then on.
+#[derive(Clone, Copy, Debug)]
+struct Phase {
+    start: Duration,
+    files: usize,
+}
+
+/// Runs `args` to the end while watching `out`, the directory it writes: the run's phases,
+/// a new one wherever the number of files under `out` changed (startup and model loading, then
+/// each write), and its end. Kills aimed phase by phase land on every phase whatever their
+/// lengths (on some machines startup is nine tenths of a run, on others the writes are).
+fn finish_watching(args: &[String], out: &Path) -> Vec<Phase> {
     let mut child = specx().args(args).spawn().unwrap();
     let start = Instant::now();
-    let (mut phases, mut count) = (vec![Duration::ZERO], 0);
+    let mut phases = vec![Phase { start: Duration::ZERO, files: 0 }];
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
         let now = file_count(out);
-        if now != count {
-            count = now;
-            phases.push(start.elapsed());
+        if now != phases.last().unwrap().files {
+            phases.push(Phase { start: start.elapsed(), files: now });
         }
         std::thread::sleep(Duration::from_millis(1));
     };
     let mut err = String::new();
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
     assert!(status.success(), "specx {}: {err}", args.join(" "));
-    phases.push(start.elapsed());
-    eprintln!("specx {}: phases (ms) {:?}", args[0], phases.iter().map(|t| t.as_millis()).collect::<Vec<_>>());
+    phases.push(Phase { start: start.elapsed(), files: file_count(out) });
+    eprintln!("specx {}: phases (ms, files) {:?}", args[0], phases.iter().map(|p| (p.start.as_millis(), p.files)).collect::<Vec<_>>());
     phases
 }
 
@@ -93,32 +98,48 @@ struct Kills {
 }
 
 /// Runs `args` into `out` again and again, killing each process in a seeded random phase
-/// while it runs, until [`KILLS`] kills have landed. A kill aims at phase i of `phases` and a
-/// fraction u of its length: it waits for the process's i-th change of the number of files
-/// (so a slower or faster machine shifts the moment, not the phase), then u of the phase's
-/// length, and kills at once if the process got further meanwhile. A resumed run skips done
-/// work and may finish first: then `check` compares the directory with the uninterrupted
-/// run's, and the next chain starts from an empty directory (whose first kill always lands).
-fn kill_repeatedly(args: &[String], out: &Path, phases: &[Duration], seed: u64, check: &dyn Fn(&Path)) -> Kills {
+/// while it runs, until [`KILLS`] kills have landed. A kill aims at a phase of the
+/// uninterrupted run ahead of the directory's progress (its file count) and a fraction u
+/// of the phase's length: it waits until the directory holds the phase's number of files (so a
+/// slower or faster machine shifts the moment, not the phase), then u of the phase's length,
+/// and kills at once if the process got further meanwhile. A resumed run skips done work, so
+/// each chain of kills walks forward through the run; when no phase is ahead, or a resumed run
+/// finishes first, `check` compares the directory with the uninterrupted run's and the next
+/// chain starts from an empty directory.
+fn kill_repeatedly(args: &[String], out: &Path, phases: &[Phase], seed: u64, check: &dyn Fn(&Path)) -> Kills {
     use rand::{RngExt, SeedableRng};
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut k = Kills::default();
     let _ = std::fs::remove_dir_all(out);
+    let mut end_chain = |k: &mut Kills| {
+        check(out);
+        k.chains += 1;
+        std::fs::remove_dir_all(out).unwrap();
+    };
     while k.landed < KILLS {
-        let phase = rng.random_range(0..phases.len() - 1);
-        let wait = (phases[phase + 1] - phases[phase]).mul_f64(rng.random::<f64>());
-        let mut count = file_count(out);
+        let done = file_count(out);
+        // Phases beyond this progress (and startup, for an empty directory): a kill where the
+        // run already is would only ever hit the startup of a resumed run.
+        let ahead: Vec<usize> = (0..phases.len() - 1).filter(|&i| phases[i].files > done || (done == 0 && i == 0)).collect();
+        if ahead.is_empty() {
+            finish(args);
+            end_chain(&mut k);
+            continue;
+        }
+        let phase = ahead[rng.random_range(0..ahead.len())];
+        let wait = (phases[phase + 1].start - phases[phase].start).mul_f64(rng.random::<f64>());
+        let level = phases[phase].files;
         let mut child = specx().args(args).spawn().unwrap();
-        let (mut changes, mut since) = (0, Instant::now());
+        let mut reached: Option<Instant> = None;
         let finished = loop {
             if let Some(status) = child.try_wait().unwrap() {
                 break Some(status);
             }
             let now = file_count(out);
-            if now != count {
-                (count, changes, since) = (now, changes + 1, Instant::now());
+            if now > level {
+                break None;
             }
-            if changes > phase || (changes == phase && since.elapsed() >= wait) {
+            if now == level && reached.get_or_insert_with(Instant::now).elapsed() >= wait {
                 break None;
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -134,9 +155,7 @@ fn kill_repeatedly(args: &[String], out: &Path, phases: &[Duration], seed: u64, 
                 let mut err = String::new();
                 std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
                 assert!(status.success(), "a resumed run failed: specx {}: {err}", args.join(" "));
-                check(out);
-                k.chains += 1;
-                std::fs::remove_dir_all(out).unwrap();
+                end_chain(&mut k);
             }
         }
     }

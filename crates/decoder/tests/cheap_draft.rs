@@ -57,7 +57,7 @@ impl Drafter for SubsetTokensFullQ<'_> {
             let token = specx_decoder::sampling::sample_from(&q_sub, &mut streams.draft(seq.len()));
             metrics.n_draft_calls += 1;
             seq.push(token);
-            out.push(Candidate { token, q_token: q_full[token as usize], q: q_full });
+            out.push(Candidate { token, q_token: q_full[token as usize], q: q_full, ngram: None });
         }
         Ok(out)
     }

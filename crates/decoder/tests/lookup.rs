@@ -140,15 +140,16 @@ fn hybrid_drafting_is_greedy_exact_and_sampled_as_the_target() {
     assert!(h.rounds[0] > 0 && h.rounds[1] > 0, "rounds by lookup and by the draft model: {:?}", h.rounds);
     let dsi = generate_dsi(&[target, target], &mut hybrid(), &mut DynamicK::new(2, 6), &mut RejectionSampler, &PROMPT, &c, &DsiConfig::new(2, 3), &[]).unwrap();
     assert_eq!(dsi.generation.tokens, want, "DSI");
-    for threshold in [0.3, 0.45] {
+    for (threshold, model_k) in [(0.3, None), (0.45, None), (0.45, Some(3))] {
+        let rule = || MatchRatePolicy::with_model_k(threshold, 6, model_k);
         let mut h = hybrid();
-        let g = generate_speculative(target, &mut h, &mut MatchRatePolicy::new(threshold, 6), &mut RejectionSampler, &PROMPT, &c, &[]).unwrap();
-        assert_eq!(g.tokens, want, "sequential, matchrate {threshold}");
+        let g = generate_speculative(target, &mut h, &mut rule(), &mut RejectionSampler, &PROMPT, &c, &[]).unwrap();
+        assert_eq!(g.tokens, want, "sequential, matchrate {threshold} {model_k:?}");
         if threshold > 0.4 {
             assert!(h.dropped_matches > 0 && h.rounds[0] > 0, "weak matches dropped, others kept: {} dropped, rounds {:?}", h.dropped_matches, h.rounds);
         }
-        let dsi = generate_dsi(&[target, target], &mut hybrid(), &mut MatchRatePolicy::new(threshold, 6), &mut RejectionSampler, &PROMPT, &c, &DsiConfig::new(2, 3), &[]).unwrap();
-        assert_eq!(dsi.generation.tokens, want, "DSI, matchrate {threshold}");
+        let dsi = generate_dsi(&[target, target], &mut hybrid(), &mut rule(), &mut RejectionSampler, &PROMPT, &c, &DsiConfig::new(2, 3), &[]).unwrap();
+        assert_eq!(dsi.generation.tokens, want, "DSI, matchrate {threshold} {model_k:?}");
     }
     let (mut by_lookup, mut by_model) = (0, 0);
     let samples: Vec<Vec<u32>> = (0..N as u64)

@@ -166,7 +166,7 @@ impl Drafter for GreedyDraftSampledQ<'_> {
             let q = s.probabilities(&logits);
             let token = specx_decoder::sampling::argmax(&q);
             seq.push(token);
-            out.push(Candidate { token, q_token: q[token as usize], q });
+            out.push(Candidate { token, q_token: q[token as usize], q, ngram: None });
         }
         Ok(out)
     }
@@ -254,7 +254,7 @@ fn head_policy_follows_the_threshold_rule() {
     let threshold = 1.0 - p.powi(3) + 1e-9; // exceeded first at i - 1 = 4
     let mut pol = HeadPolicy::new(head, HeadRule::new(threshold, 2, 20));
     pol.begin_round();
-    let step = |i| DraftStep { index: i, token: 0, q_token: 0.5, confidence: 0.5, stats: LazyStats::known(DraftStats::default()), hidden: HiddenState::Vector(&h) };
+    let step = |i| DraftStep { index: i, token: 0, q_token: 0.5, confidence: 0.5, ngram: None, stats: LazyStats::known(DraftStats::default()), hidden: HiddenState::Vector(&h) };
     let stops: Vec<bool> = (1..=6).map(|i| pol.decide(&step(i)).unwrap() == Decision::Stop).collect();
     assert_eq!(stops, vec![false, false, false, false, true, true]);
 }

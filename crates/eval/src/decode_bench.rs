@@ -6,7 +6,7 @@
 //! decodes.
 
 use crate::bench::PairArgs;
-use crate::experiment::axes::{DrafterAxis, FixedPolicies, LookupDrafters, MethodGrid, PolicyAxis, ThresholdPolicies};
+use crate::experiment::axes::{DrafterAxis, FixedPolicies, LookupDrafters, MatchRatePolicies, MethodGrid, PolicyAxis};
 use crate::experiment::config::{BudgetConfig, EvalConfig, MethodsConfig, ModelsConfig, OutputConfig, PromptSetConfig, SpecDecGrid};
 use crate::common::stats::{grouped, mean_sd, GroupStats};
 use crate::experiment::{run as run_eval, EvalOptions};
@@ -56,14 +56,15 @@ pub struct DecodeBenchArgs {
     /// draft model; the draft as loaded only), `hybrid` (lookup, else the draft model).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "plain")]
     pub drafters: Vec<BenchDrafter>,
-    /// The lookup and hybrid drafters' n-gram sizes, longest tried first [default: 1 and 3, as
-    /// `specx decode`].
+    /// The lookup and hybrid drafters' shortest n-gram to match (as `specx decode`).
     #[arg(long, default_value_t = 1)]
     pub ngram_min: usize,
+    /// The lookup and hybrid drafters' longest n-gram to match, tried first (as `specx decode`).
     #[arg(long, default_value_t = 3)]
     pub ngram_max: usize,
     /// Also run the lookup and hybrid drafters under the matchrate stop rule at each of these
-    /// thresholds (at most 16 candidates), beside fixed K.
+    /// thresholds (at most 16 candidates; the hybrid's draft-model rounds at each K of --k),
+    /// beside fixed K.
     #[arg(long, value_delimiter = ',')]
     pub matchrate: Vec<f64>,
     /// llama.cpp's `llama-bench` (scripts/bench-llamacpp.sh builds it, and
@@ -107,18 +108,18 @@ pub enum BenchDrafter {
 fn methods(a: &DecodeBenchArgs) -> MethodsConfig {
     let lookup = || Some(LookupDrafters { ngrams: vec![[a.ngram_min, a.ngram_max]] });
     let fixed = || FixedPolicies { k: a.k.clone() };
-    let matchrate = (!a.matchrate.is_empty()).then(|| ThresholdPolicies { thresholds: a.matchrate.clone(), max: vec![16] });
+    let matchrate = |model_k: Vec<usize>| (!a.matchrate.is_empty()).then(|| MatchRatePolicies { thresholds: a.matchrate.clone(), max: vec![16], model_k });
     let mut m = MethodsConfig { drafts: a.drafts.clone(), ..Default::default() };
     if a.drafters.contains(&BenchDrafter::Plain) {
         m.specdec = Some(SpecDecGrid { k: a.k.clone() });
     }
     if a.drafters.contains(&BenchDrafter::Lookup) {
         // Prompt lookup runs no draft model: once, whatever --drafts lists.
-        let policies = PolicyAxis { fixed: Some(fixed()), matchrate: matchrate.clone(), ..Default::default() };
+        let policies = PolicyAxis { fixed: Some(fixed()), matchrate: matchrate(Vec::new()), ..Default::default() };
         m.grid.push(MethodGrid { drafters: DrafterAxis { lookup: lookup(), ..Default::default() }, policies, ..Default::default() });
     }
     if a.drafters.contains(&BenchDrafter::Hybrid) {
-        let policies = PolicyAxis { fixed: Some(fixed()), matchrate, ..Default::default() };
+        let policies = PolicyAxis { fixed: Some(fixed()), matchrate: matchrate(a.k.clone()), ..Default::default() };
         m.grid.push(MethodGrid { drafters: DrafterAxis { hybrid: lookup(), ..Default::default() }, policies, drafts: a.drafts.clone(), ..Default::default() });
     }
     m

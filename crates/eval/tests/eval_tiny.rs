@@ -356,7 +356,7 @@ fn lookup_and_hybrid_drafters_run_for_real_are_audited_and_replay_to_the_same_co
     let cfg = load_config(&s, &text, "lookup").unwrap();
     let out = run(&cfg, &opts(None, None)).unwrap();
     assert!(out.audit_failures.is_empty(), "{:?}", out.audit_failures);
-    let rows: Vec<&ResultRow> = out.rows.iter().filter(|r| r.setting.family() == "lookup").collect();
+    let rows: Vec<&ResultRow> = out.rows.iter().filter(|r| matches!(r.setting.family(), "lookup" | "hybrid")).collect();
     assert_eq!(rows.len(), 9 * 16, "9 units x 2 drafters x 4 policies x 2 schedulers");
     for r in &rows {
         assert!(!r.greedy() || r.identical_to_ar, "{} {}", r.prompt_id, r.setting.key());

@@ -33,6 +33,7 @@ pub fn colour(family: &str) -> RGBColor {
         "adaedl" => RGBColor(31, 60, 100),
         "bandit" => RGBColor(255, 187, 120),
         "lookup" => RGBColor(0, 0, 0),
+        "hybrid" => RGBColor(120, 60, 0),
         "matchrate" => RGBColor(199, 199, 199),
         _ => RGBColor(90, 90, 90),
     }

@@ -15,7 +15,7 @@
 //! policies.svip = { thresholds = [0.3], max = [40] }
 //! policies.adaedl = { lambda = [0.7], gamma = [0.2], max = [16] }
 //! policies.bandit = { arms = [[1, 2, 3, 4]] }
-//! policies.matchrate = { thresholds = [0.3], max = [16] }      # prompt lookup's matches
+//! policies.matchrate = { thresholds = [0.3], max = [16], model_k = [4] }  # lookup's matches
 //! policies.oracle = {}                                         # replays only
 //! schedulers.sequential = {}
 //! schedulers.dsi = { servers = [2] }
@@ -108,8 +108,8 @@ pub struct PolicyAxis {
     pub adaedl: Option<AdaEdlPolicies>,
     /// A bandit over K: every arm set.
     pub bandit: Option<BanditPolicies>,
-    /// Prompt lookup's rule on its matches' acceptance: every threshold x max.
-    pub matchrate: Option<ThresholdPolicies>,
+    /// Prompt lookup's rule on its matches' acceptance: every threshold x max (x model K).
+    pub matchrate: Option<MatchRatePolicies>,
     /// SpecDec++'s oracle (greedy replays only).
     pub oracle: Option<NoParameters>,
 }
@@ -119,6 +119,17 @@ pub struct PolicyAxis {
 pub struct ThresholdPolicies {
     pub thresholds: Vec<f64>,
     pub max: Vec<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MatchRatePolicies {
+    pub thresholds: Vec<f64>,
+    pub max: Vec<usize>,
+    /// The hybrid's draft-model rounds at fixed K, for every K listed; none: by the draft's
+    /// confidence under the same threshold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub model_k: Vec<usize>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -283,7 +294,12 @@ impl PolicyAxis {
             }
         }
         out.extend(self.bandit.iter().flat_map(|g| g.arms.iter().map(|arms| PolicySpec::Bandit { arms: arms.clone() })));
-        out.extend(self.matchrate.iter().flat_map(|g| product(&g.thresholds, &g.max, |threshold, max| PolicySpec::MatchRate { threshold, max })));
+        if let Some(g) = &self.matchrate {
+            let model_k: Vec<Option<usize>> = if g.model_k.is_empty() { vec![None] } else { g.model_k.iter().map(|&k| Some(k)).collect() };
+            for &threshold in &g.thresholds {
+                out.extend(product(&g.max, &model_k, |max, model_k| PolicySpec::MatchRate { threshold, max, model_k }));
+            }
+        }
         out.extend(self.oracle.iter().map(|_| PolicySpec::Oracle));
         out
     }
@@ -394,8 +410,8 @@ mod tests {
         // Prompt lookup under fixed K and the dynamic schedule, both schedulers.
         let lookup: MethodGrid = toml::from_str("drafters.lookup = { ngrams = [[1, 3], [2, 2]] }\npolicies.fixed = { k = [8] }\nschedulers.dsi = { servers = [2] }").unwrap();
         assert_eq!(lookup.expand().unwrap().iter().map(MethodSpec::key).collect::<Vec<_>>(), ["lookup n=1..3 | dsi SP=2 k=8", "lookup n=2..2 | dsi SP=2 k=8"]);
-        let rate: MethodGrid = toml::from_str("drafters.hybrid = { ngrams = [[2, 4]] }\npolicies.matchrate = { thresholds = [0.2, 0.4], max = [16] }").unwrap();
-        assert_eq!(rate.expand().unwrap().iter().map(MethodSpec::key).collect::<Vec<_>>(), ["lookup+draft n=2..4 | matchrate 0.2 [1,16]", "lookup+draft n=2..4 | matchrate 0.4 [1,16]"]);
+        let rate: MethodGrid = toml::from_str("drafters.hybrid = { ngrams = [[2, 4]] }\npolicies.matchrate = { thresholds = [0.2, 0.4], max = [16], model_k = [4] }").unwrap();
+        assert_eq!(rate.expand().unwrap().iter().map(MethodSpec::key).collect::<Vec<_>>(), ["lookup+draft n=2..4 | matchrate 0.2 [1,16] model K=4", "lookup+draft n=2..4 | matchrate 0.4 [1,16] model K=4"]);
         let mixed: MethodGrid = toml::from_str("drafters.lookup = { ngrams = [[1, 3]] }\npolicies.confidence = { thresholds = [0.5] }").unwrap();
         assert!(format!("{:#}", mixed.expand().unwrap_err()).contains("use fixed, dynamic, bandit or matchrate"));
         // Plain and sequential are the defaults of their axes.

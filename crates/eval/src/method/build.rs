@@ -62,7 +62,7 @@ impl MethodSpec {
             PolicySpec::Svip { threshold, max } => Box::new(SvipPolicy { threshold: *threshold as f32, max_candidates: *max }),
             PolicySpec::AdaEdl { lambda, gamma, max } => Box::new(AdaEdlPolicy::new(AdaEdlParams { lambda: *lambda, gamma: *gamma, max_candidates: *max, ..AdaEdlParams::DEFAULT })),
             PolicySpec::Bandit { arms } => Box::new(BanditK::new(arms.clone(), BanditK::EXPLORATION)),
-            PolicySpec::MatchRate { threshold, max } => Box::new(MatchRatePolicy::new(*threshold, *max)),
+            PolicySpec::MatchRate { threshold, max, model_k } => Box::new(MatchRatePolicy::with_model_k(*threshold, *max, *model_k)),
             PolicySpec::Oracle => bail!("the oracle needs the AR output in advance: it can only be replayed (specx eval replay)"),
         })
     }

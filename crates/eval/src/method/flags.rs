@@ -69,7 +69,8 @@ pub enum PolicyKind {
     Bandit,
     /// For prompt lookup: draft while the estimated chance that every candidate so far is
     /// accepted (a match: this request's acceptance of its n-gram size; a draft model's
-    /// token: its confidence) is at least --threshold [0.3]; --max [16].
+    /// token: its confidence) is at least --threshold [0.3]; --max [16]; with the hybrid
+    /// drafter, --k makes its draft-model rounds draft K.
     Matchrate,
 }
 
@@ -268,8 +269,8 @@ impl MethodArgs {
             unused(self.head.is_some(), "--head", "the head policy")?;
             unused(self.min.is_some(), "--min", "the head or confidence policy")?;
         }
-        if !matches!(policy, PolicyKind::Fixed | PolicyKind::Dynamic) {
-            unused(self.k.is_some(), "--k", "the fixed-K or dynamic policy")?;
+        if !matches!(policy, PolicyKind::Fixed | PolicyKind::Dynamic | PolicyKind::Matchrate) {
+            unused(self.k.is_some(), "--k", "the fixed-K, dynamic or matchrate policy")?;
         }
         let policy = match policy {
             PolicyKind::Fixed => {
@@ -296,7 +297,7 @@ impl MethodArgs {
             }
             PolicyKind::Svip => PolicySpec::Svip { threshold: threshold(0.3), max: max_or(40) },
             PolicyKind::Adaedl => PolicySpec::AdaEdl { lambda: threshold(0.7), gamma: 0.2, max: max_or(16) },
-            PolicyKind::Matchrate => PolicySpec::MatchRate { threshold: threshold(0.3), max: max_or(16) },
+            PolicyKind::Matchrate => PolicySpec::MatchRate { threshold: threshold(0.3), max: max_or(16), model_k: self.k },
             PolicyKind::Bandit => {
                 unused(self.threshold.is_some(), "--threshold", "a policy with a threshold")?;
                 unused(self.max.is_some(), "--max", "a policy with a bound")?;
@@ -363,6 +364,7 @@ mod tests {
         assert_eq!(key("--drafter lookup --ngram-min 2 --ngram-max 4 --policy dynamic").unwrap(), "lookup n=2..4 | dynamic K0=5 cap=64");
         assert_eq!(key("--drafter lookup --method dsi").unwrap(), "lookup n=1..3 | dsi SP=2 k=4");
         assert_eq!(key("--drafter hybrid --policy matchrate --threshold 0.2").unwrap(), "lookup+draft n=1..3 | matchrate 0.2 [1,16]");
+        assert_eq!(key("--drafter hybrid --policy matchrate --threshold 0.2 --k 4").unwrap(), "lookup+draft n=1..3 | matchrate 0.2 [1,16] model K=4");
         assert_eq!(key("--drafter hybrid --ngram-min 2 --draft-weights q4_0").unwrap(), "lookup+draft n=2..3 | specdec K=4 [draft q4_0]");
     }
 
@@ -383,6 +385,7 @@ mod tests {
         assert!(e("--ngram-max 4").contains("needs the lookup or hybrid drafter"));
         assert!(e("--drafter lookup --method confidence").contains("use fixed, dynamic, bandit or matchrate"));
         assert!(e("--drafter lookup --draft-weights q4_0").contains("runs no draft model"));
+        assert!(e("--drafter lookup --policy matchrate --k 4").contains("only the hybrid drafter has"));
         // A cheaper draft: named in the key; bad sizes and types refused before any model loads.
         assert_eq!(key("--draft-vocab 32768 --draft-weights q4_0").unwrap(), "specdec K=4 [draft v32768+q4_0]");
         assert_eq!(key("--method confidence --draft-weights q5_0").unwrap(), "confidence 0.4 [1,20] [draft q5_0]");

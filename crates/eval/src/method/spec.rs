@@ -89,9 +89,14 @@ pub enum PolicySpec {
     /// For prompt lookup: draft while the estimated chance that every candidate so far is
     /// accepted stays at least `threshold` (a looked-up candidate: this request's acceptance
     /// rate of matches of its n-gram size; a draft model's: its confidence); a weak first match
-    /// is dropped. At most `max`.
+    /// is dropped. At most `max`; the hybrid's draft-model rounds draft `model_k` when given.
     #[serde(rename = "matchrate")]
-    MatchRate { threshold: f64, max: usize },
+    MatchRate {
+        threshold: f64,
+        max: usize,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model_k: Option<usize>,
+    },
     /// SpecDec++ Theorem 4.1's oracle (stop right before each mismatch): it needs the AR
     /// output in advance, so it exists only in replays of greedy runs.
     Oracle,
@@ -140,7 +145,8 @@ impl PolicySpec {
     pub fn max_candidates(&self) -> usize {
         match self {
             Self::Fixed { k } => *k,
-            Self::Head { max, .. } | Self::Confidence { max, .. } | Self::Roc { max, .. } | Self::Svip { max, .. } | Self::AdaEdl { max, .. } | Self::MatchRate { max, .. } => *max,
+            Self::Head { max, .. } | Self::Confidence { max, .. } | Self::Roc { max, .. } | Self::Svip { max, .. } | Self::AdaEdl { max, .. } => *max,
+            Self::MatchRate { max, model_k, .. } => (*max).max(model_k.unwrap_or(0)),
             Self::PMin { n_max, .. } => *n_max,
             Self::Dynamic { cap, .. } => *cap,
             Self::Bandit { arms } => arms.iter().copied().max().unwrap_or(1),
@@ -160,7 +166,8 @@ impl PolicySpec {
             Self::Svip { threshold, max } => format!("svip {threshold} [1,{max}]"),
             Self::AdaEdl { lambda, gamma, max } => format!("adaedl lambda={lambda} gamma={gamma} [1,{max}]"),
             Self::Bandit { arms } => format!("bandit K={}", arms.iter().map(usize::to_string).collect::<Vec<_>>().join(",")),
-            Self::MatchRate { threshold, max } => format!("matchrate {threshold} [1,{max}]"),
+            Self::MatchRate { threshold, max, model_k: None } => format!("matchrate {threshold} [1,{max}]"),
+            Self::MatchRate { threshold, max, model_k: Some(k) } => format!("matchrate {threshold} [1,{max}] model K={k}"),
             Self::Oracle => "oracle".into(),
         }
     }
@@ -209,13 +216,15 @@ impl MethodSpec {
         }
     }
 
-    /// The paper a combination is grouped under: EasySpec or prompt lookup for their drafters,
-    /// DSI for its scheduler, else the stop policy's (`specdec`, `specdecpp`, `confidence`,
-    /// `roc`, `pmin`, `dynamic`, `svip`, `adaedl`, `bandit`, `oracle`).
+    /// The paper a combination is grouped under: EasySpec, prompt lookup or the hybrid for their
+    /// drafters, DSI for its scheduler, else the stop policy's (`specdec`, `specdecpp`,
+    /// `confidence`, `roc`, `pmin`, `dynamic`, `svip`, `adaedl`, `bandit`, `matchrate`,
+    /// `oracle`).
     pub fn family(&self) -> &'static str {
         match (&self.drafter, &self.scheduler, &self.policy) {
             (DrafterSpec::EasySpec { .. }, _, _) => "easyspec",
-            (DrafterSpec::Lookup { .. } | DrafterSpec::Hybrid { .. }, _, _) => "lookup",
+            (DrafterSpec::Lookup { .. }, _, _) => "lookup",
+            (DrafterSpec::Hybrid { .. }, _, _) => "hybrid",
             (_, SchedulerSpec::Dsi { .. }, _) => "dsi",
             (_, _, PolicySpec::Fixed { .. }) => "specdec",
             (_, _, PolicySpec::Head { .. }) => "specdecpp",
@@ -267,9 +276,11 @@ impl MethodSpec {
                 ensure!((0.0..=1.0).contains(lambda) && *gamma > 0.0, "{key}: need lambda in [0, 1] and gamma > 0");
                 ensure!(*max >= 1, "{key}: at most {max} candidates: need at least 1");
             }
-            PolicySpec::MatchRate { threshold, max } => {
+            PolicySpec::MatchRate { threshold, max, model_k } => {
                 ensure!((0.0..=1.0).contains(threshold), "{key}: the threshold must be in [0, 1]");
                 ensure!(*max >= 1, "{key}: at most {max} candidates: need at least 1");
+                ensure!(model_k.is_none_or(|k| k >= 1), "{key}: model K needs k >= 1");
+                ensure!(model_k.is_none() || matches!(self.drafter, DrafterSpec::Hybrid { .. }), "{key}: model K sets the draft model's rounds, which only the hybrid drafter has");
             }
             PolicySpec::Bandit { arms } => ensure!(!arms.is_empty() && arms.iter().all(|&k| k >= 1), "{key}: a bandit needs arms of at least 1 candidate"),
             PolicySpec::Oracle => {
@@ -414,7 +425,7 @@ mod tests {
         let lookup = |policy| Setting::Speculative(MethodSpec { drafter: DrafterSpec::Lookup { ngram_min: 1, ngram_max: 3 }, ..MethodSpec::plain(policy) });
         assert_eq!(lookup(PolicySpec::Fixed { k: 6 }).key(), "lookup n=1..3 | specdec K=6");
         let hybrid = MethodSpec { drafter: DrafterSpec::Hybrid { ngram_min: 2, ngram_max: 3 }, ..MethodSpec::plain(PolicySpec::Fixed { k: 4 }) };
-        assert_eq!((hybrid.key().as_str(), hybrid.family()), ("lookup+draft n=2..3 | specdec K=4", "lookup"));
+        assert_eq!((hybrid.key().as_str(), hybrid.family()), ("lookup+draft n=2..3 | specdec K=4", "hybrid"));
         assert!(lookup(PolicySpec::Dynamic { initial: 5, cap: 64 }).check_runnable().is_ok());
         assert!(e(lookup(PolicySpec::Confidence { threshold: 0.5, min: 1, max: 20 })).contains("use fixed, dynamic, bandit or matchrate"));
         let wide = MethodSpec { drafter: DrafterSpec::Lookup { ngram_min: 3, ngram_max: 2 }, ..MethodSpec::plain(PolicySpec::Fixed { k: 2 }) };

@@ -16,25 +16,35 @@
 //!   shows no rejection), shrunk with weight `w = 2` towards the rate `r` of all sizes pooled,
 //!   itself `(a + 1) / (a + j + 2)` (one accepted and one rejected candidate of prior);
 //! - a candidate the draft model drew (the hybrid drafter's other rounds): the draft's
-//!   confidence in it ([`DraftStep::confidence`]).
+//!   confidence in it ([`DraftStep::confidence`]); or, with `model_k`, those rounds draft a
+//!   fixed K. A draft-model candidate costs a draft forward besides its verified row, a
+//!   looked-up one only the row, so one threshold rarely suits both: on a CPU whose draft
+//!   costs half a target step the hybrid's model rounds do best at the draft model's own
+//!   best K.
 //!
 //! A first looked-up candidate whose chance is below `threshold` is dropped: the round
 //! verifies nothing (a plain target step) and the hybrid drafter asks the draft model
-//! instead. The estimates live for one request.
+//! instead. A dropped match teaches nothing, so a size whose rate fell below the threshold
+//! would never be tried again: every [`MatchRatePolicy::PROBE_EVERY`]-th weak match of a size
+//! is verified anyway, its first candidate only (a probe), and the rate can recover. The
+//! estimates live for one request.
 
 use super::{Decision, DraftStep, RoundOutcome, StopPolicy};
 use anyhow::Result;
 
 /// Drafts while the estimated chance that every candidate so far is accepted is at least
-/// `threshold`, at most `max_candidates`.
+/// `threshold`, at most `max_candidates`; draft-model rounds draft `model_k` when given.
 #[derive(Clone, Debug)]
 pub struct MatchRatePolicy {
     pub threshold: f64,
     pub max_candidates: usize,
+    pub model_k: Option<usize>,
     /// Accepted candidates and rejections, by n-gram size (index n; 0: a filler proposed
     /// where nothing matched).
     accepted: Vec<u64>,
     rejected: Vec<u64>,
+    /// Weak matches dropped since the last probe, by n-gram size.
+    dropped: Vec<u64>,
     /// The chance that every candidate of this round so far is accepted.
     chance: f64,
 }
@@ -42,9 +52,17 @@ pub struct MatchRatePolicy {
 impl MatchRatePolicy {
     /// Pseudo-counts pulling a size's rate towards the pooled one.
     pub const SHRINK: f64 = 2.0;
+    /// One weak match of a size in this many is verified (its first candidate) instead of
+    /// dropped.
+    pub const PROBE_EVERY: u64 = 4;
 
     pub fn new(threshold: f64, max_candidates: usize) -> Self {
-        Self { threshold, max_candidates: max_candidates.max(1), accepted: Vec::new(), rejected: Vec::new(), chance: 1.0 }
+        Self::with_model_k(threshold, max_candidates, None)
+    }
+
+    /// Draft-model rounds (the hybrid's) draft `model_k` candidates when given.
+    pub fn with_model_k(threshold: f64, max_candidates: usize, model_k: Option<usize>) -> Self {
+        Self { threshold, max_candidates: max_candidates.max(1), model_k: model_k.map(|k| k.max(1)), accepted: Vec::new(), rejected: Vec::new(), dropped: Vec::new(), chance: 1.0 }
     }
 
     /// This request's estimated acceptance rate of candidates looked up from n-gram matches.
@@ -60,19 +78,34 @@ impl StopPolicy for MatchRatePolicy {
     fn begin_request(&mut self) {
         self.accepted.clear();
         self.rejected.clear();
+        self.dropped.clear();
     }
     fn begin_round(&mut self) {
         self.chance = 1.0;
     }
     fn decide(&mut self, step: &DraftStep) -> Result<Decision> {
+        if let (None, Some(k)) = (step.ngram, self.model_k) {
+            return Ok(if step.index >= k { Decision::Stop } else { Decision::Continue });
+        }
         let p = match step.ngram {
             Some(n) => self.rate(n),
             None => f64::from(step.confidence),
         };
         self.chance *= p;
-        Ok(if step.index == 1 && step.ngram.is_some() && self.chance < self.threshold {
-            Decision::Drop
-        } else if step.index >= self.max_candidates || self.chance < self.threshold {
+        if let (1, Some(n)) = (step.index, step.ngram) {
+            if self.chance < self.threshold {
+                if self.dropped.len() <= n {
+                    self.dropped.resize(n + 1, 0);
+                }
+                self.dropped[n] += 1;
+                if self.dropped[n] < Self::PROBE_EVERY {
+                    return Ok(Decision::Drop);
+                }
+                self.dropped[n] = 0;
+                return Ok(Decision::Stop);
+            }
+        }
+        Ok(if step.index >= self.max_candidates || self.chance < self.threshold {
             Decision::Stop
         } else {
             Decision::Continue
@@ -92,7 +125,7 @@ impl StopPolicy for MatchRatePolicy {
         }
     }
     fn max_candidates(&self) -> usize {
-        self.max_candidates
+        self.max_candidates.max(self.model_k.unwrap_or(0))
     }
 }
 
@@ -142,7 +175,11 @@ mod tests {
             p.end_round(&outcome(1, 2, 0));
         }
         assert!(p.rate(1) < 0.3 && p.rate(3) > 0.9, "{} {}", p.rate(1), p.rate(3));
-        assert_eq!(round(&mut p, Some(1), 1.0, 16), [Decision::Drop], "a weak first match is dropped");
+        for _ in 0..MatchRatePolicy::PROBE_EVERY - 1 {
+            assert_eq!(round(&mut p, Some(1), 1.0, 16), [Decision::Drop], "a weak first match is dropped");
+        }
+        assert_eq!(round(&mut p, Some(1), 1.0, 16), [Decision::Stop], "every fourth weak match is verified, one candidate");
+        assert_eq!(round(&mut p, Some(1), 1.0, 16), [Decision::Drop], "and the count starts again");
         p.begin_request();
         assert_eq!(p.rate(1), 0.5, "estimates live for one request");
     }
@@ -157,6 +194,13 @@ mod tests {
         assert_eq!(round(&mut p, None, 0.1, 16), [Decision::Stop]);
         p.end_round(&RoundOutcome { drafted: 4, accepted: 0, committed: 1, seconds: 1.0, ngram: None });
         assert_eq!(p.rate(2), 0.5);
+        // With model_k, draft-model rounds draft exactly K whatever the confidence.
+        let mut p = MatchRatePolicy::with_model_k(0.3, 16, Some(4));
+        p.begin_request();
+        assert_eq!(round(&mut p, None, 0.1, 16).len(), 4);
+        assert_eq!(round(&mut p, None, 1.0, 16).len(), 4);
+        assert_eq!(round(&mut p, Some(3), 1.0, 16), [Decision::Continue, Decision::Stop], "matches keep their rule");
+        assert_eq!((p.max_candidates(), MatchRatePolicy::with_model_k(0.3, 2, Some(4)).max_candidates()), (16, 4));
     }
 
     #[test]
