@@ -104,6 +104,26 @@ fn a_residual_that_keeps_the_rejected_lookup_is_caught() {
     assert!(p < ALPHA, "a residual that keeps the rejected token went unnoticed: p = {p:.2e}");
 }
 
+/// The hybrid drafter of these tests: lookup of 2..3-grams, else `draft`.
+fn hybrid(draft: &Transformer) -> HybridDrafter<'_> {
+    HybridDrafter::new(PromptLookupDrafter::new(2, 3).unwrap(), draft)
+}
+
+/// Sampled hybrid output of `N` requests under `policy`, and the rounds drafted by lookup, by
+/// the draft model, and the matches dropped for the draft model, summed.
+fn sampled_hybrid(target: &Transformer, draft: &Transformer, policy: &mut dyn StopPolicy) -> (Vec<Vec<u32>>, [usize; 3]) {
+    let mut rounds = [0; 3];
+    let samples = (0..N as u64)
+        .map(|seed| {
+            let mut h = hybrid(draft);
+            let g = generate_speculative(target, &mut h, policy, &mut RejectionSampler, &PROMPT, &cfg(t1(), seed, LONG), &[]).unwrap();
+            rounds = [rounds[0] + h.rounds[0], rounds[1] + h.rounds[1], rounds[2] + h.dropped_matches];
+            g.tokens
+        })
+        .collect();
+    (samples, rounds)
+}
+
 /// The hybrid under the matchrate rule: a match whose first candidate the rule drops (this
 /// request's matches were rejected) is drafted by the draft model instead, so proposals come
 /// from both parts within one request.
@@ -112,15 +132,7 @@ fn sampled_hybrid_under_the_matchrate_rule_is_distributed_as_the_target() {
     let (dir, t, _) = pair(SMALL_VOCAB, 11, 12);
     let draft = noisy_draft(dir.path(), SMALL_VOCAB, 11, 0.3);
     let (target, draft) = (&t.model, &draft.model);
-    let (mut by_lookup, mut dropped) = (0, 0);
-    let samples: Vec<Vec<u32>> = (0..N as u64)
-        .map(|seed| {
-            let mut h = HybridDrafter::new(PromptLookupDrafter::new(2, 3).unwrap(), draft);
-            let g = generate_speculative(target, &mut h, &mut MatchRatePolicy::new(0.45, 6), &mut RejectionSampler, &PROMPT, &cfg(t1(), seed, LONG), &[]).unwrap();
-            (by_lookup, dropped) = (by_lookup + h.rounds[0], dropped + h.dropped_matches);
-            g.tokens
-        })
-        .collect();
+    let (samples, [by_lookup, _, dropped]) = sampled_hybrid(target, draft, &mut MatchRatePolicy::new(0.45, 6));
     assert!(by_lookup >= N / 2 && dropped >= N / 4, "rounds by lookup {by_lookup}, matches dropped for the draft model {dropped}");
     let p = sequence_chi_square_p(target, &PROMPT, &t1(), &samples);
     eprintln!("hybrid under matchrate 0.45, T=1: p = {p:.3}");
@@ -132,7 +144,7 @@ fn hybrid_drafting_is_greedy_exact_and_sampled_as_the_target() {
     let (dir, t, _) = pair(SMALL_VOCAB, 11, 12);
     let draft = noisy_draft(dir.path(), SMALL_VOCAB, 11, 0.3);
     let (target, draft) = (&t.model, &draft.model);
-    let hybrid = || HybridDrafter::new(PromptLookupDrafter::new(2, 3).unwrap(), draft);
+    let hybrid = || hybrid(draft);
     let c = cfg(greedy(), 0, 40);
     let want = generate_autoregressive(target, &PROMPT, &c, &[]).unwrap().tokens;
     let mut h = hybrid();
@@ -151,15 +163,7 @@ fn hybrid_drafting_is_greedy_exact_and_sampled_as_the_target() {
         let dsi = generate_dsi(&[target, target], &mut hybrid(), &mut rule(), &mut RejectionSampler, &PROMPT, &c, &DsiConfig::new(2, 3), &[]).unwrap();
         assert_eq!(dsi.generation.tokens, want, "DSI, matchrate {threshold} {model_k:?}");
     }
-    let (mut by_lookup, mut by_model) = (0, 0);
-    let samples: Vec<Vec<u32>> = (0..N as u64)
-        .map(|seed| {
-            let mut h = hybrid();
-            let g = generate_speculative(target, &mut h, &mut FixedK(3), &mut RejectionSampler, &PROMPT, &cfg(t1(), seed, LONG), &[]).unwrap();
-            (by_lookup, by_model) = (by_lookup + h.rounds[0], by_model + h.rounds[1]);
-            g.tokens
-        })
-        .collect();
+    let (samples, [by_lookup, by_model, _]) = sampled_hybrid(target, draft, &mut FixedK(3));
     assert!(by_lookup >= N / 2 && by_model >= N / 2, "rounds by lookup {by_lookup}, by the draft model {by_model}");
     let p = sequence_chi_square_p(target, &PROMPT, &t1(), &samples);
     eprintln!("hybrid, T=1: p = {p:.3}");

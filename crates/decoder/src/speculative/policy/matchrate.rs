@@ -29,7 +29,7 @@
 //! is verified anyway, its first candidate only (a probe), and the rate can recover. The
 //! estimates live for one request.
 
-use super::{Decision, DraftStep, RoundOutcome, StopPolicy};
+use super::{stop_if, Decision, DraftStep, RoundOutcome, StopPolicy};
 use anyhow::Result;
 
 /// Drafts while the estimated chance that every candidate so far is accepted is at least
@@ -39,14 +39,20 @@ pub struct MatchRatePolicy {
     pub threshold: f64,
     pub max_candidates: usize,
     pub model_k: Option<usize>,
-    /// Accepted candidates and rejections, by n-gram size (index n; 0: a filler proposed
-    /// where nothing matched).
-    accepted: Vec<u64>,
-    rejected: Vec<u64>,
-    /// Weak matches dropped since the last probe, by n-gram size.
-    dropped: Vec<u64>,
+    /// This request's counts by n-gram size (index n; 0: a filler proposed where nothing
+    /// matched).
+    sizes: Vec<SizeCounts>,
     /// The chance that every candidate of this round so far is accepted.
     chance: f64,
+}
+
+/// What one n-gram size's matches did in this request.
+#[derive(Clone, Copy, Debug, Default)]
+struct SizeCounts {
+    accepted: u64,
+    rejected: u64,
+    /// Weak matches dropped since the last probe.
+    dropped: u64,
 }
 
 impl MatchRatePolicy {
@@ -62,30 +68,36 @@ impl MatchRatePolicy {
 
     /// Draft-model rounds (the hybrid's) draft `model_k` candidates when given.
     pub fn with_model_k(threshold: f64, max_candidates: usize, model_k: Option<usize>) -> Self {
-        Self { threshold, max_candidates: max_candidates.max(1), model_k: model_k.map(|k| k.max(1)), accepted: Vec::new(), rejected: Vec::new(), dropped: Vec::new(), chance: 1.0 }
+        Self { threshold, max_candidates: max_candidates.max(1), model_k: model_k.map(|k| k.max(1)), sizes: Vec::new(), chance: 1.0 }
     }
 
     /// This request's estimated acceptance rate of candidates looked up from n-gram matches.
     pub fn rate(&self, n: usize) -> f64 {
-        let sum = |v: &[u64]| v.iter().sum::<u64>() as f64;
-        let pooled = (sum(&self.accepted) + 1.0) / (sum(&self.accepted) + sum(&self.rejected) + 2.0);
-        let (a, j) = (self.accepted.get(n).copied().unwrap_or(0) as f64, self.rejected.get(n).copied().unwrap_or(0) as f64);
-        (a + Self::SHRINK * pooled) / (a + j + Self::SHRINK)
+        let (all_a, all_j) = self.sizes.iter().fold((0, 0), |(a, j), s| (a + s.accepted, j + s.rejected));
+        let pooled = (all_a as f64 + 1.0) / ((all_a + all_j) as f64 + 2.0);
+        let s = self.sizes.get(n).copied().unwrap_or_default();
+        (s.accepted as f64 + Self::SHRINK * pooled) / ((s.accepted + s.rejected) as f64 + Self::SHRINK)
+    }
+
+    /// The counts of size `n`, made when first met.
+    fn size(&mut self, n: usize) -> &mut SizeCounts {
+        if self.sizes.len() <= n {
+            self.sizes.resize(n + 1, SizeCounts::default());
+        }
+        &mut self.sizes[n]
     }
 }
 
 impl StopPolicy for MatchRatePolicy {
     fn begin_request(&mut self) {
-        self.accepted.clear();
-        self.rejected.clear();
-        self.dropped.clear();
+        self.sizes.clear();
     }
     fn begin_round(&mut self) {
         self.chance = 1.0;
     }
     fn decide(&mut self, step: &DraftStep) -> Result<Decision> {
         if let (None, Some(k)) = (step.ngram, self.model_k) {
-            return Ok(if step.index >= k { Decision::Stop } else { Decision::Continue });
+            return Ok(stop_if(step.index >= k));
         }
         let p = match step.ngram {
             Some(n) => self.rate(n),
@@ -94,34 +106,25 @@ impl StopPolicy for MatchRatePolicy {
         self.chance *= p;
         if let (1, Some(n)) = (step.index, step.ngram) {
             if self.chance < self.threshold {
-                if self.dropped.len() <= n {
-                    self.dropped.resize(n + 1, 0);
-                }
-                self.dropped[n] += 1;
-                if self.dropped[n] < Self::PROBE_EVERY {
+                let size = self.size(n);
+                size.dropped += 1;
+                if size.dropped < Self::PROBE_EVERY {
                     return Ok(Decision::Drop);
                 }
-                self.dropped[n] = 0;
+                size.dropped = 0;
                 return Ok(Decision::Stop);
             }
         }
-        Ok(if step.index >= self.max_candidates || self.chance < self.threshold {
-            Decision::Stop
-        } else {
-            Decision::Continue
-        })
+        Ok(stop_if(step.index >= self.max_candidates || self.chance < self.threshold))
     }
     fn end_round(&mut self, o: &RoundOutcome) {
         let Some(n) = o.ngram else { return };
-        if self.accepted.len() <= n {
-            self.accepted.resize(n + 1, 0);
-            self.rejected.resize(n + 1, 0);
-        }
-        self.accepted[n] += o.accepted as u64;
+        let size = self.size(n);
+        size.accepted += o.accepted as u64;
         // A rejection shows as a correction committed after fewer accepted than drafted (the
         // end of the budget can also cut a round short, committing nothing more).
         if o.accepted < o.drafted && o.committed > o.accepted {
-            self.rejected[n] += 1;
+            size.rejected += 1;
         }
     }
     fn max_candidates(&self) -> usize {
