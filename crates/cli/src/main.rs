@@ -47,6 +47,9 @@ enum Command {
     /// Train SpecDec++ acceptance heads (weighted BCE, burn) on datagen runs; `--sweep` trains
     /// the paper's w_rej x depth grid and writes a summary table.
     Train(specx_trainer::cli::TrainArgs),
+    /// Train an EAGLE-style feature head (one decoder layer on the target's last hidden state,
+    /// sharing its embedding and output head) on datagen text; writes its learning curve.
+    TrainFeatureHead(specx_trainer::feature_cli::FeatureTrainArgs),
     /// FR-Spec's token frequency table from training text (Alpaca's train split, GSM8K's train
     /// set, optionally a code directory): the source of a draft's vocabulary subset
     /// (`--draft-vocab N`).
@@ -151,6 +154,7 @@ fn main() -> Result<()> {
         Command::Numerics(a) => specx_eval::numerics::run(a),
         Command::Datagen(a) => specx_datagen::cli::run_cli(a),
         Command::Train(a) => specx_trainer::cli::run_cli(a),
+        Command::TrainFeatureHead(a) => specx_trainer::feature_cli::run_cli(a),
         Command::TokenFreq(a) => specx_datagen::token_freq::run(&a),
         Command::Eval(a) => specx_eval::experiment::cli::run_cli(a),
         Command::Profile(a) => specx_eval::profile::run(a),

@@ -111,7 +111,7 @@ fn kill_repeatedly(args: &[String], out: &Path, phases: &[Phase], seed: u64, che
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut k = Kills::default();
     let _ = std::fs::remove_dir_all(out);
-    let mut end_chain = |k: &mut Kills| {
+    let end_chain = |k: &mut Kills| {
         check(out);
         k.chains += 1;
         std::fs::remove_dir_all(out).unwrap();

@@ -88,6 +88,12 @@ fn mixed_sequences(dir: &Path, rec: &ShardRecord) -> Result<(Vec<MixedSequence>,
     Ok((seqs, labelled_rows))
 }
 
+/// The token sequences of a shard (the prompt, then the mixed response Z) with their prompt
+/// lengths: the text a feature-level draft head trains on.
+pub fn shard_sequences(dir: &Path, rec: &ShardRecord) -> Result<Vec<(Vec<u32>, usize)>> {
+    Ok(mixed_sequences(dir, rec)?.0.into_iter().map(|s| (s.tokens, s.prompt_len)).collect())
+}
+
 /// Computes shard `rec`'s features with `draft`: `[labelled rows, hidden]` row-major, in
 /// feature-row order (no cache).
 pub fn recompute(dir: &Path, rec: &ShardRecord, draft: &Transformer) -> Result<Vec<f32>> {

@@ -99,13 +99,14 @@ pub fn run(a: DecodeArgs) -> Result<()> {
     let head = setting.head().map(|h| (h.to_string(), h.to_string()));
     let plan = ModelPlan {
         target: a.target.clone(),
-        draft: setting.spec().map(|_| a.draft.clone()),
+        draft: setting.needs_draft_model().then(|| a.draft.clone()),
         device,
         weights: a.run.weights,
         worker_devices,
         draft_devices,
         heads: head.into_iter().collect(),
         drafts: setting.spec().map(|m| m.draft.clone()).into_iter().collect(),
+        feature_heads: setting.feature_head().map(str::to_string).into_iter().collect(),
     };
     let models = Models::load(&plan)?;
     if let (Some(m), Some(d)) = (setting.spec(), &models.draft) {

@@ -6,7 +6,7 @@
 //! decodes.
 
 use crate::bench::PairArgs;
-use crate::experiment::axes::{DrafterAxis, FixedPolicies, LookupDrafters, MatchRatePolicies, MethodGrid, PolicyAxis};
+use crate::experiment::axes::{DrafterAxis, FeatureDrafters, FixedPolicies, LookupDrafters, MatchRatePolicies, MethodGrid, PolicyAxis};
 use crate::experiment::config::{BudgetConfig, EvalConfig, MethodsConfig, ModelsConfig, OutputConfig, PromptSetConfig, SpecDecGrid};
 use crate::common::stats::{grouped, mean_sd, GroupStats};
 use crate::experiment::{run as run_eval, EvalOptions};
@@ -53,7 +53,8 @@ pub struct DecodeBenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "full")]
     pub drafts: Vec<DraftTransform>,
     /// Drafters each K runs with: `plain` (the draft model), `lookup` (prompt lookup, no
-    /// draft model; the draft as loaded only), `hybrid` (lookup, else the draft model).
+    /// draft model; the draft as loaded only), `hybrid` (lookup, else the draft model),
+    /// `feature` (the EAGLE-style feature head of --feature-head; no draft model).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "plain")]
     pub drafters: Vec<BenchDrafter>,
     /// The lookup and hybrid drafters' shortest n-gram to match (as `specx decode`).
@@ -67,6 +68,10 @@ pub struct DecodeBenchArgs {
     /// beside fixed K.
     #[arg(long, value_delimiter = ',')]
     pub matchrate: Vec<f64>,
+    /// The feature drafter's head directory [default: checkpoints/feature-head of this source
+    /// tree].
+    #[arg(long, value_name = "DIR")]
+    pub feature_head: Option<PathBuf>,
     /// llama.cpp's `llama-bench` (scripts/bench-llamacpp.sh builds it, and
     /// `llama-speculative-simple` beside it): after the decodes, its generation speed on the
     /// target (`--max-new-tokens` tokens after a context of the runs' mean prompt length, 3
@@ -101,6 +106,7 @@ pub enum BenchDrafter {
     Plain,
     Lookup,
     Hybrid,
+    Feature,
 }
 
 /// The methods: fixed K for each drafter (the papers' `specdec` section when the draft model
@@ -121,6 +127,11 @@ fn methods(a: &DecodeBenchArgs) -> MethodsConfig {
     if a.drafters.contains(&BenchDrafter::Hybrid) {
         let policies = PolicyAxis { fixed: Some(fixed()), matchrate: matchrate(a.k.clone()), ..Default::default() };
         m.grid.push(MethodGrid { drafters: DrafterAxis { hybrid: lookup(), ..Default::default() }, policies, drafts: a.drafts.clone(), ..Default::default() });
+    }
+    if a.drafters.contains(&BenchDrafter::Feature) {
+        let head = a.feature_head.clone().unwrap_or_else(crate::method::models::default_feature_head_dir);
+        let policies = PolicyAxis { fixed: Some(fixed()), ..Default::default() };
+        m.grid.push(MethodGrid { drafters: DrafterAxis { feature: Some(FeatureDrafters { heads: vec![head] }), ..Default::default() }, policies, ..Default::default() });
     }
     m
 }
@@ -158,7 +169,7 @@ fn preset(a: &DecodeBenchArgs, mode: WeightMode) -> Result<EvalConfig> {
 pub fn run(a: DecodeBenchArgs) -> Result<()> {
     ensure!(!a.weights.is_empty(), "--weights needs at least one of native, f32");
     ensure!(a.n > 0, "--n must be at least 1");
-    ensure!(!a.drafters.is_empty(), "--drafters needs at least one of plain, lookup, hybrid");
+    ensure!(!a.drafters.is_empty(), "--drafters needs at least one of plain, lookup, hybrid, feature");
     let mut results = Vec::new();
     for &mode in &a.weights {
         let cfg = preset(&a, mode)?;

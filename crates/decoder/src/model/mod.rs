@@ -216,9 +216,18 @@ impl Transformer {
     /// it are never read).
     pub fn forward_scores(&self, tokens: &[u32], cache: &mut KvCache, rows: usize, cancel: Option<&std::sync::atomic::AtomicBool>) -> Result<Option<Vec<Vec<f32>>>> {
         ensure!((1..=tokens.len()).contains(&rows), "scores of {rows} rows from a forward of {} tokens", tokens.len());
-        let Some(hidden) = self.hidden_states_until(&[tokens], cache, None, cancel, &self.sequential, 1, None)? else { return Ok(None) };
-        let [b, n, h] = hidden.dims();
-        Ok(Some(tail_rows(&self.logits(hidden.slice([0..b, n - rows..n, 0..h])), rows)))
+        Ok(self.forward_scores_hidden(tokens, cache, rows, cancel, false)?.map(|(scores, _)| scores))
+    }
+
+    /// [`Transformer::forward_scores`], and with `hidden` the final hidden states of every
+    /// forwarded position, `[tokens, hidden]` row-major (what a feature-level drafter reads).
+    pub fn forward_scores_hidden(&self, tokens: &[u32], cache: &mut KvCache, rows: usize, cancel: Option<&std::sync::atomic::AtomicBool>, hidden: bool) -> Result<Option<(Vec<Vec<f32>>, Vec<f32>)>> {
+        ensure!((1..=tokens.len()).contains(&rows), "scores of {rows} rows from a forward of {} tokens", tokens.len());
+        let Some(states) = self.hidden_states_until(&[tokens], cache, None, cancel, &self.sequential, 1, None)? else { return Ok(None) };
+        let [b, n, h] = states.dims();
+        let scores = tail_rows(&self.logits(states.clone().slice([0..b, n - rows..n, 0..h])), rows);
+        let states = if hidden { states.into_data().try_to_vec::<f32>().expect("f32 model outputs") } else { Vec::new() };
+        Ok(Some((scores, states)))
     }
 
     /// Forwards several sequences of equal length at once (`cache.batch()` of them).
@@ -244,6 +253,12 @@ impl Transformer {
             None => scores,
             Some(ids) => self.full_vocabulary(scores, ids),
         }
+    }
+
+    /// The embedding table's rows of `tokens`, `[tokens, hidden]` (a feature head's token
+    /// input: the target's embedding, shared).
+    pub fn embedding_rows(&self, tokens: &[u32]) -> Result<Tensor<2>> {
+        self.embed_tokens(&[tokens])
     }
 
     /// Embeddings of the tokens of `seqs`, one after another: `[total tokens, hidden]`. Token

@@ -100,6 +100,34 @@ impl Transformer {
 }
 
 /// Rows `ids` (in that order) of a row-major matrix of `cols` values per row.
+impl Transformer {
+    /// The output head's rows of `ids` decoded to f32, `[ids, hidden]` row-major: what a
+    /// feature head trains its scores with (the head it will share at run time).
+    pub fn output_rows(&self, ids: &[u32]) -> Result<Vec<f32>> {
+        ensure!(self.vocab_subset.is_none(), "the output head is restricted to a vocabulary subset; its rows are of the full model");
+        ensure!(self.lm_head.bias.is_none(), "an output head with a bias is not a plain row lookup");
+        let vocab = self.cfg.vocab_size;
+        if let Some(&bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+            bail!("token {bad} is outside the vocabulary of {vocab}");
+        }
+        let h = self.cfg.hidden_size;
+        Ok(match &self.lm_head.proj {
+            Projection::Native(q) | Projection::Int(q) => {
+                let mut out = vec![0f32; ids.len() * h];
+                for (row, &id) in out.chunks_exact_mut(h).zip(ids) {
+                    q.decode_row(id as usize, row);
+                }
+                out
+            }
+            Projection::Host { host, .. } => gather_rows(host.as_f32(), host.cols, ids),
+            Projection::Device(blocks) => {
+                let all: Vec<f32> = blocks.iter().flat_map(|b| b.clone().into_data().try_to_vec::<f32>().expect("f32 weights")).collect();
+                gather_rows(&all, h, ids)
+            }
+        })
+    }
+}
+
 fn gather_rows(all: &[f32], cols: usize, ids: &[u32]) -> Vec<f32> {
     ids.iter().flat_map(|&t| &all[t as usize * cols..(t as usize + 1) * cols]).copied().collect()
 }

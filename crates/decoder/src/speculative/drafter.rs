@@ -30,6 +30,12 @@ pub trait Drafter {
 
     /// After verification: the first `valid` committed tokens are final; forget the rest.
     fn rollback(&mut self, valid: usize);
+
+    /// Where a drafter that reads the target's hidden states wants the target's forwards to
+    /// record them (a feature-level head); `None` for the others.
+    fn feature_tap(&self) -> Option<super::feature_tap::FeatureTap> {
+        None
+    }
 }
 
 /// A drafter's KV cache and the tokens whose keys it holds, in order (committed prefix, then

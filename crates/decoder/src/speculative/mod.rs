@@ -25,6 +25,9 @@
 //! after verification both caches are cut back to the positions whose tokens were committed.
 
 mod drafter;
+mod feature_drafter;
+mod feature_head;
+pub mod feature_tap;
 mod fuzzy;
 mod head;
 mod hybrid;
@@ -37,6 +40,8 @@ pub(crate) mod scorer;
 mod verifier;
 
 pub use drafter::{Candidate, Drafter, PlainDrafter};
+pub use feature_drafter::{FeatureDraft, FeatureHeadDrafter};
+pub use feature_head::{causal_mask_after, packed_causal_mask, FeatureHead, FeatureHeadCache, FeatureHeadSpec, FEATURE_HEAD_DIM};
 pub use fuzzy::{Calibration, Compat, FuzzyDrafter};
 pub use head::{AcceptanceHead, HeadSpec};
 pub use hybrid::HybridDrafter;

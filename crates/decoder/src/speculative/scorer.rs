@@ -2,6 +2,7 @@
 //! one; each DSI worker owns one): a KV cache over the tokens it has scored, of which the
 //! longest common prefix with the next request is kept, and one forward over the rest.
 
+use super::feature_tap::{prefix_hashes, FeatureTap};
 use crate::cache::KvCache;
 use crate::model::Transformer;
 use anyhow::{ensure, Result};
@@ -12,6 +13,9 @@ pub(crate) struct TargetScorer<'m> {
     cache: KvCache,
     /// The tokens whose keys the cache holds, in order.
     fed: Vec<u32>,
+    /// Where the hidden states of forwarded positions go (a feature-level drafter's), with
+    /// the prefix hash of every fed token.
+    tap: Option<(FeatureTap, Vec<u64>)>,
 }
 
 /// Length of the longest common prefix of two token sequences.
@@ -21,7 +25,13 @@ pub(crate) fn common_prefix_len(a: &[u32], b: &[u32]) -> usize {
 
 impl<'m> TargetScorer<'m> {
     pub fn new(target: &'m Transformer) -> Self {
-        Self { target, cache: target.new_cache(1), fed: Vec::new() }
+        Self { target, cache: target.new_cache(1), fed: Vec::new(), tap: None }
+    }
+
+    /// Records the hidden states of every forwarded position into `tap` (none: nothing).
+    pub fn with_tap(mut self, tap: Option<FeatureTap>) -> Self {
+        self.tap = tap.map(|t| (t, Vec::new()));
+        self
     }
 
     /// The target's scores at the last `rows` positions of `tokens` (row `i` scores the token
@@ -34,10 +44,14 @@ impl<'m> TargetScorer<'m> {
         let keep = common_prefix_len(&self.fed, tokens).min(tokens.len() - rows);
         self.cache.truncate(keep);
         self.fed.truncate(keep);
-        let scores = self.target.forward_scores(&tokens[keep..], &mut self.cache, rows, cancel)?;
-        if scores.is_some() {
-            self.fed.extend_from_slice(&tokens[keep..]);
+        let Some((scores, states)) = self.target.forward_scores_hidden(&tokens[keep..], &mut self.cache, rows, cancel, self.tap.is_some())? else { return Ok(None) };
+        self.fed.extend_from_slice(&tokens[keep..]);
+        if let Some((tap, hashes)) = &mut self.tap {
+            hashes.truncate(keep);
+            let new = prefix_hashes(&tokens[keep..], hashes.last().copied().unwrap_or(0));
+            tap.record(&new, &states);
+            hashes.extend(new);
         }
-        Ok(scores)
+        Ok(Some(scores))
     }
 }

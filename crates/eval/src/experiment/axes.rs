@@ -7,6 +7,7 @@
 //! drafters.easyspec = { strategies = ["lp4"], calibrations = ["every_round"] }
 //! drafters.lookup = { ngrams = [[1, 3]] }                      # prompt lookup, n-gram range
 //! drafters.hybrid = { ngrams = [[2, 3]] }                      # lookup, else the draft model
+//! drafters.feature = { heads = ["../checkpoints/feature-head"] } # an EAGLE-style feature head
 //! policies.fixed = { k = [2, 4] }
 //! policies.head = { heads = ["../../checkpoints/w6-d3"], thresholds = [0.7] }
 //! policies.roc = { thresholds = [0.4], max = [20] }            # HF confidence + ROC update
@@ -68,6 +69,14 @@ pub struct DrafterAxis {
     pub lookup: Option<LookupDrafters>,
     /// Prompt lookup, else the draft model, for every `[ngram_min, ngram_max]`.
     pub hybrid: Option<LookupDrafters>,
+    /// An EAGLE-style feature head, for every head directory (`specx train-feature-head`).
+    pub feature: Option<FeatureDrafters>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureDrafters {
+    pub heads: Vec<PathBuf>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -228,7 +237,7 @@ pub fn head_name(dir: &std::path::Path) -> String {
 impl DrafterAxis {
     pub fn expand(&self) -> Vec<DrafterSpec> {
         let mut out = Vec::new();
-        if self.plain.is_some() || (self.easyspec.is_none() && self.lookup.is_none() && self.hybrid.is_none()) {
+        if self.plain.is_some() || (self.easyspec.is_none() && self.lookup.is_none() && self.hybrid.is_none() && self.feature.is_none()) {
             out.push(DrafterSpec::Plain);
         }
         if let Some(g) = &self.easyspec {
@@ -243,6 +252,9 @@ impl DrafterAxis {
         }
         if let Some(g) = &self.hybrid {
             out.extend(g.ngrams.iter().map(|&[ngram_min, ngram_max]| DrafterSpec::Hybrid { ngram_min, ngram_max }));
+        }
+        if let Some(g) = &self.feature {
+            out.extend(g.heads.iter().map(|h| DrafterSpec::Feature { head: h.to_string_lossy().into_owned() }));
         }
         out
     }
@@ -344,7 +356,7 @@ impl MethodGrid {
     }
 
     pub fn head_dirs_mut(&mut self) -> impl Iterator<Item = &mut PathBuf> {
-        self.policies.head.iter_mut().flat_map(|g| &mut g.heads)
+        self.policies.head.iter_mut().flat_map(|g| &mut g.heads).chain(self.drafters.feature.iter_mut().flat_map(|g| &mut g.heads))
     }
 
     /// Empty lists (a part given with nothing to run) are mistakes, not empty products.
@@ -355,6 +367,12 @@ impl MethodGrid {
         }
         for (name, g) in [("lookup", &self.drafters.lookup), ("hybrid", &self.drafters.hybrid)] {
             ensure!(g.as_ref().is_none_or(|g| !g.ngrams.is_empty()), "{}", empty(&format!("drafters.{name} ngrams")));
+        }
+        if let Some(g) = &self.drafters.feature {
+            ensure!(!g.heads.is_empty(), "{}", empty("drafters.feature heads"));
+            for h in &g.heads {
+                ensure!(h.join("feature-head.json").is_file(), "[[methods.grid]] feature head {} is not a feature head (no feature-head.json; `specx train-feature-head` writes one)", h.display());
+            }
         }
         if let Some(g) = &self.policies.fixed {
             ensure!(!g.k.is_empty(), "{}", empty("policies.fixed k"));

@@ -49,6 +49,10 @@ pub struct EvalManifest {
     /// ([`specx_decoder::DraftTransform::identity`]: the table by its sha256).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub draft_transforms: Vec<(String, String)>,
+    /// The feature heads the methods drafted with: name (as in method names) and the sha256
+    /// of its `feature-head.safetensors`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub feature_heads: Vec<(String, String)>,
     /// End-of-sequence ids the runs stopped at (the target's), for replays.
     pub eos_ids: Vec<u32>,
     pub prompt_sets: Vec<PromptSetRecord>,

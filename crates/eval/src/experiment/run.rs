@@ -129,6 +129,7 @@ fn model_plan(cfg: &EvalConfig, device: Placement, settings: &[Setting]) -> Resu
         draft_devices,
         heads: cfg.methods.head_dirs().into_iter().map(|d| (head_name(d), d.to_string_lossy().into_owned())).collect(),
         drafts: settings.iter().filter_map(|s| s.spec().map(|m| m.draft.clone())).collect(),
+        feature_heads: settings.iter().filter_map(|s| s.feature_head().map(str::to_string)).collect::<std::collections::BTreeSet<_>>().into_iter().collect(),
     })
 }
 
@@ -172,6 +173,13 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
         target: model_record(target)?,
         heads: head_records,
         draft_transforms: models.draft_identities(),
+        feature_heads: settings
+            .iter()
+            .filter_map(Setting::feature_head)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .map(|h| Ok((head_name(Path::new(h)), sha256_file(&Path::new(h).join("feature-head.safetensors"))?)))
+            .collect::<Result<_>>()?,
         eos_ids: target.eos_ids.clone(),
         prompt_sets: sets
             .iter()

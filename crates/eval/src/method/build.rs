@@ -6,13 +6,16 @@ use anyhow::{bail, Context, Result};
 use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::speculative::{
     generate_autoregressive, generate_dsi, generate_speculative, AcceptanceHead, AdaEdlParams, AdaEdlPolicy, BanditK, ConfidencePolicy, Drafter, DsiConfig, DsiStats, DynamicK, FixedK,
-    FuzzyDrafter, Generation, HeadPolicy, HybridDrafter, HeadRule, MatchRatePolicy, PMinPolicy, PlainDrafter, PrecomputedHead, PromptLookupDrafter, RejectionSampler, RocThreshold, SpecConfig, StopPolicy, SvipPolicy,
+    FeatureDraft, FeatureHeadDrafter, FuzzyDrafter, Generation, HeadPolicy, HybridDrafter, HeadRule, MatchRatePolicy, PMinPolicy, PlainDrafter, PrecomputedHead, PromptLookupDrafter, RejectionSampler, RocThreshold, SpecConfig, StopPolicy, SvipPolicy,
 };
 use specx_decoder::Transformer;
 use std::collections::{BTreeMap, HashMap};
 
 /// Loaded acceptance heads by name (a checkpoint directory's name).
 pub type Heads = BTreeMap<String, AcceptanceHead>;
+
+/// Loaded feature heads by the spec settings name them with (a directory, or `default`).
+pub type FeatureHeads = BTreeMap<String, FeatureDraft>;
 
 /// Where a head policy's acceptance probabilities come from: a loaded head applied to the
 /// draft's hidden states (decoding), or a replay's precomputed scores (the head's index in the
@@ -24,7 +27,20 @@ pub enum HeadBinding<'a> {
 }
 
 impl MethodSpec {
-    /// A fresh drafter over `draft` (prompt lookup does not use it).
+    /// A fresh drafter for a generation with `models`.
+    pub fn drafter_for<'m>(&self, models: &RunModels<'m>) -> Result<Box<dyn Drafter + 'm>> {
+        match &self.drafter {
+            DrafterSpec::Feature { head } => {
+                let draft = models.feature_heads.get(head).with_context(|| format!("{}: feature head '{head}' is not loaded", self.key()))?;
+                Ok(Box::new(FeatureHeadDrafter::new(models.target, draft)))
+            }
+            DrafterSpec::Lookup { .. } => self.build_drafter(models.target),
+            _ => self.build_drafter(models.draft.context("speculative methods need a draft model")?),
+        }
+    }
+
+    /// A fresh drafter over `draft` (prompt lookup does not use it). The feature head drafts
+    /// from the target's hidden states, so it is built with the target ([`MethodSpec::drafter_for`]).
     pub fn build_drafter<'m>(&self, draft: &'m Transformer) -> Result<Box<dyn Drafter + 'm>> {
         Ok(match &self.drafter {
             DrafterSpec::Plain => Box::new(PlainDrafter::new(draft)),
@@ -34,6 +50,7 @@ impl MethodSpec {
             }
             DrafterSpec::Lookup { ngram_min, ngram_max } => Box::new(PromptLookupDrafter::new(*ngram_min, *ngram_max)?),
             DrafterSpec::Hybrid { ngram_min, ngram_max } => Box::new(HybridDrafter::new(PromptLookupDrafter::new(*ngram_min, *ngram_max)?, draft)),
+            DrafterSpec::Feature { .. } => bail!("{}: the feature head drafts from the target's hidden states, which a replay of traces does not compute; run it live (specx decode, eval, bench-decode)", self.key()),
         })
     }
 
@@ -78,7 +95,9 @@ impl MethodSpec {
     /// What needs the models: the strategy covers the draft's layers and the head is loaded.
     /// Building the parts once says it before the first prompt runs.
     pub fn check_models(&self, draft: &Transformer, heads: &Heads) -> Result<()> {
-        self.build_drafter(draft)?;
+        if !matches!(self.drafter, DrafterSpec::Feature { .. }) {
+            self.build_drafter(draft)?;
+        }
         self.build_policy(heads)?;
         Ok(())
     }
@@ -92,6 +111,7 @@ pub struct RunModels<'a> {
     pub workers: &'a [&'a Transformer],
     pub draft: Option<&'a Transformer>,
     pub heads: &'a Heads,
+    pub feature_heads: &'a FeatureHeads,
 }
 
 /// One generation of `prompt` with `setting`: AR with the target alone, or the method's
@@ -100,8 +120,7 @@ pub struct RunModels<'a> {
 /// when there is one per server, else all of them share `models.target`.
 pub fn generate(setting: &Setting, models: RunModels<'_>, prompt: &[u32], cfg: &SpecConfig, eos: &[u32]) -> Result<(Generation, Option<DsiStats>)> {
     let Some(spec) = setting.spec() else { return Ok((generate_autoregressive(models.target, prompt, cfg, eos)?, None)) };
-    let draft = models.draft.context("speculative methods need a draft model")?;
-    let mut drafter = spec.build_drafter(draft)?;
+    let mut drafter = spec.drafter_for(&models)?;
     let mut policy = spec.build_policy(models.heads)?;
     match spec.dsi() {
         None => Ok((generate_speculative(models.target, drafter.as_mut(), policy.as_mut(), &mut RejectionSampler, prompt, cfg, eos)?, None)),

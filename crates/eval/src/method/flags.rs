@@ -42,6 +42,9 @@ pub enum DrafterKind {
     Lookup,
     /// Prompt lookup when the text's last n tokens occurred before, else the draft model.
     Hybrid,
+    /// An EAGLE-style feature head on the target's hidden states (--feature-head); no draft
+    /// model runs.
+    Feature,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -164,6 +167,10 @@ pub struct MethodArgs {
     /// Prompt lookup's longest n-gram to match, tried first [default: 3].
     #[arg(long)]
     pub ngram_max: Option<usize>,
+    /// The feature drafter's head: a directory written by `specx train-feature-head`, or
+    /// `default` for checkpoints/feature-head of this source tree [default: default].
+    #[arg(long)]
+    pub feature_head: Option<String>,
     #[command(flatten)]
     pub draft: DraftArgs,
 }
@@ -242,7 +249,16 @@ impl MethodArgs {
             unused(self.ngram_min.is_some() || self.ngram_max.is_some(), "--ngram-min/--ngram-max", "the lookup or hybrid drafter (--drafter lookup|hybrid)")?;
         }
         let (ngram_min, ngram_max) = (self.ngram_min.unwrap_or(1), self.ngram_max.unwrap_or(3));
+        if drafter != DrafterKind::Feature {
+            unused(self.feature_head.is_some(), "--feature-head", "the feature drafter (--drafter feature)")?;
+        }
         let drafter = match drafter {
+            DrafterKind::Feature => {
+                for (flag, given) in fuzzy_flags {
+                    unused(given, flag, "the easyspec drafter (--drafter easyspec or --method easyspec)")?;
+                }
+                DrafterSpec::Feature { head: self.feature_head.clone().unwrap_or_else(|| crate::method::models::DEFAULT_HEAD.into()) }
+            }
             DrafterKind::Plain | DrafterKind::Lookup | DrafterKind::Hybrid => {
                 for (flag, given) in fuzzy_flags {
                     unused(given, flag, "the easyspec drafter (--drafter easyspec or --method easyspec)")?;
@@ -386,6 +402,13 @@ mod tests {
         assert!(e("--drafter lookup --method confidence").contains("use fixed, dynamic, bandit or matchrate"));
         assert!(e("--drafter lookup --draft-weights q4_0").contains("runs no draft model"));
         assert!(e("--drafter lookup --policy matchrate --k 4").contains("only the hybrid drafter has"));
+        // The feature head: named in the key; no draft-model policies, no cheaper draft.
+        assert_eq!(key("--drafter feature --k 4").unwrap(), "feature default | specdec K=4");
+        assert_eq!(key("--drafter feature --feature-head runs/fh --method confidence --threshold 0.3").unwrap(), "feature fh | confidence 0.3 [1,20]");
+        assert_eq!(key("--drafter feature --method dsi").unwrap(), "feature default | dsi SP=2 k=4");
+        assert!(e("--feature-head x").contains("needs the feature drafter"));
+        assert!(e("--drafter feature --method specdecpp").contains("does not have"));
+        assert!(e("--drafter feature --draft-weights q4_0").contains("runs no draft model"));
         // A cheaper draft: named in the key; bad sizes and types refused before any model loads.
         assert_eq!(key("--draft-vocab 32768 --draft-weights q4_0").unwrap(), "specdec K=4 [draft v32768+q4_0]");
         assert_eq!(key("--method confidence --draft-weights q5_0").unwrap(), "confidence 0.4 [1,20] [draft q5_0]");

@@ -2,14 +2,14 @@
 //! main device, DSI's target workers on their devices, EasySpec's draft with its attention
 //! layers placed on devices, and the acceptance heads (each checked against the draft).
 
-use super::build::{Heads, RunModels};
+use super::build::{FeatureHeads, Heads, RunModels};
 use super::spec::{DrafterSpec, Setting};
 use anyhow::{bail, ensure, Context, Result};
 use specx_decoder::draft::check_same_transform;
 use specx_decoder::DraftTransform;
 use std::collections::BTreeMap;
 use specx_decoder::fsutil::short_hash;
-use specx_decoder::speculative::AcceptanceHead;
+use specx_decoder::speculative::{AcceptanceHead, FeatureDraft};
 use specx_decoder::{check_pair, load_model_as, load_model_split, open_device, Device, DeviceName, LoadedModel, Placement, Transformer, WeightMode};
 use std::path::{Path, PathBuf};
 
@@ -34,6 +34,9 @@ pub struct ModelPlan {
     /// Cheaper drafts the methods run (made from `draft` after loading); the draft as loaded
     /// needs no entry.
     pub drafts: Vec<DraftTransform>,
+    /// Feature heads the methods draft with: a directory, or [`DEFAULT_HEAD`] for the shipped
+    /// one (each checked against the target).
+    pub feature_heads: Vec<String>,
 }
 
 /// The loaded models of a [`ModelPlan`].
@@ -47,6 +50,7 @@ pub struct Models {
     /// The cheaper drafts of [`ModelPlan::drafts`], with their identities.
     transformed: BTreeMap<DraftTransform, (Transformer, String)>,
     pub heads: Heads,
+    pub feature_heads: FeatureHeads,
     /// The draft transform each head was trained with ([`DraftTransform::identity`]).
     head_drafts: BTreeMap<String, String>,
 }
@@ -103,7 +107,16 @@ impl Models {
             heads.insert(name.clone(), head);
             head_drafts.insert(name.clone(), transform.unwrap_or_else(|| "none".into()));
         }
-        Ok(Self { target, draft, placed_draft, replicas, transformed, heads, head_drafts })
+        let mut feature_heads = FeatureHeads::new();
+        if !plan.feature_heads.is_empty() {
+            let sha = target.weights_sha256()?;
+            for spec in &plan.feature_heads {
+                let dir = if spec == DEFAULT_HEAD { default_feature_head_dir() } else { PathBuf::from(spec) };
+                eprintln!("loading the feature head {}", dir.display());
+                feature_heads.insert(spec.clone(), FeatureDraft::load(&dir, &target.model, Some(&sha))?);
+            }
+        }
+        Ok(Self { target, draft, placed_draft, replicas, transformed, heads, feature_heads, head_drafts })
     }
 
     /// The cheaper drafts made: label and identity of each.
@@ -137,7 +150,7 @@ impl Models {
             (Some(placed), true, None) => placed,
             _ => &d.model,
         });
-        RunModels { target: &self.target.model, workers, draft, heads: &self.heads }
+        RunModels { target: &self.target.model, workers, draft, heads: &self.heads, feature_heads: &self.feature_heads }
     }
 }
 
@@ -150,6 +163,13 @@ pub const DEFAULT_HEAD: &str = "default";
 /// 0.5B/1.5B pair; its `head.json` records the data, config and metrics).
 pub fn default_head_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../checkpoints/specdecpp-default")
+}
+
+/// Where the shipped feature head lives: `checkpoints/feature-head` of the source tree (trained
+/// by `specx train-feature-head --config configs/train-feature-head.toml` for the Qwen2.5-Coder
+/// 1.5B target; its `feature-head.json` records the data, config and learning curve).
+pub fn default_feature_head_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../checkpoints/feature-head")
 }
 
 /// Loads an acceptance head: a checkpoint directory, [`DEFAULT_HEAD`], or `random[:SEED]` for

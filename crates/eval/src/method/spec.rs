@@ -53,6 +53,9 @@ pub enum DrafterSpec {
     Lookup { ngram_min: usize, ngram_max: usize },
     /// Prompt lookup when the text's last n tokens occurred before, else the draft model.
     Hybrid { ngram_min: usize, ngram_max: usize },
+    /// An EAGLE-style feature head (`head`: a directory, or `default` for the shipped one)
+    /// drafting from the target's hidden states; no draft model.
+    Feature { head: String },
 }
 
 fn is_lossless(c: &Compat) -> bool {
@@ -120,6 +123,7 @@ impl DrafterSpec {
             Self::EasySpec { .. } => "easyspec",
             Self::Lookup { .. } => "lookup",
             Self::Hybrid { .. } => "hybrid",
+            Self::Feature { .. } => "feature",
         }
     }
 }
@@ -213,6 +217,7 @@ impl MethodSpec {
             }
             DrafterSpec::Lookup { ngram_min, ngram_max } => format!("lookup n={ngram_min}..{ngram_max} | {body}"),
             DrafterSpec::Hybrid { ngram_min, ngram_max } => format!("lookup+draft n={ngram_min}..{ngram_max} | {body}"),
+            DrafterSpec::Feature { head } => format!("feature {} | {body}", crate::experiment::axes::head_name(std::path::Path::new(head))),
         }
     }
 
@@ -225,6 +230,7 @@ impl MethodSpec {
             (DrafterSpec::EasySpec { .. }, _, _) => "easyspec",
             (DrafterSpec::Lookup { .. }, _, _) => "lookup",
             (DrafterSpec::Hybrid { .. }, _, _) => "hybrid",
+            (DrafterSpec::Feature { .. }, _, _) => "feature",
             (_, SchedulerSpec::Dsi { .. }, _) => "dsi",
             (_, _, PolicySpec::Fixed { .. }) => "specdec",
             (_, _, PolicySpec::Head { .. }) => "specdecpp",
@@ -253,6 +259,16 @@ impl MethodSpec {
                 ensure!(
                     matches!(self.policy, PolicySpec::Fixed { .. } | PolicySpec::Dynamic { .. } | PolicySpec::Bandit { .. } | PolicySpec::MatchRate { .. }),
                     "{key}: the {} policy reads the draft model's probabilities or hidden state, which prompt lookup does not have; use fixed, dynamic, bandit or matchrate",
+                    self.policy.name()
+                );
+            }
+            DrafterSpec::Feature { .. } => {
+                ensure!(self.draft.is_identity(), "{key}: the feature head runs no draft model, so a cheaper draft changes nothing");
+                // An acceptance head reads the draft model's hidden states; matchrate reads
+                // n-gram matches: neither exists here.
+                ensure!(
+                    !matches!(self.policy, PolicySpec::Head { .. } | PolicySpec::MatchRate { .. } | PolicySpec::Oracle),
+                    "{key}: the {} policy needs a draft model's hidden states or n-gram matches, which the feature head does not have",
                     self.policy.name()
                 );
             }
@@ -351,6 +367,19 @@ impl Setting {
             _ => None,
         }
     }
+
+    /// The feature head a feature-drafter setting drafts with.
+    pub fn feature_head(&self) -> Option<&str> {
+        match &self.spec()?.drafter {
+            DrafterSpec::Feature { head } => Some(head),
+            _ => None,
+        }
+    }
+
+    /// Whether the setting runs a draft model (AR, prompt lookup and the feature head do not).
+    pub fn needs_draft_model(&self) -> bool {
+        self.spec().is_some_and(|m| !matches!(m.drafter, DrafterSpec::Lookup { .. } | DrafterSpec::Feature { .. }))
+    }
     /// The head's or the confidence rule's threshold.
     pub fn threshold(&self) -> Option<f64> {
         match self.spec()?.policy {
@@ -376,7 +405,7 @@ impl Setting {
     pub fn easyspec(&self) -> Option<(&str, Calibration, usize)> {
         match &self.spec()?.drafter {
             DrafterSpec::EasySpec { strategy, calibration, workers, .. } => Some((strategy, *calibration, *workers)),
-            DrafterSpec::Plain | DrafterSpec::Lookup { .. } | DrafterSpec::Hybrid { .. } => None,
+            DrafterSpec::Plain | DrafterSpec::Lookup { .. } | DrafterSpec::Hybrid { .. } | DrafterSpec::Feature { .. } => None,
         }
     }
 }

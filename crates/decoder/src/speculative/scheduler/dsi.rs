@@ -20,6 +20,7 @@ use crate::speculative::drafter::{Candidate, Drafter};
 use crate::speculative::metrics::RequestMetrics;
 use crate::speculative::policy::{RoundOutcome, StopPolicy};
 use crate::speculative::round::{Committed, Generation, SpecConfig};
+use crate::speculative::feature_tap::FeatureTap;
 use crate::speculative::scorer::{common_prefix_len, TargetScorer};
 use crate::speculative::verifier::Verifier;
 use anyhow::{anyhow, bail, ensure, Result};
@@ -93,8 +94,8 @@ enum Reply {
 }
 
 /// A target worker: its own scorer (cache), tasks in arrival order.
-fn worker_loop(target: &Transformer, worker: usize, tasks: mpsc::Receiver<Task>, replies: mpsc::Sender<Reply>) {
-    let mut scorer = TargetScorer::new(target);
+fn worker_loop(target: &Transformer, worker: usize, tap: Option<FeatureTap>, tasks: mpsc::Receiver<Task>, replies: mpsc::Sender<Reply>) {
+    let mut scorer = TargetScorer::new(target).with_tap(tap);
     for task in tasks {
         let t = Instant::now();
         if task.cancel.load(Ordering::Relaxed) {
@@ -317,7 +318,8 @@ pub fn generate_dsi(
         for (w, &target) in targets.iter().enumerate() {
             let (tx, rx) = mpsc::channel();
             let replies = reply_tx.clone();
-            std::thread::Builder::new().name(format!("dsi-target-{w}")).spawn_scoped(scope, move || worker_loop(target, w, rx, replies))?;
+            let tap = drafter.feature_tap();
+            std::thread::Builder::new().name(format!("dsi-target-{w}")).spawn_scoped(scope, move || worker_loop(target, w, tap, rx, replies))?;
             task_txs.push(tx);
         }
         drop(reply_tx);

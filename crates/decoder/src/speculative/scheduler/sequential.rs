@@ -30,7 +30,7 @@ pub fn generate_speculative(
     let t0 = Instant::now();
     let mut m = RequestMetrics::default();
     let mut c = Committed::new(prompt, cfg, eos);
-    let mut scorer = TargetScorer::new(target);
+    let mut scorer = TargetScorer::new(target).with_tap(drafter.feature_tap());
     policy.begin_request();
     // The target's scores at the next position, when known without a verification.
     let mut known = if c.finished { None } else { Some(score(&mut scorer, &c.seq, 1, &mut m)?.remove(0)) };
