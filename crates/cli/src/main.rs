@@ -154,7 +154,12 @@ fn main() -> Result<()> {
         Command::Numerics(a) => specx_eval::numerics::run(a),
         Command::Datagen(a) => specx_datagen::cli::run_cli(a),
         Command::Train(a) => specx_trainer::cli::run_cli(a),
-        Command::TrainFeatureHead(a) => specx_trainer::feature_cli::run_cli(a),
+        Command::TrainFeatureHead(a) => {
+            let dir = specx_trainer::feature_cli::run_cli(a)?;
+            let png = specx_eval::common::curve_plot::plot_feature_curve(&dir)?;
+            eprintln!("wrote {}", png.display());
+            Ok(())
+        }
         Command::TokenFreq(a) => specx_datagen::token_freq::run(&a),
         Command::Eval(a) => specx_eval::experiment::cli::run_cli(a),
         Command::Profile(a) => specx_eval::profile::run(a),

@@ -1,7 +1,7 @@
 //! `specx eval` end to end on a tiny synthetic pair over real Alpaca prompts: rows, audit,
 //! reports, resume, sharding + merge, and the errors a user meets.
 
-use specx_decoder::speculative::{AcceptanceHead, HeadSpec};
+use specx_decoder::speculative::{AcceptanceHead, FeatureHead, FeatureHeadSpec, HeadSpec};
 use specx_decoder::{default_device, load_model};
 use specx_eval::experiment::config::EvalConfig;
 use specx_eval::experiment::merge::merge;
@@ -372,6 +372,44 @@ fn lookup_and_hybrid_drafters_run_for_real_are_audited_and_replay_to_the_same_co
     let o = replay(&s.root.join("lookup"), &ReplayConfig::load(&replay_grid).unwrap(), "grid", false).unwrap();
     assert!(o.mismatches.is_empty(), "{:?}", o.mismatches);
     assert_eq!(o.compared, 3 * 8, "every greedy unit's 8 sequential lookup and hybrid settings compared");
+}
+
+#[test]
+fn the_feature_head_runs_for_real_is_audited_and_replays_to_the_same_counts() {
+    let s = setup();
+    let target = load_model(&s.root.join("target"), None, &default_device()).unwrap();
+    let c = target.model.config();
+    let spec = FeatureHeadSpec {
+        hidden_size: c.hidden_size,
+        width: 64,
+        intermediate: 64,
+        rope_theta: c.rope_theta,
+        rms_eps: c.rms_norm_eps,
+        target_model_sha256: target.weights_sha256().unwrap(),
+        vocab_size: c.vocab_size,
+        vocab_table_sha256: "synthetic".into(),
+        training: serde_json::json!({}),
+    };
+    let ids: Vec<u32> = (0..c.vocab_size as u32).collect();
+    FeatureHead::init_seeded(&spec, 4, &default_device()).unwrap().save(&s.root.join("fh"), &spec, &ids).unwrap();
+    let methods = s.config.find("[methods]").unwrap();
+    let outro = s.config.find("[output]").unwrap();
+    let axes = "drafters.feature = { heads = [\"fh\"] }\npolicies.fixed = { k = [2, 4] }\npolicies.confidence = { thresholds = [0.3], bounds = [[1, 6]] }";
+    let text = format!("{}[methods]\n[[methods.grid]]\n{axes}\nschedulers.sequential = {{}}\nschedulers.dsi = {{ servers = [2] }}\n{}", &s.config[..methods], &s.config[outro..]);
+    let cfg = load_config(&s, &text, "feature").unwrap();
+    let out = run(&cfg, &opts(None, None)).unwrap();
+    assert!(out.audit_failures.is_empty(), "{:?}", out.audit_failures);
+    let rows: Vec<&ResultRow> = out.rows.iter().filter(|r| r.setting.family() == "feature").collect();
+    assert_eq!(rows.len(), 9 * 6, "9 units x 3 policies x 2 schedulers");
+    assert!(rows.iter().all(|r| (!r.greedy() || r.identical_to_ar) && r.n_draft_calls > 0), "every feature-head row drafted, greedy ones equal to AR");
+    let manifest = std::fs::read_to_string(s.root.join("feature/manifest.json")).unwrap();
+    assert!(manifest.contains("feature_heads"), "the run records its feature head");
+    // Greedy replay: the target reads each trace once, the head drafts along the AR output.
+    let replay_grid = s.root.join("replay-feature.toml");
+    std::fs::write(&replay_grid, format!("[methods]\n[[methods.grid]]\n{axes}\n")).unwrap();
+    let o = replay(&s.root.join("feature"), &ReplayConfig::load(&replay_grid).unwrap(), "grid", false).unwrap();
+    assert!(o.mismatches.is_empty(), "{:?}", o.mismatches);
+    assert_eq!(o.compared, 3 * 3, "every greedy unit's 3 sequential feature-head settings compared");
 }
 
 #[test]

@@ -31,7 +31,8 @@ pub struct FeatureTrainArgs {
     pub no_progress: bool,
 }
 
-pub fn run_cli(a: FeatureTrainArgs) -> Result<()> {
+/// Trains as the arguments say and prints the curve; returns the output directory.
+pub fn run_cli(a: FeatureTrainArgs) -> Result<PathBuf> {
     let mut cfg = FeatureHeadConfig::read(&a.config)?;
     if let Some(out) = a.out {
         cfg.output.dir = out;
@@ -54,5 +55,5 @@ pub fn run_cli(a: FeatureTrainArgs) -> Result<()> {
         cfg.output.dir.display()
     );
     print!("{}", curve_table(&state));
-    Ok(())
+    Ok(cfg.output.dir)
 }

@@ -48,6 +48,10 @@ pub struct FeatureModelConfig {
     pub weights: WeightMode,
 }
 
+fn one() -> f64 {
+    1.0
+}
+
 fn q8() -> WeightMode {
     WeightMode::Q8
 }
@@ -79,7 +83,10 @@ pub struct FeatureOptimConfig {
     pub epochs: usize,
     /// Rows per optimiser step (whole sequences packed up to this many).
     pub batch_tokens: usize,
-    /// Weight of the cross-entropy term (EAGLE-1: 0.1); the regression term has weight 1.
+    /// Weight of the smooth-L1 regression on the next state (EAGLE-1: 1; EAGLE-3 drops it).
+    #[serde(default = "one")]
+    pub reg_weight: f64,
+    /// Weight of the cross-entropy term (EAGLE-1: 0.1).
     pub cls_weight: f64,
     /// Half-width of the uniform noise added to input features (EAGLE's augmentation
     /// against its own prediction errors), relative to each feature row's RMS.
@@ -90,7 +97,7 @@ pub struct FeatureOptimConfig {
 
 impl Default for FeatureOptimConfig {
     fn default() -> Self {
-        Self { lr: 1e-3, warmup_ratio: 0.05, epochs: 2, batch_tokens: 2048, cls_weight: 0.1, noise: 0.1, eval_every: 50 }
+        Self { lr: 1e-3, warmup_ratio: 0.05, epochs: 2, batch_tokens: 2048, reg_weight: 1.0, cls_weight: 0.1, noise: 0.1, eval_every: 50 }
     }
 }
 
@@ -116,7 +123,7 @@ impl FeatureHeadConfig {
         ensure!(self.head.width > 0 && self.head.width.is_multiple_of(specx_decoder::speculative::FEATURE_HEAD_DIM), "[head] width = {} must be a positive multiple of 64", self.head.width);
         ensure!(self.head.intermediate > 0 && self.head.vocab > 0, "[head] intermediate and vocab must be positive");
         ensure!(o.lr > 0.0 && o.epochs > 0 && o.batch_tokens > 1 && o.eval_every > 0, "[optim] lr, epochs, batch_tokens (> 1) and eval_every must be positive");
-        ensure!((0.0..1.0).contains(&o.warmup_ratio) && o.cls_weight >= 0.0 && o.noise >= 0.0, "[optim] warmup_ratio must be in [0, 1), cls_weight and noise non-negative");
+        ensure!((0.0..1.0).contains(&o.warmup_ratio) && o.reg_weight >= 0.0 && o.cls_weight >= 0.0 && o.reg_weight + o.cls_weight > 0.0 && o.noise >= 0.0, "[optim] warmup_ratio must be in [0, 1), reg_weight, cls_weight (not both 0) and noise non-negative");
         Ok(())
     }
 }

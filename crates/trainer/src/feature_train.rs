@@ -337,7 +337,7 @@ pub fn train_feature_head(cfg: &FeatureHeadConfig, opts: &FeatureTrainOptions) -
         let mut rng = SplitMix64::new(stream_seed(cfg.seed, "feature-noise", &state.steps_done.to_string()));
         let b = build_batch(&train_set, seqs, target, Some((o.noise, &mut rng)), &device)?;
         let (reg, ce, _) = losses(&head, &b, &sub_train);
-        let loss = reg + ce.mul_scalar(o.cls_weight);
+        let loss = reg.mul_scalar(o.reg_weight) + ce.mul_scalar(o.cls_weight);
         let grads = GradientsParams::from_grads(loss.backward(), &head);
         let lr = warmup_cosine(o.lr, state.steps_done, warmup, total);
         head = optim.step(lr, head, grads);

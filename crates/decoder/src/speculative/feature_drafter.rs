@@ -94,6 +94,16 @@ impl<'m> FeatureHeadDrafter<'m> {
         Self { target, draft, cache: FeatureHeadCache { keys: empty(), values: empty() }, seq: Vec::new(), exact: Vec::new(), outputs: Vec::new(), tap: FeatureTap::new() }
     }
 
+    /// Records the target's states of every prefix of `text` (one target forward over it):
+    /// what a replay does, which knows the whole committed text in advance, so that each round
+    /// finds the states a verification would have recorded.
+    pub fn read_text(&mut self, text: &[u32]) -> Result<()> {
+        let mut cache = self.target.new_cache(1);
+        let (_, states) = self.target.forward_scores_hidden(text, &mut cache, 1, None, true)?.expect("no cancel flag, never cancelled");
+        self.tap.record(&prefix_hashes(text, 0), &states);
+        Ok(())
+    }
+
     fn positions(&self) -> usize {
         self.exact.len()
     }

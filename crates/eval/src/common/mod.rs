@@ -2,6 +2,7 @@
 //! imports nothing above it): results rows and tables, statistics over prompts, timing-model
 //! fits, the profile's data and latencies, the measured machine, and PNG rendering.
 
+pub mod curve_plot;
 pub mod machine;
 pub mod plot;
 pub mod profile_data;

@@ -356,7 +356,13 @@ impl MethodGrid {
     }
 
     pub fn head_dirs_mut(&mut self) -> impl Iterator<Item = &mut PathBuf> {
-        self.policies.head.iter_mut().flat_map(|g| &mut g.heads).chain(self.drafters.feature.iter_mut().flat_map(|g| &mut g.heads))
+        self.policies.head.iter_mut().flat_map(|g| &mut g.heads)
+    }
+
+    /// The feature heads' directories (resolved against the config's directory like the
+    /// acceptance heads').
+    pub fn feature_head_dirs_mut(&mut self) -> impl Iterator<Item = &mut PathBuf> {
+        self.drafters.feature.iter_mut().flat_map(|g| &mut g.heads)
     }
 
     /// Empty lists (a part given with nothing to run) are mistakes, not empty products.

@@ -371,6 +371,9 @@ impl EvalConfig {
             for h in g.head_dirs_mut() {
                 *h = resolve_path(h, base);
             }
+            for h in g.feature_head_dirs_mut() {
+                *h = resolve_path(h, base);
+            }
         }
         if let Some(p) = self.methods.dsi.as_mut().and_then(|g| g.profile.as_mut()) {
             *p = resolve_path(p, base);

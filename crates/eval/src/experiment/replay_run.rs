@@ -9,7 +9,10 @@ use super::manifest::EvalManifest;
 use super::replay::{ReplayCosts, ReplayPolicy, TraceBuilder, TraceInput};
 use crate::common::results::{tokens_sha256, ResultRow, UnitFile};
 use crate::common::timing::{least_squares, standalone_target};
+use crate::method::build::FeatureHeads;
+use crate::method::models::{default_feature_head_dir, DEFAULT_HEAD};
 use crate::method::{load_head, DrafterSpec, Heads, MethodSpec, SchedulerSpec, Setting};
+use specx_decoder::speculative::{Drafter, FeatureDraft, FeatureHeadDrafter};
 use anyhow::{bail, ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -38,6 +41,9 @@ impl ReplayConfig {
         for h in heads {
             *h = resolve_path(h, &base);
             ensure!(h.join("head.json").is_file(), "config {}: head {} is not a head checkpoint (no head.json)", path.display(), h.display());
+        }
+        for h in cfg.methods.grid.iter_mut().flat_map(|g| g.feature_head_dirs_mut()) {
+            *h = resolve_path(h, &base);
         }
         if let Some(o) = &mut cfg.output {
             o.dir = resolve_path(&o.dir, &base);
@@ -159,12 +165,23 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     // The trace's head list and each name's index in it.
     let heads: Vec<specx_decoder::speculative::AcceptanceHead> = head_map.values().cloned().collect();
     let head_index: HashMap<String, usize> = head_map.keys().enumerate().map(|(i, name)| (name.clone(), i)).collect();
-    // Plain drafters replay from traces; EasySpec's, prompt lookup's and the hybrid drafters
-    // run live along the AR output.
+    // The target: its single-token time prices every report; a feature head reads its states.
+    let target = load_model_as(&c.target, None, &device, c.weights)?;
+    let target_sha = target.weights_sha256()?;
+    ensure!(target_sha == manifest.target.sha256, "{} changed since the run (sha256 {} now, {} then)", c.target.display(), &target_sha[..12], &manifest.target.sha256[..12]);
+    let mut feature_heads = FeatureHeads::new();
+    for head in settings.iter().filter_map(Setting::feature_head) {
+        if !feature_heads.contains_key(head) {
+            let dir = if head == DEFAULT_HEAD { default_feature_head_dir() } else { PathBuf::from(head) };
+            feature_heads.insert(head.to_string(), FeatureDraft::load(&dir, &target.model, Some(&target_sha))?);
+        }
+    }
+    // Plain drafters replay from traces; EasySpec's, prompt lookup's, the hybrid and the
+    // feature head run live along the AR output.
     let mut policies = Vec::new();
     let mut how = Vec::with_capacity(settings.len());
     for s in settings.iter().filter_map(Setting::spec) {
-        if matches!(s.drafter, DrafterSpec::EasySpec { .. } | DrafterSpec::Lookup { .. } | DrafterSpec::Hybrid { .. }) {
+        if matches!(s.drafter, DrafterSpec::EasySpec { .. } | DrafterSpec::Lookup { .. } | DrafterSpec::Hybrid { .. } | DrafterSpec::Feature { .. }) {
             ensure!(s.scheduler == SchedulerSpec::Sequential, "{}: DSI runs only for real (its timing is no sum of forwards)", s.key());
             s.check_models(&draft.model, &head_map)?;
             how.push(Replayer::Live(s.clone()));
@@ -188,7 +205,17 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
                 Replayer::Trace(p) => traces[i].replay(&mut policies[*p], &grid.costs),
                 Replayer::Live(method) => {
                     let mut policy = method.build_policy(&head_map)?;
-                    replay_with_drafter(method.build_drafter(&draft.model)?.as_mut(), policy.as_mut(), &u.prompt, &u.ar_tokens, u.rows[0].max_new_tokens, &manifest.eos_ids, &grid.costs)
+                    let mut drafter: Box<dyn Drafter> = match &method.drafter {
+                        DrafterSpec::Feature { head } => {
+                            // The target reads the whole trace once: every prefix the replay
+                            // commits is a prefix of it.
+                            let mut d = FeatureHeadDrafter::new(&target.model, &feature_heads[head]);
+                            d.read_text(&[u.prompt.as_slice(), u.ar_tokens.as_slice()].concat())?;
+                            Box::new(d)
+                        }
+                        _ => method.build_drafter(&draft.model)?,
+                    };
+                    replay_with_drafter(drafter.as_mut(), policy.as_mut(), &u.prompt, &u.ar_tokens, u.rows[0].max_new_tokens, &manifest.eos_ids, &grid.costs)
                 }
             });
             replayed_counts.push(counts.collect::<Result<Vec<_>>>().with_context(|| format!("replaying {} {}", u.unit.dataset, u.unit.prompt_id))?);
@@ -203,12 +230,7 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     let single = single_forward_seconds(&draft.model, &files[0])?;
     // Always measured: reports price counts with this pair of single-token times whatever the
     // run's wall times allow (a fit on a few noisy rows may come out negative).
-    let single_target = {
-        let target = load_model_as(&c.target, None, &device, c.weights)?;
-        let sha = target.weights_sha256()?;
-        ensure!(sha == manifest.target.sha256, "{} changed since the run (sha256 {} now, {} then)", c.target.display(), &sha[..12], &manifest.target.sha256[..12]);
-        single_forward_seconds(&target.model, &files[0])?
-    };
+    let single_target = single_forward_seconds(&target.model, &files[0])?;
     let batched = files.iter().any(|u| u.rows[0].batch > 1);
 
     let real: Vec<ResultRow> = files.iter().flat_map(|u| u.rows.clone()).collect();

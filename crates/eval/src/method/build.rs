@@ -50,7 +50,7 @@ impl MethodSpec {
             }
             DrafterSpec::Lookup { ngram_min, ngram_max } => Box::new(PromptLookupDrafter::new(*ngram_min, *ngram_max)?),
             DrafterSpec::Hybrid { ngram_min, ngram_max } => Box::new(HybridDrafter::new(PromptLookupDrafter::new(*ngram_min, *ngram_max)?, draft)),
-            DrafterSpec::Feature { .. } => bail!("{}: the feature head drafts from the target's hidden states, which a replay of traces does not compute; run it live (specx decode, eval, bench-decode)", self.key()),
+            DrafterSpec::Feature { .. } => bail!("{}: the feature head drafts from the target's hidden states: it is built with the target (drafter_for), not from the draft model", self.key()),
         })
     }
 
