@@ -1,10 +1,10 @@
 //! Drafters propose candidate tokens with the exact distributions they were sampled from.
 
-use super::policy::{Decision, DraftStep, HiddenState, LazyStats};
-use super::round::DraftRound;
+use super::policy::{Decision, DraftStep, HiddenState, LazyStats, StopPolicy};
+use super::round::{DraftRound, Streams};
 use crate::cache::KvCache;
 use crate::model::{ForwardOutput, Transformer};
-use crate::sampling::{argmax, sample_from, top_probability};
+use crate::sampling::{argmax, sample_from, top_probability, SamplingConfig};
 use anyhow::Result;
 use std::time::Instant;
 
@@ -90,25 +90,9 @@ impl DraftCache {
             let logits = out.logits_tail(1).remove(0);
             let hidden = out.hidden_tail(1).remove(0);
             metrics.n_draft_calls += 1;
-            let (c, confidence) = if sampling.is_greedy() {
-                let token = argmax(&logits);
-                (Candidate { token, q: Vec::new(), q_token: 1.0, ngram: None }, top_probability(&logits, token))
-            } else {
-                let q = sampling.probabilities(&logits);
-                let token = match pick {
-                    Pick::Sample => sample_from(&q, &mut streams.draft(committed.len() + candidates.len())),
-                    Pick::Argmax => argmax(&q),
-                };
-                let q_token = q[token as usize];
-                (Candidate { token, q_token, q, ngram: None }, q_token)
-            };
+            let (c, confidence) = draw_candidate(&logits, sampling, streams, committed.len() + candidates.len(), pick);
             metrics.draft_time += t.elapsed();
-            let step = DraftStep { index: candidates.len() + 1, token: c.token, q_token: c.q_token, confidence, ngram: None, stats: LazyStats::of_logits(&logits, c.token), hidden: HiddenState::Vector(&hidden) };
-            let decision = policy.decide(&step)?;
-            if decision == Decision::Drop && !(keep_first && candidates.is_empty()) {
-                return Ok(candidates);
-            }
-            let stop = decision != Decision::Continue || eos.contains(&c.token) || candidates.len() + 1 >= max;
+            let Some(stop) = ask_policy(policy, &c, confidence, &logits, &hidden, candidates.len(), keep_first, eos, max)? else { return Ok(candidates) };
             input = vec![c.token];
             candidates.push(c);
             if stop {
@@ -116,6 +100,37 @@ impl DraftCache {
             }
         }
     }
+}
+
+/// A candidate drawn from a draft model's scores `logits` for absolute `position`, as every
+/// model drafter draws it: the argmax when greedy (q one-hot), else from the warped `q` with the
+/// position's draft stream (or its argmax, [`Pick::Argmax`]). Returns it with the confidence
+/// the policies read.
+pub(crate) fn draw_candidate(logits: &[f32], sampling: &SamplingConfig, streams: Streams, position: usize, pick: Pick) -> (Candidate, f32) {
+    if sampling.is_greedy() {
+        let token = argmax(logits);
+        return (Candidate { token, q: Vec::new(), q_token: 1.0, ngram: None }, top_probability(logits, token));
+    }
+    let q = sampling.probabilities(logits);
+    let token = match pick {
+        Pick::Sample => sample_from(&q, &mut streams.draft(position)),
+        Pick::Argmax => argmax(&q),
+    };
+    let q_token = q[token as usize];
+    (Candidate { token, q_token, q, ngram: None }, q_token)
+}
+
+/// Asks `policy` about candidate `c` (drawn from `logits`; `hidden` the draft's state it came
+/// from), the round's `drafted + 1`-th: `None` when it is dropped (the round ends before it),
+/// else whether the round stops after it (the policy, an EOS, or `max` candidates).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn ask_policy(policy: &mut dyn StopPolicy, c: &Candidate, confidence: f32, logits: &[f32], hidden: &[f32], drafted: usize, keep_first: bool, eos: &[u32], max: usize) -> Result<Option<bool>> {
+    let step = DraftStep { index: drafted + 1, token: c.token, q_token: c.q_token, confidence, ngram: None, stats: LazyStats::of_logits(logits, c.token), hidden: HiddenState::Vector(hidden) };
+    let decision = policy.decide(&step)?;
+    if decision == Decision::Drop && !(keep_first && drafted == 0) {
+        return Ok(None);
+    }
+    Ok(Some(decision != Decision::Continue || eos.contains(&c.token) || drafted + 1 >= max))
 }
 
 /// The plain drafter: the draft model decodes autoregressively with its own KV cache.

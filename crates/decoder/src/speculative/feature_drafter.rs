@@ -16,15 +16,13 @@
 //! (zero elsewhere), warped as the target's, and each candidate is drawn from it: lossless by
 //! rejection sampling, like every drafter.
 
-use super::drafter::{Candidate, Drafter};
+use super::drafter::{ask_policy, draw_candidate, Candidate, Drafter, Pick};
 use super::feature_head::{causal_mask_after, FeatureHead, FeatureHeadCache, FeatureHeadSpec, FEATURE_HEAD_DIM};
 use super::feature_tap::{prefix_hashes, FeatureTap};
-use super::policy::{Decision, DraftStep, HiddenState, LazyStats};
 use super::round::DraftRound;
 use super::scorer::common_prefix_len;
 use crate::fsutil::short_hash;
 use crate::model::Transformer;
-use crate::sampling::{argmax, sample_from, top_probability};
 use anyhow::{ensure, Context, Result};
 use burn::tensor::{Tensor, TensorData};
 use std::path::Path;
@@ -191,22 +189,9 @@ impl Drafter for FeatureHeadDrafter<'_> {
             let t = Instant::now();
             let logits = self.draft.scores(&state)?;
             metrics.n_draft_calls += 1;
-            let (c, confidence) = if sampling.is_greedy() {
-                let token = argmax(&logits);
-                (Candidate { token, q: Vec::new(), q_token: 1.0, ngram: None }, top_probability(&logits, token))
-            } else {
-                let q = sampling.probabilities(&logits);
-                let token = sample_from(&q, &mut streams.draft(committed.len() + candidates.len()));
-                let q_token = q[token as usize];
-                (Candidate { token, q_token, q, ngram: None }, q_token)
-            };
+            let (c, confidence) = draw_candidate(&logits, sampling, streams, committed.len() + candidates.len(), Pick::Sample);
             metrics.draft_time += t.elapsed();
-            let step = DraftStep { index: candidates.len() + 1, token: c.token, q_token: c.q_token, confidence, ngram: None, stats: LazyStats::of_logits(&logits, c.token), hidden: HiddenState::Vector(&state) };
-            let decision = policy.decide(&step)?;
-            if decision == Decision::Drop && !(keep_first && candidates.is_empty()) {
-                return Ok(candidates);
-            }
-            let stop = decision != Decision::Continue || eos.contains(&c.token) || candidates.len() + 1 >= max;
+            let Some(stop) = ask_policy(policy, &c, confidence, &logits, &state, candidates.len(), keep_first, eos, max)? else { return Ok(candidates) };
             let token = c.token;
             candidates.push(c);
             if stop {
