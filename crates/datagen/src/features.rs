@@ -148,7 +148,8 @@ pub fn recompute_with(dir: &Path, rec: &ShardRecord, draft: &Transformer, stats:
     Ok((out, stat_rows))
 }
 
-fn write_cache(path: &Path, values: &[f32], width: usize, dtype: safetensors::Dtype) -> Result<()> {
+/// Writes a feature cache file: `values` (`[rows, width]`) stored as `dtype` (f16 or f32).
+pub fn write_cache(path: &Path, values: &[f32], width: usize, dtype: safetensors::Dtype) -> Result<()> {
     let bytes: Vec<u8> = match dtype {
         safetensors::Dtype::F16 => values.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect(),
         _ => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
@@ -159,7 +160,7 @@ fn write_cache(path: &Path, values: &[f32], width: usize, dtype: safetensors::Dt
 }
 
 /// A cache file if it is intact and of the expected shape.
-fn read_cache(path: &Path, rows: u64, width: usize) -> Option<Vec<f32>> {
+pub fn read_cache(path: &Path, rows: u64, width: usize) -> Option<Vec<f32>> {
     if !path.exists() {
         return None;
     }

@@ -7,10 +7,9 @@ use crate::data::{data_sha256, prompt_shards};
 use anyhow::{bail, Context, Result};
 use half::f16;
 use indicatif::{ProgressBar, ProgressStyle};
-use specx_datagen::features::{cache_dir, shard_sequences};
+use specx_datagen::features::{cache_dir, read_cache, shard_sequences, write_cache};
 use specx_datagen::manifest::Manifest;
-use specx_datagen::shard::read_features_file;
-use specx_decoder::fsutil::{short_hash, write_atomic};
+use specx_decoder::fsutil::short_hash;
 use specx_decoder::Transformer;
 use std::path::{Path, PathBuf};
 
@@ -72,14 +71,16 @@ pub fn load_feature_set(dir: &Path, prompts: Option<usize>, target: &FeatureTarg
         let seqs = shard_sequences(dir, rec).with_context(|| format!("reading shard {} of {}", rec.index, dir.display()))?;
         let rows: usize = seqs.iter().map(|(t, _)| t.len()).sum();
         let path = target.cache_path(&rec.tokens.sha256);
-        let features = match read_cache(&path, rows, hidden) {
+        let features = match read_cache(&path, rows as u64, hidden) {
             Some(f) => f,
             None => {
                 let f = compute(&seqs, target.model)?;
-                write_cache(&path, &f, hidden)?;
+                write_cache(&path, &f, hidden, safetensors::Dtype::F16)?;
                 f
             }
         };
+        // Held as f16, as cached (a freshly computed shard rounds the same way).
+        let features: Vec<f16> = features.into_iter().map(f16::from_f32).collect();
         let mut offset = 0;
         for (tokens, prompt_len) in seqs {
             let n = tokens.len();
@@ -93,7 +94,7 @@ pub fn load_feature_set(dir: &Path, prompts: Option<usize>, target: &FeatureTarg
 }
 
 /// The target's final hidden states of every position of `seqs`, one after another.
-fn compute(seqs: &[(Vec<u32>, usize)], target: &Transformer) -> Result<Vec<f16>> {
+fn compute(seqs: &[(Vec<u32>, usize)], target: &Transformer) -> Result<Vec<f32>> {
     let mut out = Vec::new();
     let mut start = 0;
     while start < seqs.len() {
@@ -106,29 +107,8 @@ fn compute(seqs: &[(Vec<u32>, usize)], target: &Transformer) -> Result<Vec<f16>>
         let mut caches: Vec<_> = seqs[start..end].iter().map(|_| target.new_cache(1)).collect();
         let mut inputs: Vec<(&[u32], &mut specx_decoder::KvCache)> = seqs[start..end].iter().map(|(t, _)| t.as_slice()).zip(caches.iter_mut()).collect();
         let h = target.forward_ragged(&mut inputs)?.into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("reading hidden states: {e:?}"))?;
-        out.extend(h.into_iter().map(f16::from_f32));
+        out.extend(h);
         start = end;
     }
     Ok(out)
-}
-
-fn write_cache(path: &Path, values: &[f16], width: usize) -> Result<()> {
-    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F16, vec![values.len() / width, width], &bytes)?;
-    std::fs::create_dir_all(cache_dir()).with_context(|| format!("creating {}", cache_dir().display()))?;
-    write_atomic(path, &safetensors::serialize([("features", view)], None)?)
-}
-
-/// A cache file if it is intact and of the expected shape.
-fn read_cache(path: &Path, rows: usize, width: usize) -> Option<Vec<f16>> {
-    if !path.exists() {
-        return None;
-    }
-    match read_features_file(path) {
-        Ok((values, w)) if w == width && values.len() == rows * width => Some(values.into_iter().map(f16::from_f32).collect()),
-        _ => {
-            eprintln!("{}: a damaged feature cache; recomputing it", path.display());
-            None
-        }
-    }
 }

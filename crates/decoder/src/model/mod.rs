@@ -215,7 +215,6 @@ impl Transformer {
     /// rejected): `Ok(None)` then, with the cache's length unchanged (keys already written past
     /// it are never read).
     pub fn forward_scores(&self, tokens: &[u32], cache: &mut KvCache, rows: usize, cancel: Option<&std::sync::atomic::AtomicBool>) -> Result<Option<Vec<Vec<f32>>>> {
-        ensure!((1..=tokens.len()).contains(&rows), "scores of {rows} rows from a forward of {} tokens", tokens.len());
         Ok(self.forward_scores_hidden(tokens, cache, rows, cancel, false)?.map(|(scores, _)| scores))
     }
 

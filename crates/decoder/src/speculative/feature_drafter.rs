@@ -161,9 +161,7 @@ impl<'m> FeatureHeadDrafter<'m> {
                 // Nothing to continue from: no forward of the target has read the prompt yet
                 // (DSI drafts before its first verification). The head needs the target's
                 // states of the prompt, so the target reads it here, once per request.
-                let mut cache = self.target.new_cache(1);
-                let (_, states) = self.target.forward_scores_hidden(&committed[..usable], &mut cache, 1, None, true)?.expect("no cancel flag, never cancelled");
-                self.tap.record(&hashes[..usable], &states);
+                self.read_text(&committed[..usable])?;
                 continue;
             }
             j = end;

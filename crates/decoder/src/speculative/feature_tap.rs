@@ -3,8 +3,12 @@
 //! keyed by a hash of the tokens up to and including that position, so a drafter finds the
 //! state of a prefix whichever forward computed it, and never one of another prefix.
 
+use crate::sampling::stream_seed;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+/// The role that sets prefix hashes apart from the random streams' seeds.
+const PREFIX_ROLE: u64 = 3;
 
 /// Hashes of every prefix of `tokens`: element `i` names `tokens[..=i]`, continuing from
 /// `seed` (the hash of the tokens before, 0 for none).
@@ -13,11 +17,8 @@ pub fn prefix_hashes(tokens: &[u32], seed: u64) -> Vec<u64> {
     tokens
         .iter()
         .map(|&t| {
-            // SplitMix64's finaliser over the running hash and the token.
-            let mut z = h ^ (t as u64).wrapping_add(0x9E37_79B9_7F4A_7C15).wrapping_add(h << 6);
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            h = z ^ (z >> 31);
+            // The random streams' splitmix64 finaliser over the running hash and the token.
+            h = stream_seed(h, t as u64, PREFIX_ROLE);
             h
         })
         .collect()
@@ -48,19 +49,6 @@ impl FeatureTap {
     /// The state of the prefix named `hash`, if a forward recorded it.
     pub fn get(&self, hash: u64) -> Option<Arc<[f32]>> {
         self.0.lock().expect("feature tap poisoned").get(&hash).cloned()
-    }
-
-    /// Forgets every state (a new request).
-    pub fn clear(&self) {
-        self.0.lock().expect("feature tap poisoned").clear();
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.lock().expect("feature tap poisoned").len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
