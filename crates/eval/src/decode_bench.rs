@@ -150,6 +150,7 @@ fn preset(a: &DecodeBenchArgs, mode: WeightMode) -> Result<EvalConfig> {
             split: "all".into(),
             split_sizes: Vec::new(),
             split_seed: 0,
+            skip: 0,
             sample: None,
             sample_seed: 0,
             optional: false,

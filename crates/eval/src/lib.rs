@@ -16,4 +16,5 @@ pub mod numerics;
 pub mod profile;
 pub use specx_decoder::report;
 pub mod sysmem;
+pub mod tune;
 pub mod reproduce;

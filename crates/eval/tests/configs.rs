@@ -176,3 +176,26 @@ fn the_documented_config_trio_for_a_new_pair_parses() {
     let keys: Vec<String> = expand(&eval.methods).unwrap().iter().map(|s| s.key()).collect();
     assert_eq!(keys, ["ar", "specdec K=2", "specdec K=4", "specdecpp mine-w6-d3 h=0.7 [2,20]", "confidence 0.4 [1,20]"]);
 }
+
+/// The tuning traces differ from the test traces in their prompts only, and hold none of them:
+/// Alpaca's train split past the prompts the heads and the acceptance dataset use, GSM8K's train
+/// file, HumanEval past the problems the committed test traces hold.
+#[test]
+fn the_tuning_traces_differ_from_the_test_traces_in_their_prompts_only() {
+    let (tune, test) = (parse("tuning-trace.toml"), parse("specdecpp-trace.toml"));
+    assert_eq!((&tune.models, &tune.budget, &tune.sampling, &tune.seeds), (&test.models, &test.budget, &test.sampling, &test.seeds));
+    for (a, b) in tune.prompts.iter().zip(&test.prompts) {
+        assert_eq!((&a.name, &a.format, &a.template, &a.chat_template), (&b.name, &b.format, &b.template, &b.chat_template));
+    }
+    let [alpaca, gsm8k, humaneval] = &tune.prompts[..] else { panic!("three sets") };
+    assert!(alpaca.split == "train" && alpaca.skip >= 1325, "Alpaca tuning prompts overlap the training data");
+    assert!(gsm8k.path.ends_with("train.jsonl"));
+    let units = dir().join("../../traces/specdecpp-trace/units/humaneval/greedy/s0");
+    let held = std::fs::read_dir(&units).unwrap().count();
+    assert!(humaneval.skip >= held && humaneval.split == "all", "HumanEval tuning problems from {} overlap the {held} test problems", humaneval.skip);
+    // The tune config reads both runs and prices with the committed q8 profile.
+    let t = specx_eval::tune::config::TuneConfig::load(&dir().join("tune-stop-rules.toml")).unwrap();
+    assert!(t.tuning.ends_with("traces/tuning-trace") && t.test.ends_with("traces/specdecpp-trace"));
+    assert!(t.costs.iter().all(|c| c.t_draft > 0.0 && c.t_target > 0.0) && t.costs[1].t_row > 0.0);
+    assert!(t.threshold_plus.is_some());
+}

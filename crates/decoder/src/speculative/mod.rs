@@ -49,7 +49,7 @@ pub use lookup::PromptLookupDrafter;
 pub use metrics::RequestMetrics;
 pub use policy::{
     AcceptanceModel, AdaEdlParams, AdaEdlPolicy, BanditK, ConfidencePolicy, Decision, DraftStats, DraftStep, DynamicK, FixedK, HeadPolicy, HeadRule, HiddenState, LazyStats, MatchRatePolicy,
-    PMinPolicy, PrecomputedHead, RocThreshold, RoundOutcome, StopPolicy, SvipPolicy, HEAD_STAT_INPUTS,
+    PMinPolicy, PrecomputedHead, RocThreshold, RoundOutcome, StopPolicy, SvipPolicy, ThresholdPlusParams, ThresholdPlusPolicy, HEAD_STAT_INPUTS,
 };
 pub use round::{DraftRound, Generation, SpecConfig, Streams};
 pub use scheduler::{generate_autoregressive, generate_dsi, generate_speculative, lookahead_for, DsiConfig, DsiGeneration, DsiStats};

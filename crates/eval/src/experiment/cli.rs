@@ -80,6 +80,16 @@ pub enum EvalCommand {
         #[arg(long)]
         no_progress: bool,
     },
+    /// Stop rules judged out of sample: every family's setting (and threshold-plus's fitted
+    /// parameters) chosen on tuning traces, per prompt set and cost model, then the test
+    /// traces replayed once with the chosen settings; speedups with per-prompt bootstrap
+    /// intervals in OUT/tune.md and tune.json. Resumes at the first unfinished prompt set.
+    Tune {
+        /// Tune config (TOML): tuning and test trace runs, candidate settings, cost models,
+        /// [threshold_plus]. See configs/eval/tune-stop-rules.toml.
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Replay the greedy units of a finished run under another method grid: exact counts
     /// from the AR outputs and the draft alone (never the target), times predicted by the
     /// run's timing model, written with the run's real rows (marked) into
@@ -126,6 +136,12 @@ pub fn run_cli(a: EvalArgs) -> Result<()> {
             let census = super::margins::margins(run_dir, !no_progress)?;
             print!("{}", super::margins::census_table(&census));
             eprintln!("written {}", run_dir.join("margins.json").display());
+            Ok(())
+        }
+        Some(EvalCommand::Tune { config }) => {
+            let cfg = crate::tune::config::TuneConfig::load(config)?;
+            crate::tune::tune(&cfg)?;
+            eprintln!("written {}", cfg.out.join("tune.md").display());
             Ok(())
         }
         Some(EvalCommand::Replay { run_dir, config, no_progress }) => {

@@ -105,6 +105,11 @@ pub struct PromptSetConfig {
     pub split_sizes: Vec<usize>,
     #[serde(default)]
     pub split_seed: u64,
+    /// Leave out the split's first this many prompts (in the order a run takes them), before
+    /// sampling: the part of a set that another run already holds, such as HumanEval's
+    /// problems past those of the committed test traces.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skip: usize,
     /// A seeded random sample of this many prompts from the split (all of them if absent).
     pub sample: Option<usize>,
     #[serde(default)]
@@ -120,6 +125,10 @@ pub struct PromptSetConfig {
     /// missing stays an error.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub optional: bool,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl PromptSetConfig {

@@ -277,6 +277,16 @@ impl<'a> TraceBuilder<'a> {
 
     /// Traces of `inputs`, with every branch look that `policies` need.
     pub fn build(&mut self, inputs: &[TraceInput], policies: &mut [ReplayPolicy], costs: &ReplayCosts) -> Result<Vec<DraftTrace>> {
+        let mut set = self.start(inputs, false)?;
+        self.complete(&mut set, policies, costs)?;
+        Ok(set.b.into_iter().map(|x| x.trace).collect())
+    }
+
+    /// The trunks of `inputs` (every look along the AR outputs), no branch yet. With
+    /// `keep_trunks` the trunks' caches stay alive so that later [`Self::complete`] calls can grow
+    /// branches for other policies (a search over parameters); else a trace's caches are
+    /// dropped once the policies of its first completion need nothing more.
+    pub fn start(&mut self, inputs: &[TraceInput], keep_trunks: bool) -> Result<TraceSet> {
         let mut b: Vec<Building> = inputs
             .iter()
             .map(|i| {
@@ -325,6 +335,12 @@ impl<'a> TraceBuilder<'a> {
                 }
             }
         }
+        Ok(TraceSet { b, keep_trunks })
+    }
+
+    /// Grows the branches of `set` until every look `policies` need is computed.
+    pub fn complete(&mut self, set: &mut TraceSet, policies: &mut [ReplayPolicy], costs: &ReplayCosts) -> Result<()> {
+        let (b, keep_trunks) = (&mut set.b, set.keep_trunks);
         // Branches: each wave extends every needed branch by one token (the lowest mismatch
         // indices first when more than `max_rows` are needed); caches of finished branches
         // and of finished traces are dropped.
@@ -336,7 +352,7 @@ impl<'a> TraceBuilder<'a> {
                     need.extend(x.trace.simulate(p, costs)?.1.into_iter().map(|(p, _)| p));
                 }
                 x.open.retain(|p, _| need.contains(p));
-                if need.is_empty() {
+                if need.is_empty() && !keep_trunks {
                     x.trunk = None;
                 }
                 wanted.extend(need.into_iter().map(|p| (ti, p)));
@@ -351,7 +367,16 @@ impl<'a> TraceBuilder<'a> {
                     let mut cache = x.trunk.as_ref().expect("a trace with needs keeps its trunk").clone();
                     cache.truncate(x.prompt_len + p);
                     let first = x.trace.path[p].as_ref().expect("mismatches are on the trunk");
-                    x.open.insert(p, (cache, first.token, first.stats));
+                    // A branch whose cache was dropped earlier grows on: its proposals are fed
+                    // again one token per forward, as they were when it grew.
+                    let mut next = (first.token, first.stats);
+                    for look in x.trace.branches.get(&p).into_iter().flatten() {
+                        let t = Instant::now();
+                        self.draft.forward(&[next.0], &mut cache)?;
+                        (self.rows, self.calls, self.time) = (self.rows + 1, self.calls + 1, self.time + t.elapsed());
+                        next = (look.token, look.stats);
+                    }
+                    x.open.insert(p, (cache, next.0, next.1));
                 }
             }
             // Borrow each wanted branch's cache mutably (distinct (trace, p) pairs).
@@ -372,6 +397,32 @@ impl<'a> TraceBuilder<'a> {
                 x.trace.branches.entry(p).or_default().push(look);
             }
         }
-        Ok(b.into_iter().map(|x| x.trace).collect())
+        Ok(())
+    }
+}
+
+/// Draft traces being built ([`TraceBuilder::start`]), with the caches that grow their branches.
+pub struct TraceSet {
+    b: Vec<Building>,
+    keep_trunks: bool,
+}
+
+impl TraceSet {
+    /// The traces as computed so far, in input order.
+    pub fn traces(&self) -> impl Iterator<Item = &DraftTrace> {
+        self.b.iter().map(|x| &x.trace)
+    }
+
+    /// The trace of input `i`.
+    pub fn trace(&self, i: usize) -> &DraftTrace {
+        &self.b[i].trace
+    }
+
+    pub fn len(&self) -> usize {
+        self.b.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.b.is_empty()
     }
 }

@@ -37,19 +37,26 @@ pub struct ReplayConfig {
 impl ReplayConfig {
     pub fn load(path: &Path) -> Result<Self> {
         let (mut cfg, base): (Self, PathBuf) = read_toml(path)?;
-        let heads = cfg.methods.specdecpp.iter_mut().flat_map(|g| &mut g.heads).chain(cfg.methods.easyspec.iter_mut().flat_map(|g| &mut g.heads)).chain(cfg.methods.grid.iter_mut().flat_map(|g| g.head_dirs_mut()));
-        for h in heads {
-            *h = resolve_path(h, &base);
-            ensure!(h.join("head.json").is_file(), "config {}: head {} is not a head checkpoint (no head.json)", path.display(), h.display());
-        }
-        for h in cfg.methods.grid.iter_mut().flat_map(|g| g.feature_head_dirs_mut()) {
-            *h = resolve_path(h, &base);
-        }
+        resolve_method_paths(&mut cfg.methods, &base, path)?;
         if let Some(o) = &mut cfg.output {
             o.dir = resolve_path(&o.dir, &base);
         }
         Ok(cfg)
     }
+}
+
+/// Resolves the head directories of `methods` against `base` (the directory of the config
+/// file `path`) and checks that each acceptance head is a checkpoint.
+pub fn resolve_method_paths(methods: &mut MethodsConfig, base: &Path, path: &Path) -> Result<()> {
+    let heads = methods.specdecpp.iter_mut().flat_map(|g| &mut g.heads).chain(methods.easyspec.iter_mut().flat_map(|g| &mut g.heads)).chain(methods.grid.iter_mut().flat_map(|g| g.head_dirs_mut()));
+    for h in heads {
+        *h = resolve_path(h, base);
+        ensure!(h.join("head.json").is_file(), "config {}: head {} is not a head checkpoint (no head.json)", path.display(), h.display());
+    }
+    for h in methods.grid.iter_mut().flat_map(|g| g.feature_head_dirs_mut()) {
+        *h = resolve_path(h, base);
+    }
+    Ok(())
 }
 
 /// Greedy units traced together (their draft forwards share ragged batches): enough rows per

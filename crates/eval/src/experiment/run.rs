@@ -37,7 +37,7 @@ pub struct EvalOptions {
     pub progress: bool,
 }
 
-/// The prompts a set selects: split, then a seeded sample, then `limit`.
+/// The prompts a set selects: split, then `skip`, then a seeded sample, then `limit`.
 pub struct SelectedSet {
     pub config: PromptSetConfig,
     /// (id, model input text) in run order.
@@ -49,6 +49,8 @@ pub fn select_sets(cfg: &EvalConfig, limit: Option<usize>) -> Result<Vec<Selecte
     let mut out = Vec::new();
     for set in &cfg.prompts {
         let (mut prompts, rows_in_file) = select_from(&set.as_prompts_config()).with_context(|| format!("prompt set '{}'", set.name))?;
+        ensure!(set.skip == 0 || set.skip < prompts.len(), "prompt set '{}': skip = {}, but split '{}' of {} has {} prompts", set.name, set.skip, set.split, set.path.display(), prompts.len());
+        prompts.drain(..set.skip);
         if let Some(n) = set.sample {
             ensure!(n <= prompts.len(), "prompt set '{}': sample = {n}, but split '{}' of {} has {} prompts", set.name, set.split, set.path.display(), prompts.len());
             SplitMix64::new(set.sample_seed).shuffle(&mut prompts);

@@ -18,6 +18,7 @@ mod head;
 mod matchrate;
 mod schedule;
 mod stats;
+mod threshold_plus;
 
 pub use confidence::{ConfidencePolicy, PMinPolicy, RocThreshold};
 pub use entropy::{AdaEdlParams, AdaEdlPolicy, SvipPolicy};
@@ -25,6 +26,7 @@ pub use head::{AcceptanceModel, HeadPolicy, HeadRule, PrecomputedHead};
 pub use matchrate::MatchRatePolicy;
 pub use schedule::{BanditK, DynamicK};
 pub use stats::{DraftStats, LazyStats, HEAD_STAT_INPUTS};
+pub use threshold_plus::{ThresholdPlusParams, ThresholdPlusPolicy};
 
 use anyhow::Result;
 

@@ -49,7 +49,7 @@ pub struct Costs {
 impl Costs {
     /// Fills the times from `profile` where one is given (resolved against `base`); checks
     /// that every model prices something.
-    fn resolve(&mut self, base: &Path) -> Result<()> {
+    pub fn resolve(&mut self, base: &Path) -> Result<()> {
         if let Some(p) = &self.profile {
             anyhow::ensure!(self.t_draft == 0.0 && self.t_target == 0.0 && self.t_row == 0.0, "[[costs]] '{}': give either a profile or the times, not both", self.name);
             let path = resolve_path(p, base);

@@ -1,0 +1,82 @@
+//! The config of `specx eval tune`: the two trace runs, the candidate settings of every
+//! training-free rule and head, the cost models, and how threshold-plus is fitted.
+
+use crate::experiment::config::MethodsConfig;
+use crate::experiment::replay_run::resolve_method_paths;
+use crate::reproduce::adaptive::Costs;
+use anyhow::{ensure, Context, Result};
+use serde::{Deserialize, Serialize};
+use specx_datagen::config::{read_toml, resolve_path};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TuneConfig {
+    /// Run directory of the tuning traces (greedy AR outputs of prompts that are not test
+    /// prompts): every free parameter is chosen on them.
+    pub tuning: PathBuf,
+    /// Run directory of the test traces: replayed once, with the chosen settings only.
+    pub test: PathBuf,
+    /// The candidate settings (a `[methods]` table as in replay grids): each family's best on
+    /// the tuning traces is the one reported. Fixed K is the reference; the oracle, if listed,
+    /// is reported as the headroom.
+    pub methods: MethodsConfig,
+    /// Cost models; each picks its own settings (the best K and threshold depend on prices).
+    pub costs: Vec<Costs>,
+    /// Heads that form a family of their own (family name -> head names).
+    #[serde(default)]
+    pub head_families: BTreeMap<String, Vec<String>>,
+    /// Threshold-plus's fit (absent: not fitted).
+    pub threshold_plus: Option<ThresholdPlusFit>,
+    /// Bootstrap resamples of the prompts for every interval.
+    #[serde(default = "default_resamples")]
+    pub bootstrap: usize,
+    #[serde(default)]
+    pub seed: u64,
+    /// Where the tables, the fitted parameters and the per-set results go.
+    pub out: PathBuf,
+}
+
+fn default_resamples() -> usize {
+    2000
+}
+
+/// How threshold-plus is fitted: coordinate search from the tuned confidence threshold.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThresholdPlusFit {
+    /// Most candidates per round.
+    #[serde(default = "default_max")]
+    pub max_candidates: usize,
+    /// Passes over the coordinates (step sizes halve after each).
+    #[serde(default = "default_passes")]
+    pub passes: usize,
+}
+
+fn default_max() -> usize {
+    20
+}
+
+fn default_passes() -> usize {
+    3
+}
+
+impl TuneConfig {
+    pub fn load(path: &Path) -> Result<Self> {
+        let (mut c, base): (Self, PathBuf) = read_toml(path)?;
+        c.tuning = resolve_path(&c.tuning, &base);
+        c.test = resolve_path(&c.test, &base);
+        c.out = resolve_path(&c.out, &base);
+        resolve_method_paths(&mut c.methods, &base, path)?;
+        ensure!(!c.costs.is_empty(), "{}: give at least one [[costs]] model", path.display());
+        for costs in &mut c.costs {
+            costs.resolve(&base).with_context(|| format!("{}", path.display()))?;
+        }
+        ensure!(c.tuning != c.test, "{}: the tuning and test traces are the same run ({})", path.display(), c.test.display());
+        if let Some(f) = &c.threshold_plus {
+            ensure!(f.max_candidates >= 1 && f.passes >= 1, "{}: [threshold_plus] needs max_candidates >= 1 and passes >= 1", path.display());
+        }
+        Ok(c)
+    }
+}

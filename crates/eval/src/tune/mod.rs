@@ -1,0 +1,301 @@
+//! `specx eval tune --config configs/eval/tune-stop-rules.toml`: stop rules judged out of
+//! sample. Every free parameter (each family's setting among its candidates, the heads'
+//! thresholds and bounds, fixed K's K, threshold-plus's fitted weights) is chosen on greedy
+//! traces of tuning prompts, per prompt set and per cost model; the test traces are then
+//! replayed once, with the chosen settings only, and every speedup is reported with a
+//! per-prompt bootstrap interval. Replays are exact (the same policy objects live decoding
+//! uses, fed the draft's recorded looks: [`crate::experiment::replay`]).
+//!
+//! Each prompt set's result is written as soon as it is done (`OUT/sets/<set>.json`, with the
+//! config it was computed under), so a stopped run resumes at the next set.
+
+pub mod bootstrap;
+pub mod config;
+mod report;
+pub mod search;
+
+use crate::common::results::{tokens_sha256, UnitFile};
+use crate::experiment::grid::{expand, head_name};
+use crate::experiment::manifest::EvalManifest;
+use crate::experiment::merge::greedy_units;
+use crate::experiment::replay::{ReplayCosts, ReplayPolicy, TraceBuilder, TraceInput, TraceSet};
+use crate::method::{load_head, Heads, MethodSpec, PolicySpec};
+use crate::reproduce::adaptive::Costs;
+use anyhow::{bail, ensure, Context, Result};
+use bootstrap::{throughput, UnitCounts};
+use config::TuneConfig;
+use serde::{Deserialize, Serialize};
+use specx_decoder::speculative::{AcceptanceHead, ThresholdPlusParams, ThresholdPlusPolicy};
+use specx_decoder::{device_from_name, load_model_as, Transformer};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::Instant;
+
+/// The family whose tuned setting is every speedup's reference.
+pub const REFERENCE: &str = "specdec";
+/// The family fitted here.
+pub const THRESHOLD_PLUS: &str = "threshold-plus";
+/// The family threshold-plus starts from (and must beat).
+pub const CONFIDENCE: &str = "confidence";
+pub const ORACLE: &str = "oracle";
+
+/// One family's chosen setting at one cost model: its tuning throughput and its test counts.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RuleResult {
+    pub family: String,
+    pub setting: String,
+    /// Candidates the family had on the tuning traces.
+    pub candidates: usize,
+    pub tuning_throughput: f64,
+    /// Per test prompt, in unit order.
+    pub test: Vec<UnitCounts>,
+}
+
+/// Threshold-plus's fit at one cost model.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FitRecord {
+    pub params: ThresholdPlusParams,
+    /// Tuning throughput at the start (the tuned confidence threshold) and after the fit.
+    pub start_throughput: f64,
+    pub fitted_throughput: f64,
+    pub moves: usize,
+    pub evaluations: usize,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CostResult {
+    pub costs: Costs,
+    pub rules: Vec<RuleResult>,
+    pub threshold_plus: Option<FitRecord>,
+}
+
+/// One prompt set's results, with what they were computed from.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SetResult {
+    pub dataset: String,
+    pub config: TuneConfig,
+    pub tuning_prompts: Vec<String>,
+    pub test_prompts: Vec<String>,
+    pub results: Vec<CostResult>,
+    /// Draft rows forwarded for this set (trunks and branches, both splits) and their seconds.
+    pub draft_rows: usize,
+    pub draft_seconds: f64,
+}
+
+/// The candidate settings and the family each belongs to.
+struct Candidates {
+    settings: Vec<MethodSpec>,
+    families: Vec<String>,
+}
+
+impl Candidates {
+    fn of(cfg: &TuneConfig) -> Result<Self> {
+        let settings: Vec<MethodSpec> = expand(&cfg.methods)?.iter().filter_map(|s| s.spec().cloned()).collect();
+        ensure!(!settings.is_empty(), "the config lists no speculative setting to tune");
+        let families: Vec<String> = settings.iter().map(|m| family(m, &cfg.head_families)).collect();
+        ensure!(families.iter().any(|f| f == REFERENCE), "the candidates need fixed K (policies.fixed), the reference of every speedup");
+        ensure!(cfg.threshold_plus.is_none() || families.iter().any(|f| f == CONFIDENCE), "threshold-plus starts from the tuned confidence threshold: list policies.confidence among the candidates");
+        Ok(Self { settings, families })
+    }
+}
+
+/// A setting's family: its method's, or the head family its head is listed in.
+fn family(m: &MethodSpec, head_families: &BTreeMap<String, Vec<String>>) -> String {
+    if let PolicySpec::Head { head, .. } = &m.policy {
+        if let Some((f, _)) = head_families.iter().find(|(_, heads)| heads.contains(head)) {
+            return f.clone();
+        }
+    }
+    m.family().to_string()
+}
+
+fn replay_costs(c: &Costs) -> ReplayCosts {
+    ReplayCosts { t_draft: c.t_draft, t_target: c.t_target, t_row: c.t_row }
+}
+
+/// Every trace of `set` replayed under each policy: counts per policy, per trace.
+fn counts(builder: &mut TraceBuilder, set: &mut TraceSet, policies: &mut [ReplayPolicy], rc: &ReplayCosts) -> Result<Vec<Vec<UnitCounts>>> {
+    builder.complete(set, policies, rc)?;
+    policies.iter_mut().map(|p| set.traces().map(|t| t.replay(p, rc).map(|m| UnitCounts::of(&m))).collect()).collect()
+}
+
+/// The loaded draft and what replays need from it.
+struct Replayer<'a> {
+    draft: &'a Transformer,
+    heads: &'a [AcceptanceHead],
+    head_index: &'a HashMap<String, usize>,
+    eos: &'a [u32],
+}
+
+impl Replayer<'_> {
+    fn policies(&self, settings: &[&MethodSpec]) -> Result<Vec<ReplayPolicy>> {
+        settings.iter().map(|m| ReplayPolicy::of(m, self.head_index)).collect()
+    }
+
+    fn start(&self, builder: &mut TraceBuilder, units: &[&UnitFile]) -> Result<TraceSet> {
+        let inputs: Vec<TraceInput> = units.iter().map(|u| TraceInput { prompt: &u.prompt, ar: &u.ar_tokens, max_new_tokens: u.rows[0].max_new_tokens }).collect();
+        builder.start(&inputs, true)
+    }
+}
+
+/// Threshold-plus's throughput on `set` at `c` for each parameter vector.
+fn threshold_plus_objective(builder: &mut TraceBuilder, set: &mut TraceSet, params: &[ThresholdPlusParams], c: &Costs) -> Result<Vec<f64>> {
+    let mut policies = params.iter().map(|p| Ok(ReplayPolicy::Live(Box::new(ThresholdPlusPolicy::new(p.clone())?)))).collect::<Result<Vec<_>>>()?;
+    let all = counts(builder, set, &mut policies, &replay_costs(c))?;
+    Ok(all.iter().map(|u| throughput(u, c)).collect())
+}
+
+/// Tunes every family on one prompt set's tuning traces and replays the chosen settings on its
+/// test traces.
+fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, tuning: &[&UnitFile], test: &[&UnitFile]) -> Result<SetResult> {
+    let mut builder = TraceBuilder::new(r.draft, r.heads, r.eos);
+    let t0 = Instant::now();
+    let mut set = r.start(&mut builder, tuning)?;
+    eprintln!("{dataset}: {} tuning traces, {} trunk looks in {:.0} s", tuning.len(), builder.rows, t0.elapsed().as_secs_f64());
+    let all: Vec<&MethodSpec> = cands.settings.iter().collect();
+    let mut chosen: Vec<(Vec<(String, usize, usize, f64)>, Option<FitRecord>)> = Vec::new();
+    for c in &cfg.costs {
+        let rc = replay_costs(c);
+        let mut policies = r.policies(&all)?;
+        let tuned = counts(&mut builder, &mut set, &mut policies, &rc)?;
+        // Each family's best candidate by tuning throughput (the first on ties).
+        let mut best: BTreeMap<&str, (usize, usize, f64)> = BTreeMap::new();
+        for (i, u) in tuned.iter().enumerate() {
+            let tps = throughput(u, c);
+            let e = best.entry(&cands.families[i]).or_insert((i, 0, f64::NEG_INFINITY));
+            e.1 += 1;
+            if tps > e.2 {
+                (e.0, e.2) = (i, tps);
+            }
+        }
+        let fit = match &cfg.threshold_plus {
+            None => None,
+            Some(f) => {
+                let PolicySpec::Confidence { threshold, .. } = cands.settings[best[CONFIDENCE].0].policy else { bail!("the confidence family holds a non-confidence setting") };
+                let start = ThresholdPlusParams::confidence(threshold, f.max_candidates);
+                let steps = [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 1.0, 1.0];
+                let t = Instant::now();
+                let s = search::coordinate_search(&start.coordinates(), &steps, f.passes, |xs| threshold_plus_objective(&mut builder, &mut set, &xs.iter().map(|x| start.with_coordinates(x)).collect::<Vec<_>>(), c))?;
+                eprintln!("{dataset}, {}: threshold-plus {:.3} -> {:.3} tok/s on the tuning traces ({} moves, {} evaluations, {:.0} s)", c.name, s.start_objective, s.objective, s.moves.len(), s.evaluations, t.elapsed().as_secs_f64());
+                Some(FitRecord { params: start.with_coordinates(&s.x), start_throughput: s.start_objective, fitted_throughput: s.objective, moves: s.moves.len(), evaluations: s.evaluations })
+            }
+        };
+        chosen.push((best.into_iter().map(|(f, (i, n, tps))| (f.to_string(), i, n, tps)).collect(), fit));
+    }
+    drop(set);
+    // The test traces, once: only the chosen settings (and the oracle) are replayed.
+    let t1 = Instant::now();
+    let mut set = r.start(&mut builder, test)?;
+    let mut results = Vec::new();
+    for (c, (families, fit)) in cfg.costs.iter().zip(chosen) {
+        let rc = replay_costs(c);
+        let specs: Vec<&MethodSpec> = families.iter().map(|(_, i, _, _)| &cands.settings[*i]).collect();
+        let mut policies = r.policies(&specs)?;
+        if let Some(f) = &fit {
+            policies.push(ReplayPolicy::Live(Box::new(ThresholdPlusPolicy::new(f.params.clone())?)));
+        }
+        let mut test_counts = counts(&mut builder, &mut set, &mut policies, &rc)?.into_iter();
+        let mut rules: Vec<RuleResult> = families
+            .into_iter()
+            .zip(test_counts.by_ref())
+            .map(|((family, i, n, tps), test)| RuleResult { family, setting: cands.settings[i].key(), candidates: n, tuning_throughput: tps, test })
+            .collect();
+        if let (Some(f), Some(test)) = (&fit, test_counts.next()) {
+            rules.push(RuleResult { family: THRESHOLD_PLUS.into(), setting: "threshold-plus (fitted)".into(), candidates: f.evaluations, tuning_throughput: f.fitted_throughput, test });
+        }
+        results.push(CostResult { costs: c.clone(), rules, threshold_plus: fit });
+    }
+    eprintln!("{dataset}: {} test traces replayed in {:.0} s ({} draft rows in all)", test.len(), t1.elapsed().as_secs_f64(), builder.rows);
+    Ok(SetResult {
+        dataset: dataset.into(),
+        config: cfg.clone(),
+        tuning_prompts: tuning.iter().map(|u| u.unit.prompt_id.clone()).collect(),
+        test_prompts: test.iter().map(|u| u.unit.prompt_id.clone()).collect(),
+        results,
+        draft_rows: builder.rows,
+        draft_seconds: builder.time.as_secs_f64(),
+    })
+}
+
+/// The two runs must trace the same models with the same weights, and share no prompt.
+fn check_runs(tuning: (&EvalManifest, &[UnitFile], &Path), test: (&EvalManifest, &[UnitFile], &Path)) -> Result<()> {
+    let (a, b) = (tuning.0, test.0);
+    for (what, x, y) in [("draft", &a.draft.sha256, &b.draft.sha256), ("target", &a.target.sha256, &b.target.sha256)] {
+        ensure!(x == y, "the tuning traces ({}) and the test traces ({}) come from different {what} models (sha256 {} vs {})", tuning.2.display(), test.2.display(), &x[..12], &y[..12]);
+    }
+    ensure!(a.config.models.weights == b.config.models.weights, "the tuning traces were decoded with {:?} weights, the test traces with {:?}: greedy outputs differ between them", a.config.models.weights, b.config.models.weights);
+    ensure!(a.eos_ids == b.eos_ids, "the two runs stop at different end-of-sequence ids");
+    let seen: HashMap<String, &UnitFile> = tuning.1.iter().map(|u| (tokens_sha256(&u.prompt), u)).collect();
+    if let Some((u, t)) = test.1.iter().find_map(|u| seen.get(&tokens_sha256(&u.prompt)).map(|t| (u, t))) {
+        bail!("test prompt {} {} is also a tuning prompt ({} {}): a parameter chosen on it would be judged on it", u.unit.dataset, u.unit.prompt_id, t.unit.dataset, t.unit.prompt_id);
+    }
+    Ok(())
+}
+
+/// The units of prompt set `d`.
+fn of<'a>(units: &'a [UnitFile], d: &str) -> Vec<&'a UnitFile> {
+    units.iter().filter(|u| u.unit.dataset == d).collect()
+}
+
+/// A set's earlier result, if it was computed under this config from these prompts.
+fn finished(path: &Path, cfg: &TuneConfig, tuning: &[&UnitFile], test: &[&UnitFile]) -> Option<SetResult> {
+    let r: SetResult = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    let ids = |u: &[&UnitFile]| u.iter().map(|u| u.unit.prompt_id.clone()).collect::<Vec<_>>();
+    (r.config == *cfg && r.tuning_prompts == ids(tuning) && r.test_prompts == ids(test)).then_some(r)
+}
+
+/// Runs the protocol of `cfg` and writes its report; returns the per-set results.
+pub fn tune(cfg: &TuneConfig) -> Result<Vec<SetResult>> {
+    let cands = Candidates::of(cfg)?;
+    let (mt, ms) = (EvalManifest::read(&cfg.tuning)?, EvalManifest::read(&cfg.test)?);
+    let (tuning, test) = (greedy_units(&cfg.tuning)?, greedy_units(&cfg.test)?);
+    check_runs((&mt, &tuning, &cfg.tuning), (&ms, &test, &cfg.test))?;
+    let datasets: Vec<String> = {
+        let mut d: Vec<String> = test.iter().map(|u| u.unit.dataset.clone()).collect();
+        d.dedup();
+        d
+    };
+    for d in &datasets {
+        ensure!(!of(&tuning, d).is_empty(), "the tuning traces ({}) have no '{d}' prompts: every test set needs tuning prompts of its own kind", cfg.tuning.display());
+    }
+
+    let m = &mt.config.models;
+    let device = device_from_name(&m.device)?;
+    ensure!(m.draft.exists(), "the traces' draft model {} is gone", m.draft.display());
+    let draft = load_model_as(&m.draft, None, &device, m.weights)?;
+    let sha = draft.weights_sha256()?;
+    ensure!(sha == mt.draft.sha256, "{} changed since the traces were made (sha256 {} now, {} then)", m.draft.display(), &sha[..12], &mt.draft.sha256[..12]);
+    let mut head_map = Heads::new();
+    for dir in cfg.methods.head_dirs() {
+        let (head, transform) = load_head(&dir.to_string_lossy(), &draft, &device)?;
+        specx_decoder::draft::check_same_transform(&format!("head {}", dir.display()), transform.as_deref(), "none")?;
+        head_map.insert(head_name(dir), head);
+    }
+    let heads: Vec<AcceptanceHead> = head_map.values().cloned().collect();
+    let head_index: HashMap<String, usize> = head_map.keys().enumerate().map(|(i, n)| (n.clone(), i)).collect();
+    let r = Replayer { draft: &draft.model, heads: &heads, head_index: &head_index, eos: &mt.eos_ids };
+    // Every candidate must be replayable before hours of forwards start.
+    r.policies(&cands.settings.iter().collect::<Vec<_>>())?;
+
+    let sets_dir = cfg.out.join("sets");
+    std::fs::create_dir_all(&sets_dir).with_context(|| format!("creating {}", sets_dir.display()))?;
+    let mut out = Vec::new();
+    for d in &datasets {
+        let (tu, te) = (of(&tuning, d), of(&test, d));
+        let path = sets_dir.join(format!("{d}.json"));
+        let result = match finished(&path, cfg, &tu, &te) {
+            Some(r) => {
+                eprintln!("{d}: done earlier under this config ({}), kept", path.display());
+                r
+            }
+            None => {
+                let r = tune_set(cfg, &cands, &r, d, &tu, &te)?;
+                specx_decoder::fsutil::write_atomic(&path, serde_json::to_string(&r)?.as_bytes())?;
+                r
+            }
+        };
+        out.push(result);
+    }
+    report::write(cfg, &out)?;
+    Ok(out)
+}

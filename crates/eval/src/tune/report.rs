@@ -1,0 +1,156 @@
+//! The tables of `specx eval tune`: per cost model, every family's tuned setting judged on the
+//! test traces against the tuned fixed K and plain decoding, threshold-plus against the tuned
+//! confidence threshold and against the training-free rule the tuning traces pick, each with
+//! a per-prompt bootstrap interval; the fitted parameters as JSON.
+
+use super::bootstrap::{speedup, speedup_over_ar, throughput, Interval};
+use super::config::TuneConfig;
+use super::{CostResult, RuleResult, SetResult, CONFIDENCE, ORACLE, REFERENCE, THRESHOLD_PLUS};
+use anyhow::{Context, Result};
+use specx_decoder::fsutil::write_atomic;
+use specx_decoder::report::markdown_table;
+use std::fmt::Write as _;
+
+/// Families that are not stop rules to pick from: the reference, the oracle, and threshold-plus.
+fn training_free(family: &str) -> bool {
+    ![REFERENCE, ORACLE, THRESHOLD_PLUS].contains(&family) && !family.starts_with("specdecpp")
+}
+
+fn rule<'a>(c: &'a CostResult, family: &str) -> Option<&'a RuleResult> {
+    c.rules.iter().find(|r| r.family == family)
+}
+
+/// The training-free family with the highest tuning throughput (chosen on tuning, like
+/// everything else).
+pub fn best_training_free(c: &CostResult) -> Option<&RuleResult> {
+    c.rules.iter().filter(|r| training_free(&r.family)).max_by(|a, b| a.tuning_throughput.total_cmp(&b.tuning_throughput))
+}
+
+/// Share of the oracle's headroom over fixed K that `rule` closes on the test traces.
+fn headroom_closed(c: &CostResult, r: &RuleResult) -> Option<f64> {
+    let (k, o) = (rule(c, REFERENCE)?, rule(c, ORACLE)?);
+    let tp = |x: &RuleResult| throughput(&x.test, &c.costs);
+    Some((tp(r) - tp(k)) / (tp(o) - tp(k)))
+}
+
+fn page(cfg: &TuneConfig, sets: &[SetResult]) -> Result<String> {
+    let (b, seed) = (cfg.bootstrap, cfg.seed);
+    let mut md = String::new();
+    writeln!(md, "# Stop rules judged out of sample\n")?;
+    writeln!(md, "Every setting below was chosen on the tuning traces ({}) per prompt set and cost model, then replayed once on the test traces ({}). Speedups are throughput ratios on the test prompts (ratio of sums), with 95% percentile intervals over {b} bootstrap resamples of the prompts (seed {seed}).\n", cfg.tuning.display(), cfg.test.display())?;
+    writeln!(md, "| set | tuning prompts | test prompts |\n| --- | --- | --- |")?;
+    for s in sets {
+        writeln!(md, "| {} | {} | {} |", s.dataset, s.tuning_prompts.len(), s.test_prompts.len())?;
+    }
+    for (ci, costs) in cfg.costs.iter().enumerate() {
+        writeln!(md, "\n## {}\n", costs.name)?;
+        writeln!(md, "t_draft {} s, t_target {} s, t_row {} s.\n", costs.t_draft, costs.t_target, costs.t_row)?;
+        let families: Vec<String> = {
+            let mut f: Vec<String> = sets.iter().flat_map(|s| s.results[ci].rules.iter().map(|r| r.family.clone())).collect();
+            f.sort();
+            f.dedup();
+            f
+        };
+        let header: Vec<String> = ["rule".to_string()].into_iter().chain(sets.iter().flat_map(|s| [format!("{}: vs tuned fixed K", s.dataset), format!("{}: vs AR", s.dataset)])).collect();
+        let mut rows = Vec::new();
+        for f in &families {
+            let mut row = vec![f.clone()];
+            for s in sets {
+                let c = &s.results[ci];
+                match (rule(c, f), rule(c, REFERENCE)) {
+                    (Some(r), Some(k)) => {
+                        row.push(speedup(&r.test, &k.test, costs, b, seed).percent());
+                        row.push(speedup_over_ar(&r.test, costs, b, seed).times());
+                    }
+                    _ => row.extend(["-".into(), "-".into()]),
+                }
+            }
+            rows.push(row);
+        }
+        md.push_str(&markdown_table(&header.iter().map(String::as_str).collect::<Vec<_>>(), &rows));
+        writeln!(md, "\nThe settings the tuning traces chose (tuning throughput in tokens/s at these costs; candidates tried):\n")?;
+        let header: Vec<String> = ["rule".to_string()].into_iter().chain(sets.iter().map(|s| s.dataset.clone())).collect();
+        let rows: Vec<Vec<String>> = families
+            .iter()
+            .map(|f| {
+                let cells = sets.iter().map(|s| rule(&s.results[ci], f).map_or("-".into(), |r| format!("{} ({:.2}; {})", r.setting, r.tuning_throughput, r.candidates)));
+                [f.clone()].into_iter().chain(cells).collect()
+            })
+            .collect();
+        md.push_str(&markdown_table(&header.iter().map(String::as_str).collect::<Vec<_>>(), &rows));
+        if sets.iter().any(|s| s.results[ci].threshold_plus.is_some()) {
+            writeln!(md, "\nThreshold-plus on the test traces against the tuned confidence threshold (its starting point) and against the training-free rule the tuning traces rank first; the share of the oracle's headroom over fixed K it closes:\n")?;
+            let header = ["set", "vs confidence", "best training-free (on tuning)", "vs it", "headroom closed: threshold-plus / that rule", "tuning: start -> fitted tok/s"].map(String::from).to_vec();
+            let mut rows = Vec::new();
+            for s in sets {
+                let c = &s.results[ci];
+                let (Some(tp), Some(fit)) = (rule(c, THRESHOLD_PLUS), &c.threshold_plus) else { continue };
+                let conf = rule(c, CONFIDENCE).map_or("-".into(), |r| speedup(&tp.test, &r.test, costs, b, seed).percent());
+                let best = best_training_free(c);
+                let vs = best.map_or("-".into(), |r| speedup(&tp.test, &r.test, costs, b, seed).percent());
+                let closed = |r: Option<&RuleResult>| r.and_then(|r| headroom_closed(c, r)).map_or("-".into(), |x| format!("{:.0}%", 100.0 * x));
+                rows.push(vec![
+                    s.dataset.clone(),
+                    conf,
+                    best.map_or("-".into(), |r| r.family.clone()),
+                    vs,
+                    format!("{} / {}", closed(Some(tp)), closed(best)),
+                    format!("{:.3} -> {:.3}", fit.start_throughput, fit.fitted_throughput),
+                ]);
+            }
+            md.push_str(&markdown_table(&header.iter().map(String::as_str).collect::<Vec<_>>(), &rows));
+            writeln!(md, "\nFitted parameters (log-confidence thresholds in nats; `threshold-plus/<set>-<cost>.json`):\n")?;
+            let names = specx_decoder::speculative::ThresholdPlusParams::coordinate_names();
+            let header: Vec<String> = ["set".to_string()].into_iter().chain(names).collect();
+            let rows: Vec<Vec<String>> = sets
+                .iter()
+                .filter_map(|s| s.results[ci].threshold_plus.as_ref().map(|f| [s.dataset.clone()].into_iter().chain(f.params.coordinates().iter().map(|x| format!("{x:+.3}"))).collect()))
+                .collect();
+            md.push_str(&markdown_table(&header.iter().map(String::as_str).collect::<Vec<_>>(), &rows));
+        }
+    }
+    Ok(md)
+}
+
+/// A file-name slug of a cost model's name.
+pub fn slug(name: &str) -> String {
+    let s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
+    s.split('-').filter(|p| !p.is_empty()).collect::<Vec<_>>().join("-")
+}
+
+/// Writes `OUT/tune.md`, `OUT/tune.json` (every interval) and the fitted parameters.
+pub fn write(cfg: &TuneConfig, sets: &[SetResult]) -> Result<()> {
+    let md = page(cfg, sets)?;
+    write_atomic(&cfg.out.join("tune.md"), md.as_bytes())?;
+    let dir = cfg.out.join("threshold-plus");
+    let mut summary = Vec::new();
+    for s in sets {
+        for c in &s.results {
+            if let Some(f) = &c.threshold_plus {
+                std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+                write_atomic(&dir.join(format!("{}-{}.json", s.dataset, slug(&c.costs.name))), serde_json::to_string_pretty(&f.params)?.as_bytes())?;
+            }
+            let k = rule(c, REFERENCE);
+            for r in &c.rules {
+                let vs_k: Option<Interval> = k.map(|k| speedup(&r.test, &k.test, &c.costs, cfg.bootstrap, cfg.seed));
+                summary.push(serde_json::json!({
+                    "set": s.dataset, "costs": c.costs.name, "family": r.family, "setting": r.setting,
+                    "tuning_throughput": r.tuning_throughput, "test_throughput": throughput(&r.test, &c.costs),
+                    "test_vs_fixed_k": vs_k, "test_vs_ar": speedup_over_ar(&r.test, &c.costs, cfg.bootstrap, cfg.seed),
+                }));
+            }
+        }
+    }
+    write_atomic(&cfg.out.join("tune.json"), serde_json::to_string_pretty(&summary)?.as_bytes())?;
+    print!("{md}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn slugs_are_file_names() {
+        assert_eq!(super::slug("A100 (paper)"), "a100-paper");
+        assert_eq!(super::slug("CPU (this machine)"), "cpu-this-machine");
+    }
+}

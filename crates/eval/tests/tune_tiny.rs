@@ -1,0 +1,186 @@
+//! `specx eval tune` on a tiny synthetic pair: settings chosen on tuning traces only, the test
+//! traces' counts exact (equal to live decoding with the chosen settings, threshold-plus's fitted
+//! parameters included), resume, and a test prompt among the tuning prompts refused.
+
+use specx_decoder::sampling::SamplingConfig;
+use specx_decoder::speculative::{generate_speculative, PlainDrafter, RejectionSampler, SpecConfig, ThresholdPlusPolicy};
+use specx_decoder::{default_device, load_model};
+use specx_eval::common::results::UnitFile;
+use specx_eval::experiment::config::EvalConfig;
+use specx_eval::experiment::grid::expand;
+use specx_eval::experiment::merge::greedy_units;
+use specx_eval::experiment::replay::{ReplayPolicy, TraceBuilder, TraceInput};
+use specx_eval::experiment::{run, EvalOptions};
+use specx_eval::tune::bootstrap::{throughput, UnitCounts};
+use specx_eval::tune::config::TuneConfig;
+use specx_eval::tune::{tune, THRESHOLD_PLUS};
+use std::path::{Path, PathBuf};
+
+fn alpaca() -> PathBuf {
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from);
+    dir.join("../../../shared/datasets/alpaca/alpaca_5000.json")
+}
+
+/// A greedy trace run of the tiny pair over `sample` prompts of an Alpaca split.
+fn trace_run(root: &Path, draft: &Path, target: &Path, name: &str, split: &str, sample: usize) -> PathBuf {
+    let text = format!(
+        r#"
+seeds = [0]
+[models]
+draft = "{draft}"
+target = "{target}"
+[[prompts]]
+name = "alpaca"
+format = "alpaca"
+path = "{alpaca}"
+split = "{split}"
+split_sizes = [4000, 800, 200]
+sample = {sample}
+sample_seed = 3
+chat_template = "none"
+[[sampling]]
+name = "greedy"
+[budget]
+max_new_tokens = 24
+[methods]
+ar_batch = 4
+[output]
+dir = "{name}"
+"#,
+        draft = draft.display(),
+        target = target.display(),
+        alpaca = alpaca().display()
+    );
+    let path = root.join(format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    run(&EvalConfig::load(&path).unwrap(), &EvalOptions { part: None, limit: None, max_new_units: None, progress: false }).unwrap();
+    root.join(name)
+}
+
+const CANDIDATES: &str = r#"
+[[methods.grid]]
+policies.fixed = { k = [1, 2, 4, 6] }
+policies.confidence = { thresholds = [0.2, 0.5, 0.8], bounds = [[1, 12]] }
+policies.svip = { thresholds = [0.3, 0.6], max = [12] }
+policies.oracle = {}
+
+[[costs]]
+name = "A100 (paper)"
+t_draft = 0.0234
+t_target = 0.112
+
+[[costs]]
+name = "CPU"
+t_draft = 0.05
+t_target = 0.12
+t_row = 0.03
+
+[threshold_plus]
+max_candidates = 12
+passes = 2
+"#;
+
+fn tune_config(root: &Path, tuning: &Path, test: &Path, out: &str) -> TuneConfig {
+    let path = root.join(format!("{out}.toml"));
+    std::fs::write(&path, format!("tuning = \"{}\"\ntest = \"{}\"\nout = \"{out}\"\nbootstrap = 200\n{CANDIDATES}", tuning.display(), test.display())).unwrap();
+    TuneConfig::load(&path).unwrap()
+}
+
+#[test]
+fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let (draft_path, target_path) = specx_decoder::synthetic::write_tiny_char_pair(root, 7, 0.35).unwrap();
+    let tuning = trace_run(root, &draft_path, &target_path, "tuning", "train", 6);
+    let test = trace_run(root, &draft_path, &target_path, "test", "test", 4);
+    let cfg = tune_config(root, &tuning, &test, "tuned");
+    let sets = tune(&cfg).unwrap();
+    assert_eq!(sets.len(), 1);
+    let set = &sets[0];
+    assert_eq!((set.tuning_prompts.len(), set.test_prompts.len()), (6, 4));
+
+    let device = default_device();
+    let draft = load_model(&draft_path, None, &device).unwrap();
+    let target = load_model(&target_path, None, &device).unwrap();
+    let tuning_units = greedy_units(&tuning).unwrap();
+    let test_units = greedy_units(&test).unwrap();
+    let eos = specx_eval::experiment::manifest::EvalManifest::read(&test).unwrap().eos_ids;
+    let settings: Vec<_> = expand(&cfg.methods).unwrap().into_iter().filter_map(|s| s.spec().cloned()).collect();
+
+    // Counts of a setting replayed from scratch (one build per policy) on a run's units.
+    let fresh = |units: &[UnitFile], policy: ReplayPolicy, costs: &specx_eval::reproduce::adaptive::Costs| -> Vec<UnitCounts> {
+        let rc = specx_eval::experiment::replay::ReplayCosts { t_draft: costs.t_draft, t_target: costs.t_target, t_row: costs.t_row };
+        let inputs: Vec<TraceInput> = units.iter().map(|u| TraceInput { prompt: &u.prompt, ar: &u.ar_tokens, max_new_tokens: u.rows[0].max_new_tokens }).collect();
+        let mut policies = vec![policy];
+        let traces = TraceBuilder::new(&draft.model, &[], &eos).build(&inputs, &mut policies, &rc).unwrap();
+        traces.iter().map(|t| UnitCounts::of(&t.replay(&mut policies[0], &rc).unwrap())).collect()
+    };
+    let no_heads: std::collections::HashMap<String, usize> = Default::default();
+    for c in &set.results {
+        for r in c.rules.iter().filter(|r| r.family != THRESHOLD_PLUS) {
+            // The chosen setting is its family's best on the tuning traces.
+            let family: Vec<_> = settings.iter().filter(|m| m.key() == r.setting || (m.family() == r.family && r.family != "oracle")).collect();
+            assert_eq!(family.len(), r.candidates, "{}: {}", r.family, r.setting);
+            let tuned = |m: &specx_eval::method::MethodSpec| throughput(&fresh(&tuning_units, ReplayPolicy::of(m, &no_heads).unwrap(), &c.costs), &c.costs);
+            let best = family.iter().map(|m| tuned(m)).fold(f64::NEG_INFINITY, f64::max);
+            assert!((r.tuning_throughput - best).abs() < 1e-9, "{} at {}: chose {} ({}), best {best}", r.family, c.costs.name, r.setting, r.tuning_throughput);
+            // Its test counts are those of a replay from scratch.
+            let m = settings.iter().find(|m| m.key() == r.setting).unwrap();
+            assert_eq!(r.test, fresh(&test_units, ReplayPolicy::of(m, &no_heads).unwrap(), &c.costs), "{}", r.setting);
+        }
+        // Threshold-plus: fitted on tuning (never worse than its start), and its test counts
+        // are those of live decoding with the fitted parameters.
+        let fit = c.threshold_plus.as_ref().expect("fitted");
+        assert!(fit.fitted_throughput >= fit.start_throughput);
+        let tp = c.rules.iter().find(|r| r.family == THRESHOLD_PLUS).unwrap();
+        for (u, counts) in test_units.iter().zip(&tp.test) {
+            let mut policy = ThresholdPlusPolicy::new(fit.params.clone()).unwrap();
+            let cfg = SpecConfig { max_new_tokens: u.rows[0].max_new_tokens, sampling: SamplingConfig::greedy(), seed: 0 };
+            let g = generate_speculative(&target.model, &mut PlainDrafter::new(&draft.model), &mut policy, &mut RejectionSampler, &u.prompt, &cfg, &eos).unwrap();
+            assert_eq!(g.tokens, u.ar_tokens);
+            assert_eq!(UnitCounts::of(&g.metrics), *counts, "{} at {}", u.unit.prompt_id, c.costs.name);
+        }
+    }
+    let md = std::fs::read_to_string(cfg.out.join("tune.md")).unwrap();
+    assert!(md.contains("## A100 (paper)") && md.contains("## CPU") && md.contains("threshold-plus"), "{md}");
+    assert!(cfg.out.join("threshold-plus/alpaca-cpu.json").is_file());
+
+    // A second run keeps the finished set.
+    let before = std::fs::read(cfg.out.join("sets/alpaca.json")).unwrap();
+    tune(&cfg).unwrap();
+    assert_eq!(std::fs::read(cfg.out.join("sets/alpaca.json")).unwrap(), before);
+
+    // A test prompt among the tuning prompts is refused, naming it.
+    let overlap = trace_run(root, &draft_path, &target_path, "overlap", "test", 5);
+    let e = format!("{:#}", tune(&tune_config(root, &overlap, &test, "leaky")).unwrap_err());
+    assert!(e.contains("is also a tuning prompt"), "{e}");
+}
+
+/// A trace set kept across completions (a parameter search) grows a branch whose cache was
+/// dropped when a later policy needs it deeper: the same counts as a build from scratch.
+#[test]
+fn branches_grow_on_across_completions() {
+    use specx_decoder::speculative::FixedK;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let (draft_path, target_path) = specx_decoder::synthetic::write_tiny_char_pair(root, 7, 0.35).unwrap();
+    let run_dir = trace_run(root, &draft_path, &target_path, "test", "test", 4);
+    let units = greedy_units(&run_dir).unwrap();
+    let eos = specx_eval::experiment::manifest::EvalManifest::read(&run_dir).unwrap().eos_ids;
+    let draft = load_model(&draft_path, None, &default_device()).unwrap();
+    let rc = specx_eval::experiment::replay::ReplayCosts::default();
+    let inputs: Vec<TraceInput> = units.iter().map(|u| TraceInput { prompt: &u.prompt, ar: &u.ar_tokens, max_new_tokens: u.rows[0].max_new_tokens }).collect();
+    let fixed = |k: usize| vec![ReplayPolicy::Live(Box::new(FixedK(k)))];
+    let mut builder = TraceBuilder::new(&draft.model, &[], &eos);
+    let mut set = builder.start(&inputs, true).unwrap();
+    builder.complete(&mut set, &mut fixed(2), &rc).unwrap();
+    let shallow = builder.rows;
+    let mut deep = fixed(9);
+    builder.complete(&mut set, &mut deep, &rc).unwrap();
+    assert!(builder.rows > shallow, "K = 9 needed no deeper branch: the test does not reach regrowth");
+    let kept: Vec<_> = set.traces().map(|t| t.replay(&mut deep[0], &rc).unwrap()).collect();
+    let mut scratch = fixed(9);
+    let fresh = TraceBuilder::new(&draft.model, &[], &eos).build(&inputs, &mut scratch, &rc).unwrap();
+    let from_scratch: Vec<_> = fresh.iter().map(|t| t.replay(&mut scratch[0], &rc).unwrap()).collect();
+    assert_eq!(kept, from_scratch);
+}
