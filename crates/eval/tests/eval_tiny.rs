@@ -547,6 +547,8 @@ fn every_stop_rule_runs_live_and_replays_count_for_count() {
     write_linear_head(&dir.join("head.safetensors"), &weight, -6.0);
     let rules = r#"[[methods.grid]]
 policies.head = { heads = ["head-stats"], thresholds = [0.3, 0.6], bounds = [[1, 8]] }
+policies.head_token = { heads = ["head-stats"], thresholds = [0.4], bounds = [[1, 8]] }
+policies.confidence_product = { thresholds = [0.5], bounds = [[1, 8]] }
 policies.roc = { thresholds = [0.3], max = [6] }
 policies.pmin = { p_min = [0.5, 0.9], n_max = [6] }
 policies.dynamic = { initial = [2], cap = 8 }
@@ -558,7 +560,7 @@ policies.adaedl = { lambda = [0.3, 0.7], max = [6] }
     let live = run(&load_config(&s, &cfg, "rules").unwrap(), &opts(None, None)).unwrap();
     assert!(audit(&live.rows, &Default::default()).failures.is_empty());
     let greedy_rows = live.rows.iter().filter(|r| r.greedy() && r.setting.family() != "ar");
-    assert_eq!(greedy_rows.clone().count(), 3 * 9);
+    assert_eq!(greedy_rows.clone().count(), 3 * 11);
     assert!(greedy_rows.clone().all(|r| r.identical_to_ar));
     // p_min 0.9 drops first candidates on this pair: some rounds verify nothing.
     assert!(greedy_rows.clone().any(|r| r.drafted_per_round.contains(&0)), "no round verified zero candidates");
@@ -566,8 +568,8 @@ policies.adaedl = { lambda = [0.3, 0.7], max = [6] }
     std::fs::write(&grid, format!("[methods]\n{rules}policies.bandit = {{ arms = [[1, 2, 4]] }}\npolicies.oracle = {{}}\n")).unwrap();
     let o = replay(&s.root.join("rules"), &ReplayConfig::load(&grid).unwrap(), "grid", false).unwrap();
     assert!(o.mismatches.is_empty(), "{:#?}", o.mismatches);
-    assert_eq!(o.compared, 3 * 9);
-    assert_eq!(o.replayed.len(), 3 * 11);
+    assert_eq!(o.compared, 3 * 11);
+    assert_eq!(o.replayed.len(), 3 * 13);
     // The comparison tables and Figure 3 with every rule, from this replay.
     let repro = s.root.join("adaptive.toml");
     std::fs::write(

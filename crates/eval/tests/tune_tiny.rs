@@ -141,14 +141,44 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
             assert_eq!(UnitCounts::of(&g.metrics), *counts, "{} at {}", u.unit.prompt_id, c.costs.name);
         }
     }
+    // The fitted parameters as written run as a grid setting (`policies.threshold_plus`): a replay
+    // of the test traces gives the counts the tune reported.
+    let grid = root.join("fitted.toml");
+    std::fs::write(&grid, "[methods]\n[[methods.grid]]\npolicies.threshold_plus = { params = [\"tuned/threshold-plus/alpaca-cpu.json\"] }\n").unwrap();
+    let o = specx_eval::experiment::replay_run::replay(&test, &specx_eval::experiment::replay_run::ReplayConfig::load(&grid).unwrap(), "fitted", false).unwrap();
+    assert!(o.replayed.iter().all(|r| r.setting.key() == "threshold-plus alpaca-cpu"));
+    let cpu = set.results.iter().find(|c| c.costs.name == "CPU").unwrap();
+    let reported = &cpu.rules.iter().find(|r| r.family == THRESHOLD_PLUS).unwrap().test;
+    assert_eq!(&o.replayed.iter().map(|r| UnitCounts::of(&r.metrics())).collect::<Vec<_>>(), reported);
     let md = std::fs::read_to_string(cfg.out.join("tune.md")).unwrap();
     assert!(md.contains("## A100 (paper)") && md.contains("## CPU") && md.contains("threshold-plus"), "{md}");
     assert!(cfg.out.join("threshold-plus/alpaca-cpu.json").is_file());
 
-    // A second run keeps the finished set.
+    // A second run keeps the finished set; with an earlier replay of every candidate on the
+    // test traces it also reports the in-sample choice, which no out-of-sample choice beats on
+    // the test prompts.
     let before = std::fs::read(cfg.out.join("sets/alpaca.json")).unwrap();
-    tune(&cfg).unwrap();
+    let grid = root.join("candidates.toml");
+    std::fs::write(&grid, format!("[methods]\n{}", &CANDIDATES[..CANDIDATES.find("[[costs]]").unwrap()])).unwrap();
+    let replayed = specx_eval::experiment::replay_run::replay(&test, &specx_eval::experiment::replay_run::ReplayConfig::load(&grid).unwrap(), "candidates", false).unwrap();
+    let mut with_inside = cfg.clone();
+    with_inside.in_sample = Some(replayed.dir.clone());
+    let again = tune(&with_inside).unwrap();
     assert_eq!(std::fs::read(cfg.out.join("sets/alpaca.json")).unwrap(), before);
+    let inside = specx_eval::tune::in_sample::InSample::read(&replayed.dir).unwrap();
+    let mut keys = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for m in &settings {
+        keys.entry(m.family().to_string()).or_default().push(m.key());
+    }
+    for c in &again[0].results {
+        let best = inside.best(&again[0], c, &keys);
+        for r in c.rules.iter().filter(|r| r.family != THRESHOLD_PLUS) {
+            let (_, tps, n) = &best[&r.family];
+            assert_eq!(*n, r.candidates, "{}: the replay holds every candidate", r.family);
+            assert!(*tps >= throughput(&r.test, &c.costs) - 1e-9, "{}: chosen on the test prompts it cannot do worse there", r.family);
+        }
+    }
+    assert!(std::fs::read_to_string(cfg.out.join("tune.md")).unwrap().contains("in sample"));
 
     // A test prompt among the tuning prompts is refused, naming it.
     let overlap = trace_run(root, &draft_path, &target_path, "overlap", "test", 5);

@@ -48,7 +48,7 @@ pub use hybrid::HybridDrafter;
 pub use lookup::PromptLookupDrafter;
 pub use metrics::RequestMetrics;
 pub use policy::{
-    AcceptanceModel, AdaEdlParams, AdaEdlPolicy, BanditK, ConfidencePolicy, Decision, DraftStats, DraftStep, DynamicK, FixedK, HeadPolicy, HeadRule, HiddenState, LazyStats, MatchRatePolicy,
+    AcceptanceModel, AdaEdlParams, AdaEdlPolicy, BanditK, ConfidencePolicy, ConfidenceProductPolicy, Decision, DraftStats, DraftStep, DynamicK, FixedK, HeadPolicy, HeadRule, HiddenState, LazyStats, MatchRatePolicy,
     PMinPolicy, PrecomputedHead, RocThreshold, RoundOutcome, StopPolicy, SvipPolicy, ThresholdPlusParams, ThresholdPlusPolicy, HEAD_STAT_INPUTS,
 };
 pub use round::{DraftRound, Generation, SpecConfig, Streams};

@@ -27,7 +27,7 @@
 //! without `drafts` the draft runs as loaded (`{}`).
 
 use crate::method::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, PAPER_BOUNDS};
-use anyhow::{ensure, Result};
+use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use specx_decoder::speculative::{Calibration, Compat};
 use specx_decoder::DraftTransform;
@@ -103,8 +103,12 @@ pub struct PolicyAxis {
     pub fixed: Option<FixedPolicies>,
     /// SpecDec++'s acceptance head: every head x threshold x bounds.
     pub head: Option<HeadPolicies>,
+    /// SpecDec++'s rule on the newest head prediction alone: every head x threshold x bounds.
+    pub head_token: Option<HeadPolicies>,
     /// HF's confidence criterion: every threshold x bounds.
     pub confidence: Option<ConfidencePolicies>,
+    /// SpecDec++'s product rule on the draft's confidence: every threshold x bounds.
+    pub confidence_product: Option<ConfidencePolicies>,
     /// HF's confidence criterion with the online ROC threshold: every threshold x max.
     pub roc: Option<ThresholdPolicies>,
     /// llama.cpp's p_min: every p_min x n_max.
@@ -119,8 +123,25 @@ pub struct PolicyAxis {
     pub bandit: Option<BanditPolicies>,
     /// Prompt lookup's rule on its matches' acceptance: every threshold x max (x model K).
     pub matchrate: Option<MatchRatePolicies>,
+    /// Threshold-plus, one setting per fitted-parameter file (JSON, as `specx eval tune`
+    /// writes them; named by the file's stem).
+    pub threshold_plus: Option<ThresholdPlusFiles>,
     /// SpecDec++'s oracle (greedy replays only).
     pub oracle: Option<NoParameters>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThresholdPlusFiles {
+    pub params: Vec<PathBuf>,
+}
+
+/// Threshold-plus's setting from a fitted-parameter file, named by the file's stem.
+pub fn threshold_plus_setting(path: &std::path::Path) -> Result<PolicySpec> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading threshold-plus parameters {}", path.display()))?;
+    let params = serde_json::from_str(&text).with_context(|| format!("{}: not threshold-plus parameters", path.display()))?;
+    let name = path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
+    Ok(PolicySpec::ThresholdPlus { name, params })
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -267,12 +288,17 @@ impl FixedPolicies {
 }
 
 impl HeadPolicies {
-    /// Every head x threshold x bounds, heads named by their directories.
+    /// Every head x threshold x bounds under SpecDec++'s rule, heads named by their directories.
     pub fn specs(&self) -> Vec<PolicySpec> {
+        self.specs_as(|head, threshold, min, max| PolicySpec::Head { head, threshold, min, max })
+    }
+
+    /// Every head x threshold x bounds as `make(head, threshold, min, max)`.
+    pub fn specs_as(&self, make: fn(String, f64, usize, usize) -> PolicySpec) -> Vec<PolicySpec> {
         let mut out = Vec::new();
         for h in &self.heads {
             for &threshold in &self.thresholds {
-                out.extend(self.bounds.iter().map(|&[min, max]| PolicySpec::Head { head: head_name(h), threshold, min, max }));
+                out.extend(self.bounds.iter().map(|&[min, max]| make(head_name(h), threshold, min, max)));
             }
         }
         out
@@ -280,8 +306,14 @@ impl HeadPolicies {
 }
 
 impl ConfidencePolicies {
+    /// Every threshold x bounds under HF's per-token rule.
     pub fn specs(&self) -> Vec<PolicySpec> {
-        self.thresholds.iter().flat_map(|&threshold| self.bounds.iter().map(move |&[min, max]| PolicySpec::Confidence { threshold, min, max })).collect()
+        self.specs_as(|threshold, min, max| PolicySpec::Confidence { threshold, min, max })
+    }
+
+    /// Every threshold x bounds as `make(threshold, min, max)`.
+    pub fn specs_as(&self, make: fn(f64, usize, usize) -> PolicySpec) -> Vec<PolicySpec> {
+        self.thresholds.iter().flat_map(|&threshold| self.bounds.iter().map(move |&[min, max]| make(threshold, min, max))).collect()
     }
 }
 
@@ -291,11 +323,13 @@ fn product<A: Copy, B: Copy>(a: &[A], b: &[B], make: impl Fn(A, B) -> PolicySpec
 }
 
 impl PolicyAxis {
-    pub fn expand(&self) -> Vec<PolicySpec> {
+    pub fn expand(&self) -> Result<Vec<PolicySpec>> {
         let mut out = Vec::new();
         out.extend(self.fixed.iter().flat_map(FixedPolicies::specs));
         out.extend(self.head.iter().flat_map(HeadPolicies::specs));
+        out.extend(self.head_token.iter().flat_map(|g| g.specs_as(|head, threshold, min, max| PolicySpec::HeadToken { head, threshold, min, max })));
         out.extend(self.confidence.iter().flat_map(ConfidencePolicies::specs));
+        out.extend(self.confidence_product.iter().flat_map(|g| g.specs_as(|threshold, min, max| PolicySpec::ConfidenceProduct { threshold, min, max })));
         out.extend(self.roc.iter().flat_map(|g| product(&g.thresholds, &g.max, |threshold, max| PolicySpec::Roc { threshold, max })));
         out.extend(self.pmin.iter().flat_map(|g| product(&g.p_min, &g.n_max, |p_min, n_max| PolicySpec::PMin { p_min, n_max })));
         out.extend(self.dynamic.iter().flat_map(|g| g.initial.iter().map(|&initial| PolicySpec::Dynamic { initial, cap: g.cap })));
@@ -312,8 +346,11 @@ impl PolicyAxis {
                 out.extend(product(&g.max, &model_k, |max, model_k| PolicySpec::MatchRate { threshold, max, model_k }));
             }
         }
+        for path in self.threshold_plus.iter().flat_map(|g| &g.params) {
+            out.push(threshold_plus_setting(path)?);
+        }
         out.extend(self.oracle.iter().map(|_| PolicySpec::Oracle));
-        out
+        Ok(out)
     }
 }
 
@@ -333,7 +370,7 @@ impl SchedulerAxis {
 impl MethodGrid {
     /// Every drafter x policy x scheduler, in that nesting order, each checked.
     pub fn expand(&self) -> Result<Vec<MethodSpec>> {
-        let policies = self.policies.expand();
+        let policies = self.policies.expand()?;
         ensure!(!policies.is_empty(), "[[methods.grid]] lists no policy: give policies.fixed, head, confidence, roc, pmin, dynamic, svip, adaedl, bandit or oracle");
         let mut out = Vec::new();
         for drafter in self.drafters.expand() {
@@ -352,11 +389,16 @@ impl MethodGrid {
 
     /// Every head directory the grid names.
     pub fn head_dirs(&self) -> impl Iterator<Item = &PathBuf> {
-        self.policies.head.iter().flat_map(|g| &g.heads)
+        self.policies.head.iter().chain(&self.policies.head_token).flat_map(|g| &g.heads)
     }
 
     pub fn head_dirs_mut(&mut self) -> impl Iterator<Item = &mut PathBuf> {
-        self.policies.head.iter_mut().flat_map(|g| &mut g.heads)
+        self.policies.head.iter_mut().chain(&mut self.policies.head_token).flat_map(|g| &mut g.heads)
+    }
+
+    /// Threshold-plus's parameter files (resolved against the config's directory).
+    pub fn threshold_plus_files_mut(&mut self) -> impl Iterator<Item = &mut PathBuf> {
+        self.policies.threshold_plus.iter_mut().flat_map(|g| &mut g.params)
     }
 
     /// The feature heads' directories (resolved against the config's directory like the

@@ -383,6 +383,9 @@ impl EvalConfig {
             for h in g.feature_head_dirs_mut() {
                 *h = resolve_path(h, base);
             }
+            for f in g.threshold_plus_files_mut() {
+                *f = resolve_path(f, base);
+            }
         }
         if let Some(p) = self.methods.dsi.as_mut().and_then(|g| g.profile.as_mut()) {
             *p = resolve_path(p, base);

@@ -225,6 +225,8 @@ pub struct TraceBuilder<'a> {
     pub rows: usize,
     pub calls: usize,
     pub time: Duration,
+    /// Advanced by every row forwarded (long replays show their pace).
+    pub progress: Option<indicatif::ProgressBar>,
 }
 
 /// A trace being built: its caches (the trunk's, and one per growing branch).
@@ -241,7 +243,16 @@ struct Building {
 
 impl<'a> TraceBuilder<'a> {
     pub fn new(draft: &'a Transformer, heads: &'a [AcceptanceHead], eos: &'a [u32]) -> Self {
-        Self { draft, heads, eos, max_rows: 64, rows: 0, calls: 0, time: Duration::ZERO }
+        Self { draft, heads, eos, max_rows: 64, rows: 0, calls: 0, time: Duration::ZERO, progress: None }
+    }
+
+    /// One forward call of `rows` rows done.
+    fn counted(&mut self, rows: usize) {
+        self.rows += rows;
+        self.calls += 1;
+        if let Some(p) = &self.progress {
+            p.inc(rows as u64);
+        }
     }
 
     /// A look from a row's logits and hidden state; `input` are the statistics of the look
@@ -269,8 +280,7 @@ impl<'a> TraceBuilder<'a> {
         let logits = self.draft.logits_ragged(hidden.clone());
         let hidden: Vec<f32> = hidden.into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("draft hidden states: {e:?}"))?;
         let looks = logits.iter().enumerate().map(|(i, l)| self.look(l, &hidden[i * h..(i + 1) * h], Some(&inputs[i]))).collect::<Result<Vec<_>>>()?;
-        self.rows += rows.len();
-        self.calls += 1;
+        self.counted(rows.len());
         self.time += t.elapsed();
         Ok(looks)
     }
@@ -312,8 +322,7 @@ impl<'a> TraceBuilder<'a> {
             let first: Vec<u32> = input.prompt.iter().copied().chain([input.ar[0]]).collect();
             let out = self.draft.forward(&first, &mut cache)?;
             let look = self.look(&out.logits_tail(1).remove(0), &out.hidden_tail(1).remove(0), None)?;
-            self.rows += 1;
-            self.calls += 1;
+            self.counted(1);
             self.time += t.elapsed();
             x.trace.path[1] = Some(look);
             x.trunk = Some(cache);
@@ -373,7 +382,8 @@ impl<'a> TraceBuilder<'a> {
                     for look in x.trace.branches.get(&p).into_iter().flatten() {
                         let t = Instant::now();
                         self.draft.forward(&[next.0], &mut cache)?;
-                        (self.rows, self.calls, self.time) = (self.rows + 1, self.calls + 1, self.time + t.elapsed());
+                        self.counted(1);
+                        self.time += t.elapsed();
                         next = (look.token, look.stats);
                     }
                     x.open.insert(p, (cache, next.0, next.1));

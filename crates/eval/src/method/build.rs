@@ -5,8 +5,8 @@ use super::spec::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting};
 use anyhow::{bail, Context, Result};
 use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::speculative::{
-    generate_autoregressive, generate_dsi, generate_speculative, AcceptanceHead, AdaEdlParams, AdaEdlPolicy, BanditK, ConfidencePolicy, Drafter, DsiConfig, DsiStats, DynamicK, FixedK,
-    FeatureDraft, FeatureHeadDrafter, FuzzyDrafter, Generation, HeadPolicy, HybridDrafter, HeadRule, MatchRatePolicy, PMinPolicy, PlainDrafter, PrecomputedHead, PromptLookupDrafter, RejectionSampler, RocThreshold, SpecConfig, StopPolicy, SvipPolicy,
+    generate_autoregressive, generate_dsi, generate_speculative, AcceptanceHead, AcceptanceModel, AdaEdlParams, AdaEdlPolicy, BanditK, ConfidencePolicy, ConfidenceProductPolicy, Drafter, DsiConfig, DsiStats, DynamicK, FixedK,
+    FeatureDraft, FeatureHeadDrafter, FuzzyDrafter, Generation, HeadPolicy, HybridDrafter, HeadRule, MatchRatePolicy, PMinPolicy, PlainDrafter, PrecomputedHead, PromptLookupDrafter, RejectionSampler, RocThreshold, SpecConfig, StopPolicy, SvipPolicy, ThresholdPlusPolicy,
 };
 use specx_decoder::Transformer;
 use std::collections::{BTreeMap, HashMap};
@@ -64,21 +64,24 @@ impl MethodSpec {
     pub fn build_policy_with(&self, heads: HeadBinding) -> Result<Box<dyn StopPolicy>> {
         Ok(match &self.policy {
             PolicySpec::Fixed { k } => Box::new(FixedK(*k)),
-            PolicySpec::Head { head, threshold, min, max } => {
+            PolicySpec::Head { head, threshold, min, max } | PolicySpec::HeadToken { head, threshold, min, max } => {
                 let rule = HeadRule::new(*threshold, *min, *max);
+                let per_token = matches!(self.policy, PolicySpec::HeadToken { .. });
                 let missing = || format!("{}: head '{head}' is not loaded", self.key());
                 match heads {
-                    HeadBinding::Loaded(h) => Box::new(HeadPolicy::new(h.get(head).with_context(missing)?.clone(), rule)),
-                    HeadBinding::Precomputed(index) => Box::new(HeadPolicy::new(PrecomputedHead(*index.get(head).with_context(missing)?), rule)),
+                    HeadBinding::Loaded(h) => head_policy(h.get(head).with_context(missing)?.clone(), rule, per_token),
+                    HeadBinding::Precomputed(index) => head_policy(PrecomputedHead(*index.get(head).with_context(missing)?), rule, per_token),
                 }
             }
             PolicySpec::Confidence { threshold, min, max } => Box::new(ConfidencePolicy { threshold: *threshold as f32, min_candidates: *min, max_candidates: *max }),
+            PolicySpec::ConfidenceProduct { threshold, min, max } => Box::new(ConfidenceProductPolicy::new(*threshold as f32, *min, *max)),
             PolicySpec::Roc { threshold, max } => Box::new(RocThreshold::new(ConfidencePolicy { threshold: *threshold as f32, min_candidates: 1, max_candidates: *max })),
             PolicySpec::PMin { p_min, n_max } => Box::new(PMinPolicy { p_min: *p_min as f32, n_max: *n_max }),
             PolicySpec::Dynamic { initial, cap } => Box::new(DynamicK::new(*initial, *cap)),
             PolicySpec::Svip { threshold, max } => Box::new(SvipPolicy { threshold: *threshold as f32, max_candidates: *max }),
             PolicySpec::AdaEdl { lambda, gamma, max } => Box::new(AdaEdlPolicy::new(AdaEdlParams { lambda: *lambda, gamma: *gamma, max_candidates: *max, ..AdaEdlParams::DEFAULT })),
             PolicySpec::Bandit { arms } => Box::new(BanditK::new(arms.clone(), BanditK::EXPLORATION)),
+            PolicySpec::ThresholdPlus { params, .. } => Box::new(ThresholdPlusPolicy::new(params.clone())?),
             PolicySpec::MatchRate { threshold, max, model_k } => Box::new(MatchRatePolicy::with_model_k(*threshold, *max, *model_k)),
             PolicySpec::Oracle => bail!("the oracle needs the AR output in advance: it can only be replayed (specx eval replay)"),
         })
@@ -101,6 +104,11 @@ impl MethodSpec {
         self.build_policy(heads)?;
         Ok(())
     }
+}
+
+/// SpecDec++'s rule over `head`, on the running product or (`per_token`) the newest prediction.
+fn head_policy<H: AcceptanceModel + 'static>(head: H, rule: HeadRule, per_token: bool) -> Box<dyn StopPolicy> {
+    Box::new(if per_token { HeadPolicy::per_token(head, rule) } else { HeadPolicy::new(head, rule) })
 }
 
 /// The models a generation runs on: the target, DSI's target workers (one per worker, on their

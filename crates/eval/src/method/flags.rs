@@ -4,7 +4,8 @@
 
 use super::models::DEFAULT_HEAD;
 use super::spec::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting, PAPER_BOUNDS};
-use anyhow::{ensure, Result};
+use anyhow::{ensure, Context, Result};
+use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use specx_decoder::speculative::{Calibration, Compat};
 use specx_decoder::{parse_device_list, parse_placement_list, DeviceName, DraftTransform, Placement};
@@ -53,9 +54,14 @@ pub enum PolicyKind {
     Fixed,
     /// SpecDec++'s acceptance head (--head, --threshold, --min, --max).
     Head,
+    /// SpecDec++'s rule on the newest head prediction alone (--head, --threshold, --min, --max).
+    HeadToken,
     /// HF's confidence criterion (--threshold [0.4], --min [1], --max [20]): the low-confidence
     /// token is kept.
     Confidence,
+    /// SpecDec++'s product rule on the draft's confidence (--threshold [0.5], --min [1], --max
+    /// [20]): stop when the chance that some candidate so far is rejected passes the threshold.
+    ConfidenceProduct,
     /// HF's confidence criterion with its online ROC threshold (--threshold: the initial one
     /// [0.4], --max [20]).
     Roc,
@@ -70,6 +76,9 @@ pub enum PolicyKind {
     Adaedl,
     /// A UCB bandit over K (--arms [1,2,3,4]).
     Bandit,
+    /// Threshold-plus: the confidence threshold moved by depth and this request's recent
+    /// acceptance, with the fitted parameters of --threshold-plus FILE (`specx eval tune`).
+    ThresholdPlus,
     /// For prompt lookup: draft while the estimated chance that every candidate so far is
     /// accepted (a match: this request's acceptance of its n-gram size; a draft model's
     /// token: its confidence) is at least --threshold [0.3]; --max [16]; with the hybrid
@@ -143,6 +152,10 @@ pub struct MethodArgs {
     /// The bandit's arms: the round lengths it chooses from [default: 1,2,3,4].
     #[arg(long, value_delimiter = ',')]
     pub arms: Vec<usize>,
+    /// Threshold-plus's fitted parameters: a JSON file as `specx eval tune` writes them
+    /// (OUT/threshold-plus/SET-COSTS.json).
+    #[arg(long)]
+    pub threshold_plus: Option<PathBuf>,
     /// EasySpec's layer-parallel strategy: a preset `lp1`..`lp5` (the paper's Table 6) or the
     /// paper's notation, e.g. `0,1-3,4-7,8-11,12-15,16-19,20-22,23` [default: lp4].
     #[arg(long)]
@@ -281,7 +294,8 @@ impl MethodArgs {
         let threshold = |default: f64| self.threshold.unwrap_or(default);
         let max_or = |default: usize| self.max.unwrap_or(default);
         unused(!self.arms.is_empty() && policy != PolicyKind::Bandit, "--arms", "the bandit policy")?;
-        if !matches!(policy, PolicyKind::Head | PolicyKind::Confidence) {
+        unused(self.threshold_plus.is_some() && policy != PolicyKind::ThresholdPlus, "--threshold-plus", "the threshold-plus policy")?;
+        if !matches!(policy, PolicyKind::Head | PolicyKind::HeadToken | PolicyKind::Confidence | PolicyKind::ConfidenceProduct) {
             unused(self.head.is_some(), "--head", "the head policy")?;
             unused(self.min.is_some(), "--min", "the head or confidence policy")?;
         }
@@ -294,10 +308,19 @@ impl MethodArgs {
                 unused(self.max.is_some(), "--max", "a policy with a bound")?;
                 PolicySpec::Fixed { k: self.k.unwrap_or(4) }
             }
-            PolicyKind::Head => {
+            PolicyKind::Head | PolicyKind::HeadToken => {
                 unused(self.k.is_some(), "--k", "the fixed-K policy")?;
                 let head = self.head.clone().unwrap_or_else(|| DEFAULT_HEAD.to_string());
-                PolicySpec::Head { head, threshold: threshold(0.7), min, max }
+                if policy == PolicyKind::Head {
+                    PolicySpec::Head { head, threshold: threshold(0.7), min, max }
+                } else {
+                    PolicySpec::HeadToken { head, threshold: threshold(0.7), min, max }
+                }
+            }
+            PolicyKind::ConfidenceProduct => {
+                unused(self.k.is_some(), "--k", "the fixed-K policy")?;
+                unused(self.head.is_some(), "--head", "the head policy")?;
+                PolicySpec::ConfidenceProduct { threshold: threshold(0.5), min: self.min.unwrap_or(1), max }
             }
             PolicyKind::Confidence => {
                 unused(self.k.is_some(), "--k", "the fixed-K policy")?;
@@ -314,6 +337,11 @@ impl MethodArgs {
             PolicyKind::Svip => PolicySpec::Svip { threshold: threshold(0.3), max: max_or(40) },
             PolicyKind::Adaedl => PolicySpec::AdaEdl { lambda: threshold(0.7), gamma: 0.2, max: max_or(16) },
             PolicyKind::Matchrate => PolicySpec::MatchRate { threshold: threshold(0.3), max: max_or(16), model_k: self.k },
+            PolicyKind::ThresholdPlus => {
+                unused(self.threshold.is_some() || self.max.is_some(), "--threshold/--max", "a policy without fitted parameters (threshold-plus's are in its file)")?;
+                let file = self.threshold_plus.as_deref().context("--policy threshold-plus needs --threshold-plus FILE (fitted by specx eval tune)")?;
+                crate::experiment::axes::threshold_plus_setting(file)?
+            }
             PolicyKind::Bandit => {
                 unused(self.threshold.is_some(), "--threshold", "a policy with a threshold")?;
                 unused(self.max.is_some(), "--max", "a policy with a bound")?;

@@ -71,9 +71,17 @@ pub enum PolicySpec {
     /// SpecDec++: stop when the acceptance head `head` (a head's name) predicts a rejection
     /// with probability above `threshold`, within `[min, max]` candidates.
     Head { head: String, threshold: f64, min: usize, max: usize },
+    /// SpecDec++'s rule on the newest head prediction alone: stop when the latest scored
+    /// candidate's predicted chance of a rejection passes `threshold`.
+    #[serde(rename = "head_token")]
+    HeadToken { head: String, threshold: f64, min: usize, max: usize },
     /// HF transformers' confidence criterion: stop when the draft's probability of its token
     /// falls below `threshold` (the token is kept).
     Confidence { threshold: f64, min: usize, max: usize },
+    /// SpecDec++'s product rule on the draft's confidence: stop when 1 - the product of the
+    /// round's confidences passes `threshold` (the token is kept).
+    #[serde(rename = "confidence_product")]
+    ConfidenceProduct { threshold: f64, min: usize, max: usize },
     /// HF's confidence criterion with its online ROC threshold update (from `threshold`).
     Roc { threshold: f64, max: usize },
     /// llama.cpp's `p_min`: stop and drop the token when the draft's top-10-renormalised top
@@ -89,6 +97,10 @@ pub enum PolicySpec {
     AdaEdl { lambda: f64, gamma: f64, max: usize },
     /// A UCB bandit over the round length K in `arms`, rewarded with each round's throughput.
     Bandit { arms: Vec<usize> },
+    /// Threshold-plus: the confidence threshold moved by depth and this request's recent
+    /// acceptance, with fitted parameters (`specx eval tune` writes them) named `name`.
+    #[serde(rename = "threshold_plus")]
+    ThresholdPlus { name: String, params: specx_decoder::speculative::ThresholdPlusParams },
     /// For prompt lookup: draft while the estimated chance that every candidate so far is
     /// accepted stays at least `threshold` (a looked-up candidate: this request's acceptance
     /// rate of matches of its n-gram size; a draft model's: its confidence); a weak first match
@@ -133,13 +145,16 @@ impl PolicySpec {
         match self {
             Self::Fixed { .. } => "fixed",
             Self::Head { .. } => "head",
+            Self::HeadToken { .. } => "head-token",
             Self::Confidence { .. } => "confidence",
+            Self::ConfidenceProduct { .. } => "confidence-product",
             Self::Roc { .. } => "roc",
             Self::PMin { .. } => "pmin",
             Self::Dynamic { .. } => "dynamic",
             Self::Svip { .. } => "svip",
             Self::AdaEdl { .. } => "adaedl",
             Self::Bandit { .. } => "bandit",
+            Self::ThresholdPlus { .. } => "threshold-plus",
             Self::MatchRate { .. } => "matchrate",
             Self::Oracle => "oracle",
         }
@@ -149,11 +164,12 @@ impl PolicySpec {
     pub fn max_candidates(&self) -> usize {
         match self {
             Self::Fixed { k } => *k,
-            Self::Head { max, .. } | Self::Confidence { max, .. } | Self::Roc { max, .. } | Self::Svip { max, .. } | Self::AdaEdl { max, .. } => *max,
+            Self::Head { max, .. } | Self::HeadToken { max, .. } | Self::Confidence { max, .. } | Self::ConfidenceProduct { max, .. } | Self::Roc { max, .. } | Self::Svip { max, .. } | Self::AdaEdl { max, .. } => *max,
             Self::MatchRate { max, model_k, .. } => (*max).max(model_k.unwrap_or(0)),
             Self::PMin { n_max, .. } => *n_max,
             Self::Dynamic { cap, .. } => *cap,
             Self::Bandit { arms } => arms.iter().copied().max().unwrap_or(1),
+            Self::ThresholdPlus { params, .. } => params.max_candidates,
             Self::Oracle => usize::MAX,
         }
     }
@@ -163,13 +179,16 @@ impl PolicySpec {
         match self {
             Self::Fixed { k } => format!("specdec K={k}"),
             Self::Head { head, threshold, min, max } => format!("specdecpp {head} h={threshold} [{min},{max}]"),
+            Self::HeadToken { head, threshold, min, max } => format!("head-token {head} h={threshold} [{min},{max}]"),
             Self::Confidence { threshold, min, max } => format!("confidence {threshold} [{min},{max}]"),
+            Self::ConfidenceProduct { threshold, min, max } => format!("confidence-product {threshold} [{min},{max}]"),
             Self::Roc { threshold, max } => format!("roc {threshold} [1,{max}]"),
             Self::PMin { p_min, n_max } => format!("pmin {p_min} n_max={n_max}"),
             Self::Dynamic { initial, cap } => format!("dynamic K0={initial} cap={cap}"),
             Self::Svip { threshold, max } => format!("svip {threshold} [1,{max}]"),
             Self::AdaEdl { lambda, gamma, max } => format!("adaedl lambda={lambda} gamma={gamma} [1,{max}]"),
             Self::Bandit { arms } => format!("bandit K={}", arms.iter().map(usize::to_string).collect::<Vec<_>>().join(",")),
+            Self::ThresholdPlus { name, .. } => format!("threshold-plus {name}"),
             Self::MatchRate { threshold, max, model_k: None } => format!("matchrate {threshold} [1,{max}]"),
             Self::MatchRate { threshold, max, model_k: Some(k) } => format!("matchrate {threshold} [1,{max}] model K={k}"),
             Self::Oracle => "oracle".into(),
@@ -267,7 +286,7 @@ impl MethodSpec {
                 // An acceptance head reads the draft model's hidden states; matchrate reads
                 // n-gram matches: neither exists here.
                 ensure!(
-                    !matches!(self.policy, PolicySpec::Head { .. } | PolicySpec::MatchRate { .. } | PolicySpec::Oracle),
+                    !matches!(self.policy, PolicySpec::Head { .. } | PolicySpec::HeadToken { .. } | PolicySpec::MatchRate { .. } | PolicySpec::Oracle),
                     "{key}: the {} policy needs a draft model's hidden states or n-gram matches, which the feature head does not have",
                     self.policy.name()
                 );
@@ -275,7 +294,7 @@ impl MethodSpec {
         }
         match &self.policy {
             PolicySpec::Fixed { k } => ensure!(*k >= 1, "{key}: fixed K needs k >= 1"),
-            PolicySpec::Head { threshold, min, max, .. } | PolicySpec::Confidence { threshold, min, max } => {
+            PolicySpec::Head { threshold, min, max, .. } | PolicySpec::HeadToken { threshold, min, max, .. } | PolicySpec::Confidence { threshold, min, max } | PolicySpec::ConfidenceProduct { threshold, min, max } => {
                 ensure!((0.0..=1.0).contains(threshold), "{key}: the threshold must be in [0, 1]");
                 ensure!(*min >= 1 && min <= max, "{key}: bounds [{min}, {max}]: need 1 <= min <= max");
             }
@@ -298,6 +317,7 @@ impl MethodSpec {
                 ensure!(model_k.is_none_or(|k| k >= 1), "{key}: model K needs k >= 1");
                 ensure!(model_k.is_none() || matches!(self.drafter, DrafterSpec::Hybrid { .. }), "{key}: model K sets the draft model's rounds, which only the hybrid drafter has");
             }
+            PolicySpec::ThresholdPlus { params, .. } => params.check().with_context(|| key.clone())?,
             PolicySpec::Bandit { arms } => ensure!(!arms.is_empty() && arms.iter().all(|&k| k >= 1), "{key}: a bandit needs arms of at least 1 candidate"),
             PolicySpec::Oracle => {
                 ensure!(self.drafter == DrafterSpec::Plain && self.scheduler == SchedulerSpec::Sequential, "{key}: the oracle replays the plain drafter's traces under the sequential scheduler only")
@@ -363,7 +383,7 @@ impl Setting {
     /// The acceptance head's name.
     pub fn head(&self) -> Option<&str> {
         match &self.spec()?.policy {
-            PolicySpec::Head { head, .. } => Some(head),
+            PolicySpec::Head { head, .. } | PolicySpec::HeadToken { head, .. } => Some(head),
             _ => None,
         }
     }
@@ -383,14 +403,14 @@ impl Setting {
     /// The head's or the confidence rule's threshold.
     pub fn threshold(&self) -> Option<f64> {
         match self.spec()?.policy {
-            PolicySpec::Head { threshold, .. } | PolicySpec::Confidence { threshold, .. } => Some(threshold),
+            PolicySpec::Head { threshold, .. } | PolicySpec::HeadToken { threshold, .. } | PolicySpec::Confidence { threshold, .. } | PolicySpec::ConfidenceProduct { threshold, .. } => Some(threshold),
             _ => None,
         }
     }
     /// `[min, max]` candidates of an adaptive policy.
     pub fn bounds(&self) -> Option<[usize; 2]> {
         match self.spec()?.policy {
-            PolicySpec::Head { min, max, .. } | PolicySpec::Confidence { min, max, .. } => Some([min, max]),
+            PolicySpec::Head { min, max, .. } | PolicySpec::HeadToken { min, max, .. } | PolicySpec::Confidence { min, max, .. } | PolicySpec::ConfidenceProduct { min, max, .. } => Some([min, max]),
             _ => None,
         }
     }

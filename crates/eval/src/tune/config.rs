@@ -36,6 +36,11 @@ pub struct TuneConfig {
     pub seed: u64,
     /// Where the tables, the fitted parameters and the per-set results go.
     pub out: PathBuf,
+    /// An earlier replay of the test traces holding the candidates (`specx eval replay`): the
+    /// report then also shows what picking each family's setting on the test traces themselves
+    /// would have claimed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_sample: Option<PathBuf>,
 }
 
 fn default_resamples() -> usize {
@@ -63,11 +68,18 @@ fn default_passes() -> usize {
 }
 
 impl TuneConfig {
+    /// Whether `other` computes the same results (it may report them differently: intervals,
+    /// the in-sample comparison, where the report goes).
+    pub fn same_computation(&self, other: &Self) -> bool {
+        (&self.tuning, &self.test, &self.methods, &self.costs, &self.head_families, &self.threshold_plus) == (&other.tuning, &other.test, &other.methods, &other.costs, &other.head_families, &other.threshold_plus)
+    }
+
     pub fn load(path: &Path) -> Result<Self> {
         let (mut c, base): (Self, PathBuf) = read_toml(path)?;
         c.tuning = resolve_path(&c.tuning, &base);
         c.test = resolve_path(&c.test, &base);
         c.out = resolve_path(&c.out, &base);
+        c.in_sample = c.in_sample.map(|p| resolve_path(&p, &base));
         resolve_method_paths(&mut c.methods, &base, path)?;
         ensure!(!c.costs.is_empty(), "{}: give at least one [[costs]] model", path.display());
         for costs in &mut c.costs {

@@ -11,6 +11,7 @@
 
 pub mod bootstrap;
 pub mod config;
+pub mod in_sample;
 mod report;
 pub mod search;
 
@@ -24,6 +25,7 @@ use crate::reproduce::adaptive::Costs;
 use anyhow::{bail, ensure, Context, Result};
 use bootstrap::{throughput, UnitCounts};
 use config::TuneConfig;
+use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use specx_decoder::speculative::{AcceptanceHead, ThresholdPlusParams, ThresholdPlusPolicy};
 use specx_decoder::{device_from_name, load_model_as, Transformer};
@@ -101,9 +103,9 @@ impl Candidates {
 
 /// A setting's family: its method's, or the head family its head is listed in.
 fn family(m: &MethodSpec, head_families: &BTreeMap<String, Vec<String>>) -> String {
-    if let PolicySpec::Head { head, .. } = &m.policy {
+    if let PolicySpec::Head { head, .. } | PolicySpec::HeadToken { head, .. } = &m.policy {
         if let Some((f, _)) = head_families.iter().find(|(_, heads)| heads.contains(head)) {
-            return f.clone();
+            return crate::reproduce::specdecpp::rows::head_family(m.family(), f);
         }
     }
     m.family().to_string()
@@ -149,13 +151,19 @@ fn threshold_plus_objective(builder: &mut TraceBuilder, set: &mut TraceSet, para
 /// test traces.
 fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, tuning: &[&UnitFile], test: &[&UnitFile]) -> Result<SetResult> {
     let mut builder = TraceBuilder::new(r.draft, r.heads, r.eos);
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(ProgressStyle::with_template("{spinner} {pos} draft looks ({per_sec}), {elapsed}: {msg}")?);
+    bar.set_message(format!("{dataset}: the tuning traces' trunks"));
+    builder.progress = Some(bar.clone());
     let t0 = Instant::now();
     let mut set = r.start(&mut builder, tuning)?;
-    eprintln!("{dataset}: {} tuning traces, {} trunk looks in {:.0} s", tuning.len(), builder.rows, t0.elapsed().as_secs_f64());
+    let trunk = (builder.rows, t0.elapsed().as_secs_f64());
+    bar.suspend(|| eprintln!("{dataset}: {} tuning traces, {} trunk looks in {:.0} s", tuning.len(), trunk.0, trunk.1));
     let all: Vec<&MethodSpec> = cands.settings.iter().collect();
     let mut chosen: Vec<(Vec<(String, usize, usize, f64)>, Option<FitRecord>)> = Vec::new();
     for c in &cfg.costs {
         let rc = replay_costs(c);
+        bar.set_message(format!("{dataset}, {}: {} candidates on the tuning traces", c.name, all.len()));
         let mut policies = r.policies(&all)?;
         let tuned = counts(&mut builder, &mut set, &mut policies, &rc)?;
         // Each family's best candidate by tuning throughput (the first on ties).
@@ -175,8 +183,9 @@ fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, t
                 let start = ThresholdPlusParams::confidence(threshold, f.max_candidates);
                 let steps = [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 1.0, 1.0];
                 let t = Instant::now();
+                bar.set_message(format!("{dataset}, {}: threshold-plus's search", c.name));
                 let s = search::coordinate_search(&start.coordinates(), &steps, f.passes, |xs| threshold_plus_objective(&mut builder, &mut set, &xs.iter().map(|x| start.with_coordinates(x)).collect::<Vec<_>>(), c))?;
-                eprintln!("{dataset}, {}: threshold-plus {:.3} -> {:.3} tok/s on the tuning traces ({} moves, {} evaluations, {:.0} s)", c.name, s.start_objective, s.objective, s.moves.len(), s.evaluations, t.elapsed().as_secs_f64());
+                bar.suspend(|| eprintln!("{dataset}, {}: threshold-plus {:.3} -> {:.3} tok/s on the tuning traces ({} moves, {} evaluations, {:.0} s)", c.name, s.start_objective, s.objective, s.moves.len(), s.evaluations, t.elapsed().as_secs_f64()));
                 Some(FitRecord { params: start.with_coordinates(&s.x), start_throughput: s.start_objective, fitted_throughput: s.objective, moves: s.moves.len(), evaluations: s.evaluations })
             }
         };
@@ -185,6 +194,7 @@ fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, t
     drop(set);
     // The test traces, once: only the chosen settings (and the oracle) are replayed.
     let t1 = Instant::now();
+    bar.set_message(format!("{dataset}: the test traces, chosen settings only"));
     let mut set = r.start(&mut builder, test)?;
     let mut results = Vec::new();
     for (c, (families, fit)) in cfg.costs.iter().zip(chosen) {
@@ -205,6 +215,7 @@ fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, t
         }
         results.push(CostResult { costs: c.clone(), rules, threshold_plus: fit });
     }
+    bar.finish_and_clear();
     eprintln!("{dataset}: {} test traces replayed in {:.0} s ({} draft rows in all)", test.len(), t1.elapsed().as_secs_f64(), builder.rows);
     Ok(SetResult {
         dataset: dataset.into(),
@@ -241,7 +252,7 @@ fn of<'a>(units: &'a [UnitFile], d: &str) -> Vec<&'a UnitFile> {
 fn finished(path: &Path, cfg: &TuneConfig, tuning: &[&UnitFile], test: &[&UnitFile]) -> Option<SetResult> {
     let r: SetResult = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
     let ids = |u: &[&UnitFile]| u.iter().map(|u| u.unit.prompt_id.clone()).collect::<Vec<_>>();
-    (r.config == *cfg && r.tuning_prompts == ids(tuning) && r.test_prompts == ids(test)).then_some(r)
+    (r.config.same_computation(cfg) && r.tuning_prompts == ids(tuning) && r.test_prompts == ids(test)).then_some(r)
 }
 
 /// Runs the protocol of `cfg` and writes its report; returns the per-set results.
@@ -296,6 +307,10 @@ pub fn tune(cfg: &TuneConfig) -> Result<Vec<SetResult>> {
         };
         out.push(result);
     }
-    report::write(cfg, &out)?;
+    let mut keys: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (m, f) in cands.settings.iter().zip(&cands.families) {
+        keys.entry(f.clone()).or_default().push(m.key());
+    }
+    report::write(cfg, &out, &keys)?;
     Ok(out)
 }

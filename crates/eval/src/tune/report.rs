@@ -5,10 +5,12 @@
 
 use super::bootstrap::{speedup, speedup_over_ar, throughput, Interval};
 use super::config::TuneConfig;
+use super::in_sample::InSample;
 use super::{CostResult, RuleResult, SetResult, CONFIDENCE, ORACLE, REFERENCE, THRESHOLD_PLUS};
 use anyhow::{Context, Result};
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::report::markdown_table;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// Families that are not stop rules to pick from: the reference, the oracle, and threshold-plus.
@@ -33,7 +35,36 @@ fn headroom_closed(c: &CostResult, r: &RuleResult) -> Option<f64> {
     Some((tp(r) - tp(k)) / (tp(o) - tp(k)))
 }
 
-fn page(cfg: &TuneConfig, sets: &[SetResult]) -> Result<String> {
+/// Per cost model: each family's test speedup over fixed K when both were chosen on the tuning
+/// traces, and when both were chosen on the test traces (as a comparison that tunes on its
+/// test data reports it).
+fn in_sample_table(md: &mut String, ci: usize, sets: &[SetResult], inside: &InSample, candidates: &BTreeMap<String, Vec<String>>) -> Result<()> {
+    writeln!(md, "\nChosen on the tuning traces (out of sample) against chosen on the test traces themselves (in sample, from the earlier replay of every candidate), each over the fixed K chosen the same way; candidates the replay holds in brackets:\n")?;
+    let header: Vec<String> = ["rule".to_string()].into_iter().chain(sets.iter().flat_map(|s| [format!("{}: out of sample", s.dataset), format!("{}: in sample", s.dataset)])).collect();
+    let best: Vec<BTreeMap<String, (String, f64, usize)>> = sets.iter().map(|s| inside.best(s, &s.results[ci], candidates)).collect();
+    let mut rows = Vec::new();
+    for f in candidates.keys().filter(|f| f.as_str() != REFERENCE) {
+        let mut row = vec![f.clone()];
+        for (s, b) in sets.iter().zip(&best) {
+            let c = &s.results[ci];
+            let out = match (rule(c, f), rule(c, REFERENCE)) {
+                (Some(r), Some(k)) => format!("{:+.1}%", 100.0 * (throughput(&r.test, &c.costs) / throughput(&k.test, &c.costs) - 1.0)),
+                _ => "-".into(),
+            };
+            let inn = match (b.get(f), b.get(REFERENCE)) {
+                (Some((setting, tps, n)), Some((_, k, _))) => format!("{:+.1}% ({setting}; {n})", 100.0 * (tps / k - 1.0)),
+                _ => "-".into(),
+            };
+            row.extend([out, inn]);
+        }
+        rows.push(row);
+    }
+    md.push_str(&markdown_table(&header.iter().map(String::as_str).collect::<Vec<_>>(), &rows));
+    Ok(())
+}
+
+fn page(cfg: &TuneConfig, sets: &[SetResult], candidates: &BTreeMap<String, Vec<String>>) -> Result<String> {
+    let inside = cfg.in_sample.as_deref().map(InSample::read).transpose()?;
     let (b, seed) = (cfg.bootstrap, cfg.seed);
     let mut md = String::new();
     writeln!(md, "# Stop rules judged out of sample\n")?;
@@ -68,6 +99,9 @@ fn page(cfg: &TuneConfig, sets: &[SetResult]) -> Result<String> {
             rows.push(row);
         }
         md.push_str(&markdown_table(&header.iter().map(String::as_str).collect::<Vec<_>>(), &rows));
+        if let Some(inside) = &inside {
+            in_sample_table(&mut md, ci, sets, inside, candidates)?;
+        }
         writeln!(md, "\nThe settings the tuning traces chose (tuning throughput in tokens/s at these costs; candidates tried):\n")?;
         let header: Vec<String> = ["rule".to_string()].into_iter().chain(sets.iter().map(|s| s.dataset.clone())).collect();
         let rows: Vec<Vec<String>> = families
@@ -119,8 +153,8 @@ pub fn slug(name: &str) -> String {
 }
 
 /// Writes `OUT/tune.md`, `OUT/tune.json` (every interval) and the fitted parameters.
-pub fn write(cfg: &TuneConfig, sets: &[SetResult]) -> Result<()> {
-    let md = page(cfg, sets)?;
+pub fn write(cfg: &TuneConfig, sets: &[SetResult], candidates: &BTreeMap<String, Vec<String>>) -> Result<()> {
+    let md = page(cfg, sets, candidates)?;
     write_atomic(&cfg.out.join("tune.md"), md.as_bytes())?;
     let dir = cfg.out.join("threshold-plus");
     let mut summary = Vec::new();

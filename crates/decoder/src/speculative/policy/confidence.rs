@@ -36,6 +36,40 @@ impl StopPolicy for ConfidencePolicy {
     }
 }
 
+/// SpecDec++'s product rule on the draft's own confidence: stop after candidate `i` when
+/// `1 - prod_{j <= i} c_j > threshold`, `c_j` each candidate's [`DraftStep::confidence`] (read as
+/// the chance it is accepted); within `[min, max]` candidates; the candidate is kept. With
+/// [`ConfidencePolicy`] and the head's two rules it completes the comparison of signal (the
+/// draft's probability or a trained head) against rule (per token or cumulative).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConfidenceProductPolicy {
+    pub threshold: f32,
+    pub min_candidates: usize,
+    pub max_candidates: usize,
+    #[serde(skip)]
+    product: f64,
+}
+
+impl ConfidenceProductPolicy {
+    pub fn new(threshold: f32, min_candidates: usize, max_candidates: usize) -> Self {
+        Self { threshold, min_candidates, max_candidates, product: 1.0 }
+    }
+}
+
+impl StopPolicy for ConfidenceProductPolicy {
+    fn begin_round(&mut self) {
+        self.product = 1.0;
+    }
+    fn decide(&mut self, step: &DraftStep) -> Result<Decision> {
+        self.product *= f64::from(step.confidence);
+        let stop = step.index >= self.max_candidates || (step.index >= self.min_candidates.max(1) && 1.0 - self.product > f64::from(self.threshold));
+        Ok(stop_if(stop))
+    }
+    fn max_candidates(&self) -> usize {
+        self.max_candidates
+    }
+}
+
 /// HF's confidence criterion with its online threshold update (transformers PR #34156): every
 /// drafted candidate's confidence is recorded; after verification the accepted ones are
 /// labelled 1 and the first rejected one 0 (later ones are never labelled); once more than 5
@@ -169,6 +203,27 @@ impl StopPolicy for PMinPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::speculative::{DraftStats, HiddenState, LazyStats};
+
+    fn step(index: usize, confidence: f32) -> DraftStep<'static> {
+        DraftStep { index, token: 0, q_token: 1.0, confidence, ngram: None, stats: LazyStats::known(DraftStats::default()), hidden: HiddenState::HeadScores(&[]) }
+    }
+
+    #[test]
+    fn the_product_rule_stops_when_the_chance_of_a_rejection_so_far_passes_the_threshold() {
+        // 0.9 x 0.9 = 0.81 (1 - 0.81 = 0.19 <= 0.2), x 0.9 = 0.729 (0.271 > 0.2): stop at 3,
+        // where the per-token rule at 0.8 would never stop.
+        let mut p = ConfidenceProductPolicy::new(0.2, 1, 20);
+        p.begin_round();
+        let d: Vec<Decision> = (1..=3).map(|i| p.decide(&step(i, 0.9)).unwrap()).collect();
+        assert_eq!(d, [Decision::Continue, Decision::Continue, Decision::Stop]);
+        // A new round starts the product afresh; the bounds hold.
+        p.begin_round();
+        assert_eq!(p.decide(&step(1, 0.9)).unwrap(), Decision::Continue);
+        let mut low_min = ConfidenceProductPolicy::new(0.2, 2, 20);
+        assert_eq!(low_min.decide(&step(1, 0.1)).unwrap(), Decision::Continue);
+        assert_eq!(low_min.decide(&step(2, 1.0)).unwrap(), Decision::Stop);
+    }
 
     #[test]
     fn roc_threshold_minimises_fpr_plus_three_fnr() {

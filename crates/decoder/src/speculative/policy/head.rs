@@ -84,38 +84,89 @@ impl HeadRule {
     }
 }
 
-/// SpecDec++: the acceptance head's predictions under [`HeadRule`].
+/// SpecDec++: the acceptance head's predictions under [`HeadRule`]; or, with `per_token`, the
+/// same rule on the newest prediction alone instead of the running product (stop when the
+/// latest scored candidate's predicted chance of a rejection passes the threshold), which
+/// tells a weak head from a weak product rule.
 pub struct HeadPolicy<H: AcceptanceModel = AcceptanceHead> {
     pub head: H,
     pub rule: HeadRule,
+    pub per_token: bool,
     accept_product: f64,
+    latest: f64,
     /// The previous candidate's draft statistics (for a head that reads them).
     previous: Option<DraftStats>,
 }
 
 impl<H: AcceptanceModel> HeadPolicy<H> {
     pub fn new(head: H, rule: HeadRule) -> Self {
-        Self { head, rule, accept_product: 1.0, previous: None }
+        Self { head, rule, per_token: false, accept_product: 1.0, latest: 1.0, previous: None }
+    }
+
+    /// The per-token rule: the newest prediction instead of the product.
+    pub fn per_token(head: H, rule: HeadRule) -> Self {
+        Self { per_token: true, ..Self::new(head, rule) }
     }
 }
 
 impl<H: AcceptanceModel> StopPolicy for HeadPolicy<H> {
     fn begin_round(&mut self) {
         self.accept_product = 1.0;
+        self.latest = 1.0;
         self.previous = None;
     }
     fn decide(&mut self, step: &DraftStep) -> Result<Decision> {
         // Step 1's hidden state belongs to the committed token: it contributes 1. Step i's
         // belongs to candidate i - 1, drawn at the previous step.
         if step.index >= 2 {
-            self.accept_product *= self.head.accept_probability(step.hidden, self.previous.as_ref())?;
+            self.latest = self.head.accept_probability(step.hidden, self.previous.as_ref())?;
+            self.accept_product *= self.latest;
         }
         if self.head.reads_draft_stats() {
             self.previous = Some(*step.stats.get());
         }
-        Ok(stop_if(self.rule.stop(step.index, self.accept_product)))
+        Ok(stop_if(self.rule.stop(step.index, if self.per_token { self.latest } else { self.accept_product })))
     }
     fn max_candidates(&self) -> usize {
         self.rule.max_candidates
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::speculative::LazyStats;
+
+    /// A head that scores every hidden state by its first value.
+    struct FirstValue;
+
+    impl AcceptanceModel for FirstValue {
+        fn accept_probability(&self, hidden: HiddenState, _: Option<&DraftStats>) -> Result<f64> {
+            match hidden {
+                HiddenState::Vector(h) => Ok(f64::from(h[0])),
+                HiddenState::HeadScores(_) => bail!("vectors only"),
+            }
+        }
+    }
+
+    fn run(policy: &mut HeadPolicy<FirstValue>, scores: &[f32]) -> Vec<Decision> {
+        policy.begin_round();
+        let rows: Vec<[f32; 1]> = scores.iter().map(|&s| [s]).collect();
+        rows.iter()
+            .enumerate()
+            .map(|(i, h)| policy.decide(&DraftStep { index: i + 1, token: 0, q_token: 1.0, confidence: 1.0, ngram: None, stats: LazyStats::known(DraftStats::default()), hidden: HiddenState::Vector(h) }).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn per_token_reads_the_latest_prediction_and_the_product_all_of_them() {
+        // Predictions 0.8 for candidates 1..3 (read at steps 2..4): the product passes a
+        // rejection chance of 0.4 at step 4 (0.512), the latest prediction never does.
+        let scores = [1.0, 0.8, 0.8, 0.8, 0.8];
+        let rule = HeadRule::new(0.4, 1, 20);
+        assert_eq!(run(&mut HeadPolicy::new(FirstValue, rule), &scores)[1..4], [Decision::Continue, Decision::Continue, Decision::Stop]);
+        assert!(run(&mut HeadPolicy::per_token(FirstValue, rule), &scores).iter().all(|d| *d == Decision::Continue));
+        // One low prediction stops the per-token rule at once.
+        assert_eq!(run(&mut HeadPolicy::per_token(FirstValue, rule), &[1.0, 0.5])[1], Decision::Stop);
     }
 }

@@ -20,7 +20,7 @@ mod schedule;
 mod stats;
 mod threshold_plus;
 
-pub use confidence::{ConfidencePolicy, PMinPolicy, RocThreshold};
+pub use confidence::{ConfidencePolicy, ConfidenceProductPolicy, PMinPolicy, RocThreshold};
 pub use entropy::{AdaEdlParams, AdaEdlPolicy, SvipPolicy};
 pub use head::{AcceptanceModel, HeadPolicy, HeadRule, PrecomputedHead};
 pub use matchrate::MatchRatePolicy;

@@ -11,8 +11,18 @@ use std::path::Path;
 pub fn move_head_families(rows: &mut [Row], families: &BTreeMap<String, Vec<String>>) {
     for r in rows {
         if let Some((family, _)) = families.iter().find(|(_, heads)| r.head.as_ref().is_some_and(|h| heads.contains(h))) {
-            r.family = family.clone();
+            r.family = head_family(&r.family, family);
         }
+    }
+}
+
+/// The family of a head rule's row whose head is in head family `family`: SpecDec++'s rule
+/// takes the family's name, the per-token rule its `-token` variant.
+pub fn head_family(rule_family: &str, family: &str) -> String {
+    if rule_family == "head-token" {
+        format!("{family}-token")
+    } else {
+        family.to_string()
     }
 }
 
