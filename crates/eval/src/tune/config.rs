@@ -67,7 +67,56 @@ fn default_passes() -> usize {
     3
 }
 
+/// `path` relative to `base`, both absolute: the shared leading components dropped, one `..`
+/// per remaining component of `base`.
+pub fn relative(path: &Path, base: &Path) -> PathBuf {
+    let (p, b): (Vec<_>, Vec<_>) = (path.components().collect(), base.components().collect());
+    let shared = p.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    if shared == 0 {
+        return path.to_path_buf();
+    }
+    let mut out: PathBuf = b[shared..].iter().map(|_| "..").collect();
+    out.extend(&p[shared..]);
+    out
+}
+
 impl TuneConfig {
+    /// Every path of the config mapped through `f`.
+    fn map_paths(&self, f: impl Fn(&Path) -> PathBuf) -> Self {
+        let mut c = self.clone();
+        for p in [&mut c.tuning, &mut c.test, &mut c.out].into_iter().chain(c.in_sample.as_mut()).chain(c.costs.iter_mut().filter_map(|c| c.profile.as_mut())) {
+            *p = f(p);
+        }
+        let m = &mut c.methods;
+        let heads = m.specdecpp.iter_mut().flat_map(|g| &mut g.heads).chain(m.easyspec.iter_mut().flat_map(|g| &mut g.heads));
+        for p in heads {
+            *p = f(p);
+        }
+        for g in &mut m.grid {
+            for p in g.head_dirs_mut() {
+                *p = f(p);
+            }
+            for p in g.feature_head_dirs_mut() {
+                *p = f(p);
+            }
+            for p in g.threshold_plus_files_mut() {
+                *p = f(p);
+            }
+        }
+        c
+    }
+
+    /// The config with its paths relative to `base` (as written beside results, so that they
+    /// read the same in every clone).
+    pub fn relative_to(&self, base: &Path) -> Self {
+        self.map_paths(|p| relative(p, base))
+    }
+
+    /// The config with its relative paths resolved against `base`.
+    pub fn resolved_against(&self, base: &Path) -> Self {
+        self.map_paths(|p| resolve_path(p, base))
+    }
+
     /// Whether `other` computes the same results (it may report them differently: intervals,
     /// the in-sample comparison, where the report goes).
     pub fn same_computation(&self, other: &Self) -> bool {
@@ -90,5 +139,18 @@ impl TuneConfig {
             ensure!(f.max_candidates >= 1 && f.passes >= 1, "{}: [threshold_plus] needs max_candidates >= 1 and passes >= 1", path.display());
         }
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_paths_climb_to_the_shared_directory() {
+        let r = |p: &str, b: &str| relative(Path::new(p), Path::new(b));
+        assert_eq!(r("/repo/traces/tuning", "/repo/docs/out/sets"), PathBuf::from("../../../traces/tuning"));
+        assert_eq!(r("/repo/docs/out/sets/a.json", "/repo/docs/out/sets"), PathBuf::from("a.json"));
+        assert_eq!(resolve_path(&r("/repo/traces/tuning", "/repo/docs/out/sets"), Path::new("/repo/docs/out/sets")), PathBuf::from("/repo/traces/tuning"));
     }
 }

@@ -248,9 +248,15 @@ fn of<'a>(units: &'a [UnitFile], d: &str) -> Vec<&'a UnitFile> {
     units.iter().filter(|u| u.unit.dataset == d).collect()
 }
 
-/// A set's earlier result, if it was computed under this config from these prompts.
+/// A set's earlier result, if it was computed under this config from these prompts (its
+/// config's paths are relative to the file's directory).
 fn finished(path: &Path, cfg: &TuneConfig, tuning: &[&UnitFile], test: &[&UnitFile]) -> Option<SetResult> {
-    let r: SetResult = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    let mut r: SetResult = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    let dir = path.parent()?;
+    r.config = r.config.resolved_against(dir);
+    for p in r.results.iter_mut().filter_map(|c| c.costs.profile.as_mut()) {
+        *p = specx_datagen::config::resolve_path(p, dir);
+    }
     let ids = |u: &[&UnitFile]| u.iter().map(|u| u.unit.prompt_id.clone()).collect::<Vec<_>>();
     (r.config.same_computation(cfg) && r.tuning_prompts == ids(tuning) && r.test_prompts == ids(test)).then_some(r)
 }
@@ -299,12 +305,13 @@ pub fn tune(cfg: &TuneConfig) -> Result<Vec<SetResult>> {
                 eprintln!("{d}: done earlier under this config ({}), kept", path.display());
                 r
             }
-            None => {
-                let r = tune_set(cfg, &cands, &r, d, &tu, &te)?;
-                specx_decoder::fsutil::write_atomic(&path, serde_json::to_string(&r)?.as_bytes())?;
-                r
-            }
+            None => tune_set(cfg, &cands, &r, d, &tu, &te)?,
         };
+        let mut written = SetResult { config: result.config.relative_to(&sets_dir), ..result.clone() };
+        for p in written.results.iter_mut().filter_map(|c| c.costs.profile.as_mut()) {
+            *p = config::relative(p, &sets_dir);
+        }
+        specx_decoder::fsutil::write_atomic(&path, serde_json::to_string(&written)?.as_bytes())?;
         out.push(result);
     }
     let mut keys: BTreeMap<String, Vec<String>> = BTreeMap::new();

@@ -68,14 +68,18 @@ fn page(cfg: &TuneConfig, sets: &[SetResult], candidates: &BTreeMap<String, Vec<
     let (b, seed) = (cfg.bootstrap, cfg.seed);
     let mut md = String::new();
     writeln!(md, "# Stop rules judged out of sample\n")?;
-    writeln!(md, "Every setting below was chosen on the tuning traces ({}) per prompt set and cost model, then replayed once on the test traces ({}). Speedups are throughput ratios on the test prompts (ratio of sums), with 95% percentile intervals over {b} bootstrap resamples of the prompts (seed {seed}).\n", cfg.tuning.display(), cfg.test.display())?;
+    let cwd = std::env::current_dir()?;
+    let shown = |p: &std::path::Path| p.strip_prefix(&cwd).unwrap_or(p).display().to_string();
+    writeln!(md, "Every setting below was chosen on the tuning traces (`{}`) per prompt set and cost model, then replayed once on the test traces (`{}`). Speedups are throughput ratios on the test prompts (ratio of sums), with 95% percentile intervals over {b} bootstrap resamples of the prompts (seed {seed}).\n", shown(&cfg.tuning), shown(&cfg.test))?;
     writeln!(md, "| set | tuning prompts | test prompts |\n| --- | --- | --- |")?;
     for s in sets {
         writeln!(md, "| {} | {} | {} |", s.dataset, s.tuning_prompts.len(), s.test_prompts.len())?;
     }
     for (ci, costs) in cfg.costs.iter().enumerate() {
         writeln!(md, "\n## {}\n", costs.name)?;
-        writeln!(md, "t_draft {} s, t_target {} s, t_row {} s.\n", costs.t_draft, costs.t_target, costs.t_row)?;
+        let ms = |t: f64| format!("{:.2} ms", 1e3 * t);
+        let source = costs.profile.as_deref().map_or(String::new(), |p| format!(" (from `{}`)", shown(p)));
+        writeln!(md, "A draft forward {}, a target call of r rows {} + {} x r{source}.\n", ms(costs.t_draft), ms(costs.t_target), ms(costs.t_row))?;
         let families: Vec<String> = {
             let mut f: Vec<String> = sets.iter().flat_map(|s| s.results[ci].rules.iter().map(|r| r.family.clone())).collect();
             f.sort();
