@@ -6,7 +6,8 @@
 #    (`specx eval --check`: prompt files, the method grid, heads and models, nothing loaded),
 #    with any set it could not fetch reported as skipped.
 # 2. Every `specx reproduce` command the docs show rebuilds its committed tables and figures
-#    from committed inputs alone, byte for byte.
+#    from committed inputs alone, byte for byte, and so does `specx eval tune` from its
+#    committed per-set results (it replays nothing when they match the committed traces).
 # Needs a built specx ($CARGO_TARGET_DIR/release/specx) and the model pair (fetch-models.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +40,12 @@ echo "check-front-door: the reproductions rebuild their committed outputs"
 for r in adaptive specdecpp; do
   "$specx" reproduce "$r" --config "configs/reproductions/$r.toml" >/dev/null
 done
+"$specx" eval tune --config configs/eval/tune-stop-rules.toml >/dev/null 2>"$tmp/tune.log" || { cat "$tmp/tune.log" >&2; exit 1; }
+if grep -q "replayed in" "$tmp/tune.log"; then
+  echo "check-front-door: specx eval tune replayed a set instead of reading its committed result:" >&2
+  cat "$tmp/tune.log" >&2
+  exit 1
+fi
 changed="$(git status --porcelain -- docs/reproductions)"
 if [ -n "$changed" ]; then
   echo "check-front-door: specx reproduce changed committed outputs:" >&2
