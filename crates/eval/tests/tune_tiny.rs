@@ -110,7 +110,7 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
     // Counts of a setting replayed from scratch (one build per policy) on a run's units.
     let fresh = |units: &[UnitFile], policy: ReplayPolicy, costs: &specx_eval::reproduce::adaptive::Costs| -> Vec<UnitCounts> {
         let rc = specx_eval::experiment::replay::ReplayCosts { t_draft: costs.t_draft, t_target: costs.t_target, t_row: costs.t_row };
-        let inputs: Vec<TraceInput> = units.iter().map(|u| TraceInput { prompt: &u.prompt, ar: &u.ar_tokens, max_new_tokens: u.rows[0].max_new_tokens }).collect();
+        let inputs: Vec<TraceInput> = units.iter().map(TraceInput::of).collect();
         let mut policies = vec![policy];
         let traces = TraceBuilder::new(&draft.model, &[], &eos).build(&inputs, &mut policies, &rc).unwrap();
         traces.iter().map(|t| UnitCounts::of(&t.replay(&mut policies[0], &rc).unwrap())).collect()
@@ -205,7 +205,7 @@ fn branches_grow_on_across_completions() {
     let eos = specx_eval::experiment::manifest::EvalManifest::read(&run_dir).unwrap().eos_ids;
     let draft = load_model(&draft_path, None, &default_device()).unwrap();
     let rc = specx_eval::experiment::replay::ReplayCosts::default();
-    let inputs: Vec<TraceInput> = units.iter().map(|u| TraceInput { prompt: &u.prompt, ar: &u.ar_tokens, max_new_tokens: u.rows[0].max_new_tokens }).collect();
+    let inputs: Vec<TraceInput> = units.iter().map(TraceInput::of).collect();
     let fixed = |k: usize| vec![ReplayPolicy::Live(Box::new(FixedK(k)))];
     let mut builder = TraceBuilder::new(&draft.model, &[], &eos);
     let mut set = builder.start(&inputs, true).unwrap();

@@ -214,6 +214,13 @@ pub struct TraceInput<'a> {
     pub max_new_tokens: usize,
 }
 
+impl<'a> TraceInput<'a> {
+    /// The greedy AR output of an eval run's unit, with the unit's budget.
+    pub fn of(u: &'a crate::common::results::UnitFile) -> Self {
+        Self { prompt: &u.prompt, ar: &u.ar_tokens, max_new_tokens: u.rows[0].max_new_tokens }
+    }
+}
+
 /// Computes draft traces with batched forwards.
 pub struct TraceBuilder<'a> {
     draft: &'a Transformer,

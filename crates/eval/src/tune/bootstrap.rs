@@ -25,7 +25,7 @@ impl UnitCounts {
     /// Seconds of the run at `costs` (eq. 5.1 with the draft forwards as counted, plus the
     /// row term).
     pub fn seconds(&self, c: &Costs) -> f64 {
-        c.t_draft * self.draft_calls + c.t_target * self.target_calls + c.t_row * self.rows
+        c.seconds(self.draft_calls, self.target_calls, self.rows)
     }
 
     /// Seconds of plain decoding of the same tokens: one single-row target call per token.

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 fn counts(r: &Row) -> UnitCounts {
-    UnitCounts { n: r.n, draft_calls: r.draft_calls, target_calls: r.target_calls, rows: r.drafted + (r.target_calls - 1.0).max(0.0) }
+    UnitCounts { n: r.n, draft_calls: r.draft_calls, target_calls: r.target_calls, rows: r.rows_verified() }
 }
 
 /// Per (set, setting key): the replayed greedy counts per prompt id.

@@ -135,7 +135,7 @@ impl Replayer<'_> {
     }
 
     fn start(&self, builder: &mut TraceBuilder, units: &[&UnitFile]) -> Result<TraceSet> {
-        let inputs: Vec<TraceInput> = units.iter().map(|u| TraceInput { prompt: &u.prompt, ar: &u.ar_tokens, max_new_tokens: u.rows[0].max_new_tokens }).collect();
+        let inputs: Vec<TraceInput> = units.iter().map(|u| TraceInput::of(u)).collect();
         builder.start(&inputs, true)
     }
 }

@@ -65,7 +65,13 @@ impl Costs {
 impl Costs {
     /// Tokens per second of a group's summed counts.
     pub fn throughput(&self, g: &Group) -> f64 {
-        g.n() / (self.t_draft * g.draft_calls() + self.t_target * g.target_calls() + self.t_row * g.rows_verified())
+        g.n() / self.seconds(g.draft_calls(), g.target_calls(), g.rows_verified())
+    }
+
+    /// Seconds of `draft_calls` draft forwards and `target_calls` target calls that check
+    /// `rows` rows in verifications.
+    pub fn seconds(&self, draft_calls: f64, target_calls: f64, rows: f64) -> f64 {
+        self.t_draft * draft_calls + self.t_target * target_calls + self.t_row * rows
     }
 
     /// Autoregressive decoding at these costs: one single-row target call per token.

@@ -49,6 +49,14 @@ pub struct Row {
     pub batch: u64,
 }
 
+impl Row {
+    /// Rows the target checked in verifications: each round's candidates and one more (the
+    /// prefill's call, the first of the row's target calls, is not a verification).
+    pub fn rows_verified(&self) -> f64 {
+        self.drafted + (self.target_calls - 1.0).max(0.0)
+    }
+}
+
 /// Every row of `dir/results.parquet`.
 pub fn read_rows(dir: &Path) -> Result<Vec<Row>> {
     let t = crate::common::results::ResultsTable::read(dir)?;
@@ -102,10 +110,9 @@ impl Group {
     pub fn draft_calls(&self) -> f64 {
         self.rows.iter().map(|r| r.draft_calls).sum()
     }
-    /// Rows the target checked in verifications: each round's candidates and one more (the
-    /// prefill's call, the first of each row's target calls, is not a verification).
+    /// [`Row::rows_verified`], summed.
     pub fn rows_verified(&self) -> f64 {
-        self.rows.iter().map(|r| r.drafted + (r.target_calls - 1.0).max(0.0)).sum()
+        self.rows.iter().map(Row::rows_verified).sum()
     }
     /// Discard rate and verification rate as ratios of sums (the Figure 3 coordinates).
     pub fn rates(&self) -> (f64, f64) {
