@@ -89,8 +89,8 @@ impl RunArgs {
 pub fn run(a: DecodeArgs) -> Result<()> {
     // The method, its flags and the devices are checked before any model loads.
     let sampling = a.run.sampling.config()?;
-    let setting = a.method.setting()?;
     let device: Placement = a.run.device.parse()?;
+    let setting = a.method.setting(device.devices() == [specx_decoder::DeviceName::Cpu])?;
     device.check()?;
     let (worker_devices, draft_devices) = a.method.device_lists()?;
     worker_devices.iter().try_for_each(Placement::check)?;

@@ -65,7 +65,8 @@ fn the_wgpu_audit_config_asks_for_a_numerical_audit_on_the_device() {
     let mut dup = parse("dsi-real.toml");
     dup.methods.dsi.as_mut().unwrap().devices = vec!["cpu".into(), "cpu".into()];
     dup.methods.dsi.as_mut().unwrap().profile = None;
-    assert!(format!("{:#}", dup.validate().unwrap_err()).contains("listed twice"));
+    let e = format!("{:#}", dup.validate().unwrap_err());
+    assert!(e.contains("listed twice"), "{e}");
     // EasySpec's attention devices and the parts' devices are checked the same way.
     let mut es = parse("easyspec-alpaca-t07.toml");
     es.methods.easyspec.as_mut().unwrap().devices = vec!["cpu".into(), "cpu".into()];

@@ -1,9 +1,10 @@
 //! `specx eval tune` on a tiny synthetic pair: settings chosen on tuning traces only, the test
-//! traces' counts exact (equal to live decoding with the chosen settings, threshold-plus's fitted
-//! parameters included), resume, and a test prompt among the tuning prompts refused.
+//! traces' counts exact (equal to live decoding with the chosen settings, threshold-plus's and
+//! the calibrated model's fitted parameters included), resume, and a test prompt among the
+//! tuning prompts refused.
 
 use specx_decoder::sampling::SamplingConfig;
-use specx_decoder::speculative::{generate_speculative, PlainDrafter, RejectionSampler, SpecConfig, ThresholdPlusPolicy};
+use specx_decoder::speculative::{generate_speculative, CalibratedPolicy, PlainDrafter, RejectionSampler, SpecConfig, StopPolicy, ThresholdPlusPolicy};
 use specx_decoder::{default_device, load_model};
 use specx_eval::common::results::UnitFile;
 use specx_eval::experiment::config::EvalConfig;
@@ -78,6 +79,12 @@ t_row = 0.03
 [threshold_plus]
 max_candidates = 12
 passes = 2
+
+[calibrated]
+thresholds = [0.3, 0.6]
+max_candidates = 12
+holdout_every = 2
+passes = 1
 "#;
 
 fn tune_config(root: &Path, tuning: &Path, test: &Path, out: &str) -> TuneConfig {
@@ -117,7 +124,7 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
     };
     let no_heads: std::collections::HashMap<String, usize> = Default::default();
     for c in &set.results {
-        for r in c.rules.iter().filter(|r| r.family != THRESHOLD_PLUS) {
+        for r in c.rules.iter().filter(|r| r.family != THRESHOLD_PLUS && !r.family.starts_with("calibrated")) {
             // The chosen setting is its family's best on the tuning traces.
             let family: Vec<_> = settings.iter().filter(|m| m.key() == r.setting || (m.family() == r.family && r.family != "oracle")).collect();
             assert_eq!(family.len(), r.candidates, "{}: {}", r.family, r.setting);
@@ -132,15 +139,27 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
         // are those of live decoding with the fitted parameters.
         let fit = c.threshold_plus.as_ref().expect("fitted");
         assert!(fit.fitted_throughput >= fit.start_throughput);
+        let live = |policy: &mut dyn StopPolicy, test: &[UnitCounts], what: &str| {
+            for (u, counts) in test_units.iter().zip(test) {
+                let cfg = SpecConfig { max_new_tokens: u.rows[0].max_new_tokens, sampling: SamplingConfig::greedy(), seed: 0 };
+                let g = generate_speculative(&target.model, &mut PlainDrafter::new(&draft.model), policy, &mut RejectionSampler, &u.prompt, &cfg, &eos).unwrap();
+                assert_eq!(g.tokens, u.ar_tokens);
+                assert_eq!(UnitCounts::of(&g.metrics), *counts, "{what}: {} at {}", u.unit.prompt_id, c.costs.name);
+            }
+        };
         let tp = c.rules.iter().find(|r| r.family == THRESHOLD_PLUS).unwrap();
-        for (u, counts) in test_units.iter().zip(&tp.test) {
-            let mut policy = ThresholdPlusPolicy::new(fit.params.clone()).unwrap();
-            let cfg = SpecConfig { max_new_tokens: u.rows[0].max_new_tokens, sampling: SamplingConfig::greedy(), seed: 0 };
-            let g = generate_speculative(&target.model, &mut PlainDrafter::new(&draft.model), &mut policy, &mut RejectionSampler, &u.prompt, &cfg, &eos).unwrap();
-            assert_eq!(g.tokens, u.ar_tokens);
-            assert_eq!(UnitCounts::of(&g.metrics), *counts, "{} at {}", u.unit.prompt_id, c.costs.name);
+        live(&mut ThresholdPlusPolicy::new(fit.params.clone()).unwrap(), &tp.test, THRESHOLD_PLUS);
+        // The calibrated model's three rules, the same way; the search on throughput never
+        // ends below the product rule it starts from.
+        assert_eq!(c.calibrated.iter().map(|ch| ch.family.as_str()).collect::<Vec<_>>(), ["calibrated", "calibrated-product", "calibrated-fit"]);
+        assert!(c.calibrated[2].tuning_throughput >= c.calibrated[1].tuning_throughput);
+        for ch in &c.calibrated {
+            let r = c.rules.iter().find(|r| r.family == ch.family).unwrap();
+            live(&mut CalibratedPolicy::new(ch.params.clone()).unwrap(), &r.test, &ch.family);
         }
     }
+    let model = set.acceptance_model.as_ref().expect("the acceptance model is fitted");
+    assert!(model.fit_samples > 0 && model.holdout_samples > 0 && model.calibrated.log_loss.is_finite());
     // The fitted parameters as written run as a grid setting (`policies.threshold_plus`): a replay
     // of the test traces gives the counts the tune reported.
     let grid = root.join("fitted.toml");
@@ -153,6 +172,12 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
     let md = std::fs::read_to_string(cfg.out.join("tune.md")).unwrap();
     assert!(md.contains("## A100 (paper)") && md.contains("## CPU") && md.contains("threshold-plus"), "{md}");
     assert!(cfg.out.join("threshold-plus/alpaca-cpu.json").is_file());
+    // The calibrated model's file runs as a grid setting too.
+    std::fs::write(&grid, "[methods]\n[[methods.grid]]\npolicies.calibrated = { params = [\"tuned/calibrated/alpaca-cpu-calibrated-product.json\"] }\n").unwrap();
+    let o = specx_eval::experiment::replay_run::replay(&test, &specx_eval::experiment::replay_run::ReplayConfig::load(&grid).unwrap(), "fitted-model", false).unwrap();
+    let reported = &cpu.rules.iter().find(|r| r.family == "calibrated-product").unwrap().test;
+    assert_eq!(&o.replayed.iter().map(|r| UnitCounts::of(&r.metrics())).collect::<Vec<_>>(), reported);
+    assert!(md.contains("The calibrated acceptance model"), "{md}");
 
     // A second run keeps the finished set; with an earlier replay of every candidate on the
     // test traces it also reports the in-sample choice, which no out-of-sample choice beats on
@@ -178,7 +203,7 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
     }
     for c in &again[0].results {
         let best = inside.best(&again[0], c, &keys);
-        for r in c.rules.iter().filter(|r| r.family != THRESHOLD_PLUS) {
+        for r in c.rules.iter().filter(|r| r.family != THRESHOLD_PLUS && !r.family.starts_with("calibrated")) {
             let (_, tps, n) = &best[&r.family];
             assert_eq!(*n, r.candidates, "{}: the replay holds every candidate", r.family);
             assert!(*tps >= throughput(&r.test, &c.costs) - 1e-9, "{}: chosen on the test prompts it cannot do worse there", r.family);

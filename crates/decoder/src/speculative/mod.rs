@@ -47,8 +47,9 @@ pub use head::{AcceptanceHead, HeadSpec};
 pub use hybrid::HybridDrafter;
 pub use lookup::PromptLookupDrafter;
 pub use metrics::RequestMetrics;
+pub use policy::calibrated;
 pub use policy::{
-    AcceptanceModel, AdaEdlParams, AdaEdlPolicy, BanditK, ConfidencePolicy, ConfidenceProductPolicy, Decision, DraftStats, DraftStep, DynamicK, FixedK, HeadPolicy, HeadRule, HiddenState, LazyStats, MatchRatePolicy,
+    AcceptanceModel, AdaEdlParams, AdaEdlPolicy, BanditK, CalibratedParams, CalibratedPolicy, CalibratedRule, ConfidencePolicy, ConfidenceProductPolicy, Decision, DraftStats, DraftStep, DynamicK, FixedK, HeadPolicy, HeadRule, HiddenState, LazyStats, MatchRatePolicy,
     PMinPolicy, PrecomputedHead, RocThreshold, RoundOutcome, StopPolicy, SvipPolicy, ThresholdPlusParams, ThresholdPlusPolicy, HEAD_STAT_INPUTS,
 };
 pub use round::{DraftRound, Generation, SpecConfig, Streams};

@@ -53,6 +53,13 @@ pub fn drafts_or_loaded(drafts: &[DraftTransform]) -> Vec<DraftTransform> {
     if drafts.is_empty() { vec![DraftTransform::default()] } else { drafts.to_vec() }
 }
 
+/// The shipped rule at the settings chosen for these price models.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptivePolicies {
+    pub hardware: Vec<crate::method::adaptive::Hardware>,
+}
+
 /// A part without parameters (`plain = {}`, `sequential = {}`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -125,23 +132,41 @@ pub struct PolicyAxis {
     pub matchrate: Option<MatchRatePolicies>,
     /// Threshold-plus, one setting per fitted-parameter file (JSON, as `specx eval tune`
     /// writes them; named by the file's stem).
-    pub threshold_plus: Option<ThresholdPlusFiles>,
+    pub threshold_plus: Option<ParamFiles>,
+    /// The calibrated acceptance model, one setting per fitted-parameter file (JSON, as
+    /// `specx eval tune` writes them; named by the file's stem).
+    pub calibrated: Option<ParamFiles>,
     /// SpecDec++'s oracle (greedy replays only).
     pub oracle: Option<NoParameters>,
+    /// The stop rule that ships (`checkpoints/adaptive/rule.json`), at its setting for each of
+    /// `hardware` (`gpu`, `cpu`); the results name the rule and setting it resolved to.
+    pub adaptive: Option<AdaptivePolicies>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ThresholdPlusFiles {
+pub struct ParamFiles {
     pub params: Vec<PathBuf>,
+}
+
+/// A fitted-parameter file's contents and its name (the file's stem).
+fn fitted<T: serde::de::DeserializeOwned>(path: &std::path::Path, what: &str) -> Result<(String, T)> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {what} parameters {}", path.display()))?;
+    let params = serde_json::from_str(&text).with_context(|| format!("{}: not {what} parameters", path.display()))?;
+    let name = path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
+    Ok((name, params))
 }
 
 /// Threshold-plus's setting from a fitted-parameter file, named by the file's stem.
 pub fn threshold_plus_setting(path: &std::path::Path) -> Result<PolicySpec> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading threshold-plus parameters {}", path.display()))?;
-    let params = serde_json::from_str(&text).with_context(|| format!("{}: not threshold-plus parameters", path.display()))?;
-    let name = path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
+    let (name, params) = fitted(path, "threshold-plus")?;
     Ok(PolicySpec::ThresholdPlus { name, params })
+}
+
+/// The calibrated model's setting from a fitted-parameter file, named by the file's stem.
+pub fn calibrated_setting(path: &std::path::Path) -> Result<PolicySpec> {
+    let (name, params) = fitted(path, "calibrated-model")?;
+    Ok(PolicySpec::Calibrated { name, params })
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -349,6 +374,12 @@ impl PolicyAxis {
         for path in self.threshold_plus.iter().flat_map(|g| &g.params) {
             out.push(threshold_plus_setting(path)?);
         }
+        for path in self.calibrated.iter().flat_map(|g| &g.params) {
+            out.push(calibrated_setting(path)?);
+        }
+        for &h in self.adaptive.iter().flat_map(|g| &g.hardware) {
+            out.push(crate::method::adaptive::shipped_policy(h)?);
+        }
         out.extend(self.oracle.iter().map(|_| PolicySpec::Oracle));
         Ok(out)
     }
@@ -396,9 +427,10 @@ impl MethodGrid {
         self.policies.head.iter_mut().chain(&mut self.policies.head_token).flat_map(|g| &mut g.heads)
     }
 
-    /// Threshold-plus's parameter files (resolved against the config's directory).
-    pub fn threshold_plus_files_mut(&mut self) -> impl Iterator<Item = &mut PathBuf> {
-        self.policies.threshold_plus.iter_mut().flat_map(|g| &mut g.params)
+    /// Threshold-plus's and the calibrated model's parameter files (resolved against the
+    /// config's directory).
+    pub fn fitted_files_mut(&mut self) -> impl Iterator<Item = &mut PathBuf> {
+        self.policies.threshold_plus.iter_mut().chain(&mut self.policies.calibrated).flat_map(|g| &mut g.params)
     }
 
     /// The feature heads' directories (resolved against the config's directory like the

@@ -383,7 +383,7 @@ impl EvalConfig {
             for h in g.feature_head_dirs_mut() {
                 *h = resolve_path(h, base);
             }
-            for f in g.threshold_plus_files_mut() {
+            for f in g.fitted_files_mut() {
                 *f = resolve_path(f, base);
             }
         }

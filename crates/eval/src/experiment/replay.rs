@@ -196,6 +196,39 @@ impl DraftTrace {
         Ok((c, needs))
     }
 
+    /// Labelled trunk positions for an acceptance model: the trunk cut into the oracle's
+    /// rounds (each drafts until its first mismatch, at most `max_depth` candidates, and the
+    /// next starts after the token the target commits), each position with the draft's
+    /// statistics, its depth in its round (1-based) and whether the draft's token is the
+    /// target's. A position's label is its acceptance given that the candidates before it in
+    /// the round were accepted, as the product rule reads it.
+    pub fn acceptance_samples(&self, max_depth: usize) -> Result<Vec<(DraftStats, usize, bool)>> {
+        let n = self.ar.len();
+        let mut out = Vec::new();
+        let mut l = 1;
+        while l < n {
+            let mut depth = 0;
+            let next = loop {
+                let j = l + depth;
+                if j >= n {
+                    break n;
+                }
+                let look = self.path[j].as_ref().context("a trunk look is missing")?;
+                depth += 1;
+                let accepted = look.token == self.ar[j];
+                out.push((look.stats, depth, accepted));
+                if !accepted {
+                    break j + 1;
+                }
+                if depth >= max_depth {
+                    break j + 2;
+                }
+            };
+            l = next;
+        }
+        Ok(out)
+    }
+
     /// Counts of a greedy speculative run with `policy` (timings zero). Every branch look the
     /// policy needs must have been computed ([`TraceBuilder::build`] with this policy).
     pub fn replay(&self, policy: &mut ReplayPolicy, costs: &ReplayCosts) -> Result<RequestMetrics> {

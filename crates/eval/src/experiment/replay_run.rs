@@ -56,7 +56,7 @@ pub fn resolve_method_paths(methods: &mut MethodsConfig, base: &Path, path: &Pat
     for h in methods.grid.iter_mut().flat_map(|g| g.feature_head_dirs_mut()) {
         *h = resolve_path(h, base);
     }
-    for f in methods.grid.iter_mut().flat_map(|g| g.threshold_plus_files_mut()) {
+    for f in methods.grid.iter_mut().flat_map(|g| g.fitted_files_mut()) {
         *f = resolve_path(f, base);
     }
     Ok(())

@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::speculative::{
     generate_autoregressive, generate_dsi, generate_speculative, AcceptanceHead, AcceptanceModel, AdaEdlParams, AdaEdlPolicy, BanditK, ConfidencePolicy, ConfidenceProductPolicy, Drafter, DsiConfig, DsiStats, DynamicK, FixedK,
-    FeatureDraft, FeatureHeadDrafter, FuzzyDrafter, Generation, HeadPolicy, HybridDrafter, HeadRule, MatchRatePolicy, PMinPolicy, PlainDrafter, PrecomputedHead, PromptLookupDrafter, RejectionSampler, RocThreshold, SpecConfig, StopPolicy, SvipPolicy, ThresholdPlusPolicy,
+    FeatureDraft, FeatureHeadDrafter, FuzzyDrafter, Generation, HeadPolicy, HybridDrafter, HeadRule, MatchRatePolicy, PMinPolicy, PlainDrafter, PrecomputedHead, PromptLookupDrafter, RejectionSampler, RocThreshold, SpecConfig, StopPolicy, SvipPolicy, ThresholdPlusPolicy, CalibratedPolicy,
 };
 use specx_decoder::Transformer;
 use std::collections::{BTreeMap, HashMap};
@@ -82,6 +82,7 @@ impl MethodSpec {
             PolicySpec::AdaEdl { lambda, gamma, max } => Box::new(AdaEdlPolicy::new(AdaEdlParams { lambda: *lambda, gamma: *gamma, max_candidates: *max, ..AdaEdlParams::DEFAULT })),
             PolicySpec::Bandit { arms } => Box::new(BanditK::new(arms.clone(), BanditK::EXPLORATION)),
             PolicySpec::ThresholdPlus { params, .. } => Box::new(ThresholdPlusPolicy::new(params.clone())?),
+            PolicySpec::Calibrated { params, .. } => Box::new(CalibratedPolicy::new(params.clone())?),
             PolicySpec::MatchRate { threshold, max, model_k } => Box::new(MatchRatePolicy::with_model_k(*threshold, *max, *model_k)),
             PolicySpec::Oracle => bail!("the oracle needs the AR output in advance: it can only be replayed (specx eval replay)"),
         })

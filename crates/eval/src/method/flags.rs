@@ -25,6 +25,10 @@ pub enum Preset {
     Confidence,
     /// DSI: plain drafter, fixed blocks of --k drafts, DSI's scheduler with --servers workers.
     Dsi,
+    /// The stop rule that ships (checkpoints/adaptive/rule.json): the best rule when every
+    /// rule's setting is chosen on tuning prompts and judged on others, at the setting chosen
+    /// at CPU prices with --device cpu and at GPU prices otherwise; plain drafter, sequential.
+    Adaptive,
     /// EasySpec: the layer-parallel drafter with bonus calibration, under the head's rule with
     /// --head, the confidence rule with --threshold alone, fixed K otherwise; DSI's scheduler
     /// with --servers or --devices, sequential otherwise.
@@ -79,6 +83,10 @@ pub enum PolicyKind {
     /// Threshold-plus: the confidence threshold moved by depth and this request's recent
     /// acceptance, with the fitted parameters of --threshold-plus FILE (`specx eval tune`).
     ThresholdPlus,
+    /// A calibrated acceptance model (logistic regression on the draft's statistics and depth)
+    /// under the per-token or the product rule, with the fitted parameters of --calibrated
+    /// FILE (`specx eval tune`).
+    Calibrated,
     /// For prompt lookup: draft while the estimated chance that every candidate so far is
     /// accepted (a match: this request's acceptance of its n-gram size; a draft model's
     /// token: its confidence) is at least --threshold [0.3]; --max [16]; with the hybrid
@@ -156,6 +164,10 @@ pub struct MethodArgs {
     /// (OUT/threshold-plus/SET-COSTS.json).
     #[arg(long)]
     pub threshold_plus: Option<PathBuf>,
+    /// The calibrated model's fitted parameters: a JSON file as `specx eval tune` writes them
+    /// (OUT/calibrated/SET-COSTS-RULE.json).
+    #[arg(long)]
+    pub calibrated: Option<PathBuf>,
     /// EasySpec's layer-parallel strategy: a preset `lp1`..`lp5` (the paper's Table 6) or the
     /// paper's notation, e.g. `0,1-3,4-7,8-11,12-15,16-19,20-22,23` [default: lp4].
     #[arg(long)]
@@ -230,7 +242,9 @@ impl MethodArgs {
     }
 
     /// The method these flags describe, checked: every flag given is used by it.
-    pub fn setting(&self) -> Result<Setting> {
+    /// `on_cpu`: the decode runs on the CPU (the shipped adaptive rule has a setting for CPU
+    /// prices and one for GPU prices).
+    pub fn setting(&self, on_cpu: bool) -> Result<Setting> {
         let unused = |given: bool, flag: &str, needs: &str| -> Result<()> {
             ensure!(!given, "{flag} is not used by this method: it needs {needs}");
             Ok(())
@@ -238,7 +252,7 @@ impl MethodArgs {
         if self.method == Preset::Ar && self.drafter.is_none() && self.policy.is_none() && self.scheduler.is_none() {
             let any = self.k.is_some() || self.servers.is_some() || !self.devices.is_empty() || !self.draft_devices.is_empty() || self.head.is_some() || self.threshold.is_some();
             let more = self.min.is_some() || self.max.is_some() || self.strategy.is_some() || self.calibration.is_some() || self.workers.is_some() || self.compat.is_some() || !self.arms.is_empty();
-            let more = more || self.ngram_min.is_some() || self.ngram_max.is_some();
+            let more = more || self.ngram_min.is_some() || self.ngram_max.is_some() || self.threshold_plus.is_some() || self.calibrated.is_some();
             ensure!(!any && !more && !self.draft.given(), "--method ar runs the target alone: it takes no drafter, policy, scheduler or draft flag");
             return Ok(Setting::Ar);
         }
@@ -256,6 +270,12 @@ impl MethodArgs {
             Preset::Easyspec if dsi_flags => SchedulerKind::Dsi,
             _ => SchedulerKind::Sequential,
         });
+
+        let shipped = self.method == Preset::Adaptive && self.policy.is_none();
+        if shipped {
+            let given = self.k.is_some() || self.threshold.is_some() || self.min.is_some() || self.max.is_some() || self.head.is_some();
+            ensure!(!given, "--method adaptive runs the shipped rule at its shipped setting: --k, --threshold, --min, --max and --head set a --policy of your own");
+        }
 
         let fuzzy_flags = [("--strategy", self.strategy.is_some()), ("--calibration", self.calibration.is_some()), ("--workers", self.workers.is_some()), ("--compat", self.compat.is_some()), ("--draft-devices", !self.draft_devices.is_empty())];
         if !matches!(drafter, DrafterKind::Lookup | DrafterKind::Hybrid) {
@@ -295,6 +315,7 @@ impl MethodArgs {
         let max_or = |default: usize| self.max.unwrap_or(default);
         unused(!self.arms.is_empty() && policy != PolicyKind::Bandit, "--arms", "the bandit policy")?;
         unused(self.threshold_plus.is_some() && policy != PolicyKind::ThresholdPlus, "--threshold-plus", "the threshold-plus policy")?;
+        unused(self.calibrated.is_some() && policy != PolicyKind::Calibrated, "--calibrated", "the calibrated policy")?;
         if !matches!(policy, PolicyKind::Head | PolicyKind::HeadToken | PolicyKind::Confidence | PolicyKind::ConfidenceProduct) {
             unused(self.head.is_some(), "--head", "the head policy")?;
             unused(self.min.is_some(), "--min", "the head or confidence policy")?;
@@ -302,7 +323,9 @@ impl MethodArgs {
         if !matches!(policy, PolicyKind::Fixed | PolicyKind::Dynamic | PolicyKind::Matchrate) {
             unused(self.k.is_some(), "--k", "the fixed-K, dynamic or matchrate policy")?;
         }
-        let policy = match policy {
+        let policy = if shipped {
+            super::adaptive::shipped_policy(if on_cpu { super::adaptive::Hardware::Cpu } else { super::adaptive::Hardware::Gpu })?
+        } else { match policy {
             PolicyKind::Fixed => {
                 unused(self.threshold.is_some(), "--threshold", "a policy with a threshold")?;
                 unused(self.max.is_some(), "--max", "a policy with a bound")?;
@@ -342,12 +365,17 @@ impl MethodArgs {
                 let file = self.threshold_plus.as_deref().context("--policy threshold-plus needs --threshold-plus FILE (fitted by specx eval tune)")?;
                 crate::experiment::axes::threshold_plus_setting(file)?
             }
+            PolicyKind::Calibrated => {
+                unused(self.threshold.is_some() || self.max.is_some(), "--threshold/--max", "a policy without fitted parameters (the calibrated model's are in its file)")?;
+                let file = self.calibrated.as_deref().context("--policy calibrated needs --calibrated FILE (fitted by specx eval tune)")?;
+                crate::experiment::axes::calibrated_setting(file)?
+            }
             PolicyKind::Bandit => {
                 unused(self.threshold.is_some(), "--threshold", "a policy with a threshold")?;
                 unused(self.max.is_some(), "--max", "a policy with a bound")?;
                 PolicySpec::Bandit { arms: if self.arms.is_empty() { vec![1, 2, 3, 4] } else { self.arms.clone() } }
             }
-        };
+        } };
         let scheduler = match scheduler {
             SchedulerKind::Sequential => {
                 unused(dsi_flags, "--servers/--devices", "DSI's scheduler (--scheduler dsi or --method dsi)")?;
@@ -378,7 +406,7 @@ mod tests {
 
     fn key(args: &str) -> Result<String> {
         let cli = Cli::try_parse_from(std::iter::once("x").chain(args.split_whitespace()))?;
-        Ok(cli.m.setting()?.key())
+        Ok(cli.m.setting(true)?.key())
     }
 
     #[test]
@@ -403,6 +431,15 @@ mod tests {
         assert_eq!(key("--policy svip --threshold 0.4").unwrap(), "svip 0.4 [1,40]");
         assert_eq!(key("--policy adaedl").unwrap(), "adaedl lambda=0.7 gamma=0.2 [1,16]");
         assert_eq!(key("--policy bandit --arms 2,4,6").unwrap(), "bandit K=2,4,6");
+        // The shipped rule: its CPU setting on the CPU, its GPU setting elsewhere; its setting
+        // is not changed by flags, while a drafter or scheduler still can be.
+        let shipped = super::super::adaptive::ShippedRule::read(&super::super::adaptive::shipped_rule_file()).unwrap();
+        let spec = |policy: PolicySpec| Setting::Speculative(MethodSpec { drafter: DrafterSpec::Plain, draft: Default::default(), policy, scheduler: SchedulerSpec::Sequential }).key();
+        assert_eq!(key("--method adaptive").unwrap(), spec(shipped.cpu.clone()));
+        let on_gpu = Cli::try_parse_from(["x", "--method", "adaptive"]).unwrap().m.setting(false).unwrap().key();
+        assert_eq!(on_gpu, spec(shipped.gpu.clone()));
+        assert!(key("--method adaptive --threshold 0.3").unwrap_err().to_string().contains("shipped setting"));
+        assert!(key("--method adaptive --scheduler dsi").unwrap().starts_with("dsi SP=2"));
         // Prompt lookup under the policies that apply to it.
         assert_eq!(key("--drafter lookup --k 8").unwrap(), "lookup n=1..3 | specdec K=8");
         assert_eq!(key("--drafter lookup --ngram-min 2 --ngram-max 4 --policy dynamic").unwrap(), "lookup n=2..4 | dynamic K0=5 cap=64");

@@ -3,6 +3,7 @@
 //! a generation: [`spec`] describes, [`flags`] parses the command line, [`models`] loads what
 //! the methods run on, [`build`] makes the parts and runs them.
 
+pub mod adaptive;
 pub mod build;
 pub mod flags;
 pub mod models;

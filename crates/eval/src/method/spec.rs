@@ -101,6 +101,10 @@ pub enum PolicySpec {
     /// acceptance, with fitted parameters (`specx eval tune` writes them) named `name`.
     #[serde(rename = "threshold_plus")]
     ThresholdPlus { name: String, params: specx_decoder::speculative::ThresholdPlusParams },
+    /// A calibrated acceptance model (logistic regression on the draft's statistics and depth,
+    /// temperatures per depth) under the per-token or the product rule, with fitted
+    /// parameters (`specx eval tune` writes them) named `name`.
+    Calibrated { name: String, params: specx_decoder::speculative::CalibratedParams },
     /// For prompt lookup: draft while the estimated chance that every candidate so far is
     /// accepted stays at least `threshold` (a looked-up candidate: this request's acceptance
     /// rate of matches of its n-gram size; a draft model's: its confidence); a weak first match
@@ -155,6 +159,7 @@ impl PolicySpec {
             Self::AdaEdl { .. } => "adaedl",
             Self::Bandit { .. } => "bandit",
             Self::ThresholdPlus { .. } => "threshold-plus",
+            Self::Calibrated { .. } => "calibrated",
             Self::MatchRate { .. } => "matchrate",
             Self::Oracle => "oracle",
         }
@@ -170,6 +175,7 @@ impl PolicySpec {
             Self::Dynamic { cap, .. } => *cap,
             Self::Bandit { arms } => arms.iter().copied().max().unwrap_or(1),
             Self::ThresholdPlus { params, .. } => params.max_candidates,
+            Self::Calibrated { params, .. } => params.max_candidates,
             Self::Oracle => usize::MAX,
         }
     }
@@ -189,6 +195,7 @@ impl PolicySpec {
             Self::AdaEdl { lambda, gamma, max } => format!("adaedl lambda={lambda} gamma={gamma} [1,{max}]"),
             Self::Bandit { arms } => format!("bandit K={}", arms.iter().map(usize::to_string).collect::<Vec<_>>().join(",")),
             Self::ThresholdPlus { name, .. } => format!("threshold-plus {name}"),
+            Self::Calibrated { name, .. } => format!("calibrated {name}"),
             Self::MatchRate { threshold, max, model_k: None } => format!("matchrate {threshold} [1,{max}]"),
             Self::MatchRate { threshold, max, model_k: Some(k) } => format!("matchrate {threshold} [1,{max}] model K={k}"),
             Self::Oracle => "oracle".into(),
@@ -318,6 +325,7 @@ impl MethodSpec {
                 ensure!(model_k.is_none() || matches!(self.drafter, DrafterSpec::Hybrid { .. }), "{key}: model K sets the draft model's rounds, which only the hybrid drafter has");
             }
             PolicySpec::ThresholdPlus { params, .. } => params.check().with_context(|| key.clone())?,
+            PolicySpec::Calibrated { params, .. } => params.check().with_context(|| key.clone())?,
             PolicySpec::Bandit { arms } => ensure!(!arms.is_empty() && arms.iter().all(|&k| k >= 1), "{key}: a bandit needs arms of at least 1 candidate"),
             PolicySpec::Oracle => {
                 ensure!(self.drafter == DrafterSpec::Plain && self.scheduler == SchedulerSpec::Sequential, "{key}: the oracle replays the plain drafter's traces under the sequential scheduler only")

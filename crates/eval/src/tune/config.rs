@@ -29,6 +29,9 @@ pub struct TuneConfig {
     pub head_families: BTreeMap<String, Vec<String>>,
     /// Threshold-plus's fit (absent: not fitted).
     pub threshold_plus: Option<ThresholdPlusFit>,
+    /// The calibrated acceptance model's fit (absent: not fitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibrated: Option<CalibratedFit>,
     /// Bootstrap resamples of the prompts for every interval.
     #[serde(default = "default_resamples")]
     pub bootstrap: usize,
@@ -57,6 +60,37 @@ pub struct ThresholdPlusFit {
     /// Passes over the coordinates (step sizes halve after each).
     #[serde(default = "default_passes")]
     pub passes: usize,
+}
+
+/// How the calibrated acceptance model is fitted: a logistic regression on the tuning traces'
+/// trunk positions (labels: the draft's token equals the target's), temperatures per depth on
+/// held-out tuning prompts, each rule's threshold by replayed throughput, and optionally the
+/// product rule's weights moved further by coordinate search on replayed throughput.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CalibratedFit {
+    /// Thresholds tried for each rule (probabilities).
+    pub thresholds: Vec<f64>,
+    /// Most candidates per round.
+    #[serde(default = "default_max")]
+    pub max_candidates: usize,
+    /// Every n-th tuning prompt (the n-th, 2n-th, ...) is held out for the temperatures.
+    #[serde(default = "default_holdout")]
+    pub holdout_every: usize,
+    /// L2 penalty on the weights (not the constant) of the logistic regression.
+    #[serde(default = "default_l2")]
+    pub l2: f64,
+    /// Passes of the coordinate search on throughput (0: no search).
+    #[serde(default)]
+    pub passes: usize,
+}
+
+fn default_holdout() -> usize {
+    4
+}
+
+fn default_l2() -> f64 {
+    1.0
 }
 
 fn default_max() -> usize {
@@ -99,7 +133,7 @@ impl TuneConfig {
             for p in g.feature_head_dirs_mut() {
                 *p = f(p);
             }
-            for p in g.threshold_plus_files_mut() {
+            for p in g.fitted_files_mut() {
                 *p = f(p);
             }
         }
@@ -120,7 +154,7 @@ impl TuneConfig {
     /// Whether `other` computes the same results (it may report them differently: intervals,
     /// the in-sample comparison, where the report goes).
     pub fn same_computation(&self, other: &Self) -> bool {
-        (&self.tuning, &self.test, &self.methods, &self.costs, &self.head_families, &self.threshold_plus) == (&other.tuning, &other.test, &other.methods, &other.costs, &other.head_families, &other.threshold_plus)
+        (&self.tuning, &self.test, &self.methods, &self.costs, &self.head_families, &self.threshold_plus, &self.calibrated) == (&other.tuning, &other.test, &other.methods, &other.costs, &other.head_families, &other.threshold_plus, &other.calibrated)
     }
 
     pub fn load(path: &Path) -> Result<Self> {
@@ -137,6 +171,10 @@ impl TuneConfig {
         ensure!(c.tuning != c.test, "{}: the tuning and test traces are the same run ({})", path.display(), c.test.display());
         if let Some(f) = &c.threshold_plus {
             ensure!(f.max_candidates >= 1 && f.passes >= 1, "{}: [threshold_plus] needs max_candidates >= 1 and passes >= 1", path.display());
+        }
+        if let Some(f) = &c.calibrated {
+            ensure!(!f.thresholds.is_empty() && f.thresholds.iter().all(|t| (0.0..=1.0).contains(t)), "{}: [calibrated] needs thresholds in [0, 1]", path.display());
+            ensure!(f.max_candidates >= 1 && f.holdout_every >= 2 && f.l2 >= 0.0, "{}: [calibrated] needs max_candidates >= 1, holdout_every >= 2 and l2 >= 0", path.display());
         }
         Ok(c)
     }

@@ -9,7 +9,9 @@
 //! Each prompt set's result is written as soon as it is done (`OUT/sets/<set>.json`, with the
 //! config it was computed under), so a stopped run resumes at the next set.
 
+pub mod acceptance_model;
 pub mod bootstrap;
+pub mod calibrate;
 pub mod config;
 pub mod in_sample;
 mod report;
@@ -69,6 +71,9 @@ pub struct CostResult {
     pub costs: Costs,
     pub rules: Vec<RuleResult>,
     pub threshold_plus: Option<FitRecord>,
+    /// The calibrated model's rules as chosen on the tuning traces.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calibrated: Vec<acceptance_model::Choice>,
 }
 
 /// One prompt set's results, with what they were computed from.
@@ -79,6 +84,9 @@ pub struct SetResult {
     pub tuning_prompts: Vec<String>,
     pub test_prompts: Vec<String>,
     pub results: Vec<CostResult>,
+    /// The calibrated acceptance model fitted on the tuning traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acceptance_model: Option<calibrate::ModelFit>,
     /// Draft rows forwarded for this set (trunks and branches, both splits) and their seconds.
     pub draft_rows: usize,
     pub draft_seconds: f64,
@@ -159,8 +167,12 @@ fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, t
     let mut set = r.start(&mut builder, tuning)?;
     let trunk = (builder.rows, t0.elapsed().as_secs_f64());
     bar.suspend(|| eprintln!("{dataset}: {} tuning traces, {} trunk looks in {:.0} s", tuning.len(), trunk.0, trunk.1));
+    let model = cfg.calibrated.as_ref().map(|f| acceptance_model::fit_on(&set, f)).transpose()?;
+    if let Some(m) = &model {
+        bar.suspend(|| eprintln!("{dataset}: acceptance model on {} positions, held-out log loss {:.4} (draft probability {:.4})", m.fit_samples, m.calibrated.log_loss, m.draft_probability.log_loss));
+    }
     let all: Vec<&MethodSpec> = cands.settings.iter().collect();
-    let mut chosen: Vec<(Vec<(String, usize, usize, f64)>, Option<FitRecord>)> = Vec::new();
+    let mut chosen: Vec<(Vec<(String, usize, usize, f64)>, Option<FitRecord>, Vec<acceptance_model::Choice>)> = Vec::new();
     for c in &cfg.costs {
         let rc = replay_costs(c);
         bar.set_message(format!("{dataset}, {}: {} candidates on the tuning traces", c.name, all.len()));
@@ -189,7 +201,14 @@ fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, t
                 Some(FitRecord { params: start.with_coordinates(&s.x), start_throughput: s.start_objective, fitted_throughput: s.objective, moves: s.moves.len(), evaluations: s.evaluations })
             }
         };
-        chosen.push((best.into_iter().map(|(f, (i, n, tps))| (f.to_string(), i, n, tps)).collect(), fit));
+        let calibrated = match (&model, &cfg.calibrated) {
+            (Some(m), Some(f)) => {
+                bar.set_message(format!("{dataset}, {}: the calibrated model's rules", c.name));
+                acceptance_model::choose(&mut builder, &mut set, m, f, c)?
+            }
+            _ => Vec::new(),
+        };
+        chosen.push((best.into_iter().map(|(f, (i, n, tps))| (f.to_string(), i, n, tps)).collect(), fit, calibrated));
     }
     drop(set);
     // The test traces, once: only the chosen settings (and the oracle) are replayed.
@@ -197,12 +216,15 @@ fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, t
     bar.set_message(format!("{dataset}: the test traces, chosen settings only"));
     let mut set = r.start(&mut builder, test)?;
     let mut results = Vec::new();
-    for (c, (families, fit)) in cfg.costs.iter().zip(chosen) {
+    for (c, (families, fit, calibrated)) in cfg.costs.iter().zip(chosen) {
         let rc = replay_costs(c);
         let specs: Vec<&MethodSpec> = families.iter().map(|(_, i, _, _)| &cands.settings[*i]).collect();
         let mut policies = r.policies(&specs)?;
         if let Some(f) = &fit {
             policies.push(ReplayPolicy::Live(Box::new(ThresholdPlusPolicy::new(f.params.clone())?)));
+        }
+        for ch in &calibrated {
+            policies.push(ch.policy()?);
         }
         let mut test_counts = counts(&mut builder, &mut set, &mut policies, &rc)?.into_iter();
         let mut rules: Vec<RuleResult> = families
@@ -210,10 +232,15 @@ fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, t
             .zip(test_counts.by_ref())
             .map(|((family, i, n, tps), test)| RuleResult { family, setting: cands.settings[i].key(), candidates: n, tuning_throughput: tps, test })
             .collect();
-        if let (Some(f), Some(test)) = (&fit, test_counts.next()) {
+        // Threshold-plus's counts come after the families', then the calibrated rules'.
+        if let Some(f) = &fit {
+            let test = test_counts.next().context("threshold-plus's test counts")?;
             rules.push(RuleResult { family: THRESHOLD_PLUS.into(), setting: "threshold-plus (fitted)".into(), candidates: f.evaluations, tuning_throughput: f.fitted_throughput, test });
         }
-        results.push(CostResult { costs: c.clone(), rules, threshold_plus: fit });
+        for (ch, test) in calibrated.iter().zip(test_counts) {
+            rules.push(RuleResult { family: ch.family.clone(), setting: ch.setting(), candidates: ch.candidates, tuning_throughput: ch.tuning_throughput, test });
+        }
+        results.push(CostResult { costs: c.clone(), rules, threshold_plus: fit, calibrated });
     }
     bar.finish_and_clear();
     eprintln!("{dataset}: {} test traces replayed in {:.0} s ({} draft rows in all)", test.len(), t1.elapsed().as_secs_f64(), builder.rows);
@@ -223,6 +250,7 @@ fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, t
         tuning_prompts: tuning.iter().map(|u| u.unit.prompt_id.clone()).collect(),
         test_prompts: test.iter().map(|u| u.unit.prompt_id.clone()).collect(),
         results,
+        acceptance_model: model,
         draft_rows: builder.rows,
         draft_seconds: builder.time.as_secs_f64(),
     })

@@ -6,16 +6,84 @@
 use super::bootstrap::{speedup, speedup_over_ar, throughput, Interval};
 use super::config::TuneConfig;
 use super::in_sample::InSample;
+use super::acceptance_model;
+use super::calibrate::{Calibration, ModelFit};
 use super::{CostResult, RuleResult, SetResult, CONFIDENCE, ORACLE, REFERENCE, THRESHOLD_PLUS};
+use specx_decoder::speculative::CalibratedParams;
 use anyhow::{Context, Result};
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::report::markdown_table;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-/// Families that are not stop rules to pick from: the reference, the oracle, and threshold-plus.
+/// Families fitted to data: the heads, threshold-plus and the calibrated model's rules.
+fn learned(family: &str) -> bool {
+    family == THRESHOLD_PLUS || family.starts_with("specdecpp") || family.starts_with(acceptance_model::TOKEN)
+}
+
+/// Families that are not stop rules to pick from: the reference, the oracle, the learned ones.
 fn training_free(family: &str) -> bool {
-    ![REFERENCE, ORACLE, THRESHOLD_PLUS].contains(&family) && !family.starts_with("specdecpp")
+    ![REFERENCE, ORACLE].contains(&family) && !learned(family)
+}
+
+/// Every learned family on the test traces against the training-free rule the tuning traces
+/// rank first, and the share of the oracle's headroom each closes.
+fn learned_table(md: &mut String, ci: usize, sets: &[SetResult], b: usize, seed: u64) -> Result<()> {
+    writeln!(md, "\nEvery learned rule on the test traces against the training-free rule the tuning traces rank first (named in the header), and the share of the oracle's headroom over fixed K each closes:\n")?;
+    let best: Vec<Option<&RuleResult>> = sets.iter().map(|s| best_training_free(&s.results[ci])).collect();
+    let header: Vec<String> = ["rule".to_string()].into_iter().chain(sets.iter().zip(&best).flat_map(|(s, r)| [format!("{}: vs {}", s.dataset, r.map_or("-", |r| r.family.as_str())), format!("{}: headroom closed", s.dataset)])).collect();
+    let mut families: Vec<&str> = sets.iter().flat_map(|s| s.results[ci].rules.iter().map(|r| r.family.as_str())).filter(|f| learned(f)).collect();
+    families.sort();
+    families.dedup();
+    let mut rows = Vec::new();
+    for f in [None].into_iter().chain(families.into_iter().map(Some)) {
+        let mut row = vec![f.map_or_else(|| "(the training-free rule itself)".to_string(), str::to_string)];
+        for (s, best) in sets.iter().zip(&best) {
+            let c = &s.results[ci];
+            let r = match f {
+                Some(f) => rule(c, f),
+                None => *best,
+            };
+            let vs = match (r, best, f) {
+                (Some(r), Some(t), Some(_)) => speedup(&r.test, &t.test, &c.costs, b, seed).percent(),
+                _ => "-".into(),
+            };
+            row.push(vs);
+            row.push(r.and_then(|r| headroom_closed(c, r)).map_or("-".into(), |x| format!("{:.0}%", 100.0 * x)));
+        }
+        rows.push(row);
+    }
+    md.push_str(&markdown_table(&header.iter().map(String::as_str).collect::<Vec<_>>(), &rows));
+    Ok(())
+}
+
+/// The calibrated model's fit per set: held-out calibration of the draft's probability, the
+/// regression, and the regression with its temperatures; then the weights and temperatures.
+fn model_tables(md: &mut String, sets: &[SetResult]) -> Result<()> {
+    let fits: Vec<(&str, &ModelFit)> = sets.iter().filter_map(|s| s.acceptance_model.as_ref().map(|m| (s.dataset.as_str(), m))).collect();
+    if fits.is_empty() {
+        return Ok(());
+    }
+    writeln!(md, "\n## The calibrated acceptance model\n")?;
+    writeln!(md, "A logistic regression on the draft's ln p and ln(1 - p) of its token, entropy, top-2 margin and depth, fitted on the tuning traces' trunk positions (label: the draft's token is the target's, given the round's earlier candidates were), with one temperature per depth fitted on held-out tuning prompts. Held-out fit (log loss in nats, Brier score, expected calibration error over 10 bins) of the draft's own probability read as a chance of acceptance, of the regression, and of the regression with its temperatures:\n")?;
+    let cal = |c: &Calibration| format!("{:.4} / {:.4} / {:.3}", c.log_loss, c.brier, c.ece);
+    let rows: Vec<Vec<String>> = fits
+        .iter()
+        .map(|(d, m)| vec![d.to_string(), format!("{} / {}", m.fit_samples, m.holdout_samples), format!("{:.3}", m.holdout_rate), cal(&m.draft_probability), cal(&m.uncalibrated), cal(&m.calibrated)])
+        .collect();
+    md.push_str(&markdown_table(&["set", "positions: fit / held out", "held-out acceptance", "draft probability", "regression", "calibrated"], &rows));
+    writeln!(md, "\nWeights and temperatures (depth 1, then the depth buckets):\n")?;
+    let names = CalibratedParams::feature_names();
+    let header: Vec<String> = ["set".to_string()].into_iter().chain(names).chain(["temperatures".to_string()]).collect();
+    let rows: Vec<Vec<String>> = fits
+        .iter()
+        .map(|(d, m)| {
+            let t = m.temperatures.iter().map(|t| format!("{t:.2}")).collect::<Vec<_>>().join(", ");
+            [d.to_string()].into_iter().chain(m.weights.iter().map(|w| format!("{w:+.3}"))).chain([t]).collect()
+        })
+        .collect();
+    md.push_str(&markdown_table(&header.iter().map(String::as_str).collect::<Vec<_>>(), &rows));
+    Ok(())
 }
 
 fn rule<'a>(c: &'a CostResult, family: &str) -> Option<&'a RuleResult> {
@@ -103,6 +171,7 @@ fn page(cfg: &TuneConfig, sets: &[SetResult], candidates: &BTreeMap<String, Vec<
             rows.push(row);
         }
         md.push_str(&markdown_table(&header.iter().map(String::as_str).collect::<Vec<_>>(), &rows));
+        learned_table(&mut md, ci, sets, b, seed)?;
         if let Some(inside) = &inside {
             in_sample_table(&mut md, ci, sets, inside, candidates)?;
         }
@@ -147,6 +216,7 @@ fn page(cfg: &TuneConfig, sets: &[SetResult], candidates: &BTreeMap<String, Vec<
             md.push_str(&markdown_table(&header.iter().map(String::as_str).collect::<Vec<_>>(), &rows));
         }
     }
+    model_tables(&mut md, sets)?;
     Ok(md)
 }
 
@@ -167,6 +237,11 @@ pub fn write(cfg: &TuneConfig, sets: &[SetResult], candidates: &BTreeMap<String,
             if let Some(f) = &c.threshold_plus {
                 std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
                 write_atomic(&dir.join(format!("{}-{}.json", s.dataset, slug(&c.costs.name))), serde_json::to_string_pretty(&f.params)?.as_bytes())?;
+            }
+            for ch in &c.calibrated {
+                let dir = cfg.out.join("calibrated");
+                std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+                write_atomic(&dir.join(format!("{}-{}-{}.json", s.dataset, slug(&c.costs.name), ch.family)), serde_json::to_string_pretty(&ch.params)?.as_bytes())?;
             }
             let k = rule(c, REFERENCE);
             for r in &c.rules {

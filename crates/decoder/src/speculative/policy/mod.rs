@@ -12,6 +12,7 @@
 //! there). See `../shared/STOP-RULES.md` and `docs/reproductions/adaptive-drafting.md` for the
 //! sources of each rule.
 
+pub mod calibrated;
 mod confidence;
 mod entropy;
 mod head;
@@ -20,6 +21,7 @@ mod schedule;
 mod stats;
 mod threshold_plus;
 
+pub use calibrated::{CalibratedParams, CalibratedPolicy, CalibratedRule};
 pub use confidence::{ConfidencePolicy, ConfidenceProductPolicy, PMinPolicy, RocThreshold};
 pub use entropy::{AdaEdlParams, AdaEdlPolicy, SvipPolicy};
 pub use head::{AcceptanceModel, HeadPolicy, HeadRule, PrecomputedHead};

@@ -1,0 +1,87 @@
+//! The calibrated acceptance model in the tune: fitted once per prompt set on the tuning
+//! traces' trunks ([`super::calibrate`]), then per cost model each rule's threshold chosen by
+//! replayed tuning throughput, and (with `passes`) the product rule's weights moved by
+//! coordinate search on that throughput, the way LTD fits a stop rule to measured throughput
+//! rather than to acceptance labels.
+
+use super::bootstrap::throughput;
+use super::calibrate::{fit, ModelFit, Sample};
+use super::config::CalibratedFit;
+use super::{counts, replay_costs, search};
+use crate::experiment::replay::{ReplayPolicy, TraceBuilder, TraceSet};
+use crate::reproduce::adaptive::Costs;
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use specx_decoder::speculative::{CalibratedParams, CalibratedPolicy, CalibratedRule};
+
+/// The per-token rule on the model's probability.
+pub const TOKEN: &str = "calibrated";
+/// SpecDec++'s product rule on the model's probability.
+pub const PRODUCT: &str = "calibrated-product";
+/// The product rule with its weights fitted to replayed throughput.
+pub const FITTED: &str = "calibrated-fit";
+
+/// One family's chosen parameters at one cost model.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Choice {
+    pub family: String,
+    pub params: CalibratedParams,
+    pub tuning_throughput: f64,
+    /// Settings tried on the tuning traces.
+    pub candidates: usize,
+}
+
+impl Choice {
+    pub fn setting(&self) -> String {
+        let p = &self.params;
+        let rule = match p.rule {
+            CalibratedRule::Token => "token",
+            CalibratedRule::Product => "product",
+        };
+        format!("{rule} {} [1,{}]{}", p.threshold, p.max_candidates, if self.family == FITTED { " (weights fitted)" } else { "" })
+    }
+
+    pub fn policy(&self) -> Result<ReplayPolicy> {
+        Ok(ReplayPolicy::Live(Box::new(CalibratedPolicy::new(self.params.clone())?)))
+    }
+}
+
+/// The model fitted on the trunks of `set`: every `holdout_every`-th trace held out for the
+/// temperatures.
+pub fn fit_on(set: &TraceSet, f: &CalibratedFit) -> Result<ModelFit> {
+    let (mut train, mut held) = (Vec::new(), Vec::new());
+    for (i, t) in set.traces().enumerate() {
+        let samples = t.acceptance_samples(f.max_candidates)?.into_iter().map(|(s, d, y)| Sample::of(&s, d, y));
+        if (i + 1) % f.holdout_every == 0 { held.extend(samples) } else { train.extend(samples) }
+    }
+    fit(&train, &held, f.l2)
+}
+
+fn throughputs(builder: &mut TraceBuilder, set: &mut TraceSet, params: &[CalibratedParams], c: &Costs) -> Result<Vec<f64>> {
+    let mut policies = params.iter().map(|p| Ok(ReplayPolicy::Live(Box::new(CalibratedPolicy::new(p.clone())?)))).collect::<Result<Vec<_>>>()?;
+    Ok(counts(builder, set, &mut policies, &replay_costs(c))?.iter().map(|u| throughput(u, c)).collect())
+}
+
+/// Each rule's best threshold on the tuning traces at `c`, then the fitted product rule.
+pub fn choose(builder: &mut TraceBuilder, set: &mut TraceSet, model: &ModelFit, f: &CalibratedFit, c: &Costs) -> Result<Vec<Choice>> {
+    let mut out = Vec::new();
+    for (family, rule) in [(TOKEN, CalibratedRule::Token), (PRODUCT, CalibratedRule::Product)] {
+        let params: Vec<CalibratedParams> = f
+            .thresholds
+            .iter()
+            .map(|&threshold| CalibratedParams { weights: model.weights.clone(), temperatures: model.temperatures.clone(), rule, threshold, max_candidates: f.max_candidates })
+            .collect();
+        let tps = throughputs(builder, set, &params, c)?;
+        // The first on ties.
+        let best = (0..tps.len()).fold(0, |b, i| if tps[i] > tps[b] { i } else { b });
+        out.push(Choice { family: family.into(), params: params[best].clone(), tuning_throughput: tps[best], candidates: params.len() });
+    }
+    if f.passes > 0 {
+        let start = out[1].params.clone();
+        let steps = vec![0.25; start.weights.len()];
+        let with = |x: &[f64]| CalibratedParams { weights: x.to_vec(), ..start.clone() };
+        let s = search::coordinate_search(&start.weights, &steps, f.passes, |xs| throughputs(builder, set, &xs.iter().map(|x| with(x)).collect::<Vec<_>>(), c))?;
+        out.push(Choice { family: FITTED.into(), params: with(&s.x), tuning_throughput: s.objective, candidates: s.evaluations });
+    }
+    Ok(out)
+}
