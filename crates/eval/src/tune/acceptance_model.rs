@@ -4,10 +4,9 @@
 //! coordinate search on that throughput, the way LTD fits a stop rule to measured throughput
 //! rather than to acceptance labels.
 
-use super::bootstrap::throughput;
 use super::calibrate::{fit, ModelFit, Sample};
 use super::config::CalibratedFit;
-use super::{counts, replay_costs, search};
+use super::search;
 use crate::experiment::replay::{ReplayPolicy, TraceBuilder, TraceSet};
 use crate::reproduce::adaptive::Costs;
 use anyhow::Result;
@@ -42,8 +41,12 @@ impl Choice {
     }
 
     pub fn policy(&self) -> Result<ReplayPolicy> {
-        Ok(ReplayPolicy::Live(Box::new(CalibratedPolicy::new(self.params.clone())?)))
+        live(&self.params)
     }
+}
+
+fn live(p: &CalibratedParams) -> Result<ReplayPolicy> {
+    Ok(ReplayPolicy::Live(Box::new(CalibratedPolicy::new(p.clone())?)))
 }
 
 /// The model fitted on the trunks of `set`: every `holdout_every`-th trace held out for the
@@ -58,8 +61,7 @@ pub fn fit_on(set: &TraceSet, f: &CalibratedFit) -> Result<ModelFit> {
 }
 
 fn throughputs(builder: &mut TraceBuilder, set: &mut TraceSet, params: &[CalibratedParams], c: &Costs) -> Result<Vec<f64>> {
-    let mut policies = params.iter().map(|p| Ok(ReplayPolicy::Live(Box::new(CalibratedPolicy::new(p.clone())?)))).collect::<Result<Vec<_>>>()?;
-    Ok(counts(builder, set, &mut policies, &replay_costs(c))?.iter().map(|u| throughput(u, c)).collect())
+    super::throughputs(builder, set, params.iter().map(live).collect::<Result<_>>()?, c)
 }
 
 /// Each rule's best threshold on the tuning traces at `c`, then the fitted product rule.

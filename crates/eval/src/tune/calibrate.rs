@@ -6,7 +6,7 @@
 
 use anyhow::{ensure, Result};
 use serde::{Deserialize, Serialize};
-use specx_decoder::speculative::calibrated::{depth_bucket, features, sigmoid, FEATURES, TEMPERATURES};
+use specx_decoder::speculative::calibrated::{depth_bucket, features, logit, sigmoid, FEATURES, TEMPERATURES};
 use specx_decoder::speculative::DraftStats;
 
 /// One labelled position: the model's inputs, its depth bucket, whether it was accepted.
@@ -99,7 +99,7 @@ pub fn logistic(samples: &[Sample], l2: f64) -> Result<Vec<f64>> {
         let mut grad = vec![0.0; FEATURES];
         let mut hess = vec![vec![0.0; FEATURES]; FEATURES];
         for s in samples {
-            let p = sigmoid(w.iter().zip(&s.x).map(|(w, x)| w * x).sum());
+            let p = sigmoid(logit(&w, &s.x));
             let (r, v) = (f64::from(u8::from(s.label)) - p, p * (1.0 - p));
             for i in 0..FEATURES {
                 grad[i] += r * s.x[i];
@@ -160,7 +160,7 @@ fn temperature(pairs: &[(f64, bool)]) -> f64 {
 pub fn fit(fit: &[Sample], holdout: &[Sample], l2: f64) -> Result<ModelFit> {
     ensure!(!holdout.is_empty(), "no held-out positions to fit the temperatures on");
     let weights = logistic(fit, l2)?;
-    let z = |s: &Sample| weights.iter().zip(&s.x).map(|(w, x)| w * x).sum::<f64>();
+    let z = |s: &Sample| logit(&weights, &s.x);
     let temperatures: Vec<f64> = (0..TEMPERATURES).map(|b| temperature(&holdout.iter().filter(|s| s.bucket == b).map(|s| (z(s), s.label)).collect::<Vec<_>>())).collect();
     let labels: Vec<bool> = holdout.iter().map(|s| s.label).collect();
     let raw: Vec<f64> = holdout.iter().map(|s| sigmoid(z(s))).collect();

@@ -148,11 +148,16 @@ impl Replayer<'_> {
     }
 }
 
-/// Threshold-plus's throughput on `set` at `c` for each parameter vector.
-fn threshold_plus_objective(builder: &mut TraceBuilder, set: &mut TraceSet, params: &[ThresholdPlusParams], c: &Costs) -> Result<Vec<f64>> {
-    let mut policies = params.iter().map(|p| Ok(ReplayPolicy::Live(Box::new(ThresholdPlusPolicy::new(p.clone())?)))).collect::<Result<Vec<_>>>()?;
+/// Tuning throughput on `set` at `c` of each policy.
+fn throughputs(builder: &mut TraceBuilder, set: &mut TraceSet, mut policies: Vec<ReplayPolicy>, c: &Costs) -> Result<Vec<f64>> {
     let all = counts(builder, set, &mut policies, &replay_costs(c))?;
     Ok(all.iter().map(|u| throughput(u, c)).collect())
+}
+
+/// Threshold-plus's throughput on `set` at `c` for each parameter vector.
+fn threshold_plus_objective(builder: &mut TraceBuilder, set: &mut TraceSet, params: &[ThresholdPlusParams], c: &Costs) -> Result<Vec<f64>> {
+    let policies = params.iter().map(|p| Ok(ReplayPolicy::Live(Box::new(ThresholdPlusPolicy::new(p.clone())?)))).collect::<Result<Vec<_>>>()?;
+    throughputs(builder, set, policies, c)
 }
 
 /// Tunes every family on one prompt set's tuning traces and replays the chosen settings on its

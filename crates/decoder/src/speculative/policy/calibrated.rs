@@ -67,6 +67,11 @@ pub fn features(s: &DraftStats, index: usize) -> [f64; FEATURES] {
     x
 }
 
+/// The logit `weights . x` (the fit and the policy share it).
+pub fn logit(weights: &[f64], x: &[f64; FEATURES]) -> f64 {
+    weights.iter().zip(x).map(|(w, x)| w * x).sum()
+}
+
 pub fn sigmoid(z: f64) -> f64 {
     1.0 / (1.0 + (-z).exp())
 }
@@ -89,7 +94,7 @@ impl CalibratedParams {
 
     /// The uncalibrated logit of a candidate's acceptance.
     pub fn logit(&self, x: &[f64; FEATURES]) -> f64 {
-        self.weights.iter().zip(x).map(|(w, x)| w * x).sum()
+        logit(&self.weights, x)
     }
 
     /// The calibrated chance that candidate `index` with statistics `s` is accepted.
