@@ -58,6 +58,9 @@ enum Command {
     /// methods): AR reference and losslessness audit per prompt, resumable results.parquet,
     /// summary.md, timing model and plots; `merge` joins `--shard` parts.
     Eval(specx_eval::experiment::cli::EvalArgs),
+    /// Run a datagen or eval config as a Slurm job array: one task per part (`--shard i/N`),
+    /// a merge job after them, resumable tasks; `status` reports from the run directory.
+    Slurm(specx_eval::slurm::SlurmArgs),
     /// Profile both models: forward time of 1..N new rows at several context lengths (the
     /// verification cost curve), per-layer attention and MLP time, LM head, TTFT and TPOT;
     /// writes JSON (input of the DSI and EasySpec timing models) and a plot.
@@ -162,6 +165,7 @@ fn main() -> Result<()> {
         }
         Command::TokenFreq(a) => specx_datagen::token_freq::run(&a),
         Command::Eval(a) => specx_eval::experiment::cli::run_cli(a),
+        Command::Slurm(a) => specx_eval::slurm::run_cli(a),
         Command::Profile(a) => specx_eval::profile::run(a),
         Command::Dsi(a) => specx_eval::dsi::run_cli(a),
         Command::Easyspec(a) => specx_eval::easyspec::run_cli(a),

@@ -7,26 +7,13 @@
 
 mod common;
 use common::*;
-use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Kills per command that must land on a running process.
 const KILLS: usize = 20;
-
-fn specx() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_specx"));
-    c.stdout(Stdio::null()).stderr(Stdio::piped()).env("RUST_BACKTRACE", "0");
-    c
-}
-
-/// Runs `args` to the end; panics with its stderr if it fails.
-fn finish(args: &[String]) {
-    let out = specx().args(args).output().unwrap();
-    assert!(out.status.success(), "specx {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
-}
 
 /// A moment of an uninterrupted run and the number of files under its directory from then on.
 #[derive(Clone, Copy, Debug)]
@@ -59,26 +46,6 @@ fn finish_watching(args: &[String], out: &Path) -> Vec<Phase> {
     phases.push(Phase { start: start.elapsed(), files: file_count(out) });
     eprintln!("specx {}: phases (ms, files) {:?}", args[0], phases.iter().map(|p| (p.start.as_millis(), p.files)).collect::<Vec<_>>());
     phases
-}
-
-/// Every regular file under `dir` (relative path -> sha256), but the ones `skip` names.
-fn files(dir: &Path, skip: &dyn Fn(&str) -> bool) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                let rel = p.strip_prefix(dir).unwrap().display().to_string();
-                if !skip(&rel) {
-                    out.insert(rel, format!("{:x}", Sha256::digest(std::fs::read(&p).unwrap())));
-                }
-            }
-        }
-    }
-    out
 }
 
 /// The number of files under `dir` (0 if it does not exist) while a process writes there:
@@ -172,34 +139,6 @@ fn assert_spread(what: &str, k: &Kills) {
     assert!(levels.len() >= 3, "{what}: every kill landed at the same progress {:?}", k.progress);
 }
 
-struct Tiny {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    draft: PathBuf,
-    target: PathBuf,
-}
-
-fn tiny() -> Tiny {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().to_path_buf();
-    let (draft, target) = specx_decoder::synthetic::write_tiny_char_pair(&root, 7, 0.35).unwrap();
-    Tiny { _tmp: tmp, root, draft, target }
-}
-
-/// A datagen run's files by sha256: the data (shards, prompts, config) as written; the shard
-/// records and the manifest, which also say how long each part took, with those times zeroed.
-fn datagen_files(dir: &Path) -> BTreeMap<String, String> {
-    let mut out = files(dir, &|f| f.ends_with(".json") && f != "prompts.json");
-    for f in files(dir, &|f| !(f.starts_with("shard-") && f.ends_with(".json"))).keys() {
-        let mut record: specx_datagen::shard::ShardRecord = serde_json::from_slice(&std::fs::read(dir.join(f)).unwrap()).unwrap();
-        record.seconds = 0.0;
-        out.insert(f.clone(), serde_json::to_string(&record).unwrap());
-    }
-    let m = specx_datagen::manifest::Manifest::read(dir).unwrap();
-    out.insert("manifest.json".into(), format!("complete {}, identity {:?}, summary {:?}", m.complete, m.identity(), m.summary));
-    out
-}
-
 fn datagen_args(t: &Tiny, out: &Path) -> Vec<String> {
     ["datagen", "--config", &s(&repo().join("configs/datagen-tiny.toml")), "--out", &s(out), "--draft", &s(&t.draft), "--target", &s(&t.target), "--no-progress"].map(String::from).to_vec()
 }
@@ -225,57 +164,6 @@ fn replay_files(dir: &Path) -> BTreeMap<String, String> {
     record.as_object_mut().unwrap().retain(|k, _| k != "run" && !k.ends_with("seconds"));
     out.insert("replay.json".into(), record.to_string());
     out
-}
-
-/// An eval config over 3 Alpaca prompts, greedy and sampled, a few methods.
-fn eval_config(t: &Tiny) -> PathBuf {
-    let path = t.root.join("eval.toml");
-    let text = format!(
-        r#"seeds = [0, 1]
-[models]
-draft = "{}"
-target = "{}"
-[[prompts]]
-name = "alpaca"
-format = "alpaca"
-path = "{}"
-split = "test"
-split_sizes = [4000, 800, 200]
-sample = 3
-sample_seed = 5
-chat_template = "none"
-[[sampling]]
-name = "greedy"
-[[sampling]]
-name = "t1"
-temperature = 1.0
-[budget]
-max_new_tokens = 12
-[methods]
-specdec = {{ k = [1, 3] }}
-confidence = {{ thresholds = [0.3] }}
-[output]
-dir = "out"
-"#,
-        s(&t.draft),
-        s(&t.target),
-        s(&alpaca())
-    );
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-/// The rows of a run's unit files without the measured times (and what is computed from them).
-fn untimed_rows(dir: &Path) -> Vec<String> {
-    let mut rows = Vec::new();
-    for f in specx_eval::experiment::merge::unit_files(dir).unwrap() {
-        for mut r in specx_eval::common::results::UnitFile::read_path(&f).unwrap().rows {
-            (r.draft_time_s, r.target_time_s, r.total_time_s, r.speedup) = (0.0, 0.0, 0.0, 0.0);
-            rows.push(serde_json::to_string(&r).unwrap());
-        }
-    }
-    rows.sort();
-    rows
 }
 
 #[test]

@@ -26,6 +26,9 @@ pub struct DatagenConfig {
     /// streams are derived from it and the prompt id.
     #[serde(default)]
     pub seed: u64,
+    /// The job array `specx slurm datagen` submits (not part of the run's identity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<crate::cluster::SlurmConfig>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -7,10 +7,12 @@
 //! unless [`features`] recomputes them when a head is trained) ->
 //! [`manifest`] records everything with checksums. [`run()`] drives it (resumable, `--shard
 //! i/n`; [`mod@run`] on one device, [`devices`] one part per device at once), [`merge`] joins
-//! parts, [`summary`] prints what a run holds. [`token_freq`] counts training text for a draft's
+//! parts, [`summary`] prints what a run holds; [`cluster`] is a config's `[slurm]` section
+//! (`specx slurm` submits the parts as a job array). [`token_freq`] counts training text for a draft's
 //! frequency-ranked vocabulary (`specx token-freq`).
 
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod devices;
 pub mod features;

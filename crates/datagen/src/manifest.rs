@@ -94,15 +94,9 @@ impl Manifest {
     /// tokenizers and the prompts. Not where files live (a moved project or a part made on
     /// another machine still matches), which part it is, or what has been written so far.
     pub fn identity(&self) -> serde_json::Value {
-        let mut c = self.config.clone();
-        c.output.dir = PathBuf::new();
-        c.models.draft = PathBuf::new();
-        c.models.target = PathBuf::new();
-        c.prompts.path = PathBuf::new();
-        c.models.draft_transform.vocab_table = None;
         serde_json::json!({
             "format": self.format,
-            "config": c,
+            "config": config_identity(&self.config),
             "draft": self.draft.sha256, "draft_tokenizer": self.draft.tokenizer_sha256, "draft_transform": self.draft.transform,
             "target": self.target.sha256, "target_tokenizer": self.target.tokenizer_sha256,
             "prompts": self.prompts.sha256, "prompt_list": self.prompts.prompt_list_sha256,
@@ -138,6 +132,20 @@ impl Manifest {
         }
         self.summary = s;
     }
+}
+
+/// The part of a run's identity that its config decides: the config without where files
+/// live and without `[slurm]` (with what resources it ran). Two parts whose configs differ
+/// here cannot merge, whatever their models.
+pub fn config_identity(config: &DatagenConfig) -> serde_json::Value {
+    let mut c = config.clone();
+    c.output.dir = PathBuf::new();
+    c.models.draft = PathBuf::new();
+    c.models.target = PathBuf::new();
+    c.prompts.path = PathBuf::new();
+    c.models.draft_transform.vocab_table = None;
+    c.slurm = None;
+    serde_json::to_value(c).expect("a config always serialises")
 }
 
 /// Refuses to write into `dir` when it holds a run of another setup (`old` vs `new`

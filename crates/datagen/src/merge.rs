@@ -53,7 +53,16 @@ pub fn merge(parts: &[PathBuf], out: &Path) -> Result<Manifest> {
     }
     let missing: Vec<usize> = (0..merged.shard_count).filter(|k| !merged.shards.iter().any(|s| s.index == *k)).collect();
     if !missing.is_empty() {
-        bail!("the parts lack shards {missing:?} of {}; merge all parts of the run", merged.shard_count);
+        let whose = match first.part {
+            Some(p) => {
+                let mut absent: Vec<usize> = missing.iter().map(|k| k % p.count).collect();
+                absent.sort();
+                absent.dedup();
+                format!(" (they belong to part {} of {})", absent.iter().map(usize::to_string).collect::<Vec<_>>().join(", "), p.count)
+            }
+            None => String::new(),
+        };
+        bail!("the parts lack shards {missing:?} of {}{whose}; merge all parts of the run", merged.shard_count);
     }
     let list = std::fs::read(parts[0].join(PROMPT_LIST)).with_context(|| format!("reading {}", parts[0].join(PROMPT_LIST).display()))?;
     write_atomic(&out.join(PROMPT_LIST), &list)?;

@@ -163,6 +163,7 @@ fn preset(a: &DecodeBenchArgs, mode: WeightMode) -> Result<EvalConfig> {
         methods: methods(a),
         audit: Default::default(),
         output: OutputConfig { dir: abs(&a.out).join(mode.to_string()) },
+        slurm: None,
     })
 }
 

@@ -18,3 +18,4 @@ pub use specx_decoder::report;
 pub mod sysmem;
 pub mod tune;
 pub mod reproduce;
+pub mod slurm;

@@ -32,6 +32,9 @@ pub struct EvalConfig {
     #[serde(default)]
     pub audit: AuditConfig,
     pub output: OutputConfig,
+    /// The job array `specx slurm eval` submits (not part of the run's identity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<specx_datagen::cluster::SlurmConfig>,
 }
 
 /// How the losslessness audit judges a greedy speculative output that differs from AR's.

@@ -73,25 +73,9 @@ impl EvalManifest {
     /// What must agree for a run to resume into a directory, or for parts to merge: settings
     /// and checksums, not where files live or the machine.
     pub fn identity(&self) -> serde_json::Value {
-        let mut c = self.config.clone();
-        c.output.dir = PathBuf::new();
-        c.audit = Default::default(); // how rows are judged, not how they were computed
-        c.models.draft = PathBuf::new();
-        c.models.target = PathBuf::new();
-        for p in &mut c.prompts {
-            p.path = PathBuf::new();
-        }
-        if let Some(g) = &mut c.methods.specdecpp {
-            g.heads.iter_mut().for_each(|h| *h = PathBuf::from(super::axes::head_name(h)));
-        }
-        // A table enters by its content (draft_transforms), not where it lives.
-        let drafts = c.methods.drafts.iter_mut().chain(c.methods.grid.iter_mut().flat_map(|g| g.drafts.iter_mut()));
-        for t in drafts.filter_map(|d| d.vocab_table.as_mut()) {
-            *t = t.file_name().map(PathBuf::from).unwrap_or_default();
-        }
         serde_json::json!({
             "format": self.format,
-            "config": c,
+            "config": config_identity(&self.config),
             "draft": self.draft.sha256, "target": self.target.sha256,
             "tokenizer": self.target.tokenizer_sha256,
             "heads": self.heads.iter().map(|h| (&h.name, &h.sha256)).collect::<Vec<_>>(),
@@ -118,4 +102,28 @@ impl EvalManifest {
         let portable = Self { config: self.config.portable(), ..self.clone() };
         write_atomic(&dir.join(MANIFEST), serde_json::to_string_pretty(&portable)?.as_bytes())
     }
+}
+
+/// The part of a run's identity that its config decides: the config without where files
+/// live, how rows are judged and `[slurm]` (with what resources it ran). Two parts whose
+/// configs differ here cannot merge, whatever their models.
+pub fn config_identity(config: &EvalConfig) -> serde_json::Value {
+    let mut c = config.clone();
+    c.output.dir = PathBuf::new();
+    c.audit = Default::default(); // how rows are judged, not how they were computed
+    c.slurm = None; // where and with what resources, not what
+    c.models.draft = PathBuf::new();
+    c.models.target = PathBuf::new();
+    for p in &mut c.prompts {
+        p.path = PathBuf::new();
+    }
+    if let Some(g) = &mut c.methods.specdecpp {
+        g.heads.iter_mut().for_each(|h| *h = PathBuf::from(super::axes::head_name(h)));
+    }
+    // A table enters by its content (draft_transforms), not where it lives.
+    let drafts = c.methods.drafts.iter_mut().chain(c.methods.grid.iter_mut().flat_map(|g| g.drafts.iter_mut()));
+    for t in drafts.filter_map(|d| d.vocab_table.as_mut()) {
+        *t = t.file_name().map(PathBuf::from).unwrap_or_default();
+    }
+    serde_json::to_value(c).expect("a config always serialises")
 }
