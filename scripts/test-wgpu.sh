@@ -49,8 +49,10 @@ if ! out=$("$specx" generate --device cuda --model /nonexistent --prompt x 2>&1)
     echo "test-wgpu: --device cuda refused: $(head -1 <<<"$out")"
 fi
 
+# grep reads all of ldconfig's output: with -q it could exit at the first match and, under
+# pipefail, ldconfig's SIGPIPE would make a machine with Vulkan look like one without.
 has_vulkan() {
-    ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1' && compgen -G '/usr/share/vulkan/icd.d/*.json' >/dev/null
+    ldconfig -p 2>/dev/null | grep 'libvulkan\.so\.1' >/dev/null && compgen -G '/usr/share/vulkan/icd.d/*.json' >/dev/null
 }
 
 if ! has_vulkan; then

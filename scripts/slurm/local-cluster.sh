@@ -48,7 +48,7 @@ chmod 700 "$dir/run"
 munged --force --socket="$dir/run/munge.socket" --key-file="$dir/munge.key" --log-file="$dir/log/munged.log" \
   --pid-file="$dir/run/munged.pid" --seed-file="$dir/run/munged.seed" || fail "munged did not start"
 
-node="$(slurmd -C | head -n 1)"
+node="$(slurmd -C | sed -n 1p)"  # sed reads it all: no SIGPIPE under pipefail
 case "$node" in NodeName=*) ;; *) fail "slurmd -C did not describe this node: $node" ;; esac
 port="${SPECX_SLURM_PORT:-16817}"
 cat > "$dir/slurm.conf" <<CONF

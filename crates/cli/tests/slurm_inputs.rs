@@ -58,6 +58,11 @@ fn parts_of_another_config_or_another_split_are_refused_by_name() {
     let (ok, script, err) = submit("3");
     assert!(ok, "{err}");
     assert!(script.contains("#SBATCH --array=0,2\n"), "{script}");
+    // `[slurm]` is not part of a run's identity: the same config with resources accepts the part.
+    let with_slurm = datagen_config(&t, "datagen-slurm.toml", 40, "[slurm]\nshards = 3\npartition = \"long\"\n");
+    let (ok, script, err) = run_specx(&["slurm", "datagen", "--config", &s(&with_slurm), "--out", &s(&out), "--dry-run"]);
+    assert!(ok, "{err}");
+    assert!(script.contains("#SBATCH --array=0,2\n") && script.contains("#SBATCH --partition=long\n"), "{script}");
 }
 
 #[test]

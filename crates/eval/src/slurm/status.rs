@@ -171,10 +171,7 @@ pub fn read(dir: &Path) -> Result<Status> {
         let (complete, done, total, rows) = progress.map_or((false, 0, 0, 0), |p| (p.complete, p.done, p.total, p.rows));
         parts.push(TaskStatus { task: format!("part-{i}"), state: state(complete, in_queue.map(String::as_str), scheduler, rec.as_ref()), done, total, rows, recorded: rec, log: logs.join(format!("part-{i}.out")) });
     }
-    let merged = match job.kind {
-        Kind::Datagen => specx_datagen::manifest::Manifest::read(dir).is_ok_and(|m| m.complete && m.part.is_none()),
-        Kind::Eval => crate::experiment::manifest::EvalManifest::read(dir).is_ok_and(|m| m.complete && m.part.is_none()),
-    };
+    let merged = merged(job.kind, dir);
     let rec = recorded(dir, "merge");
     let in_queue = last.and_then(|s| s.merge_job.as_ref()).and_then(|m| queue.get(m));
     let merge = TaskStatus { task: "merge".into(), state: state(merged, in_queue.map(String::as_str), scheduler, rec.as_ref()), done: 0, total: 0, rows: 0, recorded: rec, log: logs.join("merge.out") };
@@ -241,5 +238,13 @@ mod tests {
         let failed = Recorded { state: "exit-101".into(), ..Default::default() };
         assert_eq!(state(false, None, true, Some(&failed)), "failed (exit 101)");
         assert_eq!(state(false, None, true, None), "not started");
+    }
+}
+
+/// Whether `dir` holds the finished run of `kind` merged from its parts (a whole run, not a part).
+pub(super) fn merged(kind: Kind, dir: &Path) -> bool {
+    match kind {
+        Kind::Datagen => specx_datagen::manifest::Manifest::read(dir).is_ok_and(|m| m.complete && m.part.is_none()),
+        Kind::Eval => crate::experiment::manifest::EvalManifest::read(dir).is_ok_and(|m| m.complete && m.part.is_none()),
     }
 }

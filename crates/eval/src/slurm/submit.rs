@@ -158,7 +158,7 @@ pub fn submit(kind: Kind, a: &SubmitArgs, argv: &[String]) -> Result<()> {
             }
         }
     }
-    if specx_datagen::manifest::Manifest::read(&out).map(|m| m.complete).unwrap_or(false) || crate::experiment::manifest::EvalManifest::read(&out).map(|m| m.complete && m.part.is_none()).unwrap_or(false) {
+    if super::status::merged(kind, &out) {
         eprintln!("{} already holds the finished, merged run: nothing to submit", out.display());
         return Ok(());
     }
