@@ -8,7 +8,8 @@
 # touched. Needs the Debian packages slurm-wlm and munge, and root (slurmd starts the jobs as
 # their user). The node is this machine with the CPUs and memory `slurmd -C` finds; jobs
 # share it by CPU. Completed jobs are logged to DIR/log/jobcomp.txt (sacct needs slurmdbd and
-# a database, which this cluster does not run).
+# a database, which this cluster does not run). A requeued job waits cred_expire seconds
+# before it starts again: 20 here instead of Slurm's 120, so the requeue test is quick.
 set -euo pipefail
 cmd="${1:-}"
 dir="${2:-}"
@@ -56,7 +57,7 @@ ClusterName=specx-local
 SlurmctldHost=$(hostname)
 SlurmUser=root
 AuthType=auth/munge
-AuthInfo=socket=$dir/run/munge.socket
+AuthInfo=socket=$dir/run/munge.socket,cred_expire=20
 CredType=cred/munge
 SlurmctldPort=$port
 SlurmdPort=$((port + 1))
