@@ -8,8 +8,7 @@
 # touched. Needs the Debian packages slurm-wlm and munge, and root (slurmd starts the jobs as
 # their user). The node is this machine with the CPUs and memory `slurmd -C` finds; jobs
 # share it by CPU. Completed jobs are logged to DIR/log/jobcomp.txt (sacct needs slurmdbd and
-# a database, which this cluster does not run). A requeued job waits cred_expire seconds
-# before it starts again: 20 here instead of Slurm's 120, so the requeue test is quick.
+# a database, which this cluster does not run).
 set -euo pipefail
 cmd="${1:-}"
 dir="${2:-}"
@@ -57,7 +56,7 @@ ClusterName=specx-local
 SlurmctldHost=$(hostname)
 SlurmUser=root
 AuthType=auth/munge
-AuthInfo=socket=$dir/run/munge.socket,cred_expire=20
+AuthInfo=socket=$dir/run/munge.socket
 CredType=cred/munge
 SlurmctldPort=$port
 SlurmdPort=$((port + 1))
