@@ -217,6 +217,14 @@ impl Status {
     }
 }
 
+/// Whether `dir` holds the finished run of `kind` merged from its parts (a whole run, not a part).
+pub(super) fn merged(kind: Kind, dir: &Path) -> bool {
+    match kind {
+        Kind::Datagen => specx_datagen::manifest::Manifest::read(dir).is_ok_and(|m| m.complete && m.part.is_none()),
+        Kind::Eval => crate::experiment::manifest::EvalManifest::read(dir).is_ok_and(|m| m.complete && m.part.is_none()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,13 +246,5 @@ mod tests {
         let failed = Recorded { state: "exit-101".into(), ..Default::default() };
         assert_eq!(state(false, None, true, Some(&failed)), "failed (exit 101)");
         assert_eq!(state(false, None, true, None), "not started");
-    }
-}
-
-/// Whether `dir` holds the finished run of `kind` merged from its parts (a whole run, not a part).
-pub(super) fn merged(kind: Kind, dir: &Path) -> bool {
-    match kind {
-        Kind::Datagen => specx_datagen::manifest::Manifest::read(dir).is_ok_and(|m| m.complete && m.part.is_none()),
-        Kind::Eval => crate::experiment::manifest::EvalManifest::read(dir).is_ok_and(|m| m.complete && m.part.is_none()),
     }
 }
