@@ -101,7 +101,7 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
     let tuning = trace_run(root, &draft_path, &target_path, "tuning", "train", 6);
     let test = trace_run(root, &draft_path, &target_path, "test", "test", 4);
     let cfg = tune_config(root, &tuning, &test, "tuned");
-    let sets = tune(&cfg).unwrap();
+    let sets = tune(&cfg, false).unwrap();
     assert_eq!(sets.len(), 1);
     let set = &sets[0];
     assert_eq!((set.tuning_prompts.len(), set.test_prompts.len()), (6, 4));
@@ -194,7 +194,7 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
     let replayed = specx_eval::experiment::replay_run::replay(&test, &specx_eval::experiment::replay_run::ReplayConfig::load(&grid).unwrap(), "candidates", false).unwrap();
     let mut with_inside = cfg.clone();
     with_inside.in_sample = Some(replayed.dir.clone());
-    let again = tune(&with_inside).unwrap();
+    let again = tune(&with_inside, false).unwrap();
     assert!(kept() == before, "the finished set was replayed again");
     let inside = specx_eval::tune::in_sample::InSample::read(&replayed.dir).unwrap();
     let mut keys = std::collections::BTreeMap::<String, Vec<String>>::new();
@@ -213,7 +213,7 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
 
     // A test prompt among the tuning prompts is refused, naming it.
     let overlap = trace_run(root, &draft_path, &target_path, "overlap", "test", 5);
-    let e = format!("{:#}", tune(&tune_config(root, &overlap, &test, "leaky")).unwrap_err());
+    let e = format!("{:#}", tune(&tune_config(root, &overlap, &test, "leaky"), false).unwrap_err());
     assert!(e.contains("is also a tuning prompt"), "{e}");
 }
 
@@ -244,4 +244,90 @@ fn branches_grow_on_across_completions() {
     let fresh = TraceBuilder::new(&draft.model, &[], &eos).build(&inputs, &mut scratch, &rc).unwrap();
     let from_scratch: Vec<_> = fresh.iter().map(|t| t.replay(&mut scratch[0], &rc).unwrap()).collect();
     assert_eq!(kept, from_scratch);
+}
+
+/// The calibrated model that reads the target at the last committed token: fitted with the
+/// target's statistics from one forward per trace (cached: a second run forwards nothing),
+/// and its test counts are those of live decoding, where the sequential scheduler hands the
+/// rule the target's row of the last committed token. A tuning-only run writes its page and
+/// replays no test trace.
+#[test]
+fn a_model_of_the_target_replays_as_it_decodes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let (draft_path, target_path) = specx_decoder::synthetic::write_tiny_char_pair(root, 7, 0.35).unwrap();
+    let tuning = trace_run(root, &draft_path, &target_path, "tuning", "train", 6);
+    let test = trace_run(root, &draft_path, &target_path, "test", "test", 4);
+    let path = root.join("target.toml");
+    let candidates = CANDIDATES.replace("[threshold_plus]\nmax_candidates = 12\npasses = 2\n", "").replace("passes = 1\n", "passes = 1\ntarget = true\n");
+    std::fs::write(&path, format!("tuning = \"{}\"\ntest = \"{}\"\nout = \"target\"\nbootstrap = 200\n{candidates}", tuning.display(), test.display())).unwrap();
+    let cfg = TuneConfig::load(&path).unwrap();
+
+    let only = tune(&cfg, true).unwrap();
+    assert!(cfg.out.join("tuning.md").is_file() && !cfg.out.join("sets").join("alpaca.json").exists());
+    assert!(only[0].test_prompts.is_empty() && only[0].results.iter().all(|c| c.rules.iter().all(|r| r.test.is_empty())));
+    // One forward of the prompt and of every output token but the last, per trace.
+    let rows = |dir: &Path| greedy_units(dir).unwrap().iter().map(|u| u.prompt.len() + u.ar_tokens.len() - 1).sum::<usize>();
+    assert_eq!(only[0].target_pass.expect("the target was forwarded").rows, rows(&tuning));
+
+    let sets = tune(&cfg, false).unwrap();
+    let set = &sets[0];
+    // The tuning traces' statistics come from the cache; only the test traces are forwarded.
+    assert_eq!(set.target_pass.unwrap().rows, rows(&test));
+    let model = set.acceptance_model.as_ref().unwrap();
+    assert_eq!(model.weights.len(), specx_decoder::speculative::calibrated::FEATURES);
+    assert_eq!(&model.weights, &only[0].acceptance_model.as_ref().unwrap().weights, "the cached statistics fit the same model");
+
+    let device = default_device();
+    let draft = load_model(&draft_path, None, &device).unwrap();
+    let target = load_model(&target_path, None, &device).unwrap();
+    let eos = specx_eval::experiment::manifest::EvalManifest::read(&test).unwrap().eos_ids;
+    let test_units = greedy_units(&test).unwrap();
+    let live = |params: &specx_decoder::speculative::CalibratedParams| -> Vec<UnitCounts> {
+        test_units
+            .iter()
+            .map(|u| {
+                let spec = SpecConfig { max_new_tokens: u.rows[0].max_new_tokens, sampling: SamplingConfig::greedy(), seed: 0 };
+                let mut policy = CalibratedPolicy::new(params.clone()).unwrap();
+                let g = generate_speculative(&target.model, &mut PlainDrafter::new(&draft.model), &mut policy, &mut RejectionSampler, &u.prompt, &spec, &eos).unwrap();
+                assert_eq!(g.tokens, u.ar_tokens);
+                UnitCounts::of(&g.metrics)
+            })
+            .collect()
+    };
+    // Rules that lean hard on the target's statistics, replayed with them and decoded live:
+    // the same counts, and other counts than without the target's inputs (so the rule's
+    // decisions do turn on them, and on the right row of the target's scores).
+    let inputs: Vec<TraceInput> = test_units.iter().map(TraceInput::of).collect();
+    let rc = specx_eval::experiment::replay::ReplayCosts::default();
+    let mut builder = TraceBuilder::new(&draft.model, &[], &eos);
+    let mut traces = builder.start(&inputs, true).unwrap();
+    for (i, input) in inputs.iter().enumerate() {
+        traces.set_target(i, specx_eval::experiment::target_stats::target_stats(&target.model, input).unwrap().0).unwrap();
+    }
+    let base = model.weights.clone();
+    let mut changed = 0;
+    for (w_top1, w_entropy) in [(6.0, 0.0), (0.0, -4.0), (-6.0, 3.0)] {
+        for (rule, threshold) in [(specx_decoder::speculative::CalibratedRule::Token, 0.5), (specx_decoder::speculative::CalibratedRule::Product, 0.4)] {
+            let mut weights = base.clone();
+            let n = weights.len();
+            (weights[n - 2], weights[n - 1]) = (w_top1, w_entropy);
+            let params = specx_decoder::speculative::CalibratedParams { weights, temperatures: model.temperatures.clone(), rule, threshold, max_candidates: 12 };
+            let mut policies = vec![ReplayPolicy::Live(Box::new(CalibratedPolicy::new(params.clone()).unwrap()))];
+            builder.complete(&mut traces, &mut policies, &rc).unwrap();
+            let replayed: Vec<UnitCounts> = traces.traces().map(|t| UnitCounts::of(&t.replay(&mut policies[0], &rc).unwrap())).collect();
+            assert_eq!(replayed, live(&params), "target weights ({w_top1}, {w_entropy}), {rule:?}");
+            let blind = specx_decoder::speculative::CalibratedParams { weights: params.weights[..params.weights.len() - 2].to_vec(), ..params.clone() };
+            changed += usize::from(live(&blind) != replayed);
+        }
+    }
+    assert!(changed >= 3, "the target's inputs changed the decisions of {changed} of 6 rules");
+    for c in &set.results {
+        assert_eq!(c.calibrated.iter().map(|ch| ch.family.as_str()).collect::<Vec<_>>(), ["calibrated+target", "calibrated-product+target", "calibrated-fit+target"]);
+        for ch in &c.calibrated {
+            assert!(ch.params.reads_target());
+            let r = c.rules.iter().find(|r| r.family == ch.family).unwrap();
+            assert_eq!(live(&ch.params), r.test, "{} at {}", ch.family, c.costs.name);
+        }
+    }
 }

@@ -142,14 +142,14 @@ impl<'a> Committed<'a> {
     /// `rows[i]` is the target's scores at candidate `i`'s position. Accepted candidates are
     /// committed; the first rejected one is replaced by its correction and ends the block; so
     /// does the end of the generation. Each decision draws from its position's stream.
-    pub fn decide(&mut self, verifier: &mut dyn Verifier, candidates: &[Candidate], rows: &[Vec<f32>]) -> Decided {
+    pub fn decide<R: AsRef<[f32]>>(&mut self, verifier: &mut dyn Verifier, candidates: &[Candidate], rows: &[R]) -> Decided {
         let mut accepted = 0;
         for (c, row) in candidates.iter().zip(rows) {
             if self.finished {
                 break;
             }
             let mut rng = self.streams.verify(self.seq.len());
-            match verifier.decide(c, row, self.sampling, &mut rng) {
+            match verifier.decide(c, row.as_ref(), self.sampling, &mut rng) {
                 Verdict::Accept => {
                     accepted += 1;
                     self.push(c.token);

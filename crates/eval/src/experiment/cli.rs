@@ -89,6 +89,11 @@ pub enum EvalCommand {
         /// [threshold_plus]. See configs/eval/tune-stop-rules.toml.
         #[arg(long)]
         config: PathBuf,
+        /// Choose every setting on the tuning traces and write OUT/tuning.md (each rule's
+        /// tuning throughput over the tuned fixed K's) without replaying the test traces: for
+        /// looking at candidate rules before the test traces are used, once.
+        #[arg(long)]
+        tuning_only: bool,
     },
     /// Replay the greedy units of a finished run under another method grid: exact counts
     /// from the AR outputs and the draft alone (never the target), times predicted by the
@@ -138,10 +143,10 @@ pub fn run_cli(a: EvalArgs) -> Result<()> {
             eprintln!("written {}", run_dir.join("margins.json").display());
             Ok(())
         }
-        Some(EvalCommand::Tune { config }) => {
+        Some(EvalCommand::Tune { config, tuning_only }) => {
             let cfg = crate::tune::config::TuneConfig::load(config)?;
-            crate::tune::tune(&cfg)?;
-            eprintln!("written {}", cfg.out.join("tune.md").display());
+            crate::tune::tune(&cfg, *tuning_only)?;
+            eprintln!("written {}", cfg.out.join(if *tuning_only { "tuning.md" } else { "tune.md" }).display());
             Ok(())
         }
         Some(EvalCommand::Replay { run_dir, config, no_progress }) => {

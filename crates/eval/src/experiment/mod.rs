@@ -18,6 +18,7 @@ pub mod replay;
 pub mod replay_run;
 pub mod report;
 pub mod run;
+pub mod target_stats;
 
 pub use audit::EvalOutcome;
 pub use run::EvalOptions;

@@ -119,6 +119,24 @@ pub struct DraftTrace {
     /// Branch looks after the mismatch at AR index `p`: `branches[p][d - 1]` is the `d`-th
     /// token the draft proposes after its mismatching proposal `path[p]`.
     branches: BTreeMap<usize, Vec<Look>>,
+    /// `target[j]`: the statistics of the target's softmax where it chose `ar[j]`, for rules
+    /// that read the target at the last committed token ([`super::target_stats`]); `None`
+    /// when not computed.
+    target: Option<Vec<DraftStats>>,
+}
+
+/// A labelled trunk position for an acceptance model.
+#[derive(Clone, Copy, Debug)]
+pub struct AcceptanceSample {
+    /// The draft's statistics at the position.
+    pub stats: DraftStats,
+    /// Depth in its round (1-based).
+    pub depth: usize,
+    /// The draft's token is the target's.
+    pub accepted: bool,
+    /// The target's statistics at the last token committed before the round, when the trace
+    /// holds them.
+    pub target: Option<DraftStats>,
 }
 
 impl DraftTrace {
@@ -135,6 +153,9 @@ impl DraftTrace {
         while l < n {
             let max = (self.max_new_tokens - l).min(policy.max_candidates());
             if let ReplayPolicy::Live(p) = policy {
+                if let Some(t) = &self.target {
+                    p.observe_target(&t[l - 1]);
+                }
                 p.begin_round();
             }
             let mut mismatch: Option<usize> = None; // AR index of the first mismatch
@@ -199,15 +220,17 @@ impl DraftTrace {
     /// Labelled trunk positions for an acceptance model: the trunk cut into the oracle's
     /// rounds (each drafts until its first mismatch, at most `max_depth` candidates, and the
     /// next starts after the token the target commits), each position with the draft's
-    /// statistics, its depth in its round (1-based) and whether the draft's token is the
-    /// target's. A position's label is its acceptance given that the candidates before it in
-    /// the round were accepted, as the product rule reads it.
-    pub fn acceptance_samples(&self, max_depth: usize) -> Result<Vec<(DraftStats, usize, bool)>> {
+    /// statistics, its depth in its round, whether the draft's token is the target's and the
+    /// target's statistics at the round's last committed token. A position's label is its
+    /// acceptance given that the candidates before it in the round were accepted, as the
+    /// product rule reads it.
+    pub fn acceptance_samples(&self, max_depth: usize) -> Result<Vec<AcceptanceSample>> {
         let n = self.ar.len();
         let mut out = Vec::new();
         let mut l = 1;
         while l < n {
             let mut depth = 0;
+            let target = self.target.as_ref().map(|t| t[l - 1]);
             let next = loop {
                 let j = l + depth;
                 if j >= n {
@@ -216,7 +239,7 @@ impl DraftTrace {
                 let look = self.path[j].as_ref().context("a trunk look is missing")?;
                 depth += 1;
                 let accepted = look.token == self.ar[j];
-                out.push((look.stats, depth, accepted));
+                out.push(AcceptanceSample { stats: look.stats, depth, accepted, target });
                 if !accepted {
                     break j + 1;
                 }
@@ -343,7 +366,7 @@ impl<'a> TraceBuilder<'a> {
                 ensure!(!i.prompt.is_empty(), "empty prompt");
                 ensure!(i.ar.len() <= i.max_new_tokens, "AR output of {} tokens exceeds its budget of {}", i.ar.len(), i.max_new_tokens);
                 Ok(Building {
-                    trace: DraftTrace { ar: i.ar.to_vec(), eos: self.eos.to_vec(), max_new_tokens: i.max_new_tokens, path: vec![None; i.ar.len()], branches: BTreeMap::new() },
+                    trace: DraftTrace { ar: i.ar.to_vec(), eos: self.eos.to_vec(), max_new_tokens: i.max_new_tokens, path: vec![None; i.ar.len()], branches: BTreeMap::new(), target: None },
                     prompt_len: i.prompt.len(),
                     trunk: None,
                     next: 1,
@@ -474,5 +497,13 @@ impl TraceSet {
 
     pub fn is_empty(&self) -> bool {
         self.b.is_empty()
+    }
+
+    /// Gives trace `i` the target's statistics at each of its AR tokens.
+    pub fn set_target(&mut self, i: usize, stats: Vec<DraftStats>) -> Result<()> {
+        let t = &mut self.b[i].trace;
+        ensure!(stats.len() == t.ar.len(), "target statistics for {} tokens, the trace has {}", stats.len(), t.ar.len());
+        t.target = Some(stats);
+        Ok(())
     }
 }

@@ -1,15 +1,16 @@
 //! The calibrated acceptance model in the tune: fitted once per prompt set on the tuning
-//! traces' trunks ([`super::calibrate`]), then per cost model each rule's threshold chosen by
+//! traces' trunks ([`super::calibrate`]; with `target`, on the target's statistics at the last
+//! committed token too), then per cost model each rule's threshold chosen by
 //! replayed tuning throughput, and (with `passes`) the product rule's weights moved by
 //! coordinate search on that throughput, the way LTD fits a stop rule to measured throughput
 //! rather than to acceptance labels.
 
-use super::calibrate::{fit, ModelFit, Sample};
+use super::calibrate::{fit, inputs, ModelFit, Sample};
 use super::config::CalibratedFit;
 use super::search;
 use crate::experiment::replay::{ReplayPolicy, TraceBuilder, TraceSet};
 use crate::reproduce::adaptive::Costs;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use specx_decoder::speculative::{CalibratedParams, CalibratedPolicy, CalibratedRule};
 
@@ -19,6 +20,13 @@ pub const TOKEN: &str = "calibrated";
 pub const PRODUCT: &str = "calibrated-product";
 /// The product rule with its weights fitted to replayed throughput.
 pub const FITTED: &str = "calibrated-fit";
+/// Appended to the families' names when the model reads the target.
+pub const TARGET_SUFFIX: &str = "+target";
+
+/// The name of family `base` under fit `f`.
+fn family(base: &str, f: &CalibratedFit) -> String {
+    if f.target { format!("{base}{TARGET_SUFFIX}") } else { base.to_string() }
+}
 
 /// One family's chosen parameters at one cost model.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -37,7 +45,9 @@ impl Choice {
             CalibratedRule::Token => "token",
             CalibratedRule::Product => "product",
         };
-        format!("{rule} {} [1,{}]{}", p.threshold, p.max_candidates, if self.family == FITTED { " (weights fitted)" } else { "" })
+        let fitted = if self.family.starts_with(FITTED) { " (weights fitted)" } else { "" };
+        let target = if p.reads_target() { ", reads the target" } else { "" };
+        format!("{rule} {} [1,{}]{fitted}{target}", p.threshold, p.max_candidates)
     }
 
     pub fn policy(&self) -> Result<ReplayPolicy> {
@@ -54,10 +64,17 @@ fn live(p: &CalibratedParams) -> Result<ReplayPolicy> {
 pub fn fit_on(set: &TraceSet, f: &CalibratedFit) -> Result<ModelFit> {
     let (mut train, mut held) = (Vec::new(), Vec::new());
     for (i, t) in set.traces().enumerate() {
-        let samples = t.acceptance_samples(f.max_candidates)?.into_iter().map(|(s, d, y)| Sample::of(&s, d, y));
+        let mut samples = Vec::new();
+        for s in t.acceptance_samples(f.max_candidates)? {
+            let target = match f.target {
+                true => Some(s.target.context("the model reads the target, and the tuning traces hold no target statistics")?),
+                false => None,
+            };
+            samples.push(Sample::of(&s.stats, s.depth, s.accepted, target.as_ref()));
+        }
         if (i + 1) % f.holdout_every == 0 { held.extend(samples) } else { train.extend(samples) }
     }
-    fit(&train, &held, f.l2)
+    fit(&train, &held, f.l2, inputs(f.target))
 }
 
 fn throughputs(builder: &mut TraceBuilder, set: &mut TraceSet, params: &[CalibratedParams], c: &Costs) -> Result<Vec<f64>> {
@@ -67,7 +84,7 @@ fn throughputs(builder: &mut TraceBuilder, set: &mut TraceSet, params: &[Calibra
 /// Each rule's best threshold on the tuning traces at `c`, then the fitted product rule.
 pub fn choose(builder: &mut TraceBuilder, set: &mut TraceSet, model: &ModelFit, f: &CalibratedFit, c: &Costs) -> Result<Vec<Choice>> {
     let mut out = Vec::new();
-    for (family, rule) in [(TOKEN, CalibratedRule::Token), (PRODUCT, CalibratedRule::Product)] {
+    for (base, rule) in [(TOKEN, CalibratedRule::Token), (PRODUCT, CalibratedRule::Product)] {
         let params: Vec<CalibratedParams> = f
             .thresholds
             .iter()
@@ -76,14 +93,14 @@ pub fn choose(builder: &mut TraceBuilder, set: &mut TraceSet, model: &ModelFit, 
         let tps = throughputs(builder, set, &params, c)?;
         // The first on ties.
         let best = (0..tps.len()).fold(0, |b, i| if tps[i] > tps[b] { i } else { b });
-        out.push(Choice { family: family.into(), params: params[best].clone(), tuning_throughput: tps[best], candidates: params.len() });
+        out.push(Choice { family: family(base, f), params: params[best].clone(), tuning_throughput: tps[best], candidates: params.len() });
     }
     if f.passes > 0 {
         let start = out[1].params.clone();
         let steps = vec![0.25; start.weights.len()];
         let with = |x: &[f64]| CalibratedParams { weights: x.to_vec(), ..start.clone() };
         let s = search::coordinate_search(&start.weights, &steps, f.passes, |xs| throughputs(builder, set, &xs.iter().map(|x| with(x)).collect::<Vec<_>>(), c))?;
-        out.push(Choice { family: FITTED.into(), params: with(&s.x), tuning_throughput: s.objective, candidates: s.evaluations });
+        out.push(Choice { family: family(FITTED, f), params: with(&s.x), tuning_throughput: s.objective, candidates: s.evaluations });
     }
     Ok(out)
 }

@@ -1,12 +1,13 @@
 //! The calibrated acceptance model's statistical fit: a logistic regression by Newton's method
-//! (L2 penalty on every weight but the constant) on labelled trunk positions, then one
+//! (L2 penalty on every weight but the constant) on labelled trunk positions (on the draft's
+//! inputs only, or on the target's at the last committed token too), then one
 //! temperature per depth bucket minimising the log loss on held-out prompts (Guo et al.'s
 //! temperature scaling, per depth), so that the model's outputs are probabilities the product
 //! rule can multiply.
 
 use anyhow::{ensure, Result};
 use serde::{Deserialize, Serialize};
-use specx_decoder::speculative::calibrated::{depth_bucket, features, logit, sigmoid, FEATURES, TEMPERATURES};
+use specx_decoder::speculative::calibrated::{depth_bucket, features, logit, sigmoid, DRAFT_FEATURES, FEATURES, TEMPERATURES};
 use specx_decoder::speculative::DraftStats;
 
 /// One labelled position: the model's inputs, its depth bucket, whether it was accepted.
@@ -18,9 +19,16 @@ pub struct Sample {
 }
 
 impl Sample {
-    pub fn of(stats: &DraftStats, depth: usize, label: bool) -> Self {
-        Self { x: features(stats, depth), bucket: depth_bucket(depth), label }
+    /// `target`: the target's statistics at the round's last committed token, for a model
+    /// that reads them.
+    pub fn of(stats: &DraftStats, depth: usize, label: bool, target: Option<&DraftStats>) -> Self {
+        Self { x: features(stats, depth, target), bucket: depth_bucket(depth), label }
     }
+}
+
+/// Inputs a model reads: the draft's only, or the target's too.
+pub fn inputs(target: bool) -> usize {
+    if target { FEATURES } else { DRAFT_FEATURES }
 }
 
 /// How well a model's probabilities fit held-out labels.
@@ -91,24 +99,25 @@ fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Vec<f64> {
     x
 }
 
-/// Logistic regression weights by Newton's method on the penalised log-likelihood.
-pub fn logistic(samples: &[Sample], l2: f64) -> Result<Vec<f64>> {
+/// Logistic regression weights of the first `n` inputs by Newton's method on the penalised
+/// log-likelihood.
+pub fn logistic(samples: &[Sample], l2: f64, n: usize) -> Result<Vec<f64>> {
     ensure!(samples.iter().any(|s| s.label) && samples.iter().any(|s| !s.label), "the acceptance model needs both accepted and rejected positions to fit ({} positions)", samples.len());
-    let mut w = vec![0.0; FEATURES];
+    let mut w = vec![0.0; n];
     for _ in 0..50 {
-        let mut grad = vec![0.0; FEATURES];
-        let mut hess = vec![vec![0.0; FEATURES]; FEATURES];
+        let mut grad = vec![0.0; n];
+        let mut hess = vec![vec![0.0; n]; n];
         for s in samples {
             let p = sigmoid(logit(&w, &s.x));
             let (r, v) = (f64::from(u8::from(s.label)) - p, p * (1.0 - p));
-            for i in 0..FEATURES {
+            for i in 0..n {
                 grad[i] += r * s.x[i];
                 for j in 0..=i {
                     hess[i][j] += v * s.x[i] * s.x[j];
                 }
             }
         }
-        for i in 0..FEATURES {
+        for i in 0..n {
             for j in 0..i {
                 hess[j][i] = hess[i][j];
             }
@@ -156,10 +165,10 @@ fn temperature(pairs: &[(f64, bool)]) -> f64 {
     ((a + b) / 2.0).exp()
 }
 
-/// Fits the weights on `fit` and the temperatures on `holdout`.
-pub fn fit(fit: &[Sample], holdout: &[Sample], l2: f64) -> Result<ModelFit> {
+/// Fits the weights of the first `n` inputs on `fit` and the temperatures on `holdout`.
+pub fn fit(fit: &[Sample], holdout: &[Sample], l2: f64, n: usize) -> Result<ModelFit> {
     ensure!(!holdout.is_empty(), "no held-out positions to fit the temperatures on");
-    let weights = logistic(fit, l2)?;
+    let weights = logistic(fit, l2, n)?;
     let z = |s: &Sample| logit(&weights, &s.x);
     let temperatures: Vec<f64> = (0..TEMPERATURES).map(|b| temperature(&holdout.iter().filter(|s| s.bucket == b).map(|s| (z(s), s.label)).collect::<Vec<_>>())).collect();
     let labels: Vec<bool> = holdout.iter().map(|s| s.label).collect();
@@ -203,14 +212,14 @@ mod tests {
                 .map(|i| {
                     let p = 0.05 + 0.95 * unit(rng);
                     let depth = 1 + i % 5;
-                    Sample::of(&stats(p as f32), depth, unit(rng) < truth(p, depth))
+                    Sample::of(&stats(p as f32), depth, unit(rng) < truth(p, depth), None)
                 })
                 .collect()
         };
         let (train, held) = (draw(rng, 40_000), draw(rng, 10_000));
-        let f = fit(&train, &held, 1e-3).unwrap();
+        let f = fit(&train, &held, 1e-3, DRAFT_FEATURES).unwrap();
         for (depth, p) in [(1, 0.3), (2, 0.9), (3, 0.6), (5, 0.95)] {
-            let got = sigmoid(f.weights.iter().zip(features(&stats(p as f32), depth)).map(|(w, x)| w * x).sum::<f64>() / f.temperatures[depth_bucket(depth)]);
+            let got = sigmoid(f.weights.iter().zip(features(&stats(p as f32), depth, None)).map(|(w, x)| w * x).sum::<f64>() / f.temperatures[depth_bucket(depth)]);
             assert!((got - truth(p, depth)).abs() < 0.03, "depth {depth}, p {p}: {got} vs {}", truth(p, depth));
         }
         assert!(f.calibrated.log_loss < f.draft_probability.log_loss, "{f:?}");
@@ -236,7 +245,37 @@ mod tests {
 
     #[test]
     fn one_label_only_is_refused() {
-        let s = vec![Sample::of(&stats(0.5), 1, true); 10];
-        assert!(logistic(&s, 1.0).unwrap_err().to_string().contains("both accepted and rejected"));
+        let s = vec![Sample::of(&stats(0.5), 1, true, None); 10];
+        assert!(logistic(&s, 1.0, DRAFT_FEATURES).unwrap_err().to_string().contains("both accepted and rejected"));
+    }
+
+    /// When acceptance also depends on the target's entropy at the last committed token, the
+    /// model that reads it fits held-out labels better than the draft-only model, with a
+    /// negative weight on it.
+    #[test]
+    fn the_target_inputs_are_fitted_when_they_carry_information() {
+        let mut rng = SplitMix64::new(11);
+        let rng = &mut rng;
+        let truth = |p: f64, h: f64| sigmoid(1.0 + 3.0 * p.ln() - 1.5 * h);
+        let draw = |rng: &mut SplitMix64, n: usize, target: bool| -> Vec<Sample> {
+            (0..n)
+                .map(|i| {
+                    let p = 0.05 + 0.95 * unit(rng);
+                    let h = 2.0 * unit(rng);
+                    let t = DraftStats { entropy: h as f32, top1: (0.3 + 0.4 * unit(rng)) as f32, ..stats(0.5) };
+                    Sample::of(&stats(p as f32), 1 + i % 3, unit(rng) < truth(p, f64::from(h as f32)), target.then_some(&t))
+                })
+                .collect()
+        };
+        let (both, draft_only) = {
+            let mut r2 = SplitMix64::new(11);
+            let train = draw(rng, 30_000, true);
+            let held = draw(rng, 10_000, true);
+            let (train2, held2) = (draw(&mut r2, 30_000, false), draw(&mut r2, 10_000, false));
+            (fit(&train, &held, 1e-3, FEATURES).unwrap(), fit(&train2, &held2, 1e-3, DRAFT_FEATURES).unwrap())
+        };
+        assert_eq!((both.weights.len(), draft_only.weights.len()), (FEATURES, DRAFT_FEATURES));
+        assert!((both.weights[FEATURES - 1] + 1.5).abs() < 0.2, "{:?}", both.weights);
+        assert!(both.calibrated.log_loss < draft_only.calibrated.log_loss - 0.02, "{} vs {}", both.calibrated.log_loss, draft_only.calibrated.log_loss);
     }
 }

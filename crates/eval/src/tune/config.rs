@@ -83,6 +83,11 @@ pub struct CalibratedFit {
     /// Passes of the coordinate search on throughput (0: no search).
     #[serde(default)]
     pub passes: usize,
+    /// Also read the target's top-1 probability and entropy at the last committed token (one
+    /// target forward over every trace computes them, with the traces' weights); the rules
+    /// are then named `calibrated+target`, `calibrated-product+target`, `calibrated-fit+target`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub target: bool,
 }
 
 fn default_holdout() -> usize {

@@ -22,6 +22,7 @@ use crate::experiment::grid::{expand, head_name};
 use crate::experiment::manifest::EvalManifest;
 use crate::experiment::merge::greedy_units;
 use crate::experiment::replay::{ReplayCosts, ReplayPolicy, TraceBuilder, TraceInput, TraceSet};
+use crate::experiment::target_stats::cached_target_stats;
 use crate::method::{load_head, Heads, MethodSpec, PolicySpec};
 use crate::reproduce::adaptive::Costs;
 use anyhow::{bail, ensure, Context, Result};
@@ -90,6 +91,16 @@ pub struct SetResult {
     /// Draft rows forwarded for this set (trunks and branches, both splits) and their seconds.
     pub draft_rows: usize,
     pub draft_seconds: f64,
+    /// The target's forwards over every trace (both splits), for a model that reads the target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_pass: Option<TargetPass>,
+}
+
+/// Target rows forwarded over the traces and their seconds.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct TargetPass {
+    pub rows: usize,
+    pub seconds: f64,
 }
 
 /// The candidate settings and the family each belongs to.
@@ -129,9 +140,20 @@ fn counts(builder: &mut TraceBuilder, set: &mut TraceSet, policies: &mut [Replay
     policies.iter_mut().map(|p| set.traces().map(|t| t.replay(p, rc).map(|m| UnitCounts::of(&m))).collect()).collect()
 }
 
-/// The loaded draft and what replays need from it.
+/// The target's side of the replays.
+struct TargetSide<'a> {
+    model: &'a Transformer,
+    sha256: String,
+    weights: String,
+    cache: std::path::PathBuf,
+}
+
+/// The loaded models and what replays need from them.
 struct Replayer<'a> {
     draft: &'a Transformer,
+    /// The target, when a rule reads its statistics at the last committed token: the model,
+    /// its sha256, its weight mode, and where its statistics along each trace are cached.
+    target: Option<TargetSide<'a>>,
     heads: &'a [AcceptanceHead],
     head_index: &'a HashMap<String, usize>,
     eos: &'a [u32],
@@ -142,9 +164,26 @@ impl Replayer<'_> {
         settings.iter().map(|m| ReplayPolicy::of(m, self.head_index)).collect()
     }
 
-    fn start(&self, builder: &mut TraceBuilder, units: &[&UnitFile]) -> Result<TraceSet> {
+    /// The trunks of `units`, with the target's statistics along them when a rule reads the
+    /// target (their forwards are counted in `pass`).
+    fn start(&self, builder: &mut TraceBuilder, units: &[&UnitFile], split: &str, pass: &mut TargetPass) -> Result<TraceSet> {
         let inputs: Vec<TraceInput> = units.iter().map(|u| TraceInput::of(u)).collect();
-        builder.start(&inputs, true)
+        let mut set = builder.start(&inputs, true)?;
+        if let Some(target) = &self.target {
+            let t = Instant::now();
+            let bar = ProgressBar::new(inputs.len() as u64);
+            bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} traces through the target ({elapsed}, eta {eta})")?);
+            for (i, (input, u)) in inputs.iter().zip(units).enumerate() {
+                let cache = u.unit.path(&target.cache.join(split));
+                let (stats, rows) = cached_target_stats(target.model, &target.sha256, &target.weights, input, &cache).with_context(|| format!("{} {}", u.unit.dataset, u.unit.prompt_id))?;
+                set.set_target(i, stats)?;
+                pass.rows += rows;
+                bar.inc(1);
+            }
+            bar.finish_and_clear();
+            pass.seconds += t.elapsed().as_secs_f64();
+        }
+        Ok(set)
     }
 }
 
@@ -160,16 +199,36 @@ fn threshold_plus_objective(builder: &mut TraceBuilder, set: &mut TraceSet, para
     throughputs(builder, set, policies, c)
 }
 
+/// Each chosen family's result, with its test counts from `test` in order: the families',
+/// then threshold-plus's, then the calibrated rules'.
+fn rules_of(cands: &Candidates, families: Vec<(String, usize, usize, f64)>, fit: &Option<FitRecord>, calibrated: &[acceptance_model::Choice], mut test: impl Iterator<Item = Vec<UnitCounts>>) -> Result<Vec<RuleResult>> {
+    let mut rules: Vec<RuleResult> = families
+        .into_iter()
+        .zip(test.by_ref())
+        .map(|((family, i, n, tps), test)| RuleResult { family, setting: cands.settings[i].key(), candidates: n, tuning_throughput: tps, test })
+        .collect();
+    if let Some(f) = fit {
+        let test = test.next().context("threshold-plus's test counts")?;
+        rules.push(RuleResult { family: THRESHOLD_PLUS.into(), setting: "threshold-plus (fitted)".into(), candidates: f.evaluations, tuning_throughput: f.fitted_throughput, test });
+    }
+    for ch in calibrated {
+        let test = test.next().with_context(|| format!("{}'s test counts", ch.family))?;
+        rules.push(RuleResult { family: ch.family.clone(), setting: ch.setting(), candidates: ch.candidates, tuning_throughput: ch.tuning_throughput, test });
+    }
+    Ok(rules)
+}
+
 /// Tunes every family on one prompt set's tuning traces and replays the chosen settings on its
-/// test traces.
-fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, tuning: &[&UnitFile], test: &[&UnitFile]) -> Result<SetResult> {
+/// test traces (with `tuning_only`, not: the result holds no test counts).
+fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, tuning: &[&UnitFile], test: &[&UnitFile], tuning_only: bool) -> Result<SetResult> {
     let mut builder = TraceBuilder::new(r.draft, r.heads, r.eos);
     let bar = ProgressBar::new_spinner();
     bar.set_style(ProgressStyle::with_template("{spinner} {pos} draft looks ({per_sec}), {elapsed}: {msg}")?);
     bar.set_message(format!("{dataset}: the tuning traces' trunks"));
     builder.progress = Some(bar.clone());
     let t0 = Instant::now();
-    let mut set = r.start(&mut builder, tuning)?;
+    let mut pass = TargetPass::default();
+    let mut set = r.start(&mut builder, tuning, "tuning", &mut pass)?;
     let trunk = (builder.rows, t0.elapsed().as_secs_f64());
     bar.suspend(|| eprintln!("{dataset}: {} tuning traces, {} trunk looks in {:.0} s", tuning.len(), trunk.0, trunk.1));
     let model = cfg.calibrated.as_ref().map(|f| acceptance_model::fit_on(&set, f)).transpose()?;
@@ -216,10 +275,25 @@ fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, t
         chosen.push((best.into_iter().map(|(f, (i, n, tps))| (f.to_string(), i, n, tps)).collect(), fit, calibrated));
     }
     drop(set);
+    if tuning_only {
+        let results = cfg.costs.iter().zip(chosen).map(|(c, (families, fit, calibrated))| Ok(CostResult { costs: c.clone(), rules: rules_of(cands, families, &fit, &calibrated, std::iter::repeat_with(Vec::new))?, threshold_plus: fit, calibrated })).collect::<Result<_>>()?;
+        bar.finish_and_clear();
+        return Ok(SetResult {
+            dataset: dataset.into(),
+            config: cfg.clone(),
+            tuning_prompts: tuning.iter().map(|u| u.unit.prompt_id.clone()).collect(),
+            test_prompts: Vec::new(),
+            results,
+            acceptance_model: model,
+            draft_rows: builder.rows,
+            draft_seconds: builder.time.as_secs_f64(),
+            target_pass: r.target.as_ref().map(|_| pass),
+        });
+    }
     // The test traces, once: only the chosen settings (and the oracle) are replayed.
     let t1 = Instant::now();
     bar.set_message(format!("{dataset}: the test traces, chosen settings only"));
-    let mut set = r.start(&mut builder, test)?;
+    let mut set = r.start(&mut builder, test, "test", &mut pass)?;
     let mut results = Vec::new();
     for (c, (families, fit, calibrated)) in cfg.costs.iter().zip(chosen) {
         let rc = replay_costs(c);
@@ -231,20 +305,8 @@ fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, t
         for ch in &calibrated {
             policies.push(ch.policy()?);
         }
-        let mut test_counts = counts(&mut builder, &mut set, &mut policies, &rc)?.into_iter();
-        let mut rules: Vec<RuleResult> = families
-            .into_iter()
-            .zip(test_counts.by_ref())
-            .map(|((family, i, n, tps), test)| RuleResult { family, setting: cands.settings[i].key(), candidates: n, tuning_throughput: tps, test })
-            .collect();
-        // Threshold-plus's counts come after the families', then the calibrated rules'.
-        if let Some(f) = &fit {
-            let test = test_counts.next().context("threshold-plus's test counts")?;
-            rules.push(RuleResult { family: THRESHOLD_PLUS.into(), setting: "threshold-plus (fitted)".into(), candidates: f.evaluations, tuning_throughput: f.fitted_throughput, test });
-        }
-        for (ch, test) in calibrated.iter().zip(test_counts) {
-            rules.push(RuleResult { family: ch.family.clone(), setting: ch.setting(), candidates: ch.candidates, tuning_throughput: ch.tuning_throughput, test });
-        }
+        let test_counts = counts(&mut builder, &mut set, &mut policies, &rc)?;
+        let rules = rules_of(cands, families, &fit, &calibrated, test_counts.into_iter())?;
         results.push(CostResult { costs: c.clone(), rules, threshold_plus: fit, calibrated });
     }
     bar.finish_and_clear();
@@ -258,6 +320,7 @@ fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, t
         acceptance_model: model,
         draft_rows: builder.rows,
         draft_seconds: builder.time.as_secs_f64(),
+        target_pass: r.target.as_ref().map(|_| pass),
     })
 }
 
@@ -294,8 +357,10 @@ fn finished(path: &Path, cfg: &TuneConfig, tuning: &[&UnitFile], test: &[&UnitFi
     (r.config.same_computation(cfg) && r.tuning_prompts == ids(tuning) && r.test_prompts == ids(test)).then_some(r)
 }
 
-/// Runs the protocol of `cfg` and writes its report; returns the per-set results.
-pub fn tune(cfg: &TuneConfig) -> Result<Vec<SetResult>> {
+/// Runs the protocol of `cfg` and writes its report; returns the per-set results. With
+/// `tuning_only` every setting is chosen on the tuning traces and only `OUT/tuning.md` is
+/// written (the test traces stay unused, for a later run).
+pub fn tune(cfg: &TuneConfig, tuning_only: bool) -> Result<Vec<SetResult>> {
     let cands = Candidates::of(cfg)?;
     let (mt, ms) = (EvalManifest::read(&cfg.tuning)?, EvalManifest::read(&cfg.test)?);
     let (tuning, test) = (greedy_units(&cfg.tuning)?, greedy_units(&cfg.test)?);
@@ -323,22 +388,39 @@ pub fn tune(cfg: &TuneConfig) -> Result<Vec<SetResult>> {
     }
     let heads: Vec<AcceptanceHead> = head_map.values().cloned().collect();
     let head_index: HashMap<String, usize> = head_map.keys().enumerate().map(|(i, n)| (n.clone(), i)).collect();
-    let r = Replayer { draft: &draft.model, heads: &heads, head_index: &head_index, eos: &mt.eos_ids };
+    let target = match cfg.calibrated.as_ref().is_some_and(|f| f.target) {
+        true => {
+            ensure!(m.target.exists(), "the traces' target model {} is gone", m.target.display());
+            let target = load_model_as(&m.target, None, &device, m.weights)?;
+            let sha = target.weights_sha256()?;
+            ensure!(sha == mt.target.sha256, "{} changed since the traces were made (sha256 {} now, {} then)", m.target.display(), &sha[..12], &mt.target.sha256[..12]);
+            Some((target, sha))
+        }
+        false => None,
+    };
+    let target_side = target.as_ref().map(|(t, sha)| TargetSide { model: &t.model, sha256: sha.clone(), weights: format!("{:?}", m.weights), cache: cfg.out.join("target-stats") });
+    let r = Replayer { draft: &draft.model, target: target_side, heads: &heads, head_index: &head_index, eos: &mt.eos_ids };
     // Every candidate must be replayable before hours of forwards start.
     r.policies(&cands.settings.iter().collect::<Vec<_>>())?;
 
     let sets_dir = cfg.out.join("sets");
-    std::fs::create_dir_all(&sets_dir).with_context(|| format!("creating {}", sets_dir.display()))?;
+    if !tuning_only {
+        std::fs::create_dir_all(&sets_dir).with_context(|| format!("creating {}", sets_dir.display()))?;
+    }
     let mut out = Vec::new();
     for d in &datasets {
         let (tu, te) = (of(&tuning, d), of(&test, d));
+        if tuning_only {
+            out.push(tune_set(cfg, &cands, &r, d, &tu, &te, true)?);
+            continue;
+        }
         let path = sets_dir.join(format!("{d}.json"));
         let result = match finished(&path, cfg, &tu, &te) {
             Some(r) => {
                 eprintln!("{d}: done earlier under this config ({}), kept", path.display());
                 r
             }
-            None => tune_set(cfg, &cands, &r, d, &tu, &te)?,
+            None => tune_set(cfg, &cands, &r, d, &tu, &te, false)?,
         };
         let mut written = SetResult { config: result.config.relative_to(&sets_dir), ..result.clone() };
         for p in written.results.iter_mut().filter_map(|c| c.costs.profile.as_mut()) {
@@ -346,6 +428,10 @@ pub fn tune(cfg: &TuneConfig) -> Result<Vec<SetResult>> {
         }
         specx_decoder::fsutil::write_atomic(&path, serde_json::to_string(&written)?.as_bytes())?;
         out.push(result);
+    }
+    if tuning_only {
+        report::write_tuning(cfg, &out)?;
+        return Ok(out);
     }
     let mut keys: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (m, f) in cands.settings.iter().zip(&cands.families) {

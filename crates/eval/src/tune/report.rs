@@ -65,7 +65,8 @@ fn model_tables(md: &mut String, sets: &[SetResult]) -> Result<()> {
         return Ok(());
     }
     writeln!(md, "\n## The calibrated acceptance model\n")?;
-    writeln!(md, "A logistic regression on the draft's ln p and ln(1 - p) of its token, entropy, top-2 margin and depth, fitted on the tuning traces' trunk positions (label: the draft's token is the target's, given the round's earlier candidates were), with one temperature per depth fitted on held-out tuning prompts. Held-out fit (log loss in nats, Brier score, expected calibration error over 10 bins) of the draft's own probability read as a chance of acceptance, of the regression, and of the regression with its temperatures:\n")?;
+    let target = if fits.iter().any(|(_, m)| m.weights.len() == specx_decoder::speculative::calibrated::FEATURES) { " and the target's top-1 probability and entropy at the round's last committed token" } else { "" };
+    writeln!(md, "A logistic regression on the draft's ln p and ln(1 - p) of its token, entropy, top-2 margin and depth{target}, fitted on the tuning traces' trunk positions (label: the draft's token is the target's, given the round's earlier candidates were), with one temperature per depth fitted on held-out tuning prompts. Held-out fit (log loss in nats, Brier score, expected calibration error over 10 bins) of the draft's own probability read as a chance of acceptance, of the regression, and of the regression with its temperatures:\n")?;
     let cal = |c: &Calibration| format!("{:.4} / {:.4} / {:.3}", c.log_loss, c.brier, c.ece);
     let rows: Vec<Vec<String>> = fits
         .iter()
@@ -73,7 +74,7 @@ fn model_tables(md: &mut String, sets: &[SetResult]) -> Result<()> {
         .collect();
     md.push_str(&markdown_table(&["set", "positions: fit / held out", "held-out acceptance", "draft probability", "regression", "calibrated"], &rows));
     writeln!(md, "\nWeights and temperatures (depth 1, then the depth buckets):\n")?;
-    let names = CalibratedParams::feature_names();
+    let names = CalibratedParams::feature_names(fits.iter().map(|(_, m)| m.weights.len()).max().unwrap_or(0));
     let header: Vec<String> = ["set".to_string()].into_iter().chain(names).chain(["temperatures".to_string()]).collect();
     let rows: Vec<Vec<String>> = fits
         .iter()
@@ -224,6 +225,49 @@ fn page(cfg: &TuneConfig, sets: &[SetResult], candidates: &BTreeMap<String, Vec<
 pub fn slug(name: &str) -> String {
     let s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
     s.split('-').filter(|p| !p.is_empty()).collect::<Vec<_>>().join("-")
+}
+
+/// Writes `OUT/tuning.md` of a run that chose its settings without replaying the test traces:
+/// each family's chosen setting and its tuning throughput over the tuned fixed K's (in sample,
+/// so at most what the rule could show on the test traces), and the calibrated model's fit.
+pub fn write_tuning(cfg: &TuneConfig, sets: &[SetResult]) -> Result<()> {
+    let mut md = String::new();
+    let cwd = std::env::current_dir()?;
+    let shown = |p: &std::path::Path| p.strip_prefix(&cwd).unwrap_or(p).display().to_string();
+    writeln!(md, "# Stop rules on the tuning traces only\n")?;
+    writeln!(md, "Every setting below was chosen on the tuning traces (`{}`) per prompt set and cost model; the test traces were not replayed. Each family's tuning throughput is shown over the tuned fixed K's on the same traces: both were chosen there, so this is in sample, and a family that does not lead here has no reason to lead on the test traces.\n", shown(&cfg.tuning))?;
+    writeln!(md, "| set | tuning prompts | target rows forwarded | their seconds |\n| --- | --- | --- | --- |")?;
+    for s in sets {
+        let (rows, secs) = s.target_pass.map_or(("-".into(), "-".into()), |p| (p.rows.to_string(), format!("{:.0}", p.seconds)));
+        writeln!(md, "| {} | {} | {rows} | {secs} |", s.dataset, s.tuning_prompts.len())?;
+    }
+    for (ci, costs) in cfg.costs.iter().enumerate() {
+        writeln!(md, "\n## {}\n", costs.name)?;
+        let mut families: Vec<String> = sets.iter().flat_map(|s| s.results[ci].rules.iter().map(|r| r.family.clone())).collect();
+        families.sort();
+        families.dedup();
+        let header: Vec<String> = ["rule".to_string()].into_iter().chain(sets.iter().flat_map(|s| [format!("{}: setting", s.dataset), format!("{}: vs tuned fixed K", s.dataset)])).collect();
+        let rows: Vec<Vec<String>> = families
+            .iter()
+            .map(|f| {
+                let mut row = vec![f.clone()];
+                for s in sets {
+                    let c = &s.results[ci];
+                    match (rule(c, f), rule(c, REFERENCE)) {
+                        (Some(r), Some(k)) if k.tuning_throughput > 0.0 => row.extend([r.setting.clone(), format!("{:+.1}%", 100.0 * (r.tuning_throughput / k.tuning_throughput - 1.0))]),
+                        (Some(r), _) => row.extend([r.setting.clone(), "-".into()]),
+                        _ => row.extend(["-".into(), "-".into()]),
+                    }
+                }
+                row
+            })
+            .collect();
+        md.push_str(&markdown_table(&header.iter().map(String::as_str).collect::<Vec<_>>(), &rows));
+    }
+    model_tables(&mut md, sets)?;
+    write_atomic(&cfg.out.join("tuning.md"), md.as_bytes())?;
+    print!("{md}");
+    Ok(())
 }
 
 /// Writes `OUT/tune.md`, `OUT/tune.json` (every interval) and the fitted parameters.

@@ -1,6 +1,8 @@
 //! A calibrated acceptance model: a logistic regression on the draft's own statistics at each
 //! candidate (its log-probability of the token, the entropy and top-2 margin of its softmax)
-//! and the candidate's depth, with one temperature per depth bucket fitted on held-out data,
+//! and the candidate's depth, optionally with what the target said at the last committed
+//! token (its top-1 probability and entropy there, free after each verification), with one
+//! temperature per depth bucket fitted on held-out data,
 //! so that its output is a probability of acceptance. It stops a round by the per-token rule
 //! (stop when the candidate's chance falls below the threshold, as HF's confidence rule) or by
 //! SpecDec++'s product rule (stop when the chance that some candidate so far is rejected
@@ -9,14 +11,17 @@
 
 use super::threshold_plus::DEPTH_BUCKETS;
 use super::{stop_if, Decision, DraftStats, DraftStep, StopPolicy};
-use anyhow::{ensure, Result};
+use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 
-/// Inputs of the model: a constant, ln p and ln(1 - p) of the draft's probability p of the
-/// token (so that the draft's own probability, logit p = ln p - ln(1 - p), is one of the
-/// models), entropy (nats), top-2 margin, and one indicator per depth bucket of
-/// [`DEPTH_BUCKETS`] (depth 1 is the base).
-pub const FEATURES: usize = 5 + DEPTH_BUCKETS.len();
+/// Inputs of the model that reads the draft only: a constant, ln p and ln(1 - p) of the
+/// draft's probability p of the token (so that the draft's own probability, logit p = ln p -
+/// ln(1 - p), is one of the models), entropy (nats), top-2 margin, and one indicator per depth
+/// bucket of [`DEPTH_BUCKETS`] (depth 1 is the base).
+pub const DRAFT_FEATURES: usize = 5 + DEPTH_BUCKETS.len();
+/// All inputs: the draft's, then the target's top-1 probability and entropy (nats) at the
+/// last committed token. A model of [`DRAFT_FEATURES`] weights ignores the last two.
+pub const FEATURES: usize = DRAFT_FEATURES + 2;
 /// 1 - p is floored here (a float probability can round to 1).
 const MIN_COMPLEMENT: f64 = 1e-7;
 /// Temperatures: depth 1, then one per depth bucket.
@@ -36,7 +41,8 @@ pub enum CalibratedRule {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CalibratedParams {
-    /// Weights of [`FEATURES`], in [`CalibratedParams::feature_names`] order.
+    /// Weights of the first [`DRAFT_FEATURES`] or of all [`FEATURES`] inputs, in
+    /// [`CalibratedParams::feature_names`] order.
     pub weights: Vec<f64>,
     /// The logit is divided by the temperature of the candidate's depth bucket.
     pub temperatures: Vec<f64>,
@@ -51,8 +57,9 @@ pub fn depth_bucket(index: usize) -> usize {
     DEPTH_BUCKETS.iter().rposition(|&d| index >= d).map_or(0, |b| b + 1)
 }
 
-/// The model's inputs for a candidate at depth `index` with the draft's statistics `s`.
-pub fn features(s: &DraftStats, index: usize) -> [f64; FEATURES] {
+/// The model's inputs for a candidate at depth `index` with the draft's statistics `s` and the
+/// target's at the last committed token (zeros without them).
+pub fn features(s: &DraftStats, index: usize, target: Option<&DraftStats>) -> [f64; FEATURES] {
     let mut x = [0.0; FEATURES];
     x[0] = 1.0;
     let p = f64::from(s.token_prob);
@@ -64,10 +71,14 @@ pub fn features(s: &DraftStats, index: usize) -> [f64; FEATURES] {
     if b > 0 {
         x[4 + b] = 1.0;
     }
+    if let Some(t) = target {
+        x[DRAFT_FEATURES] = f64::from(t.top1);
+        x[DRAFT_FEATURES + 1] = f64::from(t.entropy);
+    }
     x
 }
 
-/// The logit `weights . x` (the fit and the policy share it).
+/// The logit `weights . x` over the inputs the weights cover (the fit and the policy share it).
 pub fn logit(weights: &[f64], x: &[f64; FEATURES]) -> f64 {
     weights.iter().zip(x).map(|(w, x)| w * x).sum()
 }
@@ -77,13 +88,20 @@ pub fn sigmoid(z: f64) -> f64 {
 }
 
 impl CalibratedParams {
-    pub fn feature_names() -> Vec<String> {
+    /// The names of the first `n` inputs.
+    pub fn feature_names(n: usize) -> Vec<String> {
         let depth = ["2", "3", "4", "5-6", "7-9", "10+"].iter().map(|d| format!("depth {d}"));
-        ["bias", "ln p", "ln(1-p)", "entropy", "margin"].iter().map(|s| s.to_string()).chain(depth).collect()
+        let target = ["target top-1", "target entropy"].iter().map(|s| s.to_string());
+        ["bias", "ln p", "ln(1-p)", "entropy", "margin"].iter().map(|s| s.to_string()).chain(depth).chain(target).take(n).collect()
+    }
+
+    /// Whether the model reads the target's statistics at the last committed token.
+    pub fn reads_target(&self) -> bool {
+        self.weights.len() == FEATURES
     }
 
     pub fn check(&self) -> Result<()> {
-        ensure!(self.weights.len() == FEATURES, "calibrated model: {} weights, expected {FEATURES}", self.weights.len());
+        ensure!([DRAFT_FEATURES, FEATURES].contains(&self.weights.len()), "calibrated model: {} weights, expected {DRAFT_FEATURES} (draft only) or {FEATURES} (draft and target)", self.weights.len());
         ensure!(self.temperatures.len() == TEMPERATURES, "calibrated model: {} temperatures, expected {TEMPERATURES}", self.temperatures.len());
         ensure!(self.weights.iter().all(|w| w.is_finite()), "calibrated model: every weight must be a finite number");
         ensure!(self.temperatures.iter().all(|t| t.is_finite() && *t > 0.0), "calibrated model: every temperature must be positive");
@@ -97,32 +115,49 @@ impl CalibratedParams {
         logit(&self.weights, x)
     }
 
-    /// The calibrated chance that candidate `index` with statistics `s` is accepted.
-    pub fn probability(&self, s: &DraftStats, index: usize) -> f64 {
-        sigmoid(self.logit(&features(s, index)) / self.temperatures[depth_bucket(index)])
+    /// The calibrated chance that candidate `index` with statistics `s` is accepted, given the
+    /// target's statistics at the last committed token (read only by a model of all
+    /// [`FEATURES`]).
+    pub fn probability(&self, s: &DraftStats, index: usize, target: Option<&DraftStats>) -> f64 {
+        sigmoid(self.logit(&features(s, index, target)) / self.temperatures[depth_bucket(index)])
     }
 }
 
-/// The live policy: the parameters and the round's running product.
+/// The live policy: the parameters, the round's running product, and the target's statistics
+/// at the last committed token (for a model that reads them).
 #[derive(Clone, Debug)]
 pub struct CalibratedPolicy {
     pub params: CalibratedParams,
     product: f64,
+    target: Option<DraftStats>,
 }
 
 impl CalibratedPolicy {
     pub fn new(params: CalibratedParams) -> Result<Self> {
         params.check()?;
-        Ok(Self { params, product: 1.0 })
+        Ok(Self { params, product: 1.0, target: None })
     }
 }
 
 impl StopPolicy for CalibratedPolicy {
+    fn begin_request(&mut self) {
+        self.target = None;
+    }
     fn begin_round(&mut self) {
         self.product = 1.0;
     }
+    fn reads_target(&self) -> bool {
+        self.params.reads_target()
+    }
+    fn observe_target(&mut self, last: &DraftStats) {
+        self.target = Some(*last);
+    }
     fn decide(&mut self, step: &DraftStep) -> Result<Decision> {
-        let p = self.params.probability(step.stats.get(), step.index);
+        let target = match self.params.reads_target() {
+            true => Some(self.target.as_ref().context("this calibrated model reads the target's statistics at the last committed token, which only the sequential scheduler and the greedy replay pass (DSI drafts ahead of verification)")?),
+            false => None,
+        };
+        let p = self.params.probability(step.stats.get(), step.index, target);
         self.product *= p;
         let t = self.params.threshold;
         let stop = match self.params.rule {
@@ -149,7 +184,7 @@ mod tests {
     /// The model that says "the draft's probability" exactly: sigmoid(logit(p)) = p is not
     /// linear in ln p, so use a weight on ln p alone and check the rules against it.
     fn params(rule: CalibratedRule, threshold: f64) -> CalibratedParams {
-        let mut weights = vec![0.0; FEATURES];
+        let mut weights = vec![0.0; DRAFT_FEATURES];
         weights[0] = 2.0;
         weights[1] = 4.0; // logit = 2 + 4 ln p
         CalibratedParams { weights, temperatures: vec![1.0; TEMPERATURES], rule, threshold, max_candidates: 20 }
@@ -159,24 +194,24 @@ mod tests {
     fn depth_buckets_and_features() {
         assert_eq!([1, 2, 3, 4, 5, 6, 7, 9, 10, 30].map(depth_bucket), [0, 1, 2, 3, 4, 4, 5, 5, 6, 6]);
         let s = DraftStats { token_prob: 0.5, top1: 0.5, margin: 0.25, entropy: 1.5, top10_top1: 0.6 };
-        let x = features(&s, 7);
+        let x = features(&s, 7, None);
         assert_eq!(x[..5], [1.0, 0.5f64.ln(), 0.5f64.ln(), 1.5, 0.25]);
-        assert_eq!(x[5..], [0.0, 0.0, 0.0, 0.0, 1.0, 0.0]);
-        assert_eq!(features(&s, 1)[5..], [0.0; 6]);
+        assert_eq!(x[5..], [0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]);
+        assert_eq!(features(&s, 1, None)[5..], [0.0; 8]);
         // Weights (0, 1, -1) give logit p: the draft's own probability.
-        let mut w = vec![0.0; FEATURES];
+        let mut w = vec![0.0; DRAFT_FEATURES];
         (w[1], w[2]) = (1.0, -1.0);
         let own = CalibratedParams { weights: w, temperatures: vec![1.0; TEMPERATURES], rule: CalibratedRule::Token, threshold: 0.5, max_candidates: 20 };
-        assert!((own.probability(&s, 3) - 0.5).abs() < 1e-12);
+        assert!((own.probability(&s, 3, None) - 0.5).abs() < 1e-12);
         let s9 = DraftStats { token_prob: 0.9, ..s };
-        assert!((own.probability(&s9, 1) - f64::from(0.9f32)).abs() < 1e-12);
+        assert!((own.probability(&s9, 1, None) - f64::from(0.9f32)).abs() < 1e-12);
     }
 
     #[test]
     fn token_rule_stops_below_the_threshold_and_product_rule_on_the_running_product() {
         let p = params(CalibratedRule::Token, 0.5);
         // logit(0.9) = 2 + 4 ln 0.9 = 1.58 -> 0.83; logit(0.5) = -0.77 -> 0.32
-        assert!((p.probability(step(1, 0.9).stats.get(), 1) - sigmoid(2.0 + 4.0 * f64::from(0.9f32).ln())).abs() < 1e-12);
+        assert!((p.probability(step(1, 0.9).stats.get(), 1, None) - sigmoid(2.0 + 4.0 * f64::from(0.9f32).ln())).abs() < 1e-12);
         let mut token = CalibratedPolicy::new(p).unwrap();
         assert_eq!(token.decide(&step(1, 0.9)).unwrap(), Decision::Continue);
         assert_eq!(token.decide(&step(2, 0.9)).unwrap(), Decision::Continue);
@@ -195,8 +230,8 @@ mod tests {
         let mut p = params(CalibratedRule::Token, 0.5);
         p.temperatures[2] = 2.0; // depth 3
         let s = *step(3, 0.9).stats.get();
-        assert!((p.probability(&s, 3) - sigmoid((2.0 + 4.0 * f64::from(0.9f32).ln()) / 2.0)).abs() < 1e-12);
-        assert!((p.probability(&s, 2) - sigmoid(2.0 + 4.0 * f64::from(0.9f32).ln())).abs() < 1e-12);
+        assert!((p.probability(&s, 3, None) - sigmoid((2.0 + 4.0 * f64::from(0.9f32).ln()) / 2.0)).abs() < 1e-12);
+        assert!((p.probability(&s, 2, None) - sigmoid(2.0 + 4.0 * f64::from(0.9f32).ln())).abs() < 1e-12);
     }
 
     #[test]
@@ -207,5 +242,32 @@ mod tests {
         p.temperatures[0] = 1.0;
         p.weights.pop();
         assert!(CalibratedPolicy::new(p).unwrap_err().to_string().contains("weights"));
+    }
+
+    /// A model with target weights reads what the scheduler observed, refuses to guess
+    /// without it, and forgets it at the next request.
+    #[test]
+    fn a_model_of_the_target_reads_the_observed_statistics() {
+        let mut p = params(CalibratedRule::Token, 0.5);
+        p.weights.extend([0.0, -3.0]); // target entropy lowers the chance
+        assert!(p.reads_target() && !params(CalibratedRule::Token, 0.5).reads_target());
+        let s = *step(2, 0.9).stats.get();
+        let calm = DraftStats { token_prob: 0.99, top1: 0.99, margin: 0.98, entropy: 0.05, top10_top1: 0.99 };
+        let unsure = DraftStats { entropy: 2.0, ..calm };
+        assert!((p.probability(&s, 2, Some(&calm)) - sigmoid(2.0 + 4.0 * f64::from(0.9f32).ln() - 3.0 * f64::from(0.05f32))).abs() < 1e-12);
+        let mut policy = CalibratedPolicy::new(p).unwrap();
+        assert!(policy.reads_target());
+        assert!(policy.decide(&step(1, 0.9)).unwrap_err().to_string().contains("target's statistics"));
+        policy.observe_target(&calm);
+        policy.begin_round();
+        assert_eq!(policy.decide(&step(1, 0.9)).unwrap(), Decision::Continue);
+        policy.observe_target(&unsure);
+        policy.begin_round();
+        assert_eq!(policy.decide(&step(1, 0.9)).unwrap(), Decision::Stop);
+        policy.begin_request();
+        assert!(policy.decide(&step(1, 0.9)).is_err());
+        let mut wrong = params(CalibratedRule::Token, 0.5);
+        wrong.weights.push(1.0);
+        assert!(CalibratedPolicy::new(wrong).unwrap_err().to_string().contains("12 weights"));
     }
 }

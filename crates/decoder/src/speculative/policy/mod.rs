@@ -97,6 +97,16 @@ pub trait StopPolicy {
     fn begin_request(&mut self) {}
     /// Called before the first candidate of a round.
     fn begin_round(&mut self) {}
+    /// Whether the rule reads the target's statistics at the last committed token
+    /// ([`StopPolicy::observe_target`]); schedulers compute them only for such rules.
+    fn reads_target(&self) -> bool {
+        false
+    }
+    /// Called before [`StopPolicy::begin_round`] with the statistics of the target's softmax
+    /// (temperature 1) at the position of the last committed token, which the last
+    /// verification (or the prefill) computed anyway. The sequential scheduler and the greedy
+    /// replay call it; DSI drafts ahead of verification and does not.
+    fn observe_target(&mut self, _last: &DraftStats) {}
     fn decide(&mut self, step: &DraftStep) -> Result<Decision>;
     /// Called after each round's verification.
     fn end_round(&mut self, _outcome: &RoundOutcome) {}

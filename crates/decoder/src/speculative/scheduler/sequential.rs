@@ -2,7 +2,7 @@
 
 use crate::speculative::drafter::{Candidate, Drafter};
 use crate::speculative::metrics::RequestMetrics;
-use crate::speculative::policy::{FixedK, RoundOutcome, StopPolicy};
+use crate::speculative::policy::{DraftStats, FixedK, RoundOutcome, StopPolicy};
 use crate::speculative::round::{Committed, Generation, SpecConfig};
 use crate::speculative::scorer::TargetScorer;
 use crate::speculative::verifier::Verifier;
@@ -36,7 +36,8 @@ pub fn generate_speculative(
     let mut known = if c.finished { None } else { Some(score(&mut scorer, &c.seq, 1, &mut m)?.remove(0)) };
     while !c.finished {
         if let Some(p) = known.take() {
-            decide_known(drafter, verifier, &mut c, p, &mut m)?;
+            decide_known(drafter, verifier, &mut c, &p, &mut m)?;
+            observe_target(policy, &p, &c.seq);
             continue;
         }
         let round_start = Instant::now();
@@ -53,6 +54,9 @@ pub fn generate_speculative(
         m.n_drafted += k;
         let decided = c.decide(verifier, &candidates, &rows);
         m.record_round(k, decided);
+        if decided.corrected {
+            observe_target(policy, &rows[decided.accepted], &c.seq);
+        }
         // The drafter keeps the positions of committed tokens only.
         drafter.rollback(base + decided.accepted);
         if !decided.corrected && !c.finished {
@@ -66,6 +70,14 @@ pub fn generate_speculative(
     m.n_generated = c.generated();
     m.total_time = t0.elapsed();
     Ok(Generation { tokens: c.tokens().to_vec(), metrics: m })
+}
+
+/// Tells a rule that reads them the statistics of the target's scores `row` that gave the
+/// last token of `seq` (a correction, a bonus token, or the first token).
+fn observe_target(policy: &mut dyn StopPolicy, row: &[f32], seq: &[u32]) {
+    if let (true, Some(&token)) = (policy.reads_target(), seq.last()) {
+        policy.observe_target(&DraftStats::of(row, token));
+    }
 }
 
 /// One target forward through the scorer, counted.
@@ -85,13 +97,13 @@ fn score(scorer: &mut TargetScorer, tokens: &[u32], rows: usize, m: &mut Request
 /// distributed as `p` for any proposal, so this is as lossless as drawing from `p` directly,
 /// and it gives the same token as DSI for the same seed; it costs one single-token draft
 /// forward per fully accepted round (not counted as drafted: no target call verifies it).
-fn decide_known(drafter: &mut dyn Drafter, verifier: &mut dyn Verifier, c: &mut Committed, p: Vec<f32>, m: &mut RequestMetrics) -> Result<()> {
+fn decide_known(drafter: &mut dyn Drafter, verifier: &mut dyn Verifier, c: &mut Committed, p: &[f32], m: &mut RequestMetrics) -> Result<()> {
     if c.is_greedy() {
-        c.push(argmax(&p));
+        c.push(argmax(p));
         return Ok(());
     }
     let proposal = drafter.draft(c.draft_round(&c.seq, 1, true, &mut FixedK(1), m))?;
     ensure!(proposal.len() == 1, "drafter returned {} candidates (1 asked)", proposal.len());
-    c.decide(verifier, &proposal, std::slice::from_ref(&p));
+    c.decide(verifier, &proposal, &[p]);
     Ok(())
 }
