@@ -146,6 +146,9 @@ pub fn run_cli(a: EvalArgs) -> Result<()> {
         Some(EvalCommand::Tune { config, tuning_only }) => {
             let cfg = crate::tune::config::TuneConfig::load(config)?;
             crate::tune::tune(&cfg, *tuning_only)?;
+            if *tuning_only {
+                print!("{}", std::fs::read_to_string(cfg.out.join("tuning.md"))?);
+            }
             eprintln!("written {}", cfg.out.join(if *tuning_only { "tuning.md" } else { "tune.md" }).display());
             Ok(())
         }

@@ -411,7 +411,9 @@ pub fn tune(cfg: &TuneConfig, tuning_only: bool) -> Result<Vec<SetResult>> {
     for d in &datasets {
         let (tu, te) = (of(&tuning, d), of(&test, d));
         if tuning_only {
+            // The page grows with each set (a long run shows what it has).
             out.push(tune_set(cfg, &cands, &r, d, &tu, &te, true)?);
+            report::write_tuning(cfg, &out)?;
             continue;
         }
         let path = sets_dir.join(format!("{d}.json"));
@@ -430,7 +432,6 @@ pub fn tune(cfg: &TuneConfig, tuning_only: bool) -> Result<Vec<SetResult>> {
         out.push(result);
     }
     if tuning_only {
-        report::write_tuning(cfg, &out)?;
         return Ok(out);
     }
     let mut keys: BTreeMap<String, Vec<String>> = BTreeMap::new();

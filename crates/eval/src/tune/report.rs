@@ -265,8 +265,9 @@ pub fn write_tuning(cfg: &TuneConfig, sets: &[SetResult]) -> Result<()> {
         md.push_str(&markdown_table(&header.iter().map(String::as_str).collect::<Vec<_>>(), &rows));
     }
     model_tables(&mut md, sets)?;
+    std::fs::create_dir_all(&cfg.out).with_context(|| format!("creating {}", cfg.out.display()))?;
     write_atomic(&cfg.out.join("tuning.md"), md.as_bytes())?;
-    print!("{md}");
+    eprintln!("{} sets chosen on the tuning traces: {}", sets.len(), cfg.out.join("tuning.md").display());
     Ok(())
 }
 
