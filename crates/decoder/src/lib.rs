@@ -13,6 +13,7 @@
 pub mod cache;
 pub mod compare;
 pub mod config;
+pub mod coupling;
 pub mod device;
 pub mod device_check;
 pub mod draft;

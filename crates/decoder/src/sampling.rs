@@ -179,11 +179,21 @@ pub fn sample_from(probs: &[f32], rng: &mut StdRng) -> u32 {
 pub struct Sampler {
     pub config: SamplingConfig,
     rng: StdRng,
+    /// Coupled draws ([`crate::coupling`]): the request's seed and the absolute position of
+    /// the next token.
+    coupled: Option<(u64, usize)>,
 }
 
 impl Sampler {
     pub fn new(config: SamplingConfig, seed: u64) -> Self {
-        Self { config, rng: StdRng::seed_from_u64(seed) }
+        Self { config, rng: StdRng::seed_from_u64(seed), coupled: None }
+    }
+
+    /// A sampler whose token at each position is the coupled draw there, the first at
+    /// absolute position `first` (the prompt's length): the tokens speculative decoding with
+    /// [`crate::speculative::CoupledSampler`] and the same seed commits.
+    pub fn coupled(config: SamplingConfig, seed: u64, first: usize) -> Self {
+        Self { config, rng: StdRng::seed_from_u64(seed), coupled: Some((seed, first)) }
     }
 
     pub fn rng(&mut self) -> &mut StdRng {
@@ -192,6 +202,11 @@ impl Sampler {
 
     /// The next token for `logits`.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        if let Some((seed, position)) = &mut self.coupled {
+            let token = crate::coupling::position_token(logits, &self.config, crate::coupling::Draws::Coupled, *seed, *position);
+            *position += 1;
+            return token.expect("coupled draws always give the token");
+        }
         Self::draw(&self.config, logits, &mut self.rng)
     }
 

@@ -6,6 +6,7 @@ use crate::method::{generate, MethodArgs, ModelPlan, Models};
 use anyhow::{Context, Result};
 use clap::Args;
 use specx_decoder::report::markdown_table;
+use specx_decoder::coupling::Draws;
 use specx_decoder::speculative::SpecConfig;
 use specx_decoder::{check_device, ChatTemplate, Placement, SamplingConfig, WeightMode};
 use std::path::PathBuf;
@@ -117,7 +118,7 @@ pub fn run(a: DecodeArgs) -> Result<()> {
     let prompt = target.tokenizer.encode(&a.run.prompt_text())?;
     let cfg = SpecConfig { max_new_tokens: a.run.max_new_tokens, sampling, seed: a.run.sampling.seed };
     let workers = models.workers();
-    let (g, dsi) = generate(&setting, models.for_setting(&setting, &workers), &prompt, &cfg, &target.eos_ids).context("decoding")?;
+    let (g, dsi) = generate(&setting, models.for_setting(&setting, &workers), &prompt, &cfg, Draws::Independent, &target.eos_ids).context("decoding")?;
     println!("{}", target.tokenizer.decode(&g.tokens)?);
     let m = &g.metrics;
     let part = |p: Option<&str>| p.unwrap_or("-").to_string();

@@ -157,7 +157,7 @@ fn preset(a: &DecodeBenchArgs, mode: WeightMode) -> Result<EvalConfig> {
             template: (a.set == BenchSet::HumanevalEdit).then(|| HUMANEVAL_EDIT_TEMPLATE.to_string()),
             chat_template: "qwen".into(),
         }],
-        sampling: vec![crate::experiment::config::SamplingSetting { name: "greedy".into(), temperature: 0.0, top_k: None, top_p: None }],
+        sampling: vec![crate::experiment::config::SamplingSetting { name: "greedy".into(), temperature: 0.0, top_k: None, top_p: None, draws: Default::default() }],
         budget: BudgetConfig { max_new_tokens: Some(a.max_new_tokens), max_total_tokens: None },
         seeds: vec![0],
         methods: methods(a),

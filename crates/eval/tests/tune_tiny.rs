@@ -24,6 +24,12 @@ fn alpaca() -> PathBuf {
 
 /// A greedy trace run of the tiny pair over `sample` prompts of an Alpaca split.
 fn trace_run(root: &Path, draft: &Path, target: &Path, name: &str, split: &str, sample: usize) -> PathBuf {
+    trace_run_with(root, draft, target, name, split, sample, GREEDY)
+}
+
+/// A trace run of the tiny pair over `sample` prompts of an Alpaca split, its sampling and
+/// methods given as TOML.
+fn trace_run_with(root: &Path, draft: &Path, target: &Path, name: &str, split: &str, sample: usize, sampling_and_methods: &str) -> PathBuf {
     let text = format!(
         r#"
 seeds = [0]
@@ -39,14 +45,11 @@ split_sizes = [4000, 800, 200]
 sample = {sample}
 sample_seed = 3
 chat_template = "none"
-[[sampling]]
-name = "greedy"
 [budget]
 max_new_tokens = 24
-[methods]
-ar_batch = 4
 [output]
 dir = "{name}"
+{sampling_and_methods}
 "#,
         draft = draft.display(),
         target = target.display(),
@@ -56,6 +59,36 @@ dir = "{name}"
     std::fs::write(&path, text).unwrap();
     run(&EvalConfig::load(&path).unwrap(), &EvalOptions { part: None, limit: None, max_new_units: None, progress: false }).unwrap();
     root.join(name)
+}
+
+/// Greedy AR, batched: the trace runs of the greedy tests.
+const GREEDY: &str = "[[sampling]]\nname = \"greedy\"\n[methods]\nar_batch = 4\n";
+
+/// The tiny pair, loaded, with its tuning (6 train prompts) and test (4 test prompts) trace
+/// runs, drawn and run as `sampling_and_methods` says.
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    draft_path: PathBuf,
+    target_path: PathBuf,
+    tuning: PathBuf,
+    test: PathBuf,
+    draft: specx_decoder::LoadedModel,
+    target: specx_decoder::LoadedModel,
+    eos: Vec<u32>,
+}
+
+fn fixture(sampling_and_methods: &str) -> Fixture {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let (draft_path, target_path) = specx_decoder::synthetic::write_tiny_char_pair(&root, 7, 0.35).unwrap();
+    let tuning = trace_run_with(&root, &draft_path, &target_path, "tuning", "train", 6, sampling_and_methods);
+    let test = trace_run_with(&root, &draft_path, &target_path, "test", "test", 4, sampling_and_methods);
+    let device = default_device();
+    let draft = load_model(&draft_path, None, &device).unwrap();
+    let target = load_model(&target_path, None, &device).unwrap();
+    let eos = specx_eval::experiment::manifest::EvalManifest::read(&test).unwrap().eos_ids;
+    Fixture { _tmp: tmp, root, draft_path, target_path, tuning, test, draft, target, eos }
 }
 
 const CANDIDATES: &str = r#"
@@ -95,29 +128,23 @@ fn tune_config(root: &Path, tuning: &Path, test: &Path, out: &str) -> TuneConfig
 
 #[test]
 fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path();
-    let (draft_path, target_path) = specx_decoder::synthetic::write_tiny_char_pair(root, 7, 0.35).unwrap();
-    let tuning = trace_run(root, &draft_path, &target_path, "tuning", "train", 6);
-    let test = trace_run(root, &draft_path, &target_path, "test", "test", 4);
-    let cfg = tune_config(root, &tuning, &test, "tuned");
+    let f = fixture(GREEDY);
+    let (root, draft_path, target_path, tuning, test) = (f.root.as_path(), &f.draft_path, &f.target_path, &f.tuning, &f.test);
+    let (draft, target, eos) = (&f.draft, &f.target, &f.eos);
+    let cfg = tune_config(root, tuning, test, "tuned");
     let sets = tune(&cfg, false).unwrap();
     assert_eq!(sets.len(), 1);
     let set = &sets[0];
     assert_eq!((set.tuning_prompts.len(), set.test_prompts.len()), (6, 4));
 
-    let device = default_device();
-    let draft = load_model(&draft_path, None, &device).unwrap();
-    let target = load_model(&target_path, None, &device).unwrap();
-    let tuning_units = greedy_units(&tuning).unwrap();
-    let test_units = greedy_units(&test).unwrap();
-    let eos = specx_eval::experiment::manifest::EvalManifest::read(&test).unwrap().eos_ids;
+    let tuning_units = greedy_units(tuning).unwrap();
+    let test_units = greedy_units(test).unwrap();
     let settings: Vec<_> = expand(&cfg.methods).unwrap().into_iter().filter_map(|s| s.spec().cloned()).collect();
 
     // Counts of a setting replayed from scratch (one build per policy) on a run's units.
     let fresh = |units: &[UnitFile], policy: ReplayPolicy, costs: &specx_eval::reproduce::adaptive::Costs| -> Vec<UnitCounts> {
         let rc = specx_eval::experiment::replay::ReplayCosts { t_draft: costs.t_draft, t_target: costs.t_target, t_row: costs.t_row };
-        let inputs: Vec<TraceInput> = units.iter().map(TraceInput::of).collect();
+        let inputs: Vec<TraceInput> = units.iter().map(|u| TraceInput::of(u).unwrap()).collect();
         let mut policies = vec![policy];
         let traces = TraceBuilder::new(&draft.model, &[], &eos).build(&inputs, &mut policies, &rc).unwrap();
         traces.iter().map(|t| UnitCounts::of(&t.replay(&mut policies[0], &rc).unwrap())).collect()
@@ -230,7 +257,7 @@ fn branches_grow_on_across_completions() {
     let eos = specx_eval::experiment::manifest::EvalManifest::read(&run_dir).unwrap().eos_ids;
     let draft = load_model(&draft_path, None, &default_device()).unwrap();
     let rc = specx_eval::experiment::replay::ReplayCosts::default();
-    let inputs: Vec<TraceInput> = units.iter().map(TraceInput::of).collect();
+    let inputs: Vec<TraceInput> = units.iter().map(|u| TraceInput::of(u).unwrap()).collect();
     let fixed = |k: usize| vec![ReplayPolicy::Live(Box::new(FixedK(k)))];
     let mut builder = TraceBuilder::new(&draft.model, &[], &eos);
     let mut set = builder.start(&inputs, true).unwrap();
@@ -253,11 +280,9 @@ fn branches_grow_on_across_completions() {
 /// replays no test trace.
 #[test]
 fn a_model_of_the_target_replays_as_it_decodes() {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path();
-    let (draft_path, target_path) = specx_decoder::synthetic::write_tiny_char_pair(root, 7, 0.35).unwrap();
-    let tuning = trace_run(root, &draft_path, &target_path, "tuning", "train", 6);
-    let test = trace_run(root, &draft_path, &target_path, "test", "test", 4);
+    let f = fixture(GREEDY);
+    let (root, tuning, test) = (f.root.as_path(), &f.tuning, &f.test);
+    let (draft, target, eos) = (&f.draft, &f.target, &f.eos);
     let path = root.join("target.toml");
     let candidates = CANDIDATES.replace("[threshold_plus]\nmax_candidates = 12\npasses = 2\n", "").replace("passes = 1\n", "passes = 1\ntarget = true\n");
     std::fs::write(&path, format!("tuning = \"{}\"\ntest = \"{}\"\nout = \"target\"\nbootstrap = 200\n{candidates}", tuning.display(), test.display())).unwrap();
@@ -278,11 +303,7 @@ fn a_model_of_the_target_replays_as_it_decodes() {
     assert_eq!(model.weights.len(), specx_decoder::speculative::calibrated::FEATURES);
     assert_eq!(&model.weights, &only[0].acceptance_model.as_ref().unwrap().weights, "the cached statistics fit the same model");
 
-    let device = default_device();
-    let draft = load_model(&draft_path, None, &device).unwrap();
-    let target = load_model(&target_path, None, &device).unwrap();
-    let eos = specx_eval::experiment::manifest::EvalManifest::read(&test).unwrap().eos_ids;
-    let test_units = greedy_units(&test).unwrap();
+    let test_units = greedy_units(test).unwrap();
     let live = |params: &specx_decoder::speculative::CalibratedParams| -> Vec<UnitCounts> {
         test_units
             .iter()
@@ -298,7 +319,7 @@ fn a_model_of_the_target_replays_as_it_decodes() {
     // Rules that lean hard on the target's statistics, replayed with them and decoded live:
     // the same counts, and other counts than without the target's inputs (so the rule's
     // decisions do turn on them, and on the right row of the target's scores).
-    let inputs: Vec<TraceInput> = test_units.iter().map(TraceInput::of).collect();
+    let inputs: Vec<TraceInput> = test_units.iter().map(|u| TraceInput::of(u).unwrap()).collect();
     let rc = specx_eval::experiment::replay::ReplayCosts::default();
     let mut builder = TraceBuilder::new(&draft.model, &[], &eos);
     let mut traces = builder.start(&inputs, true).unwrap();
@@ -330,4 +351,55 @@ fn a_model_of_the_target_replays_as_it_decodes() {
             assert_eq!(live(&ch.params), r.test, "{} at {}", ch.family, c.costs.name);
         }
     }
+}
+
+/// Sampled traces with coupled draws replay exactly: every method of a coupled run commits
+/// the AR output (drafter-invariant), a replay gives the counts of the run's own live rows,
+/// and `specx eval tune` chooses and reports on them as on greedy traces (its test counts are
+/// those of live coupled decoding); tuning traces drawn otherwise than the test traces are
+/// refused.
+#[test]
+fn coupled_sampled_traces_replay_as_they_decode() {
+    use specx_decoder::coupling::Draws;
+    use specx_decoder::speculative::CoupledSampler;
+    use specx_eval::experiment::merge::replayable_units;
+    let sampled = "[[sampling]]\nname = \"t1\"\ntemperature = 1.0\ndraws = \"coupled\"\n[methods]\n[[methods.grid]]\npolicies.fixed = { k = [2, 5] }\npolicies.confidence = { thresholds = [0.5], bounds = [[1, 12]] }\npolicies.svip = { thresholds = [0.6], max = [12] }\n";
+    let f = fixture(sampled);
+    let (root, draft_path, target_path, tuning, test) = (f.root.as_path(), &f.draft_path, &f.target_path, &f.tuning, &f.test);
+    let (draft, target, eos) = (&f.draft, &f.target, &f.eos);
+    let units = replayable_units(test).unwrap();
+    let no_heads: std::collections::HashMap<String, usize> = Default::default();
+    let rc = specx_eval::experiment::replay::ReplayCosts::default();
+    let inputs: Vec<TraceInput> = units.iter().map(|u| TraceInput::of(u).unwrap()).collect();
+    let mut rejected = 0;
+    for (i, live) in units[0].rows.iter().enumerate().skip(1) {
+        let spec = live.setting.spec().unwrap();
+        let mut policies = vec![ReplayPolicy::of(spec, &no_heads).unwrap()];
+        let traces = TraceBuilder::new(&draft.model, &[], &eos).build(&inputs, &mut policies, &rc).unwrap();
+        for (u, t) in units.iter().zip(&traces) {
+            let row = &u.rows[i];
+            assert_eq!((row.draws, row.identical_to_ar), (Draws::Coupled, true), "{} {}", u.unit.prompt_id, spec.key());
+            assert_eq!(UnitCounts::of(&t.replay(&mut policies[0], &rc).unwrap()), UnitCounts::of(&row.metrics()), "{} {}", u.unit.prompt_id, spec.key());
+            rejected += row.n_drafted - row.n_accepted;
+        }
+    }
+    assert!(rejected > 0, "no candidate was rejected: the test cannot tell a replay that accepts everything");
+
+    let cfg = tune_config(root, &tuning, &test, "tuned-t1");
+    let set = &tune(&cfg, false).unwrap()[0];
+    for c in &set.results {
+        for ch in &c.calibrated {
+            let r = c.rules.iter().find(|r| r.family == ch.family).unwrap();
+            for (u, counts) in units.iter().zip(&r.test) {
+                let spec = SpecConfig { max_new_tokens: u.rows[0].max_new_tokens, sampling: SamplingConfig { temperature: 1.0, top_k: None, top_p: None }, seed: specx_eval::experiment::run::request_seed(&u.unit) };
+                let mut policy = CalibratedPolicy::new(ch.params.clone()).unwrap();
+                let g = generate_speculative(&target.model, &mut PlainDrafter::new(&draft.model), &mut policy, &mut CoupledSampler, &u.prompt, &spec, &eos).unwrap();
+                assert_eq!(g.tokens, u.ar_tokens);
+                assert_eq!(UnitCounts::of(&g.metrics), *counts, "{} at {}: {}", ch.family, c.costs.name, u.unit.prompt_id);
+            }
+        }
+    }
+    let greedy = trace_run(root, &draft_path, &target_path, "greedy", "train", 6);
+    let e = format!("{:#}", tune(&tune_config(root, &greedy, &test, "mixed"), false).unwrap_err());
+    assert!(e.contains("drawn alike"), "{e}");
 }

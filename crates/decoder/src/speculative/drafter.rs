@@ -4,6 +4,7 @@ use super::policy::{Decision, DraftStep, HiddenState, LazyStats, StopPolicy};
 use super::round::{DraftRound, Streams};
 use crate::cache::KvCache;
 use crate::model::{ForwardOutput, Transformer};
+use crate::coupling::{coupled_pick, Draws};
 use crate::sampling::{argmax, sample_from, top_probability, SamplingConfig};
 use anyhow::Result;
 use std::time::Instant;
@@ -104,7 +105,8 @@ impl DraftCache {
 
 /// A candidate drawn from a draft model's scores `logits` for absolute `position`, as every
 /// model drafter draws it: the argmax when greedy (q one-hot), else from the warped `q` with the
-/// position's draft stream (or its argmax, [`Pick::Argmax`]). Returns it with the confidence
+/// position's draft stream (the coupled draw under coupled draws; or its argmax,
+/// [`Pick::Argmax`]). Returns it with the confidence
 /// the policies read.
 pub(crate) fn draw_candidate(logits: &[f32], sampling: &SamplingConfig, streams: Streams, position: usize, pick: Pick) -> (Candidate, f32) {
     if sampling.is_greedy() {
@@ -113,6 +115,7 @@ pub(crate) fn draw_candidate(logits: &[f32], sampling: &SamplingConfig, streams:
     }
     let q = sampling.probabilities(logits);
     let token = match pick {
+        Pick::Sample if streams.draws() == Draws::Coupled => coupled_pick(&q, &mut streams.draft(position)),
         Pick::Sample => sample_from(&q, &mut streams.draft(position)),
         Pick::Argmax => argmax(&q),
     };

@@ -53,5 +53,5 @@ pub use policy::{
     PMinPolicy, PrecomputedHead, RocThreshold, RoundOutcome, StopPolicy, SvipPolicy, ThresholdPlusParams, ThresholdPlusPolicy, HEAD_STAT_INPUTS,
 };
 pub use round::{DraftRound, Generation, SpecConfig, Streams};
-pub use scheduler::{generate_autoregressive, generate_dsi, generate_speculative, lookahead_for, DsiConfig, DsiGeneration, DsiStats};
-pub use verifier::{point_mass_residual, residual_distribution, ExactMatch, RejectionSampler, Verdict, Verifier};
+pub use scheduler::{generate_autoregressive, generate_autoregressive_drawn, generate_dsi, generate_speculative, lookahead_for, DsiConfig, DsiGeneration, DsiStats};
+pub use verifier::{point_mass_residual, residual_distribution, CoupledSampler, ExactMatch, RejectionSampler, Verdict, Verifier};

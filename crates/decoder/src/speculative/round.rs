@@ -6,6 +6,7 @@ use super::drafter::Candidate;
 use super::metrics::RequestMetrics;
 use super::policy::StopPolicy;
 use super::verifier::{Verdict, Verifier};
+use crate::coupling::{coupled_stream, position_token, Draws};
 use crate::sampling::{stream_seed, SamplingConfig};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -30,10 +31,12 @@ pub struct Generation {
 /// proposal at a position and the decision there each draw from their own stream, so the
 /// token at a position depends only on the prefix, the two models and the seed, never on how
 /// drafting was cut into rounds or blocks or on thread timing: the sequential and DSI
-/// schedulers give the same tokens for the same seed.
+/// schedulers give the same tokens for the same seed. Under [`Draws::Coupled`] both roles
+/// read the position's one shared noise stream.
 #[derive(Clone, Copy, Debug)]
 pub struct Streams {
     seed: u64,
+    draws: Draws,
 }
 
 const DRAFT_STREAM: u64 = 1;
@@ -41,17 +44,32 @@ const VERIFY_STREAM: u64 = 2;
 
 impl Streams {
     pub fn new(seed: u64) -> Self {
-        Self { seed }
+        Self { seed, draws: Draws::Independent }
+    }
+
+    pub fn with_draws(seed: u64, draws: Draws) -> Self {
+        Self { seed, draws }
+    }
+
+    pub fn draws(&self) -> Draws {
+        self.draws
     }
 
     /// The stream the draft's proposal at `position` is drawn from.
     pub fn draft(&self, position: usize) -> StdRng {
-        StdRng::seed_from_u64(stream_seed(self.seed, position as u64, DRAFT_STREAM))
+        self.stream(position, DRAFT_STREAM)
     }
 
     /// The stream of the decision at `position` (acceptance test, then the correction).
     pub fn verify(&self, position: usize) -> StdRng {
-        StdRng::seed_from_u64(stream_seed(self.seed, position as u64, VERIFY_STREAM))
+        self.stream(position, VERIFY_STREAM)
+    }
+
+    fn stream(&self, position: usize, role: u64) -> StdRng {
+        match self.draws {
+            Draws::Independent => StdRng::seed_from_u64(stream_seed(self.seed, position as u64, role)),
+            Draws::Coupled => coupled_stream(self.seed, position),
+        }
     }
 }
 
@@ -101,16 +119,20 @@ pub(crate) struct Decided {
 }
 
 impl<'a> Committed<'a> {
-    pub fn new(prompt: &[u32], cfg: &'a SpecConfig, eos: &'a [u32]) -> Self {
-        Self { seq: prompt.to_vec(), prompt_len: prompt.len(), max_new_tokens: cfg.max_new_tokens, eos, sampling: &cfg.sampling, streams: Streams::new(cfg.seed), finished: cfg.max_new_tokens == 0 }
+    /// A request drawn as `verifier` draws ([`Verifier::draws`]).
+    pub fn new(prompt: &[u32], cfg: &'a SpecConfig, eos: &'a [u32], verifier: &dyn Verifier) -> Self {
+        let streams = Streams::with_draws(cfg.seed, verifier.draws());
+        Self { seq: prompt.to_vec(), prompt_len: prompt.len(), max_new_tokens: cfg.max_new_tokens, eos, sampling: &cfg.sampling, streams, finished: cfg.max_new_tokens == 0 }
     }
 
     pub fn eos(&self) -> &'a [u32] {
         self.eos
     }
 
-    pub fn is_greedy(&self) -> bool {
-        self.sampling.is_greedy()
+    /// The token the target commits at the next position from its scores `p` there when no
+    /// proposal can change it: greedy, or coupled draws. `None` for independent draws.
+    pub fn known_token(&self, p: &[f32]) -> Option<u32> {
+        position_token(p, self.sampling, self.streams.draws(), self.streams.seed, self.seq.len())
     }
 
     /// A drafting round after `context` (the committed tokens; for DSI, those and the

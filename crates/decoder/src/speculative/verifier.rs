@@ -3,6 +3,7 @@
 //! token does not depend on how drafting was cut into rounds or blocks.
 
 use super::drafter::Candidate;
+use crate::coupling::{coupled_pick, Draws};
 use crate::sampling::{argmax, sample_from, SamplingConfig};
 use rand::rngs::StdRng;
 use rand::RngExt;
@@ -20,6 +21,12 @@ pub trait Verifier {
     /// Decides `candidate` from `target_logits`, the target's scores of the token at the
     /// candidate's position; `rng` is that position's verification stream.
     fn decide(&mut self, candidate: &Candidate, target_logits: &[f32], sampling: &SamplingConfig, rng: &mut StdRng) -> Verdict;
+
+    /// How the request's draws are made: the drafters draw their candidates, and the
+    /// schedulers hand out streams, to match.
+    fn draws(&self) -> Draws {
+        Draws::Independent
+    }
 }
 
 /// Greedy verification: accept the candidate if it is the target's argmax, else replace it
@@ -83,5 +90,26 @@ impl Verifier for RejectionSampler {
             let residual = if c.q.is_empty() { point_mass_residual(&p, c.token) } else { residual_distribution(&p, &c.q) };
             Verdict::Reject(sample_from(&residual, rng))
         }
+    }
+}
+
+/// Drafter-invariant verification ([`crate::coupling`]): the target draws its token at the
+/// position with the position's shared noise, which the draft's candidate was drawn with too;
+/// the candidate is accepted when it is that token, else replaced by it. The token at every
+/// position is the target's own draw, so the output is plain sampling's with the same seed,
+/// for any drafter. Greedy settings decide as [`ExactMatch`].
+pub struct CoupledSampler;
+
+impl Verifier for CoupledSampler {
+    fn decide(&mut self, c: &Candidate, target_logits: &[f32], sampling: &SamplingConfig, rng: &mut StdRng) -> Verdict {
+        if sampling.is_greedy() {
+            return ExactMatch.decide(c, target_logits, sampling, rng);
+        }
+        let token = coupled_pick(&sampling.probabilities(target_logits), rng);
+        if c.token == token { Verdict::Accept } else { Verdict::Reject(token) }
+    }
+
+    fn draws(&self) -> Draws {
+        Draws::Coupled
     }
 }

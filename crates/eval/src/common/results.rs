@@ -3,6 +3,7 @@
 
 use crate::method::Setting;
 use anyhow::{Context, Result};
+use specx_decoder::coupling::Draws;
 use polars::prelude::{Column, DataFrame, NamedFrom, Series};
 use polars_io::parquet::read::ParquetReader;
 use polars_io::parquet::write::ParquetWriter;
@@ -23,6 +24,9 @@ pub struct ResultRow {
     pub temperature: f32,
     pub top_k: Option<usize>,
     pub top_p: Option<f32>,
+    /// How sampled tokens were drawn (coupled draws make a sampled output replayable).
+    #[serde(default, skip_serializing_if = "Draws::is_independent")]
+    pub draws: Draws,
     pub seed: u64,
     pub setting: Setting,
     /// True for rows computed by `specx eval replay` from a greedy trace (counts exact,
@@ -197,6 +201,7 @@ pub fn rows_frame(rows: &[ResultRow]) -> Result<DataFrame> {
         col("temperature", rows, |r| r.temperature),
         col("top_k", rows, |r| r.top_k.map(|k| k as u64)),
         col("top_p", rows, |r| r.top_p),
+        col("draws", rows, |r| if r.draws.is_independent() { "independent".to_string() } else { "coupled".to_string() }),
         col("seed", rows, |r| r.seed),
         col("method", rows, |r| r.setting.family().to_string()),
         col("setting", rows, |r| r.setting.key()),

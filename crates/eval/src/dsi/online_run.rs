@@ -426,6 +426,7 @@ mod tests {
             temperature: 0.0,
             top_k: None,
             top_p: None,
+            draws: Default::default(),
             seed: 0,
             setting,
             replayed: true,

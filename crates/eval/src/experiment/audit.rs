@@ -60,6 +60,7 @@ mod tests {
             temperature,
             top_k: None,
             top_p: None,
+            draws: Default::default(),
             seed: 0,
             setting: Setting::Speculative(MethodSpec::plain(PolicySpec::Fixed { k: 4 })),
             replayed: false,

@@ -8,6 +8,7 @@ use specx_datagen::config::{parse_toml, portable_path, read_toml, resolve_path, 
 use super::axes::{ConfidencePolicies, FixedPolicies, HeadPolicies, MethodGrid};
 use specx_datagen::prompts::PromptFormat;
 use specx_decoder::speculative::{Calibration, HeadRule};
+use specx_decoder::coupling::Draws;
 use specx_decoder::{SamplingConfig, WeightMode};
 use std::path::{Path, PathBuf};
 
@@ -170,6 +171,11 @@ pub struct SamplingSetting {
     pub temperature: f32,
     pub top_k: Option<usize>,
     pub top_p: Option<f32>,
+    /// How sampled tokens are drawn: `independent` (rejection sampling, the papers'
+    /// acceptance; the default) or `coupled` (one Gumbel noise per position shared by draft and
+    /// target: every method commits the AR output, so a sampled run replays for any stop rule).
+    #[serde(default, skip_serializing_if = "Draws::is_independent")]
+    pub draws: Draws,
 }
 
 impl SamplingSetting {
@@ -318,7 +324,7 @@ pub struct OutputConfig {
 }
 
 fn greedy_only() -> Vec<SamplingSetting> {
-    vec![SamplingSetting { name: "greedy".into(), temperature: 0.0, top_k: None, top_p: None }]
+    vec![SamplingSetting { name: "greedy".into(), temperature: 0.0, top_k: None, top_p: None, draws: Draws::Independent }]
 }
 fn seed_zero() -> Vec<u64> {
     vec![0]

@@ -44,6 +44,21 @@ pub fn greedy_units(dir: &Path) -> Result<Vec<UnitFile>> {
     Ok(units)
 }
 
+/// Every finished unit of the run in `dir` whose output a replay can take (greedy, or sampled
+/// with coupled draws), in unit order.
+pub fn replayable_units(dir: &Path) -> Result<Vec<UnitFile>> {
+    let mut units = Vec::new();
+    for f in unit_files(dir)? {
+        let u = UnitFile::read_path(&f)?;
+        if u.rows.first().is_some_and(|r| r.greedy() || r.draws == specx_decoder::coupling::Draws::Coupled) {
+            units.push(u);
+        }
+    }
+    ensure!(!units.is_empty(), "{} has no finished greedy or coupled sampled units (run `specx eval` with a greedy sampling setting, or one with `draws = \"coupled\"`, first)", dir.display());
+    units.sort_by_key(|u| u.unit.index);
+    Ok(units)
+}
+
 /// Copies every part's units into `out` and writes the merged manifest and reports.
 pub fn merge(parts: &[PathBuf], out: &Path) -> Result<EvalOutcome> {
     ensure!(!parts.is_empty(), "no part directories given");

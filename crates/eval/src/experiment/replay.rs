@@ -28,20 +28,66 @@
 use crate::method::{DrafterSpec, HeadBinding, MethodSpec, PolicySpec, SchedulerSpec};
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
-use specx_decoder::sampling::argmax;
+use specx_decoder::coupling::{coupled_pick, coupled_stream, Draws};
+use specx_decoder::sampling::{argmax, SamplingConfig};
 use specx_decoder::speculative::{AcceptanceHead, AcceptanceModel, Decision, DraftStats, DraftStep, HiddenState, LazyStats, RequestMetrics, RoundOutcome, StopPolicy};
 use specx_decoder::{KvCache, Transformer};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-/// What the draft proposes at one position: its greedy token, the statistics of its softmax
-/// there, and each head's acceptance probability for the hidden state of the input token (the
-/// token before the proposal).
+/// What the draft proposes at one position: its token (greedy, or the coupled draw), the
+/// warped probability it was drawn with and the confidence a live drafter reports for it
+/// (both as [`specx_decoder::speculative::PlainDrafter`] reports them), the statistics of its
+/// softmax there, and each head's acceptance probability for the hidden state of the input
+/// token (the token before the proposal).
 #[derive(Clone, Debug)]
 struct Look {
     token: u32,
+    q_token: f32,
+    confidence: f32,
     stats: DraftStats,
     head_probs: Vec<f64>,
+}
+
+/// How a traced output was drawn, and so how the draft proposes at each of its positions:
+/// greedy traces take the argmax; coupled sampled traces ([`specx_decoder::coupling`]) the
+/// coupled draw with the request's seed, which a live coupled run makes with the same noise.
+/// Either way speculative decoding commits the traced output whatever the stop rule, which is
+/// what makes a replay exact. Independent sampled outputs cannot be replayed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceDraws {
+    pub sampling: SamplingConfig,
+    pub draws: Draws,
+    /// The request's seed (greedy traces: unused).
+    pub seed: u64,
+}
+
+impl TraceDraws {
+    pub fn greedy() -> Self {
+        Self { sampling: SamplingConfig::greedy(), draws: Draws::Independent, seed: 0 }
+    }
+
+    /// The draws of an eval run's unit; an error for an independent sampled unit.
+    pub fn of(u: &crate::common::results::UnitFile) -> Result<Self> {
+        let r = u.rows.first().context("a unit without rows")?;
+        if r.greedy() {
+            return Ok(Self::greedy());
+        }
+        ensure!(r.draws == Draws::Coupled, "{} {} ({}): a sampled output drawn independently cannot be replayed (its tokens depend on the draft); run the trace with `draws = \"coupled\"`", u.unit.dataset, u.unit.prompt_id, u.unit.sampling);
+        Ok(Self { sampling: SamplingConfig { temperature: r.temperature, top_k: r.top_k, top_p: r.top_p }, draws: Draws::Coupled, seed: super::run::request_seed(&u.unit) })
+    }
+
+    /// The token a model with scores `logits` draws at absolute `position`, its warped
+    /// probability (1 when greedy) and the confidence a live drafter reports with it.
+    pub fn pick(&self, logits: &[f32], position: usize) -> (u32, f32, f32) {
+        if self.sampling.is_greedy() || self.draws == Draws::Independent {
+            let token = argmax(logits);
+            return (token, 1.0, specx_decoder::sampling::top_probability(logits, token));
+        }
+        let q = self.sampling.probabilities(logits);
+        let token = coupled_pick(&q, &mut coupled_stream(self.seed, position));
+        (token, q[token as usize], q[token as usize])
+    }
 }
 
 /// Forward times that price a replayed round for the policies rewarded with throughput (the
@@ -179,8 +225,8 @@ impl DraftTrace {
                     ReplayPolicy::Live(p) => p.decide(&DraftStep {
                         index: i,
                         token: look.token,
-                        q_token: 1.0,
-                        confidence: look.stats.top1,
+                        q_token: look.q_token,
+                        confidence: look.confidence,
                         ngram: None,
                         stats: LazyStats::known(look.stats),
                         hidden: HiddenState::HeadScores(&look.head_probs),
@@ -263,17 +309,19 @@ impl DraftTrace {
     }
 }
 
-/// One greedy AR output to trace: the prompt, the output, and its new-token budget.
+/// One AR output to trace: the prompt, the output, its new-token budget and how it was drawn.
 pub struct TraceInput<'a> {
     pub prompt: &'a [u32],
     pub ar: &'a [u32],
     pub max_new_tokens: usize,
+    pub draws: TraceDraws,
 }
 
 impl<'a> TraceInput<'a> {
-    /// The greedy AR output of an eval run's unit, with the unit's budget.
-    pub fn of(u: &'a crate::common::results::UnitFile) -> Self {
-        Self { prompt: &u.prompt, ar: &u.ar_tokens, max_new_tokens: u.rows[0].max_new_tokens }
+    /// The AR output of an eval run's unit (greedy, or sampled with coupled draws), with the
+    /// unit's budget.
+    pub fn of(u: &'a crate::common::results::UnitFile) -> Result<Self> {
+        Ok(Self { prompt: &u.prompt, ar: &u.ar_tokens, max_new_tokens: u.rows[0].max_new_tokens, draws: TraceDraws::of(u)? })
     }
 }
 
@@ -296,6 +344,7 @@ pub struct TraceBuilder<'a> {
 struct Building {
     trace: DraftTrace,
     prompt_len: usize,
+    draws: TraceDraws,
     trunk: Option<KvCache>,
     /// Next trunk index to feed (`ar[j]` gives `path[j + 1]`).
     next: usize,
@@ -322,7 +371,7 @@ impl<'a> TraceBuilder<'a> {
     /// that proposed this row's input token (what a head reading them scores it with: the
     /// replay consults a look's scores only at a round's second candidate or later, whose
     /// input was proposed by the round's previous look, this one).
-    fn look(&self, logits: &[f32], hidden: &[f32], input: Option<&DraftStats>) -> Result<Look> {
+    fn look(&self, logits: &[f32], hidden: &[f32], input: Option<&DraftStats>, draws: &TraceDraws, position: usize) -> Result<Look> {
         let score = |h: &AcceptanceHead| match (h.reads_draft_stats(), input) {
             (false, _) => h.accept_probability(hidden),
             (true, Some(s)) => h.accept_probability(&hidden.iter().copied().chain(s.head_inputs()).collect::<Vec<f32>>()),
@@ -330,19 +379,20 @@ impl<'a> TraceBuilder<'a> {
             (true, None) => Ok(f64::NAN),
         };
         let head_probs = self.heads.iter().map(score).collect::<Result<Vec<f64>>>()?;
-        let token = argmax(logits);
-        Ok(Look { token, stats: DraftStats::of(logits, token), head_probs })
+        let (token, q_token, confidence) = draws.pick(logits, position);
+        Ok(Look { token, q_token, confidence, stats: DraftStats::of(logits, token), head_probs })
     }
 
     /// One ragged forward of single tokens, each with its own cache (`inputs`: the statistics
-    /// of the look that proposed each row's token); a look per row.
-    fn wave(&mut self, rows: &mut [(&[u32], &mut KvCache)], inputs: &[DraftStats]) -> Result<Vec<Look>> {
+    /// of the look that proposed each row's token; `at`: how its trace was drawn and the
+    /// absolute position of the proposal); a look per row.
+    fn wave(&mut self, rows: &mut [(&[u32], &mut KvCache)], inputs: &[DraftStats], at: &[(TraceDraws, usize)]) -> Result<Vec<Look>> {
         let t = Instant::now();
         let hidden = self.draft.forward_ragged(rows)?;
         let h = hidden.dims()[1];
         let logits = self.draft.logits_ragged(hidden.clone());
         let hidden: Vec<f32> = hidden.into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("draft hidden states: {e:?}"))?;
-        let looks = logits.iter().enumerate().map(|(i, l)| self.look(l, &hidden[i * h..(i + 1) * h], Some(&inputs[i]))).collect::<Result<Vec<_>>>()?;
+        let looks = logits.iter().enumerate().map(|(i, l)| self.look(l, &hidden[i * h..(i + 1) * h], Some(&inputs[i]), &at[i].0, at[i].1)).collect::<Result<Vec<_>>>()?;
         self.counted(rows.len());
         self.time += t.elapsed();
         Ok(looks)
@@ -368,6 +418,7 @@ impl<'a> TraceBuilder<'a> {
                 Ok(Building {
                     trace: DraftTrace { ar: i.ar.to_vec(), eos: self.eos.to_vec(), max_new_tokens: i.max_new_tokens, path: vec![None; i.ar.len()], branches: BTreeMap::new(), target: None },
                     prompt_len: i.prompt.len(),
+                    draws: i.draws.clone(),
                     trunk: None,
                     next: 1,
                     open: BTreeMap::new(),
@@ -384,7 +435,7 @@ impl<'a> TraceBuilder<'a> {
             let mut cache = self.draft.new_cache(1);
             let first: Vec<u32> = input.prompt.iter().copied().chain([input.ar[0]]).collect();
             let out = self.draft.forward(&first, &mut cache)?;
-            let look = self.look(&out.logits_tail(1).remove(0), &out.hidden_tail(1).remove(0), None)?;
+            let look = self.look(&out.logits_tail(1).remove(0), &out.hidden_tail(1).remove(0), None, &input.draws, input.prompt.len() + 1)?;
             self.counted(1);
             self.time += t.elapsed();
             x.trace.path[1] = Some(look);
@@ -398,9 +449,10 @@ impl<'a> TraceBuilder<'a> {
             for chunk in live.chunks_mut(self.max_rows) {
                 let tokens: Vec<[u32; 1]> = chunk.iter().map(|x| [x.trace.ar[x.next]]).collect();
                 let inputs: Vec<DraftStats> = chunk.iter().map(|x| x.trace.path[x.next].as_ref().expect("the previous trunk look").stats).collect();
+                let at: Vec<(TraceDraws, usize)> = chunk.iter().map(|x| (x.draws.clone(), x.prompt_len + x.next + 1)).collect();
                 let mut rows: Vec<(&[u32], &mut KvCache)> =
                     chunk.iter_mut().zip(&tokens).map(|(x, t)| (&t[..], x.trunk.as_mut().expect("trunk started"))).collect();
-                let looks = self.wave(&mut rows, &inputs)?;
+                let looks = self.wave(&mut rows, &inputs, &at)?;
                 for (x, look) in chunk.iter_mut().zip(looks) {
                     x.next += 1;
                     x.trace.path[x.next] = Some(look);
@@ -455,14 +507,18 @@ impl<'a> TraceBuilder<'a> {
             // Borrow each wanted branch's cache mutably (distinct (trace, p) pairs).
             let mut slots: Vec<(usize, usize, [u32; 1], KvCache)> = Vec::with_capacity(wanted.len());
             let mut inputs = Vec::with_capacity(wanted.len());
+            let mut at = Vec::with_capacity(wanted.len());
             for &(ti, p) in &wanted {
                 let (cache, next, stats) = b[ti].open.remove(&p).expect("just opened");
                 slots.push((ti, p, [next], cache));
                 inputs.push(stats);
+                // The branch's next look is its (len + 1)-th proposal after the mismatch at p.
+                let depth = b[ti].trace.branches.get(&p).map_or(0, Vec::len) + 1;
+                at.push((b[ti].draws.clone(), b[ti].prompt_len + p + depth));
             }
             let looks = {
                 let mut rows: Vec<(&[u32], &mut KvCache)> = slots.iter_mut().map(|(_, _, t, c)| (&t[..], c)).collect();
-                self.wave(&mut rows, &inputs)?
+                self.wave(&mut rows, &inputs, &at)?
             };
             for ((ti, p, _, cache), look) in slots.into_iter().zip(looks) {
                 let x = &mut b[ti];

@@ -207,7 +207,7 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     let mut builder = TraceBuilder::new(&draft.model, &heads, &manifest.eos_ids);
     // Units in groups, their draft forwards batched together (see TraceBuilder).
     for group in files.chunks(UNITS_PER_GROUP) {
-        let inputs: Vec<TraceInput> = group.iter().map(TraceInput::of).collect();
+        let inputs: Vec<TraceInput> = group.iter().map(TraceInput::of).collect::<Result<_>>()?;
         let before = builder.rows;
         let traces = if policies.is_empty() { Vec::new() } else { builder.build(&inputs, &mut policies, &grid.costs)? };
         for (i, u) in group.iter().enumerate() {

@@ -222,10 +222,11 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
         }
     }
     manifest.units_done = mine.len() - todo.len();
-    if cfg.methods.ar_batch.is_some() {
-        // A trace run takes the sets' prompts in turn (first of each set, second of each, ...):
-        // stopped early, it covers every set evenly, and the next run adds to each. Outputs do
-        // not depend on the order (batched greedy decoding is bitwise single-stream).
+    if settings.iter().all(|s| s.spec().is_none()) {
+        // A trace run (AR only) takes the sets' prompts in turn (first of each set, second of
+        // each, ...): stopped early, it covers every set evenly, and the next run adds to each.
+        // Outputs do not depend on the order (batched greedy decoding is bitwise single-stream;
+        // a sampled unit's stream depends on its prompt alone).
         todo.sort_by_key(|u| (u.prompt_index, u.index));
     }
     if let Some(m) = opts.max_new_units {
@@ -308,6 +309,7 @@ fn batched_ar_unit(u: &UnitKey, sampling: &super::config::SamplingSetting, promp
         temperature: sampling.temperature,
         top_k: sampling.top_k,
         top_p: sampling.top_p,
+        draws: sampling.draws,
         seed: u.seed,
         setting: Setting::ar(),
         replayed: false,
@@ -335,6 +337,12 @@ fn batched_ar_unit(u: &UnitKey, sampling: &super::config::SamplingSetting, promp
     UnitFile { unit: u.clone(), prompt: prompt.to_vec(), ar_tokens: tokens, rows: vec![row] }
 }
 
+/// The seed of a unit's request: it depends only on the run seed, the sampling setting and
+/// the prompt (a replay of a coupled sampled unit redraws the draft's proposals with it).
+pub fn request_seed(u: &UnitKey) -> u64 {
+    stream_seed(u.seed, &format!("eval/{}", u.sampling), &u.prompt_id)
+}
+
 /// Runs AR and then every method on one unit.
 fn run_unit(u: &UnitKey, text: &str, sampling: &super::config::SamplingSetting, cfg: &EvalConfig, settings: &[Setting], models: &Models) -> Result<UnitFile> {
     let target = &models.target;
@@ -342,14 +350,12 @@ fn run_unit(u: &UnitKey, text: &str, sampling: &super::config::SamplingSetting, 
     let prompt = target.tokenizer.encode(text)?;
     let max_new = cfg.budget.new_tokens(prompt.len());
     ensure!(max_new > 0, "{} {}: the prompt has {} tokens, the budget leaves no room for a response", u.dataset, u.prompt_id, prompt.len());
-    // Each prompt's stream depends only on the run seed, the sampling setting and the prompt.
-    let seed = stream_seed(u.seed, &format!("eval/{}", u.sampling), &u.prompt_id);
-    let spec = SpecConfig { max_new_tokens: max_new, sampling: sampling.config(), seed };
+    let spec = SpecConfig { max_new_tokens: max_new, sampling: sampling.config(), seed: request_seed(u) };
     let mut rows = Vec::with_capacity(settings.len());
     let mut ar: Option<(Vec<u32>, f64)> = None;
     let mut outputs = Vec::with_capacity(settings.len());
     for setting in settings {
-        let (g, dsi) = generate(setting, models.for_setting(setting, &workers), &prompt, &spec, &target.eos_ids)?;
+        let (g, dsi) = generate(setting, models.for_setting(setting, &workers), &prompt, &spec, sampling.draws, &target.eos_ids)?;
         let m = &g.metrics;
         let total = m.total_time.as_secs_f64();
         let (ar_tokens, ar_time) = ar.get_or_insert_with(|| (g.tokens.clone(), total));
@@ -361,6 +367,7 @@ fn run_unit(u: &UnitKey, text: &str, sampling: &super::config::SamplingSetting, 
             temperature: sampling.temperature,
             top_k: sampling.top_k,
             top_p: sampling.top_p,
+            draws: sampling.draws,
             seed: u.seed,
             setting: setting.clone(),
             replayed: false,

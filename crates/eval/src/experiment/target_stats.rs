@@ -3,8 +3,8 @@
 //! last committed token of every round (the verification or the prefill computed that row), so
 //! a stop rule may read them ([`specx_decoder::speculative::StopPolicy::observe_target`]); the
 //! replay gives them to it from here. One target forward per trace (the prompt, then the
-//! output in chunks), checked token by token: the target's argmax must be the traced token,
-//! since the trace is the target's own greedy output (the forward is row-invariant, so a
+//! output in chunks), checked token by token: the target's argmax (for a coupled sampled
+//! trace, its coupled draw) must be the traced token, since the trace is the target's own output (the forward is row-invariant, so a
 //! chunk's rows are bitwise those of one-token steps); a mismatch means another model or other
 //! weights than the trace was made with.
 
@@ -14,7 +14,6 @@ use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use specx_decoder::fsutil::write_atomic;
 use std::path::Path;
-use specx_decoder::sampling::argmax;
 use specx_decoder::speculative::DraftStats;
 use specx_decoder::Transformer;
 
@@ -35,8 +34,9 @@ pub fn target_stats(target: &Transformer, input: &TraceInput) -> Result<(Vec<Dra
     let mut forwarded = input.prompt.len();
     loop {
         for row in &rows {
-            let (j, best) = (out.len(), argmax(row));
-            ensure!(best == ar[j], "the target's greedy token at output position {j} is {best}, the trace has {}: the trace was made with another model or other weights", ar[j]);
+            let j = out.len();
+            let (best, _, _) = input.draws.pick(row, input.prompt.len() + j);
+            ensure!(best == ar[j], "the target's token at output position {j} is {best}, the trace has {}: the trace was made with another model, other weights or other draws", ar[j]);
             out.push(DraftStats::of(row, ar[j]));
         }
         let done = out.len();

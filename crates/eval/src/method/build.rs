@@ -3,10 +3,11 @@
 
 use super::spec::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting};
 use anyhow::{bail, Context, Result};
+use specx_decoder::coupling::Draws;
 use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::speculative::{
-    generate_autoregressive, generate_dsi, generate_speculative, AcceptanceHead, AcceptanceModel, AdaEdlParams, AdaEdlPolicy, BanditK, ConfidencePolicy, ConfidenceProductPolicy, Drafter, DsiConfig, DsiStats, DynamicK, FixedK,
-    FeatureDraft, FeatureHeadDrafter, FuzzyDrafter, Generation, HeadPolicy, HybridDrafter, HeadRule, MatchRatePolicy, PMinPolicy, PlainDrafter, PrecomputedHead, PromptLookupDrafter, RejectionSampler, RocThreshold, SpecConfig, StopPolicy, SvipPolicy, ThresholdPlusPolicy, CalibratedPolicy,
+    generate_autoregressive_drawn, generate_dsi, generate_speculative, AcceptanceHead, AcceptanceModel, AdaEdlParams, AdaEdlPolicy, BanditK, ConfidencePolicy, ConfidenceProductPolicy, Drafter, DsiConfig, DsiStats, DynamicK, FixedK,
+    FeatureDraft, FeatureHeadDrafter, FuzzyDrafter, Generation, HeadPolicy, HybridDrafter, HeadRule, MatchRatePolicy, PMinPolicy, PlainDrafter, PrecomputedHead, PromptLookupDrafter, RejectionSampler, CoupledSampler, Verifier, RocThreshold, SpecConfig, StopPolicy, SvipPolicy, ThresholdPlusPolicy, CalibratedPolicy,
 };
 use specx_decoder::Transformer;
 use std::collections::{BTreeMap, HashMap};
@@ -124,19 +125,24 @@ pub struct RunModels<'a> {
 }
 
 /// One generation of `prompt` with `setting`: AR with the target alone, or the method's
-/// drafter and a fresh stop policy under its scheduler with the lossless rejection sampler.
-/// DSI's runs also return the scheduler's counters. DSI's workers verify on `models.workers`
-/// when there is one per server, else all of them share `models.target`.
-pub fn generate(setting: &Setting, models: RunModels<'_>, prompt: &[u32], cfg: &SpecConfig, eos: &[u32]) -> Result<(Generation, Option<DsiStats>)> {
-    let Some(spec) = setting.spec() else { return Ok((generate_autoregressive(models.target, prompt, cfg, eos)?, None)) };
+/// drafter and a fresh stop policy under its scheduler with a lossless verifier (rejection
+/// sampling, or the coupled sampler under coupled `draws`). DSI's runs also return the
+/// scheduler's counters. DSI's workers verify on `models.workers` when there is one per
+/// server, else all of them share `models.target`.
+pub fn generate(setting: &Setting, models: RunModels<'_>, prompt: &[u32], cfg: &SpecConfig, draws: Draws, eos: &[u32]) -> Result<(Generation, Option<DsiStats>)> {
+    let Some(spec) = setting.spec() else { return Ok((generate_autoregressive_drawn(models.target, prompt, cfg, eos, draws)?, None)) };
     let mut drafter = spec.drafter_for(&models)?;
     let mut policy = spec.build_policy(models.heads)?;
+    let mut verifier: Box<dyn Verifier> = match draws {
+        Draws::Independent => Box::new(RejectionSampler),
+        Draws::Coupled => Box::new(CoupledSampler),
+    };
     match spec.dsi() {
-        None => Ok((generate_speculative(models.target, drafter.as_mut(), policy.as_mut(), &mut RejectionSampler, prompt, cfg, eos)?, None)),
+        None => Ok((generate_speculative(models.target, drafter.as_mut(), policy.as_mut(), verifier.as_mut(), prompt, cfg, eos)?, None)),
         Some(dsi) => {
             let shared = vec![models.target; dsi.servers];
             let targets = if models.workers.len() == dsi.servers { models.workers } else { &shared[..] };
-            let g = generate_dsi(targets, drafter.as_mut(), policy.as_mut(), &mut RejectionSampler, prompt, cfg, &dsi, eos)?;
+            let g = generate_dsi(targets, drafter.as_mut(), policy.as_mut(), verifier.as_mut(), prompt, cfg, &dsi, eos)?;
             Ok((g.generation, Some(g.stats)))
         }
     }

@@ -20,8 +20,8 @@ pub mod search;
 use crate::common::results::{tokens_sha256, UnitFile};
 use crate::experiment::grid::{expand, head_name};
 use crate::experiment::manifest::EvalManifest;
-use crate::experiment::merge::greedy_units;
-use crate::experiment::replay::{ReplayCosts, ReplayPolicy, TraceBuilder, TraceInput, TraceSet};
+use crate::experiment::merge::replayable_units;
+use crate::experiment::replay::{ReplayCosts, ReplayPolicy, TraceBuilder, TraceDraws, TraceInput, TraceSet};
 use crate::experiment::target_stats::cached_target_stats;
 use crate::method::{load_head, Heads, MethodSpec, PolicySpec};
 use crate::reproduce::adaptive::Costs;
@@ -167,7 +167,7 @@ impl Replayer<'_> {
     /// The trunks of `units`, with the target's statistics along them when a rule reads the
     /// target (their forwards are counted in `pass`).
     fn start(&self, builder: &mut TraceBuilder, units: &[&UnitFile], split: &str, pass: &mut TargetPass) -> Result<TraceSet> {
-        let inputs: Vec<TraceInput> = units.iter().map(|u| TraceInput::of(u)).collect();
+        let inputs: Vec<TraceInput> = units.iter().map(|u| TraceInput::of(u)).collect::<Result<_>>()?;
         let mut set = builder.start(&inputs, true)?;
         if let Some(target) = &self.target {
             let t = Instant::now();
@@ -236,7 +236,7 @@ fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, t
         bar.suspend(|| eprintln!("{dataset}: acceptance model on {} positions, held-out log loss {:.4} (draft probability {:.4})", m.fit_samples, m.calibrated.log_loss, m.draft_probability.log_loss));
     }
     let all: Vec<&MethodSpec> = cands.settings.iter().collect();
-    let mut chosen: Vec<(Vec<(String, usize, usize, f64)>, Option<FitRecord>, Vec<acceptance_model::Choice>)> = Vec::new();
+    let mut chosen: Vec<Chosen> = Vec::new();
     for c in &cfg.costs {
         let rc = replay_costs(c);
         bar.set_message(format!("{dataset}, {}: {} candidates on the tuning traces", c.name, all.len()));
@@ -275,25 +275,42 @@ fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, t
         chosen.push((best.into_iter().map(|(f, (i, n, tps))| (f.to_string(), i, n, tps)).collect(), fit, calibrated));
     }
     drop(set);
+    let mut result = SetResult {
+        dataset: dataset.into(),
+        config: cfg.clone(),
+        tuning_prompts: tuning.iter().map(|u| u.unit.prompt_id.clone()).collect(),
+        test_prompts: Vec::new(),
+        results: Vec::new(),
+        acceptance_model: model,
+        draft_rows: 0,
+        draft_seconds: 0.0,
+        target_pass: None,
+    };
     if tuning_only {
-        let results = cfg.costs.iter().zip(chosen).map(|(c, (families, fit, calibrated))| Ok(CostResult { costs: c.clone(), rules: rules_of(cands, families, &fit, &calibrated, std::iter::repeat_with(Vec::new))?, threshold_plus: fit, calibrated })).collect::<Result<_>>()?;
-        bar.finish_and_clear();
-        return Ok(SetResult {
-            dataset: dataset.into(),
-            config: cfg.clone(),
-            tuning_prompts: tuning.iter().map(|u| u.unit.prompt_id.clone()).collect(),
-            test_prompts: Vec::new(),
-            results,
-            acceptance_model: model,
-            draft_rows: builder.rows,
-            draft_seconds: builder.time.as_secs_f64(),
-            target_pass: r.target.as_ref().map(|_| pass),
-        });
+        result.results = cfg.costs.iter().zip(chosen).map(|(c, (families, fit, calibrated))| Ok(CostResult { costs: c.clone(), rules: rules_of(cands, families, &fit, &calibrated, std::iter::repeat_with(Vec::new))?, threshold_plus: fit, calibrated })).collect::<Result<_>>()?;
+    } else {
+        result.results = replay_chosen(cfg, cands, r, &mut builder, &mut pass, dataset, test, chosen)?;
+        result.test_prompts = test.iter().map(|u| u.unit.prompt_id.clone()).collect();
     }
-    // The test traces, once: only the chosen settings (and the oracle) are replayed.
+    bar.finish_and_clear();
+    (result.draft_rows, result.draft_seconds) = (builder.rows, builder.time.as_secs_f64());
+    result.target_pass = r.target.as_ref().map(|_| pass);
+    Ok(result)
+}
+
+/// What each cost model chose on the tuning traces: every family's best (family, candidate
+/// index, candidates, tuning throughput), threshold-plus's fit, the calibrated rules.
+type Chosen = (Vec<(String, usize, usize, f64)>, Option<FitRecord>, Vec<acceptance_model::Choice>);
+
+/// Replays the settings `chosen` per cost model on the test traces, once: only the chosen
+/// settings (and the oracle) run.
+#[allow(clippy::too_many_arguments)]
+fn replay_chosen(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, builder: &mut TraceBuilder, pass: &mut TargetPass, dataset: &str, test: &[&UnitFile], chosen: Vec<Chosen>) -> Result<Vec<CostResult>> {
     let t1 = Instant::now();
-    bar.set_message(format!("{dataset}: the test traces, chosen settings only"));
-    let mut set = r.start(&mut builder, test, "test", &mut pass)?;
+    if let Some(bar) = &builder.progress {
+        bar.set_message(format!("{dataset}: the test traces, chosen settings only"));
+    }
+    let mut set = r.start(builder, test, "test", pass)?;
     let mut results = Vec::new();
     for (c, (families, fit, calibrated)) in cfg.costs.iter().zip(chosen) {
         let rc = replay_costs(c);
@@ -305,23 +322,24 @@ fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, t
         for ch in &calibrated {
             policies.push(ch.policy()?);
         }
-        let test_counts = counts(&mut builder, &mut set, &mut policies, &rc)?;
+        let test_counts = counts(builder, &mut set, &mut policies, &rc)?;
         let rules = rules_of(cands, families, &fit, &calibrated, test_counts.into_iter())?;
         results.push(CostResult { costs: c.clone(), rules, threshold_plus: fit, calibrated });
     }
-    bar.finish_and_clear();
-    eprintln!("{dataset}: {} test traces replayed in {:.0} s ({} draft rows in all)", test.len(), t1.elapsed().as_secs_f64(), builder.rows);
-    Ok(SetResult {
-        dataset: dataset.into(),
-        config: cfg.clone(),
-        tuning_prompts: tuning.iter().map(|u| u.unit.prompt_id.clone()).collect(),
-        test_prompts: test.iter().map(|u| u.unit.prompt_id.clone()).collect(),
-        results,
-        acceptance_model: model,
-        draft_rows: builder.rows,
-        draft_seconds: builder.time.as_secs_f64(),
-        target_pass: r.target.as_ref().map(|_| pass),
-    })
+    if let Some(bar) = &builder.progress {
+        bar.suspend(|| eprintln!("{dataset}: {} test traces replayed in {:.0} s ({} draft rows in all)", test.len(), t1.elapsed().as_secs_f64(), builder.rows));
+    }
+    Ok(results)
+}
+
+/// The traces' `role` model at `path`, loaded with the traces' weights, and its sha256, which
+/// must be the one the traces were made with (`sha256`).
+fn load_checked(role: &str, path: &Path, sha256: &str, device: &specx_decoder::Device, weights: specx_decoder::WeightMode) -> Result<(specx_decoder::LoadedModel, String)> {
+    ensure!(path.exists(), "the traces' {role} model {} is gone", path.display());
+    let model = load_model_as(path, None, device, weights)?;
+    let sha = model.weights_sha256()?;
+    ensure!(sha == sha256, "{} changed since the traces were made (sha256 {} now, {} then)", path.display(), &sha[..12], &sha256[..12]);
+    Ok((model, sha))
 }
 
 /// The two runs must trace the same models with the same weights, and share no prompt.
@@ -332,6 +350,14 @@ fn check_runs(tuning: (&EvalManifest, &[UnitFile], &Path), test: (&EvalManifest,
     }
     ensure!(a.config.models.weights == b.config.models.weights, "the tuning traces were decoded with {:?} weights, the test traces with {:?}: greedy outputs differ between them", a.config.models.weights, b.config.models.weights);
     ensure!(a.eos_ids == b.eos_ids, "the two runs stop at different end-of-sequence ids");
+    // One way of drawing for every trace: a rule tuned on greedy outputs is not judged on
+    // sampled ones.
+    let drawn = |u: &UnitFile| TraceDraws::of(u).map(|d| (d.sampling, d.draws));
+    let want = drawn(tuning.1.first().context("no tuning traces")?)?;
+    for (u, dir) in tuning.1.iter().map(|u| (u, tuning.2)).chain(test.1.iter().map(|u| (u, test.2))) {
+        let got = drawn(u)?;
+        ensure!(got == want, "{} {} in {} was drawn with {:?}, the first tuning trace with {:?}: tuning and test traces must be drawn alike", u.unit.dataset, u.unit.prompt_id, dir.display(), got, want);
+    }
     let seen: HashMap<String, &UnitFile> = tuning.1.iter().map(|u| (tokens_sha256(&u.prompt), u)).collect();
     if let Some((u, t)) = test.1.iter().find_map(|u| seen.get(&tokens_sha256(&u.prompt)).map(|t| (u, t))) {
         bail!("test prompt {} {} is also a tuning prompt ({} {}): a parameter chosen on it would be judged on it", u.unit.dataset, u.unit.prompt_id, t.unit.dataset, t.unit.prompt_id);
@@ -363,7 +389,7 @@ fn finished(path: &Path, cfg: &TuneConfig, tuning: &[&UnitFile], test: &[&UnitFi
 pub fn tune(cfg: &TuneConfig, tuning_only: bool) -> Result<Vec<SetResult>> {
     let cands = Candidates::of(cfg)?;
     let (mt, ms) = (EvalManifest::read(&cfg.tuning)?, EvalManifest::read(&cfg.test)?);
-    let (tuning, test) = (greedy_units(&cfg.tuning)?, greedy_units(&cfg.test)?);
+    let (tuning, test) = (replayable_units(&cfg.tuning)?, replayable_units(&cfg.test)?);
     check_runs((&mt, &tuning, &cfg.tuning), (&ms, &test, &cfg.test))?;
     let datasets: Vec<String> = {
         let mut d: Vec<String> = test.iter().map(|u| u.unit.dataset.clone()).collect();
@@ -376,10 +402,7 @@ pub fn tune(cfg: &TuneConfig, tuning_only: bool) -> Result<Vec<SetResult>> {
 
     let m = &mt.config.models;
     let device = device_from_name(&m.device)?;
-    ensure!(m.draft.exists(), "the traces' draft model {} is gone", m.draft.display());
-    let draft = load_model_as(&m.draft, None, &device, m.weights)?;
-    let sha = draft.weights_sha256()?;
-    ensure!(sha == mt.draft.sha256, "{} changed since the traces were made (sha256 {} now, {} then)", m.draft.display(), &sha[..12], &mt.draft.sha256[..12]);
+    let (draft, _) = load_checked("draft", &m.draft, &mt.draft.sha256, &device, m.weights)?;
     let mut head_map = Heads::new();
     for dir in cfg.methods.head_dirs() {
         let (head, transform) = load_head(&dir.to_string_lossy(), &draft, &device)?;
@@ -389,13 +412,7 @@ pub fn tune(cfg: &TuneConfig, tuning_only: bool) -> Result<Vec<SetResult>> {
     let heads: Vec<AcceptanceHead> = head_map.values().cloned().collect();
     let head_index: HashMap<String, usize> = head_map.keys().enumerate().map(|(i, n)| (n.clone(), i)).collect();
     let target = match cfg.calibrated.as_ref().is_some_and(|f| f.target) {
-        true => {
-            ensure!(m.target.exists(), "the traces' target model {} is gone", m.target.display());
-            let target = load_model_as(&m.target, None, &device, m.weights)?;
-            let sha = target.weights_sha256()?;
-            ensure!(sha == mt.target.sha256, "{} changed since the traces were made (sha256 {} now, {} then)", m.target.display(), &sha[..12], &mt.target.sha256[..12]);
-            Some((target, sha))
-        }
+        true => Some(load_checked("target", &m.target, &mt.target.sha256, &device, m.weights)?),
         false => None,
     };
     let target_side = target.as_ref().map(|(t, sha)| TargetSide { model: &t.model, sha256: sha.clone(), weights: format!("{:?}", m.weights), cache: cfg.out.join("target-stats") });

@@ -238,7 +238,12 @@ pub fn write_tuning(cfg: &TuneConfig, sets: &[SetResult]) -> Result<()> {
     writeln!(md, "Every setting below was chosen on the tuning traces (`{}`) per prompt set and cost model; the test traces were not replayed. Each family's tuning throughput is shown over the tuned fixed K's on the same traces: both were chosen there, so this is in sample, and a family that does not lead here has no reason to lead on the test traces.\n", shown(&cfg.tuning))?;
     writeln!(md, "| set | tuning prompts | target rows forwarded | their seconds |\n| --- | --- | --- | --- |")?;
     for s in sets {
-        let (rows, secs) = s.target_pass.map_or(("-".into(), "-".into()), |p| (p.rows.to_string(), format!("{:.0}", p.seconds)));
+        let (rows, secs) = match s.target_pass {
+            None => ("-".into(), "-".into()),
+            // Every trace's statistics came from the cache: nothing was forwarded.
+            Some(p) if p.rows == 0 => ("cached".into(), "-".into()),
+            Some(p) => (p.rows.to_string(), format!("{:.0}", p.seconds)),
+        };
         writeln!(md, "| {} | {} | {rows} | {secs} |", s.dataset, s.tuning_prompts.len())?;
     }
     for (ci, costs) in cfg.costs.iter().enumerate() {

@@ -324,12 +324,13 @@ pub fn generate_dsi(
         }
         drop(reply_tx);
         policy.begin_request();
+        let committed = Committed::new(prompt, cfg, eos, &*verifier);
         let mut c = Coordinator {
             drafter,
             policy,
             verifier,
             dsi,
-            committed: Committed::new(prompt, cfg, eos),
+            committed,
             chain: Vec::new(),
             blocks: VecDeque::new(),
             task_txs,

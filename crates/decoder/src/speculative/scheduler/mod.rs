@@ -12,6 +12,7 @@ pub use sequential::generate_speculative;
 
 use super::metrics::RequestMetrics;
 use super::round::{Generation, SpecConfig};
+use crate::coupling::Draws;
 use crate::model::Transformer;
 use crate::sampling::Sampler;
 use anyhow::Result;
@@ -19,8 +20,17 @@ use std::time::Instant;
 
 /// The autoregressive baseline with the target alone.
 pub fn generate_autoregressive(target: &Transformer, prompt: &[u32], cfg: &SpecConfig, eos: &[u32]) -> Result<Generation> {
+    generate_autoregressive_drawn(target, prompt, cfg, eos, Draws::Independent)
+}
+
+/// The autoregressive baseline with `draws`: under [`Draws::Coupled`] its tokens are those
+/// speculative decoding with [`super::CoupledSampler`] and the same seed commits.
+pub fn generate_autoregressive_drawn(target: &Transformer, prompt: &[u32], cfg: &SpecConfig, eos: &[u32], draws: Draws) -> Result<Generation> {
     let t0 = Instant::now();
-    let mut sampler = Sampler::new(cfg.sampling.clone(), cfg.seed);
+    let mut sampler = match draws {
+        Draws::Independent => Sampler::new(cfg.sampling.clone(), cfg.seed),
+        Draws::Coupled => Sampler::coupled(cfg.sampling.clone(), cfg.seed, prompt.len()),
+    };
     let (tokens, stats) = crate::generate::generate(target, prompt, cfg.max_new_tokens, &mut sampler, eos, |_| Ok(()))?;
     let metrics = RequestMetrics {
         n_generated: tokens.len(),

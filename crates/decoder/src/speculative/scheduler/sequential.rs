@@ -7,7 +7,6 @@ use crate::speculative::round::{Committed, Generation, SpecConfig};
 use crate::speculative::scorer::TargetScorer;
 use crate::speculative::verifier::Verifier;
 use crate::model::Transformer;
-use crate::sampling::argmax;
 use anyhow::{ensure, Result};
 use std::time::Instant;
 
@@ -29,7 +28,7 @@ pub fn generate_speculative(
     ensure!(!prompt.is_empty(), "the prompt is empty");
     let t0 = Instant::now();
     let mut m = RequestMetrics::default();
-    let mut c = Committed::new(prompt, cfg, eos);
+    let mut c = Committed::new(prompt, cfg, eos, &*verifier);
     let mut scorer = TargetScorer::new(target).with_tap(drafter.feature_tap());
     policy.begin_request();
     // The target's scores at the next position, when known without a verification.
@@ -91,15 +90,16 @@ fn score(scorer: &mut TargetScorer, tokens: &[u32], rows: usize, m: &mut Request
 
 /// Commits the token at a position whose target scores `p` are known (the prefill's last row,
 /// or the extra row of a fully accepted round). Greedy: the target's argmax, what any proposal
-/// would be decided to. Sampling: the drafter proposes a token there from the position's draft
-/// stream and the verifier decides it against `p`, exactly as DSI decides that position (for
-/// DSI it is always a drafted and verified candidate). Rejection sampling makes the token
-/// distributed as `p` for any proposal, so this is as lossless as drawing from `p` directly,
-/// and it gives the same token as DSI for the same seed; it costs one single-token draft
-/// forward per fully accepted round (not counted as drafted: no target call verifies it).
+/// would be decided to; coupled draws: the target's own draw, likewise. Independent sampling:
+/// the drafter proposes a token there from the position's draft stream and the verifier
+/// decides it against `p`, exactly as DSI decides that position (for DSI it is always a
+/// drafted and verified candidate). Rejection sampling makes the token distributed as `p` for
+/// any proposal, so this is as lossless as drawing from `p` directly, and it gives the same
+/// token as DSI for the same seed; it costs one single-token draft forward per fully accepted
+/// round (not counted as drafted: no target call verifies it).
 fn decide_known(drafter: &mut dyn Drafter, verifier: &mut dyn Verifier, c: &mut Committed, p: &[f32], m: &mut RequestMetrics) -> Result<()> {
-    if c.is_greedy() {
-        c.push(argmax(p));
+    if let Some(token) = c.known_token(p) {
+        c.push(token);
         return Ok(());
     }
     let proposal = drafter.draft(c.draft_round(&c.seq, 1, true, &mut FixedK(1), m))?;
