@@ -1,7 +1,7 @@
 //! `specx eval merge`: joins the part directories of a `--shard I/N` run.
 
 use super::manifest::EvalManifest;
-use crate::common::results::UnitFile;
+use crate::common::results::{ResultRow, UnitFile};
 use super::audit::{audit, Audit, EvalOutcome};
 use anyhow::{bail, ensure, Context, Result};
 use specx_datagen::manifest::identity_difference;
@@ -32,29 +32,27 @@ pub fn unit_files(dir: &Path) -> Result<Vec<PathBuf>> {
 /// The finished greedy units of the run in `dir` (their prompts and AR outputs), in unit
 /// order; an error naming the run when there are none.
 pub fn greedy_units(dir: &Path) -> Result<Vec<UnitFile>> {
-    let mut units = Vec::new();
-    for f in unit_files(dir)? {
-        let u = UnitFile::read_path(&f)?;
-        if u.rows.first().is_some_and(|r| r.greedy()) {
-            units.push(u);
-        }
-    }
-    ensure!(!units.is_empty(), "{} has no finished greedy units (run `specx eval` with a greedy sampling setting first)", dir.display());
-    units.sort_by_key(|u| u.unit.index);
-    Ok(units)
+    units_where(dir, ResultRow::greedy, "greedy units (run `specx eval` with a greedy sampling setting first)")
 }
 
 /// Every finished unit of the run in `dir` whose output a replay can take (greedy, or sampled
 /// with coupled draws), in unit order.
 pub fn replayable_units(dir: &Path) -> Result<Vec<UnitFile>> {
+    let replayable = |r: &ResultRow| r.greedy() || r.draws == specx_decoder::coupling::Draws::Coupled;
+    units_where(dir, replayable, "greedy or coupled sampled units (run `specx eval` with a greedy sampling setting, or one with `draws = \"coupled\"`, first)")
+}
+
+/// Every finished unit of the run in `dir` whose first row passes `keep`, in unit order; an
+/// error naming `what` when there is none.
+fn units_where(dir: &Path, keep: impl Fn(&ResultRow) -> bool, what: &str) -> Result<Vec<UnitFile>> {
     let mut units = Vec::new();
     for f in unit_files(dir)? {
         let u = UnitFile::read_path(&f)?;
-        if u.rows.first().is_some_and(|r| r.greedy() || r.draws == specx_decoder::coupling::Draws::Coupled) {
+        if u.rows.first().is_some_and(&keep) {
             units.push(u);
         }
     }
-    ensure!(!units.is_empty(), "{} has no finished greedy or coupled sampled units (run `specx eval` with a greedy sampling setting, or one with `draws = \"coupled\"`, first)", dir.display());
+    ensure!(!units.is_empty(), "{} has no finished {what}", dir.display());
     units.sort_by_key(|u| u.unit.index);
     Ok(units)
 }
