@@ -200,3 +200,25 @@ fn the_tuning_traces_differ_from_the_test_traces_in_their_prompts_only() {
     assert!(t.costs.iter().all(|c| c.t_draft > 0.0 && c.t_target > 0.0) && t.costs[1].t_row > 0.0);
     assert!(t.threshold_plus.is_some());
 }
+
+/// The sampled comparisons (temperature 1; Qwen's 0.7 / top-k 20 / top-p 0.8): each pair of
+/// trace configs draws alike (coupled, the same warping, weights and budget) and differs from
+/// the greedy pair in its sampling and weights only, and each tune config reads its own pair.
+#[test]
+fn the_sampled_trace_pairs_draw_alike_and_their_tune_configs_read_them() {
+    use specx_decoder::coupling::Draws;
+    let greedy = parse("tuning-trace.toml");
+    for (tag, temperature, top_k, top_p) in [("t1", 1.0, None, None), ("t07", 0.7, Some(20), Some(0.8))] {
+        let (tune, test) = (parse(&format!("{tag}-coupled-tuning-trace.toml")), parse(&format!("{tag}-coupled-trace.toml")));
+        assert_eq!((&tune.models, &tune.budget, &tune.sampling, &tune.seeds), (&test.models, &test.budget, &test.sampling, &test.seeds), "{tag}");
+        let [s] = &test.sampling[..] else { panic!("{tag}: one sampling setting") };
+        assert_eq!((s.temperature, s.top_k, s.top_p, s.draws), (temperature, top_k, top_p, Draws::Coupled), "{tag}");
+        assert_eq!(test.models.weights, specx_decoder::model::WeightMode::Q8, "{tag}: the CPU prices are profiled in q8");
+        for (a, b) in tune.prompts.iter().zip(&greedy.prompts) {
+            assert_eq!((&a.name, &a.path, a.skip, &a.template), (&b.name, &b.path, b.skip, &b.template), "{tag}: the greedy tuning prompts");
+        }
+        let t = specx_eval::tune::config::TuneConfig::load(&dir().join(format!("tune-{tag}-coupled.toml"))).unwrap();
+        assert!(t.tuning.ends_with(format!("traces/{tag}-coupled-tuning-trace")) && t.test.ends_with(format!("traces/{tag}-coupled-trace")), "{tag}");
+        assert!(t.out.ends_with(format!("adaptive-drafting/{tag}-coupled")), "{tag}");
+    }
+}
