@@ -202,8 +202,8 @@ fn the_tuning_traces_differ_from_the_test_traces_in_their_prompts_only() {
 }
 
 /// The sampled comparisons (temperature 1; Qwen's 0.7 / top-k 20 / top-p 0.8): each pair of
-/// trace configs draws alike (coupled, the same warping, weights and budget) and differs from
-/// the greedy pair in its sampling and weights only, and each tune config reads its own pair.
+/// trace configs draws alike (coupled, the same warping, weights and budget), its tuning side
+/// takes the greedy tuning prompts, and each tune config reads its own pair.
 #[test]
 fn the_sampled_trace_pairs_draw_alike_and_their_tune_configs_read_them() {
     use specx_decoder::coupling::Draws;
@@ -220,5 +220,9 @@ fn the_sampled_trace_pairs_draw_alike_and_their_tune_configs_read_them() {
         let t = specx_eval::tune::config::TuneConfig::load(&dir().join(format!("tune-{tag}-coupled.toml"))).unwrap();
         assert!(t.tuning.ends_with(format!("traces/{tag}-coupled-tuning-trace")) && t.test.ends_with(format!("traces/{tag}-coupled-trace")), "{tag}");
         assert!(t.out.ends_with(format!("adaptive-drafting/{tag}-coupled")), "{tag}");
+        // The candidates, prices and fits are the greedy comparison's, copied: kept in step.
+        let mut greedy_tune = specx_eval::tune::config::TuneConfig::load(&dir().join("tune-stop-rules.toml")).unwrap();
+        (greedy_tune.tuning, greedy_tune.test, greedy_tune.out, greedy_tune.in_sample) = (t.tuning.clone(), t.test.clone(), t.out.clone(), t.in_sample.clone());
+        assert_eq!(t, greedy_tune, "{tag}: the candidates of tune-stop-rules.toml");
     }
 }
