@@ -315,23 +315,65 @@ pub fn read_labelled(dir: &Path, rec: &ShardRecord) -> Result<LabelledRows> {
 /// checking that they agree.
 pub fn labelled_rows(dir: &Path, rec: &ShardRecord, features: Vec<f32>, hidden: usize) -> Result<LabelledRows> {
     let df = read_tokens(dir, rec)?;
-    let col = |name: &str| df.column(name).with_context(|| format!("{}: no column '{name}'", rec.tokens.name));
-    let rows = col("feature_row")?.i64().context("feature_row is not i64")?;
-    let labels_col = col("label")?.f32().context("label is not f32")?;
-    let mut labels = vec![f32::NAN; features.len() / hidden.max(1)];
-    for (row, label) in rows.iter().zip(labels_col.iter()) {
-        if let (Some(r), Some(l)) = (row, label) {
+    let labels = by_feature_row(&df, "label", features.len() / hidden.max(1), &dir.join(&rec.tokens.name))?;
+    Ok(LabelledRows { labels, features, hidden })
+}
+
+/// The draft's log-probability of its token (`log_q`) and the label of every labelled row of
+/// a shard, in feature-row order: what the draft's own probability says about acceptance,
+/// without any feature.
+pub fn labelled_log_q(dir: &Path, rec: &ShardRecord) -> Result<(Vec<f32>, Vec<f32>)> {
+    let df = read_tokens(dir, rec)?;
+    let n = usize::try_from(rec.labelled_rows)?;
+    let table = dir.join(&rec.tokens.name);
+    Ok((by_feature_row(&df, "log_q", n, &table)?, by_feature_row(&df, "label", n, &table)?))
+}
+
+/// Column `name` (f32) of token table `df`'s labelled rows, placed at their feature rows
+/// (`rows` of them); every feature row must hold exactly one labelled token row. `table` names
+/// the file in errors.
+fn by_feature_row(df: &DataFrame, name: &str, rows: usize, table: &Path) -> Result<Vec<f32>> {
+    let col = |name: &str| df.column(name).with_context(|| format!("{}: no column '{name}'", table.display()));
+    let feature_rows = col("feature_row")?.i64().context("feature_row is not i64")?;
+    let values = col(name)?.f32().with_context(|| format!("{name} is not f32"))?;
+    let mut out = vec![f32::NAN; rows];
+    let mut seen = vec![false; rows];
+    for (row, v) in feature_rows.iter().zip(values.iter()) {
+        if let (Some(r), Some(v)) = (row, v) {
             if r >= 0 {
-                let slot = labels.get_mut(r as usize).with_context(|| format!("{}: feature_row {r} beyond the {} feature rows", rec.tokens.name, features.len() / hidden))?;
-                if !slot.is_nan() {
-                    bail!("{}: feature row {r} belongs to two labelled token rows", rec.tokens.name);
-                }
-                *slot = l;
+                let r = r as usize;
+                ensure!(r < rows, "{}: feature_row {r} beyond the {rows} feature rows", table.display());
+                ensure!(!std::mem::replace(&mut seen[r], true), "{}: feature row {r} belongs to two labelled token rows", table.display());
+                out[r] = v;
             }
         }
     }
-    if let Some(missing) = labels.iter().position(|l| l.is_nan()) {
-        bail!("{}: feature row {missing} of shard {} has no labelled token row", dir.display(), rec.index);
+    if let Some(missing) = seen.iter().position(|s| !s) {
+        bail!("{}: feature row {missing} has no labelled token row", table.display());
     }
-    Ok(LabelledRows { labels, features, hidden })
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(feature_rows: Vec<i64>, labels: Vec<f32>) -> DataFrame {
+        DataFrame::new(labels.len(), vec![Column::new("feature_row".into(), feature_rows), Column::new("label".into(), labels)]).unwrap()
+    }
+
+    /// Labelled token rows land at their feature rows, whatever the token order; unlabelled
+    /// rows (-1) are skipped; a feature row with two token rows or none is an error.
+    #[test]
+    fn columns_are_placed_at_their_feature_rows() {
+        let t = Path::new("tokens-00000.parquet");
+        let df = table(vec![-1, 2, 0, -1, 1], vec![9.0, 0.2, 0.5, 9.0, 0.7]);
+        assert_eq!(by_feature_row(&df, "label", 3, t).unwrap(), [0.5, 0.7, 0.2]);
+        let twice = by_feature_row(&table(vec![0, 1, 0], vec![0.1, 0.2, 0.3]), "label", 2, t).unwrap_err();
+        assert!(twice.to_string().contains("feature row 0 belongs to two labelled token rows"), "{twice}");
+        let missing = by_feature_row(&table(vec![0, -1, 2], vec![0.1, 0.2, 0.3]), "label", 3, t).unwrap_err();
+        assert!(missing.to_string().contains("feature row 1 has no labelled token row"), "{missing}");
+        let beyond = by_feature_row(&table(vec![0, 3], vec![0.1, 0.2]), "label", 2, t).unwrap_err();
+        assert!(beyond.to_string().contains("feature_row 3 beyond the 2 feature rows"), "{beyond}");
+    }
 }

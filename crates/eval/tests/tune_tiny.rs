@@ -403,3 +403,47 @@ fn coupled_sampled_traces_replay_as_they_decode() {
     let e = format!("{:#}", tune(&tune_config(root, &greedy, &test, "mixed"), false).unwrap_err());
     assert!(e.contains("drawn alike"), "{e}");
 }
+
+/// The learning curve fits the calibrated model on the first n test traces and scores it on
+/// every tuning trace: each point equals a fit made by hand on exactly those traces, the draft's
+/// probability is scored on the same positions, and sizes it cannot honour are refused.
+#[test]
+fn the_learning_curve_fits_on_the_first_test_traces_and_scores_on_the_tuning_traces() {
+    use specx_eval::tune::calibrate::{calibration, draft_probability, fit, Sample};
+    use specx_eval::tune::curve::learning_curve;
+    let f = fixture(GREEDY);
+    let cfg = tune_config(&f.root, &f.tuning, &f.test, "curve");
+    let c = cfg.calibrated.clone().unwrap();
+    let samples = |run: &Path| -> Vec<Vec<Sample>> {
+        let units = greedy_units(run).unwrap();
+        let inputs: Vec<TraceInput> = units.iter().map(|u| TraceInput::of(u).unwrap()).collect();
+        let set = TraceBuilder::new(&f.draft.model, &[], &f.eos).start(&inputs, false).unwrap();
+        set.traces().map(|t| t.acceptance_samples(c.max_candidates).unwrap().iter().map(|s| Sample::of(&s.stats, s.depth, s.accepted, None)).collect()).collect()
+    };
+    let (scoring, pool) = (samples(&f.tuning).concat(), samples(&f.test));
+    let labels: Vec<bool> = scoring.iter().map(|s| s.label).collect();
+
+    let curve = learning_curve(&cfg, &[4, 2]).unwrap();
+    assert_eq!(curve.sizes, [2, 4]);
+    let set = &curve.sets[0];
+    assert_eq!((set.scoring_prompts, set.scoring_positions), (6, scoring.len()));
+    assert_eq!(set.draft_probability, calibration(&scoring.iter().map(draft_probability).collect::<Vec<_>>(), &labels));
+    for p in &set.points {
+        // Every holdout_every-th of the first n test traces holds the temperatures.
+        let (mut train, mut held) = (Vec::new(), Vec::new());
+        for (i, t) in pool[..p.prompts].iter().enumerate() {
+            if (i + 1) % c.holdout_every == 0 { held.extend_from_slice(t) } else { train.extend_from_slice(t) }
+        }
+        let m = fit(&train, &held, c.l2, specx_eval::tune::calibrate::inputs(false)).unwrap();
+        assert_eq!((p.fit_positions, p.temperature_positions), (train.len(), held.len()));
+        assert_eq!(p.scored, calibration(&scoring.iter().map(|s| m.probability(s)).collect::<Vec<_>>(), &labels), "{} traces", p.prompts);
+    }
+    let md = std::fs::read_to_string(cfg.out.join("learning-curve/curve.md")).unwrap();
+    assert!(md.contains("| the draft's probability |") && md.contains("| calibrated model | 4 |"), "{md}");
+    assert!(cfg.out.join("learning-curve/curve.png").exists());
+
+    let err = learning_curve(&cfg, &[2, 5]).unwrap_err().to_string();
+    assert!(err.contains("has 4 test traces to fit on; the largest size is 5"), "{err}");
+    let err = learning_curve(&cfg, &[1, 4]).unwrap_err().to_string();
+    assert!(err.contains("at least holdout_every (2)"), "{err}");
+}

@@ -1,7 +1,8 @@
 //! Command-line arguments of `specx train` and the sweep over the paper's grid.
 
 use crate::config::TrainConfig;
-use crate::data::{check_compatible, LabelledSet};
+use crate::data::{check_compatible, draft_probability_rows, LabelledSet};
+use crate::metrics::evaluate;
 use std::collections::BTreeMap;
 use crate::train::{train_on, TrainOptions, TrainState};
 use anyhow::{Context, Result};
@@ -37,6 +38,11 @@ pub struct TrainArgs {
     /// Log a line per epoch without progress bars.
     #[arg(long)]
     pub no_progress: bool,
+    /// Print the dev metrics of the draft's own probability of its token, read as the
+    /// predicted label (from the dev run's token tables: no features, no training), and exit.
+    /// Every training run reports them beside its heads too.
+    #[arg(long)]
+    pub reference: bool,
     /// Training device instead of the config's `device`: `cpu`, `wgpu[:N]` (a Vulkan
     /// adapter; needs a build with `--features wgpu`) or `cuda[:N]`.
     #[arg(long)]
@@ -98,6 +104,20 @@ pub fn reliability_table(m: &crate::metrics::Metrics) -> String {
     markdown_table(&["predicted", "rows", "mean predicted", "mean label"], &rows)
 }
 
+/// The dev metrics of the draft's own probability of its token, as one sentence.
+fn reference_line(cfg: &TrainConfig) -> Result<String> {
+    let (logits, labels) = draft_probability_rows(&cfg.data.dev, None)?;
+    let m = evaluate(&logits, &labels, cfg.loss.weights());
+    Ok(format!(
+        "The draft's own probability of its token, read as the predicted label, on the {} dev rows: dev KL {:.4}, dev weighted loss {:.4}, dev AUROC {}, dev ECE {:.4}.",
+        m.rows,
+        m.binary_kl,
+        m.weighted_loss,
+        m.auroc.map_or("-".into(), |a| format!("{a:.4}")),
+        m.ece
+    ))
+}
+
 const HEADER: [&str; 12] = ["w_rej", "depth", "tied", "train prompts", "train rows", "train KL", "dev KL", "dev weighted loss", "dev AUROC", "dev ECE", "best epoch", "seconds"];
 
 pub fn run_cli(a: TrainArgs) -> Result<()> {
@@ -115,6 +135,12 @@ pub fn run_cli(a: TrainArgs) -> Result<()> {
         cfg.head.tied = t;
     }
     cfg.validate()?;
+    let reference = reference_line(&cfg)?;
+    if a.reference {
+        println!("{reference}");
+        return Ok(());
+    }
+    eprintln!("{reference}");
     let opts = TrainOptions { max_epochs_this_run: a.max_epochs, progress: !a.no_progress };
     let sw = &cfg.sweep;
     let points: Vec<Point> = if a.sweep {
@@ -185,7 +211,7 @@ pub fn run_cli(a: TrainArgs) -> Result<()> {
     }
     if a.sweep {
         let text = format!(
-            "# specx train --sweep\n\ntrain {}, dev {} ({} rows); metrics of each point's best dev epoch (lowest dev weighted loss).\n\n{table}",
+            "# specx train --sweep\n\ntrain {}, dev {} ({} rows); metrics of each point's best dev epoch (lowest dev weighted loss).\n\n{table}\n{reference}\n",
             cfg.data.train.display(),
             cfg.data.dev.display(),
             dev_set.len()

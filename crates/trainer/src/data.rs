@@ -6,7 +6,7 @@
 use anyhow::{bail, Context, Result};
 use specx_datagen::manifest::Manifest;
 use specx_datagen::features::{cache_path, shard_features, stats_cache_path};
-use specx_datagen::shard::{labelled_rows, ShardRecord};
+use specx_datagen::shard::{labelled_log_q, labelled_rows, ShardRecord};
 use specx_datagen::split::SplitMix64;
 use specx_decoder::fsutil::{sha256_hex, short_hash};
 use std::path::{Path, PathBuf};
@@ -147,6 +147,25 @@ pub fn prompt_shards<'a>(dir: &Path, m: &'a Manifest, prompts: Option<usize>) ->
             taken
         }
     })
+}
+
+/// The draft's own probability of its token, read as the predicted label, on the labelled
+/// rows of run `dir`'s first `prompts` prompts (all: None): (logit of q, label) per row, in
+/// the order [`LabelledSet::load_prompts`] loads them. The reference every head must beat: it
+/// needs no feature and no training.
+pub fn draft_probability_rows(dir: &Path, prompts: Option<usize>) -> Result<(Vec<f32>, Vec<f32>)> {
+    let m = Manifest::read(dir)?;
+    let (mut logits, mut labels) = (Vec::new(), Vec::new());
+    for rec in prompt_shards(dir, &m, prompts)? {
+        let (log_q, l) = labelled_log_q(dir, rec).with_context(|| format!("reading shard {} of {}", rec.index, dir.display()))?;
+        // logit q = ln q - ln(1 - q), with 1 - q floored (a float q can round to 1).
+        logits.extend(log_q.iter().map(|&lq| {
+            let lq = f64::from(lq);
+            (lq - (1.0 - lq.exp()).max(1e-7).ln()) as f32
+        }));
+        labels.extend(l);
+    }
+    Ok((logits, labels))
 }
 
 /// sha256 naming the data of `shards` (in shard order): of their token and prompt tables

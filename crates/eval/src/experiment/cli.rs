@@ -95,6 +95,19 @@ pub enum EvalCommand {
         #[arg(long)]
         tuning_only: bool,
     },
+    /// The calibrated acceptance model's learning curve: the model of a tune config's
+    /// [calibrated] table fitted on the first n test traces of each prompt set, for each n,
+    /// and scored (log loss, AUROC) on all of the tuning traces against the draft's own
+    /// probability; chooses no setting. Writes OUT/learning-curve/curve.{md,json,png}.
+    LearningCurve {
+        /// Tune config (TOML) with a [calibrated] table, e.g. configs/eval/tune-stop-rules.toml.
+        #[arg(long)]
+        config: PathBuf,
+        /// Numbers of traces per prompt set to fit on (each at least [calibrated]
+        /// holdout_every, at most the set's test traces).
+        #[arg(long, value_delimiter = ',', default_values_t = [6, 12, 24, 48, 96])]
+        sizes: Vec<usize>,
+    },
     /// Replay the greedy units of a finished run under another method grid: exact counts
     /// from the AR outputs and the draft alone (never the target), times predicted by the
     /// run's timing model, written with the run's real rows (marked) into
@@ -150,6 +163,13 @@ pub fn run_cli(a: EvalArgs) -> Result<()> {
                 print!("{}", std::fs::read_to_string(cfg.out.join("tuning.md"))?);
             }
             eprintln!("written {}", cfg.out.join(if *tuning_only { "tuning.md" } else { "tune.md" }).display());
+            Ok(())
+        }
+        Some(EvalCommand::LearningCurve { config, sizes }) => {
+            let cfg = crate::tune::config::TuneConfig::load(config)?;
+            let curve = crate::tune::curve::learning_curve(&cfg, sizes)?;
+            print!("{}", crate::tune::curve::page(&curve));
+            eprintln!("written {}", cfg.out.join("learning-curve").display());
             Ok(())
         }
         Some(EvalCommand::Replay { run_dir, config, no_progress }) => {

@@ -56,6 +56,13 @@ pub struct ModelFit {
     pub calibrated: Calibration,
 }
 
+impl ModelFit {
+    /// The calibrated chance that `s` is accepted.
+    pub fn probability(&self, s: &Sample) -> f64 {
+        sigmoid(logit(&self.weights, &s.x) / self.temperatures[s.bucket])
+    }
+}
+
 /// `probs` against `labels`.
 pub fn calibration(probs: &[f64], labels: &[bool]) -> Calibration {
     let n = probs.len().max(1) as f64;
@@ -165,6 +172,11 @@ fn temperature(pairs: &[(f64, bool)]) -> f64 {
     ((a + b) / 2.0).exp()
 }
 
+/// The draft's own probability of its token at `s`, read as a chance of acceptance.
+pub fn draft_probability(s: &Sample) -> f64 {
+    s.x[1].exp()
+}
+
 /// Fits the weights of the first `n` inputs on `fit` and the temperatures on `holdout`.
 pub fn fit(fit: &[Sample], holdout: &[Sample], l2: f64, n: usize) -> Result<ModelFit> {
     ensure!(!holdout.is_empty(), "no held-out positions to fit the temperatures on");
@@ -173,9 +185,8 @@ pub fn fit(fit: &[Sample], holdout: &[Sample], l2: f64, n: usize) -> Result<Mode
     let temperatures: Vec<f64> = (0..TEMPERATURES).map(|b| temperature(&holdout.iter().filter(|s| s.bucket == b).map(|s| (z(s), s.label)).collect::<Vec<_>>())).collect();
     let labels: Vec<bool> = holdout.iter().map(|s| s.label).collect();
     let raw: Vec<f64> = holdout.iter().map(|s| sigmoid(z(s))).collect();
-    let cal: Vec<f64> = holdout.iter().map(|s| sigmoid(z(s) / temperatures[s.bucket])).collect();
-    let draft: Vec<f64> = holdout.iter().map(|s| s.x[1].exp()).collect();
-    Ok(ModelFit {
+    let draft: Vec<f64> = holdout.iter().map(draft_probability).collect();
+    let mut m = ModelFit {
         weights,
         temperatures,
         fit_samples: fit.len(),
@@ -183,8 +194,10 @@ pub fn fit(fit: &[Sample], holdout: &[Sample], l2: f64, n: usize) -> Result<Mode
         holdout_rate: labels.iter().filter(|&&y| y).count() as f64 / labels.len() as f64,
         draft_probability: calibration(&draft, &labels),
         uncalibrated: calibration(&raw, &labels),
-        calibrated: calibration(&cal, &labels),
-    })
+        calibrated: Calibration::default(),
+    };
+    m.calibrated = calibration(&holdout.iter().map(|s| m.probability(s)).collect::<Vec<_>>(), &labels);
+    Ok(m)
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ pub mod acceptance_model;
 pub mod bootstrap;
 pub mod calibrate;
 pub mod config;
+pub mod curve;
 pub mod in_sample;
 mod report;
 pub mod search;
@@ -383,26 +384,46 @@ fn finished(path: &Path, cfg: &TuneConfig, tuning: &[&UnitFile], test: &[&UnitFi
     (r.config.same_computation(cfg) && r.tuning_prompts == ids(tuning) && r.test_prompts == ids(test)).then_some(r)
 }
 
+/// The two trace runs of a config, checked against each other, and their prompt sets.
+struct Runs {
+    /// The tuning run's manifest (both runs share its models).
+    manifest: EvalManifest,
+    tuning: Vec<UnitFile>,
+    test: Vec<UnitFile>,
+    /// The test run's prompt sets in order; each has tuning prompts.
+    datasets: Vec<String>,
+}
+
+impl Runs {
+    fn open(cfg: &TuneConfig) -> Result<Self> {
+        let (mt, ms) = (EvalManifest::read(&cfg.tuning)?, EvalManifest::read(&cfg.test)?);
+        let (tuning, test) = (replayable_units(&cfg.tuning)?, replayable_units(&cfg.test)?);
+        check_runs((&mt, &tuning, &cfg.tuning), (&ms, &test, &cfg.test))?;
+        let mut datasets: Vec<String> = test.iter().map(|u| u.unit.dataset.clone()).collect();
+        datasets.dedup();
+        for d in &datasets {
+            ensure!(!of(&tuning, d).is_empty(), "the tuning traces ({}) have no '{d}' prompts: every test set needs tuning prompts of its own kind", cfg.tuning.display());
+        }
+        Ok(Self { manifest: mt, tuning, test, datasets })
+    }
+
+    /// The draft the traces were made with, loaded with their weights.
+    fn draft(&self) -> Result<specx_decoder::LoadedModel> {
+        let m = &self.manifest.config.models;
+        Ok(load_checked("draft", &m.draft, &self.manifest.draft.sha256, &device_from_name(&m.device)?, m.weights)?.0)
+    }
+}
+
 /// Runs the protocol of `cfg` and writes its report; returns the per-set results. With
 /// `tuning_only` every setting is chosen on the tuning traces and only `OUT/tuning.md` is
 /// written (the test traces stay unused, for a later run).
 pub fn tune(cfg: &TuneConfig, tuning_only: bool) -> Result<Vec<SetResult>> {
     let cands = Candidates::of(cfg)?;
-    let (mt, ms) = (EvalManifest::read(&cfg.tuning)?, EvalManifest::read(&cfg.test)?);
-    let (tuning, test) = (replayable_units(&cfg.tuning)?, replayable_units(&cfg.test)?);
-    check_runs((&mt, &tuning, &cfg.tuning), (&ms, &test, &cfg.test))?;
-    let datasets: Vec<String> = {
-        let mut d: Vec<String> = test.iter().map(|u| u.unit.dataset.clone()).collect();
-        d.dedup();
-        d
-    };
-    for d in &datasets {
-        ensure!(!of(&tuning, d).is_empty(), "the tuning traces ({}) have no '{d}' prompts: every test set needs tuning prompts of its own kind", cfg.tuning.display());
-    }
-
+    let runs = Runs::open(cfg)?;
+    let draft = runs.draft()?;
+    let Runs { manifest: mt, tuning, test, datasets } = runs;
     let m = &mt.config.models;
     let device = device_from_name(&m.device)?;
-    let (draft, _) = load_checked("draft", &m.draft, &mt.draft.sha256, &device, m.weights)?;
     let mut head_map = Heads::new();
     for dir in cfg.methods.head_dirs() {
         let (head, transform) = load_head(&dir.to_string_lossy(), &draft, &device)?;
