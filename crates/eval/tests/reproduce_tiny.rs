@@ -35,7 +35,7 @@ fn make_dataset(out: &Path, draft: &Path, target: &Path, split: &str, prompts: u
 }
 
 fn train_sweep(config: &Path) {
-    train(TrainArgs { config: config.into(), out: None, sweep: true, train_prompts: None, tied: None, max_epochs: None, no_progress: true, device: None }).unwrap();
+    train(TrainArgs { config: config.into(), out: None, sweep: true, train_prompts: None, tied: None, max_epochs: None, no_progress: true, reference: false, device: None }).unwrap();
 }
 
 #[test]
