@@ -384,6 +384,8 @@ fn coupled_sampled_traces_replay_as_they_decode() {
         }
     }
     assert!(rejected > 0, "no candidate was rejected: the test cannot tell a replay that accepts everything");
+    // The learning curve names the event sampled traces label.
+    assert_eq!(specx_eval::tune::curve::label(&units[0]).unwrap(), "coupled acceptance at temperature 1");
 
     let cfg = tune_config(root, &tuning, &test, "tuned-t1");
     let set = &tune(&cfg, false).unwrap()[0];
@@ -439,7 +441,7 @@ fn the_learning_curve_fits_on_the_first_test_traces_and_scores_on_the_tuning_tra
         assert_eq!(p.scored, calibration(&scoring.iter().map(|s| m.probability(s)).collect::<Vec<_>>(), &labels), "{} traces", p.prompts);
     }
     let md = std::fs::read_to_string(cfg.out.join("learning-curve/curve.md")).unwrap();
-    assert!(md.contains("| the draft's probability |") && md.contains("| calibrated model | 4 |"), "{md}");
+    assert!(md.contains("| the draft's probability |") && md.contains("| calibrated model | 4 |") && md.contains("(greedy acceptance of the draft's token"), "{md}");
     assert!(cfg.out.join("learning-curve/curve.png").exists());
 
     let err = learning_curve(&cfg, &[2, 5]).unwrap_err().to_string();

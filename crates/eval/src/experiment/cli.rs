@@ -167,8 +167,8 @@ pub fn run_cli(a: EvalArgs) -> Result<()> {
         }
         Some(EvalCommand::LearningCurve { config, sizes }) => {
             let cfg = crate::tune::config::TuneConfig::load(config)?;
-            let curve = crate::tune::curve::learning_curve(&cfg, sizes)?;
-            print!("{}", crate::tune::curve::page(&curve));
+            crate::tune::curve::learning_curve(&cfg, sizes)?;
+            print!("{}", std::fs::read_to_string(cfg.out.join("learning-curve/curve.md"))?);
             eprintln!("written {}", cfg.out.join("learning-curve").display());
             Ok(())
         }

@@ -14,7 +14,7 @@ use super::config::{CalibratedFit, TuneConfig};
 use super::{of, Runs};
 use crate::common::plot::{colour, render_png};
 use crate::common::results::UnitFile;
-use crate::experiment::replay::{TraceBuilder, TraceInput};
+use crate::experiment::replay::{TraceBuilder, TraceDraws, TraceInput};
 use anyhow::{anyhow, ensure, Context, Result};
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -125,14 +125,32 @@ pub fn learning_curve(cfg: &TuneConfig, sizes: &[usize]) -> Result<Curve> {
         sets.push(set_curve(&draft.model, &runs.manifest.eos_ids, &f, &sizes, d, &of(&runs.tuning, d), &of(&runs.test, d))?);
     }
     let curve = Curve { fit: f, sizes, sets };
-    write(&curve, &cfg.out.join("learning-curve"))?;
+    let label = label(&runs.tuning[0])?;
+    write(&curve, &label, &cfg.out.join("learning-curve"))?;
     Ok(curve)
 }
 
-/// The page: one table per set, then the figure.
-pub fn page(c: &Curve) -> String {
+/// The event the traces label: greedy agreement, or a coupled draw's acceptance at the traces'
+/// sampling (the runs are checked to be drawn alike).
+pub fn label(u: &UnitFile) -> Result<String> {
+    let s = TraceDraws::of(u)?.sampling;
+    if s.is_greedy() {
+        return Ok("greedy acceptance".into());
+    }
+    let mut l = format!("coupled acceptance at temperature {}", s.temperature);
+    if let Some(k) = s.top_k {
+        let _ = write!(l, ", top-k {k}");
+    }
+    if let Some(p) = s.top_p {
+        let _ = write!(l, ", top-p {p}");
+    }
+    Ok(l)
+}
+
+/// The page: one table per set, then the figure; `label` names the event the traces label.
+pub fn page(c: &Curve, label: &str) -> String {
     let mut s = String::from("# The calibrated acceptance model's learning curve\n\n");
-    let _ = writeln!(s, "The draft-only model (L2 {}, every {}th fitting trace held out for the per-depth temperatures), fitted on the first n test traces of each set and scored on all of its tuning traces (greedy acceptance of the draft's token, given the round's earlier candidates were accepted, up to depth {}). AUROC: the chance that an accepted position scores above a rejected one, all a threshold rule reads.\n", c.fit.l2, c.fit.holdout_every, c.fit.max_candidates);
+    let _ = writeln!(s, "The draft-only model (L2 {}, every {}th fitting trace held out for the per-depth temperatures), fitted on the first n test traces of each set and scored on all of its tuning traces ({label} of the draft's token, given the round's earlier candidates were accepted, up to depth {}). AUROC: the chance that an accepted position scores above a rejected one, all a threshold rule reads.\n", c.fit.l2, c.fit.holdout_every, c.fit.max_candidates);
     for set in &c.sets {
         let _ = writeln!(s, "## {}\n\n{} scoring prompts, {} positions, acceptance {:.3}; draft rows {} in {:.0} s.\n", set.dataset, set.scoring_prompts, set.scoring_positions, set.scoring_acceptance, set.draft_rows, set.draft_seconds);
         s.push_str("| signal | fit prompts | fit / temperature positions | log loss | Brier | ECE | AUROC |\n| --- | --- | --- | --- | --- | --- | --- |\n");
@@ -149,7 +167,7 @@ pub fn page(c: &Curve) -> String {
 }
 
 /// AUROC of the model (points and line) and of the draft's probability (flat line) per set.
-fn plot(c: &Curve, path: &Path) -> Result<()> {
+fn plot(c: &Curve, label: &str, path: &Path) -> Result<()> {
     let xs = (c.sizes[0] as f64 * 0.8)..(c.sizes[c.sizes.len() - 1] as f64 * 1.25);
     let ys = c.sets.iter().flat_map(|s| s.points.iter().map(|p| p.auroc).chain([s.draft_auroc]));
     let (lo, hi) = (ys.clone().fold(1.0, f64::min), ys.fold(0.0, f64::max));
@@ -162,7 +180,7 @@ fn plot(c: &Curve, path: &Path) -> Result<()> {
             .y_label_area_size(64)
             .build_cartesian_2d(xs.clone().log_scale(), (lo - 0.01)..(hi + 0.01))
             .map_err(e)?;
-        chart.configure_mesh().x_desc("fit prompts (traces)").y_desc("AUROC of greedy acceptance").label_style(("sans-serif", 15)).draw().map_err(e)?;
+        chart.configure_mesh().x_desc("fit prompts (traces)").y_desc(format!("AUROC of {}", label.split(" at ").next().unwrap_or(label))).label_style(("sans-serif", 15)).draw().map_err(e)?;
         let families = ["specdec", "confidence", "specdecpp"];
         for (set, fam) in c.sets.iter().zip(families.iter().cycle()) {
             let col = colour(fam);
@@ -176,10 +194,10 @@ fn plot(c: &Curve, path: &Path) -> Result<()> {
     })
 }
 
-fn write(c: &Curve, dir: &Path) -> Result<PathBuf> {
+fn write(c: &Curve, label: &str, dir: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     write_atomic(&dir.join("curve.json"), serde_json::to_string_pretty(c)?.as_bytes())?;
-    write_atomic(&dir.join("curve.md"), page(c).as_bytes())?;
-    plot(c, &dir.join("curve.png"))?;
+    write_atomic(&dir.join("curve.md"), page(c, label).as_bytes())?;
+    plot(c, label, &dir.join("curve.png"))?;
     Ok(dir.to_path_buf())
 }
