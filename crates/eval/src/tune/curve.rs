@@ -16,6 +16,7 @@ use crate::common::plot::{colour, render_png};
 use crate::common::results::UnitFile;
 use crate::experiment::replay::{TraceBuilder, TraceDraws, TraceInput};
 use anyhow::{anyhow, ensure, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 use specx_decoder::fsutil::write_atomic;
@@ -76,9 +77,14 @@ fn auroc_of(scores: &[f64], labels: &[bool]) -> Result<f64> {
 /// The curve of one prompt set: fits on the first n `pool` traces, scores on `scoring`.
 fn set_curve(draft: &Transformer, eos: &[u32], f: &CalibratedFit, sizes: &[usize], dataset: &str, scoring: &[&UnitFile], pool: &[&UnitFile]) -> Result<SetCurve> {
     let mut builder = TraceBuilder::new(draft, &[], eos);
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(ProgressStyle::with_template("{spinner} {pos} draft looks ({per_sec}), {elapsed}: {msg}")?);
+    bar.set_message(format!("{dataset}: the trunks of the scoring and the fitting traces"));
+    builder.progress = Some(bar.clone());
     let t = Instant::now();
     let scored: Vec<Sample> = samples(&mut builder, scoring, f)?.concat();
     let pool = samples(&mut builder, &pool[..sizes.iter().copied().max().unwrap_or(0)], f)?;
+    bar.finish_and_clear();
     eprintln!("{dataset}: trunks of {} scoring and {} fitting traces, {} draft rows in {:.0} s", scoring.len(), pool.len(), builder.rows, t.elapsed().as_secs_f64());
     let labels: Vec<bool> = scored.iter().map(|s| s.label).collect();
     let p: Vec<f64> = scored.iter().map(draft_probability).collect();
