@@ -9,6 +9,7 @@ use specx_datagen::features::{cache_path, shard_features, stats_cache_path};
 use specx_datagen::shard::{labelled_log_q, labelled_rows, ShardRecord};
 use specx_datagen::split::SplitMix64;
 use specx_decoder::fsutil::{sha256_hex, short_hash};
+use specx_decoder::speculative::calibrated::ln_complement;
 use std::path::{Path, PathBuf};
 
 /// Features and acceptance labels of every labelled row of a run, in shard order.
@@ -158,11 +159,8 @@ pub fn draft_probability_rows(dir: &Path, prompts: Option<usize>) -> Result<(Vec
     let (mut logits, mut labels) = (Vec::new(), Vec::new());
     for rec in prompt_shards(dir, &m, prompts)? {
         let (log_q, l) = labelled_log_q(dir, rec).with_context(|| format!("reading shard {} of {}", rec.index, dir.display()))?;
-        // logit q = ln q - ln(1 - q), with 1 - q floored (a float q can round to 1).
-        logits.extend(log_q.iter().map(|&lq| {
-            let lq = f64::from(lq);
-            (lq - (1.0 - lq.exp()).max(1e-7).ln()) as f32
-        }));
+        // logit q = ln q - ln(1 - q), with 1 - q floored as the calibrated model floors it.
+        logits.extend(log_q.iter().map(|&lq| (f64::from(lq) - ln_complement(f64::from(lq).exp())) as f32));
         labels.extend(l);
     }
     Ok((logits, labels))

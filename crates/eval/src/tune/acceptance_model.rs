@@ -59,11 +59,11 @@ fn live(p: &CalibratedParams) -> Result<ReplayPolicy> {
     Ok(ReplayPolicy::Live(Box::new(CalibratedPolicy::new(p.clone())?)))
 }
 
-/// The model fitted on the trunks of `set`: every `holdout_every`-th trace held out for the
-/// temperatures.
-pub fn fit_on(set: &TraceSet, f: &CalibratedFit) -> Result<ModelFit> {
-    let (mut train, mut held) = (Vec::new(), Vec::new());
-    for (i, t) in set.traces().enumerate() {
+/// The labelled trunk positions of each trace of `set`, with the target's statistics at the
+/// last committed token when `f` reads them.
+pub fn trace_samples(set: &TraceSet, f: &CalibratedFit) -> Result<Vec<Vec<Sample>>> {
+    let mut out = Vec::new();
+    for t in set.traces() {
         let mut samples = Vec::new();
         for s in t.acceptance_samples(f.max_candidates)? {
             let target = match f.target {
@@ -72,9 +72,24 @@ pub fn fit_on(set: &TraceSet, f: &CalibratedFit) -> Result<ModelFit> {
             };
             samples.push(Sample::of(&s.stats, s.depth, s.accepted, target.as_ref()));
         }
-        if (i + 1) % f.holdout_every == 0 { held.extend(samples) } else { train.extend(samples) }
+        out.push(samples);
+    }
+    Ok(out)
+}
+
+/// The model fitted on the labelled positions of `traces` (one list per trace): every
+/// `holdout_every`-th trace held out for the temperatures.
+pub fn fit_traces(traces: &[Vec<Sample>], f: &CalibratedFit) -> Result<ModelFit> {
+    let (mut train, mut held) = (Vec::new(), Vec::new());
+    for (i, t) in traces.iter().enumerate() {
+        if (i + 1) % f.holdout_every == 0 { held.extend_from_slice(t) } else { train.extend_from_slice(t) }
     }
     fit(&train, &held, f.l2, inputs(f.target))
+}
+
+/// The model fitted on the trunks of `set` ([`fit_traces`]).
+pub fn fit_on(set: &TraceSet, f: &CalibratedFit) -> Result<ModelFit> {
+    fit_traces(&trace_samples(set, f)?, f)
 }
 
 fn throughputs(builder: &mut TraceBuilder, set: &mut TraceSet, params: &[CalibratedParams], c: &Costs) -> Result<Vec<f64>> {

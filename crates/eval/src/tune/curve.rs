@@ -9,7 +9,8 @@
 //! The roles of the two runs are swapped on purpose: the test run is the larger pool, and no
 //! setting of any reported rule is chosen here, so the curve spends no test prompt.
 
-use super::calibrate::{calibration, draft_probability, fit, inputs, Calibration, Sample};
+use super::acceptance_model::{fit_traces, trace_samples};
+use super::calibrate::{calibration, draft_probability, Calibration, Sample};
 use super::config::{CalibratedFit, TuneConfig};
 use super::{of, Runs};
 use crate::common::plot::{colour, render_png};
@@ -60,11 +61,10 @@ pub struct Curve {
     pub sets: Vec<SetCurve>,
 }
 
-/// The labelled trunk positions of each trace of `units` (the draft's inputs only).
+/// The labelled trunk positions of each trace of `units`.
 fn samples(builder: &mut TraceBuilder, units: &[&UnitFile], f: &CalibratedFit) -> Result<Vec<Vec<Sample>>> {
     let inputs: Vec<TraceInput> = units.iter().map(|u| TraceInput::of(u)).collect::<Result<_>>()?;
-    let set = builder.start(&inputs, false)?;
-    set.traces().map(|t| Ok(t.acceptance_samples(f.max_candidates)?.iter().map(|s| Sample::of(&s.stats, s.depth, s.accepted, None)).collect())).collect()
+    trace_samples(&builder.start(&inputs, false)?, f)
 }
 
 /// AUROC of `scores` for `labels` (both labels are present on every scoring set used here).
@@ -90,13 +90,9 @@ fn set_curve(draft: &Transformer, eos: &[u32], f: &CalibratedFit, sizes: &[usize
     let p: Vec<f64> = scored.iter().map(draft_probability).collect();
     let mut points = Vec::new();
     for &n in sizes {
-        let (mut train, mut held) = (Vec::new(), Vec::new());
-        for (i, trace) in pool[..n].iter().enumerate() {
-            if (i + 1) % f.holdout_every == 0 { held.extend_from_slice(trace) } else { train.extend_from_slice(trace) }
-        }
-        let m = fit(&train, &held, f.l2, inputs(false)).with_context(|| format!("{dataset}: the fit on {n} traces"))?;
+        let m = fit_traces(&pool[..n], f).with_context(|| format!("{dataset}: the fit on {n} traces"))?;
         let probs: Vec<f64> = scored.iter().map(|s| m.probability(s)).collect();
-        points.push(CurvePoint { prompts: n, fit_positions: train.len(), temperature_positions: held.len(), scored: calibration(&probs, &labels), auroc: auroc_of(&probs, &labels)? });
+        points.push(CurvePoint { prompts: n, fit_positions: m.fit_samples, temperature_positions: m.holdout_samples, scored: calibration(&probs, &labels), auroc: auroc_of(&probs, &labels)? });
     }
     Ok(SetCurve {
         dataset: dataset.into(),

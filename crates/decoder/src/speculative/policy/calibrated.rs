@@ -64,7 +64,7 @@ pub fn features(s: &DraftStats, index: usize, target: Option<&DraftStats>) -> [f
     x[0] = 1.0;
     let p = f64::from(s.token_prob);
     x[1] = p.max(1e-30).ln();
-    x[2] = (1.0 - p).max(MIN_COMPLEMENT).ln();
+    x[2] = ln_complement(p);
     x[3] = f64::from(s.entropy);
     x[4] = f64::from(s.margin);
     let b = depth_bucket(index);
@@ -76,6 +76,11 @@ pub fn features(s: &DraftStats, index: usize, target: Option<&DraftStats>) -> [f
         x[DRAFT_FEATURES + 1] = f64::from(t.entropy);
     }
     x
+}
+
+/// ln(1 - p), with 1 - p floored at [`MIN_COMPLEMENT`].
+pub fn ln_complement(p: f64) -> f64 {
+    (1.0 - p).max(MIN_COMPLEMENT).ln()
 }
 
 /// The logit `weights . x` over the inputs the weights cover (the fit and the policy share it).
