@@ -22,14 +22,23 @@ struct Phase {
     files: usize,
 }
 
+/// An uninterrupted run's phases, and how many files its directory held before the first
+/// file of its work (`startup`: what it writes before any result).
+struct Watched {
+    phases: Vec<Phase>,
+    startup: usize,
+}
+
 /// Runs `args` to the end while watching `out`, the directory it writes: the run's phases,
 /// a new one wherever the number of files under `out` changed (startup and model loading, then
 /// each write), and its end. Kills aimed phase by phase land on every phase whatever their
 /// lengths (on some machines startup is nine tenths of a run, on others the writes are).
-fn finish_watching(args: &[String], out: &Path) -> Vec<Phase> {
+/// `work` tells the files of the run's results (relative paths) from those of its startup.
+fn finish_watching(args: &[String], out: &Path, work: &dyn Fn(&str) -> bool) -> Watched {
     let mut child = specx().args(args).spawn().unwrap();
     let start = Instant::now();
     let mut phases = vec![Phase { start: Duration::ZERO, files: 0 }];
+    let mut startup = None;
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
@@ -37,6 +46,9 @@ fn finish_watching(args: &[String], out: &Path) -> Vec<Phase> {
         let now = file_count(out);
         if now != phases.last().unwrap().files {
             phases.push(Phase { start: start.elapsed(), files: now });
+            if startup.is_none() && file_names(out).iter().any(|f| work(f)) {
+                startup = Some(phases[phases.len() - 2].files);
+            }
         }
         std::thread::sleep(Duration::from_millis(1));
     };
@@ -44,8 +56,26 @@ fn finish_watching(args: &[String], out: &Path) -> Vec<Phase> {
     std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
     assert!(status.success(), "specx {}: {err}", args.join(" "));
     phases.push(Phase { start: start.elapsed(), files: file_count(out) });
-    eprintln!("specx {}: phases (ms, files) {:?}", args[0], phases.iter().map(|p| (p.start.as_millis(), p.files)).collect::<Vec<_>>());
-    phases
+    let startup = startup.unwrap_or(0);
+    eprintln!("specx {}: phases (ms, files) {:?}, {startup} files before the first result", args[0], phases.iter().map(|p| (p.start.as_millis(), p.files)).collect::<Vec<_>>());
+    Watched { phases, startup }
+}
+
+/// The files under `dir` (relative paths) while a process writes there.
+fn file_names(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else if let Ok(rel) = e.path().strip_prefix(dir) {
+                out.push(rel.display().to_string());
+            }
+        }
+    }
+    out
 }
 
 /// The number of files under `dir` (0 if it does not exist) while a process writes there:
@@ -133,10 +163,14 @@ fn kill_repeatedly(args: &[String], out: &Path, phases: &[Phase], seed: u64, che
     k
 }
 
-fn assert_spread(what: &str, k: &Kills) {
+/// The kills landed at three or more levels of progress, and three or more of them after the
+/// run had written results (beyond its `startup` files).
+fn assert_spread(what: &str, k: &Kills, startup: usize) {
     let levels: std::collections::BTreeSet<_> = k.progress.iter().collect();
-    eprintln!("{what}: {} kills in {} chains, files on disk after each kill: {:?}", k.landed, k.chains, k.progress);
+    let after_startup = k.progress.iter().filter(|&&p| p > startup).count();
+    eprintln!("{what}: {} kills in {} chains, files on disk after each kill: {:?}; {after_startup} after the {startup} startup files", k.landed, k.chains, k.progress);
     assert!(levels.len() >= 3, "{what}: every kill landed at the same progress {:?}", k.progress);
+    assert!(after_startup >= 3, "{what}: {after_startup} kills landed after the {startup} startup files: {:?}", k.progress);
 }
 
 fn datagen_args(t: &Tiny, out: &Path) -> Vec<String> {
@@ -149,11 +183,11 @@ fn killed_datagen_resumes_to_the_same_bytes() {
     let out = t.root.join("out");
     let args = datagen_args(&t, &out);
     // The uninterrupted run, in the same directory (the config it records names it).
-    let phases = finish_watching(&args, &out);
+    let watched = finish_watching(&args, &out, &|f| f.starts_with("tokens-"));
     let want = datagen_files(&out);
     assert!(want.len() >= 16 && want["manifest.json"].starts_with("complete true"), "{want:?}");
-    let k = kill_repeatedly(&args, &out, &phases, 1, &|dir| assert_eq!(datagen_files(dir), want, "datagen files after kills"));
-    assert_spread("datagen", &k);
+    let k = kill_repeatedly(&args, &out, &watched.phases, 1, &|dir| assert_eq!(datagen_files(dir), want, "datagen files after kills"));
+    assert_spread("datagen", &k, watched.startup);
 }
 
 /// A replay's files by sha256; `replay.json` without the run's path and the draft's measured
@@ -172,17 +206,21 @@ fn killed_eval_and_replay_resume_to_the_same_rows() {
     let config = eval_config(&t);
     let args = |dir: &Path| -> Vec<String> { ["eval", "--config", &s(&config), "--out", &s(dir), "--no-progress"].map(String::from).to_vec() };
     let full = t.root.join("full");
-    let phases = finish_watching(&args(&full), &full);
+    let watched = finish_watching(&args(&full), &full, &|f| f.starts_with("units"));
     let want = untimed_rows(&full);
     assert_eq!(want.len(), 9 * 4, "3 prompts x 3 sampling units x (AR + 3 methods)");
+    let (want_results, want_summary, want_manifest) = (untimed_results(&full), untimed_summary(&full), untimed_manifest(&full));
+    assert_eq!(want_results.len(), want.len());
     let killed = t.root.join("killed");
-    let k = kill_repeatedly(&args(&killed), &killed, &phases, 2, &|dir| {
+    let k = kill_repeatedly(&args(&killed), &killed, &watched.phases, 2, &|dir| {
         assert_eq!(untimed_rows(dir), want, "eval rows after kills");
-        assert!(dir.join("results.parquet").is_file() && dir.join("summary.md").is_file());
+        assert_eq!(untimed_results(dir), want_results, "results.parquet after kills");
+        assert_eq!(untimed_summary(dir), want_summary, "summary.md after kills");
+        assert_eq!(untimed_manifest(dir), want_manifest, "manifest.json after kills");
         let temporaries: Vec<String> = files(dir, &|_| false).into_keys().filter(|f| f.contains(".tmp-")).collect();
         assert!(temporaries.is_empty(), "a killed write's temporaries outlived the run: {temporaries:?}");
     });
-    assert_spread("eval", &k);
+    assert_spread("eval", &k, watched.startup);
 
     // Replay of the finished run under another grid: its rows are exact counts and modelled
     // times, so every file it writes must be the same bytes.
@@ -190,7 +228,7 @@ fn killed_eval_and_replay_resume_to_the_same_rows() {
     std::fs::write(&grid, "[methods]\nspecdec = { k = [2, 4] }\nconfidence = { thresholds = [0.5] }\n").unwrap();
     let replay_args = |run: &Path| -> Vec<String> { ["eval", "replay", "--config", &s(&grid), &s(run), "--no-progress"].map(String::from).to_vec() };
     let replay_dir = |run: &Path| run.join("replay-grid");
-    let phases = finish_watching(&replay_args(&full), &replay_dir(&full));
+    let watched = finish_watching(&replay_args(&full), &replay_dir(&full), &|_| true);
     let want = replay_files(&replay_dir(&full));
     assert!(want.len() >= 4, "{want:?}");
     // A copy of the run without its replay; the kill loop empties the replay directory
@@ -198,10 +236,10 @@ fn killed_eval_and_replay_resume_to_the_same_rows() {
     let copied = t.root.join("copy");
     common::copy(&full, &copied);
     std::fs::remove_dir_all(replay_dir(&copied)).unwrap();
-    let k = kill_repeatedly(&replay_args(&copied), &replay_dir(&copied), &phases, 3, &|dir| {
+    let k = kill_repeatedly(&replay_args(&copied), &replay_dir(&copied), &watched.phases, 3, &|dir| {
         assert_eq!(replay_files(dir), want, "replay files after kills");
     });
-    assert_spread("replay", &k);
+    assert_spread("replay", &k, watched.startup);
 }
 
 /// Runs `args` with the file size limit at `kib` KiB (`ulimit -f`, SIGXFSZ ignored): a write
@@ -219,9 +257,13 @@ fn fail_writes_then_rerun<T: PartialEq + std::fmt::Debug>(what: &str, args: &[St
     let _ = std::fs::remove_dir_all(out);
     finish(args);
     let want = snapshot(out);
+    let mut failed = Vec::new();
     for kib in [1, 4, 16, 64] {
         std::fs::remove_dir_all(out).unwrap();
         let (ok, err) = with_file_limit(args, kib);
+        if !ok {
+            failed.push(kib);
+        }
         eprintln!("{what}, files limited to {kib} KiB: {}", if ok { "finished".to_string() } else { err.trim().replace('\n', " | ") });
         assert!(ok || err.contains(&s(out)), "the error does not name the file: {err}");
         let temporaries: Vec<String> = files(out, &|_| false).into_keys().filter(|f| f.contains(".tmp-")).collect();
@@ -229,6 +271,8 @@ fn fail_writes_then_rerun<T: PartialEq + std::fmt::Debug>(what: &str, args: &[St
         finish(args);
         assert_eq!(snapshot(out), want, "{what} after a failed write ({kib} KiB)");
     }
+    // Otherwise no write ever failed, and nothing above was tested.
+    assert!(!failed.is_empty(), "{what}: no file size limit made a write fail");
 }
 
 #[test]

@@ -141,6 +141,64 @@ pub fn untimed_rows(dir: &Path) -> Vec<String> {
     rows
 }
 
+/// The rows of a run's `results.parquet` without the measured times: what each row says of its
+/// unit and counts, sorted.
+pub fn untimed_results(dir: &Path) -> Vec<String> {
+    let table = specx_eval::common::results::ResultsTable::read(dir).unwrap();
+    let text = |name: &str| table.strs(name).unwrap();
+    let count = |name: &str| table.u64s(name).unwrap();
+    let (dataset, prompt, sampling, setting) = (text("dataset"), text("prompt_id"), text("sampling"), text("setting"));
+    let counts: Vec<_> = ["n_generated", "n_target_calls", "n_draft_calls", "n_drafted", "n_accepted", "n_verified"].map(count).into();
+    let mut rows: Vec<String> = (0..table.height())
+        .map(|i| format!("{:?} {:?} {:?} {:?} {:?}", dataset[i], prompt[i], sampling[i], setting[i], counts.iter().map(|c| c[i]).collect::<Vec<_>>()))
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// A run's `summary.md` without what measured times decide: the timing model's section (fitted
+/// to the times) is cut, every decimal number is `#`, and runs of spaces and of table dashes
+/// are one, so that column widths do not matter.
+pub fn untimed_summary(dir: &Path) -> String {
+    let text = std::fs::read_to_string(dir.join("summary.md")).unwrap();
+    let text = text.split("\n## Timing model").next().unwrap();
+    let mut out = String::new();
+    let chars: Vec<char> = text.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let number_end = |from: usize| (from..chars.len()).find(|&j| !chars[j].is_ascii_digit()).unwrap_or(chars.len());
+        if c.is_ascii_digit() {
+            let int_end = number_end(i);
+            if int_end + 1 < chars.len() && chars[int_end] == '.' && chars[int_end + 1].is_ascii_digit() {
+                out.push('#');
+                i = number_end(int_end + 1);
+                continue;
+            }
+            out.extend(&chars[i..int_end]);
+            i = int_end;
+            continue;
+        }
+        if (c == ' ' || c == '-') && out.ends_with(c) {
+            i += 1;
+            continue;
+        }
+        out.push(c);
+        i += 1;
+    }
+    out
+}
+
+/// A run's manifest without its wall time, the machine it ran on and where its output went.
+pub fn untimed_manifest(dir: &Path) -> serde_json::Value {
+    let mut m = serde_json::to_value(specx_eval::experiment::manifest::EvalManifest::read(dir).unwrap()).unwrap();
+    let o = m.as_object_mut().unwrap();
+    o.remove("seconds");
+    o.remove("machine");
+    o["config"].as_object_mut().unwrap().remove("output");
+    m
+}
+
 /// The specx binary of this build, stdout discarded, stderr piped.
 pub fn specx() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_specx"));
