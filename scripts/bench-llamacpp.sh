@@ -17,7 +17,7 @@ dir="${SPECX_CACHE:-$HOME/.cache/specx}/llama.cpp"
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) dir="$2"; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "bench-llamacpp: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

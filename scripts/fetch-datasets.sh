@@ -27,7 +27,7 @@ while [ $# -gt 0 ]; do
     --dir) dir="$2"; shift 2 ;;
     --from) from="$2"; shift 2 ;;
     --allow-missing) allow_missing=1; shift ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "fetch-datasets: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -14,7 +14,7 @@ dir="${SPECX_MODELS:-$HOME/.cache/specx/models}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) dir="$2"; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "fetch-models: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

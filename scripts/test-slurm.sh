@@ -2,7 +2,7 @@
 # The Slurm job arrays on a real scheduler (CI runs this after scripts/test.sh): installs the
 # Debian packages slurm-wlm and munge if they are missing (as root, with apt-get), starts a
 # one-node cluster on this machine (scripts/slurm/local-cluster.sh), runs the tests that
-# submit to it (crates/cli/tests/slurm_cluster.rs), and stops it. Refuses, naming the reason,
+# submit to it (crates/cli/tests/slurm_cluster.rs; exactly 2 must run), and stops it. Refuses, naming the reason,
 # where the packages cannot be installed or the daemons do not start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +24,8 @@ trap 'scripts/slurm/local-cluster.sh stop "$dir"; rm -rf "$dir"' EXIT
 scripts/slurm/local-cluster.sh start "$dir"
 export SLURM_CONF="$dir/slurm.conf"
 t0=$(date +%s)
-cargo test --release -j2 -p specx-cli --test slurm_cluster -- --ignored --nocapture --test-threads=1
+source scripts/lib/counted.sh
+counted 2 cargo test --release -j2 -p specx-cli --test slurm_cluster -- --ignored --nocapture --test-threads=1
 echo "test-slurm: the cluster tests took $(( $(date +%s) - t0 )) s; $(( $(date +%s) - start )) s in all"
 echo "test-slurm: jobs the cluster completed (its jobcomp log):"
 awk '{ line = ""; for (i = 1; i <= NF; i++) if ($i ~ /^(JobId|Name|JobState|StartTime|EndTime|ArrayJobId|ArrayTaskId|ExitCode)=/) line = line " " $i; print line }' "$dir/log/jobcomp.txt" 2>/dev/null || true

@@ -10,29 +10,24 @@
 #   comes first (`specx devices` lists them); on a machine without a GPU that is Mesa's
 #   software driver (lavapipe), which this script installs when it can (Debian/Ubuntu, as root
 #   or with passwordless sudo). Without a Vulkan driver it fails and says why (set
-#   SPECX_SKIP_GPU_TESTS=1 to skip them on purpose, e.g. on a machine without root);
+#   SPECX_SKIP_GPU_TESTS=1 to skip them on purpose, e.g. on a machine without root; under
+#   CI=true that is refused, so a CI run cannot go green without the GPU phase);
 # - the `hub` feature (hf-hub's downloads) builds, and cached hub ids resolve as without it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/specx/target}"
+if [ "${SPECX_SKIP_GPU_TESTS:-}" = 1 ] && [ "${CI:-}" = true ]; then
+    echo "test-wgpu: FAILED: SPECX_SKIP_GPU_TESTS=1 is refused under CI=true (a CI run must run the GPU phase)" >&2
+    exit 1
+fi
 sel=(-p specx-decoder -p specx-trainer -p specx-datagen -p specx-cli)
 feat=(--features specx-cli/wgpu,specx-cli/cuda,specx-cli/hub)
-# gpu_test N ARGS...: the filtered test run must execute exactly N tests (a renamed test or
-# filter would otherwise run none and pass).
+# gpu_test N ARGS...: the filtered test run must execute exactly N tests.
+source scripts/lib/counted.sh
 gpu_test() {
     local want=$1
     shift
-    local log
-    log=$(mktemp)
-    # A failing run stops the script here (set -e with pipefail).
-    cargo test --release -j2 "${sel[@]}" "${feat[@]}" "$@" 2>&1 | tee "$log"
-    local ran
-    ran=$(sed -n 's/^test result: [a-zA-Z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log" | awk '{n += $1 + $2} END {print n + 0}')
-    rm -f "$log"
-    if [ "$ran" != "$want" ]; then
-        echo "test-wgpu: 'cargo test $*' ran $ran tests, expected $want (a test renamed or a filter changed?)" >&2
-        return 1
-    fi
+    counted "$want" cargo test --release -j2 "${sel[@]}" "${feat[@]}" "$@"
 }
 # Mesa warns on every device creation without a runtime directory.
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
