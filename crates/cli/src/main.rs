@@ -107,9 +107,10 @@ enum Reproduce {
 struct GenerateArgs {
     /// Model: an HF directory (config.json, *.safetensors, tokenizer.json), a .gguf file with
     /// tokenizer.json beside it, or a hub id `hf:ORG/NAME[@REV]` (`hf:ORG/NAME/FILE.gguf`)
-    /// resolved through the Hugging Face cache (downloads need `--features hub`).
+    /// resolved through the Hugging Face cache (downloads need `--features hub`). Default: the
+    /// 1.5B target `scripts/fetch-models.sh` fetches.
     #[arg(long)]
-    model: PathBuf,
+    model: Option<PathBuf>,
     /// tokenizer.json to use instead of the one beside the model.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
@@ -122,8 +123,9 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
     let placement: Placement = a.run.device.parse()?;
     placement.check()?;
     let t = Instant::now();
-    let lm = load_model_split(&a.model, a.tokenizer.as_deref(), &placement.open()?, a.run.weights)?;
-    eprintln!("loaded {} in {:.1} s", a.model.display(), t.elapsed().as_secs_f64());
+    let model = a.model.clone().unwrap_or_else(specx_eval::bench::default_target);
+    let lm = load_model_split(&model, a.tokenizer.as_deref(), &placement.open()?, a.run.weights)?;
+    eprintln!("loaded {} in {:.1} s", model.display(), t.elapsed().as_secs_f64());
     let prompt = lm.tokenizer.encode(&a.run.prompt_text())?;
     let mut sampler = Sampler::new(sampling, a.run.sampling.seed);
     let mut stream = TextStream::new(&lm.tokenizer);

@@ -103,13 +103,7 @@ impl PromptsConfig {
     }
 
     pub fn chat(&self) -> Result<specx_decoder::ChatTemplate> {
-        use specx_decoder::ChatTemplate;
-        Ok(match self.chat_template.as_str() {
-            "qwen" => ChatTemplate::qwen(),
-            "chatml" => ChatTemplate::ChatMl { system: None },
-            "none" => ChatTemplate::None,
-            other => bail!("unknown chat_template '{other}': expected qwen, chatml or none"),
-        })
+        self.chat_template.parse().context("chat_template")
     }
 }
 

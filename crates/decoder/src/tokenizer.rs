@@ -81,6 +81,20 @@ pub enum ChatTemplate {
     ChatMl { system: Option<String> },
 }
 
+/// The templates by the names configs and `--chat-template` use: `qwen` (ChatML with Qwen's
+/// system prompt), `chatml` (ChatML without a system turn), `none`.
+impl std::str::FromStr for ChatTemplate {
+    type Err = anyhow::Error;
+    fn from_str(name: &str) -> anyhow::Result<Self> {
+        Ok(match name {
+            "qwen" => Self::qwen(),
+            "chatml" => Self::ChatMl { system: None },
+            "none" => Self::None,
+            other => anyhow::bail!("unknown chat template '{other}': expected qwen, chatml or none"),
+        })
+    }
+}
+
 impl ChatTemplate {
     /// ChatML with Qwen's default system prompt.
     pub fn qwen() -> Self {

@@ -13,12 +13,14 @@ use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct DecodeArgs {
-    /// Draft model (HF directory, .gguf, or hub id hf:ORG/NAME[@REV]); it must share the target's tokenizer.
+    /// Draft model (HF directory, .gguf, or hub id hf:ORG/NAME[@REV]); it must share the
+    /// target's tokenizer. Default: the 0.5B draft `scripts/fetch-models.sh` fetches.
     #[arg(long)]
-    pub draft: PathBuf,
-    /// Target model (HF directory, .gguf, or hub id hf:ORG/NAME[@REV]).
+    pub draft: Option<PathBuf>,
+    /// Target model (HF directory, .gguf, or hub id hf:ORG/NAME[@REV]). Default: the 1.5B
+    /// target `scripts/fetch-models.sh` fetches.
     #[arg(long)]
-    pub target: PathBuf,
+    pub target: Option<PathBuf>,
     #[command(flatten)]
     pub method: MethodArgs,
     #[command(flatten)]
@@ -56,9 +58,14 @@ pub struct RunArgs {
     /// The prompt text.
     #[arg(long)]
     pub prompt: String,
-    /// Wrap the prompt in Qwen's ChatML chat template (for instruct models).
+    /// Wrap the prompt in Qwen's ChatML chat template (for instruct models); the same as
+    /// `--chat-template qwen`.
     #[arg(long)]
     pub chat: bool,
+    /// Wrap the prompt in a chat template: `qwen` (ChatML with Qwen's system prompt), `chatml`
+    /// (ChatML without a system turn) or `none` (the prompt as is, the default without `--chat`).
+    #[arg(long, value_name = "NAME", conflicts_with = "chat")]
+    pub chat_template: Option<ChatTemplate>,
     /// Maximum number of tokens to generate (generation also stops at an end-of-sequence token).
     #[arg(long, default_value_t = 128)]
     pub max_new_tokens: usize,
@@ -82,7 +89,11 @@ pub struct RunArgs {
 impl RunArgs {
     /// The prompt as text, wrapped in the chat template if asked.
     pub fn prompt_text(&self) -> String {
-        let template = if self.chat { ChatTemplate::qwen() } else { ChatTemplate::None };
+        let template = match (&self.chat_template, self.chat) {
+            (Some(t), _) => t.clone(),
+            (None, true) => ChatTemplate::qwen(),
+            (None, false) => ChatTemplate::None,
+        };
         template.apply(&self.prompt)
     }
 }
@@ -99,8 +110,8 @@ pub fn run(a: DecodeArgs) -> Result<()> {
     // The setting names its head by the spec it was given (`--head`, or the shipped default).
     let head = setting.head().map(|h| (h.to_string(), h.to_string()));
     let plan = ModelPlan {
-        target: a.target.clone(),
-        draft: setting.needs_draft_model().then(|| a.draft.clone()),
+        target: a.target.clone().unwrap_or_else(crate::bench::default_target),
+        draft: setting.needs_draft_model().then(|| a.draft.clone().unwrap_or_else(crate::bench::default_draft)),
         device,
         weights: a.run.weights,
         worker_devices,
