@@ -1,8 +1,9 @@
 //! Prompt lookup drafting ([`PromptLookupDrafter`], and [`HybridDrafter`]: lookup else the
 //! draft model) is lossless: greedy output equals the target's greedy output under every
 //! policy that applies to it and both schedulers, and sampled output is distributed as the
-//! target's (a chi-square over whole sequences; for the hybrid also under [`MatchRatePolicy`],
-//! whose dropped matches are drafted by the draft model); a
+//! target's (a chi-square over whole sequences, at T = 1 and warped by top-k/top-p; under DSI
+//! the same tokens as the sequential scheduler's, request by request; for the hybrid also under
+//! [`MatchRatePolicy`], whose dropped matches are drafted by the draft model); a
 //! verifier that treats the looked-up token as if it had no proposal distribution (resampling
 //! from `p` after a rejection, the token itself included) is caught.
 
@@ -31,8 +32,32 @@ fn t1() -> SamplingConfig {
     SamplingConfig { temperature: 1.0, top_k: None, top_p: None }
 }
 
+/// Temperature 1.3 warped by top-k 4 and top-p 0.9: the residual after a rejected lookup is
+/// taken from the warped distribution.
+fn warped() -> SamplingConfig {
+    SamplingConfig { temperature: 1.3, top_k: Some(4), top_p: Some(0.9) }
+}
+
+/// Who verifies: the sequential loop, or DSI with this many target instances.
+#[derive(Clone, Copy, Debug)]
+enum Scheduler {
+    Sequential,
+    Dsi(usize),
+}
+
+/// One request with `drafter` under `scheduler`.
+fn run(target: &Transformer, drafter: &mut dyn Drafter, policy: &mut dyn StopPolicy, verifier: &mut dyn Verifier, c: &SpecConfig, scheduler: Scheduler) -> Generation {
+    match scheduler {
+        Scheduler::Sequential => generate_speculative(target, drafter, policy, verifier, &PROMPT, c, &[]).unwrap(),
+        Scheduler::Dsi(workers) => {
+            let lookahead = policy.max_candidates();
+            generate_dsi(&vec![target; workers], drafter, policy, verifier, &PROMPT, c, &DsiConfig::new(workers, lookahead), &[]).unwrap().generation
+        }
+    }
+}
+
 fn lookup(target: &Transformer, policy: &mut dyn StopPolicy, verifier: &mut dyn Verifier, c: &SpecConfig) -> Generation {
-    generate_speculative(target, &mut PromptLookupDrafter::new(1, 3).unwrap(), policy, verifier, &PROMPT, c, &[]).unwrap()
+    run(target, &mut PromptLookupDrafter::new(1, 3).unwrap(), policy, verifier, c, Scheduler::Sequential)
 }
 
 #[test]
@@ -56,30 +81,50 @@ fn greedy_lookup_equals_greedy_decoding_under_every_policy_and_both_schedulers()
     }
 }
 
-/// Sampled output under lookup with fixed K = 3, and what the rounds went through.
-fn sampled(target: &Transformer, verifier: &mut dyn Verifier) -> Vec<Vec<u32>> {
-    let (mut rounds, mut rejected, mut accepted) = (0, 0, 0);
+/// Sampled output under lookup with fixed K = 3 at `s` under `scheduler`, and what the
+/// requests went through: lookups accepted and rejected in many of them.
+fn sampled(target: &Transformer, verifier: &mut dyn Verifier, s: &SamplingConfig, scheduler: Scheduler) -> Vec<Vec<u32>> {
+    let (mut drafted, mut accepted) = (0, 0);
     let samples: Vec<Vec<u32>> = (0..N as u64)
         .map(|seed| {
-            let g = lookup(target, &mut FixedK(3), verifier, &cfg(t1(), seed, LONG));
-            let m = &g.metrics;
-            rounds += m.drafted_per_round.iter().filter(|&&k| k > 0).count();
-            rejected += m.drafted_per_round.iter().zip(&m.accepted_per_round).filter(|(k, a)| a < k).count();
-            accepted += m.n_accepted;
+            let g = run(target, &mut PromptLookupDrafter::new(1, 3).unwrap(), &mut FixedK(3), verifier, &cfg(s.clone(), seed, LONG), scheduler);
+            drafted += g.metrics.n_drafted;
+            accepted += g.metrics.n_accepted;
             g.tokens
         })
         .collect();
-    assert!(rounds >= N && rejected >= N / 4 && accepted >= N / 4, "lookups in {N} requests: {rounds} rounds with candidates, {rejected} with a rejection, {accepted} accepted");
+    assert!(accepted >= N / 4 && drafted - accepted >= N / 4, "lookups in {N} requests under {scheduler:?}: {drafted} drafted, {accepted} accepted");
     samples
+}
+
+/// The sampling settings of the sampled lookup and hybrid tests, each with the DSI
+/// configuration that must commit the sequential scheduler's tokens request by request
+/// (randomness is keyed by position, and a round's proposals depend on its prefix alone).
+fn sampled_cases() -> [(&'static str, SamplingConfig, Scheduler); 2] {
+    [("T=1", t1(), Scheduler::Dsi(3)), ("T=1.3 top-k 4 top-p 0.9", warped(), Scheduler::Dsi(2))]
 }
 
 #[test]
 fn sampled_lookup_is_distributed_as_the_target() {
     let (_dir, t, _) = pair(SMALL_VOCAB, 11, 12);
-    let samples = sampled(&t.model, &mut RejectionSampler);
-    let p = sequence_chi_square_p(&t.model, &PROMPT, &t1(), &samples);
-    eprintln!("lookup, T=1: p = {p:.3}");
-    assert!(p > ALPHA, "sampled lookup output not distributed as the target's: p = {p:.2e}");
+    let mut report = Vec::new();
+    for (name, s, dsi) in sampled_cases() {
+        let samples = sampled(&t.model, &mut RejectionSampler, &s, Scheduler::Sequential);
+        let p = sequence_chi_square_p(&t.model, &PROMPT, &s, &samples);
+        report.push(format!("lookup, {name}: p = {p:.3}"));
+        assert!(p > ALPHA, "{name}: sampled lookup output not distributed as the target's: p = {p:.2e}");
+        let under_dsi = sampled(&t.model, &mut RejectionSampler, &s, dsi);
+        assert_same_requests(&format!("lookup, {name}, {dsi:?}"), &under_dsi, &samples);
+    }
+    eprintln!("{}", report.join("\n"));
+}
+
+/// `got` (requests under DSI) commits `want`'s tokens (the sequential scheduler's), seed by seed.
+fn assert_same_requests(what: &str, got: &[Vec<u32>], want: &[Vec<u32>]) {
+    assert_eq!(got.len(), want.len());
+    for (seed, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g, w, "{what}, seed {seed}: tokens differ from the sequential scheduler's");
+    }
 }
 
 /// After rejecting a looked-up token, resamples from `p` itself: the residual of a proposal
@@ -98,10 +143,12 @@ impl Verifier for ResampleFromP {
 #[test]
 fn a_residual_that_keeps_the_rejected_lookup_is_caught() {
     let (_dir, t, _) = pair(SMALL_VOCAB, 11, 12);
-    let samples = sampled(&t.model, &mut ResampleFromP);
-    let p = sequence_chi_square_p(&t.model, &PROMPT, &t1(), &samples);
-    eprintln!("lookup with p as its residual, T=1: p = {p:.2e}");
-    assert!(p < ALPHA, "a residual that keeps the rejected token went unnoticed: p = {p:.2e}");
+    for (name, s, scheduler) in [("T=1", t1(), Scheduler::Sequential), ("T=1.3 top-k 4 top-p 0.9, DSI sp 2", warped(), Scheduler::Dsi(2))] {
+        let samples = sampled(&t.model, &mut ResampleFromP, &s, scheduler);
+        let p = sequence_chi_square_p(&t.model, &PROMPT, &s, &samples);
+        eprintln!("lookup with p as its residual, {name}: p = {p:.2e}");
+        assert!(p < ALPHA, "{name}: a residual that keeps the rejected token went unnoticed: p = {p:.2e}");
+    }
 }
 
 /// The hybrid drafter of these tests: lookup of 2..3-grams, else `draft`.
@@ -109,14 +156,15 @@ fn hybrid(draft: &Transformer) -> HybridDrafter<'_> {
     HybridDrafter::new(PromptLookupDrafter::new(2, 3).unwrap(), draft)
 }
 
-/// Sampled hybrid output of `N` requests under `policy`, and the rounds drafted by lookup, by
-/// the draft model, and the matches dropped for the draft model, summed.
-fn sampled_hybrid(target: &Transformer, draft: &Transformer, policy: &mut dyn StopPolicy) -> (Vec<Vec<u32>>, [usize; 3]) {
+/// Sampled hybrid output of `N` requests under `policy` at `s` under `scheduler`, and the
+/// rounds drafted by lookup, by the draft model, and the matches dropped for the draft model,
+/// summed.
+fn sampled_hybrid(target: &Transformer, draft: &Transformer, policy: &mut dyn StopPolicy, s: &SamplingConfig, scheduler: Scheduler) -> (Vec<Vec<u32>>, [usize; 3]) {
     let mut rounds = [0; 3];
     let samples = (0..N as u64)
         .map(|seed| {
             let mut h = hybrid(draft);
-            let g = generate_speculative(target, &mut h, policy, &mut RejectionSampler, &PROMPT, &cfg(t1(), seed, LONG), &[]).unwrap();
+            let g = run(target, &mut h, policy, &mut RejectionSampler, &cfg(s.clone(), seed, LONG), scheduler);
             rounds = [rounds[0] + h.rounds[0], rounds[1] + h.rounds[1], rounds[2] + h.dropped_matches];
             g.tokens
         })
@@ -132,7 +180,7 @@ fn sampled_hybrid_under_the_matchrate_rule_is_distributed_as_the_target() {
     let (dir, t, _) = pair(SMALL_VOCAB, 11, 12);
     let draft = noisy_draft(dir.path(), SMALL_VOCAB, 11, 0.3);
     let (target, draft) = (&t.model, &draft.model);
-    let (samples, [by_lookup, _, dropped]) = sampled_hybrid(target, draft, &mut MatchRatePolicy::new(0.45, 6));
+    let (samples, [by_lookup, _, dropped]) = sampled_hybrid(target, draft, &mut MatchRatePolicy::new(0.45, 6), &t1(), Scheduler::Sequential);
     assert!(by_lookup >= N / 2 && dropped >= N / 4, "rounds by lookup {by_lookup}, matches dropped for the draft model {dropped}");
     let p = sequence_chi_square_p(target, &PROMPT, &t1(), &samples);
     eprintln!("hybrid under matchrate 0.45, T=1: p = {p:.3}");
@@ -163,10 +211,17 @@ fn hybrid_drafting_is_greedy_exact_and_sampled_as_the_target() {
         let dsi = generate_dsi(&[target, target], &mut hybrid(), &mut rule(), &mut RejectionSampler, &PROMPT, &c, &DsiConfig::new(2, 3), &[]).unwrap();
         assert_eq!(dsi.generation.tokens, want, "DSI, matchrate {threshold} {model_k:?}");
     }
-    let (samples, [by_lookup, by_model, _]) = sampled_hybrid(target, draft, &mut FixedK(3));
-    assert!(by_lookup >= N / 2 && by_model >= N / 2, "rounds by lookup {by_lookup}, by the draft model {by_model}");
-    let p = sequence_chi_square_p(target, &PROMPT, &t1(), &samples);
-    eprintln!("hybrid, T=1: p = {p:.3}");
-    assert!(p > ALPHA, "sampled hybrid output not distributed as the target's: p = {p:.2e}");
+    let mut report = Vec::new();
+    for (name, s, dsi) in sampled_cases() {
+        let (samples, [by_lookup, by_model, _]) = sampled_hybrid(target, draft, &mut FixedK(3), &s, Scheduler::Sequential);
+        assert!(by_lookup >= N / 2 && by_model >= N / 2, "{name}: rounds by lookup {by_lookup}, by the draft model {by_model}");
+        let p = sequence_chi_square_p(target, &PROMPT, &s, &samples);
+        report.push(format!("hybrid, {name}: p = {p:.3}"));
+        assert!(p > ALPHA, "{name}: sampled hybrid output not distributed as the target's: p = {p:.2e}");
+        let (under_dsi, [by_lookup, by_model, _]) = sampled_hybrid(target, draft, &mut FixedK(3), &s, dsi);
+        assert!(by_lookup >= N / 2 && by_model >= N / 2, "{name}, {dsi:?}: rounds by lookup {by_lookup}, by the draft model {by_model}");
+        assert_same_requests(&format!("hybrid, {name}, {dsi:?}"), &under_dsi, &samples);
+    }
+    eprintln!("{}", report.join("\n"));
 }
 

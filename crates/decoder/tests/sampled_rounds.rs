@@ -112,12 +112,44 @@ fn policies(hidden: usize) -> Vec<(&'static str, Box<dyn StopPolicy>)> {
             "bandit 1,2,4",
             Box::new(BanditK::new(vec![1, 2, 4], BanditK::EXPLORATION)),
         ),
+        (
+            "confidence-product 0.5",
+            Box::new(ConfidenceProductPolicy::new(0.5, 1, 4)),
+        ),
+        (
+            "threshold-plus",
+            Box::new(
+                ThresholdPlusPolicy::new(ThresholdPlusParams {
+                    theta0: 0.4f64.ln(),
+                    depth: [0.1, -0.1, 0.2, 0.0, 0.0, 0.0],
+                    last_round: 0.5,
+                    ema: -0.3,
+                    ..ThresholdPlusParams::confidence(0.4, 4)
+                })
+                .unwrap(),
+            ),
+        ),
+        ("calibrated product 0.5", Box::new(calibrated(CalibratedRule::Product, false))),
+        ("calibrated token, target", Box::new(calibrated(CalibratedRule::Token, true))),
         ("matchrate 0.5", Box::new(MatchRatePolicy::new(0.5, 4))),
         (
             "head 0.5",
             Box::new(HeadPolicy::new(head, HeadRule::new(0.5, 1, 4))),
         ),
     ]
+}
+
+/// A calibrated acceptance model whose logit is the draft's own (ln p - ln(1 - p)) plus a
+/// depth term and, with `target`, the target's top-1 probability at the last committed token
+/// (the model that reads the target, fed after every verification).
+fn calibrated(rule: CalibratedRule, target: bool) -> CalibratedPolicy {
+    let mut weights = vec![0.0; if target { calibrated::FEATURES } else { calibrated::DRAFT_FEATURES }];
+    (weights[1], weights[2], weights[5]) = (1.0, -1.0, -0.3);
+    if target {
+        weights[calibrated::DRAFT_FEATURES] = 1.5;
+    }
+    let temperatures = vec![1.2; calibrated::TEMPERATURES];
+    CalibratedPolicy::new(CalibratedParams { weights, temperatures, rule, threshold: 0.5, max_candidates: 4 }).unwrap()
 }
 
 /// The target and a draft: `noise` > 0 adds noise to the target's weights (rounds accept some
@@ -158,7 +190,8 @@ fn sequential(
     .unwrap()
 }
 
-fn dsi(
+/// DSI with `WORKERS` target instances (speculation parallelism).
+fn dsi<const WORKERS: usize>(
     target: &Transformer,
     draft: &Transformer,
     policy: &mut dyn StopPolicy,
@@ -166,13 +199,13 @@ fn dsi(
 ) -> Generation {
     let lookahead = policy.max_candidates();
     generate_dsi(
-        &[target, target],
+        &[target; WORKERS],
         &mut PlainDrafter::new(draft),
         policy,
         &mut RejectionSampler,
         &PROMPT,
         cfg,
-        &DsiConfig::new(2, lookahead),
+        &DsiConfig::new(WORKERS, lookahead),
         &[],
     )
     .unwrap()
@@ -208,9 +241,16 @@ fn every_policy_under_both_schedulers_commits_the_same_tokens() {
         });
         type Scheduler =
             fn(&Transformer, &Transformer, &mut dyn StopPolicy, &SpecConfig) -> Generation;
-        for (scheduler, run_one) in [("sequential", sequential as Scheduler), ("DSI sp 2", dsi)] {
+        for (scheduler, run_one) in [("sequential", sequential as Scheduler), ("DSI sp 2", dsi::<2>), ("DSI sp 3", dsi::<3>)] {
             // One policy object serves every request: state carried across requests too.
             for (pname, mut policy) in policies(d.config().hidden_size) {
+                if scheduler != "sequential" && policy.reads_target() {
+                    // DSI drafts ahead of verification: it has no target statistics at the
+                    // last committed token to give, and such a policy says so.
+                    let err = generate_dsi(&[t, t], &mut PlainDrafter::new(d), policy.as_mut(), &mut RejectionSampler, &PROMPT, &cfg(&s, 0), &DsiConfig::new(2, 4), &[]).err().expect("DSI refuses a policy that reads the target");
+                    assert!(format!("{err:#}").contains("reads the target"), "{err:#}");
+                    continue;
+                }
                 let what = format!("{scheduler}, {pname}, {sname}");
                 let run = Run::of(N_POLICY, |seed| {
                     run_one(t, d, policy.as_mut(), &cfg(&s, seed))
@@ -342,14 +382,21 @@ impl Drafter for StaleQ<'_> {
 
 #[test]
 fn broken_round_mechanisms_are_caught_over_many_rounds() {
+    for (name, s) in settings() {
+        broken_round_mechanisms_are_caught(name, &s);
+    }
+}
+
+/// Each broken variant, under the sampling setting `s`, fails the chi-square.
+fn broken_round_mechanisms_are_caught(setting: &str, s: &SamplingConfig) {
     let (_dir, t, far) = models(None);
     let (target, draft) = (&t.model, &far.model);
-    let s = settings().remove(0).1;
+    let s = s.clone();
     let mut report = Vec::new();
     let mut check = |what: &str, run: Run| {
         let p = sequence_chi_square_p(target, &PROMPT, &s, &run.samples);
-        report.push(format!("{what}: p = {p:.2e}"));
-        assert!(p < ALPHA, "{what} went unnoticed: p = {p:.2e}");
+        report.push(format!("{setting}, {what}: p = {p:.2e}"));
+        assert!(p < ALPHA, "{setting}: {what} went unnoticed: p = {p:.2e}");
     };
 
     let marked = Rc::new(Cell::new(false));
@@ -369,7 +416,7 @@ fn broken_round_mechanisms_are_caught_over_many_rounds() {
         )
         .unwrap()
     });
-    run.assert_exercised("bonus from q", 10, true);
+    run.assert_exercised(&format!("{setting}, bonus from q"), 10, true);
     check("bonus tokens drawn from the draft's q", run);
 
     let dropped = Rc::new(RefCell::new(None));
