@@ -55,38 +55,15 @@ fn even_activations(seed: u64, k: usize) -> Vec<f32> {
     (0..M_SLOPE * k).map(|_| rng.random_range(-1.0f32..1.0)).collect()
 }
 
-/// The kernel's `[M_SLOPE, rows]` output `got` regressed on the exact product of `reference`'s
-/// dequantized weights and `x` through the origin: (slope, its standard error under the
-/// rounding model of the module's doc).
-fn slope(reference: &QuantMatrix, x: &[f32], got: &[f32]) -> (f64, f64) {
+/// Every output of `got` (the kernel's `[rows of x, rows of reference]` output) with the exact
+/// product of `reference`'s dequantized weights and `x` and the variance the activation
+/// rounding gives it (the module's model): (got, exact, variance).
+fn outputs(reference: &QuantMatrix, x: &[f32], got: &[f32]) -> Vec<(f64, f64, f64)> {
     let (k, n) = (reference.cols(), reference.rows());
     let dense = reference.to_f32();
     let block = if reference.parts()[0].ty.block().0 == QK_K { QK_K } else { 32 };
-    let (mut ge, mut ee, mut ee_var) = (0.0, 0.0, 0.0);
-    for r in 0..M_SLOPE {
-        let xr = &x[r * k..(r + 1) * k];
-        let steps: Vec<f64> = xr.chunks(block).map(|c| c.iter().fold(0f32, |m, v| m.max(v.abs())) as f64 / 127.0).collect();
-        for o in 0..n {
-            let w = &dense[o * k..(o + 1) * k];
-            let exact: f64 = w.iter().zip(xr).map(|(&a, &b)| a as f64 * b as f64).sum();
-            let var: f64 = w.iter().enumerate().map(|(i, &a)| (a as f64 * steps[i / block]).powi(2) / 12.0).sum();
-            ge += got[r * n + o] as f64 * exact;
-            ee += exact * exact;
-            ee_var += exact * exact * var;
-        }
-    }
-    (ge / ee, ee_var.sqrt() / ee)
-}
-
-/// (mean z², max |z|) of `got` (the kernel's `[M, rows]` output) against the exact product of
-/// `reference`'s dequantized weights and `x`.
-fn z_stats(reference: &QuantMatrix, x: &[f32], got: &[f32]) -> (f64, f64) {
-    let (k, n) = (reference.cols(), reference.rows());
-    let dense = reference.to_f32();
-    let block = if reference.parts()[0].ty.block().0 == QK_K { QK_K } else { 32 };
-    let (mut sum_z2, mut max_z) = (0.0, 0.0f64);
-    for r in 0..M {
-        let xr = &x[r * k..(r + 1) * k];
+    let mut out = Vec::with_capacity(got.len());
+    for (r, xr) in x.chunks_exact(k).enumerate() {
         // The activations are quantized per 32 values for the 32-wide formats, per 256 for
         // the K-quants.
         let steps: Vec<f64> = xr.chunks(block).map(|c| c.iter().fold(0f32, |m, v| m.max(v.abs())) as f64 / 127.0).collect();
@@ -94,12 +71,34 @@ fn z_stats(reference: &QuantMatrix, x: &[f32], got: &[f32]) -> (f64, f64) {
             let w = &dense[o * k..(o + 1) * k];
             let exact: f64 = w.iter().zip(xr).map(|(&a, &b)| a as f64 * b as f64).sum();
             let var: f64 = w.iter().enumerate().map(|(i, &a)| (a as f64 * steps[i / block]).powi(2) / 12.0).sum();
-            let z = (got[r * n + o] as f64 - exact) / var.sqrt();
-            sum_z2 += z * z;
-            max_z = max_z.max(z.abs());
+            out.push((got[r * n + o] as f64, exact, var));
         }
     }
-    (sum_z2 / (M * n) as f64, max_z)
+    out
+}
+
+/// The kernel's output `got` regressed on the exact product through the origin: (slope, its
+/// standard error under the rounding model).
+fn slope(reference: &QuantMatrix, x: &[f32], got: &[f32]) -> (f64, f64) {
+    let (mut ge, mut ee, mut ee_var) = (0.0, 0.0, 0.0);
+    for (g, exact, var) in outputs(reference, x, got) {
+        ge += g * exact;
+        ee += exact * exact;
+        ee_var += exact * exact * var;
+    }
+    (ge / ee, ee_var.sqrt() / ee)
+}
+
+/// (mean z², max |z|) of the kernel's output `got` against the exact product.
+fn z_stats(reference: &QuantMatrix, x: &[f32], got: &[f32]) -> (f64, f64) {
+    let all = outputs(reference, x, got);
+    let (mut sum_z2, mut max_z) = (0.0, 0.0f64);
+    for &(g, exact, var) in &all {
+        let z = (g - exact) / var.sqrt();
+        sum_z2 += z * z;
+        max_z = max_z.max(z.abs());
+    }
+    (sum_z2 / all.len() as f64, max_z)
 }
 
 fn passes((mean_z2, max_z): (f64, f64)) -> bool {
