@@ -61,7 +61,8 @@ fn finish_watching(args: &[String], out: &Path, work: &dyn Fn(&str) -> bool) -> 
     Watched { phases, startup }
 }
 
-/// The files under `dir` (relative paths) while a process writes there.
+/// The files under `dir` (relative paths; none if it does not exist) while a process writes
+/// there: entries that vanish between listing and reading (renamed temporaries) are skipped.
 fn file_names(dir: &Path) -> Vec<String> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -78,11 +79,9 @@ fn file_names(dir: &Path) -> Vec<String> {
     out
 }
 
-/// The number of files under `dir` (0 if it does not exist) while a process writes there:
-/// entries that vanish between listing and reading (renamed temporaries) are skipped.
+/// The number of files under `dir` (see [`file_names`]).
 fn file_count(dir: &Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries.flatten().map(|e| if e.path().is_dir() { file_count(&e.path()) } else { 1 }).sum()
+    file_names(dir).len()
 }
 
 /// What the kills did: how many landed on a running process, and the number of files the run

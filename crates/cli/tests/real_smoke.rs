@@ -15,14 +15,13 @@ use common::*;
 use specx_eval::experiment::replay_run::{replay, ReplayConfig};
 use std::path::{Path, PathBuf};
 
-/// The smoke config as shipped, with its relative paths made absolute, its run directory in
-/// `out`, 16 new tokens, and an optional prompt set whose file does not exist in the dataset
-/// cache (so that the run prints the line a machine without Alpaca or GSM8K prints).
-fn smoke_config(out: &Path) -> PathBuf {
+/// The smoke config as shipped, with the shipped `head` given as an absolute path, its run
+/// directory in `out`, 16 new tokens, and an optional prompt set whose file does not exist in
+/// the dataset cache (so that the run prints the line a machine without Alpaca or GSM8K prints).
+fn smoke_config(out: &Path, head: &Path) -> PathBuf {
     let text = std::fs::read_to_string(repo().join("configs/eval/smoke.toml")).unwrap();
-    let head = repo().join("checkpoints/specdecpp-default").canonicalize().unwrap();
     let edits = [
-        ("\"../../checkpoints/specdecpp-default\"", format!("{:?}", s(&head))),
+        ("\"../../checkpoints/specdecpp-default\"", format!("{:?}", s(head))),
         ("dir = \"../../runs/eval-smoke\"", format!("dir = {:?}", s(&out.join("eval")))),
         ("max_new_tokens = 32", "max_new_tokens = 16".to_string()),
     ];
@@ -42,7 +41,8 @@ fn smoke_config_on_the_real_pair() {
     let models = specx_decoder::loader::model_cache_dir();
     assert!(models.join("qwen2.5-coder-1.5b-instruct/model.gguf").is_file(), "the real pair is missing: run scripts/fetch-models.sh");
     let tmp = tempfile::tempdir().unwrap();
-    let config = smoke_config(tmp.path());
+    let head = repo().join("checkpoints/specdecpp-default").canonicalize().unwrap();
+    let config = smoke_config(tmp.path(), &head);
     let (ok, stdout, stderr) = run_specx(&["eval", "--config", &s(&config), "--limit", "1", "--no-progress"]);
     assert!(ok, "specx eval failed:\n{stderr}");
     let run = tmp.path().join("eval");
@@ -77,7 +77,6 @@ fn smoke_config_on_the_real_pair() {
     }
 
     // Replayed counts equal real counts for every setting that ran for real, on the real pair.
-    let head = repo().join("checkpoints/specdecpp-default").canonicalize().unwrap();
     let grid = tmp.path().join("grid.toml");
     std::fs::write(&grid, format!("[methods]\nspecdec = {{ k = [1, 2, 3, 4, 6] }}\nspecdecpp = {{ heads = [{:?}], thresholds = [0.3, 0.7], bounds = [[2, 20]] }}\nconfidence = {{ thresholds = [0.5] }}\n", s(&head))).unwrap();
     let r = replay(&run, &ReplayConfig::load(&grid).unwrap(), "grid", false).unwrap();
