@@ -1,6 +1,6 @@
 //! Micro-benchmark of `x W^T` on the real models' weight matrices, in the same run: the integer
-//! kernels (`q8` weights) on every path this CPU supports (on AVX-512 VNNI also on weight panels,
-//! the layout the runtime uses there), the native kernel on the GGUF
+//! kernels (`q8` weights) on every path this CPU supports and on weight panels (the layout the
+//! runtime uses on AVX-512 VNNI and AVX2; `SPECX_INT_PATH` picks the path), the native kernel on the GGUF
 //! blocks, the f32 kernel on the same matrix dequantized, and burn-flex's matmul on that f32
 //! matrix. The last column is the cost of the call as a multiple of a one-row call of the
 //! runtime's integer path and layout.
@@ -50,8 +50,8 @@ fn main() -> anyhow::Result<()> {
     };
     let paths = IntPath::all_supported();
     let mut int_cols: Vec<String> = paths.iter().map(|p| format!("{} ms", p.name())).collect();
-    if paths[0] == IntPath::Avx512Vnni {
-        int_cols.insert(0, "avx512-vnni panels ms".into());
+    if IntPath::active().has_panels() {
+        int_cols.insert(0, format!("{} panels ms", IntPath::active().name()));
     }
     println!("| model | tensor | type | n x k | rows | {} | native ms | f32 kernel ms | burn ms | native/runtime | x 1 row |", int_cols.join(" | "));
     println!("|---|---|---|---|---:|{}---:|---:|---:|---:|---:|", "---:|".repeat(int_cols.len()));
@@ -79,12 +79,12 @@ fn main() -> anyhow::Result<()> {
 
 /// One matrix's row of the table for every row count.
 fn bench_matrix(model: &str, tensor: &str, q: QuantMatrix, n: usize, row_counts: &[usize], paths: &[IntPath], device: &Device) {
-    let panels = paths[0] == IntPath::Avx512Vnni;
+    let panels = IntPath::active().has_panels();
     let (k, ty) = (q.cols(), q.parts()[0].ty);
     let copies_q = (96_000_000usize).div_ceil(q.byte_len()).max(1);
     let copies_f = (96_000_000usize).div_ceil(n * k * 4).max(1);
     let natives: Vec<QuantMatrix> = (0..copies_q).map(|_| q.clone()).collect();
-    // The layout the runtime gives `q8` matrices on this CPU (panels on AVX-512 VNNI).
+    // The layout the runtime gives `q8` matrices on this CPU (panels on AVX-512 VNNI and AVX2).
     let laid_out: Vec<QuantMatrix> = if panels { natives.iter().map(|q| q.clone().into_int_layout()).collect() } else { Vec::new() };
     let dense = q.to_f32();
     let denses: Vec<Vec<f32>> = (0..copies_f).map(|_| dense.clone()).collect();
@@ -95,7 +95,7 @@ fn bench_matrix(model: &str, tensor: &str, q: QuantMatrix, n: usize, row_counts:
         let mut out = vec![0f32; m * n];
         let mut ints: Vec<f64> = paths.iter().map(|&p| time_per_call(copies_q, |c| int::matmul(&natives[c], &x, m, &mut out, p))).collect();
         if panels {
-            ints.insert(0, time_per_call(copies_q, |c| int::matmul(&laid_out[c], &x, m, &mut out, paths[0])));
+            ints.insert(0, time_per_call(copies_q, |c| int::matmul(&laid_out[c], &x, m, &mut out, IntPath::active())));
         }
         let native = time_per_call(copies_q, |c| natives[c].matmul(&x, m, &mut out));
         let f32k = time_per_call(copies_f, |c| matmul_wt(&x, m, &denses[c], n, k, &mut out));

@@ -129,7 +129,8 @@ pub struct BenchReport {
     pub bandwidth_gb_s: f64,
     pub bandwidth_one_thread_gb_s: f64,
     pub threads: usize,
-    /// The integer kernels' path on this CPU (`q8` weights) and the others it supports.
+    /// The integer kernels' path on this CPU (`q8` weights) with its weight layout and whether
+    /// it was forced, and the paths this CPU supports.
     pub int_path: String,
     pub int_paths_supported: Vec<String>,
     pub models: Vec<ModelBench>,
@@ -304,7 +305,7 @@ pub fn measure(a: &BenchArgs) -> Result<BenchReport> {
     // the runs and bound with the best figure seen, which can only lower achieved/bound.
     let bandwidth = bandwidth.max(read_bandwidth(a.bandwidth_mib << 20, 5));
     let models = timings.into_iter().map(|t| t.against(bandwidth)).collect();
-    let int_path = specx_decoder::quant::IntPath::active().name().to_string();
+    let int_path = specx_decoder::quant::int::runtime_kernels();
     let int_paths_supported = specx_decoder::quant::IntPath::all_supported().iter().map(|p| p.name().to_string()).collect();
     Ok(BenchReport { bandwidth_gb_s: bandwidth / 1e9, bandwidth_one_thread_gb_s: bandwidth_one / 1e9, threads, int_path, int_paths_supported, models, memory, llamacpp })
 }

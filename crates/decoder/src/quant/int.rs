@@ -57,6 +57,12 @@ impl IntPath {
         }
     }
 
+    /// Whether the path has kernels on weight panels ([`super::panel`]): the layout
+    /// [`QuantMatrix::into_int_layout`] stores for it.
+    pub fn has_panels(self) -> bool {
+        matches!(self, Self::Avx512Vnni | Self::Avx2)
+    }
+
     /// Every path this CPU can run, fastest first.
     pub fn all_supported() -> Vec<Self> {
         [Self::Avx512Vnni, Self::Avx2, Self::Portable].into_iter().filter(|p| p.supported()).collect()
@@ -80,6 +86,17 @@ impl IntPath {
             }
         })
     }
+}
+
+/// The runtime's integer kernels in words, for benchmark output: the path, the weight layout,
+/// and whether `SPECX_INT_PATH` forced a path other than this CPU's fastest (figures measured
+/// on a forced path say so).
+pub fn runtime_kernels() -> String {
+    let active = IntPath::active();
+    let layout = if active.has_panels() && super::panels_enabled() { "weight panels" } else { "rows" };
+    let best = IntPath::all_supported()[0];
+    let forced = if active != best { format!(", forced by SPECX_INT_PATH (this CPU's fastest: {})", best.name()) } else { String::new() };
+    format!("{} on {layout}{forced}", active.name())
 }
 
 /// Reference: block `b` of a K-family weight row with block `b` of activation row `r`: the
@@ -163,11 +180,15 @@ const ROWS_PER_TASK: usize = super::panel::PANEL;
 thread_local! {
     /// Per-thread unpacked weight row of the portable path, reused across calls.
     static UNPACKED: std::cell::RefCell<UnpackedRow> = std::cell::RefCell::new(UnpackedRow::default());
+    /// Per-thread panel results of one pass (a panel's 16 outputs per activation row), reused
+    /// across tasks: no zeroing of a whole pass's tile for one-row calls.
+    static TILE: std::cell::RefCell<Vec<[f32; super::panel::PANEL]>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// `x W^T` through the integer kernels of `path`: `x` is `[m, cols]`, `out` `[m, rows]`. Every
 /// part of `q` must have an integer family ([`family`]). Parts stored as panels run the panel
-/// kernels on AVX-512 ([`super::panel_x86`]); elsewhere their rows are gathered back.
+/// kernels on AVX-512 VNNI ([`super::panel_x86`]) and AVX2 ([`super::panel_avx2`]); on the
+/// portable path their rows are gathered back.
 pub fn matmul(q: &QuantMatrix, x: &[f32], m: usize, out: &mut [f32], path: IntPath) {
     let (n, k) = (q.rows(), q.cols());
     assert_eq!(x.len(), m * k, "x is not [m, k]");
@@ -175,8 +196,8 @@ pub fn matmul(q: &QuantMatrix, x: &[f32], m: usize, out: &mut [f32], path: IntPa
     assert!(path.supported(), "the integer path {} is not supported on this CPU", path.name());
     let input = QuantizedInput::new(q, x, m);
     #[cfg(target_arch = "x86_64")]
-    if path == IntPath::Avx512Vnni && q.parts().iter().all(|p| p.panels) {
-        return panels_into(q, &input, m, out);
+    if path.has_panels() && q.parts().iter().all(|p| p.panels) {
+        return panels_into(q, &input, m, out, path);
     }
     crate::kernels::by_weight_rows(n, m, out, |out_t| {
         // Tasks of 16 weight rows counted from each part's first row (a panel each).
@@ -192,8 +213,8 @@ pub fn matmul(q: &QuantMatrix, x: &[f32], m: usize, out: &mut [f32], path: IntPa
         tasks.into_par_iter().for_each(|(part, start, chunk)| {
             let p = &q.parts()[part];
             #[cfg(target_arch = "x86_64")]
-            if p.panels && path == IntPath::Avx512Vnni {
-                return panel_task(p, (start - q.part_starts()[part]) / ROWS_PER_TASK, &input, m, |r, dots| {
+            if p.panels && path.has_panels() {
+                return panel_task(p, (start - q.part_starts()[part]) / ROWS_PER_TASK, &input, m, path, |r, dots| {
                     for (j, &v) in dots.iter().enumerate() {
                         chunk[j * m + r] = v;
                     }
@@ -208,7 +229,7 @@ pub fn matmul(q: &QuantMatrix, x: &[f32], m: usize, out: &mut [f32], path: IntPa
 /// each task owns 16 output columns, so no `[n, m]` buffer is filled and transposed (for the
 /// 151,936-row heads that was an allocation of n * m values and a strided copy per call).
 #[cfg(target_arch = "x86_64")]
-fn panels_into(q: &QuantMatrix, input: &QuantizedInput, m: usize, out: &mut [f32]) {
+fn panels_into(q: &QuantMatrix, input: &QuantizedInput, m: usize, out: &mut [f32], path: IntPath) {
     use super::panel::PANEL;
     /// The output, shared by tasks that write disjoint columns.
     #[derive(Clone, Copy)]
@@ -223,7 +244,7 @@ fn panels_into(q: &QuantMatrix, input: &QuantizedInput, m: usize, out: &mut [f32
         let dst = dst;
         let (p, start) = (&q.parts()[part], q.part_starts()[part] + index * PANEL);
         let rows_here = (p.rows - index * PANEL).min(PANEL);
-        panel_task(p, index, input, m, |r, dots| {
+        panel_task(p, index, input, m, path, |r, dots| {
             debug_assert!(dots.len() == rows_here && r < m);
             // SAFETY: columns start..start + rows_here (<= n) of row r (< m) lie inside `out`;
             // this task is the only one writing them.
@@ -232,26 +253,38 @@ fn panels_into(q: &QuantMatrix, input: &QuantizedInput, m: usize, out: &mut [f32
     });
 }
 
-/// One task on AVX-512: panel `index` of part `p` with every activation row, in passes of
-/// up to [`super::panel_x86::MAX_ROWS`] rows; `put(r, dots)` receives activation row r's dot
-/// products with the panel's real weight rows, in order (one contiguous run of an `[m, n]`
-/// output row).
+/// One task on panels (AVX-512 VNNI or AVX2): panel `index` of part `p` with every activation
+/// row, in passes of up to the path's rows per pass; `put(r, dots)` receives activation row
+/// r's dot products with the panel's real weight rows, in order (one contiguous run of an
+/// `[m, n]` output row).
 #[cfg(target_arch = "x86_64")]
-fn panel_task(p: &super::QuantPart, index: usize, input: &QuantizedInput, m: usize, mut put: impl FnMut(usize, &[f32])) {
+fn panel_task(p: &super::QuantPart, index: usize, input: &QuantizedInput, m: usize, path: IntPath, mut put: impl FnMut(usize, &[f32])) {
     use super::panel::PANEL;
-    use super::panel_x86::{panel_dots, MAX_ROWS};
+    use super::{panel_avx2, panel_x86};
     let panel_bytes = p.data.len() / p.rows.div_ceil(PANEL);
     let panel = &p.data[index * panel_bytes..(index + 1) * panel_bytes];
     let rows_here = (p.rows - index * PANEL).min(PANEL);
-    let mut tile = [[0f32; PANEL]; MAX_ROWS];
-    for r0 in (0..m).step_by(MAX_ROWS) {
-        let mr = (m - r0).min(MAX_ROWS);
-        // SAFETY: the caller checked that the CPU supports AVX-512 VNNI.
-        unsafe { panel_dots(p.ty, panel, input.k.as_ref(), input.b32.as_ref(), r0, &mut tile[..mr]) };
-        for (r, dots) in tile[..mr].iter().enumerate() {
-            put(r0 + r, &dots[..rows_here]);
+    let pass = if path == IntPath::Avx512Vnni { panel_x86::MAX_ROWS } else { panel_avx2::MAX_ROWS };
+    TILE.with(|cell| {
+        let mut tile = cell.borrow_mut();
+        if tile.len() < pass.min(m) {
+            tile.resize(pass.min(m), [0f32; PANEL]);
         }
-    }
+        for r0 in (0..m).step_by(pass) {
+            let mr = (m - r0).min(pass);
+            let (k, b32) = (input.k.as_ref(), input.b32.as_ref());
+            // SAFETY: the caller checked that the CPU supports `path`, which has panel kernels.
+            unsafe {
+                match path {
+                    IntPath::Avx512Vnni => panel_x86::panel_dots(p.ty, panel, k, b32, r0, &mut tile[..mr]),
+                    _ => panel_avx2::panel_dots(p.ty, panel, k, b32, r0, &mut tile[..mr]),
+                }
+            }
+            for (r, dots) in tile[..mr].iter().enumerate() {
+                put(r0 + r, &dots[..rows_here]);
+            }
+        }
+    })
 }
 
 /// One task on rows in GGUF order: weight rows `start..` (`chunk.len() / m` of them).

@@ -30,6 +30,8 @@ mod int_x86;
 mod int_x86_blocks;
 pub mod panel;
 #[cfg(target_arch = "x86_64")]
+mod panel_avx2;
+#[cfg(target_arch = "x86_64")]
 mod panel_x86;
 pub mod transform;
 pub mod unpack;
@@ -153,7 +155,7 @@ impl QuantMatrix {
     }
 
     /// Stores every part whose type has a panel layout as panels of 16 rows ([`panel`]): the
-    /// layout of the AVX-512 integer kernels. Results are unchanged on every path.
+    /// layout of the AVX-512 VNNI and AVX2 integer kernels. Results are unchanged on every path.
     pub fn repack_panels(&mut self) {
         let cols = self.cols;
         for p in self.parts.iter_mut().filter(|p| panel::has_panel(p.ty) && !p.panels) {
@@ -164,11 +166,10 @@ impl QuantMatrix {
     }
 
     /// `self` laid out for the runtime's integer path ([`IntPath::active`]): as panels where
-    /// that path has panel kernels (AVX-512 VNNI), else unchanged. `SPECX_PANELS=0` keeps the
-    /// rows (the row kernels; to measure the difference).
+    /// that path has panel kernels (AVX-512 VNNI, AVX2), else unchanged. `SPECX_PANELS=0` keeps
+    /// the rows (the row kernels; to measure the difference).
     pub fn into_int_layout(mut self) -> Self {
-        let panels = std::env::var("SPECX_PANELS").map_or(true, |v| v != "0");
-        if panels && IntPath::active() == IntPath::Avx512Vnni {
+        if panels_enabled() && IntPath::active().has_panels() {
             self.repack_panels();
         }
         self
@@ -229,6 +230,12 @@ impl WeightRows for QuantMatrix {
         self.decode_row(o, scratch);
         scratch
     }
+}
+
+/// Whether the integer path stores weights as panels: not when `SPECX_PANELS=0` (the row
+/// kernels, to compare).
+pub fn panels_enabled() -> bool {
+    std::env::var("SPECX_PANELS").map_or(true, |v| v != "0")
 }
 
 /// Decodes whole blocks of `ty` into f32 values, exactly as the loader dequantizes them:
