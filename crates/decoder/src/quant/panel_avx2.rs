@@ -129,13 +129,87 @@ fn with_high(nib: __m256i, hb: __m256i, mask: i8) -> __m256i {
     _mm256_or_si256(nib, _mm256_and_si256(hb, _mm256_set1_epi8(mask)))
 }
 
-/// Quads, scales and float scales of K-family panel block `pb`, half by half.
+/// Quad `q` (values `4q..4q + 4`) of rows `8h..8h + 8` of panel block `pb`, unsigned (Q8_0:
+/// the signed values).
+///
+/// # Safety
+/// AVX2; `pb` points at a whole panel block of type `T`; `q` < the block's values / 4.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn quad<const T: u8>(pb: *const u8, q: usize, h: usize) -> __m256i {
+    // SAFETY: every offset lies inside the panel block (its layout: super::panel).
+    let at = |off: usize| unsafe { ld(pb.add(off + 32 * h)) };
+    match T {
+        Q4K | Q5K => {
+            // Sub-block j, quad v: byte vector 8 (j / 2) + v, its low (j even) or high nibbles.
+            let (j, v) = (q / 8, q % 8);
+            let bytes = at(if T == Q5K { 768 } else { 256 } + 64 * (8 * (j / 2) + v));
+            let nib = if j % 2 == 0 { low4(bytes) } else { high4(bytes) };
+            if T == Q4K {
+                return nib;
+            }
+            // Bit j of each qh byte moved to bit 4 (16-bit shifts carry bits across bytes,
+            // but never into bit 4 for shifts of at most 4).
+            let qh = at(256 + 64 * v);
+            let hb = if j <= 4 { _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - j as i32)) } else { _mm256_srl_epi16(qh, _mm_cvtsi32_si128(j as i32 - 4)) };
+            with_high(nib, hb, 0x10)
+        }
+        Q6K => {
+            // Half p of the block, quad v of 32: ql regions (0 low, 2 high) and (1 low, 3
+            // high), qh bits 2c, 2c + 1 for region c; region c's quad v is 32p + 8c + v.
+            let (p, c, v) = (q / 32, q % 32 / 8, q % 8);
+            let base = 256 + 192 * (8 * p + v);
+            let (ql, qh) = (at(base + 64 * (c % 2)), at(base + 128));
+            let nib = if c < 2 { low4(ql) } else { high4(ql) };
+            let hb = match c {
+                0 => _mm256_slli_epi16::<4>(qh),
+                1 => _mm256_slli_epi16::<2>(qh),
+                2 => qh,
+                _ => _mm256_srli_epi16::<2>(qh),
+            };
+            with_high(nib, hb, 0x30)
+        }
+        Q8_0 => at(32 + 64 * q),
+        _ => {
+            let bytes = at(if T == Q4_0 { 32 } else { 96 } + 64 * (q % 4));
+            let nib = if q < 4 { low4(bytes) } else { high4(bytes) };
+            if T == Q4_0 {
+                return nib;
+            }
+            // Byte j of quad q takes bit 4q + j of its row's qh: byte q / 2 of the lane,
+            // spread over the lane's 4 bytes, tested against bit 4 (q % 2) + j.
+            let spread = _mm256_shuffle_epi8(at(32), lanes([q as u8 / 2; 4]));
+            let bit = _mm256_set1_epi32(i32::from_le_bytes(std::array::from_fn(|j| 1u8 << (4 * (q % 2) + j))));
+            with_high(nib, _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), 0x10)
+        }
+    }
+}
+
+/// Every quad of panel block `pb` into `w` (Q8_0: and their magnitudes).
+///
+/// # Safety
+/// As [`quad`].
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn unpack<const T: u8, const NQ: usize>(pb: *const u8, w: &mut Quads) {
+    for q in 0..NQ {
+        for h in 0..2 {
+            // SAFETY: as the caller's.
+            w[2 * q + h] = unsafe { quad::<T>(pb, q, h) };
+            if T == Q8_0 {
+                w[16 + 2 * q + h] = _mm256_abs_epi8(w[2 * q + h]);
+            }
+        }
+    }
+}
+
+/// Scales and float scales of K-family panel block `pb`, half by half.
 ///
 /// # Safety
 /// AVX2, F16C; `pb` points at a whole panel block of type `T`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn unpack_k<const T: u8>(pb: *const u8, w: &mut Quads, s: &mut Scales) {
+unsafe fn scales_k<const T: u8>(pb: *const u8, s: &mut Scales) {
     // SAFETY: every offset lies inside the panel block (its layout: super::panel).
     unsafe {
         for h in 0..2 {
@@ -148,19 +222,6 @@ unsafe fn unpack_k<const T: u8>(pb: *const u8, w: &mut Quads, s: &mut Scales) {
                 for k in 0..8 {
                     let b = 2 * (k % 2) as u8;
                     s.pairs[2 * k + h] = pair_i8(sv[k / 2], b, b + 1);
-                }
-                // Half p of the block, quad v of 32: ql regions (0 low, 2 high) and (1 low,
-                // 3 high), qh bits 2c, 2c + 1 for region c; region c's quad v is 32p + 8c + v.
-                for p in 0..2 {
-                    for v in 0..8 {
-                        let base = 256 + 192 * (8 * p + v);
-                        let (a, b, qh) = (ld(at(base)), ld(at(base + 64)), ld(at(base + 128)));
-                        let q = 32 * p + v;
-                        w[2 * q + h] = with_high(low4(a), _mm256_slli_epi16::<4>(qh), 0x30);
-                        w[2 * (q + 8) + h] = with_high(low4(b), _mm256_slli_epi16::<2>(qh), 0x30);
-                        w[2 * (q + 16) + h] = with_high(high4(a), qh, 0x30);
-                        w[2 * (q + 24) + h] = with_high(high4(b), _mm256_srli_epi16::<2>(qh), 0x30);
-                    }
                 }
                 s.d[h] = f16x8(pb.add(3328 + 16 * h));
                 continue;
@@ -183,76 +244,26 @@ unsafe fn unpack_k<const T: u8>(pb: *const u8, w: &mut Quads, s: &mut Scales) {
             }
             s.d[h] = f16x8(pb.add(16 * h));
             s.dmin[h] = f16x8(pb.add(32 + 16 * h));
-            let qs_at = if T == Q5K { 768 } else { 256 };
-            for v in 0..8 {
-                let qh = if T == Q5K { ld(at(256 + 64 * v)) } else { _mm256_setzero_si256() };
-                for p in 0..4 {
-                    let bytes = ld(at(qs_at + 64 * (8 * p + v)));
-                    for (j, nib) in [(2 * p, low4(bytes)), (2 * p + 1, high4(bytes))] {
-                        w[2 * (8 * j + v) + h] = if T == Q5K {
-                            // Bit j of each qh byte moved to bit 4 (16-bit shifts carry bits
-                            // across bytes, but never into bit 4 for shifts of at most 4).
-                            let hb = if j <= 4 { _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - j as i32)) } else { _mm256_srl_epi16(qh, _mm_cvtsi32_si128(j as i32 - 4)) };
-                            with_high(nib, hb, 0x10)
-                        } else {
-                            nib
-                        };
-                    }
-                }
-            }
         }
     }
 }
 
-/// Quads and float scales of 32-wide panel block `pb`.
+/// The integer totals of `R` activation rows (`x[j]`: their values in this block) with panel
+/// block `pb`: per half, `sum over groups of vpmaddwd(i16 sum of C quads, scale pair)`. `QPG`
+/// quads share a scale; `scales` is `None` for the 32-wide formats (scale one). Q8_0
+/// multiplies magnitudes by sign-corrected activations. `BUF`: the quads come from `w`
+/// ([`unpack`]), else they are unpacked from `pb` where they are used.
 ///
 /// # Safety
-/// AVX2, F16C; `pb` points at a whole panel block of type `T`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn unpack_b32<const T: u8>(pb: *const u8, w: &mut Quads, d: &mut [__m256; 2]) {
-    // SAFETY: every offset lies inside the panel block (its layout: super::panel).
-    unsafe {
-        for h in 0..2 {
-            let at = |off: usize| pb.add(off + 32 * h);
-            d[h] = f16x8(pb.add(16 * h));
-            for q in 0..8 {
-                w[2 * q + h] = match T {
-                    Q8_0 => {
-                        let v = ld(at(32 + 64 * q));
-                        w[16 + 2 * q + h] = _mm256_abs_epi8(v);
-                        v
-                    }
-                    _ => {
-                        let bytes = ld(at(if T == Q4_0 { 32 } else { 96 } + 64 * (q % 4)));
-                        let nib = if q < 4 { low4(bytes) } else { high4(bytes) };
-                        if T == Q4_0 {
-                            nib
-                        } else {
-                            // Byte j of quad q takes bit 4q + j of its row's qh: byte q / 2
-                            // of the lane, spread over the lane's 4 bytes, tested against
-                            // bit 4 (q % 2) + j.
-                            let spread = _mm256_shuffle_epi8(ld(at(32)), lanes([q as u8 / 2; 4]));
-                            let bit = _mm256_set1_epi32(i32::from_le_bytes(std::array::from_fn(|j| 1u8 << (4 * (q % 2) + j))));
-                            with_high(nib, _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), 0x10)
-                        }
-                    }
-                };
-            }
-        }
-    }
-}
-
-/// The integer totals of `R` activation rows (`x[j]`: their values in this block) with the
-/// unpacked block: per half, `sum over groups of vpmaddwd(i16 sum of C quads, scale pair)`.
-/// `QPG` quads share a scale; `scales` is `None` for the 32-wide formats (scale one). Q8_0
-/// multiplies magnitudes by sign-corrected activations.
-///
-/// # Safety
-/// AVX2; each `x[j]` has `4 * NQ` readable bytes.
+/// AVX2; `pb` as [`quad`]; each `x[j]` has `4 * NQ` readable bytes.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn totals<const T: u8, const R: usize, const NQ: usize, const QPG: usize, const C: usize>(w: &Quads, scales: Option<&[__m256i; 32]>, x: [*const i8; R]) -> [[__m256i; 2]; R] {
+unsafe fn totals<const T: u8, const R: usize, const NQ: usize, const QPG: usize, const C: usize, const BUF: bool>(
+    pb: *const u8,
+    w: &Quads,
+    scales: Option<&[__m256i; 32]>,
+    x: [*const i8; R],
+) -> [[__m256i; 2]; R] {
     let ones = _mm256_set1_epi16(1);
     let mut tot = [[_mm256_setzero_si256(); 2]; R];
     for g in 0..NQ / QPG {
@@ -260,11 +271,14 @@ unsafe fn totals<const T: u8, const R: usize, const NQ: usize, const QPG: usize,
             let mut s = [[_mm256_setzero_si256(); 2]; R];
             for i in 0..C {
                 let q = g * QPG + c * C + i;
+                // SAFETY: quad q of the block (caller).
+                let wq: [__m256i; 2] = std::array::from_fn(|h| if BUF { w[2 * q + h] } else { unsafe { quad::<T>(pb, q, h) } });
+                let mag: [__m256i; 2] = std::array::from_fn(|h| if T != Q8_0 { wq[h] } else if BUF { w[16 + 2 * q + h] } else { _mm256_abs_epi8(wq[h]) });
                 for (j, xj) in x.iter().enumerate() {
                     // SAFETY: quad q of the block (caller).
                     let xb = unsafe { bcast4(xj.add(4 * q)) };
                     for h in 0..2 {
-                        let p = if T == Q8_0 { _mm256_maddubs_epi16(w[16 + 2 * q + h], _mm256_sign_epi8(xb, w[2 * q + h])) } else { _mm256_maddubs_epi16(w[2 * q + h], xb) };
+                        let p = if T == Q8_0 { _mm256_maddubs_epi16(mag[h], _mm256_sign_epi8(xb, wq[h])) } else { _mm256_maddubs_epi16(wq[h], xb) };
                         s[j][h] = _mm256_add_epi16(s[j][h], p);
                     }
                 }
@@ -302,6 +316,11 @@ fn step_min(out: &mut [f32; PANEL], h: usize, dmin: __m256, dx: f32, m: __m256i)
     }
 }
 
+/// Activation rows up to which a pass unpacks each quad where it is used (for each pair of
+/// rows) rather than once into the L1 buffer: measured on a Zen 3 with `kbench` (the buffer's
+/// stores and loads cost more than they save below 3 rows).
+const STREAM_ROWS: usize = 2;
+
 /// K family (Q4_K, Q5_K, Q6_K) on a panel.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [[f32; PANEL]]) {
@@ -312,21 +331,26 @@ unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [
     let mut w: Quads = [_mm256_setzero_si256(); 128];
     let zero = _mm256_setzero_si256();
     let mut s = Scales { sc: [zero; 32], pairs: [zero; 16], d: [_mm256_setzero_ps(); 2], dmin: [_mm256_setzero_ps(); 2] };
+    let buffered = m > STREAM_ROWS;
     for b in 0..nb {
         // SAFETY: the panel block and every activation block read lie inside their buffers
         // (sizes checked above).
         unsafe {
-            unpack_k::<T>(panel.as_ptr().add(b * PANEL * size), &mut w, &mut s);
+            let pb = panel.as_ptr().add(b * PANEL * size);
+            scales_k::<T>(pb, &mut s);
+            if buffered {
+                unpack::<T, 64>(pb, &mut w);
+            }
             let xq = |r: usize| x.qs.as_ptr().add((r0 + r) * cols + b * QK_K);
             let mut r = 0;
             while r < m {
                 if r + 1 < m {
-                    let t = k_totals::<T, 2>(&w, &s.sc, [xq(r), xq(r + 1)]);
+                    let t = if buffered { k_totals::<T, 2, true>(pb, &w, &s.sc, [xq(r), xq(r + 1)]) } else { k_totals::<T, 2, false>(pb, &w, &s.sc, [xq(r), xq(r + 1)]) };
                     k_finish::<T>(&s, x, (r0 + r) * nb + b, t[0], &mut out[r]);
                     k_finish::<T>(&s, x, (r0 + r + 1) * nb + b, t[1], &mut out[r + 1]);
                     r += 2;
                 } else {
-                    let t = k_totals::<T, 1>(&w, &s.sc, [xq(r)]);
+                    let t = if buffered { k_totals::<T, 1, true>(pb, &w, &s.sc, [xq(r)]) } else { k_totals::<T, 1, false>(pb, &w, &s.sc, [xq(r)]) };
                     k_finish::<T>(&s, x, (r0 + r) * nb + b, t[0], &mut out[r]);
                     r += 1;
                 }
@@ -342,13 +366,13 @@ unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [
 /// As [`totals`] (256 values at each `x[j]`).
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn k_totals<const T: u8, const R: usize>(w: &Quads, sc: &[__m256i; 32], x: [*const i8; R]) -> [[__m256i; 2]; R] {
+unsafe fn k_totals<const T: u8, const R: usize, const BUF: bool>(pb: *const u8, w: &Quads, sc: &[__m256i; 32], x: [*const i8; R]) -> [[__m256i; 2]; R] {
     // SAFETY: as the caller's.
     unsafe {
         match T {
-            Q4K => totals::<T, R, 64, 8, 8>(w, Some(sc), x),
-            Q5K => totals::<T, R, 64, 8, 4>(w, Some(sc), x),
-            _ => totals::<T, R, 64, 4, 2>(w, Some(sc), x),
+            Q4K => totals::<T, R, 64, 8, 8, BUF>(pb, w, Some(sc), x),
+            Q5K => totals::<T, R, 64, 8, 4, BUF>(pb, w, Some(sc), x),
+            _ => totals::<T, R, 64, 4, 2, BUF>(pb, w, Some(sc), x),
         }
     }
 }
@@ -392,21 +416,25 @@ unsafe fn panel_b32<const T: u8>(panel: &[u8], x: &Q80Rows, r0: usize, out: &mut
     let cols = nb * QK8_0;
     out.fill([0.0; PANEL]);
     let mut w: Quads = [_mm256_setzero_si256(); 128];
-    let mut d = [_mm256_setzero_ps(); 2];
+    let buffered = m > STREAM_ROWS;
     for b in 0..nb {
         // SAFETY: as panel_k.
         unsafe {
-            unpack_b32::<T>(panel.as_ptr().add(b * PANEL * size), &mut w, &mut d);
+            let pb = panel.as_ptr().add(b * PANEL * size);
+            let d = [f16x8(pb), f16x8(pb.add(16))];
+            if buffered {
+                unpack::<T, 8>(pb, &mut w);
+            }
             let xq = |r: usize| x.qs.as_ptr().add((r0 + r) * cols + b * QK8_0);
             let mut r = 0;
             while r < m {
                 if r + 1 < m {
-                    let t = b32_totals::<T, 2>(&w, [xq(r), xq(r + 1)]);
+                    let t = if buffered { b32_totals::<T, 2, true>(pb, &w, [xq(r), xq(r + 1)]) } else { b32_totals::<T, 2, false>(pb, &w, [xq(r), xq(r + 1)]) };
                     b32_finish::<T>(&d, x, t[0], (r0 + r) * nb + b, &mut out[r]);
                     b32_finish::<T>(&d, x, t[1], (r0 + r + 1) * nb + b, &mut out[r + 1]);
                     r += 2;
                 } else {
-                    let t = b32_totals::<T, 1>(&w, [xq(r)]);
+                    let t = if buffered { b32_totals::<T, 1, true>(pb, &w, [xq(r)]) } else { b32_totals::<T, 1, false>(pb, &w, [xq(r)]) };
                     b32_finish::<T>(&d, x, t[0], (r0 + r) * nb + b, &mut out[r]);
                     r += 1;
                 }
@@ -432,13 +460,13 @@ fn b32_finish<const T: u8>(d: &[__m256; 2], x: &Q80Rows, t: [__m256i; 2], row: u
 /// As [`totals`] (32 values at each `x[j]`).
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn b32_totals<const T: u8, const R: usize>(w: &Quads, x: [*const i8; R]) -> [[__m256i; 2]; R] {
+unsafe fn b32_totals<const T: u8, const R: usize, const BUF: bool>(pb: *const u8, w: &Quads, x: [*const i8; R]) -> [[__m256i; 2]; R] {
     // SAFETY: as the caller's.
     unsafe {
         match T {
-            Q4_0 => totals::<T, R, 8, 8, 8>(w, None, x),
-            Q5_0 => totals::<T, R, 8, 8, 4>(w, None, x),
-            _ => totals::<T, R, 8, 8, 1>(w, None, x),
+            Q4_0 => totals::<T, R, 8, 8, 8, BUF>(pb, w, None, x),
+            Q5_0 => totals::<T, R, 8, 8, 4, BUF>(pb, w, None, x),
+            _ => totals::<T, R, 8, 8, 1, BUF>(pb, w, None, x),
         }
     }
 }
