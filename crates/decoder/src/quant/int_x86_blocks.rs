@@ -90,15 +90,17 @@ pub unsafe fn k_scales<const T: u8>(blk: *const u8) -> KScales {
     }
 }
 
+/// The low nibble of every byte.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn low4(v: __m256i) -> __m256i {
+pub fn low4(v: __m256i) -> __m256i {
     _mm256_and_si256(v, _mm256_set1_epi8(0x0f))
 }
 
+/// The high nibble of every byte.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn high4(v: __m256i) -> __m256i {
+pub fn high4(v: __m256i) -> __m256i {
     _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f))
 }
 

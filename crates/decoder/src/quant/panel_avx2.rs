@@ -19,7 +19,7 @@
 //! paid once per block for the whole pass, and no horizontal sum is needed at all.
 
 use super::act::{Q80Rows, Q8KRows, QK8_0, QK_K};
-use super::int_x86_blocks::{b32_offset, ty, Q4K, Q4_0, Q5K, Q5_0, Q6K, Q8_0};
+use super::int_x86_blocks::{b32_offset, high4, low4, ty, Q4K, Q4_0, Q5K, Q5_0, Q6K, Q8_0};
 use super::panel::PANEL;
 use crate::gguf::GgmlType;
 use std::arch::x86_64::*;
@@ -108,18 +108,6 @@ fn pair_u8(v: __m256i, b0: u8, b1: u8) -> __m256i {
 #[target_feature(enable = "avx2")]
 fn pair_i8(v: __m256i, b0: u8, b1: u8) -> __m256i {
     _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(v, lanes([0x80, b0, 0x80, b1])))
-}
-
-#[inline]
-#[target_feature(enable = "avx2")]
-fn low4(v: __m256i) -> __m256i {
-    _mm256_and_si256(v, _mm256_set1_epi8(0x0f))
-}
-
-#[inline]
-#[target_feature(enable = "avx2")]
-fn high4(v: __m256i) -> __m256i {
-    _mm256_and_si256(_mm256_srli_epi16::<4>(v), _mm256_set1_epi8(0x0f))
 }
 
 /// `nib | (hb & mask)`.
