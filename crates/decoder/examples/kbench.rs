@@ -50,7 +50,7 @@ fn main() -> anyhow::Result<()> {
     };
     let paths = IntPath::all_supported();
     let mut int_cols: Vec<String> = paths.iter().map(|p| format!("{} ms", p.name())).collect();
-    if IntPath::active().has_panels() {
+    if specx_decoder::quant::panels_in_use() {
         int_cols.insert(0, format!("{} panels ms", IntPath::active().name()));
     }
     println!("| model | tensor | type | n x k | rows | {} | native ms | f32 kernel ms | burn ms | native/runtime | x 1 row |", int_cols.join(" | "));
@@ -79,7 +79,7 @@ fn main() -> anyhow::Result<()> {
 
 /// One matrix's row of the table for every row count.
 fn bench_matrix(model: &str, tensor: &str, q: QuantMatrix, n: usize, row_counts: &[usize], paths: &[IntPath], device: &Device) {
-    let panels = IntPath::active().has_panels();
+    let panels = specx_decoder::quant::panels_in_use();
     let (k, ty) = (q.cols(), q.parts()[0].ty);
     let copies_q = (96_000_000usize).div_ceil(q.byte_len()).max(1);
     let copies_f = (96_000_000usize).div_ceil(n * k * 4).max(1);

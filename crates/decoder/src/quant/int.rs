@@ -93,7 +93,7 @@ impl IntPath {
 /// on a forced path say so).
 pub fn runtime_kernels() -> String {
     let active = IntPath::active();
-    let layout = if active.has_panels() && super::panels_enabled() { "weight panels" } else { "rows" };
+    let layout = if super::panels_in_use() { "weight panels" } else { "rows" };
     let best = IntPath::all_supported()[0];
     let forced = if active != best { format!(", forced by SPECX_INT_PATH (this CPU's fastest: {})", best.name()) } else { String::new() };
     format!("{} on {layout}{forced}", active.name())
@@ -265,14 +265,15 @@ fn panel_task(p: &super::QuantPart, index: usize, input: &QuantizedInput, m: usi
     let panel = &p.data[index * panel_bytes..(index + 1) * panel_bytes];
     let rows_here = (p.rows - index * PANEL).min(PANEL);
     let pass = if path == IntPath::Avx512Vnni { panel_x86::MAX_ROWS } else { panel_avx2::MAX_ROWS };
+    let (k, b32) = (input.k.as_ref(), input.b32.as_ref());
     TILE.with(|cell| {
         let mut tile = cell.borrow_mut();
-        if tile.len() < pass.min(m) {
-            tile.resize(pass.min(m), [0f32; PANEL]);
+        let need = pass.min(m);
+        if tile.len() < need {
+            tile.resize(need, [0f32; PANEL]);
         }
         for r0 in (0..m).step_by(pass) {
             let mr = (m - r0).min(pass);
-            let (k, b32) = (input.k.as_ref(), input.b32.as_ref());
             // SAFETY: the caller checked that the CPU supports `path`, which has panel kernels.
             unsafe {
                 match path {

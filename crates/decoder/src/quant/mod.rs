@@ -169,7 +169,7 @@ impl QuantMatrix {
     /// that path has panel kernels (AVX-512 VNNI, AVX2), else unchanged. `SPECX_PANELS=0` keeps
     /// the rows (the row kernels; to measure the difference).
     pub fn into_int_layout(mut self) -> Self {
-        if panels_enabled() && IntPath::active().has_panels() {
+        if panels_in_use() {
             self.repack_panels();
         }
         self
@@ -232,10 +232,10 @@ impl WeightRows for QuantMatrix {
     }
 }
 
-/// Whether the integer path stores weights as panels: not when `SPECX_PANELS=0` (the row
-/// kernels, to compare).
-pub fn panels_enabled() -> bool {
-    std::env::var("SPECX_PANELS").map_or(true, |v| v != "0")
+/// Whether the runtime's integer path ([`IntPath::active`]) stores weights as panels: where it
+/// has panel kernels, unless `SPECX_PANELS=0` (the row kernels, to compare).
+pub fn panels_in_use() -> bool {
+    IntPath::active().has_panels() && std::env::var("SPECX_PANELS").map_or(true, |v| v != "0")
 }
 
 /// Decodes whole blocks of `ty` into f32 values, exactly as the loader dequantizes them:

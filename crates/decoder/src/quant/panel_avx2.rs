@@ -1,9 +1,10 @@
 //! AVX2 kernels on weight panels ([`super::panel`]): the AVX-512 layout read as two 32-byte
 //! halves (weight rows 0..8 and 8..16 of the panel), one i32 lane per weight row.
 //!
-//! **What a pass does.** Per block, the panel's values are unpacked once into an L1 buffer of
-//! unsigned 4-value quads (`w[2q + h]`: values `4q..4q + 4` of the half's 8 rows) and its
-//! scales into i16 pairs, then serve every activation row of the pass (up to [`MAX_ROWS`]).
+//! **What a pass does.** Per block, the panel's scales are decoded into i16 pairs and, from 3
+//! activation rows, its values unpacked once into an L1 buffer of unsigned 4-value quads
+//! (`w[2q + h]`: values `4q..4q + 4` of the half's 8 rows) that serves every activation row of
+//! the pass (up to [`MAX_ROWS`]); with 1 or 2 rows each quad is unpacked where it is used.
 //! `vpmaddubsw` multiplies a quad of each row by four activation bytes broadcast to every
 //! lane (two i16 pair sums per lane), `vpaddw` sums as many quads in i16 as cannot overflow
 //! (Q4_0 / Q4_K 8, Q5_0 / Q5_K 4, Q6_K 2: at most 8 * 2 * 15 * 127 = 30,480), and one
