@@ -29,6 +29,9 @@ use std::sync::OnceLock;
 pub enum IntPath {
     /// AVX-512 (BW) with VNNI: `vpdpbusd` / `vpdpwssd` on 64-byte vectors.
     Avx512Vnni,
+    /// AVX2 with AVX-VNNI (Intel's client cores since Alder Lake, AMD Zen 5): the AVX2
+    /// panels with the 256-bit `vpdpbusd` in place of `vpmaddubsw` + `vpaddw` + `vpmaddwd`.
+    AvxVnni,
     /// AVX2: `vpmaddubsw` + `vpmaddwd` on 32-byte vectors.
     Avx2,
     /// Plain Rust (the reference).
@@ -39,6 +42,7 @@ impl IntPath {
     pub fn name(self) -> &'static str {
         match self {
             Self::Avx512Vnni => "avx512-vnni",
+            Self::AvxVnni => "avx-vnni",
             Self::Avx2 => "avx2",
             Self::Portable => "portable",
         }
@@ -51,6 +55,8 @@ impl IntPath {
             #[cfg(target_arch = "x86_64")]
             Self::Avx2 => super::int_x86::avx2_available(),
             #[cfg(target_arch = "x86_64")]
+            Self::AvxVnni => super::int_x86::avx_vnni_available(),
+            #[cfg(target_arch = "x86_64")]
             Self::Avx512Vnni => super::int_x86::avx512_available(),
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
@@ -60,15 +66,15 @@ impl IntPath {
     /// Whether the path has kernels on weight panels ([`super::panel`]): the layout
     /// [`QuantMatrix::into_int_layout`] stores for it.
     pub fn has_panels(self) -> bool {
-        matches!(self, Self::Avx512Vnni | Self::Avx2)
+        matches!(self, Self::Avx512Vnni | Self::AvxVnni | Self::Avx2)
     }
 
     /// Every path this CPU can run, fastest first.
     pub fn all_supported() -> Vec<Self> {
-        [Self::Avx512Vnni, Self::Avx2, Self::Portable].into_iter().filter(|p| p.supported()).collect()
+        [Self::Avx512Vnni, Self::AvxVnni, Self::Avx2, Self::Portable].into_iter().filter(|p| p.supported()).collect()
     }
 
-    /// The path the runtime uses: `SPECX_INT_PATH` (avx512-vnni | avx2 | portable) when set
+    /// The path the runtime uses: `SPECX_INT_PATH` (avx512-vnni | avx-vnni | avx2 | portable) when set
     /// and supported, else the fastest supported one. Decided once per process.
     pub fn active() -> Self {
         static ACTIVE: OnceLock<IntPath> = OnceLock::new();
@@ -161,7 +167,7 @@ fn row_dots(path: IntPath, ty: GgmlType, row: &[u8], w: &mut UnpackedRow, x: &Qu
     match path {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `matmul` checked once that the CPU supports the path.
-        IntPath::Avx512Vnni | IntPath::Avx2 => unsafe { super::int_x86::row_dots(path, ty, row, x, out) },
+        IntPath::Avx512Vnni | IntPath::AvxVnni | IntPath::Avx2 => unsafe { super::int_x86::row_dots(path, ty, row, x, out) },
         _ => {
             w.unpack(ty, row);
             for (r, o) in out.iter_mut().enumerate() {
@@ -253,7 +259,7 @@ fn panels_into(q: &QuantMatrix, input: &QuantizedInput, m: usize, out: &mut [f32
     });
 }
 
-/// One task on panels (AVX-512 VNNI or AVX2): panel `index` of part `p` with every activation
+/// One task on panels (AVX-512 VNNI, AVX-VNNI or AVX2): panel `index` of part `p` with every activation
 /// row, in passes of up to the path's rows per pass; `put(r, dots)` receives activation row
 /// r's dot products with the panel's real weight rows, in order (one contiguous run of an
 /// `[m, n]` output row).
@@ -278,7 +284,7 @@ fn panel_task(p: &super::QuantPart, index: usize, input: &QuantizedInput, m: usi
             unsafe {
                 match path {
                     IntPath::Avx512Vnni => panel_x86::panel_dots(p.ty, panel, k, b32, r0, &mut tile[..mr]),
-                    _ => panel_avx2::panel_dots(p.ty, panel, k, b32, r0, &mut tile[..mr]),
+                    _ => panel_avx2::panel_dots(p.ty, panel, k, b32, r0, &mut tile[..mr], path == IntPath::AvxVnni),
                 }
             }
             for (r, dots) in tile[..mr].iter().enumerate() {

@@ -6,9 +6,9 @@
 //! ([`blocks`]) and its scales decoded once, then serve up to 8 (AVX-512) or 4 (AVX2)
 //! activation rows, so a weight byte is read once per tile of rows and never written back.
 //! Each block's integer total is summed exactly from the lanes, then the reference's float
-//! steps run in its order, so both kernels give the portable path's bits. On AVX-512 VNNI the
-//! runtime stores the types with a panel layout as panels ([`super::panel_x86`]); these
-//! kernels serve the rest (Q5_K) and the AVX2 path.
+//! steps run in its order, so both kernels give the portable path's bits. The runtime stores
+//! weights as panels ([`super::panel`]) on every x86 path; these kernels serve weights stored
+//! as rows (`SPECX_PANELS=0`), the AVX-VNNI path with the AVX2 kernels.
 
 use super::act::{Q80Rows, Q8KRows, QK8_0, QK_K};
 use super::int::{IntPath, QuantizedInput};
@@ -24,6 +24,11 @@ const TILE_256: usize = 4;
 
 pub fn avx2_available() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+}
+
+/// AVX2 with the 256-bit VNNI instructions (`vpdpbusd` in its VEX encoding).
+pub fn avx_vnni_available() -> bool {
+    avx2_available() && is_x86_feature_detected!("avxvnni")
 }
 
 pub fn avx512_available() -> bool {

@@ -15,6 +15,14 @@
 //! on 8 outputs per instruction, and the integers are exact, so the results are the portable
 //! path's bits for any number of rows.
 //!
+//! **With AVX-VNNI** ([`super::int::IntPath::AvxVnni`]) the same passes multiply with the
+//! 256-bit `vpdpbusd`: four products summed into each i32 lane in one instruction, so a
+//! group's quads accumulate in i32 with no i16 limit, and `vpmulld` applies the group's
+//! scale. Q8_0's values are offset to unsigned (`w + 128`, as on AVX-512) and the offset term
+//! `128 * (sum of the activations)` subtracted. Both variants come from one source: the
+//! kernels are generic over `V` and inlined into two entry points compiled with and without
+//! the instruction set ([`dots_avx2`], [`dots_vnni`]).
+//!
 //! **Why not the row kernels** ([`super::int_x86`]): those redo each block's unpacking,
 //! scale decoding and a horizontal sum for every tile of 4 activation rows; here all of it is
 //! paid once per block for the whole pass, and no horizontal sum is needed at all.
@@ -28,13 +36,14 @@ use std::arch::x86_64::*;
 /// Activation rows per pass over a panel: their accumulators (16 f32 each, 4 KB) stay in L1.
 pub const MAX_ROWS: usize = 64;
 
-/// One panel block unpacked: `w[2q + h]` holds quad q of rows `8h..8h + 8` (Q8_0: the signed
-/// values, and their magnitudes at `16 + 2q + h`).
+/// One panel block unpacked: `w[2q + h]` holds quad q of rows `8h..8h + 8` as [`operand`]
+/// gives it (Q8_0 on AVX2: the signed values, and their magnitudes at `16 + 2q + h`).
 type Quads = [__m256i; 128];
 
-/// The i16 scale pairs of one block: `sc[2g + h]` (both halves of each lane: the scale of
-/// group g of that weight row) and `pairs[2k + h]` (the offset multipliers of groups 2k and
-/// 2k + 1, against two activation sums).
+/// The scales of one block: `sc[2g + h]`, the scale of group g of each weight row of half h
+/// (AVX2: an i16 pair of it for `vpmaddwd`; AVX-VNNI: an i32 for `vpmulld`), and the i16
+/// pairs `pairs[2k + h]` (the offset multipliers of groups 2k and 2k + 1, against two
+/// activation sums).
 struct Scales {
     sc: [__m256i; 32],
     pairs: [__m256i; 16],
@@ -43,21 +52,54 @@ struct Scales {
 }
 
 /// Dot products of one panel (16 weight rows of `t`, all blocks) with activation rows
-/// `r0..r0 + out.len()`: `out[r][lane]` for weight row `lane` of the panel.
+/// `r0..r0 + out.len()`: `out[r][lane]` for weight row `lane` of the panel; with `vnni`, by
+/// the AVX-VNNI kernels.
 ///
 /// # Safety
-/// The CPU must support AVX2, FMA and F16C ([`super::int::IntPath::Avx2`]).
-pub unsafe fn panel_dots(t: GgmlType, panel: &[u8], k: Option<&Q8KRows>, b32: Option<&Q80Rows>, r0: usize, out: &mut [[f32; PANEL]]) {
+/// The CPU must support AVX2, FMA and F16C ([`super::int::IntPath::Avx2`]), and AVX-VNNI
+/// with `vnni` ([`super::int::IntPath::AvxVnni`]).
+pub unsafe fn panel_dots(t: GgmlType, panel: &[u8], k: Option<&Q8KRows>, b32: Option<&Q80Rows>, r0: usize, out: &mut [[f32; PANEL]], vnni: bool) {
     assert!(out.len() <= MAX_ROWS, "at most {MAX_ROWS} activation rows per pass");
-    // SAFETY: the caller guarantees the instructions; the kernels check what they read.
+    // SAFETY: the caller guarantees the instructions.
+    unsafe {
+        if vnni {
+            dots_vnni(t, panel, k, b32, r0, out)
+        } else {
+            dots_avx2(t, panel, k, b32, r0, out)
+        }
+    }
+}
+
+/// The kernels compiled for AVX2 (`vpmaddubsw`).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dots_avx2(t: GgmlType, panel: &[u8], k: Option<&Q8KRows>, b32: Option<&Q80Rows>, r0: usize, out: &mut [[f32; PANEL]]) {
+    // SAFETY: as the caller's.
+    unsafe { dispatch::<false>(t, panel, k, b32, r0, out) }
+}
+
+/// The kernels compiled for AVX-VNNI (`vpdpbusd`).
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn dots_vnni(t: GgmlType, panel: &[u8], k: Option<&Q8KRows>, b32: Option<&Q80Rows>, r0: usize, out: &mut [[f32; PANEL]]) {
+    // SAFETY: as the caller's.
+    unsafe { dispatch::<true>(t, panel, k, b32, r0, out) }
+}
+
+/// The kernel of type `t`, inlined into its entry point (whose instruction set its
+/// intrinsics then inline under).
+///
+/// # Safety
+/// The instructions of variant `V`; the kernels check what they read.
+#[inline(always)]
+unsafe fn dispatch<const V: bool>(t: GgmlType, panel: &[u8], k: Option<&Q8KRows>, b32: Option<&Q80Rows>, r0: usize, out: &mut [[f32; PANEL]]) {
+    // SAFETY: as the caller's.
     unsafe {
         match t {
-            GgmlType::Q4K => panel_k::<Q4K>(panel, k.expect("Q8_K input"), r0, out),
-            GgmlType::Q5K => panel_k::<Q5K>(panel, k.expect("Q8_K input"), r0, out),
-            GgmlType::Q6K => panel_k::<Q6K>(panel, k.expect("Q8_K input"), r0, out),
-            GgmlType::Q4_0 => panel_b32::<Q4_0>(panel, b32.expect("Q8_0 input"), r0, out),
-            GgmlType::Q5_0 => panel_b32::<Q5_0>(panel, b32.expect("Q8_0 input"), r0, out),
-            GgmlType::Q8_0 => panel_b32::<Q8_0>(panel, b32.expect("Q8_0 input"), r0, out),
+            GgmlType::Q4K => panel_k::<Q4K, V>(panel, k.expect("Q8_K input"), r0, out),
+            GgmlType::Q5K => panel_k::<Q5K, V>(panel, k.expect("Q8_K input"), r0, out),
+            GgmlType::Q6K => panel_k::<Q6K, V>(panel, k.expect("Q8_K input"), r0, out),
+            GgmlType::Q4_0 => panel_b32::<Q4_0, V>(panel, b32.expect("Q8_0 input"), r0, out),
+            GgmlType::Q5_0 => panel_b32::<Q5_0, V>(panel, b32.expect("Q8_0 input"), r0, out),
+            GgmlType::Q8_0 => panel_b32::<Q8_0, V>(panel, b32.expect("Q8_0 input"), r0, out),
             _ => unreachable!("{t:?} has no panel kernel"),
         }
     }
@@ -109,6 +151,19 @@ fn pair_u8(v: __m256i, b0: u8, b1: u8) -> __m256i {
 #[target_feature(enable = "avx2")]
 fn pair_i8(v: __m256i, b0: u8, b1: u8) -> __m256i {
     _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(v, lanes([0x80, b0, 0x80, b1])))
+}
+
+/// Byte `b` of every lane of `v` as the group scale of variant `V`: an i16 pair of it
+/// (AVX2) or an i32 (AVX-VNNI); sign-extended if `signed`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn scale_of<const V: bool>(v: __m256i, b: u8, signed: bool) -> __m256i {
+    match (V, signed) {
+        (false, false) => pair_u8(v, b, b),
+        (false, true) => pair_i8(v, b, b),
+        (true, false) => _mm256_shuffle_epi8(v, lanes([b, 0x80, 0x80, 0x80])),
+        (true, true) => _mm256_srai_epi32::<24>(_mm256_shuffle_epi8(v, lanes([0x80, 0x80, 0x80, b]))),
+    }
 }
 
 /// `nib | (hb & mask)`.
@@ -174,18 +229,32 @@ unsafe fn quad<const T: u8>(pb: *const u8, q: usize, h: usize) -> __m256i {
     }
 }
 
-/// Every quad of panel block `pb` into `w` (Q8_0: and their magnitudes).
+/// [`quad`] as variant `V` multiplies it: unsigned, so Q8_0's values are offset by 128 on
+/// AVX-VNNI (`vpdpbusd` multiplies unsigned by signed bytes) and stay signed on AVX2 (where
+/// `vpsignb` moves their signs onto the activations).
 ///
 /// # Safety
 /// As [`quad`].
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn unpack<const T: u8, const NQ: usize>(pb: *const u8, w: &mut Quads) {
+unsafe fn operand<const T: u8, const V: bool>(pb: *const u8, q: usize, h: usize) -> __m256i {
+    // SAFETY: as the caller's.
+    let v = unsafe { quad::<T>(pb, q, h) };
+    if V && T == Q8_0 { _mm256_xor_si256(v, _mm256_set1_epi8(-128)) } else { v }
+}
+
+/// Every quad of panel block `pb` into `w` (Q8_0 on AVX2: and their magnitudes).
+///
+/// # Safety
+/// As [`quad`].
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn unpack<const T: u8, const NQ: usize, const V: bool>(pb: *const u8, w: &mut Quads) {
     for q in 0..NQ {
         for h in 0..2 {
             // SAFETY: as the caller's.
-            w[2 * q + h] = unsafe { quad::<T>(pb, q, h) };
-            if T == Q8_0 {
+            w[2 * q + h] = unsafe { operand::<T, V>(pb, q, h) };
+            if T == Q8_0 && !V {
                 w[16 + 2 * q + h] = _mm256_abs_epi8(w[2 * q + h]);
             }
         }
@@ -198,7 +267,7 @@ unsafe fn unpack<const T: u8, const NQ: usize>(pb: *const u8, w: &mut Quads) {
 /// AVX2, F16C; `pb` points at a whole panel block of type `T`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scales_k<const T: u8>(pb: *const u8, s: &mut Scales) {
+unsafe fn scales_k<const T: u8, const V: bool>(pb: *const u8, s: &mut Scales) {
     // SAFETY: every offset lies inside the panel block (its layout: super::panel).
     unsafe {
         for h in 0..2 {
@@ -206,7 +275,7 @@ unsafe fn scales_k<const T: u8>(pb: *const u8, s: &mut Scales) {
             if T == Q6K {
                 let sv: [__m256i; 4] = std::array::from_fn(|c| ld(at(64 * c)));
                 for g in 0..16 {
-                    s.sc[2 * g + h] = pair_i8(sv[g / 4], (g % 4) as u8, (g % 4) as u8);
+                    s.sc[2 * g + h] = scale_of::<V>(sv[g / 4], (g % 4) as u8, true);
                 }
                 for k in 0..8 {
                     let b = 2 * (k % 2) as u8;
@@ -225,7 +294,7 @@ unsafe fn scales_k<const T: u8>(pb: *const u8, s: &mut Scales) {
             let mn_hi = _mm256_or_si256(high4(s2), _mm256_srli_epi16::<2>(_mm256_and_si256(s1, mc0)));
             for j in 0..8 {
                 let b = (j % 4) as u8;
-                s.sc[2 * j + h] = pair_u8(if j < 4 { sc_lo } else { sc_hi }, b, b);
+                s.sc[2 * j + h] = scale_of::<V>(if j < 4 { sc_lo } else { sc_hi }, b, false);
             }
             for k in 0..4 {
                 let b = 2 * (k % 2) as u8;
@@ -238,49 +307,62 @@ unsafe fn scales_k<const T: u8>(pb: *const u8, s: &mut Scales) {
 }
 
 /// The integer totals of `R` activation rows (`x[j]`: their values in this block) with panel
-/// block `pb`: per half, `sum over groups of vpmaddwd(i16 sum of C quads, scale pair)`. `QPG`
-/// quads share a scale; `scales` is `None` for the 32-wide formats (scale one). Q8_0
-/// multiplies magnitudes by sign-corrected activations. `BUF`: the quads come from `w`
-/// ([`unpack`]), else they are unpacked from `pb` where they are used.
+/// block `pb`: per half, the sum over groups of (sum of the group's quad products) times the
+/// group's scale. `QPG` quads share a scale; `scales` is `None` for the 32-wide formats
+/// (scale one). AVX2 (`V` false) sums `C` quads in i16 (`vpmaddubsw`), then `vpmaddwd`
+/// against the scale pair; Q8_0 multiplies magnitudes by sign-corrected activations.
+/// AVX-VNNI sums with `vpdpbusd` in i32 (`C` = `QPG`), then `vpmulld` by the scale. `BUF`:
+/// the quads come from `w` ([`unpack`]), else they are unpacked from `pb` where they are
+/// used.
 ///
 /// # Safety
-/// AVX2; `pb` as [`quad`]; each `x[j]` has `4 * NQ` readable bytes.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn totals<const T: u8, const R: usize, const NQ: usize, const QPG: usize, const C: usize, const BUF: bool>(
+/// The instructions of variant `V`; `pb` as [`quad`]; each `x[j]` has `4 * NQ` readable
+/// bytes.
+#[inline(always)]
+unsafe fn totals<const T: u8, const R: usize, const NQ: usize, const QPG: usize, const C: usize, const BUF: bool, const V: bool>(
     pb: *const u8,
     w: &Quads,
     scales: Option<&[__m256i; 32]>,
     x: [*const i8; R],
 ) -> [[__m256i; 2]; R] {
-    let ones = _mm256_set1_epi16(1);
-    let mut tot = [[_mm256_setzero_si256(); 2]; R];
-    for g in 0..NQ / QPG {
-        for c in 0..QPG / C {
-            let mut s = [[_mm256_setzero_si256(); 2]; R];
-            for i in 0..C {
-                let q = g * QPG + c * C + i;
-                // SAFETY: quad q of the block (caller).
-                let wq: [__m256i; 2] = std::array::from_fn(|h| if BUF { w[2 * q + h] } else { unsafe { quad::<T>(pb, q, h) } });
-                let mag: [__m256i; 2] = std::array::from_fn(|h| if T != Q8_0 { wq[h] } else if BUF { w[16 + 2 * q + h] } else { _mm256_abs_epi8(wq[h]) });
-                for (j, xj) in x.iter().enumerate() {
-                    // SAFETY: quad q of the block (caller).
-                    let xb = unsafe { bcast4(xj.add(4 * q)) };
+    // SAFETY: the caller's instructions; quad q of the block and its activations (caller).
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        let mut tot = [[_mm256_setzero_si256(); 2]; R];
+        for g in 0..NQ / QPG {
+            for c in 0..QPG / C {
+                let mut s = [[_mm256_setzero_si256(); 2]; R];
+                for i in 0..C {
+                    let q = g * QPG + c * C + i;
+                    let wq: [__m256i; 2] = std::array::from_fn(|h| if BUF { w[2 * q + h] } else { operand::<T, V>(pb, q, h) });
+                    let mag: [__m256i; 2] = std::array::from_fn(|h| if T != Q8_0 || V { wq[h] } else if BUF { w[16 + 2 * q + h] } else { _mm256_abs_epi8(wq[h]) });
+                    for (j, xj) in x.iter().enumerate() {
+                        let xb = bcast4(xj.add(4 * q));
+                        for h in 0..2 {
+                            s[j][h] = if V {
+                                _mm256_dpbusd_avx_epi32(s[j][h], wq[h], xb)
+                            } else if T == Q8_0 {
+                                _mm256_add_epi16(s[j][h], _mm256_maddubs_epi16(mag[h], _mm256_sign_epi8(xb, wq[h])))
+                            } else {
+                                _mm256_add_epi16(s[j][h], _mm256_maddubs_epi16(wq[h], xb))
+                            };
+                        }
+                    }
+                }
+                for j in 0..R {
                     for h in 0..2 {
-                        let p = if T == Q8_0 { _mm256_maddubs_epi16(mag[h], _mm256_sign_epi8(xb, wq[h])) } else { _mm256_maddubs_epi16(wq[h], xb) };
-                        s[j][h] = _mm256_add_epi16(s[j][h], p);
+                        let scaled = match (V, scales) {
+                            (false, _) => _mm256_madd_epi16(s[j][h], scales.map_or(ones, |sc| sc[2 * g + h])),
+                            (true, Some(sc)) => _mm256_mullo_epi32(s[j][h], sc[2 * g + h]),
+                            (true, None) => s[j][h],
+                        };
+                        tot[j][h] = _mm256_add_epi32(tot[j][h], scaled);
                     }
                 }
             }
-            for j in 0..R {
-                for h in 0..2 {
-                    let scale = scales.map_or(ones, |sc| sc[2 * g + h]);
-                    tot[j][h] = _mm256_add_epi32(tot[j][h], _mm256_madd_epi16(s[j][h], scale));
-                }
-            }
         }
+        tot
     }
-    tot
 }
 
 /// `acc[lane] = fma(d[lane] * dx, t[lane], acc[lane])` on the 8 lanes of half `h` of `out`.
@@ -311,35 +393,38 @@ fn step_min(out: &mut [f32; PANEL], h: usize, dmin: __m256, dx: f32, m: __m256i)
 const STREAM_ROWS: usize = 2;
 
 /// K family (Q4_K, Q5_K, Q6_K) on a panel.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [[f32; PANEL]]) {
+///
+/// # Safety
+/// The instructions of variant `V`.
+#[inline(always)]
+unsafe fn panel_k<const T: u8, const V: bool>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [[f32; PANEL]]) {
     let (m, nb, size) = (out.len(), x.blocks, ty(T).block().1);
     assert!(panel.len() == nb * PANEL * size && r0 + m <= x.rows, "a panel of {} bytes for {nb} blocks, rows {r0}..{} of {}", panel.len(), r0 + m, x.rows);
     let cols = nb * QK_K;
     out.fill([0.0; PANEL]);
-    let mut w: Quads = [_mm256_setzero_si256(); 128];
-    let zero = _mm256_setzero_si256();
-    let mut s = Scales { sc: [zero; 32], pairs: [zero; 16], d: [_mm256_setzero_ps(); 2], dmin: [_mm256_setzero_ps(); 2] };
-    let buffered = m > STREAM_ROWS;
-    for b in 0..nb {
-        // SAFETY: the panel block and every activation block read lie inside their buffers
-        // (sizes checked above).
-        unsafe {
+    // SAFETY: the caller's instructions; the panel block and every activation block read lie
+    // inside their buffers (sizes checked above).
+    unsafe {
+        let mut w: Quads = [_mm256_setzero_si256(); 128];
+        let zero = _mm256_setzero_si256();
+        let mut s = Scales { sc: [zero; 32], pairs: [zero; 16], d: [_mm256_setzero_ps(); 2], dmin: [_mm256_setzero_ps(); 2] };
+        let buffered = m > STREAM_ROWS;
+        for b in 0..nb {
             let pb = panel.as_ptr().add(b * PANEL * size);
-            scales_k::<T>(pb, &mut s);
+            scales_k::<T, V>(pb, &mut s);
             if buffered {
-                unpack::<T, 64>(pb, &mut w);
+                unpack::<T, 64, V>(pb, &mut w);
             }
             let xq = |r: usize| x.qs.as_ptr().add((r0 + r) * cols + b * QK_K);
             let mut r = 0;
             while r < m {
                 if r + 1 < m {
-                    let t = if buffered { k_totals::<T, 2, true>(pb, &w, &s.sc, [xq(r), xq(r + 1)]) } else { k_totals::<T, 2, false>(pb, &w, &s.sc, [xq(r), xq(r + 1)]) };
+                    let t = if buffered { k_totals::<T, 2, true, V>(pb, &w, &s.sc, [xq(r), xq(r + 1)]) } else { k_totals::<T, 2, false, V>(pb, &w, &s.sc, [xq(r), xq(r + 1)]) };
                     k_finish::<T>(&s, x, (r0 + r) * nb + b, t[0], &mut out[r]);
                     k_finish::<T>(&s, x, (r0 + r + 1) * nb + b, t[1], &mut out[r + 1]);
                     r += 2;
                 } else {
-                    let t = if buffered { k_totals::<T, 1, true>(pb, &w, &s.sc, [xq(r)]) } else { k_totals::<T, 1, false>(pb, &w, &s.sc, [xq(r)]) };
+                    let t = if buffered { k_totals::<T, 1, true, V>(pb, &w, &s.sc, [xq(r)]) } else { k_totals::<T, 1, false, V>(pb, &w, &s.sc, [xq(r)]) };
                     k_finish::<T>(&s, x, (r0 + r) * nb + b, t[0], &mut out[r]);
                     r += 1;
                 }
@@ -348,20 +433,20 @@ unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [
     }
 }
 
-/// [`totals`] with the K family's group sizes: Q4_K / Q5_K 8 quads a scale (Q5_K's larger
-/// values: 4 per i16 sum), Q6_K 4 (2 per i16 sum).
+/// [`totals`] with the K family's group sizes: Q4_K / Q5_K 8 quads a scale, Q6_K 4; on AVX2
+/// the i16 sums hold 8 quads of Q4_K, 4 of Q5_K (larger values) and 2 of Q6_K.
 ///
 /// # Safety
 /// As [`totals`] (256 values at each `x[j]`).
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn k_totals<const T: u8, const R: usize, const BUF: bool>(pb: *const u8, w: &Quads, sc: &[__m256i; 32], x: [*const i8; R]) -> [[__m256i; 2]; R] {
+#[inline(always)]
+unsafe fn k_totals<const T: u8, const R: usize, const BUF: bool, const V: bool>(pb: *const u8, w: &Quads, sc: &[__m256i; 32], x: [*const i8; R]) -> [[__m256i; 2]; R] {
     // SAFETY: as the caller's.
     unsafe {
-        match T {
-            Q4K => totals::<T, R, 64, 8, 8, BUF>(pb, w, Some(sc), x),
-            Q5K => totals::<T, R, 64, 8, 4, BUF>(pb, w, Some(sc), x),
-            _ => totals::<T, R, 64, 4, 2, BUF>(pb, w, Some(sc), x),
+        match (T, V) {
+            (Q4K, _) | (Q5K, true) => totals::<T, R, 64, 8, 8, BUF, V>(pb, w, Some(sc), x),
+            (Q5K, false) => totals::<T, R, 64, 8, 4, BUF, V>(pb, w, Some(sc), x),
+            (_, true) => totals::<T, R, 64, 4, 4, BUF, V>(pb, w, Some(sc), x),
+            (_, false) => totals::<T, R, 64, 4, 2, BUF, V>(pb, w, Some(sc), x),
         }
     }
 }
@@ -398,33 +483,36 @@ unsafe fn k_finish<const T: u8>(s: &Scales, x: &Q8KRows, row: usize, t: [__m256i
 }
 
 /// B32 family (Q4_0, Q5_0, Q8_0) on a panel.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn panel_b32<const T: u8>(panel: &[u8], x: &Q80Rows, r0: usize, out: &mut [[f32; PANEL]]) {
+///
+/// # Safety
+/// The instructions of variant `V`.
+#[inline(always)]
+unsafe fn panel_b32<const T: u8, const V: bool>(panel: &[u8], x: &Q80Rows, r0: usize, out: &mut [[f32; PANEL]]) {
     let (m, nb, size) = (out.len(), x.blocks, ty(T).block().1);
     assert!(panel.len() == nb * PANEL * size && r0 + m <= x.rows, "a panel of {} bytes for {nb} blocks, rows {r0}..{} of {}", panel.len(), r0 + m, x.rows);
     let cols = nb * QK8_0;
     out.fill([0.0; PANEL]);
-    let mut w: Quads = [_mm256_setzero_si256(); 128];
-    let buffered = m > STREAM_ROWS;
-    for b in 0..nb {
-        // SAFETY: as panel_k.
-        unsafe {
+    // SAFETY: as panel_k.
+    unsafe {
+        let mut w: Quads = [_mm256_setzero_si256(); 128];
+        let buffered = m > STREAM_ROWS;
+        for b in 0..nb {
             let pb = panel.as_ptr().add(b * PANEL * size);
             let d = [f16x8(pb), f16x8(pb.add(16))];
             if buffered {
-                unpack::<T, 8>(pb, &mut w);
+                unpack::<T, 8, V>(pb, &mut w);
             }
             let xq = |r: usize| x.qs.as_ptr().add((r0 + r) * cols + b * QK8_0);
             let mut r = 0;
             while r < m {
                 if r + 1 < m {
-                    let t = if buffered { b32_totals::<T, 2, true>(pb, &w, [xq(r), xq(r + 1)]) } else { b32_totals::<T, 2, false>(pb, &w, [xq(r), xq(r + 1)]) };
-                    b32_finish::<T>(&d, x, t[0], (r0 + r) * nb + b, &mut out[r]);
-                    b32_finish::<T>(&d, x, t[1], (r0 + r + 1) * nb + b, &mut out[r + 1]);
+                    let t = if buffered { b32_totals::<T, 2, true, V>(pb, &w, [xq(r), xq(r + 1)]) } else { b32_totals::<T, 2, false, V>(pb, &w, [xq(r), xq(r + 1)]) };
+                    b32_finish::<T, V>(&d, x, t[0], (r0 + r) * nb + b, &mut out[r]);
+                    b32_finish::<T, V>(&d, x, t[1], (r0 + r + 1) * nb + b, &mut out[r + 1]);
                     r += 2;
                 } else {
-                    let t = if buffered { b32_totals::<T, 1, true>(pb, &w, [xq(r)]) } else { b32_totals::<T, 1, false>(pb, &w, [xq(r)]) };
-                    b32_finish::<T>(&d, x, t[0], (r0 + r) * nb + b, &mut out[r]);
+                    let t = if buffered { b32_totals::<T, 1, true, V>(pb, &w, [xq(r)]) } else { b32_totals::<T, 1, false, V>(pb, &w, [xq(r)]) };
+                    b32_finish::<T, V>(&d, x, t[0], (r0 + r) * nb + b, &mut out[r]);
                     r += 1;
                 }
             }
@@ -433,29 +521,29 @@ unsafe fn panel_b32<const T: u8>(panel: &[u8], x: &Q80Rows, r0: usize, out: &mut
 }
 
 /// A 32-wide block's float step for activation block `row`: `fma(d dx, t - offset * sum)`
-/// (Q8_0's products are of the signed values: no offset term).
+/// (Q8_0's products on AVX2 are of the signed values: no offset term).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn b32_finish<const T: u8>(d: &[__m256; 2], x: &Q80Rows, t: [__m256i; 2], row: usize, out: &mut [f32; PANEL]) {
-    let off = if T == Q8_0 { 0 } else { b32_offset(T) * x.sums[row] };
+fn b32_finish<const T: u8, const V: bool>(d: &[__m256; 2], x: &Q80Rows, t: [__m256i; 2], row: usize, out: &mut [f32; PANEL]) {
+    let off = if T == Q8_0 && !V { 0 } else { b32_offset(T) * x.sums[row] };
     for h in 0..2 {
         step(out, h, d[h], x.d[row], _mm256_sub_epi32(t[h], _mm256_set1_epi32(off)));
     }
 }
 
-/// [`totals`] with the 32-wide formats' i16 sums: Q4_0 8 quads, Q5_0 4, Q8_0 1.
+/// [`totals`] with the 32-wide formats' sums: AVX2's i16 sums hold Q4_0 8 quads, Q5_0 4,
+/// Q8_0 1; AVX-VNNI's i32 sums all 8.
 ///
 /// # Safety
 /// As [`totals`] (32 values at each `x[j]`).
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn b32_totals<const T: u8, const R: usize, const BUF: bool>(pb: *const u8, w: &Quads, x: [*const i8; R]) -> [[__m256i; 2]; R] {
+#[inline(always)]
+unsafe fn b32_totals<const T: u8, const R: usize, const BUF: bool, const V: bool>(pb: *const u8, w: &Quads, x: [*const i8; R]) -> [[__m256i; 2]; R] {
     // SAFETY: as the caller's.
     unsafe {
-        match T {
-            Q4_0 => totals::<T, R, 8, 8, 8, BUF>(pb, w, None, x),
-            Q5_0 => totals::<T, R, 8, 8, 4, BUF>(pb, w, None, x),
-            _ => totals::<T, R, 8, 8, 1, BUF>(pb, w, None, x),
+        match (T, V) {
+            (Q4_0, _) | (_, true) => totals::<T, R, 8, 8, 8, BUF, V>(pb, w, None, x),
+            (Q5_0, false) => totals::<T, R, 8, 8, 4, BUF, V>(pb, w, None, x),
+            _ => totals::<T, R, 8, 8, 1, BUF, V>(pb, w, None, x),
         }
     }
 }
