@@ -1,6 +1,6 @@
 //! Micro-benchmark of `x W^T` on the real models' weight matrices, in the same run: the integer
 //! kernels (`q8` weights) on every path this CPU supports and on weight panels (the layout the
-//! runtime uses on AVX-512 VNNI and AVX2; `SPECX_INT_PATH` picks the path), the native kernel on the GGUF
+//! runtime uses on x86: AVX-512 VNNI, AVX-VNNI, AVX2; `SPECX_INT_PATH` picks the path), the native kernel on the GGUF
 //! blocks, the f32 kernel on the same matrix dequantized, and burn-flex's matmul on that f32
 //! matrix. The last column is the cost of the call as a multiple of a one-row call of the
 //! runtime's integer path and layout.

@@ -29,8 +29,9 @@ use std::sync::OnceLock;
 pub enum IntPath {
     /// AVX-512 (BW) with VNNI: `vpdpbusd` / `vpdpwssd` on 64-byte vectors.
     Avx512Vnni,
-    /// AVX2 with AVX-VNNI (Intel's client cores since Alder Lake, AMD Zen 5): the AVX2
-    /// panels with the 256-bit `vpdpbusd` in place of `vpmaddubsw` + `vpaddw` + `vpmaddwd`.
+    /// AVX2 with AVX-VNNI (Intel's client cores since Alder Lake; a CPU that also has
+    /// AVX-512 VNNI takes that path): the AVX2 panels with the 256-bit `vpdpbusd` in place of
+    /// `vpmaddubsw` + `vpaddw` + `vpmaddwd`.
     AvxVnni,
     /// AVX2: `vpmaddubsw` + `vpmaddwd` on 32-byte vectors.
     Avx2,
