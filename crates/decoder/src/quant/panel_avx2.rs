@@ -311,7 +311,8 @@ unsafe fn scales_k<const T: u8, const V: bool>(pb: *const u8, s: &mut Scales) {
 /// group's scale. `QPG` quads share a scale; `scales` is `None` for the 32-wide formats
 /// (scale one). AVX2 (`V` false) sums `C` quads in i16 (`vpmaddubsw`), then `vpmaddwd`
 /// against the scale pair; Q8_0 multiplies magnitudes by sign-corrected activations.
-/// AVX-VNNI sums with `vpdpbusd` in i32 (`C` = `QPG`), then `vpmulld` by the scale. `BUF`:
+/// AVX-VNNI sums a whole group with `vpdpbusd` in i32 (no i16 limit, so `C` does not apply),
+/// then `vpmulld` by the scale. `BUF`:
 /// the quads come from `w` ([`unpack`]), else they are unpacked from `pb` where they are
 /// used.
 ///
@@ -325,15 +326,17 @@ unsafe fn totals<const T: u8, const R: usize, const NQ: usize, const QPG: usize,
     scales: Option<&[__m256i; 32]>,
     x: [*const i8; R],
 ) -> [[__m256i; 2]; R] {
+    // Quads summed before their scale is applied.
+    let chunk = if V { QPG } else { C };
     // SAFETY: the caller's instructions; quad q of the block and its activations (caller).
     unsafe {
         let ones = _mm256_set1_epi16(1);
         let mut tot = [[_mm256_setzero_si256(); 2]; R];
         for g in 0..NQ / QPG {
-            for c in 0..QPG / C {
+            for c in 0..QPG / chunk {
                 let mut s = [[_mm256_setzero_si256(); 2]; R];
-                for i in 0..C {
-                    let q = g * QPG + c * C + i;
+                for i in 0..chunk {
+                    let q = g * QPG + c * chunk + i;
                     let wq: [__m256i; 2] = std::array::from_fn(|h| if BUF { w[2 * q + h] } else { operand::<T, V>(pb, q, h) });
                     let mag: [__m256i; 2] = std::array::from_fn(|h| if T != Q8_0 || V { wq[h] } else if BUF { w[16 + 2 * q + h] } else { _mm256_abs_epi8(wq[h]) });
                     for (j, xj) in x.iter().enumerate() {
@@ -433,8 +436,8 @@ unsafe fn panel_k<const T: u8, const V: bool>(panel: &[u8], x: &Q8KRows, r0: usi
     }
 }
 
-/// [`totals`] with the K family's group sizes: Q4_K / Q5_K 8 quads a scale, Q6_K 4; on AVX2
-/// the i16 sums hold 8 quads of Q4_K, 4 of Q5_K (larger values) and 2 of Q6_K.
+/// [`totals`] with the K family's group sizes: Q4_K / Q5_K 8 quads a scale, Q6_K 4; AVX2's
+/// i16 sums hold 8 quads of Q4_K, 4 of Q5_K (larger values) and 2 of Q6_K.
 ///
 /// # Safety
 /// As [`totals`] (256 values at each `x[j]`).
@@ -442,11 +445,10 @@ unsafe fn panel_k<const T: u8, const V: bool>(panel: &[u8], x: &Q8KRows, r0: usi
 unsafe fn k_totals<const T: u8, const R: usize, const BUF: bool, const V: bool>(pb: *const u8, w: &Quads, sc: &[__m256i; 32], x: [*const i8; R]) -> [[__m256i; 2]; R] {
     // SAFETY: as the caller's.
     unsafe {
-        match (T, V) {
-            (Q4K, _) | (Q5K, true) => totals::<T, R, 64, 8, 8, BUF, V>(pb, w, Some(sc), x),
-            (Q5K, false) => totals::<T, R, 64, 8, 4, BUF, V>(pb, w, Some(sc), x),
-            (_, true) => totals::<T, R, 64, 4, 4, BUF, V>(pb, w, Some(sc), x),
-            (_, false) => totals::<T, R, 64, 4, 2, BUF, V>(pb, w, Some(sc), x),
+        match T {
+            Q4K => totals::<T, R, 64, 8, 8, BUF, V>(pb, w, Some(sc), x),
+            Q5K => totals::<T, R, 64, 8, 4, BUF, V>(pb, w, Some(sc), x),
+            _ => totals::<T, R, 64, 4, 2, BUF, V>(pb, w, Some(sc), x),
         }
     }
 }
@@ -540,9 +542,9 @@ fn b32_finish<const T: u8, const V: bool>(d: &[__m256; 2], x: &Q80Rows, t: [__m2
 unsafe fn b32_totals<const T: u8, const R: usize, const BUF: bool, const V: bool>(pb: *const u8, w: &Quads, x: [*const i8; R]) -> [[__m256i; 2]; R] {
     // SAFETY: as the caller's.
     unsafe {
-        match (T, V) {
-            (Q4_0, _) | (_, true) => totals::<T, R, 8, 8, 8, BUF, V>(pb, w, None, x),
-            (Q5_0, false) => totals::<T, R, 8, 8, 4, BUF, V>(pb, w, None, x),
+        match T {
+            Q4_0 => totals::<T, R, 8, 8, 8, BUF, V>(pb, w, None, x),
+            Q5_0 => totals::<T, R, 8, 8, 4, BUF, V>(pb, w, None, x),
             _ => totals::<T, R, 8, 8, 1, BUF, V>(pb, w, None, x),
         }
     }
