@@ -70,6 +70,39 @@ fn every_path_gives_the_portable_bits_for_1_to_70_rows() {
 }
 
 #[test]
+fn the_largest_quants_and_activations_give_the_portable_bits() {
+    // Every quant at its largest magnitude against activations of +-127 (each block's values of
+    // one size): the bounds of the kernels' narrow sums (i16 chains, saturating pair adds).
+    let put = |b: &mut [u8], at: usize, v: f32| b[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
+    for (ty, k) in CASES {
+        let (_, size) = ty.block();
+        let mut data = vec![0xffu8; ty.byte_size(16 * k).unwrap()];
+        for b in data.chunks_exact_mut(size) {
+            match ty {
+                GgmlType::Q6K => {
+                    b[192..208].fill(0x7f);
+                    put(b, 208, 0.01);
+                }
+                GgmlType::Q4K | GgmlType::Q5K => {
+                    put(b, 0, 0.01);
+                    put(b, 2, 0.002);
+                }
+                _ => put(b, 0, 0.01),
+            }
+        }
+        let q = QuantMatrix::new(vec![super::QuantPart::rows(ty, 16, data)], k).unwrap();
+        let signs: [fn(usize) -> f32; 3] = [|_| 1.0, |_| -1.0, |i| if i % 2 == 0 { 1.0 } else { -1.0 }];
+        let x: Vec<f32> = signs.iter().flat_map(|s| (0..k).map(s)).collect();
+        let m = signs.len();
+        let want = run(&q, &x, m, IntPath::Portable);
+        for &p in &IntPath::all_supported() {
+            assert!(same_bits(&run(&q, &x, m, p), &want), "{ty:?}: {} differs from portable at the largest values", p.name());
+            assert!(same_bits(&run(&panels(&q), &x, m, p), &want), "{ty:?}: {} on panels differs from portable at the largest values", p.name());
+        }
+    }
+}
+
+#[test]
 fn a_row_alone_equals_the_same_row_in_any_call() {
     for (ty, k) in CASES {
         let rows = matrix(&[(ty, 20)], k, 11);

@@ -3,7 +3,7 @@
 //!
 //! Per block, the panel's values are unpacked once in registers and serve every activation
 //! row of the call (up to [`MAX_ROWS`] per pass): sub-block sums (exact i32) times their
-//! scales (`vpmulld`), the offset terms through the activation sums in `vpdpwssd` pairs, then
+//! scales (`vpmulld`, or for Q4_K's i16-sized sums `vpdpwssd`), the offset terms through the activation sums in `vpdpwssd` pairs, then
 //! the reference's two float steps per block ([`super::int`]) on 16 outputs at once. Integer
 //! results are exact and the float steps are the reference's in its order, so the results
 //! are the portable path's bits.
@@ -13,6 +13,7 @@ use super::int_x86_blocks::{b32_offset, ty, Q4K, Q4_0, Q5K, Q5_0, Q6K, Q8_0};
 use super::panel::PANEL;
 use crate::gguf::GgmlType;
 use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
 
 /// Activation rows per pass over a panel: one i32 total and one f32 accumulator each, kept
 /// in L1 between sub-blocks.
@@ -88,7 +89,7 @@ unsafe fn f16x16(p: *const u8) -> __m512 {
 /// two chains (halves the latency of one chain; the sum is exact either way).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn dot_quads(quads: &[__m512i], x: *const i8) -> __m512i {
+unsafe fn dot_quads<const Q: usize>(quads: &[__m512i; Q], x: *const i8) -> __m512i {
     let (mut a, mut b) = (_mm512_setzero_si512(), _mm512_setzero_si512());
     for (i, pair) in quads.chunks_exact(2).enumerate() {
         // SAFETY: 4 * quads.len() readable bytes at x (caller).
@@ -100,26 +101,100 @@ unsafe fn dot_quads(quads: &[__m512i], x: *const i8) -> __m512i {
     _mm512_add_epi32(a, b)
 }
 
+/// [`dot_quads`] for `R` activation rows at once (`xs[i]`: row i's bytes), each row's two
+/// chains (even and odd quads) left apart. The rows' chains are interleaved instruction by
+/// instruction: `2 R` independent chains keep both `vpdpbusd` ports busy, where one row at a
+/// time left each of its two chains waiting on the 5-cycle latency and the out-of-order window
+/// overlapped too few rows to hide it. A weight vector is read once for the `R` rows (Q6_K's
+/// come from L1).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn dot_chains<const Q: usize, const R: usize>(quads: &[__m512i; Q], xs: &[*const i8; R]) -> [[__m512i; 2]; R] {
+    let mut acc = [[_mm512_setzero_si512(); 2]; R];
+    for (i, q) in quads.iter().enumerate() {
+        for (a, x) in acc.iter_mut().zip(xs) {
+            // SAFETY: 4 * Q readable bytes at each x (caller).
+            a[i % 2] = _mm512_dpbusd_epi32(a[i % 2], *q, unsafe { bcast4(x.add(4 * i)) });
+        }
+    }
+    acc
+}
+
+/// Rows per group of [`dot_chains`]: measured on Emerald Rapids (docs/performance).
+const ROW_GROUP: usize = 4;
+
+/// `tot[r] += scale * sum` of `quads` against row r's bytes at `x_of(r)`, for every row of
+/// `tot` (`first`: `=`, the block's first term, which spares clearing the totals per block):
+/// in groups of [`ROW_GROUP`], the rest one at a time.
+///
+/// `narrow`: each chain's sum fits an i16 (Q4_K: 16 products of at most 15 x 127), so one
+/// `vpdpwssd` per chain multiplies it by the scale (in each lane's low i16, the high one zero)
+/// and adds it: 2 uops where the chains' sum, `vpmulld` (2 uops) and the add take 4.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn add_scaled_dots<const Q: usize>(quads: &[__m512i; Q], scale: __m512i, narrow: bool, first: bool, tot: &mut [MaybeUninit<__m512i>], x_of: impl Fn(usize) -> *const i8) {
+    let add = |t: &mut MaybeUninit<__m512i>, [a, b]: [__m512i; 2]| {
+        // SAFETY: after the first term every total has been written.
+        let prev = if first { _mm512_setzero_si512() } else { unsafe { t.assume_init() } };
+        t.write(if narrow {
+            _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(prev, a, scale), b, scale)
+        } else {
+            _mm512_add_epi32(prev, _mm512_mullo_epi32(_mm512_add_epi32(a, b), scale))
+        });
+    };
+    let mut groups = tot.chunks_exact_mut(ROW_GROUP);
+    let mut r = 0;
+    for group in &mut groups {
+        let xs: [*const i8; ROW_GROUP] = std::array::from_fn(|i| x_of(r + i));
+        // SAFETY: x_of gives rows with 4 * Q readable bytes (caller).
+        let chains = unsafe { dot_chains(quads, &xs) };
+        for (t, c) in group.iter_mut().zip(chains) {
+            add(t, c);
+        }
+        r += ROW_GROUP;
+    }
+    for t in groups.into_remainder() {
+        // SAFETY: as above.
+        let [c] = unsafe { dot_chains(quads, &[x_of(r)]) };
+        add(t, c);
+        r += 1;
+    }
+}
+
+/// Q6_K's block totals `sum_g scale_g * (quads of group g . row's values 16g..)` of `R` rows
+/// at `xs`: the rows' totals stay in registers over the 16 groups, each group's quads read
+/// from L1 once for the `R` rows.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn q6k_totals<const R: usize>(quads: &[__m512i; 64], scales: &[__m512i; 16], xs: [*const i8; R]) -> [__m512i; R] {
+    let mut tot = [_mm512_setzero_si512(); R];
+    for g in 0..16 {
+        let q4: &[__m512i; 4] = quads[4 * g..4 * g + 4].try_into().expect("four quads");
+        // SAFETY: each row's 256 values lie at xs[i] (caller).
+        let chains = unsafe { dot_chains(q4, &xs.map(|x| x.add(16 * g))) };
+        for (t, [a, b]) in tot.iter_mut().zip(chains) {
+            *t = _mm512_add_epi32(*t, _mm512_mullo_epi32(_mm512_add_epi32(a, b), scales[g]));
+        }
+    }
+    tot
+}
+
 /// K family (Q4_K, Q5_K, Q6_K) on a panel. Per block, the scales are decoded once; Q6_K
-/// unpacks its 64 quads (4 values of 16 rows each) into L1, then each activation row runs its
-/// 16 groups with its block total in a register (a total kept in memory across groups made one
-/// row a chain of store-to-load latencies); Q4_K and Q5_K unpack sub-block by sub-block and
-/// serve every row from registers (Q5_K with its 8 `qh` vectors held for the whole block).
+/// unpacks its 64 quads (4 values of 16 rows each) into L1, then groups of activation rows run
+/// its 16 groups with their block totals in registers (a total kept in memory across groups
+/// made one row a chain of store-to-load latencies); Q4_K and Q5_K unpack sub-block by
+/// sub-block and serve every row from registers (Q5_K with its 8 `qh` vectors held for the
+/// whole block), the rows' totals in L1. Rows go in groups of [`ROW_GROUP`] ([`dot_chains`]).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [[f32; PANEL]]) {
     let (m, nb, size) = (out.len(), x.blocks, ty(T).block().1);
     assert!(panel.len() == nb * PANEL * size && r0 + m <= x.rows, "a panel of {} bytes for {nb} blocks, rows {r0}..{} of {}", panel.len(), r0 + m, x.rows);
     let cols = nb * QK_K;
     let m0f = _mm512_set1_epi8(0x0f);
-    let mut acc = [_mm512_setzero_ps(); MAX_ROWS];
-    // Q6_K: the 64 quads in value order (group g's four at 4g).
-    let mut quads = [_mm512_setzero_si512(); 64];
-    // Q4_K: each activation row's block total.
-    let mut tot = [_mm512_setzero_si512(); MAX_ROWS];
-    // Q4_K: the 8 sub-block scales; Q6_K: the 16 group scales.
-    let mut scales = [_mm512_setzero_si512(); 16];
-    // i16 pairs for the offset terms: Q4_K's minimums (4 pairs), Q6_K's scales (8 pairs).
-    let mut pairs = [_mm512_setzero_si512(); 8];
+    // No array is zeroed: every block writes what it reads (zeroing them per call cost a 9 KB
+    // memset per panel pass, 4.8% of a 128-row prefill), and the sums accumulate in `out`.
+    // Each activation row's block total.
+    let mut tot = [MaybeUninit::<__m512i>::uninit(); MAX_ROWS];
     for b in 0..nb {
         // SAFETY: the panel block and every activation block read lie inside their buffers
         // (sizes checked above).
@@ -128,7 +203,8 @@ unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [
             // Every field in address order (one ascending stream the hardware prefetcher
             // follows; reading Q6_K's trailing `d` first made one-row calls 1.5x slower):
             // Q4_K's `d` and `dmin` lead its block, Q6_K's `d` ends it.
-            let (d, dmin);
+            // i16 pairs for the offset terms: Q4_K's minimums (4 pairs), Q6_K's scales (8).
+            let (d, dmin, pairs): (_, _, [__m512i; 8]);
             if T == Q4K || T == Q5K {
                 (d, dmin) = (f16x16(pb), f16x16(pb.add(32)));
                 // 6-bit scales and minimums of sub-blocks 0..4 (bytes of sc_lo, mn_lo) and 4..8.
@@ -138,20 +214,17 @@ unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [
                 let mn_lo = _mm512_and_si512(s1, m63);
                 let sc_hi = _mm512_or_si512(_mm512_and_si512(s2, m0f), _mm512_srli_epi16::<2>(_mm512_and_si512(s0, mc0)));
                 let mn_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(s2), m0f), _mm512_srli_epi16::<2>(_mm512_and_si512(s1, mc0)));
-                for j in 0..8 {
-                    scales[j] = byte_u32(if j < 4 { sc_lo } else { sc_hi }, (j % 4) as u32);
-                }
-                for k in 0..4 {
+                let scales: [__m512i; 8] = std::array::from_fn(|j| byte_u32(if j < 4 { sc_lo } else { sc_hi }, (j % 4) as u32));
+                pairs = std::array::from_fn(|k| {
                     let v = if k < 2 { mn_lo } else { mn_hi };
-                    pairs[k] = pair16(byte_u32(v, 2 * (k % 2) as u32), byte_u32(v, 2 * (k % 2) as u32 + 1));
-                }
+                    if k < 4 { pair16(byte_u32(v, 2 * (k % 2) as u32), byte_u32(v, 2 * (k % 2) as u32 + 1)) } else { _mm512_setzero_si512() }
+                });
                 // Q5_K: the fifth bits of all 256 values, then `qs` after them.
                 let qh: [__m512i; 8] = std::array::from_fn(|v| if T == Q5K { ld(pb.add(256 + 64 * v)) } else { _mm512_setzero_si512() });
                 let qs_at = if T == Q5K { 768 } else { 256 };
                 let m10 = _mm512_set1_epi8(0x10);
                 // Sub-block by sub-block straight from the panel (through an L1 buffer of all
                 // 64 quads, one-row calls from memory ran at half speed), totals in L1.
-                tot[..m].fill(_mm512_setzero_si512());
                 for j in 0..8 {
                     let q: [__m512i; 8] = std::array::from_fn(|v| {
                         let w = ld(pb.add(qs_at + 64 * (8 * (j / 2) + v)));
@@ -166,20 +239,17 @@ unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [
                             nib
                         }
                     });
-                    for (r, t) in tot[..m].iter_mut().enumerate() {
-                        let s = dot_quads(&q, x.qs.as_ptr().add((r0 + r) * cols + b * QK_K + 32 * j));
-                        *t = _mm512_add_epi32(*t, _mm512_mullo_epi32(s, scales[j]));
-                    }
+                    add_scaled_dots(&q, scales[j], T == Q4K, j == 0, &mut tot[..m], |r| x.qs.as_ptr().add((r0 + r) * cols + b * QK_K + 32 * j));
                 }
             } else {
                 let sv: [__m512i; 4] = std::array::from_fn(|c| ld(pb.add(64 * c)));
-                for g in 0..16 {
-                    scales[g] = byte_i32(sv[g / 4], (g % 4) as u32);
-                }
-                for k in 0..8 {
+                let scales: [__m512i; 16] = std::array::from_fn(|g| byte_i32(sv[g / 4], (g % 4) as u32));
+                pairs = std::array::from_fn(|k| {
                     let byte = 2 * (k % 2) as u32;
-                    pairs[k] = pair16(byte_i32(sv[k / 2], byte), byte_i32(sv[k / 2], byte + 1));
-                }
+                    pair16(byte_i32(sv[k / 2], byte), byte_i32(sv[k / 2], byte + 1))
+                });
+                // The 64 quads in value order (group g's four at 4g), every one written below.
+                let mut quads = [MaybeUninit::<__m512i>::uninit(); 64];
                 // Half h, quad v of 32: ql bytes (region 0 low, 2 high) and (1 low, 3 high), qh
                 // bits 2c, 2c + 1 for region c; region c's quad v is in group 8h + 2c + v / 4.
                 let m30 = _mm512_set1_epi8(0x30);
@@ -189,34 +259,46 @@ unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [
                         let (a, bb, qh) = (ld(at_hv), ld(at_hv.add(64)), ld(at_hv.add(128)));
                         let at = |c: usize| 4 * (8 * h + 2 * c + v / 4) + v % 4;
                         // nib | (hb & 0x30)
-                        quads[at(0)] = _mm512_ternarylogic_epi32::<0xf8>(_mm512_and_si512(a, m0f), _mm512_slli_epi16::<4>(qh), m30);
-                        quads[at(1)] = _mm512_ternarylogic_epi32::<0xf8>(_mm512_and_si512(bb, m0f), _mm512_slli_epi16::<2>(qh), m30);
-                        quads[at(2)] = _mm512_ternarylogic_epi32::<0xf8>(_mm512_and_si512(_mm512_srli_epi16::<4>(a), m0f), qh, m30);
-                        quads[at(3)] = _mm512_ternarylogic_epi32::<0xf8>(_mm512_and_si512(_mm512_srli_epi16::<4>(bb), m0f), _mm512_srli_epi16::<2>(qh), m30);
+                        quads[at(0)].write(_mm512_ternarylogic_epi32::<0xf8>(_mm512_and_si512(a, m0f), _mm512_slli_epi16::<4>(qh), m30));
+                        quads[at(1)].write(_mm512_ternarylogic_epi32::<0xf8>(_mm512_and_si512(bb, m0f), _mm512_slli_epi16::<2>(qh), m30));
+                        quads[at(2)].write(_mm512_ternarylogic_epi32::<0xf8>(_mm512_and_si512(_mm512_srli_epi16::<4>(a), m0f), qh, m30));
+                        quads[at(3)].write(_mm512_ternarylogic_epi32::<0xf8>(_mm512_and_si512(_mm512_srli_epi16::<4>(bb), m0f), _mm512_srli_epi16::<2>(qh), m30));
                     }
                 }
                 (d, dmin) = (f16x16(pb.add(3328)), _mm512_setzero_ps());
+                // at(c) over h < 2, c < 4, v < 8 covers 0..64 once: every quad is written.
+                let quads = &*quads.as_ptr().cast::<[__m512i; 64]>();
+                let x_at = |r: usize| x.qs.as_ptr().add((r0 + r) * cols + b * QK_K);
+                let mut groups = tot[..m].chunks_exact_mut(ROW_GROUP);
+                let mut r = 0;
+                for group in &mut groups {
+                    let totals = q6k_totals::<ROW_GROUP>(quads, &scales, std::array::from_fn(|i| x_at(r + i)));
+                    for (t, v) in group.iter_mut().zip(totals) {
+                        t.write(v);
+                    }
+                    r += ROW_GROUP;
+                }
+                for t in groups.into_remainder() {
+                    let [v] = q6k_totals(quads, &scales, [x_at(r)]);
+                    t.write(v);
+                    r += 1;
+                }
             }
             for r in 0..m {
                 let row = (r0 + r) * nb + b;
-                let xb = x.qs.as_ptr().add((r0 + r) * cols + b * QK_K);
                 let dx = _mm512_set1_ps(x.d[row]);
+                let t = tot[r].assume_init();
+                let acc = if b == 0 { _mm512_setzero_ps() } else { _mm512_loadu_ps(out[r].as_ptr()) };
                 if T != Q6K {
-                    let t = tot[r];
                     // m_b = sum_j mn_j * (sum of sub-block j's activations), two per step.
                     let bs = x.bsums32.as_ptr().add(row * 8);
                     let mut mm = _mm512_setzero_si512();
                     for (k, mv) in pairs[..4].iter().enumerate() {
                         mm = _mm512_dpwssd_epi32(mm, *mv, bcast4(bs.add(2 * k)));
                     }
-                    acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(t), acc[r]);
-                    acc[r] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mm), acc[r]);
+                    let acc = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(t), acc);
+                    _mm512_storeu_ps(out[r].as_mut_ptr(), _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mm), acc));
                 } else {
-                    let mut t = _mm512_setzero_si512();
-                    for g in 0..16 {
-                        let s = dot_quads(&quads[4 * g..4 * g + 4], xb.add(16 * g));
-                        t = _mm512_add_epi32(t, _mm512_mullo_epi32(s, scales[g]));
-                    }
                     // The `q - 32` offset: 32 * sum_g sc_g * bsum_g, two groups per step.
                     let bs = x.bsums.as_ptr().add(row * 16);
                     let mut o = _mm512_setzero_si512();
@@ -224,14 +306,10 @@ unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [
                         o = _mm512_dpwssd_epi32(o, *sv2, bcast4(bs.add(2 * k)));
                     }
                     let total = _mm512_sub_epi32(t, _mm512_slli_epi32::<5>(o));
-                    acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(total), acc[r]);
+                    _mm512_storeu_ps(out[r].as_mut_ptr(), _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(total), acc));
                 }
             }
         }
-    }
-    for (o, a) in out.iter_mut().zip(&acc) {
-        // SAFETY: 16 f32 written into a 16-f32 array.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), *a) };
     }
 }
 
@@ -251,7 +329,6 @@ unsafe fn panel_b32<const T: u8>(panel: &[u8], x: &Q80Rows, r0: usize, out: &mut
         unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
     });
     let bit: [__m512i; 2] = std::array::from_fn(|h| _mm512_set1_epi32(i32::from_le_bytes(std::array::from_fn(|j| 1u8 << (4 * h + j)))));
-    let mut acc = [_mm512_setzero_ps(); MAX_ROWS];
     for b in 0..nb {
         // SAFETY: as panel_k.
         unsafe {
@@ -278,12 +355,10 @@ unsafe fn panel_b32<const T: u8>(panel: &[u8], x: &Q80Rows, r0: usize, out: &mut
                 let g = dot_quads(&q, xp);
                 let i = (r0 + r) * nb + b;
                 let total = _mm512_sub_epi32(g, _mm512_set1_epi32(offset * x.sums[i]));
-                acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x.d[i])), _mm512_cvtepi32_ps(total), acc[r]);
+                // The block sums accumulate in `out` (no array to zero per call).
+                let acc = if b == 0 { _mm512_setzero_ps() } else { _mm512_loadu_ps(out[r].as_ptr()) };
+                _mm512_storeu_ps(out[r].as_mut_ptr(), _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x.d[i])), _mm512_cvtepi32_ps(total), acc));
             }
         }
-    }
-    for (o, a) in out.iter_mut().zip(&acc) {
-        // SAFETY: 16 f32 written into a 16-f32 array.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), *a) };
     }
 }
