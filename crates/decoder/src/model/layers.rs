@@ -202,9 +202,20 @@ impl Mlp {
         self.forward_with(x, Linear::forward)
     }
 
-    /// The MLP with `project` applying each linear map.
+    /// The MLP with `project` applying each linear map. On the integer kernels (where every
+    /// projection is row-invariant) the whole MLP runs on host rows with the fused activation
+    /// of [`super::swiglu`]: the same values, without the tensor passes between the kernels.
     pub(super) fn forward_with(&self, x: Tensor<3>, project: fn(&Linear, Tensor<3>) -> Tensor<3>) -> Tensor<3> {
-        let [b, n, _] = x.dims();
+        let [b, n, h] = x.dims();
+        if self.gate_up.is_int() && self.down.is_int() {
+            let device = x.device();
+            let xs = x.into_data().try_to_vec::<f32>().expect("f32 activations");
+            let m = b * n;
+            let gate_up = self.gate_up.int_rows(&xs, m).expect("an integer map");
+            let act = super::swiglu::swiglu(&gate_up, m, self.intermediate);
+            let out = self.down.int_rows(&act, m).expect("an integer map");
+            return Tensor::from_data(TensorData::new(out, [b, n, h]), &device);
+        }
         let i = self.intermediate;
         let gu = project(&self.gate_up, x);
         let gate = gu.clone().slice([0..b, 0..n, 0..i]);

@@ -226,17 +226,34 @@ impl Linear {
     /// `product(x, m, y)` (`y = x W^T`, `out` values per row) on host copies, plus the bias.
     pub(super) fn host_product(&self, x: Tensor<3>, out: usize, product: impl FnOnce(&[f32], usize, &mut [f32])) -> Tensor<3> {
         let [b, n, _] = x.dims();
-        let m = b * n;
         let device = x.device();
         let xs = x.into_data().try_to_vec::<f32>().expect("f32 activations");
+        let y = self.host_rows(&xs, b * n, out, product);
+        Tensor::from_data(TensorData::new(y, [b, n, out]), &device)
+    }
+
+    /// `x W^T + bias` of `m` host rows through the integer kernels, for an `Int` map (`None`
+    /// for any other): a caller can chain host products with no tensor between them.
+    pub(super) fn int_rows(&self, xs: &[f32], m: usize) -> Option<Vec<f32>> {
+        let Projection::Int(q) = &self.proj else { return None };
+        Some(self.host_rows(xs, m, q.rows(), |xs, m, y| q.matmul_int(xs, m, y)))
+    }
+
+    /// Whether this map runs on the integer kernels ([`Linear::int_rows`] applies).
+    pub(super) fn is_int(&self) -> bool {
+        matches!(self.proj, Projection::Int(_))
+    }
+
+    /// `product` of `m` host rows (`out` values each), plus the bias.
+    fn host_rows(&self, xs: &[f32], m: usize, out: usize, product: impl FnOnce(&[f32], usize, &mut [f32])) -> Vec<f32> {
         let mut y = vec![0f32; m * out];
-        product(&xs, m, &mut y);
+        product(xs, m, &mut y);
         if let Some(bias) = &self.host_bias {
             for row in y.chunks_exact_mut(out) {
                 row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
             }
         }
-        Tensor::from_data(TensorData::new(y, [b, n, out]), &device)
+        y
     }
 }
 

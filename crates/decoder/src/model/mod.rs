@@ -19,6 +19,7 @@ mod linear;
 mod load;
 mod placement;
 mod ragged;
+mod swiglu;
 mod transform;
 
 pub use fuzzy::{AttentionProbe, ProbedLayer};
