@@ -47,6 +47,100 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().fold(0.0, |s, v| s + v)
 }
 
+/// Keys scored together by [`dots16`].
+const KEY_BLOCK: usize = 16;
+
+/// `[dot(q, k_j)]` for the 16 keys `ks` (`16 x d`, `d` a multiple of [`LANES`]), bit for bit,
+/// or `None` without AVX-512. Each key's lane sums are one vector; a 16 x 16 transpose puts key
+/// j in lane j, so the 16 folds run side by side (the same adds in the same order as
+/// [`dot`]'s fold). A key alone folds its lanes in a chain of 15 dependent scalar adds, which
+/// bounded the scores at long contexts.
+fn dots16(q: &[f32], ks: &[f32], d: usize) -> Option<[f32; KEY_BLOCK]> {
+    assert!(d % LANES == 0 && q.len() == d && ks.len() == KEY_BLOCK * d, "16 keys of {d} values");
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512F is present (checked); the lengths are checked above.
+        return Some(unsafe { x86::dots16(q, ks, d) });
+    }
+    None
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{KEY_BLOCK, LANES};
+    use std::arch::x86_64::*;
+
+    /// [`super::dots16`] on AVX-512F.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn dots16(q: &[f32], ks: &[f32], d: usize) -> [f32; KEY_BLOCK] {
+        let mut acc = [_mm512_setzero_ps(); KEY_BLOCK];
+        for c in (0..d).step_by(LANES) {
+            // SAFETY: c + 16 <= d and every key has d values (the caller checked the lengths).
+            unsafe {
+                let qc = _mm512_loadu_ps(q.as_ptr().add(c));
+                for (j, a) in acc.iter_mut().enumerate() {
+                    // Rounded product, then rounded add: `dot`'s two steps (no fused multiply-add).
+                    *a = _mm512_add_ps(*a, _mm512_mul_ps(qc, _mm512_loadu_ps(ks.as_ptr().add(j * d + c))));
+                }
+            }
+        }
+        // Rows (keys) of acc to columns (lanes): pairs of floats, of doubles, then 128-bit
+        // lanes; afterwards column 4k + m is the 128-bit lane k of the four u[4i + m].
+        let t: [__m512; 16] = std::array::from_fn(|r| {
+            let (a, b) = (acc[r & !1], acc[r | 1]);
+            if r % 2 == 0 { _mm512_unpacklo_ps(a, b) } else { _mm512_unpackhi_ps(a, b) }
+        });
+        let u: [__m512; 16] = std::array::from_fn(|r| {
+            let (i, m) = (r / 4, r % 4);
+            let (a, b) = (_mm512_castps_pd(t[4 * i + m / 2]), _mm512_castps_pd(t[4 * i + 2 + m / 2]));
+            _mm512_castpd_ps(if m % 2 == 0 { _mm512_unpacklo_pd(a, b) } else { _mm512_unpackhi_pd(a, b) })
+        });
+        let mut sum = _mm512_setzero_ps();
+        let mut cols = [_mm512_setzero_ps(); LANES];
+        for m in 0..4 {
+            let v: [__m512; 4] = std::array::from_fn(|i| u[4 * i + m]);
+            let x0 = _mm512_shuffle_f32x4::<0x44>(v[0], v[1]);
+            let x1 = _mm512_shuffle_f32x4::<0xee>(v[0], v[1]);
+            let x2 = _mm512_shuffle_f32x4::<0x44>(v[2], v[3]);
+            let x3 = _mm512_shuffle_f32x4::<0xee>(v[2], v[3]);
+            cols[m] = _mm512_shuffle_f32x4::<0x88>(x0, x2);
+            cols[4 + m] = _mm512_shuffle_f32x4::<0xdd>(x0, x2);
+            cols[8 + m] = _mm512_shuffle_f32x4::<0x88>(x1, x3);
+            cols[12 + m] = _mm512_shuffle_f32x4::<0xdd>(x1, x3);
+        }
+        // `dot`'s fold: 0 + lane 0 + lane 1 + ... + lane 15, for the 16 keys at once.
+        for c in cols {
+            sum = _mm512_add_ps(sum, c);
+        }
+        let mut out = [0f32; KEY_BLOCK];
+        // SAFETY: 16 f32 stored into a 16-f32 array.
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), sum) };
+        out
+    }
+}
+
+/// `o = sum_j w_j v_j` over the rows of `vs` (`d` values each), in registers chunk by chunk of
+/// `o` (the same adds in the same order as one row at a time into memory).
+fn weighted_sum(w: &[f32], vs: &[f32], d: usize, o: &mut [f32]) {
+    const CHUNK: usize = 8 * LANES;
+    for (at, oc) in (0..d).step_by(CHUNK).zip(o.chunks_mut(CHUNK)) {
+        if oc.len() == CHUNK {
+            let mut acc = [0f32; CHUNK];
+            for (j, &wj) in w.iter().enumerate() {
+                let v: &[f32; CHUNK] = vs[j * d + at..][..CHUNK].try_into().expect("a whole chunk");
+                for x in 0..CHUNK {
+                    acc[x] += wj * v[x];
+                }
+            }
+            oc.copy_from_slice(&acc);
+        } else {
+            for (j, &wj) in w.iter().enumerate() {
+                oc.iter_mut().zip(&vs[j * d + at..]).for_each(|(o, v)| *o += wj * v);
+            }
+        }
+    }
+}
+
 /// Attention of `q` (`[batch, heads, rows, d]`, RoPE applied) over `keys` and `values`
 /// (`[batch, kv_heads, keys, d]`); query heads share kv head `head / (heads / kv_heads)`.
 /// With `causal`, row i sees positions `0..=keys - rows + i`; without, all of them. Returns
@@ -71,7 +165,16 @@ pub fn attend(q: &[f32], keys: &[f32], values: &[f32], s: AttentionShape, causal
         for i in 0..rows {
             let qi = &q[(bh * rows + i) * d..(bh * rows + i + 1) * d];
             let seen = if causal { past + i + 1 } else { t };
-            for (j, pj) in p[..seen].iter_mut().enumerate() {
+            // Blocks of 16 keys where the CPU has the wide path, the rest key by key.
+            let mut blocked = 0;
+            while d % LANES == 0 && blocked + KEY_BLOCK <= seen {
+                let Some(scores) = dots16(qi, &ks[blocked * d..(blocked + KEY_BLOCK) * d], d) else { break };
+                for (pj, s) in p[blocked..blocked + KEY_BLOCK].iter_mut().zip(scores) {
+                    *pj = s * scale;
+                }
+                blocked += KEY_BLOCK;
+            }
+            for (j, pj) in p[..seen].iter_mut().enumerate().skip(blocked) {
                 *pj = dot(qi, &ks[j * d..(j + 1) * d]) * scale;
             }
             let max = p[..seen].iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
@@ -80,11 +183,10 @@ pub fn attend(q: &[f32], keys: &[f32], values: &[f32], s: AttentionShape, causal
                 *pj = (*pj - max).exp();
                 sum += *pj;
             }
-            let o = &mut out[i * d..(i + 1) * d];
-            for (j, &pj) in p[..seen].iter().enumerate() {
-                let w = pj / sum;
-                o.iter_mut().zip(&vs[j * d..(j + 1) * d]).for_each(|(o, v)| *o += w * v);
+            for pj in &mut p[..seen] {
+                *pj /= sum;
             }
+            weighted_sum(&p[..seen], vs, d, &mut out[i * d..(i + 1) * d]);
         }
         out
     };
@@ -135,6 +237,34 @@ mod tests {
             let alone = attend(&qi, &cut(&keys), &cut(&values), AttentionShape { batch: 1, heads, kv_heads, rows: 1, keys: seen, head_dim: d }, true);
             let r = &all[i * heads * d..(i + 1) * heads * d];
             assert!(alone.iter().zip(r).all(|(x, y)| x.to_bits() == y.to_bits()), "row {i}");
+        }
+    }
+
+    #[test]
+    fn sixteen_keys_at_once_give_each_key_the_bits_of_dot() {
+        for d in [16, 64, 128] {
+            let (q, ks) = (data(d, 9), data(KEY_BLOCK * d, 10));
+            let Some(got) = dots16(&q, &ks, d) else {
+                eprintln!("no AVX-512: the per-key path is the only one");
+                return;
+            };
+            for (j, g) in got.iter().enumerate() {
+                assert_eq!(g.to_bits(), dot(&q, &ks[j * d..(j + 1) * d]).to_bits(), "key {j} of 16, d = {d}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_weighted_sum_in_registers_adds_in_the_order_of_one_row_at_a_time() {
+        for d in [40, 64, 128, 256] {
+            let (w, vs) = (data(37, 11), data(37 * d, 12));
+            let mut want = vec![0f32; d];
+            for (j, wj) in w.iter().enumerate() {
+                want.iter_mut().zip(&vs[j * d..]).for_each(|(o, v)| *o += wj * v);
+            }
+            let mut got = vec![0f32; d];
+            weighted_sum(&w, &vs, d, &mut got);
+            assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "d = {d}");
         }
     }
 
