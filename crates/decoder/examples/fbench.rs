@@ -6,7 +6,9 @@
 //!   FBENCH_MODEL=qwen2.5-coder-1.5b-instruct FBENCH_ROWS=1,5 FBENCH_REPS=20 \
 //!     cargo run --release --example fbench -p specx-decoder
 //!
-//! Weights: `q8` (FBENCH_WEIGHTS=native for the exact path).
+//! Weights: `q8` (FBENCH_WEIGHTS=native for the exact path). `FBENCH_LOGITS=last` computes
+//! only the last row's logits, as a prompt's prefill does (`forward_last`); by default every
+//! row's, as a verification does.
 use burn::tensor::Device;
 use specx_decoder::WeightMode;
 use std::time::Instant;
@@ -37,6 +39,11 @@ fn main() -> anyhow::Result<()> {
         "native" => WeightMode::Native,
         _ => WeightMode::Q8,
     };
+    let last_only = match env("FBENCH_LOGITS", "all").as_str() {
+        "all" => false,
+        "last" => true,
+        other => anyhow::bail!("FBENCH_LOGITS: `all` or `last`, not `{other}`"),
+    };
     let path = specx_decoder::loader::model_cache_dir().join(&model).join("model.gguf");
     anyhow::ensure!(path.exists(), "{} is missing: run scripts/fetch-models.sh", path.display());
     let lm = specx_decoder::loader::load_model_as(&path, None, &Device::flex(), mode)?;
@@ -52,8 +59,11 @@ fn main() -> anyhow::Result<()> {
         let (mut ms, f0) = (Vec::new(), minor_faults());
         for _ in 0..reps {
             let t = Instant::now();
-            let out = lm.model.forward(&tokens, &mut cache)?;
-            let _ = out.logits_tail(1);
+            if last_only {
+                lm.model.forward_last(&tokens, &mut cache)?;
+            } else {
+                let _ = lm.model.forward(&tokens, &mut cache)?.logits_tail(1);
+            }
             ms.push(t.elapsed().as_secs_f64() * 1e3);
             cache.truncate(prompt.len());
         }
