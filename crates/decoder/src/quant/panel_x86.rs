@@ -85,7 +85,24 @@ unsafe fn f16x16(p: *const u8) -> __m512 {
     unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
 }
 
-/// Sum of `dpbusd` over `quads` against the four activation bytes at `x + 4 i` for quad i, in
+/// Bytes ahead of the block being read that few-row calls prefetch.
+const PREFETCH_AHEAD: usize = 4096;
+/// Calls of at most this many rows prefetch (they are bound by memory, not by the multiplies).
+const PREFETCH_MAX_ROWS: usize = 2;
+
+/// Prefetches the `len` bytes `PREFETCH_AHEAD` past `block` (past the panel's end too: a
+/// prefetch never faults, and the next panel is usually the next task of this thread).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn prefetch_ahead(block: *const u8, len: usize, rows: usize) {
+    if rows <= PREFETCH_MAX_ROWS {
+        for at in (0..len).step_by(64) {
+            _mm_prefetch::<_MM_HINT_T0>(block.wrapping_add(PREFETCH_AHEAD + at).cast());
+        }
+    }
+}
+
+/// Sum of `dpbusd` over `quads`/// Sum of `dpbusd` over `quads` against the four activation bytes at `x + 4 i` for quad i, in
 /// two chains (halves the latency of one chain; the sum is exact either way).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -200,6 +217,7 @@ unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [
         // (sizes checked above).
         unsafe {
             let pb = panel.as_ptr().add(b * PANEL * size);
+            prefetch_ahead(pb, PANEL * size, m);
             // Every field in address order (one ascending stream the hardware prefetcher
             // follows; reading Q6_K's trailing `d` first made one-row calls 1.5x slower):
             // Q4_K's `d` and `dmin` lead its block, Q6_K's `d` ends it.
@@ -333,6 +351,7 @@ unsafe fn panel_b32<const T: u8>(panel: &[u8], x: &Q80Rows, r0: usize, out: &mut
         // SAFETY: as panel_k.
         unsafe {
             let pb = panel.as_ptr().add(b * PANEL * size);
+            prefetch_ahead(pb, PANEL * size, m);
             let q: [__m512i; 8] = match T {
                 Q8_0 => std::array::from_fn(|t| _mm512_xor_si512(ld(pb.add(32 + 64 * t)), _mm512_set1_epi8(-128))),
                 _ => {
