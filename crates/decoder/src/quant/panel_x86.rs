@@ -2,9 +2,10 @@
 //! lanes, four activation bytes broadcast to every lane, one `vpdpbusd` per 64 products.
 //!
 //! Per block, the panel's values are unpacked once in registers and serve every activation
-//! row of the call (up to [`MAX_ROWS`] per pass): sub-block sums (exact i32) times their
-//! scales (`vpmulld`, or for Q4_K's i16-sized sums `vpdpwssd`), the offset terms through the activation sums in `vpdpwssd` pairs, then
-//! the reference's two float steps per block ([`super::int`]) on 16 outputs at once. Integer
+//! row of the call (up to [`MAX_ROWS`] per pass, in groups of [`ROW_GROUP`]): sub-block sums
+//! (exact i32) times their scales (`vpmulld`, or `vpdpwssd` for Q4_K's i16-sized sums), the
+//! offset terms through the activation sums in `vpdpwssd` pairs, then the reference's two
+//! float steps per block ([`super::int`]) on 16 outputs at once. Integer
 //! results are exact and the float steps are the reference's in its order, so the results
 //! are the portable path's bits.
 
@@ -102,7 +103,7 @@ fn prefetch_ahead(block: *const u8, len: usize, rows: usize) {
     }
 }
 
-/// Sum of `dpbusd` over `quads`/// Sum of `dpbusd` over `quads` against the four activation bytes at `x + 4 i` for quad i, in
+/// Sum of `dpbusd` over `quads` against the four activation bytes at `x + 4 i` for quad i, in
 /// two chains (halves the latency of one chain; the sum is exact either way).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -146,7 +147,8 @@ const ROW_GROUP: usize = 4;
 ///
 /// `narrow`: each chain's sum fits an i16 (Q4_K: 16 products of at most 15 x 127), so one
 /// `vpdpwssd` per chain multiplies it by the scale (in each lane's low i16, the high one zero)
-/// and adds it: 2 uops where the chains' sum, `vpmulld` (2 uops) and the add take 4.
+/// and adds it, where the chains' sum, `vpmulld` (2 uops) and the add take 4 uops (LLVM emits
+/// the second `vpdpwssd` as `vpmaddwd` + `vpaddd`: 3).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn add_scaled_dots<const Q: usize>(quads: &[__m512i; Q], scale: __m512i, narrow: bool, first: bool, tot: &mut [MaybeUninit<__m512i>], x_of: impl Fn(usize) -> *const i8) {
