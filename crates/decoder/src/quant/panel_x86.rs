@@ -103,24 +103,8 @@ fn prefetch_ahead(block: *const u8, len: usize, rows: usize) {
     }
 }
 
-/// Sum of `dpbusd` over `quads` against the four activation bytes at `x + 4 i` for quad i, in
-/// two chains (halves the latency of one chain; the sum is exact either way).
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn dot_quads<const Q: usize>(quads: &[__m512i; Q], x: *const i8) -> __m512i {
-    let (mut a, mut b) = (_mm512_setzero_si512(), _mm512_setzero_si512());
-    for (i, pair) in quads.chunks_exact(2).enumerate() {
-        // SAFETY: 4 * quads.len() readable bytes at x (caller).
-        unsafe {
-            a = _mm512_dpbusd_epi32(a, pair[0], bcast4(x.add(8 * i)));
-            b = _mm512_dpbusd_epi32(b, pair[1], bcast4(x.add(8 * i + 4)));
-        }
-    }
-    _mm512_add_epi32(a, b)
-}
-
-/// [`dot_quads`] for `R` activation rows at once (`xs[i]`: row i's bytes), each row's two
-/// chains (even and odd quads) left apart. The rows' chains are interleaved instruction by
+/// Dot products of `quads` with `R` activation rows at once (`xs[i]`: row i's bytes), each
+/// row's sum in two chains (even and odd quads: half the latency of one), left apart. The rows' chains are interleaved instruction by
 /// instruction: `2 R` independent chains keep both `vpdpbusd` ports busy, where one row at a
 /// time left each of its two chains waiting on the 5-cycle latency and the out-of-order window
 /// overlapped too few rows to hide it. A weight vector is read once for the `R` rows (Q6_K's
@@ -373,7 +357,8 @@ unsafe fn panel_b32<const T: u8>(panel: &[u8], x: &Q80Rows, r0: usize, out: &mut
             let d = f16x16(pb);
             for r in 0..m {
                 let xp = x.qs.as_ptr().add((r0 + r) * cols + b * QK8_0);
-                let g = dot_quads(&q, xp);
+                let [[even, odd]] = dot_chains(&q, &[xp]);
+                let g = _mm512_add_epi32(even, odd);
                 let i = (r0 + r) * nb + b;
                 let total = _mm512_sub_epi32(g, _mm512_set1_epi32(offset * x.sums[i]));
                 // The block sums accumulate in `out` (no array to zero per call).
