@@ -103,7 +103,25 @@ pub fn runtime_kernels() -> String {
     let layout = if super::panels_in_use() { "weight panels" } else { "rows" };
     let best = IntPath::all_supported()[0];
     let forced = if active != best { format!(", forced by SPECX_INT_PATH (this CPU's fastest: {})", best.name()) } else { String::new() };
-    format!("{} on {layout}{forced}", active.name())
+    format!("{} on {layout}{forced}{}", active.name(), prefetch_words(active))
+}
+
+/// Whether few-row calls prefetch the panels on `path` ([`super::panel::prefetching`]), in
+/// words for [`runtime_kernels`] (empty where nothing is prefetched by default).
+fn prefetch_words(path: IntPath) -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    if super::panels_in_use() {
+        use super::panel::{prefetch_forced, prefetching, Kernels};
+        let kernels = if path == IntPath::Avx512Vnni { Kernels::Avx512 } else { Kernels::Avx2 };
+        return match (prefetching(kernels), prefetch_forced()) {
+            (true, false) => ", one- and two-row calls prefetch",
+            (true, true) => ", one- and two-row calls prefetch (SPECX_PREFETCH)",
+            (false, true) => ", no prefetch (SPECX_PREFETCH)",
+            (false, false) => "",
+        };
+    }
+    let _ = path;
+    ""
 }
 
 /// Reference: block `b` of a K-family weight row with block `b` of activation row `r`: the

@@ -128,6 +128,66 @@ pub fn repack(ty: GgmlType, data: &mut Vec<u8>, rows: usize, row_bytes: usize) {
     });
 }
 
+/// Bytes ahead of the block being read that few-row calls prefetch: a one-row pass is bound
+/// by memory, and Intel's hardware streamers stop at every 4 KB page.
+#[cfg(target_arch = "x86_64")]
+const PREFETCH_AHEAD: usize = 4096;
+/// Calls of at most this many activation rows prefetch, where prefetching is on.
+#[cfg(target_arch = "x86_64")]
+const PREFETCH_MAX_ROWS: usize = 2;
+
+/// The panel kernels, as far as the prefetch policy is concerned.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kernels {
+    Avx512,
+    Avx2,
+}
+
+/// Whether few-row passes of `kernels` prefetch ahead, decided once per process from what was
+/// measured: on for the AVX-512 kernels on Intel CPUs (one-row target steps 12-15% faster on
+/// an Emerald Rapids Xeon), off on AMD (slower one-row calls of every panel type on a Zen 4,
+/// AVX-512 and AVX2 alike) and off for the AVX2 kernels elsewhere (a Zen 3 measured an
+/// earlier prefetch slower; no Intel AVX2 CPU measured yet). `SPECX_PREFETCH=1` or `0`
+/// overrides, to measure it.
+#[cfg(target_arch = "x86_64")]
+pub fn prefetching(kernels: Kernels) -> bool {
+    static INTEL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let forced = *FORCED.get_or_init(|| std::env::var("SPECX_PREFETCH").ok().map(|v| v != "0"));
+    let intel = *INTEL.get_or_init(|| {
+        // Leaf 0: the vendor string, on every x86_64 CPU.
+        let id = std::arch::x86_64::__cpuid(0);
+        (id.ebx, id.edx, id.ecx) == (u32::from_le_bytes(*b"Genu"), u32::from_le_bytes(*b"ineI"), u32::from_le_bytes(*b"ntel"))
+    });
+    forced.unwrap_or(intel && kernels == Kernels::Avx512)
+}
+
+/// Whether `SPECX_PREFETCH` set the prefetch policy, for benchmark output.
+#[cfg(target_arch = "x86_64")]
+pub fn prefetch_forced() -> bool {
+    std::env::var_os("SPECX_PREFETCH").is_some()
+}
+
+/// Whether a pass of `rows` activation rows with `kernels` prefetches ([`prefetch_ahead`]).
+#[cfg(target_arch = "x86_64")]
+pub fn prefetches(kernels: Kernels, rows: usize) -> bool {
+    rows <= PREFETCH_MAX_ROWS && prefetching(kernels)
+}
+
+/// Prefetches the `len` bytes `PREFETCH_AHEAD` past panel block `block` (past the panel's
+/// end too: a prefetch never faults, and the next panel is usually the next task of this
+/// thread).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub fn prefetch_ahead(block: *const u8, len: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    for at in (0..len).step_by(64) {
+        // SAFETY: SSE is part of every x86_64 CPU, and a prefetch reads nothing.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(block.wrapping_add(PREFETCH_AHEAD + at).cast()) };
+    }
+}
+
 /// Row `o` of panels of `ty` back in GGUF order (`row_bytes` bytes into `out`).
 pub fn gather_row(ty: GgmlType, panels: &[u8], row_bytes: usize, o: usize, out: &mut Vec<u8>) {
     let size = ty.block().1;

@@ -29,24 +29,31 @@
 
 use super::act::{Q80Rows, Q8KRows, QK8_0, QK_K};
 use super::int_x86_blocks::{b32_offset, high4, low4, ty, Q4K, Q4_0, Q5K, Q5_0, Q6K, Q8_0};
-use super::panel::PANEL;
+use super::panel::{prefetch_ahead, prefetches, Kernels, PANEL};
 use crate::gguf::GgmlType;
 use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
 
 /// Activation rows per pass over a panel: their accumulators (16 f32 each, 4 KB) stay in L1.
 pub const MAX_ROWS: usize = 64;
 
 /// One panel block unpacked: `w[2q + h]` holds quad q of rows `8h..8h + 8` as [`operand`]
-/// gives it (Q8_0 on AVX2: the signed values, and their magnitudes at `16 + 2q + h`).
-type Quads = [__m256i; 128];
+/// gives it (Q8_0 on AVX2: the signed values, and their magnitudes at `16 + 2q + h`). Never
+/// zeroed: a pass reads only what [`unpack`] wrote for the same block (zeroing its 4 KB per
+/// panel pass cost as many stores as unpacking a Q4_K block).
+type Quads = [MaybeUninit<__m256i>; 128];
 
 /// The scales of one block: `sc[2g + h]`, the scale of group g of each weight row of half h
 /// (AVX2: an i16 pair of it for `vpmaddwd`; AVX-VNNI: an i32 for `vpmulld`), and the i16
 /// pairs `pairs[2k + h]` (the offset multipliers of groups 2k and 2k + 1, against two
-/// activation sums).
+/// activation sums). The float scales are read apart ([`k_floats`]): Q6_K's end its block.
 struct Scales {
     sc: [__m256i; 32],
     pairs: [__m256i; 16],
+}
+
+/// The float scales of one K block, per half: `d` and (Q4_K / Q5_K) `dmin`.
+struct Floats {
     d: [__m256; 2],
     dmin: [__m256; 2],
 }
@@ -253,55 +260,82 @@ unsafe fn unpack<const T: u8, const NQ: usize, const V: bool>(pb: *const u8, w: 
     for q in 0..NQ {
         for h in 0..2 {
             // SAFETY: as the caller's.
-            w[2 * q + h] = unsafe { operand::<T, V>(pb, q, h) };
+            let v = unsafe { operand::<T, V>(pb, q, h) };
+            w[2 * q + h] = MaybeUninit::new(v);
             if T == Q8_0 && !V {
-                w[16 + 2 * q + h] = _mm256_abs_epi8(w[2 * q + h]);
+                w[16 + 2 * q + h] = MaybeUninit::new(_mm256_abs_epi8(v));
             }
         }
     }
 }
 
-/// Scales and float scales of K-family panel block `pb`, half by half.
+/// Integer scales of K-family panel block `pb` (both halves; entries a type does not use are
+/// zero). Built per block rather than kept and zeroed per call.
+///
+/// # Safety
+/// AVX2; `pb` points at a whole panel block of type `T`.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn scales_k<const T: u8, const V: bool>(pb: *const u8) -> Scales {
+    // SAFETY: every offset lies inside the panel block (its layout: super::panel).
+    unsafe {
+        let at = |off: usize, h: usize| pb.add(off + 32 * h);
+        if T == Q6K {
+            let sv: [[__m256i; 4]; 2] = std::array::from_fn(|h| std::array::from_fn(|c| ld(at(64 * c, h))));
+            return Scales {
+                sc: std::array::from_fn(|i| {
+                    let (g, h) = (i / 2, i % 2);
+                    scale_of::<V>(sv[h][g / 4], (g % 4) as u8, true)
+                }),
+                pairs: std::array::from_fn(|i| {
+                    let (k, h) = (i / 2, i % 2);
+                    let b = 2 * (k % 2) as u8;
+                    pair_i8(sv[h][k / 2], b, b + 1)
+                }),
+            };
+        }
+        // Q4_K / Q5_K: 6-bit scales and minimums of sub-blocks 0..4 (bytes of sc_lo, mn_lo)
+        // and 4..8 (sc_hi, mn_hi), as llama.cpp reads the 12 bytes.
+        let (m63, mc0) = (_mm256_set1_epi8(63), _mm256_set1_epi8(0xc0u8 as i8));
+        // [sc_lo, mn_lo, sc_hi, mn_hi] of half h.
+        let parts: [[__m256i; 4]; 2] = std::array::from_fn(|h| {
+            let (s0, s1, s2) = (ld(at(64, h)), ld(at(128, h)), ld(at(192, h)));
+            [
+                _mm256_and_si256(s0, m63),
+                _mm256_and_si256(s1, m63),
+                _mm256_or_si256(low4(s2), _mm256_srli_epi16::<2>(_mm256_and_si256(s0, mc0))),
+                _mm256_or_si256(high4(s2), _mm256_srli_epi16::<2>(_mm256_and_si256(s1, mc0))),
+            ]
+        });
+        Scales {
+            sc: std::array::from_fn(|i| {
+                let (j, h) = (i / 2, i % 2);
+                if j < 8 { scale_of::<V>(parts[h][if j < 4 { 0 } else { 2 }], (j % 4) as u8, false) } else { _mm256_setzero_si256() }
+            }),
+            pairs: std::array::from_fn(|i| {
+                let (k, h) = (i / 2, i % 2);
+                let b = 2 * (k % 2) as u8;
+                if k < 4 { pair_u8(parts[h][if k < 2 { 1 } else { 3 }], b, b + 1) } else { _mm256_setzero_si256() }
+            }),
+        }
+    }
+}
+
+/// The float scales of K-family panel block `pb`: Q4_K / Q5_K's `d` and `dmin` lead the
+/// block, Q6_K's `d` ends it (so a pass reads it after the quads, in address order).
 ///
 /// # Safety
 /// AVX2, F16C; `pb` points at a whole panel block of type `T`.
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scales_k<const T: u8, const V: bool>(pb: *const u8, s: &mut Scales) {
-    // SAFETY: every offset lies inside the panel block (its layout: super::panel).
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn k_floats<const T: u8>(pb: *const u8) -> Floats {
+    // SAFETY: as the caller's.
     unsafe {
-        for h in 0..2 {
-            let at = |off: usize| pb.add(off + 32 * h);
-            if T == Q6K {
-                let sv: [__m256i; 4] = std::array::from_fn(|c| ld(at(64 * c)));
-                for g in 0..16 {
-                    s.sc[2 * g + h] = scale_of::<V>(sv[g / 4], (g % 4) as u8, true);
-                }
-                for k in 0..8 {
-                    let b = 2 * (k % 2) as u8;
-                    s.pairs[2 * k + h] = pair_i8(sv[k / 2], b, b + 1);
-                }
-                s.d[h] = f16x8(pb.add(3328 + 16 * h));
-                continue;
-            }
-            // Q4_K / Q5_K: 6-bit scales and minimums of sub-blocks 0..4 (bytes of sc_lo,
-            // mn_lo) and 4..8 (sc_hi, mn_hi), as llama.cpp reads the 12 bytes.
-            let (s0, s1, s2) = (ld(at(64)), ld(at(128)), ld(at(192)));
-            let (m63, mc0) = (_mm256_set1_epi8(63), _mm256_set1_epi8(0xc0u8 as i8));
-            let sc_lo = _mm256_and_si256(s0, m63);
-            let mn_lo = _mm256_and_si256(s1, m63);
-            let sc_hi = _mm256_or_si256(low4(s2), _mm256_srli_epi16::<2>(_mm256_and_si256(s0, mc0)));
-            let mn_hi = _mm256_or_si256(high4(s2), _mm256_srli_epi16::<2>(_mm256_and_si256(s1, mc0)));
-            for j in 0..8 {
-                let b = (j % 4) as u8;
-                s.sc[2 * j + h] = scale_of::<V>(if j < 4 { sc_lo } else { sc_hi }, b, false);
-            }
-            for k in 0..4 {
-                let b = 2 * (k % 2) as u8;
-                s.pairs[2 * k + h] = pair_u8(if k < 2 { mn_lo } else { mn_hi }, b, b + 1);
-            }
-            s.d[h] = f16x8(pb.add(16 * h));
-            s.dmin[h] = f16x8(pb.add(32 + 16 * h));
+        if T == Q6K {
+            let d = [f16x8(pb.add(3328)), f16x8(pb.add(3344))];
+            Floats { d, dmin: [_mm256_setzero_ps(); 2] }
+        } else {
+            Floats { d: [f16x8(pb), f16x8(pb.add(16))], dmin: [f16x8(pb.add(32)), f16x8(pb.add(48))] }
         }
     }
 }
@@ -337,8 +371,8 @@ unsafe fn totals<const T: u8, const R: usize, const NQ: usize, const QPG: usize,
                 let mut s = [[_mm256_setzero_si256(); 2]; R];
                 for i in 0..chunk {
                     let q = g * QPG + c * chunk + i;
-                    let wq: [__m256i; 2] = std::array::from_fn(|h| if BUF { w[2 * q + h] } else { operand::<T, V>(pb, q, h) });
-                    let mag: [__m256i; 2] = std::array::from_fn(|h| if T != Q8_0 || V { wq[h] } else if BUF { w[16 + 2 * q + h] } else { _mm256_abs_epi8(wq[h]) });
+                    let wq: [__m256i; 2] = std::array::from_fn(|h| if BUF { w[2 * q + h].assume_init() } else { operand::<T, V>(pb, q, h) });
+                    let mag: [__m256i; 2] = std::array::from_fn(|h| if T != Q8_0 || V { wq[h] } else if BUF { w[16 + 2 * q + h].assume_init() } else { _mm256_abs_epi8(wq[h]) });
                     for (j, xj) in x.iter().enumerate() {
                         let xb = bcast4(xj.add(4 * q));
                         for h in 0..2 {
@@ -402,19 +436,24 @@ const STREAM_ROWS: usize = 2;
 #[inline(always)]
 unsafe fn panel_k<const T: u8, const V: bool>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [[f32; PANEL]]) {
     let (m, nb, size) = (out.len(), x.blocks, ty(T).block().1);
+    let prefetch = prefetches(Kernels::Avx2, m);
     assert!(panel.len() == nb * PANEL * size && r0 + m <= x.rows, "a panel of {} bytes for {nb} blocks, rows {r0}..{} of {}", panel.len(), r0 + m, x.rows);
     let cols = nb * QK_K;
     out.fill([0.0; PANEL]);
     // SAFETY: the caller's instructions; the panel block and every activation block read lie
     // inside their buffers (sizes checked above).
     unsafe {
-        let mut w: Quads = [_mm256_setzero_si256(); 128];
-        let zero = _mm256_setzero_si256();
-        let mut s = Scales { sc: [zero; 32], pairs: [zero; 16], d: [_mm256_setzero_ps(); 2], dmin: [_mm256_setzero_ps(); 2] };
+        let mut w: Quads = [MaybeUninit::uninit(); 128];
         let buffered = m > STREAM_ROWS;
         for b in 0..nb {
             let pb = panel.as_ptr().add(b * PANEL * size);
-            scales_k::<T, V>(pb, &mut s);
+            if prefetch {
+                prefetch_ahead(pb, PANEL * size);
+            }
+            let s = scales_k::<T, V>(pb);
+            // Fields in address order (one ascending stream the hardware prefetcher follows):
+            // Q4_K's float scales lead the block, Q6_K's end it and are read after the quads.
+            let mut f = if T == Q6K { None } else { Some(k_floats::<T>(pb)) };
             if buffered {
                 unpack::<T, 64, V>(pb, &mut w);
             }
@@ -423,12 +462,14 @@ unsafe fn panel_k<const T: u8, const V: bool>(panel: &[u8], x: &Q8KRows, r0: usi
             while r < m {
                 if r + 1 < m {
                     let t = if buffered { k_totals::<T, 2, true, V>(pb, &w, &s.sc, [xq(r), xq(r + 1)]) } else { k_totals::<T, 2, false, V>(pb, &w, &s.sc, [xq(r), xq(r + 1)]) };
-                    k_finish::<T>(&s, x, (r0 + r) * nb + b, t[0], &mut out[r]);
-                    k_finish::<T>(&s, x, (r0 + r + 1) * nb + b, t[1], &mut out[r + 1]);
+                    let f = f.get_or_insert_with(|| k_floats::<T>(pb));
+                    k_finish::<T>(&s, f, x, (r0 + r) * nb + b, t[0], &mut out[r]);
+                    k_finish::<T>(&s, f, x, (r0 + r + 1) * nb + b, t[1], &mut out[r + 1]);
                     r += 2;
                 } else {
                     let t = if buffered { k_totals::<T, 1, true, V>(pb, &w, &s.sc, [xq(r)]) } else { k_totals::<T, 1, false, V>(pb, &w, &s.sc, [xq(r)]) };
-                    k_finish::<T>(&s, x, (r0 + r) * nb + b, t[0], &mut out[r]);
+                    let f = f.get_or_insert_with(|| k_floats::<T>(pb));
+                    k_finish::<T>(&s, f, x, (r0 + r) * nb + b, t[0], &mut out[r]);
                     r += 1;
                 }
             }
@@ -461,7 +502,7 @@ unsafe fn k_totals<const T: u8, const R: usize, const BUF: bool, const V: bool>(
 /// AVX2, FMA; `row` is a block of `x`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn k_finish<const T: u8>(s: &Scales, x: &Q8KRows, row: usize, t: [__m256i; 2], out: &mut [f32; PANEL]) {
+unsafe fn k_finish<const T: u8>(s: &Scales, f: &Floats, x: &Q8KRows, row: usize, t: [__m256i; 2], out: &mut [f32; PANEL]) {
     let dx = x.d[row];
     for h in 0..2 {
         let mut o = _mm256_setzero_si256();
@@ -471,15 +512,15 @@ unsafe fn k_finish<const T: u8>(s: &Scales, x: &Q8KRows, row: usize, t: [__m256i
                 // SAFETY: sums 2k, 2k + 1 of the block's 16.
                 o = _mm256_add_epi32(o, _mm256_madd_epi16(s.pairs[2 * k + h], unsafe { bcast4(bs.add(2 * k)) }));
             }
-            step(out, h, s.d[h], dx, _mm256_sub_epi32(t[h], _mm256_slli_epi32::<5>(o)));
+            step(out, h, f.d[h], dx, _mm256_sub_epi32(t[h], _mm256_slli_epi32::<5>(o)));
         } else {
             let bs = x.bsums32[row * 8..row * 8 + 8].as_ptr();
             for k in 0..4 {
                 // SAFETY: sums 2k, 2k + 1 of the block's 8.
                 o = _mm256_add_epi32(o, _mm256_madd_epi16(s.pairs[2 * k + h], unsafe { bcast4(bs.add(2 * k)) }));
             }
-            step(out, h, s.d[h], dx, t[h]);
-            step_min(out, h, s.dmin[h], dx, o);
+            step(out, h, f.d[h], dx, t[h]);
+            step_min(out, h, f.dmin[h], dx, o);
         }
     }
 }
@@ -491,15 +532,19 @@ unsafe fn k_finish<const T: u8>(s: &Scales, x: &Q8KRows, row: usize, t: [__m256i
 #[inline(always)]
 unsafe fn panel_b32<const T: u8, const V: bool>(panel: &[u8], x: &Q80Rows, r0: usize, out: &mut [[f32; PANEL]]) {
     let (m, nb, size) = (out.len(), x.blocks, ty(T).block().1);
+    let prefetch = prefetches(Kernels::Avx2, m);
     assert!(panel.len() == nb * PANEL * size && r0 + m <= x.rows, "a panel of {} bytes for {nb} blocks, rows {r0}..{} of {}", panel.len(), r0 + m, x.rows);
     let cols = nb * QK8_0;
     out.fill([0.0; PANEL]);
     // SAFETY: as panel_k.
     unsafe {
-        let mut w: Quads = [_mm256_setzero_si256(); 128];
+        let mut w: Quads = [MaybeUninit::uninit(); 128];
         let buffered = m > STREAM_ROWS;
         for b in 0..nb {
             let pb = panel.as_ptr().add(b * PANEL * size);
+            if prefetch {
+                prefetch_ahead(pb, PANEL * size);
+            }
             let d = [f16x8(pb), f16x8(pb.add(16))];
             if buffered {
                 unpack::<T, 8, V>(pb, &mut w);

@@ -11,7 +11,7 @@
 
 use super::act::{Q80Rows, Q8KRows, QK8_0, QK_K};
 use super::int_x86_blocks::{b32_offset, ty, Q4K, Q4_0, Q5K, Q5_0, Q6K, Q8_0};
-use super::panel::PANEL;
+use super::panel::{prefetch_ahead, prefetches, Kernels, PANEL};
 use crate::gguf::GgmlType;
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
@@ -84,23 +84,6 @@ fn pair16(lo: __m512i, hi: __m512i) -> __m512i {
 unsafe fn f16x16(p: *const u8) -> __m512 {
     // SAFETY: 32 readable bytes at p (caller).
     unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
-}
-
-/// Bytes ahead of the block being read that few-row calls prefetch.
-const PREFETCH_AHEAD: usize = 4096;
-/// Calls of at most this many rows prefetch (they are bound by memory, not by the multiplies).
-const PREFETCH_MAX_ROWS: usize = 2;
-
-/// Prefetches the `len` bytes `PREFETCH_AHEAD` past `block` (past the panel's end too: a
-/// prefetch never faults, and the next panel is usually the next task of this thread).
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn prefetch_ahead(block: *const u8, len: usize, rows: usize) {
-    if rows <= PREFETCH_MAX_ROWS {
-        for at in (0..len).step_by(64) {
-            _mm_prefetch::<_MM_HINT_T0>(block.wrapping_add(PREFETCH_AHEAD + at).cast());
-        }
-    }
 }
 
 /// Dot products of `quads` with `R` activation rows at once (`xs[i]`: row i's bytes), each
@@ -191,6 +174,7 @@ unsafe fn q6k_totals<const R: usize>(quads: &[__m512i; 64], scales: &[__m512i; 1
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [[f32; PANEL]]) {
     let (m, nb, size) = (out.len(), x.blocks, ty(T).block().1);
+    let prefetch = prefetches(Kernels::Avx512, m);
     assert!(panel.len() == nb * PANEL * size && r0 + m <= x.rows, "a panel of {} bytes for {nb} blocks, rows {r0}..{} of {}", panel.len(), r0 + m, x.rows);
     let cols = nb * QK_K;
     let m0f = _mm512_set1_epi8(0x0f);
@@ -203,7 +187,9 @@ unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [
         // (sizes checked above).
         unsafe {
             let pb = panel.as_ptr().add(b * PANEL * size);
-            prefetch_ahead(pb, PANEL * size, m);
+            if prefetch {
+                prefetch_ahead(pb, PANEL * size);
+            }
             // Every field in address order (one ascending stream the hardware prefetcher
             // follows; reading Q6_K's trailing `d` first made one-row calls 1.5x slower):
             // Q4_K's `d` and `dmin` lead its block, Q6_K's `d` ends it.
@@ -321,6 +307,7 @@ unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn panel_b32<const T: u8>(panel: &[u8], x: &Q80Rows, r0: usize, out: &mut [[f32; PANEL]]) {
     let (m, nb, size) = (out.len(), x.blocks, ty(T).block().1);
+    let prefetch = prefetches(Kernels::Avx512, m);
     assert!(panel.len() == nb * PANEL * size && r0 + m <= x.rows, "a panel of {} bytes for {nb} blocks, rows {r0}..{} of {}", panel.len(), r0 + m, x.rows);
     let cols = nb * QK8_0;
     let offset = b32_offset(T);
@@ -337,7 +324,9 @@ unsafe fn panel_b32<const T: u8>(panel: &[u8], x: &Q80Rows, r0: usize, out: &mut
         // SAFETY: as panel_k.
         unsafe {
             let pb = panel.as_ptr().add(b * PANEL * size);
-            prefetch_ahead(pb, PANEL * size, m);
+            if prefetch {
+                prefetch_ahead(pb, PANEL * size);
+            }
             let q: [__m512i; 8] = match T {
                 Q8_0 => std::array::from_fn(|t| _mm512_xor_si512(ld(pb.add(32 + 64 * t)), _mm512_set1_epi8(-128))),
                 _ => {
