@@ -100,27 +100,31 @@ impl IntPath {
 /// on a forced path say so).
 pub fn runtime_kernels() -> String {
     let active = IntPath::active();
-    let layout = if super::panels_in_use() { "weight panels" } else { "rows" };
+    let panels = super::panels_in_use();
+    let layout = if panels { "weight panels" } else { "rows" };
     let best = IntPath::all_supported()[0];
     let forced = if active != best { format!(", forced by SPECX_INT_PATH (this CPU's fastest: {})", best.name()) } else { String::new() };
-    format!("{} on {layout}{forced}{}", active.name(), prefetch_words(active))
+    let prefetch = if panels { prefetch_words(active) } else { "" };
+    format!("{} on {layout}{forced}{prefetch}", active.name())
 }
 
-/// Whether few-row calls prefetch the panels on `path` ([`super::panel::prefetching`]), in
+/// Whether few-row calls prefetch the panels of `path` ([`super::panel::prefetching`]), in
 /// words for [`runtime_kernels`] (empty where nothing is prefetched by default).
+#[cfg(target_arch = "x86_64")]
 fn prefetch_words(path: IntPath) -> &'static str {
-    #[cfg(target_arch = "x86_64")]
-    if super::panels_in_use() {
-        use super::panel::{prefetch_forced, prefetching, Kernels};
-        let kernels = if path == IntPath::Avx512Vnni { Kernels::Avx512 } else { Kernels::Avx2 };
-        return match (prefetching(kernels), prefetch_forced()) {
-            (true, false) => ", one- and two-row calls prefetch",
-            (true, true) => ", one- and two-row calls prefetch (SPECX_PREFETCH)",
-            (false, true) => ", no prefetch (SPECX_PREFETCH)",
-            (false, false) => "",
-        };
+    use super::panel::{forced_prefetch, prefetching, Kernels};
+    let kernels = if path == IntPath::Avx512Vnni { Kernels::Avx512 } else { Kernels::Avx2 };
+    match (prefetching(kernels), forced_prefetch().is_some()) {
+        (true, false) => ", one- and two-row calls prefetch",
+        (true, true) => ", one- and two-row calls prefetch (SPECX_PREFETCH)",
+        (false, true) => ", no prefetch (SPECX_PREFETCH)",
+        (false, false) => "",
     }
-    let _ = path;
+}
+
+/// No panel kernels, so no prefetch, off x86.
+#[cfg(not(target_arch = "x86_64"))]
+fn prefetch_words(_path: IntPath) -> &'static str {
     ""
 }
 

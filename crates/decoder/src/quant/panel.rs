@@ -153,20 +153,19 @@ pub enum Kernels {
 #[cfg(target_arch = "x86_64")]
 pub fn prefetching(kernels: Kernels) -> bool {
     static INTEL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    let forced = *FORCED.get_or_init(|| std::env::var("SPECX_PREFETCH").ok().map(|v| v != "0"));
     let intel = *INTEL.get_or_init(|| {
         // Leaf 0: the vendor string, on every x86_64 CPU.
         let id = std::arch::x86_64::__cpuid(0);
         (id.ebx, id.edx, id.ecx) == (u32::from_le_bytes(*b"Genu"), u32::from_le_bytes(*b"ineI"), u32::from_le_bytes(*b"ntel"))
     });
-    forced.unwrap_or(intel && kernels == Kernels::Avx512)
+    forced_prefetch().unwrap_or(intel && kernels == Kernels::Avx512)
 }
 
-/// Whether `SPECX_PREFETCH` set the prefetch policy, for benchmark output.
+/// The prefetch policy `SPECX_PREFETCH` sets (`0`: off, anything else: on), if set; read once.
 #[cfg(target_arch = "x86_64")]
-pub fn prefetch_forced() -> bool {
-    std::env::var_os("SPECX_PREFETCH").is_some()
+pub fn forced_prefetch() -> Option<bool> {
+    static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| std::env::var("SPECX_PREFETCH").ok().map(|v| v != "0"))
 }
 
 /// Whether a pass of `rows` activation rows with `kernels` prefetches ([`prefetch_ahead`]).

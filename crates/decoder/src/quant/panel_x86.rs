@@ -87,10 +87,10 @@ unsafe fn f16x16(p: *const u8) -> __m512 {
 }
 
 /// Dot products of `quads` with `R` activation rows at once (`xs[i]`: row i's bytes), each
-/// row's sum in two chains (even and odd quads: half the latency of one), left apart. The rows' chains are interleaved instruction by
-/// instruction: `2 R` independent chains keep both `vpdpbusd` ports busy, where one row at a
-/// time left each of its two chains waiting on the 5-cycle latency and the out-of-order window
-/// overlapped too few rows to hide it. A weight vector is read once for the `R` rows (Q6_K's
+/// row's sum in two chains (even and odd quads: half the latency of one), left apart. The
+/// rows' chains are interleaved instruction by instruction: `2 R` independent chains keep both
+/// `vpdpbusd` ports busy, where one row at a time left each of its two chains waiting on the
+/// 5-cycle latency and the out-of-order window overlapped too few rows to hide it. A weight vector is read once for the `R` rows (Q6_K's
 /// come from L1).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
