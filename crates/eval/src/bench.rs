@@ -136,6 +136,8 @@ pub struct BenchReport {
     pub models: Vec<ModelBench>,
     pub memory: Vec<PathMemory>,
     pub llamacpp: Vec<LlamaCppBench>,
+    /// llama.cpp's paths that did not run, with the reason (`role path: reason`).
+    pub llamacpp_failed: Vec<String>,
 }
 
 /// A prompt of exactly `n` tokens: a fixed English/code text, repeated as needed.
@@ -297,9 +299,9 @@ pub fn measure(a: &BenchArgs) -> Result<BenchReport> {
         let peak = peak_rss_bytes().unwrap_or(0) as f64 / 1e9;
         memory.push(PathMemory { device: name.to_string(), weights: mode.to_string(), rss_both_loaded_gb: rss_both, peak_rss_gb: peak });
     }
-    let llamacpp = match &a.llamacpp {
+    let llama = match &a.llamacpp {
         Some(bin) => run_llama_bench(bin, &[("draft", &draft_path), ("target", &target_path)], threads, a.prompt_tokens, a.decode_tokens)?,
-        None => Vec::new(),
+        None => Default::default(),
     };
     // The machine's bandwidth varies from minute to minute (shared host): measure again after
     // the runs and bound with the best figure seen, which can only lower achieved/bound.
@@ -307,7 +309,7 @@ pub fn measure(a: &BenchArgs) -> Result<BenchReport> {
     let models = timings.into_iter().map(|t| t.against(bandwidth)).collect();
     let int_path = specx_decoder::quant::int::runtime_kernels();
     let int_paths_supported = specx_decoder::quant::IntPath::all_supported().iter().map(|p| p.name().to_string()).collect();
-    Ok(BenchReport { bandwidth_gb_s: bandwidth / 1e9, bandwidth_one_thread_gb_s: bandwidth_one / 1e9, threads, int_path, int_paths_supported, models, memory, llamacpp })
+    Ok(BenchReport { bandwidth_gb_s: bandwidth / 1e9, bandwidth_one_thread_gb_s: bandwidth_one / 1e9, threads, int_path, int_paths_supported, models, memory, llamacpp: llama.runs, llamacpp_failed: llama.failed })
 }
 
 /// Resets the kernel's peak-RSS counter of this process (Linux: `5` to `/proc/self/clear_refs`),
@@ -433,6 +435,9 @@ fn print_report(r: &BenchReport) {
             "{}",
             markdown_table(&["model", "specx weights", "llama.cpp path", "llama.cpp prefill tok/s", "llama.cpp decode tok/s", "specx/llama.cpp prefill", "specx/llama.cpp decode"], &rows)
         );
+    }
+    for f in &r.llamacpp_failed {
+        println!("llama.cpp path not measured, so no ratio against it: {f}");
     }
     println!();
     for m in &r.memory {

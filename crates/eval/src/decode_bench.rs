@@ -192,7 +192,7 @@ pub fn run(a: DecodeBenchArgs) -> Result<()> {
             let context = specx_prompt_tokens / ar.len().max(1);
             let (draft, target) = a.pair.paths();
             let threads = rayon::current_num_threads();
-            let l = llamacpp::run_llama_bench(bin, &[("target", &target)], threads, context.max(1), a.max_new_tokens)?;
+            let l = llamacpp::run_llama_bench(bin, &[("target", &target)], threads, context.max(1), a.max_new_tokens)?.runs;
             for p in &l {
                 eprintln!("llama.cpp on the target ({}): tg{} after {context} tokens {:.2} ± {:.2} tokens/s", p.path, a.max_new_tokens, p.decode_tokens_per_sec, p.decode_sd);
             }

@@ -27,42 +27,81 @@ fn extra_buffers_path() -> &'static str {
     if crate::common::machine::cpu_has_flag("amx_int8") { "AMX+REPACK" } else { "REPACK" }
 }
 
+/// llama.cpp's figures from one `llama-bench` call per model and path: those that ran, and
+/// for each that did not, why (a report prints the reason where the figure would be).
+#[derive(Debug, Default, serde::Serialize)]
+pub struct LlamaCppRuns {
+    pub runs: Vec<LlamaCppBench>,
+    /// `role path: reason` of every path that did not run.
+    pub failed: Vec<String>,
+}
+
 /// Runs `llama-bench` on each model (prompt processing of `prompt_tokens`, then generation of
-/// `decode_tokens` after a context of `prompt_tokens`, as specx measures them) and reads its JSON.
-pub fn run_llama_bench(bin: &Path, models: &[(&str, &PathBuf)], threads: usize, prompt_tokens: usize, decode_tokens: usize) -> Result<Vec<LlamaCppBench>> {
+/// `decode_tokens` after a context of `prompt_tokens`, as specx measures them) and reads its
+/// JSON, once for each of llama.cpp's CPU paths (`--repack 0`, then `1`). A path that fails
+/// (llama.cpp 0.3.36's AMX path crashes in some VMs that expose AMX-INT8) is reported in
+/// [`LlamaCppRuns::failed`] and the other path's figures are kept; no path at all is an error.
+pub fn run_llama_bench(bin: &Path, models: &[(&str, &PathBuf)], threads: usize, prompt_tokens: usize, decode_tokens: usize) -> Result<LlamaCppRuns> {
     ensure!(bin.is_file(), "--llamacpp {}: no such file (build it with scripts/bench-llamacpp.sh)", bin.display());
-    let mut out = Vec::new();
+    let mut out = LlamaCppRuns::default();
     for (role, path) in models {
         eprintln!("llama-bench on the {role} ({threads} threads)...");
-        let run = |args: &[String]| -> Result<serde_json::Value> {
+        let run = |repack: bool, args: &[String]| -> Result<(f64, f64)> {
             let o = Command::new(bin)
                 .arg("-m")
                 .arg(path)
-                // Weight repacking off and on: both of llama.cpp's CPU paths in one call.
-                .args(["-t", &threads.to_string(), "-r", "3", "-o", "json", "--repack", "0,1"])
+                .args(["-t", &threads.to_string(), "-r", "3", "-o", "json", "--repack", if repack { "1" } else { "0" }])
                 .args(args)
                 .output()
                 .with_context(|| format!("running {}", bin.display()))?;
-            ensure!(o.status.success(), "{} failed on {}: {}", bin.display(), path.display(), String::from_utf8_lossy(&o.stderr).trim());
-            serde_json::from_slice(&o.stdout).with_context(|| format!("{}: output is not llama-bench JSON", bin.display()))
-        };
-        // Tokens/s (mean, sd) of the test with `--repack` = `repack`.
-        let speed = |v: &serde_json::Value, repack: bool| -> Result<(f64, f64)> {
-            let t = v
-                .as_array()
-                .and_then(|tests| tests.iter().find(|t| t.get("repack").and_then(|r| r.as_bool()) == Some(repack)))
-                .with_context(|| format!("llama-bench JSON without a test of repack = {repack}"))?;
+            if !o.status.success() {
+                let stderr = String::from_utf8_lossy(&o.stderr);
+                let tail = stderr.trim().lines().last().unwrap_or("no message");
+                bail!("{} exited with {} on {} ({tail})", bin.display(), exit_words(&o.status), path.display());
+            }
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).with_context(|| format!("{}: output is not llama-bench JSON", bin.display()))?;
+            let t = v.as_array().and_then(|tests| tests.first()).context("llama-bench JSON without a test")?;
             let num = |k: &str| t.get(k).and_then(|x| x.as_f64()).with_context(|| format!("llama-bench JSON without {k}"));
             Ok((num("avg_ts")?, num("stddev_ts")?))
         };
-        let pp = run(&["-p".into(), prompt_tokens.to_string(), "-n".into(), "0".into()])?;
-        let tg = run(&["-p".into(), "0".into(), "-n".into(), decode_tokens.to_string(), "-d".into(), prompt_tokens.to_string()])?;
-        for (repack, path) in [(false, "plain"), (true, extra_buffers_path())] {
-            let ((prefill, prefill_sd), (decode, decode_sd)) = (speed(&pp, repack)?, speed(&tg, repack)?);
-            out.push(LlamaCppBench { role: role.to_string(), path: path.into(), prefill_tokens_per_sec: prefill, prefill_sd, decode_tokens_per_sec: decode, decode_sd });
+        for (repack, name) in [(false, "plain"), (true, extra_buffers_path())] {
+            let pp = run(repack, &["-p".into(), prompt_tokens.to_string(), "-n".into(), "0".into()]);
+            let tg = pp.is_ok().then(|| run(repack, &["-p".into(), "0".into(), "-n".into(), decode_tokens.to_string(), "-d".into(), prompt_tokens.to_string()]));
+            match (pp, tg) {
+                (Ok((prefill, prefill_sd)), Some(Ok((decode, decode_sd)))) => out.runs.push(LlamaCppBench {
+                    role: role.to_string(),
+                    path: name.into(),
+                    prefill_tokens_per_sec: prefill,
+                    prefill_sd,
+                    decode_tokens_per_sec: decode,
+                    decode_sd,
+                }),
+                (Err(e), _) | (_, Some(Err(e))) => {
+                    eprintln!("llama-bench's {name} path failed on the {role}; its figures are left out: {e:#}");
+                    out.failed.push(format!("{role} {name}: {e:#}"));
+                }
+                (Ok(_), None) => unreachable!("the decode run follows a prefill run that succeeded"),
+            }
         }
+        ensure!(out.runs.iter().any(|r| r.role == *role), "llama-bench ran on no path for the {role}: {}", out.failed.join("; "));
     }
     Ok(out)
+}
+
+/// An exit status in words: the code, or the signal that ended the process.
+fn exit_words(status: &std::process::ExitStatus) -> String {
+    #[cfg(unix)]
+    if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(status) {
+        let name = match signal {
+            11 => " (segmentation fault)",
+            6 => " (abort)",
+            9 => " (killed)",
+            4 => " (illegal instruction)",
+            _ => "",
+        };
+        return format!("signal {signal}{name}");
+    }
+    status.code().map_or("no exit code".into(), |c| format!("exit code {c}"))
 }
 
 /// llama.cpp's own speculative decoding of a set of prompts with one draft length, summed over
@@ -188,6 +227,34 @@ mod tests {
 0.09.859.779 I n_accept  = 103
 0.09.859.792 I accept    = 87.288%
 ";
+
+    /// A stand-in `llama-bench` (a shell script): JSON of one test for `--repack 0`; for
+    /// `--repack 1` a crash (`crash_repack`) or the same JSON.
+    #[cfg(unix)]
+    fn fake_llama_bench(dir: &Path, crash_repack: bool) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let bin = dir.join("llama-bench");
+        let crash = if crash_repack { r#"case "$*" in *"--repack 1"*) echo "Segmentation fault in ggml_backend_amx" >&2; kill -SEGV $$;; esac"# } else { "" };
+        std::fs::write(&bin, format!("#!/bin/sh\n{crash}\necho '[{{\"avg_ts\": 42.5, \"stddev_ts\": 1.5}}]'\n")).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        bin
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_path_that_crashes_is_reported_and_the_other_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("model.gguf");
+        let runs = run_llama_bench(&fake_llama_bench(dir.path(), true), &[("target", &model)], 2, 16, 4).unwrap();
+        assert_eq!(runs.runs.len(), 1, "{runs:?}");
+        assert_eq!((runs.runs[0].path.as_str(), runs.runs[0].prefill_tokens_per_sec, runs.runs[0].decode_sd), ("plain", 42.5, 1.5));
+        assert_eq!(runs.failed.len(), 1);
+        let why = &runs.failed[0];
+        assert!(why.starts_with("target ") && why.contains("signal 11 (segmentation fault)") && why.contains("ggml_backend_amx"), "{why}");
+        // Both paths run: both kept, nothing failed.
+        let both = run_llama_bench(&fake_llama_bench(dir.path(), false), &[("target", &model)], 2, 16, 4).unwrap();
+        assert_eq!((both.runs.len(), both.failed.len()), (2, 0));
+    }
 
     #[test]
     fn the_summary_of_a_real_log_is_read() {
