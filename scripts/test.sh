@@ -4,6 +4,8 @@
 # code), then the GPU path's tests on Vulkan (see below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# No module imports another that imports it back (scripts/import-cycles.py --graph draws it).
+python3 scripts/import-cycles.py
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/specx/target}"
 scripts/fetch-models.sh
 scripts/fetch-datasets.sh

@@ -3,7 +3,7 @@
 
 use crate::cache::KvCache;
 use crate::model::Transformer;
-use crate::sampling::Sampler;
+use crate::sampler::Sampler;
 use anyhow::Result;
 use std::time::{Duration, Instant};
 

@@ -29,6 +29,7 @@ pub mod loader;
 pub mod model;
 pub mod quant;
 pub mod report;
+pub mod sampler;
 pub mod sampling;
 pub mod speculative;
 pub mod synthetic;
@@ -42,7 +43,8 @@ pub use device::{check_device, device_from_name, open_device, parse_device_list,
 pub use loader::{check_pair, load_model, load_model_as, load_model_split, LoadedModel};
 pub use draft::{DraftTransform, DraftWeights};
 pub use model::{AttentionProbe, ForwardOutput, LayerTimes, ProbedLayer, Transformer, WeightMode};
-pub use sampling::{Sampler, SamplingConfig};
+pub use sampler::Sampler;
+pub use sampling::SamplingConfig;
 pub use tokenizer::{ChatTemplate, Tokenizer};
 
 /// The CPU device (burn-flex, multi-threaded with SIMD).

@@ -2,7 +2,7 @@
 //! to draft and target logits, so both distributions are warped identically.
 
 use rand::rngs::StdRng;
-use rand::{RngExt, SeedableRng};
+use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
 /// Temperature, top-k and top-p, applied in that order (as HF transformers does).
@@ -175,50 +175,6 @@ pub fn sample_from(probs: &[f32], rng: &mut StdRng) -> u32 {
     last as u32
 }
 
-/// A seeded sampler: the same seed and logits give the same tokens.
-pub struct Sampler {
-    pub config: SamplingConfig,
-    rng: StdRng,
-    /// Coupled draws ([`crate::coupling`]): the request's seed and the absolute position of
-    /// the next token.
-    coupled: Option<(u64, usize)>,
-}
-
-impl Sampler {
-    pub fn new(config: SamplingConfig, seed: u64) -> Self {
-        Self { config, rng: StdRng::seed_from_u64(seed), coupled: None }
-    }
-
-    /// A sampler whose token at each position is the coupled draw there, the first at
-    /// absolute position `first` (the prompt's length): the tokens speculative decoding with
-    /// [`crate::speculative::CoupledSampler`] and the same seed commits.
-    pub fn coupled(config: SamplingConfig, seed: u64, first: usize) -> Self {
-        Self { config, rng: StdRng::seed_from_u64(seed), coupled: Some((seed, first)) }
-    }
-
-    pub fn rng(&mut self) -> &mut StdRng {
-        &mut self.rng
-    }
-
-    /// The next token for `logits`.
-    pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        if let Some((seed, position)) = &mut self.coupled {
-            let token = crate::coupling::position_token(logits, &self.config, crate::coupling::Draws::Coupled, *seed, *position);
-            *position += 1;
-            return token.expect("coupled draws always give the token");
-        }
-        Self::draw(&self.config, logits, &mut self.rng)
-    }
-
-    /// One token from `logits` warped by `config`, with an external generator.
-    pub fn draw(config: &SamplingConfig, logits: &[f32], rng: &mut StdRng) -> u32 {
-        if config.is_greedy() {
-            return argmax(logits);
-        }
-        sample_from(&config.probabilities(logits), rng)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,19 +213,6 @@ mod tests {
         let p = cfg(1.0, None, Some(0.75)).probabilities(&logits);
         assert!(p[1] > 0.0 && p[0] == 0.0);
         assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6);
-    }
-
-    #[test]
-    fn seeded_sampling_is_reproducible_and_follows_the_distribution() {
-        let logits = [0.0f32, (3.0f32).ln()]; // p = [0.25, 0.75]
-        let draw = |seed| {
-            let mut s = Sampler::new(cfg(1.0, None, None), seed);
-            (0..4000).map(|_| s.sample(&logits)).collect::<Vec<_>>()
-        };
-        assert_eq!(draw(7), draw(7));
-        let ones = draw(7).iter().filter(|&&t| t == 1).count() as f64 / 4000.0;
-        // 4000 draws: standard error 0.0068; 5 sigma.
-        assert!((ones - 0.75).abs() < 0.035, "{ones}");
     }
 
     #[test]

@@ -13,6 +13,10 @@ use safetensors::tensor::{Dtype, TensorView};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// Vocabulary of the tiny models of the device checks and tests (small, so greedy rounds
+/// both accept and reject).
+pub const TINY_VOCAB: usize = 48;
+
 /// A small Qwen2-shaped config: q/k/v bias, untied head, GQA with 2 query heads per kv head.
 pub fn tiny_qwen2(vocab: usize) -> ModelConfig {
     ModelConfig {
@@ -49,7 +53,7 @@ pub fn tiny_llama(vocab: usize) -> ModelConfig {
 /// The tiny llama of the GGUF reader's independent check: grouped-query attention (4 query
 /// heads, 2 key/value heads), so that q and k are permuted with different head counts.
 pub fn tiny_llama_gqa() -> ModelConfig {
-    ModelConfig { num_key_value_heads: 2, ..tiny_llama(crate::device_check::TINY_VOCAB) }
+    ModelConfig { num_key_value_heads: 2, ..tiny_llama(TINY_VOCAB) }
 }
 
 /// The seed of [`tiny_llama_gqa`]'s weights in that check.

@@ -10,7 +10,8 @@
 
 mod tiny;
 
-pub use tiny::{max_abs_diff, noisy_draft, tokens, TINY_VOCAB};
+pub use crate::synthetic::TINY_VOCAB;
+pub use tiny::{max_abs_diff, noisy_draft, tokens};
 
 use crate::Device;
 use anyhow::Result;

@@ -2,13 +2,10 @@
 
 use super::Check;
 use crate::speculative::*;
-use crate::synthetic::{random_weights, tiny_llama, tiny_qwen2, word_tokenizer_json, write_hf_dir, StDtype};
+use crate::synthetic::{random_weights, tiny_llama, tiny_qwen2, word_tokenizer_json, write_hf_dir, StDtype, TINY_VOCAB};
 use crate::{default_device, load_model, load_model_split, Device, ForwardOutput, LoadedModel, ModelConfig, SamplingConfig, Transformer};
 use anyhow::{ensure, Context, Result};
 use std::path::{Path, PathBuf};
-
-/// Vocabulary of the tiny models (small, so greedy rounds both accept and reject).
-pub const TINY_VOCAB: usize = 48;
 
 /// A pseudo-random token sequence over the tiny vocabulary.
 pub fn tokens(n: usize, seed: u32) -> Vec<u32> {

@@ -6,20 +6,8 @@ use crate::cache::{KvCache, LayerSlot};
 use crate::layer_groups::LayerGroups;
 use anyhow::Result;
 use burn::tensor::Tensor;
-use super::layers::last_row;
+use super::probe::{last_row, AttentionProbe};
 use super::{ForwardOutput, PositionTables, Transformer};
-
-/// One layer's attention on the last new row: the hidden state it read (before its norm),
-/// its query, key and value (after RoPE; all heads, flattened) and its output (after the
-/// output projection). Recorded by [`Transformer::probe_fuzzy`].
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct AttentionProbe {
-    pub input: Vec<f32>,
-    pub q: Vec<f32>,
-    pub k: Vec<f32>,
-    pub v: Vec<f32>,
-    pub out: Vec<f32>,
-}
 
 /// A layer's attention as a fuzzy forward computed it and as the precise model would have.
 #[derive(Clone, Debug, PartialEq)]

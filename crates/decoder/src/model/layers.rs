@@ -9,7 +9,7 @@ use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use super::linear::Linear;
-use super::fuzzy::AttentionProbe;
+use super::probe::{last_row, AttentionProbe};
 
 #[derive(Clone)]
 pub(super) struct RmsNorm {
@@ -222,11 +222,5 @@ impl Mlp {
         let up = gu.slice([0..b, 0..n, i..2 * i]);
         project(&self.down, silu(gate) * up)
     }
-}
-
-/// The last row of the first sequence of `[b, n, w]`, on the host.
-pub(super) fn last_row(t: Tensor<3>) -> Vec<f32> {
-    let [_, n, w] = t.dims();
-    t.slice([0..1, n - 1..n, 0..w]).into_data().try_into_vec::<f32>().expect("f32 activations")
 }
 

@@ -9,7 +9,6 @@ use crate::weights::{HostTensor, WeightSource};
 use anyhow::{bail, Context, Result};
 use std::sync::Arc;
 use burn::tensor::{AllocationProperty, Bytes, DType, Device, Tensor, TensorData};
-use super::load::check_shape;
 
 /// Most rows of `x` for which [`Linear`] uses the CPU kernel of [`crate::kernels`]; longer
 /// inputs (prompt prefill) are compute-bound and go to burn's gemm.
@@ -304,3 +303,10 @@ pub(super) fn native_matrix(src: &dyn WeightSource, names: &[(&str, usize)], col
     QuantMatrix::new(parts, cols).map(Some)
 }
 
+/// Checks a host tensor's shape.
+pub(super) fn check_shape(t: &HostTensor, name: &str, shape: &[usize]) -> Result<()> {
+    if t.shape != shape {
+        bail!("weight '{name}' has shape {:?}, the config implies {:?}", t.shape, shape);
+    }
+    Ok(())
+}

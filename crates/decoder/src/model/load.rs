@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use std::sync::Arc;
 use burn::tensor::{Device, Tensor, TensorData};
 use super::layers::{Attention, Block, Embedding, Mlp, RmsNorm};
-use super::linear::{native_matrix, upload_matrix, Linear, Projection};
+use super::linear::{check_shape, native_matrix, upload_matrix, Linear, Projection};
 use super::Transformer;
 
 /// How a model's GGUF weight matrices are kept in memory on the CPU.
@@ -55,14 +55,6 @@ impl std::fmt::Display for WeightMode {
             Self::Q8 => "q8",
         })
     }
-}
-
-/// Checks a host tensor's shape.
-pub(super) fn check_shape(t: &HostTensor, name: &str, shape: &[usize]) -> Result<()> {
-    if t.shape != shape {
-        bail!("weight '{name}' has shape {:?}, the config implies {:?}", t.shape, shape);
-    }
-    Ok(())
 }
 
 /// Moves a small host tensor (norm weights, biases) to the device.

@@ -18,11 +18,13 @@ mod layers;
 mod linear;
 mod load;
 mod placement;
+mod probe;
 mod ragged;
 mod swiglu;
 mod transform;
 
-pub use fuzzy::{AttentionProbe, ProbedLayer};
+pub use fuzzy::ProbedLayer;
+pub use probe::AttentionProbe;
 pub use linear::HOST_KERNEL_MAX_ROWS;
 pub use load::{layer_ranges, WeightMode};
 use layers::{causal_mask, rope_tables, Block, Embedding, RmsNorm};

@@ -13,6 +13,9 @@
 //! The scale is kept in f32 (llama.cpp rounds Q8_0's to f16): a little more precise, same
 //! cost.
 
+use super::unpack::{family, Family};
+use super::QuantMatrix;
+
 /// Values per Q8_K block.
 pub const QK_K: usize = 256;
 /// Values per Q8_0 block.
@@ -110,6 +113,23 @@ impl Q80Rows {
     pub fn block(&self, r: usize, b: usize) -> (f32, &[i8], &[i32]) {
         let i = r * self.blocks + b;
         (self.d[i], &self.qs[i * QK8_0..(i + 1) * QK8_0], &self.sums4[i * 8..(i + 1) * 8])
+    }
+}
+
+/// The activation rows of one call, quantized in the formats the matrix's parts need.
+pub struct QuantizedInput {
+    pub k: Option<Q8KRows>,
+    pub b32: Option<Q80Rows>,
+}
+
+impl QuantizedInput {
+    pub fn new(q: &QuantMatrix, x: &[f32], m: usize) -> Self {
+        let fams: Vec<Family> = q.parts().iter().filter_map(|p| family(p.ty)).collect();
+        let cols = q.cols();
+        Self {
+            k: fams.iter().any(|f| matches!(f, Family::K { .. })).then(|| Q8KRows::quantize(x, m, cols)),
+            b32: fams.iter().any(|f| matches!(f, Family::B32 { .. })).then(|| Q80Rows::quantize(x, m, cols)),
+        }
     }
 }
 

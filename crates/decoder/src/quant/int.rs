@@ -16,117 +16,13 @@
 //! invariance). One scalar per output is what lets a kernel hold 16 weight rows in the lanes
 //! of one register ([`super::panel`]): the float steps then serve 16 outputs per instruction.
 
-use super::act::{Q80Rows, Q8KRows, QK8_0, QK_K};
-use super::unpack::{family, Family, UnpackedRow};
+use super::act::{Q80Rows, Q8KRows, QuantizedInput, QK8_0, QK_K};
+use super::unpack::{Family, UnpackedRow};
 use super::QuantMatrix;
 use crate::gguf::GgmlType;
 use rayon::prelude::*;
-use std::sync::OnceLock;
 
-/// Which implementation of the integer arithmetic runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum IntPath {
-    /// AVX-512 (BW) with VNNI: `vpdpbusd` / `vpdpwssd` on 64-byte vectors.
-    Avx512Vnni,
-    /// AVX2 with AVX-VNNI (Intel's client cores since Alder Lake; a CPU that also has
-    /// AVX-512 VNNI takes that path): the AVX2 panels with the 256-bit `vpdpbusd` in place of
-    /// `vpmaddubsw` + `vpaddw` + `vpmaddwd`.
-    AvxVnni,
-    /// AVX2: `vpmaddubsw` + `vpmaddwd` on 32-byte vectors.
-    Avx2,
-    /// Plain Rust (the reference).
-    Portable,
-}
-
-impl IntPath {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Avx512Vnni => "avx512-vnni",
-            Self::AvxVnni => "avx-vnni",
-            Self::Avx2 => "avx2",
-            Self::Portable => "portable",
-        }
-    }
-
-    /// Whether this CPU can run the path.
-    pub fn supported(self) -> bool {
-        match self {
-            Self::Portable => true,
-            #[cfg(target_arch = "x86_64")]
-            Self::Avx2 => super::int_x86::avx2_available(),
-            #[cfg(target_arch = "x86_64")]
-            Self::AvxVnni => super::int_x86::avx_vnni_available(),
-            #[cfg(target_arch = "x86_64")]
-            Self::Avx512Vnni => super::int_x86::avx512_available(),
-            #[cfg(not(target_arch = "x86_64"))]
-            _ => false,
-        }
-    }
-
-    /// Whether the path has kernels on weight panels ([`super::panel`]): the layout
-    /// [`QuantMatrix::into_int_layout`] stores for it.
-    pub fn has_panels(self) -> bool {
-        matches!(self, Self::Avx512Vnni | Self::AvxVnni | Self::Avx2)
-    }
-
-    /// Every path this CPU can run, fastest first.
-    pub fn all_supported() -> Vec<Self> {
-        [Self::Avx512Vnni, Self::AvxVnni, Self::Avx2, Self::Portable].into_iter().filter(|p| p.supported()).collect()
-    }
-
-    /// The path the runtime uses: `SPECX_INT_PATH` (avx512-vnni | avx-vnni | avx2 | portable) when set
-    /// and supported, else the fastest supported one. Decided once per process.
-    pub fn active() -> Self {
-        static ACTIVE: OnceLock<IntPath> = OnceLock::new();
-        *ACTIVE.get_or_init(|| {
-            let best = Self::all_supported()[0];
-            match std::env::var("SPECX_INT_PATH") {
-                Ok(name) => match Self::all_supported().into_iter().find(|p| p.name() == name) {
-                    Some(p) => p,
-                    None => {
-                        eprintln!("specx: SPECX_INT_PATH={name} is not a supported integer path here; using {}", best.name());
-                        best
-                    }
-                },
-                Err(_) => best,
-            }
-        })
-    }
-}
-
-/// The runtime's integer kernels in words, for benchmark output: the path, the weight layout,
-/// and whether `SPECX_INT_PATH` forced a path other than this CPU's fastest (figures measured
-/// on a forced path say so).
-pub fn runtime_kernels() -> String {
-    let active = IntPath::active();
-    let panels = super::panels_in_use();
-    let layout = if panels { "weight panels" } else { "rows" };
-    let best = IntPath::all_supported()[0];
-    let forced = if active != best { format!(", forced by SPECX_INT_PATH (this CPU's fastest: {})", best.name()) } else { String::new() };
-    let prefetch = if panels { prefetch_words(active) } else { "" };
-    format!("{} on {layout}{forced}{prefetch}", active.name())
-}
-
-/// Whether few-row calls prefetch the panels of `path` ([`super::panel::prefetching`]), in
-/// words for [`runtime_kernels`] (empty where nothing is prefetched by default).
-#[cfg(target_arch = "x86_64")]
-fn prefetch_words(path: IntPath) -> &'static str {
-    use super::panel::{forced_prefetch, prefetching, Kernels};
-    let kernels = if path == IntPath::Avx512Vnni { Kernels::Avx512 } else { Kernels::Avx2 };
-    match (prefetching(kernels), forced_prefetch().is_some()) {
-        (true, false) => ", one- and two-row calls prefetch",
-        (true, true) => ", one- and two-row calls prefetch (SPECX_PREFETCH)",
-        (false, true) => ", no prefetch (SPECX_PREFETCH)",
-        (false, false) => "",
-    }
-}
-
-/// No panel kernels, so no prefetch, off x86.
-#[cfg(not(target_arch = "x86_64"))]
-fn prefetch_words(_path: IntPath) -> &'static str {
-    ""
-}
+pub use super::path::{runtime_kernels, IntPath};
 
 /// Reference: block `b` of a K-family weight row with block `b` of activation row `r`: the
 /// exact `t_b` (Q6_K's offset term included) and `m_b`.
@@ -164,23 +60,6 @@ pub fn dot_b32_portable(w: &UnpackedRow, x: &Q80Rows, r: usize, offset: i32) -> 
         acc = (w.d[b] * dx).mul_add(t as f32, acc);
     }
     acc
-}
-
-/// The activation rows of one call, quantized in the formats the matrix's parts need.
-pub struct QuantizedInput {
-    pub k: Option<Q8KRows>,
-    pub b32: Option<Q80Rows>,
-}
-
-impl QuantizedInput {
-    pub fn new(q: &QuantMatrix, x: &[f32], m: usize) -> Self {
-        let fams: Vec<Family> = q.parts().iter().filter_map(|p| family(p.ty)).collect();
-        let cols = q.cols();
-        Self {
-            k: fams.iter().any(|f| matches!(f, Family::K { .. })).then(|| Q8KRows::quantize(x, m, cols)),
-            b32: fams.iter().any(|f| matches!(f, Family::B32 { .. })).then(|| Q80Rows::quantize(x, m, cols)),
-        }
-    }
 }
 
 /// Dot products of one weight row (whole blocks of `ty`) with every activation row (`out[r]`

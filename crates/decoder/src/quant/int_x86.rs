@@ -10,8 +10,8 @@
 //! weights as panels ([`super::panel`]) on every x86 path; these kernels serve weights stored
 //! as rows (`SPECX_PANELS=0`), the AVX-VNNI path with the AVX2 kernels.
 
-use super::act::{Q80Rows, Q8KRows, QK8_0, QK_K};
-use super::int::{IntPath, QuantizedInput};
+use super::act::{Q80Rows, Q8KRows, QuantizedInput, QK8_0, QK_K};
+use super::path::IntPath;
 use super::int_x86_blocks as blocks;
 use super::int_x86_blocks::{KScales, Q4K, Q4_0, Q5K, Q5_0, Q6K, Q8_0};
 use crate::gguf::GgmlType;
@@ -21,23 +21,6 @@ use std::arch::x86_64::*;
 /// accumulators), AVX2 16 (4 rows).
 const TILE_512: usize = 8;
 const TILE_256: usize = 4;
-
-pub fn avx2_available() -> bool {
-    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
-}
-
-/// AVX2 with the 256-bit VNNI instructions (`vpdpbusd` in its VEX encoding).
-pub fn avx_vnni_available() -> bool {
-    avx2_available() && is_x86_feature_detected!("avxvnni")
-}
-
-pub fn avx512_available() -> bool {
-    avx2_available()
-        && is_x86_feature_detected!("avx512f")
-        && is_x86_feature_detected!("avx512bw")
-        && is_x86_feature_detected!("avx512vl")
-        && is_x86_feature_detected!("avx512vnni")
-}
 
 /// Dot products of one weight row (`row`: whole blocks of `ty`) with every activation row
 /// (`out[r]` for row r) on `path` (AVX2 or AVX-512).

@@ -29,6 +29,7 @@ mod int_x86;
 #[cfg(target_arch = "x86_64")]
 mod int_x86_blocks;
 pub mod panel;
+pub mod path;
 #[cfg(target_arch = "x86_64")]
 mod panel_avx2;
 #[cfg(target_arch = "x86_64")]

@@ -1,5 +1,6 @@
 //! Drafters propose candidate tokens with the exact distributions they were sampled from.
 
+use super::candidate::Candidate;
 use super::policy::{Decision, DraftStep, HiddenState, LazyStats, StopPolicy};
 use super::round::{DraftRound, Streams};
 use crate::cache::KvCache;
@@ -8,19 +9,6 @@ use crate::coupling::{coupled_pick, Draws};
 use crate::sampling::{argmax, sample_from, top_probability, SamplingConfig};
 use anyhow::Result;
 use std::time::Instant;
-
-/// One proposed token.
-#[derive(Clone, Debug)]
-pub struct Candidate {
-    pub token: u32,
-    /// The warped draft distribution `q` the token was sampled from (the verifier tests
-    /// against this very `q`). Empty in greedy mode, where `q` is one-hot on `token`.
-    pub q: Vec<f32>,
-    /// `q[token]` (1 in greedy mode).
-    pub q_token: f32,
-    /// The n-gram size whose match proposed it (prompt lookup), `None` from a draft model.
-    pub ngram: Option<usize>,
-}
 
 /// Proposes candidates continuing a committed sequence.
 pub trait Drafter {

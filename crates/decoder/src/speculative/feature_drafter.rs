@@ -16,7 +16,8 @@
 //! (zero elsewhere), warped as the target's, and each candidate is drawn from it: lossless by
 //! rejection sampling, like every drafter.
 
-use super::drafter::{ask_policy, draw_candidate, Candidate, Drafter, Pick};
+use super::candidate::Candidate;
+use super::drafter::{ask_policy, draw_candidate, Drafter, Pick};
 use super::feature_head::{causal_mask_after, FeatureHead, FeatureHeadCache, FeatureHeadSpec, FEATURE_HEAD_DIM};
 use super::feature_tap::{prefix_hashes, FeatureTap};
 use super::round::DraftRound;

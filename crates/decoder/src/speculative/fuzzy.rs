@@ -4,7 +4,8 @@
 //! from the very q (fuzzy or exact) the verifier tests, so speculative decoding with this
 //! drafter stays lossless at any temperature; only the acceptance rate depends on the fuzz.
 
-use super::drafter::{Candidate, DraftCache, Drafter, Pick};
+use super::candidate::Candidate;
+use super::drafter::{DraftCache, Drafter, Pick};
 use super::round::DraftRound;
 use crate::cache::KvCache;
 use crate::layer_groups::LayerGroups;

@@ -47,7 +47,7 @@ pub struct HeadSpec {
 impl HeadSpec {
     /// Width of the head's input.
     pub fn input_size(&self) -> usize {
-        self.hidden_size + if self.draft_stats { super::policy::HEAD_STAT_INPUTS } else { 0 }
+        self.hidden_size + if self.draft_stats { super::policy::stats::HEAD_STAT_INPUTS } else { 0 }
     }
 }
 
@@ -70,7 +70,7 @@ impl AcceptanceHead {
     }
 
     /// [`AcceptanceHead::init_seeded`] for an input of the hidden state and `extra` more
-    /// values (the draft's statistics: [`super::policy::HEAD_STAT_INPUTS`]).
+    /// values (the draft's statistics: [`super::policy::stats::HEAD_STAT_INPUTS`]).
     pub fn init_seeded_with_inputs(hidden: usize, extra: usize, depth: usize, tied: bool, seed: u64, device: &Device) -> Self {
         let hidden_size = hidden + extra;
         use rand::{RngExt, SeedableRng};

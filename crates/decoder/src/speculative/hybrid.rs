@@ -7,7 +7,8 @@
 //!
 //! [`MatchRatePolicy`]: super::policy::MatchRatePolicy
 
-use super::drafter::{Candidate, Drafter, PlainDrafter};
+use super::candidate::Candidate;
+use super::drafter::{Drafter, PlainDrafter};
 use super::lookup::PromptLookupDrafter;
 use super::round::DraftRound;
 use crate::model::Transformer;

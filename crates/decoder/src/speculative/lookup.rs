@@ -15,7 +15,8 @@
 //!
 //! [`MatchRatePolicy`]: super::policy::MatchRatePolicy
 
-use super::drafter::{Candidate, Drafter};
+use super::candidate::Candidate;
+use super::drafter::Drafter;
 use super::policy::{Decision, DraftStats, DraftStep, HiddenState, LazyStats};
 use super::round::DraftRound;
 use anyhow::{ensure, Result};

@@ -24,6 +24,7 @@
 //! DSI, of the speculative chain); a round first feeds whatever tokens its cache lacks, and
 //! after verification both caches are cut back to the positions whose tokens were committed.
 
+mod candidate;
 mod drafter;
 mod feature_drafter;
 mod feature_head;
@@ -39,7 +40,8 @@ pub mod scheduler;
 pub(crate) mod scorer;
 mod verifier;
 
-pub use drafter::{Candidate, Drafter, PlainDrafter};
+pub use candidate::Candidate;
+pub use drafter::{Drafter, PlainDrafter};
 pub use feature_drafter::{FeatureDraft, FeatureHeadDrafter};
 pub use feature_head::{causal_mask_after, packed_causal_mask, FeatureHead, FeatureHeadCache, FeatureHeadSpec, FEATURE_HEAD_DIM};
 pub use fuzzy::{Calibration, Compat, FuzzyDrafter};

@@ -2,7 +2,7 @@
 //! what a drafting round works from, and the committed sequence with the one rule that
 //! extends it (candidates decided in position order).
 
-use super::drafter::Candidate;
+use super::candidate::Candidate;
 use super::metrics::RequestMetrics;
 use super::policy::StopPolicy;
 use super::verifier::{Verdict, Verifier};

@@ -2,7 +2,7 @@
 //! A verifier decides one position at a time, with that position's random stream, so that a
 //! token does not depend on how drafting was cut into rounds or blocks.
 
-use super::drafter::Candidate;
+use super::candidate::Candidate;
 use crate::coupling::{coupled_pick, Draws};
 use crate::sampling::{argmax, sample_from, SamplingConfig};
 use rand::rngs::StdRng;

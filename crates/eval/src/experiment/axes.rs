@@ -26,8 +26,8 @@
 //! Without `drafters` the drafter is plain; without `schedulers` the scheduler is sequential;
 //! without `drafts` the draft runs as loaded (`{}`).
 
-use crate::method::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, PAPER_BOUNDS};
-use anyhow::{ensure, Context, Result};
+use crate::method::{head_name, DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, PAPER_BOUNDS};
+use anyhow::{ensure, Result};
 use serde::{Deserialize, Serialize};
 use specx_decoder::speculative::{Calibration, Compat};
 use specx_decoder::DraftTransform;
@@ -149,26 +149,6 @@ pub struct ParamFiles {
     pub params: Vec<PathBuf>,
 }
 
-/// A fitted-parameter file's contents and its name (the file's stem).
-fn fitted<T: serde::de::DeserializeOwned>(path: &std::path::Path, what: &str) -> Result<(String, T)> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {what} parameters {}", path.display()))?;
-    let params = serde_json::from_str(&text).with_context(|| format!("{}: not {what} parameters", path.display()))?;
-    let name = path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
-    Ok((name, params))
-}
-
-/// Threshold-plus's setting from a fitted-parameter file, named by the file's stem.
-pub fn threshold_plus_setting(path: &std::path::Path) -> Result<PolicySpec> {
-    let (name, params) = fitted(path, "threshold-plus")?;
-    Ok(PolicySpec::ThresholdPlus { name, params })
-}
-
-/// The calibrated model's setting from a fitted-parameter file, named by the file's stem.
-pub fn calibrated_setting(path: &std::path::Path) -> Result<PolicySpec> {
-    let (name, params) = fitted(path, "calibrated-model")?;
-    Ok(PolicySpec::Calibrated { name, params })
-}
-
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ThresholdPolicies {
@@ -275,11 +255,6 @@ fn paper_bounds() -> Vec<[usize; 2]> {
     vec![PAPER_BOUNDS]
 }
 
-/// The head name of a checkpoint directory: its last path component (what settings name).
-pub fn head_name(dir: &std::path::Path) -> String {
-    dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| dir.display().to_string())
-}
-
 impl DrafterAxis {
     pub fn expand(&self) -> Vec<DrafterSpec> {
         let mut out = Vec::new();
@@ -372,10 +347,10 @@ impl PolicyAxis {
             }
         }
         for path in self.threshold_plus.iter().flat_map(|g| &g.params) {
-            out.push(threshold_plus_setting(path)?);
+            out.push(PolicySpec::fitted_threshold_plus(path)?);
         }
         for path in self.calibrated.iter().flat_map(|g| &g.params) {
-            out.push(calibrated_setting(path)?);
+            out.push(PolicySpec::fitted_calibrated(path)?);
         }
         for &h in self.adaptive.iter().flat_map(|g| &g.hardware) {
             out.push(crate::method::adaptive::shipped_policy(h)?);

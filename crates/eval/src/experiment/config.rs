@@ -218,7 +218,7 @@ impl MethodsConfig {
     pub fn head_dirs(&self) -> Vec<&PathBuf> {
         let mut seen = std::collections::BTreeSet::new();
         let all = self.specdecpp.iter().flat_map(|g| &g.heads).chain(self.easyspec.iter().flat_map(|g| &g.heads)).chain(self.grid.iter().flat_map(|g| g.head_dirs()));
-        all.filter(|d| seen.insert(super::axes::head_name(d))).collect()
+        all.filter(|d| seen.insert(crate::method::head_name(d))).collect()
     }
 }
 

@@ -8,7 +8,7 @@ use crate::method::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting}
 use anyhow::{ensure, Result};
 use specx_decoder::speculative::Compat;
 
-pub use super::axes::head_name;
+pub use crate::method::head_name;
 
 /// Every setting of the grid, AR first, in a fixed order (the order rows are run and written):
 /// the papers' sections, then each `[[methods.grid]]` product, then the oracle. A setting

@@ -118,7 +118,7 @@ pub fn config_identity(config: &EvalConfig) -> serde_json::Value {
         p.path = PathBuf::new();
     }
     if let Some(g) = &mut c.methods.specdecpp {
-        g.heads.iter_mut().for_each(|h| *h = PathBuf::from(super::axes::head_name(h)));
+        g.heads.iter_mut().for_each(|h| *h = PathBuf::from(crate::method::head_name(h)));
     }
     // A table enters by its content (draft_transforms), not where it lives.
     let drafts = c.methods.drafts.iter_mut().chain(c.methods.grid.iter_mut().flat_map(|g| g.drafts.iter_mut()));

@@ -363,12 +363,12 @@ impl MethodArgs {
             PolicyKind::ThresholdPlus => {
                 unused(self.threshold.is_some() || self.max.is_some(), "--threshold/--max", "a policy without fitted parameters (threshold-plus's are in its file)")?;
                 let file = self.threshold_plus.as_deref().context("--policy threshold-plus needs --threshold-plus FILE (fitted by specx eval tune)")?;
-                crate::experiment::axes::threshold_plus_setting(file)?
+                PolicySpec::fitted_threshold_plus(file)?
             }
             PolicyKind::Calibrated => {
                 unused(self.threshold.is_some() || self.max.is_some(), "--threshold/--max", "a policy without fitted parameters (the calibrated model's are in its file)")?;
                 let file = self.calibrated.as_deref().context("--policy calibrated needs --calibrated FILE (fitted by specx eval tune)")?;
-                crate::experiment::axes::calibrated_setting(file)?
+                PolicySpec::fitted_calibrated(file)?
             }
             PolicyKind::Bandit => {
                 unused(self.threshold.is_some(), "--threshold", "a policy with a threshold")?;

@@ -12,4 +12,4 @@ pub mod spec;
 pub use build::{generate, HeadBinding, Heads, RunModels};
 pub use flags::MethodArgs;
 pub use models::{load_head, ModelPlan, Models};
-pub use spec::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting, PAPER_BOUNDS};
+pub use spec::{head_name, DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting, PAPER_BOUNDS};

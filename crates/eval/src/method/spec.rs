@@ -8,6 +8,11 @@ use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::speculative::{Calibration, Compat, HeadRule};
 use specx_decoder::DraftTransform;
 
+/// The head name of a checkpoint directory: its last path component (what settings name).
+pub fn head_name(dir: &std::path::Path) -> String {
+    dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| dir.display().to_string())
+}
+
 /// What one results row was run with.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "method", rename_all = "lowercase")]
@@ -243,7 +248,7 @@ impl MethodSpec {
             }
             DrafterSpec::Lookup { ngram_min, ngram_max } => format!("lookup n={ngram_min}..{ngram_max} | {body}"),
             DrafterSpec::Hybrid { ngram_min, ngram_max } => format!("lookup+draft n={ngram_min}..{ngram_max} | {body}"),
-            DrafterSpec::Feature { head } => format!("feature {} | {body}", crate::experiment::axes::head_name(std::path::Path::new(head))),
+            DrafterSpec::Feature { head } => format!("feature {} | {body}", head_name(std::path::Path::new(head))),
         }
     }
 
@@ -440,6 +445,28 @@ impl Setting {
 
 /// `HeadRule`'s paper bounds, the default of every adaptive policy.
 pub const PAPER_BOUNDS: [usize; 2] = [HeadRule::PAPER_MIN, HeadRule::PAPER_MAX];
+
+/// A fitted policy's parameters from a JSON file, and the setting's name (the file's stem).
+fn fitted<T: serde::de::DeserializeOwned>(path: &std::path::Path, what: &str) -> Result<(String, T)> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {what} parameters {}", path.display()))?;
+    let params = serde_json::from_str(&text).with_context(|| format!("{}: not {what} parameters", path.display()))?;
+    let name = path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
+    Ok((name, params))
+}
+
+impl PolicySpec {
+    /// Threshold-plus's setting from a fitted-parameter file, named by the file's stem.
+    pub fn fitted_threshold_plus(path: &std::path::Path) -> Result<Self> {
+        let (name, params) = fitted(path, "threshold-plus")?;
+        Ok(Self::ThresholdPlus { name, params })
+    }
+
+    /// The calibrated model's setting from a fitted-parameter file, named by the file's stem.
+    pub fn fitted_calibrated(path: &std::path::Path) -> Result<Self> {
+        let (name, params) = fitted(path, "calibrated-model")?;
+        Ok(Self::Calibrated { name, params })
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -18,7 +18,7 @@ mod entropy;
 mod head;
 mod matchrate;
 mod schedule;
-mod stats;
+pub(crate) mod stats;
 mod threshold_plus;
 
 pub use calibrated::{CalibratedParams, CalibratedPolicy, CalibratedRule};

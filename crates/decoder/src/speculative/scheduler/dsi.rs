@@ -16,7 +16,8 @@
 //!   first block), as in the paper's Algorithm 1.
 
 use crate::model::Transformer;
-use crate::speculative::drafter::{Candidate, Drafter};
+use crate::speculative::candidate::Candidate;
+use crate::speculative::drafter::Drafter;
 use crate::speculative::metrics::RequestMetrics;
 use crate::speculative::policy::{RoundOutcome, StopPolicy};
 use crate::speculative::round::{Committed, Generation, SpecConfig};

@@ -14,7 +14,7 @@ use super::metrics::RequestMetrics;
 use super::round::{Generation, SpecConfig};
 use crate::coupling::Draws;
 use crate::model::Transformer;
-use crate::sampling::Sampler;
+use crate::sampler::Sampler;
 use anyhow::Result;
 use std::time::Instant;
 

@@ -1,6 +1,7 @@
 //! The sequential scheduler: draft a round, verify it in one target forward, commit, repeat.
 
-use crate::speculative::drafter::{Candidate, Drafter};
+use crate::speculative::candidate::Candidate;
+use crate::speculative::drafter::Drafter;
 use crate::speculative::metrics::RequestMetrics;
 use crate::speculative::policy::{DraftStats, FixedK, RoundOutcome, StopPolicy};
 use crate::speculative::round::{Committed, Generation, SpecConfig};
