@@ -55,15 +55,11 @@ impl Sampler {
 mod tests {
     use super::*;
 
-    fn cfg(t: f32, k: Option<usize>, p: Option<f32>) -> SamplingConfig {
-        SamplingConfig { temperature: t, top_k: k, top_p: p }
-    }
-
     #[test]
     fn seeded_sampling_is_reproducible_and_follows_the_distribution() {
         let logits = [0.0f32, (3.0f32).ln()]; // p = [0.25, 0.75]
         let draw = |seed| {
-            let mut s = Sampler::new(cfg(1.0, None, None), seed);
+            let mut s = Sampler::new(SamplingConfig { temperature: 1.0, top_k: None, top_p: None }, seed);
             (0..4000).map(|_| s.sample(&logits)).collect::<Vec<_>>()
         };
         assert_eq!(draw(7), draw(7));

@@ -307,4 +307,7 @@ fn print_llama_speculative(spec: &[LlamaCppSpeculative], set: &str, first: &(Wei
         })
         .collect();
     print!("{}", markdown_table(&header, &table));
+    for s in spec.iter().filter_map(|s| s.no_repack.as_ref().map(|why| (s.k, why))) {
+        println!("llama.cpp K={} ran without weight repacking (--no-repack): {}", s.0, s.1);
+    }
 }

@@ -88,6 +88,14 @@ pub fn run_llama_bench(bin: &Path, models: &[(&str, &PathBuf)], threads: usize, 
     Ok(out)
 }
 
+/// Whether a signal ended the process (a crash, not an error it reported).
+fn killed(status: &std::process::ExitStatus) -> bool {
+    #[cfg(unix)]
+    return std::os::unix::process::ExitStatusExt::signal(status).is_some();
+    #[cfg(not(unix))]
+    return false;
+}
+
 /// An exit status in words: the code, or the signal that ended the process.
 fn exit_words(status: &std::process::ExitStatus) -> String {
     #[cfg(unix)]
@@ -123,6 +131,9 @@ pub struct LlamaCppSpeculative {
     pub prefill_seconds: f64,
     pub drafted: usize,
     pub accepted: usize,
+    /// Why the run went without weight repacking (`--no-repack`), if it did: the default
+    /// path crashed on the first prompt.
+    pub no_repack: Option<String>,
 }
 
 impl LlamaCppSpeculative {
@@ -136,6 +147,7 @@ impl LlamaCppSpeculative {
     }
 
     fn add(&mut self, o: &Self) {
+        // `no_repack` is the whole run's, set by `run_speculative`.
         self.prompts += o.prompts;
         self.prompt_tokens += o.prompt_tokens;
         self.generated += o.generated;
@@ -159,22 +171,35 @@ pub fn speculative_binary(llama_bench: &Path) -> Result<PathBuf> {
 
 /// Runs llama.cpp's speculative decoding on every prompt (the model input text, chat template
 /// applied) with draft length `k`, `max_new_tokens` per prompt, greedy, `threads` threads for
-/// both models; one process per prompt (each loads the models; loading is not timed).
+/// both models; one process per prompt (each loads the models; loading is not timed). If the
+/// first prompt's process is killed by a signal (llama.cpp 0.3.36's AMX path segfaults in
+/// VMs that expose AMX-INT8), every prompt runs again with `--no-repack`, and the result says
+/// so ([`LlamaCppSpeculative::no_repack`]).
 pub fn run_speculative(bin: &Path, draft: &Path, target: &Path, prompts: &[String], k: usize, max_new_tokens: usize, threads: usize) -> Result<LlamaCppSpeculative> {
-    let mut sum = LlamaCppSpeculative { k, prompts: 0, prompt_tokens: 0, generated: 0, seconds: 0.0, prefill_seconds: 0.0, drafted: 0, accepted: 0 };
+    let mut sum = LlamaCppSpeculative { k, prompts: 0, prompt_tokens: 0, generated: 0, seconds: 0.0, prefill_seconds: 0.0, drafted: 0, accepted: 0, no_repack: None };
     let t = threads.to_string();
-    for (i, prompt) in prompts.iter().enumerate() {
-        let o = Command::new(bin)
+    let run = |prompt: &str, no_repack: bool| {
+        Command::new(bin)
             .arg("-m")
             .arg(target)
             .arg("-md")
             .arg(draft)
             .args(["--spec-type", "draft-simple", "--spec-draft-n-max", &k.to_string(), "--spec-draft-n-min", "0", "--spec-draft-p-min", "0"])
             .args(["--temp", "0", "-n", &max_new_tokens.to_string(), "-c", "4096", "-t", &t, "-td", &t, "-p", prompt])
+            .args(if no_repack { &["--no-repack"][..] } else { &[] })
             .output()
-            .with_context(|| format!("running {}", bin.display()))?;
+            .with_context(|| format!("running {}", bin.display()))
+    };
+    for (i, prompt) in prompts.iter().enumerate() {
+        let mut o = run(prompt, sum.no_repack.is_some())?;
+        if i == 0 && !o.status.success() && killed(&o.status) {
+            let why = format!("{} exited with {} with weight repacking on", bin.display(), exit_words(&o.status));
+            eprintln!("{why}; running every prompt with --no-repack");
+            sum.no_repack = Some(why);
+            o = run(prompt, true)?;
+        }
         let log = String::from_utf8_lossy(&o.stderr);
-        ensure!(o.status.success(), "{} failed on prompt {} (K = {k}): {}", bin.display(), i + 1, tail(&log, 5));
+        ensure!(o.status.success(), "{} failed ({}) on prompt {} (K = {k}): {}", bin.display(), exit_words(&o.status), i + 1, tail(&log, 5));
         let mut one = parse_speculative_log(&log).with_context(|| format!("{} on prompt {} (K = {k}): {}", bin.display(), i + 1, tail(&log, 5)))?;
         one.k = k;
         sum.add(&one);
@@ -208,7 +233,7 @@ pub fn parse_speculative_log(log: &str) -> Result<LlamaCppSpeculative> {
     };
     let (prompt_tokens, encode_s) = timed("encoded")?;
     let (generated, decode_s) = timed("decoded")?;
-    Ok(LlamaCppSpeculative { k: 0, prompts: 1, prompt_tokens, generated, seconds: encode_s + decode_s, prefill_seconds: encode_s, drafted: count("n_drafted")?, accepted: count("n_accept")? })
+    Ok(LlamaCppSpeculative { k: 0, prompts: 1, prompt_tokens, generated, seconds: encode_s + decode_s, prefill_seconds: encode_s, drafted: count("n_drafted")?, accepted: count("n_accept")?, no_repack: None })
 }
 
 #[cfg(test)]
@@ -254,6 +279,23 @@ mod tests {
         // Both paths run: both kept, nothing failed.
         let both = run_llama_bench(&fake_llama_bench(dir.path(), false), &[("target", &model)], 2, 16, 4).unwrap();
         assert_eq!((both.runs.len(), both.failed.len()), (2, 0));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn speculative_runs_again_without_repacking_when_the_default_path_crashes() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("llama-speculative-simple");
+        let log = dir.path().join("log.txt");
+        std::fs::write(&log, LOG).unwrap();
+        std::fs::write(&bin, format!("#!/bin/sh\ncase \"$*\" in *--no-repack*) cat {} >&2;; *) kill -SEGV $$;; esac\n", log.display())).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let m = dir.path().join("m.gguf");
+        let r = run_speculative(&bin, &m, &m, &["a".into(), "b".into()], 4, 128, 2).unwrap();
+        assert_eq!((r.prompts, r.generated, r.k), (2, 266, 4));
+        let why = r.no_repack.expect("the crash is recorded");
+        assert!(why.contains("signal 11 (segmentation fault)"), "{why}");
     }
 
     #[test]
