@@ -78,9 +78,8 @@ def arrows(src: pathlib.Path) -> dict:
             target = tuple(base + segs)
             while target and target not in files:
                 target = target[:-1]
-            if target not in files or target == m:
-                continue
-            if m[: len(target)] == target:
+            # Unresolved, or the module itself or one of its ancestors.
+            if target not in files or m[: len(target)] == target:
                 continue
             graph[m].add(target)
     return graph
@@ -130,13 +129,14 @@ def main() -> int:
             for m in sorted(graph):
                 for t in sorted(graph[m]):
                     print(f"{name(m)} -> {name(t)}")
-        for comp in cycles(graph):
-            found += 1
+        circles = cycles(graph)
+        found += len(circles)
+        for comp in circles:
             print(f"cycle in {crate}: " + ", ".join(name(m) for m in comp))
             for m in comp:
                 for t in sorted(graph[m] & set(comp)):
                     print(f"  {name(m)} -> {name(t)}")
-        print(f"{crate}: {len(graph)} modules, {sum(map(len, graph.values()))} arrows, {len(cycles(graph))} cycles")
+        print(f"{crate}: {len(graph)} modules, {sum(map(len, graph.values()))} arrows, {len(circles)} cycles")
     return 1 if found else 0
 
 

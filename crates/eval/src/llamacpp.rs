@@ -55,9 +55,8 @@ pub fn run_llama_bench(bin: &Path, models: &[(&str, &PathBuf)], threads: usize, 
                 .output()
                 .with_context(|| format!("running {}", bin.display()))?;
             if !o.status.success() {
-                let stderr = String::from_utf8_lossy(&o.stderr);
-                let tail = stderr.trim().lines().last().unwrap_or("no message");
-                bail!("{} exited with {} on {} ({tail})", bin.display(), exit_words(&o.status), path.display());
+                let last = tail(&String::from_utf8_lossy(&o.stderr), 1);
+                bail!("{} exited with {} on {} ({})", bin.display(), exit_words(&o.status), path.display(), if last.is_empty() { "no message" } else { &last });
             }
             let v: serde_json::Value = serde_json::from_slice(&o.stdout).with_context(|| format!("{}: output is not llama-bench JSON", bin.display()))?;
             let t = v.as_array().and_then(|tests| tests.first()).context("llama-bench JSON without a test")?;
@@ -65,10 +64,11 @@ pub fn run_llama_bench(bin: &Path, models: &[(&str, &PathBuf)], threads: usize, 
             Ok((num("avg_ts")?, num("stddev_ts")?))
         };
         for (repack, name) in [(false, "plain"), (true, extra_buffers_path())] {
-            let pp = run(repack, &["-p".into(), prompt_tokens.to_string(), "-n".into(), "0".into()]);
-            let tg = pp.is_ok().then(|| run(repack, &["-p".into(), "0".into(), "-n".into(), decode_tokens.to_string(), "-d".into(), prompt_tokens.to_string()]));
-            match (pp, tg) {
-                (Ok((prefill, prefill_sd)), Some(Ok((decode, decode_sd)))) => out.runs.push(LlamaCppBench {
+            // Prefill, then (if it ran) decode after a context of the prompt's length.
+            let figures = run(repack, &["-p".into(), prompt_tokens.to_string(), "-n".into(), "0".into()])
+                .and_then(|pp| Ok((pp, run(repack, &["-p".into(), "0".into(), "-n".into(), decode_tokens.to_string(), "-d".into(), prompt_tokens.to_string()])?)));
+            match figures {
+                Ok(((prefill, prefill_sd), (decode, decode_sd))) => out.runs.push(LlamaCppBench {
                     role: role.to_string(),
                     path: name.into(),
                     prefill_tokens_per_sec: prefill,
@@ -76,11 +76,10 @@ pub fn run_llama_bench(bin: &Path, models: &[(&str, &PathBuf)], threads: usize, 
                     decode_tokens_per_sec: decode,
                     decode_sd,
                 }),
-                (Err(e), _) | (_, Some(Err(e))) => {
+                Err(e) => {
                     eprintln!("llama-bench's {name} path failed on the {role}; its figures are left out: {e:#}");
                     out.failed.push(format!("{role} {name}: {e:#}"));
                 }
-                (Ok(_), None) => unreachable!("the decode run follows a prefill run that succeeded"),
             }
         }
         ensure!(out.runs.iter().any(|r| r.role == *role), "llama-bench ran on no path for the {role}: {}", out.failed.join("; "));
@@ -88,18 +87,17 @@ pub fn run_llama_bench(bin: &Path, models: &[(&str, &PathBuf)], threads: usize, 
     Ok(out)
 }
 
-/// Whether a signal ended the process (a crash, not an error it reported).
-fn killed(status: &std::process::ExitStatus) -> bool {
+/// The signal that ended the process, if one did (a crash, not an error it reported).
+fn signal(status: &std::process::ExitStatus) -> Option<i32> {
     #[cfg(unix)]
-    return std::os::unix::process::ExitStatusExt::signal(status).is_some();
+    return std::os::unix::process::ExitStatusExt::signal(status);
     #[cfg(not(unix))]
-    return false;
+    return None;
 }
 
 /// An exit status in words: the code, or the signal that ended the process.
 fn exit_words(status: &std::process::ExitStatus) -> String {
-    #[cfg(unix)]
-    if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(status) {
+    if let Some(signal) = signal(status) {
         let name = match signal {
             11 => " (segmentation fault)",
             6 => " (abort)",
@@ -192,7 +190,7 @@ pub fn run_speculative(bin: &Path, draft: &Path, target: &Path, prompts: &[Strin
     };
     for (i, prompt) in prompts.iter().enumerate() {
         let mut o = run(prompt, sum.no_repack.is_some())?;
-        if i == 0 && !o.status.success() && killed(&o.status) {
+        if i == 0 && signal(&o.status).is_some() {
             let why = format!("{} exited with {} with weight repacking on", bin.display(), exit_words(&o.status));
             eprintln!("{why}; running every prompt with --no-repack");
             sum.no_repack = Some(why);
@@ -253,16 +251,22 @@ mod tests {
 0.09.859.792 I accept    = 87.288%
 ";
 
-    /// A stand-in `llama-bench` (a shell script): JSON of one test for `--repack 0`; for
-    /// `--repack 1` a crash (`crash_repack`) or the same JSON.
+    /// An executable shell script `name` in `dir` running `body`: a stand-in llama.cpp binary.
     #[cfg(unix)]
-    fn fake_llama_bench(dir: &Path, crash_repack: bool) -> PathBuf {
+    fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
         use std::os::unix::fs::PermissionsExt;
-        let bin = dir.join("llama-bench");
-        let crash = if crash_repack { r#"case "$*" in *"--repack 1"*) echo "Segmentation fault in ggml_backend_amx" >&2; kill -SEGV $$;; esac"# } else { "" };
-        std::fs::write(&bin, format!("#!/bin/sh\n{crash}\necho '[{{\"avg_ts\": 42.5, \"stddev_ts\": 1.5}}]'\n")).unwrap();
+        let bin = dir.join(name);
+        std::fs::write(&bin, format!("#!/bin/sh\n{body}\n")).unwrap();
         std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
         bin
+    }
+
+    /// A stand-in `llama-bench`: JSON of one test for `--repack 0`; for `--repack 1` a crash
+    /// (`crash_repack`) or the same JSON.
+    #[cfg(unix)]
+    fn fake_llama_bench(dir: &Path, crash_repack: bool) -> PathBuf {
+        let crash = if crash_repack { r#"case "$*" in *"--repack 1"*) echo "Segmentation fault in ggml_backend_amx" >&2; kill -SEGV $$;; esac"# } else { "" };
+        script(dir, "llama-bench", &format!("{crash}\necho '[{{\"avg_ts\": 42.5, \"stddev_ts\": 1.5}}]'"))
     }
 
     #[cfg(unix)]
@@ -284,13 +288,10 @@ mod tests {
     #[cfg(unix)]
     #[test]
     fn speculative_runs_again_without_repacking_when_the_default_path_crashes() {
-        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("llama-speculative-simple");
         let log = dir.path().join("log.txt");
         std::fs::write(&log, LOG).unwrap();
-        std::fs::write(&bin, format!("#!/bin/sh\ncase \"$*\" in *--no-repack*) cat {} >&2;; *) kill -SEGV $$;; esac\n", log.display())).unwrap();
-        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let bin = script(dir.path(), "llama-speculative-simple", &format!("case \"$*\" in *--no-repack*) cat {} >&2;; *) kill -SEGV $$;; esac", log.display()));
         let m = dir.path().join("m.gguf");
         let r = run_speculative(&bin, &m, &m, &["a".into(), "b".into()], 4, 128, 2).unwrap();
         assert_eq!((r.prompts, r.generated, r.k), (2, 266, 4));

@@ -109,10 +109,10 @@ fn prefetch_words(_path: IntPath) -> &'static str {
     ""
 }
 
-/// AVX2 with FMA and F16C: what every x86 kernel needs.
+/// AVX2 with FMA and F16C: what every x86 kernel needs, as the block decoders do.
 #[cfg(target_arch = "x86_64")]
 fn avx2_available() -> bool {
-    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+    super::avx2::available()
 }
 
 /// AVX2 with the 256-bit VNNI instructions (`vpdpbusd` in its VEX encoding).
