@@ -1,37 +1,22 @@
 //! Command-line arguments of `specx datagen` (the binary only parses and dispatches).
 
 use crate::config::DatagenConfig;
-use crate::manifest::{Manifest, Part};
+use crate::manifest::Manifest;
 use crate::{run, RunOptions};
 use crate::summary::summary_text;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Default)]
 #[command(args_conflicts_with_subcommands = true)]
+// The shared `--config` says which config this command reads.
+#[command(mut_arg("config", |a| a.help("Experiment config (TOML): models, prompt set and split, generation and label settings, token mixing, output. See configs/datagen-*.toml and docs/reference/config.md")))]
 pub struct DatagenArgs {
     #[command(subcommand)]
     pub command: Option<DatagenCommand>,
-    /// Experiment config (TOML): models, prompt set and split, generation and label settings,
-    /// token mixing, output. See configs/datagen-*.toml.
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Run directory, instead of the config's [output] dir.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Produce only part I of N (`I/N`, 0-based): shards k with k % N == I. Run each part on
-    /// its own machine into its own directory, then `specx datagen merge`.
-    #[arg(long, value_name = "I/N")]
-    pub shard: Option<String>,
-    /// Overrides [models] devices: run one part per device at once (`cpu,wgpu:0`: part 0 of 2
-    /// on the CPU, part 1 on the first Vulkan adapter) in OUT/parts/I, then merge them into
-    /// OUT. Run the same command again to resume.
-    #[arg(long, value_delimiter = ',')]
-    pub devices: Vec<String>,
-    /// Overrides [prompts] limit: use the first N prompts of the split.
-    #[arg(long)]
-    pub limit: Option<usize>,
+    #[command(flatten)]
+    pub run: specx_run::RunArgs,
     /// Overrides [generation] batch_size.
     #[arg(long)]
     pub batch_size: Option<usize>,
@@ -52,9 +37,6 @@ pub struct DatagenArgs {
     /// Stop after writing this many new shards (a resumable partial run).
     #[arg(long)]
     pub max_shards: Option<usize>,
-    /// Log a line per shard instead of drawing progress bars.
-    #[arg(long)]
-    pub no_progress: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -75,21 +57,12 @@ pub enum DatagenCommand {
     },
 }
 
-/// Parses `I/N`.
-pub fn parse_part(s: &str) -> Result<Part> {
-    let (i, n) = s.split_once('/').with_context(|| format!("--shard {s}: expected I/N, e.g. 0/4"))?;
-    // The range (0 <= I < N) is checked by `run`, which library callers reach directly.
-    Ok(Part { index: i.trim().parse().with_context(|| format!("--shard {s}: bad index"))?, count: n.trim().parse().with_context(|| format!("--shard {s}: bad count"))? })
-}
-
 /// The config of a `specx datagen` invocation with its overrides applied.
 pub fn effective_config(a: &DatagenArgs) -> Result<DatagenConfig> {
-    let path = a.config.as_ref().context("specx datagen needs --config FILE (see configs/)")?;
-    let mut cfg = DatagenConfig::load(path)?;
-    let cwd = std::env::current_dir()?;
-    let abs = |p: &PathBuf| crate::config::resolve_path(p, &cwd);
-    if let Some(o) = &a.out {
-        cfg.output.dir = abs(o);
+    let mut cfg = DatagenConfig::load(a.run.config_path("datagen")?)?;
+    let abs = |p: &PathBuf| specx_run::paths::resolve_from_cwd(p);
+    if let Some(o) = a.run.out_dir() {
+        cfg.output.dir = o;
     }
     if let Some(d) = &a.draft {
         cfg.models.draft = abs(d);
@@ -97,14 +70,14 @@ pub fn effective_config(a: &DatagenArgs) -> Result<DatagenConfig> {
     if let Some(t) = &a.target {
         cfg.models.target = abs(t);
     }
-    if !a.devices.is_empty() {
-        cfg.models.devices = a.devices.clone();
+    if !a.run.devices.is_empty() {
+        cfg.models.devices = a.run.devices.clone();
     }
     if let Some(w) = a.weights {
         cfg.models.weights = w;
     }
-    if a.limit.is_some() {
-        cfg.prompts.limit = a.limit;
+    if a.run.limit.is_some() {
+        cfg.prompts.limit = a.run.limit;
     }
     if let Some(b) = a.batch_size {
         cfg.generation.batch_size = b;
@@ -129,8 +102,7 @@ pub fn run_cli(a: DatagenArgs) -> Result<()> {
         }
         None => {
             let cfg = effective_config(&a)?;
-            let part = a.shard.as_deref().map(parse_part).transpose()?;
-            let opts = RunOptions { part, max_new_shards: a.max_shards, progress: !a.no_progress };
+            let opts = RunOptions { part: a.run.part()?, max_new_shards: a.max_shards, progress: !a.run.no_progress };
             let m = run(&cfg, &opts)?;
             print!("{}", summary_text(&m));
             eprintln!("run directory: {}{}", cfg.output.dir.display(), if m.complete { "" } else { " (incomplete: run the same command again to continue)" });

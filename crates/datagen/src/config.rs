@@ -1,13 +1,12 @@
 //! The datagen experiment config (TOML). Unknown keys are errors, so a typo never silently
-//! falls back to a default. Relative paths are relative to the config file's directory; a
-//! leading `$SPECX_MODELS` means the model cache of `scripts/fetch-models.sh`, `$SPECX_DATASETS`
-//! the prompt-set cache of `scripts/fetch-datasets.sh`, `~` the home.
+//! falls back to a default; paths are read as [`specx_run::paths`] says.
 
-use crate::prompts::PromptFormat;
-use crate::split::SplitSpec;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use specx_decoder::SamplingConfig;
+use specx_prompts::PromptsConfig;
+use specx_run::config::{parse_toml, read_toml};
+use specx_run::paths::{portable_path, resolve_path};
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -28,7 +27,7 @@ pub struct DatagenConfig {
     pub seed: u64,
     /// The job array `specx slurm datagen` submits (not part of the run's identity).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slurm: Option<crate::cluster::SlurmConfig>,
+    pub slurm: Option<specx_run::slurm::SlurmConfig>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -61,50 +60,6 @@ pub struct ModelsConfig {
 
 fn default_device() -> String {
     "cpu".into()
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PromptsConfig {
-    pub format: PromptFormat,
-    pub path: PathBuf,
-    /// `all`, or a part of the seeded split (`train`, `dev`, `test`).
-    #[serde(default = "default_split")]
-    pub split: String,
-    /// Sizes of train, dev, test (e.g. `[4000, 800, 200]` for the 5,000 Alpaca rows).
-    #[serde(default)]
-    pub split_sizes: Vec<usize>,
-    #[serde(default)]
-    pub split_seed: u64,
-    /// Use only the first `limit` prompts of the split (in split order).
-    pub limit: Option<usize>,
-    /// Instruction template with `{field}` placeholders; the format's default if absent.
-    pub template: Option<String>,
-    /// `qwen` (ChatML with Qwen's system prompt), `chatml` (no system prompt) or `none`.
-    #[serde(default = "default_chat")]
-    pub chat_template: String,
-}
-
-fn default_split() -> String {
-    "all".into()
-}
-
-fn default_chat() -> String {
-    "none".into()
-}
-
-impl PromptsConfig {
-    pub fn split_spec(&self) -> SplitSpec {
-        SplitSpec { name: self.split.clone(), sizes: self.split_sizes.clone(), seed: self.split_seed, ..SplitSpec::all() }
-    }
-
-    pub fn template(&self) -> &str {
-        self.template.as_deref().unwrap_or(self.format.default_template())
-    }
-
-    pub fn chat(&self) -> Result<specx_decoder::ChatTemplate> {
-        self.chat_template.parse().context("chat_template")
-    }
 }
 
 /// How the target writes the responses X.
@@ -236,80 +191,6 @@ fn default_shard_size() -> usize {
     32
 }
 
-/// The prompt-set cache filled by `scripts/fetch-datasets.sh`: `$SPECX_DATASETS`, else
-/// `~/.cache/specx/datasets`.
-pub fn dataset_cache_dir() -> PathBuf {
-    specx_decoder::loader::cache_dir("SPECX_DATASETS", "datasets")
-}
-
-/// Expands `$SPECX_MODELS`, `$SPECX_DATASETS` and `~` at the start of a path, then makes a relative path
-/// relative to `base`; hub ids stay as written.
-pub fn resolve_path(p: &Path, base: &Path) -> PathBuf {
-    // A hub id (hf:ORG/NAME) is resolved where it is used (specx_decoder::hub), not joined.
-    if specx_decoder::hub::is_hub_id(p) {
-        return p.to_path_buf();
-    }
-    let s = p.to_string_lossy();
-    let expanded = if let Some(rest) = s.strip_prefix("$SPECX_MODELS") {
-        PathBuf::from(format!("{}{rest}", specx_decoder::loader::model_cache_dir().display()))
-    } else if let Some(rest) = s.strip_prefix("$SPECX_DATASETS") {
-        PathBuf::from(format!("{}{rest}", dataset_cache_dir().display()))
-    } else if let Some(rest) = s.strip_prefix("~/") {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(rest)
-    } else {
-        p.to_path_buf()
-    };
-    lexically_normal(&if expanded.is_absolute() { expanded } else { base.join(expanded) })
-}
-
-/// The inverse of [`resolve_path`] for the two caches: a path inside the model or prompt-set
-/// cache is written `$SPECX_MODELS/...` / `$SPECX_DATASETS/...`, so a manifest committed on one
-/// machine names the same files on another.
-pub fn portable_path(p: &Path) -> PathBuf {
-    for (var, root) in [("$SPECX_MODELS", specx_decoder::loader::model_cache_dir()), ("$SPECX_DATASETS", dataset_cache_dir())] {
-        if let Ok(rest) = p.strip_prefix(&root) {
-            return Path::new(var).join(rest);
-        }
-    }
-    p.to_path_buf()
-}
-
-/// Drops `.` and folds `dir/..` without touching the file system (so manifests and messages
-/// show `/work/specx/datasets/x`, not `/work/specx/configs/../datasets/x`).
-fn lexically_normal(p: &Path) -> PathBuf {
-    use std::path::Component;
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => match out.components().next_back() {
-                Some(Component::Normal(_)) => {
-                    out.pop();
-                }
-                Some(Component::RootDir | Component::Prefix(_)) => {} // "/.." is "/"
-                _ => out.push(".."),
-            },
-            other => out.push(other),
-        }
-    }
-    out
-}
-
-/// Parses a TOML config; errors name `origin` and, for unknown keys, the key.
-pub fn parse_toml<T: serde::de::DeserializeOwned>(text: &str, origin: &Path) -> Result<T> {
-    toml::from_str(text).with_context(|| format!("config {}", origin.display()))
-}
-
-/// Reads and parses the TOML config at `path`; returns it with the directory its relative
-/// paths are relative to (the file's own, made absolute against the working directory).
-pub fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<(T, PathBuf)> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
-    let cfg = parse_toml(&text, path)?;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let base = std::env::current_dir().map(|cwd| cwd.join(dir)).unwrap_or_else(|_| dir.to_path_buf());
-    Ok((cfg, base))
-}
-
 impl DatagenConfig {
     /// Parses a config; errors name the file and, for unknown keys, the key.
     pub fn parse(text: &str, origin: &Path) -> Result<Self> {
@@ -377,15 +258,6 @@ impl DatagenConfig {
     }
 }
 
-/// The file of a run directory that repeats the run: `--config DIR/config.toml`.
-pub const RUN_CONFIG: &str = "config.toml";
-
-/// Writes a run's effective config (`toml`: overrides applied, paths absolute) into its run
-/// directory, atomically; runs and merges of datagen and eval leave it alike.
-pub fn write_run_config(dir: &Path, toml: &str) -> Result<()> {
-    specx_decoder::fsutil::write_atomic(&dir.join(RUN_CONFIG), toml.as_bytes())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -410,8 +282,6 @@ dir = "out"
         assert_eq!(c.generation.max_new_tokens, 512);
         assert_eq!(c.labels.temperature, 1.0);
         assert_eq!(c.models.draft, PathBuf::from("/base/d.gguf"));
-        assert_eq!(resolve_path(Path::new("../x/./y"), Path::new("/a/b")), PathBuf::from("/a/x/y"));
-        assert_eq!(resolve_path(Path::new("../../../z"), Path::new("/a")), PathBuf::from("/z"));
         let portable = c.portable();
         assert_eq!(portable.models.target, PathBuf::from("$SPECX_MODELS/t.gguf"));
         assert_eq!(resolve_path(&portable.models.target, Path::new("/elsewhere")), c.models.target);

@@ -34,7 +34,7 @@ pub fn cache_dir() -> PathBuf {
 }
 
 /// The cache file of shard `rec`'s features under the draft whose outputs are keyed by
-/// `draft_key` ([`crate::manifest::ModelRecord::weights_key`]).
+/// `draft_key` ([`specx_run::ModelRecord::weights_key`]).
 pub fn cache_path(draft_key: &str, rec: &ShardRecord) -> PathBuf {
     cache_dir().join(format!("{}-{}.safetensors", short_hash(draft_key), short_hash(&rec.tokens.sha256)))
 }

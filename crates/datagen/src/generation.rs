@@ -15,7 +15,7 @@
 
 use crate::config::MixingConfig;
 use crate::labels::{label_position, PositionLabel};
-use crate::split::stream_seed;
+use specx_run::seed::named_seed;
 use anyhow::{bail, Result};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -239,7 +239,7 @@ fn start(target: &Transformer, draft: &Transformer, p: &PromptInput, input: usiz
     let mut dc = draft.new_cache(1);
     let q_logits = draft.forward_last(&p.tokens, &mut dc)?.logits_tail(1).remove(0);
     times.draft_prefill += t0.elapsed();
-    let seeded = |stream: &str| StdRng::seed_from_u64(stream_seed(s.seed, stream, &p.id));
+    let seeded = |stream: &str| StdRng::seed_from_u64(named_seed(s.seed, stream, &p.id));
     Ok(Active {
         input,
         target: tc,

@@ -1,18 +1,16 @@
-//! specx-datagen: prompt sets and their templates, and the token-mixing acceptance datasets
-//! of SpecDec++ §4.4 (`specx datagen`).
+//! specx-datagen: the token-mixing acceptance datasets of SpecDec++ §4.4 (`specx datagen`).
 //!
-//! A run: [`config`] (TOML) -> [`prompts`] + [`split`] select and template the prompts ->
+//! A run: [`config`] (TOML) -> its `[prompts]` ([`specx_prompts`]) select and template the prompts ->
 //! [`generation`] runs the target and draft passes in batches and computes [`labels`] and
 //! token mixing -> [`shard`] writes Parquet token and prompt tables (and safetensors features,
 //! unless [`features`] recomputes them when a head is trained) ->
 //! [`manifest`] records everything with checksums. [`run()`] drives it (resumable, `--shard
 //! i/n`; [`mod@run`] on one device, [`devices`] one part per device at once), [`merge`] joins
-//! parts, [`summary`] prints what a run holds; [`cluster`] is a config's `[slurm]` section
-//! (`specx slurm` submits the parts as a job array). [`token_freq`] counts training text for a draft's
-//! frequency-ranked vocabulary (`specx token-freq`).
+//! parts, [`summary`] prints what a run holds; what every run directory shares (the manifest
+//! envelope, parts, resume, paths, seeds, `[slurm]`) is [`specx_run`]'s. [`token_freq`] counts
+//! training text for a draft's frequency-ranked vocabulary (`specx token-freq`).
 
 pub mod cli;
-pub mod cluster;
 pub mod config;
 pub mod devices;
 pub mod features;
@@ -20,10 +18,8 @@ pub mod generation;
 pub mod labels;
 pub mod manifest;
 pub mod merge;
-pub mod prompts;
 pub mod run;
 pub mod shard;
-pub mod split;
 pub mod summary;
 pub mod token_freq;
 

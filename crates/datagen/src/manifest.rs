@@ -4,45 +4,14 @@
 use crate::config::DatagenConfig;
 use crate::labels::LabelStats;
 use crate::shard::ShardRecord;
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
-use specx_decoder::fsutil::write_atomic;
+use specx_run::manifest::ModelRecord;
+use specx_run::{Part, RunManifest};
 use std::path::{Path, PathBuf};
-
-pub const MANIFEST: &str = "manifest.json";
 pub const PROMPT_LIST: &str = "prompts.json";
 /// 2: shards carry a prompt table and features only when stored (1 had no prompt table).
 pub const FORMAT: &str = "specx-datagen/2";
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ModelRecord {
-    pub path: PathBuf,
-    pub format: String,
-    /// [`specx_decoder::LoadedModel::weights_sha256`]: what a head checkpoint must match.
-    pub sha256: String,
-    pub files: Vec<PathBuf>,
-    pub tokenizer_sha256: String,
-    pub architecture: String,
-    pub hidden_size: usize,
-    pub layers: usize,
-    pub vocab_size: usize,
-    /// The transform the model ran with ([`specx_decoder::DraftTransform::identity`]):
-    /// `none` for a model as loaded (and every run made before transforms existed).
-    #[serde(default = "no_transform")]
-    pub transform: String,
-}
-
-fn no_transform() -> String {
-    "none".into()
-}
-
-impl ModelRecord {
-    /// What the model's outputs depend on: its weights' sha256, and its transform when it has
-    /// one (hashed together). Keys the feature caches of a run.
-    pub fn weights_key(&self) -> String {
-        if self.transform == "none" { self.sha256.clone() } else { specx_decoder::fsutil::sha256_hex(format!("{} {}", self.sha256, self.transform).as_bytes()) }
-    }
-}
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PromptSetRecord {
@@ -57,13 +26,6 @@ pub struct PromptSetRecord {
     pub selected: usize,
     pub prompt_list_sha256: String,
     pub template: String,
-}
-
-/// Which part of a `--shard i/n` run a directory holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Part {
-    pub index: usize,
-    pub count: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -88,12 +50,29 @@ pub struct Manifest {
     pub seconds: f64,
 }
 
-impl Manifest {
+impl RunManifest for Manifest {
+    const FORMAT: &'static str = FORMAT;
+    const KIND: &'static str = "a datagen run directory";
+
+    fn format(&self) -> &str {
+        &self.format
+    }
+
+    fn resolve(&mut self, dir: &Path) {
+        self.config.resolve(dir);
+    }
+
+    /// The config's model and prompt paths relative to the caches (see
+    /// [`DatagenConfig::portable`]), so a committed run names the same files on another machine.
+    fn portable(&self) -> Self {
+        Self { config: self.config.portable(), ..self.clone() }
+    }
+
     /// What must agree for two directories to hold parts of the same dataset (or for a run to
     /// resume into an existing directory): the settings and the checksums of the models, the
     /// tokenizers and the prompts. Not where files live (a moved project or a part made on
     /// another machine still matches), which part it is, or what has been written so far.
-    pub fn identity(&self) -> serde_json::Value {
+    fn identity(&self) -> serde_json::Value {
         serde_json::json!({
             "format": self.format,
             "config": config_identity(&self.config),
@@ -104,23 +83,30 @@ impl Manifest {
         })
     }
 
-    pub fn read(dir: &Path) -> Result<Self> {
-        let p = dir.join(MANIFEST);
-        let bytes = std::fs::read(&p).with_context(|| format!("reading {} (is {} a datagen run directory?)", p.display(), dir.display()))?;
-        let mut m: Self = serde_json::from_slice(&bytes).with_context(|| format!("{}: malformed manifest", p.display()))?;
-        if m.format != FORMAT {
-            bail!("{}: format '{}', this specx reads '{FORMAT}'", p.display(), m.format);
-        }
-        m.config.resolve(dir);
-        Ok(m)
+    fn part(&self) -> Option<Part> {
+        self.part
     }
 
-    /// Writes the manifest with the config's model and prompt paths relative to the caches
-    /// (see [`DatagenConfig::portable`]), so a committed run names the same files on another
-    /// machine; [`Self::read`] resolves them again.
+    fn complete(&self) -> bool {
+        self.complete
+    }
+
+    fn progress(&self) -> String {
+        format!("{} shards written", self.shards.len())
+    }
+
+    fn devices(&self) -> &[String] {
+        &self.config.models.devices
+    }
+}
+
+impl Manifest {
+    pub fn read(dir: &Path) -> Result<Self> {
+        specx_run::manifest::read(dir)
+    }
+
     pub fn write(&self, dir: &Path) -> Result<()> {
-        let portable = Self { config: self.config.portable(), ..self.clone() };
-        write_atomic(&dir.join(MANIFEST), serde_json::to_string_pretty(&portable)?.as_bytes())
+        specx_run::manifest::write(dir, self)
     }
 
     /// Recomputes the summary from the shard records.
@@ -146,37 +132,4 @@ pub fn config_identity(config: &DatagenConfig) -> serde_json::Value {
     c.models.draft_transform.vocab_table = None;
     c.slurm = None;
     serde_json::to_value(c).expect("a config always serialises")
-}
-
-/// Refuses to write into `dir` when it holds a run of another setup (`old` vs `new`
-/// identities) or another part of a sharded run.
-pub fn ensure_same_setup(dir: &Path, what: &str, old: &serde_json::Value, new: &serde_json::Value, old_part: Option<Part>, new_part: Option<Part>) -> Result<()> {
-    if old != new || old_part != new_part {
-        bail!(
-            "{} holds {what} with a different setup ({} differs{}); choose another output directory or delete it",
-            dir.display(),
-            identity_difference(old, new),
-            if old_part != new_part { format!(", part {old_part:?} vs {new_part:?}") } else { String::new() }
-        );
-    }
-    Ok(())
-}
-
-/// Names the first difference between two identities (a dotted key path, with both values
-/// where they are not objects), for error messages.
-pub fn identity_difference(a: &serde_json::Value, b: &serde_json::Value) -> String {
-    fn walk(a: &serde_json::Value, b: &serde_json::Value, path: &str) -> Option<String> {
-        match (a, b) {
-            (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
-                let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
-                keys.into_iter().find_map(|k| match (x.get(k), y.get(k)) {
-                    (Some(u), Some(v)) => walk(u, v, &format!("{path}.{k}")),
-                    _ => Some(format!("{path}.{k}")),
-                })
-            }
-            _ if a != b => Some(format!("{} ({} vs {})", path.trim_start_matches('.'), a, b)),
-            _ => None,
-        }
-    }
-    walk(a, b, "").unwrap_or_else(|| "nothing".into())
 }

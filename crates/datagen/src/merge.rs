@@ -1,31 +1,18 @@
 //! `specx datagen merge`: joins the part directories of a `--shard i/n` run into one run
 //! directory with a single manifest.
 
-use crate::config::write_run_config;
-use crate::manifest::{identity_difference, Manifest, PROMPT_LIST};
+use crate::manifest::{Manifest, PROMPT_LIST};
 use crate::shard::{finished_shard, record_name};
 use anyhow::{bail, Context, Result};
 use specx_decoder::fsutil::write_atomic;
+use specx_run::config::write_run_config;
 use std::path::{Path, PathBuf};
 
 /// Copies every shard of `parts` into `out` (verifying checksums) and writes the merged
 /// manifest. The parts must come from the same setup and together hold every shard once.
 pub fn merge(parts: &[PathBuf], out: &Path) -> Result<Manifest> {
-    if parts.is_empty() {
-        bail!("merge needs at least one part directory");
-    }
-    let manifests = parts.iter().map(|p| Manifest::read(p)).collect::<Result<Vec<_>>>()?;
+    let manifests: Vec<Manifest> = specx_run::merge::read_parts(parts)?;
     let first = &manifests[0];
-    for (m, p) in manifests.iter().zip(parts).skip(1) {
-        if m.identity() != first.identity() {
-            bail!(
-                "{} and {} are not parts of the same run ({} differs)",
-                parts[0].display(),
-                p.display(),
-                identity_difference(&first.identity(), &m.identity())
-            );
-        }
-    }
     let mut merged = first.clone();
     merged.part = None;
     merged.shards.clear();
@@ -33,9 +20,6 @@ pub fn merge(parts: &[PathBuf], out: &Path) -> Result<Manifest> {
     merged.config.output.dir = out.to_path_buf();
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     for (m, dir) in manifests.iter().zip(parts) {
-        if !m.complete {
-            bail!("{} is an unfinished part (re-run it to completion before merging)", dir.display());
-        }
         for rec in &m.shards {
             if merged.shards.iter().any(|s| s.index == rec.index) {
                 bail!("shard {} is in more than one part (again in {})", rec.index, dir.display());

@@ -1,15 +1,18 @@
 //! `specx datagen`: loads the pair and the prompts, produces the shards this process is
 //! responsible for (skipping finished ones), and keeps `manifest.json` current after each.
 
-use crate::config::{write_run_config, DatagenConfig};
+use crate::config::DatagenConfig;
 use crate::generation::{run_passes, PassSettings, PassTimes, PromptInput};
-use crate::manifest::{ensure_same_setup, Manifest, ModelRecord, Part, PromptSetRecord, FORMAT, PROMPT_LIST};
-use crate::prompts::{apply_template, load};
+use crate::manifest::{Manifest, PromptSetRecord, FORMAT, PROMPT_LIST};
 use crate::shard::{finished_shard, write_shard};
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use specx_decoder::fsutil::{remove_stale_temporaries, sha256_file, sha256_hex, write_atomic};
-use specx_decoder::{check_pair, load_model_as, load_model_split, LoadedModel, Placement};
+use specx_decoder::fsutil::{sha256_file, sha256_hex, write_atomic};
+use specx_run::config::write_run_config;
+use specx_run::manifest::{ensure_same_setup, ModelRecord};
+use specx_run::resume::remove_stale_temporaries;
+use specx_run::{Part, RunManifest};
+use specx_decoder::{check_pair, load_model_as, load_model_split, Placement};
 use std::time::Instant;
 
 /// Run options that do not change the data.
@@ -25,41 +28,7 @@ pub struct RunOptions {
 
 /// Prompts of the run in order: (id, model input text), and the rows in the file.
 pub fn select_prompts(cfg: &DatagenConfig) -> Result<(Vec<(String, String)>, usize)> {
-    select_from(&cfg.prompts)
-}
-
-/// The prompts `p` selects, in split order (the first `limit`), as (id, model input text):
-/// the instruction template applied, then the chat template. Also returns the rows in the file.
-pub fn select_from(p: &crate::config::PromptsConfig) -> Result<(Vec<(String, String)>, usize)> {
-    let records = load(p.format, &p.path)?;
-    let indices = p.split_spec().indices(records.len()).with_context(|| format!("splitting {}", p.path.display()))?;
-    let take = p.limit.unwrap_or(usize::MAX).min(indices.len());
-    let chat = p.chat()?;
-    let mut out = Vec::with_capacity(take);
-    for &i in &indices[..take] {
-        let r = &records[i];
-        out.push((r.id.clone(), chat.apply(&apply_template(p.template(), r)?)));
-    }
-    if out.is_empty() {
-        bail!("{}: split '{}' selects no prompts", p.path.display(), p.split);
-    }
-    Ok((out, records.len()))
-}
-
-pub fn model_record(m: &LoadedModel) -> Result<ModelRecord> {
-    let c = m.model.config();
-    Ok(ModelRecord {
-        path: crate::config::portable_path(&m.path),
-        format: format!("{:?}", m.format),
-        sha256: m.weights_sha256()?,
-        files: m.files.iter().map(|f| crate::config::portable_path(f)).collect(),
-        tokenizer_sha256: sha256_file(m.tokenizer.path())?,
-        architecture: c.architecture.clone(),
-        hidden_size: c.hidden_size,
-        layers: c.num_hidden_layers,
-        vocab_size: c.vocab_size,
-        transform: "none".into(),
-    })
+    cfg.prompts.select()
 }
 
 /// Runs datagen for `cfg` (paths already resolved) on this process's one device: the whole
@@ -68,20 +37,9 @@ pub fn model_record(m: &LoadedModel) -> Result<ModelRecord> {
 pub fn run_on_one_device(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manifest> {
     cfg.validate()?;
     let started = Instant::now();
-    if let Some(p) = opts.part {
-        if p.count == 0 || p.index >= p.count {
-            bail!("--shard {}/{}: expected i/n with 0 <= i < n", p.index, p.count);
-        }
-    }
+    opts.part.as_ref().map(Part::check).transpose()?;
     // The target split over a placement's devices (`a+b`), the draft on its first.
-    let placement: Placement = match (cfg.models.devices.as_slice(), opts.part) {
-        ([], _) => cfg.models.device.parse()?,
-        (_, None) => bail!("[models] devices runs one part per device: run it with specx_datagen::run (specx datagen), which starts them"),
-        (devices, Some(p)) => {
-            ensure!(p.count == devices.len(), "[models] devices runs one part per device: --shard {}/{} needs {} parts", p.index, p.count, devices.len());
-            devices[p.index].parse()?
-        }
-    };
+    let placement: Placement = specx_run::devices::device_of_part(&cfg.models.device, &cfg.models.devices, opts.part, "specx_datagen::run (specx datagen)")?.parse()?;
     let devices = placement.open()?;
     let device = devices[0].clone();
     let (prompts, rows_in_file) = select_prompts(cfg)?;
@@ -90,7 +48,7 @@ pub fn run_on_one_device(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manif
     let target = load_model_split(&cfg.models.target, None, &devices, cfg.models.weights)?;
     check_pair(&draft, &target)?;
     let transform = &cfg.models.draft_transform;
-    let mut draft_record = model_record(&draft)?;
+    let mut draft_record = ModelRecord::of(&draft)?;
     if !transform.is_identity() {
         eprintln!("making the draft {}", transform.label());
         draft.model = transform.apply(draft.model.clone(), &draft.tokenizer)?;
@@ -111,9 +69,9 @@ pub fn run_on_one_device(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manif
         specx_version: env!("CARGO_PKG_VERSION").into(),
         config: cfg.clone(),
         draft: draft_record,
-        target: model_record(&target)?,
+        target: ModelRecord::of(&target)?,
         prompts: PromptSetRecord {
-            path: crate::config::portable_path(&p.path),
+            path: specx_run::paths::portable_path(&p.path),
             sha256: sha256_file(&specx_decoder::hub::resolve(&p.path)?)?,
             rows_in_file,
             split: p.split.clone(),
@@ -132,7 +90,7 @@ pub fn run_on_one_device(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manif
         seconds: 0.0,
     };
     let dir = &cfg.output.dir;
-    if dir.join(crate::manifest::MANIFEST).exists() {
+    if dir.join(specx_run::manifest::MANIFEST).exists() {
         let old = Manifest::read(dir)?;
         ensure_same_setup(dir, "a run", &old.identity(), &manifest.identity(), old.part, manifest.part)?;
         manifest.seconds = old.seconds;
@@ -144,7 +102,7 @@ pub fn run_on_one_device(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manif
     write_run_config(dir, &cfg.portable().to_toml())?;
 
     let shard_range = |k: usize| k * per_shard..((k + 1) * per_shard).min(inputs.len());
-    let mine: Vec<usize> = (0..shard_count).filter(|k| opts.part.is_none_or(|p| k % p.count == p.index)).collect();
+    let mine: Vec<usize> = (0..shard_count).filter(|k| opts.part.is_none_or(|p| p.holds(*k))).collect();
     let my_prompts: usize = mine.iter().map(|&k| shard_range(k).len()).sum();
     let bar = if opts.progress { ProgressBar::new(my_prompts as u64) } else { ProgressBar::hidden() };
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} prompts, {elapsed} elapsed, ETA {eta} {msg}")?);

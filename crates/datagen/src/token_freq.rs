@@ -3,9 +3,8 @@
 //! is counted: Alpaca's train split (the split every specx config uses: 4,000 / 800 / 200 rows,
 //! seed 0), GSM8K's train set, and optionally a directory of source files; never a test set.
 
-use crate::config::dataset_cache_dir;
-use crate::prompts::{load, PromptFormat};
-use crate::split::SplitSpec;
+use specx_run::paths::dataset_cache_dir;
+use specx_prompts::{load, PromptFormat, SplitSpec};
 use anyhow::{ensure, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};

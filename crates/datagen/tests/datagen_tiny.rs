@@ -5,7 +5,8 @@
 use polars::prelude::*;
 use specx_datagen::cli::{effective_config, DatagenArgs};
 use specx_datagen::config::DatagenConfig;
-use specx_datagen::manifest::{Manifest, Part};
+use specx_datagen::manifest::Manifest;
+use specx_run::{Part, RunManifest};
 use specx_datagen::run::select_prompts;
 use specx_datagen::{run, RunOptions};
 use specx_datagen::shard::{read_features, read_tokens};
@@ -28,11 +29,9 @@ fn write_pair(root: &Path) -> (PathBuf, PathBuf) {
 
 fn args(out: &Path, draft: &Path, target: &Path) -> DatagenArgs {
     DatagenArgs {
-        config: Some(tiny_config()),
-        out: Some(out.to_path_buf()),
+        run: specx_run::RunArgs { config: Some(tiny_config()), out: Some(out.to_path_buf()), no_progress: true, ..Default::default() },
         draft: Some(draft.to_path_buf()),
         target: Some(target.to_path_buf()),
-        no_progress: true,
         ..Default::default()
     }
 }
@@ -321,7 +320,7 @@ fn bad_inputs_are_explained() {
     assert!(e.contains("do not share a tokenizer"), "{e}");
     // A malformed JSON line in a generic prompt file, and an empty one.
     let mut c = effective_config(&args(&out, &draft_path, &target_path)).unwrap();
-    c.prompts.format = specx_datagen::prompts::PromptFormat::Jsonl;
+    c.prompts.format = specx_prompts::PromptFormat::Jsonl;
     c.prompts.split = "all".into();
     c.prompts.path = tmp.path().join("p.jsonl");
     std::fs::write(&c.prompts.path, "{\"id\": \"a\", \"prompt\": \"hi\"}\n{\"id\": \"b\", \"prompt\": \n").unwrap();
@@ -361,7 +360,7 @@ fn a_device_list_runs_one_part_per_device_and_merges_them() {
     let plain = run(&effective_config(&args(&plain_dir, &draft_path, &target_path)).unwrap(), &opts(None, None)).unwrap();
     let dir = tmp.path().join("listed");
     let mut a = args(&dir, &draft_path, &target_path);
-    a.devices = vec!["cpu".into()];
+    a.run.devices = vec!["cpu".into()];
     let cfg = effective_config(&a).unwrap();
     // Stopped early: the part keeps what it wrote, nothing is merged yet.
     let partial = run(&cfg, &opts(None, Some(1))).unwrap();

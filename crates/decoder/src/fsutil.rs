@@ -1,4 +1,6 @@
-//! File helpers shared by every writer in specx: atomic writes and checksums.
+//! File helpers shared by every writer in specx: atomic writes and checksums. A killed
+//! atomic write leaves `.NAME.tmp-PID` behind; run directories delete those when they resume
+//! (`specx_run::resume`).
 
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
@@ -22,24 +24,6 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     }
     drop(f);
     std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
-}
-
-/// Deletes, in `dir` and below, the temporaries that atomic writes of killed processes left
-/// behind (`.NAME.tmp-PID`). Those of this process may be live writes of its other threads and
-/// are kept.
-pub fn remove_stale_temporaries(dir: &Path) -> Result<()> {
-    let own = format!(".tmp-{}", std::process::id());
-    for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
-        let entry = entry?;
-        let path = entry.path();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if entry.file_type()?.is_dir() {
-            remove_stale_temporaries(&path)?;
-        } else if name.starts_with('.') && name.contains(".tmp-") && !name.ends_with(&own) {
-            std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
-        }
-    }
-    Ok(())
 }
 
 /// The first 12 hex digits of a checksum, enough to tell two apart in a message.

@@ -14,7 +14,7 @@ use crate::experiment::run::select_sets;
 use crate::llamacpp::{self, LlamaCppSpeculative};
 use crate::report::markdown_table;
 use anyhow::{bail, ensure, Result};
-use specx_datagen::prompts::{PromptFormat, HUMANEVAL_EDIT_TEMPLATE};
+use specx_prompts::{PromptFormat, HUMANEVAL_EDIT_TEMPLATE};
 use specx_decoder::{DraftTransform, WeightMode};
 use std::path::PathBuf;
 
@@ -139,7 +139,7 @@ fn methods(a: &DecodeBenchArgs) -> MethodsConfig {
 /// The eval config of one weight path.
 fn preset(a: &DecodeBenchArgs, mode: WeightMode) -> Result<EvalConfig> {
     let cwd = std::env::current_dir()?;
-    let abs = |p: &PathBuf| specx_datagen::config::resolve_path(p, &cwd);
+    let abs = |p: &PathBuf| specx_run::paths::resolve_path(p, &cwd);
     let (draft, target) = a.pair.paths();
     Ok(EvalConfig {
         models: ModelsConfig { draft: abs(&draft), target: abs(&target), device: "cpu".into(), devices: Vec::new(), weights: mode },

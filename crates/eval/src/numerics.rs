@@ -57,7 +57,7 @@ pub struct NumericsReport {
 
 /// The default text: Alpaca responses joined by blank lines.
 fn default_text() -> Result<String> {
-    let path = specx_datagen::config::dataset_cache_dir().join("alpaca/alpaca_5000.json");
+    let path = specx_run::paths::dataset_cache_dir().join("alpaca/alpaca_5000.json");
     let raw = std::fs::read_to_string(&path).with_context(|| format!("reading {} (run scripts/fetch-datasets.sh, or pass --text)", path.display()))?;
     let rows: Vec<serde_json::Value> = serde_json::from_str(&raw).with_context(|| format!("{}: not a JSON array", path.display()))?;
     Ok(rows.iter().filter_map(|r| r.get("output").and_then(|o| o.as_str())).collect::<Vec<_>>().join("\n\n"))

@@ -25,7 +25,7 @@ fn shipped_eval_configs_parse_and_expand() {
     assert_eq!(smoke.budget.new_tokens(1000), 32);
     let keys: Vec<String> = expand(&smoke.methods).unwrap().iter().map(|s| s.key()).collect();
     assert_eq!(keys, ["ar", "specdec K=2", "specdec K=4", "specdecpp specdecpp-default h=0.7 [2,20]", "confidence 0.5 [2,20]"]);
-    let cache = specx_datagen::config::dataset_cache_dir();
+    let cache = specx_run::paths::dataset_cache_dir();
     for name in ["specdecpp-alpaca.toml", "specdecpp-gsm8k.toml", "specdecpp-humaneval.toml"] {
         let c = parse(name);
         assert!(c.prompts[0].path.starts_with(&cache), "{name}: {}", c.prompts[0].path.display());

@@ -9,7 +9,7 @@ use specx_eval::experiment::replay_run::{replay, ReplayConfig};
 use specx_eval::common::results::{ResultRow, UnitFile};
 use specx_eval::experiment::audit::audit;
 use specx_eval::experiment::{run, EvalOptions};
-use specx_datagen::manifest::Part;
+use specx_run::Part;
 use std::path::PathBuf;
 
 fn alpaca() -> PathBuf {

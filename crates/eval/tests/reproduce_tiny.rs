@@ -19,13 +19,10 @@ fn repo() -> PathBuf {
 /// The tiny datagen config on `split`, `prompts` prompts in shards of 2.
 fn make_dataset(out: &Path, draft: &Path, target: &Path, split: &str, prompts: usize) {
     let args = DatagenArgs {
-        config: Some(repo().join("configs/datagen-tiny.toml")),
-        out: Some(out.to_path_buf()),
-        limit: Some(prompts),
+        run: specx_run::RunArgs { config: Some(repo().join("configs/datagen-tiny.toml")), out: Some(out.to_path_buf()), limit: Some(prompts), no_progress: true, ..Default::default() },
         max_new_tokens: Some(16),
         draft: Some(draft.to_path_buf()),
         target: Some(target.to_path_buf()),
-        no_progress: true,
         ..Default::default()
     };
     let mut cfg = effective_config(&args).unwrap();

@@ -4,7 +4,8 @@
 use crate::loss::LossWeights;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
-use specx_datagen::config::{read_toml, resolve_path};
+use specx_run::config::read_toml;
+use specx_run::paths::resolve_path;
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

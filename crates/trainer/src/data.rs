@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use specx_datagen::manifest::Manifest;
 use specx_datagen::features::{cache_path, shard_features, stats_cache_path};
 use specx_datagen::shard::{labelled_log_q, labelled_rows, ShardRecord};
-use specx_datagen::split::SplitMix64;
+use specx_run::seed::SplitMix64;
 use specx_decoder::fsutil::{sha256_hex, short_hash};
 use specx_decoder::speculative::calibrated::ln_complement;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,8 @@
 
 use anyhow::{ensure, Result};
 use serde::{Deserialize, Serialize};
-use specx_datagen::config::{read_toml, resolve_path};
+use specx_run::config::read_toml;
+use specx_run::paths::resolve_path;
 use specx_decoder::WeightMode;
 use std::path::{Path, PathBuf};
 

@@ -24,7 +24,7 @@ use burn::tensor::activation::{log_softmax, softmax};
 use burn::tensor::{Tensor, TensorData};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
-use specx_datagen::split::{stream_seed, SplitMix64};
+use specx_run::seed::{named_seed, SplitMix64};
 use specx_decoder::draft::frequencies::TokenFrequencies;
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::speculative::{packed_causal_mask, FeatureHead, FeatureHeadSpec};
@@ -310,7 +310,7 @@ pub fn train_feature_head(cfg: &FeatureHeadConfig, opts: &FeatureTrainOptions) -
     let o = &cfg.optim;
     let epoch_batches = |epoch: usize| {
         let mut order: Vec<usize> = (0..train_set.sequences.len()).collect();
-        SplitMix64::new(stream_seed(cfg.seed, "feature-batches", &epoch.to_string())).shuffle(&mut order);
+        SplitMix64::new(named_seed(cfg.seed, "feature-batches", &epoch.to_string())).shuffle(&mut order);
         pack(&train_set, &order, o.batch_tokens)
     };
     // Every step's sequences, epoch after epoch (packing depends on each epoch's order).
@@ -334,7 +334,7 @@ pub fn train_feature_head(cfg: &FeatureHeadConfig, opts: &FeatureTrainOptions) -
     while state.steps_done < total && opts.max_steps_this_run.is_none_or(|m| this_run < m) {
         let seqs = &schedule[state.steps_done];
         let t0 = Instant::now();
-        let mut rng = SplitMix64::new(stream_seed(cfg.seed, "feature-noise", &state.steps_done.to_string()));
+        let mut rng = SplitMix64::new(named_seed(cfg.seed, "feature-noise", &state.steps_done.to_string()));
         let b = build_batch(&train_set, seqs, target, Some((o.noise, &mut rng)), &device)?;
         let (reg, ce, _) = losses(&head, &b, &sub_train);
         let loss = reg.mul_scalar(o.reg_weight) + ce.mul_scalar(o.cls_weight);

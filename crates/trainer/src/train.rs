@@ -148,7 +148,7 @@ pub fn train_on(cfg: &TrainConfig, train_set: &LabelledSet, dev_set: &LabelledSe
         let t0 = Instant::now();
         let bar = if opts.progress { ProgressBar::new(steps_per_epoch as u64) } else { ProgressBar::hidden() };
         bar.set_style(ProgressStyle::with_template(&format!("epoch {epoch}/{} {{bar:30}} {{pos}}/{{len}} steps, ETA {{eta}} {{msg}}", cfg.optim.epochs))?);
-        for batch in train_set.batches(cfg.optim.batch_size, specx_datagen::split::stream_seed(cfg.seed, "batches", &epoch.to_string())) {
+        for batch in train_set.batches(cfg.optim.batch_size, specx_run::seed::named_seed(cfg.seed, "batches", &epoch.to_string())) {
             let (x, y) = train_set.gather(&batch);
             let x = Tensor::<2>::from_data(TensorData::new(x, [batch.len(), train_set.hidden]), &device);
             let y = Tensor::<1>::from_data(TensorData::new(y, [batch.len()]), &device);

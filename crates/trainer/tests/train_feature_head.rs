@@ -18,13 +18,10 @@ fn configs() -> PathBuf {
 /// A datagen run of the tiny config on `split` into `out` (6 prompts, 24 new tokens each).
 fn datagen(out: &Path, draft: &Path, target: &Path, split: &str) {
     let args = DatagenArgs {
-        config: Some(configs().join("datagen-tiny.toml")),
-        out: Some(out.to_path_buf()),
-        limit: Some(6),
+        run: specx_run::RunArgs { config: Some(configs().join("datagen-tiny.toml")), out: Some(out.to_path_buf()), limit: Some(6), no_progress: true, ..Default::default() },
         max_new_tokens: Some(24),
         draft: Some(draft.to_path_buf()),
         target: Some(target.to_path_buf()),
-        no_progress: true,
         ..Default::default()
     };
     let mut cfg = effective_config(&args).unwrap();

@@ -26,13 +26,10 @@ fn datagen_with(out: &Path, draft: &Path, target: &Path, split: &str, per_shard:
 
 fn datagen_stored(out: &Path, draft: &Path, target: &Path, split: &str, per_shard: usize, max_shards: Option<usize>, features: FeatureStorage) -> Manifest {
     let args = DatagenArgs {
-        config: Some(configs().join("datagen-tiny.toml")),
-        out: Some(out.to_path_buf()),
-        limit: Some(6),
+        run: specx_run::RunArgs { config: Some(configs().join("datagen-tiny.toml")), out: Some(out.to_path_buf()), limit: Some(6), no_progress: true, ..Default::default() },
         max_new_tokens: Some(16),
         draft: Some(draft.to_path_buf()),
         target: Some(target.to_path_buf()),
-        no_progress: true,
         ..Default::default()
     };
     let mut cfg = effective_config(&args).unwrap();

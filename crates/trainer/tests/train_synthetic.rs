@@ -3,7 +3,7 @@
 
 use specx_decoder::default_device;
 use specx_decoder::speculative::AcceptanceHead;
-use specx_datagen::split::SplitMix64;
+use specx_run::seed::SplitMix64;
 use specx_trainer::config::TrainConfig;
 use specx_trainer::data::LabelledSet;
 use specx_trainer::train::{predict, train_on, TrainOptions};

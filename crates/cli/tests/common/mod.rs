@@ -5,6 +5,7 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use specx_run::RunManifest;
 
 /// The repository root.
 pub fn repo() -> PathBuf {

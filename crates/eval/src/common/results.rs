@@ -89,6 +89,44 @@ fn one() -> usize {
 }
 
 impl ResultRow {
+    /// A greedy row of one prompt with 8 tokens in 3 target calls and no times, for tests.
+    #[cfg(test)]
+    pub fn example(setting: Setting) -> Self {
+        Self {
+            dataset: "d".into(),
+            prompt_index: 0,
+            prompt_id: "p".into(),
+            sampling: "greedy".into(),
+            temperature: 0.0,
+            top_k: None,
+            top_p: None,
+            draws: Default::default(),
+            seed: 0,
+            setting,
+            replayed: false,
+            prompt_tokens: 3,
+            max_new_tokens: 8,
+            n_generated: 8,
+            n_target_calls: 3,
+            n_draft_calls: 8,
+            n_calibrations: 0,
+            n_drafted: 8,
+            n_accepted: 6,
+            n_verified: 8,
+            draft_time_s: 0.0,
+            target_time_s: 0.0,
+            total_time_s: 0.0,
+            accepted_per_round: vec![4, 2],
+            drafted_per_round: vec![4, 4],
+            output_sha256: String::new(),
+            identical_to_ar: true,
+            speedup: 1.0,
+            batch: 1,
+            divergence: None,
+            dsi: None,
+        }
+    }
+
     pub fn n_discarded(&self) -> usize {
         self.n_drafted - self.n_accepted
     }

@@ -420,36 +420,20 @@ mod tests {
     fn row(setting: Setting, id: &str, runs: Vec<usize>) -> ResultRow {
         ResultRow {
             dataset: "humaneval".into(),
-            prompt_index: 0,
             prompt_id: id.into(),
-            sampling: "greedy".into(),
-            temperature: 0.0,
-            top_k: None,
-            top_p: None,
-            draws: Default::default(),
-            seed: 0,
-            setting,
             replayed: true,
             prompt_tokens: 10,
             max_new_tokens: 64,
             n_generated: runs.iter().map(|r| r + 1).sum::<usize>() + 1,
             n_target_calls: runs.len() + 1,
             n_draft_calls: 0,
-            n_calibrations: 0,
             n_drafted: 0,
             n_accepted: runs.iter().sum(),
             n_verified: 0,
-            draft_time_s: 0.0,
-            target_time_s: 0.0,
             total_time_s: 1.0,
             accepted_per_round: runs,
             drafted_per_round: vec![],
-            output_sha256: String::new(),
-            identical_to_ar: true,
-            speedup: 1.0,
-            batch: 1,
-            divergence: None,
-            dsi: None,
+            ..ResultRow::example(setting)
         }
     }
 

@@ -52,39 +52,7 @@ mod tests {
     use crate::method::{MethodSpec, PolicySpec, Setting};
 
     fn row(identical: bool, divergence: Option<Divergence>, temperature: f32) -> ResultRow {
-        ResultRow {
-            dataset: "d".into(),
-            prompt_index: 0,
-            prompt_id: "p".into(),
-            sampling: "greedy".into(),
-            temperature,
-            top_k: None,
-            top_p: None,
-            draws: Default::default(),
-            seed: 0,
-            setting: Setting::Speculative(MethodSpec::plain(PolicySpec::Fixed { k: 4 })),
-            replayed: false,
-            prompt_tokens: 3,
-            max_new_tokens: 8,
-            n_generated: 8,
-            n_target_calls: 3,
-            n_draft_calls: 8,
-            n_calibrations: 0,
-            n_drafted: 8,
-            n_accepted: 6,
-            n_verified: 8,
-            draft_time_s: 0.0,
-            target_time_s: 0.0,
-            total_time_s: 0.0,
-            accepted_per_round: vec![4, 2],
-            drafted_per_round: vec![4, 4],
-            output_sha256: String::new(),
-            identical_to_ar: identical,
-            speedup: 1.0,
-            batch: 1,
-            divergence,
-            dsi: None,
-        }
+        ResultRow { identical_to_ar: identical, divergence, temperature, ..ResultRow::example(Setting::Speculative(MethodSpec::plain(PolicySpec::Fixed { k: 4 }))) }
     }
 
     #[test]

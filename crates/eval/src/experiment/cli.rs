@@ -2,48 +2,28 @@
 
 use super::config::EvalConfig;
 use super::{run, EvalOptions};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Default)]
 #[command(args_conflicts_with_subcommands = true)]
+// The shared `--config` says which config this command reads.
+#[command(mut_arg("config", |a| a.help("Experiment config (TOML): models, prompt sets, sampling settings, budget, seeds and the method grid. See configs/eval/*.toml and docs/reference/config.md")))]
 pub struct EvalArgs {
     #[command(subcommand)]
     pub command: Option<EvalCommand>,
-    /// Experiment config (TOML): models, prompt sets, sampling settings, budget, seeds and the
-    /// method grid. See configs/eval/*.toml.
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Run directory, instead of the config's [output] dir. Rerunning the same command into
-    /// the same directory resumes; a directory holding another setup is refused.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Run only part I of N (`I/N`, 0-based): units u with u % N == I (a unit is one prompt x
-    /// sampling setting x seed with all its methods). Run each part into its own directory,
-    /// then `specx eval merge`.
-    #[arg(long, value_name = "I/N")]
-    pub shard: Option<String>,
-    /// Use only the first N prompts of each prompt set (after the seeded sample).
-    #[arg(long)]
-    pub limit: Option<usize>,
+    #[command(flatten)]
+    pub run: specx_run::RunArgs,
     /// Stop after this many newly finished units (a resumable partial run).
     #[arg(long)]
     pub max_units: Option<usize>,
-    /// Log a line per unit instead of drawing a progress bar.
-    #[arg(long)]
-    pub no_progress: bool,
     /// Compute device, instead of the config's [models] device: `cpu`, `wgpu[:N]` (the N-th
     /// Vulkan adapter; `specx devices` lists them; needs a build with `--features wgpu`) or
     /// `cuda[:N]` (`--features cuda`). Results on another device go into their own run
     /// directory (a run resumes only on the device it started on).
     #[arg(long)]
     pub device: Option<String>,
-    /// Several devices at once, instead of the config's [models] devices (`cpu,wgpu:0`): part
-    /// I of N runs on the I-th device in OUT/parts/I, side by side, then the parts are merged
-    /// into OUT. Run the same command again to resume.
-    #[arg(long, value_delimiter = ',')]
-    pub devices: Vec<String>,
     /// How the losslessness audit judges greedy outputs that differ from AR's, instead of the
     /// config's [audit] mode: `exact` fails on any difference; `numerical` reports a difference
     /// whose first departure is a near-tie of the target (|logit margin| <= [audit] near_tie)
@@ -126,16 +106,15 @@ pub enum EvalCommand {
 
 /// The config of an invocation with `--out` applied.
 pub fn effective_config(a: &EvalArgs) -> Result<EvalConfig> {
-    let path = a.config.as_ref().context("specx eval needs --config FILE (see configs/eval/)")?;
-    let mut cfg = EvalConfig::load(path)?;
-    if let Some(o) = &a.out {
-        cfg.output.dir = specx_datagen::config::resolve_path(o, &std::env::current_dir()?);
+    let mut cfg = EvalConfig::load(a.run.config_path("eval")?)?;
+    if let Some(o) = a.run.out_dir() {
+        cfg.output.dir = o;
     }
     if let Some(d) = &a.device {
         cfg.models.device = d.clone();
     }
-    if !a.devices.is_empty() {
-        cfg.models.devices = a.devices.clone();
+    if !a.run.devices.is_empty() {
+        cfg.models.devices = a.run.devices.clone();
     }
     if let Some(m) = a.audit {
         cfg.audit.mode = m;
@@ -187,15 +166,14 @@ pub fn run_cli(a: EvalArgs) -> Result<()> {
             Ok(())
         }
         None if a.check => {
-            let plan = super::check::check(&effective_config(&a)?, a.limit)?;
+            let plan = super::check::check(&effective_config(&a)?, a.run.limit)?;
             print!("{}", plan.render());
             eprintln!("config ok: {} units would run (nothing was loaded or written)", plan.units);
             Ok(())
         }
         None => {
             let cfg = effective_config(&a)?;
-            let part = a.shard.as_deref().map(specx_datagen::cli::parse_part).transpose()?;
-            let opts = EvalOptions { part, limit: a.limit, max_new_units: a.max_units, progress: !a.no_progress };
+            let opts = EvalOptions { part: a.run.part()?, limit: a.run.limit, max_new_units: a.max_units, progress: !a.run.no_progress };
             let outcome = run(&cfg, &opts)?;
             finish(&outcome, &cfg.output.dir)
         }

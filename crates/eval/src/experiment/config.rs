@@ -4,9 +4,11 @@
 
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
-use specx_datagen::config::{parse_toml, portable_path, read_toml, resolve_path, PromptsConfig};
+use specx_prompts::PromptsConfig;
+use specx_run::config::{parse_toml, read_toml};
+use specx_run::paths::{portable_path, resolve_path};
 use super::axes::{ConfidencePolicies, FixedPolicies, HeadPolicies, MethodGrid};
-use specx_datagen::prompts::PromptFormat;
+use specx_prompts::PromptFormat;
 use specx_decoder::speculative::{Calibration, HeadRule};
 use specx_decoder::coupling::Draws;
 use specx_decoder::{SamplingConfig, WeightMode};
@@ -35,7 +37,7 @@ pub struct EvalConfig {
     pub output: OutputConfig,
     /// The job array `specx slurm eval` submits (not part of the run's identity).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slurm: Option<specx_datagen::cluster::SlurmConfig>,
+    pub slurm: Option<specx_run::slurm::SlurmConfig>,
 }
 
 /// How the losslessness audit judges a greedy speculative output that differs from AR's.
@@ -556,7 +558,7 @@ impl EvalConfig {
 }
 
 fn dataset_hint(path: &Path) -> String {
-    if path.starts_with(specx_datagen::config::dataset_cache_dir()) {
+    if path.starts_with(specx_run::paths::dataset_cache_dir()) {
         " (run scripts/fetch-datasets.sh to fill the dataset cache)".into()
     } else {
         String::new()

@@ -4,13 +4,11 @@
 
 use super::config::EvalConfig;
 pub use crate::common::machine::Machine;
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
-use specx_datagen::manifest::{ModelRecord, Part};
-use specx_decoder::fsutil::write_atomic;
+pub use specx_run::manifest::MANIFEST;
+use specx_run::{ModelRecord, Part, RunManifest};
 use std::path::{Path, PathBuf};
-
-pub const MANIFEST: &str = "manifest.json";
 pub const FORMAT: &str = "specx-eval/1";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -69,10 +67,25 @@ pub struct EvalManifest {
     pub seconds: f64,
 }
 
-impl EvalManifest {
-    /// What must agree for a run to resume into a directory, or for parts to merge: settings
-    /// and checksums, not where files live or the machine.
-    pub fn identity(&self) -> serde_json::Value {
+impl RunManifest for EvalManifest {
+    const FORMAT: &'static str = FORMAT;
+    const KIND: &'static str = "an eval run directory";
+
+    fn format(&self) -> &str {
+        &self.format
+    }
+
+    fn resolve(&mut self, dir: &Path) {
+        self.config.resolve(dir);
+    }
+
+    /// The config's paths relative to the caches (see [`EvalConfig::portable`]).
+    fn portable(&self) -> Self {
+        Self { config: self.config.portable(), ..self.clone() }
+    }
+
+    /// Settings and checksums, not where files live or the machine.
+    fn identity(&self) -> serde_json::Value {
         serde_json::json!({
             "format": self.format,
             "config": config_identity(&self.config),
@@ -85,22 +98,30 @@ impl EvalManifest {
         })
     }
 
-    pub fn read(dir: &Path) -> Result<Self> {
-        let p = dir.join(MANIFEST);
-        let bytes = std::fs::read(&p).with_context(|| format!("reading {} (is {} an eval run directory?)", p.display(), dir.display()))?;
-        let mut m: Self = serde_json::from_slice(&bytes).with_context(|| format!("{}: malformed manifest", p.display()))?;
-        if m.format != FORMAT {
-            bail!("{}: format '{}', this specx reads '{FORMAT}'", p.display(), m.format);
-        }
-        m.config.resolve(dir);
-        Ok(m)
+    fn part(&self) -> Option<Part> {
+        self.part
     }
 
-    /// Writes the manifest with the config's paths relative to the caches (see
-    /// [`EvalConfig::portable`]); [`Self::read`] resolves them again.
+    fn complete(&self) -> bool {
+        self.complete
+    }
+
+    fn progress(&self) -> String {
+        format!("{} of its units done", self.units_done)
+    }
+
+    fn devices(&self) -> &[String] {
+        &self.config.models.devices
+    }
+}
+
+impl EvalManifest {
+    pub fn read(dir: &Path) -> Result<Self> {
+        specx_run::manifest::read(dir)
+    }
+
     pub fn write(&self, dir: &Path) -> Result<()> {
-        let portable = Self { config: self.config.portable(), ..self.clone() };
-        write_atomic(&dir.join(MANIFEST), serde_json::to_string_pretty(&portable)?.as_bytes())
+        specx_run::manifest::write(dir, self)
     }
 }
 

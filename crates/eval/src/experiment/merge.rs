@@ -3,9 +3,8 @@
 use super::manifest::EvalManifest;
 use crate::common::results::{ResultRow, UnitFile};
 use super::audit::{audit, Audit, EvalOutcome};
-use anyhow::{bail, ensure, Context, Result};
-use specx_datagen::manifest::identity_difference;
-use specx_datagen::config::write_run_config;
+use anyhow::{ensure, Context, Result};
+use specx_run::config::write_run_config;
 use std::path::{Path, PathBuf};
 
 /// Every unit file below `dir/units`, in path order.
@@ -59,16 +58,11 @@ fn units_where(dir: &Path, keep: impl Fn(&ResultRow) -> bool, what: &str) -> Res
 
 /// Copies every part's units into `out` and writes the merged manifest and reports.
 pub fn merge(parts: &[PathBuf], out: &Path) -> Result<EvalOutcome> {
-    ensure!(!parts.is_empty(), "no part directories given");
-    let manifests: Vec<EvalManifest> = parts.iter().map(|p| EvalManifest::read(p)).collect::<Result<_>>()?;
+    let manifests: Vec<EvalManifest> = specx_run::merge::read_parts(parts)?;
     let first = &manifests[0];
     let count = first.part.map_or(1, |p| p.count);
     for (m, p) in manifests.iter().zip(parts) {
-        if m.identity() != first.identity() {
-            bail!("{} is part of another eval run ({} differs)", p.display(), identity_difference(&first.identity(), &m.identity()));
-        }
         ensure!(m.part.map_or(1, |p| p.count) == count, "{}: part of a {}-way split, not {count}", p.display(), m.part.map_or(1, |p| p.count));
-        ensure!(m.complete, "{} is incomplete ({} of its units done): finish it first", p.display(), m.units_done);
     }
     let mut indices: Vec<usize> = manifests.iter().filter_map(|m| m.part.map(|p| p.index)).collect();
     indices.sort();

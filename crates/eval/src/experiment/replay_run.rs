@@ -16,7 +16,8 @@ use specx_decoder::speculative::{Drafter, FeatureDraft, FeatureHeadDrafter};
 use anyhow::{bail, ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
-use specx_datagen::config::{read_toml, resolve_path};
+use specx_run::config::read_toml;
+use specx_run::paths::resolve_path;
 use specx_decoder::{device_from_name, load_model_as};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -74,28 +75,28 @@ pub struct TimeModel {
     pub source: String,
 }
 
-/// Per dataset: eq. 3.1 fitted on the run's real speculative rows when there are enough;
-/// else single-token forward times measured at replay start: the draft's always, the
-/// target's when the AR rows were batched (their times are not single-stream times), else
-/// the standalone target time of the AR rows.
-fn time_models(rows: &[ResultRow], single_draft: f64, single_target: Option<f64>) -> BTreeMap<String, TimeModel> {
+/// Per dataset: eq. 3.1 fitted on the run's real speculative rows when there are enough and
+/// the fit is physical; else single-token forward times measured at replay start: the draft's
+/// always, the target's when the AR rows were batched (their times are not single-stream
+/// times) or when their standalone fit is not physical either (one prompt, or noisy rows).
+fn time_models(rows: &[ResultRow], single_draft: f64, single_target: f64, batched: bool) -> BTreeMap<String, TimeModel> {
     let mut by: BTreeMap<String, Vec<&ResultRow>> = BTreeMap::new();
     for r in rows.iter().filter(|r| !r.replayed) {
         by.entry(r.dataset.clone()).or_default().push(r);
     }
+    let measured = |why: &str| TimeModel { t_draft: single_draft, t_target: single_target, source: format!("single-token draft and target forwards measured at replay start (medians of 24; {why})") };
     by.into_iter()
         .map(|(d, rs)| {
             let spec: Vec<&&ResultRow> = rs.iter().filter(|r| r.setting.family() != "ar").collect();
             let fit = least_squares(&spec.iter().map(|r| vec![r.n_draft_calls as f64, r.n_target_calls as f64]).collect::<Vec<_>>(), &spec.iter().map(|r| r.total_time_s).collect::<Vec<_>>());
-            let model = match (fit, single_target) {
-                (Some(f), _) if spec.len() >= 3 && f.is_physical() => {
+            let standalone = standalone_target(&rs).filter(|f| f.is_physical());
+            let model = match (fit, batched, standalone) {
+                (Some(f), _, _) if spec.len() >= 3 && f.is_physical() => {
                     TimeModel { t_draft: f.coefficients[0], t_target: f.coefficients[1], source: format!("eq. 3.1 fitted on {} real speculative rows (R² {:.3})", spec.len(), f.r2) }
                 }
-                (_, Some(t)) => TimeModel { t_draft: single_draft, t_target: t, source: "single-token draft and target forwards measured at replay start (medians of 24; the AR rows were batched)".into() },
-                _ => {
-                    let t = standalone_target(&rs).filter(|f| f.is_physical()).map_or(f64::NAN, |f| f.coefficients[0]);
-                    TimeModel { t_draft: single_draft, t_target: t, source: "standalone target time of the AR rows; draft time of a single-token forward measured at replay start (median of 24)".into() }
-                }
+                (_, true, _) => measured("the AR rows were batched"),
+                (_, false, Some(f)) => TimeModel { t_draft: single_draft, t_target: f.coefficients[0], source: "standalone target time of the AR rows; draft time of a single-token forward measured at replay start (median of 24)".into() },
+                (_, false, None) => measured("no fit of the run's rows came out physical"),
             };
             (d, model)
         })
@@ -150,7 +151,7 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     let out = grid.output.as_ref().map_or_else(|| run_dir.join(format!("replay-{grid_name}")), |o| o.dir.clone());
     let files = super::merge::greedy_units(run_dir)?;
     if out.is_dir() {
-        specx_decoder::fsutil::remove_stale_temporaries(&out)?;
+        specx_run::resume::remove_stale_temporaries(&out)?;
     }
 
     let c = &manifest.config.models;
@@ -244,7 +245,7 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     let batched = files.iter().any(|u| u.rows[0].batch > 1);
 
     let real: Vec<ResultRow> = files.iter().flat_map(|u| u.rows.clone()).collect();
-    let times = time_models(&real, single, batched.then_some(single_target));
+    let times = time_models(&real, single, single_target, batched);
     let mut replayed = Vec::new();
     let (mut compared, mut mismatches) = (0, Vec::new());
     for (u, counts) in files.iter().zip(&replayed_counts) {
@@ -301,3 +302,26 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     super::report::write_reports(&out, &manifest, &all)?;
     Ok(ReplayOutcome { dir: out, replayed, compared, mismatches })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::method::{MethodSpec, PolicySpec, Setting};
+
+    #[test]
+    fn without_a_physical_fit_the_measured_forwards_price_the_counts() {
+        let spec = |k, calls, total| ResultRow { n_draft_calls: k * calls, n_target_calls: calls, total_time_s: total, ..ResultRow::example(Setting::Speculative(MethodSpec::plain(PolicySpec::Fixed { k }))) };
+        // Noisy rows: more calls took less time, so the fit's draft time comes out negative,
+        // and one AR row is too few for a standalone fit.
+        let noisy = vec![ResultRow { total_time_s: 1.0, ..ResultRow::example(Setting::Ar) }, spec(2, 4, 0.9), spec(4, 3, 0.5), spec(6, 3, 0.2)];
+        let m = &time_models(&noisy, 0.01, 0.1, false)["d"];
+        assert_eq!((m.t_draft, m.t_target), (0.01, 0.1), "{}", m.source);
+        assert!(m.source.contains("measured at replay start"), "{}", m.source);
+        // Consistent rows: eq. 3.1's fit, whatever was measured.
+        let clean: Vec<ResultRow> = [(2, 4), (4, 3), (6, 3), (1, 8)].into_iter().map(|(k, c)| spec(k, c, 0.02 * (k * c) as f64 + 0.2 * c as f64)).collect();
+        let m = &time_models(&clean, 0.01, 0.1, false)["d"];
+        assert!((m.t_draft - 0.02).abs() < 1e-9 && (m.t_target - 0.2).abs() < 1e-9, "{m:?}");
+        assert!(time_models(&noisy, 0.01, 0.1, true)["d"].source.contains("batched"));
+    }
+}
+

@@ -8,14 +8,14 @@ use super::grid::{expand, head_name};
 use super::manifest::{EvalManifest, HeadRecord, Machine, PromptSetRecord, FORMAT, MANIFEST};
 use crate::common::results::{tokens_sha256, Divergence, ResultRow, UnitFile, UnitKey};
 use crate::method::{generate, ModelPlan, Models, Setting};
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use specx_datagen::config::write_run_config;
-use specx_datagen::manifest::{ensure_same_setup, Part};
-use specx_datagen::run::{model_record, select_from};
-use specx_decoder::fsutil::remove_stale_temporaries;
-use specx_datagen::split::{stream_seed, SplitMix64};
 use specx_decoder::fsutil::sha256_file;
+use specx_run::config::write_run_config;
+use specx_run::manifest::{ensure_same_setup, ModelRecord};
+use specx_run::resume::remove_stale_temporaries;
+use specx_run::seed::{named_seed, SplitMix64};
+use specx_run::{Part, RunManifest};
 use specx_decoder::generate::{generate_greedy_batched, BatchItem, GenerateStats};
 use specx_decoder::speculative::SpecConfig;
 use specx_decoder::{Placement, Transformer};
@@ -48,7 +48,7 @@ pub struct SelectedSet {
 pub fn select_sets(cfg: &EvalConfig, limit: Option<usize>) -> Result<Vec<SelectedSet>> {
     let mut out = Vec::new();
     for set in &cfg.prompts {
-        let (mut prompts, rows_in_file) = select_from(&set.as_prompts_config()).with_context(|| format!("prompt set '{}'", set.name))?;
+        let (mut prompts, rows_in_file) = set.as_prompts_config().select().with_context(|| format!("prompt set '{}'", set.name))?;
         ensure!(set.skip == 0 || set.skip < prompts.len(), "prompt set '{}': skip = {}, but split '{}' of {} has {} prompts", set.name, set.skip, set.split, set.path.display(), prompts.len());
         prompts.drain(..set.skip);
         if let Some(n) = set.sample {
@@ -141,9 +141,7 @@ fn model_plan(cfg: &EvalConfig, device: Placement, settings: &[Setting]) -> Resu
 pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcome> {
     let started = Instant::now();
     cfg.validate()?;
-    if let Some(p) = opts.part {
-        ensure!(p.count > 0 && p.index < p.count, "--shard {}/{}: expected I/N with 0 <= I < N", p.index, p.count);
-    }
+    opts.part.as_ref().map(Part::check).transpose()?;
     let sets = select_sets(cfg, opts.limit)?;
     let settings = expand(&cfg.methods)?;
     settings.iter().try_for_each(Setting::check_runnable)?;
@@ -152,14 +150,7 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
     let dir = &cfg.output.dir;
     let old = if dir.join(MANIFEST).exists() { Some(EvalManifest::read(dir)?) } else { None };
 
-    let device: Placement = match (cfg.models.devices.as_slice(), opts.part) {
-        ([], _) => cfg.models.device.parse()?,
-        (_, None) => bail!("[models] devices runs one part per device: run it with experiment::run (specx eval), which starts them"),
-        (devices, Some(p)) => {
-            ensure!(p.count == devices.len(), "[models] devices runs one part per device: --shard {}/{} needs {} parts", p.index, p.count, devices.len());
-            devices[p.index].parse()?
-        }
-    };
+    let device: Placement = specx_run::devices::device_of_part(&cfg.models.device, &cfg.models.devices, opts.part, "experiment::run (specx eval)")?.parse()?;
     let models = Models::load(&model_plan(cfg, device, &settings)?)?;
     let (draft, target) = (models.draft.as_ref().expect("eval loads the draft"), &models.target);
     for s in settings.iter().filter_map(Setting::spec) {
@@ -171,8 +162,8 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
         format: FORMAT.into(),
         specx_version: env!("CARGO_PKG_VERSION").into(),
         config: cfg.clone(),
-        draft: model_record(draft)?,
-        target: model_record(target)?,
+        draft: ModelRecord::of(draft)?,
+        target: ModelRecord::of(target)?,
         heads: head_records,
         draft_transforms: models.draft_identities(),
         feature_heads: settings
@@ -214,7 +205,7 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
 
     let texts: BTreeMap<(&str, usize), &str> =
         sets.iter().flat_map(|s| s.prompts.iter().enumerate().map(|(i, (_, t))| ((s.config.name.as_str(), i), t.as_str()))).collect();
-    let mine: Vec<&UnitKey> = all_units.iter().filter(|u| opts.part.is_none_or(|p| u.index % p.count == p.index)).collect();
+    let mine: Vec<&UnitKey> = all_units.iter().filter(|u| opts.part.is_none_or(|p| p.holds(u.index))).collect();
     let mut todo = Vec::new();
     for u in &mine {
         if UnitFile::read(dir, u)?.is_none() {
@@ -340,7 +331,7 @@ fn batched_ar_unit(u: &UnitKey, sampling: &super::config::SamplingSetting, promp
 /// The seed of a unit's request: it depends only on the run seed, the sampling setting and
 /// the prompt (a replay of a coupled sampled unit redraws the draft's proposals with it).
 pub fn request_seed(u: &UnitKey) -> u64 {
-    stream_seed(u.seed, &format!("eval/{}", u.sampling), &u.prompt_id)
+    named_seed(u.seed, &format!("eval/{}", u.sampling), &u.prompt_id)
 }
 
 /// Runs AR and then every method on one unit.

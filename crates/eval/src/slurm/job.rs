@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
-use specx_datagen::cluster::SlurmConfig;
+use specx_run::slurm::SlurmConfig;
 use specx_decoder::fsutil::write_atomic;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -49,11 +49,6 @@ pub struct Job {
     /// Arguments added to every part's command.
     pub pass: Vec<String>,
     pub resources: SlurmConfig,
-}
-
-/// The directory of part `index`.
-pub fn part_dir(out: &Path, index: usize) -> PathBuf {
-    specx_datagen::devices::part_dir(out, index)
 }
 
 /// `--array` of a set of tasks: `0-3`, `1,3`, `0-2,5`.
@@ -166,7 +161,7 @@ impl Job {
         self.common_options(&mut s, "merge.out");
         s.push_str("job=$SLURM_JOB_ID\n");
         self.prologue(&mut s, "merge");
-        let parts: Vec<String> = (0..self.shards).map(|i| q(&part_dir(&self.out, i))).collect();
+        let parts: Vec<String> = (0..self.shards).map(|i| q(&specx_run::part::part_dir(&self.out, i))).collect();
         let cmd = format!("{} {} merge --out {} {}", q(&self.specx), self.kind.name(), q(&self.out), parts.join(" "));
         Self::run_and_mark(&mut s, &cmd);
         s

@@ -2,7 +2,8 @@
 //! directory: the part's manifest (how much it has written), the state its job script
 //! recorded (`OUT/slurm/state`), and, where squeue is on the PATH, whether its job is queued.
 
-use super::job::{part_dir, quote, Job, JobRecord, Kind};
+use specx_run::part::part_dir;
+use super::job::{quote, Job, JobRecord, Kind};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use specx_decoder::report::markdown_table;

@@ -3,14 +3,17 @@
 //! array and the merge as a job that waits for all of them (`afterok`; Slurm cancels it if a
 //! part fails, and `specx slurm status` says what to resubmit).
 
-use super::job::{part_dir, quote, Job, JobRecord, Kind, Submission, MERGE_SCRIPT, PARTS_SCRIPT};
+use specx_run::part::part_dir;
+use super::job::{quote, Job, JobRecord, Kind, Submission, MERGE_SCRIPT, PARTS_SCRIPT};
 use super::status::{queued, read_part, PartProgress};
 use super::SubmitArgs;
 use crate::experiment::config::EvalConfig;
 use anyhow::{bail, ensure, Context, Result};
-use specx_datagen::cluster::SlurmConfig;
-use specx_datagen::config::{read_toml, resolve_path, DatagenConfig};
-use specx_datagen::manifest::identity_difference;
+use specx_run::slurm::SlurmConfig;
+use specx_datagen::config::DatagenConfig;
+use specx_run::config::read_toml;
+use specx_run::paths::resolve_path;
+use specx_run::manifest::identity_difference;
 use specx_decoder::fsutil::write_atomic;
 use std::path::{Path, PathBuf};
 use std::process::Command;

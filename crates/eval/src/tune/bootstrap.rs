@@ -3,7 +3,7 @@
 
 use crate::reproduce::adaptive::Costs;
 use serde::{Deserialize, Serialize};
-use specx_datagen::split::SplitMix64;
+use specx_run::seed::SplitMix64;
 use specx_decoder::speculative::RequestMetrics;
 
 /// The counts of one prompt's replayed run that a cost model prices.

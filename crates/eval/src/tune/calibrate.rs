@@ -203,7 +203,7 @@ pub fn fit(fit: &[Sample], holdout: &[Sample], l2: f64, n: usize) -> Result<Mode
 #[cfg(test)]
 mod tests {
     use super::*;
-    use specx_datagen::split::SplitMix64;
+    use specx_run::seed::SplitMix64;
 
     fn unit(rng: &mut SplitMix64) -> f64 {
         (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64

@@ -6,7 +6,8 @@ use crate::experiment::replay_run::resolve_method_paths;
 use crate::reproduce::adaptive::Costs;
 use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
-use specx_datagen::config::{read_toml, resolve_path};
+use specx_run::config::read_toml;
+use specx_run::paths::resolve_path;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

@@ -378,7 +378,7 @@ fn finished(path: &Path, cfg: &TuneConfig, tuning: &[&UnitFile], test: &[&UnitFi
     let dir = path.parent()?;
     r.config = r.config.resolved_against(dir);
     for p in r.results.iter_mut().filter_map(|c| c.costs.profile.as_mut()) {
-        *p = specx_datagen::config::resolve_path(p, dir);
+        *p = specx_run::paths::resolve_path(p, dir);
     }
     let ids = |u: &[&UnitFile]| u.iter().map(|u| u.unit.prompt_id.clone()).collect::<Vec<_>>();
     (r.config.same_computation(cfg) && r.tuning_prompts == ids(tuning) && r.test_prompts == ids(test)).then_some(r)

@@ -1,0 +1,13 @@
+//! specx-prompts: the prompt sets runs read, for data generation and evaluation alike.
+//!
+//! [`sets`] reads a set in its standard format (Alpaca, GSM8K, HumanEval, generic JSON lines)
+//! and applies instruction templates; [`split`] is the seeded train/dev/test split; [`select`]
+//! is a config's `[prompts]` table and the prompts it selects, templated for the model.
+
+pub mod select;
+pub mod sets;
+pub mod split;
+
+pub use select::PromptsConfig;
+pub use sets::{apply_template, load, PromptFormat, PromptRecord, HUMANEVAL_EDIT_TEMPLATE};
+pub use split::SplitSpec;

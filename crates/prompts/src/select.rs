@@ -1,0 +1,102 @@
+//! The prompts a run uses: a prompt set's file and format, its seeded split, a limit, and the
+//! instruction and chat templates, as a config's `[prompts]` table names them.
+
+use crate::sets::{apply_template, load, PromptFormat};
+use crate::split::SplitSpec;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PromptsConfig {
+    pub format: PromptFormat,
+    pub path: PathBuf,
+    /// `all`, or a part of the seeded split (`train`, `dev`, `test`).
+    #[serde(default = "default_split")]
+    pub split: String,
+    /// Sizes of train, dev, test (e.g. `[4000, 800, 200]` for the 5,000 Alpaca rows).
+    #[serde(default)]
+    pub split_sizes: Vec<usize>,
+    #[serde(default)]
+    pub split_seed: u64,
+    /// Use only the first `limit` prompts of the split (in split order).
+    pub limit: Option<usize>,
+    /// Instruction template with `{field}` placeholders; the format's default if absent.
+    pub template: Option<String>,
+    /// `qwen` (ChatML with Qwen's system prompt), `chatml` (no system prompt) or `none`.
+    #[serde(default = "default_chat")]
+    pub chat_template: String,
+}
+
+fn default_split() -> String {
+    "all".into()
+}
+
+fn default_chat() -> String {
+    "none".into()
+}
+
+impl PromptsConfig {
+    pub fn split_spec(&self) -> SplitSpec {
+        SplitSpec { name: self.split.clone(), sizes: self.split_sizes.clone(), seed: self.split_seed, ..SplitSpec::all() }
+    }
+
+    pub fn template(&self) -> &str {
+        self.template.as_deref().unwrap_or(self.format.default_template())
+    }
+
+    pub fn chat(&self) -> Result<specx_decoder::ChatTemplate> {
+        self.chat_template.parse().context("chat_template")
+    }
+
+    /// The prompts this selects, in split order (the first `limit`), as (id, model input
+    /// text): the instruction template applied, then the chat template. Also returns the rows
+    /// in the file.
+    pub fn select(&self) -> Result<(Vec<(String, String)>, usize)> {
+        let records = load(self.format, &self.path)?;
+        let indices = self.split_spec().indices(records.len()).with_context(|| format!("splitting {}", self.path.display()))?;
+        let take = self.limit.unwrap_or(usize::MAX).min(indices.len());
+        let chat = self.chat()?;
+        let mut out = Vec::with_capacity(take);
+        for &i in &indices[..take] {
+            let r = &records[i];
+            out.push((r.id.clone(), chat.apply(&apply_template(self.template(), r)?)));
+        }
+        if out.is_empty() {
+            bail!("{}: split '{}' selects no prompts", self.path.display(), self.split);
+        }
+        Ok((out, records.len()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_split_and_a_limit_select_templated_prompts_in_split_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.jsonl");
+        let rows: Vec<String> = (0..10).map(|i| format!("{{\"id\": \"q{i}\", \"prompt\": \"task {i}\"}}")).collect();
+        std::fs::write(&path, rows.join("\n")).unwrap();
+        let cfg = PromptsConfig {
+            format: PromptFormat::Jsonl,
+            path,
+            split: "dev".into(),
+            split_sizes: vec![6, 3, 1],
+            split_seed: 5,
+            limit: Some(2),
+            template: Some("Do: {prompt}".into()),
+            chat_template: "none".into(),
+        };
+        let (selected, rows_in_file) = cfg.select().unwrap();
+        assert_eq!(rows_in_file, 10);
+        let dev = cfg.split_spec().indices(10).unwrap();
+        assert_eq!(selected, dev[..2].iter().map(|i| (format!("q{i}"), format!("Do: task {i}"))).collect::<Vec<_>>());
+        let none = PromptsConfig { split: "test".into(), split_sizes: vec![10], ..cfg.clone() };
+        assert!(none.select().is_err());
+        let bad_chat = PromptsConfig { chat_template: "llama9".into(), ..cfg };
+        assert!(format!("{:#}", bad_chat.select().unwrap_err()).contains("llama9"));
+    }
+}
