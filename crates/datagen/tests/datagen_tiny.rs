@@ -404,7 +404,7 @@ fn a_device_list_splits_the_run_between_the_cpu_and_the_device() {
     let plain = run(&effective_config(&args(&plain_dir, &draft_path, &target_path)).unwrap(), &opts(None, None)).unwrap();
     let dir = tmp.path().join("two");
     let mut a = args(&dir, &draft_path, &target_path);
-    a.devices = vec!["cpu".into(), "wgpu".into()];
+    a.run.devices = vec!["cpu".into(), "wgpu".into()];
     let m = run(&effective_config(&a).unwrap(), &opts(None, None)).unwrap();
     assert!(m.complete && m.shards.len() == plain.shards.len());
     let mut worst = 0f32;
