@@ -7,14 +7,18 @@ use anyhow::{Context, Result};
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use specx_decoder::generate::generate;
 use specx_decoder::tokenizer::TextStream;
-use specx_decoder::{load_model_split, Placement, Sampler};
+use specx_decoder::{Placement, Sampler, load_model_split};
 use specx_eval::report::markdown_table;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(Parser)]
-#[command(name = "specx", version, about = "Adaptive drafting for speculative decoding: runtime, data generation, training and evaluation")]
+#[command(
+    name = "specx",
+    version,
+    about = "Adaptive drafting for speculative decoding: runtime, data generation, training and evaluation"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -184,18 +188,42 @@ fn main() -> Result<()> {
 
 /// `specx devices`: what `--device` accepts on this machine with this build.
 fn list_devices() -> Result<()> {
-    let mut rows = vec![vec!["cpu".to_string(), "host CPU".into(), "burn-flex + specx kernels".into(), format!("{} threads", std::thread::available_parallelism().map_or(1, |n| n.get())), "-".into()]];
+    let mut rows = vec![vec![
+        "cpu".to_string(),
+        "host CPU".into(),
+        "burn-flex + specx kernels".into(),
+        format!("{} threads", std::thread::available_parallelism().map_or(1, |n| n.get())),
+        "-".into(),
+    ]];
     let vulkan = specx_decoder::device::vulkan_adapters();
     if let Ok(adapters) = &vulkan {
-        rows.extend(adapters.iter().map(|a| vec![a.device.to_string(), a.name.clone(), a.kind.clone(), a.driver.clone(), format!("{} MiB", a.max_buffer_bytes >> 20)]));
+        rows.extend(adapters.iter().map(|a| {
+            vec![
+                a.device.to_string(),
+                a.name.clone(),
+                a.kind.clone(),
+                a.driver.clone(),
+                format!("{} MiB", a.max_buffer_bytes >> 20),
+            ]
+        }));
     }
     let cuda = specx_decoder::device::cuda_devices();
     if let Ok(devices) = &cuda {
-        rows.extend(devices.iter().map(|d| vec![d.device.to_string(), d.name.clone(), format!("CUDA, compute {}", d.compute_capability), format!("CUDA {}", d.driver), format!("{} MiB memory", d.memory_bytes >> 20)]));
+        rows.extend(devices.iter().map(|d| {
+            vec![
+                d.device.to_string(),
+                d.name.clone(),
+                format!("CUDA, compute {}", d.compute_capability),
+                format!("CUDA {}", d.driver),
+                format!("{} MiB memory", d.memory_bytes >> 20),
+            ]
+        }));
     }
     print!("{}", markdown_table(&["--device", "name", "kind", "driver", "largest buffer"], &rows));
     match vulkan {
-        Ok(a) if a.is_empty() => println!("\nwgpu: no Vulkan adapter (install the GPU's driver, or for testing Mesa's software Vulkan: apt-get install mesa-vulkan-drivers libvulkan1)"),
+        Ok(a) if a.is_empty() => println!(
+            "\nwgpu: no Vulkan adapter (install the GPU's driver, or for testing Mesa's software Vulkan: apt-get install mesa-vulkan-drivers libvulkan1)"
+        ),
         Ok(_) => {}
         Err(e) => println!("\nwgpu: {e:#}"),
     }

@@ -42,12 +42,28 @@ fn section(cmd: &Command, name: &str, out: &mut String) {
     if let Some(about) = cmd.get_long_about().or(cmd.get_about()) {
         let _ = writeln!(out, "{about}\n");
     }
-    let args: Vec<&Arg> = cmd.get_arguments().filter(|a| !a.is_hide_set() && !matches!(a.get_id().as_str(), "help" | "version")).collect();
-    let _ = writeln!(out, "```text\n{}{}{}\n```\n", name, if args.iter().any(|a| !a.is_positional()) { " [OPTIONS]" } else { "" }, usage_tail(&args, visible_subcommands(cmd).next().is_some()));
+    let args: Vec<&Arg> = cmd
+        .get_arguments()
+        .filter(|a| !a.is_hide_set() && !matches!(a.get_id().as_str(), "help" | "version"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "```text\n{}{}{}\n```\n",
+        name,
+        if args.iter().any(|a| !a.is_positional()) { " [OPTIONS]" } else { "" },
+        usage_tail(&args, visible_subcommands(cmd).next().is_some())
+    );
     if !args.is_empty() {
         out.push_str("| option | value | default | meaning |\n| --- | --- | --- | --- |\n");
         for a in args {
-            let _ = writeln!(out, "| {} | {} | {} | {} |", flag(a), value(a), default(a), cell(&a.get_long_help().or(a.get_help()).map(|h| h.to_string()).unwrap_or_default()));
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} |",
+                flag(a),
+                value(a),
+                default(a),
+                cell(&a.get_long_help().or(a.get_help()).map(|h| h.to_string()).unwrap_or_default())
+            );
         }
         out.push('\n');
     }
@@ -63,7 +79,10 @@ fn usage_tail(args: &[&Arg], has_subcommands: bool) -> String {
         .iter()
         .filter(|a| a.is_positional())
         .map(|a| {
-            let name = a.get_value_names().and_then(|v| v.first()).map_or(a.get_id().as_str().to_uppercase(), |v| v.to_string());
+            let name = a
+                .get_value_names()
+                .and_then(|v| v.first())
+                .map_or(a.get_id().as_str().to_uppercase(), |v| v.to_string());
             let many = a.get_num_args().is_some_and(|n| n.max_values() > 1);
             format!(" <{name}>{}", if many { "..." } else { "" })
         })
@@ -86,11 +105,15 @@ fn value(a: &Arg) -> String {
     if !a.get_action().takes_values() {
         return "flag".into();
     }
-    let possible: Vec<String> = a.get_possible_values().iter().filter(|v| !v.is_hide_set()).map(|v| v.get_name().to_string()).collect();
+    let possible: Vec<String> =
+        a.get_possible_values().iter().filter(|v| !v.is_hide_set()).map(|v| v.get_name().to_string()).collect();
     if !possible.is_empty() {
         return possible.join(" \\| ");
     }
-    let names = a.get_value_names().map(|v| v.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" ")).unwrap_or_else(|| a.get_id().as_str().to_uppercase());
+    let names = a
+        .get_value_names()
+        .map(|v| v.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| a.get_id().as_str().to_uppercase());
     if a.get_value_delimiter().is_some() { format!("{names}[,{names}...]") } else { names }
 }
 
@@ -113,7 +136,13 @@ fn first_sentence(s: &str) -> String {
         match c {
             '(' => depth += 1,
             ')' => depth -= 1,
-            '.' if depth == 0 && one[i + 1..].starts_with(' ') && !one[..i].ends_with("eq") && !one[..i].ends_with("App") => return one[..=i].to_string(),
+            '.' if depth == 0
+                && one[i + 1..].starts_with(' ')
+                && !one[..i].ends_with("eq")
+                && !one[..i].ends_with("App") =>
+            {
+                return one[..=i].to_string();
+            }
             _ => {}
         }
     }

@@ -52,14 +52,34 @@ fn inputs() -> Inputs {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().to_path_buf();
     let (draft, target) = specx_decoder::synthetic::write_tiny_char_pair(&root.join("hf"), 7, 0.35).unwrap();
-    let (_, gguf) = specx_decoder::synthetic::write_tiny_char_pair_gguf(&root.join("gguf"), 7, 0.35, GgmlType::Q8_0).unwrap();
+    let (_, gguf) =
+        specx_decoder::synthetic::write_tiny_char_pair_gguf(&root.join("gguf"), 7, 0.35, GgmlType::Q8_0).unwrap();
     let data = root.join("data");
-    let (ok, err) = specx(&args(&["datagen", "--config", &s(&repo().join("configs/datagen-tiny.toml")), "--out", &s(&data), "--draft", &s(&draft), "--target", &s(&target), "--no-progress"]));
+    let (ok, err) = specx(&args(&[
+        "datagen",
+        "--config",
+        &s(&repo().join("configs/datagen-tiny.toml")),
+        "--out",
+        &s(&data),
+        "--draft",
+        &s(&draft),
+        "--target",
+        &s(&target),
+        "--no-progress",
+    ]));
     assert!(ok, "{err}");
     let device = specx_decoder::default_device();
     let d = specx_decoder::load_model(&draft, None, &device).unwrap();
     let hidden = d.model.config().hidden_size;
-    let spec = HeadSpec { hidden_size: hidden, depth: 1, tied: false, draft_model_sha256: Some(d.weights_sha256().unwrap()), draft_transform: None, training: serde_json::json!({}), draft_stats: false };
+    let spec = HeadSpec {
+        hidden_size: hidden,
+        depth: 1,
+        tied: false,
+        draft_model_sha256: Some(d.weights_sha256().unwrap()),
+        draft_transform: None,
+        training: serde_json::json!({}),
+        draft_stats: false,
+    };
     let head = root.join("head");
     AcceptanceHead::init_seeded(hidden, 1, false, 3, &device).save(&head, &spec).unwrap();
     Inputs { _tmp: tmp, root, draft, target, gguf, data, head }
@@ -70,7 +90,21 @@ fn generate(model: &Path) -> Vec<String> {
 }
 
 fn decode(draft: &Path, target: &Path, head: &Path) -> Vec<String> {
-    args(&["decode", "--draft", &s(draft), "--target", &s(target), "--method", "specdecpp", "--head", &s(head), "--prompt", "ab", "--max-new-tokens", "4"])
+    args(&[
+        "decode",
+        "--draft",
+        &s(draft),
+        "--target",
+        &s(target),
+        "--method",
+        "specdecpp",
+        "--head",
+        &s(head),
+        "--prompt",
+        "ab",
+        "--max-new-tokens",
+        "4",
+    ])
 }
 
 /// A training config over `data` (train and dev), two epochs.
@@ -117,14 +151,22 @@ const CASES: usize = 23;
 fn every_damaged_or_mismatched_input_gets_an_error_naming_the_file() {
     let i = inputs();
     // The good inputs work.
-    for (what, command) in [("gguf", generate(&i.gguf)), ("hf", generate(&i.target)), ("decode", decode(&i.draft, &i.target, &i.head)), ("train", train(&i, &i.data, "good")), ("eval", eval(&i, &alpaca(), &i.head, "good"))] {
+    for (what, command) in [
+        ("gguf", generate(&i.gguf)),
+        ("hf", generate(&i.target)),
+        ("decode", decode(&i.draft, &i.target, &i.head)),
+        ("train", train(&i, &i.data, "good")),
+        ("eval", eval(&i, &alpaca(), &i.head, "good")),
+    ] {
         let (ok, err) = specx(&command);
         assert!(ok, "the good {what} input failed: {err}");
     }
     let case_dir = |name: &str| -> PathBuf { i.root.join("cases").join(name) };
     let mut cases: Vec<Case> = Vec::new();
     let strings = |v: &[&str]| v.iter().map(|e| e.to_string()).collect();
-    let mut add = |what: &'static str, command: Vec<String>, paths: &[&str], reason: &[&str]| cases.push(Case { what, command, paths: strings(paths), reason: strings(reason) });
+    let mut add = |what: &'static str, command: Vec<String>, paths: &[&str], reason: &[&str]| {
+        cases.push(Case { what, command, paths: strings(paths), reason: strings(reason) })
+    };
 
     // Model files.
     let gguf = |name: &str| {
@@ -150,16 +192,29 @@ fn every_damaged_or_mismatched_input_gets_an_error_naming_the_file() {
         case_dir(name)
     };
     let d = hf("safetensors-truncated");
-    let st = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|e| e == "safetensors")).unwrap();
+    let st = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .unwrap();
     truncate(&st, 0.7);
     add("a safetensors file cut short", generate(&d), &[&s(&st)], &["malformed or truncated safetensors"]);
     let d = hf("safetensors-header");
-    let st = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|e| e == "safetensors")).unwrap();
+    let st = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .unwrap();
     overwrite(&st, 0, &u64::MAX.to_le_bytes());
     add("a safetensors file whose header length is garbage", generate(&d), &[&s(&st)], &["header too large"]);
     let d = hf("config-malformed");
     std::fs::write(d.join("config.json"), "{\"hidden_size\": 32,").unwrap();
-    add("a model config.json that is not JSON", generate(&d), &[&s(&d.join("config.json"))], &["parsing", "line 1 column"]);
+    add(
+        "a model config.json that is not JSON",
+        generate(&d),
+        &[&s(&d.join("config.json"))],
+        &["parsing", "line 1 column"],
+    );
     let d = hf("config-missing");
     std::fs::remove_file(d.join("config.json")).unwrap();
     add("a model directory without config.json", generate(&d), &[&s(&d.join("config.json"))], &["No such file"]);
@@ -174,20 +229,56 @@ fn every_damaged_or_mismatched_input_gets_an_error_naming_the_file() {
     };
     let d = data("shard-flipped-byte");
     flip_byte(&d.join("tokens-00001.parquet"), 0.5);
-    add("a byte flipped inside a shard's token table", train(&i, &d, "flipped"), &[&s(&d.join("tokens-00001.parquet"))], &["shard record says", "damaged or changed"]);
+    add(
+        "a byte flipped inside a shard's token table",
+        train(&i, &d, "flipped"),
+        &[&s(&d.join("tokens-00001.parquet"))],
+        &["shard record says", "damaged or changed"],
+    );
     let d = data("features-truncated");
     truncate(&d.join("features-00002.safetensors"), 0.9);
-    add("a shard's feature file cut short", train(&i, &d, "features"), &[&s(&d.join("features-00002.safetensors"))], &["shard record says", "damaged or changed"]);
+    add(
+        "a shard's feature file cut short",
+        train(&i, &d, "features"),
+        &[&s(&d.join("features-00002.safetensors"))],
+        &["shard record says", "damaged or changed"],
+    );
     let d = data("shard-missing");
     std::fs::remove_file(d.join("tokens-00000.parquet")).unwrap();
-    add("a shard's token table deleted", train(&i, &d, "missing"), &[&s(&d.join("tokens-00000.parquet"))], &["No such file"]);
+    add(
+        "a shard's token table deleted",
+        train(&i, &d, "missing"),
+        &[&s(&d.join("tokens-00000.parquet"))],
+        &["No such file"],
+    );
     let d = data("manifest-malformed");
     truncate(&d.join("manifest.json"), 0.5);
-    add("a dataset manifest cut in half", train(&i, &d, "manifest"), &[&s(&d.join("manifest.json"))], &["malformed manifest"]);
+    add(
+        "a dataset manifest cut in half",
+        train(&i, &d, "manifest"),
+        &[&s(&d.join("manifest.json"))],
+        &["malformed manifest"],
+    );
     let d = data("record-malformed");
     std::fs::write(d.join("shard-00001.json"), "{").unwrap();
-    let resume = args(&["datagen", "--config", &s(&repo().join("configs/datagen-tiny.toml")), "--out", &s(&d), "--draft", &s(&i.draft), "--target", &s(&i.target), "--no-progress"]);
-    add("a shard record that is not JSON (datagen resuming)", resume, &[&s(&d.join("shard-00001.json"))], &["malformed shard record"]);
+    let resume = args(&[
+        "datagen",
+        "--config",
+        &s(&repo().join("configs/datagen-tiny.toml")),
+        "--out",
+        &s(&d),
+        "--draft",
+        &s(&i.draft),
+        "--target",
+        &s(&i.target),
+        "--no-progress",
+    ]);
+    add(
+        "a shard record that is not JSON (datagen resuming)",
+        resume,
+        &[&s(&d.join("shard-00001.json"))],
+        &["malformed shard record"],
+    );
 
     // Heads.
     let head = |name: &str| {
@@ -198,25 +289,50 @@ fn every_damaged_or_mismatched_input_gets_an_error_naming_the_file() {
     let mut spec: serde_json::Value = serde_json::from_slice(&std::fs::read(h.join("head.json")).unwrap()).unwrap();
     spec["draft_model_sha256"] = "0".repeat(64).into();
     std::fs::write(h.join("head.json"), spec.to_string()).unwrap();
-    add("a head trained on another draft (decode)", decode(&i.draft, &i.target, &h), &[&s(&h)], &["another draft model", &format!("sha256 {}", "0".repeat(12))]);
-    add("a head trained on another draft (eval)", eval(&i, &alpaca(), &h, "other-draft"), &[&s(&h)], &["another draft model", &format!("sha256 {}", "0".repeat(12))]);
+    add(
+        "a head trained on another draft (decode)",
+        decode(&i.draft, &i.target, &h),
+        &[&s(&h)],
+        &["another draft model", &format!("sha256 {}", "0".repeat(12))],
+    );
+    add(
+        "a head trained on another draft (eval)",
+        eval(&i, &alpaca(), &h, "other-draft"),
+        &[&s(&h)],
+        &["another draft model", &format!("sha256 {}", "0".repeat(12))],
+    );
     let h = head("head-truncated");
     truncate(&h.join("head.safetensors"), 0.5);
     add("a head's weights cut in half", decode(&i.draft, &i.target, &h), &[&s(&h)], &["malformed safetensors"]);
     let h = head("head-spec-missing");
     std::fs::remove_file(h.join("head.json")).unwrap();
-    add("a head directory without head.json", decode(&i.draft, &i.target, &h), &[&s(&h.join("head.json"))], &["No such file"]);
+    add(
+        "a head directory without head.json",
+        decode(&i.draft, &i.target, &h),
+        &[&s(&h.join("head.json"))],
+        &["No such file"],
+    );
 
     // Eval inputs.
     let p = case_dir("prompts").join("alpaca.json");
     std::fs::create_dir_all(p.parent().unwrap()).unwrap();
     std::fs::write(&p, &std::fs::read(alpaca()).unwrap()[..4000]).unwrap();
-    add("a prompt file cut short", eval(&i, &p, &i.head, "prompts"), &[&s(&p)], &["prompt set 'alpaca'", "malformed Alpaca JSON"]);
+    add(
+        "a prompt file cut short",
+        eval(&i, &p, &i.head, "prompts"),
+        &[&s(&p)],
+        &["prompt set 'alpaca'", "malformed Alpaca JSON"],
+    );
     let run = case_dir("unit-malformed");
     copy(&i.root.join("eval-good-run"), &run);
     let unit = specx_eval::experiment::merge::unit_files(&run).unwrap().remove(0);
     truncate(&unit, 0.5);
-    add("a run's unit file cut in half (resume)", args(&["eval", "--config", &s(&i.root.join("eval-good.toml")), "--out", &s(&run), "--no-progress"]), &[&s(&unit)], &["delete it to rerun the unit"]);
+    add(
+        "a run's unit file cut in half (resume)",
+        args(&["eval", "--config", &s(&i.root.join("eval-good.toml")), "--out", &s(&run), "--no-progress"]),
+        &[&s(&unit)],
+        &["delete it to rerun the unit"],
+    );
     let e = case_dir("config-syntax").join("eval.toml");
     std::fs::create_dir_all(e.parent().unwrap()).unwrap();
     std::fs::write(&e, "[models\ndraft = 1\n").unwrap();
@@ -226,20 +342,43 @@ fn every_damaged_or_mismatched_input_gets_an_error_naming_the_file() {
     std::fs::remove_file(run.join("manifest.json")).unwrap();
     let grid = i.root.join("grid.toml");
     std::fs::write(&grid, "[methods]\nspecdec = { k = [2] }\n").unwrap();
-    add("a replay of a run directory without its manifest", args(&["eval", "replay", "--config", &s(&grid), &s(&run)]), &[&s(&run.join("manifest.json"))], &["an eval run directory?"]);
+    add(
+        "a replay of a run directory without its manifest",
+        args(&["eval", "replay", "--config", &s(&grid), &s(&run)]),
+        &[&s(&run.join("manifest.json"))],
+        &["an eval run directory?"],
+    );
     // A wrong pair: a target of another vocabulary.
     let other = case_dir("other-vocab");
     let cfg = specx_decoder::synthetic::tiny_qwen2(40);
     let w = specx_decoder::synthetic::random_weights(&cfg, 3);
-    specx_decoder::synthetic::write_hf_dir(&other, &cfg, &w, specx_decoder::synthetic::StDtype::F32, 1, &specx_decoder::synthetic::word_tokenizer_json(40, "w")).unwrap();
-    add("a draft and a target with different vocabularies", decode(&i.draft, &other, &i.head), &[&s(&other)], &["do not share a tokenizer", "98 vs 40 tokens"]);
+    specx_decoder::synthetic::write_hf_dir(
+        &other,
+        &cfg,
+        &w,
+        specx_decoder::synthetic::StDtype::F32,
+        1,
+        &specx_decoder::synthetic::word_tokenizer_json(40, "w"),
+    )
+    .unwrap();
+    add(
+        "a draft and a target with different vocabularies",
+        decode(&i.draft, &other, &i.head),
+        &[&s(&other)],
+        &["do not share a tokenizer", "98 vs 40 tokens"],
+    );
 
     let mut table = vec!["| damaged input | command | error (first line) |".to_string(), "|---|---|---|".to_string()];
     let mut failures = Vec::new();
     for c in &cases {
         let (ok, err) = specx(&c.command);
         let without_root = err.replace(&s(&i.root), "");
-        let first = err.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("loading") && !l.starts_with('[')).map(str::trim).collect::<Vec<_>>().join(" / ");
+        let first = err
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with("loading") && !l.starts_with('['))
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join(" / ");
         table.push(format!("| {} | specx {} | {} |", c.what, c.command[0], first.replace(&s(&i.root), "…")));
         if ok {
             failures.push(format!("{}: the command succeeded", c.what));

@@ -85,7 +85,11 @@ fn every_docs_link_resolves_and_every_page_is_reachable_from_the_readme() {
     assert!(broken.is_empty(), "links to files that do not exist:\n{}", broken.join("\n"));
     let mut pages = Vec::new();
     md_files(&root.join("docs"), &mut pages);
-    let orphans: Vec<String> = pages.iter().filter(|p| !seen.contains(*p)).map(|p| p.strip_prefix(&root).unwrap().display().to_string()).collect();
+    let orphans: Vec<String> = pages
+        .iter()
+        .filter(|p| !seen.contains(*p))
+        .map(|p| p.strip_prefix(&root).unwrap().display().to_string())
+        .collect();
     assert!(orphans.is_empty(), "pages under docs/ that no link from README.md reaches:\n{}", orphans.join("\n"));
 }
 

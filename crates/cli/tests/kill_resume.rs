@@ -57,7 +57,11 @@ fn finish_watching(args: &[String], out: &Path, work: &dyn Fn(&str) -> bool) -> 
     assert!(status.success(), "specx {}: {err}", args.join(" "));
     phases.push(Phase { start: start.elapsed(), files: file_count(out) });
     let startup = startup.unwrap_or(0);
-    eprintln!("specx {}: phases (ms, files) {:?}, {startup} files before the first result", args[0], phases.iter().map(|p| (p.start.as_millis(), p.files)).collect::<Vec<_>>());
+    eprintln!(
+        "specx {}: phases (ms, files) {:?}, {startup} files before the first result",
+        args[0],
+        phases.iter().map(|p| (p.start.as_millis(), p.files)).collect::<Vec<_>>()
+    );
     Watched { phases, startup }
 }
 
@@ -116,7 +120,8 @@ fn kill_repeatedly(args: &[String], out: &Path, phases: &[Phase], seed: u64, che
         let done = file_count(out);
         // Phases beyond this progress (and startup, for an empty directory): a kill where the
         // run already is would only ever hit the startup of a resumed run.
-        let ahead: Vec<usize> = (0..phases.len() - 1).filter(|&i| phases[i].files > done || (done == 0 && i == 0)).collect();
+        let ahead: Vec<usize> =
+            (0..phases.len() - 1).filter(|&i| phases[i].files > done || (done == 0 && i == 0)).collect();
         if ahead.is_empty() {
             finish(args);
             end_chain(&mut k);
@@ -167,13 +172,33 @@ fn kill_repeatedly(args: &[String], out: &Path, phases: &[Phase], seed: u64, che
 fn assert_spread(what: &str, k: &Kills, startup: usize) {
     let levels: std::collections::BTreeSet<_> = k.progress.iter().collect();
     let after_startup = k.progress.iter().filter(|&&p| p > startup).count();
-    eprintln!("{what}: {} kills in {} chains, files on disk after each kill: {:?}; {after_startup} after the {startup} startup files", k.landed, k.chains, k.progress);
+    eprintln!(
+        "{what}: {} kills in {} chains, files on disk after each kill: {:?}; {after_startup} after the {startup} startup files",
+        k.landed, k.chains, k.progress
+    );
     assert!(levels.len() >= 3, "{what}: every kill landed at the same progress {:?}", k.progress);
-    assert!(after_startup >= 3, "{what}: {after_startup} kills landed after the {startup} startup files: {:?}", k.progress);
+    assert!(
+        after_startup >= 3,
+        "{what}: {after_startup} kills landed after the {startup} startup files: {:?}",
+        k.progress
+    );
 }
 
 fn datagen_args(t: &Tiny, out: &Path) -> Vec<String> {
-    ["datagen", "--config", &s(&repo().join("configs/datagen-tiny.toml")), "--out", &s(out), "--draft", &s(&t.draft), "--target", &s(&t.target), "--no-progress"].map(String::from).to_vec()
+    [
+        "datagen",
+        "--config",
+        &s(&repo().join("configs/datagen-tiny.toml")),
+        "--out",
+        &s(out),
+        "--draft",
+        &s(&t.draft),
+        "--target",
+        &s(&t.target),
+        "--no-progress",
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 #[test]
@@ -185,7 +210,9 @@ fn killed_datagen_resumes_to_the_same_bytes() {
     let watched = finish_watching(&args, &out, &|f| f.starts_with("tokens-"));
     let want = datagen_files(&out);
     assert!(want.len() >= 16 && want["manifest.json"].starts_with("complete true"), "{want:?}");
-    let k = kill_repeatedly(&args, &out, &watched.phases, 1, &|dir| assert_eq!(datagen_files(dir), want, "datagen files after kills"));
+    let k = kill_repeatedly(&args, &out, &watched.phases, 1, &|dir| {
+        assert_eq!(datagen_files(dir), want, "datagen files after kills")
+    });
     assert_spread("datagen", &k, watched.startup);
 }
 
@@ -193,7 +220,8 @@ fn killed_datagen_resumes_to_the_same_bytes() {
 /// seconds (the rows are priced by the run's timing model, not by those).
 fn replay_files(dir: &Path) -> BTreeMap<String, String> {
     let mut out = files(dir, &|f| f == "replay.json");
-    let mut record: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("replay.json")).unwrap()).unwrap();
+    let mut record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("replay.json")).unwrap()).unwrap();
     record.as_object_mut().unwrap().retain(|k, _| k != "run" && !k.ends_with("seconds"));
     out.insert("replay.json".into(), record.to_string());
     out
@@ -203,12 +231,15 @@ fn replay_files(dir: &Path) -> BTreeMap<String, String> {
 fn killed_eval_and_replay_resume_to_the_same_rows() {
     let t = tiny();
     let config = eval_config(&t);
-    let args = |dir: &Path| -> Vec<String> { ["eval", "--config", &s(&config), "--out", &s(dir), "--no-progress"].map(String::from).to_vec() };
+    let args = |dir: &Path| -> Vec<String> {
+        ["eval", "--config", &s(&config), "--out", &s(dir), "--no-progress"].map(String::from).to_vec()
+    };
     let full = t.root.join("full");
     let watched = finish_watching(&args(&full), &full, &|f| f.starts_with("units"));
     let want = untimed_rows(&full);
     assert_eq!(want.len(), 9 * 4, "3 prompts x 3 sampling units x (AR + 3 methods)");
-    let (want_results, want_summary, want_manifest) = (untimed_results(&full), untimed_summary(&full), untimed_manifest(&full));
+    let (want_results, want_summary, want_manifest) =
+        (untimed_results(&full), untimed_summary(&full), untimed_manifest(&full));
     assert_eq!(want_results.len(), want.len());
     let killed = t.root.join("killed");
     let k = kill_repeatedly(&args(&killed), &killed, &watched.phases, 2, &|dir| {
@@ -225,7 +256,9 @@ fn killed_eval_and_replay_resume_to_the_same_rows() {
     // times, so every file it writes must be the same bytes.
     let grid = t.root.join("grid.toml");
     std::fs::write(&grid, "[methods]\nspecdec = { k = [2, 4] }\nconfidence = { thresholds = [0.5] }\n").unwrap();
-    let replay_args = |run: &Path| -> Vec<String> { ["eval", "replay", "--config", &s(&grid), &s(run), "--no-progress"].map(String::from).to_vec() };
+    let replay_args = |run: &Path| -> Vec<String> {
+        ["eval", "replay", "--config", &s(&grid), &s(run), "--no-progress"].map(String::from).to_vec()
+    };
     let replay_dir = |run: &Path| run.join("replay-grid");
     let watched = finish_watching(&replay_args(&full), &replay_dir(&full), &|_| true);
     let want = replay_files(&replay_dir(&full));
@@ -245,14 +278,26 @@ fn killed_eval_and_replay_resume_to_the_same_rows() {
 /// past it fails with EFBIG, as on a full disk. Returns whether it succeeded, and its stderr.
 fn with_file_limit(args: &[String], kib: u64) -> (bool, String) {
     let script = format!("trap '' XFSZ; ulimit -f {kib}; exec \"$0\" \"$@\"");
-    let out = Command::new("bash").arg("-c").arg(script).arg(env!("CARGO_BIN_EXE_specx")).args(args).env("RUST_BACKTRACE", "0").output().unwrap();
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_specx"))
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap();
     (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// Runs `args` (which write into `out`) once uninterrupted, then with the file size limit at
 /// 1, 4, 16 and 64 KiB: each failure must name a file under `out` and leave no temporary, and
 /// the same command run again must complete the same run (`snapshot` of `out` as the first).
-fn fail_writes_then_rerun<T: PartialEq + std::fmt::Debug>(what: &str, args: &[String], out: &Path, snapshot: &dyn Fn(&Path) -> T) {
+fn fail_writes_then_rerun<T: PartialEq + std::fmt::Debug>(
+    what: &str,
+    args: &[String],
+    out: &Path,
+    snapshot: &dyn Fn(&Path) -> T,
+) {
     let _ = std::fs::remove_dir_all(out);
     finish(args);
     let want = snapshot(out);
@@ -263,7 +308,10 @@ fn fail_writes_then_rerun<T: PartialEq + std::fmt::Debug>(what: &str, args: &[St
         if !ok {
             failed.push(kib);
         }
-        eprintln!("{what}, files limited to {kib} KiB: {}", if ok { "finished".to_string() } else { err.trim().replace('\n', " | ") });
+        eprintln!(
+            "{what}, files limited to {kib} KiB: {}",
+            if ok { "finished".to_string() } else { err.trim().replace('\n', " | ") }
+        );
         assert!(ok || err.contains(&s(out)), "the error does not name the file: {err}");
         let temporaries: Vec<String> = files(out, &|_| false).into_keys().filter(|f| f.contains(".tmp-")).collect();
         assert!(temporaries.is_empty(), "a failed write left {temporaries:?}");
@@ -279,6 +327,7 @@ fn a_failed_write_is_reported_and_a_rerun_completes_the_same_run() {
     let t = tiny();
     let out = t.root.join("out");
     fail_writes_then_rerun("datagen", &datagen_args(&t, &out), &out, &datagen_files);
-    let eval = ["eval", "--config", &s(&eval_config(&t)), "--out", &s(&out), "--no-progress"].map(String::from).to_vec();
+    let eval =
+        ["eval", "--config", &s(&eval_config(&t)), "--out", &s(&out), "--no-progress"].map(String::from).to_vec();
     fail_writes_then_rerun("eval", &eval, &out, &untimed_rows);
 }

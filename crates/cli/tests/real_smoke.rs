@@ -12,7 +12,7 @@
 
 mod common;
 use common::*;
-use specx_eval::experiment::replay_run::{replay, ReplayConfig};
+use specx_eval::experiment::replay_run::{ReplayConfig, replay};
 use std::path::{Path, PathBuf};
 
 /// The smoke config as shipped, with the shipped `head` given as an absolute path, its run
@@ -39,7 +39,10 @@ fn smoke_config(out: &Path, head: &Path) -> PathBuf {
 #[test]
 fn smoke_config_on_the_real_pair() {
     let models = specx_decoder::loader::model_cache_dir();
-    assert!(models.join("qwen2.5-coder-1.5b-instruct/model.gguf").is_file(), "the real pair is missing: run scripts/fetch-models.sh");
+    assert!(
+        models.join("qwen2.5-coder-1.5b-instruct/model.gguf").is_file(),
+        "the real pair is missing: run scripts/fetch-models.sh"
+    );
     let tmp = tempfile::tempdir().unwrap();
     let head = repo().join("checkpoints/specdecpp-default").canonicalize().unwrap();
     let config = smoke_config(tmp.path(), &head);
@@ -51,7 +54,15 @@ fn smoke_config_on_the_real_pair() {
     // 3 sets x 1 prompt x 2 sampling settings x 5 methods.
     assert_eq!(untimed_rows(&run).len(), 3 * 2 * 5);
     let summary = std::fs::read_to_string(run.join("summary.md")).unwrap();
-    for needle in ["Losslessness audit: passed", "## alpaca, greedy", "## gsm8k, qwen-t0.7", "## humaneval, greedy", "specdecpp specdecpp-default h=0.7 [2,20]", "confidence 0.5 [2,20]", "Timing model"] {
+    for needle in [
+        "Losslessness audit: passed",
+        "## alpaca, greedy",
+        "## gsm8k, qwen-t0.7",
+        "## humaneval, greedy",
+        "specdecpp specdecpp-default h=0.7 [2,20]",
+        "confidence 0.5 [2,20]",
+        "Timing model",
+    ] {
         assert!(summary.contains(needle), "summary.md lacks '{needle}':\n{summary}");
     }
     for set in ["alpaca", "gsm8k", "humaneval"] {
@@ -68,12 +79,20 @@ fn smoke_config_on_the_real_pair() {
         let shown = shown_output(&repo().join(page));
         let mut unmatched = Vec::new();
         for line in shown.iter().filter(|l| l.trim() != "...") {
-            let found = if line.starts_with("==> ") || line.starts_with("run.sh: ") { steps.iter().any(|t| glob(t, line)) } else { printed.iter().any(|p| same_shape(&shape(line), p)) };
+            let found = if line.starts_with("==> ") || line.starts_with("run.sh: ") {
+                steps.iter().any(|t| glob(t, line))
+            } else {
+                printed.iter().any(|p| same_shape(&shape(line), p))
+            };
             if !found {
                 unmatched.push(line.clone());
             }
         }
-        assert!(unmatched.is_empty(), "{page}: the quick start's output shows lines that neither specx eval nor scripts/run.sh prints any more (update it from a run of scripts/run.sh):\n{}", unmatched.join("\n"));
+        assert!(
+            unmatched.is_empty(),
+            "{page}: the quick start's output shows lines that neither specx eval nor scripts/run.sh prints any more (update it from a run of scripts/run.sh):\n{}",
+            unmatched.join("\n")
+        );
     }
 
     // Replayed counts equal real counts for every setting that ran for real, on the real pair.
@@ -87,7 +106,9 @@ fn smoke_config_on_the_real_pair() {
 /// The lines of the ```text block that follows the page's `<!-- run.sh output` marker.
 fn shown_output(page: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(page).unwrap();
-    let at = text.find("<!-- run.sh output").unwrap_or_else(|| panic!("{}: no '<!-- run.sh output' marker before the quick start's output", page.display()));
+    let at = text.find("<!-- run.sh output").unwrap_or_else(|| {
+        panic!("{}: no '<!-- run.sh output' marker before the quick start's output", page.display())
+    });
     let block = text[at..].split_once("```text\n").unwrap().1.split_once("```").unwrap().0;
     block.lines().map(str::to_string).collect()
 }
@@ -205,13 +226,17 @@ fn shape(line: &str) -> String {
             quoted.push(c);
         }
     }
-    let words: Vec<String> = quoted.split_whitespace().map(|w| if w.contains('/') { "PATH".to_string() } else { w.to_string() }).collect();
+    let words: Vec<String> =
+        quoted.split_whitespace().map(|w| if w.contains('/') { "PATH".to_string() } else { w.to_string() }).collect();
     let mut out = String::new();
     let chars: Vec<char> = words.join(" ").chars().collect();
     let mut i = 0;
     while i < chars.len() {
         if chars[i].is_ascii_digit() {
-            while i < chars.len() && (chars[i].is_ascii_digit() || (chars[i] == '.' && i + 1 < chars.len() && chars[i + 1].is_ascii_digit())) {
+            while i < chars.len()
+                && (chars[i].is_ascii_digit()
+                    || (chars[i] == '.' && i + 1 < chars.len() && chars[i + 1].is_ascii_digit()))
+            {
                 i += 1;
             }
             out.push('#');
@@ -229,16 +254,24 @@ fn shape(line: &str) -> String {
 
 #[test]
 fn the_shape_of_a_line_drops_what_varies_between_runs() {
-    let a = shape("[1/6] humaneval HumanEval/47 greedy s0: AR 32 tokens in 8.7 s, best specdecpp specdecpp-default h=0.7 [2,20] 1.18x");
+    let a = shape(
+        "[1/6] humaneval HumanEval/47 greedy s0: AR 32 tokens in 8.7 s, best specdecpp specdecpp-default h=0.7 [2,20] 1.18x",
+    );
     let b = shape("[3/7] humaneval HumanEval/105 greedy s0: AR 16 tokens in 12.0 s, best specdec K=4 0.91x");
     assert_eq!(a, b);
     assert_ne!(a, shape("[1/6] humaneval HumanEval/47 greedy s0: AR 32 tokens in 8.7 s"));
     assert_eq!(shape("| ar    | 3 | 2.98 ± 0.76 |"), shape("| ar | 12 | 10.1 ± 1.5 |"));
     assert_eq!(shape("|-----|---|"), shape("|--|-------|"));
-    assert_eq!(shape("eval: optional prompt set 'alpaca' skipped: /x/alpaca.json does not exist"), shape("eval: optional prompt set 'missing' skipped: ~/y/z.json does not exist"));
+    assert_eq!(
+        shape("eval: optional prompt set 'alpaca' skipped: /x/alpaca.json does not exist"),
+        shape("eval: optional prompt set 'missing' skipped: ~/y/z.json does not exist")
+    );
     assert!(same_shape(&shape("| setting | prompts | ..."), &shape("| setting | prompts | tokens/s |")));
     assert!(!same_shape(&shape("| setting | tokens | ..."), &shape("| setting | prompts | tokens/s |")));
-    assert_eq!(shell_pattern(r#"done in $(( ($(date +%s) - start) / 60 )) min; specx is installed as $specx"#), "done in * min; specx is installed as *");
+    assert_eq!(
+        shell_pattern(r#"done in $(( ($(date +%s) - start) / 60 )) min; specx is installed as $specx"#),
+        "done in * min; specx is installed as *"
+    );
     assert!(glob("run.sh: done in * min; specx is *", "run.sh: done in 12 min; specx is /root/.cargo/bin/specx"));
     assert!(!glob("run.sh: done in * min", "run.sh: done in 12 s"));
 }

@@ -18,7 +18,13 @@ fn status(out: &Path) -> serde_json::Value {
 }
 
 fn states(st: &serde_json::Value) -> Vec<String> {
-    st["parts"].as_array().unwrap().iter().chain([&st["merge"]]).map(|t| t["state"].as_str().unwrap().to_string()).collect()
+    st["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain([&st["merge"]])
+        .map(|t| t["state"].as_str().unwrap().to_string())
+        .collect()
 }
 
 /// Waits until no task of the run in `out` is queued or running; returns its last status.
@@ -32,7 +38,12 @@ fn settle(out: &Path) -> serde_json::Value {
             eprintln!("{table}");
             return st;
         }
-        assert!(start.elapsed() < Duration::from_secs(600), "the run in {} did not settle in 10 min: {now:?}\n{}", out.display(), logs(out));
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "the run in {} did not settle in 10 min: {now:?}\n{}",
+            out.display(),
+            logs(out)
+        );
         std::thread::sleep(Duration::from_millis(500));
     }
 }
@@ -62,7 +73,8 @@ fn all_done(st: &serde_json::Value, out: &Path) {
 
 /// The job id of array task `task` of the last submission.
 fn array_task(out: &Path, task: usize) -> String {
-    let record: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("slurm/jobs.json")).unwrap()).unwrap();
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("slurm/jobs.json")).unwrap()).unwrap();
     let last = record["submissions"].as_array().unwrap().last().unwrap();
     format!("{}_{task}", last["array_job"].as_str().unwrap())
 }
@@ -74,7 +86,10 @@ fn interrupt_mid_run(out: &Path, task: usize, command: &[&str]) {
     let part = out.join(format!("parts/{task}"));
     loop {
         let m = specx_datagen::manifest::Manifest::read(&part).ok();
-        assert!(!m.as_ref().is_some_and(|m| m.complete), "part {task} finished before it could be interrupted: give it more work");
+        assert!(
+            !m.as_ref().is_some_and(|m| m.complete),
+            "part {task} finished before it could be interrupted: give it more work"
+        );
         if m.is_some_and(|m| !m.shards.is_empty()) {
             break;
         }

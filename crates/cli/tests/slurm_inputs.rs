@@ -11,7 +11,20 @@ fn a_dry_run_prints_the_array_and_the_merge_with_the_resources_and_writes_nothin
     let slurm = "[slurm]\nshards = 2\npartition = \"cpu\"\nmem = \"4G\"\nsetup = [\"module load specx-test\"]\n";
     let cfg = datagen_config(&t, "datagen.toml", 16, slurm);
     let out = t.root.join("run");
-    let (ok, script, err) = run_specx(&["slurm", "datagen", "--config", &s(&cfg), "--out", &s(&out), "--dry-run", "--gres", "gpu:1", "--", "--weights", "f32"]);
+    let (ok, script, err) = run_specx(&[
+        "slurm",
+        "datagen",
+        "--config",
+        &s(&cfg),
+        "--out",
+        &s(&out),
+        "--dry-run",
+        "--gres",
+        "gpu:1",
+        "--",
+        "--weights",
+        "f32",
+    ]);
     assert!(ok, "{err}");
     for want in [
         "#SBATCH --array=0-1\n",
@@ -27,7 +40,19 @@ fn a_dry_run_prints_the_array_and_the_merge_with_the_resources_and_writes_nothin
     }
     assert!(script.contains("--dependency=afterok:") && script.contains("--kill-on-invalid-dep=yes"), "{script}");
     // The flag wins over [slurm].
-    let (ok, script, err) = run_specx(&["slurm", "datagen", "--config", &s(&cfg), "--out", &s(&out), "--dry-run", "--shards", "3", "--partition", "big"]);
+    let (ok, script, err) = run_specx(&[
+        "slurm",
+        "datagen",
+        "--config",
+        &s(&cfg),
+        "--out",
+        &s(&out),
+        "--dry-run",
+        "--shards",
+        "3",
+        "--partition",
+        "big",
+    ]);
     assert!(ok, "{err}");
     assert!(script.contains("#SBATCH --array=0-2\n") && script.contains("#SBATCH --partition=big\n"), "{script}");
     assert!(!out.exists(), "a dry run wrote into {}", out.display());
@@ -38,18 +63,36 @@ fn parts_of_another_config_or_another_split_are_refused_by_name() {
     let t = tiny();
     let cfg = datagen_config(&t, "datagen.toml", 40, "");
     let out = t.root.join("run");
-    let submit = |shards: &str| run_specx(&["slurm", "datagen", "--config", &s(&cfg), "--out", &s(&out), "--shards", shards, "--dry-run"]);
+    let submit = |shards: &str| {
+        run_specx(&["slurm", "datagen", "--config", &s(&cfg), "--out", &s(&out), "--shards", shards, "--dry-run"])
+    };
     let (ok, _, err) = run_specx(&["slurm", "datagen", "--config", &s(&cfg), "--out", &s(&out), "--dry-run"]);
     assert!(!ok && err.contains("--shards"), "{err}");
 
     let part2 = out.join("parts/2");
-    finish(&["datagen", "--config", &s(&cfg), "--shard", "2/4", "--out", &s(&part2), "--max-new-tokens", "8", "--no-progress"].map(String::from));
+    finish(
+        &[
+            "datagen",
+            "--config",
+            &s(&cfg),
+            "--shard",
+            "2/4",
+            "--out",
+            &s(&part2),
+            "--max-new-tokens",
+            "8",
+            "--no-progress",
+        ]
+        .map(String::from),
+    );
     let (ok, _, err) = submit("4");
     assert!(!ok && err.contains(&s(&part2)) && err.contains("max_new_tokens"), "{err}");
 
     std::fs::remove_dir_all(&part2).unwrap();
     let part1 = out.join("parts/1");
-    finish(&["datagen", "--config", &s(&cfg), "--shard", "1/3", "--out", &s(&part1), "--no-progress"].map(String::from));
+    finish(
+        &["datagen", "--config", &s(&cfg), "--shard", "1/3", "--out", &s(&part1), "--no-progress"].map(String::from),
+    );
     let (ok, _, err) = submit("4");
     assert!(!ok && err.contains(&s(&part1)) && err.contains("part 1 of 3"), "{err}");
     let (ok, _, err) = submit("1");
@@ -60,7 +103,8 @@ fn parts_of_another_config_or_another_split_are_refused_by_name() {
     assert!(script.contains("#SBATCH --array=0,2\n"), "{script}");
     // `[slurm]` is not part of a run's identity: the same config with resources accepts the part.
     let with_slurm = datagen_config(&t, "datagen-slurm.toml", 40, "[slurm]\nshards = 3\npartition = \"long\"\n");
-    let (ok, script, err) = run_specx(&["slurm", "datagen", "--config", &s(&with_slurm), "--out", &s(&out), "--dry-run"]);
+    let (ok, script, err) =
+        run_specx(&["slurm", "datagen", "--config", &s(&with_slurm), "--out", &s(&out), "--dry-run"]);
     assert!(ok, "{err}");
     assert!(script.contains("#SBATCH --array=0,2\n") && script.contains("#SBATCH --partition=long\n"), "{script}");
 }
@@ -72,7 +116,10 @@ fn merges_name_the_missing_or_unfinished_part() {
     let out = t.root.join("run");
     let parts: Vec<String> = (0..4).map(|i| s(&out.join(format!("parts/{i}")))).collect();
     for (i, p) in parts.iter().enumerate().take(3) {
-        finish(&["datagen", "--config", &s(&cfg), "--shard", &format!("{i}/4"), "--out", p, "--no-progress"].map(String::from));
+        finish(
+            &["datagen", "--config", &s(&cfg), "--shard", &format!("{i}/4"), "--out", p, "--no-progress"]
+                .map(String::from),
+        );
     }
     let merge = |parts: &[String]| {
         let mut args = vec!["datagen", "merge", "--out", "/nonexistent/merged"];
@@ -81,7 +128,10 @@ fn merges_name_the_missing_or_unfinished_part() {
     };
     let (ok, _, err) = merge(&parts);
     assert!(!ok && err.contains(&parts[3]), "a missing part: {err}");
-    finish(&["datagen", "--config", &s(&cfg), "--shard", "3/4", "--out", &parts[3], "--max-shards", "1", "--no-progress"].map(String::from));
+    finish(
+        &["datagen", "--config", &s(&cfg), "--shard", "3/4", "--out", &parts[3], "--max-shards", "1", "--no-progress"]
+            .map(String::from),
+    );
     let (ok, _, err) = merge(&parts);
     assert!(!ok && err.contains(&parts[3]) && err.contains("unfinished"), "a merge before its part finished: {err}");
     let (ok, _, err) = merge(&parts[..3]);
@@ -90,7 +140,10 @@ fn merges_name_the_missing_or_unfinished_part() {
     let ecfg = eval_config(&t);
     let eparts = [s(&t.root.join("eval/parts/0")), s(&t.root.join("eval/parts/1"))];
     finish(&["eval", "--config", &s(&ecfg), "--shard", "0/2", "--out", &eparts[0], "--no-progress"].map(String::from));
-    finish(&["eval", "--config", &s(&ecfg), "--shard", "1/2", "--out", &eparts[1], "--max-units", "1", "--no-progress"].map(String::from));
+    finish(
+        &["eval", "--config", &s(&ecfg), "--shard", "1/2", "--out", &eparts[1], "--max-units", "1", "--no-progress"]
+            .map(String::from),
+    );
     let (ok, _, err) = run_specx(&["eval", "merge", "--out", &s(&t.root.join("eval/merged")), &eparts[0], &eparts[1]]);
     assert!(!ok && err.contains(&eparts[1]) && err.contains("incomplete"), "{err}");
 }
@@ -103,7 +156,8 @@ fn an_eval_run_with_more_parts_than_units_or_several_devices_is_refused() {
     assert!(!ok && err.contains("at most 9"), "{err}");
     let (ok, script, err) = run_specx(&["slurm", "eval", "--config", &s(&cfg), "--shards", "9", "--dry-run"]);
     assert!(ok && script.contains("#SBATCH --array=0-8\n") && script.contains(" eval merge --out "), "{err}");
-    let text = std::fs::read_to_string(&cfg).unwrap().replacen("[[prompts]]", "devices = [\"cpu\", \"cpu\"]\n[[prompts]]", 1);
+    let text =
+        std::fs::read_to_string(&cfg).unwrap().replacen("[[prompts]]", "devices = [\"cpu\", \"cpu\"]\n[[prompts]]", 1);
     std::fs::write(&cfg, text).unwrap();
     let (ok, _, err) = run_specx(&["slurm", "eval", "--config", &s(&cfg), "--shards", "2", "--dry-run"]);
     assert!(!ok && err.contains("[models] devices"), "{err}");
@@ -127,7 +181,15 @@ fn the_paper_scale_config_is_the_committed_4000_prompt_one_at_40000_prompts_in_1
     (small.prompts, small.output.dir, small.slurm) = (big.prompts.clone(), big.output.dir.clone(), big.slurm.clone());
     assert_eq!(small, big, "only the prompts, the output and [slurm] differ");
     let out = tempfile::tempdir().unwrap();
-    let (ok, script, err) = run_specx(&["slurm", "datagen", "--config", &s(&configs.join("datagen-qwen-alpaca-40000.toml")), "--out", &s(out.path()), "--dry-run"]);
+    let (ok, script, err) = run_specx(&[
+        "slurm",
+        "datagen",
+        "--config",
+        &s(&configs.join("datagen-qwen-alpaca-40000.toml")),
+        "--out",
+        &s(out.path()),
+        "--dry-run",
+    ]);
     assert!(ok, "{err}");
     assert!(script.contains("#SBATCH --array=0-99\n") && script.contains("--shard \"$part/100\""), "{script}");
 }

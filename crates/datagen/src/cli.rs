@@ -2,8 +2,8 @@
 
 use crate::config::DatagenConfig;
 use crate::manifest::Manifest;
-use crate::{run, RunOptions};
 use crate::summary::summary_text;
+use crate::{RunOptions, run};
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -105,7 +105,11 @@ pub fn run_cli(a: DatagenArgs) -> Result<()> {
             let opts = RunOptions { part: a.run.part()?, max_new_shards: a.max_shards, progress: !a.run.no_progress };
             let m = run(&cfg, &opts)?;
             print!("{}", summary_text(&m));
-            eprintln!("run directory: {}{}", cfg.output.dir.display(), if m.complete { "" } else { " (incomplete: run the same command again to continue)" });
+            eprintln!(
+                "run directory: {}{}",
+                cfg.output.dir.display(),
+                if m.complete { "" } else { " (incomplete: run the same command again to continue)" }
+            );
             Ok(())
         }
     }

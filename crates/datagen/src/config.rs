@@ -1,7 +1,7 @@
 //! The datagen experiment config (TOML). Unknown keys are errors, so a typo never silently
 //! falls back to a default; paths are read as [`specx_run::paths`] says.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use specx_decoder::SamplingConfig;
 use specx_prompts::PromptsConfig;
@@ -89,7 +89,13 @@ fn default_batch() -> usize {
 
 impl Default for GenerationConfig {
     fn default() -> Self {
-        Self { max_new_tokens: default_max_new(), temperature: 1.0, top_k: None, top_p: None, batch_size: default_batch() }
+        Self {
+            max_new_tokens: default_max_new(),
+            temperature: 1.0,
+            top_k: None,
+            top_p: None,
+            batch_size: default_batch(),
+        }
     }
 }
 
@@ -300,6 +306,9 @@ dir = "out"
         let bad = MINIMAL.replace("[output]", "[mixing]\ntarget_ratio = 1.5\n[output]");
         assert!(DatagenConfig::parse(&bad, Path::new("c")).unwrap().validate().is_err());
         let chat = MINIMAL.replace("path = \"a.json\"", "path = \"a.json\"\nchat_template = \"llama9\"");
-        assert!(format!("{:#}", DatagenConfig::parse(&chat, Path::new("c")).unwrap().validate().unwrap_err()).contains("llama9"));
+        assert!(
+            format!("{:#}", DatagenConfig::parse(&chat, Path::new("c")).unwrap().validate().unwrap_err())
+                .contains("llama9")
+        );
     }
 }

@@ -6,7 +6,7 @@
 use crate::config::DatagenConfig;
 use crate::manifest::Manifest;
 use crate::merge::merge;
-use crate::run::{run_on_one_device, RunOptions};
+use crate::run::{RunOptions, run_on_one_device};
 use anyhow::Result;
 use specx_run::devices::DeviceRun;
 
@@ -21,5 +21,12 @@ pub fn run_on_devices(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manifest
         run_on_one_device(&part_cfg, &RunOptions { part: Some(part), progress: false, ..opts.clone() })
     };
     let merge = |parts: &[std::path::PathBuf]| merge(parts, &cfg.output.dir);
-    DeviceRun { what: "datagen", dir: &cfg.output.dir, devices: &cfg.models.devices, run_part: &run_part, merge: &merge }.run(|m: &Manifest| m)
+    DeviceRun {
+        what: "datagen",
+        dir: &cfg.output.dir,
+        devices: &cfg.models.devices,
+        run_part: &run_part,
+        merge: &merge,
+    }
+    .run(|m: &Manifest| m)
 }

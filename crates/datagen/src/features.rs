@@ -18,11 +18,11 @@
 //! draft's weights checksum and the shard's token-table checksum, so they are never stale.
 
 use crate::manifest::Manifest;
-use crate::shard::{read_features_file, read_prompts, read_tokens, ShardRecord};
-use anyhow::{bail, ensure, Context, Result};
+use crate::shard::{ShardRecord, read_features_file, read_prompts, read_tokens};
+use anyhow::{Context, Result, bail, ensure};
+use specx_decoder::Transformer;
 use specx_decoder::fsutil::{short_hash, write_atomic};
 use specx_decoder::speculative::{DraftStats, HEAD_STAT_INPUTS};
-use specx_decoder::Transformer;
 use std::path::{Path, PathBuf};
 
 /// Rows per draft forward when recomputing (sequences are batched up to this many rows).
@@ -70,21 +70,36 @@ fn mixed_sequences(dir: &Path, rec: &ShardRecord) -> Result<(Vec<MixedSequence>,
         let get = |v: Option<u32>| v.with_context(|| format!("{}: a null in row {i}", dir.join(name).display()));
         let (p, d, t) = (get(pi.get(i))? as usize, get(draw.get(i))?, get(pos.get(i))? as usize);
         if key != Some((p, d)) {
-            let (_, _, tokens) = prompts.iter().find(|(index, _, _)| *index == p).with_context(|| format!("{}: prompt {p} is not in the shard's prompt table", dir.join(name).display()))?;
+            let (_, _, tokens) = prompts.iter().find(|(index, _, _)| *index == p).with_context(|| {
+                format!("{}: prompt {p} is not in the shard's prompt table", dir.join(name).display())
+            })?;
             seqs.push(MixedSequence { tokens: tokens.clone(), prompt_len: tokens.len(), labelled: Vec::new() });
             key = Some((p, d));
         }
         let s = seqs.last_mut().expect("pushed above");
-        ensure!(s.tokens.len() == s.prompt_len + t, "{}: row {i} is position {t}, expected {}", dir.join(name).display(), s.tokens.len() - s.prompt_len);
+        ensure!(
+            s.tokens.len() == s.prompt_len + t,
+            "{}: row {i} is position {t}, expected {}",
+            dir.join(name).display(),
+            s.tokens.len() - s.prompt_len
+        );
         let fy = from_y.get(i).with_context(|| format!("{}: a null in row {i}", dir.join(name).display()))?;
         s.tokens.push(if fy { get(y.get(i))? } else { get(x.get(i))? });
         if fy {
-            let r = row.get(i).filter(|&r| r >= 0).with_context(|| format!("{}: labelled row {i} has no feature row", dir.join(name).display()))?;
+            let r = row
+                .get(i)
+                .filter(|&r| r >= 0)
+                .with_context(|| format!("{}: labelled row {i} has no feature row", dir.join(name).display()))?;
             s.labelled.push((t, r as usize));
             labelled_rows += 1;
         }
     }
-    ensure!(labelled_rows as u64 == rec.labelled_rows, "{}: {labelled_rows} labelled rows, the shard record says {}", dir.join(name).display(), rec.labelled_rows);
+    ensure!(
+        labelled_rows as u64 == rec.labelled_rows,
+        "{}: {labelled_rows} labelled rows, the shard record says {}",
+        dir.join(name).display(),
+        rec.labelled_rows
+    );
     Ok((seqs, labelled_rows))
 }
 
@@ -102,7 +117,12 @@ pub fn recompute(dir: &Path, rec: &ShardRecord, draft: &Transformer) -> Result<V
 
 /// [`recompute`], and with `stats` the draft statistics of every labelled row
 /// (`[labelled rows, 3]`).
-pub fn recompute_with(dir: &Path, rec: &ShardRecord, draft: &Transformer, stats: bool) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
+pub fn recompute_with(
+    dir: &Path,
+    rec: &ShardRecord,
+    draft: &Transformer,
+    stats: bool,
+) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
     let hidden = draft.config().hidden_size;
     let (seqs, rows) = mixed_sequences(dir, rec)?;
     let mut out = vec![f32::NAN; rows * hidden];
@@ -118,8 +138,13 @@ pub fn recompute_with(dir: &Path, rec: &ShardRecord, draft: &Transformer, stats:
         }
         let batch = &seqs[start..end];
         let mut caches: Vec<_> = batch.iter().map(|_| draft.new_cache(1)).collect();
-        let mut inputs: Vec<(&[u32], &mut specx_decoder::KvCache)> = batch.iter().map(|s| s.tokens.as_slice()).zip(caches.iter_mut()).collect();
-        let h = draft.forward_ragged(&mut inputs)?.into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("reading hidden states: {e:?}"))?;
+        let mut inputs: Vec<(&[u32], &mut specx_decoder::KvCache)> =
+            batch.iter().map(|s| s.tokens.as_slice()).zip(caches.iter_mut()).collect();
+        let h = draft
+            .forward_ragged(&mut inputs)?
+            .into_data()
+            .try_to_vec::<f32>()
+            .map_err(|e| anyhow::anyhow!("reading hidden states: {e:?}"))?;
         // (row of the previous position, drafted token, feature row) of every labelled row.
         let mut wanted: Vec<(usize, u32, usize)> = Vec::new();
         let mut offset = 0;
@@ -133,10 +158,15 @@ pub fn recompute_with(dir: &Path, rec: &ShardRecord, draft: &Transformer, stats:
         }
         if let Some(st) = stat_rows.as_mut() {
             for chunk in wanted.chunks(LOGIT_ROWS) {
-                let rows_h: Vec<f32> = chunk.iter().flat_map(|&(row, _, _)| h[row * hidden..(row + 1) * hidden].iter().copied()).collect();
-                let x = burn::tensor::Tensor::<2>::from_data(burn::tensor::TensorData::new(rows_h, [chunk.len(), hidden]), draft.device());
+                let rows_h: Vec<f32> =
+                    chunk.iter().flat_map(|&(row, _, _)| h[row * hidden..(row + 1) * hidden].iter().copied()).collect();
+                let x = burn::tensor::Tensor::<2>::from_data(
+                    burn::tensor::TensorData::new(rows_h, [chunk.len(), hidden]),
+                    draft.device(),
+                );
                 for (logits, &(_, token, r)) in draft.logits_ragged(x).iter().zip(chunk) {
-                    st[r * HEAD_STAT_INPUTS..(r + 1) * HEAD_STAT_INPUTS].copy_from_slice(&DraftStats::of(logits, token).head_inputs());
+                    st[r * HEAD_STAT_INPUTS..(r + 1) * HEAD_STAT_INPUTS]
+                        .copy_from_slice(&DraftStats::of(logits, token).head_inputs());
                 }
             }
         }
@@ -177,18 +207,44 @@ pub fn read_cache(path: &Path, rows: u64, width: usize) -> Option<Vec<f32>> {
 /// `draft` (which must be the run's draft: its checksum is compared with the manifest's) and
 /// cached. With `stats`, each row is followed by the draft statistics of its token (cached
 /// too). Returns (values, width).
-pub fn shard_features(dir: &Path, manifest: &Manifest, rec: &ShardRecord, draft: Option<(&Transformer, &str)>, stats: bool) -> Result<(Vec<f32>, usize)> {
+pub fn shard_features(
+    dir: &Path,
+    manifest: &Manifest,
+    rec: &ShardRecord,
+    draft: Option<(&Transformer, &str)>,
+    stats: bool,
+) -> Result<(Vec<f32>, usize)> {
     let hidden = manifest.hidden_size;
     let key = manifest.draft.weights_key();
     let (fpath, spath) = (cache_path(&key, rec), stats_cache_path(&key, rec));
-    let stored = if rec.features.is_some() { Some(crate::shard::read_features(dir, rec)?.0) } else { read_cache(&fpath, rec.labelled_rows, hidden) };
+    let stored = if rec.features.is_some() {
+        Some(crate::shard::read_features(dir, rec)?.0)
+    } else {
+        read_cache(&fpath, rec.labelled_rows, hidden)
+    };
     let cached_stats = if stats { read_cache(&spath, rec.labelled_rows, HEAD_STAT_INPUTS) } else { None };
     let (features, stat_rows) = match (stored, cached_stats) {
         (Some(f), s) if !stats || s.is_some() => (f, s),
         (stored, _) => {
-            let (draft, sha) = draft.with_context(|| format!("shard {} of {} {}: the draft model is needed to recompute them", rec.index, dir.display(), if stored.is_none() { "stores no features and none are cached" } else { "has no cached draft statistics" }))?;
+            let (draft, sha) = draft.with_context(|| {
+                format!(
+                    "shard {} of {} {}: the draft model is needed to recompute them",
+                    rec.index,
+                    dir.display(),
+                    if stored.is_none() {
+                        "stores no features and none are cached"
+                    } else {
+                        "has no cached draft statistics"
+                    }
+                )
+            })?;
             if sha != manifest.draft.sha256 {
-                bail!("{}: made with the draft of weights sha256 {}, but the draft loaded to recompute its features has {}", dir.display(), short_hash(&manifest.draft.sha256), short_hash(sha));
+                bail!(
+                    "{}: made with the draft of weights sha256 {}, but the draft loaded to recompute its features has {}",
+                    dir.display(),
+                    short_hash(&manifest.draft.sha256),
+                    short_hash(sha)
+                );
             }
             let (values, st) = recompute_with(dir, rec, draft, stats)?;
             if let Some(st) = &st {
@@ -210,7 +266,11 @@ pub fn shard_features(dir: &Path, manifest: &Manifest, rec: &ShardRecord, draft:
         None => Ok((features, hidden)),
         Some(st) => {
             let width = hidden + HEAD_STAT_INPUTS;
-            let joined = features.chunks_exact(hidden).zip(st.chunks_exact(HEAD_STAT_INPUTS)).flat_map(|(f, s)| f.iter().chain(s).copied()).collect();
+            let joined = features
+                .chunks_exact(hidden)
+                .zip(st.chunks_exact(HEAD_STAT_INPUTS))
+                .flat_map(|(f, s)| f.iter().chain(s).copied())
+                .collect();
             Ok((joined, width))
         }
     }

@@ -14,13 +14,13 @@
 //! active sequence in one ragged batch, and a finished prompt's slot is refilled at once.
 
 use crate::config::MixingConfig;
-use crate::labels::{label_position, PositionLabel};
-use specx_run::seed::named_seed;
-use anyhow::{bail, Result};
+use crate::labels::{PositionLabel, label_position};
+use anyhow::{Result, bail};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use rayon::prelude::*;
 use specx_decoder::{KvCache, Sampler, SamplingConfig, Transformer};
+use specx_run::seed::named_seed;
 use std::time::{Duration, Instant};
 
 /// One prompt to process: its position in the run's prompt order, id, and token ids (chat
@@ -128,7 +128,12 @@ pub fn run_passes(
             bail!("prompt {} has no tokens after templating", p.id);
         }
         if p.tokens.len() + settings.max_new_tokens > max_pos {
-            bail!("prompt {} ({} tokens) + {} new tokens exceeds the models' context of {max_pos}", p.id, p.tokens.len(), settings.max_new_tokens);
+            bail!(
+                "prompt {} ({} tokens) + {} new tokens exceeds the models' context of {max_pos}",
+                p.id,
+                p.tokens.len(),
+                settings.max_new_tokens
+            );
         }
     }
     let mut active: Vec<Active> = Vec::new();
@@ -161,7 +166,13 @@ pub fn run_passes(
         on_step(produced, done.len());
         for a in done {
             let p = &prompts[a.input];
-            if !on_done(PromptData { index: p.index, id: p.id.clone(), prompt_tokens: p.tokens.clone(), positions: a.positions, draws: a.draws })? {
+            if !on_done(PromptData {
+                index: p.index,
+                id: p.id.clone(),
+                prompt_tokens: p.tokens.clone(),
+                positions: a.positions,
+                draws: a.draws,
+            })? {
                 return Ok(());
             }
         }
@@ -176,7 +187,8 @@ fn target_step(target: &Transformer, active: &mut [Active]) -> Result<()> {
         return Ok(());
     }
     let xs: Vec<[u32; 1]> = live.iter().map(|a| [a.x]).collect();
-    let mut seqs: Vec<(&[u32], &mut KvCache)> = xs.iter().map(|x| x.as_slice()).zip(live.iter_mut().map(|a| &mut a.target)).collect();
+    let mut seqs: Vec<(&[u32], &mut KvCache)> =
+        xs.iter().map(|x| x.as_slice()).zip(live.iter_mut().map(|a| &mut a.target)).collect();
     let h = target.forward_ragged(&mut seqs)?;
     for (a, logits) in live.into_iter().zip(target.logits_ragged(h)) {
         a.p_logits = logits;
@@ -207,9 +219,13 @@ fn draft_step(draft: &Transformer, active: &mut [Active]) -> Result<()> {
     let mut seqs: Vec<(&[u32], &mut KvCache)> = tokens.iter().map(|t| t.as_slice()).zip(x_caches).collect();
     let h = draft.forward_ragged(&mut seqs)?;
     let rows = tokens.len();
-    let mut q_next = if n_live > 0 { draft.logits_ragged(h.clone().slice([0..n_live, 0..hidden])) } else { Vec::new() }.into_iter();
+    let mut q_next =
+        if n_live > 0 { draft.logits_ragged(h.clone().slice([0..n_live, 0..hidden])) } else { Vec::new() }.into_iter();
     let z_hidden = if rows > n_live {
-        h.slice([n_live..rows, 0..hidden]).into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("reading hidden states: {e:?}"))?
+        h.slice([n_live..rows, 0..hidden])
+            .into_data()
+            .try_to_vec::<f32>()
+            .map_err(|e| anyhow::anyhow!("reading hidden states: {e:?}"))?
     } else {
         Vec::new()
     };
@@ -230,7 +246,14 @@ fn draft_step(draft: &Transformer, active: &mut [Active]) -> Result<()> {
 
 /// Prefills a prompt into the target and the draft (the Z streams start from copies of the
 /// draft's cache: the prompt is shared).
-fn start(target: &Transformer, draft: &Transformer, p: &PromptInput, input: usize, s: &PassSettings, times: &mut PassTimes) -> Result<Active> {
+fn start(
+    target: &Transformer,
+    draft: &Transformer,
+    p: &PromptInput,
+    input: usize,
+    s: &PassSettings,
+    times: &mut PassTimes,
+) -> Result<Active> {
     let t0 = Instant::now();
     let mut tc = target.new_cache(1);
     let p_logits = target.forward_last(&p.tokens, &mut tc)?.logits_tail(1).remove(0);

@@ -3,8 +3,8 @@
 
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
-use specx_decoder::sampling::{argmax, sample_from};
 use specx_decoder::SamplingConfig;
+use specx_decoder::sampling::{argmax, sample_from};
 
 /// One labelled response position: the target wrote `x`; the draft, teacher-forced on the
 /// same prefix, drew `y` from its warped distribution q; `label = min(1, p(y) / q(y))` with p
@@ -23,7 +23,13 @@ pub struct PositionLabel {
 
 /// Computes the label at one position from the target's and the draft's logits there.
 /// `y` is drawn from the warped q with `rng` (the argmax when `warping` is greedy).
-pub fn label_position(x: u32, target_logits: &[f32], draft_logits: &[f32], warping: &SamplingConfig, rng: &mut StdRng) -> PositionLabel {
+pub fn label_position(
+    x: u32,
+    target_logits: &[f32],
+    draft_logits: &[f32],
+    warping: &SamplingConfig,
+    rng: &mut StdRng,
+) -> PositionLabel {
     let p = warping.warp(target_logits);
     let q = warping.warp(draft_logits);
     let y = if warping.is_greedy() { argmax(draft_logits) } else { sample_from(&q.probs, rng) };
@@ -76,7 +82,8 @@ impl LabelStats {
         self.labelled_rows += labelled_rows;
         for p in positions {
             self.label_sum += p.label;
-            let bin = if p.label >= 1.0 { HIST_BINS } else { ((p.label * HIST_BINS as f64) as usize).min(HIST_BINS - 1) };
+            let bin =
+                if p.label >= 1.0 { HIST_BINS } else { ((p.label * HIST_BINS as f64) as usize).min(HIST_BINS - 1) };
             self.label_hist[bin] += 1;
             if p.greedy_match {
                 self.greedy_matches += 1;

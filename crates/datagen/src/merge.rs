@@ -3,7 +3,7 @@
 
 use crate::manifest::{Manifest, PROMPT_LIST};
 use crate::shard::{finished_shard, record_name};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use specx_decoder::fsutil::write_atomic;
 use specx_run::config::write_run_config;
 use std::path::{Path, PathBuf};
@@ -35,20 +35,26 @@ pub fn merge(parts: &[PathBuf], out: &Path) -> Result<Manifest> {
             merged.shards.push(rec.clone());
         }
     }
-    let missing: Vec<usize> = (0..merged.shard_count).filter(|k| !merged.shards.iter().any(|s| s.index == *k)).collect();
+    let missing: Vec<usize> =
+        (0..merged.shard_count).filter(|k| !merged.shards.iter().any(|s| s.index == *k)).collect();
     if !missing.is_empty() {
         let whose = match first.part {
             Some(p) => {
                 let mut absent: Vec<usize> = missing.iter().map(|k| k % p.count).collect();
                 absent.sort();
                 absent.dedup();
-                format!(" (they belong to part {} of {})", absent.iter().map(usize::to_string).collect::<Vec<_>>().join(", "), p.count)
+                format!(
+                    " (they belong to part {} of {})",
+                    absent.iter().map(usize::to_string).collect::<Vec<_>>().join(", "),
+                    p.count
+                )
             }
             None => String::new(),
         };
         bail!("the parts lack shards {missing:?} of {}{whose}; merge all parts of the run", merged.shard_count);
     }
-    let list = std::fs::read(parts[0].join(PROMPT_LIST)).with_context(|| format!("reading {}", parts[0].join(PROMPT_LIST).display()))?;
+    let list = std::fs::read(parts[0].join(PROMPT_LIST))
+        .with_context(|| format!("reading {}", parts[0].join(PROMPT_LIST).display()))?;
     write_atomic(&out.join(PROMPT_LIST), &list)?;
     merged.refresh_summary();
     merged.complete = true;

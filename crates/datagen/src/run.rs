@@ -2,17 +2,17 @@
 //! responsible for (skipping finished ones), and keeps `manifest.json` current after each.
 
 use crate::config::DatagenConfig;
-use crate::generation::{run_passes, PassSettings, PassTimes, PromptInput};
-use crate::manifest::{Manifest, PromptSetRecord, FORMAT, PROMPT_LIST};
+use crate::generation::{PassSettings, PassTimes, PromptInput, run_passes};
+use crate::manifest::{FORMAT, Manifest, PROMPT_LIST, PromptSetRecord};
 use crate::shard::{finished_shard, write_shard};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use specx_decoder::fsutil::{sha256_file, sha256_hex, write_atomic};
+use specx_decoder::{Placement, check_pair, load_model_as, load_model_split};
 use specx_run::config::write_run_config;
-use specx_run::manifest::{ensure_same_setup, ModelRecord};
+use specx_run::manifest::{ModelRecord, ensure_same_setup};
 use specx_run::resume::remove_stale_temporaries;
 use specx_run::{Part, RunManifest};
-use specx_decoder::{check_pair, load_model_as, load_model_split, Placement};
 use std::time::Instant;
 
 /// Run options that do not change the data.
@@ -39,7 +39,13 @@ pub fn run_on_one_device(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manif
     let started = Instant::now();
     opts.part.as_ref().map(Part::check).transpose()?;
     // The target split over a placement's devices (`a+b`), the draft on its first.
-    let placement: Placement = specx_run::devices::device_of_part(&cfg.models.device, &cfg.models.devices, opts.part, "specx_datagen::run (specx datagen)")?.parse()?;
+    let placement: Placement = specx_run::devices::device_of_part(
+        &cfg.models.device,
+        &cfg.models.devices,
+        opts.part,
+        "specx_datagen::run (specx datagen)",
+    )?
+    .parse()?;
     let devices = placement.open()?;
     let device = devices[0].clone();
     let (prompts, rows_in_file) = select_prompts(cfg)?;
@@ -134,7 +140,8 @@ pub fn run_on_one_device(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manif
         todo.truncate(m);
     }
     let queue: Vec<PromptInput> = todo.iter().flat_map(|&k| inputs[shard_range(k)].iter().cloned()).collect();
-    let mut pending: std::collections::BTreeMap<usize, Vec<crate::generation::PromptData>> = todo.iter().map(|&k| (k, Vec::new())).collect();
+    let mut pending: std::collections::BTreeMap<usize, Vec<crate::generation::PromptData>> =
+        todo.iter().map(|&k| (k, Vec::new())).collect();
     let mut written = 0;
     let mut last_write = Instant::now();
     let mut on_step = |tokens: usize, finished: usize| {
@@ -143,7 +150,12 @@ pub fn run_on_one_device(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manif
         let rate = format!("{:.1} response tok/s", tokens_done as f64 / gen_start.elapsed().as_secs_f64());
         // Without a terminal (logs, CI) the bar is hidden: a line per 10 finished prompts.
         if bar.is_hidden() && finished > 0 && bar.position() / 10 != (bar.position() - finished as u64) / 10 {
-            eprintln!("{}/{} prompts, {tokens_done} response tokens, {rate}, {:.0} s", bar.position(), my_prompts, gen_start.elapsed().as_secs_f64());
+            eprintln!(
+                "{}/{} prompts, {tokens_done} response tokens, {rate}, {:.0} s",
+                bar.position(),
+                my_prompts,
+                gen_start.elapsed().as_secs_f64()
+            );
         }
         bar.set_message(rate);
     };
@@ -156,10 +168,22 @@ pub fn run_on_one_device(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manif
         }
         let mut data = pending.remove(&k).expect("just used");
         data.sort_by_key(|d| d.index);
-        let rec = write_shard(dir, k, k * per_shard, &data, manifest.hidden_size, cfg.output.features, cfg.output.features_dtype, last_write.elapsed().as_secs_f64())?;
+        let rec = write_shard(
+            dir,
+            k,
+            k * per_shard,
+            &data,
+            manifest.hidden_size,
+            cfg.output.features,
+            cfg.output.features_dtype,
+            last_write.elapsed().as_secs_f64(),
+        )?;
         last_write = Instant::now();
         if bar.is_hidden() {
-            eprintln!("shard {k}: {} prompts, {} response tokens, {} labelled rows", rec.prompt_count, rec.stats.response_tokens, rec.labelled_rows);
+            eprintln!(
+                "shard {k}: {} prompts, {} response tokens, {} labelled rows",
+                rec.prompt_count, rec.stats.response_tokens, rec.labelled_rows
+            );
         }
         written += 1;
         manifest.shards.push(rec);

@@ -18,11 +18,11 @@
 use crate::config::{FeatureDtype, FeatureStorage};
 use crate::generation::PromptData;
 use crate::labels::LabelStats;
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{Context, Result, bail, ensure};
 use polars::prelude::{Column, DataFrame, NamedFrom, Series};
+use polars_io::SerReader;
 use polars_io::parquet::read::ParquetReader;
 use polars_io::parquet::write::ParquetWriter;
-use polars_io::SerReader;
 use serde::{Deserialize, Serialize};
 use specx_decoder::fsutil::{sha256_file, sha256_hex, short_hash, write_atomic};
 use std::path::Path;
@@ -84,7 +84,13 @@ pub fn token_table(prompts: &[PromptData]) -> Result<DataFrame> {
     let mut next_feature = 0i64;
     for p in prompts {
         for (d, mix) in p.draws.iter().enumerate() {
-            ensure!(mix.from_y.len() == p.positions.len(), "prompt {}: {} mixing flags for {} positions", p.id, mix.from_y.len(), p.positions.len());
+            ensure!(
+                mix.from_y.len() == p.positions.len(),
+                "prompt {}: {} mixing flags for {} positions",
+                p.id,
+                mix.from_y.len(),
+                p.positions.len()
+            );
             for (i, (pos, &fy)) in p.positions.iter().zip(&mix.from_y).enumerate() {
                 prompt_index.push(p.index as u32);
                 prompt_id.push(p.id.clone());
@@ -145,11 +151,18 @@ fn features_bytes(prompts: &[PromptData], hidden: usize, dtype: FeatureDtype) ->
     for p in prompts {
         for mix in &p.draws {
             let n = mix.from_y.iter().filter(|&&f| f).count();
-            ensure!(mix.features.len() == n * hidden, "prompt {}: {} feature values for {n} labelled rows of width {hidden}", p.id, mix.features.len());
+            ensure!(
+                mix.features.len() == n * hidden,
+                "prompt {}: {} feature values for {n} labelled rows of width {hidden}",
+                p.id,
+                mix.features.len()
+            );
             rows += n;
             match dtype {
                 FeatureDtype::F32 => mix.features.iter().for_each(|v| data.extend_from_slice(&v.to_le_bytes())),
-                FeatureDtype::F16 => mix.features.iter().for_each(|v| data.extend_from_slice(&half::f16::from_f32(*v).to_le_bytes())),
+                FeatureDtype::F16 => {
+                    mix.features.iter().for_each(|v| data.extend_from_slice(&half::f16::from_f32(*v).to_le_bytes()))
+                }
             }
         }
     }
@@ -163,7 +176,16 @@ fn features_bytes(prompts: &[PromptData], hidden: usize, dtype: FeatureDtype) ->
 
 /// Writes shard `index` of `prompts` into `dir` (features only when `storage` stores them);
 /// the record goes last.
-pub fn write_shard(dir: &Path, index: usize, first_prompt: usize, prompts: &[PromptData], hidden: usize, storage: FeatureStorage, dtype: FeatureDtype, seconds: f64) -> Result<ShardRecord> {
+pub fn write_shard(
+    dir: &Path,
+    index: usize,
+    first_prompt: usize,
+    prompts: &[PromptData],
+    hidden: usize,
+    storage: FeatureStorage,
+    dtype: FeatureDtype,
+    seconds: f64,
+) -> Result<ShardRecord> {
     let df = token_table(prompts)?;
     let rows = df.height() as u64;
     let tokens = parquet_bytes(df, "token table")?;
@@ -211,11 +233,15 @@ pub fn finished_shard(dir: &Path, index: usize) -> Result<Option<ShardRecord>> {
     if !path.exists() {
         return Ok(None);
     }
-    let rec: ShardRecord = serde_json::from_slice(&std::fs::read(&path)?).with_context(|| format!("{}: malformed shard record", path.display()))?;
+    let rec: ShardRecord = serde_json::from_slice(&std::fs::read(&path)?)
+        .with_context(|| format!("{}: malformed shard record", path.display()))?;
     for f in rec.files() {
         let p = dir.join(&f.name);
         if !p.exists() || std::fs::metadata(&p)?.len() != f.bytes || sha256_file(&p)? != f.sha256 {
-            eprintln!("shard {index}: {} is missing or does not match its record; producing the shard again", p.display());
+            eprintln!(
+                "shard {index}: {} is missing or does not match its record; producing the shard again",
+                p.display()
+            );
             return Ok(None);
         }
     }
@@ -243,7 +269,9 @@ pub fn read_recorded(dir: &Path, f: &FileRecord) -> Result<Vec<u8>> {
 
 fn read_parquet(dir: &Path, f: &FileRecord, what: &str) -> Result<DataFrame> {
     let bytes = read_recorded(dir, f)?;
-    ParquetReader::new(std::io::Cursor::new(bytes)).finish().with_context(|| format!("{}: not a readable Parquet {what}", dir.join(&f.name).display()))
+    ParquetReader::new(std::io::Cursor::new(bytes))
+        .finish()
+        .with_context(|| format!("{}: not a readable Parquet {what}", dir.join(&f.name).display()))
 }
 
 /// Reads a shard's token table.
@@ -270,7 +298,9 @@ pub fn read_prompts(dir: &Path, rec: &ShardRecord) -> Result<Vec<(usize, String,
 
 /// Reads a shard's stored features as f32, `[rows, hidden]` row-major; returns (values, hidden).
 pub fn read_features(dir: &Path, rec: &ShardRecord) -> Result<(Vec<f32>, usize)> {
-    let f = rec.features.as_ref().with_context(|| format!("shard {} of {} stores no features (they are recomputed)", rec.index, dir.display()))?;
+    let f = rec.features.as_ref().with_context(|| {
+        format!("shard {} of {} stores no features (they are recomputed)", rec.index, dir.display())
+    })?;
     features_from_bytes(&dir.join(&f.name), &read_recorded(dir, f)?)
 }
 
@@ -282,15 +312,20 @@ pub fn read_features_file(p: &Path) -> Result<(Vec<f32>, usize)> {
 
 /// The f32 features of a safetensors file's bytes (`p` names it in errors).
 fn features_from_bytes(p: &Path, bytes: &[u8]) -> Result<(Vec<f32>, usize)> {
-    let st = safetensors::SafeTensors::deserialize(bytes).with_context(|| format!("{}: not a safetensors file", p.display()))?;
+    let st = safetensors::SafeTensors::deserialize(bytes)
+        .with_context(|| format!("{}: not a safetensors file", p.display()))?;
     let t = st.tensor("features").with_context(|| format!("{}: no 'features' tensor", p.display()))?;
     let shape = t.shape();
     if shape.len() != 2 {
         bail!("{}: features have shape {shape:?}, expected [rows, hidden]", p.display());
     }
     let values = match t.dtype() {
-        safetensors::Dtype::F32 => t.data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect(),
-        safetensors::Dtype::F16 => t.data().chunks_exact(2).map(|b| half::f16::from_le_bytes(b.try_into().unwrap()).to_f32()).collect(),
+        safetensors::Dtype::F32 => {
+            t.data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
+        }
+        safetensors::Dtype::F16 => {
+            t.data().chunks_exact(2).map(|b| half::f16::from_le_bytes(b.try_into().unwrap()).to_f32()).collect()
+        }
         other => bail!("{}: features stored as {other:?}, expected F16 or F32", p.display()),
     };
     Ok((values, shape[1]))
@@ -343,7 +378,11 @@ fn by_feature_row(df: &DataFrame, name: &str, rows: usize, table: &Path) -> Resu
             if r >= 0 {
                 let r = r as usize;
                 ensure!(r < rows, "{}: feature_row {r} beyond the {rows} feature rows", table.display());
-                ensure!(!std::mem::replace(&mut seen[r], true), "{}: feature row {r} belongs to two labelled token rows", table.display());
+                ensure!(
+                    !std::mem::replace(&mut seen[r], true),
+                    "{}: feature row {r} belongs to two labelled token rows",
+                    table.display()
+                );
                 out[r] = v;
             }
         }
@@ -359,7 +398,11 @@ mod tests {
     use super::*;
 
     fn table(feature_rows: Vec<i64>, labels: Vec<f32>) -> DataFrame {
-        DataFrame::new(labels.len(), vec![Column::new("feature_row".into(), feature_rows), Column::new("label".into(), labels)]).unwrap()
+        DataFrame::new(
+            labels.len(),
+            vec![Column::new("feature_row".into(), feature_rows), Column::new("label".into(), labels)],
+        )
+        .unwrap()
     }
 
     /// Labelled token rows land at their feature rows, whatever the token order; unlabelled

@@ -1,6 +1,6 @@
 //! The end-of-run summary: counts, the label distribution and the acceptance estimates.
 
-use crate::labels::{LabelStats, HIST_BINS};
+use crate::labels::{HIST_BINS, LabelStats};
 use crate::manifest::Manifest;
 use specx_decoder::report::markdown_table;
 
@@ -15,7 +15,10 @@ pub fn summary_text(m: &Manifest) -> String {
         vec!["response tokens".into(), s.response_tokens.to_string()],
         vec!["labelled rows (Z from Y)".into(), s.labelled_rows.to_string()],
         vec!["mean acceptance label".into(), format!("{:.4}", s.mean_label())],
-        vec!["greedy match rate (argmax q = X)".into(), format!("{:.4}", s.greedy_matches as f64 / s.response_tokens.max(1) as f64)],
+        vec![
+            "greedy match rate (argmax q = X)".into(),
+            format!("{:.4}", s.greedy_matches as f64 / s.response_tokens.max(1) as f64),
+        ],
         vec!["mean exact-match run length".into(), format!("{:.2}", s.mean_match_run())],
         vec!["DSI acceptance estimate 1 - 1/(1+n)".into(), format!("{:.4}", s.dsi_acceptance())],
         vec!["same, first run per prompt only".into(), format!("{:.4}", s.dsi_prefix_acceptance())],
@@ -34,7 +37,11 @@ pub fn histogram_table(s: &LabelStats) -> String {
         .iter()
         .enumerate()
         .map(|(i, &c)| {
-            let range = if i == HIST_BINS { "= 1".to_string() } else { format!("[{:.1}, {:.1})", i as f64 / 10.0, (i + 1) as f64 / 10.0) };
+            let range = if i == HIST_BINS {
+                "= 1".to_string()
+            } else {
+                format!("[{:.1}, {:.1})", i as f64 / 10.0, (i + 1) as f64 / 10.0)
+            };
             let share = c as f64 / total;
             vec![range, c.to_string(), format!("{:.3}", share), "#".repeat((share * 50.0).round() as usize)]
         })

@@ -3,16 +3,16 @@
 //! is counted: Alpaca's train split (the split every specx config uses: 4,000 / 800 / 200 rows,
 //! seed 0), GSM8K's train set, and optionally a directory of source files; never a test set.
 
-use specx_run::paths::dataset_cache_dir;
-use specx_prompts::{load, PromptFormat, SplitSpec};
-use anyhow::{ensure, Context, Result};
+use anyhow::{Context, Result, ensure};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
+use specx_decoder::Tokenizer;
 use specx_decoder::draft::frequencies::{CorpusSource, TokenFrequencies};
 use specx_decoder::fsutil::sha256_file;
 use specx_decoder::loader::model_cache_dir;
-use specx_decoder::Tokenizer;
+use specx_prompts::{PromptFormat, SplitSpec, load};
+use specx_run::paths::dataset_cache_dir;
 use std::path::{Path, PathBuf};
 
 #[derive(Args, Debug)]
@@ -75,9 +75,23 @@ fn prompt_corpus(name: &str, format: PromptFormat, path: &Path, split: &SplitSpe
     for &i in &idx {
         texts.extend(fields.iter().filter_map(|f| rows[i].fields.get(*f)).filter(|t| !t.is_empty()).cloned());
     }
-    let rows_label = if split.name == "all" { "all".to_string() } else { format!("{} of {:?} seed {}", split.name, split.sizes, split.seed) };
+    let rows_label = if split.name == "all" {
+        "all".to_string()
+    } else {
+        format!("{} of {:?} seed {}", split.name, split.sizes, split.seed)
+    };
     let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-    Ok(Corpus { texts, source: CorpusSource { name: name.into(), file, sha256: sha256_file(path)?, rows: rows_label, count: idx.len(), tokens: 0 } })
+    Ok(Corpus {
+        texts,
+        source: CorpusSource {
+            name: name.into(),
+            file,
+            sha256: sha256_file(path)?,
+            rows: rows_label,
+            count: idx.len(),
+            tokens: 0,
+        },
+    })
 }
 
 fn code_corpus(dir: &Path) -> Result<Corpus> {
@@ -100,20 +114,42 @@ fn code_corpus(dir: &Path) -> Result<Corpus> {
     let mut texts = Vec::with_capacity(files.len());
     for f in &files {
         let bytes = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
-        listing.push_str(&format!("{}\t{}\n", f.strip_prefix(dir).unwrap_or(f).display(), specx_decoder::fsutil::sha256_hex(&bytes)));
+        listing.push_str(&format!(
+            "{}\t{}\n",
+            f.strip_prefix(dir).unwrap_or(f).display(),
+            specx_decoder::fsutil::sha256_hex(&bytes)
+        ));
         texts.push(String::from_utf8_lossy(&bytes).into_owned());
     }
     let file = dir.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-    Ok(Corpus { texts, source: CorpusSource { name: "code".into(), file, sha256: specx_decoder::fsutil::sha256_hex(listing.as_bytes()), rows: "all *.py".into(), count: files.len(), tokens: 0 } })
+    Ok(Corpus {
+        texts,
+        source: CorpusSource {
+            name: "code".into(),
+            file,
+            sha256: specx_decoder::fsutil::sha256_hex(listing.as_bytes()),
+            rows: "all *.py".into(),
+            count: files.len(),
+            tokens: 0,
+        },
+    })
 }
 
 /// The target's response tokens of a datagen run (already token ids), and how they are recorded.
 fn datagen_tokens(dir: &Path, shards: Option<usize>) -> Result<(Vec<u32>, CorpusSource)> {
     let mut m = crate::manifest::Manifest::read(dir)?;
-    ensure!(m.prompts.split != "test", "{}: a datagen run on a test split; the table counts training text only", dir.display());
+    ensure!(
+        m.prompts.split != "test",
+        "{}: a datagen run on a test split; the table counts training text only",
+        dir.display()
+    );
     m.shards.sort_by_key(|r| r.index);
     if let Some(n) = shards {
-        ensure!(m.shards.iter().take(n).enumerate().all(|(i, r)| r.index == i) && m.shards.len() >= n, "{}: --datagen-shards {n}, but shards 0..{n} are not all written", dir.display());
+        ensure!(
+            m.shards.iter().take(n).enumerate().all(|(i, r)| r.index == i) && m.shards.len() >= n,
+            "{}: --datagen-shards {n}, but shards 0..{n} are not all written",
+            dir.display()
+        );
         m.shards.truncate(n);
     }
     let mut ids = Vec::new();
@@ -125,22 +161,42 @@ fn datagen_tokens(dir: &Path, shards: Option<usize>) -> Result<(Vec<u32>, Corpus
         listing.push_str(&format!("{}\n", rec.tokens.sha256));
     }
     let file = dir.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-    let rows = format!("{} prompts of the {} split, shards 0..{}", m.shards.iter().map(|r| r.prompt_count).sum::<usize>(), m.prompts.split, m.shards.len());
-    let source = CorpusSource { name: "datagen".into(), file, sha256: specx_decoder::fsutil::sha256_hex(listing.as_bytes()), rows, count: m.shards.len(), tokens: ids.len() as u64 };
+    let rows = format!(
+        "{} prompts of the {} split, shards 0..{}",
+        m.shards.iter().map(|r| r.prompt_count).sum::<usize>(),
+        m.prompts.split,
+        m.shards.len()
+    );
+    let source = CorpusSource {
+        name: "datagen".into(),
+        file,
+        sha256: specx_decoder::fsutil::sha256_hex(listing.as_bytes()),
+        rows,
+        count: m.shards.len(),
+        tokens: ids.len() as u64,
+    };
     Ok((ids, source))
 }
 
 /// Counts every corpus's tokens with `tokenizer` (and the already tokenized `ids`) and builds
 /// the table.
-pub fn build(tokenizer: &Tokenizer, corpora: Vec<Corpus>, ids: Vec<(Vec<u32>, CorpusSource)>, progress: bool) -> Result<TokenFrequencies> {
+pub fn build(
+    tokenizer: &Tokenizer,
+    corpora: Vec<Corpus>,
+    ids: Vec<(Vec<u32>, CorpusSource)>,
+    progress: bool,
+) -> Result<TokenFrequencies> {
     let vocab_size = tokenizer.vocab().values().max().map_or(0, |&m| m as usize + 1);
     let mut counts = vec![0u64; vocab_size];
     let total: usize = corpora.iter().map(|c| c.texts.len()).sum();
     let bar = if progress { ProgressBar::new(total as u64) } else { ProgressBar::hidden() };
-    bar.set_style(ProgressStyle::with_template("counting tokens {bar:40} {pos}/{len} texts {elapsed}").expect("a valid template"));
+    bar.set_style(
+        ProgressStyle::with_template("counting tokens {bar:40} {pos}/{len} texts {elapsed}").expect("a valid template"),
+    );
     let mut sources = Vec::new();
     for mut c in corpora {
-        let ids: Vec<Vec<u32>> = c.texts.par_iter().map(|t| tokenizer.encode(t).inspect(|_| bar.inc(1))).collect::<Result<_>>()?;
+        let ids: Vec<Vec<u32>> =
+            c.texts.par_iter().map(|t| tokenizer.encode(t).inspect(|_| bar.inc(1))).collect::<Result<_>>()?;
         for &id in ids.iter().flatten() {
             counts[id as usize] += 1;
         }
@@ -150,7 +206,11 @@ pub fn build(tokenizer: &Tokenizer, corpora: Vec<Corpus>, ids: Vec<(Vec<u32>, Co
     bar.finish_and_clear();
     for (tokens, source) in ids {
         for &id in &tokens {
-            ensure!((id as usize) < vocab_size, "{}: token {id} is outside the tokenizer's vocabulary of {vocab_size}", source.file);
+            ensure!(
+                (id as usize) < vocab_size,
+                "{}: token {id} is outside the tokenizer's vocabulary of {vocab_size}",
+                source.file
+            );
             counts[id as usize] += 1;
         }
         sources.push(source);
@@ -159,14 +219,25 @@ pub fn build(tokenizer: &Tokenizer, corpora: Vec<Corpus>, ids: Vec<(Vec<u32>, Co
 }
 
 pub fn run(args: &TokenFreqArgs) -> Result<()> {
-    let tok_path = args.tokenizer.clone().unwrap_or_else(|| model_cache_dir().join("qwen2.5-coder-0.5b-instruct/tokenizer.json"));
+    let tok_path =
+        args.tokenizer.clone().unwrap_or_else(|| model_cache_dir().join("qwen2.5-coder-0.5b-instruct/tokenizer.json"));
     let tokenizer = Tokenizer::from_file(&tok_path)?;
     let mut corpora = Vec::new();
     if let Some(p) = source_path(&args.alpaca, dataset_cache_dir().join("alpaca/alpaca_5000.json")) {
-        corpora.push(prompt_corpus("alpaca", PromptFormat::Alpaca, &p, &alpaca_train(), &["instruction", "input", "output"])?);
+        corpora.push(prompt_corpus(
+            "alpaca",
+            PromptFormat::Alpaca,
+            &p,
+            &alpaca_train(),
+            &["instruction", "input", "output"],
+        )?);
     }
     if let Some(p) = source_path(&args.gsm8k, dataset_cache_dir().join("gsm8k/train.jsonl")) {
-        ensure!(!p.to_string_lossy().contains("test"), "{}: looks like a test set; the table counts training text only", p.display());
+        ensure!(
+            !p.to_string_lossy().contains("test"),
+            "{}: looks like a test set; the table counts training text only",
+            p.display()
+        );
         corpora.push(prompt_corpus("gsm8k", PromptFormat::Gsm8k, &p, &SplitSpec::all(), &["question", "answer"])?);
     }
     if let Some(dir) = &args.code {
@@ -176,12 +247,22 @@ pub fn run(args: &TokenFreqArgs) -> Result<()> {
     if let Some(dir) = &args.datagen {
         extra_counts.push(datagen_tokens(dir, args.datagen_shards)?);
     }
-    ensure!(!corpora.is_empty() || !extra_counts.is_empty(), "no corpus to count: give --alpaca, --gsm8k, --code or --datagen");
+    ensure!(
+        !corpora.is_empty() || !extra_counts.is_empty(),
+        "no corpus to count: give --alpaca, --gsm8k, --code or --datagen"
+    );
 
     let table = build(&tokenizer, corpora, extra_counts, !args.no_progress)?;
     table.write(&args.out)?;
     let h = &table.header;
-    println!("{}: {} tokens, {} distinct ids of {} ({} special tokens first)", args.out.display(), h.tokens, h.distinct, h.vocab_size, h.always.len());
+    println!(
+        "{}: {} tokens, {} distinct ids of {} ({} special tokens first)",
+        args.out.display(),
+        h.tokens,
+        h.distinct,
+        h.vocab_size,
+        h.always.len()
+    );
     println!("| top N | share of the counted tokens |\n|---:|---:|");
     for n in [4096, 8192, 16384, 32768, 65536] {
         println!("| {n} | {:.4} |", table.coverage(n));

@@ -3,15 +3,15 @@
 //! sharding + merge, and the errors a user meets.
 
 use polars::prelude::*;
-use specx_datagen::cli::{effective_config, DatagenArgs};
+use specx_datagen::cli::{DatagenArgs, effective_config};
 use specx_datagen::config::DatagenConfig;
 use specx_datagen::manifest::Manifest;
-use specx_run::{Part, RunManifest};
 use specx_datagen::run::select_prompts;
-use specx_datagen::{run, RunOptions};
 use specx_datagen::shard::{read_features, read_tokens};
-use specx_decoder::synthetic::{random_weights, tiny_qwen2, word_tokenizer_json, write_hf_dir, StDtype, CHAR_VOCAB};
-use specx_decoder::{default_device, load_model, LoadedModel};
+use specx_datagen::{RunOptions, run};
+use specx_decoder::synthetic::{CHAR_VOCAB, StDtype, random_weights, tiny_qwen2, word_tokenizer_json, write_hf_dir};
+use specx_decoder::{LoadedModel, default_device, load_model};
+use specx_run::{Part, RunManifest};
 use std::path::{Path, PathBuf};
 
 fn manifest_dir() -> PathBuf {
@@ -29,7 +29,12 @@ fn write_pair(root: &Path) -> (PathBuf, PathBuf) {
 
 fn args(out: &Path, draft: &Path, target: &Path) -> DatagenArgs {
     DatagenArgs {
-        run: specx_run::RunArgs { config: Some(tiny_config()), out: Some(out.to_path_buf()), no_progress: true, ..Default::default() },
+        run: specx_run::RunArgs {
+            config: Some(tiny_config()),
+            out: Some(out.to_path_buf()),
+            no_progress: true,
+            ..Default::default()
+        },
         draft: Some(draft.to_path_buf()),
         target: Some(target.to_path_buf()),
         ..Default::default()
@@ -116,9 +121,19 @@ fn datagen_on_a_tiny_pair() {
                 let (p, q) = (softmax64(&tp[i]), softmax64(&dq[i]));
                 let y = ys[r] as usize;
                 let want = (p[y] / q[y]).min(1.0);
-                assert!((labels[r] as f64 - want).abs() < 1e-4, "prompt {pi} position {i}: label {} vs {want}", labels[r]);
+                assert!(
+                    (labels[r] as f64 - want).abs() < 1e-4,
+                    "prompt {pi} position {i}: label {} vs {want}",
+                    labels[r]
+                );
                 assert!((log_p[r] as f64 - p[y].ln()).abs() < 1e-3 && (log_q[r] as f64 - q[y].ln()).abs() < 1e-3);
-                spread[if want < 0.3 { 0 } else if want > 0.7 { 2 } else { 1 }] += 1;
+                spread[if want < 0.3 {
+                    0
+                } else if want > 0.7 {
+                    2
+                } else {
+                    1
+                }] += 1;
                 checked_labels += 1;
             }
             // Features: the draft's final hidden states over prompt + Z at the labelled rows.
@@ -244,13 +259,23 @@ fn recomputed_features_match_the_stored_ones() {
     let (_, stats) = specx_datagen::features::recompute_with(&rc.output.dir, r, &draft.model, true).unwrap();
     let stats = stats.unwrap();
     let df = read_tokens(&rc.output.dir, r).unwrap();
-    let (pos, from_y, row, log_q) = (col_u32(&df, "position"), col_bool(&df, "from_y"), df.column("feature_row").unwrap().i64().unwrap().into_no_null_iter().collect::<Vec<_>>(), col_f32(&df, "log_q"));
+    let (pos, from_y, row, log_q) = (
+        col_u32(&df, "position"),
+        col_bool(&df, "from_y"),
+        df.column("feature_row").unwrap().i64().unwrap().into_no_null_iter().collect::<Vec<_>>(),
+        col_f32(&df, "log_q"),
+    );
     let mut checked = 0;
     for i in (0..df.height()).filter(|&i| from_y[i]) {
         let s = &stats[row[i] as usize * 3..][..3];
         assert!(s[0] > 0.0 && s[0] <= 1.0 && s[1] >= 0.0 && (0.0..=1.0).contains(&s[2]), "row {i}: {s:?}");
         if pos[i] == 0 {
-            assert!((s[0] - log_q[i].exp()).abs() < 1e-4, "row {i}: token probability {} vs exp(log q) {}", s[0], log_q[i].exp());
+            assert!(
+                (s[0] - log_q[i].exp()).abs() < 1e-4,
+                "row {i}: token probability {} vs exp(log q) {}",
+                s[0],
+                log_q[i].exp()
+            );
             checked += 1;
         }
     }
@@ -262,7 +287,11 @@ fn recomputed_features_match_the_stored_ones() {
     let e = format!("{:#}", shard_features(&rc.output.dir, &recomputed, r, None, false).unwrap_err());
     assert!(e.contains("stores no features") && e.contains("draft model is needed"), "{e}");
     let target = load(&target_path);
-    let e = format!("{:#}", shard_features(&rc.output.dir, &recomputed, r, Some((&target.model, &target.weights_sha256().unwrap())), false).unwrap_err());
+    let e = format!(
+        "{:#}",
+        shard_features(&rc.output.dir, &recomputed, r, Some((&target.model, &target.weights_sha256().unwrap())), false)
+            .unwrap_err()
+    );
     assert!(e.contains("made with the draft of weights sha256"), "{e}");
 }
 
@@ -272,18 +301,28 @@ fn native_gguf_weights_write_the_same_bytes_for_any_batch_size_and_as_f32() {
     // inside the kernel. Batch sizes 1, 4 and 16 write byte-identical data files, and so does
     // the same pair dequantized to f32 on load (`--weights f32`).
     let tmp = tempfile::tempdir().unwrap();
-    let (draft, target) = specx_decoder::synthetic::write_tiny_char_pair_gguf(tmp.path(), 7, 0.35, specx_decoder::gguf::GgmlType::Q8_0).unwrap();
+    let (draft, target) =
+        specx_decoder::synthetic::write_tiny_char_pair_gguf(tmp.path(), 7, 0.35, specx_decoder::gguf::GgmlType::Q8_0)
+            .unwrap();
     let mut base = effective_config(&args(&tmp.path().join("batch4"), &draft, &target)).unwrap();
     assert_eq!(base.models.weights, specx_decoder::WeightMode::Q8, "q8 is the default");
     base.models.weights = specx_decoder::WeightMode::Native;
     let reference = run(&base, &opts(None, None)).unwrap();
     assert!(reference.complete && reference.summary.labelled_rows > 0);
-    for (batch, weights) in [(1, specx_decoder::WeightMode::Native), (16, specx_decoder::WeightMode::Native), (4, specx_decoder::WeightMode::F32)] {
+    for (batch, weights) in [
+        (1, specx_decoder::WeightMode::Native),
+        (16, specx_decoder::WeightMode::Native),
+        (4, specx_decoder::WeightMode::F32),
+    ] {
         let mut other = base.clone();
         other.generation.batch_size = batch;
         other.models.weights = weights;
         other.output.dir = tmp.path().join(format!("batch{batch}-{weights}"));
-        assert_eq!(data_files(&run(&other, &opts(None, None)).unwrap()), data_files(&reference), "batch size {batch}, {weights} weights");
+        assert_eq!(
+            data_files(&run(&other, &opts(None, None)).unwrap()),
+            data_files(&reference),
+            "batch size {batch}, {weights} weights"
+        );
     }
 }
 
@@ -293,7 +332,9 @@ fn q8_weights_write_the_same_bytes_for_any_batch_size() {
     // native path, but a row's result still depends on that row alone: batch sizes 1, 4 and 16
     // write byte-identical data files.
     let tmp = tempfile::tempdir().unwrap();
-    let (draft, target) = specx_decoder::synthetic::write_tiny_char_pair_gguf(tmp.path(), 7, 0.35, specx_decoder::gguf::GgmlType::Q8_0).unwrap();
+    let (draft, target) =
+        specx_decoder::synthetic::write_tiny_char_pair_gguf(tmp.path(), 7, 0.35, specx_decoder::gguf::GgmlType::Q8_0)
+            .unwrap();
     let mut base = effective_config(&args(&tmp.path().join("q8-batch4"), &draft, &target)).unwrap();
     base.models.weights = specx_decoder::WeightMode::Q8;
     let reference = run(&base, &opts(None, None)).unwrap();
@@ -302,7 +343,11 @@ fn q8_weights_write_the_same_bytes_for_any_batch_size() {
         let mut other = base.clone();
         other.generation.batch_size = batch;
         other.output.dir = tmp.path().join(format!("q8-batch{batch}"));
-        assert_eq!(data_files(&run(&other, &opts(None, None)).unwrap()), data_files(&reference), "batch size {batch}, q8 weights");
+        assert_eq!(
+            data_files(&run(&other, &opts(None, None)).unwrap()),
+            data_files(&reference),
+            "batch size {batch}, q8 weights"
+        );
     }
 }
 
@@ -314,7 +359,8 @@ fn bad_inputs_are_explained() {
     // A draft with another vocabulary.
     let cfg = tiny_qwen2(CHAR_VOCAB);
     let other = tmp.path().join("other");
-    write_hf_dir(&other, &cfg, &random_weights(&cfg, 1), StDtype::F32, 1, &word_tokenizer_json(CHAR_VOCAB, "w")).unwrap();
+    write_hf_dir(&other, &cfg, &random_weights(&cfg, 1), StDtype::F32, 1, &word_tokenizer_json(CHAR_VOCAB, "w"))
+        .unwrap();
     let c = effective_config(&args(&out, &other, &target_path)).unwrap();
     let e = format!("{:#}", run(&c, &opts(None, None)).unwrap_err());
     assert!(e.contains("do not share a tokenizer"), "{e}");
@@ -357,7 +403,8 @@ fn a_device_list_runs_one_part_per_device_and_merges_them() {
     let tmp = tempfile::tempdir().unwrap();
     let (draft_path, target_path) = write_pair(tmp.path());
     let plain_dir = tmp.path().join("plain");
-    let plain = run(&effective_config(&args(&plain_dir, &draft_path, &target_path)).unwrap(), &opts(None, None)).unwrap();
+    let plain =
+        run(&effective_config(&args(&plain_dir, &draft_path, &target_path)).unwrap(), &opts(None, None)).unwrap();
     let dir = tmp.path().join("listed");
     let mut a = args(&dir, &draft_path, &target_path);
     a.run.devices = vec!["cpu".into()];
@@ -401,7 +448,8 @@ fn a_device_list_splits_the_run_between_the_cpu_and_the_device() {
     let tmp = tempfile::tempdir().unwrap();
     let (draft_path, target_path) = write_pair(tmp.path());
     let plain_dir = tmp.path().join("plain");
-    let plain = run(&effective_config(&args(&plain_dir, &draft_path, &target_path)).unwrap(), &opts(None, None)).unwrap();
+    let plain =
+        run(&effective_config(&args(&plain_dir, &draft_path, &target_path)).unwrap(), &opts(None, None)).unwrap();
     let dir = tmp.path().join("two");
     let mut a = args(&dir, &draft_path, &target_path);
     a.run.devices = vec!["cpu".into(), "wgpu".into()];

@@ -9,20 +9,26 @@
 use specx_datagen::config::{DatagenConfig, FeatureDtype, FeatureStorage};
 use specx_datagen::features::recompute;
 use specx_datagen::shard::read_features;
-use specx_datagen::{run, RunOptions};
+use specx_datagen::{RunOptions, run};
 use specx_decoder::compare::{max_abs, max_abs_diff, nan_max, nan_max64};
 use specx_decoder::{default_device, load_model};
 use std::path::PathBuf;
 
 fn configs() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from).join("../../configs")
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from)
+        .join("../../configs")
 }
 
 #[test]
 fn recomputed_features_match_generation_on_the_real_pair() {
     let tmp = tempfile::tempdir().unwrap();
     let mut cfg = DatagenConfig::load(&configs().join("datagen-qwen-alpaca-dev-200.toml")).unwrap();
-    assert!(cfg.models.draft.exists(), "real model missing at {}: run scripts/fetch-models.sh", cfg.models.draft.display());
+    assert!(
+        cfg.models.draft.exists(),
+        "real model missing at {}: run scripts/fetch-models.sh",
+        cfg.models.draft.display()
+    );
     cfg.prompts.limit = Some(4);
     cfg.generation.max_new_tokens = 48;
     cfg.generation.batch_size = 4;
@@ -37,7 +43,11 @@ fn recomputed_features_match_generation_on_the_real_pair() {
     let a = run(&stored, &RunOptions::default()).unwrap();
     let b = run(&recomputed, &RunOptions::default()).unwrap();
     let (sa, sb) = (&a.shards[0], &b.shards[0]);
-    assert_eq!((&sa.tokens.sha256, &sa.prompts.sha256), (&sb.tokens.sha256, &sb.prompts.sha256), "the tables must not depend on whether features are stored");
+    assert_eq!(
+        (&sa.tokens.sha256, &sa.prompts.sha256),
+        (&sb.tokens.sha256, &sb.prompts.sha256),
+        "the tables must not depend on whether features are stored"
+    );
     let draft = load_model(&cfg.models.draft, None, &default_device()).unwrap();
     let (want, hidden) = read_features(&stored.output.dir, sa).unwrap();
     let got = recompute(&recomputed.output.dir, sb, &draft.model).unwrap();
@@ -50,6 +60,9 @@ fn recomputed_features_match_generation_on_the_real_pair() {
         worst = nan_max(worst, max_abs_diff(g, w));
         scale = nan_max(scale, max_abs(w));
     }
-    eprintln!("{} labelled rows: largest |recomputed - generated| {worst:.2e} (largest |feature| {scale:.1}), largest relative L2 difference per row {worst_rel:.2e}", want.len() / hidden);
+    eprintln!(
+        "{} labelled rows: largest |recomputed - generated| {worst:.2e} (largest |feature| {scale:.1}), largest relative L2 difference per row {worst_rel:.2e}",
+        want.len() / hidden
+    );
     assert!(worst_rel < 1e-4, "recomputed features differ from generation's by {worst_rel:.2e} (relative L2)");
 }

@@ -3,11 +3,13 @@
 //! committed datagen run's first shards and the fetched Qwen2.5 tokenizer: the draft
 //! vocabulary every config names is reproducible.
 
-use specx_datagen::token_freq::{run, TokenFreqArgs};
+use specx_datagen::token_freq::{TokenFreqArgs, run};
 use std::path::PathBuf;
 
 fn root() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from).join("../..")
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from)
+        .join("../..")
 }
 
 #[test]
@@ -18,8 +20,10 @@ fn the_shipped_frequency_table_is_rebuilt_byte_for_byte() {
     assert!(tokenizer.is_file(), "{} missing: run scripts/fetch-models.sh", tokenizer.display());
     let out = tmp.path().join("freq.tsv");
     // The shards the shipped table counted (the committed run keeps growing).
-    let shipped = specx_decoder::draft::frequencies::TokenFrequencies::read(&specx_decoder::draft::default_table_path()).unwrap();
-    let datagen = shipped.header.sources.iter().find(|s| s.name == "datagen").expect("the shipped table counts a datagen run");
+    let shipped =
+        specx_decoder::draft::frequencies::TokenFrequencies::read(&specx_decoder::draft::default_table_path()).unwrap();
+    let datagen =
+        shipped.header.sources.iter().find(|s| s.name == "datagen").expect("the shipped table counts a datagen run");
     let args = TokenFreqArgs {
         out: out.clone(),
         tokenizer: Some(tokenizer),
@@ -32,7 +36,11 @@ fn the_shipped_frequency_table_is_rebuilt_byte_for_byte() {
     };
     run(&args).unwrap();
     let shipped = std::fs::read(specx_decoder::draft::default_table_path()).unwrap();
-    assert!(std::fs::read(&out).unwrap() == shipped, "the rebuilt table differs from {}", specx_decoder::draft::default_table_path().display());
+    assert!(
+        std::fs::read(&out).unwrap() == shipped,
+        "the rebuilt table differs from {}",
+        specx_decoder::draft::default_table_path().display()
+    );
     // A test set is refused by name.
     let e = format!("{:#}", run(&TokenFreqArgs { gsm8k: Some(shared.join("gsm8k/test.jsonl")), ..args }).unwrap_err());
     assert!(e.contains("test.jsonl") && e.contains("training text only"), "{e}");

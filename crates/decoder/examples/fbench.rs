@@ -33,7 +33,8 @@ fn minor_faults() -> i64 {
 fn main() -> anyhow::Result<()> {
     let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
     let model = env("FBENCH_MODEL", "qwen2.5-coder-1.5b-instruct");
-    let rows: Vec<usize> = env("FBENCH_ROWS", "1,5").split(',').map(|x| x.trim().parse().expect("FBENCH_ROWS: row counts")).collect();
+    let rows: Vec<usize> =
+        env("FBENCH_ROWS", "1,5").split(',').map(|x| x.trim().parse().expect("FBENCH_ROWS: row counts")).collect();
     let reps: usize = env("FBENCH_REPS", "20").parse()?;
     let mode = match env("FBENCH_WEIGHTS", "q8").as_str() {
         "native" => WeightMode::Native,

@@ -10,14 +10,18 @@
 //! Reads the fetched Qwen pair (scripts/fetch-models.sh; `SPECX_MODELS` moves it). The
 //! weights are small next to the activations at these row counts, so one copy is cycled.
 
-use specx_decoder::quant::{int, IntPath, QuantMatrix};
+use specx_decoder::quant::{IntPath, QuantMatrix, int};
 use specx_decoder::weights::{GgufSource, WeightSource};
 use std::time::Instant;
 
 fn main() -> anyhow::Result<()> {
     let dir = specx_decoder::loader::model_cache_dir();
     let model = "qwen2.5-coder-1.5b-instruct";
-    let tensors = ["model.layers.0.self_attn.q_proj.weight", "model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.down_proj.weight"];
+    let tensors = [
+        "model.layers.0.self_attn.q_proj.weight",
+        "model.layers.0.mlp.gate_proj.weight",
+        "model.layers.0.mlp.down_proj.weight",
+    ];
     let rows: Vec<usize> = match std::env::var("GBENCH_ROWS") {
         Ok(s) => s.split(',').map(|x| x.trim().parse().expect("GBENCH_ROWS: comma-separated row counts")).collect(),
         Err(_) => vec![16, 64, 128, 256, 512, 1024],
@@ -27,7 +31,11 @@ fn main() -> anyhow::Result<()> {
     anyhow::ensure!(path.exists(), "{} is missing: run scripts/fetch-models.sh", path.display());
     let src = GgufSource::open(&path)?;
     let active = IntPath::active();
-    println!("integer path: {}{}", active.name(), if specx_decoder::quant::panels_in_use() { " on weight panels" } else { "" });
+    println!(
+        "integer path: {}{}",
+        active.name(),
+        if specx_decoder::quant::panels_in_use() { " on weight panels" } else { "" }
+    );
     println!("| tensor | type | n x k | rows | median ms | min ms | max ms | µs / row | G mul-add / s |");
     println!("|---|---|---|---:|---:|---:|---:|---:|---:|");
     for name in tensors {

@@ -12,10 +12,10 @@
 //! enough copies (>= 96 MB per path) that its weights come from memory, not the caches.
 
 use burn::tensor::{Device, Tensor, TensorData};
-use specx_decoder::kernels::matmul_wt;
 use rand::SeedableRng;
 use specx_decoder::gguf::GgmlType;
-use specx_decoder::quant::{int, IntPath, QuantMatrix, QuantPart};
+use specx_decoder::kernels::matmul_wt;
+use specx_decoder::quant::{IntPath, QuantMatrix, QuantPart, int};
 use specx_decoder::weights::{GgufSource, WeightSource};
 use std::time::Instant;
 
@@ -53,7 +53,10 @@ fn main() -> anyhow::Result<()> {
     if specx_decoder::quant::panels_in_use() {
         int_cols.insert(0, format!("{} panels ms", IntPath::active().name()));
     }
-    println!("| model | tensor | type | n x k | rows | {} | native ms | f32 kernel ms | burn ms | native/runtime | x 1 row |", int_cols.join(" | "));
+    println!(
+        "| model | tensor | type | n x k | rows | {} | native ms | f32 kernel ms | burn ms | native/runtime | x 1 row |",
+        int_cols.join(" | ")
+    );
     println!("|---|---|---|---|---:|{}---:|---:|---:|---:|---:|", "---:|".repeat(int_cols.len()));
     for (model, name) in cases {
         let path = dir.join(model).join("model.gguf");
@@ -66,34 +69,61 @@ fn main() -> anyhow::Result<()> {
         };
         let (n, k) = (shape[0], shape[1]);
         let short = model.trim_start_matches("qwen2.5-coder-").trim_end_matches("-instruct");
-        bench_matrix(short, name.trim_start_matches("model.layers.").trim_end_matches(".weight"), QuantMatrix::new(vec![part], k)?, n, &row_counts, &paths, &device);
+        bench_matrix(
+            short,
+            name.trim_start_matches("model.layers.").trim_end_matches(".weight"),
+            QuantMatrix::new(vec![part], k)?,
+            n,
+            &row_counts,
+            &paths,
+            &device,
+        );
     }
     // Q5_K, which the pair does not use (Q5_K_M files do): random valid blocks of the target
     // gate's shape.
     let (n, k) = (8960, 1536);
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);
     let data = specx_decoder::quant::testutil::random_blocks(GgmlType::Q5K, n, k, &mut rng);
-    bench_matrix("random", "Q5_K of the 1.5b gate's shape", QuantMatrix::new(vec![QuantPart::rows(GgmlType::Q5K, n, data)], k)?, n, &row_counts, &paths, &device);
+    bench_matrix(
+        "random",
+        "Q5_K of the 1.5b gate's shape",
+        QuantMatrix::new(vec![QuantPart::rows(GgmlType::Q5K, n, data)], k)?,
+        n,
+        &row_counts,
+        &paths,
+        &device,
+    );
     Ok(())
 }
 
 /// One matrix's row of the table for every row count.
-fn bench_matrix(model: &str, tensor: &str, q: QuantMatrix, n: usize, row_counts: &[usize], paths: &[IntPath], device: &Device) {
+fn bench_matrix(
+    model: &str,
+    tensor: &str,
+    q: QuantMatrix,
+    n: usize,
+    row_counts: &[usize],
+    paths: &[IntPath],
+    device: &Device,
+) {
     let panels = specx_decoder::quant::panels_in_use();
     let (k, ty) = (q.cols(), q.parts()[0].ty);
     let copies_q = (96_000_000usize).div_ceil(q.byte_len()).max(1);
     let copies_f = (96_000_000usize).div_ceil(n * k * 4).max(1);
     let natives: Vec<QuantMatrix> = (0..copies_q).map(|_| q.clone()).collect();
     // The layout the runtime gives `q8` matrices on this CPU (panels on AVX-512 VNNI and AVX2).
-    let laid_out: Vec<QuantMatrix> = if panels { natives.iter().map(|q| q.clone().into_int_layout()).collect() } else { Vec::new() };
+    let laid_out: Vec<QuantMatrix> =
+        if panels { natives.iter().map(|q| q.clone().into_int_layout()).collect() } else { Vec::new() };
     let dense = q.to_f32();
     let denses: Vec<Vec<f32>> = (0..copies_f).map(|_| dense.clone()).collect();
-    let tensors: Vec<Tensor<2>> = denses.iter().map(|w| Tensor::from_data(TensorData::new(w.clone(), [n, k]), device)).collect();
+    let tensors: Vec<Tensor<2>> =
+        denses.iter().map(|w| Tensor::from_data(TensorData::new(w.clone(), [n, k]), device)).collect();
     let mut one_row = None;
     for &m in row_counts {
         let x: Vec<f32> = (0..m * k).map(|i| ((i % 7) as f32 - 3.0) / 7.0).collect();
         let mut out = vec![0f32; m * n];
-        let mut ints: Vec<f64> = paths.iter().map(|&p| time_per_call(copies_q, |c| int::matmul(&natives[c], &x, m, &mut out, p))).collect();
+        let mut ints: Vec<f64> =
+            paths.iter().map(|&p| time_per_call(copies_q, |c| int::matmul(&natives[c], &x, m, &mut out, p))).collect();
         if panels {
             ints.insert(0, time_per_call(copies_q, |c| int::matmul(&laid_out[c], &x, m, &mut out, IntPath::active())));
         }

@@ -124,7 +124,10 @@ impl KvCache {
     /// an EasySpec layer group can write their own layers from different threads.
     pub(crate) fn slots(&mut self, layers: std::ops::Range<usize>) -> Vec<LayerSlot<'_>> {
         let (len, batch, kv_heads, head_dim) = (self.len, self.batch, self.kv_heads, self.head_dim);
-        self.layers[layers].iter_mut().map(|(keys, values)| LayerSlot { keys, values, len, batch, kv_heads, head_dim }).collect()
+        self.layers[layers]
+            .iter_mut()
+            .map(|(keys, values)| LayerSlot { keys, values, len, batch, kv_heads, head_dim })
+            .collect()
     }
 
     /// Moves the length past `n` rows every layer has written. Layers before `first_fuzzy`

@@ -4,20 +4,12 @@
 
 /// The larger of two values, or NaN if either is NaN.
 pub fn nan_max(a: f32, b: f32) -> f32 {
-    if a.is_nan() || b.is_nan() {
-        f32::NAN
-    } else {
-        a.max(b)
-    }
+    if a.is_nan() || b.is_nan() { f32::NAN } else { a.max(b) }
 }
 
 /// [`nan_max`] for f64.
 pub fn nan_max64(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else {
-        a.max(b)
-    }
+    if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) }
 }
 
 /// Largest |a_i - b_i| (0 for empty slices). Equal values count 0, equal infinities too (a
@@ -26,7 +18,13 @@ pub fn nan_max64(a: f64, b: f64) -> f64 {
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "comparing {} values with {}", a.len(), b.len());
     a.iter().zip(b).fold(0.0, |worst, (&x, &y)| {
-        let d = if x == y { 0.0 } else if x.is_finite() && y.is_finite() { (x - y).abs() } else { f32::NAN };
+        let d = if x == y {
+            0.0
+        } else if x.is_finite() && y.is_finite() {
+            (x - y).abs()
+        } else {
+            f32::NAN
+        };
         nan_max(worst, d)
     })
 }

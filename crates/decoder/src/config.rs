@@ -1,7 +1,7 @@
 //! The Llama-family model configuration: one struct for Qwen2/2.5 and Llama/SmolLM, read from
 //! an HF `config.json` or from GGUF metadata.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -59,7 +59,10 @@ impl ModelConfig {
         let architecture = match hf.model_type.as_deref() {
             Some("qwen2") => "qwen2",
             Some("llama") | Some("mistral") | None => "llama",
-            Some(other) => bail!("{}: model_type '{other}' is not a Llama-family model specx runs (qwen2, llama, mistral)", path.display()),
+            Some(other) => bail!(
+                "{}: model_type '{other}' is not a Llama-family model specx runs (qwen2, llama, mistral)",
+                path.display()
+            ),
         };
         if hf.rope_scaling.as_ref().is_some_and(|v| !v.is_null()) {
             bail!("{}: rope_scaling is set; specx implements plain RoPE only", path.display());

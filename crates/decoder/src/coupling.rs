@@ -9,7 +9,7 @@
 //! sampled run can be replayed for any stop rule from its output and the draft alone, as a
 //! greedy one can.
 
-use crate::sampling::{argmax, stream_seed, SamplingConfig};
+use crate::sampling::{SamplingConfig, argmax, stream_seed};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -61,7 +61,13 @@ pub fn coupled_pick(probs: &[f32], rng: &mut StdRng) -> u32 {
 /// The token drawn at absolute `position` from `logits` when that draw does not depend on
 /// anything else: the argmax when greedy, the coupled draw under [`Draws::Coupled`] (`seed`
 /// the request's); `None` for independent sampled draws.
-pub fn position_token(logits: &[f32], sampling: &SamplingConfig, draws: Draws, seed: u64, position: usize) -> Option<u32> {
+pub fn position_token(
+    logits: &[f32],
+    sampling: &SamplingConfig,
+    draws: Draws,
+    seed: u64,
+    position: usize,
+) -> Option<u32> {
     if sampling.is_greedy() {
         return Some(argmax(logits));
     }
@@ -104,8 +110,12 @@ mod tests {
         let (p, q) = ([0.1f32, 0.2, 0.3, 0.4], [0.15f32, 0.2, 0.25, 0.4]);
         let tv = 0.05;
         let n = 20_000;
-        let agree = (0..n).filter(|&s| coupled_pick(&p, &mut coupled_stream(1, s)) == coupled_pick(&q, &mut coupled_stream(1, s))).count();
-        let independent = (0..n).filter(|&s| coupled_pick(&p, &mut coupled_stream(1, s)) == coupled_pick(&q, &mut coupled_stream(2, s))).count();
+        let agree = (0..n)
+            .filter(|&s| coupled_pick(&p, &mut coupled_stream(1, s)) == coupled_pick(&q, &mut coupled_stream(1, s)))
+            .count();
+        let independent = (0..n)
+            .filter(|&s| coupled_pick(&p, &mut coupled_stream(1, s)) == coupled_pick(&q, &mut coupled_stream(2, s)))
+            .count();
         let bound = (1.0 - tv) / (1.0 + tv);
         assert!(agree as f64 / n as f64 > bound - 0.01, "agreement {agree} / {n} below the bound {bound}");
         // Independent draws agree with probability sum p q = 0.29.
@@ -119,8 +129,12 @@ mod tests {
         let t1 = SamplingConfig { temperature: 1.0, top_k: None, top_p: None };
         assert_eq!(position_token(&logits, &greedy, Draws::Independent, 0, 5), Some(1));
         assert_eq!(position_token(&logits, &t1, Draws::Independent, 0, 5), None);
-        let draws: Vec<u32> = (0..200).map(|pos| position_token(&logits, &t1, Draws::Coupled, 9, pos).unwrap()).collect();
-        assert_eq!(draws, (0..200).map(|pos| position_token(&logits, &t1, Draws::Coupled, 9, pos).unwrap()).collect::<Vec<_>>());
+        let draws: Vec<u32> =
+            (0..200).map(|pos| position_token(&logits, &t1, Draws::Coupled, 9, pos).unwrap()).collect();
+        assert_eq!(
+            draws,
+            (0..200).map(|pos| position_token(&logits, &t1, Draws::Coupled, 9, pos).unwrap()).collect::<Vec<_>>()
+        );
         assert!((0..3).all(|t| draws.contains(&t)), "every token drawn somewhere: {draws:?}");
     }
 }

@@ -110,7 +110,13 @@ pub fn generate_greedy_batched(
         while live.len() < batch.max(1) {
             let Some((index, item)) = queue.next() else { break };
             anyhow::ensure!(!item.prompt.is_empty(), "prompt {index} is empty");
-            let mut l = Live { index, cache: model.new_cache(1), out: Vec::new(), stats: GenerateStats { prompt_tokens: item.prompt.len(), ..Default::default() }, max_new: item.max_new };
+            let mut l = Live {
+                index,
+                cache: model.new_cache(1),
+                out: Vec::new(),
+                stats: GenerateStats { prompt_tokens: item.prompt.len(), ..Default::default() },
+                max_new: item.max_new,
+            };
             if item.max_new > 0 {
                 let t = Instant::now();
                 let logits = last_logits(&model.forward_last(item.prompt, &mut l.cache)?);
@@ -127,9 +133,11 @@ pub fn generate_greedy_batched(
             return Ok(());
         }
         let t = Instant::now();
-        let inputs: Vec<[u32; 1]> = live.iter().map(|l| [*l.out.last().expect("live sequences have a token")]).collect();
+        let inputs: Vec<[u32; 1]> =
+            live.iter().map(|l| [*l.out.last().expect("live sequences have a token")]).collect();
         let logits = {
-            let mut rows: Vec<(&[u32], &mut KvCache)> = live.iter_mut().zip(&inputs).map(|(l, i)| (&i[..], &mut l.cache)).collect();
+            let mut rows: Vec<(&[u32], &mut KvCache)> =
+                live.iter_mut().zip(&inputs).map(|(l, i)| (&i[..], &mut l.cache)).collect();
             let hidden = model.forward_ragged(&mut rows)?;
             model.logits_ragged(hidden)
         };

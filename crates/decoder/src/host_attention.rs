@@ -193,7 +193,11 @@ pub fn attend(q: &[f32], keys: &[f32], values: &[f32], s: AttentionShape, causal
     // A decode step's attention is a few hundred thousand multiply-adds, tens of
     // microseconds: it stays on the calling thread. Either way each head is computed alone,
     // so the results are the same (a test crosses the threshold).
-    let per_head: Vec<Vec<f32>> = if batch * heads * rows * t * d < SERIAL_BELOW { (0..batch * heads).map(head).collect() } else { (0..batch * heads).into_par_iter().map(head).collect() };
+    let per_head: Vec<Vec<f32>> = if batch * heads * rows * t * d < SERIAL_BELOW {
+        (0..batch * heads).map(head).collect()
+    } else {
+        (0..batch * heads).into_par_iter().map(head).collect()
+    };
     let mut out = vec![0f32; batch * rows * heads * d];
     for (bh, block) in per_head.iter().enumerate() {
         let (b, h) = (bh / heads, bh % heads);
@@ -210,12 +214,16 @@ mod tests {
     use super::*;
 
     fn data(n: usize, seed: u32) -> Vec<f32> {
-        (0..n as u32).map(|i| ((i.wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 2001) as f32 / 1000.0 - 1.0).collect()
+        (0..n as u32)
+            .map(|i| ((i.wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 2001) as f32 / 1000.0 - 1.0)
+            .collect()
     }
 
     /// Straightforward f64 attention for one (sequence, head, row).
     fn reference(q: &[f32], k: &[f32], v: &[f32], d: usize, seen: usize) -> Vec<f64> {
-        let sc: Vec<f64> = (0..seen).map(|j| (0..d).map(|x| q[x] as f64 * k[j * d + x] as f64).sum::<f64>() / (d as f64).sqrt()).collect();
+        let sc: Vec<f64> = (0..seen)
+            .map(|j| (0..d).map(|x| q[x] as f64 * k[j * d + x] as f64).sum::<f64>() / (d as f64).sqrt())
+            .collect();
         let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         let e: Vec<f64> = sc.iter().map(|s| (s - m).exp()).collect();
         let z: f64 = e.iter().sum();
@@ -229,12 +237,19 @@ mod tests {
         assert!(heads * rows * t * d >= SERIAL_BELOW && heads * t * d < SERIAL_BELOW);
         let (keys, values) = (data(kv_heads * t * d, 4), data(kv_heads * t * d, 5));
         let q = data(heads * rows * d, 6);
-        let all = attend(&q, &keys, &values, AttentionShape { batch: 1, heads, kv_heads, rows, keys: t, head_dim: d }, true);
+        let all =
+            attend(&q, &keys, &values, AttentionShape { batch: 1, heads, kv_heads, rows, keys: t, head_dim: d }, true);
         for i in 0..rows {
             let seen = t - rows + i + 1;
             let cut = |x: &[f32]| -> Vec<f32> { x.chunks(t * d).flat_map(|c| c[..seen * d].to_vec()).collect() };
             let qi: Vec<f32> = q.chunks(rows * d).flat_map(|c| c[i * d..(i + 1) * d].to_vec()).collect();
-            let alone = attend(&qi, &cut(&keys), &cut(&values), AttentionShape { batch: 1, heads, kv_heads, rows: 1, keys: seen, head_dim: d }, true);
+            let alone = attend(
+                &qi,
+                &cut(&keys),
+                &cut(&values),
+                AttentionShape { batch: 1, heads, kv_heads, rows: 1, keys: seen, head_dim: d },
+                true,
+            );
             let r = &all[i * heads * d..(i + 1) * heads * d];
             assert!(alone.iter().zip(r).all(|(x, y)| x.to_bits() == y.to_bits()), "row {i}");
         }
@@ -308,7 +323,8 @@ mod tests {
             let seen = t - rows + i + 1;
             let cut = |x: &[f32]| -> Vec<f32> { x.chunks(t * d).flat_map(|c| c[..seen * d].to_vec()).collect() };
             let qi: Vec<f32> = q.chunks(rows * d).flat_map(|c| c[i * d..(i + 1) * d].to_vec()).collect();
-            let alone = attend(&qi, &cut(&keys), &cut(&values), AttentionShape { rows: 1, keys: seen, ..shape(1) }, true);
+            let alone =
+                attend(&qi, &cut(&keys), &cut(&values), AttentionShape { rows: 1, keys: seen, ..shape(1) }, true);
             for b in 0..batch {
                 let a = &alone[b * heads * d..(b + 1) * heads * d];
                 let r = &all[(b * rows + i) * heads * d..(b * rows + i + 1) * heads * d];

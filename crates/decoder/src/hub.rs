@@ -9,7 +9,7 @@
 //! downloaded through hf-hub when the `hub` feature is built and `HF_HUB_OFFLINE` is not set.
 //! Ids parse in every build, so a config naming one fails clearly in a build without `hub`.
 
-use anyhow::{anyhow, bail, ensure, Context, Result};
+use anyhow::{Context, Result, anyhow, bail, ensure};
 use std::path::{Path, PathBuf};
 
 /// What every hub id starts with.
@@ -52,8 +52,14 @@ impl std::str::FromStr for HubRef {
         let (org, name_rev, file) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next());
         let (name, revision) = name_rev.split_once('@').unwrap_or((name_rev, "main"));
         ensure!(!org.is_empty() && !name.is_empty() && !revision.is_empty(), "hub id '{id}': {usage}");
-        ensure!(file.is_none_or(|f| !f.is_empty() && !f.split('/').any(|c| c.is_empty() || c == "..")), "hub id '{id}': the file part must be a path inside the repository");
-        ensure!(kind == RepoKind::Model || file.is_some(), "hub id '{id}': a dataset id names a file (hf:datasets/ORG/NAME[@REV]/FILE)");
+        ensure!(
+            file.is_none_or(|f| !f.is_empty() && !f.split('/').any(|c| c.is_empty() || c == "..")),
+            "hub id '{id}': the file part must be a path inside the repository"
+        );
+        ensure!(
+            kind == RepoKind::Model || file.is_some(),
+            "hub id '{id}': a dataset id names a file (hf:datasets/ORG/NAME[@REV]/FILE)"
+        );
         Ok(Self { kind, repo: format!("{org}/{name}"), revision: revision.into(), file: file.map(str::to_string) })
     }
 }
@@ -64,7 +70,10 @@ pub fn cache_dir() -> PathBuf {
         return PathBuf::from(p);
     }
     let home = std::env::var_os("HF_HOME").map(PathBuf::from).unwrap_or_else(|| {
-        std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache")).join("huggingface")
+        std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"))
+            .join("huggingface")
     });
     home.join("hub")
 }
@@ -96,10 +105,14 @@ pub fn resolve_in(r: &HubRef, cache: &Path, offline: bool) -> Result<PathBuf> {
             let config = fetcher.get("config.json")?;
             fetcher.get("tokenizer.json")?;
             if fetcher.get("model.safetensors").is_err() {
-                let index = fetcher.get("model.safetensors.index.json").map_err(|_| anyhow!("{} has neither model.safetensors nor model.safetensors.index.json", r.repo))?;
+                let index = fetcher.get("model.safetensors.index.json").map_err(|_| {
+                    anyhow!("{} has neither model.safetensors nor model.safetensors.index.json", r.repo)
+                })?;
                 let text = std::fs::read_to_string(&index).with_context(|| format!("reading {}", index.display()))?;
-                let json: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", index.display()))?;
-                let map = json["weight_map"].as_object().ok_or_else(|| anyhow!("{}: no weight_map", index.display()))?;
+                let json: serde_json::Value =
+                    serde_json::from_str(&text).with_context(|| format!("{}: not JSON", index.display()))?;
+                let map =
+                    json["weight_map"].as_object().ok_or_else(|| anyhow!("{}: no weight_map", index.display()))?;
                 let mut shards: Vec<&str> = map.values().filter_map(|v| v.as_str()).collect();
                 shards.sort_unstable();
                 shards.dedup();
@@ -150,7 +163,8 @@ impl Fetcher<'_> {
         if let Some(p) = self.cached(file) {
             return Ok(p);
         }
-        let what = format!("{file} of {}@{} is not in the hub cache {}", self.r.repo, self.r.revision, self.cache.display());
+        let what =
+            format!("{file} of {}@{} is not in the hub cache {}", self.r.repo, self.r.revision, self.cache.display());
         if self.offline {
             bail!("{what}, and HF_HUB_OFFLINE is set");
         }
@@ -160,7 +174,7 @@ impl Fetcher<'_> {
 
 #[cfg(feature = "hub")]
 fn download(r: &HubRef, cache: &Path, file: &str) -> Result<PathBuf> {
-    use hf_hub::{api::sync::ApiBuilder, Repo, RepoType};
+    use hf_hub::{Repo, RepoType, api::sync::ApiBuilder};
     let kind = match r.kind {
         RepoKind::Model => RepoType::Model,
         RepoKind::Dataset => RepoType::Dataset,
@@ -181,11 +195,18 @@ mod tests {
     #[test]
     fn ids_parse_and_bad_ones_are_refused() {
         let r: HubRef = "hf:Qwen/Qwen2.5-0.5B@v1".parse().unwrap();
-        assert_eq!((r.kind, r.repo.as_str(), r.revision.as_str(), r.file), (RepoKind::Model, "Qwen/Qwen2.5-0.5B", "v1", None));
+        assert_eq!(
+            (r.kind, r.repo.as_str(), r.revision.as_str(), r.file),
+            (RepoKind::Model, "Qwen/Qwen2.5-0.5B", "v1", None)
+        );
         let r: HubRef = "hf:Qwen/Q-GGUF/q4_k_m.gguf".parse().unwrap();
         assert_eq!((r.revision.as_str(), r.file.as_deref()), ("main", Some("q4_k_m.gguf")));
-        let r: HubRef = "hf:datasets/openai/openai_humaneval/openai_humaneval/test-00000-of-00001.parquet".parse().unwrap();
-        assert_eq!((r.kind, r.file.as_deref()), (RepoKind::Dataset, Some("openai_humaneval/test-00000-of-00001.parquet")));
+        let r: HubRef =
+            "hf:datasets/openai/openai_humaneval/openai_humaneval/test-00000-of-00001.parquet".parse().unwrap();
+        assert_eq!(
+            (r.kind, r.file.as_deref()),
+            (RepoKind::Dataset, Some("openai_humaneval/test-00000-of-00001.parquet"))
+        );
         for bad in ["hf:", "hf:Qwen", "hf:/x", "hf:Qwen/x@", "hf:datasets/a/b", "hf:a/b/../x", "Qwen/x"] {
             assert!(bad.parse::<HubRef>().is_err(), "{bad} parsed");
         }

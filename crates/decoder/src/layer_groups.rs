@@ -4,7 +4,7 @@
 //! MLPs then run in layer order. A strategy is written in the paper's notation,
 //! `"0,1-3,4-7,8-11,12-15,16-19,20-22,23"`; groups of one layer are exact.
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{Context, Result, bail, ensure};
 use std::ops::Range;
 
 /// A layer-parallel strategy: consecutive groups covering layers `0..layers` in order.
@@ -107,10 +107,15 @@ fn parse_notation(s: &str) -> Result<Vec<Range<usize>>> {
             Some((a, b)) => (a.trim(), b.trim()),
             None => (part, part),
         };
-        let parse = |v: &str| v.parse::<usize>().with_context(|| format!("layer strategy '{s}': '{part}' is not a layer or a range a-b"));
+        let parse = |v: &str| {
+            v.parse::<usize>().with_context(|| format!("layer strategy '{s}': '{part}' is not a layer or a range a-b"))
+        };
         let (a, b) = (parse(a)?, parse(b)?);
         ensure!(a <= b, "layer strategy '{s}': range {a}-{b} runs backwards");
-        ensure!(a == next, "layer strategy '{s}': expected a group starting at layer {next}, found {part} (groups must cover every layer once, in order)");
+        ensure!(
+            a == next,
+            "layer strategy '{s}': expected a group starting at layer {next}, found {part} (groups must cover every layer once, in order)"
+        );
         groups.push(a..b + 1);
         next = b + 1;
     }
@@ -119,7 +124,11 @@ fn parse_notation(s: &str) -> Result<Vec<Range<usize>>> {
 
 impl std::fmt::Display for LayerGroups {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let parts: Vec<String> = self.groups.iter().map(|g| if g.len() == 1 { g.start.to_string() } else { format!("{}-{}", g.start, g.end - 1) }).collect();
+        let parts: Vec<String> = self
+            .groups
+            .iter()
+            .map(|g| if g.len() == 1 { g.start.to_string() } else { format!("{}-{}", g.start, g.end - 1) })
+            .collect();
         f.write_str(&parts.join(","))
     }
 }
@@ -132,8 +141,14 @@ mod tests {
     fn presets_reproduce_the_papers_table_6() {
         // Llama-3-8B (32 layers) and Qwen (28 layers) rows of Table 6, and ours (24 layers).
         let llama = |lp| LayerGroups::preset(lp, 32).unwrap().to_string();
-        assert_eq!(llama(2), format!("0,{},31", (0..15).map(|i| format!("{}-{}", 1 + 2 * i, 2 + 2 * i)).collect::<Vec<_>>().join(",")));
-        assert_eq!(llama(3), format!("0,{},31", (0..10).map(|i| format!("{}-{}", 1 + 3 * i, 3 + 3 * i)).collect::<Vec<_>>().join(",")));
+        assert_eq!(
+            llama(2),
+            format!("0,{},31", (0..15).map(|i| format!("{}-{}", 1 + 2 * i, 2 + 2 * i)).collect::<Vec<_>>().join(","))
+        );
+        assert_eq!(
+            llama(3),
+            format!("0,{},31", (0..10).map(|i| format!("{}-{}", 1 + 3 * i, 3 + 3 * i)).collect::<Vec<_>>().join(","))
+        );
         assert_eq!(llama(4), "0,1-3,4-7,8-11,12-15,16-19,20-23,24-27,28-30,31");
         assert_eq!(llama(5), "0,1-3,4-8,9-13,14-18,19-23,24-28,29-30,31");
         assert_eq!(LayerGroups::preset(4, 28).unwrap().to_string(), "0,1-3,4-7,8-11,12-15,16-19,20-23,24-26,27");
@@ -151,7 +166,14 @@ mod tests {
         assert_eq!(g.to_string(), s);
         assert_eq!(g, LayerGroups::parse("lp4", 24).unwrap());
         assert_eq!(g.layers(), 24);
-        for (bad, needle) in [("0,1-3,5-23", "starting at layer 4"), ("0,1-3,4-22", "covers layers 0..23"), ("0,3-1", "backwards"), ("0,x", "not a layer"), ("lpx", "lp1, lp2"), ("0-24", "covers layers 0..25")] {
+        for (bad, needle) in [
+            ("0,1-3,5-23", "starting at layer 4"),
+            ("0,1-3,4-22", "covers layers 0..23"),
+            ("0,3-1", "backwards"),
+            ("0,x", "not a layer"),
+            ("lpx", "lp1, lp2"),
+            ("0-24", "covers layers 0..25"),
+        ] {
             let err = format!("{:#}", LayerGroups::parse(bad, 24).unwrap_err());
             assert!(err.contains(needle), "{bad}: {err}");
         }

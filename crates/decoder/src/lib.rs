@@ -20,8 +20,8 @@ pub mod draft;
 pub mod fsutil;
 pub mod generate;
 pub mod gguf;
-pub mod hub;
 pub mod host_attention;
+pub mod hub;
 pub mod hugepages;
 pub mod kernels;
 pub mod layer_groups;
@@ -39,9 +39,11 @@ pub mod weights;
 pub use burn::tensor::Device;
 pub use cache::KvCache;
 pub use config::ModelConfig;
-pub use device::{check_device, device_from_name, open_device, parse_device_list, parse_placement_list, DeviceName, Placement};
-pub use loader::{check_pair, load_model, load_model_as, load_model_split, LoadedModel};
+pub use device::{
+    DeviceName, Placement, check_device, device_from_name, open_device, parse_device_list, parse_placement_list,
+};
 pub use draft::{DraftTransform, DraftWeights};
+pub use loader::{LoadedModel, check_pair, load_model, load_model_as, load_model_split};
 pub use model::{AttentionProbe, ForwardOutput, LayerTimes, ProbedLayer, Transformer, WeightMode};
 pub use sampler::Sampler;
 pub use sampling::SamplingConfig;

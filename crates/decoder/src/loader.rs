@@ -5,7 +5,7 @@ use crate::config::ModelConfig;
 use crate::model::{Transformer, WeightMode};
 use crate::tokenizer::Tokenizer;
 use crate::weights::{GgufSource, SafetensorsDir};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -50,11 +50,7 @@ pub fn cache_dir(var: &str, name: &str) -> PathBuf {
 /// Where the tokenizer of a model at `path` lives: `DIR/tokenizer.json` for a directory, the
 /// sibling `tokenizer.json` for a GGUF file.
 pub fn default_tokenizer_path(path: &Path) -> PathBuf {
-    if path.is_dir() {
-        path.join("tokenizer.json")
-    } else {
-        path.with_file_name("tokenizer.json")
-    }
+    if path.is_dir() { path.join("tokenizer.json") } else { path.with_file_name("tokenizer.json") }
 }
 
 /// Loads the model at `path` (HF directory or `.gguf` file) onto `device`, GGUF weights kept
@@ -72,7 +68,12 @@ pub fn load_model_as(path: &Path, tokenizer: Option<&Path>, device: &Device, mod
 
 /// [`load_model_as`] with the layers split in contiguous ranges over `devices`
 /// ([`Transformer::load_split`]; one device: not split).
-pub fn load_model_split(path: &Path, tokenizer: Option<&Path>, devices: &[Device], mode: WeightMode) -> Result<LoadedModel> {
+pub fn load_model_split(
+    path: &Path,
+    tokenizer: Option<&Path>,
+    devices: &[Device],
+    mode: WeightMode,
+) -> Result<LoadedModel> {
     let resolved = crate::hub::resolve(path)?;
     let path = resolved.as_path();
     if !path.exists() {
@@ -88,7 +89,8 @@ pub fn load_model_split(path: &Path, tokenizer: Option<&Path>, devices: &[Device
         let src = SafetensorsDir::open(path)?;
         let files = src.files().map(Path::to_path_buf).collect();
         let cfg = adjust_to_weights(cfg, &src);
-        let model = Transformer::load_split(cfg, &src, devices, mode).with_context(|| format!("model {}", path.display()))?;
+        let model =
+            Transformer::load_split(cfg, &src, devices, mode).with_context(|| format!("model {}", path.display()))?;
         (model, ModelFormat::HfSafetensors, files, None)
     } else {
         let src = GgufSource::open(path)?;
@@ -101,7 +103,8 @@ pub fn load_model_split(path: &Path, tokenizer: Option<&Path>, devices: &[Device
             }
             format!("{:x}", h.finalize())
         });
-        let model = Transformer::load_split(cfg, &src, devices, mode).with_context(|| format!("model {}", path.display()))?;
+        let model =
+            Transformer::load_split(cfg, &src, devices, mode).with_context(|| format!("model {}", path.display()))?;
         (model, ModelFormat::Gguf, vec![path.to_path_buf()], hash)
     };
     let cfg = model.config();
@@ -133,7 +136,8 @@ fn adjust_to_weights(mut cfg: ModelConfig, src: &dyn crate::weights::WeightSourc
 /// share the tokenizer (same token -> id map) and score the same number of logits.
 pub fn check_pair(draft: &LoadedModel, target: &LoadedModel) -> Result<()> {
     let (dv, tv) = (draft.tokenizer.vocab(), target.tokenizer.vocab());
-    let differing: Vec<&String> = dv.iter().filter(|(tok, id)| tv.get(*tok) != Some(id)).map(|(t, _)| t).take(5).collect();
+    let differing: Vec<&String> =
+        dv.iter().filter(|(tok, id)| tv.get(*tok) != Some(id)).map(|(t, _)| t).take(5).collect();
     if dv.len() != tv.len() || !differing.is_empty() {
         bail!(
             "draft {} and target {} do not share a tokenizer: {} vs {} tokens, differing for e.g. {:?}",
@@ -168,7 +172,12 @@ impl LoadedModel {
         let mut per_file = self
             .files
             .iter()
-            .map(|f| Ok((f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(), crate::fsutil::sha256_file(f)?)))
+            .map(|f| {
+                Ok((
+                    f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+                    crate::fsutil::sha256_file(f)?,
+                ))
+            })
             .collect::<Result<Vec<_>>>()?;
         if let [(_, only)] = per_file.as_slice() {
             return Ok(only.clone());

@@ -2,10 +2,10 @@
 //! [`crate::coupling`] that speculative decoding with the same seed reproduces. It stands on
 //! both the warping of [`crate::sampling`] and the coupling, so it lives apart from either.
 
-use crate::coupling::{position_token, Draws};
-use crate::sampling::{argmax, sample_from, SamplingConfig};
-use rand::rngs::StdRng;
+use crate::coupling::{Draws, position_token};
+use crate::sampling::{SamplingConfig, argmax, sample_from};
 use rand::SeedableRng;
+use rand::rngs::StdRng;
 
 /// A seeded sampler: the same seed and logits give the same tokens.
 pub struct Sampler {

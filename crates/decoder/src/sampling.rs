@@ -1,8 +1,8 @@
 //! Logits warping and sampling. Speculative decoding applies the very same [`SamplingConfig`]
 //! to draft and target logits, so both distributions are warped identically.
 
-use rand::rngs::StdRng;
 use rand::RngExt;
+use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
 /// Temperature, top-k and top-p, applied in that order (as HF transformers does).
@@ -62,7 +62,11 @@ impl SamplingConfig {
 
     /// Checks the ranges: temperature >= 0, top_k >= 1, 0 < top_p <= 1.
     pub fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(self.temperature >= 0.0 && self.temperature.is_finite(), "temperature must be >= 0, got {}", self.temperature);
+        anyhow::ensure!(
+            self.temperature >= 0.0 && self.temperature.is_finite(),
+            "temperature must be >= 0, got {}",
+            self.temperature
+        );
         anyhow::ensure!(self.top_k != Some(0), "top_k must be >= 1");
         if let Some(p) = self.top_p {
             anyhow::ensure!(p > 0.0 && p <= 1.0, "top_p must be in (0, 1], got {p}");

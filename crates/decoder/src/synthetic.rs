@@ -4,7 +4,7 @@
 
 use crate::config::ModelConfig;
 use crate::gguf::{GgmlType, GgufWriter, MetaValue};
-use crate::weights::{permute_qk_rows, HostTensor};
+use crate::weights::{HostTensor, permute_qk_rows};
 use anyhow::{Context, Result};
 use half::{bf16, f16};
 use rand::rngs::StdRng;
@@ -149,7 +149,12 @@ pub fn write_tiny_char_pair(root: &Path, seed: u64, noise: f32) -> Result<(std::
 /// The pair of [`write_tiny_char_pair`] as GGUF files with their 2-D weights in `ty` (e.g.
 /// Q8_0, so the CPU runs them natively from blocks): `root/{target,draft}/model.gguf` with a
 /// `tokenizer.json` beside each. Returns the two model files (draft, target).
-pub fn write_tiny_char_pair_gguf(root: &Path, seed: u64, noise: f32, ty: GgmlType) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
+pub fn write_tiny_char_pair_gguf(
+    root: &Path,
+    seed: u64,
+    noise: f32,
+    ty: GgmlType,
+) -> Result<(std::path::PathBuf, std::path::PathBuf)> {
     let (cfg, target, draft) = tiny_char_pair_weights(seed, noise);
     let tokens: Vec<String> = (0..CHAR_VOCAB).map(|i| format!("c{i}")).collect();
     let mut files = Vec::new();
@@ -164,7 +169,10 @@ pub fn write_tiny_char_pair_gguf(root: &Path, seed: u64, noise: f32, ty: GgmlTyp
 }
 
 /// (config, target weights, draft weights = target + `noise` x other random weights).
-fn tiny_char_pair_weights(seed: u64, noise: f32) -> (ModelConfig, BTreeMap<String, HostTensor>, BTreeMap<String, HostTensor>) {
+fn tiny_char_pair_weights(
+    seed: u64,
+    noise: f32,
+) -> (ModelConfig, BTreeMap<String, HostTensor>, BTreeMap<String, HostTensor>) {
     let cfg = tiny_qwen2(CHAR_VOCAB);
     let w = random_weights(&cfg, seed);
     let perturbation = random_weights(&cfg, seed + 1);
@@ -187,7 +195,14 @@ pub enum StDtype {
 
 /// Writes an HF directory: `config.json`, `model.safetensors` (split in two files when
 /// `shards == 2`) and `tokenizer.json`.
-pub fn write_hf_dir(dir: &Path, cfg: &ModelConfig, weights: &BTreeMap<String, HostTensor>, dtype: StDtype, shards: usize, tokenizer_json: &str) -> Result<()> {
+pub fn write_hf_dir(
+    dir: &Path,
+    cfg: &ModelConfig,
+    weights: &BTreeMap<String, HostTensor>,
+    dtype: StDtype,
+    shards: usize,
+    tokenizer_json: &str,
+) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     // HF's own fields too (architectures, hidden_act, torch_dtype), so that transformers loads
     // the directory as it loads a real checkpoint (the GPU check's anchor does).
@@ -241,7 +256,11 @@ pub fn write_hf_dir(dir: &Path, cfg: &ModelConfig, weights: &BTreeMap<String, Ho
             .iter()
             .map(|(n, shape, b)| Ok((n.clone(), TensorView::new(st_dtype, shape.clone(), b)?)))
             .collect::<Result<_, safetensors::SafeTensorError>>()?;
-        let name = if shards <= 1 { "model.safetensors".to_string() } else { format!("model-{:05}-of-{shards:05}.safetensors", s + 1) };
+        let name = if shards <= 1 {
+            "model.safetensors".to_string()
+        } else {
+            format!("model-{:05}-of-{shards:05}.safetensors", s + 1)
+        };
         safetensors::serialize_to_file(views, None, &dir.join(name)).context("writing safetensors")?;
     }
     Ok(())
@@ -251,7 +270,13 @@ pub fn write_hf_dir(dir: &Path, cfg: &ModelConfig, weights: &BTreeMap<String, Ho
 /// architecture's prefix, and for `llama` the q/k rows permuted for interleaved RoPE.
 /// `ty` is the storage type of the 2-D weights (F32, F16, BF16, Q8_0, Q4_0, Q5_0; see
 /// [`crate::gguf::quantize`]); norms and biases stay F32, as llama.cpp writes them.
-pub fn write_gguf(path: &Path, cfg: &ModelConfig, weights: &BTreeMap<String, HostTensor>, ty: GgmlType, vocab_tokens: &[String]) -> Result<()> {
+pub fn write_gguf(
+    path: &Path,
+    cfg: &ModelConfig,
+    weights: &BTreeMap<String, HostTensor>,
+    ty: GgmlType,
+    vocab_tokens: &[String],
+) -> Result<()> {
     let a = &cfg.architecture;
     let mut w = GgufWriter::new();
     w.meta("general.architecture", MetaValue::String(a.clone()))
@@ -263,7 +288,10 @@ pub fn write_gguf(path: &Path, cfg: &ModelConfig, weights: &BTreeMap<String, Hos
         .meta(&format!("{a}.rope.freq_base"), MetaValue::F32(cfg.rope_theta as f32))
         .meta(&format!("{a}.attention.layer_norm_rms_epsilon"), MetaValue::F32(cfg.rms_norm_eps as f32))
         .meta(&format!("{a}.context_length"), MetaValue::U32(cfg.max_position_embeddings as u32))
-        .meta("tokenizer.ggml.tokens", MetaValue::Array(vocab_tokens.iter().map(|t| MetaValue::String(t.clone())).collect()));
+        .meta(
+            "tokenizer.ggml.tokens",
+            MetaValue::Array(vocab_tokens.iter().map(|t| MetaValue::String(t.clone())).collect()),
+        );
     if let Some(&eos) = cfg.eos_token_ids.first() {
         w.meta("tokenizer.ggml.eos_token_id", MetaValue::U32(eos));
     }

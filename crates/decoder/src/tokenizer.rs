@@ -1,7 +1,7 @@
 //! The tokenizer (HF `tokenizer.json` through the `tokenizers` crate), the ChatML template of
 //! Qwen, and an incremental detokenizer for streaming.
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result, anyhow};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -57,7 +57,8 @@ impl Tokenizer {
 
     /// The ids of the added tokens marked special (chat markup, EOS), ascending.
     pub fn special_ids(&self) -> Vec<u32> {
-        let mut ids: Vec<u32> = self.inner.get_added_tokens_decoder().into_iter().filter(|(_, t)| t.special).map(|(id, _)| id).collect();
+        let mut ids: Vec<u32> =
+            self.inner.get_added_tokens_decoder().into_iter().filter(|(_, t)| t.special).map(|(id, _)| id).collect();
         ids.sort_unstable();
         ids
     }

@@ -4,8 +4,8 @@
 
 use crate::config::ModelConfig;
 use crate::gguf::{GgmlType, GgufFile};
-use crate::quant::{has_native_kernel, QuantPart};
-use anyhow::{anyhow, bail, Context, Result};
+use crate::quant::{QuantPart, has_native_kernel};
+use anyhow::{Context, Result, anyhow, bail};
 use half::{bf16, f16};
 use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
@@ -84,7 +84,8 @@ impl WeightSource for SafetensorsDir {
     }
 
     fn load(&self, name: &str) -> Result<HostTensor> {
-        let &i = self.index.get(name).ok_or_else(|| anyhow!("weight '{name}' is missing from the safetensors files"))?;
+        let &i =
+            self.index.get(name).ok_or_else(|| anyhow!("weight '{name}' is missing from the safetensors files"))?;
         let (path, map) = &self.maps[i];
         let st = SafeTensors::deserialize(map).map_err(|e| anyhow!("{}: {e}", path.display()))?;
         let view = st.tensor(name).map_err(|e| anyhow!("{}: tensor '{name}': {e}", path.display()))?;
@@ -171,7 +172,9 @@ impl GgufSource {
         let file = GgufFile::open(path)?;
         let arch = file.str("general.architecture")?.to_string();
         let n_head = file.u64(&format!("{arch}.attention.head_count"))? as usize;
-        let n_kv_head = file.get(&format!("{arch}.attention.head_count_kv")).and_then(|v| v.as_u64()).unwrap_or(n_head as u64) as usize;
+        let n_kv_head =
+            file.get(&format!("{arch}.attention.head_count_kv")).and_then(|v| v.as_u64()).unwrap_or(n_head as u64)
+                as usize;
         Ok(Self { file, arch, n_head, n_kv_head })
     }
 
@@ -182,10 +185,16 @@ impl GgufSource {
         if a != "qwen2" && a != "llama" {
             bail!("{}: architecture '{a}' is not supported (qwen2, llama)", f.path().display());
         }
-        let embd = f.tensors.get("token_embd.weight").ok_or_else(|| anyhow!("{}: tensor 'token_embd.weight' is missing", f.path().display()))?;
+        let embd = f
+            .tensors
+            .get("token_embd.weight")
+            .ok_or_else(|| anyhow!("{}: tensor 'token_embd.weight' is missing", f.path().display()))?;
         let hidden = f.u64(&format!("{a}.embedding_length"))? as usize;
         let vocab = embd.shape()[0];
-        let head_dim = f.get(&format!("{a}.attention.key_length")).and_then(|v| v.as_u64()).map_or(hidden / self.n_head.max(1), |v| v as usize);
+        let head_dim = f
+            .get(&format!("{a}.attention.key_length"))
+            .and_then(|v| v.as_u64())
+            .map_or(hidden / self.n_head.max(1), |v| v as usize);
         let eos = f.get("tokenizer.ggml.eos_token_id").and_then(|v| v.as_u64()).map(|v| v as u32);
         let cfg = ModelConfig {
             architecture: a.clone(),
@@ -197,8 +206,12 @@ impl GgufSource {
             num_key_value_heads: self.n_kv_head,
             head_dim,
             rope_theta: f.get(&format!("{a}.rope.freq_base")).and_then(|v| v.as_f64()).unwrap_or(10_000.0),
-            rms_norm_eps: f.get(&format!("{a}.attention.layer_norm_rms_epsilon")).and_then(|v| v.as_f64()).unwrap_or(1e-6),
-            max_position_embeddings: f.get(&format!("{a}.context_length")).and_then(|v| v.as_u64()).unwrap_or(32_768) as usize,
+            rms_norm_eps: f
+                .get(&format!("{a}.attention.layer_norm_rms_epsilon"))
+                .and_then(|v| v.as_f64())
+                .unwrap_or(1e-6),
+            max_position_embeddings: f.get(&format!("{a}.context_length")).and_then(|v| v.as_u64()).unwrap_or(32_768)
+                as usize,
             attention_bias: f.tensors.contains_key("blk.0.attn_q.bias"),
             tie_word_embeddings: !f.tensors.contains_key("output.weight"),
             bos_token_id: f.get("tokenizer.ggml.bos_token_id").and_then(|v| v.as_u64()).map(|v| v as u32),

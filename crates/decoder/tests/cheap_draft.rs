@@ -13,7 +13,7 @@ use specx_decoder::gguf::GgmlType;
 use specx_decoder::sampling::SamplingConfig;
 use specx_decoder::speculative::*;
 use specx_decoder::synthetic::StDtype;
-use specx_decoder::{default_device, load_model_as, DraftTransform, DraftWeights, Transformer, WeightMode};
+use specx_decoder::{DraftTransform, DraftWeights, Transformer, WeightMode, default_device, load_model_as};
 
 /// A drafter that checks every candidate against the subset and that q has no mass outside it.
 struct SubsetChecked<'m> {
@@ -27,7 +27,8 @@ impl Drafter for SubsetChecked<'_> {
         let out = self.inner.draft(round)?;
         for c in &out {
             assert!(self.subset.contains(&c.token), "drafted token {} outside the subset {:?}", c.token, self.subset);
-            let outside: f32 = c.q.iter().enumerate().filter(|(t, _)| !self.subset.contains(&(*t as u32))).map(|(_, p)| p).sum();
+            let outside: f32 =
+                c.q.iter().enumerate().filter(|(t, _)| !self.subset.contains(&(*t as u32))).map(|(_, p)| p).sum();
             assert_eq!(outside, 0.0, "q puts mass outside the subset");
         }
         self.drafted += out.len();
@@ -51,7 +52,8 @@ impl Drafter for SubsetTokensFullQ<'_> {
         let mut seq = committed.to_vec();
         let mut out = Vec::new();
         for _ in 0..max.min(2) {
-            let logits = |m: &Transformer| specx_decoder::generate::last_logits(&m.forward(&seq, &mut m.new_cache(1)).unwrap());
+            let logits =
+                |m: &Transformer| specx_decoder::generate::last_logits(&m.forward(&seq, &mut m.new_cache(1)).unwrap());
             let q_sub = s.probabilities(&logits(self.sub));
             let q_full = s.probabilities(&logits(self.full));
             let token = specx_decoder::sampling::sample_from(&q_sub, &mut streams.draft(seq.len()));
@@ -125,7 +127,9 @@ fn a_subset_draft_never_drafts_outside_it_and_stays_lossless() {
     let mut drafted = 0;
     let counts = sample_counts(N, |seed| {
         let mut dr = SubsetChecked { inner: PlainDrafter::new(&sub), subset: subset.clone(), drafted: 0 };
-        let g = generate_speculative(&t.model, &mut dr, &mut FixedK(2), &mut RejectionSampler, &prompt, &cfg(seed), &[]).unwrap();
+        let g =
+            generate_speculative(&t.model, &mut dr, &mut FixedK(2), &mut RejectionSampler, &prompt, &cfg(seed), &[])
+                .unwrap();
         drafted += dr.drafted;
         g.tokens
     });
@@ -136,18 +140,23 @@ fn a_subset_draft_never_drafts_outside_it_and_stays_lossless() {
     assert!(p_ok > ALPHA, "speculative sampling with a subset draft rejected: p = {p_ok:.2e}");
     let bad = sample_counts(N, |seed| {
         let mut dr = SubsetTokensFullQ { sub: &sub, full: &d.model };
-        generate_speculative(&t.model, &mut dr, &mut FixedK(2), &mut RejectionSampler, &prompt, &cfg(seed), &[]).unwrap().tokens
+        generate_speculative(&t.model, &mut dr, &mut FixedK(2), &mut RejectionSampler, &prompt, &cfg(seed), &[])
+            .unwrap()
+            .tokens
     });
     let p_bad = chi_square_p(&bad, &exact, N);
     assert!(p_bad < ALPHA, "a q that ignores the subset went unnoticed: p = {p_bad:.2e}");
-    eprintln!("chi-square p-values: subset draft {p_ok:.3}, full q reported {p_bad:.2e}; first token outside the subset {outside} of {N}");
+    eprintln!(
+        "chi-square p-values: subset draft {p_ok:.3}, full q reported {p_bad:.2e}; first token outside the subset {outside} of {N}"
+    );
 
     // Greedy: the target's own output, for prompts whose next token the subset lacks.
     let greedy = SpecConfig { max_new_tokens: 12, sampling: SamplingConfig::greedy(), seed: 0 };
     for p in [vec![1u32, 4, 2], vec![0, 3], vec![5, 5, 1, 2]] {
         let ar = generate_autoregressive(&t.model, &p, &greedy, &[]).unwrap().tokens;
         let mut dr = SubsetChecked { inner: PlainDrafter::new(&sub), subset: subset.clone(), drafted: 0 };
-        let g = generate_speculative(&t.model, &mut dr, &mut FixedK(3), &mut RejectionSampler, &p, &greedy, &[]).unwrap();
+        let g =
+            generate_speculative(&t.model, &mut dr, &mut FixedK(3), &mut RejectionSampler, &p, &greedy, &[]).unwrap();
         assert_eq!(g.tokens, ar, "prompt {p:?}");
     }
 }
@@ -162,13 +171,23 @@ fn a_requantized_draft_reads_fewer_bytes_and_stays_lossless() {
     let d = load_model_as(&draft, None, &default_device(), WeightMode::Q8).unwrap();
     let q4 = DraftTransform { weights: Some(DraftWeights::Q4_0), ..Default::default() };
     let cheap = q4.apply(d.model.clone(), &d.tokenizer).unwrap();
-    assert!(cheap.weight_bytes_per_token() < d.model.weight_bytes_per_token() * 7 / 10, "{} vs {}", cheap.weight_bytes_per_token(), d.model.weight_bytes_per_token());
+    assert!(
+        cheap.weight_bytes_per_token() < d.model.weight_bytes_per_token() * 7 / 10,
+        "{} vs {}",
+        cheap.weight_bytes_per_token(),
+        d.model.weight_bytes_per_token()
+    );
     assert!(cheap.runs_integer());
     let greedy = SpecConfig { max_new_tokens: 16, sampling: SamplingConfig::greedy(), seed: 0 };
     for p in [vec![1u32, 4, 2], vec![7, 3, 9]] {
         let ar = generate_autoregressive(&t.model, &p, &greedy, &[]).unwrap().tokens;
         let mut dr = PlainDrafter::new(&cheap);
-        assert_eq!(generate_speculative(&t.model, &mut dr, &mut FixedK(3), &mut RejectionSampler, &p, &greedy, &[]).unwrap().tokens, ar);
+        assert_eq!(
+            generate_speculative(&t.model, &mut dr, &mut FixedK(3), &mut RejectionSampler, &p, &greedy, &[])
+                .unwrap()
+                .tokens,
+            ar
+        );
     }
     // f32 weights hold no blocks to requantize.
     let f = load_model_as(&hf, None, &default_device(), WeightMode::F32).unwrap();
@@ -186,7 +205,11 @@ fn a_frequency_table_of_another_tokenizer_or_a_bad_size_is_refused() {
     table(d.tokenizer.vocab_sha256()).write(&ours).unwrap();
     let theirs = dir.path().join("theirs.tsv");
     table("f".repeat(64)).write(&theirs).unwrap();
-    let with = |path: &std::path::Path, n: usize| DraftTransform { vocab: Some(n), vocab_table: Some(path.to_path_buf()), weights: None };
+    let with = |path: &std::path::Path, n: usize| DraftTransform {
+        vocab: Some(n),
+        vocab_table: Some(path.to_path_buf()),
+        weights: None,
+    };
     let m = with(&ours, 4).apply(d.model.clone(), &d.tokenizer).unwrap();
     assert_eq!(m.vocab_subset().unwrap().len(), 4);
     assert!(m.vocab_subset().unwrap().contains(&((VOCAB - 1) as u32)), "the special token is always in");

@@ -3,7 +3,7 @@
 //! and `cuda`, where (on a machine without NVIDIA's driver, as CI) CUDA must say there is no
 //! driver rather than fail inside the runtime.
 
-use specx_decoder::{check_device, DeviceName, Placement};
+use specx_decoder::{DeviceName, Placement, check_device};
 
 #[test]
 fn devices_this_build_lacks_are_named_in_the_error() {
@@ -18,7 +18,13 @@ fn devices_this_build_lacks_are_named_in_the_error() {
         assert!(e.contains("out of range") || e.contains("no CUDA driver") || e.contains("found no GPU"), "{e}");
         let listed = specx_decoder::device::cuda_devices();
         assert_eq!(listed.is_err(), e.contains("no CUDA driver"), "{e}");
-        eprintln!("cuda here: {}", match &listed { Ok(d) => format!("{} device(s)", d.len()), Err(e) => e.to_string() });
+        eprintln!(
+            "cuda here: {}",
+            match &listed {
+                Ok(d) => format!("{} device(s)", d.len()),
+                Err(e) => e.to_string(),
+            }
+        );
     }
     #[cfg(not(feature = "wgpu"))]
     assert!(check_device(DeviceName::Wgpu(0)).unwrap_err().to_string().contains("--features wgpu"));

@@ -8,9 +8,17 @@ use common::lossless::*;
 use common::*;
 use specx_decoder::sampling::SamplingConfig;
 use specx_decoder::speculative::*;
-use specx_decoder::{default_device, Transformer};
+use specx_decoder::{Transformer, default_device};
 
-fn dsi(target: &Transformer, draft: &Transformer, policy: &mut dyn StopPolicy, prompt: &[u32], cfg: &SpecConfig, d: &DsiConfig, eos: &[u32]) -> DsiGeneration {
+fn dsi(
+    target: &Transformer,
+    draft: &Transformer,
+    policy: &mut dyn StopPolicy,
+    prompt: &[u32],
+    cfg: &SpecConfig,
+    d: &DsiConfig,
+    eos: &[u32],
+) -> DsiGeneration {
     let mut drafter = PlainDrafter::new(draft);
     generate_dsi(&vec![target; d.servers], &mut drafter, policy, &mut RejectionSampler, prompt, cfg, d, eos).unwrap()
 }
@@ -22,7 +30,9 @@ fn greedy_output_equals_target_greedy_for_every_sp_degree_lookahead_and_policy()
     let close = noisy_draft(_d.path(), VOCAB, 1, 0.3);
     let hidden = d.model.config().hidden_size;
     let (mut preempted, mut stale, mut blocks_seen) = (0, 0, (false, false, false));
-    for (draft_name, draft) in [("random draft", &d.model), ("identical draft", &same.model), ("close draft", &close.model)] {
+    for (draft_name, draft) in
+        [("random draft", &d.model), ("identical draft", &same.model), ("close draft", &close.model)]
+    {
         for (p_i, prompt_seed) in (0..4u32).enumerate() {
             let prompt = tokens(3 + p_i, prompt_seed);
             let eos = [VOCAB as u32 - 1, 7];
@@ -30,11 +40,20 @@ fn greedy_output_equals_target_greedy_for_every_sp_degree_lookahead_and_policy()
             let want = generate_autoregressive(&t.model, &prompt, &cfg, &eos).unwrap().tokens;
             for servers in [1, 2, 4] {
                 for lookahead in [1, 3] {
-                    let mut policies: Vec<(String, Box<dyn StopPolicy>)> = vec![("fixed".into(), Box::new(FixedK(lookahead)))];
+                    let mut policies: Vec<(String, Box<dyn StopPolicy>)> =
+                        vec![("fixed".into(), Box::new(FixedK(lookahead)))];
                     let head = AcceptanceHead::init_seeded(hidden, 2, true, p_i as u64, &default_device());
                     policies.push(("head h=0.5".into(), Box::new(HeadPolicy::new(head, HeadRule::new(0.5, 1, 20)))));
                     for (name, mut policy) in policies {
-                        let g = dsi(&t.model, draft, policy.as_mut(), &prompt, &cfg, &DsiConfig::new(servers, lookahead), &eos);
+                        let g = dsi(
+                            &t.model,
+                            draft,
+                            policy.as_mut(),
+                            &prompt,
+                            &cfg,
+                            &DsiConfig::new(servers, lookahead),
+                            &eos,
+                        );
                         let what = format!("{draft_name}, prompt {p_i}, sp {servers}, lookahead {lookahead}, {name}");
                         assert_eq!(g.generation.tokens, want, "{what}");
                         let m = &g.generation.metrics;
@@ -42,7 +61,12 @@ fn greedy_output_equals_target_greedy_for_every_sp_degree_lookahead_and_policy()
                         assert_eq!(g.stats.tasks, m.n_target_calls, "{what}");
                         assert!(m.drafted_per_round.iter().all(|&k| k <= lookahead), "{what}");
                         // Every task either reached a decision, was preempted, or came back stale.
-                        assert_eq!(m.accepted_per_round.len() + g.stats.preempted + g.stats.stale, g.stats.tasks, "{what}: {:?}", g.stats);
+                        assert_eq!(
+                            m.accepted_per_round.len() + g.stats.preempted + g.stats.stale,
+                            g.stats.tasks,
+                            "{what}: {:?}",
+                            g.stats
+                        );
                         preempted += g.stats.preempted;
                         stale += g.stats.stale;
                         for (&a, &k) in m.accepted_per_round.iter().zip(&m.drafted_per_round) {
@@ -82,7 +106,17 @@ fn budget_and_eos_inside_a_block_are_respected() {
 fn a_target_list_that_does_not_match_the_workers_is_refused() {
     let (_d, t, _) = pair(VOCAB, 1, 1);
     let cfg = SpecConfig { max_new_tokens: 4, sampling: SamplingConfig::greedy(), seed: 0 };
-    let e = generate_dsi(&[&t.model], &mut PlainDrafter::new(&t.model), &mut FixedK(3), &mut RejectionSampler, &[1, 2], &cfg, &DsiConfig::new(2, 3), &[]).unwrap_err();
+    let e = generate_dsi(
+        &[&t.model],
+        &mut PlainDrafter::new(&t.model),
+        &mut FixedK(3),
+        &mut RejectionSampler,
+        &[1, 2],
+        &cfg,
+        &DsiConfig::new(2, 3),
+        &[],
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("one per worker"), "{e}");
 }
 
@@ -96,11 +130,15 @@ fn sampled_output_is_distributed_as_the_target_and_a_scheduler_without_preemptio
     let exact = exact_distribution(&t.model, &prompt, &s);
     let cfg = |seed| SpecConfig { max_new_tokens: STEPS, sampling: s.clone(), seed };
 
-    let ok = sample_counts(N, |seed| dsi(&t.model, &d.model, &mut FixedK(1), &prompt, &cfg(seed), &DsiConfig::new(2, 1), &[]).generation.tokens);
+    let ok = sample_counts(N, |seed| {
+        dsi(&t.model, &d.model, &mut FixedK(1), &prompt, &cfg(seed), &DsiConfig::new(2, 1), &[]).generation.tokens
+    });
     let p_ok = chi_square_p(&ok, &exact, N);
     assert!(p_ok > ALPHA, "DSI sampling (sp 2, lookahead 1) rejected: p = {p_ok:.2e}");
 
-    let ok2 = sample_counts(N, |seed| dsi(&t.model, &d.model, &mut FixedK(2), &prompt, &cfg(seed), &DsiConfig::new(4, 2), &[]).generation.tokens);
+    let ok2 = sample_counts(N, |seed| {
+        dsi(&t.model, &d.model, &mut FixedK(2), &prompt, &cfg(seed), &DsiConfig::new(4, 2), &[]).generation.tokens
+    });
     let p_ok2 = chi_square_p(&ok2, &exact, N);
     assert!(p_ok2 > ALPHA, "DSI sampling (sp 4, lookahead 2) rejected: p = {p_ok2:.2e}");
 
@@ -115,10 +153,14 @@ fn sampled_output_is_distributed_as_the_target_and_a_scheduler_without_preemptio
     assert!(p_head > ALPHA, "DSI sampling with the head policy rejected: p = {p_head:.2e}");
 
     let broken = DsiConfig { preempt: false, ..DsiConfig::new(2, 1) };
-    let bad = sample_counts(N, |seed| dsi(&t.model, &d.model, &mut FixedK(1), &prompt, &cfg(seed), &broken, &[]).generation.tokens);
+    let bad = sample_counts(N, |seed| {
+        dsi(&t.model, &d.model, &mut FixedK(1), &prompt, &cfg(seed), &broken, &[]).generation.tokens
+    });
     let p_bad = chi_square_p(&bad, &exact, N);
     assert!(p_bad < ALPHA, "a scheduler that commits results of rejected branches went unnoticed: p = {p_bad:.2e}");
-    eprintln!("chi-square p-values: DSI sp2/l1 {p_ok:.3}, sp4/l2 {p_ok2:.3}, with a head {p_head:.3}, without preemption {p_bad:.2e}");
+    eprintln!(
+        "chi-square p-values: DSI sp2/l1 {p_ok:.3}, sp4/l2 {p_ok2:.3}, with a head {p_head:.3}, without preemption {p_bad:.2e}"
+    );
 }
 
 #[test]
@@ -131,7 +173,9 @@ fn the_same_seed_gives_the_same_sampled_output_whatever_the_sp_degree() {
         let cfg = SpecConfig { max_new_tokens: 12, sampling: s.clone(), seed };
         let one = dsi(&t.model, &d.model, &mut FixedK(2), &prompt, &cfg, &DsiConfig::new(1, 2), &[]).generation.tokens;
         for servers in [2, 4] {
-            let many = dsi(&t.model, &d.model, &mut FixedK(2), &prompt, &cfg, &DsiConfig::new(servers, 2), &[]).generation.tokens;
+            let many = dsi(&t.model, &d.model, &mut FixedK(2), &prompt, &cfg, &DsiConfig::new(servers, 2), &[])
+                .generation
+                .tokens;
             assert_eq!(many, one, "seed {seed}, sp {servers}");
         }
     }
@@ -154,20 +198,41 @@ fn sequential_and_dsi_give_the_same_tokens_for_the_same_seed_at_temperature_07()
         let cfg = SpecConfig { max_new_tokens: 16, sampling: s.clone(), seed };
         let policies = |k: usize| -> Vec<(String, Box<dyn StopPolicy>)> {
             let head = AcceptanceHead::init_seeded(hidden, 2, true, seed, &default_device());
-            vec![("fixed".into(), Box::new(FixedK(k))), ("head".into(), Box::new(HeadPolicy::new(head, HeadRule::new(0.6, 1, k))))]
+            vec![
+                ("fixed".into(), Box::new(FixedK(k))),
+                ("head".into(), Box::new(HeadPolicy::new(head, HeadRule::new(0.6, 1, k)))),
+            ]
         };
         let mut drafter = PlainDrafter::new(&close.model);
-        let sequential = generate_speculative(&t.model, &mut drafter, &mut FixedK(3), &mut RejectionSampler, &prompt, &cfg, &eos).unwrap();
-        full_rounds += sequential.metrics.accepted_per_round.iter().zip(&sequential.metrics.drafted_per_round).filter(|(a, k)| a == k).count();
+        let sequential =
+            generate_speculative(&t.model, &mut drafter, &mut FixedK(3), &mut RejectionSampler, &prompt, &cfg, &eos)
+                .unwrap();
+        full_rounds += sequential
+            .metrics
+            .accepted_per_round
+            .iter()
+            .zip(&sequential.metrics.drafted_per_round)
+            .filter(|(a, k)| a == k)
+            .count();
         for k in [2, 4] {
             for (name, mut policy) in policies(k) {
                 let mut drafter = PlainDrafter::new(&close.model);
-                let other = generate_speculative(&t.model, &mut drafter, policy.as_mut(), &mut RejectionSampler, &prompt, &cfg, &eos).unwrap();
+                let other = generate_speculative(
+                    &t.model,
+                    &mut drafter,
+                    policy.as_mut(),
+                    &mut RejectionSampler,
+                    &prompt,
+                    &cfg,
+                    &eos,
+                )
+                .unwrap();
                 assert_eq!(other.tokens, sequential.tokens, "seed {seed}: sequential, {name} k {k}");
             }
             for servers in [1, 3] {
                 for (name, mut policy) in policies(k) {
-                    let g = dsi(&t.model, &close.model, policy.as_mut(), &prompt, &cfg, &DsiConfig::new(servers, k), &eos);
+                    let g =
+                        dsi(&t.model, &close.model, policy.as_mut(), &prompt, &cfg, &DsiConfig::new(servers, k), &eos);
                     assert_eq!(g.generation.tokens, sequential.tokens, "seed {seed}: DSI sp {servers}, {name} k {k}");
                 }
             }

@@ -10,13 +10,18 @@ use specx_decoder::gguf::GgmlType;
 use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::sampling::SamplingConfig;
 use specx_decoder::speculative::*;
-use specx_decoder::synthetic::{tiny_qwen2, StDtype};
-use specx_decoder::{default_device, LoadedModel};
+use specx_decoder::synthetic::{StDtype, tiny_qwen2};
+use specx_decoder::{LoadedModel, default_device};
 
-const CALIBRATIONS: [Calibration; 4] = [Calibration::Never, Calibration::PrefillOnly, Calibration::EveryRound, Calibration::EveryMismatch];
+const CALIBRATIONS: [Calibration; 4] =
+    [Calibration::Never, Calibration::PrefillOnly, Calibration::EveryRound, Calibration::EveryMismatch];
 
 /// A target and a draft of 5 layers each (so that strategies have groups to form).
-fn pair_with_deep_draft(vocab: usize, target_seed: u64, draft_seed: u64) -> (tempfile::TempDir, LoadedModel, LoadedModel) {
+fn pair_with_deep_draft(
+    vocab: usize,
+    target_seed: u64,
+    draft_seed: u64,
+) -> (tempfile::TempDir, LoadedModel, LoadedModel) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = specx_decoder::ModelConfig { num_hidden_layers: 5, ..tiny_qwen2(vocab) };
     let (t, _) = write_both(&dir.path().join("t"), &cfg, target_seed, StDtype::F32, GgmlType::F32);
@@ -36,10 +41,25 @@ fn lp_size_one_drafts_exactly_what_the_plain_drafter_drafts() {
         let mut fuzzy_metrics = RequestMetrics::default();
         for round in 0..3 {
             let draw = |drafter: &mut dyn Drafter, metrics: &mut RequestMetrics| {
-                drafter.draft(DraftRound { committed: &committed, max: 4, keep_first: false, policy: &mut FixedK(4), sampling: &s, streams: Streams::new(round), eos: &[], metrics }).unwrap()
+                drafter
+                    .draft(DraftRound {
+                        committed: &committed,
+                        max: 4,
+                        keep_first: false,
+                        policy: &mut FixedK(4),
+                        sampling: &s,
+                        streams: Streams::new(round),
+                        eos: &[],
+                        metrics,
+                    })
+                    .unwrap()
             };
             let (a, b) = (draw(&mut plain, &mut RequestMetrics::default()), draw(&mut fuzzy, &mut fuzzy_metrics));
-            assert_eq!(a.iter().map(|c| (c.token, c.q.clone())).collect::<Vec<_>>(), b.iter().map(|c| (c.token, c.q.clone())).collect::<Vec<_>>(), "{calibration:?} round {round}");
+            assert_eq!(
+                a.iter().map(|c| (c.token, c.q.clone())).collect::<Vec<_>>(),
+                b.iter().map(|c| (c.token, c.q.clone())).collect::<Vec<_>>(),
+                "{calibration:?} round {round}"
+            );
             // Accept the first two, then a token of our own (a rejection).
             committed.extend(a[..2].iter().map(|c| c.token));
             plain.rollback(committed.len());
@@ -66,15 +86,37 @@ fn greedy_output_equals_the_targets_for_every_strategy_calibration_and_policy() 
                 for calibration in CALIBRATIONS {
                     let groups = LayerGroups::parse(strategy, 5).unwrap();
                     let head = AcceptanceHead::init_seeded(hidden, 1, true, p as u64, &default_device());
-                    let policies: Vec<(&str, Box<dyn StopPolicy>)> = vec![("K=3", Box::new(FixedK(3))), ("head", Box::new(HeadPolicy::new(head, HeadRule::new(0.5, 1, 6))))];
+                    let policies: Vec<(&str, Box<dyn StopPolicy>)> = vec![
+                        ("K=3", Box::new(FixedK(3))),
+                        ("head", Box::new(HeadPolicy::new(head, HeadRule::new(0.5, 1, 6)))),
+                    ];
                     for (policy_name, mut policy) in policies {
                         let what = format!("{name}, prompt {p}, {strategy}, {calibration:?}, {policy_name}");
                         let mut drafter = FuzzyDrafter::new(&draft.model, groups.clone(), calibration).unwrap();
-                        let got = generate_speculative(&t.model, &mut drafter, policy.as_mut(), &mut RejectionSampler, &prompt, &cfg, &eos).unwrap();
+                        let got = generate_speculative(
+                            &t.model,
+                            &mut drafter,
+                            policy.as_mut(),
+                            &mut RejectionSampler,
+                            &prompt,
+                            &cfg,
+                            &eos,
+                        )
+                        .unwrap();
                         assert_eq!(got.tokens, want, "{what}");
                         calibrated += got.metrics.n_calibrations;
                         let mut drafter = FuzzyDrafter::new(&draft.model, groups.clone(), calibration).unwrap();
-                        let got = generate_dsi(&[&t.model; 2], &mut drafter, policy.as_mut(), &mut RejectionSampler, &prompt, &cfg, &DsiConfig::new(2, 3), &eos).unwrap();
+                        let got = generate_dsi(
+                            &[&t.model; 2],
+                            &mut drafter,
+                            policy.as_mut(),
+                            &mut RejectionSampler,
+                            &prompt,
+                            &cfg,
+                            &DsiConfig::new(2, 3),
+                            &eos,
+                        )
+                        .unwrap();
                         assert_eq!(got.generation.tokens, want, "DSI, {what}");
                     }
                 }
@@ -95,7 +137,15 @@ fn noisy_draft_layers(dir: &tempfile::TempDir, layers: usize, noise: f32) -> Loa
         }
     }
     let path = dir.path().join("close");
-    specx_decoder::synthetic::write_hf_dir(&path, &cfg, &w, StDtype::F32, 1, &specx_decoder::synthetic::word_tokenizer_json(VOCAB, "w")).unwrap();
+    specx_decoder::synthetic::write_hf_dir(
+        &path,
+        &cfg,
+        &w,
+        StDtype::F32,
+        1,
+        &specx_decoder::synthetic::word_tokenizer_json(VOCAB, "w"),
+    )
+    .unwrap();
     load(&path)
 }
 
@@ -112,14 +162,30 @@ fn sampled_output_is_distributed_as_the_target_at_two_temperatures() {
             let cfg = |seed| SpecConfig { max_new_tokens: STEPS, sampling: s.clone(), seed };
             let counts = sample_counts(N, |seed| {
                 let groups = LayerGroups::parse("0,1-3,4", 5).unwrap();
-                let mut drafter = FuzzyDrafter::new(&d.model, groups, Calibration::EveryMismatch).unwrap().with_workers(workers).with_compat(compat);
-                generate_speculative(&t.model, &mut drafter, &mut FixedK(2), &mut RejectionSampler, &prompt, &cfg(seed), &[]).unwrap().tokens
+                let mut drafter = FuzzyDrafter::new(&d.model, groups, Calibration::EveryMismatch)
+                    .unwrap()
+                    .with_workers(workers)
+                    .with_compat(compat);
+                generate_speculative(
+                    &t.model,
+                    &mut drafter,
+                    &mut FixedK(2),
+                    &mut RejectionSampler,
+                    &prompt,
+                    &cfg(seed),
+                    &[],
+                )
+                .unwrap()
+                .tokens
             });
             let p = chi_square_p(&counts, &exact, N);
             eprintln!("chi-square p-value, EasySpec 0,1-3,4 every_mismatch {compat:?}, T {temperature}: {p:.3e}");
             match compat {
                 Compat::Lossless => assert!(p > ALPHA, "EasySpec sampling at T {temperature} rejected: p = {p:.2e}"),
-                Compat::Reference => assert!(p < ALPHA, "the reference code's argmax drafts passed as lossless at T {temperature}: p = {p:.2e}"),
+                Compat::Reference => assert!(
+                    p < ALPHA,
+                    "the reference code's argmax drafts passed as lossless at T {temperature}: p = {p:.2e}"
+                ),
             }
         }
     }
@@ -136,16 +202,31 @@ fn sampled_output_is_distributed_as_the_target_under_confidence_and_under_dsi_wi
     let s = SamplingConfig { temperature: 1.0, top_k: None, top_p: None };
     let exact = exact_distribution(&t.model, &prompt, &s);
     let cfg = |seed| SpecConfig { max_new_tokens: STEPS, sampling: s.clone(), seed };
-    let fuzzy = || FuzzyDrafter::new(&d.model, LayerGroups::parse("0,1-3,4", 5).unwrap(), Calibration::EveryRound).unwrap();
+    let fuzzy =
+        || FuzzyDrafter::new(&d.model, LayerGroups::parse("0,1-3,4", 5).unwrap(), Calibration::EveryRound).unwrap();
     let confidence = sample_counts(N, |seed| {
         let mut policy = ConfidencePolicy { threshold: 0.4, min_candidates: 1, max_candidates: 3 };
-        generate_speculative(&t.model, &mut fuzzy(), &mut policy, &mut RejectionSampler, &prompt, &cfg(seed), &[]).unwrap().tokens
+        generate_speculative(&t.model, &mut fuzzy(), &mut policy, &mut RejectionSampler, &prompt, &cfg(seed), &[])
+            .unwrap()
+            .tokens
     });
     let p_confidence = chi_square_p(&confidence, &exact, N);
     let head = AcceptanceHead::init_seeded(d.model.config().hidden_size, 2, true, 4, &default_device());
     let dsi_head = sample_counts(N, |seed| {
         let mut policy = HeadPolicy::new(head.clone(), HeadRule::new(0.5, 1, 3));
-        generate_dsi(&[&t.model; 2], &mut fuzzy(), &mut policy, &mut RejectionSampler, &prompt, &cfg(seed), &DsiConfig::new(2, 3), &[]).unwrap().generation.tokens
+        generate_dsi(
+            &[&t.model; 2],
+            &mut fuzzy(),
+            &mut policy,
+            &mut RejectionSampler,
+            &prompt,
+            &cfg(seed),
+            &DsiConfig::new(2, 3),
+            &[],
+        )
+        .unwrap()
+        .generation
+        .tokens
     });
     let p_dsi_head = chi_square_p(&dsi_head, &exact, N);
     eprintln!("chi-square p-values: EasySpec + confidence {p_confidence:.3}, EasySpec + DSI + head {p_dsi_head:.3}");

@@ -9,10 +9,10 @@
 mod common;
 use common::lossless::*;
 use common::*;
+use specx_decoder::Transformer;
 use specx_decoder::sampling::SamplingConfig;
 use specx_decoder::speculative::feature_tap::FeatureTap;
 use specx_decoder::speculative::*;
-use specx_decoder::Transformer;
 
 const PROMPT: [u32; 6] = [1, 4, 2, 3, 5, 0];
 const N: usize = 3000;
@@ -50,7 +50,8 @@ fn spec(target: &Transformer, vocab: usize) -> FeatureHeadSpec {
 /// A randomly initialised head over `target`, scoring `ids`.
 fn head(target: &Transformer, ids: &[u32], seed: u64) -> FeatureDraft {
     let spec = spec(target, ids.len());
-    FeatureDraft::from_parts(FeatureHead::init_seeded(&spec, seed, target.device()).unwrap(), spec, ids, target).unwrap()
+    FeatureDraft::from_parts(FeatureHead::init_seeded(&spec, seed, target.device()).unwrap(), spec, ids, target)
+        .unwrap()
 }
 
 #[test]
@@ -65,18 +66,43 @@ fn greedy_feature_drafting_equals_greedy_decoding_under_every_policy_it_takes_an
         ("fixed 3", Box::new(FixedK(3))),
         ("confidence 0.3", Box::new(ConfidencePolicy { threshold: 0.3, min_candidates: 1, max_candidates: 5 })),
         ("dynamic", Box::new(DynamicK::new(2, 6))),
-        ("roc 0.4", Box::new(RocThreshold::new(ConfidencePolicy { threshold: 0.4, min_candidates: 1, max_candidates: 4 }))),
+        (
+            "roc 0.4",
+            Box::new(RocThreshold::new(ConfidencePolicy { threshold: 0.4, min_candidates: 1, max_candidates: 4 })),
+        ),
         ("p_min 0.4", Box::new(PMinPolicy { p_min: 0.4, n_max: 4 })),
         ("svip 0.6", Box::new(SvipPolicy { threshold: 0.6, max_candidates: 5 })),
-        ("adaedl 0.3", Box::new(AdaEdlPolicy::new(AdaEdlParams { lambda: 0.3, max_candidates: 4, ..AdaEdlParams::DEFAULT }))),
+        (
+            "adaedl 0.3",
+            Box::new(AdaEdlPolicy::new(AdaEdlParams { lambda: 0.3, max_candidates: 4, ..AdaEdlParams::DEFAULT })),
+        ),
         ("bandit 1,2,4", Box::new(BanditK::new(vec![1, 2, 4], BanditK::EXPLORATION))),
     ];
     for (name, mut policy) in policies {
-        let g = generate_speculative(target, &mut FeatureHeadDrafter::new(target, &draft), policy.as_mut(), &mut RejectionSampler, &PROMPT, &c, &[]).unwrap();
+        let g = generate_speculative(
+            target,
+            &mut FeatureHeadDrafter::new(target, &draft),
+            policy.as_mut(),
+            &mut RejectionSampler,
+            &PROMPT,
+            &c,
+            &[],
+        )
+        .unwrap();
         assert_eq!(g.tokens, want, "sequential, {name}");
         assert!(g.metrics.n_drafted > g.metrics.n_accepted, "{name}: candidates rejected: {:?}", g.metrics);
         accepted += g.metrics.n_accepted;
-        let dsi = generate_dsi(&[target, target], &mut FeatureHeadDrafter::new(target, &draft), policy.as_mut(), &mut RejectionSampler, &PROMPT, &c, &DsiConfig::new(2, 3), &[]).unwrap();
+        let dsi = generate_dsi(
+            &[target, target],
+            &mut FeatureHeadDrafter::new(target, &draft),
+            policy.as_mut(),
+            &mut RejectionSampler,
+            &PROMPT,
+            &c,
+            &DsiConfig::new(2, 3),
+            &[],
+        )
+        .unwrap();
         assert_eq!(dsi.generation.tokens, want, "DSI, {name}");
     }
     assert!(accepted > 0, "no candidate accepted under any policy");
@@ -98,7 +124,9 @@ impl Drafter for Wrapped<'_> {
         self.rounds.push((context, out.iter().map(|c| c.token).collect()));
         if self.uniform_q {
             for c in out.iter_mut().filter(|c| !c.q.is_empty()) {
-                c.q = (0..c.q.len()).map(|t| if SUBSET.contains(&(t as u32)) { 1.0 / SUBSET.len() as f32 } else { 0.0 }).collect();
+                c.q = (0..c.q.len())
+                    .map(|t| if SUBSET.contains(&(t as u32)) { 1.0 / SUBSET.len() as f32 } else { 0.0 })
+                    .collect();
                 c.q_token = 1.0 / SUBSET.len() as f32;
             }
         }
@@ -135,11 +163,19 @@ fn every_round_drafts_from_the_targets_own_states_of_the_committed_text() {
     let target = &t.model;
     let draft = head(target, &SUBSET, 5);
     let mut w = Wrapped { inner: FeatureHeadDrafter::new(target, &draft), rounds: Vec::new(), uniform_q: false };
-    generate_speculative(target, &mut w, &mut FixedK(3), &mut RejectionSampler, &PROMPT, &cfg(greedy(), 0, 30), &[]).unwrap();
+    generate_speculative(target, &mut w, &mut FixedK(3), &mut RejectionSampler, &PROMPT, &cfg(greedy(), 0, 30), &[])
+        .unwrap();
     assert!(w.rounds.len() >= 5, "{} rounds", w.rounds.len());
     for (context, candidates) in &w.rounds {
-        assert_eq!(candidates[0], first_candidate_from_scratch(target, &draft, context), "first candidate after {context:?}");
-        assert!(candidates.iter().all(|c| SUBSET.contains(c)), "candidates {candidates:?} outside the subset {SUBSET:?}");
+        assert_eq!(
+            candidates[0],
+            first_candidate_from_scratch(target, &draft, context),
+            "first candidate after {context:?}"
+        );
+        assert!(
+            candidates.iter().all(|c| SUBSET.contains(c)),
+            "candidates {candidates:?} outside the subset {SUBSET:?}"
+        );
     }
 }
 
@@ -149,14 +185,26 @@ fn sampled(target: &Transformer, draft: &FeatureDraft, uniform_q: bool) -> Vec<V
     let samples = (0..N as u64)
         .map(|seed| {
             let mut w = Wrapped { inner: FeatureHeadDrafter::new(target, draft), rounds: Vec::new(), uniform_q };
-            let g = generate_speculative(target, &mut w, &mut FixedK(3), &mut RejectionSampler, &PROMPT, &cfg(t1(), seed, LONG), &[]).unwrap();
+            let g = generate_speculative(
+                target,
+                &mut w,
+                &mut FixedK(3),
+                &mut RejectionSampler,
+                &PROMPT,
+                &cfg(t1(), seed, LONG),
+                &[],
+            )
+            .unwrap();
             let m = &g.metrics;
             accepted += m.n_accepted;
             rejected += m.drafted_per_round.iter().zip(&m.accepted_per_round).filter(|(k, a)| a < k).count();
             g.tokens
         })
         .collect();
-    assert!(accepted >= N && rejected >= N, "{N} requests: {accepted} candidates accepted, {rejected} rounds with a rejection");
+    assert!(
+        accepted >= N && rejected >= N,
+        "{N} requests: {accepted} candidates accepted, {rejected} rounds with a rejection"
+    );
     samples
 }
 
@@ -195,7 +243,12 @@ fn a_saved_head_loads_to_the_same_numbers_and_refuses_another_target() {
     head.save_f32(dir.path(), &spec, &SUBSET).unwrap();
     let loaded = FeatureDraft::load(dir.path(), target, Some("synthetic")).unwrap();
     let h = spec.hidden_size;
-    let x = || burn::tensor::Tensor::<2>::from_data(burn::tensor::TensorData::new((0..2 * h).map(|i| (i as f32 * 0.37).sin()).collect::<Vec<f32>>(), [2, h]), target.device());
+    let x = || {
+        burn::tensor::Tensor::<2>::from_data(
+            burn::tensor::TensorData::new((0..2 * h).map(|i| (i as f32 * 0.37).sin()).collect::<Vec<f32>>(), [2, h]),
+            target.device(),
+        )
+    };
     let mask = causal_mask_after(0, 2, target.device());
     let a = head.forward(x(), x(), &[0, 1], Some(mask.clone()), None).into_data().try_to_vec::<f32>().unwrap();
     let b = loaded.head.forward(x(), x(), &[0, 1], Some(mask), None).into_data().try_to_vec::<f32>().unwrap();
@@ -208,7 +261,10 @@ fn a_saved_head_loads_to_the_same_numbers_and_refuses_another_target() {
     let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
     let worst = a.iter().zip(&c).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max) / scale;
     eprintln!("f16 round trip: largest difference {worst:.2e} of the largest output");
-    assert!(worst > 0.0 && worst < F16_TOLERANCE, "f16 round trip: largest difference {worst:.2e} of the largest output (allowed {F16_TOLERANCE:.1e}, and not 0: the weights must have been rounded)");
+    assert!(
+        worst > 0.0 && worst < F16_TOLERANCE,
+        "f16 round trip: largest difference {worst:.2e} of the largest output (allowed {F16_TOLERANCE:.1e}, and not 0: the weights must have been rounded)"
+    );
     let e = FeatureDraft::load(dir.path(), target, Some("another")).err().expect("another target's sha256 is refused");
     assert!(format!("{e:#}").contains("trained on the target with sha256"), "{e:#}");
 }

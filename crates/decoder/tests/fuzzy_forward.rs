@@ -6,10 +6,10 @@
 
 mod common;
 use common::*;
-use specx_decoder::layer_groups::LayerGroups;
-use specx_decoder::synthetic::tiny_qwen2;
-use specx_decoder::synthetic::StDtype;
 use specx_decoder::gguf::GgmlType;
+use specx_decoder::layer_groups::LayerGroups;
+use specx_decoder::synthetic::StDtype;
+use specx_decoder::synthetic::tiny_qwen2;
 use specx_decoder::{KvCache, LoadedModel};
 
 fn six_layers() -> (tempfile::TempDir, LoadedModel) {
@@ -62,7 +62,8 @@ fn fuzzy_forward_marks_inexact_layers_and_calibration_restores_the_cache() {
     }
     // A layer-parallel strategy changes the numerics, by a little: the stale inputs are a
     // residual stream apart.
-    let gap = fuzzy_rows.iter().zip(&exact_rows).map(|(a, b)| max_abs_diff(a, b)).fold(0f32, specx_decoder::compare::nan_max);
+    let gap =
+        fuzzy_rows.iter().zip(&exact_rows).map(|(a, b)| max_abs_diff(a, b)).fold(0f32, specx_decoder::compare::nan_max);
     let scale = exact_rows.iter().flatten().map(|v| v.abs()).fold(0f32, f32::max);
     eprintln!("fuzzy vs exact logits: max difference {gap:.3e} (largest logit {scale:.3})");
     assert!(gap > 0.0 && gap < 0.5 * scale, "fuzzy logits {gap} from the exact ones (largest logit {scale})");

@@ -2,8 +2,8 @@
 
 mod common;
 use common::*;
-use specx_decoder::gguf::{dequantize, GgmlType, GgufFile, GgufWriter, MetaValue};
-use specx_decoder::synthetic::{tiny_qwen2, StDtype};
+use specx_decoder::gguf::{GgmlType, GgufFile, GgufWriter, MetaValue, dequantize};
+use specx_decoder::synthetic::{StDtype, tiny_qwen2};
 
 #[derive(serde::Deserialize)]
 struct Case {

@@ -6,8 +6,8 @@
 mod common;
 use common::*;
 use specx_decoder::gguf::GgmlType;
-use specx_decoder::hub::{resolve_in, HubRef};
-use specx_decoder::synthetic::{tiny_qwen2, StDtype};
+use specx_decoder::hub::{HubRef, resolve_in};
+use specx_decoder::synthetic::{StDtype, tiny_qwen2};
 use specx_decoder::{default_device, load_model};
 use std::path::{Path, PathBuf};
 
@@ -34,10 +34,15 @@ fn publish(cache: &Path, folder: &str, files: &[(&str, PathBuf)]) {
 /// The files of an HF directory as a sharded repository has them: write_both's two shards and
 /// the index naming them (HF writes one with every sharded checkpoint).
 fn repo_files(hf: &Path) -> Vec<(String, PathBuf)> {
-    let mut files: Vec<(String, PathBuf)> = std::fs::read_dir(hf).unwrap().map(|e| e.unwrap().path()).map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), p)).collect();
+    let mut files: Vec<(String, PathBuf)> = std::fs::read_dir(hf)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), p))
+        .collect();
     let shards: Vec<&String> = files.iter().map(|(n, _)| n).filter(|n| n.ends_with(".safetensors")).collect();
     assert_eq!(shards.len(), 2, "{files:?}");
-    let map: serde_json::Map<String, serde_json::Value> = shards.iter().enumerate().map(|(i, n)| (format!("tensor{i}"), serde_json::Value::from(n.as_str()))).collect();
+    let map: serde_json::Map<String, serde_json::Value> =
+        shards.iter().enumerate().map(|(i, n)| (format!("tensor{i}"), serde_json::Value::from(n.as_str()))).collect();
     let index = hf.with_file_name("index.json");
     std::fs::write(&index, serde_json::json!({ "weight_map": map }).to_string()).unwrap();
     files.push(("model.safetensors.index.json".into(), index));
@@ -57,12 +62,17 @@ fn cached_models_and_files_resolve_offline_and_load_as_the_originals() {
     let files = repo_files(&hf);
     let refs: Vec<(&str, PathBuf)> = files.iter().map(|(n, p)| (n.as_str(), p.clone())).collect();
     publish(&cache, "models--specx--tiny", &refs);
-    publish(&cache, "models--specx--tiny-gguf", &[("q8/model.gguf", gguf.clone()), ("q8/tokenizer.json", gguf.with_file_name("tokenizer.json"))]);
+    publish(
+        &cache,
+        "models--specx--tiny-gguf",
+        &[("q8/model.gguf", gguf.clone()), ("q8/tokenizer.json", gguf.with_file_name("tokenizer.json"))],
+    );
     publish(&cache, "datasets--specx--prompts", &[("test.jsonl", hf.join("config.json"))]);
 
     let want = load_model(&hf, None, &default_device()).unwrap();
     let prompt = tokens(7, 3);
-    let logits = |lm: &specx_decoder::LoadedModel| rows(&lm.model.forward(&prompt, &mut lm.model.new_cache(1)).unwrap());
+    let logits =
+        |lm: &specx_decoder::LoadedModel| rows(&lm.model.forward(&prompt, &mut lm.model.new_cache(1)).unwrap());
     for rev in ["main", COMMIT] {
         let path = resolve_in(&id(&format!("hf:specx/tiny@{rev}")), &cache, true).unwrap();
         assert_eq!(path, cache.join("models--specx--tiny/snapshots").join(COMMIT), "{rev}");
@@ -81,10 +91,17 @@ fn what_the_cache_lacks_is_named_with_the_cache_and_why_nothing_was_downloaded()
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("hub");
     let e = format!("{:#}", resolve_in(&id("hf:specx/absent"), &cache, true).unwrap_err());
-    assert!(e.contains("config.json of specx/absent@main is not in the hub cache") && e.contains("HF_HUB_OFFLINE"), "{e}");
+    assert!(
+        e.contains("config.json of specx/absent@main is not in the hub cache") && e.contains("HF_HUB_OFFLINE"),
+        "{e}"
+    );
     let cfg = tiny_qwen2(VOCAB);
     let (hf, _) = write_both(&dir.path().join("src"), &cfg, 4, StDtype::F32, GgmlType::F32);
-    publish(&cache, "models--specx--no-weights", &[("config.json", hf.join("config.json")), ("tokenizer.json", hf.join("tokenizer.json"))]);
+    publish(
+        &cache,
+        "models--specx--no-weights",
+        &[("config.json", hf.join("config.json")), ("tokenizer.json", hf.join("tokenizer.json"))],
+    );
     let e = format!("{:#}", resolve_in(&id("hf:specx/no-weights"), &cache, true).unwrap_err());
     assert!(e.contains("neither model.safetensors nor model.safetensors.index.json"), "{e}");
     let e = format!("{:#}", resolve_in(&id("hf:specx/no-weights@v2"), &cache, true).unwrap_err());

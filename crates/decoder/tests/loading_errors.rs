@@ -3,7 +3,7 @@
 mod common;
 use common::*;
 use specx_decoder::gguf::GgmlType;
-use specx_decoder::synthetic::{random_weights, tiny_qwen2, word_tokenizer_json, write_hf_dir, StDtype};
+use specx_decoder::synthetic::{StDtype, random_weights, tiny_qwen2, word_tokenizer_json, write_hf_dir};
 use specx_decoder::{check_pair, default_device, load_model};
 
 fn err_of(path: &std::path::Path) -> String {
@@ -32,7 +32,14 @@ fn gguf_files_declaring_different_vocabularies_are_refused() {
     let bdir = dir.path().join("b");
     std::fs::create_dir_all(&bdir).unwrap();
     let tokens: Vec<String> = (0..VOCAB).map(|i| format!("other{i}")).collect();
-    specx_decoder::synthetic::write_gguf(&bdir.join("model.gguf"), &cfg, &random_weights(&cfg, 1), GgmlType::F32, &tokens).unwrap();
+    specx_decoder::synthetic::write_gguf(
+        &bdir.join("model.gguf"),
+        &cfg,
+        &random_weights(&cfg, 1),
+        GgmlType::F32,
+        &tokens,
+    )
+    .unwrap();
     std::fs::copy(a.with_file_name("tokenizer.json"), bdir.join("tokenizer.json")).unwrap();
     let err = check_pair(&load(&a), &load(&bdir.join("model.gguf"))).unwrap_err().to_string();
     assert!(err.contains("different vocabularies"), "{err}");
@@ -42,11 +49,18 @@ fn gguf_files_declaring_different_vocabularies_are_refused() {
 fn truncated_safetensors_names_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let (hf, _) = write_both(dir.path(), &tiny_qwen2(VOCAB), 1, StDtype::F32, GgmlType::F32);
-    let shard = std::fs::read_dir(&hf).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|x| x == "safetensors")).unwrap();
+    let shard = std::fs::read_dir(&hf)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .unwrap();
     let bytes = std::fs::read(&shard).unwrap();
     std::fs::write(&shard, &bytes[..bytes.len() / 2]).unwrap();
     let err = err_of(&hf);
-    assert!(err.contains(shard.file_name().unwrap().to_str().unwrap()) && err.contains("malformed or truncated"), "{err}");
+    assert!(
+        err.contains(shard.file_name().unwrap().to_str().unwrap()) && err.contains("malformed or truncated"),
+        "{err}"
+    );
 }
 
 #[test]

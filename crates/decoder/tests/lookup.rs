@@ -11,9 +11,9 @@ mod common;
 use common::lossless::*;
 use common::*;
 use rand::rngs::StdRng;
-use specx_decoder::sampling::{sample_from, SamplingConfig};
-use specx_decoder::speculative::*;
 use specx_decoder::Transformer;
+use specx_decoder::sampling::{SamplingConfig, sample_from};
+use specx_decoder::speculative::*;
 
 /// A prompt that repeats itself, so that its n-grams recur in what follows.
 const PROMPT: [u32; 10] = [1, 4, 2, 3, 1, 4, 2, 5, 1, 4];
@@ -46,17 +46,40 @@ enum Scheduler {
 }
 
 /// One request with `drafter` under `scheduler`.
-fn run(target: &Transformer, drafter: &mut dyn Drafter, policy: &mut dyn StopPolicy, verifier: &mut dyn Verifier, c: &SpecConfig, scheduler: Scheduler) -> Generation {
+fn run(
+    target: &Transformer,
+    drafter: &mut dyn Drafter,
+    policy: &mut dyn StopPolicy,
+    verifier: &mut dyn Verifier,
+    c: &SpecConfig,
+    scheduler: Scheduler,
+) -> Generation {
     match scheduler {
         Scheduler::Sequential => generate_speculative(target, drafter, policy, verifier, &PROMPT, c, &[]).unwrap(),
         Scheduler::Dsi(workers) => {
             let lookahead = policy.max_candidates();
-            generate_dsi(&vec![target; workers], drafter, policy, verifier, &PROMPT, c, &DsiConfig::new(workers, lookahead), &[]).unwrap().generation
+            generate_dsi(
+                &vec![target; workers],
+                drafter,
+                policy,
+                verifier,
+                &PROMPT,
+                c,
+                &DsiConfig::new(workers, lookahead),
+                &[],
+            )
+            .unwrap()
+            .generation
         }
     }
 }
 
-fn lookup(target: &Transformer, policy: &mut dyn StopPolicy, verifier: &mut dyn Verifier, c: &SpecConfig) -> Generation {
+fn lookup(
+    target: &Transformer,
+    policy: &mut dyn StopPolicy,
+    verifier: &mut dyn Verifier,
+    c: &SpecConfig,
+) -> Generation {
     run(target, &mut PromptLookupDrafter::new(1, 3).unwrap(), policy, verifier, c, Scheduler::Sequential)
 }
 
@@ -75,25 +98,54 @@ fn greedy_lookup_equals_greedy_decoding_under_every_policy_and_both_schedulers()
     for (name, mut policy) in policies {
         let g = lookup(target, policy.as_mut(), &mut RejectionSampler, &c);
         assert_eq!(g.tokens, want, "sequential, {name}");
-        assert!(g.metrics.n_accepted > 0 && g.metrics.n_drafted > g.metrics.n_accepted, "{name}: lookups accepted and rejected: {:?}", g.metrics);
-        let dsi = generate_dsi(&[target, target], &mut PromptLookupDrafter::new(1, 3).unwrap(), policy.as_mut(), &mut RejectionSampler, &PROMPT, &c, &DsiConfig::new(2, 3), &[]).unwrap();
+        assert!(
+            g.metrics.n_accepted > 0 && g.metrics.n_drafted > g.metrics.n_accepted,
+            "{name}: lookups accepted and rejected: {:?}",
+            g.metrics
+        );
+        let dsi = generate_dsi(
+            &[target, target],
+            &mut PromptLookupDrafter::new(1, 3).unwrap(),
+            policy.as_mut(),
+            &mut RejectionSampler,
+            &PROMPT,
+            &c,
+            &DsiConfig::new(2, 3),
+            &[],
+        )
+        .unwrap();
         assert_eq!(dsi.generation.tokens, want, "DSI, {name}");
     }
 }
 
 /// Sampled output under lookup with fixed K = 3 at `s` under `scheduler`, and what the
 /// requests went through: lookups accepted and rejected in many of them.
-fn sampled(target: &Transformer, verifier: &mut dyn Verifier, s: &SamplingConfig, scheduler: Scheduler) -> Vec<Vec<u32>> {
+fn sampled(
+    target: &Transformer,
+    verifier: &mut dyn Verifier,
+    s: &SamplingConfig,
+    scheduler: Scheduler,
+) -> Vec<Vec<u32>> {
     let (mut drafted, mut accepted) = (0, 0);
     let samples: Vec<Vec<u32>> = (0..N as u64)
         .map(|seed| {
-            let g = run(target, &mut PromptLookupDrafter::new(1, 3).unwrap(), &mut FixedK(3), verifier, &cfg(s.clone(), seed, LONG), scheduler);
+            let g = run(
+                target,
+                &mut PromptLookupDrafter::new(1, 3).unwrap(),
+                &mut FixedK(3),
+                verifier,
+                &cfg(s.clone(), seed, LONG),
+                scheduler,
+            );
             drafted += g.metrics.n_drafted;
             accepted += g.metrics.n_accepted;
             g.tokens
         })
         .collect();
-    assert!(accepted >= N / 4 && drafted - accepted >= N / 4, "lookups in {N} requests under {scheduler:?}: {drafted} drafted, {accepted} accepted");
+    assert!(
+        accepted >= N / 4 && drafted - accepted >= N / 4,
+        "lookups in {N} requests under {scheduler:?}: {drafted} drafted, {accepted} accepted"
+    );
     samples
 }
 
@@ -143,7 +195,9 @@ impl Verifier for ResampleFromP {
 #[test]
 fn a_residual_that_keeps_the_rejected_lookup_is_caught() {
     let (_dir, t, _) = pair(SMALL_VOCAB, 11, 12);
-    for (name, s, scheduler) in [("T=1", t1(), Scheduler::Sequential), ("T=1.3 top-k 4 top-p 0.9, DSI sp 2", warped(), Scheduler::Dsi(2))] {
+    for (name, s, scheduler) in
+        [("T=1", t1(), Scheduler::Sequential), ("T=1.3 top-k 4 top-p 0.9, DSI sp 2", warped(), Scheduler::Dsi(2))]
+    {
         let samples = sampled(&t.model, &mut ResampleFromP, &s, scheduler);
         let p = sequence_chi_square_p(&t.model, &PROMPT, &s, &samples);
         eprintln!("lookup with p as its residual, {name}: p = {p:.2e}");
@@ -159,7 +213,13 @@ fn hybrid(draft: &Transformer) -> HybridDrafter<'_> {
 /// Sampled hybrid output of `N` requests under `policy` at `s` under `scheduler`, and the
 /// rounds drafted by lookup, by the draft model, and the matches dropped for the draft model,
 /// summed.
-fn sampled_hybrid(target: &Transformer, draft: &Transformer, policy: &mut dyn StopPolicy, s: &SamplingConfig, scheduler: Scheduler) -> (Vec<Vec<u32>>, [usize; 3]) {
+fn sampled_hybrid(
+    target: &Transformer,
+    draft: &Transformer,
+    policy: &mut dyn StopPolicy,
+    s: &SamplingConfig,
+    scheduler: Scheduler,
+) -> (Vec<Vec<u32>>, [usize; 3]) {
     let mut rounds = [0; 3];
     let samples = (0..N as u64)
         .map(|seed| {
@@ -180,8 +240,12 @@ fn sampled_hybrid_under_the_matchrate_rule_is_distributed_as_the_target() {
     let (dir, t, _) = pair(SMALL_VOCAB, 11, 12);
     let draft = noisy_draft(dir.path(), SMALL_VOCAB, 11, 0.3);
     let (target, draft) = (&t.model, &draft.model);
-    let (samples, [by_lookup, _, dropped]) = sampled_hybrid(target, draft, &mut MatchRatePolicy::new(0.45, 6), &t1(), Scheduler::Sequential);
-    assert!(by_lookup >= N / 2 && dropped >= N / 4, "rounds by lookup {by_lookup}, matches dropped for the draft model {dropped}");
+    let (samples, [by_lookup, _, dropped]) =
+        sampled_hybrid(target, draft, &mut MatchRatePolicy::new(0.45, 6), &t1(), Scheduler::Sequential);
+    assert!(
+        by_lookup >= N / 2 && dropped >= N / 4,
+        "rounds by lookup {by_lookup}, matches dropped for the draft model {dropped}"
+    );
     let p = sequence_chi_square_p(target, &PROMPT, &t1(), &samples);
     eprintln!("hybrid under matchrate 0.45, T=1: p = {p:.3}");
     assert!(p > ALPHA, "sampled hybrid output under matchrate not distributed as the target's: p = {p:.2e}");
@@ -196,9 +260,23 @@ fn hybrid_drafting_is_greedy_exact_and_sampled_as_the_target() {
     let c = cfg(greedy(), 0, 40);
     let want = generate_autoregressive(target, &PROMPT, &c, &[]).unwrap().tokens;
     let mut h = hybrid();
-    assert_eq!(generate_speculative(target, &mut h, &mut FixedK(3), &mut RejectionSampler, &PROMPT, &c, &[]).unwrap().tokens, want, "sequential");
+    assert_eq!(
+        generate_speculative(target, &mut h, &mut FixedK(3), &mut RejectionSampler, &PROMPT, &c, &[]).unwrap().tokens,
+        want,
+        "sequential"
+    );
     assert!(h.rounds[0] > 0 && h.rounds[1] > 0, "rounds by lookup and by the draft model: {:?}", h.rounds);
-    let dsi = generate_dsi(&[target, target], &mut hybrid(), &mut DynamicK::new(2, 6), &mut RejectionSampler, &PROMPT, &c, &DsiConfig::new(2, 3), &[]).unwrap();
+    let dsi = generate_dsi(
+        &[target, target],
+        &mut hybrid(),
+        &mut DynamicK::new(2, 6),
+        &mut RejectionSampler,
+        &PROMPT,
+        &c,
+        &DsiConfig::new(2, 3),
+        &[],
+    )
+    .unwrap();
     assert_eq!(dsi.generation.tokens, want, "DSI");
     for (threshold, model_k) in [(0.3, None), (0.45, None), (0.45, Some(3))] {
         let rule = || MatchRatePolicy::with_model_k(threshold, 6, model_k);
@@ -206,22 +284,43 @@ fn hybrid_drafting_is_greedy_exact_and_sampled_as_the_target() {
         let g = generate_speculative(target, &mut h, &mut rule(), &mut RejectionSampler, &PROMPT, &c, &[]).unwrap();
         assert_eq!(g.tokens, want, "sequential, matchrate {threshold} {model_k:?}");
         if threshold > 0.4 {
-            assert!(h.dropped_matches > 0 && h.rounds[0] > 0, "weak matches dropped, others kept: {} dropped, rounds {:?}", h.dropped_matches, h.rounds);
+            assert!(
+                h.dropped_matches > 0 && h.rounds[0] > 0,
+                "weak matches dropped, others kept: {} dropped, rounds {:?}",
+                h.dropped_matches,
+                h.rounds
+            );
         }
-        let dsi = generate_dsi(&[target, target], &mut hybrid(), &mut rule(), &mut RejectionSampler, &PROMPT, &c, &DsiConfig::new(2, 3), &[]).unwrap();
+        let dsi = generate_dsi(
+            &[target, target],
+            &mut hybrid(),
+            &mut rule(),
+            &mut RejectionSampler,
+            &PROMPT,
+            &c,
+            &DsiConfig::new(2, 3),
+            &[],
+        )
+        .unwrap();
         assert_eq!(dsi.generation.tokens, want, "DSI, matchrate {threshold} {model_k:?}");
     }
     let mut report = Vec::new();
     for (name, s, dsi) in sampled_cases() {
-        let (samples, [by_lookup, by_model, _]) = sampled_hybrid(target, draft, &mut FixedK(3), &s, Scheduler::Sequential);
-        assert!(by_lookup >= N / 2 && by_model >= N / 2, "{name}: rounds by lookup {by_lookup}, by the draft model {by_model}");
+        let (samples, [by_lookup, by_model, _]) =
+            sampled_hybrid(target, draft, &mut FixedK(3), &s, Scheduler::Sequential);
+        assert!(
+            by_lookup >= N / 2 && by_model >= N / 2,
+            "{name}: rounds by lookup {by_lookup}, by the draft model {by_model}"
+        );
         let p = sequence_chi_square_p(target, &PROMPT, &s, &samples);
         report.push(format!("hybrid, {name}: p = {p:.3}"));
         assert!(p > ALPHA, "{name}: sampled hybrid output not distributed as the target's: p = {p:.2e}");
         let (under_dsi, [by_lookup, by_model, _]) = sampled_hybrid(target, draft, &mut FixedK(3), &s, dsi);
-        assert!(by_lookup >= N / 2 && by_model >= N / 2, "{name}, {dsi:?}: rounds by lookup {by_lookup}, by the draft model {by_model}");
+        assert!(
+            by_lookup >= N / 2 && by_model >= N / 2,
+            "{name}, {dsi:?}: rounds by lookup {by_lookup}, by the draft model {by_model}"
+        );
         assert_same_requests(&format!("hybrid, {name}, {dsi:?}"), &under_dsi, &samples);
     }
     eprintln!("{}", report.join("\n"));
 }
-

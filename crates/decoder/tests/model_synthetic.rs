@@ -3,9 +3,9 @@
 
 mod common;
 use common::*;
-use specx_decoder::gguf::GgmlType;
-use specx_decoder::synthetic::{tiny_llama, tiny_qwen2, StDtype};
 use specx_decoder::Transformer;
+use specx_decoder::gguf::GgmlType;
+use specx_decoder::synthetic::{StDtype, tiny_llama, tiny_qwen2};
 
 fn qwen_pair() -> (tempfile::TempDir, specx_decoder::LoadedModel, specx_decoder::LoadedModel) {
     let dir = tempfile::tempdir().unwrap();
@@ -51,10 +51,23 @@ fn a_llama_gguf_written_by_gguf_py_gives_the_hf_logits() {
     let cfg = specx_decoder::synthetic::tiny_llama_gqa();
     let hf = dir.path().join("hf");
     let tok = specx_decoder::synthetic::word_tokenizer_json(cfg.vocab_size, "w");
-    specx_decoder::synthetic::write_hf_dir(&hf, &cfg, &specx_decoder::synthetic::random_weights(&cfg, specx_decoder::synthetic::TINY_LLAMA_SEED), StDtype::F32, 1, &tok).unwrap();
-    let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(fixtures.join("tiny-llama-gqa.gguf.json")).unwrap()).unwrap();
+    specx_decoder::synthetic::write_hf_dir(
+        &hf,
+        &cfg,
+        &specx_decoder::synthetic::random_weights(&cfg, specx_decoder::synthetic::TINY_LLAMA_SEED),
+        StDtype::F32,
+        1,
+        &tok,
+    )
+    .unwrap();
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixtures.join("tiny-llama-gqa.gguf.json")).unwrap()).unwrap();
     let sha = specx_decoder::fsutil::sha256_file(&hf.join("model.safetensors")).unwrap();
-    assert_eq!(meta["source_safetensors_sha256"], sha.as_str(), "the synthetic weights changed: regenerate the fixture (scripts/reference/llama_gguf_fixture.py)");
+    assert_eq!(
+        meta["source_safetensors_sha256"],
+        sha.as_str(),
+        "the synthetic weights changed: regenerate the fixture (scripts/reference/llama_gguf_fixture.py)"
+    );
     let gdir = dir.path().join("gguf");
     std::fs::create_dir_all(&gdir).unwrap();
     std::fs::copy(fixtures.join("tiny-llama-gqa.gguf"), gdir.join("model.gguf")).unwrap();
@@ -177,16 +190,21 @@ fn ragged_forward_equals_separate_forwards() {
     let model = &m.model;
     let prefixes: Vec<Vec<u32>> = [4, 9, 1].iter().enumerate().map(|(i, &n)| tokens(n, 70 + i as u32)).collect();
     let news: Vec<Vec<u32>> = [1, 3, 1].iter().enumerate().map(|(i, &n)| tokens(n, 90 + i as u32)).collect();
-    let mut caches: Vec<_> = prefixes.iter().map(|p| {
-        let mut c = model.new_cache(1);
-        model.forward(p, &mut c).unwrap();
-        c
-    }).collect();
-    let mut seqs: Vec<(&[u32], &mut specx_decoder::KvCache)> = news.iter().map(|n| n.as_slice()).zip(caches.iter_mut()).collect();
+    let mut caches: Vec<_> = prefixes
+        .iter()
+        .map(|p| {
+            let mut c = model.new_cache(1);
+            model.forward(p, &mut c).unwrap();
+            c
+        })
+        .collect();
+    let mut seqs: Vec<(&[u32], &mut specx_decoder::KvCache)> =
+        news.iter().map(|n| n.as_slice()).zip(caches.iter_mut()).collect();
     let h = model.forward_ragged(&mut seqs).unwrap();
     assert_eq!(h.dims(), [5, 32]);
     let step2: Vec<[u32; 1]> = vec![[5], [6], [7]];
-    let mut seqs: Vec<(&[u32], &mut specx_decoder::KvCache)> = step2.iter().map(|t| t.as_slice()).zip(caches.iter_mut()).collect();
+    let mut seqs: Vec<(&[u32], &mut specx_decoder::KvCache)> =
+        step2.iter().map(|t| t.as_slice()).zip(caches.iter_mut()).collect();
     let h2 = model.forward_ragged(&mut seqs).unwrap();
     let flat = h.into_data().try_to_vec::<f32>().unwrap();
     let flat2 = h2.into_data().try_to_vec::<f32>().unwrap();
@@ -217,12 +235,14 @@ fn ragged_rows_are_bitwise_independent_of_the_batch() {
         c
     };
     let mut caches: Vec<_> = (0..3).map(|i| prefixed_cache(60 + i)).collect();
-    let mut seqs: Vec<(&[u32], &mut specx_decoder::KvCache)> = news.iter().map(|n| n.as_slice()).zip(caches.iter_mut()).collect();
+    let mut seqs: Vec<(&[u32], &mut specx_decoder::KvCache)> =
+        news.iter().map(|n| n.as_slice()).zip(caches.iter_mut()).collect();
     let together = model.forward_ragged(&mut seqs).unwrap().into_data().try_to_vec::<f32>().unwrap();
     let mut row = 0;
     for (i, n) in news.iter().enumerate() {
         let mut c = prefixed_cache(60 + i as u32);
-        let alone = model.forward_ragged(&mut [(n.as_slice(), &mut c)]).unwrap().into_data().try_to_vec::<f32>().unwrap();
+        let alone =
+            model.forward_ragged(&mut [(n.as_slice(), &mut c)]).unwrap().into_data().try_to_vec::<f32>().unwrap();
         assert!(alone == together[row * 32..(row + n.len()) * 32], "sequence {i} changed with its batch");
         row += n.len();
     }
@@ -236,7 +256,10 @@ fn hidden_states_are_returned_for_every_position() {
     assert_eq!(out.hidden.dims(), [1, 5, m.model.config().hidden_size]);
     // The logits are the head applied to the returned hidden states.
     let again = m.model.logits(out.hidden.clone());
-    let d = max_abs_diff(&again.into_data().try_to_vec::<f32>().unwrap(), &out.logits.into_data().try_to_vec::<f32>().unwrap());
+    let d = max_abs_diff(
+        &again.into_data().try_to_vec::<f32>().unwrap(),
+        &out.logits.into_data().try_to_vec::<f32>().unwrap(),
+    );
     assert!(d < 1e-5);
 }
 

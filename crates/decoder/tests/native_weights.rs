@@ -11,8 +11,8 @@
 mod common;
 use common::*;
 use specx_decoder::gguf::GgmlType;
-use specx_decoder::synthetic::{tiny_llama, tiny_qwen2, StDtype};
-use specx_decoder::{default_device, load_model_as, LoadedModel, Transformer, WeightMode};
+use specx_decoder::synthetic::{StDtype, tiny_llama, tiny_qwen2};
+use specx_decoder::{LoadedModel, Transformer, WeightMode, default_device, load_model_as};
 use std::path::Path;
 
 fn load_as(path: &Path, mode: WeightMode) -> LoadedModel {
@@ -36,7 +36,9 @@ fn run(m: &Transformer, first: &[u32], steps: &[u32]) -> Vec<Vec<f32>> {
 #[test]
 fn native_logits_equal_the_f32_path_bitwise() {
     let dir = tempfile::tempdir().unwrap();
-    for (i, ty) in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::F16, GgmlType::BF16].into_iter().enumerate() {
+    for (i, ty) in
+        [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::F16, GgmlType::BF16].into_iter().enumerate()
+    {
         for (j, cfg) in [tiny_qwen2(VOCAB), tiny_llama(VOCAB)].iter().enumerate() {
             let (_, gguf) = write_both(&dir.path().join(format!("{i}-{j}")), cfg, 3 + i as u64, StDtype::F32, ty);
             let (native, dense) = (load_as(&gguf, WeightMode::Native), load_as(&gguf, WeightMode::F32));
@@ -104,13 +106,14 @@ fn native_weights_read_fewer_bytes() {
 
 #[test]
 fn batched_greedy_generation_equals_generating_each_prompt_alone() {
-    use specx_decoder::generate::{generate, generate_greedy_batched, BatchItem};
+    use specx_decoder::generate::{BatchItem, generate, generate_greedy_batched};
     let dir = tempfile::tempdir().unwrap();
     let (_, gguf) = write_both(dir.path(), &tiny_qwen2(VOCAB), 6, StDtype::F32, GgmlType::Q8_0);
     let m = load_as(&gguf, WeightMode::Native).model;
     // Prompts short and long (over 32 tokens: the prefill takes the gemm path), budgets
     // uneven, more prompts than slots (slots are refilled), one EOS id that some runs hit.
-    let prompts: Vec<Vec<u32>> = [3, 40, 7, 1, 35, 12].iter().enumerate().map(|(i, &n)| tokens(n, 10 + i as u32)).collect();
+    let prompts: Vec<Vec<u32>> =
+        [3, 40, 7, 1, 35, 12].iter().enumerate().map(|(i, &n)| tokens(n, 10 + i as u32)).collect();
     let budgets = [9, 4, 17, 1, 12, 0];
     let eos = [5u32];
     let items: Vec<BatchItem> = prompts.iter().zip(budgets).map(|(p, b)| BatchItem { prompt: p, max_new: b }).collect();
@@ -124,6 +127,10 @@ fn batched_greedy_generation_equals_generating_each_prompt_alone() {
     for (i, (p, b)) in prompts.iter().zip(budgets).enumerate() {
         let mut sampler = specx_decoder::Sampler::new(specx_decoder::SamplingConfig::greedy(), 0);
         let (alone, _) = generate(&m, p, b, &mut sampler, &eos, |_| Ok(())).unwrap();
-        assert_eq!(got[i].as_ref().unwrap(), &alone, "prompt {i}: batched greedy output differs from generating it alone");
+        assert_eq!(
+            got[i].as_ref().unwrap(),
+            &alone,
+            "prompt {i}: batched greedy output differs from generating it alone"
+        );
     }
 }

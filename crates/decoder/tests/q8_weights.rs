@@ -5,12 +5,14 @@
 mod common;
 use common::*;
 use specx_decoder::gguf::GgmlType;
-use specx_decoder::synthetic::{tiny_qwen2, StDtype};
-use specx_decoder::{default_device, load_model_as, Transformer, WeightMode};
+use specx_decoder::synthetic::{StDtype, tiny_qwen2};
+use specx_decoder::{Transformer, WeightMode, default_device, load_model_as};
 use std::path::Path;
 
 fn load_as(path: &Path, mode: WeightMode) -> Transformer {
-    load_model_as(path, None, &default_device(), mode).unwrap_or_else(|e| panic!("loading {}: {e:#}", path.display())).model
+    load_model_as(path, None, &default_device(), mode)
+        .unwrap_or_else(|e| panic!("loading {}: {e:#}", path.display()))
+        .model
 }
 
 fn bits(rows: &[Vec<f32>]) -> Vec<Vec<u32>> {
@@ -32,14 +34,19 @@ fn after_prefix(m: &Transformer, prefix: &[u32], new: &[u32], together: bool) ->
 fn q8_rows_are_bitwise_independent_of_the_call_size() {
     let dir = tempfile::tempdir().unwrap();
     for (i, ty) in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0].into_iter().enumerate() {
-        let (_, gguf) = write_both(&dir.path().join(format!("{i}")), &tiny_qwen2(VOCAB), 11 + i as u64, StDtype::F32, ty);
+        let (_, gguf) =
+            write_both(&dir.path().join(format!("{i}")), &tiny_qwen2(VOCAB), 11 + i as u64, StDtype::F32, ty);
         let m = load_as(&gguf, WeightMode::Q8);
         assert!(m.runs_integer(), "{ty:?}: q8 was not applied");
         let prefix = tokens(5, 3);
         for n in 2..=40 {
             let new = tokens(n, 100 + n as u32);
             let steps = after_prefix(&m, &prefix, &new, false);
-            assert_eq!(bits(&after_prefix(&m, &prefix, &new, true)), bits(&steps), "{ty:?}: {n} rows in one call vs {n} one-row calls");
+            assert_eq!(
+                bits(&after_prefix(&m, &prefix, &new, true)),
+                bits(&steps),
+                "{ty:?}: {n} rows in one call vs {n} one-row calls"
+            );
         }
         // A sequence in a ragged batch, at another offset of the call, keeps its bits too.
         let (s1, s2) = (tokens(3, 4), tokens(9, 5));
@@ -49,7 +56,11 @@ fn q8_rows_are_bitwise_independent_of_the_call_size() {
             let mut c = m.new_cache(1);
             s.iter().flat_map(|&t| rows(&m.forward(&[t], &mut c).unwrap())).collect()
         };
-        assert_eq!(bits(&ragged), bits(&[one_by_one(&s1), one_by_one(&s2)].concat()), "{ty:?}: ragged batch vs one token per call");
+        assert_eq!(
+            bits(&ragged),
+            bits(&[one_by_one(&s1), one_by_one(&s2)].concat()),
+            "{ty:?}: ragged batch vs one token per call"
+        );
     }
 }
 

@@ -13,7 +13,7 @@
 //! wherever the reference's top-2 gap exceeds that. A wrong RoPE, norm, bias or dequantizer
 //! moves logits by whole units.
 
-use specx_decoder::{check_pair, default_device, load_model_as, WeightMode};
+use specx_decoder::{WeightMode, check_pair, default_device, load_model_as};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -160,11 +160,32 @@ fn q8_logits_match_the_numpy_reference_of_8_bit_activations() {
         sorted.sort_by(f64::total_cmp);
         let median = sorted[sorted.len() / 2];
         let per_position = |kl: &[f64]| kl.iter().map(|k| format!("{k:.1e}")).collect::<Vec<_>>().join(" ");
-        eprintln!("{name} q8: KL to the q8 reference mean {mean:.1e}, max {max:.1e}; to the exact reference median {median:.1e}, top-1 {}/{}", exact.top1.0, exact.top1.1);
-        eprintln!("  per position, to the q8 reference: {}\n  to the exact reference: {}", per_position(&sim.kl), per_position(&exact.kl));
-        assert!(sim.kl.iter().all(|k| k.is_finite() && *k <= 3e-2) && mean <= 5e-3, "{name}: KL to the q8 reference {}", per_position(&sim.kl));
-        assert!(sim.clear_misses.is_empty(), "{name}: argmax differs from the q8 reference at positions {:?}", sim.clear_misses);
-        assert!(median <= 3e-3 && exact.top1.0 + 1 >= exact.top1.1, "{name}: KL to the exact reference {} (top-1 {}/{})", per_position(&exact.kl), exact.top1.0, exact.top1.1);
+        eprintln!(
+            "{name} q8: KL to the q8 reference mean {mean:.1e}, max {max:.1e}; to the exact reference median {median:.1e}, top-1 {}/{}",
+            exact.top1.0, exact.top1.1
+        );
+        eprintln!(
+            "  per position, to the q8 reference: {}\n  to the exact reference: {}",
+            per_position(&sim.kl),
+            per_position(&exact.kl)
+        );
+        assert!(
+            sim.kl.iter().all(|k| k.is_finite() && *k <= 3e-2) && mean <= 5e-3,
+            "{name}: KL to the q8 reference {}",
+            per_position(&sim.kl)
+        );
+        assert!(
+            sim.clear_misses.is_empty(),
+            "{name}: argmax differs from the q8 reference at positions {:?}",
+            sim.clear_misses
+        );
+        assert!(
+            median <= 3e-3 && exact.top1.0 + 1 >= exact.top1.1,
+            "{name}: KL to the exact reference {} (top-1 {}/{})",
+            per_position(&exact.kl),
+            exact.top1.0,
+            exact.top1.1
+        );
     }
 }
 
@@ -194,13 +215,35 @@ fn greedy_dsi_reproduces_the_target_on_the_real_pair_for_every_sp_degree() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (draft, target) = load_pair_as(WeightMode::Q8);
     let cfg = SpecConfig { max_new_tokens: 24, sampling: specx_decoder::SamplingConfig::greedy(), seed: 0 };
-    let ids = target.tokenizer.encode(&specx_decoder::ChatTemplate::qwen().apply("Write a Python function that checks whether a string is a palindrome.")).unwrap();
+    let ids = target
+        .tokenizer
+        .encode(
+            &specx_decoder::ChatTemplate::qwen()
+                .apply("Write a Python function that checks whether a string is a palindrome."),
+        )
+        .unwrap();
     let want = generate_autoregressive(&target.model, &ids, &cfg, &target.eos_ids).unwrap().tokens;
     for servers in [1, 2, 4] {
         let mut drafter = PlainDrafter::new(&draft.model);
-        let got = generate_dsi(&vec![&target.model; servers], &mut drafter, &mut FixedK(3), &mut RejectionSampler, &ids, &cfg, &DsiConfig::new(servers, 3), &target.eos_ids).unwrap();
+        let got = generate_dsi(
+            &vec![&target.model; servers],
+            &mut drafter,
+            &mut FixedK(3),
+            &mut RejectionSampler,
+            &ids,
+            &cfg,
+            &DsiConfig::new(servers, 3),
+            &target.eos_ids,
+        )
+        .unwrap();
         let tokens = &got.generation.tokens;
-        assert_eq!(tokens, &want, "sp {servers}: {:?} vs {:?}", target.tokenizer.decode(tokens), target.tokenizer.decode(&want));
+        assert_eq!(
+            tokens,
+            &want,
+            "sp {servers}: {:?} vs {:?}",
+            target.tokenizer.decode(tokens),
+            target.tokenizer.decode(&want)
+        );
         assert!(got.generation.metrics.n_accepted > 0, "the Qwen pair should agree on some tokens");
     }
 }
@@ -213,12 +256,19 @@ fn greedy_easyspec_reproduces_the_target_on_the_real_pair() {
     let (draft, target) = load_pair_as(WeightMode::Q8);
     let layers = draft.model.config().num_hidden_layers;
     let cfg = SpecConfig { max_new_tokens: 24, sampling: specx_decoder::SamplingConfig::greedy(), seed: 0 };
-    let prompts = ["Write a Python function that checks whether a string is a palindrome.", "What is 17 * 23? Answer briefly."];
-    let ids: Vec<Vec<u32>> = prompts.iter().map(|q| target.tokenizer.encode(&specx_decoder::ChatTemplate::qwen().apply(q)).unwrap()).collect();
-    let want: Vec<Vec<u32>> = ids.iter().map(|p| generate_autoregressive(&target.model, p, &cfg, &target.eos_ids).unwrap().tokens).collect();
+    let prompts =
+        ["Write a Python function that checks whether a string is a palindrome.", "What is 17 * 23? Answer briefly."];
+    let ids: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|q| target.tokenizer.encode(&specx_decoder::ChatTemplate::qwen().apply(q)).unwrap())
+        .collect();
+    let want: Vec<Vec<u32>> =
+        ids.iter().map(|p| generate_autoregressive(&target.model, p, &cfg, &target.eos_ids).unwrap().tokens).collect();
     // LP4 (the paper's default for our depth) under every calibration policy with fixed K on
     // one prompt; other sizes, the confidence rule, worker threads and DSI on the other.
-    let confidence = || -> Box<dyn StopPolicy> { Box::new(ConfidencePolicy { threshold: 0.6, min_candidates: 1, max_candidates: 8 }) };
+    let confidence = || -> Box<dyn StopPolicy> {
+        Box::new(ConfidencePolicy { threshold: 0.6, min_candidates: 1, max_candidates: 8 })
+    };
     let mut runs: Vec<(usize, &str, Calibration, Box<dyn StopPolicy>, usize, usize)> = Vec::new();
     for c in [Calibration::Never, Calibration::PrefillOnly, Calibration::EveryRound, Calibration::EveryMismatch] {
         runs.push((0, "lp4", c, Box::new(FixedK(3)), 1, 0));
@@ -229,13 +279,41 @@ fn greedy_easyspec_reproduces_the_target_on_the_real_pair() {
     let mut calibrations = 0;
     for (p, strategy, calibration, mut policy, workers, servers) in runs {
         let what = format!("prompt {p}, {strategy}, {calibration:?}, {workers} workers, {servers} DSI servers");
-        let mut drafter = FuzzyDrafter::new(&draft.model, LayerGroups::parse(strategy, layers).unwrap(), calibration).unwrap().with_workers(workers);
+        let mut drafter = FuzzyDrafter::new(&draft.model, LayerGroups::parse(strategy, layers).unwrap(), calibration)
+            .unwrap()
+            .with_workers(workers);
         let got = if servers > 0 {
-            generate_dsi(&vec![&target.model; servers], &mut drafter, policy.as_mut(), &mut RejectionSampler, &ids[p], &cfg, &DsiConfig::new(servers, 3), &target.eos_ids).unwrap().generation
+            generate_dsi(
+                &vec![&target.model; servers],
+                &mut drafter,
+                policy.as_mut(),
+                &mut RejectionSampler,
+                &ids[p],
+                &cfg,
+                &DsiConfig::new(servers, 3),
+                &target.eos_ids,
+            )
+            .unwrap()
+            .generation
         } else {
-            generate_speculative(&target.model, &mut drafter, policy.as_mut(), &mut RejectionSampler, &ids[p], &cfg, &target.eos_ids).unwrap()
+            generate_speculative(
+                &target.model,
+                &mut drafter,
+                policy.as_mut(),
+                &mut RejectionSampler,
+                &ids[p],
+                &cfg,
+                &target.eos_ids,
+            )
+            .unwrap()
         };
-        assert_eq!(got.tokens, want[p], "{what}: {:?} vs {:?}", target.tokenizer.decode(&got.tokens), target.tokenizer.decode(&want[p]));
+        assert_eq!(
+            got.tokens,
+            want[p],
+            "{what}: {:?} vs {:?}",
+            target.tokenizer.decode(&got.tokens),
+            target.tokenizer.decode(&want[p])
+        );
         assert!(got.metrics.n_accepted > 0, "{what}: the fuzzy draft should still agree on some tokens");
         calibrations += got.metrics.n_calibrations;
     }
@@ -252,7 +330,10 @@ fn a_verification_call_gives_each_row_the_logits_of_a_one_row_step() {
     let path = model_dir("qwen2.5-coder-0.5b-instruct").join("model.gguf");
     for mode in [WeightMode::Native, WeightMode::Q8] {
         let lm = load_model_as(&path, None, &device, mode).unwrap();
-        let ids = lm.tokenizer.encode(&specx_decoder::ChatTemplate::qwen().apply("Write a Python function that reverses a list.")).unwrap();
+        let ids = lm
+            .tokenizer
+            .encode(&specx_decoder::ChatTemplate::qwen().apply("Write a Python function that reverses a list."))
+            .unwrap();
         let (prompt, rows) = ids.split_at(ids.len() - 5);
         let v = lm.model.config().vocab_size;
         let mut cache = lm.model.new_cache(1);
@@ -264,7 +345,10 @@ fn a_verification_call_gives_each_row_the_logits_of_a_one_row_step() {
             let row = &together[i * v..(i + 1) * v];
             let differ = step.iter().zip(row).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
             let worst = specx_decoder::compare::max_abs_diff(&step, row);
-            assert_eq!(differ, 0, "{mode} weights, row {i}: {differ} of {v} logits differ from a one-row step (max {worst:.2e})");
+            assert_eq!(
+                differ, 0,
+                "{mode} weights, row {i}: {differ} of {v} logits differ from a one-row step (max {worst:.2e})"
+            );
         }
     }
 }
@@ -282,24 +366,70 @@ fn q8_weights_keep_every_method_lossless_on_the_real_pair() {
     let hidden = draft.model.config().hidden_size;
     let layers = draft.model.config().num_hidden_layers;
     let cfg = SpecConfig { max_new_tokens: 24, sampling: specx_decoder::SamplingConfig::greedy(), seed: 0 };
-    for (p, q) in ["Write a Python function that checks whether a string is a palindrome.", "What is 17 * 23? Answer briefly."].iter().enumerate() {
+    for (p, q) in
+        ["Write a Python function that checks whether a string is a palindrome.", "What is 17 * 23? Answer briefly."]
+            .iter()
+            .enumerate()
+    {
         let ids = target.tokenizer.encode(&specx_decoder::ChatTemplate::qwen().apply(q)).unwrap();
         let want = generate_autoregressive(&target.model, &ids, &cfg, &target.eos_ids).unwrap().tokens;
         // An untrained head is as good as a trained one for losslessness: it only moves the stops.
-        let head = || HeadPolicy::new(AcceptanceHead::init_seeded(hidden, 3, false, 5, draft.model.device()), HeadRule::new(0.5, 2, 8));
+        let head = || {
+            HeadPolicy::new(
+                AcceptanceHead::init_seeded(hidden, 3, false, 5, draft.model.device()),
+                HeadRule::new(0.5, 2, 8),
+            )
+        };
         let confidence = ConfidencePolicy { threshold: 0.6, min_candidates: 1, max_candidates: 8 };
-        let mut policies: Vec<(&str, Box<dyn StopPolicy>)> = vec![("fixed K=3", Box::new(FixedK(3))), ("confidence", Box::new(confidence)), ("head", Box::new(head()))];
+        let mut policies: Vec<(&str, Box<dyn StopPolicy>)> =
+            vec![("fixed K=3", Box::new(FixedK(3))), ("confidence", Box::new(confidence)), ("head", Box::new(head()))];
         for (name, policy) in policies.iter_mut() {
             let mut drafter = PlainDrafter::new(&draft.model);
-            let got = generate_speculative(&target.model, &mut drafter, policy.as_mut(), &mut RejectionSampler, &ids, &cfg, &target.eos_ids).unwrap();
-            assert_eq!(got.tokens, want, "prompt {p}, {name}: {:?} vs {:?}", target.tokenizer.decode(&got.tokens), target.tokenizer.decode(&want));
+            let got = generate_speculative(
+                &target.model,
+                &mut drafter,
+                policy.as_mut(),
+                &mut RejectionSampler,
+                &ids,
+                &cfg,
+                &target.eos_ids,
+            )
+            .unwrap();
+            assert_eq!(
+                got.tokens,
+                want,
+                "prompt {p}, {name}: {:?} vs {:?}",
+                target.tokenizer.decode(&got.tokens),
+                target.tokenizer.decode(&want)
+            );
             assert!(got.metrics.n_accepted > 0, "prompt {p}, {name}: the Qwen pair should agree on some tokens");
         }
         let mut drafter = PlainDrafter::new(&draft.model);
-        let dsi = generate_dsi(&[&target.model; 2], &mut drafter, &mut FixedK(3), &mut RejectionSampler, &ids, &cfg, &DsiConfig::new(2, 3), &target.eos_ids).unwrap();
+        let dsi = generate_dsi(
+            &[&target.model; 2],
+            &mut drafter,
+            &mut FixedK(3),
+            &mut RejectionSampler,
+            &ids,
+            &cfg,
+            &DsiConfig::new(2, 3),
+            &target.eos_ids,
+        )
+        .unwrap();
         assert_eq!(dsi.generation.tokens, want, "prompt {p}, DSI with 2 servers");
-        let mut fuzzy = FuzzyDrafter::new(&draft.model, LayerGroups::parse("lp4", layers).unwrap(), Calibration::EveryRound).unwrap();
-        let easy = generate_speculative(&target.model, &mut fuzzy, &mut FixedK(3), &mut RejectionSampler, &ids, &cfg, &target.eos_ids).unwrap();
+        let mut fuzzy =
+            FuzzyDrafter::new(&draft.model, LayerGroups::parse("lp4", layers).unwrap(), Calibration::EveryRound)
+                .unwrap();
+        let easy = generate_speculative(
+            &target.model,
+            &mut fuzzy,
+            &mut FixedK(3),
+            &mut RejectionSampler,
+            &ids,
+            &cfg,
+            &target.eos_ids,
+        )
+        .unwrap();
         assert_eq!(easy.tokens, want, "prompt {p}, EasySpec lp4");
     }
 }
@@ -315,19 +445,45 @@ fn cheaper_drafts_keep_the_real_pair_lossless_and_read_fewer_bytes() {
     let (draft, target) = load_pair_as(WeightMode::Q8);
     let cfg = SpecConfig { max_new_tokens: 24, sampling: specx_decoder::SamplingConfig::greedy(), seed: 0 };
     let full_bytes = draft.model.weight_bytes_per_token();
-    for t in [DraftTransform { vocab: Some(16384), ..Default::default() }, DraftTransform { vocab: Some(32768), vocab_table: None, weights: Some(DraftWeights::Q4_0) }] {
+    for t in [
+        DraftTransform { vocab: Some(16384), ..Default::default() },
+        DraftTransform { vocab: Some(32768), vocab_table: None, weights: Some(DraftWeights::Q4_0) },
+    ] {
         let cheap = t.apply(draft.model.clone(), &draft.tokenizer).unwrap();
-        assert!(cheap.weight_bytes_per_token() < full_bytes * 3 / 4, "{}: {} of {} bytes", t.label(), cheap.weight_bytes_per_token(), full_bytes);
-        for q in ["Write a Python function that checks whether a string is a palindrome.", "What is 17 * 23? Answer briefly."] {
+        assert!(
+            cheap.weight_bytes_per_token() < full_bytes * 3 / 4,
+            "{}: {} of {} bytes",
+            t.label(),
+            cheap.weight_bytes_per_token(),
+            full_bytes
+        );
+        for q in [
+            "Write a Python function that checks whether a string is a palindrome.",
+            "What is 17 * 23? Answer briefly.",
+        ] {
             let ids = target.tokenizer.encode(&specx_decoder::ChatTemplate::qwen().apply(q)).unwrap();
             let want = generate_autoregressive(&target.model, &ids, &cfg, &target.eos_ids).unwrap().tokens;
             let confidence = ConfidencePolicy { threshold: 0.6, min_candidates: 1, max_candidates: 8 };
-            let mut policies: Vec<(&str, Box<dyn StopPolicy>)> = vec![("fixed K=4", Box::new(FixedK(4))), ("confidence", Box::new(confidence))];
+            let mut policies: Vec<(&str, Box<dyn StopPolicy>)> =
+                vec![("fixed K=4", Box::new(FixedK(4))), ("confidence", Box::new(confidence))];
             for (name, policy) in policies.iter_mut() {
                 let mut drafter = PlainDrafter::new(&cheap);
-                let got = generate_speculative(&target.model, &mut drafter, policy.as_mut(), &mut RejectionSampler, &ids, &cfg, &target.eos_ids).unwrap();
+                let got = generate_speculative(
+                    &target.model,
+                    &mut drafter,
+                    policy.as_mut(),
+                    &mut RejectionSampler,
+                    &ids,
+                    &cfg,
+                    &target.eos_ids,
+                )
+                .unwrap();
                 assert_eq!(got.tokens, want, "{}, {name}, {q}", t.label());
-                assert!(got.metrics.n_accepted > 0, "{}, {name}: the cheaper draft should still agree on some tokens", t.label());
+                assert!(
+                    got.metrics.n_accepted > 0,
+                    "{}, {name}: the cheaper draft should still agree on some tokens",
+                    t.label()
+                );
             }
         }
     }
@@ -345,7 +501,10 @@ fn native_weights_give_the_f32_paths_logits_on_the_real_pair() {
         let native = load_model_as(&path, None, &device, WeightMode::Native).unwrap();
         let dense = load_model_as(&path, None, &device, WeightMode::F32).unwrap();
         assert!(native.model.is_native() && !dense.model.is_native());
-        let prompt = native.tokenizer.encode("def quicksort(xs):\n    \"\"\"Sort a list of numbers in ascending order.\"\"\"\n").unwrap();
+        let prompt = native
+            .tokenizer
+            .encode("def quicksort(xs):\n    \"\"\"Sort a list of numbers in ascending order.\"\"\"\n")
+            .unwrap();
         assert!(prompt.len() <= 32, "{} prompt tokens", prompt.len());
         let run = |m: &specx_decoder::Transformer| {
             let mut c = m.new_cache(1);
@@ -359,13 +518,19 @@ fn native_weights_give_the_f32_paths_logits_on_the_real_pair() {
         };
         let (a, b) = (run(&native.model), run(&dense.model));
         for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-            assert!(x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()), "{name}: position {i} differs between native and f32");
+            assert!(
+                x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()),
+                "{name}: position {i} differs between native and f32"
+            );
         }
         let long: Vec<u32> = prompt.iter().cycle().take(48).copied().collect();
         let all = |m: &specx_decoder::Transformer| m.forward(&long, &mut m.new_cache(1)).unwrap().logits_tail(48);
         let (a, b) = (all(&native.model), all(&dense.model));
         for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-            assert!(x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()), "{name}: 48-token forward, position {i} differs");
+            assert!(
+                x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()),
+                "{name}: 48-token forward, position {i} differs"
+            );
         }
         eprintln!("{name}: native = f32 bitwise over {} positions and a 48-token forward", prompt.len() + 6);
     }

@@ -37,30 +37,9 @@ const ALPHA: f64 = 1e-4;
 
 fn settings() -> Vec<(&'static str, SamplingConfig)> {
     vec![
-        (
-            "T=1",
-            SamplingConfig {
-                temperature: 1.0,
-                top_k: None,
-                top_p: None,
-            },
-        ),
-        (
-            "T=0.6",
-            SamplingConfig {
-                temperature: 0.6,
-                top_k: None,
-                top_p: None,
-            },
-        ),
-        (
-            "T=1.3 top-k 4 top-p 0.9",
-            SamplingConfig {
-                temperature: 1.3,
-                top_k: Some(4),
-                top_p: Some(0.9),
-            },
-        ),
+        ("T=1", SamplingConfig { temperature: 1.0, top_k: None, top_p: None }),
+        ("T=0.6", SamplingConfig { temperature: 0.6, top_k: None, top_p: None }),
+        ("T=1.3 top-k 4 top-p 0.9", SamplingConfig { temperature: 1.3, top_k: Some(4), top_p: Some(0.9) }),
     ]
 }
 
@@ -69,53 +48,20 @@ fn policies(hidden: usize) -> Vec<(&'static str, Box<dyn StopPolicy>)> {
     let head = AcceptanceHead::init_seeded(hidden, 2, true, 5, &default_device());
     vec![
         ("fixed 3", Box::new(FixedK(3))),
-        (
-            "confidence 0.5",
-            Box::new(ConfidencePolicy {
-                threshold: 0.5,
-                min_candidates: 1,
-                max_candidates: 4,
-            }),
-        ),
+        ("confidence 0.5", Box::new(ConfidencePolicy { threshold: 0.5, min_candidates: 1, max_candidates: 4 })),
         (
             "roc 0.4",
-            Box::new(RocThreshold::new(ConfidencePolicy {
-                threshold: 0.4,
-                min_candidates: 1,
-                max_candidates: 4,
-            })),
+            Box::new(RocThreshold::new(ConfidencePolicy { threshold: 0.4, min_candidates: 1, max_candidates: 4 })),
         ),
-        (
-            "p_min 0.4",
-            Box::new(PMinPolicy {
-                p_min: 0.4,
-                n_max: 4,
-            }),
-        ),
+        ("p_min 0.4", Box::new(PMinPolicy { p_min: 0.4, n_max: 4 })),
         ("dynamic K0=2", Box::new(DynamicK::new(2, 5))),
-        (
-            "svip 0.6",
-            Box::new(SvipPolicy {
-                threshold: 0.6,
-                max_candidates: 5,
-            }),
-        ),
+        ("svip 0.6", Box::new(SvipPolicy { threshold: 0.6, max_candidates: 5 })),
         (
             "adaedl 0.3",
-            Box::new(AdaEdlPolicy::new(AdaEdlParams {
-                lambda: 0.3,
-                max_candidates: 4,
-                ..AdaEdlParams::DEFAULT
-            })),
+            Box::new(AdaEdlPolicy::new(AdaEdlParams { lambda: 0.3, max_candidates: 4, ..AdaEdlParams::DEFAULT })),
         ),
-        (
-            "bandit 1,2,4",
-            Box::new(BanditK::new(vec![1, 2, 4], BanditK::EXPLORATION)),
-        ),
-        (
-            "confidence-product 0.5",
-            Box::new(ConfidenceProductPolicy::new(0.5, 1, 4)),
-        ),
+        ("bandit 1,2,4", Box::new(BanditK::new(vec![1, 2, 4], BanditK::EXPLORATION))),
+        ("confidence-product 0.5", Box::new(ConfidenceProductPolicy::new(0.5, 1, 4))),
         (
             "threshold-plus",
             Box::new(
@@ -132,10 +78,7 @@ fn policies(hidden: usize) -> Vec<(&'static str, Box<dyn StopPolicy>)> {
         ("calibrated product 0.5", Box::new(calibrated(CalibratedRule::Product, false))),
         ("calibrated token, target", Box::new(calibrated(CalibratedRule::Token, true))),
         ("matchrate 0.5", Box::new(MatchRatePolicy::new(0.5, 4))),
-        (
-            "head 0.5",
-            Box::new(HeadPolicy::new(head, HeadRule::new(0.5, 1, 4))),
-        ),
+        ("head 0.5", Box::new(HeadPolicy::new(head, HeadRule::new(0.5, 1, 4)))),
     ]
 }
 
@@ -165,29 +108,12 @@ const CLOSE: Option<f32> = Some(0.3);
 const PROMPT: [u32; 3] = [1, 4, 2];
 
 fn cfg(s: &SamplingConfig, seed: u64) -> SpecConfig {
-    SpecConfig {
-        max_new_tokens: LONG,
-        sampling: s.clone(),
-        seed,
-    }
+    SpecConfig { max_new_tokens: LONG, sampling: s.clone(), seed }
 }
 
-fn sequential(
-    target: &Transformer,
-    draft: &Transformer,
-    policy: &mut dyn StopPolicy,
-    cfg: &SpecConfig,
-) -> Generation {
-    generate_speculative(
-        target,
-        &mut PlainDrafter::new(draft),
-        policy,
-        &mut RejectionSampler,
-        &PROMPT,
-        cfg,
-        &[],
-    )
-    .unwrap()
+fn sequential(target: &Transformer, draft: &Transformer, policy: &mut dyn StopPolicy, cfg: &SpecConfig) -> Generation {
+    generate_speculative(target, &mut PlainDrafter::new(draft), policy, &mut RejectionSampler, &PROMPT, cfg, &[])
+        .unwrap()
 }
 
 /// DSI with `WORKERS` target instances (speculation parallelism).
@@ -217,16 +143,11 @@ fn sampled_requests_of_many_rounds_are_distributed_as_the_target() {
     let (_dir, t, d) = models(CLOSE);
     let mut report = Vec::new();
     for (name, s) in settings() {
-        let run = Run::of(N, |seed| {
-            sequential(&t.model, &d.model, &mut FixedK(3), &cfg(&s, seed))
-        });
+        let run = Run::of(N, |seed| sequential(&t.model, &d.model, &mut FixedK(3), &cfg(&s, seed)));
         run.assert_exercised(name, 10, true);
         let p = sequence_chi_square_p(&t.model, &PROMPT, &s, &run.samples);
         report.push(format!("{name}: p = {p:.3}; {}", run.summary()));
-        assert!(
-            p > ALPHA,
-            "{name}: sampled output not distributed as the target's: p = {p:.2e}"
-        );
+        assert!(p > ALPHA, "{name}: sampled output not distributed as the target's: p = {p:.2e}");
     }
     eprintln!("{}", report.join("\n"));
 }
@@ -236,30 +157,35 @@ fn every_policy_under_both_schedulers_commits_the_same_tokens() {
     let (_dir, t, d) = models(CLOSE);
     let (t, d) = (&t.model, &d.model);
     for (sname, s) in settings() {
-        let reference = Run::of(N_POLICY, |seed| {
-            sequential(t, d, &mut FixedK(3), &cfg(&s, seed))
-        });
-        type Scheduler =
-            fn(&Transformer, &Transformer, &mut dyn StopPolicy, &SpecConfig) -> Generation;
-        for (scheduler, run_one) in [("sequential", sequential as Scheduler), ("DSI sp 2", dsi::<2>), ("DSI sp 3", dsi::<3>)] {
+        let reference = Run::of(N_POLICY, |seed| sequential(t, d, &mut FixedK(3), &cfg(&s, seed)));
+        type Scheduler = fn(&Transformer, &Transformer, &mut dyn StopPolicy, &SpecConfig) -> Generation;
+        for (scheduler, run_one) in
+            [("sequential", sequential as Scheduler), ("DSI sp 2", dsi::<2>), ("DSI sp 3", dsi::<3>)]
+        {
             // One policy object serves every request: state carried across requests too.
             for (pname, mut policy) in policies(d.config().hidden_size) {
                 if scheduler != "sequential" && policy.reads_target() {
                     // DSI drafts ahead of verification: it has no target statistics at the
                     // last committed token to give, and such a policy says so.
-                    let err = generate_dsi(&[t, t], &mut PlainDrafter::new(d), policy.as_mut(), &mut RejectionSampler, &PROMPT, &cfg(&s, 0), &DsiConfig::new(2, 4), &[]).err().expect("DSI refuses a policy that reads the target");
+                    let err = generate_dsi(
+                        &[t, t],
+                        &mut PlainDrafter::new(d),
+                        policy.as_mut(),
+                        &mut RejectionSampler,
+                        &PROMPT,
+                        &cfg(&s, 0),
+                        &DsiConfig::new(2, 4),
+                        &[],
+                    )
+                    .err()
+                    .expect("DSI refuses a policy that reads the target");
                     assert!(format!("{err:#}").contains("reads the target"), "{err:#}");
                     continue;
                 }
                 let what = format!("{scheduler}, {pname}, {sname}");
-                let run = Run::of(N_POLICY, |seed| {
-                    run_one(t, d, policy.as_mut(), &cfg(&s, seed))
-                });
+                let run = Run::of(N_POLICY, |seed| run_one(t, d, policy.as_mut(), &cfg(&s, seed)));
                 for (seed, (got, want)) in run.samples.iter().zip(&reference.samples).enumerate() {
-                    assert_eq!(
-                        got, want,
-                        "{what}, seed {seed}: tokens differ from the reference run's"
-                    );
+                    assert_eq!(got, want, "{what}, seed {seed}: tokens differ from the reference run's");
                 }
                 // DSI decides every position as a drafted and verified candidate: no bonus.
                 run.assert_exercised(&what, 50, scheduler == "sequential");
@@ -282,8 +208,7 @@ struct MarkBonus<'m> {
 
 impl Drafter for MarkBonus<'_> {
     fn draft(&mut self, round: DraftRound<'_>) -> anyhow::Result<Vec<Candidate>> {
-        self.marked
-            .set(round.keep_first && round.max == 1 && round.committed.len() > PROMPT.len());
+        self.marked.set(round.keep_first && round.max == 1 && round.committed.len() > PROMPT.len());
         self.inner.draft(round)
     }
     fn rollback(&mut self, valid: usize) {
@@ -341,12 +266,7 @@ impl Drafter for KeepDropped<'_> {
     fn draft(&mut self, round: DraftRound<'_>) -> anyhow::Result<Vec<Candidate>> {
         let mut out = self.inner.draft(round)?;
         if let Some((token, q_token)) = self.dropped.take() {
-            out.push(Candidate {
-                token,
-                q_token,
-                q: Vec::new(),
-                ngram: None,
-            });
+            out.push(Candidate { token, q_token, q: Vec::new(), ngram: None });
         }
         Ok(out)
     }
@@ -368,10 +288,7 @@ impl Drafter for StaleQ<'_> {
         let base = round.committed.len();
         let mut out = PlainDrafter::new(self.model).draft(round)?;
         for (i, c) in out.iter_mut().enumerate() {
-            let q = self
-                .by_position
-                .entry(base + i)
-                .or_insert_with(|| c.q.clone());
+            let q = self.by_position.entry(base + i).or_insert_with(|| c.q.clone());
             c.q_token = q[c.token as usize];
             c.q = q.clone();
         }
@@ -401,10 +318,7 @@ fn broken_round_mechanisms_are_caught(setting: &str, s: &SamplingConfig) {
 
     let marked = Rc::new(Cell::new(false));
     let run = Run::of(N, |seed| {
-        let mut d = MarkBonus {
-            inner: PlainDrafter::new(draft),
-            marked: marked.clone(),
-        };
+        let mut d = MarkBonus { inner: PlainDrafter::new(draft), marked: marked.clone() };
         generate_speculative(
             target,
             &mut d,
@@ -420,18 +334,9 @@ fn broken_round_mechanisms_are_caught(setting: &str, s: &SamplingConfig) {
     check("bonus tokens drawn from the draft's q", run);
 
     let dropped = Rc::new(RefCell::new(None));
-    let mut policy = RecordDrops {
-        inner: Box::new(PMinPolicy {
-            p_min: 0.4,
-            n_max: 4,
-        }),
-        dropped: dropped.clone(),
-    };
+    let mut policy = RecordDrops { inner: Box::new(PMinPolicy { p_min: 0.4, n_max: 4 }), dropped: dropped.clone() };
     let run = Run::of(N, |seed| {
-        let mut d = KeepDropped {
-            inner: PlainDrafter::new(draft),
-            dropped: dropped.clone(),
-        };
+        let mut d = KeepDropped { inner: PlainDrafter::new(draft), dropped: dropped.clone() };
         generate_speculative(
             target,
             &mut d,
@@ -445,21 +350,10 @@ fn broken_round_mechanisms_are_caught(setting: &str, s: &SamplingConfig) {
     });
     check("a dropped candidate committed", run);
 
-    let mut stale = StaleQ {
-        model: draft,
-        by_position: HashMap::new(),
-    };
+    let mut stale = StaleQ { model: draft, by_position: HashMap::new() };
     let run = Run::of(N, |seed| {
-        generate_speculative(
-            target,
-            &mut stale,
-            &mut FixedK(3),
-            &mut RejectionSampler,
-            &PROMPT,
-            &cfg(&s, seed),
-            &[],
-        )
-        .unwrap()
+        generate_speculative(target, &mut stale, &mut FixedK(3), &mut RejectionSampler, &PROMPT, &cfg(&s, seed), &[])
+            .unwrap()
     });
     check("the draft's q kept across requests", run);
     eprintln!("{}", report.join("\n"));

@@ -6,11 +6,18 @@ mod common;
 use common::lossless::*;
 use common::*;
 use rand::rngs::StdRng;
-use specx_decoder::sampling::{sample_from, SamplingConfig};
+use specx_decoder::sampling::{SamplingConfig, sample_from};
 use specx_decoder::speculative::*;
-use specx_decoder::{default_device, Transformer};
+use specx_decoder::{Transformer, default_device};
 
-fn spec(target: &Transformer, draft: &Transformer, policy: &mut dyn StopPolicy, prompt: &[u32], cfg: &SpecConfig, eos: &[u32]) -> Generation {
+fn spec(
+    target: &Transformer,
+    draft: &Transformer,
+    policy: &mut dyn StopPolicy,
+    prompt: &[u32],
+    cfg: &SpecConfig,
+    eos: &[u32],
+) -> Generation {
     let mut drafter = PlainDrafter::new(draft);
     generate_speculative(target, &mut drafter, policy, &mut RejectionSampler, prompt, cfg, eos).unwrap()
 }
@@ -20,7 +27,10 @@ fn policies(hidden: usize) -> Vec<(String, Box<dyn StopPolicy>)> {
     for k in [1, 2, 3, 5, 8] {
         v.push((format!("fixed {k}"), Box::new(FixedK(k))));
     }
-    v.push(("confidence 0.5".into(), Box::new(ConfidencePolicy { threshold: 0.5, min_candidates: 1, max_candidates: 6 })));
+    v.push((
+        "confidence 0.5".into(),
+        Box::new(ConfidencePolicy { threshold: 0.5, min_candidates: 1, max_candidates: 6 }),
+    ));
     for (i, h) in [0.2, 0.7].into_iter().enumerate() {
         let head = AcceptanceHead::init_seeded(hidden, 2, i == 0, i as u64, &default_device());
         v.push((format!("head h={h}"), Box::new(HeadPolicy::new(head, HeadRule::new(h, 1, 20)))));
@@ -28,11 +38,17 @@ fn policies(hidden: usize) -> Vec<(String, Box<dyn StopPolicy>)> {
     // The training-free rules, at settings where they act on these small models: llama.cpp's
     // and AdaEDL's drop the low-confidence candidate (p_min 0.6 drops even first candidates,
     // so some rounds verify nothing), the others adapt across rounds.
-    v.push(("roc 0.4".into(), Box::new(RocThreshold::new(ConfidencePolicy { threshold: 0.4, min_candidates: 1, max_candidates: 6 }))));
+    v.push((
+        "roc 0.4".into(),
+        Box::new(RocThreshold::new(ConfidencePolicy { threshold: 0.4, min_candidates: 1, max_candidates: 6 })),
+    ));
     v.push(("pmin 0.6".into(), Box::new(PMinPolicy { p_min: 0.6, n_max: 6 })));
     v.push(("dynamic K0=2".into(), Box::new(DynamicK::new(2, 8))));
     v.push(("svip 0.5".into(), Box::new(SvipPolicy { threshold: 0.5, max_candidates: 8 })));
-    v.push(("adaedl 0.3".into(), Box::new(AdaEdlPolicy::new(AdaEdlParams { lambda: 0.3, max_candidates: 6, ..AdaEdlParams::DEFAULT }))));
+    v.push((
+        "adaedl 0.3".into(),
+        Box::new(AdaEdlPolicy::new(AdaEdlParams { lambda: 0.3, max_candidates: 6, ..AdaEdlParams::DEFAULT })),
+    ));
     v.push(("bandit 1,2,4".into(), Box::new(BanditK::new(vec![1, 2, 4], BanditK::EXPLORATION))));
     v
 }
@@ -63,7 +79,9 @@ fn greedy_output_equals_target_greedy_for_every_policy() {
     let close = noisy_draft(_d.path(), VOCAB, 1, 0.3);
     let hidden = d.model.config().hidden_size;
     let mut rounds_seen = (false, false, false); // zero accepted, some, all
-    for (draft_name, draft) in [("random draft", &d.model), ("identical draft", &same.model), ("close draft", &close.model)] {
+    for (draft_name, draft) in
+        [("random draft", &d.model), ("identical draft", &same.model), ("close draft", &close.model)]
+    {
         for (p_i, prompt_seed) in (0..8u32).enumerate() {
             let prompt = tokens(3 + p_i, prompt_seed);
             // EOS tokens make generation stop inside candidate lists in some prompts.
@@ -120,7 +138,12 @@ fn both_caches_hold_exactly_the_committed_prefix_after_every_round() {
     }
     impl Drafter for Checked<'_> {
         fn draft(&mut self, round: DraftRound<'_>) -> anyhow::Result<Vec<Candidate>> {
-            assert!(self.inner.cache_len() < round.committed.len(), "draft cache {} not behind committed {}", self.inner.cache_len(), round.committed.len());
+            assert!(
+                self.inner.cache_len() < round.committed.len(),
+                "draft cache {} not behind committed {}",
+                self.inner.cache_len(),
+                round.committed.len()
+            );
             self.inner.draft(round)
         }
         fn rollback(&mut self, valid: usize) {
@@ -133,7 +156,8 @@ fn both_caches_hold_exactly_the_committed_prefix_after_every_round() {
     let cfg = SpecConfig { max_new_tokens: 20, sampling: SamplingConfig::greedy(), seed: 0 };
     let want = generate_autoregressive(&t.model, &prompt, &cfg, &[]).unwrap().tokens;
     let mut drafter = Checked { inner: PlainDrafter::new(&d.model) };
-    let got = generate_speculative(&t.model, &mut drafter, &mut FixedK(4), &mut RejectionSampler, &prompt, &cfg, &[]).unwrap();
+    let got = generate_speculative(&t.model, &mut drafter, &mut FixedK(4), &mut RejectionSampler, &prompt, &cfg, &[])
+        .unwrap();
     assert_eq!(got.tokens, want);
 }
 
@@ -145,7 +169,11 @@ impl Verifier for ResidualFromP {
     fn decide(&mut self, c: &Candidate, logits: &[f32], s: &SamplingConfig, rng: &mut StdRng) -> Verdict {
         use rand::RngExt;
         let p = s.probabilities(logits);
-        if rng.random::<f64>() * c.q_token as f64 >= p[c.token as usize] as f64 { Verdict::Reject(sample_from(&p, rng)) } else { Verdict::Accept }
+        if rng.random::<f64>() * c.q_token as f64 >= p[c.token as usize] as f64 {
+            Verdict::Reject(sample_from(&p, rng))
+        } else {
+            Verdict::Accept
+        }
     }
 }
 
@@ -200,7 +228,9 @@ fn sampled_output_is_distributed_as_the_target_and_broken_variants_are_caught() 
     assert!(p_w > ALPHA, "speculative sampling with top-k/top-p warping rejected: p = {p_w:.2e}");
 
     // Rules that drop candidates (some rounds verify none) and adapt across rounds.
-    let drops = sample_counts(N, |seed| spec(&t.model, &d.model, &mut PMinPolicy { p_min: 0.5, n_max: 3 }, &prompt, &cfg(seed), &[]).tokens);
+    let drops = sample_counts(N, |seed| {
+        spec(&t.model, &d.model, &mut PMinPolicy { p_min: 0.5, n_max: 3 }, &prompt, &cfg(seed), &[]).tokens
+    });
     let p_drop = chi_square_p(&drops, &exact, N);
     assert!(p_drop > ALPHA, "speculative sampling under p_min rejected: p = {p_drop:.2e}");
     let ada = sample_counts(N, |seed| {
@@ -212,18 +242,24 @@ fn sampled_output_is_distributed_as_the_target_and_broken_variants_are_caught() 
 
     let bad = sample_counts(N, |seed| {
         let mut dr = PlainDrafter::new(&d.model);
-        generate_speculative(&t.model, &mut dr, &mut FixedK(2), &mut ResidualFromP, &prompt, &cfg(seed), &[]).unwrap().tokens
+        generate_speculative(&t.model, &mut dr, &mut FixedK(2), &mut ResidualFromP, &prompt, &cfg(seed), &[])
+            .unwrap()
+            .tokens
     });
     let p_bad = chi_square_p(&bad, &exact, N);
     assert!(p_bad < ALPHA, "a wrong residual distribution went unnoticed: p = {p_bad:.2e}");
 
     let bad_q = sample_counts(N, |seed| {
         let mut dr = GreedyDraftSampledQ { model: &d.model };
-        generate_speculative(&t.model, &mut dr, &mut FixedK(2), &mut RejectionSampler, &prompt, &cfg(seed), &[]).unwrap().tokens
+        generate_speculative(&t.model, &mut dr, &mut FixedK(2), &mut RejectionSampler, &prompt, &cfg(seed), &[])
+            .unwrap()
+            .tokens
     });
     let p_bad_q = chi_square_p(&bad_q, &exact, N);
     assert!(p_bad_q < ALPHA, "greedy drafting against a sampled q went unnoticed: p = {p_bad_q:.2e}");
-    eprintln!("chi-square p-values: correct {p_ok:.3}, warped {p_w:.3}, p_min {p_drop:.3}, AdaEDL {p_ada:.3}, residual-from-p {p_bad:.2e}, greedy-draft {p_bad_q:.2e}");
+    eprintln!(
+        "chi-square p-values: correct {p_ok:.3}, warped {p_w:.3}, p_min {p_drop:.3}, AdaEDL {p_ada:.3}, residual-from-p {p_bad:.2e}, greedy-draft {p_bad_q:.2e}"
+    );
 }
 
 #[test]
@@ -232,7 +268,15 @@ fn head_checkpoints_round_trip() {
     let device = default_device();
     for (depth, tied) in [(0, false), (3, true), (2, false)] {
         let head = AcceptanceHead::init_seeded(16, depth, tied, depth as u64, &device);
-        let spec = HeadSpec { hidden_size: 16, depth, tied, draft_model_sha256: Some("abc".into()), draft_transform: None, training: serde_json::json!({"w_rej": 6}), draft_stats: false };
+        let spec = HeadSpec {
+            hidden_size: 16,
+            depth,
+            tied,
+            draft_model_sha256: Some("abc".into()),
+            draft_transform: None,
+            training: serde_json::json!({"w_rej": 6}),
+            draft_stats: false,
+        };
         let path = dir.path().join(format!("h{depth}{tied}"));
         head.save(&path, &spec).unwrap();
         let (back, spec2) = AcceptanceHead::load(&path, &device).unwrap();
@@ -254,7 +298,15 @@ fn head_policy_follows_the_threshold_rule() {
     let threshold = 1.0 - p.powi(3) + 1e-9; // exceeded first at i - 1 = 4
     let mut pol = HeadPolicy::new(head, HeadRule::new(threshold, 2, 20));
     pol.begin_round();
-    let step = |i| DraftStep { index: i, token: 0, q_token: 0.5, confidence: 0.5, ngram: None, stats: LazyStats::known(DraftStats::default()), hidden: HiddenState::Vector(&h) };
+    let step = |i| DraftStep {
+        index: i,
+        token: 0,
+        q_token: 0.5,
+        confidence: 0.5,
+        ngram: None,
+        stats: LazyStats::known(DraftStats::default()),
+        hidden: HiddenState::Vector(&h),
+    };
     let stops: Vec<bool> = (1..=6).map(|i| pol.decide(&step(i)).unwrap() == Decision::Stop).collect();
     assert_eq!(stops, vec![false, false, false, false, true, true]);
 }
@@ -316,7 +368,8 @@ fn confidence_policy_reads_the_draft_softmax_when_greedy() {
         let mut seq = prefix.to_vec();
         (0..n)
             .map(|_| {
-                let logits = specx_decoder::generate::last_logits(&d.model.forward(&seq, &mut d.model.new_cache(1)).unwrap());
+                let logits =
+                    specx_decoder::generate::last_logits(&d.model.forward(&seq, &mut d.model.new_cache(1)).unwrap());
                 let token = specx_decoder::sampling::argmax(&logits);
                 seq.push(token);
                 specx_decoder::sampling::top_probability(&logits, token)
@@ -342,5 +395,8 @@ fn confidence_policy_reads_the_draft_softmax_when_greedy() {
         generated += n;
     }
     let lengths = &m.drafted_per_round;
-    assert!(lengths.iter().any(|&k| k < max) && lengths.iter().any(|&k| k == max), "threshold {threshold} did not separate the rounds: {lengths:?}");
+    assert!(
+        lengths.iter().any(|&k| k < max) && lengths.iter().any(|&k| k == max),
+        "threshold {threshold} did not separate the rounds: {lengths:?}"
+    );
 }

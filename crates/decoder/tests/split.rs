@@ -10,8 +10,8 @@ use common::*;
 use specx_decoder::gguf::GgmlType;
 use specx_decoder::model::layer_ranges;
 use specx_decoder::speculative::*;
-use specx_decoder::synthetic::{tiny_llama, tiny_qwen2, StDtype};
-use specx_decoder::{default_device, load_model_split, ModelConfig, SamplingConfig, WeightMode};
+use specx_decoder::synthetic::{StDtype, tiny_llama, tiny_qwen2};
+use specx_decoder::{ModelConfig, SamplingConfig, WeightMode, default_device, load_model_split};
 
 #[test]
 fn ranges_are_contiguous_balanced_and_refuse_more_devices_than_layers() {
@@ -25,7 +25,10 @@ fn ranges_are_contiguous_balanced_and_refuse_more_devices_than_layers() {
 #[test]
 fn a_split_model_computes_the_one_device_logits_exactly_through_a_rollback() {
     let cpu = default_device();
-    for (cfg, ty) in [(ModelConfig { num_hidden_layers: 5, ..tiny_qwen2(VOCAB) }, GgmlType::Q8_0), (ModelConfig { num_hidden_layers: 4, ..tiny_llama(VOCAB) }, GgmlType::F32)] {
+    for (cfg, ty) in [
+        (ModelConfig { num_hidden_layers: 5, ..tiny_qwen2(VOCAB) }, GgmlType::Q8_0),
+        (ModelConfig { num_hidden_layers: 4, ..tiny_llama(VOCAB) }, GgmlType::F32),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let (hf, gguf) = write_both(dir.path(), &cfg, 9, StDtype::F32, ty);
         for (path, mode) in [(&hf, WeightMode::F32), (&gguf, WeightMode::Native), (&gguf, WeightMode::Q8)] {
@@ -35,8 +38,13 @@ fn a_split_model_computes_the_one_device_logits_exactly_through_a_rollback() {
                 let split = load_model_split(path, None, &vec![cpu.clone(); parts], mode).unwrap();
                 assert!(split.model.is_split(), "{parts} parts");
                 let (mut a, mut b) = (one.model.new_cache(1), split.model.new_cache(1));
-                for (step, chunk) in [tokens(11, 1), vec![5], tokens(5, 2), vec![9], tokens(3, 4)].into_iter().enumerate() {
-                    let (x, y) = (rows(&one.model.forward(&chunk, &mut a).unwrap()), rows(&split.model.forward(&chunk, &mut b).unwrap()));
+                for (step, chunk) in
+                    [tokens(11, 1), vec![5], tokens(5, 2), vec![9], tokens(3, 4)].into_iter().enumerate()
+                {
+                    let (x, y) = (
+                        rows(&one.model.forward(&chunk, &mut a).unwrap()),
+                        rows(&split.model.forward(&chunk, &mut b).unwrap()),
+                    );
                     assert_eq!(x, y, "{} {mode} over {parts}: step {step}", cfg.architecture);
                     if step == 2 {
                         // A rejected speculation: every range's cache rolls back together.
@@ -68,10 +76,29 @@ fn greedy_speculative_and_dsi_with_split_targets_give_the_target_greedy_output()
         let spec = SpecConfig { max_new_tokens: 14, sampling: SamplingConfig::greedy(), seed: 0 };
         let want = generate_autoregressive(&one.model, &prompt, &spec, &eos).unwrap().tokens;
         assert_eq!(generate_autoregressive(&split.model, &prompt, &spec, &eos).unwrap().tokens, want, "prompt {p}: AR");
-        let got = generate_speculative(&split.model, &mut PlainDrafter::new(&draft.model), &mut FixedK(3), &mut RejectionSampler, &prompt, &spec, &eos).unwrap();
+        let got = generate_speculative(
+            &split.model,
+            &mut PlainDrafter::new(&draft.model),
+            &mut FixedK(3),
+            &mut RejectionSampler,
+            &prompt,
+            &spec,
+            &eos,
+        )
+        .unwrap();
         assert_eq!(got.tokens, want, "prompt {p}: speculative");
         // DSI: one worker on the one-device target, one spanning two (split) devices.
-        let dsi = generate_dsi(&[&one.model, &split.model], &mut PlainDrafter::new(&draft.model), &mut FixedK(3), &mut RejectionSampler, &prompt, &spec, &DsiConfig::new(2, 3), &eos).unwrap();
+        let dsi = generate_dsi(
+            &[&one.model, &split.model],
+            &mut PlainDrafter::new(&draft.model),
+            &mut FixedK(3),
+            &mut RejectionSampler,
+            &prompt,
+            &spec,
+            &DsiConfig::new(2, 3),
+            &eos,
+        )
+        .unwrap();
         assert_eq!(dsi.generation.tokens, want, "prompt {p}: DSI");
     }
     // EasySpec's attention placement and batched forwards need a model on one device.

@@ -15,7 +15,7 @@ mod common;
 use common::*;
 use specx_decoder::device_check::run_check;
 use specx_decoder::speculative::*;
-use specx_decoder::{default_device, device_from_name, load_model, Device, SamplingConfig};
+use specx_decoder::{Device, SamplingConfig, default_device, device_from_name, load_model};
 
 const TINY_TOLERANCE: f32 = 1e-4;
 
@@ -71,14 +71,24 @@ fn a_model_split_over_the_cpu_and_the_device_computes_as_on_one() {
 fn real_qwen_0_5b_greedy_tokens_match_the_cpu_path() {
     let dir = specx_decoder::loader::model_cache_dir().join("qwen2.5-coder-0.5b-instruct");
     let path = dir.join("model.gguf");
-    assert!(path.exists(), "real model missing at {}: run scripts/fetch-models.sh (or set SPECX_MODELS)", path.display());
+    assert!(
+        path.exists(),
+        "real model missing at {}: run scripts/fetch-models.sh (or set SPECX_MODELS)",
+        path.display()
+    );
     let cpu = load_model(&path, None, &default_device()).unwrap();
     let dev = load_model(&path, None, &gpu()).unwrap();
     let prompt = cpu.tokenizer.encode("def fibonacci(n):").unwrap();
     let cfg = SpecConfig { max_new_tokens: 6, sampling: SamplingConfig::greedy(), seed: 0 };
     let a = generate_autoregressive(&cpu.model, &prompt, &cfg, &[]).unwrap();
     let b = generate_autoregressive(&dev.model, &prompt, &cfg, &[]).unwrap();
-    assert_eq!(b.tokens, a.tokens, "greedy tokens: cpu {:?} vs device {:?}", cpu.tokenizer.decode(&a.tokens), dev.tokenizer.decode(&b.tokens));
+    assert_eq!(
+        b.tokens,
+        a.tokens,
+        "greedy tokens: cpu {:?} vs device {:?}",
+        cpu.tokenizer.decode(&a.tokens),
+        dev.tokenizer.decode(&b.tokens)
+    );
     // The prompt's last logits (the real model's logits are ~10-30): 3.7e-5 apart on Mesa's
     // lavapipe; the bar leaves 25x that for other drivers' summation orders.
     let la = cpu.model.forward_last(&prompt, &mut cpu.model.new_cache(1)).unwrap().logits_tail(1);
@@ -106,4 +116,3 @@ fn real_qwen_0_5b_greedy_tokens_match_the_cpu_path() {
         assert!(gap <= bar, "{name}: a 5-row forward differs from one-row forwards by {gap} (bar {bar})");
     }
 }
-

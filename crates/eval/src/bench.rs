@@ -6,14 +6,14 @@
 //! `bandwidth / bytes_per_token`, with the weights counted as stored (blocks on the native
 //! path, f32 otherwise). The report prints that bound and the achieved fraction of it.
 
-use crate::sysmem::{current_rss_bytes, peak_rss_bytes, read_bandwidth, read_bandwidth_threads};
+use crate::llamacpp::{LlamaCppBench, run_llama_bench};
 use crate::report::markdown_table;
-use anyhow::{ensure, Result};
+use crate::sysmem::{current_rss_bytes, peak_rss_bytes, read_bandwidth, read_bandwidth_threads};
+use anyhow::{Result, ensure};
 use specx_decoder::generate::last_logits;
 use specx_decoder::sampling::argmax;
-use specx_decoder::{check_device, open_device, parse_device_list, DeviceName, LoadedModel, WeightMode, load_model_as};
+use specx_decoder::{DeviceName, LoadedModel, WeightMode, check_device, load_model_as, open_device, parse_device_list};
 use std::path::PathBuf;
-use crate::llamacpp::{run_llama_bench, LlamaCppBench};
 use std::time::Instant;
 
 /// The model pair of a benchmark, defaulting to the fetched Qwen pair.
@@ -281,14 +281,26 @@ pub fn measure(a: &BenchArgs) -> Result<BenchReport> {
     let devices = parse_device_list(&a.devices)?;
     devices.iter().try_for_each(|&d| check_device(d))?;
     // The CPU runs every weight path; other devices hold f32 weights (no native kernels there).
-    let paths: Vec<(DeviceName, WeightMode)> =
-        devices.iter().flat_map(|&d| if d == DeviceName::Cpu { a.weights.iter().map(|&w| (d, w)).collect::<Vec<_>>() } else { vec![(d, WeightMode::F32)] }).collect();
+    let paths: Vec<(DeviceName, WeightMode)> = devices
+        .iter()
+        .flat_map(|&d| {
+            if d == DeviceName::Cpu {
+                a.weights.iter().map(|&w| (d, w)).collect::<Vec<_>>()
+            } else {
+                vec![(d, WeightMode::F32)]
+            }
+        })
+        .collect();
     let mut timings = Vec::new();
     let mut memory = Vec::new();
     for (name, mode) in paths {
         let device = open_device(name)?;
         reset_peak_rss();
-        eprintln!("loading draft {} and target {} on {name} ({mode} weights)...", draft_path.display(), target_path.display());
+        eprintln!(
+            "loading draft {} and target {} on {name} ({mode} weights)...",
+            draft_path.display(),
+            target_path.display()
+        );
         let draft = load_model_as(&draft_path, None, &device, mode)?;
         let target = load_model_as(&target_path, None, &device, mode)?;
         let rss_both = current_rss_bytes().unwrap_or(0) as f64 / 1e9;
@@ -297,10 +309,21 @@ pub fn measure(a: &BenchArgs) -> Result<BenchReport> {
             timings.push(time_model(role, name, mode, lm, a)?);
         }
         let peak = peak_rss_bytes().unwrap_or(0) as f64 / 1e9;
-        memory.push(PathMemory { device: name.to_string(), weights: mode.to_string(), rss_both_loaded_gb: rss_both, peak_rss_gb: peak });
+        memory.push(PathMemory {
+            device: name.to_string(),
+            weights: mode.to_string(),
+            rss_both_loaded_gb: rss_both,
+            peak_rss_gb: peak,
+        });
     }
     let llama = match &a.llamacpp {
-        Some(bin) => run_llama_bench(bin, &[("draft", &draft_path), ("target", &target_path)], threads, a.prompt_tokens, a.decode_tokens)?,
+        Some(bin) => run_llama_bench(
+            bin,
+            &[("draft", &draft_path), ("target", &target_path)],
+            threads,
+            a.prompt_tokens,
+            a.decode_tokens,
+        )?,
         None => Default::default(),
     };
     // The machine's bandwidth varies from minute to minute (shared host): measure again after
@@ -308,8 +331,19 @@ pub fn measure(a: &BenchArgs) -> Result<BenchReport> {
     let bandwidth = bandwidth.max(read_bandwidth(a.bandwidth_mib << 20, 5));
     let models = timings.into_iter().map(|t| t.against(bandwidth)).collect();
     let int_path = specx_decoder::quant::int::runtime_kernels();
-    let int_paths_supported = specx_decoder::quant::IntPath::all_supported().iter().map(|p| p.name().to_string()).collect();
-    Ok(BenchReport { bandwidth_gb_s: bandwidth / 1e9, bandwidth_one_thread_gb_s: bandwidth_one / 1e9, threads, int_path, int_paths_supported, models, memory, llamacpp: llama.runs, llamacpp_failed: llama.failed })
+    let int_paths_supported =
+        specx_decoder::quant::IntPath::all_supported().iter().map(|p| p.name().to_string()).collect();
+    Ok(BenchReport {
+        bandwidth_gb_s: bandwidth / 1e9,
+        bandwidth_one_thread_gb_s: bandwidth_one / 1e9,
+        threads,
+        int_path,
+        int_paths_supported,
+        models,
+        memory,
+        llamacpp: llama.runs,
+        llamacpp_failed: llama.failed,
+    })
 }
 
 /// Resets the kernel's peak-RSS counter of this process (Linux: `5` to `/proc/self/clear_refs`),
@@ -348,7 +382,21 @@ fn print_report(r: &BenchReport) {
     let verify = format!("verify {} rows ms", r.models.first().map_or(0, |m| m.verify_rows));
     print!(
         "{}",
-        markdown_table(&["model", "device", "weights", "params", "prefill tok/s", "decode tok/s", &verify, "GB read/token", "host bound tok/s", "achieved/bound"], &rows)
+        markdown_table(
+            &[
+                "model",
+                "device",
+                "weights",
+                "params",
+                "prefill tok/s",
+                "decode tok/s",
+                &verify,
+                "GB read/token",
+                "host bound tok/s",
+                "achieved/bound"
+            ],
+            &rows
+        )
     );
     // Ratios between the paths, same run: q8 against native and f32, native against f32.
     let find = |role: &str, w: &str| r.models.iter().find(|m| m.role == role && m.device == "cpu" && m.weights == w);
@@ -433,7 +481,18 @@ fn print_report(r: &BenchReport) {
         println!();
         print!(
             "{}",
-            markdown_table(&["model", "specx weights", "llama.cpp path", "llama.cpp prefill tok/s", "llama.cpp decode tok/s", "specx/llama.cpp prefill", "specx/llama.cpp decode"], &rows)
+            markdown_table(
+                &[
+                    "model",
+                    "specx weights",
+                    "llama.cpp path",
+                    "llama.cpp prefill tok/s",
+                    "llama.cpp decode tok/s",
+                    "specx/llama.cpp prefill",
+                    "specx/llama.cpp decode"
+                ],
+                &rows
+            )
         );
     }
     for f in &r.llamacpp_failed {
@@ -441,7 +500,10 @@ fn print_report(r: &BenchReport) {
     }
     println!();
     for m in &r.memory {
-        println!("{} {} weights: host RSS with both models loaded {:.2} GB; peak RSS {:.2} GB", m.device, m.weights, m.rss_both_loaded_gb, m.peak_rss_gb);
+        println!(
+            "{} {} weights: host RSS with both models loaded {:.2} GB; peak RSS {:.2} GB",
+            m.device, m.weights, m.rss_both_loaded_gb, m.peak_rss_gb
+        );
     }
 }
 

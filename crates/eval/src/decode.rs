@@ -2,13 +2,13 @@
 //! drafter x policy x scheduler), the text and the request's metrics. Models load through the
 //! same loader as `specx eval`'s, methods run through the same builder.
 
-use crate::method::{generate, MethodArgs, ModelPlan, Models};
+use crate::method::{MethodArgs, ModelPlan, Models, generate};
 use anyhow::{Context, Result};
 use clap::Args;
-use specx_decoder::report::markdown_table;
 use specx_decoder::coupling::Draws;
+use specx_decoder::report::markdown_table;
 use specx_decoder::speculative::SpecConfig;
-use specx_decoder::{check_device, ChatTemplate, Placement, SamplingConfig, WeightMode};
+use specx_decoder::{ChatTemplate, Placement, SamplingConfig, WeightMode, check_device};
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -129,13 +129,18 @@ pub fn run(a: DecodeArgs) -> Result<()> {
     let prompt = target.tokenizer.encode(&a.run.prompt_text())?;
     let cfg = SpecConfig { max_new_tokens: a.run.max_new_tokens, sampling, seed: a.run.sampling.seed };
     let workers = models.workers();
-    let (g, dsi) = generate(&setting, models.for_setting(&setting, &workers), &prompt, &cfg, Draws::Independent, &target.eos_ids).context("decoding")?;
+    let (g, dsi) =
+        generate(&setting, models.for_setting(&setting, &workers), &prompt, &cfg, Draws::Independent, &target.eos_ids)
+            .context("decoding")?;
     println!("{}", target.tokenizer.decode(&g.tokens)?);
     let m = &g.metrics;
     let part = |p: Option<&str>| p.unwrap_or("-").to_string();
     let mut rows = vec![
         vec!["method".into(), setting.key()],
-        vec!["drafter / policy / scheduler".into(), format!("{} / {} / {}", part(setting.drafter()), part(setting.policy()), part(setting.scheduler()))],
+        vec![
+            "drafter / policy / scheduler".into(),
+            format!("{} / {} / {}", part(setting.drafter()), part(setting.policy()), part(setting.scheduler())),
+        ],
         vec!["n_generated".into(), m.n_generated.to_string()],
         vec!["n_target_calls".into(), m.n_target_calls.to_string()],
         vec!["n_draft_calls".into(), m.n_draft_calls.to_string()],
@@ -148,13 +153,24 @@ pub fn run(a: DecodeArgs) -> Result<()> {
         vec!["verification rate".into(), format!("{:.3}", m.verification_rate())],
         vec!["discard rate".into(), format!("{:.3}", m.discard_rate())],
         vec!["accepted per round".into(), format!("{:?}", m.accepted_per_round)],
-        vec!["time draft / target / other (s)".into(), format!("{:.2} / {:.2} / {:.2}", m.draft_time.as_secs_f64(), m.target_time.as_secs_f64(), m.other_time().as_secs_f64())],
+        vec![
+            "time draft / target / other (s)".into(),
+            format!(
+                "{:.2} / {:.2} / {:.2}",
+                m.draft_time.as_secs_f64(),
+                m.target_time.as_secs_f64(),
+                m.other_time().as_secs_f64()
+            ),
+        ],
         vec!["tokens/s".into(), format!("{:.2}", m.tokens_per_sec())],
     ];
     if let Some(d) = dsi {
         rows.push(vec!["DSI tasks / preempted / stale".into(), format!("{} / {} / {}", d.tasks, d.preempted, d.stale)]);
         rows.push(vec!["DSI waits for a free worker".into(), d.waits.to_string()]);
-        rows.push(vec!["DSI worker busy (s)".into(), d.worker_busy_s.iter().map(|b| format!("{b:.2}")).collect::<Vec<_>>().join(", ")]);
+        rows.push(vec![
+            "DSI worker busy (s)".into(),
+            d.worker_busy_s.iter().map(|b| format!("{b:.2}")).collect::<Vec<_>>().join(", "),
+        ]);
     }
     eprint!("{}", markdown_table(&["metric", "value"], &rows));
     Ok(())

@@ -6,16 +6,20 @@
 //! decodes.
 
 use crate::bench::PairArgs;
-use crate::experiment::axes::{DrafterAxis, FeatureDrafters, FixedPolicies, LookupDrafters, MatchRatePolicies, MethodGrid, PolicyAxis};
-use crate::experiment::config::{BudgetConfig, EvalConfig, MethodsConfig, ModelsConfig, OutputConfig, PromptSetConfig, SpecDecGrid};
-use crate::common::stats::{grouped, mean_sd, GroupStats};
-use crate::experiment::{run as run_eval, EvalOptions};
+use crate::common::stats::{GroupStats, grouped, mean_sd};
+use crate::experiment::axes::{
+    DrafterAxis, FeatureDrafters, FixedPolicies, LookupDrafters, MatchRatePolicies, MethodGrid, PolicyAxis,
+};
+use crate::experiment::config::{
+    BudgetConfig, EvalConfig, MethodsConfig, ModelsConfig, OutputConfig, PromptSetConfig, SpecDecGrid,
+};
 use crate::experiment::run::select_sets;
+use crate::experiment::{EvalOptions, run as run_eval};
 use crate::llamacpp::{self, LlamaCppSpeculative};
 use crate::report::markdown_table;
-use anyhow::{bail, ensure, Result};
-use specx_prompts::{PromptFormat, HUMANEVAL_EDIT_TEMPLATE};
+use anyhow::{Result, bail, ensure};
 use specx_decoder::{DraftTransform, WeightMode};
+use specx_prompts::{HUMANEVAL_EDIT_TEMPLATE, PromptFormat};
 use std::path::PathBuf;
 
 /// Options of `specx bench-decode`.
@@ -114,7 +118,9 @@ pub enum BenchDrafter {
 fn methods(a: &DecodeBenchArgs) -> MethodsConfig {
     let lookup = || Some(LookupDrafters { ngrams: vec![[a.ngram_min, a.ngram_max]] });
     let fixed = || FixedPolicies { k: a.k.clone() };
-    let matchrate = |model_k: Vec<usize>| (!a.matchrate.is_empty()).then(|| MatchRatePolicies { thresholds: a.matchrate.clone(), max: vec![16], model_k });
+    let matchrate = |model_k: Vec<usize>| {
+        (!a.matchrate.is_empty()).then(|| MatchRatePolicies { thresholds: a.matchrate.clone(), max: vec![16], model_k })
+    };
     let mut m = MethodsConfig { drafts: a.drafts.clone(), ..Default::default() };
     if a.drafters.contains(&BenchDrafter::Plain) {
         m.specdec = Some(SpecDecGrid { k: a.k.clone() });
@@ -122,16 +128,29 @@ fn methods(a: &DecodeBenchArgs) -> MethodsConfig {
     if a.drafters.contains(&BenchDrafter::Lookup) {
         // Prompt lookup runs no draft model: once, whatever --drafts lists.
         let policies = PolicyAxis { fixed: Some(fixed()), matchrate: matchrate(Vec::new()), ..Default::default() };
-        m.grid.push(MethodGrid { drafters: DrafterAxis { lookup: lookup(), ..Default::default() }, policies, ..Default::default() });
+        m.grid.push(MethodGrid {
+            drafters: DrafterAxis { lookup: lookup(), ..Default::default() },
+            policies,
+            ..Default::default()
+        });
     }
     if a.drafters.contains(&BenchDrafter::Hybrid) {
         let policies = PolicyAxis { fixed: Some(fixed()), matchrate: matchrate(a.k.clone()), ..Default::default() };
-        m.grid.push(MethodGrid { drafters: DrafterAxis { hybrid: lookup(), ..Default::default() }, policies, drafts: a.drafts.clone(), ..Default::default() });
+        m.grid.push(MethodGrid {
+            drafters: DrafterAxis { hybrid: lookup(), ..Default::default() },
+            policies,
+            drafts: a.drafts.clone(),
+            ..Default::default()
+        });
     }
     if a.drafters.contains(&BenchDrafter::Feature) {
         let head = a.feature_head.clone().unwrap_or_else(crate::method::models::default_feature_head_dir);
         let policies = PolicyAxis { fixed: Some(fixed()), ..Default::default() };
-        m.grid.push(MethodGrid { drafters: DrafterAxis { feature: Some(FeatureDrafters { heads: vec![head] }), ..Default::default() }, policies, ..Default::default() });
+        m.grid.push(MethodGrid {
+            drafters: DrafterAxis { feature: Some(FeatureDrafters { heads: vec![head] }), ..Default::default() },
+            policies,
+            ..Default::default()
+        });
     }
     m
 }
@@ -142,7 +161,13 @@ fn preset(a: &DecodeBenchArgs, mode: WeightMode) -> Result<EvalConfig> {
     let abs = |p: &PathBuf| specx_run::paths::resolve_path(p, &cwd);
     let (draft, target) = a.pair.paths();
     Ok(EvalConfig {
-        models: ModelsConfig { draft: abs(&draft), target: abs(&target), device: "cpu".into(), devices: Vec::new(), weights: mode },
+        models: ModelsConfig {
+            draft: abs(&draft),
+            target: abs(&target),
+            device: "cpu".into(),
+            devices: Vec::new(),
+            weights: mode,
+        },
         prompts: vec![PromptSetConfig {
             name: a.set.name().into(),
             format: PromptFormat::Humaneval,
@@ -157,7 +182,13 @@ fn preset(a: &DecodeBenchArgs, mode: WeightMode) -> Result<EvalConfig> {
             template: (a.set == BenchSet::HumanevalEdit).then(|| HUMANEVAL_EDIT_TEMPLATE.to_string()),
             chat_template: "qwen".into(),
         }],
-        sampling: vec![crate::experiment::config::SamplingSetting { name: "greedy".into(), temperature: 0.0, top_k: None, top_p: None, draws: Default::default() }],
+        sampling: vec![crate::experiment::config::SamplingSetting {
+            name: "greedy".into(),
+            temperature: 0.0,
+            top_k: None,
+            top_p: None,
+            draws: Default::default(),
+        }],
         budget: BudgetConfig { max_new_tokens: Some(a.max_new_tokens), max_total_tokens: None },
         seeds: vec![0],
         methods: methods(a),
@@ -182,9 +213,12 @@ pub fn run(a: DecodeBenchArgs) -> Result<()> {
         }
         results.push((mode, out.rows, cfg.output.dir));
     }
-    let total_ar = |rows: &[crate::common::results::ResultRow]| rows.iter().filter(|r| r.setting.family() == "ar").map(|r| r.total_time_s).sum::<f64>();
+    let total_ar = |rows: &[crate::common::results::ResultRow]| {
+        rows.iter().filter(|r| r.setting.family() == "ar").map(|r| r.total_time_s).sum::<f64>()
+    };
     let first_ar = total_ar(&results[0].1);
-    let ar: Vec<&crate::common::results::ResultRow> = results[0].1.iter().filter(|r| r.setting.family() == "ar").collect();
+    let ar: Vec<&crate::common::results::ResultRow> =
+        results[0].1.iter().filter(|r| r.setting.family() == "ar").collect();
     let specx_prompt_tokens = ar.iter().map(|r| r.prompt_tokens).sum::<usize>();
     let (llama_tg, llama_spec) = match &a.llamacpp {
         Some(bin) => {
@@ -192,17 +226,35 @@ pub fn run(a: DecodeBenchArgs) -> Result<()> {
             let context = specx_prompt_tokens / ar.len().max(1);
             let (draft, target) = a.pair.paths();
             let threads = rayon::current_num_threads();
-            let l = llamacpp::run_llama_bench(bin, &[("target", &target)], threads, context.max(1), a.max_new_tokens)?.runs;
+            let l =
+                llamacpp::run_llama_bench(bin, &[("target", &target)], threads, context.max(1), a.max_new_tokens)?.runs;
             for p in &l {
-                eprintln!("llama.cpp on the target ({}): tg{} after {context} tokens {:.2} ± {:.2} tokens/s", p.path, a.max_new_tokens, p.decode_tokens_per_sec, p.decode_sd);
+                eprintln!(
+                    "llama.cpp on the target ({}): tg{} after {context} tokens {:.2} ± {:.2} tokens/s",
+                    p.path, a.max_new_tokens, p.decode_tokens_per_sec, p.decode_sd
+                );
             }
             // The prompts exactly as specx decoded them (chat template applied).
             let cfg = preset(&a, a.weights[0])?;
-            let prompts: Vec<String> = select_sets(&cfg, Some(a.n))?.into_iter().flat_map(|s| s.prompts.into_iter().map(|(_, text)| text)).collect();
+            let prompts: Vec<String> = select_sets(&cfg, Some(a.n))?
+                .into_iter()
+                .flat_map(|s| s.prompts.into_iter().map(|(_, text)| text))
+                .collect();
             let mut spec = Vec::new();
             for &k in &a.k {
-                eprintln!("llama.cpp's speculative decoding, K = {k}, {} prompts ({threads} threads)...", prompts.len());
-                spec.push(llamacpp::run_speculative(&spec_bin, &draft, &target, &prompts, k, a.max_new_tokens, threads)?);
+                eprintln!(
+                    "llama.cpp's speculative decoding, K = {k}, {} prompts ({threads} threads)...",
+                    prompts.len()
+                );
+                spec.push(llamacpp::run_speculative(
+                    &spec_bin,
+                    &draft,
+                    &target,
+                    &prompts,
+                    k,
+                    a.max_new_tokens,
+                    threads,
+                )?);
             }
             // Against llama.cpp's faster path on this CPU.
             (l.iter().map(|p| p.decode_tokens_per_sec).reduce(f64::max), spec)
@@ -236,9 +288,17 @@ pub fn run(a: DecodeBenchArgs) -> Result<()> {
             table.push(row);
         }
     }
-    println!("{} {} prompts, greedy, {} new tokens; tokens/s and the first speedup are ratios of sums over prompts", a.n, a.set.name(), a.max_new_tokens);
+    println!(
+        "{} {} prompts, greedy, {} new tokens; tokens/s and the first speedup are ratios of sums over prompts",
+        a.n,
+        a.set.name(),
+        a.max_new_tokens
+    );
     if let Some(tg) = llama_tg {
-        println!("llama.cpp's llama-bench on the target, same run: tg{} {tg:.2} tokens/s (decode only; specx's tokens/s include the prompt's prefill)", a.max_new_tokens);
+        println!(
+            "llama.cpp's llama-bench on the target, same run: tg{} {tg:.2} tokens/s (decode only; specx's tokens/s include the prompt's prefill)",
+            a.max_new_tokens
+        );
     }
     println!();
     let first_label = format!("speedup vs {} AR", a.weights[0]);
@@ -262,7 +322,13 @@ pub fn run(a: DecodeBenchArgs) -> Result<()> {
 
 /// llama.cpp's speculative decoding beside specx's: its tokens/s per K, against its own tg and
 /// against specx's fastest fixed K of the first weight path.
-fn print_llama_speculative(spec: &[LlamaCppSpeculative], set: &str, first: &(WeightMode, Vec<crate::common::results::ResultRow>, PathBuf), llama_tg: Option<f64>, specx_prompt_tokens: usize) {
+fn print_llama_speculative(
+    spec: &[LlamaCppSpeculative],
+    set: &str,
+    first: &(WeightMode, Vec<crate::common::results::ResultRow>, PathBuf),
+    llama_tg: Option<f64>,
+    specx_prompt_tokens: usize,
+) {
     let (mode, rows, _) = first;
     let best = grouped(rows)[&(set.to_string(), "greedy".to_string())]
         .iter()

@@ -3,7 +3,7 @@
 //! (`llama-speculative-simple`) on the prompts specx decodes. scripts/bench-llamacpp.sh builds
 //! both binaries side by side.
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{Context, Result, bail, ensure};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -41,7 +41,13 @@ pub struct LlamaCppRuns {
 /// JSON, once for each of llama.cpp's CPU paths (`--repack 0`, then `1`). A path that fails
 /// (llama.cpp 0.3.36's AMX path crashes in some VMs that expose AMX-INT8) is reported in
 /// [`LlamaCppRuns::failed`] and the other path's figures are kept; no path at all is an error.
-pub fn run_llama_bench(bin: &Path, models: &[(&str, &PathBuf)], threads: usize, prompt_tokens: usize, decode_tokens: usize) -> Result<LlamaCppRuns> {
+pub fn run_llama_bench(
+    bin: &Path,
+    models: &[(&str, &PathBuf)],
+    threads: usize,
+    prompt_tokens: usize,
+    decode_tokens: usize,
+) -> Result<LlamaCppRuns> {
     ensure!(bin.is_file(), "--llamacpp {}: no such file (build it with scripts/bench-llamacpp.sh)", bin.display());
     let mut out = LlamaCppRuns::default();
     for (role, path) in models {
@@ -56,17 +62,40 @@ pub fn run_llama_bench(bin: &Path, models: &[(&str, &PathBuf)], threads: usize, 
                 .with_context(|| format!("running {}", bin.display()))?;
             if !o.status.success() {
                 let last = tail(&String::from_utf8_lossy(&o.stderr), 1);
-                bail!("{} exited with {} on {} ({})", bin.display(), exit_words(&o.status), path.display(), if last.is_empty() { "no message" } else { &last });
+                bail!(
+                    "{} exited with {} on {} ({})",
+                    bin.display(),
+                    exit_words(&o.status),
+                    path.display(),
+                    if last.is_empty() { "no message" } else { &last }
+                );
             }
-            let v: serde_json::Value = serde_json::from_slice(&o.stdout).with_context(|| format!("{}: output is not llama-bench JSON", bin.display()))?;
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+                .with_context(|| format!("{}: output is not llama-bench JSON", bin.display()))?;
             let t = v.as_array().and_then(|tests| tests.first()).context("llama-bench JSON without a test")?;
-            let num = |k: &str| t.get(k).and_then(|x| x.as_f64()).with_context(|| format!("llama-bench JSON without {k}"));
+            let num =
+                |k: &str| t.get(k).and_then(|x| x.as_f64()).with_context(|| format!("llama-bench JSON without {k}"));
             Ok((num("avg_ts")?, num("stddev_ts")?))
         };
         for (repack, name) in [(false, "plain"), (true, extra_buffers_path())] {
             // Prefill, then (if it ran) decode after a context of the prompt's length.
-            let figures = run(repack, &["-p".into(), prompt_tokens.to_string(), "-n".into(), "0".into()])
-                .and_then(|pp| Ok((pp, run(repack, &["-p".into(), "0".into(), "-n".into(), decode_tokens.to_string(), "-d".into(), prompt_tokens.to_string()])?)));
+            let figures =
+                run(repack, &["-p".into(), prompt_tokens.to_string(), "-n".into(), "0".into()]).and_then(|pp| {
+                    Ok((
+                        pp,
+                        run(
+                            repack,
+                            &[
+                                "-p".into(),
+                                "0".into(),
+                                "-n".into(),
+                                decode_tokens.to_string(),
+                                "-d".into(),
+                                prompt_tokens.to_string(),
+                            ],
+                        )?,
+                    ))
+                });
             match figures {
                 Ok(((prefill, prefill_sd), (decode, decode_sd))) => out.runs.push(LlamaCppBench {
                     role: role.to_string(),
@@ -82,7 +111,11 @@ pub fn run_llama_bench(bin: &Path, models: &[(&str, &PathBuf)], threads: usize, 
                 }
             }
         }
-        ensure!(out.runs.iter().any(|r| r.role == *role), "llama-bench ran on no path for the {role}: {}", out.failed.join("; "));
+        ensure!(
+            out.runs.iter().any(|r| r.role == *role),
+            "llama-bench ran on no path for the {role}: {}",
+            out.failed.join("; ")
+        );
     }
     Ok(out)
 }
@@ -173,8 +206,26 @@ pub fn speculative_binary(llama_bench: &Path) -> Result<PathBuf> {
 /// first prompt's process is killed by a signal (llama.cpp 0.3.36's AMX path segfaults in
 /// VMs that expose AMX-INT8), every prompt runs again with `--no-repack`, and the result says
 /// so ([`LlamaCppSpeculative::no_repack`]).
-pub fn run_speculative(bin: &Path, draft: &Path, target: &Path, prompts: &[String], k: usize, max_new_tokens: usize, threads: usize) -> Result<LlamaCppSpeculative> {
-    let mut sum = LlamaCppSpeculative { k, prompts: 0, prompt_tokens: 0, generated: 0, seconds: 0.0, prefill_seconds: 0.0, drafted: 0, accepted: 0, no_repack: None };
+pub fn run_speculative(
+    bin: &Path,
+    draft: &Path,
+    target: &Path,
+    prompts: &[String],
+    k: usize,
+    max_new_tokens: usize,
+    threads: usize,
+) -> Result<LlamaCppSpeculative> {
+    let mut sum = LlamaCppSpeculative {
+        k,
+        prompts: 0,
+        prompt_tokens: 0,
+        generated: 0,
+        seconds: 0.0,
+        prefill_seconds: 0.0,
+        drafted: 0,
+        accepted: 0,
+        no_repack: None,
+    };
     let t = threads.to_string();
     let run = |prompt: &str, no_repack: bool| {
         Command::new(bin)
@@ -182,7 +233,16 @@ pub fn run_speculative(bin: &Path, draft: &Path, target: &Path, prompts: &[Strin
             .arg(target)
             .arg("-md")
             .arg(draft)
-            .args(["--spec-type", "draft-simple", "--spec-draft-n-max", &k.to_string(), "--spec-draft-n-min", "0", "--spec-draft-p-min", "0"])
+            .args([
+                "--spec-type",
+                "draft-simple",
+                "--spec-draft-n-max",
+                &k.to_string(),
+                "--spec-draft-n-min",
+                "0",
+                "--spec-draft-p-min",
+                "0",
+            ])
             .args(["--temp", "0", "-n", &max_new_tokens.to_string(), "-c", "4096", "-t", &t, "-td", &t, "-p", prompt])
             .args(if no_repack { &["--no-repack"][..] } else { &[] })
             .output()
@@ -197,8 +257,16 @@ pub fn run_speculative(bin: &Path, draft: &Path, target: &Path, prompts: &[Strin
             o = run(prompt, true)?;
         }
         let log = String::from_utf8_lossy(&o.stderr);
-        ensure!(o.status.success(), "{} failed ({}) on prompt {} (K = {k}): {}", bin.display(), exit_words(&o.status), i + 1, tail(&log, 5));
-        let mut one = parse_speculative_log(&log).with_context(|| format!("{} on prompt {} (K = {k}): {}", bin.display(), i + 1, tail(&log, 5)))?;
+        ensure!(
+            o.status.success(),
+            "{} failed ({}) on prompt {} (K = {k}): {}",
+            bin.display(),
+            exit_words(&o.status),
+            i + 1,
+            tail(&log, 5)
+        );
+        let mut one = parse_speculative_log(&log)
+            .with_context(|| format!("{} on prompt {} (K = {k}): {}", bin.display(), i + 1, tail(&log, 5)))?;
         one.k = k;
         sum.add(&one);
     }
@@ -215,7 +283,9 @@ fn tail(log: &str, n: usize) -> String {
 /// seconds`, `decoded N tokens in S seconds`, `n_drafted = N`, `n_accept = N`.
 pub fn parse_speculative_log(log: &str) -> Result<LlamaCppSpeculative> {
     // The words after `key` on the line that has it, whitespace-separated.
-    let words = |key: &str| -> Option<Vec<&str>> { log.lines().find_map(|l| l.find(key).map(|i| l[i + key.len()..].split_whitespace().collect())) };
+    let words = |key: &str| -> Option<Vec<&str>> {
+        log.lines().find_map(|l| l.find(key).map(|i| l[i + key.len()..].split_whitespace().collect()))
+    };
     // `encoded|decoded N tokens in S seconds`: (N, S).
     let timed = |key: &str| -> Result<(usize, f64)> {
         match words(key).as_deref() {
@@ -231,7 +301,17 @@ pub fn parse_speculative_log(log: &str) -> Result<LlamaCppSpeculative> {
     };
     let (prompt_tokens, encode_s) = timed("encoded")?;
     let (generated, decode_s) = timed("decoded")?;
-    Ok(LlamaCppSpeculative { k: 0, prompts: 1, prompt_tokens, generated, seconds: encode_s + decode_s, prefill_seconds: encode_s, drafted: count("n_drafted")?, accepted: count("n_accept")?, no_repack: None })
+    Ok(LlamaCppSpeculative {
+        k: 0,
+        prompts: 1,
+        prompt_tokens,
+        generated,
+        seconds: encode_s + decode_s,
+        prefill_seconds: encode_s,
+        drafted: count("n_drafted")?,
+        accepted: count("n_accept")?,
+        no_repack: None,
+    })
 }
 
 #[cfg(test)]
@@ -265,7 +345,11 @@ mod tests {
     /// (`crash_repack`) or the same JSON.
     #[cfg(unix)]
     fn fake_llama_bench(dir: &Path, crash_repack: bool) -> PathBuf {
-        let crash = if crash_repack { r#"case "$*" in *"--repack 1"*) echo "Segmentation fault in ggml_backend_amx" >&2; kill -SEGV $$;; esac"# } else { "" };
+        let crash = if crash_repack {
+            r#"case "$*" in *"--repack 1"*) echo "Segmentation fault in ggml_backend_amx" >&2; kill -SEGV $$;; esac"#
+        } else {
+            ""
+        };
         script(dir, "llama-bench", &format!("{crash}\necho '[{{\"avg_ts\": 42.5, \"stddev_ts\": 1.5}}]'"))
     }
 
@@ -276,10 +360,18 @@ mod tests {
         let model = dir.path().join("model.gguf");
         let runs = run_llama_bench(&fake_llama_bench(dir.path(), true), &[("target", &model)], 2, 16, 4).unwrap();
         assert_eq!(runs.runs.len(), 1, "{runs:?}");
-        assert_eq!((runs.runs[0].path.as_str(), runs.runs[0].prefill_tokens_per_sec, runs.runs[0].decode_sd), ("plain", 42.5, 1.5));
+        assert_eq!(
+            (runs.runs[0].path.as_str(), runs.runs[0].prefill_tokens_per_sec, runs.runs[0].decode_sd),
+            ("plain", 42.5, 1.5)
+        );
         assert_eq!(runs.failed.len(), 1);
         let why = &runs.failed[0];
-        assert!(why.starts_with("target ") && why.contains("signal 11 (segmentation fault)") && why.contains("ggml_backend_amx"), "{why}");
+        assert!(
+            why.starts_with("target ")
+                && why.contains("signal 11 (segmentation fault)")
+                && why.contains("ggml_backend_amx"),
+            "{why}"
+        );
         // Both paths run: both kept, nothing failed.
         let both = run_llama_bench(&fake_llama_bench(dir.path(), false), &[("target", &model)], 2, 16, 4).unwrap();
         assert_eq!((both.runs.len(), both.failed.len()), (2, 0));
@@ -291,7 +383,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("log.txt");
         std::fs::write(&log, LOG).unwrap();
-        let bin = script(dir.path(), "llama-speculative-simple", &format!("case \"$*\" in *--no-repack*) cat {} >&2;; *) kill -SEGV $$;; esac", log.display()));
+        let bin = script(
+            dir.path(),
+            "llama-speculative-simple",
+            &format!("case \"$*\" in *--no-repack*) cat {} >&2;; *) kill -SEGV $$;; esac", log.display()),
+        );
         let m = dir.path().join("m.gguf");
         let r = run_speculative(&bin, &m, &m, &["a".into(), "b".into()], 4, 128, 2).unwrap();
         assert_eq!((r.prompts, r.generated, r.k), (2, 266, 4));
@@ -309,7 +405,12 @@ mod tests {
 
     #[test]
     fn a_log_without_its_summary_is_an_error_naming_the_line() {
-        for (cut, missing) in [("0.09.859.694", "encoded"), ("0.09.859.713", "decoded"), ("0.09.859.766", "n_drafted"), ("0.09.859.779", "n_accept")] {
+        for (cut, missing) in [
+            ("0.09.859.694", "encoded"),
+            ("0.09.859.713", "decoded"),
+            ("0.09.859.766", "n_drafted"),
+            ("0.09.859.779", "n_accept"),
+        ] {
             let log: String = LOG.lines().filter(|l| !l.starts_with(cut)).map(|l| format!("{l}\n")).collect();
             let e = parse_speculative_log(&log).unwrap_err().to_string();
             assert!(e.contains(missing), "{e}");

@@ -6,8 +6,8 @@
 //! positions where both pick the same top-1 token.
 
 use crate::report::markdown_table;
-use anyhow::{ensure, Context, Result};
-use specx_decoder::{default_device, load_model_as, WeightMode};
+use anyhow::{Context, Result, ensure};
+use specx_decoder::{WeightMode, default_device, load_model_as};
 use std::path::{Path, PathBuf};
 
 /// Options of `specx numerics`.
@@ -58,8 +58,10 @@ pub struct NumericsReport {
 /// The default text: Alpaca responses joined by blank lines.
 fn default_text() -> Result<String> {
     let path = specx_run::paths::dataset_cache_dir().join("alpaca/alpaca_5000.json");
-    let raw = std::fs::read_to_string(&path).with_context(|| format!("reading {} (run scripts/fetch-datasets.sh, or pass --text)", path.display()))?;
-    let rows: Vec<serde_json::Value> = serde_json::from_str(&raw).with_context(|| format!("{}: not a JSON array", path.display()))?;
+    let raw = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading {} (run scripts/fetch-datasets.sh, or pass --text)", path.display()))?;
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&raw).with_context(|| format!("{}: not a JSON array", path.display()))?;
     Ok(rows.iter().filter_map(|r| r.get("output").and_then(|o| o.as_str())).collect::<Vec<_>>().join("\n\n"))
 }
 
@@ -82,7 +84,13 @@ fn argmax(v: &[f64]) -> usize {
 
 /// Scored log-probabilities of every mode over the same windows: per mode, per scored
 /// position, the log-softmax row (only what the comparisons need is kept: see `summarise`).
-pub fn measure(model: &Path, tokens: &[u32], ctx: usize, windows: usize, modes: &[WeightMode]) -> Result<Vec<ModeNumerics>> {
+pub fn measure(
+    model: &Path,
+    tokens: &[u32],
+    ctx: usize,
+    windows: usize,
+    modes: &[WeightMode],
+) -> Result<Vec<ModeNumerics>> {
     let device = default_device();
     let half = ctx / 2;
     // Reference rows are kept (per position: log-probs) to compare each mode as it runs.
@@ -135,10 +143,26 @@ pub fn run(a: NumericsArgs) -> Result<()> {
     let ids = tok.encode(&text)?;
     let scored_per_window = a.ctx / 2 - 1;
     let windows = a.tokens.div_ceil(scored_per_window);
-    ensure!(ids.len() >= windows * a.ctx, "the text has {} tokens; {} windows of {} need {}", ids.len(), windows, a.ctx, windows * a.ctx);
+    ensure!(
+        ids.len() >= windows * a.ctx,
+        "the text has {} tokens; {} windows of {} need {}",
+        ids.len(),
+        windows,
+        a.ctx,
+        windows * a.ctx
+    );
     let modes = measure(&model, &ids, a.ctx, windows, &a.weights)?;
-    let report = NumericsReport { model: model.display().to_string(), scored_tokens: windows * scored_per_window, windows, ctx: a.ctx, modes };
-    println!("{}: {} scored tokens ({} windows of {}, second halves), reference {}", report.model, report.scored_tokens, windows, a.ctx, a.weights[0]);
+    let report = NumericsReport {
+        model: model.display().to_string(),
+        scored_tokens: windows * scored_per_window,
+        windows,
+        ctx: a.ctx,
+        modes,
+    };
+    println!(
+        "{}: {} scored tokens ({} windows of {}, second halves), reference {}",
+        report.model, report.scored_tokens, windows, a.ctx, a.weights[0]
+    );
     let rows: Vec<Vec<String>> = report
         .modes
         .iter()

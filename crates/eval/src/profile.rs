@@ -6,10 +6,10 @@
 
 use crate::bench::PairArgs;
 use crate::report::markdown_table;
-use anyhow::{anyhow, ensure, Result};
+use anyhow::{Result, anyhow, ensure};
 use plotters::prelude::*;
 use specx_decoder::fsutil::write_atomic;
-use specx_decoder::{check_pair, load_model_as, LoadedModel, WeightMode};
+use specx_decoder::{LoadedModel, WeightMode, check_pair, load_model_as};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -88,7 +88,12 @@ fn profile_model(role: &str, lm: &LoadedModel, a: &ProfileArgs) -> Result<ModelP
             }
             seconds.push(median(reps));
         }
-        eprintln!("{role}: context {ctx}: 1 row {:.1} ms, {} rows {:.1} ms", seconds[0] * 1e3, a.max_rows, seconds[a.max_rows - 1] * 1e3);
+        eprintln!(
+            "{role}: context {ctx}: 1 row {:.1} ms, {} rows {:.1} ms",
+            seconds[0] * 1e3,
+            a.max_rows,
+            seconds[a.max_rows - 1] * 1e3
+        );
         forward.push(ForwardCurve { context: ctx, seconds });
     }
     // Per layer, one row after a 512-token context (or the largest below it).
@@ -108,7 +113,8 @@ fn profile_model(role: &str, lm: &LoadedModel, a: &ProfileArgs) -> Result<ModelP
     }
     // TPOT: greedy generation after a 128-token prompt.
     let mut sampler = specx_decoder::Sampler::new(specx_decoder::SamplingConfig::greedy(), 0);
-    let (out, stats) = specx_decoder::generate::generate(model, &tokens[..128], a.tpot_tokens, &mut sampler, &[], |_| Ok(()))?;
+    let (out, stats) =
+        specx_decoder::generate::generate(model, &tokens[..128], a.tpot_tokens, &mut sampler, &[], |_| Ok(()))?;
     ensure!(!out.is_empty(), "no tokens generated");
     Ok(ModelProfile {
         role: role.into(),
@@ -126,7 +132,10 @@ fn profile_model(role: &str, lm: &LoadedModel, a: &ProfileArgs) -> Result<ModelP
 }
 
 pub fn run(a: ProfileArgs) -> Result<()> {
-    ensure!(a.max_rows >= 1 && !a.contexts.is_empty() && a.contexts.iter().all(|&c| c >= 1), "--max-rows and --contexts need values >= 1");
+    ensure!(
+        a.max_rows >= 1 && !a.contexts.is_empty() && a.contexts.iter().all(|&c| c >= 1),
+        "--max-rows and --contexts need values >= 1"
+    );
     let device = specx_decoder::device_from_name(&a.device)?;
     let (draft_path, target_path) = a.pair.paths();
     let draft = load_model_as(&draft_path, None, &device, a.weights)?;
@@ -145,15 +154,30 @@ pub fn run(a: ProfileArgs) -> Result<()> {
 }
 
 fn tables(p: &Profile) -> String {
-    let mut s = format!("Machine: {} ({} cores, {:.1} GB/s); device {}; weights {}; medians of {} runs.\n\n", p.machine.cpu, p.machine.cores, p.machine.bandwidth_gb_s, p.device, p.weights, p.reps);
+    let mut s = format!(
+        "Machine: {} ({} cores, {:.1} GB/s); device {}; weights {}; medians of {} runs.\n\n",
+        p.machine.cpu, p.machine.cores, p.machine.bandwidth_gb_s, p.device, p.weights, p.reps
+    );
     let mut rows = Vec::new();
     for m in &p.models {
         for c in &m.forward {
             let pick = |r: usize| c.seconds.get(r - 1).map_or("-".into(), |v| format!("{:.1}", v * 1e3));
-            rows.push(vec![m.role.clone(), c.context.to_string(), pick(1), pick(2), pick(5), pick(9), pick(c.seconds.len()), format!("{:.2}", c.seconds[c.seconds.len().min(5) - 1] / c.seconds[0])]);
+            rows.push(vec![
+                m.role.clone(),
+                c.context.to_string(),
+                pick(1),
+                pick(2),
+                pick(5),
+                pick(9),
+                pick(c.seconds.len()),
+                format!("{:.2}", c.seconds[c.seconds.len().min(5) - 1] / c.seconds[0]),
+            ]);
         }
     }
-    s.push_str(&markdown_table(&["model", "context", "1 row ms", "2 rows ms", "5 rows ms", "9 rows ms", "max rows ms", "5 rows / 1 row"], &rows));
+    s.push_str(&markdown_table(
+        &["model", "context", "1 row ms", "2 rows ms", "5 rows ms", "9 rows ms", "max rows ms", "5 rows / 1 row"],
+        &rows,
+    ));
     s.push('\n');
     let rows: Vec<Vec<String>> = p
         .models
@@ -171,7 +195,10 @@ fn tables(p: &Profile) -> String {
             ]
         })
         .collect();
-    s.push_str(&markdown_table(&["model", "attention ms (1 row)", "MLP ms (1 row)", "LM head ms", "TTFT ms by prompt length", "TPOT ms"], &rows));
+    s.push_str(&markdown_table(
+        &["model", "attention ms (1 row)", "MLP ms (1 row)", "LM head ms", "TTFT ms by prompt length", "TPOT ms"],
+        &rows,
+    ));
     s
 }
 
@@ -181,7 +208,12 @@ fn plot(p: &Profile, path: &std::path::Path) -> Result<()> {
     crate::common::plot::render_png(path, |root| {
         let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
         let max_r = p.models.iter().flat_map(|m| m.forward.iter().map(|c| c.seconds.len())).max().unwrap_or(1);
-        let ymax = p.models.iter().flat_map(|m| m.forward.iter().flat_map(|c| c.seconds.iter().map(move |s| s / c.seconds[0]))).fold(1.0, f64::max) * 1.1;
+        let ymax = p
+            .models
+            .iter()
+            .flat_map(|m| m.forward.iter().flat_map(|c| c.seconds.iter().map(move |s| s / c.seconds[0])))
+            .fold(1.0, f64::max)
+            * 1.1;
         let mut chart = ChartBuilder::on(root)
             .caption("verification cost: forward of r rows / forward of 1 row", ("sans-serif", 22))
             .margin(16)
@@ -189,14 +221,28 @@ fn plot(p: &Profile, path: &std::path::Path) -> Result<()> {
             .y_label_area_size(64)
             .build_cartesian_2d(1.0..max_r as f64, 0.0..ymax)
             .map_err(e)?;
-        chart.configure_mesh().x_desc("new rows r").y_desc("time relative to 1 row").label_style(("sans-serif", 15)).draw().map_err(e)?;
-        let palette = [RGBColor(31, 119, 180), RGBColor(214, 39, 40), RGBColor(44, 160, 44), RGBColor(148, 103, 189), RGBColor(255, 127, 14), RGBColor(23, 190, 207)];
+        chart
+            .configure_mesh()
+            .x_desc("new rows r")
+            .y_desc("time relative to 1 row")
+            .label_style(("sans-serif", 15))
+            .draw()
+            .map_err(e)?;
+        let palette = [
+            RGBColor(31, 119, 180),
+            RGBColor(214, 39, 40),
+            RGBColor(44, 160, 44),
+            RGBColor(148, 103, 189),
+            RGBColor(255, 127, 14),
+            RGBColor(23, 190, 207),
+        ];
         let mut i = 0;
         for m in &p.models {
             for c in &m.forward {
                 let col = palette[i % palette.len()];
                 i += 1;
-                let pts: Vec<(f64, f64)> = c.seconds.iter().enumerate().map(|(r, s)| ((r + 1) as f64, s / c.seconds[0])).collect();
+                let pts: Vec<(f64, f64)> =
+                    c.seconds.iter().enumerate().map(|(r, s)| ((r + 1) as f64, s / c.seconds[0])).collect();
                 chart
                     .draw_series(LineSeries::new(pts, col.stroke_width(2)))
                     .map_err(e)?
@@ -204,7 +250,13 @@ fn plot(p: &Profile, path: &std::path::Path) -> Result<()> {
                     .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], col.stroke_width(2)));
             }
         }
-        chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 14)).draw().map_err(e)?;
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.85))
+            .label_font(("sans-serif", 14))
+            .draw()
+            .map_err(e)?;
         Ok(())
     })
 }

@@ -1,11 +1,14 @@
 //! `specx dsi offline` on a small grid: every output written, the two SI modes related as they
 //! must be, and bad configs refused with a message naming the problem.
 
-use specx_eval::dsi::grid::{points, simulate_grid, Estimator, OfflineConfig, SiMode};
+use specx_eval::dsi::grid::{Estimator, OfflineConfig, SiMode, points, simulate_grid};
 use specx_eval::dsi::run_offline;
 
 fn config(out: &std::path::Path) -> String {
-    format!("seed = 1\ntokens = 60\nrepeats = 3\nservers = 3\nfixed_k = 2\nout = \"{}\"\n[grid]\nndim = 5\n[[marks]]\nname = \"pair\"\nc = 0.3\na = 0.7\n", out.display())
+    format!(
+        "seed = 1\ntokens = 60\nrepeats = 3\nservers = 3\nfixed_k = 2\nout = \"{}\"\n[grid]\nndim = 5\n[[marks]]\nname = \"pair\"\nc = 0.3\na = 0.7\n",
+        out.display()
+    )
 }
 
 #[test]
@@ -15,12 +18,25 @@ fn writes_tables_figures_and_keeps_fair_si_no_worse_than_official() {
     std::fs::write(&path, config(&tmp.path().join("out"))).unwrap();
     let cfg = OfflineConfig::load(&path).unwrap();
     let md = run_offline(&cfg, false).unwrap();
-    for f in ["cells.csv", "points.csv", "points-k2.csv", "summary.md", "summary.json", "figure2-official.png", "figure2-fair.png", "figure7-k2.png", "si-modes.png"] {
+    for f in [
+        "cells.csv",
+        "points.csv",
+        "points-k2.csv",
+        "summary.md",
+        "summary.json",
+        "figure2-official.png",
+        "figure2-fair.png",
+        "figure7-k2.png",
+        "si-modes.png",
+    ] {
         assert!(tmp.path().join("out").join(f).is_file(), "{f} missing");
     }
     assert!(md.contains("best k, SI fair, exact") && md.contains("k = 2, monte-carlo"), "{md}");
     // The marked pair gets its exact speedups; DSI at Eq. 1's lookahead (c = 0.3, 3 servers: k = 2).
-    let mark = md.lines().find(|l| l.starts_with("| pair") && l.contains("| 0.3 ")).unwrap_or_else(|| panic!("no marked pair row: {md}"));
+    let mark = md
+        .lines()
+        .find(|l| l.starts_with("| pair") && l.contains("| 0.3 "))
+        .unwrap_or_else(|| panic!("no marked pair row: {md}"));
     assert!(mark.contains("(k = 2)"), "{mark}");
     // 6 c x 6 a x 5 k cells; header + rows.
     assert_eq!(std::fs::read_to_string(tmp.path().join("out/cells.csv")).unwrap().lines().count(), 1 + 6 * 6 * 5);

@@ -3,12 +3,12 @@
 
 use specx_decoder::speculative::{AcceptanceHead, FeatureHead, FeatureHeadSpec, HeadSpec};
 use specx_decoder::{default_device, load_model};
-use specx_eval::experiment::config::EvalConfig;
-use specx_eval::experiment::merge::merge;
-use specx_eval::experiment::replay_run::{replay, ReplayConfig};
 use specx_eval::common::results::{ResultRow, UnitFile};
 use specx_eval::experiment::audit::audit;
-use specx_eval::experiment::{run, EvalOptions};
+use specx_eval::experiment::config::EvalConfig;
+use specx_eval::experiment::merge::merge;
+use specx_eval::experiment::replay_run::{ReplayConfig, replay};
+use specx_eval::experiment::{EvalOptions, run};
 use specx_run::Part;
 use std::path::PathBuf;
 
@@ -35,7 +35,15 @@ fn setup() -> Setup {
     let d = load_model(&draft, None, &default_device()).unwrap();
     let hidden = d.model.config().hidden_size;
     let head = root.join("head-a");
-    let spec = HeadSpec { hidden_size: hidden, depth: 1, tied: false, draft_model_sha256: Some(d.weights_sha256().unwrap()), draft_transform: None, training: serde_json::json!({}), draft_stats: false };
+    let spec = HeadSpec {
+        hidden_size: hidden,
+        depth: 1,
+        tied: false,
+        draft_model_sha256: Some(d.weights_sha256().unwrap()),
+        draft_transform: None,
+        training: serde_json::json!({}),
+        draft_stats: false,
+    };
     AcceptanceHead::init_seeded(hidden, 1, false, 3, &default_device()).save(&head, &spec).unwrap();
     let config = format!(
         r#"
@@ -118,21 +126,47 @@ fn eval_on_a_tiny_pair() {
     // Sampled units differ between seeds (a seed changes the stream).
     let sampled: Vec<&ResultRow> = full.rows.iter().filter(|r| !r.greedy() && r.setting.family() == "ar").collect();
     assert_eq!(sampled.len(), 6);
-    assert!(sampled.iter().any(|a| sampled.iter().any(|b| a.prompt_id == b.prompt_id && a.seed != b.seed && a.output_sha256 != b.output_sha256)));
+    assert!(sampled.iter().any(|a| {
+        sampled.iter().any(|b| a.prompt_id == b.prompt_id && a.seed != b.seed && a.output_sha256 != b.output_sha256)
+    }));
 
     let dir = s.root.join("full");
-    for f in ["results.parquet", "summary.md", "manifest.json", "config.toml", "plots/frontier_alpaca_greedy.png", "plots/speedup_alpaca_t1.png", "plots/accepted_alpaca_greedy.png"] {
+    for f in [
+        "results.parquet",
+        "summary.md",
+        "manifest.json",
+        "config.toml",
+        "plots/frontier_alpaca_greedy.png",
+        "plots/speedup_alpaca_t1.png",
+        "plots/accepted_alpaca_greedy.png",
+    ] {
         assert!(dir.join(f).is_file(), "{f} missing");
     }
     assert_eq!(&std::fs::read(dir.join("plots/frontier_alpaca_greedy.png")).unwrap()[..4], b"\x89PNG");
     let summary = std::fs::read_to_string(dir.join("summary.md")).unwrap();
-    assert!(summary.contains("Losslessness audit: passed") && summary.contains("specdecpp head-a h=0.8 [2,8]") && summary.contains("Timing model"), "{summary}");
+    assert!(
+        summary.contains("Losslessness audit: passed")
+            && summary.contains("specdecpp head-a h=0.8 [2,8]")
+            && summary.contains("Timing model"),
+        "{summary}"
+    );
     let df = {
         use polars_io::SerReader;
-        polars_io::parquet::read::ParquetReader::new(std::fs::File::open(dir.join("results.parquet")).unwrap()).finish().unwrap()
+        polars_io::parquet::read::ParquetReader::new(std::fs::File::open(dir.join("results.parquet")).unwrap())
+            .finish()
+            .unwrap()
     };
     assert_eq!(df.height(), full.rows.len());
-    for c in ["dataset", "prompt_id", "setting", "n_generated", "accepted_per_round", "identical_to_ar", "speedup", "output_sha256"] {
+    for c in [
+        "dataset",
+        "prompt_id",
+        "setting",
+        "n_generated",
+        "accepted_per_round",
+        "identical_to_ar",
+        "speedup",
+        "output_sha256",
+    ] {
         assert!(df.column(c).is_ok(), "results.parquet lacks {c}");
     }
 
@@ -191,14 +225,24 @@ fn eval_on_a_tiny_pair() {
     // A greedy trace run (AR only, batched) gives the same AR outputs, and replaying it gives
     // the same counts as replaying the run above.
     let head_part = &s.config[..s.config.find("[methods]").unwrap()];
-    let trace_cfg = format!("{}[methods]\nar_batch = 2\n[output]\ndir = \"out\"\n", head_part.replace("[[sampling]]\nname = \"t1\"\ntemperature = 1.0\n", ""));
+    let trace_cfg = format!(
+        "{}[methods]\nar_batch = 2\n[output]\ndir = \"out\"\n",
+        head_part.replace("[[sampling]]\nname = \"t1\"\ntemperature = 1.0\n", "")
+    );
     let traced = run(&load_config(&s, &trace_cfg, "trace").unwrap(), &opts(None, None)).unwrap();
     assert_eq!(traced.rows.len(), 3);
     assert!(traced.rows.iter().all(|r| r.batch == 2 && r.setting.family() == "ar"));
-    let ar_of = |rows: &[ResultRow]| rows.iter().filter(|r| r.greedy() && r.setting.family() == "ar").map(|r| (r.prompt_id.clone(), r.output_sha256.clone())).collect::<Vec<_>>();
+    let ar_of = |rows: &[ResultRow]| {
+        rows.iter()
+            .filter(|r| r.greedy() && r.setting.family() == "ar")
+            .map(|r| (r.prompt_id.clone(), r.output_sha256.clone()))
+            .collect::<Vec<_>>()
+    };
     assert_eq!(ar_of(&traced.rows), ar_of(&full.rows));
     let o2 = replay(&s.root.join("trace"), &g, "grid", false).unwrap();
-    let counts = |rows: &[ResultRow]| rows.iter().map(|r| (r.prompt_id.clone(), r.setting.key(), r.metrics().counts_only())).collect::<Vec<_>>();
+    let counts = |rows: &[ResultRow]| {
+        rows.iter().map(|r| (r.prompt_id.clone(), r.setting.key(), r.metrics().counts_only())).collect::<Vec<_>>()
+    };
     assert_eq!(counts(&o2.replayed), counts(&o.replayed));
     let unit = std::fs::read_dir(dir.join("units/alpaca/greedy/s0")).unwrap().next().unwrap().unwrap().path();
     let mut f: UnitFile = serde_json::from_str(&std::fs::read_to_string(&unit).unwrap()).unwrap();
@@ -216,7 +260,9 @@ fn eval_on_a_tiny_pair() {
 #[test]
 fn bad_configs_are_named_before_models_load() {
     let s = setup();
-    let err = |text: &str| format!("{:#}", load_config(&s, text, "bad").and_then(|c| run(&c, &opts(None, None)).map(|_| ())).unwrap_err());
+    let err = |text: &str| {
+        format!("{:#}", load_config(&s, text, "bad").and_then(|c| run(&c, &opts(None, None)).map(|_| ())).unwrap_err())
+    };
     // Unknown key, naming the file and the key.
     let e = err(&s.config.replace("sample_seed = 5", "sample_seed = 5\nsampel = 2"));
     assert!(e.contains("bad.toml") && e.contains("sampel"), "{e}");
@@ -224,9 +270,13 @@ fn bad_configs_are_named_before_models_load() {
     let e = err(&s.config.replace("[methods]", "[methods]\nmedusa = { k = [1] }"));
     assert!(e.contains("medusa"), "{e}");
     // An EasySpec strategy with a gap (before loading), and one for another depth (after).
-    let e = err(&s.config.replace("[methods]", "[methods]\neasyspec = { strategies = [\"0,2\"], calibrations = [\"never\"], k = [1] }"));
+    let e = err(&s
+        .config
+        .replace("[methods]", "[methods]\neasyspec = { strategies = [\"0,2\"], calibrations = [\"never\"], k = [1] }"));
     assert!(e.contains("strategy '0,2'") && e.contains("starting at layer 1"), "{e}");
-    let e = err(&s.config.replace("[methods]", "[methods]\neasyspec = { strategies = [\"0-2\"], calibrations = [\"never\"], k = [1] }"));
+    let e = err(&s
+        .config
+        .replace("[methods]", "[methods]\neasyspec = { strategies = [\"0-2\"], calibrations = [\"never\"], k = [1] }"));
     assert!(e.contains("covers layers 0..3") && e.contains("has 2"), "{e}");
     // Missing head.
     let e = err(&s.config.replace("\"head-a\"", "\"no-such-head\""));
@@ -235,14 +285,26 @@ fn bad_configs_are_named_before_models_load() {
     let other = s.root.join("head-b");
     let d = load_model(&s.draft, None, &default_device()).unwrap();
     let hidden = d.model.config().hidden_size;
-    let spec = HeadSpec { hidden_size: hidden, depth: 1, tied: false, draft_model_sha256: Some("0".repeat(64)), draft_transform: None, training: serde_json::json!({}), draft_stats: false };
+    let spec = HeadSpec {
+        hidden_size: hidden,
+        depth: 1,
+        tied: false,
+        draft_model_sha256: Some("0".repeat(64)),
+        draft_transform: None,
+        training: serde_json::json!({}),
+        draft_stats: false,
+    };
     AcceptanceHead::init_seeded(hidden, 1, false, 3, &default_device()).save(&other, &spec).unwrap();
     let e = err(&s.config.replace("\"head-a\"", "\"head-b\""));
     assert!(e.contains("another draft model"), "{e}");
     // A prompt set with no prompts.
     let empty = s.root.join("empty.jsonl");
     std::fs::write(&empty, "\n").unwrap();
-    let e = err(&s.config.replace("format = \"alpaca\"", "format = \"jsonl\"").replace(&alpaca().display().to_string(), &empty.display().to_string()).replace("split = \"test\"", "split = \"all\""));
+    let e = err(&s
+        .config
+        .replace("format = \"alpaca\"", "format = \"jsonl\"")
+        .replace(&alpaca().display().to_string(), &empty.display().to_string())
+        .replace("split = \"test\"", "split = \"all\""));
     assert!(e.contains("no prompts"), "{e}");
     // A sample larger than the split.
     let e = err(&s.config.replace("sample = 3", "sample = 300"));
@@ -267,10 +329,15 @@ fn dsi_method_runs_for_real_and_is_audited() {
     std::fs::write(s.root.join("profile.json"), profile_json(0.01, 0.05)).unwrap();
     let methods = s.config.find("[methods]").unwrap();
     let outro = s.config.find("[output]").unwrap();
-    let text = format!("{}[methods]\nspecdec = {{ k = [2] }}\ndsi = {{ servers = [1, 3], lookaheads = [2], profile = \"profile.json\" }}\n{}", &s.config[..methods], &s.config[outro..]);
+    let text = format!(
+        "{}[methods]\nspecdec = {{ k = [2] }}\ndsi = {{ servers = [1, 3], lookaheads = [2], profile = \"profile.json\" }}\n{}",
+        &s.config[..methods],
+        &s.config[outro..]
+    );
     let cfg = load_config(&s, &text, "dsi").unwrap();
     // Eq. 1: ceil(0.05 / (k 0.01)) <= servers gives k = 5 for one server and 2 for three.
-    let keys: Vec<String> = specx_eval::experiment::grid::expand(&cfg.methods).unwrap().iter().map(|x| x.key()).collect();
+    let keys: Vec<String> =
+        specx_eval::experiment::grid::expand(&cfg.methods).unwrap().iter().map(|x| x.key()).collect();
     assert_eq!(keys, ["ar", "specdec K=2", "dsi SP=1 k=2", "dsi SP=1 k=5", "dsi SP=3 k=2"]);
     let out = run(&cfg, &opts(None, None)).unwrap();
     assert!(out.audit_failures.is_empty(), "{:?}", out.audit_failures);
@@ -290,8 +357,12 @@ fn dsi_method_runs_for_real_and_is_audited() {
     assert!(out.rows.iter().filter(|r| r.setting.family() != "dsi").all(|r| r.dsi.is_none()));
     // They survive the unit files (a resumed run reads them back) and reach the Parquet table.
     let again = run(&cfg, &opts(None, None)).unwrap();
-    assert_eq!(again.rows.iter().map(|r| r.dsi.clone()).collect::<Vec<_>>(), out.rows.iter().map(|r| r.dsi.clone()).collect::<Vec<_>>());
-    let tasks = specx_eval::common::results::ResultsTable::read(&s.root.join("dsi")).unwrap().u64s("dsi_tasks").unwrap();
+    assert_eq!(
+        again.rows.iter().map(|r| r.dsi.clone()).collect::<Vec<_>>(),
+        out.rows.iter().map(|r| r.dsi.clone()).collect::<Vec<_>>()
+    );
+    let tasks =
+        specx_eval::common::results::ResultsTable::read(&s.root.join("dsi")).unwrap().u64s("dsi_tasks").unwrap();
     assert_eq!(tasks, out.rows.iter().map(|r| r.dsi.as_ref().map(|d| d.tasks as u64)).collect::<Vec<_>>());
     let summary = std::fs::read_to_string(s.root.join("dsi/summary.md")).unwrap();
     assert!(summary.contains("dsi SP=3 k=2") && summary.contains("Losslessness audit: passed"), "{summary}");
@@ -312,9 +383,17 @@ fn easyspec_method_runs_for_real_with_every_stop_policy_and_is_audited() {
     let grid = "easyspec = { strategies = [\"0-1\", \"lp1\"], calibrations = [\"every_round\", \"never\"], k = [2], heads = [\"head-a\"], thresholds = [0.5], bounds = [[1, 4]], servers = [2] }";
     let text = format!("{}[methods]\n{grid}\n{}", &s.config[..methods], &s.config[outro..]);
     let cfg = load_config(&s, &text, "easyspec").unwrap();
-    let keys: Vec<String> = specx_eval::experiment::grid::expand(&cfg.methods).unwrap().iter().map(|x| x.key()).collect();
+    let keys: Vec<String> =
+        specx_eval::experiment::grid::expand(&cfg.methods).unwrap().iter().map(|x| x.key()).collect();
     assert_eq!(keys.len(), 1 + 2 * 2 * 3);
-    assert_eq!(keys[1..4], ["easyspec 0-1 every_round | specdec K=2", "easyspec 0-1 every_round | specdecpp head-a h=0.5 [1,4]", "easyspec 0-1 every_round | dsi SP=2 k=2"]);
+    assert_eq!(
+        keys[1..4],
+        [
+            "easyspec 0-1 every_round | specdec K=2",
+            "easyspec 0-1 every_round | specdecpp head-a h=0.5 [1,4]",
+            "easyspec 0-1 every_round | dsi SP=2 k=2"
+        ]
+    );
     let out = run(&cfg, &opts(None, None)).unwrap();
     assert!(out.audit_failures.is_empty(), "{:?}", out.audit_failures);
     let rows: Vec<&ResultRow> = out.rows.iter().filter(|r| r.setting.family() == "easyspec").collect();
@@ -330,7 +409,10 @@ fn easyspec_method_runs_for_real_with_every_stop_policy_and_is_audited() {
     }
     assert!(rows.iter().any(|r| r.n_calibrations > 0), "no calibration was recorded");
     let summary = std::fs::read_to_string(s.root.join("easyspec/summary.md")).unwrap();
-    assert!(summary.contains(r"easyspec 0-1 never \| specdec K=2") && summary.contains("Losslessness audit: passed"), "{summary}");
+    assert!(
+        summary.contains(r"easyspec 0-1 never \| specdec K=2") && summary.contains("Losslessness audit: passed"),
+        "{summary}"
+    );
     // Greedy replay runs the fuzzy drafter along the AR output: the same counts as the real
     // runs, calibrations included (DSI's timing is no sum of forwards: it is refused).
     let replay_grid = s.root.join("replay-easyspec.toml");
@@ -340,7 +422,9 @@ fn easyspec_method_runs_for_real_with_every_stop_policy_and_is_audited() {
     assert_eq!(o.compared, 3 * 8, "every greedy unit's 8 sequential EasySpec settings compared");
     assert!(o.replayed.iter().any(|r| r.n_calibrations > 0));
     std::fs::write(&replay_grid, format!("[methods]\n{grid}\n")).unwrap();
-    let err = replay(&s.root.join("easyspec"), &ReplayConfig::load(&replay_grid).unwrap(), "grid", false).map(|_| ()).unwrap_err();
+    let err = replay(&s.root.join("easyspec"), &ReplayConfig::load(&replay_grid).unwrap(), "grid", false)
+        .map(|_| ())
+        .unwrap_err();
     assert!(format!("{err:#}").contains("DSI runs only for real"), "{err:#}");
 }
 
@@ -352,7 +436,11 @@ fn lookup_and_hybrid_drafters_run_for_real_are_audited_and_replay_to_the_same_co
     let methods = s.config.find("[methods]").unwrap();
     let outro = s.config.find("[output]").unwrap();
     let axes = "drafters.lookup = { ngrams = [[1, 3]] }\ndrafters.hybrid = { ngrams = [[2, 3]] }\npolicies.fixed = { k = [2, 6] }\npolicies.dynamic = { initial = [2], cap = 8 }\npolicies.matchrate = { thresholds = [0.45], max = [8] }";
-    let text = format!("{}[methods]\n[[methods.grid]]\n{axes}\nschedulers.sequential = {{}}\nschedulers.dsi = {{ servers = [2] }}\n{}", &s.config[..methods], &s.config[outro..]);
+    let text = format!(
+        "{}[methods]\n[[methods.grid]]\n{axes}\nschedulers.sequential = {{}}\nschedulers.dsi = {{ servers = [2] }}\n{}",
+        &s.config[..methods],
+        &s.config[outro..]
+    );
     let cfg = load_config(&s, &text, "lookup").unwrap();
     let out = run(&cfg, &opts(None, None)).unwrap();
     assert!(out.audit_failures.is_empty(), "{:?}", out.audit_failures);
@@ -364,8 +452,14 @@ fn lookup_and_hybrid_drafters_run_for_real_are_audited_and_replay_to_the_same_co
             assert_eq!(r.n_draft_calls, 0, "prompt lookup runs no draft forward: {}", r.setting.key());
         }
     }
-    assert!(rows.iter().any(|r| r.setting.drafter() == Some("hybrid") && r.n_draft_calls > 0), "the hybrid drafter never ran its draft model");
-    assert!(rows.iter().any(|r| r.n_accepted > 0) && rows.iter().any(|r| r.n_accepted < r.n_drafted), "lookups accepted and rejected");
+    assert!(
+        rows.iter().any(|r| r.setting.drafter() == Some("hybrid") && r.n_draft_calls > 0),
+        "the hybrid drafter never ran its draft model"
+    );
+    assert!(
+        rows.iter().any(|r| r.n_accepted > 0) && rows.iter().any(|r| r.n_accepted < r.n_drafted),
+        "lookups accepted and rejected"
+    );
     // Greedy replay runs the lookup along the AR output: the real runs' counts.
     let replay_grid = s.root.join("replay-lookup.toml");
     std::fs::write(&replay_grid, format!("[methods]\n[[methods.grid]]\n{axes}\n")).unwrap();
@@ -395,13 +489,20 @@ fn the_feature_head_runs_for_real_is_audited_and_replays_to_the_same_counts() {
     let methods = s.config.find("[methods]").unwrap();
     let outro = s.config.find("[output]").unwrap();
     let axes = "drafters.feature = { heads = [\"fh\"] }\npolicies.fixed = { k = [2, 4] }\npolicies.confidence = { thresholds = [0.3], bounds = [[1, 6]] }";
-    let text = format!("{}[methods]\n[[methods.grid]]\n{axes}\nschedulers.sequential = {{}}\nschedulers.dsi = {{ servers = [2] }}\n{}", &s.config[..methods], &s.config[outro..]);
+    let text = format!(
+        "{}[methods]\n[[methods.grid]]\n{axes}\nschedulers.sequential = {{}}\nschedulers.dsi = {{ servers = [2] }}\n{}",
+        &s.config[..methods],
+        &s.config[outro..]
+    );
     let cfg = load_config(&s, &text, "feature").unwrap();
     let out = run(&cfg, &opts(None, None)).unwrap();
     assert!(out.audit_failures.is_empty(), "{:?}", out.audit_failures);
     let rows: Vec<&ResultRow> = out.rows.iter().filter(|r| r.setting.family() == "feature").collect();
     assert_eq!(rows.len(), 9 * 6, "9 units x 3 policies x 2 schedulers");
-    assert!(rows.iter().all(|r| (!r.greedy() || r.identical_to_ar) && r.n_draft_calls > 0), "every feature-head row drafted, greedy ones equal to AR");
+    assert!(
+        rows.iter().all(|r| (!r.greedy() || r.identical_to_ar) && r.n_draft_calls > 0),
+        "every feature-head row drafted, greedy ones equal to AR"
+    );
     let manifest = std::fs::read_to_string(s.root.join("feature/manifest.json")).unwrap();
     assert!(manifest.contains("feature_heads"), "the run records its feature head");
     // Greedy replay: the target reads each trace once, the head drafts along the AR output.
@@ -415,7 +516,10 @@ fn the_feature_head_runs_for_real_is_audited_and_replays_to_the_same_counts() {
 #[test]
 fn a_device_list_runs_one_part_per_device_and_merges_them() {
     let s = setup();
-    let small = s.config.replace("[[sampling]]\nname = \"t1\"\ntemperature = 1.0\n", "").replace("seeds = [0, 1]", "seeds = [0]");
+    let small = s
+        .config
+        .replace("[[sampling]]\nname = \"t1\"\ntemperature = 1.0\n", "")
+        .replace("seeds = [0, 1]", "seeds = [0]");
     let plain = run(&load_config(&s, &small, "plain").unwrap(), &opts(None, None)).unwrap();
     let listed = small.replace("[models]\n", "[models]\ndevices = [\"cpu\"]\n");
     let cfg = load_config(&s, &listed, "listed").unwrap();
@@ -440,7 +544,8 @@ fn a_device_list_runs_one_part_per_device_and_merges_them() {
     let e = format!("{:#}", run(&load_config(&s, &listed, "plain").unwrap(), &opts(None, None)).unwrap_err());
     assert!(e.contains("holds a run made on devices"), "{e}");
     // Devices of the parts and of DSI's workers would collide: refused before models load.
-    let both = listed.replace("[methods]\n", "[methods]\ndsi = { servers = [1], lookaheads = [2], devices = [\"cpu\"] }\n");
+    let both =
+        listed.replace("[methods]\n", "[methods]\ndsi = { servers = [1], lookaheads = [2], devices = [\"cpu\"] }\n");
     let e = format!("{:#}", load_config(&s, &both, "both").and_then(|c| c.validate()).unwrap_err());
     assert!(e.contains("[models] devices") && e.contains("[methods.dsi] devices"), "{e}");
 }
@@ -448,7 +553,10 @@ fn a_device_list_runs_one_part_per_device_and_merges_them() {
 #[test]
 fn margins_census_covers_every_greedy_position() {
     let s = setup();
-    let greedy = s.config.replace("[[sampling]]\nname = \"t1\"\ntemperature = 1.0\n", "").replace("seeds = [0, 1]", "seeds = [0]");
+    let greedy = s
+        .config
+        .replace("[[sampling]]\nname = \"t1\"\ntemperature = 1.0\n", "")
+        .replace("seeds = [0, 1]", "seeds = [0]");
     let o = run(&load_config(&s, &greedy, "g").unwrap(), &opts(None, None)).unwrap();
     let dir = s.root.join("g");
     let c = specx_eval::experiment::margins::margins(&dir, false).unwrap();
@@ -462,7 +570,8 @@ fn margins_census_covers_every_greedy_position() {
     for u in specx_eval::experiment::merge::greedy_units(&dir).unwrap() {
         let mut seq = u.prompt.clone();
         seq.extend_from_slice(&u.ar_tokens);
-        let rows = target.model.forward(&seq, &mut target.model.new_cache(1)).unwrap().logits_tail(u.ar_tokens.len() + 1);
+        let rows =
+            target.model.forward(&seq, &mut target.model.new_cache(1)).unwrap().logits_tail(u.ar_tokens.len() + 1);
         for mut row in rows.into_iter().take(u.ar_tokens.len()) {
             row.sort_by(|a, b| b.total_cmp(a));
             margins.push(row[0] - row[1]);
@@ -539,7 +648,15 @@ fn every_stop_rule_runs_live_and_replays_count_for_count() {
     // with another look's statistics changes the stop decisions.
     let d = load_model(&s.draft, None, &default_device()).unwrap();
     let hidden = d.model.config().hidden_size;
-    let spec = HeadSpec { hidden_size: hidden, depth: 0, tied: false, draft_model_sha256: Some(d.weights_sha256().unwrap()), draft_transform: None, training: serde_json::json!({}), draft_stats: true };
+    let spec = HeadSpec {
+        hidden_size: hidden,
+        depth: 0,
+        tied: false,
+        draft_model_sha256: Some(d.weights_sha256().unwrap()),
+        draft_transform: None,
+        training: serde_json::json!({}),
+        draft_stats: true,
+    };
     let dir = s.root.join("head-stats");
     AcceptanceHead::init_seeded_with_inputs(hidden, 3, 0, false, 11, &default_device()).save(&dir, &spec).unwrap();
     let mut weight = vec![0f32; hidden + 3];
@@ -565,7 +682,11 @@ policies.adaedl = { lambda = [0.3, 0.7], max = [6] }
     // p_min 0.9 drops first candidates on this pair: some rounds verify nothing.
     assert!(greedy_rows.clone().any(|r| r.drafted_per_round.contains(&0)), "no round verified zero candidates");
     let grid = s.root.join("rules-grid.toml");
-    std::fs::write(&grid, format!("[methods]\n{rules}policies.bandit = {{ arms = [[1, 2, 4]] }}\npolicies.oracle = {{}}\n")).unwrap();
+    std::fs::write(
+        &grid,
+        format!("[methods]\n{rules}policies.bandit = {{ arms = [[1, 2, 4]] }}\npolicies.oracle = {{}}\n"),
+    )
+    .unwrap();
     let o = replay(&s.root.join("rules"), &ReplayConfig::load(&grid).unwrap(), "grid", false).unwrap();
     assert!(o.mismatches.is_empty(), "{:#?}", o.mismatches);
     assert_eq!(o.compared, 3 * 11);
@@ -593,7 +714,8 @@ policies.adaedl = { lambda = [0.3, 0.7], max = [6] }
     let units = specx_eval::experiment::merge::greedy_units(&s.root.join("rules")).unwrap();
     let mut eos_cut = 0;
     for r in &bandit {
-        let u = units.iter().find(|u| u.rows[0].dataset == r.dataset && u.rows[0].prompt_index == r.prompt_index).unwrap();
+        let u =
+            units.iter().find(|u| u.rows[0].dataset == r.dataset && u.rows[0].prompt_index == r.prompt_index).unwrap();
         let mut generated = 1; // the prefill's token
         for (i, (&k, &a)) in r.drafted_per_round.iter().zip(&r.accepted_per_round).enumerate() {
             let left = r.max_new_tokens - generated;
@@ -601,10 +723,15 @@ policies.adaedl = { lambda = [0.3, 0.7], max = [6] }
                 let mut seq = u.prompt.clone();
                 seq.extend_from_slice(&u.ar_tokens[..generated]);
                 for _ in 0..k {
-                    let logits = specx_decoder::generate::last_logits(&draft.model.forward(&seq, &mut draft.model.new_cache(1)).unwrap());
+                    let logits = specx_decoder::generate::last_logits(
+                        &draft.model.forward(&seq, &mut draft.model.new_cache(1)).unwrap(),
+                    );
                     seq.push(specx_decoder::sampling::argmax(&logits));
                 }
-                assert!(k < 4 && eos.contains(seq.last().unwrap()), "round {i} drafted {k} ({left} tokens left) without reaching EOS: {r:?}");
+                assert!(
+                    k < 4 && eos.contains(seq.last().unwrap()),
+                    "round {i} drafted {k} ({left} tokens left) without reaching EOS: {r:?}"
+                );
                 eos_cut += 1;
             }
             generated = (generated + a + 1).min(r.max_new_tokens);
@@ -617,7 +744,10 @@ policies.adaedl = { lambda = [0.3, 0.7], max = [6] }
 /// safetensors format by hand: 8-byte header length, JSON header, little-endian f32 data).
 fn write_linear_head(path: &std::path::Path, weight: &[f32], bias: f32) {
     let n = weight.len();
-    let header = format!(r#"{{"out.bias":{{"dtype":"F32","shape":[1],"data_offsets":[0,4]}},"out.weight":{{"dtype":"F32","shape":[1,{n}],"data_offsets":[4,{}]}}}}"#, 4 + 4 * n);
+    let header = format!(
+        r#"{{"out.bias":{{"dtype":"F32","shape":[1],"data_offsets":[0,4]}},"out.weight":{{"dtype":"F32","shape":[1,{n}],"data_offsets":[4,{}]}}}}"#,
+        4 + 4 * n
+    );
     let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
     bytes.extend_from_slice(header.as_bytes());
     bytes.extend_from_slice(&bias.to_le_bytes());
@@ -633,24 +763,39 @@ fn write_linear_head(path: &std::path::Path, weight: &[f32], bias: f32) {
 fn cheaper_drafts_run_from_a_config_and_heads_of_another_transform_are_refused() {
     use specx_decoder::draft::frequencies::TokenFrequencies;
     let s = setup();
-    let (draft, target) = specx_decoder::synthetic::write_tiny_char_pair_gguf(&s.root.join("gguf"), 7, 0.35, specx_decoder::gguf::GgmlType::Q8_0).unwrap();
+    let (draft, target) = specx_decoder::synthetic::write_tiny_char_pair_gguf(
+        &s.root.join("gguf"),
+        7,
+        0.35,
+        specx_decoder::gguf::GgmlType::Q8_0,
+    )
+    .unwrap();
     let d = load_model(&draft, None, &default_device()).unwrap();
     let vocab = d.model.config().vocab_size;
     let counts: Vec<u64> = (0..vocab as u64).map(|i| (i * 37) % 11).collect();
-    TokenFrequencies::from_counts(&counts, Vec::new(), d.tokenizer.vocab_sha256(), vocab, Vec::new()).write(&s.root.join("freq.tsv")).unwrap();
+    TokenFrequencies::from_counts(&counts, Vec::new(), d.tokenizer.vocab_sha256(), vocab, Vec::new())
+        .write(&s.root.join("freq.tsv"))
+        .unwrap();
     let methods = s.config.find("[methods]").unwrap();
     let outro = s.config.find("[output]").unwrap();
     let with_methods = |m: &str| {
         let head = &s.config[..methods];
-        let head = head.replace(&s.draft.display().to_string(), &draft.display().to_string()).replace(&s.draft.with_file_name("target").display().to_string(), &target.display().to_string());
+        let head = head
+            .replace(&s.draft.display().to_string(), &draft.display().to_string())
+            .replace(&s.draft.with_file_name("target").display().to_string(), &target.display().to_string());
         format!("{head}{m}\n{}", &s.config[outro..])
     };
-    let text = with_methods("[methods]\nspecdec = { k = [3] }\ndrafts = [{}, { vocab = 40, vocab_table = \"freq.tsv\" }, { weights = \"q4_0\" }]");
+    let text = with_methods(
+        "[methods]\nspecdec = { k = [3] }\ndrafts = [{}, { vocab = 40, vocab_table = \"freq.tsv\" }, { weights = \"q4_0\" }]",
+    );
     let cfg = load_config(&s, &text, "cheap").unwrap();
     let out = run(&cfg, &opts(None, None)).unwrap();
     assert!(out.audit_failures.is_empty(), "{:?}", out.audit_failures);
     let keys: std::collections::BTreeSet<String> = out.rows.iter().map(|r| r.setting.key()).collect();
-    assert_eq!(keys, ["ar", "specdec K=3", "specdec K=3 [draft v40:freq]", "specdec K=3 [draft q4_0]"].map(String::from).into());
+    assert_eq!(
+        keys,
+        ["ar", "specdec K=3", "specdec K=3 [draft v40:freq]", "specdec K=3 [draft q4_0]"].map(String::from).into()
+    );
     for r in out.rows.iter().filter(|r| r.greedy()) {
         assert!(r.identical_to_ar, "{} {}", r.prompt_id, r.setting.key());
     }
@@ -662,11 +807,21 @@ fn cheaper_drafts_run_from_a_config_and_heads_of_another_transform_are_refused()
     // A head made with the draft as loaded: refused for the subset draft, naming both.
     let hidden = d.model.config().hidden_size;
     let head_for = |name: &str, transform: Option<&str>| {
-        let spec = HeadSpec { hidden_size: hidden, depth: 1, tied: false, draft_model_sha256: Some(d.weights_sha256().unwrap()), draft_transform: transform.map(String::from), training: serde_json::json!({}), draft_stats: false };
+        let spec = HeadSpec {
+            hidden_size: hidden,
+            depth: 1,
+            tied: false,
+            draft_model_sha256: Some(d.weights_sha256().unwrap()),
+            draft_transform: transform.map(String::from),
+            training: serde_json::json!({}),
+            draft_stats: false,
+        };
         AcceptanceHead::init_seeded(hidden, 1, false, 3, &default_device()).save(&s.root.join(name), &spec).unwrap();
     };
     head_for("head-g", None);
-    let mixed = with_methods("[methods]\nspecdecpp = { heads = [\"head-g\"], thresholds = [0.5] }\ndrafts = [{ vocab = 40, vocab_table = \"freq.tsv\" }]");
+    let mixed = with_methods(
+        "[methods]\nspecdecpp = { heads = [\"head-g\"], thresholds = [0.5] }\ndrafts = [{ vocab = 40, vocab_table = \"freq.tsv\" }]",
+    );
     let e = format!("{:#}", run(&load_config(&s, &mixed, "mixed").unwrap(), &opts(None, None)).unwrap_err());
     assert!(e.contains("head 'head-g'") && e.contains("'none'") && e.contains("'vocab=40 table="), "{e}");
     // A head made for the subset draft: refused with the draft as loaded.
@@ -677,7 +832,12 @@ fn cheaper_drafts_run_from_a_config_and_heads_of_another_transform_are_refused()
     // Replays trace the draft as loaded.
     let grid = s.root.join("cheap-replay.toml");
     std::fs::write(&grid, "[methods]\nspecdec = { k = [2] }\ndrafts = [{ weights = \"q4_0\" }]\n").unwrap();
-    let e = format!("{:#}", replay(&s.root.join("cheap"), &ReplayConfig::load(&grid).unwrap(), "cheap-replay", false).err().expect("refused"));
+    let e = format!(
+        "{:#}",
+        replay(&s.root.join("cheap"), &ReplayConfig::load(&grid).unwrap(), "cheap-replay", false)
+            .err()
+            .expect("refused")
+    );
     assert!(e.contains("replays trace the draft as loaded"), "{e}");
 }
 
@@ -698,21 +858,30 @@ fn a_missing_optional_prompt_set_is_skipped_and_a_missing_required_one_is_named(
     assert_eq!(plan.skipped.len(), 1);
     assert_eq!(plan.skipped[0].name, "gsm8k");
     let shown = plan.render();
-    assert!(shown.contains("| gsm8k") && shown.contains("skipped: optional") && shown.contains("no-such/test.jsonl"), "{shown}");
+    assert!(
+        shown.contains("| gsm8k") && shown.contains("skipped: optional") && shown.contains("no-such/test.jsonl"),
+        "{shown}"
+    );
     assert!(!s.root.join("optional").exists(), "--check wrote the run directory");
 
     let outcome = run(&cfg, &EvalOptions { part: None, limit: Some(1), max_new_units: None, progress: false }).unwrap();
     assert!(!outcome.rows.is_empty());
     assert!(outcome.rows.iter().all(|r| r.dataset == "alpaca"), "rows of a skipped set");
-    let units: std::collections::BTreeSet<_> = outcome.rows.iter().map(|r| (r.prompt_id.clone(), r.sampling.clone(), r.seed)).collect();
+    let units: std::collections::BTreeSet<_> =
+        outcome.rows.iter().map(|r| (r.prompt_id.clone(), r.sampling.clone(), r.seed)).collect();
     assert_eq!(units.len(), plan.units, "--check's unit count is the run's");
 
     let required = text.replace("optional = true\n", "");
     let e = format!("{:#}", load_config(&s, &required, "required").unwrap_err());
     assert!(e.contains("prompt set 'gsm8k'") && e.contains("no-such/test.jsonl"), "{e}");
 
-    let all_missing = text.replace("name = \"alpaca\"\n", "name = \"alpaca\"\noptional = true\n").replace(&alpaca().display().to_string(), "/no-such/alpaca.json");
+    let all_missing = text
+        .replace("name = \"alpaca\"\n", "name = \"alpaca\"\noptional = true\n")
+        .replace(&alpaca().display().to_string(), "/no-such/alpaca.json");
     let cfg = load_config(&s, &all_missing, "all-missing").unwrap();
     let e = format!("{:#}", check(&cfg, None).unwrap_err());
-    assert!(e.contains("every prompt set is optional and missing") && e.contains("alpaca") && e.contains("gsm8k"), "{e}");
+    assert!(
+        e.contains("every prompt set is optional and missing") && e.contains("alpaca") && e.contains("gsm8k"),
+        "{e}"
+    );
 }

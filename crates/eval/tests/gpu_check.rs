@@ -5,26 +5,50 @@
 
 use specx_decoder::synthetic::tiny_qwen2;
 use specx_decoder::{check_pair, default_device, load_model};
-use specx_eval::gpu_check::report::{correctness, report, CorrectnessArgs, ReportArgs};
-use specx_eval::gpu_check::synth::{synth, PairShapes, SynthArgs};
+use specx_eval::gpu_check::report::{CorrectnessArgs, ReportArgs, correctness, report};
+use specx_eval::gpu_check::synth::{PairShapes, SynthArgs, synth};
 use std::path::Path;
 
 #[test]
 fn synth_writes_a_loadable_pair_of_the_recorded_shapes() {
     let dir = tempfile::tempdir().unwrap();
     let vocab = 64;
-    let shapes = PairShapes { draft: tiny_qwen2(vocab), target: specx_decoder::ModelConfig { num_hidden_layers: 3, ..tiny_qwen2(vocab) }, source: vec!["a.gguf".into(), "b.gguf".into()] };
+    let shapes = PairShapes {
+        draft: tiny_qwen2(vocab),
+        target: specx_decoder::ModelConfig { num_hidden_layers: 3, ..tiny_qwen2(vocab) },
+        source: vec!["a.gguf".into(), "b.gguf".into()],
+    };
     std::fs::write(dir.path().join("shapes.json"), serde_json::to_string(&shapes).unwrap()).unwrap();
-    std::fs::write(dir.path().join("tokenizer.json"), specx_decoder::synthetic::word_tokenizer_json(vocab, "w")).unwrap();
+    std::fs::write(dir.path().join("tokenizer.json"), specx_decoder::synthetic::word_tokenizer_json(vocab, "w"))
+        .unwrap();
     let out = dir.path().join("models");
-    synth(&SynthArgs { shapes: dir.path().join("shapes.json"), tokenizer: dir.path().join("tokenizer.json"), out: out.clone(), seed: 0 }).unwrap();
-    let (d, t) = (load_model(&out.join("draft"), None, &default_device()).unwrap(), load_model(&out.join("target"), None, &default_device()).unwrap());
+    synth(&SynthArgs {
+        shapes: dir.path().join("shapes.json"),
+        tokenizer: dir.path().join("tokenizer.json"),
+        out: out.clone(),
+        seed: 0,
+    })
+    .unwrap();
+    let (d, t) = (
+        load_model(&out.join("draft"), None, &default_device()).unwrap(),
+        load_model(&out.join("target"), None, &default_device()).unwrap(),
+    );
     check_pair(&d, &t).unwrap();
     assert_eq!(t.model.config().num_hidden_layers, 3);
-    let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("target/config.json")).unwrap()).unwrap();
-    assert_eq!((config["architectures"][0].as_str(), config["torch_dtype"].as_str(), config["hidden_act"].as_str()), (Some("Qwen2ForCausalLM"), Some("bfloat16"), Some("silu")));
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("target/config.json")).unwrap()).unwrap();
+    assert_eq!(
+        (config["architectures"][0].as_str(), config["torch_dtype"].as_str(), config["hidden_act"].as_str()),
+        (Some("Qwen2ForCausalLM"), Some("bfloat16"), Some("silu"))
+    );
     // A missing shapes file is an error naming it.
-    let e = synth(&SynthArgs { shapes: dir.path().join("nope.json"), tokenizer: dir.path().join("tokenizer.json"), out: out.clone(), seed: 0 }).unwrap_err();
+    let e = synth(&SynthArgs {
+        shapes: dir.path().join("nope.json"),
+        tokenizer: dir.path().join("tokenizer.json"),
+        out: out.clone(),
+        seed: 0,
+    })
+    .unwrap_err();
     assert!(format!("{e:#}").contains("nope.json"), "{e:#}");
 }
 
@@ -33,13 +57,18 @@ fn synth_writes_a_loadable_pair_of_the_recorded_shapes() {
 fn correctness_on_a_device_this_build_lacks_fails_every_check_saying_why() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("correctness.json");
-    let e = correctness(&CorrectnessArgs { devices: vec!["cuda".into()], tolerance: 1e-3, out: out.clone() }).unwrap_err().to_string();
+    let e = correctness(&CorrectnessArgs { devices: vec!["cuda".into()], tolerance: 1e-3, out: out.clone() })
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("7 device check(s) failed"), "{e}");
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap();
     let checks = json["devices"][0]["checks"].as_array().unwrap();
     assert_eq!(checks.len(), 7);
     assert!(checks.iter().all(|c| c["passed"] == false && c["detail"].as_str().unwrap().contains("--features cuda")));
-    assert!(correctness(&CorrectnessArgs { devices: vec!["cpu".into()], tolerance: 1e-3, out: dir.path().join("x.json") }).is_err());
+    assert!(
+        correctness(&CorrectnessArgs { devices: vec!["cpu".into()], tolerance: 1e-3, out: dir.path().join("x.json") })
+            .is_err()
+    );
 }
 
 fn write(dir: &Path, name: &str, v: serde_json::Value) {
@@ -62,17 +91,35 @@ fn the_report_judges_each_target_and_names_what_is_missing() {
         check("easyspec_placed", Some(1e-4), false),
         check("split_layers", Some(1e-4), true),
     ];
-    write(d, "correctness.json", serde_json::json!({ "tolerance": 1e-3, "devices": [{ "device": "cuda:0", "checks": checks }] }));
-    write(d, "bench-cuda.json", serde_json::json!({ "models": [{ "role": "target", "device": "cuda:0", "prefill_tokens_per_sec": 9000.0, "decode_tokens_per_sec": 150.0 }] }));
+    write(
+        d,
+        "correctness.json",
+        serde_json::json!({ "tolerance": 1e-3, "devices": [{ "device": "cuda:0", "checks": checks }] }),
+    );
+    write(
+        d,
+        "bench-cuda.json",
+        serde_json::json!({ "models": [{ "role": "target", "device": "cuda:0", "prefill_tokens_per_sec": 9000.0, "decode_tokens_per_sec": 150.0 }] }),
+    );
     let curve: Vec<f64> = (1..=21).map(|r| 0.006 + 0.0001 * r as f64).collect();
     let target = serde_json::json!({ "role": "target", "path": "t", "sha256": "", "layers": 28, "forward": [{ "context": 128, "seconds": curve }], "layer_context": 128, "attention_s": [], "mlp_s": [], "lm_head_s": 0.0, "ttft_s": [], "tpot_s": 0.0065 });
-    write(d, "profile-cuda.json", serde_json::json!({ "weights": "f32", "device": "cuda:0", "machine": { "cpu": "x", "cores": 16, "bandwidth_gb_s": 1.0 }, "reps": 5, "models": [target] }));
+    write(
+        d,
+        "profile-cuda.json",
+        serde_json::json!({ "weights": "f32", "device": "cuda:0", "machine": { "cpu": "x", "cores": 16, "bandwidth_gb_s": 1.0 }, "reps": 5, "models": [target] }),
+    );
     report(&ReportArgs { dir: d.to_path_buf() }).unwrap();
     let md = std::fs::read_to_string(d.join("report.md")).unwrap();
     assert!(md.contains("NVIDIA H100") && md.contains("hf-anchor\t124"), "{md}");
     let targets = |d: &Path| -> Vec<(String, Option<bool>)> {
-        let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("report.json")).unwrap()).unwrap();
-        json["targets"].as_array().unwrap().iter().map(|t| (t["measured"].as_str().unwrap().to_string(), t["met"].as_bool())).collect()
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join("report.json")).unwrap()).unwrap();
+        json["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| (t["measured"].as_str().unwrap().to_string(), t["met"].as_bool()))
+            .collect()
     };
     let t = targets(d);
     // The worst of the logit checks (rollback 3e-4), EasySpec's failure, the missing anchor,
@@ -82,7 +129,11 @@ fn the_report_judges_each_target_and_names_what_is_missing() {
     assert_eq!(t[2], ("not measured: bench-cuda.json or hf.json missing".to_string(), None));
     assert_eq!(t[3], ("1.07x after 128 tokens (6.50 / 6.10 ms)".to_string(), Some(true)));
     // With the anchor: specx 150 vs HF 100 tok/s.
-    write(d, "hf.json", serde_json::json!({ "dtype": "bfloat16", "context": 128, "models": [{ "role": "target", "prefill_tokens_per_sec": 8000.0, "decode_tokens_per_sec": 100.0, "call_secs": [0.01, 0.011] }] }));
+    write(
+        d,
+        "hf.json",
+        serde_json::json!({ "dtype": "bfloat16", "context": 128, "models": [{ "role": "target", "prefill_tokens_per_sec": 8000.0, "decode_tokens_per_sec": 100.0, "call_secs": [0.01, 0.011] }] }),
+    );
     report(&ReportArgs { dir: d.to_path_buf() }).unwrap();
     assert_eq!(targets(d)[2], ("specx 150.0 tok/s vs HF 100.0 tok/s (1.50x)".to_string(), Some(true)));
 }

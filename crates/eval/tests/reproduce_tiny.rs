@@ -2,24 +2,32 @@
 //! and a data-scaling sweep by `specx train`, a real eval run, its replay with the oracle, then
 //! the reproduction's tables and figures from what those commands wrote.
 
-use specx_datagen::cli::{effective_config, DatagenArgs};
-use specx_datagen::{run as datagen, RunOptions};
+use specx_datagen::cli::{DatagenArgs, effective_config};
+use specx_datagen::{RunOptions, run as datagen};
 use specx_decoder::synthetic::write_tiny_char_pair;
 use specx_eval::experiment::config::EvalConfig;
-use specx_eval::experiment::replay_run::{replay, ReplayConfig};
-use specx_eval::experiment::{run as eval, EvalOptions};
-use specx_eval::reproduce::specdecpp::{reproduce, ReproConfig};
-use specx_trainer::cli::{run_cli as train, TrainArgs};
+use specx_eval::experiment::replay_run::{ReplayConfig, replay};
+use specx_eval::experiment::{EvalOptions, run as eval};
+use specx_eval::reproduce::specdecpp::{ReproConfig, reproduce};
+use specx_trainer::cli::{TrainArgs, run_cli as train};
 use std::path::{Path, PathBuf};
 
 fn repo() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from).join("../..")
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from)
+        .join("../..")
 }
 
 /// The tiny datagen config on `split`, `prompts` prompts in shards of 2.
 fn make_dataset(out: &Path, draft: &Path, target: &Path, split: &str, prompts: usize) {
     let args = DatagenArgs {
-        run: specx_run::RunArgs { config: Some(repo().join("configs/datagen-tiny.toml")), out: Some(out.to_path_buf()), limit: Some(prompts), no_progress: true, ..Default::default() },
+        run: specx_run::RunArgs {
+            config: Some(repo().join("configs/datagen-tiny.toml")),
+            out: Some(out.to_path_buf()),
+            limit: Some(prompts),
+            no_progress: true,
+            ..Default::default()
+        },
         max_new_tokens: Some(16),
         draft: Some(draft.to_path_buf()),
         target: Some(target.to_path_buf()),
@@ -32,7 +40,18 @@ fn make_dataset(out: &Path, draft: &Path, target: &Path, split: &str, prompts: u
 }
 
 fn train_sweep(config: &Path) {
-    train(TrainArgs { config: config.into(), out: None, sweep: true, train_prompts: None, tied: None, max_epochs: None, no_progress: true, reference: false, device: None }).unwrap();
+    train(TrainArgs {
+        config: config.into(),
+        out: None,
+        sweep: true,
+        train_prompts: None,
+        tied: None,
+        max_epochs: None,
+        no_progress: true,
+        reference: false,
+        device: None,
+    })
+    .unwrap();
 }
 
 #[test]
@@ -44,9 +63,17 @@ fn reproduces_specdecpp_tables_and_figures_from_real_runs() {
     make_dataset(&root.join("dev"), &draft, &target, "dev", 4);
 
     // Heads: w_rej {1, 6} x depth {0, 1} on all 6 prompts, and w6 d1 on the first 2 and 4.
-    let train_cfg = |sweep: &str, out: &str| format!("seed = 0\n[data]\ntrain = \"train\"\ndev = \"dev\"\n[head]\ndepth = 1\ntied = true\n[optim]\nepochs = 1\nbatch_size = 16\n[output]\ndir = \"{out}\"\n[sweep]\n{sweep}\n");
+    let train_cfg = |sweep: &str, out: &str| {
+        format!(
+            "seed = 0\n[data]\ntrain = \"train\"\ndev = \"dev\"\n[head]\ndepth = 1\ntied = true\n[optim]\nepochs = 1\nbatch_size = 16\n[output]\ndir = \"{out}\"\n[sweep]\n{sweep}\n"
+        )
+    };
     std::fs::write(root.join("sweep.toml"), train_cfg("w_rej = [1.0, 6.0]\ndepth = [0, 1]", "sweep")).unwrap();
-    std::fs::write(root.join("scaling.toml"), train_cfg("w_rej = [6.0]\ndepth = [1]\ntrain_prompts = [2, 4]", "scaling")).unwrap();
+    std::fs::write(
+        root.join("scaling.toml"),
+        train_cfg("w_rej = [6.0]\ndepth = [1]\ntrain_prompts = [2, 4]", "scaling"),
+    )
+    .unwrap();
     train_sweep(&root.join("sweep.toml"));
     train_sweep(&root.join("scaling.toml"));
 
@@ -59,7 +86,12 @@ fn reproduces_specdecpp_tables_and_figures_from_real_runs() {
     );
     std::fs::write(root.join("eval.toml"), eval_cfg).unwrap();
     let cfg = EvalConfig::load(&root.join("eval.toml")).unwrap();
-    assert!(eval(&cfg, &EvalOptions { part: None, limit: None, max_new_units: None, progress: false }).unwrap().manifest.complete);
+    assert!(
+        eval(&cfg, &EvalOptions { part: None, limit: None, max_new_units: None, progress: false })
+            .unwrap()
+            .manifest
+            .complete
+    );
 
     // Its replay under the reproduction's kind of grid: fixed K, every head x threshold x
     // bounds, the confidence baseline and the oracle.
@@ -78,13 +110,26 @@ fn reproduces_specdecpp_tables_and_figures_from_real_runs() {
     };
     let md = reproduce(&repro("\"w6-d1-p2\", \"w6-d1-p4\", \"w6-d1\"")).unwrap();
     let out = root.join("report");
-    for needle in ["## alpaca, greedy (3 prompts", "best fixed K", "oracle gap closed", "Figure 3 check", "Heads (Table 3 analogue)", "## Data scaling", "Not available yet", "not-yet", "T = t_draft N_draft + t_target N_target over"] {
+    for needle in [
+        "## alpaca, greedy (3 prompts",
+        "best fixed K",
+        "oracle gap closed",
+        "Figure 3 check",
+        "Heads (Table 3 analogue)",
+        "## Data scaling",
+        "Not available yet",
+        "not-yet",
+        "T = t_draft N_draft + t_target N_target over",
+    ] {
         assert!(md.contains(needle), "results.md lacks {needle:?}:\n{md}");
     }
     // Every head of the grid has a Table 3 row with its training setup and dev metrics.
     for h in heads {
         let name = Path::new(h).file_name().unwrap().to_str().unwrap();
-        let row = md.lines().find(|l| l.starts_with(&format!("| {name} "))).unwrap_or_else(|| panic!("no row for {name}:\n{md}"));
+        let row = md
+            .lines()
+            .find(|l| l.starts_with(&format!("| {name} ")))
+            .unwrap_or_else(|| panic!("no row for {name}:\n{md}"));
         assert!(row.contains("train") && !row.contains("| NaN"), "{row}");
     }
     assert_eq!(std::fs::read_to_string(out.join("results.md")).unwrap(), md);

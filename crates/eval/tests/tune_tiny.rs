@@ -4,17 +4,19 @@
 //! tuning prompts refused.
 
 use specx_decoder::sampling::SamplingConfig;
-use specx_decoder::speculative::{generate_speculative, CalibratedPolicy, PlainDrafter, RejectionSampler, SpecConfig, StopPolicy, ThresholdPlusPolicy};
+use specx_decoder::speculative::{
+    CalibratedPolicy, PlainDrafter, RejectionSampler, SpecConfig, StopPolicy, ThresholdPlusPolicy, generate_speculative,
+};
 use specx_decoder::{default_device, load_model};
 use specx_eval::common::results::UnitFile;
 use specx_eval::experiment::config::EvalConfig;
 use specx_eval::experiment::grid::expand;
 use specx_eval::experiment::merge::greedy_units;
 use specx_eval::experiment::replay::{ReplayPolicy, TraceBuilder, TraceInput};
-use specx_eval::experiment::{run, EvalOptions};
-use specx_eval::tune::bootstrap::{throughput, UnitCounts};
+use specx_eval::experiment::{EvalOptions, run};
+use specx_eval::tune::bootstrap::{UnitCounts, throughput};
 use specx_eval::tune::config::TuneConfig;
-use specx_eval::tune::{tune, THRESHOLD_PLUS};
+use specx_eval::tune::{THRESHOLD_PLUS, tune};
 use std::path::{Path, PathBuf};
 
 fn alpaca() -> PathBuf {
@@ -29,7 +31,15 @@ fn trace_run(root: &Path, draft: &Path, target: &Path, name: &str, split: &str, 
 
 /// A trace run of the tiny pair over `sample` prompts of an Alpaca split, its sampling and
 /// methods given as TOML.
-fn trace_run_with(root: &Path, draft: &Path, target: &Path, name: &str, split: &str, sample: usize, sampling_and_methods: &str) -> PathBuf {
+fn trace_run_with(
+    root: &Path,
+    draft: &Path,
+    target: &Path,
+    name: &str,
+    split: &str,
+    sample: usize,
+    sampling_and_methods: &str,
+) -> PathBuf {
     let text = format!(
         r#"
 seeds = [0]
@@ -57,7 +67,11 @@ dir = "{name}"
     );
     let path = root.join(format!("{name}.toml"));
     std::fs::write(&path, text).unwrap();
-    run(&EvalConfig::load(&path).unwrap(), &EvalOptions { part: None, limit: None, max_new_units: None, progress: false }).unwrap();
+    run(
+        &EvalConfig::load(&path).unwrap(),
+        &EvalOptions { part: None, limit: None, max_new_units: None, progress: false },
+    )
+    .unwrap();
     root.join(name)
 }
 
@@ -122,14 +136,23 @@ passes = 1
 
 fn tune_config(root: &Path, tuning: &Path, test: &Path, out: &str) -> TuneConfig {
     let path = root.join(format!("{out}.toml"));
-    std::fs::write(&path, format!("tuning = \"{}\"\ntest = \"{}\"\nout = \"{out}\"\nbootstrap = 200\n{CANDIDATES}", tuning.display(), test.display())).unwrap();
+    std::fs::write(
+        &path,
+        format!(
+            "tuning = \"{}\"\ntest = \"{}\"\nout = \"{out}\"\nbootstrap = 200\n{CANDIDATES}",
+            tuning.display(),
+            test.display()
+        ),
+    )
+    .unwrap();
     TuneConfig::load(&path).unwrap()
 }
 
 #[test]
 fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
     let f = fixture(GREEDY);
-    let (root, draft_path, target_path, tuning, test) = (f.root.as_path(), &f.draft_path, &f.target_path, &f.tuning, &f.test);
+    let (root, draft_path, target_path, tuning, test) =
+        (f.root.as_path(), &f.draft_path, &f.target_path, &f.tuning, &f.test);
     let (draft, target, eos) = (&f.draft, &f.target, &f.eos);
     let cfg = tune_config(root, tuning, test, "tuned");
     let sets = tune(&cfg, false).unwrap();
@@ -142,22 +165,39 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
     let settings: Vec<_> = expand(&cfg.methods).unwrap().into_iter().filter_map(|s| s.spec().cloned()).collect();
 
     // Counts of a setting replayed from scratch (one build per policy) on a run's units.
-    let fresh = |units: &[UnitFile], policy: ReplayPolicy, costs: &specx_eval::reproduce::adaptive::Costs| -> Vec<UnitCounts> {
-        let rc = specx_eval::experiment::replay::ReplayCosts { t_draft: costs.t_draft, t_target: costs.t_target, t_row: costs.t_row };
-        let inputs: Vec<TraceInput> = units.iter().map(|u| TraceInput::of(u).unwrap()).collect();
-        let mut policies = vec![policy];
-        let traces = TraceBuilder::new(&draft.model, &[], &eos).build(&inputs, &mut policies, &rc).unwrap();
-        traces.iter().map(|t| UnitCounts::of(&t.replay(&mut policies[0], &rc).unwrap())).collect()
-    };
+    let fresh =
+        |units: &[UnitFile], policy: ReplayPolicy, costs: &specx_eval::reproduce::adaptive::Costs| -> Vec<UnitCounts> {
+            let rc = specx_eval::experiment::replay::ReplayCosts {
+                t_draft: costs.t_draft,
+                t_target: costs.t_target,
+                t_row: costs.t_row,
+            };
+            let inputs: Vec<TraceInput> = units.iter().map(|u| TraceInput::of(u).unwrap()).collect();
+            let mut policies = vec![policy];
+            let traces = TraceBuilder::new(&draft.model, &[], &eos).build(&inputs, &mut policies, &rc).unwrap();
+            traces.iter().map(|t| UnitCounts::of(&t.replay(&mut policies[0], &rc).unwrap())).collect()
+        };
     let no_heads: std::collections::HashMap<String, usize> = Default::default();
     for c in &set.results {
         for r in c.rules.iter().filter(|r| r.family != THRESHOLD_PLUS && !r.family.starts_with("calibrated")) {
             // The chosen setting is its family's best on the tuning traces.
-            let family: Vec<_> = settings.iter().filter(|m| m.key() == r.setting || (m.family() == r.family && r.family != "oracle")).collect();
+            let family: Vec<_> = settings
+                .iter()
+                .filter(|m| m.key() == r.setting || (m.family() == r.family && r.family != "oracle"))
+                .collect();
             assert_eq!(family.len(), r.candidates, "{}: {}", r.family, r.setting);
-            let tuned = |m: &specx_eval::method::MethodSpec| throughput(&fresh(&tuning_units, ReplayPolicy::of(m, &no_heads).unwrap(), &c.costs), &c.costs);
+            let tuned = |m: &specx_eval::method::MethodSpec| {
+                throughput(&fresh(&tuning_units, ReplayPolicy::of(m, &no_heads).unwrap(), &c.costs), &c.costs)
+            };
             let best = family.iter().map(|m| tuned(m)).fold(f64::NEG_INFINITY, f64::max);
-            assert!((r.tuning_throughput - best).abs() < 1e-9, "{} at {}: chose {} ({}), best {best}", r.family, c.costs.name, r.setting, r.tuning_throughput);
+            assert!(
+                (r.tuning_throughput - best).abs() < 1e-9,
+                "{} at {}: chose {} ({}), best {best}",
+                r.family,
+                c.costs.name,
+                r.setting,
+                r.tuning_throughput
+            );
             // Its test counts are those of a replay from scratch.
             let m = settings.iter().find(|m| m.key() == r.setting).unwrap();
             assert_eq!(r.test, fresh(&test_units, ReplayPolicy::of(m, &no_heads).unwrap(), &c.costs), "{}", r.setting);
@@ -168,8 +208,21 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
         assert!(fit.fitted_throughput >= fit.start_throughput);
         let live = |policy: &mut dyn StopPolicy, test: &[UnitCounts], what: &str| {
             for (u, counts) in test_units.iter().zip(test) {
-                let cfg = SpecConfig { max_new_tokens: u.rows[0].max_new_tokens, sampling: SamplingConfig::greedy(), seed: 0 };
-                let g = generate_speculative(&target.model, &mut PlainDrafter::new(&draft.model), policy, &mut RejectionSampler, &u.prompt, &cfg, &eos).unwrap();
+                let cfg = SpecConfig {
+                    max_new_tokens: u.rows[0].max_new_tokens,
+                    sampling: SamplingConfig::greedy(),
+                    seed: 0,
+                };
+                let g = generate_speculative(
+                    &target.model,
+                    &mut PlainDrafter::new(&draft.model),
+                    policy,
+                    &mut RejectionSampler,
+                    &u.prompt,
+                    &cfg,
+                    &eos,
+                )
+                .unwrap();
                 assert_eq!(g.tokens, u.ar_tokens);
                 assert_eq!(UnitCounts::of(&g.metrics), *counts, "{what}: {} at {}", u.unit.prompt_id, c.costs.name);
             }
@@ -178,7 +231,10 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
         live(&mut ThresholdPlusPolicy::new(fit.params.clone()).unwrap(), &tp.test, THRESHOLD_PLUS);
         // The calibrated model's three rules, the same way; the search on throughput never
         // ends below the product rule it starts from.
-        assert_eq!(c.calibrated.iter().map(|ch| ch.family.as_str()).collect::<Vec<_>>(), ["calibrated", "calibrated-product", "calibrated-fit"]);
+        assert_eq!(
+            c.calibrated.iter().map(|ch| ch.family.as_str()).collect::<Vec<_>>(),
+            ["calibrated", "calibrated-product", "calibrated-fit"]
+        );
         assert!(c.calibrated[2].tuning_throughput >= c.calibrated[1].tuning_throughput);
         for ch in &c.calibrated {
             let r = c.rules.iter().find(|r| r.family == ch.family).unwrap();
@@ -191,7 +247,13 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
     // of the test traces gives the counts the tune reported.
     let grid = root.join("fitted.toml");
     std::fs::write(&grid, "[methods]\n[[methods.grid]]\npolicies.threshold_plus = { params = [\"tuned/threshold-plus/alpaca-cpu.json\"] }\n").unwrap();
-    let o = specx_eval::experiment::replay_run::replay(&test, &specx_eval::experiment::replay_run::ReplayConfig::load(&grid).unwrap(), "fitted", false).unwrap();
+    let o = specx_eval::experiment::replay_run::replay(
+        &test,
+        &specx_eval::experiment::replay_run::ReplayConfig::load(&grid).unwrap(),
+        "fitted",
+        false,
+    )
+    .unwrap();
     assert!(o.replayed.iter().all(|r| r.setting.key() == "threshold-plus alpaca-cpu"));
     let cpu = set.results.iter().find(|c| c.costs.name == "CPU").unwrap();
     let reported = &cpu.rules.iter().find(|r| r.family == THRESHOLD_PLUS).unwrap().test;
@@ -201,7 +263,13 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
     assert!(cfg.out.join("threshold-plus/alpaca-cpu.json").is_file());
     // The calibrated model's file runs as a grid setting too.
     std::fs::write(&grid, "[methods]\n[[methods.grid]]\npolicies.calibrated = { params = [\"tuned/calibrated/alpaca-cpu-calibrated-product.json\"] }\n").unwrap();
-    let o = specx_eval::experiment::replay_run::replay(&test, &specx_eval::experiment::replay_run::ReplayConfig::load(&grid).unwrap(), "fitted-model", false).unwrap();
+    let o = specx_eval::experiment::replay_run::replay(
+        &test,
+        &specx_eval::experiment::replay_run::ReplayConfig::load(&grid).unwrap(),
+        "fitted-model",
+        false,
+    )
+    .unwrap();
     let reported = &cpu.rules.iter().find(|r| r.family == "calibrated-product").unwrap().test;
     assert_eq!(&o.replayed.iter().map(|r| UnitCounts::of(&r.metrics())).collect::<Vec<_>>(), reported);
     assert!(md.contains("The calibrated acceptance model"), "{md}");
@@ -211,14 +279,21 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
     // the test prompts.
     // (A set replayed again would record other draft seconds; its config is rewritten.)
     let kept = || {
-        let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(cfg.out.join("sets/alpaca.json")).unwrap()).unwrap();
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(cfg.out.join("sets/alpaca.json")).unwrap()).unwrap();
         v.as_object_mut().unwrap().remove("config");
         v
     };
     let before = kept();
     let grid = root.join("candidates.toml");
     std::fs::write(&grid, format!("[methods]\n{}", &CANDIDATES[..CANDIDATES.find("[[costs]]").unwrap()])).unwrap();
-    let replayed = specx_eval::experiment::replay_run::replay(&test, &specx_eval::experiment::replay_run::ReplayConfig::load(&grid).unwrap(), "candidates", false).unwrap();
+    let replayed = specx_eval::experiment::replay_run::replay(
+        &test,
+        &specx_eval::experiment::replay_run::ReplayConfig::load(&grid).unwrap(),
+        "candidates",
+        false,
+    )
+    .unwrap();
     let mut with_inside = cfg.clone();
     with_inside.in_sample = Some(replayed.dir.clone());
     let again = tune(&with_inside, false).unwrap();
@@ -233,7 +308,11 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
         for r in c.rules.iter().filter(|r| r.family != THRESHOLD_PLUS && !r.family.starts_with("calibrated")) {
             let (_, tps, n) = &best[&r.family];
             assert_eq!(*n, r.candidates, "{}: the replay holds every candidate", r.family);
-            assert!(*tps >= throughput(&r.test, &c.costs) - 1e-9, "{}: chosen on the test prompts it cannot do worse there", r.family);
+            assert!(
+                *tps >= throughput(&r.test, &c.costs) - 1e-9,
+                "{}: chosen on the test prompts it cannot do worse there",
+                r.family
+            );
         }
     }
     assert!(std::fs::read_to_string(cfg.out.join("tune.md")).unwrap().contains("in sample"));
@@ -284,15 +363,28 @@ fn a_model_of_the_target_replays_as_it_decodes() {
     let (root, tuning, test) = (f.root.as_path(), &f.tuning, &f.test);
     let (draft, target, eos) = (&f.draft, &f.target, &f.eos);
     let path = root.join("target.toml");
-    let candidates = CANDIDATES.replace("[threshold_plus]\nmax_candidates = 12\npasses = 2\n", "").replace("passes = 1\n", "passes = 1\ntarget = true\n");
-    std::fs::write(&path, format!("tuning = \"{}\"\ntest = \"{}\"\nout = \"target\"\nbootstrap = 200\n{candidates}", tuning.display(), test.display())).unwrap();
+    let candidates = CANDIDATES
+        .replace("[threshold_plus]\nmax_candidates = 12\npasses = 2\n", "")
+        .replace("passes = 1\n", "passes = 1\ntarget = true\n");
+    std::fs::write(
+        &path,
+        format!(
+            "tuning = \"{}\"\ntest = \"{}\"\nout = \"target\"\nbootstrap = 200\n{candidates}",
+            tuning.display(),
+            test.display()
+        ),
+    )
+    .unwrap();
     let cfg = TuneConfig::load(&path).unwrap();
 
     let only = tune(&cfg, true).unwrap();
     assert!(cfg.out.join("tuning.md").is_file() && !cfg.out.join("sets").join("alpaca.json").exists());
-    assert!(only[0].test_prompts.is_empty() && only[0].results.iter().all(|c| c.rules.iter().all(|r| r.test.is_empty())));
+    assert!(
+        only[0].test_prompts.is_empty() && only[0].results.iter().all(|c| c.rules.iter().all(|r| r.test.is_empty()))
+    );
     // One forward of the prompt and of every output token but the last, per trace.
-    let rows = |dir: &Path| greedy_units(dir).unwrap().iter().map(|u| u.prompt.len() + u.ar_tokens.len() - 1).sum::<usize>();
+    let rows =
+        |dir: &Path| greedy_units(dir).unwrap().iter().map(|u| u.prompt.len() + u.ar_tokens.len() - 1).sum::<usize>();
     assert_eq!(only[0].target_pass.expect("the target was forwarded").rows, rows(&tuning));
 
     let sets = tune(&cfg, false).unwrap();
@@ -301,16 +393,33 @@ fn a_model_of_the_target_replays_as_it_decodes() {
     assert_eq!(set.target_pass.unwrap().rows, rows(&test));
     let model = set.acceptance_model.as_ref().unwrap();
     assert_eq!(model.weights.len(), specx_decoder::speculative::calibrated::FEATURES);
-    assert_eq!(&model.weights, &only[0].acceptance_model.as_ref().unwrap().weights, "the cached statistics fit the same model");
+    assert_eq!(
+        &model.weights,
+        &only[0].acceptance_model.as_ref().unwrap().weights,
+        "the cached statistics fit the same model"
+    );
 
     let test_units = greedy_units(test).unwrap();
     let live = |params: &specx_decoder::speculative::CalibratedParams| -> Vec<UnitCounts> {
         test_units
             .iter()
             .map(|u| {
-                let spec = SpecConfig { max_new_tokens: u.rows[0].max_new_tokens, sampling: SamplingConfig::greedy(), seed: 0 };
+                let spec = SpecConfig {
+                    max_new_tokens: u.rows[0].max_new_tokens,
+                    sampling: SamplingConfig::greedy(),
+                    seed: 0,
+                };
                 let mut policy = CalibratedPolicy::new(params.clone()).unwrap();
-                let g = generate_speculative(&target.model, &mut PlainDrafter::new(&draft.model), &mut policy, &mut RejectionSampler, &u.prompt, &spec, &eos).unwrap();
+                let g = generate_speculative(
+                    &target.model,
+                    &mut PlainDrafter::new(&draft.model),
+                    &mut policy,
+                    &mut RejectionSampler,
+                    &u.prompt,
+                    &spec,
+                    &eos,
+                )
+                .unwrap();
                 assert_eq!(g.tokens, u.ar_tokens);
                 UnitCounts::of(&g.metrics)
             })
@@ -324,27 +433,45 @@ fn a_model_of_the_target_replays_as_it_decodes() {
     let mut builder = TraceBuilder::new(&draft.model, &[], &eos);
     let mut traces = builder.start(&inputs, true).unwrap();
     for (i, input) in inputs.iter().enumerate() {
-        traces.set_target(i, specx_eval::experiment::target_stats::target_stats(&target.model, input).unwrap().0).unwrap();
+        traces
+            .set_target(i, specx_eval::experiment::target_stats::target_stats(&target.model, input).unwrap().0)
+            .unwrap();
     }
     let base = model.weights.clone();
     let mut changed = 0;
     for (w_top1, w_entropy) in [(6.0, 0.0), (0.0, -4.0), (-6.0, 3.0)] {
-        for (rule, threshold) in [(specx_decoder::speculative::CalibratedRule::Token, 0.5), (specx_decoder::speculative::CalibratedRule::Product, 0.4)] {
+        for (rule, threshold) in [
+            (specx_decoder::speculative::CalibratedRule::Token, 0.5),
+            (specx_decoder::speculative::CalibratedRule::Product, 0.4),
+        ] {
             let mut weights = base.clone();
             let n = weights.len();
             (weights[n - 2], weights[n - 1]) = (w_top1, w_entropy);
-            let params = specx_decoder::speculative::CalibratedParams { weights, temperatures: model.temperatures.clone(), rule, threshold, max_candidates: 12 };
+            let params = specx_decoder::speculative::CalibratedParams {
+                weights,
+                temperatures: model.temperatures.clone(),
+                rule,
+                threshold,
+                max_candidates: 12,
+            };
             let mut policies = vec![ReplayPolicy::Live(Box::new(CalibratedPolicy::new(params.clone()).unwrap()))];
             builder.complete(&mut traces, &mut policies, &rc).unwrap();
-            let replayed: Vec<UnitCounts> = traces.traces().map(|t| UnitCounts::of(&t.replay(&mut policies[0], &rc).unwrap())).collect();
+            let replayed: Vec<UnitCounts> =
+                traces.traces().map(|t| UnitCounts::of(&t.replay(&mut policies[0], &rc).unwrap())).collect();
             assert_eq!(replayed, live(&params), "target weights ({w_top1}, {w_entropy}), {rule:?}");
-            let blind = specx_decoder::speculative::CalibratedParams { weights: params.weights[..params.weights.len() - 2].to_vec(), ..params.clone() };
+            let blind = specx_decoder::speculative::CalibratedParams {
+                weights: params.weights[..params.weights.len() - 2].to_vec(),
+                ..params.clone()
+            };
             changed += usize::from(live(&blind) != replayed);
         }
     }
     assert!(changed >= 3, "the target's inputs changed the decisions of {changed} of 6 rules");
     for c in &set.results {
-        assert_eq!(c.calibrated.iter().map(|ch| ch.family.as_str()).collect::<Vec<_>>(), ["calibrated+target", "calibrated-product+target", "calibrated-fit+target"]);
+        assert_eq!(
+            c.calibrated.iter().map(|ch| ch.family.as_str()).collect::<Vec<_>>(),
+            ["calibrated+target", "calibrated-product+target", "calibrated-fit+target"]
+        );
         for ch in &c.calibrated {
             assert!(ch.params.reads_target());
             let r = c.rules.iter().find(|r| r.family == ch.family).unwrap();
@@ -365,7 +492,8 @@ fn coupled_sampled_traces_replay_as_they_decode() {
     use specx_eval::experiment::merge::replayable_units;
     let sampled = "[[sampling]]\nname = \"t1\"\ntemperature = 1.0\ndraws = \"coupled\"\n[methods]\n[[methods.grid]]\npolicies.fixed = { k = [2, 5] }\npolicies.confidence = { thresholds = [0.5], bounds = [[1, 12]] }\npolicies.svip = { thresholds = [0.6], max = [12] }\n";
     let f = fixture(sampled);
-    let (root, draft_path, target_path, tuning, test) = (f.root.as_path(), &f.draft_path, &f.target_path, &f.tuning, &f.test);
+    let (root, draft_path, target_path, tuning, test) =
+        (f.root.as_path(), &f.draft_path, &f.target_path, &f.tuning, &f.test);
     let (draft, target, eos) = (&f.draft, &f.target, &f.eos);
     let units = replayable_units(test).unwrap();
     let no_heads: std::collections::HashMap<String, usize> = Default::default();
@@ -379,7 +507,13 @@ fn coupled_sampled_traces_replay_as_they_decode() {
         for (u, t) in units.iter().zip(&traces) {
             let row = &u.rows[i];
             assert_eq!((row.draws, row.identical_to_ar), (Draws::Coupled, true), "{} {}", u.unit.prompt_id, spec.key());
-            assert_eq!(UnitCounts::of(&t.replay(&mut policies[0], &rc).unwrap()), UnitCounts::of(&row.metrics()), "{} {}", u.unit.prompt_id, spec.key());
+            assert_eq!(
+                UnitCounts::of(&t.replay(&mut policies[0], &rc).unwrap()),
+                UnitCounts::of(&row.metrics()),
+                "{} {}",
+                u.unit.prompt_id,
+                spec.key()
+            );
             rejected += row.n_drafted - row.n_accepted;
         }
     }
@@ -393,11 +527,31 @@ fn coupled_sampled_traces_replay_as_they_decode() {
         for ch in &c.calibrated {
             let r = c.rules.iter().find(|r| r.family == ch.family).unwrap();
             for (u, counts) in units.iter().zip(&r.test) {
-                let spec = SpecConfig { max_new_tokens: u.rows[0].max_new_tokens, sampling: SamplingConfig { temperature: 1.0, top_k: None, top_p: None }, seed: specx_eval::experiment::run::request_seed(&u.unit) };
+                let spec = SpecConfig {
+                    max_new_tokens: u.rows[0].max_new_tokens,
+                    sampling: SamplingConfig { temperature: 1.0, top_k: None, top_p: None },
+                    seed: specx_eval::experiment::run::request_seed(&u.unit),
+                };
                 let mut policy = CalibratedPolicy::new(ch.params.clone()).unwrap();
-                let g = generate_speculative(&target.model, &mut PlainDrafter::new(&draft.model), &mut policy, &mut CoupledSampler, &u.prompt, &spec, &eos).unwrap();
+                let g = generate_speculative(
+                    &target.model,
+                    &mut PlainDrafter::new(&draft.model),
+                    &mut policy,
+                    &mut CoupledSampler,
+                    &u.prompt,
+                    &spec,
+                    &eos,
+                )
+                .unwrap();
                 assert_eq!(g.tokens, u.ar_tokens);
-                assert_eq!(UnitCounts::of(&g.metrics), *counts, "{} at {}: {}", ch.family, c.costs.name, u.unit.prompt_id);
+                assert_eq!(
+                    UnitCounts::of(&g.metrics),
+                    *counts,
+                    "{} at {}: {}",
+                    ch.family,
+                    c.costs.name,
+                    u.unit.prompt_id
+                );
             }
         }
     }
@@ -411,7 +565,7 @@ fn coupled_sampled_traces_replay_as_they_decode() {
 /// probability is scored on the same positions, and sizes it cannot honour are refused.
 #[test]
 fn the_learning_curve_fits_on_the_first_test_traces_and_scores_on_the_tuning_traces() {
-    use specx_eval::tune::calibrate::{calibration, draft_probability, fit, Sample};
+    use specx_eval::tune::calibrate::{Sample, calibration, draft_probability, fit};
     use specx_eval::tune::curve::learning_curve;
     let f = fixture(GREEDY);
     let cfg = tune_config(&f.root, &f.tuning, &f.test, "curve");
@@ -420,7 +574,15 @@ fn the_learning_curve_fits_on_the_first_test_traces_and_scores_on_the_tuning_tra
         let units = greedy_units(run).unwrap();
         let inputs: Vec<TraceInput> = units.iter().map(|u| TraceInput::of(u).unwrap()).collect();
         let set = TraceBuilder::new(&f.draft.model, &[], &f.eos).start(&inputs, false).unwrap();
-        set.traces().map(|t| t.acceptance_samples(c.max_candidates).unwrap().iter().map(|s| Sample::of(&s.stats, s.depth, s.accepted, None)).collect()).collect()
+        set.traces()
+            .map(|t| {
+                t.acceptance_samples(c.max_candidates)
+                    .unwrap()
+                    .iter()
+                    .map(|s| Sample::of(&s.stats, s.depth, s.accepted, None))
+                    .collect()
+            })
+            .collect()
     };
     let (scoring, pool) = (samples(&f.tuning).concat(), samples(&f.test));
     let labels: Vec<bool> = scoring.iter().map(|s| s.label).collect();
@@ -438,10 +600,20 @@ fn the_learning_curve_fits_on_the_first_test_traces_and_scores_on_the_tuning_tra
         }
         let m = fit(&train, &held, c.l2, specx_eval::tune::calibrate::inputs(false)).unwrap();
         assert_eq!((p.fit_positions, p.temperature_positions), (train.len(), held.len()));
-        assert_eq!(p.scored, calibration(&scoring.iter().map(|s| m.probability(s)).collect::<Vec<_>>(), &labels), "{} traces", p.prompts);
+        assert_eq!(
+            p.scored,
+            calibration(&scoring.iter().map(|s| m.probability(s)).collect::<Vec<_>>(), &labels),
+            "{} traces",
+            p.prompts
+        );
     }
     let md = std::fs::read_to_string(cfg.out.join("learning-curve/curve.md")).unwrap();
-    assert!(md.contains("| the draft's probability |") && md.contains("| calibrated model | 4 |") && md.contains("(greedy acceptance of the draft's token"), "{md}");
+    assert!(
+        md.contains("| the draft's probability |")
+            && md.contains("| calibrated model | 4 |")
+            && md.contains("(greedy acceptance of the draft's token"),
+        "{md}"
+    );
     assert!(cfg.out.join("learning-curve/curve.png").exists());
 
     let err = learning_curve(&cfg, &[2, 5]).unwrap_err().to_string();

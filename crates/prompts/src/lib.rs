@@ -9,5 +9,5 @@ pub mod sets;
 pub mod split;
 
 pub use select::PromptsConfig;
-pub use sets::{apply_template, load, PromptFormat, PromptRecord, HUMANEVAL_EDIT_TEMPLATE};
+pub use sets::{HUMANEVAL_EDIT_TEMPLATE, PromptFormat, PromptRecord, apply_template, load};
 pub use split::SplitSpec;

@@ -1,9 +1,9 @@
 //! The prompts a run uses: a prompt set's file and format, its seeded split, a limit, and the
 //! instruction and chat templates, as a config's `[prompts]` table names them.
 
-use crate::sets::{apply_template, load, PromptFormat};
+use crate::sets::{PromptFormat, apply_template, load};
 use crate::split::SplitSpec;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -39,7 +39,12 @@ fn default_chat() -> String {
 
 impl PromptsConfig {
     pub fn split_spec(&self) -> SplitSpec {
-        SplitSpec { name: self.split.clone(), sizes: self.split_sizes.clone(), seed: self.split_seed, ..SplitSpec::all() }
+        SplitSpec {
+            name: self.split.clone(),
+            sizes: self.split_sizes.clone(),
+            seed: self.split_seed,
+            ..SplitSpec::all()
+        }
     }
 
     pub fn template(&self) -> &str {
@@ -55,7 +60,8 @@ impl PromptsConfig {
     /// in the file.
     pub fn select(&self) -> Result<(Vec<(String, String)>, usize)> {
         let records = load(self.format, &self.path)?;
-        let indices = self.split_spec().indices(records.len()).with_context(|| format!("splitting {}", self.path.display()))?;
+        let indices =
+            self.split_spec().indices(records.len()).with_context(|| format!("splitting {}", self.path.display()))?;
         let take = self.limit.unwrap_or(usize::MAX).min(indices.len());
         let chat = self.chat()?;
         let mut out = Vec::with_capacity(take);

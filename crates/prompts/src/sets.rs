@@ -1,7 +1,7 @@
 //! Prompt sets in their standard formats, read from any path, and the instruction templates
 //! that turn a row into the text a model sees.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
@@ -44,7 +44,9 @@ impl PromptFormat {
         match self {
             // `input_line` is "\nInput: <input>" when the row has an input, else empty.
             Self::Alpaca => "{instruction}{input_line}",
-            Self::Gsm8k => "Solve the following math problem step by step. Give the final answer after \"####\".\n\n{question}",
+            Self::Gsm8k => {
+                "Solve the following math problem step by step. Give the final answer after \"####\".\n\n{question}"
+            }
             Self::Humaneval => {
                 "Complete the following Python function. Reply with the completed function only.\n```python\n{prompt}```"
             }
@@ -62,7 +64,11 @@ pub const HUMANEVAL_EDIT_TEMPLATE: &str = "Rewrite the following Python code wit
 /// Opens a file, transparently gunzipping `*.gz`.
 fn open(path: &Path) -> Result<Box<dyn Read>> {
     let f = std::fs::File::open(path).with_context(|| format!("opening prompt file {}", path.display()))?;
-    Ok(if path.extension().is_some_and(|e| e == "gz") { Box::new(flate2::read::GzDecoder::new(f)) } else { Box::new(f) })
+    Ok(if path.extension().is_some_and(|e| e == "gz") {
+        Box::new(flate2::read::GzDecoder::new(f))
+    } else {
+        Box::new(f)
+    })
 }
 
 /// Parses a JSON-lines file (optionally gzipped); errors name the file and line. Returns each
@@ -70,11 +76,13 @@ fn open(path: &Path) -> Result<Box<dyn Read>> {
 pub fn read_jsonl(path: &Path) -> Result<Vec<(usize, serde_json::Value)>> {
     let mut rows = Vec::new();
     for (i, line) in BufReader::new(open(path)?).lines().enumerate() {
-        let line = line.with_context(|| format!("{}: line {}: cannot read (corrupt gzip or not UTF-8?)", path.display(), i + 1))?;
+        let line = line
+            .with_context(|| format!("{}: line {}: cannot read (corrupt gzip or not UTF-8?)", path.display(), i + 1))?;
         if line.trim().is_empty() {
             continue;
         }
-        let v: serde_json::Value = serde_json::from_str(&line).with_context(|| format!("{}: line {}: malformed JSON", path.display(), i + 1))?;
+        let v: serde_json::Value = serde_json::from_str(&line)
+            .with_context(|| format!("{}: line {}: malformed JSON", path.display(), i + 1))?;
         rows.push((i + 1, v));
     }
     Ok(rows)
@@ -135,7 +143,10 @@ fn generic_row(row: &serde_json::Value, path: &Path, place: &str) -> Result<(Opt
 
 /// JSON-lines sets: `parse` gives (id if the format has one, prompt text) for each row; rows
 /// without an id get `line-N`.
-fn load_lines(path: &Path, parse: impl Fn(&serde_json::Value, &str) -> Result<(Option<String>, String)>) -> Result<Vec<PromptRecord>> {
+fn load_lines(
+    path: &Path,
+    parse: impl Fn(&serde_json::Value, &str) -> Result<(Option<String>, String)>,
+) -> Result<Vec<PromptRecord>> {
     let mut out = Vec::new();
     for (line, row) in read_jsonl(path)? {
         let place = format!("line {line}");
@@ -151,8 +162,8 @@ fn load_lines(path: &Path, parse: impl Fn(&serde_json::Value, &str) -> Result<(O
 fn load_alpaca(path: &Path) -> Result<Vec<PromptRecord>> {
     let mut text = String::new();
     open(path)?.read_to_string(&mut text).with_context(|| format!("{}: not UTF-8 text", path.display()))?;
-    let rows: Vec<serde_json::Value> =
-        serde_json::from_str(&text).with_context(|| format!("{}: malformed Alpaca JSON (expected an array of objects)", path.display()))?;
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&text)
+        .with_context(|| format!("{}: malformed Alpaca JSON (expected an array of objects)", path.display()))?;
     let mut out = Vec::with_capacity(rows.len());
     for (i, row) in rows.iter().enumerate() {
         let place = format!("row {i}");
@@ -160,7 +171,10 @@ fn load_alpaca(path: &Path) -> Result<Vec<PromptRecord>> {
         let input = row.get("input").and_then(|v| v.as_str()).unwrap_or("");
         let mut fields = string_fields(row);
         fields.insert("input".into(), input.to_string());
-        fields.insert("input_line".into(), if input.trim().is_empty() { String::new() } else { format!("\nInput: {input}") });
+        fields.insert(
+            "input_line".into(),
+            if input.trim().is_empty() { String::new() } else { format!("\nInput: {input}") },
+        );
         out.push(PromptRecord::new(format!("alpaca-{i}"), instruction.to_string(), fields));
     }
     Ok(out)
@@ -185,7 +199,11 @@ pub fn apply_template(template: &str, record: &PromptRecord) -> Result<String> {
         let end = tail.find('}').with_context(|| format!("template {template:?}: unclosed '{{'"))?;
         let name = &tail[1..end];
         let value = record.fields.get(name).with_context(|| {
-            format!("template placeholder {{{name}}} is not a field of prompt {} (fields: {:?})", record.id, record.fields.keys().collect::<Vec<_>>())
+            format!(
+                "template placeholder {{{name}}} is not a field of prompt {} (fields: {:?})",
+                record.id,
+                record.fields.keys().collect::<Vec<_>>()
+            )
         })?;
         out.push_str(value);
         rest = &tail[end + 1..];
@@ -250,7 +268,11 @@ mod tests {
     fn generic_jsonl_takes_prompt_or_first_turn() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("g.jsonl");
-        std::fs::write(&p, "{\"id\": \"a\", \"prompt\": \"hello\"}\n{\"question_id\": 81, \"turns\": [\"first\", \"second\"]}\n").unwrap();
+        std::fs::write(
+            &p,
+            "{\"id\": \"a\", \"prompt\": \"hello\"}\n{\"question_id\": 81, \"turns\": [\"first\", \"second\"]}\n",
+        )
+        .unwrap();
         let rows = load(PromptFormat::Jsonl, &p).unwrap();
         assert_eq!((rows[0].id.as_str(), rows[0].text.as_str()), ("a", "hello"));
         assert_eq!((rows[1].id.as_str(), rows[1].text.as_str()), ("81", "first"));

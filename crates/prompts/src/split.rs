@@ -2,7 +2,7 @@
 //! definition is fixed, so a split recorded in a manifest comes out the same with any future
 //! version of any dependency).
 
-use anyhow::{bail, Result};
+use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 use specx_run::seed::SplitMix64;
 
@@ -39,7 +39,10 @@ impl SplitSpec {
             return Ok((0..n).collect());
         }
         if self.sizes.is_empty() {
-            bail!("split '{}' asked for, but no split sizes are given (use split = \"all\" or set split_sizes)", self.name);
+            bail!(
+                "split '{}' asked for, but no split sizes are given (use split = \"all\" or set split_sizes)",
+                self.name
+            );
         }
         if self.sizes.len() > self.names.len() {
             bail!("{} split sizes but only {} names ({:?})", self.sizes.len(), self.names.len(), self.names);
@@ -71,7 +74,8 @@ mod tests {
 
     #[test]
     fn parts_are_disjoint_cover_and_depend_on_the_seed() {
-        let parts: Vec<Vec<usize>> = ["train", "dev", "test"].iter().map(|n| spec(n, 0).indices(5000).unwrap()).collect();
+        let parts: Vec<Vec<usize>> =
+            ["train", "dev", "test"].iter().map(|n| spec(n, 0).indices(5000).unwrap()).collect();
         assert_eq!(parts.iter().map(Vec::len).collect::<Vec<_>>(), vec![4000, 800, 200]);
         let mut all: Vec<usize> = parts.concat();
         all.sort_unstable();
@@ -83,7 +87,9 @@ mod tests {
 
     #[test]
     fn bad_splits_are_explained() {
-        assert!(format!("{:#}", spec("validation", 0).indices(5000).unwrap_err()).contains("unknown split 'validation'"));
+        assert!(
+            format!("{:#}", spec("validation", 0).indices(5000).unwrap_err()).contains("unknown split 'validation'")
+        );
         assert!(format!("{:#}", spec("train", 0).indices(100).unwrap_err()).contains("more than the 100 rows"));
         let no_sizes = SplitSpec { sizes: vec![], ..spec("train", 0) };
         assert!(no_sizes.indices(10).is_err());

@@ -66,7 +66,18 @@ mod tests {
 
     #[test]
     fn shared_arguments_parse_and_a_bad_shard_is_refused() {
-        let c = Cmd::try_parse_from(["x", "--config", "c.toml", "--shard", "1/4", "--devices", "cpu,wgpu:0", "--limit", "3"]).unwrap();
+        let c = Cmd::try_parse_from([
+            "x",
+            "--config",
+            "c.toml",
+            "--shard",
+            "1/4",
+            "--devices",
+            "cpu,wgpu:0",
+            "--limit",
+            "3",
+        ])
+        .unwrap();
         assert_eq!(c.run.part().unwrap(), Some(Part { index: 1, count: 4 }));
         assert_eq!(c.run.devices, ["cpu", "wgpu:0"]);
         assert_eq!(c.run.config_path("eval").unwrap(), Path::new("c.toml"));

@@ -2,9 +2,9 @@
 //! I of N computes on the I-th device in `OUT/parts/I`, each on its own thread, and the parts
 //! merge into `OUT` once all are complete.
 
-use crate::manifest::{identity_difference, RunManifest, MANIFEST};
-use crate::part::{part_dir, Part};
-use anyhow::{anyhow, bail, ensure, Result};
+use crate::manifest::{MANIFEST, RunManifest, identity_difference};
+use crate::part::{Part, part_dir};
+use anyhow::{Result, anyhow, bail, ensure};
 use std::path::{Path, PathBuf};
 
 /// Runs `part(i)` for each device `devices[i]`, each on its own thread; an error names the
@@ -15,7 +15,11 @@ pub fn run_parts<T: Send>(devices: &[String], part: impl Fn(usize) -> Result<T> 
         let handles: Vec<_> = (0..devices.len()).map(|i| scope.spawn(move || part(i))).collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("a part panicked")))).collect()
     });
-    results.into_iter().enumerate().map(|(i, r)| r.map_err(|e| e.context(format!("part {i} on {}", devices[i])))).collect()
+    results
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| r.map_err(|e| e.context(format!("part {i} on {}", devices[i]))))
+        .collect()
 }
 
 /// The device one process of a run computes on: the config's `device`, or with `[models]
@@ -26,7 +30,13 @@ pub fn device_of_part<'a>(device: &'a str, devices: &'a [String], part: Option<P
         ([], _) => Ok(device),
         (_, None) => bail!("[models] devices runs one part per device: run it with {runner}, which starts them"),
         (devices, Some(p)) => {
-            ensure!(p.count == devices.len(), "[models] devices runs one part per device: --shard {}/{} needs {} parts", p.index, p.count, devices.len());
+            ensure!(
+                p.count == devices.len(),
+                "[models] devices runs one part per device: --shard {}/{} needs {} parts",
+                p.index,
+                p.count,
+                devices.len()
+            );
             Ok(&devices[p.index])
         }
     }
@@ -55,20 +65,36 @@ impl<T: Send> DeviceRun<'_, T> {
         let old: Option<M> = if dir.join(MANIFEST).exists() { Some(crate::manifest::read(dir)?) } else { None };
         if let Some(old) = &old {
             if old.devices() != devices {
-                bail!("{} holds a run made on devices {:?}, not {:?}; choose another output directory", dir.display(), old.devices(), devices);
+                bail!(
+                    "{} holds a run made on devices {:?}, not {:?}; choose another output directory",
+                    dir.display(),
+                    old.devices(),
+                    devices
+                );
             }
         }
-        eprintln!("{} on {n} devices: part i of {n} on the i-th of {} (in {})", self.what, devices.join(", "), dir.join("parts").display());
+        eprintln!(
+            "{} on {n} devices: part i of {n} on the i-th of {} (in {})",
+            self.what,
+            devices.join(", "),
+            dir.join("parts").display()
+        );
         let mut parts = run_parts(devices, |index| (self.run_part)(Part { index, count: n }, part_dir(dir, index)))?;
         if let Some(unfinished) = parts.iter().position(|p| !manifest(p).complete()) {
-            eprintln!("part {unfinished} is unfinished: run the same command again to continue; the parts merge once all are complete");
+            eprintln!(
+                "part {unfinished} is unfinished: run the same command again to continue; the parts merge once all are complete"
+            );
             return Ok(parts.swap_remove(unfinished));
         }
         // Never merge over a different run that already lives in the directory.
         if let Some(old) = &old {
             let new = manifest(&parts[0]);
             if old.identity() != new.identity() {
-                bail!("{} holds another run ({} differs); choose another output directory", dir.display(), identity_difference(&old.identity(), &new.identity()));
+                bail!(
+                    "{} holds another run ({} differs); choose another output directory",
+                    dir.display(),
+                    identity_difference(&old.identity(), &new.identity())
+                );
             }
         }
         (self.merge)(&(0..n).map(|i| part_dir(dir, i)).collect::<Vec<_>>())
@@ -88,6 +114,11 @@ mod tests {
         assert_eq!(device_of_part("cuda:0", &[], None, "x").unwrap(), "cuda:0");
         assert_eq!(device_of_part("cpu", &devices, Some(Part { index: 1, count: 2 }), "x").unwrap(), "wgpu:0");
         assert!(device_of_part("cpu", &devices, None, "specx eval").unwrap_err().to_string().contains("specx eval"));
-        assert!(device_of_part("cpu", &devices, Some(Part { index: 0, count: 3 }), "x").unwrap_err().to_string().contains("needs 2 parts"));
+        assert!(
+            device_of_part("cpu", &devices, Some(Part { index: 0, count: 3 }), "x")
+                .unwrap_err()
+                .to_string()
+                .contains("needs 2 parts")
+        );
     }
 }

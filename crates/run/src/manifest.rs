@@ -5,7 +5,7 @@
 //! checksums, which every manifest carries for the pair.
 
 use crate::part::Part;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -44,7 +44,8 @@ pub trait RunManifest: Serialize + DeserializeOwned + Clone {
 /// Reads `dir/manifest.json`, checks its format and resolves its paths.
 pub fn read<M: RunManifest>(dir: &Path) -> Result<M> {
     let p = dir.join(MANIFEST);
-    let bytes = std::fs::read(&p).with_context(|| format!("reading {} (is {} {}?)", p.display(), dir.display(), M::KIND))?;
+    let bytes =
+        std::fs::read(&p).with_context(|| format!("reading {} (is {} {}?)", p.display(), dir.display(), M::KIND))?;
     let mut m: M = serde_json::from_slice(&bytes).with_context(|| format!("{}: malformed manifest", p.display()))?;
     if m.format() != M::FORMAT {
         bail!("{}: format '{}', this specx reads '{}'", p.display(), m.format(), M::FORMAT);
@@ -60,7 +61,14 @@ pub fn write<M: RunManifest>(dir: &Path, m: &M) -> Result<()> {
 
 /// Refuses to write into `dir` when it holds a run of another setup (`old` vs `new`
 /// identities) or another part of a sharded run.
-pub fn ensure_same_setup(dir: &Path, what: &str, old: &Value, new: &Value, old_part: Option<Part>, new_part: Option<Part>) -> Result<()> {
+pub fn ensure_same_setup(
+    dir: &Path,
+    what: &str,
+    old: &Value,
+    new: &Value,
+    old_part: Option<Part>,
+    new_part: Option<Part>,
+) -> Result<()> {
     if old != new || old_part != new_part {
         bail!(
             "{} holds {what} with a different setup ({} differs{}); choose another output directory or delete it",
@@ -135,7 +143,11 @@ impl ModelRecord {
     /// What the model's outputs depend on: its weights' sha256, and its transform when it has
     /// one (hashed together). Keys the feature caches of a run.
     pub fn weights_key(&self) -> String {
-        if self.transform == "none" { self.sha256.clone() } else { specx_decoder::fsutil::sha256_hex(format!("{} {}", self.sha256, self.transform).as_bytes()) }
+        if self.transform == "none" {
+            self.sha256.clone()
+        } else {
+            specx_decoder::fsutil::sha256_hex(format!("{} {}", self.sha256, self.transform).as_bytes())
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! The checks before the parts of a `--shard I/N` run merge, whichever machines they ran on.
 
-use crate::manifest::{identity_difference, RunManifest};
-use anyhow::{bail, ensure, Result};
+use crate::manifest::{RunManifest, identity_difference};
+use anyhow::{Result, bail, ensure};
 use std::path::PathBuf;
 
 /// Reads the manifests of the part directories of one run before a merge: at least one, all
@@ -12,9 +12,19 @@ pub fn read_parts<M: RunManifest>(parts: &[PathBuf]) -> Result<Vec<M>> {
     for (m, p) in manifests.iter().zip(parts) {
         let (first, this) = (manifests[0].identity(), m.identity());
         if this != first {
-            bail!("{} and {} are not parts of the same run ({} differs)", parts[0].display(), p.display(), identity_difference(&first, &this));
+            bail!(
+                "{} and {} are not parts of the same run ({} differs)",
+                parts[0].display(),
+                p.display(),
+                identity_difference(&first, &this)
+            );
         }
-        ensure!(m.complete(), "{} is incomplete ({}): run the unfinished part to completion before merging", p.display(), m.progress());
+        ensure!(
+            m.complete(),
+            "{} is incomplete ({}): run the unfinished part to completion before merging",
+            p.display(),
+            m.progress()
+        );
     }
     Ok(manifests)
 }

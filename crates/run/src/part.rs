@@ -3,7 +3,7 @@
 //! on separate machines (Slurm arrays) or side by side on the devices of one machine, each in
 //! its own directory, and merge into one run directory once every part is complete.
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -33,7 +33,10 @@ impl std::str::FromStr for Part {
     /// Parses `I/N` (the range is left to [`Part::check`]).
     fn from_str(s: &str) -> Result<Self> {
         let (i, n) = s.split_once('/').with_context(|| format!("--shard {s}: expected I/N, e.g. 0/4"))?;
-        Ok(Self { index: i.trim().parse().with_context(|| format!("--shard {s}: bad index"))?, count: n.trim().parse().with_context(|| format!("--shard {s}: bad count"))? })
+        Ok(Self {
+            index: i.trim().parse().with_context(|| format!("--shard {s}: bad index"))?,
+            count: n.trim().parse().with_context(|| format!("--shard {s}: bad count"))?,
+        })
     }
 }
 

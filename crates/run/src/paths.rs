@@ -40,7 +40,9 @@ pub fn resolve_from_cwd(p: &Path) -> PathBuf {
 /// The inverse of [`resolve_path`] for the two caches: a path inside the model or prompt-set
 /// cache is written `$SPECX_MODELS/...` / `$SPECX_DATASETS/...`.
 pub fn portable_path(p: &Path) -> PathBuf {
-    for (var, root) in [("$SPECX_MODELS", specx_decoder::loader::model_cache_dir()), ("$SPECX_DATASETS", dataset_cache_dir())] {
+    for (var, root) in
+        [("$SPECX_MODELS", specx_decoder::loader::model_cache_dir()), ("$SPECX_DATASETS", dataset_cache_dir())]
+    {
         if let Ok(rest) = p.strip_prefix(&root) {
             return Path::new(var).join(rest);
         }
@@ -77,7 +79,10 @@ mod tests {
         assert_eq!(resolve_path(Path::new("../x/./y"), Path::new("/a/b")), PathBuf::from("/a/x/y"));
         assert_eq!(resolve_path(Path::new("../../../z"), Path::new("/a")), PathBuf::from("/z"));
         assert_eq!(resolve_path(Path::new("/abs/f"), Path::new("/a")), PathBuf::from("/abs/f"));
-        assert_eq!(resolve_path(Path::new("hf:Qwen/Qwen2.5-0.5B"), Path::new("/a")), PathBuf::from("hf:Qwen/Qwen2.5-0.5B"));
+        assert_eq!(
+            resolve_path(Path::new("hf:Qwen/Qwen2.5-0.5B"), Path::new("/a")),
+            PathBuf::from("hf:Qwen/Qwen2.5-0.5B")
+        );
         let in_cache = resolve_path(Path::new("$SPECX_MODELS/t.gguf"), Path::new("/elsewhere"));
         assert!(in_cache.is_absolute() && in_cache.ends_with("t.gguf"), "{}", in_cache.display());
         assert_eq!(portable_path(&in_cache), PathBuf::from("$SPECX_MODELS/t.gguf"));

@@ -1,14 +1,14 @@
 //! Command-line arguments of `specx train` and the sweep over the paper's grid.
 
 use crate::config::TrainConfig;
-use crate::data::{check_compatible, draft_probability_rows, LabelledSet};
+use crate::data::{LabelledSet, check_compatible, draft_probability_rows};
 use crate::metrics::evaluate;
-use std::collections::BTreeMap;
-use crate::train::{train_on, TrainOptions, TrainState};
+use crate::train::{TrainOptions, TrainState, train_on};
 use anyhow::{Context, Result};
 use clap::Args;
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::report::markdown_table;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 #[derive(Args, Debug)]
@@ -74,7 +74,13 @@ impl Point {
 
 /// The row of a summary table for one trained head.
 fn row(p: &Point, train_rows: usize, s: &TrainState, seconds: f64) -> Vec<String> {
-    let mut r = vec![format!("{}", p.w_rej), p.depth.to_string(), if p.tied { "tied" } else { "untied" }.into(), p.train_prompts.map_or("all".into(), |n| n.to_string()), train_rows.to_string()];
+    let mut r = vec![
+        format!("{}", p.w_rej),
+        p.depth.to_string(),
+        if p.tied { "tied" } else { "untied" }.into(),
+        p.train_prompts.map_or("all".into(), |n| n.to_string()),
+        train_rows.to_string(),
+    ];
     let Some(b) = s.best() else {
         r.extend(std::iter::repeat_n("-".to_string(), 7));
         return r;
@@ -118,7 +124,20 @@ fn reference_line(cfg: &TrainConfig) -> Result<String> {
     ))
 }
 
-const HEADER: [&str; 12] = ["w_rej", "depth", "tied", "train prompts", "train rows", "train KL", "dev KL", "dev weighted loss", "dev AUROC", "dev ECE", "best epoch", "seconds"];
+const HEADER: [&str; 12] = [
+    "w_rej",
+    "depth",
+    "tied",
+    "train prompts",
+    "train rows",
+    "train KL",
+    "dev KL",
+    "dev weighted loss",
+    "dev AUROC",
+    "dev ECE",
+    "best epoch",
+    "seconds",
+];
 
 pub fn run_cli(a: TrainArgs) -> Result<()> {
     let mut cfg = TrainConfig::load(&a.config)?;
@@ -145,7 +164,11 @@ pub fn run_cli(a: TrainArgs) -> Result<()> {
     let sw = &cfg.sweep;
     let points: Vec<Point> = if a.sweep {
         let tied = if sw.tied.is_empty() { vec![cfg.head.tied] } else { sw.tied.clone() };
-        let sizes: Vec<Option<usize>> = if sw.train_prompts.is_empty() { vec![cfg.data.train_prompts] } else { sw.train_prompts.iter().map(|&n| Some(n)).collect() };
+        let sizes: Vec<Option<usize>> = if sw.train_prompts.is_empty() {
+            vec![cfg.data.train_prompts]
+        } else {
+            sw.train_prompts.iter().map(|&n| Some(n)).collect()
+        };
         let mut v = Vec::new();
         for &train_prompts in &sizes {
             for &w_rej in &sw.w_rej {
@@ -158,7 +181,12 @@ pub fn run_cli(a: TrainArgs) -> Result<()> {
         }
         v
     } else {
-        vec![Point { w_rej: cfg.loss.w_rej, depth: cfg.head.depth, tied: cfg.head.tied, train_prompts: cfg.data.train_prompts }]
+        vec![Point {
+            w_rej: cfg.loss.w_rej,
+            depth: cfg.head.depth,
+            tied: cfg.head.tied,
+            train_prompts: cfg.data.train_prompts,
+        }]
     };
     // Check every training-set size before training anything.
     let stats = cfg.head.draft_stats;
@@ -192,10 +220,18 @@ pub fn run_cli(a: TrainArgs) -> Result<()> {
         c.data.train_prompts = p.train_prompts;
         if a.sweep {
             c.output.dir = cfg.output.dir.join(p.dir_name(&cfg));
-            eprintln!("--- w_rej {}, depth {}, {}{} -> {}", p.w_rej, p.depth, if p.tied { "tied" } else { "untied" }, p.train_prompts.map_or(String::new(), |n| format!(", {n} prompts")), c.output.dir.display());
+            eprintln!(
+                "--- w_rej {}, depth {}, {}{} -> {}",
+                p.w_rej,
+                p.depth,
+                if p.tied { "tied" } else { "untied" },
+                p.train_prompts.map_or(String::new(), |n| format!(", {n} prompts")),
+                c.output.dir.display()
+            );
         }
         let set = &sets[&p.train_prompts];
-        let state = train_on(&c, set, &dev_set, &opts).with_context(|| format!("training w_rej {}, depth {}", p.w_rej, p.depth))?;
+        let state = train_on(&c, set, &dev_set, &opts)
+            .with_context(|| format!("training w_rej {}, depth {}", p.w_rej, p.depth))?;
         let seconds = state.history.iter().map(|r| r.seconds).sum();
         rows.push(row(p, set.len(), &state, seconds));
         records.push(serde_json::json!({ "point": p, "dir": c.output.dir, "train_rows": set.len(), "dev_rows": dev_set.len(), "best": state.best(), "seconds": seconds }));
@@ -218,7 +254,10 @@ pub fn run_cli(a: TrainArgs) -> Result<()> {
         );
         write_atomic(&cfg.output.dir.join("sweep.md"), text.as_bytes())?;
         // Every point's metrics, machine-readable (data-scaling plots, the reproduction write-up).
-        write_atomic(&cfg.output.dir.join("sweep.json"), serde_json::to_string_pretty(&serde_json::json!({ "config": cfg, "points": records }))?.as_bytes())?;
+        write_atomic(
+            &cfg.output.dir.join("sweep.json"),
+            serde_json::to_string_pretty(&serde_json::json!({ "config": cfg, "points": records }))?.as_bytes(),
+        )?;
         eprintln!("wrote {} and sweep.json", cfg.output.dir.join("sweep.md").display());
     }
     Ok(())

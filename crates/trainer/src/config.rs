@@ -2,7 +2,7 @@
 //! config file).
 
 use crate::loss::LossWeights;
-use anyhow::{bail, Result};
+use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 use specx_run::config::read_toml;
 use specx_run::paths::resolve_path;
@@ -135,7 +135,13 @@ fn default_batch() -> usize {
 
 impl Default for OptimConfig {
     fn default() -> Self {
-        Self { lr: default_lr(), weight_decay: 0.0, warmup_ratio: default_warmup(), epochs: default_epochs(), batch_size: default_batch() }
+        Self {
+            lr: default_lr(),
+            weight_decay: 0.0,
+            warmup_ratio: default_warmup(),
+            epochs: default_epochs(),
+            batch_size: default_batch(),
+        }
     }
 }
 
@@ -186,7 +192,12 @@ impl TrainConfig {
     pub fn validate(&self) -> Result<()> {
         self.device.parse().and_then(specx_decoder::check_device).map_err(|e| anyhow::anyhow!("device: {e:#}"))?;
         let o = &self.optim;
-        if !(o.lr > 0.0) || o.epochs == 0 || o.batch_size == 0 || !(0.0..1.0).contains(&o.warmup_ratio) || o.weight_decay < 0.0 {
+        if !(o.lr > 0.0)
+            || o.epochs == 0
+            || o.batch_size == 0
+            || !(0.0..1.0).contains(&o.warmup_ratio)
+            || o.weight_decay < 0.0
+        {
             bail!("[optim] needs lr > 0, epochs >= 1, batch_size >= 1, 0 <= warmup_ratio < 1, weight_decay >= 0");
         }
         if self.data.train_prompts == Some(0) || self.sweep.train_prompts.contains(&0) {

@@ -3,13 +3,13 @@
 //! Shards that do not store their features get them from the local cache or, the first time,
 //! from the run's draft model ([`specx_datagen::features`]).
 
-use anyhow::{bail, Context, Result};
-use specx_datagen::manifest::Manifest;
+use anyhow::{Context, Result, bail};
 use specx_datagen::features::{cache_path, shard_features, stats_cache_path};
-use specx_datagen::shard::{labelled_log_q, labelled_rows, ShardRecord};
-use specx_run::seed::SplitMix64;
+use specx_datagen::manifest::Manifest;
+use specx_datagen::shard::{ShardRecord, labelled_log_q, labelled_rows};
 use specx_decoder::fsutil::{sha256_hex, short_hash};
 use specx_decoder::speculative::calibrated::ln_complement;
+use specx_run::seed::SplitMix64;
 use std::path::{Path, PathBuf};
 
 /// Features and acceptance labels of every labelled row of a run, in shard order.
@@ -48,7 +48,11 @@ impl LabelledSet {
     pub fn load_prompts_with(dir: &Path, prompts: Option<usize>, draft_stats: bool) -> Result<Self> {
         let m = Manifest::read(dir)?;
         if m.part.is_some() {
-            bail!("{} is one part of a sharded run (part {:?}); merge the parts first (specx datagen merge)", dir.display(), m.part);
+            bail!(
+                "{} is one part of a sharded run (part {:?}); merge the parts first (specx datagen merge)",
+                dir.display(),
+                m.part
+            );
         }
         let shards = prompt_shards(dir, &m, prompts)?;
         let mut set = Self {
@@ -66,10 +70,19 @@ impl LabelledSet {
         let draft = load_draft_if_needed(dir, &m, &shards, draft_stats)?;
         let draft = draft.as_ref().map(|(model, sha)| (&model.model, sha.as_str()));
         for rec in shards {
-            let (features, hidden) = shard_features(dir, &m, rec, draft, draft_stats).with_context(|| format!("features of shard {} of {}", rec.index, dir.display()))?;
-            let rows = labelled_rows(dir, rec, features, hidden).with_context(|| format!("reading shard {} of {}", rec.index, dir.display()))?;
+            let (features, hidden) = shard_features(dir, &m, rec, draft, draft_stats)
+                .with_context(|| format!("features of shard {} of {}", rec.index, dir.display()))?;
+            let rows = labelled_rows(dir, rec, features, hidden)
+                .with_context(|| format!("reading shard {} of {}", rec.index, dir.display()))?;
             if rows.hidden != set.hidden {
-                bail!("{}: shard {} has rows of width {}, expected {} (hidden size {} in the manifest)", dir.display(), rec.index, rows.hidden, set.hidden, m.hidden_size);
+                bail!(
+                    "{}: shard {} has rows of width {}, expected {} (hidden size {} in the manifest)",
+                    dir.display(),
+                    rec.index,
+                    rows.hidden,
+                    set.hidden,
+                    m.hidden_size
+                );
             }
             set.features.extend_from_slice(&rows.features);
             set.labels.extend_from_slice(&rows.labels);
@@ -83,7 +96,18 @@ impl LabelledSet {
     /// An in-memory set (tests, synthetic data).
     pub fn from_rows(features: Vec<f32>, labels: Vec<f32>, hidden: usize, draft_sha256: &str) -> Self {
         assert_eq!(features.len(), labels.len() * hidden, "features must be [labels, hidden]");
-        Self { dir: PathBuf::new(), features, labels, hidden, draft_stats: false, draft_sha256: draft_sha256.into(), draft_transform: "none".into(), split: "memory".into(), prompts: 0, data_sha256: String::new() }
+        Self {
+            dir: PathBuf::new(),
+            features,
+            labels,
+            hidden,
+            draft_stats: false,
+            draft_sha256: draft_sha256.into(),
+            draft_transform: "none".into(),
+            split: "memory".into(),
+            prompts: 0,
+            data_sha256: String::new(),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -120,7 +144,12 @@ pub fn prompt_shards<'a>(dir: &Path, m: &'a Manifest, prompts: Option<usize>) ->
     let mut shards: Vec<_> = m.shards.iter().collect();
     shards.sort_by_key(|r| r.index);
     Ok(match prompts {
-        None if !m.complete => bail!("{} is not a finished run ({} of {} shards written); finish it, or train on its first shards with [data] train_prompts", dir.display(), m.shards.len(), m.shard_count),
+        None if !m.complete => bail!(
+            "{} is not a finished run ({} of {} shards written); finish it, or train on its first shards with [data] train_prompts",
+            dir.display(),
+            m.shards.len(),
+            m.shard_count
+        ),
         None => shards,
         Some(n) => {
             let mut taken = Vec::new();
@@ -130,7 +159,10 @@ pub fn prompt_shards<'a>(dir: &Path, m: &'a Manifest, prompts: Option<usize>) ->
                     break;
                 }
                 if rec.index != k {
-                    bail!("{}: train_prompts = {n} needs shards 0..; shard {k} is not written yet ({covered} prompts available in order)", dir.display());
+                    bail!(
+                        "{}: train_prompts = {n} needs shards 0..; shard {k} is not written yet ({covered} prompts available in order)",
+                        dir.display()
+                    );
                 }
                 covered += rec.prompt_count;
                 taken.push(*rec);
@@ -140,8 +172,17 @@ pub fn prompt_shards<'a>(dir: &Path, m: &'a Manifest, prompts: Option<usize>) ->
                 bail!(
                     "{}: train_prompts = {n}, but {} (shards of {per} prompts; {} written in order, of {} selected)",
                     dir.display(),
-                    if covered < n { format!("only {covered} prompts are written in order") } else { format!("{n} is not a shard boundary") },
-                    shards.iter().enumerate().take_while(|(k, r)| r.index == *k).map(|(_, r)| r.prompt_count).sum::<usize>(),
+                    if covered < n {
+                        format!("only {covered} prompts are written in order")
+                    } else {
+                        format!("{n} is not a shard boundary")
+                    },
+                    shards
+                        .iter()
+                        .enumerate()
+                        .take_while(|(k, r)| r.index == *k)
+                        .map(|(_, r)| r.prompt_count)
+                        .sum::<usize>(),
                     m.prompts.selected
                 );
             }
@@ -158,7 +199,8 @@ pub fn draft_probability_rows(dir: &Path, prompts: Option<usize>) -> Result<(Vec
     let m = Manifest::read(dir)?;
     let (mut logits, mut labels) = (Vec::new(), Vec::new());
     for rec in prompt_shards(dir, &m, prompts)? {
-        let (log_q, l) = labelled_log_q(dir, rec).with_context(|| format!("reading shard {} of {}", rec.index, dir.display()))?;
+        let (log_q, l) =
+            labelled_log_q(dir, rec).with_context(|| format!("reading shard {} of {}", rec.index, dir.display()))?;
         // logit q = ln q - ln(1 - q), with 1 - q floored as the calibrated model floors it.
         logits.extend(log_q.iter().map(|&lq| (f64::from(lq) - ln_complement(f64::from(lq).exp())) as f32));
         labels.extend(l);
@@ -169,26 +211,48 @@ pub fn draft_probability_rows(dir: &Path, prompts: Option<usize>) -> Result<(Vec
 /// sha256 naming the data of `shards` (in shard order): of their token and prompt tables
 /// sha256s, one shard per line. A head's `head.json` records it for its train and dev rows.
 pub fn data_sha256(shards: &[&ShardRecord]) -> String {
-    sha256_hex(shards.iter().map(|r| format!("{} {}\n", r.tokens.sha256, r.prompts.sha256)).collect::<String>().as_bytes())
+    sha256_hex(
+        shards.iter().map(|r| format!("{} {}\n", r.tokens.sha256, r.prompts.sha256)).collect::<String>().as_bytes(),
+    )
 }
 
 /// The run's draft model (and its weights checksum), loaded on the CPU when some shard's
 /// features (or, with `stats`, draft statistics) are neither stored nor cached; the manifest
 /// names it relative to the model cache.
-fn load_draft_if_needed(dir: &Path, m: &Manifest, shards: &[&ShardRecord], stats: bool) -> Result<Option<(specx_decoder::LoadedModel, String)>> {
+fn load_draft_if_needed(
+    dir: &Path,
+    m: &Manifest,
+    shards: &[&ShardRecord],
+    stats: bool,
+) -> Result<Option<(specx_decoder::LoadedModel, String)>> {
     let key = m.draft.weights_key();
-    let missing = shards.iter().filter(|r| (r.features.is_none() && !cache_path(&key, r).exists()) || (stats && !stats_cache_path(&key, r).exists())).count();
+    let missing = shards
+        .iter()
+        .filter(|r| {
+            (r.features.is_none() && !cache_path(&key, r).exists()) || (stats && !stats_cache_path(&key, r).exists())
+        })
+        .count();
     if missing == 0 {
         return Ok(None);
     }
     let path = &m.config.models.draft;
-    eprintln!("{}: recomputing the features of {missing} shard(s) with the draft {} (cached in {})", dir.display(), path.display(), specx_datagen::features::cache_dir().display());
+    eprintln!(
+        "{}: recomputing the features of {missing} shard(s) with the draft {} (cached in {})",
+        dir.display(),
+        path.display(),
+        specx_datagen::features::cache_dir().display()
+    );
     let device = specx_decoder::device_from_name("cpu")?;
-    let mut model = specx_decoder::load_model_as(path, None, &device, m.config.models.weights).with_context(|| format!("loading the draft of {} to recompute its features", dir.display()))?;
+    let mut model = specx_decoder::load_model_as(path, None, &device, m.config.models.weights)
+        .with_context(|| format!("loading the draft of {} to recompute its features", dir.display()))?;
     let sha = model.weights_sha256()?;
     let transform = &m.config.models.draft_transform;
     if !transform.is_identity() {
-        specx_decoder::draft::check_same_transform(&format!("{}", dir.display()), Some(&m.draft.transform), &transform.identity()?)?;
+        specx_decoder::draft::check_same_transform(
+            &format!("{}", dir.display()),
+            Some(&m.draft.transform),
+            &transform.identity()?,
+        )?;
         model.model = transform.apply(model.model.clone(), &model.tokenizer)?;
     }
     Ok(Some((model, sha)))
@@ -217,7 +281,11 @@ pub fn check_compatible(train: &LabelledSet, dev: &LabelledSet) -> Result<()> {
             short_hash(&dev.draft_sha256)
         );
     }
-    specx_decoder::draft::check_same_transform(&format!("{} (dev rows of {})", dev.dir.display(), train.dir.display()), Some(&dev.draft_transform), &train.draft_transform)?;
+    specx_decoder::draft::check_same_transform(
+        &format!("{} (dev rows of {})", dev.dir.display(), train.dir.display()),
+        Some(&dev.draft_transform),
+        &train.draft_transform,
+    )?;
     Ok(())
 }
 
@@ -239,8 +307,13 @@ mod tests {
 
     #[test]
     fn rows_of_another_draft_transform_are_refused_naming_both() {
-        let train = LabelledSet { dir: "train-run".into(), ..LabelledSet::from_rows(vec![0.0; 4], vec![1.0; 2], 2, "x") };
-        let dev = LabelledSet { dir: "dev-run".into(), draft_transform: "vocab=32768 table=329af048363c".into(), ..LabelledSet::from_rows(vec![0.0; 4], vec![1.0; 2], 2, "x") };
+        let train =
+            LabelledSet { dir: "train-run".into(), ..LabelledSet::from_rows(vec![0.0; 4], vec![1.0; 2], 2, "x") };
+        let dev = LabelledSet {
+            dir: "dev-run".into(),
+            draft_transform: "vocab=32768 table=329af048363c".into(),
+            ..LabelledSet::from_rows(vec![0.0; 4], vec![1.0; 2], 2, "x")
+        };
         let e = format!("{:#}", check_compatible(&train, &dev).unwrap_err());
         assert!(e.contains("dev-run") && e.contains("'vocab=32768 table=329af048363c'") && e.contains("'none'"), "{e}");
         assert!(check_compatible(&train, &train).is_ok());

@@ -1,7 +1,7 @@
 //! Command-line arguments of `specx train-feature-head`.
 
 use crate::feature_config::FeatureHeadConfig;
-use crate::feature_train::{curve_table, train_feature_head, FeatureTrainOptions};
+use crate::feature_train::{FeatureTrainOptions, curve_table, train_feature_head};
 use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
@@ -44,7 +44,8 @@ pub fn run_cli(a: FeatureTrainArgs) -> Result<PathBuf> {
         cfg.optim.epochs = e;
     }
     cfg.validate()?;
-    let state = train_feature_head(&cfg, &FeatureTrainOptions { max_steps_this_run: a.max_steps, progress: !a.no_progress })?;
+    let state =
+        train_feature_head(&cfg, &FeatureTrainOptions { max_steps_this_run: a.max_steps, progress: !a.no_progress })?;
     println!(
         "feature head: {} parameters, {} training rows ({} dev), {} steps, {:.0} s of training; {}\n",
         state.parameters,

@@ -1,11 +1,11 @@
 //! The config of a feature-head training run (`specx train-feature-head`; TOML, unknown keys
 //! are errors, relative paths are relative to the config file).
 
-use anyhow::{ensure, Result};
+use anyhow::{Result, ensure};
 use serde::{Deserialize, Serialize};
+use specx_decoder::WeightMode;
 use specx_run::config::read_toml;
 use specx_run::paths::resolve_path;
-use specx_decoder::WeightMode;
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -72,7 +72,12 @@ pub struct FeatureHeadShape {
 
 impl Default for FeatureHeadShape {
     fn default() -> Self {
-        Self { width: 512, intermediate: 1536, vocab: 16384, vocab_table: "datasets/token-frequencies/qwen2.5-train.tsv".into() }
+        Self {
+            width: 512,
+            intermediate: 1536,
+            vocab: 16384,
+            vocab_table: "datasets/token-frequencies/qwen2.5-train.tsv".into(),
+        }
     }
 }
 
@@ -98,7 +103,16 @@ pub struct FeatureOptimConfig {
 
 impl Default for FeatureOptimConfig {
     fn default() -> Self {
-        Self { lr: 1e-3, warmup_ratio: 0.05, epochs: 2, batch_tokens: 2048, reg_weight: 1.0, cls_weight: 0.1, noise: 0.1, eval_every: 50 }
+        Self {
+            lr: 1e-3,
+            warmup_ratio: 0.05,
+            epochs: 2,
+            batch_tokens: 2048,
+            reg_weight: 1.0,
+            cls_weight: 0.1,
+            noise: 0.1,
+            eval_every: 50,
+        }
     }
 }
 
@@ -112,7 +126,13 @@ impl FeatureHeadConfig {
     /// Reads a config; relative paths become relative to the file's directory.
     pub fn read(path: &Path) -> Result<Self> {
         let (mut cfg, base): (Self, PathBuf) = read_toml(path)?;
-        for p in [&mut cfg.data.train, &mut cfg.data.dev, &mut cfg.model.target, &mut cfg.head.vocab_table, &mut cfg.output.dir] {
+        for p in [
+            &mut cfg.data.train,
+            &mut cfg.data.dev,
+            &mut cfg.model.target,
+            &mut cfg.head.vocab_table,
+            &mut cfg.output.dir,
+        ] {
             *p = resolve_path(p, &base);
         }
         cfg.validate()?;
@@ -121,10 +141,24 @@ impl FeatureHeadConfig {
 
     pub fn validate(&self) -> Result<()> {
         let o = &self.optim;
-        ensure!(self.head.width > 0 && self.head.width.is_multiple_of(specx_decoder::speculative::FEATURE_HEAD_DIM), "[head] width = {} must be a positive multiple of 64", self.head.width);
+        ensure!(
+            self.head.width > 0 && self.head.width.is_multiple_of(specx_decoder::speculative::FEATURE_HEAD_DIM),
+            "[head] width = {} must be a positive multiple of 64",
+            self.head.width
+        );
         ensure!(self.head.intermediate > 0 && self.head.vocab > 0, "[head] intermediate and vocab must be positive");
-        ensure!(o.lr > 0.0 && o.epochs > 0 && o.batch_tokens > 1 && o.eval_every > 0, "[optim] lr, epochs, batch_tokens (> 1) and eval_every must be positive");
-        ensure!((0.0..1.0).contains(&o.warmup_ratio) && o.reg_weight >= 0.0 && o.cls_weight >= 0.0 && o.reg_weight + o.cls_weight > 0.0 && o.noise >= 0.0, "[optim] warmup_ratio must be in [0, 1), reg_weight, cls_weight (not both 0) and noise non-negative");
+        ensure!(
+            o.lr > 0.0 && o.epochs > 0 && o.batch_tokens > 1 && o.eval_every > 0,
+            "[optim] lr, epochs, batch_tokens (> 1) and eval_every must be positive"
+        );
+        ensure!(
+            (0.0..1.0).contains(&o.warmup_ratio)
+                && o.reg_weight >= 0.0
+                && o.cls_weight >= 0.0
+                && o.reg_weight + o.cls_weight > 0.0
+                && o.noise >= 0.0,
+            "[optim] warmup_ratio must be in [0, 1), reg_weight, cls_weight (not both 0) and noise non-negative"
+        );
         Ok(())
     }
 }

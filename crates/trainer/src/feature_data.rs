@@ -4,13 +4,13 @@
 //! table, so a cache is never stale.
 
 use crate::data::{data_sha256, prompt_shards};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use half::f16;
 use indicatif::{ProgressBar, ProgressStyle};
 use specx_datagen::features::{cache_dir, read_cache, shard_sequences, write_cache};
 use specx_datagen::manifest::Manifest;
-use specx_decoder::fsutil::short_hash;
 use specx_decoder::Transformer;
+use specx_decoder::fsutil::short_hash;
 use std::path::{Path, PathBuf};
 
 /// Rows per target forward when computing features.
@@ -51,24 +51,42 @@ pub struct FeatureTarget<'m> {
 impl FeatureTarget<'_> {
     fn cache_path(&self, tokens_sha256: &str) -> PathBuf {
         let key = format!("{} {:?}", self.sha256, self.weights);
-        cache_dir().join(format!("target-{}-{}.safetensors", short_hash(&specx_decoder::fsutil::sha256_hex(key.as_bytes())), short_hash(tokens_sha256)))
+        cache_dir().join(format!(
+            "target-{}-{}.safetensors",
+            short_hash(&specx_decoder::fsutil::sha256_hex(key.as_bytes())),
+            short_hash(tokens_sha256)
+        ))
     }
 }
 
 /// Loads run `dir`'s first `prompts` prompts (all of a finished run if None) with the target's
 /// features, computing those not cached. The run must have been made with this target.
-pub fn load_feature_set(dir: &Path, prompts: Option<usize>, target: &FeatureTarget<'_>, progress: bool) -> Result<FeatureSet> {
+pub fn load_feature_set(
+    dir: &Path,
+    prompts: Option<usize>,
+    target: &FeatureTarget<'_>,
+    progress: bool,
+) -> Result<FeatureSet> {
     let m = Manifest::read(dir)?;
     if m.target.sha256 != target.sha256 {
-        bail!("{} was generated with the target sha256 {}, not the config's target (sha256 {})", dir.display(), short_hash(&m.target.sha256), short_hash(&target.sha256));
+        bail!(
+            "{} was generated with the target sha256 {}, not the config's target (sha256 {})",
+            dir.display(),
+            short_hash(&m.target.sha256),
+            short_hash(&target.sha256)
+        );
     }
     let shards = prompt_shards(dir, &m, prompts)?;
     let hidden = target.model.config().hidden_size;
     let bar = if progress { ProgressBar::new(shards.len() as u64) } else { ProgressBar::hidden() };
-    bar.set_style(ProgressStyle::with_template(&format!("target features of {} {{bar:30}} {{pos}}/{{len}} shards, ETA {{eta}}", dir.display()))?);
+    bar.set_style(ProgressStyle::with_template(&format!(
+        "target features of {} {{bar:30}} {{pos}}/{{len}} shards, ETA {{eta}}",
+        dir.display()
+    ))?);
     let mut sequences = Vec::new();
     for rec in &shards {
-        let seqs = shard_sequences(dir, rec).with_context(|| format!("reading shard {} of {}", rec.index, dir.display()))?;
+        let seqs =
+            shard_sequences(dir, rec).with_context(|| format!("reading shard {} of {}", rec.index, dir.display()))?;
         let rows: usize = seqs.iter().map(|(t, _)| t.len()).sum();
         let path = target.cache_path(&rec.tokens.sha256);
         let features = match read_cache(&path, rows as u64, hidden) {
@@ -84,13 +102,23 @@ pub fn load_feature_set(dir: &Path, prompts: Option<usize>, target: &FeatureTarg
         let mut offset = 0;
         for (tokens, prompt_len) in seqs {
             let n = tokens.len();
-            sequences.push(FeatureSequence { features: features[offset * hidden..(offset + n) * hidden].to_vec(), tokens, prompt_len });
+            sequences.push(FeatureSequence {
+                features: features[offset * hidden..(offset + n) * hidden].to_vec(),
+                tokens,
+                prompt_len,
+            });
             offset += n;
         }
         bar.inc(1);
     }
     bar.finish_and_clear();
-    Ok(FeatureSet { dir: dir.to_path_buf(), prompts: shards.iter().map(|r| r.prompt_count).sum(), data_sha256: data_sha256(&shards), hidden, sequences })
+    Ok(FeatureSet {
+        dir: dir.to_path_buf(),
+        prompts: shards.iter().map(|r| r.prompt_count).sum(),
+        data_sha256: data_sha256(&shards),
+        hidden,
+        sequences,
+    })
 }
 
 /// The target's final hidden states of every position of `seqs`, one after another.
@@ -105,8 +133,13 @@ fn compute(seqs: &[(Vec<u32>, usize)], target: &Transformer) -> Result<Vec<f32>>
             end += 1;
         }
         let mut caches: Vec<_> = seqs[start..end].iter().map(|_| target.new_cache(1)).collect();
-        let mut inputs: Vec<(&[u32], &mut specx_decoder::KvCache)> = seqs[start..end].iter().map(|(t, _)| t.as_slice()).zip(caches.iter_mut()).collect();
-        let h = target.forward_ragged(&mut inputs)?.into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("reading hidden states: {e:?}"))?;
+        let mut inputs: Vec<(&[u32], &mut specx_decoder::KvCache)> =
+            seqs[start..end].iter().map(|(t, _)| t.as_slice()).zip(caches.iter_mut()).collect();
+        let h = target
+            .forward_ragged(&mut inputs)?
+            .into_data()
+            .try_to_vec::<f32>()
+            .map_err(|e| anyhow::anyhow!("reading hidden states: {e:?}"))?;
         out.extend(h);
         start = end;
     }

@@ -15,20 +15,20 @@
 //! last curve point.
 
 use crate::feature_config::FeatureHeadConfig;
-use crate::feature_data::{load_feature_set, FeatureSet, FeatureTarget};
+use crate::feature_data::{FeatureSet, FeatureTarget, load_feature_set};
 use crate::schedule::warmup_cosine;
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{Context, Result, bail, ensure};
 use burn::module::Module;
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::tensor::activation::{log_softmax, softmax};
 use burn::tensor::{Tensor, TensorData};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
-use specx_run::seed::{named_seed, SplitMix64};
 use specx_decoder::draft::frequencies::TokenFrequencies;
 use specx_decoder::fsutil::write_atomic;
-use specx_decoder::speculative::{packed_causal_mask, FeatureHead, FeatureHeadSpec};
+use specx_decoder::speculative::{FeatureHead, FeatureHeadSpec, packed_causal_mask};
 use specx_decoder::{Device, Transformer};
+use specx_run::seed::{SplitMix64, named_seed};
 use std::path::Path;
 use std::time::Instant;
 
@@ -107,19 +107,30 @@ fn pack(set: &FeatureSet, order: &[usize], rows: usize) -> Vec<Vec<usize>> {
     batches
 }
 
-fn build_batch(set: &FeatureSet, seqs: &[usize], target: &Transformer, noise: Option<(f64, &mut SplitMix64)>, device: &Device) -> Result<Batch> {
+fn build_batch(
+    set: &FeatureSet,
+    seqs: &[usize],
+    target: &Transformer,
+    noise: Option<(f64, &mut SplitMix64)>,
+    device: &Device,
+) -> Result<Batch> {
     let h = set.hidden;
-    let (mut feats, mut targets, mut next_tokens, mut positions, mut counted, mut lengths, mut index) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut feats, mut targets, mut next_tokens, mut positions, mut counted, mut lengths, mut index) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut noise = noise;
     for &s in seqs {
         let seq = &set.sequences[s];
         let n = seq.tokens.len();
         for j in 0..n - 1 {
             let row = &seq.features[j * h..(j + 1) * h];
-            let amp = noise.as_ref().map_or(0.0, |(a, _)| *a * (row.iter().map(|v| (v.to_f32() as f64).powi(2)).sum::<f64>() / h as f64).sqrt());
+            let amp = noise.as_ref().map_or(0.0, |(a, _)| {
+                *a * (row.iter().map(|v| (v.to_f32() as f64).powi(2)).sum::<f64>() / h as f64).sqrt()
+            });
             for v in row {
                 let e = match noise.as_mut() {
-                    Some((_, rng)) if amp > 0.0 => amp * (2.0 * (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 - 1.0),
+                    Some((_, rng)) if amp > 0.0 => {
+                        amp * (2.0 * (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 - 1.0)
+                    }
                     _ => 0.0,
                 };
                 feats.push(v.to_f32() + e as f32);
@@ -199,9 +210,23 @@ impl Eval<'_> {
     /// Appends a curve point for `head` to `state`.
     fn point(&self, head: &FeatureHead, state: &mut FeatureTrainState, bar: &ProgressBar) -> Result<()> {
         let (acc, reg, ce) = evaluate(&head.valid(), self)?;
-        state.curve.push(CurvePoint { step: state.steps_done, rows_seen: state.rows_seen, seconds: state.seconds, dev_acceptance: acc, dev_regression: reg, dev_cross_entropy: ce });
-        let line = format!("step {}: {} rows seen, dev acceptance {acc:.4}, regression {reg:.4}, cross-entropy {ce:.4}", state.steps_done, state.rows_seen);
-        if bar.is_hidden() { eprintln!("{line}") } else { bar.println(line) }
+        state.curve.push(CurvePoint {
+            step: state.steps_done,
+            rows_seen: state.rows_seen,
+            seconds: state.seconds,
+            dev_acceptance: acc,
+            dev_regression: reg,
+            dev_cross_entropy: ce,
+        });
+        let line = format!(
+            "step {}: {} rows seen, dev acceptance {acc:.4}, regression {reg:.4}, cross-entropy {ce:.4}",
+            state.steps_done, state.rows_seen
+        );
+        if bar.is_hidden() {
+            eprintln!("{line}")
+        } else {
+            bar.println(line)
+        }
         Ok(())
     }
 }
@@ -217,7 +242,8 @@ fn evaluate(head: &FeatureHead, e: &Eval<'_>) -> Result<(f64, f64, f64)> {
         let (r, c, logits) = losses(head, &b, &w);
         reg += scalar(r) * b.counted_rows as f64;
         ce += scalar(c) * b.counted_rows as f64;
-        let best: Vec<i64> = logits.argmax(1).into_data().convert::<i64>().try_to_vec::<i64>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let best: Vec<i64> =
+            logits.argmax(1).into_data().convert::<i64>().try_to_vec::<i64>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
         for (&(s, j), &k) in b.index.iter().zip(&best) {
             if j + 1 >= dev.sequences[s].prompt_len {
                 total += 1;
@@ -245,7 +271,9 @@ pub fn train_feature_head(cfg: &FeatureHeadConfig, opts: &FeatureTrainOptions) -
     let dir = &cfg.output.dir;
     let state_path = dir.join("last").join("state.json");
     let resumed: Option<FeatureTrainState> = match std::fs::read(&state_path) {
-        Ok(bytes) => Some(serde_json::from_slice(&bytes).with_context(|| format!("{}: malformed", state_path.display()))?),
+        Ok(bytes) => {
+            Some(serde_json::from_slice(&bytes).with_context(|| format!("{}: malformed", state_path.display()))?)
+        }
         Err(_) => None,
     };
     if let Some(s) = &resumed {
@@ -256,7 +284,8 @@ pub fn train_feature_head(cfg: &FeatureHeadConfig, opts: &FeatureTrainOptions) -
         }
     }
     let plain = specx_decoder::device_from_name("cpu")?;
-    let loaded = specx_decoder::load_model_as(&cfg.model.target, None, &plain, cfg.model.weights).with_context(|| format!("loading the target {}", cfg.model.target.display()))?;
+    let loaded = specx_decoder::load_model_as(&cfg.model.target, None, &plain, cfg.model.weights)
+        .with_context(|| format!("loading the target {}", cfg.model.target.display()))?;
     let target = &loaded.model;
     let mc = target.config();
     let sha = loaded.weights_sha256()?;
@@ -282,12 +311,17 @@ pub fn train_feature_head(cfg: &FeatureHeadConfig, opts: &FeatureTrainOptions) -
         training: serde_json::Value::Null,
     };
     let device = plain.clone().autodiff();
-    let optim_config = AdamWConfig::new().with_weight_decay(0.0).with_grad_clipping(Some(burn::grad_clipping::GradientClippingConfig::Norm(0.5)));
+    let optim_config = AdamWConfig::new()
+        .with_weight_decay(0.0)
+        .with_grad_clipping(Some(burn::grad_clipping::GradientClippingConfig::Norm(0.5)));
     let (mut head, mut optim, mut state) = match resumed {
         Some(state) => {
             let (head, _, _) = FeatureHead::load(&dir.join("last"), &device)?;
             let head = head.with_param_ids(&state.param_ids)?;
-            let optim = optim_config.init().load(dir.join("last").join("optimizer.bpk")).map_err(|e| anyhow::anyhow!("{}: {e:?}", dir.display()))?;
+            let optim = optim_config
+                .init()
+                .load(dir.join("last").join("optimizer.bpk"))
+                .map_err(|e| anyhow::anyhow!("{}: {e:?}", dir.display()))?;
             eprintln!("resuming {} after step {}", dir.display(), state.steps_done);
             (head, optim, state)
         }
@@ -359,7 +393,15 @@ pub fn train_feature_head(cfg: &FeatureHeadConfig, opts: &FeatureTrainOptions) -
 /// file last, so an interruption leaves the previous point resumable), the head of this point
 /// under `curve/rows-N/`, the final-so-far head and the curve as JSON and markdown.
 #[allow(clippy::too_many_arguments)]
-fn save(dir: &Path, head: &FeatureHead, optim: &burn::optim::ModuleOptimizer, spec: &FeatureHeadSpec, ids: &[u32], state: &FeatureTrainState, data: &serde_json::Value) -> Result<()> {
+fn save(
+    dir: &Path,
+    head: &FeatureHead,
+    optim: &burn::optim::ModuleOptimizer,
+    spec: &FeatureHeadSpec,
+    ids: &[u32],
+    state: &FeatureTrainState,
+    data: &serde_json::Value,
+) -> Result<()> {
     let last = dir.join("last");
     head.save_f32(&last, spec, ids)?;
     optim.save(last.join("optimizer.bpk")).map_err(|e| anyhow::anyhow!("saving optimizer state: {e:?}"))?;
@@ -379,7 +421,19 @@ pub fn curve_table(state: &FeatureTrainState) -> String {
     let rows: Vec<Vec<String>> = state
         .curve
         .iter()
-        .map(|p| vec![p.step.to_string(), p.rows_seen.to_string(), format!("{:.0}", p.seconds), format!("{:.4}", p.dev_acceptance), format!("{:.4}", p.dev_regression), format!("{:.4}", p.dev_cross_entropy)])
+        .map(|p| {
+            vec![
+                p.step.to_string(),
+                p.rows_seen.to_string(),
+                format!("{:.0}", p.seconds),
+                format!("{:.4}", p.dev_acceptance),
+                format!("{:.4}", p.dev_regression),
+                format!("{:.4}", p.dev_cross_entropy),
+            ]
+        })
         .collect();
-    specx_decoder::report::markdown_table(&["step", "training rows seen", "training s", "dev acceptance (depth 1)", "dev smooth L1", "dev cross-entropy"], &rows)
+    specx_decoder::report::markdown_table(
+        &["step", "training rows seen", "training s", "dev acceptance (depth 1)", "dev smooth L1", "dev cross-entropy"],
+        &rows,
+    )
 }

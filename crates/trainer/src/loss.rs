@@ -6,8 +6,8 @@
 //! i.e. normalised by the total weight, as the official code does (with w_acc = 1 that is
 //! w_rej sum(1-P) + sum(P)). `log sigmoid` is evaluated stably, never as log of a probability.
 
-use burn::tensor::activation::log_sigmoid;
 use burn::tensor::Tensor;
+use burn::tensor::activation::log_sigmoid;
 
 /// The weights of accepted and rejected mass.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -2,7 +2,7 @@
 //! binary KL divergence of SpecDec++ Table 3, AUROC of "label > 0.5", and calibration (ECE and
 //! its reliability table). All on the host in f64, from logits.
 
-use crate::loss::{softplus, weighted_bce_host, LossWeights};
+use crate::loss::{LossWeights, softplus, weighted_bce_host};
 use serde::{Deserialize, Serialize};
 
 /// Calibration bins (equal width in predicted probability).
@@ -71,10 +71,8 @@ pub fn evaluate(logits: &[f32], labels: &[f32], w: LossWeights) -> Metrics {
             mean_label: (count > 0).then(|| p / count as f64),
         })
         .collect();
-    let ece = reliability
-        .iter()
-        .filter_map(|b| Some(b.count as f64 / nf * (b.mean_predicted? - b.mean_label?).abs()))
-        .sum();
+    let ece =
+        reliability.iter().filter_map(|b| Some(b.count as f64 / nf * (b.mean_predicted? - b.mean_label?).abs())).sum();
     Metrics {
         rows: n,
         weighted_loss: if n > 0 { weighted_bce_host(logits, labels, w) } else { f64::NAN },

@@ -10,19 +10,19 @@
 //!   after each epoch; an interrupted run resumes from the last finished epoch.
 
 use crate::config::TrainConfig;
-use crate::data::{load_sets, LabelledSet};
+use crate::data::{LabelledSet, load_sets};
 use crate::loss::weighted_bce;
-use crate::metrics::{evaluate, Metrics};
+use crate::metrics::{Metrics, evaluate};
 use crate::schedule::warmup_cosine;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use burn::module::Module;
 use burn::optim::{AdamWConfig, GradientsParams};
 use burn::tensor::{Tensor, TensorData};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
+use specx_decoder::Device;
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::speculative::{AcceptanceHead, HeadSpec};
-use specx_decoder::Device;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -103,7 +103,12 @@ pub fn train(cfg: &TrainConfig, opts: &TrainOptions) -> Result<TrainState> {
 }
 
 /// [`train`] on sets already in memory.
-pub fn train_on(cfg: &TrainConfig, train_set: &LabelledSet, dev_set: &LabelledSet, opts: &TrainOptions) -> Result<TrainState> {
+pub fn train_on(
+    cfg: &TrainConfig,
+    train_set: &LabelledSet,
+    dev_set: &LabelledSet,
+    opts: &TrainOptions,
+) -> Result<TrainState> {
     cfg.validate()?;
     let dir = &cfg.output.dir;
     let plain = specx_decoder::open_device(cfg.device.parse()?)?;
@@ -113,19 +118,30 @@ pub fn train_on(cfg: &TrainConfig, train_set: &LabelledSet, dev_set: &LabelledSe
     let state_path = last.join("state.json");
     let optim_config = AdamWConfig::new().with_weight_decay(cfg.optim.weight_decay as f32);
     let (mut head, mut optim, mut state) = if state_path.exists() {
-        let state: TrainState = serde_json::from_slice(&std::fs::read(&state_path)?).with_context(|| format!("{}: malformed", state_path.display()))?;
+        let state: TrainState = serde_json::from_slice(&std::fs::read(&state_path)?)
+            .with_context(|| format!("{}: malformed", state_path.display()))?;
         if !same_setup(&state.config, cfg) {
             bail!("{} holds a training run with another config; use another output dir or delete it", dir.display());
         }
         let epoch_dir = last.join(format!("epoch-{}", state.epochs_done));
         let (head, _) = AcceptanceHead::load(&epoch_dir, &device)?;
         let head = head.with_param_ids(&state.param_ids)?;
-        let optim = optim_config.init().load(epoch_dir.join("optimizer.bpk")).map_err(|e| anyhow::anyhow!("{}: {e:?}", epoch_dir.display()))?;
+        let optim = optim_config
+            .init()
+            .load(epoch_dir.join("optimizer.bpk"))
+            .map_err(|e| anyhow::anyhow!("{}: {e:?}", epoch_dir.display()))?;
         eprintln!("resuming {} after epoch {}", dir.display(), state.epochs_done);
         (head, optim, state)
     } else {
         let extra = if train_set.draft_stats { specx_decoder::speculative::HEAD_STAT_INPUTS } else { 0 };
-        let head = AcceptanceHead::init_seeded_with_inputs(train_set.hidden - extra, extra, cfg.head.depth, cfg.head.tied, cfg.seed, &device);
+        let head = AcceptanceHead::init_seeded_with_inputs(
+            train_set.hidden - extra,
+            extra,
+            cfg.head.depth,
+            cfg.head.tied,
+            cfg.seed,
+            &device,
+        );
         let state = TrainState {
             config: cfg.clone(),
             epochs_done: 0,
@@ -147,8 +163,13 @@ pub fn train_on(cfg: &TrainConfig, train_set: &LabelledSet, dev_set: &LabelledSe
         let epoch = state.epochs_done + 1;
         let t0 = Instant::now();
         let bar = if opts.progress { ProgressBar::new(steps_per_epoch as u64) } else { ProgressBar::hidden() };
-        bar.set_style(ProgressStyle::with_template(&format!("epoch {epoch}/{} {{bar:30}} {{pos}}/{{len}} steps, ETA {{eta}} {{msg}}", cfg.optim.epochs))?);
-        for batch in train_set.batches(cfg.optim.batch_size, specx_run::seed::named_seed(cfg.seed, "batches", &epoch.to_string())) {
+        bar.set_style(ProgressStyle::with_template(&format!(
+            "epoch {epoch}/{} {{bar:30}} {{pos}}/{{len}} steps, ETA {{eta}} {{msg}}",
+            cfg.optim.epochs
+        ))?);
+        for batch in train_set
+            .batches(cfg.optim.batch_size, specx_run::seed::named_seed(cfg.seed, "batches", &epoch.to_string()))
+        {
             let (x, y) = train_set.gather(&batch);
             let x = Tensor::<2>::from_data(TensorData::new(x, [batch.len(), train_set.hidden]), &device);
             let y = Tensor::<1>::from_data(TensorData::new(y, [batch.len()]), &device);
@@ -159,7 +180,10 @@ pub fn train_on(cfg: &TrainConfig, train_set: &LabelledSet, dev_set: &LabelledSe
             state.steps_done += 1;
             bar.inc(1);
             if state.steps_done % 50 == 0 {
-                bar.set_message(format!("loss {:.4} lr {lr:.2e}", loss.into_data().try_to_vec::<f32>().map(|v| v[0]).unwrap_or(f32::NAN)));
+                bar.set_message(format!(
+                    "loss {:.4} lr {lr:.2e}",
+                    loss.into_data().try_to_vec::<f32>().map(|v| v[0]).unwrap_or(f32::NAN)
+                ));
             }
         }
         bar.finish_and_clear();
@@ -167,7 +191,13 @@ pub fn train_on(cfg: &TrainConfig, train_set: &LabelledSet, dev_set: &LabelledSe
         let train_m = evaluate(&predict(&eval_head, train_set, &plain)?, &train_set.labels, w);
         let dev_m = evaluate(&predict(&eval_head, dev_set, &plain)?, &dev_set.labels, w);
         let is_best = state.best().is_none_or(|b| dev_m.weighted_loss < b.dev.weighted_loss);
-        state.history.push(EpochRecord { epoch, steps: state.steps_done, seconds: t0.elapsed().as_secs_f64(), train: train_m, dev: dev_m });
+        state.history.push(EpochRecord {
+            epoch,
+            steps: state.steps_done,
+            seconds: t0.elapsed().as_secs_f64(),
+            train: train_m,
+            dev: dev_m,
+        });
         state.epochs_done = epoch;
         if is_best {
             state.best_epoch = Some(epoch);
@@ -205,7 +235,14 @@ fn same_setup(a: &TrainConfig, b: &TrainConfig) -> bool {
 /// Writes `last/epoch-N/` in full, then points `last/state.json` (the serialised
 /// [`TrainState`]) at it, then removes older epoch directories: an interruption at any point
 /// leaves a consistent resumable state.
-fn save_last(last: &Path, epoch: usize, head: &AcceptanceHead, optim: &burn::optim::ModuleOptimizer, spec: &HeadSpec, state_json: &str) -> Result<()> {
+fn save_last(
+    last: &Path,
+    epoch: usize,
+    head: &AcceptanceHead,
+    optim: &burn::optim::ModuleOptimizer,
+    spec: &HeadSpec,
+    state_json: &str,
+) -> Result<()> {
     let epoch_dir = last.join(format!("epoch-{epoch}"));
     if epoch_dir.exists() {
         std::fs::remove_dir_all(&epoch_dir)?;

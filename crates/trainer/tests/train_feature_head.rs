@@ -3,22 +3,30 @@
 //! over the curve), an interrupted run resumes to the same head byte for byte, and text made
 //! with another target is refused.
 
-use specx_datagen::cli::{effective_config, DatagenArgs};
-use specx_datagen::{run, RunOptions};
+use specx_datagen::cli::{DatagenArgs, effective_config};
+use specx_datagen::{RunOptions, run};
 use specx_decoder::draft::frequencies::TokenFrequencies;
 use specx_decoder::synthetic::write_tiny_char_pair;
 use specx_trainer::feature_config::FeatureHeadConfig;
-use specx_trainer::feature_train::{train_feature_head, FeatureTrainOptions};
+use specx_trainer::feature_train::{FeatureTrainOptions, train_feature_head};
 use std::path::{Path, PathBuf};
 
 fn configs() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from).join("../../configs")
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from)
+        .join("../../configs")
 }
 
 /// A datagen run of the tiny config on `split` into `out` (6 prompts, 24 new tokens each).
 fn datagen(out: &Path, draft: &Path, target: &Path, split: &str) {
     let args = DatagenArgs {
-        run: specx_run::RunArgs { config: Some(configs().join("datagen-tiny.toml")), out: Some(out.to_path_buf()), limit: Some(6), no_progress: true, ..Default::default() },
+        run: specx_run::RunArgs {
+            config: Some(configs().join("datagen-tiny.toml")),
+            out: Some(out.to_path_buf()),
+            limit: Some(6),
+            no_progress: true,
+            ..Default::default()
+        },
         max_new_tokens: Some(24),
         draft: Some(draft.to_path_buf()),
         target: Some(target.to_path_buf()),
@@ -57,21 +65,34 @@ fn a_feature_head_learns_resumes_to_the_same_head_and_refuses_another_targets_te
     datagen(&tmp.path().join("train"), &draft, &target, "train");
     datagen(&tmp.path().join("dev"), &draft, &target, "dev");
     let v = specx_decoder::synthetic::CHAR_VOCAB;
-    TokenFrequencies::from_counts(&vec![1; v], Vec::new(), "synthetic".into(), v, Vec::new()).write(&tmp.path().join("table.tsv")).unwrap();
+    TokenFrequencies::from_counts(&vec![1; v], Vec::new(), "synthetic".into(), v, Vec::new())
+        .write(&tmp.path().join("table.tsv"))
+        .unwrap();
 
     let cfg = config(tmp.path(), &target, "head");
     let state = train_feature_head(&cfg, &FeatureTrainOptions::default()).unwrap();
     let (first, last) = (&state.curve[0], state.curve.last().unwrap());
     assert_eq!(last.step, state.steps_done);
-    assert!(last.dev_regression < 0.5 * first.dev_regression, "dev regression {} -> {}", first.dev_regression, last.dev_regression);
-    assert!(last.dev_acceptance > first.dev_acceptance + 0.1, "dev acceptance {} -> {}", first.dev_acceptance, last.dev_acceptance);
+    assert!(
+        last.dev_regression < 0.5 * first.dev_regression,
+        "dev regression {} -> {}",
+        first.dev_regression,
+        last.dev_regression
+    );
+    assert!(
+        last.dev_acceptance > first.dev_acceptance + 0.1,
+        "dev acceptance {} -> {}",
+        first.dev_acceptance,
+        last.dev_acceptance
+    );
     for f in ["feature-head.json", "feature-head.safetensors", "curve.json", "curve.md"] {
         assert!(cfg.output.dir.join(f).is_file(), "{f} written");
     }
 
     // Interrupted after 7 steps (the last curve point at step 0), then resumed to the end.
     let resumed = config(tmp.path(), &target, "resumed");
-    let part = train_feature_head(&resumed, &FeatureTrainOptions { max_steps_this_run: Some(7), progress: false }).unwrap();
+    let part =
+        train_feature_head(&resumed, &FeatureTrainOptions { max_steps_this_run: Some(7), progress: false }).unwrap();
     assert_eq!(part.steps_done, 7);
     let done = train_feature_head(&resumed, &FeatureTrainOptions::default()).unwrap();
     assert_eq!(done.steps_done, state.steps_done);
@@ -79,10 +100,19 @@ fn a_feature_head_learns_resumes_to_the_same_head_and_refuses_another_targets_te
     assert!(weights(&cfg) == weights(&resumed), "a resumed run ends with the same head");
     // (The resumed curve's first point went through state.json: equal up to float printing.)
     assert_eq!(done.curve.len(), state.curve.len());
-    assert!(done.curve.iter().zip(&state.curve).all(|(a, b)| (a.dev_acceptance - b.dev_acceptance).abs() < 1e-12 && a.rows_seen == b.rows_seen), "the same curve");
+    assert!(
+        done.curve
+            .iter()
+            .zip(&state.curve)
+            .all(|(a, b)| (a.dev_acceptance - b.dev_acceptance).abs() < 1e-12 && a.rows_seen == b.rows_seen),
+        "the same curve"
+    );
 
     // Text generated with another target is refused, naming the run.
     let (_, other) = write_tiny_char_pair(&tmp.path().join("other"), 8, 0.35).unwrap();
-    let e = format!("{:#}", train_feature_head(&config(tmp.path(), &other, "other-head"), &FeatureTrainOptions::default()).unwrap_err());
+    let e = format!(
+        "{:#}",
+        train_feature_head(&config(tmp.path(), &other, "other-head"), &FeatureTrainOptions::default()).unwrap_err()
+    );
     assert!(e.contains("was generated with the target sha256") && e.contains("train"), "{e}");
 }

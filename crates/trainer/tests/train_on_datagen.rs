@@ -1,17 +1,19 @@
 //! `specx train` on real datagen output: tiny synthetic pair, train and dev runs made by
 //! `specx datagen` from disjoint Alpaca splits, the head checkpoint records their draft.
 
-use specx_datagen::cli::{effective_config, DatagenArgs};
+use specx_datagen::cli::{DatagenArgs, effective_config};
 use specx_datagen::config::FeatureStorage;
 use specx_datagen::manifest::Manifest;
-use specx_datagen::{run, RunOptions};
+use specx_datagen::{RunOptions, run};
 use specx_decoder::synthetic::write_tiny_char_pair;
 use specx_trainer::config::TrainConfig;
-use specx_trainer::train::{train, TrainOptions};
+use specx_trainer::train::{TrainOptions, train};
 use std::path::{Path, PathBuf};
 
 fn configs() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from).join("../../configs")
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from)
+        .join("../../configs")
 }
 
 /// A datagen run of the tiny config on `split` into `out`.
@@ -20,13 +22,34 @@ fn datagen(out: &Path, draft: &Path, target: &Path, split: &str) -> Manifest {
 }
 
 /// [`datagen`] with `per_shard` prompts per shard, stopping after `max_shards` shards.
-fn datagen_with(out: &Path, draft: &Path, target: &Path, split: &str, per_shard: usize, max_shards: Option<usize>) -> Manifest {
+fn datagen_with(
+    out: &Path,
+    draft: &Path,
+    target: &Path,
+    split: &str,
+    per_shard: usize,
+    max_shards: Option<usize>,
+) -> Manifest {
     datagen_stored(out, draft, target, split, per_shard, max_shards, FeatureStorage::Store)
 }
 
-fn datagen_stored(out: &Path, draft: &Path, target: &Path, split: &str, per_shard: usize, max_shards: Option<usize>, features: FeatureStorage) -> Manifest {
+fn datagen_stored(
+    out: &Path,
+    draft: &Path,
+    target: &Path,
+    split: &str,
+    per_shard: usize,
+    max_shards: Option<usize>,
+    features: FeatureStorage,
+) -> Manifest {
     let args = DatagenArgs {
-        run: specx_run::RunArgs { config: Some(configs().join("datagen-tiny.toml")), out: Some(out.to_path_buf()), limit: Some(6), no_progress: true, ..Default::default() },
+        run: specx_run::RunArgs {
+            config: Some(configs().join("datagen-tiny.toml")),
+            out: Some(out.to_path_buf()),
+            limit: Some(6),
+            no_progress: true,
+            ..Default::default()
+        },
         max_new_tokens: Some(16),
         draft: Some(draft.to_path_buf()),
         target: Some(target.to_path_buf()),
@@ -82,7 +105,8 @@ fn trains_on_datagen_runs_and_refuses_mixed_drafts() {
     let state = train(&cfg, &TrainOptions::default()).unwrap();
     assert_eq!(state.train_rows as u64, train_run.summary.labelled_rows);
     assert_eq!(state.dev_rows as u64, dev_run.summary.labelled_rows);
-    let spec: serde_json::Value = serde_json::from_slice(&std::fs::read(tmp.path().join("head/head.json")).unwrap()).unwrap();
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(tmp.path().join("head/head.json")).unwrap()).unwrap();
     assert_eq!(spec["draft_model_sha256"], train_run.draft.sha256.as_str());
     assert_eq!(spec["hidden_size"], 32);
 
@@ -131,11 +155,29 @@ fn trains_the_same_head_on_recomputed_features() {
     let cfg: TrainConfig = toml::from_str(&text).unwrap();
     let stats_state = train(&cfg, &TrainOptions::default()).unwrap();
     assert_eq!(stats_state.train_rows, states[1].train_rows);
-    assert_eq!(std::fs::read_dir(tmp.path().join("feature-cache")).unwrap().count(), 8, "statistics cached beside the features");
-    let (head, spec) = specx_decoder::speculative::AcceptanceHead::load(&tmp.path().join("stats-head"), &specx_decoder::default_device()).unwrap();
+    assert_eq!(
+        std::fs::read_dir(tmp.path().join("feature-cache")).unwrap().count(),
+        8,
+        "statistics cached beside the features"
+    );
+    let (head, spec) = specx_decoder::speculative::AcceptanceHead::load(
+        &tmp.path().join("stats-head"),
+        &specx_decoder::default_device(),
+    )
+    .unwrap();
     assert!(spec.draft_stats && head.input_size() == spec.hidden_size + 3 && head.hidden_width() == spec.hidden_size);
     let (a, b) = (states[0].best().unwrap(), states[1].best().unwrap());
     assert_eq!((states[0].train_rows, states[0].dev_rows), (states[1].train_rows, states[1].dev_rows));
-    assert!((a.dev.binary_kl - b.dev.binary_kl).abs() < 1e-3 * a.dev.binary_kl.max(1e-3), "dev KL {} vs {}", a.dev.binary_kl, b.dev.binary_kl);
-    assert!((a.dev.mean_predicted - b.dev.mean_predicted).abs() < 1e-3, "{} vs {}", a.dev.mean_predicted, b.dev.mean_predicted);
+    assert!(
+        (a.dev.binary_kl - b.dev.binary_kl).abs() < 1e-3 * a.dev.binary_kl.max(1e-3),
+        "dev KL {} vs {}",
+        a.dev.binary_kl,
+        b.dev.binary_kl
+    );
+    assert!(
+        (a.dev.mean_predicted - b.dev.mean_predicted).abs() < 1e-3,
+        "{} vs {}",
+        a.dev.mean_predicted,
+        b.dev.mean_predicted
+    );
 }

@@ -6,7 +6,7 @@ use specx_decoder::speculative::AcceptanceHead;
 use specx_run::seed::SplitMix64;
 use specx_trainer::config::TrainConfig;
 use specx_trainer::data::LabelledSet;
-use specx_trainer::train::{predict, train_on, TrainOptions};
+use specx_trainer::train::{TrainOptions, predict, train_on};
 use std::path::Path;
 
 const HIDDEN: usize = 16;
@@ -20,7 +20,9 @@ fn synthetic(n: usize, seed: u64) -> LabelledSet {
     let mut features = Vec::with_capacity(n * HIDDEN);
     let mut labels = Vec::with_capacity(n);
     for _ in 0..n {
-        let x: Vec<f64> = (0..HIDDEN).map(|_| (-2.0 * uniform().max(1e-300).ln()).sqrt() * (std::f64::consts::TAU * uniform()).cos()).collect();
+        let x: Vec<f64> = (0..HIDDEN)
+            .map(|_| (-2.0 * uniform().max(1e-300).ln()).sqrt() * (std::f64::consts::TAU * uniform()).cos())
+            .collect();
         let z: f64 = 2.0 * x.iter().zip(&w).map(|(a, b)| a * b).sum::<f64>() + 1.0;
         labels.push((1.0 / (1.0 + (-z).exp())) as f32);
         features.extend(x.iter().map(|&v| v as f32));
@@ -49,16 +51,26 @@ fn learns_a_known_rule_resumes_and_matches_the_decoder() {
     let best = state.best().unwrap();
     let first = &state.history[0];
     let mean = dev.labels.iter().map(|&p| p as f64).sum::<f64>() / dev.len() as f64;
-    let constant_kl = dev.labels.iter().map(|&p| {
-        let p = p as f64;
-        let t = |a: f64, b: f64| if a > 0.0 { a * (a / b).ln() } else { 0.0 };
-        t(p, mean) + t(1.0 - p, 1.0 - mean)
-    }).sum::<f64>() / dev.len() as f64;
-    assert!(best.dev.binary_kl < 0.02 && best.dev.binary_kl < constant_kl / 10.0, "dev KL {} (constant predictor {constant_kl})", best.dev.binary_kl);
+    let constant_kl = dev
+        .labels
+        .iter()
+        .map(|&p| {
+            let p = p as f64;
+            let t = |a: f64, b: f64| if a > 0.0 { a * (a / b).ln() } else { 0.0 };
+            t(p, mean) + t(1.0 - p, 1.0 - mean)
+        })
+        .sum::<f64>()
+        / dev.len() as f64;
+    assert!(
+        best.dev.binary_kl < 0.02 && best.dev.binary_kl < constant_kl / 10.0,
+        "dev KL {} (constant predictor {constant_kl})",
+        best.dev.binary_kl
+    );
     assert!(best.dev.auroc.unwrap() > 0.97, "{:?}", best.dev.auroc);
     assert!(best.dev.ece < 0.05, "{}", best.dev.ece);
     assert!(state.history.last().unwrap().train.weighted_loss < first.train.weighted_loss);
-    let metrics: serde_json::Value = serde_json::from_slice(&std::fs::read(full_dir.join("metrics.json")).unwrap()).unwrap();
+    let metrics: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(full_dir.join("metrics.json")).unwrap()).unwrap();
     assert_eq!(metrics["history"].as_array().unwrap().len(), 6);
 
     // Interrupted after 2 epochs and resumed: the same run, to the last bit.
@@ -67,7 +79,9 @@ fn learns_a_known_rule_resumes_and_matches_the_decoder() {
     let partial = train_on(&cfg, &train, &dev, &TrainOptions { max_epochs_this_run: Some(2), ..opts.clone() }).unwrap();
     assert_eq!(partial.epochs_done, 2);
     let resumed = train_on(&cfg, &train, &dev, &opts).unwrap();
-    let kls = |s: &specx_trainer::train::TrainState| s.history.iter().map(|r| (r.train.binary_kl, r.dev.binary_kl, r.steps)).collect::<Vec<_>>();
+    let kls = |s: &specx_trainer::train::TrainState| {
+        s.history.iter().map(|r| (r.train.binary_kl, r.dev.binary_kl, r.steps)).collect::<Vec<_>>()
+    };
     assert_eq!(kls(&resumed), kls(&state));
     assert_eq!(resumed.best_epoch, state.best_epoch);
     let bytes = |d: &Path| std::fs::read(d.join("head.safetensors")).unwrap();
@@ -78,7 +92,10 @@ fn learns_a_known_rule_resumes_and_matches_the_decoder() {
     // The decoder loads the best checkpoint and predicts exactly what the trainer computed.
     let device = default_device();
     let (head, spec) = AcceptanceHead::load(&full_dir, &device).unwrap();
-    assert_eq!((spec.hidden_size, spec.depth, spec.draft_model_sha256.as_deref()), (HIDDEN, 0, Some("synthetic-draft")));
+    assert_eq!(
+        (spec.hidden_size, spec.depth, spec.draft_model_sha256.as_deref()),
+        (HIDDEN, 0, Some("synthetic-draft"))
+    );
     let logits = predict(&head, &dev, &device).unwrap();
     for r in 0..50 {
         let (x, _) = dev.gather(&[r]);
@@ -102,12 +119,21 @@ fn weighted_heads_learn_the_weighted_optimum() {
         let (head, _) = AcceptanceHead::load(&cfg.output.dir, &default_device()).unwrap();
         assert_eq!((head.depth(), head.tied()), (depth, tied));
         let logits = predict(&head, &dev, &default_device()).unwrap();
-        let gap = logits.iter().zip(&dev.labels).map(|(&z, &p)| {
-            let (hat, p) = (1.0 / (1.0 + (-(z as f64)).exp()), p as f64);
-            (hat - p / (p + 6.0 * (1.0 - p))).abs()
-        }).sum::<f64>() / dev.len() as f64;
+        let gap = logits
+            .iter()
+            .zip(&dev.labels)
+            .map(|(&z, &p)| {
+                let (hat, p) = (1.0 / (1.0 + (-(z as f64)).exp()), p as f64);
+                (hat - p / (p + 6.0 * (1.0 - p))).abs()
+            })
+            .sum::<f64>()
+            / dev.len() as f64;
         let best = state.best().unwrap();
-        assert!(gap < 0.03 && best.dev.auroc.unwrap() > 0.97, "depth {depth}: mean gap to the weighted optimum {gap}, {:?}", best.dev.auroc);
+        assert!(
+            gap < 0.03 && best.dev.auroc.unwrap() > 0.97,
+            "depth {depth}: mean gap to the weighted optimum {gap}, {:?}",
+            best.dev.auroc
+        );
         assert!(best.dev.mean_predicted < best.dev.mean_label);
     }
 }
@@ -127,10 +153,19 @@ fn training_on_the_device_follows_the_cpu_run() {
     let mut on_device = config(&tmp.path().join("wgpu"), 2, 3, 3.0);
     on_device.device = "wgpu".into();
     let gpu = train_on(&on_device, &train, &dev, &opts).unwrap();
-    assert!(!cpu.history.is_empty() && cpu.history.len() == gpu.history.len(), "epochs: cpu {}, device {}", cpu.history.len(), gpu.history.len());
+    assert!(
+        !cpu.history.is_empty() && cpu.history.len() == gpu.history.len(),
+        "epochs: cpu {}, device {}",
+        cpu.history.len(),
+        gpu.history.len()
+    );
     for (a, b) in cpu.history.iter().zip(&gpu.history) {
         let auroc = |m: &specx_trainer::metrics::Metrics| m.auroc.unwrap_or(f64::NAN);
-        for (what, x, y) in [("dev KL", a.dev.binary_kl, b.dev.binary_kl), ("dev AUROC", auroc(&a.dev), auroc(&b.dev)), ("train KL", a.train.binary_kl, b.train.binary_kl)] {
+        for (what, x, y) in [
+            ("dev KL", a.dev.binary_kl, b.dev.binary_kl),
+            ("dev AUROC", auroc(&a.dev), auroc(&b.dev)),
+            ("train KL", a.train.binary_kl, b.train.binary_kl),
+        ] {
             assert!((x - y).abs() <= 1e-3, "epoch {}: {what} cpu {x} vs device {y}", a.epoch);
         }
     }

@@ -2,10 +2,10 @@
 #![allow(dead_code)] // not every test binary uses each
 
 use sha2::{Digest, Sha256};
+use specx_run::RunManifest;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use specx_run::RunManifest;
 
 /// The repository root.
 pub fn repo() -> PathBuf {
@@ -82,12 +82,16 @@ pub fn datagen_files(dir: &Path) -> BTreeMap<String, String> {
     let config = specx_datagen::config::DatagenConfig::load(&dir.join("config.toml")).unwrap();
     out.insert("config.toml".into(), specx_datagen::manifest::config_identity(&config).to_string());
     for f in files(dir, &|f| !(f.starts_with("shard-") && f.ends_with(".json"))).keys() {
-        let mut record: specx_datagen::shard::ShardRecord = serde_json::from_slice(&std::fs::read(dir.join(f)).unwrap()).unwrap();
+        let mut record: specx_datagen::shard::ShardRecord =
+            serde_json::from_slice(&std::fs::read(dir.join(f)).unwrap()).unwrap();
         record.seconds = 0.0;
         out.insert(f.clone(), serde_json::to_string(&record).unwrap());
     }
     let m = specx_datagen::manifest::Manifest::read(dir).unwrap();
-    out.insert("manifest.json".into(), format!("complete {}, identity {:?}, summary {:?}", m.complete, m.identity(), m.summary));
+    out.insert(
+        "manifest.json".into(),
+        format!("complete {}, identity {:?}, summary {:?}", m.complete, m.identity(), m.summary),
+    );
     out
 }
 
@@ -149,9 +153,19 @@ pub fn untimed_results(dir: &Path) -> Vec<String> {
     let text = |name: &str| table.strs(name).unwrap();
     let count = |name: &str| table.u64s(name).unwrap();
     let (dataset, prompt, sampling, setting) = (text("dataset"), text("prompt_id"), text("sampling"), text("setting"));
-    let counts: Vec<_> = ["n_generated", "n_target_calls", "n_draft_calls", "n_drafted", "n_accepted", "n_verified"].map(count).into();
+    let counts: Vec<_> =
+        ["n_generated", "n_target_calls", "n_draft_calls", "n_drafted", "n_accepted", "n_verified"].map(count).into();
     let mut rows: Vec<String> = (0..table.height())
-        .map(|i| format!("{:?} {:?} {:?} {:?} {:?}", dataset[i], prompt[i], sampling[i], setting[i], counts.iter().map(|c| c[i]).collect::<Vec<_>>()))
+        .map(|i| {
+            format!(
+                "{:?} {:?} {:?} {:?} {:?}",
+                dataset[i],
+                prompt[i],
+                sampling[i],
+                setting[i],
+                counts.iter().map(|c| c[i]).collect::<Vec<_>>()
+            )
+        })
         .collect();
     rows.sort();
     rows
@@ -231,5 +245,9 @@ pub fn datagen_config(t: &Tiny, name: &str, limit: usize, extra: &str) -> PathBu
 /// Runs specx with `args`: whether it succeeded, its stdout and its stderr.
 pub fn run_specx(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_specx")).args(args).env("RUST_BACKTRACE", "0").output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }

@@ -4,11 +4,12 @@
 //! listing then says so instead of panicking inside cudarc (which it would on first use).
 
 use super::{CudaDeviceInfo, DeviceName};
-use anyhow::{anyhow, bail, Result};
+use anyhow::{Result, anyhow, bail};
 use cudarc::driver::{result, sys};
 
 /// What to install when there is no driver.
-const NO_DRIVER: &str = "no CUDA driver on this machine (libcuda.so.1 was not found): install NVIDIA's driver, or use the CPU";
+const NO_DRIVER: &str =
+    "no CUDA driver on this machine (libcuda.so.1 was not found): install NVIDIA's driver, or use the CPU";
 
 fn driver_error(what: &str, e: result::DriverError) -> anyhow::Error {
     anyhow!("CUDA driver: {what} failed: {e:?}")
@@ -39,14 +40,21 @@ pub(super) fn devices() -> Result<Vec<CudaDeviceInfo>> {
             let name = result::device::get_name(dev).map_err(|e| driver_error("cuDeviceGetName", e))?;
             // SAFETY: `dev` came from cuDeviceGet above.
             let (memory, major, minor) = unsafe {
-                let attr = |a| result::device::get_attribute(dev, a).map_err(|e| driver_error("cuDeviceGetAttribute", e));
+                let attr =
+                    |a| result::device::get_attribute(dev, a).map_err(|e| driver_error("cuDeviceGetAttribute", e));
                 (
                     result::device::total_mem(dev).map_err(|e| driver_error("cuDeviceTotalMem", e))?,
                     attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
                     attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
                 )
             };
-            Ok(CudaDeviceInfo { device: DeviceName::Cuda(i as usize), name, compute_capability: format!("{major}.{minor}"), memory_bytes: memory as u64, driver: driver.clone() })
+            Ok(CudaDeviceInfo {
+                device: DeviceName::Cuda(i as usize),
+                name,
+                compute_capability: format!("{major}.{minor}"),
+                memory_bytes: memory as u64,
+                driver: driver.clone(),
+            })
         })
         .collect()
 }
@@ -58,7 +66,11 @@ pub(super) fn check(index: usize) -> Result<()> {
     }
     if index >= all.len() {
         let list: Vec<String> = all.iter().map(|d| format!("{} {}", d.device, d.name)).collect();
-        bail!("device 'cuda:{index}' is out of range: this machine has {} CUDA device(s): {}", all.len(), list.join(", "));
+        bail!(
+            "device 'cuda:{index}' is out of range: this machine has {} CUDA device(s): {}",
+            all.len(),
+            list.join(", ")
+        );
     }
     Ok(())
 }

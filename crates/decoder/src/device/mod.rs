@@ -7,7 +7,7 @@
 //! compiler and a silent change of device. Names parse in every build, so a config that names a
 //! GPU is checked (and fails with a clear message) in a CPU-only build too.
 
-use anyhow::{bail, ensure, Result};
+use anyhow::{Result, bail, ensure};
 use burn::tensor::Device;
 use std::fmt;
 use std::str::FromStr;
@@ -39,7 +39,9 @@ impl FromStr for DeviceName {
     fn from_str(s: &str) -> Result<Self> {
         let (kind, index) = match s.trim().split_once(':') {
             Some((kind, index)) => {
-                let i = index.parse::<usize>().map_err(|_| anyhow::anyhow!("device '{s}': '{index}' is not a device index (0, 1, ...)"))?;
+                let i = index
+                    .parse::<usize>()
+                    .map_err(|_| anyhow::anyhow!("device '{s}': '{index}' is not a device index (0, 1, ...)"))?;
                 (kind, Some(i))
             }
             None => (s.trim(), None),
@@ -229,7 +231,12 @@ mod tests {
 
     #[test]
     fn names_parse_and_print_back() {
-        for (text, name) in [("cpu", DeviceName::Cpu), ("wgpu", DeviceName::Wgpu(0)), ("wgpu:2", DeviceName::Wgpu(2)), ("cuda:1", DeviceName::Cuda(1))] {
+        for (text, name) in [
+            ("cpu", DeviceName::Cpu),
+            ("wgpu", DeviceName::Wgpu(0)),
+            ("wgpu:2", DeviceName::Wgpu(2)),
+            ("cuda:1", DeviceName::Cuda(1)),
+        ] {
             assert_eq!(text.parse::<DeviceName>().unwrap(), name);
             assert_eq!(name.to_string().parse::<DeviceName>().unwrap(), name);
         }
@@ -241,14 +248,22 @@ mod tests {
     #[test]
     fn placements_parse_print_back_and_refuse_repeats() {
         let p: Placement = "cpu+wgpu:1".parse().unwrap();
-        assert_eq!((p.devices(), p.first(), p.is_split()), (&[DeviceName::Cpu, DeviceName::Wgpu(1)][..], DeviceName::Cpu, true));
+        assert_eq!(
+            (p.devices(), p.first(), p.is_split()),
+            (&[DeviceName::Cpu, DeviceName::Wgpu(1)][..], DeviceName::Cpu, true)
+        );
         assert_eq!(p.to_string().parse::<Placement>().unwrap(), p);
         assert!(!"cuda".parse::<Placement>().unwrap().is_split());
         assert!("cpu+cpu".parse::<Placement>().unwrap_err().to_string().contains("twice"));
         assert!("cpu+".parse::<Placement>().is_err());
         let workers = parse_placement_list(&["cpu", "cuda:0+cuda:1"]).unwrap();
         assert_eq!(workers.len(), 2);
-        assert!(parse_placement_list(&["cuda:0+cuda:1", "cuda:1"]).unwrap_err().to_string().contains("'cuda:1' is listed twice"));
+        assert!(
+            parse_placement_list(&["cuda:0+cuda:1", "cuda:1"])
+                .unwrap_err()
+                .to_string()
+                .contains("'cuda:1' is listed twice")
+        );
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! burn's wgpu runtime pinned to Vulkan: adapter listing, index checks, opening.
 
 use super::{AdapterInfo, DeviceName};
-use anyhow::{anyhow, bail, Result};
-use burn::tensor::wgpu::{wgpu, WgpuBackend};
+use anyhow::{Result, anyhow, bail};
+use burn::tensor::wgpu::{WgpuBackend, wgpu};
 use burn::tensor::{Device, DeviceKind};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -25,11 +25,16 @@ pub(super) fn max_buffer_bytes(device: &Device) -> Option<usize> {
 /// Vulkan adapter infos and limits in the loader's order. wgpu's enumeration is a future
 /// that native backends complete immediately, so it is polled once.
 fn infos() -> Vec<(wgpu::AdapterInfo, u64)> {
-    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor { backends: wgpu::Backends::VULKAN, ..wgpu::InstanceDescriptor::new_without_display_handle() });
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+        backends: wgpu::Backends::VULKAN,
+        ..wgpu::InstanceDescriptor::new_without_display_handle()
+    });
     let mut future = std::pin::pin!(instance.enumerate_adapters(wgpu::Backends::VULKAN));
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     match future.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(adapters) => adapters.iter().map(|a| (a.get_info(), buffer_limit(&a.limits()))).collect(),
+        std::task::Poll::Ready(adapters) => {
+            adapters.iter().map(|a| (a.get_info(), buffer_limit(&a.limits()))).collect()
+        }
         std::task::Poll::Pending => Vec::new(),
     }
 }
@@ -68,8 +73,16 @@ pub(super) fn adapter_kind(index: usize) -> Result<(DeviceKind, u64)> {
         );
     }
     let Some((info, limit)) = all.get(index) else {
-        let list: Vec<String> = all.iter().enumerate().map(|(i, (a, _))| format!("wgpu:{i} {} ({})", a.name, kind_name(a.device_type))).collect();
-        bail!("device 'wgpu:{index}' is out of range: this machine has {} Vulkan adapter(s): {}", all.len(), list.join(", "));
+        let list: Vec<String> = all
+            .iter()
+            .enumerate()
+            .map(|(i, (a, _))| format!("wgpu:{i} {} ({})", a.name, kind_name(a.device_type)))
+            .collect();
+        bail!(
+            "device 'wgpu:{index}' is out of range: this machine has {} Vulkan adapter(s): {}",
+            all.len(),
+            list.join(", ")
+        );
     };
     let rank = all[..index].iter().filter(|(a, _)| a.device_type == info.device_type).count();
     let kind = match info.device_type {
@@ -77,7 +90,9 @@ pub(super) fn adapter_kind(index: usize) -> Result<(DeviceKind, u64)> {
         wgpu::DeviceType::IntegratedGpu => DeviceKind::IntegratedGpu(rank),
         wgpu::DeviceType::VirtualGpu => DeviceKind::VirtualGpu(rank),
         wgpu::DeviceType::Cpu if rank == 0 => DeviceKind::Cpu,
-        wgpu::DeviceType::Cpu => bail!("device 'wgpu:{index}' is a second software (CPU) Vulkan adapter, which burn cannot address; use the first"),
+        wgpu::DeviceType::Cpu => bail!(
+            "device 'wgpu:{index}' is a second software (CPU) Vulkan adapter, which burn cannot address; use the first"
+        ),
         wgpu::DeviceType::Other => bail!("device 'wgpu:{index}' ({}) is of no known adapter type", info.name),
     };
     Ok((kind, *limit))
@@ -90,7 +105,11 @@ pub(super) fn open(index: usize) -> Result<Device> {
         return Ok(d.clone());
     }
     let (kind, limit) = adapter_kind(index)?;
-    let device = Device::wgpu_options().device_kind(kind).graphics_api(WgpuBackend::Vulkan).init().map_err(|e| anyhow!("device 'wgpu:{index}': {e}"))?;
+    let device = Device::wgpu_options()
+        .device_kind(kind)
+        .graphics_api(WgpuBackend::Vulkan)
+        .init()
+        .map_err(|e| anyhow!("device 'wgpu:{index}': {e}"))?;
     opened.insert(index, (device.clone(), usize::try_from(limit).unwrap_or(usize::MAX)));
     Ok(device)
 }

@@ -1,7 +1,7 @@
 //! A build without `--features wgpu`: every wgpu device is refused by name.
 
 use super::AdapterInfo;
-use anyhow::{bail, Result};
+use anyhow::{Result, bail};
 
 const NOT_BUILT: &str = "this build has no wgpu backend: rebuild with `--features wgpu` (see docs/guide/gpu.md)";
 

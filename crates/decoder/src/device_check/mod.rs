@@ -32,7 +32,15 @@ pub struct Check {
 }
 
 /// The checks by name, in the order they run.
-pub const CHECKS: [&str; 7] = ["logits", "kv_rollback", "speculative_fixed_k", "acceptance_head", "dsi_cpu_and_device", "easyspec_placed", "split_layers"];
+pub const CHECKS: [&str; 7] = [
+    "logits",
+    "kv_rollback",
+    "speculative_fixed_k",
+    "acceptance_head",
+    "dsi_cpu_and_device",
+    "easyspec_placed",
+    "split_layers",
+];
 
 /// Runs check `name` on `device` against the CPU with logit tolerance `tol`, using `dir` for
 /// the tiny models. Never panics: failures and errors come back as a failed [`Check`].
@@ -51,11 +59,19 @@ pub fn run_check(name: &str, device: &Device, dir: &Path, tol: f32) -> Check {
             _ => anyhow::bail!("unknown check '{name}' (known: {})", CHECKS.join(", ")),
         }
     }));
-    let failed = |detail: String| Check { name: name.into(), passed: false, worst_abs_diff: None, tolerance: None, detail };
+    let failed =
+        |detail: String| Check { name: name.into(), passed: false, worst_abs_diff: None, tolerance: None, detail };
     match outcome {
         Ok(Ok(check)) => check,
         Ok(Err(e)) => failed(format!("error: {e:#}")),
-        Err(panic) => failed(format!("panicked: {}", panic.downcast_ref::<String>().map(String::as_str).or(panic.downcast_ref::<&str>().copied()).unwrap_or("(no message)"))),
+        Err(panic) => failed(format!(
+            "panicked: {}",
+            panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or(panic.downcast_ref::<&str>().copied())
+                .unwrap_or("(no message)")
+        )),
     }
 }
 

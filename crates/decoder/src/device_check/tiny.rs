@@ -2,14 +2,21 @@
 
 use super::Check;
 use crate::speculative::*;
-use crate::synthetic::{random_weights, tiny_llama, tiny_qwen2, word_tokenizer_json, write_hf_dir, StDtype, TINY_VOCAB};
-use crate::{default_device, load_model, load_model_split, Device, ForwardOutput, LoadedModel, ModelConfig, SamplingConfig, Transformer};
-use anyhow::{ensure, Context, Result};
+use crate::synthetic::{
+    StDtype, TINY_VOCAB, random_weights, tiny_llama, tiny_qwen2, word_tokenizer_json, write_hf_dir,
+};
+use crate::{
+    Device, ForwardOutput, LoadedModel, ModelConfig, SamplingConfig, Transformer, default_device, load_model,
+    load_model_split,
+};
+use anyhow::{Context, Result, ensure};
 use std::path::{Path, PathBuf};
 
 /// A pseudo-random token sequence over the tiny vocabulary.
 pub fn tokens(n: usize, seed: u32) -> Vec<u32> {
-    (0..n as u32).map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed.wrapping_mul(40503)) >> 7) % TINY_VOCAB as u32).collect()
+    (0..n as u32)
+        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed.wrapping_mul(40503)) >> 7) % TINY_VOCAB as u32)
+        .collect()
 }
 
 pub use crate::compare::max_abs_diff;
@@ -53,7 +60,13 @@ fn rows_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> Result<f32> {
 }
 
 fn numeric(name: &str, worst: f32, tol: f32, detail: &str) -> Check {
-    Check { name: name.into(), passed: worst <= tol, worst_abs_diff: Some(worst as f64), tolerance: Some(tol as f64), detail: detail.into() }
+    Check {
+        name: name.into(),
+        passed: worst <= tol,
+        worst_abs_diff: Some(worst as f64),
+        tolerance: Some(tol as f64),
+        detail: detail.into(),
+    }
 }
 
 /// Prefill, single steps, a 4-row verification and a batched forward (logits and hidden
@@ -76,7 +89,12 @@ pub(super) fn logits(device: &Device, dir: &Path, tol: f32) -> Result<Check> {
         worst = nan_max(worst, max_abs_diff(&flat(a.logits)?, &flat(b.logits)?));
         worst = nan_max(worst, max_abs_diff(&flat(a.hidden)?, &flat(b.hidden)?));
     }
-    Ok(numeric("logits", worst, tol, "tiny qwen2 and llama: 9-row prefill, two 1-row steps, a 4-row verification, a 2-sequence batch (logits and hidden states)"))
+    Ok(numeric(
+        "logits",
+        worst,
+        tol,
+        "tiny qwen2 and llama: 9-row prefill, two 1-row steps, a 4-row verification, a 2-sequence batch (logits and hidden states)",
+    ))
 }
 
 /// A 300-token cache (past one growth step) with five speculative rows of which three are
@@ -100,13 +118,23 @@ pub(super) fn kv_rollback(device: &Device, dir: &Path, tol: f32) -> Result<Check
     fresh.extend_from_slice(&spec[..2]);
     fresh.extend_from_slice(&next);
     let want = dev.model.forward(&fresh, &mut dev.model.new_cache(1))?.logits_tail(next.len());
-    ensure!(dc.len() == fresh.len(), "device cache holds {} positions after the rollback, expected {}", dc.len(), fresh.len());
+    ensure!(
+        dc.len() == fresh.len(),
+        "device cache holds {} positions after the rollback, expected {}",
+        dc.len(),
+        fresh.len()
+    );
     let mut worst = nan_max(rows_diff(&after_dev, &want)?, rows_diff(&after_dev, &after_cpu)?);
     for layer in [0, 1] {
         let ((ck, cv), (dk, dv)) = (cc.layer_data(layer), dc.layer_data(layer));
         worst = nan_max(nan_max(worst, max_abs_diff(&ck, &dk)), max_abs_diff(&cv, &dv));
     }
-    Ok(numeric("kv_rollback", worst, tol, "300-token cache, 5 speculative rows, 3 rolled back: logits vs a fresh device cache and vs the CPU; keys and values vs the CPU"))
+    Ok(numeric(
+        "kv_rollback",
+        worst,
+        tol,
+        "300-token cache, 5 speculative rows, 3 rolled back: logits vs a fresh device cache and vs the CPU; keys and values vs the CPU",
+    ))
 }
 
 /// A check that compares numbers within `tol` and tokens exactly: it fails on either.
@@ -139,7 +167,17 @@ pub(super) fn speculative_fixed_k(device: &Device, dir: &Path) -> Result<Check> 
         let cfg = SpecConfig { max_new_tokens: 12, sampling: SamplingConfig::greedy(), seed: 0 };
         let ar_cpu = generate_autoregressive(&tc.model, &prompt, &cfg, &eos)?;
         let ar_dev = generate_autoregressive(&td.model, &prompt, &cfg, &eos)?;
-        let run = |target: &Transformer, draft: &Transformer| generate_speculative(target, &mut PlainDrafter::new(draft), &mut FixedK(3), &mut RejectionSampler, &prompt, &cfg, &eos);
+        let run = |target: &Transformer, draft: &Transformer| {
+            generate_speculative(
+                target,
+                &mut PlainDrafter::new(draft),
+                &mut FixedK(3),
+                &mut RejectionSampler,
+                &prompt,
+                &cfg,
+                &eos,
+            )
+        };
         let cpu = run(&tc.model, &close.model)?;
         let dev = run(&td.model, &dd.model)?;
         if ar_dev.tokens != ar_cpu.tokens {
@@ -149,14 +187,24 @@ pub(super) fn speculative_fixed_k(device: &Device, dir: &Path) -> Result<Check> 
             bad.push(format!("prompt {p}: speculative on the device {:?} vs greedy {:?}", dev.tokens, ar_cpu.tokens));
         }
         if dev.metrics.accepted_per_round != cpu.metrics.accepted_per_round {
-            bad.push(format!("prompt {p}: accepted per round {:?} vs the CPU's {:?}", dev.metrics.accepted_per_round, cpu.metrics.accepted_per_round));
+            bad.push(format!(
+                "prompt {p}: accepted per round {:?} vs the CPU's {:?}",
+                dev.metrics.accepted_per_round, cpu.metrics.accepted_per_round
+            ));
         }
         for (&a, &k) in dev.metrics.accepted_per_round.iter().zip(&dev.metrics.drafted_per_round) {
             if a < k { rounds.0 += 1 } else { rounds.1 += 1 }
         }
     }
     ensure!(rounds.0 > 0 && rounds.1 > 0, "the check needs rounds with and without a rejection, got {rounds:?}");
-    Ok(tokens_check("speculative_fixed_k", bad, &format!("4 prompts, 12 tokens, K=3, greedy: {} rounds with a rejection, {} fully accepted", rounds.0, rounds.1)))
+    Ok(tokens_check(
+        "speculative_fixed_k",
+        bad,
+        &format!(
+            "4 prompts, 12 tokens, K=3, greedy: {} rounds with a rejection, {} fully accepted",
+            rounds.0, rounds.1
+        ),
+    ))
 }
 
 /// The acceptance head's probabilities on the device against the CPU's (seeded heads of depth
@@ -172,13 +220,27 @@ pub(super) fn acceptance_head(device: &Device, dir: &Path) -> Result<Check> {
             worst = nan_max(worst, (cpu.accept_probability(&h)? - dev.accept_probability(&h)?).abs() as f32);
         }
         let ckpt = dir.join(format!("head-{depth}-{tied}"));
-        let spec = HeadSpec { hidden_size: hidden, depth, tied, draft_model_sha256: None, draft_transform: None, training: serde_json::Value::Null, draft_stats: false };
+        let spec = HeadSpec {
+            hidden_size: hidden,
+            depth,
+            tied,
+            draft_model_sha256: None,
+            draft_transform: None,
+            training: serde_json::Value::Null,
+            draft_stats: false,
+        };
         dev.save(&ckpt, &spec)?;
-        let (back, _) = AcceptanceHead::load(&ckpt, &default_device()).context("loading the head saved from the device")?;
+        let (back, _) =
+            AcceptanceHead::load(&ckpt, &default_device()).context("loading the head saved from the device")?;
         let h = vec![0.25f32; hidden];
         worst = nan_max(worst, (back.accept_probability(&h)? - cpu.accept_probability(&h)?).abs() as f32);
     }
-    Ok(numeric("acceptance_head", worst, tol, "probabilities of seeded heads (depth 0 and 3, tied and untied) and of a checkpoint saved from the device and loaded on the CPU"))
+    Ok(numeric(
+        "acceptance_head",
+        worst,
+        tol,
+        "probabilities of seeded heads (depth 0 and 3, tied and untied) and of a checkpoint saved from the device and loaded on the CPU",
+    ))
 }
 
 /// DSI with two target workers, one on the CPU and one on the device, gives greedy AR's tokens.
@@ -191,7 +253,16 @@ pub(super) fn dsi_cpu_and_device(device: &Device, dir: &Path) -> Result<Check> {
         let prompt = tokens(6 + p as usize, 40 + p);
         let cfg = SpecConfig { max_new_tokens: 14, sampling: SamplingConfig::greedy(), seed: 0 };
         let want = generate_autoregressive(&tc.model, &prompt, &cfg, &eos)?.tokens;
-        let got = generate_dsi(&[&tc.model, &td.model], &mut PlainDrafter::new(&close.model), &mut FixedK(3), &mut RejectionSampler, &prompt, &cfg, &DsiConfig::new(2, 3), &eos)?;
+        let got = generate_dsi(
+            &[&tc.model, &td.model],
+            &mut PlainDrafter::new(&close.model),
+            &mut FixedK(3),
+            &mut RejectionSampler,
+            &prompt,
+            &cfg,
+            &DsiConfig::new(2, 3),
+            &eos,
+        )?;
         if got.generation.tokens != want {
             bad.push(format!("prompt {p}: DSI {:?} vs greedy {want:?}", got.generation.tokens));
         }
@@ -203,7 +274,14 @@ pub(super) fn dsi_cpu_and_device(device: &Device, dir: &Path) -> Result<Check> {
     if tasks >= 2 && busy.iter().any(|&s| s <= 0.0) {
         bad.push(format!("a worker never verified ({tasks} tasks; busy {busy:?} s)"));
     }
-    Ok(tokens_check("dsi_cpu_and_device", bad, &format!("3 prompts, 14 tokens, K=3, workers on the CPU and the device (busy {:.3} s / {:.3} s)", busy[0], busy[1])))
+    Ok(tokens_check(
+        "dsi_cpu_and_device",
+        bad,
+        &format!(
+            "3 prompts, 14 tokens, K=3, workers on the CPU and the device (busy {:.3} s / {:.3} s)",
+            busy[0], busy[1]
+        ),
+    ))
 }
 
 /// EasySpec's layer placement: a draft whose attention layers alternate between the CPU and
@@ -214,7 +292,8 @@ pub(super) fn easyspec_placed(device: &Device, dir: &Path, tol: f32) -> Result<C
     let cfg = ModelConfig { num_hidden_layers: 5, ..tiny_qwen2(TINY_VOCAB) };
     let path = write_tiny(dir, &cfg, 4)?;
     let one = load_model(&path, None, &default_device())?;
-    let placed = load_model(&path, None, &default_device())?.model.place_attention(&[default_device(), device.clone()])?;
+    let placed =
+        load_model(&path, None, &default_device())?.model.place_attention(&[default_device(), device.clone()])?;
     let mut worst = 0f32;
     let mut bad = Vec::new();
     let on_cpu: Vec<bool> = placed.layer_devices().iter().map(|d| *d == default_device()).collect();
@@ -233,7 +312,10 @@ pub(super) fn easyspec_placed(device: &Device, dir: &Path, tol: f32) -> Result<C
             let (x, y) = if step % 2 == 0 {
                 (one.model.forward(&chunk, &mut a)?, placed.forward(&chunk, &mut b)?)
             } else {
-                (one.model.forward_fuzzy(&chunk, &mut a, &groups, 1)?, placed.forward_fuzzy(&chunk, &mut b, &groups, 1)?)
+                (
+                    one.model.forward_fuzzy(&chunk, &mut a, &groups, 1)?,
+                    placed.forward_fuzzy(&chunk, &mut b, &groups, 1)?,
+                )
             };
             worst = nan_max(worst, rows_diff(&rows(&x), &rows(&y))?);
             if step == 2 {
@@ -242,7 +324,11 @@ pub(super) fn easyspec_placed(device: &Device, dir: &Path, tol: f32) -> Result<C
             }
         }
         if a.layer_precise_lens() != b.layer_precise_lens() {
-            bad.push(format!("layer-parallel {lp}: exact watermarks {:?} vs {:?}", b.layer_precise_lens(), a.layer_precise_lens()));
+            bad.push(format!(
+                "layer-parallel {lp}: exact watermarks {:?} vs {:?}",
+                b.layer_precise_lens(),
+                a.layer_precise_lens()
+            ));
         }
         for layer in 0..5 {
             let ((ak, av), (bk, bv)) = (a.layer_data(layer), b.layer_data(layer));
@@ -255,13 +341,28 @@ pub(super) fn easyspec_placed(device: &Device, dir: &Path, tol: f32) -> Result<C
         let prompt = tokens(6 + p as usize, 50 + p);
         let spec = SpecConfig { max_new_tokens: 12, sampling: SamplingConfig::greedy(), seed: 0 };
         let want = generate_autoregressive(&target.model, &prompt, &spec, &eos)?.tokens;
-        let mut drafter = FuzzyDrafter::new(&placed, crate::layer_groups::LayerGroups::preset(2, 5)?, Calibration::EveryRound)?;
-        let got = generate_speculative(&target.model, &mut drafter, &mut FixedK(3), &mut RejectionSampler, &prompt, &spec, &eos)?;
+        let mut drafter =
+            FuzzyDrafter::new(&placed, crate::layer_groups::LayerGroups::preset(2, 5)?, Calibration::EveryRound)?;
+        let got = generate_speculative(
+            &target.model,
+            &mut drafter,
+            &mut FixedK(3),
+            &mut RejectionSampler,
+            &prompt,
+            &spec,
+            &eos,
+        )?;
         if got.tokens != want {
             bad.push(format!("prompt {p}: EasySpec {:?} vs greedy {want:?}", got.tokens));
         }
     }
-    Ok(numeric_and_tokens("easyspec_placed", worst, tol, "5-layer draft, attentions alternating CPU/device, layer-parallel 1/2/4, exact and fuzzy forwards with a rollback; greedy EasySpec = greedy", bad))
+    Ok(numeric_and_tokens(
+        "easyspec_placed",
+        worst,
+        tol,
+        "5-layer draft, attentions alternating CPU/device, layer-parallel 1/2/4, exact and fuzzy forwards with a rollback; greedy EasySpec = greedy",
+        bad,
+    ))
 }
 
 /// One model's layers split in two ranges over the CPU and the device (both orders: the
@@ -280,7 +381,13 @@ pub(super) fn split_layers(device: &Device, dir: &Path, tol: f32) -> Result<Chec
             ensure!(split.model.is_split(), "the model did not split");
             let (mut a, mut b) = (one.model.new_cache(1), split.model.new_cache(1));
             for (step, chunk) in [tokens(9, 1), vec![5], tokens(4, 2), vec![7]].into_iter().enumerate() {
-                worst = nan_max(worst, rows_diff(&rows(&one.model.forward(&chunk, &mut a)?), &rows(&split.model.forward(&chunk, &mut b)?))?);
+                worst = nan_max(
+                    worst,
+                    rows_diff(
+                        &rows(&one.model.forward(&chunk, &mut a)?),
+                        &rows(&split.model.forward(&chunk, &mut b)?),
+                    )?,
+                );
                 if step == 2 {
                     a.truncate(a.len() - 3);
                     b.truncate(b.len() - 3);
@@ -290,11 +397,26 @@ pub(super) fn split_layers(device: &Device, dir: &Path, tol: f32) -> Result<Chec
             let spec = SpecConfig { max_new_tokens: 10, sampling: SamplingConfig::greedy(), seed: 0 };
             let prompt = tokens(6, 60);
             let want = generate_autoregressive(&one.model, &prompt, &spec, &eos)?.tokens;
-            let got = generate_speculative(&split.model, &mut PlainDrafter::new(&one.model), &mut FixedK(3), &mut RejectionSampler, &prompt, &spec, &eos)?.tokens;
+            let got = generate_speculative(
+                &split.model,
+                &mut PlainDrafter::new(&one.model),
+                &mut FixedK(3),
+                &mut RejectionSampler,
+                &prompt,
+                &spec,
+                &eos,
+            )?
+            .tokens;
             if got != want {
                 bad.push(format!("{}: greedy speculative with the split target {got:?} vs {want:?}", cfg.architecture));
             }
         }
     }
-    Ok(numeric_and_tokens("split_layers", worst, tol, "tiny qwen2 (3 layers) and tied llama split CPU|device and device|CPU: prefill, steps, verification, a 3-row rollback; greedy speculative with the split target", bad))
+    Ok(numeric_and_tokens(
+        "split_layers",
+        worst,
+        tol,
+        "tiny qwen2 (3 layers) and tied llama split CPU|device and device|CPU: prefill, steps, verification, a 3-row rollback; greedy speculative with the split target",
+        bad,
+    ))
 }

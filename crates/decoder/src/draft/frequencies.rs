@@ -7,7 +7,7 @@
 //! the same bytes, so a table rebuilt from the same corpus is identical.
 
 use crate::fsutil::{sha256_hex, short_hash, write_atomic};
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{Context, Result, bail, ensure};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -54,8 +54,15 @@ pub struct TokenFrequencies {
 
 impl TokenFrequencies {
     /// The table of `counts` (indexed by token id).
-    pub fn from_counts(counts: &[u64], always: Vec<u32>, tokenizer_vocab_sha256: String, vocab_size: usize, sources: Vec<CorpusSource>) -> Self {
-        let mut ranked: Vec<(u32, u64)> = counts.iter().enumerate().filter(|&(_, &c)| c > 0).map(|(id, &c)| (id as u32, c)).collect();
+    pub fn from_counts(
+        counts: &[u64],
+        always: Vec<u32>,
+        tokenizer_vocab_sha256: String,
+        vocab_size: usize,
+        sources: Vec<CorpusSource>,
+    ) -> Self {
+        let mut ranked: Vec<(u32, u64)> =
+            counts.iter().enumerate().filter(|&(_, &c)| c > 0).map(|(id, &c)| (id as u32, c)).collect();
         ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let header = TableHeader {
             format: FORMAT.into(),
@@ -85,14 +92,16 @@ impl TokenFrequencies {
 
     /// Reads and checks a table (`path` names it in errors).
     pub fn read(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).with_context(|| format!("reading the token frequency table {}", path.display()))?;
+        let bytes =
+            std::fs::read(path).with_context(|| format!("reading the token frequency table {}", path.display()))?;
         Self::parse(&bytes).with_context(|| format!("{}: not a token frequency table", path.display()))
     }
 
     pub fn parse(bytes: &[u8]) -> Result<Self> {
         let text = std::str::from_utf8(bytes).context("not UTF-8 text")?;
         let mut lines = text.lines();
-        let header: TableHeader = serde_json::from_str(lines.next().context("empty file")?).context("malformed header line")?;
+        let header: TableHeader =
+            serde_json::from_str(lines.next().context("empty file")?).context("malformed header line")?;
         ensure!(header.format == FORMAT, "format '{}', this specx reads '{FORMAT}'", header.format);
         let mut ranked = Vec::with_capacity(header.distinct);
         for (i, line) in lines.enumerate() {
@@ -101,7 +110,10 @@ impl TokenFrequencies {
             ranked.push((id.parse::<u32>().with_context(bad)?, count.parse::<u64>().with_context(bad)?));
         }
         ensure!(ranked.len() == header.distinct, "{} token lines, the header says {}", ranked.len(), header.distinct);
-        ensure!(ranked.windows(2).all(|w| w[0].1 > w[1].1 || (w[0].1 == w[1].1 && w[0].0 < w[1].0)), "the lines are not ranked (count descending, then id)");
+        ensure!(
+            ranked.windows(2).all(|w| w[0].1 > w[1].1 || (w[0].1 == w[1].1 && w[0].0 < w[1].0)),
+            "the lines are not ranked (count descending, then id)"
+        );
         Ok(Self { header, ranked })
     }
 
@@ -153,7 +165,10 @@ impl TokenFrequencies {
         let v = self.header.vocab_size;
         ensure!(n >= 1 && n <= v, "a draft vocabulary of {n} tokens: need 1..={v} (the tokenizer's vocabulary)");
         let specials = self.header.always.len();
-        ensure!(n >= specials, "a draft vocabulary of {n} tokens cannot hold the {specials} special tokens it always keeps");
+        ensure!(
+            n >= specials,
+            "a draft vocabulary of {n} tokens cannot hold the {specials} special tokens it always keeps"
+        );
         Ok(())
     }
 
@@ -192,7 +207,10 @@ mod tests {
         assert!(format!("{:#}", t.top(0, 8).unwrap_err()).contains("need 1..=8"));
         assert!(format!("{:#}", t.top(9, 8).unwrap_err()).contains("need 1..=8"));
         let e = format!("{:#}", t.check_tokenizer("def", Path::new("tok.json")).unwrap_err());
-        assert!(e.contains("another tokenizer") && e.contains("tok.json") && e.contains("abc") && e.contains("def"), "{e}");
+        assert!(
+            e.contains("another tokenizer") && e.contains("tok.json") && e.contains("abc") && e.contains("def"),
+            "{e}"
+        );
         let mut bytes = t.to_bytes();
         bytes.extend_from_slice(b"9\tx\n");
         assert!(format!("{:#}", TokenFrequencies::parse(&bytes).unwrap_err()).contains("line 6"));

@@ -10,7 +10,7 @@ use crate::fsutil::short_hash;
 use crate::gguf::GgmlType;
 use crate::model::Transformer;
 use crate::tokenizer::Tokenizer;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use frequencies::TokenFrequencies;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -97,7 +97,12 @@ impl DraftTransform {
     pub fn label(&self) -> String {
         let mut parts = Vec::new();
         if let Some(n) = self.vocab {
-            let table = self.vocab_table.as_ref().and_then(|p| p.file_stem()).map(|s| format!(":{}", s.to_string_lossy())).unwrap_or_default();
+            let table = self
+                .vocab_table
+                .as_ref()
+                .and_then(|p| p.file_stem())
+                .map(|s| format!(":{}", s.to_string_lossy()))
+                .unwrap_or_default();
             parts.push(format!("v{n}{table}"));
         }
         parts.extend(self.weights.map(|w| w.to_string()));
@@ -156,7 +161,10 @@ impl std::str::FromStr for DraftTransform {
         let mut t = Self::default();
         for part in s.split('+').filter(|p| *p != "full") {
             match part.strip_prefix('v') {
-                Some(n) => t.vocab = Some(n.parse().with_context(|| format!("draft '{s}': '{part}' is not vN (a token count)"))?),
+                Some(n) => {
+                    t.vocab =
+                        Some(n.parse().with_context(|| format!("draft '{s}': '{part}' is not vN (a token count)"))?)
+                }
                 None => t.weights = Some(part.parse().with_context(|| format!("draft '{s}'"))?),
             }
         }
@@ -170,7 +178,9 @@ impl std::str::FromStr for DraftTransform {
 pub fn check_same_transform(what: &str, recorded: Option<&str>, used: &str) -> Result<()> {
     let recorded = recorded.unwrap_or("none");
     if recorded != used {
-        bail!("{what} was made with the draft transform '{recorded}', and this draft runs with '{used}': a head or dataset only fits the draft it was made with");
+        bail!(
+            "{what} was made with the draft transform '{recorded}', and this draft runs with '{used}': a head or dataset only fits the draft it was made with"
+        );
     }
     Ok(())
 }

@@ -2,7 +2,7 @@
 //!
 //! Layouts follow ggml's `ggml-common.h`; the K-quants use super-blocks of 256 values.
 
-use anyhow::{bail, Result};
+use anyhow::{Result, bail};
 use half::{bf16, f16};
 
 /// The ggml tensor types specx can read (numbering as in ggml).
@@ -92,12 +92,7 @@ pub(crate) fn f16_at(b: &[u8], i: usize) -> f32 {
 pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
     let (per, bytes) = ty.block();
     if src.len() != ty.byte_size(dst.len())? {
-        bail!(
-            "{ty:?}: {} bytes cannot hold {} values ({} expected)",
-            src.len(),
-            dst.len(),
-            dst.len() / per * bytes
-        );
+        bail!("{ty:?}: {} bytes cannot hold {} values ({} expected)", src.len(), dst.len(), dst.len() / per * bytes);
     }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let blocks = dst.len() / per;
@@ -194,10 +189,7 @@ pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (f32, f32) {
     let (sc, m) = if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
-        (
-            (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4),
-            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
-        )
+        ((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
     };
     (sc as f32, m as f32)
 }

@@ -12,7 +12,7 @@ mod quantize;
 mod reader;
 mod writer;
 
-pub use dequant::{dequantize, GgmlType};
+pub use dequant::{GgmlType, dequantize};
 pub(crate) use dequant::{dequantize_blocks, f16_at, scale_min_k4};
 pub use quantize::quantize;
 pub use reader::{GgufFile, MetaValue, TensorInfo};

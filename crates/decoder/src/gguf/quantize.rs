@@ -4,7 +4,7 @@
 //! llama.cpp).
 
 use super::dequant::GgmlType;
-use anyhow::{bail, Result};
+use anyhow::{Result, bail};
 use half::f16;
 
 /// Quantizes `x` (a whole number of 32-value blocks) to `ty` (Q8_0, Q4_0, Q4_1, Q5_0, F16, BF16
@@ -84,7 +84,9 @@ mod tests {
         // largest magnitude and one step less on the other (ggml's ranges): values beyond
         // that clamp.
         let x: Vec<f32> = (0..96).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
-        for (ty, steps, other_side) in [(GgmlType::Q8_0, 127.0, 127.0), (GgmlType::Q4_0, 8.0, 7.0), (GgmlType::Q5_0, 16.0, 15.0)] {
+        for (ty, steps, other_side) in
+            [(GgmlType::Q8_0, 127.0, 127.0), (GgmlType::Q4_0, 8.0, 7.0), (GgmlType::Q5_0, 16.0, 15.0)]
+        {
             let bytes = quantize(ty, &x).unwrap();
             let mut y = vec![0f32; x.len()];
             dequantize(ty, &bytes, &mut y).unwrap();

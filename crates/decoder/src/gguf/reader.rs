@@ -1,8 +1,8 @@
 //! The GGUF container: header, metadata, tensor table, and bounds-checked access to tensor
 //! data in a memory-mapped file.
 
-use super::dequant::{dequantize, GgmlType};
-use anyhow::{anyhow, bail, Context, Result};
+use super::dequant::{GgmlType, dequantize};
+use anyhow::{Context, Result, anyhow, bail};
 use memmap2::Mmap;
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -222,9 +222,10 @@ impl GgufFile {
             }
         }
         let alignment = match metadata.get("general.alignment") {
-            Some(v) => v.as_u64().filter(|&a| a > 0 && a.is_power_of_two()).ok_or_else(|| {
-                anyhow!("general.alignment = {v:?} is not a power of two")
-            })?,
+            Some(v) => v
+                .as_u64()
+                .filter(|&a| a > 0 && a.is_power_of_two())
+                .ok_or_else(|| anyhow!("general.alignment = {v:?} is not a power of two"))?,
             None => DEFAULT_ALIGNMENT,
         };
         let data_start = (c.pos as u64).div_ceil(alignment) * alignment;
@@ -236,10 +237,7 @@ impl GgufFile {
             } as u64;
             let end = data_start + t.offset + nbytes;
             if end > file_len {
-                bail!(
-                    "truncated: tensor '{}' needs bytes up to {end} but the file has {file_len} bytes",
-                    t.name
-                );
+                bail!("truncated: tensor '{}' needs bytes up to {end} but the file has {file_len} bytes", t.name);
             }
         }
         Ok(Self { path: path.to_path_buf(), map, version, metadata, tensors, data_start: data_start as usize })
@@ -271,10 +269,8 @@ impl GgufFile {
 
     /// The raw bytes of a tensor.
     pub fn tensor_bytes(&self, name: &str) -> Result<(&TensorInfo, GgmlType, &[u8])> {
-        let info = self
-            .tensors
-            .get(name)
-            .ok_or_else(|| anyhow!("{}: tensor '{name}' is missing", self.path.display()))?;
+        let info =
+            self.tensors.get(name).ok_or_else(|| anyhow!("{}: tensor '{name}' is missing", self.path.display()))?;
         let ty = GgmlType::from_id(info.type_id).ok_or_else(|| {
             anyhow!(
                 "{}: tensor '{name}' has ggml type {} which specx cannot dequantize \

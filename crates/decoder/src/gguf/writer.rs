@@ -2,7 +2,7 @@
 
 use super::dequant::GgmlType;
 use super::reader::MetaValue;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use std::path::Path;
 
 const ALIGNMENT: usize = 32;

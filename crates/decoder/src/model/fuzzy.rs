@@ -2,12 +2,12 @@
 //! group all read the group's input, on several threads or devices; placement.rs puts them on
 //! devices.
 
+use super::probe::{AttentionProbe, last_row};
+use super::{ForwardOutput, PositionTables, Transformer};
 use crate::cache::{KvCache, LayerSlot};
 use crate::layer_groups::LayerGroups;
 use anyhow::Result;
 use burn::tensor::Tensor;
-use super::probe::{last_row, AttentionProbe};
-use super::{ForwardOutput, PositionTables, Transformer};
 
 /// A layer's attention as a fuzzy forward computed it and as the precise model would have.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,8 +24,16 @@ impl Transformer {
     /// group's MLPs run in layer order. Groups of one layer compute exactly as
     /// [`Transformer::forward`] (bitwise: the exact strategy is the same code path). The cache
     /// records which layers' new entries are exact ([`KvCache::precise_len`]).
-    pub fn forward_fuzzy(&self, tokens: &[u32], cache: &mut KvCache, groups: &LayerGroups, workers: usize) -> Result<ForwardOutput> {
-        let hidden = self.hidden_states_until(&[tokens], cache, None, None, groups, workers, None)?.expect("no cancel flag, never cancelled");
+    pub fn forward_fuzzy(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        groups: &LayerGroups,
+        workers: usize,
+    ) -> Result<ForwardOutput> {
+        let hidden = self
+            .hidden_states_until(&[tokens], cache, None, None, groups, workers, None)?
+            .expect("no cancel flag, never cancelled");
         let logits = self.logits(hidden.clone());
         Ok(ForwardOutput { logits, hidden })
     }
@@ -36,16 +44,29 @@ impl Transformer {
     /// after the layers before it, against the same cache). A group's leading layer reads the
     /// running state, so its two records are identical by construction. The output and the
     /// cache are the fuzzy forward's.
-    pub fn probe_fuzzy(&self, tokens: &[u32], cache: &mut KvCache, groups: &LayerGroups) -> Result<(ForwardOutput, Vec<ProbedLayer>)> {
+    pub fn probe_fuzzy(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        groups: &LayerGroups,
+    ) -> Result<(ForwardOutput, Vec<ProbedLayer>)> {
         let mut probes = Vec::with_capacity(self.blocks.len());
-        let hidden = self.hidden_states_until(&[tokens], cache, None, None, groups, 1, Some(&mut probes))?.expect("no cancel flag, never cancelled");
+        let hidden = self
+            .hidden_states_until(&[tokens], cache, None, None, groups, 1, Some(&mut probes))?
+            .expect("no cancel flag, never cancelled");
         let logits = self.logits(hidden.clone());
         Ok((ForwardOutput { logits, hidden }, probes))
     }
 
     /// Layer `i`'s attention of the hidden state `x` against a copy of `cache` (the cache keeps
     /// what the fuzzy forward wrote), recorded.
-    pub(super) fn precise_attention(&self, i: usize, x: &Tensor<3>, cache: &KvCache, tables: &[PositionTables]) -> AttentionProbe {
+    pub(super) fn precise_attention(
+        &self,
+        i: usize,
+        x: &Tensor<3>,
+        cache: &KvCache,
+        tables: &[PositionTables],
+    ) -> AttentionProbe {
         let mut scratch = cache.clone();
         let mut p = AttentionProbe { input: last_row(x.clone()), ..Default::default() };
         self.attention(i, x.clone(), &mut scratch.slot(i), tables, Some(&mut p));
@@ -104,7 +125,9 @@ impl Transformer {
             let first = shares.next().expect("a group has layers");
             std::thread::scope(|scope| {
                 let attend = &attend;
-                let others: Vec<_> = shares.map(|share| scope.spawn(move || share.into_iter().map(attend).collect::<Vec<_>>())).collect();
+                let others: Vec<_> = shares
+                    .map(|share| scope.spawn(move || share.into_iter().map(attend).collect::<Vec<_>>()))
+                    .collect();
                 let mut out: Vec<_> = first.into_iter().map(attend).collect();
                 for worker in others {
                     out.extend(worker.join().expect("an attention worker panicked"));

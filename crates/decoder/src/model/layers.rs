@@ -4,12 +4,12 @@
 use crate::cache::LayerSlot;
 use crate::host_attention::{self, AttentionShape};
 use crate::quant::QuantMatrix;
-use std::sync::Arc;
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use std::sync::Arc;
 
 use super::linear::Linear;
-use super::probe::{last_row, AttentionProbe};
+use super::probe::{AttentionProbe, last_row};
 
 #[derive(Clone)]
 pub(super) struct RmsNorm {
@@ -81,7 +81,12 @@ impl Embedding {
                 let per_block = blocks[0].dims()[0];
                 let (mut parts, mut order, mut found) = (Vec::new(), vec![0i64; rows], 0);
                 for (b, block) in blocks.iter().enumerate() {
-                    let mine: Vec<(usize, i64)> = ids.iter().enumerate().filter(|&(_, &id)| id as usize / per_block == b).map(|(i, &id)| (i, (id as usize % per_block) as i64)).collect();
+                    let mine: Vec<(usize, i64)> = ids
+                        .iter()
+                        .enumerate()
+                        .filter(|&(_, &id)| id as usize / per_block == b)
+                        .map(|(i, &id)| (i, (id as usize % per_block) as i64))
+                        .collect();
                     if mine.is_empty() {
                         continue;
                     }
@@ -107,7 +112,13 @@ impl Embedding {
 
 /// cos and sin of RoPE angles for positions `start..start+n`, `[n, head_dim]` each, in the
 /// rotate-half layout (frequency i at columns i and i + head_dim/2). Computed in f64.
-pub(super) fn rope_tables(start: usize, n: usize, head_dim: usize, theta: f64, device: &Device) -> (Tensor<2>, Tensor<2>) {
+pub(super) fn rope_tables(
+    start: usize,
+    n: usize,
+    head_dim: usize,
+    theta: f64,
+    device: &Device,
+) -> (Tensor<2>, Tensor<2>) {
     let half = head_dim / 2;
     let mut cos = Vec::with_capacity(n * head_dim);
     let mut sin = Vec::with_capacity(n * head_dim);
@@ -151,7 +162,14 @@ pub(super) fn causal_mask(past: usize, n: usize, groups: usize, device: &Device)
 impl Attention {
     /// The attention of `x` (the normed hidden state); `probe`, when given, receives its q, k,
     /// v and output on the last row.
-    pub(super) fn forward(&self, x: Tensor<3>, slot: &mut LayerSlot, rope: &(Tensor<2>, Tensor<2>), mask: Option<&Tensor<2>>, mut probe: Option<&mut AttentionProbe>) -> Tensor<3> {
+    pub(super) fn forward(
+        &self,
+        x: Tensor<3>,
+        slot: &mut LayerSlot,
+        rope: &(Tensor<2>, Tensor<2>),
+        mask: Option<&Tensor<2>>,
+        mut probe: Option<&mut AttentionProbe>,
+    ) -> Tensor<3> {
         let out = self.attend(self.qkv.forward(x), slot, rope, mask, probe.as_deref_mut());
         let out = self.o.forward(out);
         if let Some(p) = probe {
@@ -163,7 +181,14 @@ impl Attention {
     /// Attention of fused `qkv` rows `[b, n, q + 2 kv]` over a layer's cache `slot` (which
     /// receives the new keys and values); returns `[b, n, heads * head_dim]` before the output
     /// projection.
-    pub(super) fn attend(&self, qkv: Tensor<3>, slot: &mut LayerSlot, rope: &(Tensor<2>, Tensor<2>), mask: Option<&Tensor<2>>, probe: Option<&mut AttentionProbe>) -> Tensor<3> {
+    pub(super) fn attend(
+        &self,
+        qkv: Tensor<3>,
+        slot: &mut LayerSlot,
+        rope: &(Tensor<2>, Tensor<2>),
+        mask: Option<&Tensor<2>>,
+        probe: Option<&mut AttentionProbe>,
+    ) -> Tensor<3> {
         let [b, n, _] = qkv.dims();
         let qkv_device = qkv.device();
         let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
@@ -182,7 +207,8 @@ impl Attention {
         if qkv_device == Device::flex() {
             // On the CPU: each row's attention in a fixed order of its own (row invariance).
             let host = |t: Tensor<4>| t.into_data().try_to_vec::<f32>().expect("f32 attention inputs");
-            let shape = AttentionShape { batch: b, heads: h, kv_heads: kvh, rows: n, keys: keys.dims()[2], head_dim: d };
+            let shape =
+                AttentionShape { batch: b, heads: h, kv_heads: kvh, rows: n, keys: keys.dims()[2], head_dim: d };
             let out = host_attention::attend(&host(q), &host(keys), &host(values), shape, mask.is_some());
             return Tensor::from_data(TensorData::new(out, [b, n, h * d]), &qkv_device);
         }
@@ -223,4 +249,3 @@ impl Mlp {
         project(&self.down, silu(gate) * up)
     }
 }
-

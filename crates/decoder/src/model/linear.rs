@@ -6,9 +6,9 @@
 use crate::kernels::{F32Rows, WeightRows};
 use crate::quant::{QuantMatrix, QuantPart};
 use crate::weights::{HostTensor, WeightSource};
-use anyhow::{bail, Context, Result};
-use std::sync::Arc;
+use anyhow::{Context, Result, bail};
 use burn::tensor::{AllocationProperty, Bytes, DType, Device, Tensor, TensorData};
+use std::sync::Arc;
 
 /// Most rows of `x` for which [`Linear`] uses the CPU kernel of [`crate::kernels`]; longer
 /// inputs (prompt prefill) are compute-bound and go to burn's gemm.
@@ -223,7 +223,12 @@ impl Linear {
     }
 
     /// `product(x, m, y)` (`y = x W^T`, `out` values per row) on host copies, plus the bias.
-    pub(super) fn host_product(&self, x: Tensor<3>, out: usize, product: impl FnOnce(&[f32], usize, &mut [f32])) -> Tensor<3> {
+    pub(super) fn host_product(
+        &self,
+        x: Tensor<3>,
+        out: usize,
+        product: impl FnOnce(&[f32], usize, &mut [f32]),
+    ) -> Tensor<3> {
         let [b, n, _] = x.dims();
         let device = x.device();
         let xs = x.into_data().try_to_vec::<f32>().expect("f32 activations");
@@ -262,7 +267,9 @@ pub(super) fn device_blocks(data: Vec<f32>, [rows, cols]: [usize; 2], device: &D
     if rows <= max_rows {
         return vec![Tensor::from_data(TensorData::new(data, [rows, cols]), device)];
     }
-    data.chunks(max_rows * cols).map(|c| Tensor::from_data(TensorData::new(c.to_vec(), [c.len() / cols, cols]), device)).collect()
+    data.chunks(max_rows * cols)
+        .map(|c| Tensor::from_data(TensorData::new(c.to_vec(), [c.len() / cols, cols]), device))
+        .collect()
 }
 
 /// Moves an f32 weight matrix to the device. On the CPU device the burn tensor shares the
@@ -281,7 +288,11 @@ pub(super) fn upload_matrix(t: HostTensor, name: &str, shape: [usize; 2], device
 /// The row-stacked matrices `names` (each `[rows, cols]`) in their stored block formats, or
 /// `None` when one of them is not stored in a type with a native kernel (F32 tensors, or a
 /// type without one, which is logged): then the whole map takes the f32 path.
-pub(super) fn native_matrix(src: &dyn WeightSource, names: &[(&str, usize)], cols: usize) -> Result<Option<QuantMatrix>> {
+pub(super) fn native_matrix(
+    src: &dyn WeightSource,
+    names: &[(&str, usize)],
+    cols: usize,
+) -> Result<Option<QuantMatrix>> {
     let mut parts: Vec<QuantPart> = Vec::with_capacity(names.len());
     for &(name, rows) in names {
         let full = format!("{name}.weight");

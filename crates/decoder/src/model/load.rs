@@ -1,15 +1,15 @@
 //! Building a [`Transformer`] from HF-named weights, one tensor at a time, and how GGUF
 //! matrices are kept ([`WeightMode`]).
 
+use super::Transformer;
+use super::layers::{Attention, Block, Embedding, Mlp, RmsNorm};
+use super::linear::{Linear, Projection, check_shape, native_matrix, upload_matrix};
 use crate::config::ModelConfig;
 use crate::layer_groups::LayerGroups;
 use crate::weights::{HostTensor, WeightSource};
-use anyhow::{bail, Context, Result};
-use std::sync::Arc;
+use anyhow::{Context, Result, bail};
 use burn::tensor::{Device, Tensor, TensorData};
-use super::layers::{Attention, Block, Embedding, Mlp, RmsNorm};
-use super::linear::{check_shape, native_matrix, upload_matrix, Linear, Projection};
-use super::Transformer;
+use std::sync::Arc;
 
 /// How a model's GGUF weight matrices are kept in memory on the CPU.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -58,7 +58,12 @@ impl std::fmt::Display for WeightMode {
 }
 
 /// Moves a small host tensor (norm weights, biases) to the device.
-pub(super) fn upload<const D: usize>(t: HostTensor, name: &str, shape: [usize; D], device: &Device) -> Result<Tensor<D>> {
+pub(super) fn upload<const D: usize>(
+    t: HostTensor,
+    name: &str,
+    shape: [usize; D],
+    device: &Device,
+) -> Result<Tensor<D>> {
     check_shape(&t, name, &shape)?;
     Ok(Tensor::from_data(TensorData::new(t.data, shape), device))
 }
@@ -81,7 +86,8 @@ impl Transformer {
         let ranges = layer_ranges(cfg.num_hidden_layers, devices.len())?;
         // Layer i on devices[range of i]: one entry per range, even where two ranges name the
         // same device (tests split over the CPU twice to exercise the bookkeeping).
-        let layer_device: Vec<usize> = ranges.iter().enumerate().flat_map(|(j, r)| std::iter::repeat_n(j, r.len())).collect();
+        let layer_device: Vec<usize> =
+            ranges.iter().enumerate().flat_map(|(j, r)| std::iter::repeat_n(j, r.len())).collect();
         let head = devices.len() - 1;
         let native_on = |device: &Device| mode != WeightMode::F32 && *device == Device::flex();
         let int_on = |device: &Device| mode == WeightMode::Q8 && native_on(device);
@@ -113,7 +119,10 @@ impl Transformer {
                 Some(q) => {
                     let types: Vec<_> = q.parts().iter().map(|p| p.ty).collect();
                     if int && !reported.borrow().contains(&types) {
-                        eprintln!("specx: '{}' is stored as {types:?}, which has no integer kernel: using native weights for it and every other such matrix", names[0].0);
+                        eprintln!(
+                            "specx: '{}' is stored as {types:?}, which has no integer kernel: using native weights for it and every other such matrix",
+                            names[0].0
+                        );
                         reported.borrow_mut().push(types);
                     }
                     Ok(Projection::Native(Arc::new(q)))
@@ -156,7 +165,11 @@ impl Transformer {
                 attn_norm: norm(&format!("{p}.input_layernorm.weight"), device)?,
                 attn: Attention {
                     qkv: linear(
-                        &[(&format!("{p}.self_attn.q_proj"), qd), (&format!("{p}.self_attn.k_proj"), kvd), (&format!("{p}.self_attn.v_proj"), kvd)],
+                        &[
+                            (&format!("{p}.self_attn.q_proj"), qd),
+                            (&format!("{p}.self_attn.k_proj"), kvd),
+                            (&format!("{p}.self_attn.v_proj"), kvd),
+                        ],
                         hd,
                         bias,
                         device,
@@ -170,7 +183,12 @@ impl Transformer {
                 home: layer_device[i],
                 mlp_norm: norm(&format!("{p}.post_attention_layernorm.weight"), device)?,
                 mlp: Mlp {
-                    gate_up: linear(&[(&format!("{p}.mlp.gate_proj"), inter), (&format!("{p}.mlp.up_proj"), inter)], hd, false, device)?,
+                    gate_up: linear(
+                        &[(&format!("{p}.mlp.gate_proj"), inter), (&format!("{p}.mlp.up_proj"), inter)],
+                        hd,
+                        false,
+                        device,
+                    )?,
                     down: linear(&[(&format!("{p}.mlp.down_proj"), hd)], inter, false, device)?,
                     intermediate: inter,
                 },
@@ -182,12 +200,26 @@ impl Transformer {
             Linear { proj: embed_proj, bias: None, host_bias: None }
         } else if cfg.tie_word_embeddings {
             // The tied table again, on the head's device (the embedding stays on the first).
-            Linear { proj: projection(&[("model.embed_tokens", cfg.vocab_size)], hd, last)?, bias: None, host_bias: None }
+            Linear {
+                proj: projection(&[("model.embed_tokens", cfg.vocab_size)], hd, last)?,
+                bias: None,
+                host_bias: None,
+            }
         } else {
             linear(&[("lm_head", cfg.vocab_size)], hd, false, last)?
         };
         let sequential = LayerGroups::sequential(blocks.len());
-        Ok(Self { cfg, embed, blocks, norm: final_norm, lm_head, sequential, devices: devices.to_vec(), head, vocab_subset: None })
+        Ok(Self {
+            cfg,
+            embed,
+            blocks,
+            norm: final_norm,
+            lm_head,
+            sequential,
+            devices: devices.to_vec(),
+            head,
+            vocab_subset: None,
+        })
     }
 }
 
@@ -195,7 +227,9 @@ impl Transformer {
 /// equal as possible, the earlier ranges one layer longer where it does not divide.
 pub fn layer_ranges(layers: usize, parts: usize) -> Result<Vec<std::ops::Range<usize>>> {
     if parts == 0 || parts > layers {
-        bail!("a model of {layers} layers cannot be split over {parts} device(s): each device needs at least one layer");
+        bail!(
+            "a model of {layers} layers cannot be split over {parts} device(s): each device needs at least one layer"
+        );
     }
     let (base, extra) = (layers / parts, layers % parts);
     let mut start = 0;

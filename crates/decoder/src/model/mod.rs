@@ -9,7 +9,7 @@
 use crate::cache::{KvCache, LayerSlot};
 use crate::config::ModelConfig;
 use crate::layer_groups::LayerGroups;
-use anyhow::{bail, ensure, Result};
+use anyhow::{Result, bail, ensure};
 use burn::tensor::{Device, Tensor};
 use std::sync::Arc;
 
@@ -24,11 +24,11 @@ mod swiglu;
 mod transform;
 
 pub use fuzzy::ProbedLayer;
-pub use probe::AttentionProbe;
+use layers::{Block, Embedding, RmsNorm, causal_mask, rope_tables};
 pub use linear::HOST_KERNEL_MAX_ROWS;
-pub use load::{layer_ranges, WeightMode};
-use layers::{causal_mask, rope_tables, Block, Embedding, RmsNorm};
 use linear::{Linear, Projection};
+pub use load::{WeightMode, layer_ranges};
+pub use probe::AttentionProbe;
 
 /// Forwards running in this process ([`Transformer::hidden_states_until`]).
 static FORWARDS_RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -141,7 +141,8 @@ impl Transformer {
 
     /// Whether any weight matrix runs natively from GGUF blocks ([`WeightMode::Native`]).
     pub fn is_native(&self) -> bool {
-        matches!(self.embed, Embedding::Native(_)) || self.linears().any(|l| matches!(l.proj, Projection::Native(_) | Projection::Int(_)))
+        matches!(self.embed, Embedding::Native(_))
+            || self.linears().any(|l| matches!(l.proj, Projection::Native(_) | Projection::Int(_)))
     }
 
     /// Whether any weight matrix takes integer dot products on 8-bit activations
@@ -177,7 +178,10 @@ impl Transformer {
         let mut tables = vec![(rope, mask)];
         for device in &self.devices[1..] {
             let ((cos, sin), mask) = &tables[0];
-            tables.push(((cos.clone().to_device(device), sin.clone().to_device(device)), mask.clone().map(|m| m.to_device(device))));
+            tables.push((
+                (cos.clone().to_device(device), sin.clone().to_device(device)),
+                mask.clone().map(|m| m.to_device(device)),
+            ));
         }
         tables
     }
@@ -196,14 +200,30 @@ impl Transformer {
     /// Layer `i`'s attention sublayer (input norm, attention, output projection) of `x`; runs
     /// on the layer's attention device and returns on its home device (where its residual
     /// stream and MLP are).
-    fn attention(&self, i: usize, x: Tensor<3>, slot: &mut LayerSlot, tables: &[PositionTables], probe: Option<&mut AttentionProbe>) -> Tensor<3> {
+    fn attention(
+        &self,
+        i: usize,
+        x: Tensor<3>,
+        slot: &mut LayerSlot,
+        tables: &[PositionTables],
+        probe: Option<&mut AttentionProbe>,
+    ) -> Tensor<3> {
         let block = &self.blocks[i];
         let (rope, mask) = &tables[block.device];
         if block.device == block.home {
-            return block.attn.forward(block.attn_norm.forward(self.on_device(x, block.home)), slot, rope, mask.as_ref(), probe);
+            return block.attn.forward(
+                block.attn_norm.forward(self.on_device(x, block.home)),
+                slot,
+                rope,
+                mask.as_ref(),
+                probe,
+            );
         }
         let x = x.to_device(&self.devices[block.device]);
-        block.attn.forward(block.attn_norm.forward(x), slot, rope, mask.as_ref(), probe).to_device(&self.devices[block.home])
+        block
+            .attn
+            .forward(block.attn_norm.forward(x), slot, rope, mask.as_ref(), probe)
+            .to_device(&self.devices[block.home])
     }
 
     /// Forwards `tokens` (n >= 1 new tokens of one sequence) after what `cache` holds, and
@@ -217,18 +237,34 @@ impl Transformer {
     /// layers once `cancel` is set (DSI's preemption of a verification whose prefix was
     /// rejected): `Ok(None)` then, with the cache's length unchanged (keys already written past
     /// it are never read).
-    pub fn forward_scores(&self, tokens: &[u32], cache: &mut KvCache, rows: usize, cancel: Option<&std::sync::atomic::AtomicBool>) -> Result<Option<Vec<Vec<f32>>>> {
+    pub fn forward_scores(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        rows: usize,
+        cancel: Option<&std::sync::atomic::AtomicBool>,
+    ) -> Result<Option<Vec<Vec<f32>>>> {
         Ok(self.forward_scores_hidden(tokens, cache, rows, cancel, false)?.map(|(scores, _)| scores))
     }
 
     /// [`Transformer::forward_scores`], and with `hidden` the final hidden states of every
     /// forwarded position, `[tokens, hidden]` row-major (what a feature-level drafter reads).
-    pub fn forward_scores_hidden(&self, tokens: &[u32], cache: &mut KvCache, rows: usize, cancel: Option<&std::sync::atomic::AtomicBool>, hidden: bool) -> Result<Option<(Vec<Vec<f32>>, Vec<f32>)>> {
+    pub fn forward_scores_hidden(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        rows: usize,
+        cancel: Option<&std::sync::atomic::AtomicBool>,
+        hidden: bool,
+    ) -> Result<Option<(Vec<Vec<f32>>, Vec<f32>)>> {
         ensure!((1..=tokens.len()).contains(&rows), "scores of {rows} rows from a forward of {} tokens", tokens.len());
-        let Some(states) = self.hidden_states_until(&[tokens], cache, None, cancel, &self.sequential, 1, None)? else { return Ok(None) };
+        let Some(states) = self.hidden_states_until(&[tokens], cache, None, cancel, &self.sequential, 1, None)? else {
+            return Ok(None);
+        };
         let [b, n, h] = states.dims();
         let scores = tail_rows(&self.logits(states.clone().slice([0..b, n - rows..n, 0..h])), rows);
-        let states = if hidden { states.into_data().try_to_vec::<f32>().expect("f32 model outputs") } else { Vec::new() };
+        let states =
+            if hidden { states.into_data().try_to_vec::<f32>().expect("f32 model outputs") } else { Vec::new() };
         Ok(Some((scores, states)))
     }
 
@@ -287,8 +323,15 @@ impl Transformer {
         Ok((ForwardOutput { logits, hidden }, times))
     }
 
-    fn hidden_states(&self, tokens: &[&[u32]], cache: &mut KvCache, times: Option<&mut LayerTimes>) -> Result<Tensor<3>> {
-        Ok(self.hidden_states_until(tokens, cache, times, None, &self.sequential, 1, None)?.expect("no cancel flag, never cancelled"))
+    fn hidden_states(
+        &self,
+        tokens: &[&[u32]],
+        cache: &mut KvCache,
+        times: Option<&mut LayerTimes>,
+    ) -> Result<Tensor<3>> {
+        Ok(self
+            .hidden_states_until(tokens, cache, times, None, &self.sequential, 1, None)?
+            .expect("no cancel flag, never cancelled"))
     }
 
     /// The layer loop, group by group (`self.sequential` for the exact forward); `None` when
@@ -339,7 +382,12 @@ impl Transformer {
         let n = tokens[0].len();
         ensure!(n > 0, "forward needs at least one token");
         ensure!(tokens.iter().all(|t| t.len() == n), "batched sequences must have equal length");
-        ensure!(groups.layers() == self.blocks.len(), "layer strategy '{groups}' is for {} layers, the model has {}", groups.layers(), self.blocks.len());
+        ensure!(
+            groups.layers() == self.blocks.len(),
+            "layer strategy '{groups}' is for {} layers, the model has {}",
+            groups.layers(),
+            self.blocks.len()
+        );
         let mut x = self.embed_tokens(tokens)?.reshape([b, n, self.cfg.hidden_size]);
         let past = cache.len();
         cache.reserve(n);

@@ -5,12 +5,12 @@
 //! output returns; the paper instead runs a copy of every MLP on every device to save that
 //! transfer, which changes where the numbers are computed, not which.
 
-use crate::weights::HostTensor;
-use anyhow::{ensure, Result};
-use burn::tensor::Device;
-use super::layers::{Attention, RmsNorm};
-use super::linear::{upload_matrix, Linear, Projection};
 use super::Transformer;
+use super::layers::{Attention, RmsNorm};
+use super::linear::{Linear, Projection, upload_matrix};
+use crate::weights::HostTensor;
+use anyhow::{Result, ensure};
+use burn::tensor::Device;
 
 impl Linear {
     /// The same map on `device`, as [`Transformer::load`] would have stored it there (f32;
@@ -26,12 +26,16 @@ impl Linear {
             Projection::Native(q) | Projection::Int(q) => (q.rows(), q.to_f32()),
             Projection::Device(blocks) => {
                 let rows = blocks.iter().map(|b| b.dims()[0]).sum();
-                let data = blocks.iter().flat_map(|b| b.clone().into_data().try_into_vec::<f32>().expect("f32 weights")).collect();
+                let data = blocks
+                    .iter()
+                    .flat_map(|b| b.clone().into_data().try_into_vec::<f32>().expect("f32 weights"))
+                    .collect();
                 (rows, data)
             }
         };
         let cols = data.len() / rows;
-        let proj = upload_matrix(HostTensor { shape: vec![rows, cols], data }, "placed projection", [rows, cols], device)?;
+        let proj =
+            upload_matrix(HostTensor { shape: vec![rows, cols], data }, "placed projection", [rows, cols], device)?;
         let bias = self.bias.as_ref().map(|b| b.clone().to_device(device));
         let host_bias = match &proj {
             Projection::Device(_) => None,
@@ -43,7 +47,13 @@ impl Linear {
 
 impl Attention {
     fn to_device(&self, device: &Device) -> Result<Attention> {
-        Ok(Attention { qkv: self.qkv.to_device(device)?, o: self.o.to_device(device)?, heads: self.heads, kv_heads: self.kv_heads, head_dim: self.head_dim })
+        Ok(Attention {
+            qkv: self.qkv.to_device(device)?,
+            o: self.o.to_device(device)?,
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+        })
     }
 }
 
@@ -61,7 +71,10 @@ impl Transformer {
     /// call no longer fit the model.
     pub fn place_attention(mut self, devices: &[Device]) -> Result<Self> {
         ensure!(!devices.is_empty(), "placing attention layers needs at least one device");
-        ensure!(!self.is_split(), "EasySpec's attention placement needs a model on one device; this one is split in layer ranges over several");
+        ensure!(
+            !self.is_split(),
+            "EasySpec's attention placement needs a model on one device; this one is split in layer ranges over several"
+        );
         for (i, block) in self.blocks.iter_mut().enumerate() {
             let device = &devices[i % devices.len()];
             let index = match self.devices.iter().position(|d| d == device) {

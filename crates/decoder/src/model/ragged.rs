@@ -2,12 +2,12 @@
 //! cache and length, through one pass over the weights, every row computed independently of
 //! the others.
 
-use crate::cache::KvCache;
-use anyhow::{ensure, Result};
-use burn::tensor::Tensor;
 use super::layers::{causal_mask, rope_tables};
 use super::linear::Linear;
-use super::{host_rows, Transformer};
+use super::{Transformer, host_rows};
+use crate::cache::KvCache;
+use anyhow::{Result, ensure};
+use burn::tensor::Tensor;
 
 impl Transformer {
     /// Forwards a *ragged* batch: several sequences, each with its own new tokens (any
@@ -20,7 +20,11 @@ impl Transformer {
     /// hidden states of all new rows, `[rows, hidden]`, sequence after sequence in input order.
     pub fn forward_ragged(&self, seqs: &mut [(&[u32], &mut KvCache)]) -> Result<Tensor<2>> {
         ensure!(!seqs.is_empty(), "a ragged forward needs at least one sequence");
-        ensure!(self.devices.len() == 1, "ragged forwards run on one device; this model's attentions are placed on {}", self.devices.len());
+        ensure!(
+            self.devices.len() == 1,
+            "ragged forwards run on one device; this model's attentions are placed on {}",
+            self.devices.len()
+        );
         for (tokens, cache) in seqs.iter() {
             ensure!(!tokens.is_empty(), "forward needs at least one token per sequence");
             ensure!(cache.batch() == 1, "ragged forwards take single-sequence caches, got one for {}", cache.batch());
@@ -74,5 +78,4 @@ impl Transformer {
         let v = out.dims()[2];
         host_rows(out.reshape([r, v]))
     }
-
 }

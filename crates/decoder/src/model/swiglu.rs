@@ -29,12 +29,14 @@ const MIN_ROWS_PER_TASK: usize = 2;
 pub(super) fn swiglu(gate_up: &[f32], m: usize, i: usize) -> Vec<f32> {
     assert_eq!(gate_up.len(), m * 2 * i, "gate_up is not [m, 2 i]");
     let mut out = vec![0f32; m * i];
-    out.par_chunks_mut(i.max(1)).zip(gate_up.par_chunks(2 * i.max(1))).with_min_len(MIN_ROWS_PER_TASK).for_each(|(o, gu)| {
-        let (gate, up) = gu.split_at(i);
-        for ((o, &g), &u) in o.iter_mut().zip(gate).zip(up) {
-            *o = g * sigmoid(g) * u;
-        }
-    });
+    out.par_chunks_mut(i.max(1)).zip(gate_up.par_chunks(2 * i.max(1))).with_min_len(MIN_ROWS_PER_TASK).for_each(
+        |(o, gu)| {
+            let (gate, up) = gu.split_at(i);
+            for ((o, &g), &u) in o.iter_mut().zip(gate).zip(up) {
+                *o = g * sigmoid(g) * u;
+            }
+        },
+    );
     out
 }
 
@@ -65,7 +67,8 @@ mod tests {
         // The test above would catch a sigmoid that takes the other formula's side for
         // negative inputs: its values differ in the last bits.
         let flipped = |g: f32| if g < 0.0 { 1.0 / (1.0 + (-g).exp()) } else { sigmoid(g) };
-        let differs = (0..2000).map(|k| -(k as f32) / 97.0 - 0.01).any(|g| flipped(g).to_bits() != sigmoid(g).to_bits());
+        let differs =
+            (0..2000).map(|k| -(k as f32) / 97.0 - 0.01).any(|g| flipped(g).to_bits() != sigmoid(g).to_bits());
         assert!(differs, "1 / (1 + e^-g) and e^g / (1 + e^g) agree on every negative input tried");
     }
 }

@@ -3,11 +3,11 @@
 //! requantized to a cheaper block type. Speculative decoding stays lossless under both: the
 //! verifier's rejection sampling is exact for any draft distribution q, and these only change q.
 
-use super::linear::{device_blocks, upload_matrix, Linear, Projection};
 use super::Transformer;
+use super::linear::{Linear, Projection, device_blocks, upload_matrix};
 use crate::gguf::GgmlType;
 use crate::weights::HostTensor;
-use anyhow::{bail, ensure, Result};
+use anyhow::{Result, bail, ensure};
 use burn::tensor::{Device, Tensor, TensorData};
 use std::sync::Arc;
 
@@ -19,7 +19,11 @@ impl Transformer {
     pub fn restrict_vocab(mut self, ids: &[u32]) -> Result<Self> {
         let vocab = self.cfg.vocab_size;
         ensure!(self.vocab_subset.is_none(), "the head is already restricted to a vocabulary subset");
-        ensure!((1..=vocab).contains(&ids.len()), "a vocabulary subset of {} tokens for a vocabulary of {vocab}: need 1..={vocab}", ids.len());
+        ensure!(
+            (1..=vocab).contains(&ids.len()),
+            "a vocabulary subset of {} tokens for a vocabulary of {vocab}: need 1..={vocab}",
+            ids.len()
+        );
         let mut seen = vec![false; vocab];
         for &t in ids {
             ensure!((t as usize) < vocab, "token {t} of the vocabulary subset is outside the vocabulary of {vocab}");
@@ -31,12 +35,24 @@ impl Transformer {
             Projection::Int(q) => Projection::Int(Arc::new(q.select_rows(ids)?.into_int_layout())),
             Projection::Host { host, .. } => {
                 let data = gather_rows(host.as_f32(), host.cols, ids);
-                upload_matrix(HostTensor { shape: vec![ids.len(), host.cols], data }, "lm_head subset", [ids.len(), host.cols], &self.devices[self.head])?
+                upload_matrix(
+                    HostTensor { shape: vec![ids.len(), host.cols], data },
+                    "lm_head subset",
+                    [ids.len(), host.cols],
+                    &self.devices[self.head],
+                )?
             }
             Projection::Device(blocks) => {
                 let cols = blocks[0].dims()[1];
-                let all: Vec<f32> = blocks.iter().flat_map(|b| b.clone().into_data().try_to_vec::<f32>().expect("f32 weights")).collect();
-                Projection::Device(device_blocks(gather_rows(&all, cols, ids), [ids.len(), cols], &self.devices[self.head]))
+                let all: Vec<f32> = blocks
+                    .iter()
+                    .flat_map(|b| b.clone().into_data().try_to_vec::<f32>().expect("f32 weights"))
+                    .collect();
+                Projection::Device(device_blocks(
+                    gather_rows(&all, cols, ids),
+                    [ids.len(), cols],
+                    &self.devices[self.head],
+                ))
             }
         };
         let bias = head.host_bias.as_ref().map(|b| ids.iter().map(|&t| b[t as usize]).collect::<Vec<f32>>());
@@ -66,15 +82,28 @@ impl Transformer {
                 Projection::Native(q) => Projection::Native(Arc::new(q.requantized(ty)?)),
                 Projection::Int(q) => {
                     let r = q.requantized(ty)?;
-                    if r.has_int_kernel() { Projection::Int(Arc::new(r.into_int_layout())) } else { Projection::Native(Arc::new(r)) }
+                    if r.has_int_kernel() {
+                        Projection::Int(Arc::new(r.into_int_layout()))
+                    } else {
+                        Projection::Native(Arc::new(r))
+                    }
                 }
-                Projection::Host { .. } => bail!("requantizing {name} needs the model's GGUF blocks: load it with --weights native or q8 (it is held in f32)"),
-                Projection::Device(_) => bail!("requantizing {name} needs the model on the CPU (it is on another device)"),
+                Projection::Host { .. } => bail!(
+                    "requantizing {name} needs the model's GGUF blocks: load it with --weights native or q8 (it is held in f32)"
+                ),
+                Projection::Device(_) => {
+                    bail!("requantizing {name} needs the model on the CPU (it is on another device)")
+                }
             };
             Ok(())
         };
         for (i, b) in self.blocks.iter_mut().enumerate() {
-            for (l, what) in [(&mut b.attn.qkv, "q/k/v"), (&mut b.attn.o, "o"), (&mut b.mlp.gate_up, "gate/up"), (&mut b.mlp.down, "down")] {
+            for (l, what) in [
+                (&mut b.attn.qkv, "q/k/v"),
+                (&mut b.attn.o, "o"),
+                (&mut b.mlp.gate_up, "gate/up"),
+                (&mut b.mlp.down, "down"),
+            ] {
                 convert(l, &format!("layer {i}'s {what} projection"))?;
             }
         }
@@ -104,7 +133,10 @@ impl Transformer {
     /// The output head's rows of `ids` decoded to f32, `[ids, hidden]` row-major: what a
     /// feature head trains its scores with (the head it will share at run time).
     pub fn output_rows(&self, ids: &[u32]) -> Result<Vec<f32>> {
-        ensure!(self.vocab_subset.is_none(), "the output head is restricted to a vocabulary subset; its rows are of the full model");
+        ensure!(
+            self.vocab_subset.is_none(),
+            "the output head is restricted to a vocabulary subset; its rows are of the full model"
+        );
         ensure!(self.lm_head.bias.is_none(), "an output head with a bias is not a plain row lookup");
         let vocab = self.cfg.vocab_size;
         if let Some(&bad) = ids.iter().find(|&&t| t as usize >= vocab) {
@@ -121,7 +153,10 @@ impl Transformer {
             }
             Projection::Host { host, .. } => gather_rows(host.as_f32(), host.cols, ids),
             Projection::Device(blocks) => {
-                let all: Vec<f32> = blocks.iter().flat_map(|b| b.clone().into_data().try_to_vec::<f32>().expect("f32 weights")).collect();
+                let all: Vec<f32> = blocks
+                    .iter()
+                    .flat_map(|b| b.clone().into_data().try_to_vec::<f32>().expect("f32 weights"))
+                    .collect();
                 gather_rows(&all, h, ids)
             }
         })

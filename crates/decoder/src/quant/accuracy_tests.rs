@@ -18,7 +18,7 @@
 //! on activations without outliers, and the slope must be 1 within [`SLOPE_TOLERANCE`].
 
 use super::act::QK_K;
-use super::int::{matmul, IntPath};
+use super::int::{IntPath, matmul};
 use super::testutil::random_blocks;
 use super::{QuantMatrix, QuantPart};
 use crate::gguf::GgmlType;
@@ -26,7 +26,14 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
 /// Widths with at least two blocks per row, so that a wrong block offset reads other weights.
-const CASES: [(GgmlType, usize); 6] = [(GgmlType::Q4_0, 128), (GgmlType::Q5_0, 128), (GgmlType::Q8_0, 128), (GgmlType::Q4K, 768), (GgmlType::Q5K, 768), (GgmlType::Q6K, 768)];
+const CASES: [(GgmlType, usize); 6] = [
+    (GgmlType::Q4_0, 128),
+    (GgmlType::Q5_0, 128),
+    (GgmlType::Q8_0, 128),
+    (GgmlType::Q4K, 768),
+    (GgmlType::Q5K, 768),
+    (GgmlType::Q6K, 768),
+];
 const ROWS: usize = 64;
 const M: usize = 4;
 /// Activation rows of the slope check: enough outputs that its standard error is a fifth of
@@ -66,7 +73,8 @@ fn outputs(reference: &QuantMatrix, x: &[f32], got: &[f32]) -> Vec<(f64, f64, f6
     for (r, xr) in x.chunks_exact(k).enumerate() {
         // The activations are quantized per 32 values for the 32-wide formats, per 256 for
         // the K-quants.
-        let steps: Vec<f64> = xr.chunks(block).map(|c| c.iter().fold(0f32, |m, v| m.max(v.abs())) as f64 / 127.0).collect();
+        let steps: Vec<f64> =
+            xr.chunks(block).map(|c| c.iter().fold(0f32, |m, v| m.max(v.abs())) as f64 / 127.0).collect();
         for o in 0..n {
             let w = &dense[o * k..(o + 1) * k];
             let exact: f64 = w.iter().zip(xr).map(|(&a, &b)| a as f64 * b as f64).sum();
@@ -179,14 +187,27 @@ fn the_integer_product_is_within_its_rounding_distribution_and_faults_fall_far_o
             for (name, x) in [("outliers", &x[..]), ("even", &even[..M * k])] {
                 let stats = z_stats(&reference, x, &kernel(&reference, x, path));
                 report.push(format!("{ty:?} {} ({name}): mean z² {:.3}, max |z| {:.2}", path.name(), stats.0, stats.1));
-                assert!(passes(stats), "{ty:?} k={k} on {} ({name}): mean z² {:.3} (allowed {MEAN_Z2:?}), max |z| {:.2} (allowed {Z_MAX})", path.name(), stats.0, stats.1);
+                assert!(
+                    passes(stats),
+                    "{ty:?} k={k} on {} ({name}): mean z² {:.3} (allowed {MEAN_Z2:?}), max |z| {:.2} (allowed {Z_MAX})",
+                    path.name(),
+                    stats.0,
+                    stats.1
+                );
             }
             let (b, se) = slope(&reference, &even, &kernel(&reference, &even, path));
             report.push(format!("{ty:?} {}: slope 1 {:+.2e} (standard error {se:.1e})", path.name(), b - 1.0));
             // The slope's own noise must be far below the tolerance, or the check could not
             // tell a gain error from rounding.
-            assert!(5.0 * se < SLOPE_TOLERANCE, "{ty:?} k={k}: the slope's standard error {se:.1e} is too large to resolve {SLOPE_TOLERANCE}");
-            assert!((b - 1.0).abs() < SLOPE_TOLERANCE, "{ty:?} k={k} on {}: slope {b:.5}, a gain error (allowed 1 ± {SLOPE_TOLERANCE})", path.name());
+            assert!(
+                5.0 * se < SLOPE_TOLERANCE,
+                "{ty:?} k={k}: the slope's standard error {se:.1e} is too large to resolve {SLOPE_TOLERANCE}"
+            );
+            assert!(
+                (b - 1.0).abs() < SLOPE_TOLERANCE,
+                "{ty:?} k={k} on {}: slope {b:.5}, a gain error (allowed 1 ± {SLOPE_TOLERANCE})",
+                path.name()
+            );
         }
         for fault in [Fault::Scale20, Fault::Scale1, Fault::NibbleMerge, Fault::BlockOffset] {
             let Some(faulty) = with_fault(ty, k, &data, fault) else { continue };
@@ -195,7 +216,11 @@ fn the_integer_product_is_within_its_rounding_distribution_and_faults_fall_far_o
             let (b, _) = slope(&reference, &even, &kernel(&q, &even, IntPath::active()));
             report.push(format!("{ty:?} {fault:?}: mean z² {:.3e}, max |z| {:.3e}, slope {b:.4}", stats.0, stats.1));
             let caught = !passes(stats) || (b - 1.0).abs() >= SLOPE_TOLERANCE;
-            assert!(caught, "{ty:?} k={k}: {fault:?} passed the check (mean z² {:.3}, max |z| {:.2}, slope {b:.5})", stats.0, stats.1);
+            assert!(
+                caught,
+                "{ty:?} k={k}: {fault:?} passed the check (mean z² {:.3}, max |z| {:.2}, slope {b:.5})",
+                stats.0, stats.1
+            );
         }
     }
     eprintln!("{}", report.join("\n"));

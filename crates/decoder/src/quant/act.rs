@@ -13,8 +13,8 @@
 //! The scale is kept in f32 (llama.cpp rounds Q8_0's to f16): a little more precise, same
 //! cost.
 
-use super::unpack::{family, Family};
 use super::QuantMatrix;
+use super::unpack::{Family, family};
 
 /// Values per Q8_K block.
 pub const QK_K: usize = 256;

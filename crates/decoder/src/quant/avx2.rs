@@ -6,7 +6,7 @@
 //! bit-identical to the loader's. The per-block scales are computed with the scalar code's
 //! f32 arithmetic.
 
-use crate::gguf::{f16_at, scale_min_k4, GgmlType};
+use crate::gguf::{GgmlType, f16_at, scale_min_k4};
 use std::arch::x86_64::*;
 
 /// Whether this CPU has what the decoders use (AVX2 for the integer work, F16C for F16).
@@ -232,7 +232,9 @@ fn f16s(src: &[u8], dst: &mut [f32]) {
     let body = dst.len() / 8 * 8;
     for i in (0..body).step_by(8) {
         // SAFETY: values i..i+8 exist in both (2 bytes each in src).
-        unsafe { _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(_mm_loadu_si128(src.as_ptr().add(2 * i).cast()))) }
+        unsafe {
+            _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(_mm_loadu_si128(src.as_ptr().add(2 * i).cast())))
+        }
     }
     for i in body..dst.len() {
         dst[i] = f16_at(src, 2 * i);

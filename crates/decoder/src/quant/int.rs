@@ -16,13 +16,13 @@
 //! invariance). One scalar per output is what lets a kernel hold 16 weight rows in the lanes
 //! of one register ([`super::panel`]): the float steps then serve 16 outputs per instruction.
 
-use super::act::{Q80Rows, Q8KRows, QuantizedInput, QK8_0, QK_K};
-use super::unpack::{Family, UnpackedRow};
 use super::QuantMatrix;
+use super::act::{Q8KRows, Q80Rows, QK_K, QK8_0, QuantizedInput};
+use super::unpack::{Family, UnpackedRow};
 use crate::gguf::GgmlType;
 use rayon::prelude::*;
 
-pub use super::path::{runtime_kernels, IntPath};
+pub use super::path::{IntPath, runtime_kernels};
 
 /// Reference: block `b` of a K-family weight row with block `b` of activation row `r`: the
 /// exact `t_b` (Q6_K's offset term included) and `m_b`.
@@ -69,7 +69,9 @@ fn row_dots(path: IntPath, ty: GgmlType, row: &[u8], w: &mut UnpackedRow, x: &Qu
     match path {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `matmul` checked once that the CPU supports the path.
-        IntPath::Avx512Vnni | IntPath::AvxVnni | IntPath::Avx2 => unsafe { super::int_x86::row_dots(path, ty, row, x, out) },
+        IntPath::Avx512Vnni | IntPath::AvxVnni | IntPath::Avx2 => unsafe {
+            super::int_x86::row_dots(path, ty, row, x, out)
+        },
         _ => {
             w.unpack(ty, row);
             for (r, o) in out.iter_mut().enumerate() {
@@ -109,7 +111,8 @@ pub fn matmul(q: &QuantMatrix, x: &[f32], m: usize, out: &mut [f32], path: IntPa
     }
     crate::kernels::by_weight_rows(n, m, out, |out_t| {
         // Tasks of 16 weight rows counted from each part's first row (a panel each).
-        let mut tasks: Vec<(usize, usize, &mut [f32])> = Vec::with_capacity(n.div_ceil(ROWS_PER_TASK) + q.parts().len());
+        let mut tasks: Vec<(usize, usize, &mut [f32])> =
+            Vec::with_capacity(n.div_ceil(ROWS_PER_TASK) + q.parts().len());
         let mut rest = out_t;
         for (i, (p, &start)) in q.parts().iter().zip(q.part_starts()).enumerate() {
             let (mine, tail) = std::mem::take(&mut rest).split_at_mut(p.rows * m);
@@ -147,7 +150,8 @@ fn panels_into(q: &QuantMatrix, input: &QuantizedInput, m: usize, out: &mut [f32
     unsafe impl Send for Out {}
     unsafe impl Sync for Out {}
     let (n, dst) = (q.rows(), Out(out.as_mut_ptr()));
-    let tasks: Vec<(usize, usize)> = q.parts().iter().enumerate().flat_map(|(i, p)| (0..p.rows.div_ceil(PANEL)).map(move |k| (i, k))).collect();
+    let tasks: Vec<(usize, usize)> =
+        q.parts().iter().enumerate().flat_map(|(i, p)| (0..p.rows.div_ceil(PANEL)).map(move |k| (i, k))).collect();
     tasks.into_par_iter().for_each(|(part, index)| {
         let dst = dst;
         let (p, start) = (&q.parts()[part], q.part_starts()[part] + index * PANEL);
@@ -166,7 +170,14 @@ fn panels_into(q: &QuantMatrix, input: &QuantizedInput, m: usize, out: &mut [f32
 /// r's dot products with the panel's real weight rows, in order (one contiguous run of an
 /// `[m, n]` output row).
 #[cfg(target_arch = "x86_64")]
-fn panel_task(p: &super::QuantPart, index: usize, input: &QuantizedInput, m: usize, path: IntPath, mut put: impl FnMut(usize, &[f32])) {
+fn panel_task(
+    p: &super::QuantPart,
+    index: usize,
+    input: &QuantizedInput,
+    m: usize,
+    path: IntPath,
+    mut put: impl FnMut(usize, &[f32]),
+) {
     use super::panel::PANEL;
     use super::{panel_avx2, panel_x86};
     let panel_bytes = p.data.len() / p.rows.div_ceil(PANEL);

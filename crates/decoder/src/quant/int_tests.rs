@@ -3,11 +3,11 @@
 //! any size, and the comparison catches a broken arithmetic. That the numbers are the right
 //! ones, close to the exact product, is `accuracy_tests`.
 
+use super::QuantMatrix;
 use super::act::{Q8KRows, QK_K};
-use super::int::{dot_k_portable, matmul, IntPath};
+use super::int::{IntPath, dot_k_portable, matmul};
 use super::testutil::matrix;
 use super::unpack::UnpackedRow;
-use super::QuantMatrix;
 use crate::gguf::GgmlType;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -62,8 +62,16 @@ fn every_path_gives_the_portable_bits_for_1_to_70_rows() {
         for m in (1..=17).chain([20, 21, 31, 33, 40, 64, 70]) {
             let want = run(&q, &x, m, IntPath::Portable);
             for &p in &paths {
-                assert!(same_bits(&run(&q, &x, m, p), &want), "{ty:?} k={k}: {} differs from portable at {m} rows", p.name());
-                assert!(same_bits(&run(&paneled, &x, m, p), &want), "{ty:?} k={k}: {} on panels differs from portable at {m} rows", p.name());
+                assert!(
+                    same_bits(&run(&q, &x, m, p), &want),
+                    "{ty:?} k={k}: {} differs from portable at {m} rows",
+                    p.name()
+                );
+                assert!(
+                    same_bits(&run(&paneled, &x, m, p), &want),
+                    "{ty:?} k={k}: {} on panels differs from portable at {m} rows",
+                    p.name()
+                );
             }
         }
     }
@@ -96,8 +104,16 @@ fn the_largest_quants_and_activations_give_the_portable_bits() {
         let m = signs.len();
         let want = run(&q, &x, m, IntPath::Portable);
         for &p in &IntPath::all_supported() {
-            assert!(same_bits(&run(&q, &x, m, p), &want), "{ty:?}: {} differs from portable at the largest values", p.name());
-            assert!(same_bits(&run(&panels(&q), &x, m, p), &want), "{ty:?}: {} on panels differs from portable at the largest values", p.name());
+            assert!(
+                same_bits(&run(&q, &x, m, p), &want),
+                "{ty:?}: {} differs from portable at the largest values",
+                p.name()
+            );
+            assert!(
+                same_bits(&run(&panels(&q), &x, m, p), &want),
+                "{ty:?}: {} on panels differs from portable at the largest values",
+                p.name()
+            );
         }
     }
 }
@@ -108,7 +124,9 @@ fn a_row_alone_equals_the_same_row_in_any_call() {
         let rows = matrix(&[(ty, 20)], k, 11);
         let x = activations(40, k, 5);
         let n = rows.rows();
-        for (q, p) in [&rows, &panels(&rows)].into_iter().flat_map(|q| IntPath::all_supported().into_iter().map(move |p| (q, p))) {
+        for (q, p) in
+            [&rows, &panels(&rows)].into_iter().flat_map(|q| IntPath::all_supported().into_iter().map(move |p| (q, p)))
+        {
             let all = run(&q, &x, 40, p);
             for r in [0, 1, 7, 39] {
                 let alone = run(&q, &x[r * k..], 1, p);
@@ -117,7 +135,11 @@ fn a_row_alone_equals_the_same_row_in_any_call() {
             // Row 3 at the front of a 2-row call and in the middle of a 9-row one.
             let two = run(&q, &x[3 * k..], 2, p);
             let nine = run(&q, &x[k..], 9, p);
-            assert!(same_bits(&two[..n], &all[3 * n..4 * n]) && same_bits(&nine[2 * n..3 * n], &all[3 * n..4 * n]), "{ty:?} {}", p.name());
+            assert!(
+                same_bits(&two[..n], &all[3 * n..4 * n]) && same_bits(&nine[2 * n..3 * n], &all[3 * n..4 * n]),
+                "{ty:?} {}",
+                p.name()
+            );
         }
     }
 }
@@ -140,7 +162,8 @@ fn broken_dot_k(w: &UnpackedRow, x: &Q8KRows, r: usize) -> f32 {
     let mut acc = 0f32;
     for b in 0..w.blocks {
         let (dx, xq, bsums) = x.block(r, b);
-        let t: i32 = (0..QK_K).map(|e| w.q[b * QK_K + e] as i32 * xq[e] as i32 * w.sc[b * 16 + (e / 16 + 1) % 16] as i32).sum();
+        let t: i32 =
+            (0..QK_K).map(|e| w.q[b * QK_K + e] as i32 * xq[e] as i32 * w.sc[b * 16 + (e / 16 + 1) % 16] as i32).sum();
         let m: i32 = (0..16).map(|g| w.mn[b * 16 + g] as i32 * bsums[g] as i32).sum();
         acc = (w.d[b] * dx).mul_add(t as f32, acc);
         acc = (-(w.dmin[b] * dx)).mul_add(m as f32, acc);

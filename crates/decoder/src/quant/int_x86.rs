@@ -10,10 +10,10 @@
 //! weights as panels ([`super::panel`]) on every x86 path; these kernels serve weights stored
 //! as rows (`SPECX_PANELS=0`), the AVX-VNNI path with the AVX2 kernels.
 
-use super::act::{Q80Rows, Q8KRows, QuantizedInput, QK8_0, QK_K};
-use super::path::IntPath;
+use super::act::{Q8KRows, Q80Rows, QK_K, QK8_0, QuantizedInput};
 use super::int_x86_blocks as blocks;
-use super::int_x86_blocks::{KScales, Q4K, Q4_0, Q5K, Q5_0, Q6K, Q8_0};
+use super::int_x86_blocks::{KScales, Q4_0, Q4K, Q5_0, Q5K, Q6K, Q8_0};
+use super::path::IntPath;
 use crate::gguf::GgmlType;
 use std::arch::x86_64::*;
 
@@ -39,13 +39,24 @@ pub unsafe fn row_dots(path: IntPath, ty: GgmlType, row: &[u8], x: &QuantizedInp
 ///
 /// # Safety
 /// As [`row_dots`].
-pub unsafe fn rows_dots(path: IntPath, ty: GgmlType, rows: &[u8], row_bytes: usize, x: &QuantizedInput, out: &mut [f32]) {
+pub unsafe fn rows_dots(
+    path: IntPath,
+    ty: GgmlType,
+    rows: &[u8],
+    row_bytes: usize,
+    x: &QuantizedInput,
+    out: &mut [f32],
+) {
     let avx512 = path == IntPath::Avx512Vnni;
     // SAFETY: the caller guarantees the path's instructions.
     unsafe {
         macro_rules! each {
             ($t:expr) => {
-                if avx512 { rows512::<{ $t }>(rows, row_bytes, x, out) } else { rows256::<{ $t }>(rows, row_bytes, x, out) }
+                if avx512 {
+                    rows512::<{ $t }>(rows, row_bytes, x, out)
+                } else {
+                    rows256::<{ $t }>(rows, row_bytes, x, out)
+                }
             };
         }
         match ty {
@@ -106,7 +117,11 @@ unsafe fn rows256<const T: u8>(rows: &[u8], row_bytes: usize, x: &QuantizedInput
 unsafe fn dots512<const T: u8, const R: usize>(row: &[u8], x: &QuantizedInput, r0: usize, out: &mut [f32]) {
     // SAFETY: the features are enabled; the kernels check what they read.
     let got: [f32; R] = unsafe {
-        if blocks::is_k(T) { k_avx512::<T, R>(row, x.k.as_ref().expect("Q8_K input"), r0) } else { b32_avx512::<T, R>(row, x.b32.as_ref().expect("Q8_0 input"), r0) }
+        if blocks::is_k(T) {
+            k_avx512::<T, R>(row, x.k.as_ref().expect("Q8_K input"), r0)
+        } else {
+            b32_avx512::<T, R>(row, x.b32.as_ref().expect("Q8_0 input"), r0)
+        }
     };
     out.copy_from_slice(&got);
 }
@@ -115,7 +130,11 @@ unsafe fn dots512<const T: u8, const R: usize>(row: &[u8], x: &QuantizedInput, r
 unsafe fn dots256<const T: u8, const R: usize>(row: &[u8], x: &QuantizedInput, r0: usize, out: &mut [f32]) {
     // SAFETY: as dots512.
     let got: [f32; R] = unsafe {
-        if blocks::is_k(T) { k_avx2::<T, R>(row, x.k.as_ref().expect("Q8_K input"), r0) } else { b32_avx2::<T, R>(row, x.b32.as_ref().expect("Q8_0 input"), r0) }
+        if blocks::is_k(T) {
+            k_avx2::<T, R>(row, x.k.as_ref().expect("Q8_K input"), r0)
+        } else {
+            b32_avx2::<T, R>(row, x.b32.as_ref().expect("Q8_0 input"), r0)
+        }
     };
     out.copy_from_slice(&got);
 }
@@ -151,7 +170,11 @@ fn block_step(acc: f32, dd: f32, t: i32, dm: Option<(f32, i32)>) -> f32 {
 /// Block count of `row` for type `T`, checking it holds whole blocks matching `cols`.
 fn row_blocks<const T: u8>(row: &[u8], cols: usize) -> usize {
     let (per, size) = blocks::ty(T).block();
-    assert!(row.len() % size == 0 && row.len() / size * per == cols, "weight row of {} bytes for {cols} values", row.len());
+    assert!(
+        row.len() % size == 0 && row.len() / size * per == cols,
+        "weight row of {} bytes for {cols} values",
+        row.len()
+    );
     row.len() / size
 }
 
@@ -175,7 +198,9 @@ unsafe fn k_avx2<const T: u8, const R: usize>(row: &[u8], x: &Q8KRows, r0: usize
     let size = blocks::ty(T).block().1;
     let rows: [(*const i8, *const i16, &[f32]); R] = std::array::from_fn(|j| k_row(x, r0 + j));
     // From an i32 lane holding (sc[2c], sc[2c+1]): sc[2c] in i16 lanes 0..8, sc[2c+1] in 8..16.
-    let spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+    let spread = _mm256_setr_epi8(
+        0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+    );
     let mut acc = [0f32; R];
     for b in 0..nb {
         // SAFETY: block b lies inside `row` (row_blocks); activation pointers stay inside
@@ -187,7 +212,8 @@ unsafe fn k_avx2<const T: u8, const R: usize>(row: &[u8], x: &Q8KRows, r0: usize
             let mut s1 = [_mm256_setzero_si256(); R];
             for c in 0..8 {
                 let qv = blocks::k_chunk256::<T>(blk, c);
-                let scv = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(ks.sc16, _mm256_set1_epi32(c as i32)), spread);
+                let scv =
+                    _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(ks.sc16, _mm256_set1_epi32(c as i32)), spread);
                 for j in 0..R {
                     let xv = _mm256_loadu_si256(rows[j].0.add(b * QK_K + 32 * c).cast());
                     let t = _mm256_madd_epi16(_mm256_maddubs_epi16(qv, xv), scv);
@@ -203,7 +229,11 @@ unsafe fn k_avx2<const T: u8, const R: usize>(row: &[u8], x: &Q8KRows, r0: usize
                 let dx = rows[j].2[b];
                 let t = hsum8(_mm256_add_epi32(s0[j], s1[j]));
                 let m = hsum8(corr);
-                acc[j] = if blocks::float_mins(T) { block_step(acc[j], ks.d * dx, t, Some((-(ks.dmin * dx), m))) } else { block_step(acc[j], ks.d * dx, t - m, None) };
+                acc[j] = if blocks::float_mins(T) {
+                    block_step(acc[j], ks.d * dx, t, Some((-(ks.dmin * dx), m)))
+                } else {
+                    block_step(acc[j], ks.d * dx, t - m, None)
+                };
             }
         }
     }
@@ -242,7 +272,11 @@ unsafe fn k_avx512<const T: u8, const R: usize>(row: &[u8], x: &Q8KRows, r0: usi
                 let corr = _mm256_madd_epi16(ks.mn16, _mm256_loadu_si256(rows[j].1.add(b * 16).cast()));
                 let dx = rows[j].2[b];
                 let (t, m) = (hsum16(s[j]), hsum8(corr));
-                acc[j] = if blocks::float_mins(T) { block_step(acc[j], ks.d * dx, t, Some((-(ks.dmin * dx), m))) } else { block_step(acc[j], ks.d * dx, t - m, None) };
+                acc[j] = if blocks::float_mins(T) {
+                    block_step(acc[j], ks.d * dx, t, Some((-(ks.dmin * dx), m)))
+                } else {
+                    block_step(acc[j], ks.d * dx, t - m, None)
+                };
             }
         }
     }

@@ -118,7 +118,8 @@ pub unsafe fn k_chunk256<const T: u8>(blk: *const u8, c: usize) -> __m256i {
         Q4K => nib(load(16 + 32 * (c / 2))),
         Q5K => {
             let bit = _mm256_set1_epi8((1u8 << c) as i8);
-            let high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(load(16), bit), bit), _mm256_set1_epi8(0x10));
+            let high =
+                _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(load(16), bit), bit), _mm256_set1_epi8(0x10));
             _mm256_or_si256(nib(load(48 + 32 * (c / 2))), high)
         }
         _ => {
@@ -156,7 +157,11 @@ pub unsafe fn k_span512<const T: u8>(blk: *const u8, s: usize) -> __m512i {
         Q4K => split(load2(16 + 32 * s)),
         Q5K => {
             // Chunk 2s takes bit 2s of qh, chunk 2s + 1 bit 2s + 1.
-            let bits = _mm512_mask_blend_epi64(0xf0, _mm512_set1_epi8((1u8 << (2 * s)) as i8), _mm512_set1_epi8((2u8 << (2 * s)) as i8));
+            let bits = _mm512_mask_blend_epi64(
+                0xf0,
+                _mm512_set1_epi8((1u8 << (2 * s)) as i8),
+                _mm512_set1_epi8((2u8 << (2 * s)) as i8),
+            );
             let k = _mm512_test_epi8_mask(load2(16), bits);
             let v = split(load2(48 + 32 * s));
             _mm512_mask_add_epi8(v, k, v, _mm512_set1_epi8(0x10))
@@ -169,10 +174,28 @@ pub unsafe fn k_span512<const T: u8>(blk: *const u8, s: usize) -> __m512i {
             let ql = unsafe { _mm512_loadu_si512(blk.add(64 * h).cast()) };
             let qh = load2(128 + 32 * h);
             let (nib, hb) = if s % 2 == 0 {
-                let left = _mm512_setr_epi64(0x0004_0004_0004_0004, 0x0004_0004_0004_0004, 0x0004_0004_0004_0004, 0x0004_0004_0004_0004, 0x0002_0002_0002_0002, 0x0002_0002_0002_0002, 0x0002_0002_0002_0002, 0x0002_0002_0002_0002);
+                let left = _mm512_setr_epi64(
+                    0x0004_0004_0004_0004,
+                    0x0004_0004_0004_0004,
+                    0x0004_0004_0004_0004,
+                    0x0004_0004_0004_0004,
+                    0x0002_0002_0002_0002,
+                    0x0002_0002_0002_0002,
+                    0x0002_0002_0002_0002,
+                    0x0002_0002_0002_0002,
+                );
                 (_mm512_and_si512(ql, m0f), _mm512_sllv_epi16(qh, left))
             } else {
-                let right = _mm512_setr_epi64(0, 0, 0, 0, 0x0002_0002_0002_0002, 0x0002_0002_0002_0002, 0x0002_0002_0002_0002, 0x0002_0002_0002_0002);
+                let right = _mm512_setr_epi64(
+                    0,
+                    0,
+                    0,
+                    0,
+                    0x0002_0002_0002_0002,
+                    0x0002_0002_0002_0002,
+                    0x0002_0002_0002_0002,
+                    0x0002_0002_0002_0002,
+                );
                 (_mm512_and_si512(_mm512_srli_epi16(ql, 4), m0f), _mm512_srlv_epi16(qh, right))
             };
             // nib | (hb & 0x30)
@@ -214,7 +237,9 @@ pub unsafe fn b32_block256<const T: u8>(blk: *const u8) -> __m256i {
 fn bit_bytes(bits: u32) -> __m256i {
     let spread = _mm256_shuffle_epi8(
         _mm256_set1_epi32(bits as i32),
-        _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
+        _mm256_setr_epi8(
+            0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
+        ),
     );
     let bit = _mm256_set1_epi64x(0x8040201008040201u64 as i64);
     _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit)
@@ -232,7 +257,11 @@ pub unsafe fn b32_pair512<const T: u8>(blk: *const u8) -> __m512i {
     // SAFETY: every load stays inside the two blocks (caller).
     unsafe {
         if T == Q8_0 {
-            let v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(blk.add(2).cast())), _mm256_loadu_si256(blk.add(size + 2).cast()), 1);
+            let v = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_loadu_si256(blk.add(2).cast())),
+                _mm256_loadu_si256(blk.add(size + 2).cast()),
+                1,
+            );
             return _mm512_xor_si512(v, _mm512_set1_epi8(-128));
         }
         let at = if T == Q4_0 { 2 } else { 6 };

@@ -15,9 +15,9 @@
 //! batched datagen), and measured as fast as a fused one-row variant on a Zen 3 CPU (whose
 //! single accumulator chains are latency-bound).
 
-use crate::gguf::{dequantize_blocks, GgmlType};
-use crate::kernels::{matmul_rows, WeightRows};
-use anyhow::{bail, ensure, Result};
+use crate::gguf::{GgmlType, dequantize_blocks};
+use crate::kernels::{WeightRows, matmul_rows};
+use anyhow::{Result, bail, ensure};
 use std::borrow::Cow;
 
 pub mod act;
@@ -29,11 +29,11 @@ mod int_x86;
 #[cfg(target_arch = "x86_64")]
 mod int_x86_blocks;
 pub mod panel;
-pub mod path;
 #[cfg(target_arch = "x86_64")]
 mod panel_avx2;
 #[cfg(target_arch = "x86_64")]
 mod panel_x86;
+pub mod path;
 pub mod transform;
 pub mod unpack;
 
@@ -98,7 +98,13 @@ impl QuantMatrix {
             let stored = if p.panels { p.rows.next_multiple_of(panel::PANEL) } else { p.rows };
             ensure!(!p.panels || panel::has_panel(p.ty), "{:?} has no panel layout", p.ty);
             if p.data.len() != stored * row_bytes {
-                bail!("{:?} part: {} bytes for {} rows of {cols} values ({} expected)", p.ty, p.data.len(), p.rows, stored * row_bytes);
+                bail!(
+                    "{:?} part: {} bytes for {} rows of {cols} values ({} expected)",
+                    p.ty,
+                    p.data.len(),
+                    p.rows,
+                    stored * row_bytes
+                );
             }
             starts.push(rows);
             rows += p.rows;
@@ -257,10 +263,10 @@ fn decode(ty: GgmlType, blocks: &[u8], out: &mut [f32]) {
 
 #[cfg(test)]
 mod tests {
+    use super::testutil::matrix;
     use super::*;
     use crate::gguf::dequantize;
     use crate::kernels::matmul_wt;
-    use super::testutil::matrix;
     use rand::rngs::StdRng;
     use rand::{RngExt, SeedableRng};
 
@@ -283,7 +289,11 @@ mod tests {
             q.matmul(&x[..m * k], m, &mut native);
             matmul_wt(&x[..m * k], m, &dense, n, k, &mut f32_path);
             let same = native.iter().zip(&f32_path).all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(same, "{:?}: {m} rows differ from dequantize + f32 kernel", q.parts().iter().map(|p| p.ty).collect::<Vec<_>>());
+            assert!(
+                same,
+                "{:?}: {m} rows differ from dequantize + f32 kernel",
+                q.parts().iter().map(|p| p.ty).collect::<Vec<_>>()
+            );
         }
     }
 

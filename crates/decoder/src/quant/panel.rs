@@ -52,7 +52,13 @@ pub fn position(ty: GgmlType, r: usize, i: usize) -> usize {
     let group = |base: usize, vec: usize, j: usize| base + 64 * vec + 4 * r + j;
     match ty {
         // `d`, then the values (Q8_0) or nibble bytes (Q4_0) in 4-byte groups.
-        GgmlType::Q8_0 | GgmlType::Q4_0 => if i < 2 { 2 * r + i } else { group(32, (i - 2) / 4, (i - 2) % 4) },
+        GgmlType::Q8_0 | GgmlType::Q4_0 => {
+            if i < 2 {
+                2 * r + i
+            } else {
+                group(32, (i - 2) / 4, (i - 2) % 4)
+            }
+        }
         GgmlType::Q5_0 => match i {
             0..2 => 2 * r + i,
             2..6 => 32 + 4 * r + (i - 2),
@@ -156,7 +162,8 @@ pub fn prefetching(kernels: Kernels) -> bool {
     let intel = *INTEL.get_or_init(|| {
         // Leaf 0: the vendor string, on every x86_64 CPU.
         let id = std::arch::x86_64::__cpuid(0);
-        (id.ebx, id.edx, id.ecx) == (u32::from_le_bytes(*b"Genu"), u32::from_le_bytes(*b"ineI"), u32::from_le_bytes(*b"ntel"))
+        (id.ebx, id.edx, id.ecx)
+            == (u32::from_le_bytes(*b"Genu"), u32::from_le_bytes(*b"ineI"), u32::from_le_bytes(*b"ntel"))
     });
     forced_prefetch().unwrap_or(intel && kernels == Kernels::Avx512)
 }
@@ -180,7 +187,7 @@ pub fn prefetches(kernels: Kernels, rows: usize) -> bool {
 #[cfg(target_arch = "x86_64")]
 #[inline]
 pub fn prefetch_ahead(block: *const u8, len: usize) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
     for at in (0..len).step_by(64) {
         // SAFETY: SSE is part of every x86_64 CPU, and a prefetch reads nothing.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(block.wrapping_add(PREFETCH_AHEAD + at).cast()) };

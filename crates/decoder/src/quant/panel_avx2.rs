@@ -27,9 +27,9 @@
 //! scale decoding and a horizontal sum for every tile of 4 activation rows; here all of it is
 //! paid once per block for the whole pass, and no horizontal sum is needed at all.
 
-use super::act::{Q80Rows, Q8KRows, QK8_0, QK_K};
-use super::int_x86_blocks::{b32_offset, high4, low4, ty, Q4K, Q4_0, Q5K, Q5_0, Q6K, Q8_0};
-use super::panel::{prefetch_ahead, prefetches, Kernels, PANEL};
+use super::act::{Q8KRows, Q80Rows, QK_K, QK8_0};
+use super::int_x86_blocks::{Q4_0, Q4K, Q5_0, Q5K, Q6K, Q8_0, b32_offset, high4, low4, ty};
+use super::panel::{Kernels, PANEL, prefetch_ahead, prefetches};
 use crate::gguf::GgmlType;
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
@@ -65,28 +65,44 @@ struct Floats {
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C ([`super::int::IntPath::Avx2`]), and AVX-VNNI
 /// with `vnni` ([`super::int::IntPath::AvxVnni`]).
-pub unsafe fn panel_dots(t: GgmlType, panel: &[u8], k: Option<&Q8KRows>, b32: Option<&Q80Rows>, r0: usize, out: &mut [[f32; PANEL]], vnni: bool) {
+pub unsafe fn panel_dots(
+    t: GgmlType,
+    panel: &[u8],
+    k: Option<&Q8KRows>,
+    b32: Option<&Q80Rows>,
+    r0: usize,
+    out: &mut [[f32; PANEL]],
+    vnni: bool,
+) {
     assert!(out.len() <= MAX_ROWS, "at most {MAX_ROWS} activation rows per pass");
     // SAFETY: the caller guarantees the instructions.
-    unsafe {
-        if vnni {
-            dots_vnni(t, panel, k, b32, r0, out)
-        } else {
-            dots_avx2(t, panel, k, b32, r0, out)
-        }
-    }
+    unsafe { if vnni { dots_vnni(t, panel, k, b32, r0, out) } else { dots_avx2(t, panel, k, b32, r0, out) } }
 }
 
 /// The kernels compiled for AVX2 (`vpmaddubsw`).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dots_avx2(t: GgmlType, panel: &[u8], k: Option<&Q8KRows>, b32: Option<&Q80Rows>, r0: usize, out: &mut [[f32; PANEL]]) {
+unsafe fn dots_avx2(
+    t: GgmlType,
+    panel: &[u8],
+    k: Option<&Q8KRows>,
+    b32: Option<&Q80Rows>,
+    r0: usize,
+    out: &mut [[f32; PANEL]],
+) {
     // SAFETY: as the caller's.
     unsafe { dispatch::<false>(t, panel, k, b32, r0, out) }
 }
 
 /// The kernels compiled for AVX-VNNI (`vpdpbusd`).
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-unsafe fn dots_vnni(t: GgmlType, panel: &[u8], k: Option<&Q8KRows>, b32: Option<&Q80Rows>, r0: usize, out: &mut [[f32; PANEL]]) {
+unsafe fn dots_vnni(
+    t: GgmlType,
+    panel: &[u8],
+    k: Option<&Q8KRows>,
+    b32: Option<&Q80Rows>,
+    r0: usize,
+    out: &mut [[f32; PANEL]],
+) {
     // SAFETY: as the caller's.
     unsafe { dispatch::<true>(t, panel, k, b32, r0, out) }
 }
@@ -97,7 +113,14 @@ unsafe fn dots_vnni(t: GgmlType, panel: &[u8], k: Option<&Q8KRows>, b32: Option<
 /// # Safety
 /// The instructions of variant `V`; the kernels check what they read.
 #[inline(always)]
-unsafe fn dispatch<const V: bool>(t: GgmlType, panel: &[u8], k: Option<&Q8KRows>, b32: Option<&Q80Rows>, r0: usize, out: &mut [[f32; PANEL]]) {
+unsafe fn dispatch<const V: bool>(
+    t: GgmlType,
+    panel: &[u8],
+    k: Option<&Q8KRows>,
+    b32: Option<&Q80Rows>,
+    r0: usize,
+    out: &mut [[f32; PANEL]],
+) {
     // SAFETY: as the caller's.
     unsafe {
         match t {
@@ -142,7 +165,9 @@ unsafe fn f16x8(p: *const u8) -> __m256 {
 #[target_feature(enable = "avx2")]
 fn lanes(pattern: [u8; 4]) -> __m256i {
     // Lane l of each 128-bit half starts at byte 4l of that half (0x80 + 12 keeps the top bit).
-    let base = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+    let base = _mm256_setr_epi8(
+        0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12,
+    );
     _mm256_add_epi8(_mm256_set1_epi32(i32::from_le_bytes(pattern)), base)
 }
 
@@ -202,7 +227,11 @@ unsafe fn quad<const T: u8>(pb: *const u8, q: usize, h: usize) -> __m256i {
             // Bit j of each qh byte moved to bit 4 (16-bit shifts carry bits across bytes,
             // but never into bit 4 for shifts of at most 4).
             let qh = at(256 + 64 * v);
-            let hb = if j <= 4 { _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - j as i32)) } else { _mm256_srl_epi16(qh, _mm_cvtsi32_si128(j as i32 - 4)) };
+            let hb = if j <= 4 {
+                _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - j as i32))
+            } else {
+                _mm256_srl_epi16(qh, _mm_cvtsi32_si128(j as i32 - 4))
+            };
             with_high(nib, hb, 0x10)
         }
         Q6K => {
@@ -310,7 +339,11 @@ unsafe fn scales_k<const T: u8, const V: bool>(pb: *const u8) -> Scales {
         Scales {
             sc: std::array::from_fn(|i| {
                 let (j, h) = (i / 2, i % 2);
-                if j < 8 { scale_of::<V>(parts[h][if j < 4 { 0 } else { 2 }], (j % 4) as u8, false) } else { _mm256_setzero_si256() }
+                if j < 8 {
+                    scale_of::<V>(parts[h][if j < 4 { 0 } else { 2 }], (j % 4) as u8, false)
+                } else {
+                    _mm256_setzero_si256()
+                }
             }),
             pairs: std::array::from_fn(|i| {
                 let (k, h) = (i / 2, i % 2);
@@ -354,7 +387,15 @@ unsafe fn k_floats<const T: u8>(pb: *const u8) -> Floats {
 /// The instructions of variant `V`; `pb` as [`quad`]; each `x[j]` has `4 * NQ` readable
 /// bytes.
 #[inline(always)]
-unsafe fn totals<const T: u8, const R: usize, const NQ: usize, const QPG: usize, const C: usize, const BUF: bool, const V: bool>(
+unsafe fn totals<
+    const T: u8,
+    const R: usize,
+    const NQ: usize,
+    const QPG: usize,
+    const C: usize,
+    const BUF: bool,
+    const V: bool,
+>(
     pb: *const u8,
     w: &Quads,
     scales: Option<&[__m256i; 32]>,
@@ -371,8 +412,19 @@ unsafe fn totals<const T: u8, const R: usize, const NQ: usize, const QPG: usize,
                 let mut s = [[_mm256_setzero_si256(); 2]; R];
                 for i in 0..chunk {
                     let q = g * QPG + c * chunk + i;
-                    let wq: [__m256i; 2] = std::array::from_fn(|h| if BUF { w[2 * q + h].assume_init() } else { operand::<T, V>(pb, q, h) });
-                    let mag: [__m256i; 2] = std::array::from_fn(|h| if T != Q8_0 || V { wq[h] } else if BUF { w[16 + 2 * q + h].assume_init() } else { _mm256_abs_epi8(wq[h]) });
+                    let wq: [__m256i; 2] =
+                        std::array::from_fn(
+                            |h| if BUF { w[2 * q + h].assume_init() } else { operand::<T, V>(pb, q, h) },
+                        );
+                    let mag: [__m256i; 2] = std::array::from_fn(|h| {
+                        if T != Q8_0 || V {
+                            wq[h]
+                        } else if BUF {
+                            w[16 + 2 * q + h].assume_init()
+                        } else {
+                            _mm256_abs_epi8(wq[h])
+                        }
+                    });
                     for (j, xj) in x.iter().enumerate() {
                         let xb = bcast4(xj.add(4 * q));
                         for h in 0..2 {
@@ -409,7 +461,10 @@ fn step(out: &mut [f32; PANEL], h: usize, d: __m256, dx: f32, t: __m256i) {
     // SAFETY: 8 f32 read and written at lane 8h of a 16-f32 array.
     unsafe {
         let p = out.as_mut_ptr().add(8 * h);
-        _mm256_storeu_ps(p, _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(t), _mm256_loadu_ps(p)));
+        _mm256_storeu_ps(
+            p,
+            _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(t), _mm256_loadu_ps(p)),
+        );
     }
 }
 
@@ -420,7 +475,10 @@ fn step_min(out: &mut [f32; PANEL], h: usize, dmin: __m256, dx: f32, m: __m256i)
     // SAFETY: as step.
     unsafe {
         let p = out.as_mut_ptr().add(8 * h);
-        _mm256_storeu_ps(p, _mm256_fnmadd_ps(_mm256_mul_ps(dmin, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(m), _mm256_loadu_ps(p)));
+        _mm256_storeu_ps(
+            p,
+            _mm256_fnmadd_ps(_mm256_mul_ps(dmin, _mm256_set1_ps(dx)), _mm256_cvtepi32_ps(m), _mm256_loadu_ps(p)),
+        );
     }
 }
 
@@ -437,7 +495,13 @@ const STREAM_ROWS: usize = 2;
 unsafe fn panel_k<const T: u8, const V: bool>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [[f32; PANEL]]) {
     let (m, nb, size) = (out.len(), x.blocks, ty(T).block().1);
     let prefetch = prefetches(Kernels::Avx2, m);
-    assert!(panel.len() == nb * PANEL * size && r0 + m <= x.rows, "a panel of {} bytes for {nb} blocks, rows {r0}..{} of {}", panel.len(), r0 + m, x.rows);
+    assert!(
+        panel.len() == nb * PANEL * size && r0 + m <= x.rows,
+        "a panel of {} bytes for {nb} blocks, rows {r0}..{} of {}",
+        panel.len(),
+        r0 + m,
+        x.rows
+    );
     let cols = nb * QK_K;
     out.fill([0.0; PANEL]);
     // SAFETY: the caller's instructions; the panel block and every activation block read lie
@@ -461,13 +525,21 @@ unsafe fn panel_k<const T: u8, const V: bool>(panel: &[u8], x: &Q8KRows, r0: usi
             let mut r = 0;
             while r < m {
                 if r + 1 < m {
-                    let t = if buffered { k_totals::<T, 2, true, V>(pb, &w, &s.sc, [xq(r), xq(r + 1)]) } else { k_totals::<T, 2, false, V>(pb, &w, &s.sc, [xq(r), xq(r + 1)]) };
+                    let t = if buffered {
+                        k_totals::<T, 2, true, V>(pb, &w, &s.sc, [xq(r), xq(r + 1)])
+                    } else {
+                        k_totals::<T, 2, false, V>(pb, &w, &s.sc, [xq(r), xq(r + 1)])
+                    };
                     let f = f.get_or_insert_with(|| k_floats::<T>(pb));
                     k_finish::<T>(&s, f, x, (r0 + r) * nb + b, t[0], &mut out[r]);
                     k_finish::<T>(&s, f, x, (r0 + r + 1) * nb + b, t[1], &mut out[r + 1]);
                     r += 2;
                 } else {
-                    let t = if buffered { k_totals::<T, 1, true, V>(pb, &w, &s.sc, [xq(r)]) } else { k_totals::<T, 1, false, V>(pb, &w, &s.sc, [xq(r)]) };
+                    let t = if buffered {
+                        k_totals::<T, 1, true, V>(pb, &w, &s.sc, [xq(r)])
+                    } else {
+                        k_totals::<T, 1, false, V>(pb, &w, &s.sc, [xq(r)])
+                    };
                     let f = f.get_or_insert_with(|| k_floats::<T>(pb));
                     k_finish::<T>(&s, f, x, (r0 + r) * nb + b, t[0], &mut out[r]);
                     r += 1;
@@ -483,7 +555,12 @@ unsafe fn panel_k<const T: u8, const V: bool>(panel: &[u8], x: &Q8KRows, r0: usi
 /// # Safety
 /// As [`totals`] (256 values at each `x[j]`).
 #[inline(always)]
-unsafe fn k_totals<const T: u8, const R: usize, const BUF: bool, const V: bool>(pb: *const u8, w: &Quads, sc: &[__m256i; 32], x: [*const i8; R]) -> [[__m256i; 2]; R] {
+unsafe fn k_totals<const T: u8, const R: usize, const BUF: bool, const V: bool>(
+    pb: *const u8,
+    w: &Quads,
+    sc: &[__m256i; 32],
+    x: [*const i8; R],
+) -> [[__m256i; 2]; R] {
     // SAFETY: as the caller's.
     unsafe {
         match T {
@@ -502,7 +579,14 @@ unsafe fn k_totals<const T: u8, const R: usize, const BUF: bool, const V: bool>(
 /// AVX2, FMA; `row` is a block of `x`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn k_finish<const T: u8>(s: &Scales, f: &Floats, x: &Q8KRows, row: usize, t: [__m256i; 2], out: &mut [f32; PANEL]) {
+unsafe fn k_finish<const T: u8>(
+    s: &Scales,
+    f: &Floats,
+    x: &Q8KRows,
+    row: usize,
+    t: [__m256i; 2],
+    out: &mut [f32; PANEL],
+) {
     let dx = x.d[row];
     for h in 0..2 {
         let mut o = _mm256_setzero_si256();
@@ -533,7 +617,13 @@ unsafe fn k_finish<const T: u8>(s: &Scales, f: &Floats, x: &Q8KRows, row: usize,
 unsafe fn panel_b32<const T: u8, const V: bool>(panel: &[u8], x: &Q80Rows, r0: usize, out: &mut [[f32; PANEL]]) {
     let (m, nb, size) = (out.len(), x.blocks, ty(T).block().1);
     let prefetch = prefetches(Kernels::Avx2, m);
-    assert!(panel.len() == nb * PANEL * size && r0 + m <= x.rows, "a panel of {} bytes for {nb} blocks, rows {r0}..{} of {}", panel.len(), r0 + m, x.rows);
+    assert!(
+        panel.len() == nb * PANEL * size && r0 + m <= x.rows,
+        "a panel of {} bytes for {nb} blocks, rows {r0}..{} of {}",
+        panel.len(),
+        r0 + m,
+        x.rows
+    );
     let cols = nb * QK8_0;
     out.fill([0.0; PANEL]);
     // SAFETY: as panel_k.
@@ -553,12 +643,20 @@ unsafe fn panel_b32<const T: u8, const V: bool>(panel: &[u8], x: &Q80Rows, r0: u
             let mut r = 0;
             while r < m {
                 if r + 1 < m {
-                    let t = if buffered { b32_totals::<T, 2, true, V>(pb, &w, [xq(r), xq(r + 1)]) } else { b32_totals::<T, 2, false, V>(pb, &w, [xq(r), xq(r + 1)]) };
+                    let t = if buffered {
+                        b32_totals::<T, 2, true, V>(pb, &w, [xq(r), xq(r + 1)])
+                    } else {
+                        b32_totals::<T, 2, false, V>(pb, &w, [xq(r), xq(r + 1)])
+                    };
                     b32_finish::<T, V>(&d, x, t[0], (r0 + r) * nb + b, &mut out[r]);
                     b32_finish::<T, V>(&d, x, t[1], (r0 + r + 1) * nb + b, &mut out[r + 1]);
                     r += 2;
                 } else {
-                    let t = if buffered { b32_totals::<T, 1, true, V>(pb, &w, [xq(r)]) } else { b32_totals::<T, 1, false, V>(pb, &w, [xq(r)]) };
+                    let t = if buffered {
+                        b32_totals::<T, 1, true, V>(pb, &w, [xq(r)])
+                    } else {
+                        b32_totals::<T, 1, false, V>(pb, &w, [xq(r)])
+                    };
                     b32_finish::<T, V>(&d, x, t[0], (r0 + r) * nb + b, &mut out[r]);
                     r += 1;
                 }
@@ -571,7 +669,13 @@ unsafe fn panel_b32<const T: u8, const V: bool>(panel: &[u8], x: &Q80Rows, r0: u
 /// (Q8_0's products on AVX2 are of the signed values: no offset term).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn b32_finish<const T: u8, const V: bool>(d: &[__m256; 2], x: &Q80Rows, t: [__m256i; 2], row: usize, out: &mut [f32; PANEL]) {
+fn b32_finish<const T: u8, const V: bool>(
+    d: &[__m256; 2],
+    x: &Q80Rows,
+    t: [__m256i; 2],
+    row: usize,
+    out: &mut [f32; PANEL],
+) {
     let off = if T == Q8_0 && !V { 0 } else { b32_offset(T) * x.sums[row] };
     for h in 0..2 {
         step(out, h, d[h], x.d[row], _mm256_sub_epi32(t[h], _mm256_set1_epi32(off)));
@@ -584,7 +688,11 @@ fn b32_finish<const T: u8, const V: bool>(d: &[__m256; 2], x: &Q80Rows, t: [__m2
 /// # Safety
 /// As [`totals`] (32 values at each `x[j]`).
 #[inline(always)]
-unsafe fn b32_totals<const T: u8, const R: usize, const BUF: bool, const V: bool>(pb: *const u8, w: &Quads, x: [*const i8; R]) -> [[__m256i; 2]; R] {
+unsafe fn b32_totals<const T: u8, const R: usize, const BUF: bool, const V: bool>(
+    pb: *const u8,
+    w: &Quads,
+    x: [*const i8; R],
+) -> [[__m256i; 2]; R] {
     // SAFETY: as the caller's.
     unsafe {
         match T {

@@ -9,9 +9,9 @@
 //! results are exact and the float steps are the reference's in its order, so the results
 //! are the portable path's bits.
 
-use super::act::{Q80Rows, Q8KRows, QK8_0, QK_K};
-use super::int_x86_blocks::{b32_offset, ty, Q4K, Q4_0, Q5K, Q5_0, Q6K, Q8_0};
-use super::panel::{prefetch_ahead, prefetches, Kernels, PANEL};
+use super::act::{Q8KRows, Q80Rows, QK_K, QK8_0};
+use super::int_x86_blocks::{Q4_0, Q4K, Q5_0, Q5K, Q6K, Q8_0, b32_offset, ty};
+use super::panel::{Kernels, PANEL, prefetch_ahead, prefetches};
 use crate::gguf::GgmlType;
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
@@ -27,7 +27,14 @@ pub const MAX_ROWS: usize = 32;
 ///
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL and VNNI ([`super::int::IntPath::Avx512Vnni`]).
-pub unsafe fn panel_dots(t: GgmlType, panel: &[u8], k: Option<&Q8KRows>, b32: Option<&Q80Rows>, r0: usize, out: &mut [[f32; PANEL]]) {
+pub unsafe fn panel_dots(
+    t: GgmlType,
+    panel: &[u8],
+    k: Option<&Q8KRows>,
+    b32: Option<&Q80Rows>,
+    r0: usize,
+    out: &mut [[f32; PANEL]],
+) {
     assert!(out.len() <= MAX_ROWS, "at most {MAX_ROWS} activation rows per pass");
     // SAFETY: the caller guarantees the instructions; the kernels check what they read.
     unsafe {
@@ -120,7 +127,14 @@ const ROW_GROUP: usize = 4;
 /// the second `vpdpwssd` as `vpmaddwd` + `vpaddd`: 3).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn add_scaled_dots<const Q: usize>(quads: &[__m512i; Q], scale: __m512i, narrow: bool, first: bool, tot: &mut [MaybeUninit<__m512i>], x_of: impl Fn(usize) -> *const i8) {
+unsafe fn add_scaled_dots<const Q: usize>(
+    quads: &[__m512i; Q],
+    scale: __m512i,
+    narrow: bool,
+    first: bool,
+    tot: &mut [MaybeUninit<__m512i>],
+    x_of: impl Fn(usize) -> *const i8,
+) {
     let add = |t: &mut MaybeUninit<__m512i>, [a, b]: [__m512i; 2]| {
         // SAFETY: after the first term every total has been written.
         let prev = if first { _mm512_setzero_si512() } else { unsafe { t.assume_init() } };
@@ -154,7 +168,11 @@ unsafe fn add_scaled_dots<const Q: usize>(quads: &[__m512i; Q], scale: __m512i, 
 /// from L1 once for the `R` rows.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn q6k_totals<const R: usize>(quads: &[__m512i; 64], scales: &[__m512i; 16], xs: [*const i8; R]) -> [__m512i; R] {
+unsafe fn q6k_totals<const R: usize>(
+    quads: &[__m512i; 64],
+    scales: &[__m512i; 16],
+    xs: [*const i8; R],
+) -> [__m512i; R] {
     let mut tot = [_mm512_setzero_si512(); R];
     for g in 0..16 {
         let q4: &[__m512i; 4] = quads[4 * g..4 * g + 4].try_into().expect("four quads");
@@ -177,7 +195,13 @@ unsafe fn q6k_totals<const R: usize>(quads: &[__m512i; 64], scales: &[__m512i; 1
 unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [[f32; PANEL]]) {
     let (m, nb, size) = (out.len(), x.blocks, ty(T).block().1);
     let prefetch = prefetches(Kernels::Avx512, m);
-    assert!(panel.len() == nb * PANEL * size && r0 + m <= x.rows, "a panel of {} bytes for {nb} blocks, rows {r0}..{} of {}", panel.len(), r0 + m, x.rows);
+    assert!(
+        panel.len() == nb * PANEL * size && r0 + m <= x.rows,
+        "a panel of {} bytes for {nb} blocks, rows {r0}..{} of {}",
+        panel.len(),
+        r0 + m,
+        x.rows
+    );
     let cols = nb * QK_K;
     let m0f = _mm512_set1_epi8(0x0f);
     // No array is zeroed: every block writes what it reads (zeroing them per call cost a 9 KB
@@ -204,15 +228,25 @@ unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [
                 let (m63, mc0) = (_mm512_set1_epi8(63), _mm512_set1_epi8(0xc0u8 as i8));
                 let sc_lo = _mm512_and_si512(s0, m63);
                 let mn_lo = _mm512_and_si512(s1, m63);
-                let sc_hi = _mm512_or_si512(_mm512_and_si512(s2, m0f), _mm512_srli_epi16::<2>(_mm512_and_si512(s0, mc0)));
-                let mn_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(s2), m0f), _mm512_srli_epi16::<2>(_mm512_and_si512(s1, mc0)));
-                let scales: [__m512i; 8] = std::array::from_fn(|j| byte_u32(if j < 4 { sc_lo } else { sc_hi }, (j % 4) as u32));
+                let sc_hi =
+                    _mm512_or_si512(_mm512_and_si512(s2, m0f), _mm512_srli_epi16::<2>(_mm512_and_si512(s0, mc0)));
+                let mn_hi = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(s2), m0f),
+                    _mm512_srli_epi16::<2>(_mm512_and_si512(s1, mc0)),
+                );
+                let scales: [__m512i; 8] =
+                    std::array::from_fn(|j| byte_u32(if j < 4 { sc_lo } else { sc_hi }, (j % 4) as u32));
                 pairs = std::array::from_fn(|k| {
                     let v = if k < 2 { mn_lo } else { mn_hi };
-                    if k < 4 { pair16(byte_u32(v, 2 * (k % 2) as u32), byte_u32(v, 2 * (k % 2) as u32 + 1)) } else { _mm512_setzero_si512() }
+                    if k < 4 {
+                        pair16(byte_u32(v, 2 * (k % 2) as u32), byte_u32(v, 2 * (k % 2) as u32 + 1))
+                    } else {
+                        _mm512_setzero_si512()
+                    }
                 });
                 // Q5_K: the fifth bits of all 256 values, then `qs` after them.
-                let qh: [__m512i; 8] = std::array::from_fn(|v| if T == Q5K { ld(pb.add(256 + 64 * v)) } else { _mm512_setzero_si512() });
+                let qh: [__m512i; 8] =
+                    std::array::from_fn(|v| if T == Q5K { ld(pb.add(256 + 64 * v)) } else { _mm512_setzero_si512() });
                 let qs_at = if T == Q5K { 768 } else { 256 };
                 let m10 = _mm512_set1_epi8(0x10);
                 // Sub-block by sub-block straight from the panel (through an L1 buffer of all
@@ -220,18 +254,28 @@ unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [
                 for j in 0..8 {
                     let q: [__m512i; 8] = std::array::from_fn(|v| {
                         let w = ld(pb.add(qs_at + 64 * (8 * (j / 2) + v)));
-                        let nib = if j % 2 == 0 { _mm512_and_si512(w, m0f) } else { _mm512_and_si512(_mm512_srli_epi16::<4>(w), m0f) };
+                        let nib = if j % 2 == 0 {
+                            _mm512_and_si512(w, m0f)
+                        } else {
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(w), m0f)
+                        };
                         if T == Q5K {
                             // Bit j of each qh byte moved to bit 4 (16-bit shifts carry bits
                             // across bytes, but never into bit 4 for shifts of at most 4).
-                            let hb = if j <= 4 { _mm512_sll_epi16(qh[v], _mm_cvtsi32_si128(4 - j as i32)) } else { _mm512_srl_epi16(qh[v], _mm_cvtsi32_si128(j as i32 - 4)) };
+                            let hb = if j <= 4 {
+                                _mm512_sll_epi16(qh[v], _mm_cvtsi32_si128(4 - j as i32))
+                            } else {
+                                _mm512_srl_epi16(qh[v], _mm_cvtsi32_si128(j as i32 - 4))
+                            };
                             // nib | (hb & 0x10)
                             _mm512_ternarylogic_epi32::<0xf8>(nib, hb, m10)
                         } else {
                             nib
                         }
                     });
-                    add_scaled_dots(&q, scales[j], T == Q4K, j == 0, &mut tot[..m], |r| x.qs.as_ptr().add((r0 + r) * cols + b * QK_K + 32 * j));
+                    add_scaled_dots(&q, scales[j], T == Q4K, j == 0, &mut tot[..m], |r| {
+                        x.qs.as_ptr().add((r0 + r) * cols + b * QK_K + 32 * j)
+                    });
                 }
             } else {
                 let sv: [__m512i; 4] = std::array::from_fn(|c| ld(pb.add(64 * c)));
@@ -251,10 +295,26 @@ unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [
                         let (a, bb, qh) = (ld(at_hv), ld(at_hv.add(64)), ld(at_hv.add(128)));
                         let at = |c: usize| 4 * (8 * h + 2 * c + v / 4) + v % 4;
                         // nib | (hb & 0x30)
-                        quads[at(0)].write(_mm512_ternarylogic_epi32::<0xf8>(_mm512_and_si512(a, m0f), _mm512_slli_epi16::<4>(qh), m30));
-                        quads[at(1)].write(_mm512_ternarylogic_epi32::<0xf8>(_mm512_and_si512(bb, m0f), _mm512_slli_epi16::<2>(qh), m30));
-                        quads[at(2)].write(_mm512_ternarylogic_epi32::<0xf8>(_mm512_and_si512(_mm512_srli_epi16::<4>(a), m0f), qh, m30));
-                        quads[at(3)].write(_mm512_ternarylogic_epi32::<0xf8>(_mm512_and_si512(_mm512_srli_epi16::<4>(bb), m0f), _mm512_srli_epi16::<2>(qh), m30));
+                        quads[at(0)].write(_mm512_ternarylogic_epi32::<0xf8>(
+                            _mm512_and_si512(a, m0f),
+                            _mm512_slli_epi16::<4>(qh),
+                            m30,
+                        ));
+                        quads[at(1)].write(_mm512_ternarylogic_epi32::<0xf8>(
+                            _mm512_and_si512(bb, m0f),
+                            _mm512_slli_epi16::<2>(qh),
+                            m30,
+                        ));
+                        quads[at(2)].write(_mm512_ternarylogic_epi32::<0xf8>(
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(a), m0f),
+                            qh,
+                            m30,
+                        ));
+                        quads[at(3)].write(_mm512_ternarylogic_epi32::<0xf8>(
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(bb), m0f),
+                            _mm512_srli_epi16::<2>(qh),
+                            m30,
+                        ));
                     }
                 }
                 (d, dmin) = (f16x16(pb.add(3328)), _mm512_setzero_ps());
@@ -289,7 +349,10 @@ unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [
                         mm = _mm512_dpwssd_epi32(mm, *mv, bcast4(bs.add(2 * k)));
                     }
                     let acc = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(t), acc);
-                    _mm512_storeu_ps(out[r].as_mut_ptr(), _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mm), acc));
+                    _mm512_storeu_ps(
+                        out[r].as_mut_ptr(),
+                        _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(mm), acc),
+                    );
                 } else {
                     // The `q - 32` offset: 32 * sum_g sc_g * bsum_g, two groups per step.
                     let bs = x.bsums.as_ptr().add(row * 16);
@@ -298,7 +361,10 @@ unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [
                         o = _mm512_dpwssd_epi32(o, *sv2, bcast4(bs.add(2 * k)));
                     }
                     let total = _mm512_sub_epi32(t, _mm512_slli_epi32::<5>(o));
-                    _mm512_storeu_ps(out[r].as_mut_ptr(), _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(total), acc));
+                    _mm512_storeu_ps(
+                        out[r].as_mut_ptr(),
+                        _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(total), acc),
+                    );
                 }
             }
         }
@@ -310,7 +376,13 @@ unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [
 unsafe fn panel_b32<const T: u8>(panel: &[u8], x: &Q80Rows, r0: usize, out: &mut [[f32; PANEL]]) {
     let (m, nb, size) = (out.len(), x.blocks, ty(T).block().1);
     let prefetch = prefetches(Kernels::Avx512, m);
-    assert!(panel.len() == nb * PANEL * size && r0 + m <= x.rows, "a panel of {} bytes for {nb} blocks, rows {r0}..{} of {}", panel.len(), r0 + m, x.rows);
+    assert!(
+        panel.len() == nb * PANEL * size && r0 + m <= x.rows,
+        "a panel of {} bytes for {nb} blocks, rows {r0}..{} of {}",
+        panel.len(),
+        r0 + m,
+        x.rows
+    );
     let cols = nb * QK8_0;
     let offset = b32_offset(T);
     let m0f = _mm512_set1_epi8(0x0f);
@@ -321,7 +393,8 @@ unsafe fn panel_b32<const T: u8>(panel: &[u8], x: &Q80Rows, r0: usize, out: &mut
         // SAFETY: 64 bytes read from a 64-byte array.
         unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
     });
-    let bit: [__m512i; 2] = std::array::from_fn(|h| _mm512_set1_epi32(i32::from_le_bytes(std::array::from_fn(|j| 1u8 << (4 * h + j)))));
+    let bit: [__m512i; 2] =
+        std::array::from_fn(|h| _mm512_set1_epi32(i32::from_le_bytes(std::array::from_fn(|j| 1u8 << (4 * h + j)))));
     for b in 0..nb {
         // SAFETY: as panel_k.
         unsafe {
@@ -336,7 +409,11 @@ unsafe fn panel_b32<const T: u8>(panel: &[u8], x: &Q80Rows, r0: usize, out: &mut
                     let qh = ld(pb.add(32));
                     std::array::from_fn(|t| {
                         let w = ld(pb.add(at + 64 * (t % 4)));
-                        let nib = if t < 4 { _mm512_and_si512(w, m0f) } else { _mm512_and_si512(_mm512_srli_epi16::<4>(w), m0f) };
+                        let nib = if t < 4 {
+                            _mm512_and_si512(w, m0f)
+                        } else {
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(w), m0f)
+                        };
                         if T == Q4_0 {
                             return nib;
                         }
@@ -354,7 +431,10 @@ unsafe fn panel_b32<const T: u8>(panel: &[u8], x: &Q80Rows, r0: usize, out: &mut
                 let total = _mm512_sub_epi32(g, _mm512_set1_epi32(offset * x.sums[i]));
                 // The block sums accumulate in `out` (no array to zero per call).
                 let acc = if b == 0 { _mm512_setzero_ps() } else { _mm512_loadu_ps(out[r].as_ptr()) };
-                _mm512_storeu_ps(out[r].as_mut_ptr(), _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x.d[i])), _mm512_cvtepi32_ps(total), acc));
+                _mm512_storeu_ps(
+                    out[r].as_mut_ptr(),
+                    _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x.d[i])), _mm512_cvtepi32_ps(total), acc),
+                );
             }
         }
     }

@@ -66,7 +66,10 @@ impl IntPath {
                 Ok(name) => match Self::all_supported().into_iter().find(|p| p.name() == name) {
                     Some(p) => p,
                     None => {
-                        eprintln!("specx: SPECX_INT_PATH={name} is not a supported integer path here; using {}", best.name());
+                        eprintln!(
+                            "specx: SPECX_INT_PATH={name} is not a supported integer path here; using {}",
+                            best.name()
+                        );
                         best
                     }
                 },
@@ -84,7 +87,11 @@ pub fn runtime_kernels() -> String {
     let panels = super::panels_in_use();
     let layout = if panels { "weight panels" } else { "rows" };
     let best = IntPath::all_supported()[0];
-    let forced = if active != best { format!(", forced by SPECX_INT_PATH (this CPU's fastest: {})", best.name()) } else { String::new() };
+    let forced = if active != best {
+        format!(", forced by SPECX_INT_PATH (this CPU's fastest: {})", best.name())
+    } else {
+        String::new()
+    };
     let prefetch = if panels { prefetch_words(active) } else { "" };
     format!("{} on {layout}{forced}{prefetch}", active.name())
 }
@@ -93,7 +100,7 @@ pub fn runtime_kernels() -> String {
 /// words for [`runtime_kernels`] (empty where nothing is prefetched by default).
 #[cfg(target_arch = "x86_64")]
 fn prefetch_words(path: IntPath) -> &'static str {
-    use super::panel::{forced_prefetch, prefetching, Kernels};
+    use super::panel::{Kernels, forced_prefetch, prefetching};
     let kernels = if path == IntPath::Avx512Vnni { Kernels::Avx512 } else { Kernels::Avx2 };
     match (prefetching(kernels), forced_prefetch().is_some()) {
         (true, false) => ", one- and two-row calls prefetch",

@@ -3,8 +3,8 @@
 
 use crate::gguf::GgmlType;
 use half::{bf16, f16};
-use rand::rngs::StdRng;
 use rand::RngExt;
+use rand::rngs::StdRng;
 
 /// Random but valid blocks: random quant bits, finite scales (f16 fields overwritten).
 pub fn random_blocks(ty: GgmlType, rows: usize, cols: usize, rng: &mut StdRng) -> Vec<u8> {
@@ -38,6 +38,7 @@ pub fn matrix(parts: &[(GgmlType, usize)], cols: usize, seed: u64) -> super::Qua
     use super::{QuantMatrix, QuantPart};
     use rand::SeedableRng;
     let mut rng = StdRng::seed_from_u64(seed);
-    let parts = parts.iter().map(|&(ty, rows)| QuantPart::rows(ty, rows, random_blocks(ty, rows, cols, &mut rng))).collect();
+    let parts =
+        parts.iter().map(|&(ty, rows)| QuantPart::rows(ty, rows, random_blocks(ty, rows, cols, &mut rng))).collect();
     QuantMatrix::new(parts, cols).unwrap()
 }

@@ -3,8 +3,8 @@
 //! [`QuantMatrix`], so the native and integer kernels run it unchanged.
 
 use super::{QuantMatrix, QuantPart};
-use crate::gguf::{quantize, GgmlType};
-use anyhow::{ensure, Result};
+use crate::gguf::{GgmlType, quantize};
+use anyhow::{Result, ensure};
 use rayon::prelude::*;
 
 /// Bits per weight of a block type (a Q4_0 block: 18 bytes for 32 values, 4.5 bits).
@@ -92,7 +92,11 @@ mod tests {
             }
             for r in 0..m {
                 for (j, &o) in ids.iter().enumerate() {
-                    assert_eq!(part[r * ids.len() + j].to_bits(), full[r * rows + o as usize].to_bits(), "int {int}, row {r}, id {o}");
+                    assert_eq!(
+                        part[r * ids.len() + j].to_bits(),
+                        full[r * rows + o as usize].to_bits(),
+                        "int {int}, row {r}, id {o}"
+                    );
                 }
             }
         }

@@ -12,7 +12,7 @@
 //! - **B32** (Q4_0, Q5_0, Q8_0; Q8_0 activations): per 32-value block, `q` unsigned with a
 //!   fixed offset per type (8, 16, 128: the signed value is `q - offset`) and `d`.
 
-use crate::gguf::{f16_at, GgmlType};
+use crate::gguf::{GgmlType, f16_at};
 
 /// How a weight type meets the integer kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,7 +194,8 @@ mod tests {
     fn word_scales_equal_the_bytewise_reading() {
         let mut u = UnpackedRow { sc: vec![0; 16], mn: vec![0; 16], ..Default::default() };
         for seed in 0..64u32 {
-            let s: Vec<u8> = (0..12u32).map(|i| (seed.wrapping_mul(2654435761).wrapping_add(i * 40503) >> 7) as u8).collect();
+            let s: Vec<u8> =
+                (0..12u32).map(|i| (seed.wrapping_mul(2654435761).wrapping_add(i * 40503) >> 7) as u8).collect();
             u.k_scales(0, &s);
             for j in 0..8 {
                 // The loader's bytewise reading (as f32 values).
@@ -233,9 +234,12 @@ mod tests {
                 let (blk, k) = (e / per, e % per);
                 let got = match family(ty).unwrap() {
                     Family::K { float_mins: true } => {
-                        u.d[blk] * (u.sc[blk * 16 + k / 16] as f32 * u.q[e] as f32) - u.dmin[blk] * u.mn[blk * 16 + k / 16] as f32
+                        u.d[blk] * (u.sc[blk * 16 + k / 16] as f32 * u.q[e] as f32)
+                            - u.dmin[blk] * u.mn[blk * 16 + k / 16] as f32
                     }
-                    Family::K { float_mins: false } => u.d[blk] * (u.sc[blk * 16 + k / 16] as f32 * (u.q[e] as f32 - 32.0)),
+                    Family::K { float_mins: false } => {
+                        u.d[blk] * (u.sc[blk * 16 + k / 16] as f32 * (u.q[e] as f32 - 32.0))
+                    }
                     Family::B32 { offset } => u.d[blk] * (u.q[e] as i32 - offset) as f32,
                 };
                 assert!((got - w).abs() <= 1e-5 * w.abs().max(1.0), "{ty:?} value {e}: {got} vs {w}");

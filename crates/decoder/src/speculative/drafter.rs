@@ -4,9 +4,9 @@ use super::candidate::Candidate;
 use super::policy::{Decision, DraftStep, HiddenState, LazyStats, StopPolicy};
 use super::round::{DraftRound, Streams};
 use crate::cache::KvCache;
+use crate::coupling::{Draws, coupled_pick};
 use crate::model::{ForwardOutput, Transformer};
-use crate::coupling::{coupled_pick, Draws};
-use crate::sampling::{argmax, sample_from, top_probability, SamplingConfig};
+use crate::sampling::{SamplingConfig, argmax, sample_from, top_probability};
 use anyhow::Result;
 use std::time::Instant;
 
@@ -81,7 +81,11 @@ impl DraftCache {
             metrics.n_draft_calls += 1;
             let (c, confidence) = draw_candidate(&logits, sampling, streams, committed.len() + candidates.len(), pick);
             metrics.draft_time += t.elapsed();
-            let Some(stop) = ask_policy(policy, &c, confidence, &logits, &hidden, candidates.len(), keep_first, eos, max)? else { return Ok(candidates) };
+            let Some(stop) =
+                ask_policy(policy, &c, confidence, &logits, &hidden, candidates.len(), keep_first, eos, max)?
+            else {
+                return Ok(candidates);
+            };
             input = vec![c.token];
             candidates.push(c);
             if stop {
@@ -96,7 +100,13 @@ impl DraftCache {
 /// position's draft stream (the coupled draw under coupled draws; or its argmax,
 /// [`Pick::Argmax`]). Returns it with the confidence
 /// the policies read.
-pub(crate) fn draw_candidate(logits: &[f32], sampling: &SamplingConfig, streams: Streams, position: usize, pick: Pick) -> (Candidate, f32) {
+pub(crate) fn draw_candidate(
+    logits: &[f32],
+    sampling: &SamplingConfig,
+    streams: Streams,
+    position: usize,
+    pick: Pick,
+) -> (Candidate, f32) {
     if sampling.is_greedy() {
         let token = argmax(logits);
         return (Candidate { token, q: Vec::new(), q_token: 1.0, ngram: None }, top_probability(logits, token));
@@ -115,8 +125,26 @@ pub(crate) fn draw_candidate(logits: &[f32], sampling: &SamplingConfig, streams:
 /// from), the round's `drafted + 1`-th: `None` when it is dropped (the round ends before it),
 /// else whether the round stops after it (the policy, an EOS, or `max` candidates).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn ask_policy(policy: &mut dyn StopPolicy, c: &Candidate, confidence: f32, logits: &[f32], hidden: &[f32], drafted: usize, keep_first: bool, eos: &[u32], max: usize) -> Result<Option<bool>> {
-    let step = DraftStep { index: drafted + 1, token: c.token, q_token: c.q_token, confidence, ngram: None, stats: LazyStats::of_logits(logits, c.token), hidden: HiddenState::Vector(hidden) };
+pub(crate) fn ask_policy(
+    policy: &mut dyn StopPolicy,
+    c: &Candidate,
+    confidence: f32,
+    logits: &[f32],
+    hidden: &[f32],
+    drafted: usize,
+    keep_first: bool,
+    eos: &[u32],
+    max: usize,
+) -> Result<Option<bool>> {
+    let step = DraftStep {
+        index: drafted + 1,
+        token: c.token,
+        q_token: c.q_token,
+        confidence,
+        ngram: None,
+        stats: LazyStats::of_logits(logits, c.token),
+        hidden: HiddenState::Vector(hidden),
+    };
     let decision = policy.decide(&step)?;
     if decision == Decision::Drop && !(keep_first && drafted == 0) {
         return Ok(None);

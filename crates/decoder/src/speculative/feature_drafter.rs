@@ -17,14 +17,14 @@
 //! rejection sampling, like every drafter.
 
 use super::candidate::Candidate;
-use super::drafter::{ask_policy, draw_candidate, Drafter, Pick};
-use super::feature_head::{causal_mask_after, FeatureHead, FeatureHeadCache, FeatureHeadSpec, FEATURE_HEAD_DIM};
-use super::feature_tap::{prefix_hashes, FeatureTap};
+use super::drafter::{Drafter, Pick, ask_policy, draw_candidate};
+use super::feature_head::{FEATURE_HEAD_DIM, FeatureHead, FeatureHeadCache, FeatureHeadSpec, causal_mask_after};
+use super::feature_tap::{FeatureTap, prefix_hashes};
 use super::round::DraftRound;
 use super::scorer::common_prefix_len;
 use crate::fsutil::short_hash;
 use crate::model::Transformer;
-use anyhow::{ensure, Context, Result};
+use anyhow::{Context, Result, ensure};
 use burn::tensor::{Tensor, TensorData};
 use std::path::Path;
 use std::time::Instant;
@@ -44,7 +44,12 @@ impl FeatureDraft {
     pub fn load(dir: &Path, target: &Transformer, target_sha256: Option<&str>) -> Result<Self> {
         let (head, spec, ids) = FeatureHead::load(dir, target.device())?;
         let h = target.config().hidden_size;
-        ensure!(spec.hidden_size == h, "{}: the feature head reads hidden states of width {}, the target's are {h}", dir.display(), spec.hidden_size);
+        ensure!(
+            spec.hidden_size == h,
+            "{}: the feature head reads hidden states of width {}, the target's are {h}",
+            dir.display(),
+            spec.hidden_size
+        );
         if let Some(sha) = target_sha256 {
             ensure!(
                 sha == spec.target_model_sha256,
@@ -54,7 +59,10 @@ impl FeatureDraft {
                 short_hash(sha)
             );
         }
-        let scores = target.clone().restrict_vocab(&ids).with_context(|| format!("{}: the head's vocabulary subset", dir.display()))?;
+        let scores = target
+            .clone()
+            .restrict_vocab(&ids)
+            .with_context(|| format!("{}: the head's vocabulary subset", dir.display()))?;
         Ok(Self { head, spec, scores })
     }
 
@@ -90,7 +98,15 @@ impl<'m> FeatureHeadDrafter<'m> {
         let device = target.device();
         let heads = draft.spec.width / FEATURE_HEAD_DIM;
         let empty = || Tensor::<3>::zeros([heads, 0, FEATURE_HEAD_DIM], device);
-        Self { target, draft, cache: FeatureHeadCache { keys: empty(), values: empty() }, seq: Vec::new(), exact: Vec::new(), outputs: Vec::new(), tap: FeatureTap::new() }
+        Self {
+            target,
+            draft,
+            cache: FeatureHeadCache { keys: empty(), values: empty() },
+            seq: Vec::new(),
+            exact: Vec::new(),
+            outputs: Vec::new(),
+            tap: FeatureTap::new(),
+        }
     }
 
     /// Records the target's states of every prefix of `text` (one target forward over it):
@@ -98,7 +114,10 @@ impl<'m> FeatureHeadDrafter<'m> {
     /// finds the states a verification would have recorded.
     pub fn read_text(&mut self, text: &[u32]) -> Result<()> {
         let mut cache = self.target.new_cache(1);
-        let (_, states) = self.target.forward_scores_hidden(text, &mut cache, 1, None, true)?.expect("no cancel flag, never cancelled");
+        let (_, states) = self
+            .target
+            .forward_scores_hidden(text, &mut cache, 1, None, true)?
+            .expect("no cancel flag, never cancelled");
         self.tap.record(&prefix_hashes(text, 0), &states);
         Ok(())
     }
@@ -188,9 +207,14 @@ impl Drafter for FeatureHeadDrafter<'_> {
             let t = Instant::now();
             let logits = self.draft.scores(&state)?;
             metrics.n_draft_calls += 1;
-            let (c, confidence) = draw_candidate(&logits, sampling, streams, committed.len() + candidates.len(), Pick::Sample);
+            let (c, confidence) =
+                draw_candidate(&logits, sampling, streams, committed.len() + candidates.len(), Pick::Sample);
             metrics.draft_time += t.elapsed();
-            let Some(stop) = ask_policy(policy, &c, confidence, &logits, &state, candidates.len(), keep_first, eos, max)? else { return Ok(candidates) };
+            let Some(stop) =
+                ask_policy(policy, &c, confidence, &logits, &state, candidates.len(), keep_first, eos, max)?
+            else {
+                return Ok(candidates);
+            };
             let token = c.token;
             candidates.push(c);
             if stop {

@@ -20,13 +20,13 @@
 //! `[out, in]` layout, and `vocab.ids`, the scored token ids).
 
 use crate::fsutil::write_atomic;
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{Context, Result, bail, ensure};
 use burn::module::{Module, Param};
 use burn::nn::Linear;
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{Device, Tensor, TensorData};
-use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
+use safetensors::tensor::{Dtype, TensorView};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -100,7 +100,14 @@ impl FeatureHeadCache {
 /// Names and `[out, in]` shapes of the head's matrices, in file order.
 fn layout(spec: &FeatureHeadSpec) -> Vec<(&'static str, [usize; 2])> {
     let (h, d, m) = (spec.hidden_size, spec.width, spec.intermediate);
-    vec![("fc", [d, 2 * h]), ("qkv", [3 * d, d]), ("o", [d, d]), ("gate_up", [2 * m, d]), ("down", [d, m]), ("out", [h, d])]
+    vec![
+        ("fc", [d, 2 * h]),
+        ("qkv", [3 * d, d]),
+        ("o", [d, d]),
+        ("gate_up", [2 * m, d]),
+        ("down", [d, m]),
+        ("out", [h, d]),
+    ]
 }
 
 impl FeatureHead {
@@ -121,7 +128,13 @@ impl FeatureHead {
         Ok(Self::from_parts(spec, matrices, fc_bias, vec![1.0; spec.width], device))
     }
 
-    fn from_parts(spec: &FeatureHeadSpec, matrices: Vec<Vec<f32>>, fc_bias: Vec<f32>, norm: Vec<f32>, device: &Device) -> Self {
+    fn from_parts(
+        spec: &FeatureHeadSpec,
+        matrices: Vec<Vec<f32>>,
+        fc_bias: Vec<f32>,
+        norm: Vec<f32>,
+        device: &Device,
+    ) -> Self {
         let mut linears = layout(spec).into_iter().zip(matrices).map(|((_, [out, inp]), w)| {
             // The file's [out, in] becomes burn's [in, out].
             let w = Tensor::<2>::from_data(TensorData::new(w, [out, inp]), device).transpose();
@@ -159,7 +172,14 @@ impl FeatureHead {
     /// hidden]` (the embeddings of each row's next token). `mask` `[n, past + n]` is added to
     /// the attention scores (0 or -inf; `None`: every row sees every position). With `cache`,
     /// the rows attend to its positions first, and their keys and values are appended to it.
-    pub fn forward(&self, features: Tensor<2>, embeds: Tensor<2>, positions: &[usize], mask: Option<Tensor<2>>, cache: Option<&mut FeatureHeadCache>) -> Tensor<2> {
+    pub fn forward(
+        &self,
+        features: Tensor<2>,
+        embeds: Tensor<2>,
+        positions: &[usize],
+        mask: Option<Tensor<2>>,
+        cache: Option<&mut FeatureHeadCache>,
+    ) -> Tensor<2> {
         let n = positions.len();
         let (d, hd) = (self.width, FEATURE_HEAD_DIM);
         let heads = d / hd;
@@ -201,7 +221,10 @@ impl FeatureHead {
     /// The same head with the parameter ids `ids` (as returned by [`FeatureHead::param_ids`]).
     pub fn with_param_ids(mut self, ids: &[u64]) -> Result<Self> {
         ensure!(ids.len() == 8, "{} parameter ids for a feature head with 8 parameters", ids.len());
-        for (l, &id) in [&mut self.fc, &mut self.qkv, &mut self.o, &mut self.gate_up, &mut self.down, &mut self.out].into_iter().zip(ids) {
+        for (l, &id) in [&mut self.fc, &mut self.qkv, &mut self.o, &mut self.gate_up, &mut self.down, &mut self.out]
+            .into_iter()
+            .zip(ids)
+        {
             l.weight.id = id.into();
         }
         self.fc.bias.as_mut().expect("fc has a bias").id = ids[6].into();
@@ -226,7 +249,12 @@ impl FeatureHead {
 
     fn save_as(&self, dir: &Path, spec: &FeatureHeadSpec, ids: &[u32], dtype: Dtype) -> Result<()> {
         ensure!(ids.len() == spec.vocab_size, "{} subset ids for a head over {} tokens", ids.len(), spec.vocab_size);
-        ensure!(spec.width == self.width && spec.intermediate == self.intermediate && spec.hidden_size == self.out.weight.val().dims()[1], "spec does not describe this head");
+        ensure!(
+            spec.width == self.width
+                && spec.intermediate == self.intermediate
+                && spec.hidden_size == self.out.weight.val().dims()[1],
+            "spec does not describe this head"
+        );
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let linears = self.linears();
         let bytes = |d: TensorData| if dtype == Dtype::F16 { f16_bytes(d) } else { f32_bytes(d) };
@@ -237,8 +265,10 @@ impl FeatureHead {
         let fc_bias = self.fc.bias.as_ref().expect("fc has a bias").val();
         tensors.push(("fc.bias".into(), vec![self.width], bytes(fc_bias.into_data())));
         tensors.push(("mlp_norm.weight".into(), vec![self.width], bytes(self.mlp_norm.val().into_data())));
-        let mut views: Vec<(String, TensorView)> =
-            tensors.iter().map(|(n, shape, b)| Ok((n.clone(), TensorView::new(dtype, shape.clone(), b)?))).collect::<Result<_, safetensors::SafeTensorError>>()?;
+        let mut views: Vec<(String, TensorView)> = tensors
+            .iter()
+            .map(|(n, shape, b)| Ok((n.clone(), TensorView::new(dtype, shape.clone(), b)?)))
+            .collect::<Result<_, safetensors::SafeTensorError>>()?;
         let id_bytes: Vec<u8> = ids.iter().flat_map(|v| v.to_le_bytes()).collect();
         views.push(("vocab.ids".into(), TensorView::new(Dtype::U32, vec![ids.len()], &id_bytes)?));
         write_atomic(&dir.join("feature-head.safetensors"), &safetensors::serialize(views, None)?)?;
@@ -249,26 +279,50 @@ impl FeatureHead {
     /// it scores.
     pub fn load(dir: &Path, device: &Device) -> Result<(Self, FeatureHeadSpec, Vec<u32>)> {
         let spec_path = dir.join("feature-head.json");
-        let text = std::fs::read_to_string(&spec_path).with_context(|| format!("reading {} (a feature head directory holds feature-head.json and feature-head.safetensors)", spec_path.display()))?;
-        let spec: FeatureHeadSpec = serde_json::from_str(&text).with_context(|| format!("parsing {}", spec_path.display()))?;
+        let text = std::fs::read_to_string(&spec_path).with_context(|| {
+            format!(
+                "reading {} (a feature head directory holds feature-head.json and feature-head.safetensors)",
+                spec_path.display()
+            )
+        })?;
+        let spec: FeatureHeadSpec =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", spec_path.display()))?;
         spec.check().with_context(|| format!("{}", spec_path.display()))?;
         let wpath = dir.join("feature-head.safetensors");
         let bytes = std::fs::read(&wpath).with_context(|| format!("reading {}", wpath.display()))?;
-        let st = SafeTensors::deserialize(&bytes).map_err(|e| anyhow::anyhow!("{}: malformed safetensors: {e}", wpath.display()))?;
+        let st = SafeTensors::deserialize(&bytes)
+            .map_err(|e| anyhow::anyhow!("{}: malformed safetensors: {e}", wpath.display()))?;
         let get = |name: &str, shape: &[usize]| -> Result<Vec<f32>> {
             let v = st.tensor(name).map_err(|e| anyhow::anyhow!("{}: tensor '{name}': {e}", wpath.display()))?;
             match v.dtype() {
-                _ if v.shape() != shape => bail!("{}: tensor '{name}' has shape {:?}, expected {shape:?}", wpath.display(), v.shape()),
-                Dtype::F16 => Ok(v.data().chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect()),
-                Dtype::F32 => Ok(v.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()),
+                _ if v.shape() != shape => {
+                    bail!("{}: tensor '{name}' has shape {:?}, expected {shape:?}", wpath.display(), v.shape())
+                }
+                Dtype::F16 => {
+                    Ok(v.data().chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect())
+                }
+                Dtype::F32 => {
+                    Ok(v.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+                }
                 other => bail!("{}: tensor '{name}' is {other:?}, expected F16 or F32", wpath.display()),
             }
         };
-        let matrices = layout(&spec).into_iter().map(|(name, shape)| get(&format!("{name}.weight"), &shape)).collect::<Result<Vec<_>>>()?;
+        let matrices = layout(&spec)
+            .into_iter()
+            .map(|(name, shape)| get(&format!("{name}.weight"), &shape))
+            .collect::<Result<Vec<_>>>()?;
         let fc_bias = get("fc.bias", &[spec.width])?;
         let norm = get("mlp_norm.weight", &[spec.width])?;
-        let ids = st.tensor("vocab.ids").map_err(|e| anyhow::anyhow!("{}: tensor 'vocab.ids': {e}", wpath.display()))?;
-        ensure!(ids.dtype() == Dtype::U32 && ids.shape() == [spec.vocab_size], "{}: 'vocab.ids' is {:?} {:?}, expected U32 [{}]", wpath.display(), ids.dtype(), ids.shape(), spec.vocab_size);
+        let ids =
+            st.tensor("vocab.ids").map_err(|e| anyhow::anyhow!("{}: tensor 'vocab.ids': {e}", wpath.display()))?;
+        ensure!(
+            ids.dtype() == Dtype::U32 && ids.shape() == [spec.vocab_size],
+            "{}: 'vocab.ids' is {:?} {:?}, expected U32 [{}]",
+            wpath.display(),
+            ids.dtype(),
+            ids.shape(),
+            spec.vocab_size
+        );
         let ids: Vec<u32> = ids.data().chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
         ensure!(ids.windows(2).all(|w| w[0] < w[1]), "{}: 'vocab.ids' is not strictly ascending", wpath.display());
         Ok((Self::from_parts(&spec, matrices, fc_bias, norm, device), spec, ids))
@@ -277,8 +331,15 @@ impl FeatureHead {
 
 impl FeatureHeadSpec {
     pub fn check(&self) -> Result<()> {
-        ensure!(self.width > 0 && self.width.is_multiple_of(FEATURE_HEAD_DIM), "the feature head's width {} is not a positive multiple of {FEATURE_HEAD_DIM}", self.width);
-        ensure!(self.hidden_size > 0 && self.intermediate > 0 && self.vocab_size > 0, "the feature head's sizes must be positive");
+        ensure!(
+            self.width > 0 && self.width.is_multiple_of(FEATURE_HEAD_DIM),
+            "the feature head's width {} is not a positive multiple of {FEATURE_HEAD_DIM}",
+            self.width
+        );
+        ensure!(
+            self.hidden_size > 0 && self.intermediate > 0 && self.vocab_size > 0,
+            "the feature head's sizes must be positive"
+        );
         Ok(())
     }
 }
@@ -292,8 +353,16 @@ fn rms_norm(x: Tensor<2>, weight: Tensor<1>, eps: f64) -> Tensor<2> {
 /// RoPE's cos and sin at `positions`, `[n, head_dim]` each (rotate-half layout).
 fn rope(positions: &[usize], hd: usize, theta: f64, device: &Device) -> (Tensor<2>, Tensor<2>) {
     let half = hd / 2;
-    let angles: Vec<f64> = positions.iter().flat_map(|&p| (0..hd).map(move |j| p as f64 * theta.powf(-2.0 * (j % half) as f64 / hd as f64))).collect();
-    let table = |f: fn(f64) -> f64| Tensor::<2>::from_data(TensorData::new(angles.iter().map(|&a| f(a) as f32).collect::<Vec<f32>>(), [positions.len(), hd]), device);
+    let angles: Vec<f64> = positions
+        .iter()
+        .flat_map(|&p| (0..hd).map(move |j| p as f64 * theta.powf(-2.0 * (j % half) as f64 / hd as f64)))
+        .collect();
+    let table = |f: fn(f64) -> f64| {
+        Tensor::<2>::from_data(
+            TensorData::new(angles.iter().map(|&a| f(a) as f32).collect::<Vec<f32>>(), [positions.len(), hd]),
+            device,
+        )
+    };
     (table(f64::cos), table(f64::sin))
 }
 
@@ -301,7 +370,8 @@ fn rope(positions: &[usize], hd: usize, theta: f64, device: &Device) -> (Tensor<
 fn rotate(x: Tensor<3>, cos: &Tensor<2>, sin: &Tensor<2>) -> Tensor<3> {
     let [h, n, d] = x.dims();
     let half = d / 2;
-    let rotated = Tensor::cat(vec![x.clone().slice([0..h, 0..n, half..d]).neg(), x.clone().slice([0..h, 0..n, 0..half])], 2);
+    let rotated =
+        Tensor::cat(vec![x.clone().slice([0..h, 0..n, half..d]).neg(), x.clone().slice([0..h, 0..n, 0..half])], 2);
     x * cos.clone().unsqueeze::<3>() + rotated * sin.clone().unsqueeze::<3>()
 }
 
@@ -324,7 +394,8 @@ pub fn packed_causal_mask(lengths: &[usize], device: &Device) -> Tensor<2> {
 /// `..=past + i`.
 pub fn causal_mask_after(past: usize, n: usize, device: &Device) -> Tensor<2> {
     let w = past + n;
-    let mask: Vec<f32> = (0..n).flat_map(|i| (0..w).map(move |j| if j <= past + i { 0.0 } else { f32::NEG_INFINITY })).collect();
+    let mask: Vec<f32> =
+        (0..n).flat_map(|i| (0..w).map(move |j| if j <= past + i { 0.0 } else { f32::NEG_INFINITY })).collect();
     Tensor::from_data(TensorData::new(mask, [n, w]), device)
 }
 

@@ -10,7 +10,7 @@ use super::round::DraftRound;
 use crate::cache::KvCache;
 use crate::layer_groups::LayerGroups;
 use crate::model::Transformer;
-use anyhow::{ensure, Result};
+use anyhow::{Result, ensure};
 
 /// When the drafter recomputes its inexact cache entries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -92,8 +92,20 @@ pub struct FuzzyDrafter<'m> {
 impl<'m> FuzzyDrafter<'m> {
     pub fn new(model: &'m Transformer, groups: LayerGroups, calibration: Calibration) -> Result<Self> {
         let layers = model.config().num_hidden_layers;
-        ensure!(groups.layers() == layers, "layer strategy '{groups}' is for {} layers, the draft model has {layers}", groups.layers());
-        Ok(Self { model, groups, calibration, workers: 1, compat: Compat::Lossless, state: DraftCache::new(model), proposed: (0, Vec::new()) })
+        ensure!(
+            groups.layers() == layers,
+            "layer strategy '{groups}' is for {} layers, the draft model has {layers}",
+            groups.layers()
+        );
+        Ok(Self {
+            model,
+            groups,
+            calibration,
+            workers: 1,
+            compat: Compat::Lossless,
+            state: DraftCache::new(model),
+            proposed: (0, Vec::new()),
+        })
     }
 
     /// Runs each group's attentions on up to `workers` threads.
@@ -147,7 +159,11 @@ impl Drafter for FuzzyDrafter<'_> {
             Compat::Reference => Pick::Argmax,
         };
         let candidates = self.state.draft(round, start, pick, |tokens, index, cache| {
-            if index == 0 && exact_first { model.forward(tokens, cache) } else { model.forward_fuzzy(tokens, cache, groups, workers) }
+            if index == 0 && exact_first {
+                model.forward(tokens, cache)
+            } else {
+                model.forward_fuzzy(tokens, cache, groups, workers)
+            }
         })?;
         self.proposed = (committed.len(), candidates.iter().map(|c| c.token).collect());
         Ok(candidates)

@@ -10,13 +10,13 @@
 //! (`[1, hidden]`), `out.bias` (`[1]`); tied heads store one block.
 
 use crate::fsutil::write_atomic;
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{Context, Result, bail, ensure};
 use burn::module::{Module, Param};
 use burn::nn::Linear;
 use burn::tensor::activation::{sigmoid, silu};
 use burn::tensor::{Device, Tensor, TensorData};
-use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
+use safetensors::tensor::{Dtype, TensorView};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -71,13 +71,21 @@ impl AcceptanceHead {
 
     /// [`AcceptanceHead::init_seeded`] for an input of the hidden state and `extra` more
     /// values (the draft's statistics: [`super::policy::stats::HEAD_STAT_INPUTS`]).
-    pub fn init_seeded_with_inputs(hidden: usize, extra: usize, depth: usize, tied: bool, seed: u64, device: &Device) -> Self {
+    pub fn init_seeded_with_inputs(
+        hidden: usize,
+        extra: usize,
+        depth: usize,
+        tied: bool,
+        seed: u64,
+        device: &Device,
+    ) -> Self {
         let hidden_size = hidden + extra;
         use rand::{RngExt, SeedableRng};
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let bound = 1.0 / (hidden_size as f32).sqrt();
         let mut linear = |out: usize| {
-            let mut uniform = |n: usize| (0..n).map(|_| bound * (2.0 * rng.random::<f32>() - 1.0)).collect::<Vec<f32>>();
+            let mut uniform =
+                |n: usize| (0..n).map(|_| bound * (2.0 * rng.random::<f32>() - 1.0)).collect::<Vec<f32>>();
             let w = Tensor::<2>::from_data(TensorData::new(uniform(out * hidden_size), [hidden_size, out]), device);
             let b = Tensor::<1>::from_data(TensorData::new(uniform(out), [out]), device);
             Linear { weight: Param::from_tensor(w), bias: Some(Param::from_tensor(b)) }
@@ -122,12 +130,19 @@ impl AcceptanceHead {
     /// Optimiser state is keyed by these ids, so a resumed training run restores them with
     /// [`AcceptanceHead::with_param_ids`] after loading the weights.
     pub fn param_ids(&self) -> Vec<u64> {
-        self.linears().flat_map(|l| [l.weight.id.val(), l.bias.as_ref().expect("head linears have biases").id.val()]).collect()
+        self.linears()
+            .flat_map(|l| [l.weight.id.val(), l.bias.as_ref().expect("head linears have biases").id.val()])
+            .collect()
     }
 
     /// The same head with the parameter ids `ids` (as returned by [`AcceptanceHead::param_ids`]).
     pub fn with_param_ids(mut self, ids: &[u64]) -> Result<Self> {
-        ensure!(ids.len() == 2 * (self.blocks.len() + 1), "{} parameter ids for a head with {} parameters", ids.len(), 2 * (self.blocks.len() + 1));
+        ensure!(
+            ids.len() == 2 * (self.blocks.len() + 1),
+            "{} parameter ids for a head with {} parameters",
+            ids.len(),
+            2 * (self.blocks.len() + 1)
+        );
         let mut it = ids.iter();
         for l in self.blocks.iter_mut().chain([&mut self.out]) {
             l.weight.id = (*it.next().unwrap()).into();
@@ -143,7 +158,12 @@ impl AcceptanceHead {
     /// Predicted acceptance probability for one input (a hidden state, and the statistics for
     /// a head that reads them).
     pub fn accept_probability(&self, hidden: &[f32]) -> Result<f64> {
-        ensure!(hidden.len() == self.input_size(), "head expects inputs of width {}, got {}", self.input_size(), hidden.len());
+        ensure!(
+            hidden.len() == self.input_size(),
+            "head expects inputs of width {}, got {}",
+            self.input_size(),
+            hidden.len()
+        );
         let device = self.out.weight.val().device();
         let x = Tensor::<2>::from_data(TensorData::new(hidden.to_vec(), [1, hidden.len()]), &device);
         let p = sigmoid(self.forward(x)).into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
@@ -152,10 +172,21 @@ impl AcceptanceHead {
 
     /// Writes `head.json` and `head.safetensors` into `dir` (atomically, file by file).
     pub fn save(&self, dir: &Path, spec: &HeadSpec) -> Result<()> {
-        ensure!(spec.hidden_size == self.hidden && spec.input_size() == self.input_size() && spec.depth == self.depth && (self.depth <= 1 || spec.tied == self.tied()), "spec does not describe this head");
+        ensure!(
+            spec.hidden_size == self.hidden
+                && spec.input_size() == self.input_size()
+                && spec.depth == self.depth
+                && (self.depth <= 1 || spec.tied == self.tied()),
+            "spec does not describe this head"
+        );
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let mut tensors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
-        let linears = self.blocks.iter().enumerate().map(|(i, l)| (format!("blocks.{i}"), l)).chain([("out".to_string(), &self.out)]);
+        let linears = self
+            .blocks
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (format!("blocks.{i}"), l))
+            .chain([("out".to_string(), &self.out)]);
         for (name, l) in linears {
             // burn stores [in, out]; the file uses PyTorch's [out, in].
             let w = l.weight.val().transpose();
@@ -175,16 +206,24 @@ impl AcceptanceHead {
     /// Reads a checkpoint directory written by [`AcceptanceHead::save`].
     pub fn load(dir: &Path, device: &Device) -> Result<(Self, HeadSpec)> {
         let spec_path = dir.join("head.json");
-        let spec: HeadSpec = serde_json::from_str(&std::fs::read_to_string(&spec_path).with_context(|| format!("reading {}", spec_path.display()))?)
-            .with_context(|| format!("parsing {}", spec_path.display()))?;
+        let spec: HeadSpec = serde_json::from_str(
+            &std::fs::read_to_string(&spec_path).with_context(|| format!("reading {}", spec_path.display()))?,
+        )
+        .with_context(|| format!("parsing {}", spec_path.display()))?;
         let wpath = dir.join("head.safetensors");
         let bytes = std::fs::read(&wpath).with_context(|| format!("reading {}", wpath.display()))?;
-        let st = SafeTensors::deserialize(&bytes).map_err(|e| anyhow::anyhow!("{}: malformed safetensors: {e}", wpath.display()))?;
+        let st = SafeTensors::deserialize(&bytes)
+            .map_err(|e| anyhow::anyhow!("{}: malformed safetensors: {e}", wpath.display()))?;
         let h = spec.input_size();
         let get = |name: &str, shape: &[usize]| -> Result<Vec<f32>> {
             let v = st.tensor(name).map_err(|e| anyhow::anyhow!("{}: tensor '{name}': {e}", wpath.display()))?;
             if v.dtype() != Dtype::F32 || v.shape() != shape {
-                bail!("{}: tensor '{name}' is {:?} {:?}, expected F32 {shape:?}", wpath.display(), v.dtype(), v.shape());
+                bail!(
+                    "{}: tensor '{name}' is {:?} {:?}, expected F32 {shape:?}",
+                    wpath.display(),
+                    v.dtype(),
+                    v.shape()
+                );
             }
             Ok(v.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
         };

@@ -19,7 +19,7 @@ use super::candidate::Candidate;
 use super::drafter::Drafter;
 use super::policy::{Decision, DraftStats, DraftStep, HiddenState, LazyStats};
 use super::round::DraftRound;
-use anyhow::{ensure, Result};
+use anyhow::{Result, ensure};
 use std::time::Instant;
 
 /// What a policy sees of a looked-up token: a draft certain of it.
@@ -35,7 +35,10 @@ pub struct PromptLookupDrafter {
 impl PromptLookupDrafter {
     /// Matches of `ngram_min..=ngram_max` tokens, longest first.
     pub fn new(ngram_min: usize, ngram_max: usize) -> Result<Self> {
-        ensure!(ngram_min >= 1 && ngram_min <= ngram_max, "prompt lookup needs 1 <= ngram_min <= ngram_max (got {ngram_min} and {ngram_max})");
+        ensure!(
+            ngram_min >= 1 && ngram_min <= ngram_max,
+            "prompt lookup needs 1 <= ngram_min <= ngram_max (got {ngram_min} and {ngram_max})"
+        );
         Ok(Self { ngram_min, ngram_max })
     }
 
@@ -62,7 +65,12 @@ impl PromptLookupDrafter {
     /// empty, no candidate; a round that must propose one (`keep_first`: a sampled bonus
     /// position, a DSI task) proposes the last committed token again (reported as n-gram size
     /// 0), which rejection sampling keeps lossless like any proposal.
-    pub(super) fn propose(round: DraftRound<'_>, ngram: usize, found: &[u32], started: Instant) -> Result<Vec<Candidate>> {
+    pub(super) fn propose(
+        round: DraftRound<'_>,
+        ngram: usize,
+        found: &[u32],
+        started: Instant,
+    ) -> Result<Vec<Candidate>> {
         let DraftRound { committed, keep_first, policy, eos, metrics, .. } = round;
         let mut proposal = found.to_vec();
         let mut ngram = ngram;
@@ -73,7 +81,15 @@ impl PromptLookupDrafter {
         policy.begin_round();
         let mut candidates = Vec::new();
         for token in proposal {
-            let step = DraftStep { index: candidates.len() + 1, token, q_token: 1.0, confidence: 1.0, ngram: Some(ngram), stats: LazyStats::known(POINT_MASS), hidden: HiddenState::Vector(&[]) };
+            let step = DraftStep {
+                index: candidates.len() + 1,
+                token,
+                q_token: 1.0,
+                confidence: 1.0,
+                ngram: Some(ngram),
+                stats: LazyStats::known(POINT_MASS),
+                hidden: HiddenState::Vector(&[]),
+            };
             let decision = policy.decide(&step)?;
             if decision == Decision::Drop && !(keep_first && candidates.is_empty()) {
                 break;

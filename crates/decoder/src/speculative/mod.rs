@@ -43,7 +43,9 @@ mod verifier;
 pub use candidate::Candidate;
 pub use drafter::{Drafter, PlainDrafter};
 pub use feature_drafter::{FeatureDraft, FeatureHeadDrafter};
-pub use feature_head::{causal_mask_after, packed_causal_mask, FeatureHead, FeatureHeadCache, FeatureHeadSpec, FEATURE_HEAD_DIM};
+pub use feature_head::{
+    FEATURE_HEAD_DIM, FeatureHead, FeatureHeadCache, FeatureHeadSpec, causal_mask_after, packed_causal_mask,
+};
 pub use fuzzy::{Calibration, Compat, FuzzyDrafter};
 pub use head::{AcceptanceHead, HeadSpec};
 pub use hybrid::HybridDrafter;
@@ -51,9 +53,16 @@ pub use lookup::PromptLookupDrafter;
 pub use metrics::RequestMetrics;
 pub use policy::calibrated;
 pub use policy::{
-    AcceptanceModel, AdaEdlParams, AdaEdlPolicy, BanditK, CalibratedParams, CalibratedPolicy, CalibratedRule, ConfidencePolicy, ConfidenceProductPolicy, Decision, DraftStats, DraftStep, DynamicK, FixedK, HeadPolicy, HeadRule, HiddenState, LazyStats, MatchRatePolicy,
-    PMinPolicy, PrecomputedHead, RocThreshold, RoundOutcome, StopPolicy, SvipPolicy, ThresholdPlusParams, ThresholdPlusPolicy, HEAD_STAT_INPUTS,
+    AcceptanceModel, AdaEdlParams, AdaEdlPolicy, BanditK, CalibratedParams, CalibratedPolicy, CalibratedRule,
+    ConfidencePolicy, ConfidenceProductPolicy, Decision, DraftStats, DraftStep, DynamicK, FixedK, HEAD_STAT_INPUTS,
+    HeadPolicy, HeadRule, HiddenState, LazyStats, MatchRatePolicy, PMinPolicy, PrecomputedHead, RocThreshold,
+    RoundOutcome, StopPolicy, SvipPolicy, ThresholdPlusParams, ThresholdPlusPolicy,
 };
 pub use round::{DraftRound, Generation, SpecConfig, Streams};
-pub use scheduler::{generate_autoregressive, generate_autoregressive_drawn, generate_dsi, generate_speculative, lookahead_for, DsiConfig, DsiGeneration, DsiStats};
-pub use verifier::{point_mass_residual, residual_distribution, CoupledSampler, ExactMatch, RejectionSampler, Verdict, Verifier};
+pub use scheduler::{
+    DsiConfig, DsiGeneration, DsiStats, generate_autoregressive, generate_autoregressive_drawn, generate_dsi,
+    generate_speculative, lookahead_for,
+};
+pub use verifier::{
+    CoupledSampler, ExactMatch, RejectionSampler, Verdict, Verifier, point_mass_residual, residual_distribution,
+};

@@ -6,10 +6,10 @@ use super::candidate::Candidate;
 use super::metrics::RequestMetrics;
 use super::policy::StopPolicy;
 use super::verifier::{Verdict, Verifier};
-use crate::coupling::{coupled_stream, position_token, Draws};
-use crate::sampling::{stream_seed, SamplingConfig};
-use rand::rngs::StdRng;
+use crate::coupling::{Draws, coupled_stream, position_token};
+use crate::sampling::{SamplingConfig, stream_seed};
 use rand::SeedableRng;
+use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
 
 /// Options shared by every method.
@@ -94,7 +94,16 @@ impl DraftRound<'_> {
     /// The same round, borrowed again: a drafter that may hand the round on after trying it
     /// (the hybrid's lookup, then its draft model) drafts from this.
     pub fn reborrow(&mut self) -> DraftRound<'_> {
-        DraftRound { committed: self.committed, max: self.max, keep_first: self.keep_first, policy: &mut *self.policy, sampling: self.sampling, streams: self.streams, eos: self.eos, metrics: &mut *self.metrics }
+        DraftRound {
+            committed: self.committed,
+            max: self.max,
+            keep_first: self.keep_first,
+            policy: &mut *self.policy,
+            sampling: self.sampling,
+            streams: self.streams,
+            eos: self.eos,
+            metrics: &mut *self.metrics,
+        }
     }
 }
 
@@ -122,7 +131,15 @@ impl<'a> Committed<'a> {
     /// A request drawn as `verifier` draws ([`Verifier::draws`]).
     pub fn new(prompt: &[u32], cfg: &'a SpecConfig, eos: &'a [u32], verifier: &dyn Verifier) -> Self {
         let streams = Streams::with_draws(cfg.seed, verifier.draws());
-        Self { seq: prompt.to_vec(), prompt_len: prompt.len(), max_new_tokens: cfg.max_new_tokens, eos, sampling: &cfg.sampling, streams, finished: cfg.max_new_tokens == 0 }
+        Self {
+            seq: prompt.to_vec(),
+            prompt_len: prompt.len(),
+            max_new_tokens: cfg.max_new_tokens,
+            eos,
+            sampling: &cfg.sampling,
+            streams,
+            finished: cfg.max_new_tokens == 0,
+        }
     }
 
     pub fn eos(&self) -> &'a [u32] {
@@ -137,8 +154,24 @@ impl<'a> Committed<'a> {
 
     /// A drafting round after `context` (the committed tokens; for DSI, those and the
     /// speculative chain) with this request's sampling, random streams and EOS tokens.
-    pub fn draft_round<'r>(&'r self, context: &'r [u32], max: usize, keep_first: bool, policy: &'r mut dyn StopPolicy, metrics: &'r mut RequestMetrics) -> DraftRound<'r> {
-        DraftRound { committed: context, max, keep_first, policy, sampling: self.sampling, streams: self.streams, eos: self.eos, metrics }
+    pub fn draft_round<'r>(
+        &'r self,
+        context: &'r [u32],
+        max: usize,
+        keep_first: bool,
+        policy: &'r mut dyn StopPolicy,
+        metrics: &'r mut RequestMetrics,
+    ) -> DraftRound<'r> {
+        DraftRound {
+            committed: context,
+            max,
+            keep_first,
+            policy,
+            sampling: self.sampling,
+            streams: self.streams,
+            eos: self.eos,
+            metrics,
+        }
     }
 
     pub fn generated(&self) -> usize {
@@ -164,7 +197,12 @@ impl<'a> Committed<'a> {
     /// `rows[i]` is the target's scores at candidate `i`'s position. Accepted candidates are
     /// committed; the first rejected one is replaced by its correction and ends the block; so
     /// does the end of the generation. Each decision draws from its position's stream.
-    pub fn decide<R: AsRef<[f32]>>(&mut self, verifier: &mut dyn Verifier, candidates: &[Candidate], rows: &[R]) -> Decided {
+    pub fn decide<R: AsRef<[f32]>>(
+        &mut self,
+        verifier: &mut dyn Verifier,
+        candidates: &[Candidate],
+        rows: &[R],
+    ) -> Decided {
         let mut accepted = 0;
         for (c, row) in candidates.iter().zip(rows) {
             if self.finished {

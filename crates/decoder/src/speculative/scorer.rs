@@ -2,10 +2,10 @@
 //! one; each DSI worker owns one): a KV cache over the tokens it has scored, of which the
 //! longest common prefix with the next request is kept, and one forward over the rest.
 
-use super::feature_tap::{prefix_hashes, FeatureTap};
+use super::feature_tap::{FeatureTap, prefix_hashes};
 use crate::cache::KvCache;
 use crate::model::Transformer;
-use anyhow::{ensure, Result};
+use anyhow::{Result, ensure};
 use std::sync::atomic::AtomicBool;
 
 pub(crate) struct TargetScorer<'m> {
@@ -44,7 +44,11 @@ impl<'m> TargetScorer<'m> {
         let keep = common_prefix_len(&self.fed, tokens).min(tokens.len() - rows);
         self.cache.truncate(keep);
         self.fed.truncate(keep);
-        let Some((scores, states)) = self.target.forward_scores_hidden(&tokens[keep..], &mut self.cache, rows, cancel, self.tap.is_some())? else { return Ok(None) };
+        let Some((scores, states)) =
+            self.target.forward_scores_hidden(&tokens[keep..], &mut self.cache, rows, cancel, self.tap.is_some())?
+        else {
+            return Ok(None);
+        };
         self.fed.extend_from_slice(&tokens[keep..]);
         if let Some((tap, hashes)) = &mut self.tap {
             hashes.truncate(keep);

@@ -3,10 +3,10 @@
 //! token does not depend on how drafting was cut into rounds or blocks.
 
 use super::candidate::Candidate;
-use crate::coupling::{coupled_pick, Draws};
-use crate::sampling::{argmax, sample_from, SamplingConfig};
-use rand::rngs::StdRng;
+use crate::coupling::{Draws, coupled_pick};
+use crate::sampling::{SamplingConfig, argmax, sample_from};
 use rand::RngExt;
+use rand::rngs::StdRng;
 
 /// The decision on one candidate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,7 +20,13 @@ pub enum Verdict {
 pub trait Verifier {
     /// Decides `candidate` from `target_logits`, the target's scores of the token at the
     /// candidate's position; `rng` is that position's verification stream.
-    fn decide(&mut self, candidate: &Candidate, target_logits: &[f32], sampling: &SamplingConfig, rng: &mut StdRng) -> Verdict;
+    fn decide(
+        &mut self,
+        candidate: &Candidate,
+        target_logits: &[f32],
+        sampling: &SamplingConfig,
+        rng: &mut StdRng,
+    ) -> Verdict;
 
     /// How the request's draws are made: the drafters draw their candidates, and the
     /// schedulers hand out streams, to match.
@@ -87,7 +93,8 @@ impl Verifier for RejectionSampler {
             Verdict::Accept
         } else {
             // Rejected: r >= p/q.
-            let residual = if c.q.is_empty() { point_mass_residual(&p, c.token) } else { residual_distribution(&p, &c.q) };
+            let residual =
+                if c.q.is_empty() { point_mass_residual(&p, c.token) } else { residual_distribution(&p, &c.q) };
             Verdict::Reject(sample_from(&residual, rng))
         }
     }

@@ -2,9 +2,9 @@
 //! short continuations under the warped target, chi-square tests of sampled counts and of
 //! whole sampled sequences against it, and what a run of requests went through.
 
+use specx_decoder::Transformer;
 use specx_decoder::sampling::SamplingConfig;
 use specx_decoder::speculative::Generation;
-use specx_decoder::Transformer;
 use std::collections::HashMap;
 
 pub const SMALL_VOCAB: usize = 6;
@@ -12,7 +12,15 @@ pub const STEPS: usize = 3;
 
 /// Exact probability of every 3-token continuation under the warped target.
 pub fn exact_distribution(target: &Transformer, prompt: &[u32], s: &SamplingConfig) -> HashMap<Vec<u32>, f64> {
-    fn rec(t: &Transformer, seq: &mut Vec<u32>, depth: usize, p: f64, s: &SamplingConfig, out: &mut HashMap<Vec<u32>, f64>, plen: usize) {
+    fn rec(
+        t: &Transformer,
+        seq: &mut Vec<u32>,
+        depth: usize,
+        p: f64,
+        s: &SamplingConfig,
+        out: &mut HashMap<Vec<u32>, f64>,
+        plen: usize,
+    ) {
         if depth == STEPS {
             out.insert(seq[plen..].to_vec(), p);
             return;
@@ -62,7 +70,15 @@ pub fn chi_square_p(counts: &HashMap<Vec<u32>, usize>, exact: &HashMap<Vec<u32>,
 fn libm_erfc(x: f64) -> f64 {
     let z = x.abs();
     let t = 1.0 / (1.0 + 0.5 * z);
-    let r = t * (-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))))).exp();
+    let r = t
+        * (-z * z - 1.26551223
+            + t * (1.00002368
+                + t * (0.37409196
+                    + t * (0.09678418
+                        + t * (-0.18628806
+                            + t * (0.27886807
+                                + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
+            .exp();
     if x >= 0.0 { r } else { 2.0 - r }
 }
 
@@ -90,17 +106,9 @@ pub const LONG: usize = 10;
 /// of freedom. One target forward per distinct sequence gives every `p_t` (the forward is row
 /// invariant, so each row equals a one-token step). Returns the p-value, or 0 when a sample
 /// holds a token the warped target gives probability 0 (impossible under the target).
-pub fn sequence_chi_square_p(
-    target: &Transformer,
-    prompt: &[u32],
-    s: &SamplingConfig,
-    samples: &[Vec<u32>],
-) -> f64 {
+pub fn sequence_chi_square_p(target: &Transformer, prompt: &[u32], s: &SamplingConfig, samples: &[Vec<u32>]) -> f64 {
     let len = samples[0].len();
-    assert!(
-        samples.iter().all(|x| x.len() == len),
-        "samples of different lengths"
-    );
+    assert!(samples.iter().all(|x| x.len() == len), "samples of different lengths");
     let mut probs: HashMap<&[u32], Vec<Vec<f32>>> = HashMap::new();
     for x in samples {
         probs.entry(x.as_slice()).or_insert_with(|| {
@@ -108,10 +116,7 @@ pub fn sequence_chi_square_p(
             input.extend_from_slice(&x[..len - 1]);
             let mut c = target.new_cache(1);
             let out = target.forward(&input, &mut c).unwrap();
-            out.logits_tail(len)
-                .iter()
-                .map(|l| s.probabilities(l))
-                .collect()
+            out.logits_tail(len).iter().map(|l| s.probabilities(l)).collect()
         });
     }
     let (mut stat, mut df) = (0.0, 0usize);
@@ -124,17 +129,10 @@ pub fn sequence_chi_square_p(
                 eprintln!("sampled a token of probability 0 at position {t}: {x:?}");
                 return 0.0;
             }
-            expected
-                .iter_mut()
-                .zip(p)
-                .for_each(|(e, &q)| *e += q as f64);
+            expected.iter_mut().zip(p).for_each(|(e, &q)| *e += q as f64);
         }
-        let largest = (0..vocab)
-            .max_by(|&a, &b| expected[a].total_cmp(&expected[b]))
-            .unwrap();
-        let kept: Vec<usize> = (0..vocab)
-            .filter(|&j| j != largest && expected[j] >= 5.0)
-            .collect();
+        let largest = (0..vocab).max_by(|&a, &b| expected[a].total_cmp(&expected[b])).unwrap();
+        let kept: Vec<usize> = (0..vocab).filter(|&j| j != largest && expected[j] >= 5.0).collect();
         if kept.is_empty() {
             continue;
         }
@@ -153,10 +151,7 @@ pub fn sequence_chi_square_p(
         stat += quadratic_form_inverse(v, d);
         df += n;
     }
-    assert!(
-        df >= 3,
-        "too few degrees of freedom ({df}) for a meaningful test"
-    );
+    assert!(df >= 3, "too few degrees of freedom ({df}) for a meaningful test");
     chi_square_upper_tail(stat, df as f64)
 }
 
@@ -170,10 +165,7 @@ fn quadratic_form_inverse(mut v: Vec<Vec<f64>>, d: Vec<f64>) -> f64 {
                 v[i][j] -= v[i][k] * l;
             }
         }
-        assert!(
-            v[j][j] > 0.0,
-            "conditional covariance not positive definite"
-        );
+        assert!(v[j][j] > 0.0, "conditional covariance not positive definite");
         let r = v[j][j].sqrt();
         for i in j..n {
             v[i][j] /= r;
@@ -212,21 +204,12 @@ impl Run {
         for seed in 0..n as u64 {
             let g = generate(seed);
             let m = &g.metrics;
-            let rounds: Vec<(usize, usize)> = m
-                .drafted_per_round
-                .iter()
-                .copied()
-                .zip(m.accepted_per_round.iter().copied())
-                .collect();
+            let rounds: Vec<(usize, usize)> =
+                m.drafted_per_round.iter().copied().zip(m.accepted_per_round.iter().copied()).collect();
             run.rounds += rounds.len();
             run.rejected += rounds.iter().filter(|(k, a)| a < k).count();
             run.full += rounds.iter().filter(|(k, a)| a == k && *k > 0).count();
-            run.bonus += rounds
-                .iter()
-                .rev()
-                .skip(1)
-                .filter(|(k, a)| a == k && *k > 0)
-                .count();
+            run.bonus += rounds.iter().rev().skip(1).filter(|(k, a)| a == k && *k > 0).count();
             run.samples.push(g.tokens);
         }
         run
@@ -236,11 +219,7 @@ impl Run {
     /// request in `1/share` had a rejection, a fully accepted round and (`bonus`) a bonus token.
     pub fn assert_exercised(&self, what: &str, share: usize, bonus: bool) {
         let n = self.samples.len();
-        assert!(
-            self.rounds >= 2 * n,
-            "{what}: {} rounds in {n} requests",
-            self.rounds
-        );
+        assert!(self.rounds >= 2 * n, "{what}: {} rounds in {n} requests", self.rounds);
         let enough = (n / share).max(1);
         assert!(
             self.rejected >= enough && self.full >= enough,
@@ -248,11 +227,7 @@ impl Run {
             self.rejected,
             self.full
         );
-        assert!(
-            !bonus || self.bonus >= enough,
-            "{what}: {} bonus tokens in {n} requests",
-            self.bonus
-        );
+        assert!(!bonus || self.bonus >= enough, "{what}: {} bonus tokens in {n} requests", self.bonus);
     }
 
     pub fn summary(&self) -> String {

@@ -4,8 +4,8 @@
 pub mod lossless;
 
 use specx_decoder::gguf::GgmlType;
-use specx_decoder::synthetic::{random_weights, word_tokenizer_json, write_gguf, write_hf_dir, StDtype};
-use specx_decoder::{default_device, load_model, LoadedModel, ModelConfig};
+use specx_decoder::synthetic::{StDtype, random_weights, word_tokenizer_json, write_gguf, write_hf_dir};
+use specx_decoder::{LoadedModel, ModelConfig, default_device, load_model};
 use std::path::{Path, PathBuf};
 
 pub const VOCAB: usize = specx_decoder::device_check::TINY_VOCAB;

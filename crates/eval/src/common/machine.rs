@@ -32,7 +32,6 @@ impl Machine {
     }
 }
 
-
 #[cfg(all(test, target_os = "linux", target_arch = "x86_64"))]
 mod tests {
     use super::*;

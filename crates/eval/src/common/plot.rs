@@ -2,7 +2,7 @@
 //! rendered into memory and written atomically, one colour per method family, and the small
 //! helpers every figure uses (axis ranges, Pareto frontiers, file-name-safe tags).
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result, anyhow};
 use plotters::prelude::*;
 use specx_decoder::fsutil::write_atomic;
 use std::path::Path;
@@ -40,12 +40,19 @@ pub fn colour(family: &str) -> RGBColor {
 }
 
 /// Renders `draw` into a PNG at `path` (900 x 640).
-pub fn render_png(path: &Path, draw: impl FnOnce(&DrawingArea<BitMapBackend, plotters::coord::Shift>) -> Result<()>) -> Result<()> {
+pub fn render_png(
+    path: &Path,
+    draw: impl FnOnce(&DrawingArea<BitMapBackend, plotters::coord::Shift>) -> Result<()>,
+) -> Result<()> {
     render_png_sized(path, SIZE, draw)
 }
 
 /// Renders `draw` into a PNG of `size` pixels at `path`.
-pub fn render_png_sized(path: &Path, size: (u32, u32), draw: impl FnOnce(&DrawingArea<BitMapBackend, plotters::coord::Shift>) -> Result<()>) -> Result<()> {
+pub fn render_png_sized(
+    path: &Path,
+    size: (u32, u32),
+    draw: impl FnOnce(&DrawingArea<BitMapBackend, plotters::coord::Shift>) -> Result<()>,
+) -> Result<()> {
     register_font();
     let mut rgb = vec![0u8; (size.0 * size.1 * 3) as usize];
     {
@@ -70,7 +77,13 @@ pub fn rate_chart<'a, 'b>(
     root: &'a DrawingArea<BitMapBackend<'b>, plotters::coord::Shift>,
     title: &str,
     points: &[(f64, f64)],
-) -> Result<ChartContext<'a, BitMapBackend<'b>, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>> {
+) -> Result<
+    ChartContext<
+        'a,
+        BitMapBackend<'b>,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+> {
     let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
     let mut chart = ChartBuilder::on(root)
         .caption(title, ("sans-serif", 22))
@@ -79,14 +92,23 @@ pub fn rate_chart<'a, 'b>(
         .y_label_area_size(64)
         .build_cartesian_2d(range(points.iter().map(|p| p.0).chain([0.0])), range(points.iter().map(|p| p.1)))
         .map_err(e)?;
-    chart.configure_mesh().x_desc("discard rate N_discarded / N").y_desc("verification rate N_target / N").label_style(("sans-serif", 15)).draw().map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("discard rate N_discarded / N")
+        .y_desc("verification rate N_target / N")
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(e)?;
     Ok(chart)
 }
 
 /// Points not dominated by another (lower is better in both coordinates), sorted by x.
 pub fn frontier(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
-    let mut f: Vec<(f64, f64)> =
-        points.iter().copied().filter(|&(x, y)| !points.iter().any(|&(a, b)| a <= x && b <= y && (a < x || b < y))).collect();
+    let mut f: Vec<(f64, f64)> = points
+        .iter()
+        .copied()
+        .filter(|&(x, y)| !points.iter().any(|&(a, b)| a <= x && b <= y && (a < x || b < y)))
+        .collect();
     f.sort_by(|a, b| a.0.total_cmp(&b.0));
     f.dedup();
     f

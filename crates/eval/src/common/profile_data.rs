@@ -1,7 +1,7 @@
 //! What `specx profile` writes (each model's forward curve, per-layer times, TTFT, TPOT) and
 //! the latencies the DSI and EasySpec timing models read from it.
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -60,14 +60,30 @@ impl Profile {
     /// measured). On a device whose extra rows are nearly free, `t_row` comes out near 0.
     pub fn call_costs(&self, context: usize) -> Result<(f64, f64, f64)> {
         let curve = |role: &str| -> Result<&ForwardCurve> {
-            let m = self.models.iter().find(|m| m.role == role).with_context(|| format!("profile without a {role} model"))?;
-            let c = m.forward.iter().min_by_key(|c| c.context.abs_diff(context)).with_context(|| format!("profile without {role} forward curves"))?;
-            ensure!(!c.seconds.is_empty() && c.seconds.iter().all(|s| s.is_finite() && *s > 0.0), "profile: the {role} curve after {} tokens has no positive times", c.context);
+            let m = self
+                .models
+                .iter()
+                .find(|m| m.role == role)
+                .with_context(|| format!("profile without a {role} model"))?;
+            let c = m
+                .forward
+                .iter()
+                .min_by_key(|c| c.context.abs_diff(context))
+                .with_context(|| format!("profile without {role} forward curves"))?;
+            ensure!(
+                !c.seconds.is_empty() && c.seconds.iter().all(|s| s.is_finite() && *s > 0.0),
+                "profile: the {role} curve after {} tokens has no positive times",
+                c.context
+            );
             Ok(c)
         };
         let (draft, target) = (curve("draft")?, curve("target")?);
         let s = &target.seconds[..target.seconds.len().min(11)];
-        let (num, den) = s.iter().enumerate().skip(1).fold((0.0, 0.0), |(n, d), (i, &t)| (n + i as f64 * (t - s[0]), d + (i * i) as f64));
+        let (num, den) = s
+            .iter()
+            .enumerate()
+            .skip(1)
+            .fold((0.0, 0.0), |(n, d), (i, &t)| (n + i as f64 * (t - s[0]), d + (i * i) as f64));
         let t_row = if den > 0.0 { (num / den).max(0.0) } else { 0.0 };
         Ok((draft.seconds[0], s[0] - t_row, t_row))
     }
@@ -89,7 +105,13 @@ pub struct Latencies {
 impl Latencies {
     /// Every latency multiplied by `s` (the row curve is relative and stays).
     pub fn scaled(&self, s: f64) -> Self {
-        Self { draft_ttft: self.draft_ttft * s, draft_tpot: self.draft_tpot * s, target_ttft: self.target_ttft * s, target_tpot: self.target_tpot * s, target_rows: self.target_rows.clone() }
+        Self {
+            draft_ttft: self.draft_ttft * s,
+            draft_tpot: self.draft_tpot * s,
+            target_ttft: self.target_ttft * s,
+            target_tpot: self.target_tpot * s,
+            target_rows: self.target_rows.clone(),
+        }
     }
 
     /// Time of a (not first) target forward of `rows` new rows.
@@ -113,10 +135,15 @@ impl Latencies {
 /// length; the row curve at the nearest context, relative to one row).
 pub fn latencies_from_profile(path: &Path, context: usize) -> Result<Latencies> {
     let p = Profile::read(path)?;
-    let model = |role: &str| p.models.iter().find(|m| m.role == role).with_context(|| format!("{}: no {role} model", path.display()));
+    let model = |role: &str| {
+        p.models.iter().find(|m| m.role == role).with_context(|| format!("{}: no {role} model", path.display()))
+    };
     let (d, t) = (model("draft")?, model("target")?);
-    let nearest = |v: &[(usize, f64)]| v.iter().min_by_key(|(c, _)| c.abs_diff(context)).map(|x| x.1).context("profile without TTFT");
-    let curve = t.forward.iter().min_by_key(|c| c.context.abs_diff(context)).context("profile without forward curves")?;
+    let nearest = |v: &[(usize, f64)]| {
+        v.iter().min_by_key(|(c, _)| c.abs_diff(context)).map(|x| x.1).context("profile without TTFT")
+    };
+    let curve =
+        t.forward.iter().min_by_key(|c| c.context.abs_diff(context)).context("profile without forward curves")?;
     ensure!(!curve.seconds.is_empty() && curve.seconds[0] > 0.0, "{}: empty forward curve", path.display());
     Ok(Latencies {
         draft_ttft: nearest(&d.ttft_s)?,
@@ -126,4 +153,3 @@ pub fn latencies_from_profile(path: &Path, context: usize) -> Result<Latencies> 
         target_rows: curve.seconds.iter().map(|s| s / curve.seconds[0]).collect(),
     })
 }
-

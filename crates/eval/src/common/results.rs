@@ -3,13 +3,13 @@
 
 use crate::method::Setting;
 use anyhow::{Context, Result};
-use specx_decoder::coupling::Draws;
 use polars::prelude::{Column, DataFrame, NamedFrom, Series};
+use polars_io::SerReader;
 use polars_io::parquet::read::ParquetReader;
 use polars_io::parquet::write::ParquetWriter;
-use polars_io::SerReader;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use specx_decoder::coupling::Draws;
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::speculative::{DsiStats, RequestMetrics};
 use std::path::{Path, PathBuf};
@@ -181,7 +181,11 @@ pub struct UnitKey {
 impl UnitKey {
     /// `units/<dataset>/<sampling>/s<seed>/<prompt index>.json` under the run directory.
     pub fn path(&self, dir: &Path) -> PathBuf {
-        dir.join("units").join(&self.dataset).join(&self.sampling).join(format!("s{}", self.seed)).join(format!("{:05}.json", self.prompt_index))
+        dir.join("units")
+            .join(&self.dataset)
+            .join(&self.sampling)
+            .join(format!("s{}", self.seed))
+            .join(format!("{:05}.json", self.prompt_index))
     }
 }
 
@@ -202,7 +206,8 @@ impl UnitFile {
     /// The unit file at `path`.
     pub fn read_path(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        serde_json::from_str(&text).with_context(|| format!("{}: malformed unit file (delete it to rerun the unit)", path.display()))
+        serde_json::from_str(&text)
+            .with_context(|| format!("{}: malformed unit file (delete it to rerun the unit)", path.display()))
     }
 
     /// The unit's file if it was written (a finished unit); None if absent.
@@ -228,66 +233,70 @@ pub fn rows_frame(rows: &[ResultRow]) -> Result<DataFrame> {
     }
     let u = |v: usize| v as u64;
     let lists = |name: &str, f: &dyn Fn(&ResultRow) -> &Vec<usize>| {
-        let series: Vec<Series> = rows.iter().map(|r| Series::new("".into(), f(r).iter().map(|&v| v as u32).collect::<Vec<u32>>())).collect();
+        let series: Vec<Series> =
+            rows.iter().map(|r| Series::new("".into(), f(r).iter().map(|&v| v as u32).collect::<Vec<u32>>())).collect();
         Column::from(Series::new(name.into(), series))
     };
-    let columns = vec![
-        col("dataset", rows, |r| r.dataset.clone()),
-        col("prompt_index", rows, |r| u(r.prompt_index)),
-        col("prompt_id", rows, |r| r.prompt_id.clone()),
-        col("sampling", rows, |r| r.sampling.clone()),
-        col("temperature", rows, |r| r.temperature),
-        col("top_k", rows, |r| r.top_k.map(|k| k as u64)),
-        col("top_p", rows, |r| r.top_p),
-        col("draws", rows, |r| if r.draws.is_independent() { "independent".to_string() } else { "coupled".to_string() }),
-        col("seed", rows, |r| r.seed),
-        col("method", rows, |r| r.setting.family().to_string()),
-        col("setting", rows, |r| r.setting.key()),
-        col("drafter", rows, |r| r.setting.drafter().map(str::to_string)),
-        col("policy", rows, |r| r.setting.policy().map(str::to_string)),
-        col("scheduler", rows, |r| r.setting.scheduler().map(str::to_string)),
-        col("k", rows, |r| r.setting.k().map(|k| k as u64)),
-        col("head", rows, |r| r.setting.head().map(str::to_string)),
-        col("threshold", rows, |r| r.setting.threshold()),
-        col("min", rows, |r| r.setting.bounds().map(|b| b[0] as u64)),
-        col("max", rows, |r| r.setting.bounds().map(|b| b[1] as u64)),
-        col("servers", rows, |r| r.setting.servers().map(|k| k as u64)),
-        col("strategy", rows, |r| r.setting.easyspec().map(|e| e.0.to_string())),
-        col("calibration", rows, |r| r.setting.easyspec().map(|e| e.1.name().to_string())),
-        col("workers", rows, |r| r.setting.easyspec().map(|e| e.2 as u64)),
-        col("replayed", rows, |r| r.replayed),
-        col("diverged_at", rows, |r| r.divergence.as_ref().map(|d| d.position as u64)),
-        col("divergence_margin", rows, |r| r.divergence.as_ref().map(|d| d.margin)),
-        col("dsi_tasks", rows, |r| r.dsi.as_ref().map(|d| d.tasks as u64)),
-        col("dsi_preempted", rows, |r| r.dsi.as_ref().map(|d| d.preempted as u64)),
-        col("dsi_stale", rows, |r| r.dsi.as_ref().map(|d| d.stale as u64)),
-        col("dsi_waits", rows, |r| r.dsi.as_ref().map(|d| d.waits as u64)),
-        col("dsi_worker_busy_s", rows, |r| r.dsi.as_ref().map(|d| d.worker_busy_s.iter().sum::<f64>())),
-        col("prompt_tokens", rows, |r| u(r.prompt_tokens)),
-        col("max_new_tokens", rows, |r| u(r.max_new_tokens)),
-        col("n_generated", rows, |r| u(r.n_generated)),
-        col("n_target_calls", rows, |r| u(r.n_target_calls)),
-        col("n_draft_calls", rows, |r| u(r.n_draft_calls)),
-        col("n_calibrations", rows, |r| u(r.n_calibrations)),
-        col("n_drafted", rows, |r| u(r.n_drafted)),
-        col("n_accepted", rows, |r| u(r.n_accepted)),
-        col("n_verified", rows, |r| u(r.n_verified)),
-        col("n_discarded", rows, |r| u(r.n_discarded())),
-        col("draft_time_s", rows, |r| r.draft_time_s),
-        col("target_time_s", rows, |r| r.target_time_s),
-        col("other_time_s", rows, |r| r.other_time_s()),
-        col("total_time_s", rows, |r| r.total_time_s),
-        col("tokens_per_s", rows, |r| r.metrics().tokens_per_sec()),
-        col("speedup", rows, |r| r.speedup),
-        col("acceptance_rate", rows, |r| r.metrics().acceptance_rate()),
-        col("discard_rate", rows, |r| r.metrics().discard_rate()),
-        col("verification_rate", rows, |r| r.metrics().verification_rate()),
-        lists("accepted_per_round", &|r| &r.accepted_per_round),
-        lists("drafted_per_round", &|r| &r.drafted_per_round),
-        col("output_sha256", rows, |r| r.output_sha256.clone()),
-        col("identical_to_ar", rows, |r| r.identical_to_ar),
-        col("batch", rows, |r| u(r.batch)),
-    ];
+    let columns =
+        vec![
+            col("dataset", rows, |r| r.dataset.clone()),
+            col("prompt_index", rows, |r| u(r.prompt_index)),
+            col("prompt_id", rows, |r| r.prompt_id.clone()),
+            col("sampling", rows, |r| r.sampling.clone()),
+            col("temperature", rows, |r| r.temperature),
+            col("top_k", rows, |r| r.top_k.map(|k| k as u64)),
+            col("top_p", rows, |r| r.top_p),
+            col("draws", rows, |r| {
+                if r.draws.is_independent() { "independent".to_string() } else { "coupled".to_string() }
+            }),
+            col("seed", rows, |r| r.seed),
+            col("method", rows, |r| r.setting.family().to_string()),
+            col("setting", rows, |r| r.setting.key()),
+            col("drafter", rows, |r| r.setting.drafter().map(str::to_string)),
+            col("policy", rows, |r| r.setting.policy().map(str::to_string)),
+            col("scheduler", rows, |r| r.setting.scheduler().map(str::to_string)),
+            col("k", rows, |r| r.setting.k().map(|k| k as u64)),
+            col("head", rows, |r| r.setting.head().map(str::to_string)),
+            col("threshold", rows, |r| r.setting.threshold()),
+            col("min", rows, |r| r.setting.bounds().map(|b| b[0] as u64)),
+            col("max", rows, |r| r.setting.bounds().map(|b| b[1] as u64)),
+            col("servers", rows, |r| r.setting.servers().map(|k| k as u64)),
+            col("strategy", rows, |r| r.setting.easyspec().map(|e| e.0.to_string())),
+            col("calibration", rows, |r| r.setting.easyspec().map(|e| e.1.name().to_string())),
+            col("workers", rows, |r| r.setting.easyspec().map(|e| e.2 as u64)),
+            col("replayed", rows, |r| r.replayed),
+            col("diverged_at", rows, |r| r.divergence.as_ref().map(|d| d.position as u64)),
+            col("divergence_margin", rows, |r| r.divergence.as_ref().map(|d| d.margin)),
+            col("dsi_tasks", rows, |r| r.dsi.as_ref().map(|d| d.tasks as u64)),
+            col("dsi_preempted", rows, |r| r.dsi.as_ref().map(|d| d.preempted as u64)),
+            col("dsi_stale", rows, |r| r.dsi.as_ref().map(|d| d.stale as u64)),
+            col("dsi_waits", rows, |r| r.dsi.as_ref().map(|d| d.waits as u64)),
+            col("dsi_worker_busy_s", rows, |r| r.dsi.as_ref().map(|d| d.worker_busy_s.iter().sum::<f64>())),
+            col("prompt_tokens", rows, |r| u(r.prompt_tokens)),
+            col("max_new_tokens", rows, |r| u(r.max_new_tokens)),
+            col("n_generated", rows, |r| u(r.n_generated)),
+            col("n_target_calls", rows, |r| u(r.n_target_calls)),
+            col("n_draft_calls", rows, |r| u(r.n_draft_calls)),
+            col("n_calibrations", rows, |r| u(r.n_calibrations)),
+            col("n_drafted", rows, |r| u(r.n_drafted)),
+            col("n_accepted", rows, |r| u(r.n_accepted)),
+            col("n_verified", rows, |r| u(r.n_verified)),
+            col("n_discarded", rows, |r| u(r.n_discarded())),
+            col("draft_time_s", rows, |r| r.draft_time_s),
+            col("target_time_s", rows, |r| r.target_time_s),
+            col("other_time_s", rows, |r| r.other_time_s()),
+            col("total_time_s", rows, |r| r.total_time_s),
+            col("tokens_per_s", rows, |r| r.metrics().tokens_per_sec()),
+            col("speedup", rows, |r| r.speedup),
+            col("acceptance_rate", rows, |r| r.metrics().acceptance_rate()),
+            col("discard_rate", rows, |r| r.metrics().discard_rate()),
+            col("verification_rate", rows, |r| r.metrics().verification_rate()),
+            lists("accepted_per_round", &|r| &r.accepted_per_round),
+            lists("drafted_per_round", &|r| &r.drafted_per_round),
+            col("output_sha256", rows, |r| r.output_sha256.clone()),
+            col("identical_to_ar", rows, |r| r.identical_to_ar),
+            col("batch", rows, |r| u(r.batch)),
+        ];
     Ok(DataFrame::new_infer_height(columns)?)
 }
 
@@ -302,8 +311,12 @@ impl ResultsTable {
     /// Reads `dir/results.parquet`.
     pub fn read(dir: &Path) -> Result<Self> {
         let path = dir.join("results.parquet");
-        let f = std::fs::File::open(&path).with_context(|| format!("opening {} (is the run finished? `specx eval` and `specx eval replay` write it)", path.display()))?;
-        let df = ParquetReader::new(f).finish().with_context(|| format!("{}: not a readable results table", path.display()))?;
+        let f = std::fs::File::open(&path).with_context(|| {
+            format!("opening {} (is the run finished? `specx eval` and `specx eval replay` write it)", path.display())
+        })?;
+        let df = ParquetReader::new(f)
+            .finish()
+            .with_context(|| format!("{}: not a readable results table", path.display()))?;
         Ok(Self { df, path })
     }
 
@@ -324,7 +337,13 @@ impl ResultsTable {
     }
 
     pub fn strs(&self, name: &str) -> Result<Vec<Option<String>>> {
-        Ok(self.column(name)?.str().with_context(|| self.context(name))?.iter().map(|v| v.map(str::to_string)).collect())
+        Ok(self
+            .column(name)?
+            .str()
+            .with_context(|| self.context(name))?
+            .iter()
+            .map(|v| v.map(str::to_string))
+            .collect())
     }
 
     pub fn u64s(&self, name: &str) -> Result<Vec<Option<u64>>> {
@@ -343,7 +362,9 @@ impl ResultsTable {
     pub fn u32_list(&self, name: &str, i: usize) -> Result<Vec<usize>> {
         let lists = self.column(name)?.list().with_context(|| self.context(name))?;
         Ok(match lists.get_as_series(i) {
-            Some(series) => series.u32().with_context(|| self.context(name))?.into_no_null_iter().map(|v| v as usize).collect(),
+            Some(series) => {
+                series.u32().with_context(|| self.context(name))?.into_no_null_iter().map(|v| v as usize).collect()
+            }
             None => Vec::new(),
         })
     }

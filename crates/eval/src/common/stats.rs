@@ -90,4 +90,3 @@ pub fn grouped(rows: &[ResultRow]) -> BTreeMap<(String, String), Vec<(String, Ve
     }
     out
 }
-

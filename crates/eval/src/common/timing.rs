@@ -30,8 +30,14 @@ impl Fit {
     pub fn describe(fit: Option<&Fit>) -> String {
         match fit {
             None => "-".into(),
-            Some(f) if !f.is_physical() => format!("none: a fitted time <= 0 over {} requests (too few or too alike)", f.n),
-            Some(f) => format!("{} (R² {:.4})", f.coefficients.iter().map(|c| format!("{c:.4}")).collect::<Vec<_>>().join(", "), f.r2),
+            Some(f) if !f.is_physical() => {
+                format!("none: a fitted time <= 0 over {} requests (too few or too alike)", f.n)
+            }
+            Some(f) => format!(
+                "{} (R² {:.4})",
+                f.coefficients.iter().map(|c| format!("{c:.4}")).collect::<Vec<_>>().join(", "),
+                f.r2
+            ),
         }
     }
 }
@@ -70,7 +76,11 @@ pub fn least_squares(x: &[Vec<f64>], y: &[f64]) -> Option<Fit> {
     let coefficients: Vec<f64> = (0..p).map(|i| a[i][p] / a[i][i]).collect();
     let mean = y.iter().sum::<f64>() / y.len() as f64;
     let sst: f64 = y.iter().map(|v| (v - mean).powi(2)).sum();
-    let sse: f64 = x.iter().zip(y).map(|(row, &yi)| (yi - row.iter().zip(&coefficients).map(|(a, b)| a * b).sum::<f64>()).powi(2)).sum();
+    let sse: f64 = x
+        .iter()
+        .zip(y)
+        .map(|(row, &yi)| (yi - row.iter().zip(&coefficients).map(|(a, b)| a * b).sum::<f64>()).powi(2))
+        .sum();
     Some(Fit { coefficients, r2: if sst > 1e-12 * y.len() as f64 { 1.0 - sse / sst } else { f64::NAN }, n: y.len() })
 }
 
@@ -93,7 +103,8 @@ pub fn fit_family(rows: &[&ResultRow]) -> TimingModel {
     let real: Vec<&&ResultRow> = rows.iter().filter(|r| !r.replayed).collect();
     let y: Vec<f64> = real.iter().map(|r| r.total_time_s).collect();
     let x2: Vec<Vec<f64>> = real.iter().map(|r| vec![r.n_draft_calls as f64, r.n_target_calls as f64]).collect();
-    let x3: Vec<Vec<f64>> = real.iter().map(|r| vec![r.n_draft_calls as f64, r.n_target_calls as f64, rows_verified(r) as f64]).collect();
+    let x3: Vec<Vec<f64>> =
+        real.iter().map(|r| vec![r.n_draft_calls as f64, r.n_target_calls as f64, rows_verified(r) as f64]).collect();
     TimingModel { paper: least_squares(&x2, &y), with_rows: least_squares(&x3, &y) }
 }
 
@@ -104,8 +115,12 @@ pub fn rows_verified(r: &ResultRow) -> usize {
 
 /// Standalone target time per token: T = t N over single-stream AR rows.
 pub fn standalone_target(rows: &[&ResultRow]) -> Option<Fit> {
-    let ar: Vec<&&ResultRow> = rows.iter().filter(|r| r.setting.family() == "ar" && !r.replayed && r.batch == 1).collect();
-    least_squares(&ar.iter().map(|r| vec![r.n_target_calls as f64]).collect::<Vec<_>>(), &ar.iter().map(|r| r.total_time_s).collect::<Vec<_>>())
+    let ar: Vec<&&ResultRow> =
+        rows.iter().filter(|r| r.setting.family() == "ar" && !r.replayed && r.batch == 1).collect();
+    least_squares(
+        &ar.iter().map(|r| vec![r.n_target_calls as f64]).collect::<Vec<_>>(),
+        &ar.iter().map(|r| r.total_time_s).collect::<Vec<_>>(),
+    )
 }
 
 #[cfg(test)]
@@ -117,7 +132,11 @@ mod tests {
         let x: Vec<Vec<f64>> = (0..10).map(|i| vec![i as f64, (i * i % 7) as f64 + 1.0]).collect();
         let y: Vec<f64> = x.iter().map(|r| 0.02 * r[0] + 0.1 * r[1]).collect();
         let f = least_squares(&x, &y).unwrap();
-        assert!((f.coefficients[0] - 0.02).abs() < 1e-9 && (f.coefficients[1] - 0.1).abs() < 1e-9 && (f.r2 - 1.0).abs() < 1e-9);
+        assert!(
+            (f.coefficients[0] - 0.02).abs() < 1e-9
+                && (f.coefficients[1] - 0.1).abs() < 1e-9
+                && (f.r2 - 1.0).abs() < 1e-9
+        );
         // Eq. 5.1 with no drafting is AR: one target call per token.
         assert!((predicted_throughput(10.0, 0.0, 10.0, 0.02, 0.1) - 10.0).abs() < 1e-9);
         assert!(f.is_physical() && Fit::describe(Some(&f)).starts_with("0.0200, 0.1000"));

@@ -10,10 +10,10 @@ use crate::common::stats::GroupStats;
 use crate::experiment::merge::unit_files;
 use crate::method::MethodSpec;
 use crate::report::markdown_table;
-use anyhow::{anyhow, ensure, Result};
+use anyhow::{Result, anyhow, ensure};
 use plotters::prelude::*;
-use specx_decoder::draft::frequencies::TokenFrequencies;
 use specx_decoder::DraftTransform;
+use specx_decoder::draft::frequencies::TokenFrequencies;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -37,13 +37,19 @@ pub fn join(dir: &Path, report: Option<&DraftCostReport>, plot: Option<&Path>) -
             groups.entry((r.dataset.clone(), r.sampling.clone(), method, m.draft.label())).or_default().push(r);
         }
     }
-    ensure!(!groups.is_empty(), "{}: no speculative rows (is it an eval run directory of `specx eval`?)", dir.display());
+    ensure!(
+        !groups.is_empty(),
+        "{}: no speculative rows (is it an eval run directory of `specx eval`?)",
+        dir.display()
+    );
     let c_of = |label: &str| report.and_then(|r| r.drafts.iter().find(|d| d.label == label)).map(|d| d.c[0]);
     let mut rows = Vec::new();
     for ((set, sampling, method, label), rs) in &groups {
         let refs: Vec<&crate::common::results::ResultRow> = rs.iter().collect();
         let g = GroupStats::of(&refs);
-        let full = groups.get(&(set.clone(), sampling.clone(), method.clone(), "full".into())).map(|f| GroupStats::of(&f.iter().collect::<Vec<_>>()).tokens_per_call_sum());
+        let full = groups
+            .get(&(set.clone(), sampling.clone(), method.clone(), "full".into()))
+            .map(|f| GroupStats::of(&f.iter().collect::<Vec<_>>()).tokens_per_call_sum());
         rows.push(vec![
             set.clone(),
             sampling.clone(),
@@ -56,7 +62,20 @@ pub fn join(dir: &Path, report: Option<&DraftCostReport>, plot: Option<&Path>) -
             format!("{}/{}", g.identical, g.prompts),
         ]);
     }
-    let mut out = markdown_table(&["prompt set", "sampling", "method", "draft", "c", "acceptance", "tokens / target call", "vs full draft", "greedy = AR"], &rows);
+    let mut out = markdown_table(
+        &[
+            "prompt set",
+            "sampling",
+            "method",
+            "draft",
+            "c",
+            "acceptance",
+            "tokens / target call",
+            "vs full draft",
+            "greedy = AR",
+        ],
+        &rows,
+    );
     out.push_str(&coverage(&ar_tokens, &groups)?);
     if let (Some(report), Some(path)) = (report, plot) {
         draw(&groups, report, path)?;
@@ -122,14 +141,32 @@ fn draw(groups: &Groups, report: &DraftCostReport, path: &Path) -> Result<()> {
             .y_label_area_size(64)
             .build_cartesian_2d(range(xs.iter().copied()), range(ys.iter().copied()))
             .map_err(e)?;
-        chart.configure_mesh().x_desc("c = draft step / target step").y_desc("tokens per target call").label_style(("sans-serif", 15)).draw().map_err(e)?;
+        chart
+            .configure_mesh()
+            .x_desc("c = draft step / target step")
+            .y_desc("tokens per target call")
+            .label_style(("sans-serif", 15))
+            .draw()
+            .map_err(e)?;
         for (i, (name, pts)) in series.iter().enumerate() {
             let col = colour(["specdec", "specdecpp", "confidence", "dsi", "oracle", "roc"][i % 6]);
             // Points, not lines: the drafts are settings, not a curve.
-            chart.draw_series(pts.iter().map(|p| Circle::new((p.0, p.1), 5, col.filled()))).map_err(e)?.label(name.clone()).legend(move |(x, y)| Circle::new((x + 8, y), 5, col.filled()));
-            chart.draw_series(pts.iter().map(|p| Text::new(format!(" {}", p.2), (p.0, p.1), ("sans-serif", 13)))).map_err(e)?;
+            chart
+                .draw_series(pts.iter().map(|p| Circle::new((p.0, p.1), 5, col.filled())))
+                .map_err(e)?
+                .label(name.clone())
+                .legend(move |(x, y)| Circle::new((x + 8, y), 5, col.filled()));
+            chart
+                .draw_series(pts.iter().map(|p| Text::new(format!(" {}", p.2), (p.0, p.1), ("sans-serif", 13))))
+                .map_err(e)?;
         }
-        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).label_font(("sans-serif", 14)).draw().map_err(e)?;
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 14))
+            .draw()
+            .map_err(e)?;
         Ok(())
     })
 }

@@ -9,11 +9,13 @@
 pub mod frontier;
 
 use crate::bench::PairArgs;
-use anyhow::{ensure, Context, Result};
+use anyhow::{Context, Result, ensure};
 use specx_decoder::generate::last_logits;
 use specx_decoder::report::markdown_table;
 use specx_decoder::sampling::argmax;
-use specx_decoder::{load_model_as, open_device, DeviceName, DraftTransform, DraftWeights, LoadedModel, Transformer, WeightMode};
+use specx_decoder::{
+    DeviceName, DraftTransform, DraftWeights, LoadedModel, Transformer, WeightMode, load_model_as, open_device,
+};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -88,7 +90,11 @@ pub struct DraftCostReport {
 fn settings(a: &DraftCostArgs) -> Result<Vec<DraftTransform>> {
     let mut out = Vec::new();
     for v in &a.vocab {
-        let vocab = if v == "full" { None } else { Some(v.parse::<usize>().map_err(|_| anyhow::anyhow!("--vocab '{v}': a token count or full"))?) };
+        let vocab = if v == "full" {
+            None
+        } else {
+            Some(v.parse::<usize>().map_err(|_| anyhow::anyhow!("--vocab '{v}': a token count or full"))?)
+        };
         for w in &a.draft_weights {
             let weights = if w == "stored" { None } else { Some(w.parse::<DraftWeights>()?) };
             let t = DraftTransform { vocab, vocab_table: vocab.and(a.vocab_table.clone()), weights };
@@ -186,7 +192,13 @@ pub fn measure(a: &DraftCostArgs) -> Result<DraftCostReport> {
             calls: call_curve(m, &context, &a.call_rows)?,
         });
     }
-    Ok(DraftCostReport { weights: a.weights.to_string(), context: a.context, target_step_secs: spread(&target_steps), target_calls, drafts: out })
+    Ok(DraftCostReport {
+        weights: a.weights.to_string(),
+        context: a.context,
+        target_step_secs: spread(&target_steps),
+        target_calls,
+        drafts: out,
+    })
 }
 
 pub fn print_report(r: &DraftCostReport) {
@@ -195,7 +207,14 @@ pub fn print_report(r: &DraftCostReport) {
     let rows: Vec<Vec<String>> = r
         .drafts
         .iter()
-        .map(|d| vec![d.label.clone(), format!("{:.1}", d.weight_bytes_per_token as f64 / 1e6), ms(d.step_secs), format!("{:.3} [{:.3}-{:.3}]", d.c[0], d.c[1], d.c[2])])
+        .map(|d| {
+            vec![
+                d.label.clone(),
+                format!("{:.1}", d.weight_bytes_per_token as f64 / 1e6),
+                ms(d.step_secs),
+                format!("{:.3} [{:.3}-{:.3}]", d.c[0], d.c[1], d.c[2]),
+            ]
+        })
         .collect();
     println!("{}", markdown_table(&["draft", "MB read/token", "step ms", "c = draft / target step"], &rows));
     let mut header = vec!["model".to_string()];
@@ -208,13 +227,19 @@ pub fn print_report(r: &DraftCostReport) {
     let mut rows = vec![curve("target", &r.target_calls)];
     rows.extend(r.drafts.iter().map(|d| curve(&format!("draft {}", d.label), &d.calls)));
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
-    println!("\ncalls of N rows after the context (median of 5; x a one-row call):\n\n{}", markdown_table(&header, &rows));
+    println!(
+        "\ncalls of N rows after the context (median of 5; x a one-row call):\n\n{}",
+        markdown_table(&header, &rows)
+    );
 }
 
 pub fn run(a: DraftCostArgs) -> Result<()> {
     ensure!(a.plot.is_none() || a.eval.is_some(), "--plot draws the eval run of --eval: give it too");
     let report = match &a.from {
-        Some(path) => serde_json::from_slice(&std::fs::read(path).with_context(|| format!("reading {}", path.display()))?).with_context(|| format!("{}: not a draft-cost JSON", path.display()))?,
+        Some(path) => {
+            serde_json::from_slice(&std::fs::read(path).with_context(|| format!("reading {}", path.display()))?)
+                .with_context(|| format!("{}: not a draft-cost JSON", path.display()))?
+        }
         None => measure(&a)?,
     };
     print_report(&report);

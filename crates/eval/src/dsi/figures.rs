@@ -4,7 +4,7 @@
 
 use super::grid::{Mark, Point, SiMode, Speedups};
 use crate::common::plot::render_png_sized;
-use anyhow::{anyhow, Result};
+use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -35,7 +35,15 @@ pub fn speedup_colour(v: f64) -> RGBColor {
 }
 
 /// Draws `panels` side by side in `cols` columns into one PNG.
-pub fn heatmap_figure(path: &Path, title: &str, panels: &[Panel], cols: usize, cs: &[f64], as_: &[f64], marks: &[Mark]) -> Result<()> {
+pub fn heatmap_figure(
+    path: &Path,
+    title: &str,
+    panels: &[Panel],
+    cols: usize,
+    cs: &[f64],
+    as_: &[f64],
+    marks: &[Mark],
+) -> Result<()> {
     let rows = panels.len().div_ceil(cols);
     let size = (720 * cols as u32, 660 * rows as u32 + 50);
     let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
@@ -51,19 +59,49 @@ pub fn heatmap_figure(path: &Path, title: &str, panels: &[Panel], cols: usize, c
                 .y_label_area_size(54)
                 .build_cartesian_2d(xe[0]..xe[xe.len() - 1], ye[0]..ye[ye.len() - 1])
                 .map_err(e)?;
-            chart.configure_mesh().disable_mesh().x_desc("drafter latency c (draft / target forward)").y_desc("acceptance rate a").label_style(("sans-serif", 14)).draw().map_err(e)?;
+            chart
+                .configure_mesh()
+                .disable_mesh()
+                .x_desc("drafter latency c (draft / target forward)")
+                .y_desc("acceptance rate a")
+                .label_style(("sans-serif", 14))
+                .draw()
+                .map_err(e)?;
             for &(c, a, v) in &panel.values {
-                let (Some(i), Some(j)) = (cs.iter().position(|&x| x == c), as_.iter().position(|&x| x == a)) else { continue };
+                let (Some(i), Some(j)) = (cs.iter().position(|&x| x == c), as_.iter().position(|&x| x == a)) else {
+                    continue;
+                };
                 let fill = v.map_or(RGBColor(215, 215, 215), speedup_colour);
-                chart.draw_series(std::iter::once(Rectangle::new([(xe[i], ye[j]), (xe[i + 1], ye[j + 1])], fill.filled()))).map_err(e)?;
+                chart
+                    .draw_series(std::iter::once(Rectangle::new(
+                        [(xe[i], ye[j]), (xe[i + 1], ye[j + 1])],
+                        fill.filled(),
+                    )))
+                    .map_err(e)?;
                 if let (true, Some(v)) = (label_cells, v) {
-                    let style = TextStyle::from(("sans-serif", 10).into_font()).pos(plotters::style::text_anchor::Pos::new(plotters::style::text_anchor::HPos::Center, plotters::style::text_anchor::VPos::Center));
-                    chart.draw_series(std::iter::once(Text::new(format!("{v:.2}"), ((xe[i] + xe[i + 1]) / 2.0, (ye[j] + ye[j + 1]) / 2.0), style))).map_err(e)?;
+                    let style =
+                        TextStyle::from(("sans-serif", 10).into_font()).pos(plotters::style::text_anchor::Pos::new(
+                            plotters::style::text_anchor::HPos::Center,
+                            plotters::style::text_anchor::VPos::Center,
+                        ));
+                    chart
+                        .draw_series(std::iter::once(Text::new(
+                            format!("{v:.2}"),
+                            ((xe[i] + xe[i + 1]) / 2.0, (ye[j] + ye[j + 1]) / 2.0),
+                            style,
+                        )))
+                        .map_err(e)?;
                 }
             }
             for m in marks {
                 chart.draw_series(std::iter::once(Circle::new((m.c, m.a), 6, BLACK.filled()))).map_err(e)?;
-                chart.draw_series(std::iter::once(Text::new(m.name.clone(), (m.c, m.a), ("sans-serif", 15).into_font().color(&BLACK)))).map_err(e)?;
+                chart
+                    .draw_series(std::iter::once(Text::new(
+                        m.name.clone(),
+                        (m.c, m.a),
+                        ("sans-serif", 15).into_font().color(&BLACK),
+                    )))
+                    .map_err(e)?;
             }
         }
         Ok(())
@@ -99,7 +137,10 @@ pub fn figure7_panels(points: &[Point], k: usize) -> Vec<Panel> {
 /// Where the two SI modes differ: official SI cost / fair SI cost (1 where SI's best lookahead
 /// is DSI-feasible anyway; above 1 where the reference handicaps SI).
 pub fn si_mode_panel(points: &[Point]) -> Panel {
-    Panel { title: "SI cost, official / fair (DSI-feasible k only vs any k)".into(), values: points.iter().map(|p| (p.c, p.a, p.si_official.map(|o| o.cost / p.si_fair.cost))).collect() }
+    Panel {
+        title: "SI cost, official / fair (DSI-feasible k only vs any k)".into(),
+        values: points.iter().map(|p| (p.c, p.a, p.si_official.map(|o| o.cost / p.si_fair.cost))).collect(),
+    }
 }
 
 /// Timeline of one online run: the drafter's forwards and each target server's
@@ -131,7 +172,13 @@ pub fn timeline_figure(path: &Path, title: &str, run: &super::online::SimRun) ->
             .y_labels(lanes)
             .y_label_formatter(&|y| {
                 let l = y.round() as usize;
-                if (*y - l as f64).abs() > 0.01 || l >= lanes { String::new() } else if l == 0 { "drafter".into() } else { format!("server {l}") }
+                if (*y - l as f64).abs() > 0.01 || l >= lanes {
+                    String::new()
+                } else if l == 0 {
+                    "drafter".into()
+                } else {
+                    format!("server {l}")
+                }
             })
             .x_desc("ms (scaled)")
             .label_style(("sans-serif", 13))
@@ -140,10 +187,21 @@ pub fn timeline_figure(path: &Path, title: &str, run: &super::online::SimRun) ->
         for s in &run.spans {
             let y = s.lane as f64;
             let (x0, x1) = (s.start_s * 1e3, (s.end_s * 1e3).max(s.start_s * 1e3 + end * 1e-4));
-            chart.draw_series(std::iter::once(Rectangle::new([(x0, y - 0.35), (x1, y + 0.35)], colour(s.kind).filled()))).map_err(e)?;
-            chart.draw_series(std::iter::once(Rectangle::new([(x0, y - 0.35), (x1, y + 0.35)], WHITE.stroke_width(1)))).map_err(e)?;
+            chart
+                .draw_series(std::iter::once(Rectangle::new([(x0, y - 0.35), (x1, y + 0.35)], colour(s.kind).filled())))
+                .map_err(e)?;
+            chart
+                .draw_series(std::iter::once(Rectangle::new([(x0, y - 0.35), (x1, y + 0.35)], WHITE.stroke_width(1))))
+                .map_err(e)?;
         }
-        for (name, k) in [("prefill", SpanKind::Prefill), ("draft forward", SpanKind::Draft), ("draft cut by rejection", SpanKind::DraftPreempted), ("verified, all accepted", SpanKind::Accepted), ("revealed a rejection", SpanKind::Rejection), ("preempted", SpanKind::Preempted)] {
+        for (name, k) in [
+            ("prefill", SpanKind::Prefill),
+            ("draft forward", SpanKind::Draft),
+            ("draft cut by rejection", SpanKind::DraftPreempted),
+            ("verified, all accepted", SpanKind::Accepted),
+            ("revealed a rejection", SpanKind::Rejection),
+            ("preempted", SpanKind::Preempted),
+        ] {
             let c = colour(k);
             chart
                 .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())
@@ -151,7 +209,14 @@ pub fn timeline_figure(path: &Path, title: &str, run: &super::online::SimRun) ->
                 .label(name)
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
         }
-        chart.configure_series_labels().position(SeriesLabelPosition::UpperLeft).border_style(BLACK).background_style(WHITE.mix(0.9)).label_font(("sans-serif", 13)).draw().map_err(e)?;
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.9))
+            .label_font(("sans-serif", 13))
+            .draw()
+            .map_err(e)?;
         Ok(())
     })
 }
@@ -161,7 +226,16 @@ pub fn online_speedup_figure(path: &Path, title: &str, cells: &[super::cell::Cel
     use super::cell::CellResult;
     let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
     let kmax = cells.iter().map(|c| c.k).max().unwrap_or(1) as f64;
-    let ys: Vec<f64> = cells.iter().flat_map(|c| [1.0 / CellResult::ratio(&c.dsi_s, &c.si_s), 1.0 / CellResult::ratio(&c.dsi_s, &c.nonsi_s), 1.0 / CellResult::ratio(&c.si_s, &c.nonsi_s)]).collect();
+    let ys: Vec<f64> = cells
+        .iter()
+        .flat_map(|c| {
+            [
+                1.0 / CellResult::ratio(&c.dsi_s, &c.si_s),
+                1.0 / CellResult::ratio(&c.dsi_s, &c.nonsi_s),
+                1.0 / CellResult::ratio(&c.si_s, &c.nonsi_s),
+            ]
+        })
+        .collect();
     let ymax = ys.iter().copied().fold(1.0, f64::max) * 1.15;
     let ymin = ys.iter().copied().fold(1.0, f64::min).min(0.9) * 0.95;
     let mut servers: Vec<usize> = cells.iter().map(|c| c.servers).collect();
@@ -170,26 +244,63 @@ pub fn online_speedup_figure(path: &Path, title: &str, cells: &[super::cell::Cel
     render_png_sized(path, (1300, 560), |root| {
         let root = root.titled(title, ("sans-serif", 20)).map_err(e)?;
         let panels = root.split_evenly((1, 2));
-        let what: [(&str, fn(&CellResult) -> f64); 2] = [("DSI speedup over SI", |c| 1.0 / CellResult::ratio(&c.dsi_s, &c.si_s)), ("DSI and SI (dashed) speedup over non-SI", |c| 1.0 / CellResult::ratio(&c.dsi_s, &c.nonsi_s))];
-        let palette = [RGBColor(31, 119, 180), RGBColor(214, 39, 40), RGBColor(44, 160, 44), RGBColor(148, 103, 189), RGBColor(255, 127, 14)];
+        let what: [(&str, fn(&CellResult) -> f64); 2] = [
+            ("DSI speedup over SI", |c| 1.0 / CellResult::ratio(&c.dsi_s, &c.si_s)),
+            ("DSI and SI (dashed) speedup over non-SI", |c| 1.0 / CellResult::ratio(&c.dsi_s, &c.nonsi_s)),
+        ];
+        let palette = [
+            RGBColor(31, 119, 180),
+            RGBColor(214, 39, 40),
+            RGBColor(44, 160, 44),
+            RGBColor(148, 103, 189),
+            RGBColor(255, 127, 14),
+        ];
         for (pi, (area, (name, f))) in panels.iter().zip(what).enumerate() {
-            let mut chart = ChartBuilder::on(area).caption(name, ("sans-serif", 16)).margin(12).x_label_area_size(40).y_label_area_size(50).build_cartesian_2d(0.5..kmax + 0.5, ymin..ymax).map_err(e)?;
-            chart.configure_mesh().x_desc("lookahead k").y_desc("speedup").label_style(("sans-serif", 13)).draw().map_err(e)?;
+            let mut chart = ChartBuilder::on(area)
+                .caption(name, ("sans-serif", 16))
+                .margin(12)
+                .x_label_area_size(40)
+                .y_label_area_size(50)
+                .build_cartesian_2d(0.5..kmax + 0.5, ymin..ymax)
+                .map_err(e)?;
+            chart
+                .configure_mesh()
+                .x_desc("lookahead k")
+                .y_desc("speedup")
+                .label_style(("sans-serif", 13))
+                .draw()
+                .map_err(e)?;
             chart.draw_series(LineSeries::new([(0.5, 1.0), (kmax + 0.5, 1.0)], BLACK.stroke_width(1))).map_err(e)?;
             for (i, &sp) in servers.iter().enumerate() {
                 let col = palette[i % palette.len()];
-                let mut pts: Vec<(f64, f64)> = cells.iter().filter(|c| c.servers == sp).map(|c| (c.k as f64, f(c))).collect();
+                let mut pts: Vec<(f64, f64)> =
+                    cells.iter().filter(|c| c.servers == sp).map(|c| (c.k as f64, f(c))).collect();
                 pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                chart.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2))).map_err(e)?.label(format!("DSI, {sp} servers")).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], col.stroke_width(2)));
+                chart
+                    .draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
+                    .map_err(e)?
+                    .label(format!("DSI, {sp} servers"))
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], col.stroke_width(2)));
                 chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, col.filled()))).map_err(e)?;
             }
             if pi == 1 {
-                let mut si: Vec<(f64, f64)> = cells.iter().map(|c| (c.k as f64, 1.0 / CellResult::ratio(&c.si_s, &c.nonsi_s))).collect();
+                let mut si: Vec<(f64, f64)> =
+                    cells.iter().map(|c| (c.k as f64, 1.0 / CellResult::ratio(&c.si_s, &c.nonsi_s))).collect();
                 si.sort_by(|a, b| a.0.total_cmp(&b.0));
                 si.dedup_by(|a, b| a.0 == b.0);
-                chart.draw_series(DashedLineSeries::new(si, 6, 4, BLACK.stroke_width(2))).map_err(e)?.label("SI").legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(2)));
+                chart
+                    .draw_series(DashedLineSeries::new(si, 6, 4, BLACK.stroke_width(2)))
+                    .map_err(e)?
+                    .label("SI")
+                    .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(2)));
             }
-            chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 13)).draw().map_err(e)?;
+            chart
+                .configure_series_labels()
+                .border_style(BLACK)
+                .background_style(WHITE.mix(0.85))
+                .label_font(("sans-serif", 13))
+                .draw()
+                .map_err(e)?;
         }
         Ok(())
     })

@@ -6,8 +6,8 @@
 //! servers) before taking minima, so SI's best lookahead is also limited to DSI-feasible ones
 //! (`official`). `fair` lets SI use any lookahead of the grid. Both are kept.
 
-use super::offline::{exact_dsi, exact_si, servers_required, simulate, Cell};
-use anyhow::{ensure, Context, Result};
+use super::offline::{Cell, exact_dsi, exact_si, servers_required, simulate};
+use anyhow::{Context, Result, ensure};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -47,7 +47,13 @@ fn default_k_step() -> usize {
 
 impl Default for GridSpec {
     fn default() -> Self {
-        Self { ndim: default_ndim(), c_min: default_c_min(), a_min: default_a_min(), a_max: default_a_max(), k_step: default_k_step() }
+        Self {
+            ndim: default_ndim(),
+            c_min: default_c_min(),
+            a_min: default_a_min(),
+            a_max: default_a_max(),
+            k_step: default_k_step(),
+        }
     }
 }
 
@@ -64,7 +70,20 @@ impl GridSpec {
 
     /// Acceptance rates (distinct, ascending).
     pub fn as_(&self) -> Vec<f64> {
-        dedup(self.linspace().into_iter().map(|a| if a <= self.a_min { self.a_min } else if a >= self.a_max { self.a_max } else { a }).collect())
+        dedup(
+            self.linspace()
+                .into_iter()
+                .map(|a| {
+                    if a <= self.a_min {
+                        self.a_min
+                    } else if a >= self.a_max {
+                        self.a_max
+                    } else {
+                        a
+                    }
+                })
+                .collect(),
+        )
     }
 
     pub fn ks(&self) -> Vec<usize> {
@@ -154,12 +173,28 @@ impl OfflineConfig {
     }
 
     pub fn validate(&self) -> Result<()> {
-        ensure!(self.tokens >= 1 && self.repeats >= 1 && self.servers >= 1, "tokens, repeats and servers must be at least 1");
-        ensure!(self.grid.ndim >= 2 && self.grid.k_step >= 1, "grid.ndim must be at least 2 and grid.k_step at least 1");
-        ensure!(self.grid.c_min > 0.0 && self.grid.c_min <= 1.0, "grid.c_min must be in (0, 1] (c = 0 needs infinitely many target servers)");
-        ensure!(0.0 <= self.grid.a_min && self.grid.a_min <= self.grid.a_max && self.grid.a_max <= 1.0, "need 0 <= grid.a_min <= grid.a_max <= 1");
+        ensure!(
+            self.tokens >= 1 && self.repeats >= 1 && self.servers >= 1,
+            "tokens, repeats and servers must be at least 1"
+        );
+        ensure!(
+            self.grid.ndim >= 2 && self.grid.k_step >= 1,
+            "grid.ndim must be at least 2 and grid.k_step at least 1"
+        );
+        ensure!(
+            self.grid.c_min > 0.0 && self.grid.c_min <= 1.0,
+            "grid.c_min must be in (0, 1] (c = 0 needs infinitely many target servers)"
+        );
+        ensure!(
+            0.0 <= self.grid.a_min && self.grid.a_min <= self.grid.a_max && self.grid.a_max <= 1.0,
+            "need 0 <= grid.a_min <= grid.a_max <= 1"
+        );
         for m in &self.marks {
-            ensure!(m.c > 0.0 && m.c <= 1.0 && (0.0..=1.0).contains(&m.a), "mark {}: c must be in (0, 1] and a in [0, 1]", m.name);
+            ensure!(
+                m.c > 0.0 && m.c <= 1.0 && (0.0..=1.0).contains(&m.a),
+                "mark {}: c must be in (0, 1] and a in [0, 1]",
+                m.name
+            );
         }
         Ok(())
     }
@@ -321,7 +356,8 @@ pub fn points(rows: &[CellRow], fixed_k: Option<usize>, est: Estimator) -> Vec<P
     }
     keys.into_iter()
         .map(|(c, a)| {
-            let here: Vec<&CellRow> = rows.iter().filter(|r| r.c == c && r.a == a && fixed_k.is_none_or(|k| r.k == k)).collect();
+            let here: Vec<&CellRow> =
+                rows.iter().filter(|r| r.c == c && r.a == a && fixed_k.is_none_or(|k| r.k == k)).collect();
             Point {
                 c,
                 a,
@@ -343,7 +379,10 @@ pub fn monte_carlo_vs_exact(rows: &[CellRow]) -> [(f64, f64); 2] {
         let g: Vec<f64> = pairs.iter().map(|(mc, ex)| (mc - ex).abs() / ex).collect();
         (g.iter().copied().fold(0.0, f64::max), g.iter().sum::<f64>() / g.len().max(1) as f64)
     };
-    [gap(rows.iter().map(|r| (r.si, r.exact_si)).collect()), gap(rows.iter().filter_map(|r| Some((r.dsi?, r.exact_dsi?))).collect())]
+    [
+        gap(rows.iter().map(|r| (r.si, r.exact_si)).collect()),
+        gap(rows.iter().filter_map(|r| Some((r.dsi?, r.exact_dsi?))).collect()),
+    ]
 }
 
 /// The headline numbers of a heatmap under one SI mode.
@@ -366,7 +405,9 @@ pub struct Headline {
 pub fn headline(points: &[Point], mode: SiMode, est: Estimator) -> Headline {
     let s: Vec<Speedups> = points.iter().filter_map(|p| p.speedups(mode)).collect();
     let with_dsi: Vec<&Speedups> = s.iter().filter(|s| s.dsi_vs_si.is_some()).collect();
-    let fold = |f: &dyn Fn(&Speedups) -> f64, init: f64, pick: fn(f64, f64) -> f64| with_dsi.iter().map(|s| f(s)).fold(init, pick);
+    let fold = |f: &dyn Fn(&Speedups) -> f64, init: f64, pick: fn(f64, f64) -> f64| {
+        with_dsi.iter().map(|s| f(s)).fold(init, pick)
+    };
     Headline {
         estimator: est.name().into(),
         si_mode: mode.name().into(),
@@ -387,7 +428,18 @@ pub fn write_cells_csv(path: &Path, rows: &[CellRow]) -> Result<()> {
     let opt = |v: Option<f64>| v.map_or(String::new(), |d| d.to_string());
     let mut s = String::from("c,a,k,servers_required,cost_si,cost_dsi,cost_nonsi,exact_cost_si,exact_cost_dsi\n");
     for r in rows {
-        s += &format!("{},{},{},{},{},{},{},{},{}\n", r.c, r.a, r.k, r.servers_required, r.si, opt(r.dsi), r.nonsi, r.exact_si, opt(r.exact_dsi));
+        s += &format!(
+            "{},{},{},{},{},{},{},{},{}\n",
+            r.c,
+            r.a,
+            r.k,
+            r.servers_required,
+            r.si,
+            opt(r.dsi),
+            r.nonsi,
+            r.exact_si,
+            opt(r.exact_dsi)
+        );
     }
     specx_decoder::fsutil::write_atomic(path, s.as_bytes())
 }
@@ -395,7 +447,9 @@ pub fn write_cells_csv(path: &Path, rows: &[CellRow]) -> Result<()> {
 /// Writes `points.csv` (each (c, a) with both SI modes' best lookaheads and the speedups).
 pub fn write_points_csv(path: &Path, points: &[Point]) -> Result<()> {
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.6}"));
-    let mut s = String::from("c,a,cost_nonsi,k_si_official,cost_si_official,k_si_fair,cost_si_fair,k_dsi,cost_dsi,si_vs_nonsi_official,dsi_vs_si_official,dsi_vs_baseline_official,si_vs_nonsi_fair,dsi_vs_si_fair,dsi_vs_baseline_fair,dsi_vs_nonsi\n");
+    let mut s = String::from(
+        "c,a,cost_nonsi,k_si_official,cost_si_official,k_si_fair,cost_si_fair,k_dsi,cost_dsi,si_vs_nonsi_official,dsi_vs_si_official,dsi_vs_baseline_official,si_vs_nonsi_fair,dsi_vs_si_fair,dsi_vs_baseline_fair,dsi_vs_nonsi\n",
+    );
     for p in points {
         let (o, f) = (p.speedups(SiMode::Official), p.speedups(SiMode::Fair).expect("fair SI always exists"));
         s += &format!(
@@ -439,7 +493,17 @@ mod tests {
 
     #[test]
     fn official_si_is_limited_to_feasible_lookaheads_and_fair_si_is_not() {
-        let row = |k, si, dsi| CellRow { c: 0.05, a: 0.5, k, servers_required: 0, si, dsi, nonsi: 100.0, exact_si: si, exact_dsi: dsi };
+        let row = |k, si, dsi| CellRow {
+            c: 0.05,
+            a: 0.5,
+            k,
+            servers_required: 0,
+            si,
+            dsi,
+            nonsi: 100.0,
+            exact_si: si,
+            exact_dsi: dsi,
+        };
         let rows = vec![row(1, 50.0, None), row(2, 60.0, None), row(3, 70.0, Some(40.0)), row(4, 80.0, Some(45.0))];
         let p = &points(&rows, None, Estimator::MonteCarlo)[0];
         assert_eq!(p.si_official, Some(Best { k: 3, cost: 70.0 }));

@@ -10,7 +10,10 @@ pub mod online_run;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use grid::{headline, monte_carlo_vs_exact, points, simulate_grid, write_cells_csv, write_points_csv, Estimator, Headline, OfflineConfig, SiMode};
+use grid::{
+    Estimator, Headline, OfflineConfig, SiMode, headline, monte_carlo_vs_exact, points, simulate_grid, write_cells_csv,
+    write_points_csv,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::report::markdown_table;
@@ -96,7 +99,8 @@ pub fn run_cli(a: DsiArgs) -> Result<()> {
 }
 
 fn run_online_cli(a: OnlineArgs) -> Result<()> {
-    let mut cfg = online_run::OnlineConfig::load(&a.config).with_context(|| format!("DSI online config {}", a.config.display()))?;
+    let mut cfg = online_run::OnlineConfig::load(&a.config)
+        .with_context(|| format!("DSI online config {}", a.config.display()))?;
     if let Some(c) = a.compat {
         cfg.compat = c;
     }
@@ -156,13 +160,38 @@ pub fn run_offline(cfg: &OfflineConfig, progress: bool) -> Result<String> {
     write_points_csv(&cfg.out.join("points.csv"), &best)?;
     write_points_csv(&cfg.out.join(format!("points-k{}.csv", cfg.fixed_k)), &fixed)?;
     let (cs, as_) = (cfg.grid.cs(), cfg.grid.as_());
-    let title = |what: &str| format!("{what}: {} tokens, {} repeats, {} target servers", cfg.tokens, cfg.repeats, cfg.servers);
+    let title =
+        |what: &str| format!("{what}: {} tokens, {} repeats, {} target servers", cfg.tokens, cfg.repeats, cfg.servers);
     for mode in [SiMode::Official, SiMode::Fair] {
         let t = title(&format!("DSI offline, best lookahead per cell, SI {}", mode.name()));
-        figures::heatmap_figure(&cfg.out.join(format!("figure2-{}.png", mode.name())), &t, &figures::figure2_panels(&best, mode), 2, &cs, &as_, &cfg.marks)?;
+        figures::heatmap_figure(
+            &cfg.out.join(format!("figure2-{}.png", mode.name())),
+            &t,
+            &figures::figure2_panels(&best, mode),
+            2,
+            &cs,
+            &as_,
+            &cfg.marks,
+        )?;
     }
-    figures::heatmap_figure(&cfg.out.join(format!("figure7-k{}.png", cfg.fixed_k)), &title(&format!("DSI offline, lookahead {}", cfg.fixed_k)), &figures::figure7_panels(&fixed, cfg.fixed_k), 3, &cs, &as_, &cfg.marks)?;
-    figures::heatmap_figure(&cfg.out.join("si-modes.png"), &title("SI's handicap in the reference heatmap"), &[figures::si_mode_panel(&best)], 1, &cs, &as_, &cfg.marks)?;
+    figures::heatmap_figure(
+        &cfg.out.join(format!("figure7-k{}.png", cfg.fixed_k)),
+        &title(&format!("DSI offline, lookahead {}", cfg.fixed_k)),
+        &figures::figure7_panels(&fixed, cfg.fixed_k),
+        3,
+        &cs,
+        &as_,
+        &cfg.marks,
+    )?;
+    figures::heatmap_figure(
+        &cfg.out.join("si-modes.png"),
+        &title("SI's handicap in the reference heatmap"),
+        &[figures::si_mode_panel(&best)],
+        1,
+        &cs,
+        &as_,
+        &cfg.marks,
+    )?;
 
     let mut heads = Vec::new();
     for est in [Estimator::MonteCarlo, Estimator::Exact] {
@@ -186,11 +215,29 @@ pub fn run_offline(cfg: &OfflineConfig, progress: bool) -> Result<String> {
     Ok(md)
 }
 
-fn summary_markdown(cfg: &OfflineConfig, heads: &[(String, Headline)], gaps: [(f64, f64); 2], differ: usize, points: usize, seconds: f64) -> String {
+fn summary_markdown(
+    cfg: &OfflineConfig,
+    heads: &[(String, Headline)],
+    gaps: [(f64, f64); 2],
+    differ: usize,
+    points: usize,
+    seconds: f64,
+) -> String {
     let f = |v: f64| format!("{v:.3}");
     let rows: Vec<Vec<String>> = heads
         .iter()
-        .map(|(name, h)| vec![name.clone(), h.points_with_dsi.to_string(), h.si_slower_than_nonsi.to_string(), f(h.min_dsi_vs_si), f(h.min_dsi_vs_nonsi), f(h.min_dsi_vs_baseline), f(h.max_dsi_vs_baseline), h.dsi_slower.to_string()])
+        .map(|(name, h)| {
+            vec![
+                name.clone(),
+                h.points_with_dsi.to_string(),
+                h.si_slower_than_nonsi.to_string(),
+                f(h.min_dsi_vs_si),
+                f(h.min_dsi_vs_nonsi),
+                f(h.min_dsi_vs_baseline),
+                f(h.max_dsi_vs_baseline),
+                h.dsi_slower.to_string(),
+            ]
+        })
         .collect();
     format!(
         "# DSI offline simulation\n\n{} tokens per run, {} repeats per (c, a, k), {} target servers, grid ndim {} (c from {}, a in [{}, {}], k = 1..{} step {}), seed {}; {:.1} s.\n\n{}\n\
@@ -210,7 +257,19 @@ fn summary_markdown(cfg: &OfflineConfig, heads: &[(String, Headline)], gaps: [(f
         cfg.grid.k_step,
         cfg.seed,
         seconds,
-        markdown_table(&["lookahead, SI mode, estimator", "points with DSI", "SI slower than non-SI", "min DSI/SI", "min DSI/non-SI", "min DSI/min(SI, non-SI)", "max DSI/min(SI, non-SI)", "DSI slower"], &rows),
+        markdown_table(
+            &[
+                "lookahead, SI mode, estimator",
+                "points with DSI",
+                "SI slower than non-SI",
+                "min DSI/SI",
+                "min DSI/non-SI",
+                "min DSI/min(SI, non-SI)",
+                "max DSI/min(SI, non-SI)",
+                "DSI slower"
+            ],
+            &rows
+        ),
         cfg.fixed_k,
         100.0 * gaps[0].0,
         100.0 * gaps[0].1,
@@ -231,14 +290,30 @@ fn marks_markdown(cfg: &OfflineConfig) -> String {
         .map(|m| {
             let cell = |k| offline::Cell { c: m.c, a: m.a, k };
             let ks = cfg.grid.ks();
-            let si = ks.iter().map(|&k| (k, offline::exact_si(cell(k), cfg.tokens))).min_by(|x, y| x.1.total_cmp(&y.1)).expect("the grid has lookaheads");
+            let si = ks
+                .iter()
+                .map(|&k| (k, offline::exact_si(cell(k), cfg.tokens)))
+                .min_by(|x, y| x.1.total_cmp(&y.1))
+                .expect("the grid has lookaheads");
             // DSI's costs at the lookaheads the servers can run, smallest (Eq. 1's) first.
-            let dsi: Vec<(usize, f64)> = ks.iter().filter(|&&k| offline::servers_required(m.c, k) <= cfg.servers).map(|&k| (k, offline::exact_dsi(cell(k), cfg.tokens))).collect();
+            let dsi: Vec<(usize, f64)> = ks
+                .iter()
+                .filter(|&&k| offline::servers_required(m.c, k) <= cfg.servers)
+                .map(|&k| (k, offline::exact_dsi(cell(k), cfg.tokens)))
+                .collect();
             let best = dsi.iter().copied().min_by(|x, y| x.1.total_cmp(&y.1));
             let non_si = cfg.tokens as f64;
             let (dsi_k, dsi_cost) = best.map_or(("-".into(), f64::NAN), |(k, c)| (k.to_string(), c));
             let eq1_speedup = dsi.first().map_or("-".into(), |&(k, c)| format!("{:.3} (k = {k})", si.1 / c));
-            vec![m.name.clone(), format!("{}", m.c), format!("{}", m.a), format!("{:.3} (k = {})", non_si / si.1, si.0), format!("{:.3} (k = {dsi_k})", si.1 / dsi_cost), eq1_speedup, format!("{:.3}", non_si / dsi_cost)]
+            vec![
+                m.name.clone(),
+                format!("{}", m.c),
+                format!("{}", m.a),
+                format!("{:.3} (k = {})", non_si / si.1, si.0),
+                format!("{:.3} (k = {dsi_k})", si.1 / dsi_cost),
+                eq1_speedup,
+                format!("{:.3}", non_si / dsi_cost),
+            ]
         })
         .collect();
     format!(

@@ -136,7 +136,11 @@ pub fn simulate_repeats(cell: Cell, tokens: usize, repeats: usize, seed: u64, ce
 pub fn simulate(cell: Cell, tokens: usize, repeats: usize, seed: u64, cell_index: u64) -> CellCosts {
     let runs = simulate_repeats(cell, tokens, repeats, seed, cell_index);
     let n = runs.len() as f64;
-    CellCosts { si: runs.iter().map(|r| r.0).sum::<f64>() / n, dsi: runs.iter().map(|r| r.1).sum::<f64>() / n, nonsi: tokens as f64 }
+    CellCosts {
+        si: runs.iter().map(|r| r.0).sum::<f64>() / n,
+        dsi: runs.iter().map(|r| r.1).sum::<f64>() / n,
+        nonsi: tokens as f64,
+    }
 }
 
 /// P(a block of `ck` drafts has exactly `j` accepted), j in 0..=ck: a^j (1 - a) below the cap,
@@ -252,7 +256,11 @@ mod tests {
     #[test]
     fn monte_carlo_matches_the_exact_expectations_within_its_noise() {
         let tokens = 100;
-        for (i, &(c, a, k)) in [(0.05, 0.3, 1), (0.1, 0.8, 5), (0.3, 0.6, 3), (0.6, 0.95, 2), (0.02, 0.9, 10), (1.0, 0.5, 4)].iter().enumerate() {
+        for (i, &(c, a, k)) in
+            [(0.05, 0.3, 1), (0.1, 0.8, 5), (0.3, 0.6, 3), (0.6, 0.95, 2), (0.02, 0.9, 10), (1.0, 0.5, 4)]
+                .iter()
+                .enumerate()
+        {
             let cell = Cell { c, a, k };
             let runs = simulate_repeats(cell, tokens, 2000, 3, i as u64);
             for (name, get, exact) in [("SI", 0, exact_si(cell, tokens)), ("DSI", 1, exact_dsi(cell, tokens))] {
@@ -285,7 +293,11 @@ mod tests {
 
     #[test]
     fn dsi_is_never_slower_than_non_si_in_any_run() {
-        for (i, &(c, a, k)) in [(1.0, 0.0, 1), (1.0, 0.3, 7), (0.5, 0.01, 3), (0.9, 0.99, 20), (0.05, 0.5, 4), (0.3, 0.2, 2)].iter().enumerate() {
+        for (i, &(c, a, k)) in
+            [(1.0, 0.0, 1), (1.0, 0.3, 7), (0.5, 0.01, 3), (0.9, 0.99, 20), (0.05, 0.5, 4), (0.3, 0.2, 2)]
+                .iter()
+                .enumerate()
+        {
             for (_, dsi) in simulate_repeats(Cell { c, a, k }, 300, 50, 11, i as u64) {
                 assert!(dsi <= 300.0 + 1e-9, "c {c} a {a} k {k}: DSI {dsi} > 300");
             }

@@ -32,7 +32,6 @@ use serde::{Deserialize, Serialize};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-
 /// Which semantics the simulator follows (module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -129,7 +128,15 @@ pub fn simulate_nonsi(lat: &Latencies, tokens: usize, compat: Compat) -> SimRun 
             t0.elapsed().as_secs_f64()
         }
     };
-    SimRun { wall_s, tokens, segments: tokens, tasks: tokens, started: tokens, busy_s: vec![wall_s], ..Default::default() }
+    SimRun {
+        wall_s,
+        tokens,
+        segments: tokens,
+        tasks: tokens,
+        started: tokens,
+        busy_s: vec![wall_s],
+        ..Default::default()
+    }
 }
 
 /// SI with lookahead `k`: draft, then verify on one target, in turn.
@@ -270,7 +277,12 @@ impl Shared<'_> {
 
     /// Sleeps until `deadline` unless the run finishes or segment `segment` (if given) ends
     /// first; returns the guard and whether the wait ran to its deadline.
-    fn wait<'g>(&self, mut g: MutexGuard<'g, State>, deadline: Instant, segment: Option<usize>) -> (MutexGuard<'g, State>, bool) {
+    fn wait<'g>(
+        &self,
+        mut g: MutexGuard<'g, State>,
+        deadline: Instant,
+        segment: Option<usize>,
+    ) -> (MutexGuard<'g, State>, bool) {
         loop {
             if g.done.is_some() || segment.is_some_and(|s| g.segment != s) {
                 return (g, false);
@@ -362,7 +374,8 @@ impl Shared<'_> {
             }
             g.cached[i] = need;
             let outcome = self.outcome(t);
-            let kind = if matches!(outcome, Outcome::Rejection { .. }) { SpanKind::Rejection } else { SpanKind::Accepted };
+            let kind =
+                if matches!(outcome, Outcome::Rejection { .. }) { SpanKind::Rejection } else { SpanKind::Accepted };
             g.run.spans.push(Span { lane: 1 + i, start_s: start, end_s: end, kind });
             if self.apply(&mut g, outcome) {
                 return;
@@ -448,10 +461,25 @@ impl Shared<'_> {
 }
 
 /// DSI with lookahead `k` on `servers` target threads (LIFO queue).
-pub fn simulate_dsi(lat: &Latencies, tokens: usize, k: usize, servers: usize, acc: Acceptance, compat: Compat) -> SimRun {
+pub fn simulate_dsi(
+    lat: &Latencies,
+    tokens: usize,
+    k: usize,
+    servers: usize,
+    acc: Acceptance,
+    compat: Compat,
+) -> SimRun {
     assert!(servers >= 1, "DSI needs a target server");
     let shared = Shared {
-        state: Mutex::new(State { segment: 0, p: 0, done: None, queue: Vec::new(), cached: vec![0; servers], used: vec![false; servers], run: SimRun { busy_s: vec![0.0; servers], ..Default::default() } }),
+        state: Mutex::new(State {
+            segment: 0,
+            p: 0,
+            done: None,
+            queue: Vec::new(),
+            cached: vec![0; servers],
+            used: vec![false; servers],
+            run: SimRun { busy_s: vec![0.0; servers], ..Default::default() },
+        }),
         cv: Condvar::new(),
         lat,
         t0: Instant::now(),
@@ -493,7 +521,13 @@ mod tests {
     /// Latencies in milliseconds: large against thread wake-up (~0.1 ms idle, a few ms on a
     /// loaded machine), small enough for a fast test.
     fn lat(draft_ms: f64, target_ms: f64) -> Latencies {
-        Latencies { draft_ttft: draft_ms * 1e-3, draft_tpot: draft_ms * 1e-3, target_ttft: target_ms * 1e-3, target_tpot: target_ms * 1e-3, target_rows: vec![] }
+        Latencies {
+            draft_ttft: draft_ms * 1e-3,
+            draft_tpot: draft_ms * 1e-3,
+            target_ttft: target_ms * 1e-3,
+            target_tpot: target_ms * 1e-3,
+            target_rows: vec![],
+        }
     }
 
     #[test]
@@ -535,12 +569,23 @@ mod tests {
         assert_eq!(r.tokens, 20);
         // The drafter's sleeps follow one another on its thread: an exact lower bound. Slack
         // above the expected critical path (18 drafts and the last verification): ~20 wake-ups.
-        assert!(r.draft_forwards >= 18 && r.wall_s >= r.draft_forwards as f64 * 2e-3, "{} s for {} drafts", r.wall_s, r.draft_forwards);
+        assert!(
+            r.draft_forwards >= 18 && r.wall_s >= r.draft_forwards as f64 * 2e-3,
+            "{} s for {} drafts",
+            r.wall_s,
+            r.draft_forwards
+        );
         assert!(r.wall_s < expect + 0.05, "{} vs {expect}", r.wall_s);
         // SI sleeps through every draft and verification in turn (13 and 7 here, 96 ms), against
         // DSI's ~46 ms; DSI must keep most of that gap.
         let si = simulate_si(&l, 20, 2, Acceptance::Bits(&bits), Compat::Fixed);
-        assert!(si.wall_s >= si.draft_forwards as f64 * 2e-3 + si.tasks as f64 * 10e-3, "SI {} s for {} drafts and {} verifications", si.wall_s, si.draft_forwards, si.tasks);
+        assert!(
+            si.wall_s >= si.draft_forwards as f64 * 2e-3 + si.tasks as f64 * 10e-3,
+            "SI {} s for {} drafts and {} verifications",
+            si.wall_s,
+            si.draft_forwards,
+            si.tasks
+        );
         assert!(r.wall_s < 0.75 * si.wall_s, "DSI {} vs SI {}", r.wall_s, si.wall_s);
     }
 

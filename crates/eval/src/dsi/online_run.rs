@@ -3,12 +3,12 @@
 //! matches of a greedy replay (the oracle rows of `specx eval replay`: its rounds are the
 //! runs of draft/target matches along the target's output).
 
-use super::offline::{exact_dsi, exact_si, repeat_seed, AcceptSampler, Cell};
-use super::online::{simulate_dsi, simulate_nonsi, simulate_si, Acceptance, Compat, Latencies, SimRun};
-use crate::common::profile_data::latencies_from_profile;
 pub use super::cell::CellResult;
 use super::cell::{mean, sd};
-use anyhow::{bail, ensure, Context, Result};
+use super::offline::{AcceptSampler, Cell, exact_dsi, exact_si, repeat_seed};
+use super::online::{Acceptance, Compat, Latencies, SimRun, simulate_dsi, simulate_nonsi, simulate_si};
+use crate::common::profile_data::latencies_from_profile;
+use anyhow::{Context, Result, bail, ensure};
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -97,7 +97,8 @@ pub struct AcceptanceSource {
 impl OnlineConfig {
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let mut c: Self = toml::from_str(&text).with_context(|| format!("{}: not a DSI online config", path.display()))?;
+        let mut c: Self =
+            toml::from_str(&text).with_context(|| format!("{}: not a DSI online config", path.display()))?;
         let base = path.parent().unwrap_or(Path::new("."));
         let rel = |p: &mut PathBuf| {
             if p.is_relative() {
@@ -116,7 +117,10 @@ impl OnlineConfig {
 
     pub fn validate(&self) -> Result<()> {
         ensure!(self.tokens >= 1 && self.repeats >= 1, "tokens and repeats must be >= 1");
-        ensure!(!self.servers.is_empty() && self.servers.iter().all(|&s| (1..=64).contains(&s)), "servers must list counts in 1..=64");
+        ensure!(
+            !self.servers.is_empty() && self.servers.iter().all(|&s| (1..=64).contains(&s)),
+            "servers must list counts in 1..=64"
+        );
         ensure!(self.auto || !self.lookaheads.is_empty(), "give lookaheads, or auto = true");
         ensure!(self.lookaheads.iter().all(|&k| k >= 1), "lookaheads must be >= 1");
         ensure!(self.time_scale > 0.0, "time_scale must be positive");
@@ -126,17 +130,29 @@ impl OnlineConfig {
             ensure!((0.0..=1.0).contains(&r), "[acceptance] a = {r} is not in [0, 1]");
         }
         if let Some(t) = &a.trace {
-            ensure!(t.join("results.parquet").exists(), "{}: no results.parquet (run `specx eval replay RUN --config GRID` with `[methods] oracle = true` first)", t.display());
+            ensure!(
+                t.join("results.parquet").exists(),
+                "{}: no results.parquet (run `specx eval replay RUN --config GRID` with `[methods] oracle = true` first)",
+                t.display()
+            );
         }
         let l = &self.latency;
         let direct = [l.draft_ttft_ms, l.draft_tpot_ms, l.target_ttft_ms, l.target_tpot_ms];
         match &l.profile {
             Some(p) => {
-                ensure!(p.exists(), "{}: no such profile (write it with `specx profile --out {}`)", p.display(), p.display());
+                ensure!(
+                    p.exists(),
+                    "{}: no such profile (write it with `specx profile --out {}`)",
+                    p.display(),
+                    p.display()
+                );
                 ensure!(direct.iter().all(Option::is_none), "[latency] takes a profile or four *_ms values, not both");
             }
             None => {
-                ensure!(direct.iter().all(|v| v.is_some_and(|v| v > 0.0)), "[latency] needs profile = PATH or all of draft_ttft_ms, draft_tpot_ms, target_ttft_ms, target_tpot_ms (> 0)");
+                ensure!(
+                    direct.iter().all(|v| v.is_some_and(|v| v > 0.0)),
+                    "[latency] needs profile = PATH or all of draft_ttft_ms, draft_tpot_ms, target_ttft_ms, target_tpot_ms (> 0)"
+                );
                 ensure!(self.cost_model == CostModel::Flat, "cost_model = \"rows\" needs a profile (its row curve)");
             }
         }
@@ -185,10 +201,19 @@ impl TraceMatches {
             }
             let runs = t.u32_list("accepted_per_round", i)?;
             let bits = runs.iter().flat_map(|&n| std::iter::repeat_n(true, n).chain([false])).collect();
-            prompts.push(PromptMatches { dataset: ds[i].clone().unwrap_or_default(), prompt_id: id[i].clone().unwrap_or_default(), bits, runs });
+            prompts.push(PromptMatches {
+                dataset: ds[i].clone().unwrap_or_default(),
+                prompt_id: id[i].clone().unwrap_or_default(),
+                bits,
+                runs,
+            });
         }
         if prompts.is_empty() {
-            bail!("{}: no oracle rows{} (replay the greedy run with `[methods] oracle = true`)", dir.join("results.parquet").display(), dataset.map_or(String::new(), |d| format!(" of prompt set '{d}'")));
+            bail!(
+                "{}: no oracle rows{} (replay the greedy run with `[methods] oracle = true`)",
+                dir.join("results.parquet").display(),
+                dataset.map_or(String::new(), |d| format!(" of prompt set '{d}'"))
+            );
         }
         Ok(Self { prompts })
     }
@@ -197,8 +222,17 @@ impl TraceMatches {
         let firsts: Vec<usize> = self.prompts.iter().filter_map(|p| p.runs.first().copied()).collect();
         let all: Vec<usize> = self.prompts.iter().flat_map(|p| p.runs.iter().copied()).collect();
         let est = |v: &[usize]| 1.0 - 1.0 / (1.0 + v.iter().sum::<usize>() as f64 / v.len().max(1) as f64);
-        let (m, n) = self.prompts.iter().fold((0usize, 0usize), |(m, n), p| (m + p.bits.iter().filter(|&&b| b).count(), n + p.bits.len()));
-        AcceptanceEstimates { a_first_run: est(&firsts), a_all_runs: est(&all), match_rate: m as f64 / n.max(1) as f64, prompts: self.prompts.len(), runs: all.len() }
+        let (m, n) = self
+            .prompts
+            .iter()
+            .fold((0usize, 0usize), |(m, n), p| (m + p.bits.iter().filter(|&&b| b).count(), n + p.bits.len()));
+        AcceptanceEstimates {
+            a_first_run: est(&firsts),
+            a_all_runs: est(&all),
+            match_rate: m as f64 / n.max(1) as f64,
+            prompts: self.prompts.len(),
+            runs: all.len(),
+        }
     }
 }
 
@@ -238,7 +272,6 @@ fn draws(cfg: &OnlineConfig, trace: Option<&TraceMatches>) -> Vec<Draw> {
     }
 }
 
-
 /// What `run_online` produced.
 pub struct OnlineOutcome {
     pub cells: Vec<CellResult>,
@@ -255,12 +288,24 @@ pub fn run_online(cfg: &OnlineConfig, progress: bool) -> Result<OnlineOutcome> {
         Some(p) => latencies_from_profile(p, l.context)?,
         None => {
             let ms = |v: Option<f64>| v.unwrap_or_default() * 1e-3;
-            Latencies { draft_ttft: ms(l.draft_ttft_ms), draft_tpot: ms(l.draft_tpot_ms), target_ttft: ms(l.target_ttft_ms), target_tpot: ms(l.target_tpot_ms), target_rows: Vec::new() }
+            Latencies {
+                draft_ttft: ms(l.draft_ttft_ms),
+                draft_tpot: ms(l.draft_tpot_ms),
+                target_ttft: ms(l.target_ttft_ms),
+                target_tpot: ms(l.target_tpot_ms),
+                target_rows: Vec::new(),
+            }
         }
     };
-    let lat = Latencies { target_rows: if cfg.cost_model == CostModel::Rows { lat.target_rows } else { Vec::new() }, ..lat };
+    let lat =
+        Latencies { target_rows: if cfg.cost_model == CostModel::Rows { lat.target_rows } else { Vec::new() }, ..lat };
     let scaled = lat.scaled(cfg.time_scale);
-    let trace = cfg.acceptance.trace.as_deref().map(|t| TraceMatches::read(t, cfg.acceptance.dataset.as_deref())).transpose()?;
+    let trace = cfg
+        .acceptance
+        .trace
+        .as_deref()
+        .map(|t| TraceMatches::read(t, cfg.acceptance.dataset.as_deref()))
+        .transpose()?;
     let estimates = trace.as_ref().map(TraceMatches::estimates);
     let draws = draws(cfg, trace.as_ref());
     ensure!(!draws.is_empty(), "no generation to simulate");
@@ -280,7 +325,9 @@ pub fn run_online(cfg: &OnlineConfig, progress: bool) -> Result<OnlineOutcome> {
     let lookaheads: std::collections::BTreeSet<usize> = cells.iter().map(|c| c.1).collect();
     let total = draws.len() * (1 + lookaheads.len() + cells.len());
     let bar = if progress { ProgressBar::new(total as u64) } else { ProgressBar::hidden() };
-    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} simulated generations, {elapsed} elapsed, ETA {eta}")?);
+    bar.set_style(ProgressStyle::with_template(
+        "{bar:30} {pos}/{len} simulated generations, {elapsed} elapsed, ETA {eta}",
+    )?);
     std::fs::create_dir_all(&cfg.out).with_context(|| format!("creating {}", cfg.out.display()))?;
 
     fn acc(d: &Draw, compat: Compat) -> Acceptance<'_> {
@@ -289,27 +336,45 @@ pub fn run_online(cfg: &OnlineConfig, progress: bool) -> Result<OnlineOutcome> {
             Compat::Reference => Acceptance::Runs(&d.runs),
         }
     }
-    let nonsi: Vec<f64> = draws.iter().map(|d| {
-        bar.inc(1);
-        simulate_nonsi(&scaled, d.tokens, cfg.compat).wall_s
-    }).collect();
+    let nonsi: Vec<f64> = draws
+        .iter()
+        .map(|d| {
+            bar.inc(1);
+            simulate_nonsi(&scaled, d.tokens, cfg.compat).wall_s
+        })
+        .collect();
     let mut si_by_k = std::collections::BTreeMap::new();
     for &k in &lookaheads {
-        let v: Vec<f64> = draws.iter().map(|d| {
-            bar.inc(1);
-            simulate_si(&scaled, d.tokens, k, acc(d, cfg.compat), cfg.compat).wall_s
-        }).collect();
+        let v: Vec<f64> = draws
+            .iter()
+            .map(|d| {
+                bar.inc(1);
+                simulate_si(&scaled, d.tokens, k, acc(d, cfg.compat), cfg.compat).wall_s
+            })
+            .collect();
         si_by_k.insert(k, v);
     }
     let mut results = Vec::new();
-    let mut csv = String::from("servers,k,generation,tokens,nonsi_s,si_s,dsi_s,dsi_tasks,dsi_started,dsi_preempted,dsi_max_queue\n");
+    let mut csv = String::from(
+        "servers,k,generation,tokens,nonsi_s,si_s,dsi_s,dsi_tasks,dsi_started,dsi_preempted,dsi_max_queue\n",
+    );
     for &(sp, k, eq1) in &cells {
         let mut runs: Vec<SimRun> = Vec::new();
         for (i, d) in draws.iter().enumerate() {
             let r = simulate_dsi(&scaled, d.tokens, k, sp, acc(d, cfg.compat), cfg.compat);
-            csv.push_str(&format!("{sp},{k},{i},{},{:.6},{:.6},{:.6},{},{},{},{}\n", d.tokens, nonsi[i], si_by_k[&k][i], r.wall_s, r.tasks, r.started, r.preempted, r.max_queue));
+            csv.push_str(&format!(
+                "{sp},{k},{i},{},{:.6},{:.6},{:.6},{},{},{},{}\n",
+                d.tokens, nonsi[i], si_by_k[&k][i], r.wall_s, r.tasks, r.started, r.preempted, r.max_queue
+            ));
             if i == 0 {
-                let title = format!("DSI online ({} semantics), {} servers, lookahead {k}: generation 0, {} tokens in {:.0} ms (time scale {})", cfg.compat.name(), sp, d.tokens, r.wall_s * 1e3, cfg.time_scale);
+                let title = format!(
+                    "DSI online ({} semantics), {} servers, lookahead {k}: generation 0, {} tokens in {:.0} ms (time scale {})",
+                    cfg.compat.name(),
+                    sp,
+                    d.tokens,
+                    r.wall_s * 1e3,
+                    cfg.time_scale
+                );
                 super::figures::timeline_figure(&cfg.out.join(format!("timeline-sp{sp}-k{k}.png")), &title, &r)?;
             }
             runs.push(r);
@@ -344,13 +409,24 @@ pub fn run_online(cfg: &OnlineConfig, progress: bool) -> Result<OnlineOutcome> {
     write_atomic(&cfg.out.join("runs.csv"), csv.as_bytes())?;
     let summary = summary_markdown(cfg, &lat, estimates.as_ref(), draws.len(), &results);
     write_atomic(&cfg.out.join("summary.md"), summary.as_bytes())?;
-    let json = serde_json::json!({ "config": cfg, "latencies_s": lat, "acceptance_estimates": estimates, "cells": results });
+    let json =
+        serde_json::json!({ "config": cfg, "latencies_s": lat, "acceptance_estimates": estimates, "cells": results });
     write_atomic(&cfg.out.join("cells.json"), serde_json::to_string_pretty(&json)?.as_bytes())?;
-    super::figures::online_speedup_figure(&cfg.out.join("speedups.png"), &format!("DSI online ({} semantics), {} generations of {} tokens", cfg.compat.name(), draws.len(), cfg.tokens), &results)?;
+    super::figures::online_speedup_figure(
+        &cfg.out.join("speedups.png"),
+        &format!("DSI online ({} semantics), {} generations of {} tokens", cfg.compat.name(), draws.len(), cfg.tokens),
+        &results,
+    )?;
     Ok(OnlineOutcome { cells: results, latencies: lat, estimates, summary })
 }
 
-fn summary_markdown(cfg: &OnlineConfig, lat: &Latencies, est: Option<&AcceptanceEstimates>, n: usize, cells: &[CellResult]) -> String {
+fn summary_markdown(
+    cfg: &OnlineConfig,
+    lat: &Latencies,
+    est: Option<&AcceptanceEstimates>,
+    n: usize,
+    cells: &[CellResult],
+) -> String {
     let ms = |s: f64| format!("{:.1}", s * 1e3);
     let mut s = format!(
         "# DSI online simulation ({} semantics)\n\n{} generations of up to {} tokens per cell; latencies (unscaled, ms): draft TTFT {} / TPOT {}, target TTFT {} / TPOT {} (c = {:.3}); cost model {}; time scale {} (sleeps are the latencies x the scale).\n\n",
@@ -364,7 +440,10 @@ fn summary_markdown(cfg: &OnlineConfig, lat: &Latencies, est: Option<&Acceptance
         lat.draft_tpot / lat.target_tpot,
         match cfg.cost_model {
             CostModel::Flat => "flat (every target forward TPOT)".to_string(),
-            CostModel::Rows => format!("rows (target forward of r rows = TPOT x the profile's curve; 5 rows = {:.2} x 1 row)", lat.target(5) / lat.target_tpot),
+            CostModel::Rows => format!(
+                "rows (target forward of r rows = TPOT x the profile's curve; 5 rows = {:.2} x 1 row)",
+                lat.target(5) / lat.target_tpot
+            ),
         },
         cfg.time_scale,
     );
@@ -404,7 +483,21 @@ fn summary_markdown(cfg: &OnlineConfig, lat: &Latencies, est: Option<&Acceptance
         })
         .collect();
     s.push_str(&markdown_table(
-        &["servers", "lookahead", "non-SI ms", "SI ms", "DSI ms", "SI/DSI (of means)", "SI/DSI (per run)", "non-SI/DSI", "non-SI/SI", "offline SI/DSI", "DSI tasks/started/preempted", "max queue", "server busy"],
+        &[
+            "servers",
+            "lookahead",
+            "non-SI ms",
+            "SI ms",
+            "DSI ms",
+            "SI/DSI (of means)",
+            "SI/DSI (per run)",
+            "non-SI/DSI",
+            "non-SI/SI",
+            "offline SI/DSI",
+            "DSI tasks/started/preempted",
+            "max queue",
+            "server busy",
+        ],
         &rows,
     ));
     s.push_str("\nWall times are of the scaled sleeps (mean ± sd over generations). SI/DSI is DSI's speedup over SI (the paper's Table 2 metric); \"offline\" is the offline simulator's exact expectation at the same c, a and k (rate acceptance, flat costs). Timelines of generation 0: timeline-sp*-k*.png; speedups.png.\n");
@@ -414,7 +507,7 @@ fn summary_markdown(cfg: &OnlineConfig, lat: &Latencies, est: Option<&Acceptance
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::common::results::{write_parquet, ResultRow};
+    use crate::common::results::{ResultRow, write_parquet};
     use crate::method::{MethodSpec, PolicySpec, Setting};
 
     fn row(setting: Setting, id: &str, runs: Vec<usize>) -> ResultRow {
@@ -441,7 +534,8 @@ mod tests {
     fn oracle_rows_become_match_bits_and_the_papers_estimator() {
         let dir = tempfile::tempdir().unwrap();
         let oracle = || Setting::Speculative(MethodSpec::plain(PolicySpec::Oracle));
-        let rows = vec![row(Setting::Ar, "a", vec![]), row(oracle(), "a", vec![3, 0, 2]), row(oracle(), "b", vec![1, 4])];
+        let rows =
+            vec![row(Setting::Ar, "a", vec![]), row(oracle(), "a", vec![3, 0, 2]), row(oracle(), "b", vec![1, 4])];
         write_parquet(&dir.path().join("results.parquet"), &rows).unwrap();
         let t = TraceMatches::read(dir.path(), None).unwrap();
         assert_eq!(t.prompts.len(), 2, "the AR row is not a trace");
@@ -485,7 +579,8 @@ mod tests {
         // Eq. 1 with c = 1/4: 2 servers need k >= 2, 3 servers k >= 2 (ceil(4/2) = 2 <= 3).
         let ks: Vec<(usize, usize, bool)> = out.cells.iter().map(|c| (c.servers, c.k, c.eq1)).collect();
         assert_eq!(ks, vec![(2, 1, false), (2, 3, false), (2, 2, true), (3, 1, false), (3, 3, false), (3, 2, true)]);
-        for f in ["summary.md", "cells.json", "runs.csv", "speedups.png", "timeline-sp2-k1.png", "timeline-sp3-k2.png"] {
+        for f in ["summary.md", "cells.json", "runs.csv", "speedups.png", "timeline-sp2-k1.png", "timeline-sp3-k2.png"]
+        {
             assert!(dir.path().join("o").join(f).exists(), "{f} missing");
         }
         assert!(out.cells.iter().all(|c| c.offline_si_s.is_some() && c.dsi_s.len() == 2));

@@ -7,7 +7,7 @@
 
 use crate::common::plot::render_png_sized;
 use crate::common::results::ResultsTable;
-use anyhow::{anyhow, ensure, Context, Result};
+use anyhow::{Context, Result, anyhow, ensure};
 use plotters::prelude::*;
 use serde::Serialize;
 use specx_decoder::fsutil::write_atomic;
@@ -83,21 +83,54 @@ pub fn read_points(runs: &[PathBuf]) -> Result<Vec<Point>> {
     let mut seen = std::collections::BTreeSet::new();
     for dir in runs {
         let t = ResultsTable::read(dir)?;
-        let (dataset, sampling, family, strategy, calibration, prompt) = (t.strs("dataset")?, t.strs("sampling")?, t.strs("method")?, t.strs("strategy")?, t.strs("calibration")?, t.strs("prompt_id")?);
+        let (dataset, sampling, family, strategy, calibration, prompt) = (
+            t.strs("dataset")?,
+            t.strs("sampling")?,
+            t.strs("method")?,
+            t.strs("strategy")?,
+            t.strs("calibration")?,
+            t.strs("prompt_id")?,
+        );
         let (seed, k, servers, drafted) = (t.u64s("seed")?, t.u64s("k")?, t.u64s("servers")?, t.u64s("n_drafted")?);
-        let (acc, ver, tgt, n, cal, drf) = (t.u64s("n_accepted")?, t.u64s("n_verified")?, t.u64s("n_target_calls")?, t.u64s("n_generated")?, t.u64s("n_calibrations")?, t.u64s("n_draft_calls")?);
+        let (acc, ver, tgt, n, cal, drf) = (
+            t.u64s("n_accepted")?,
+            t.u64s("n_verified")?,
+            t.u64s("n_target_calls")?,
+            t.u64s("n_generated")?,
+            t.u64s("n_calibrations")?,
+            t.u64s("n_draft_calls")?,
+        );
         for i in 0..t.height() {
             let (Some(f), Some(k)) = (family[i].as_deref(), k[i]) else { continue };
             if servers[i].is_some() || !(f == "specdec" || f == "easyspec") {
                 continue;
             }
-            let (st, ca) = if f == "specdec" { ("lp1".to_string(), "-".to_string()) } else { (strategy[i].clone().unwrap_or_default(), calibration[i].clone().unwrap_or_default()) };
+            let (st, ca) = if f == "specdec" {
+                ("lp1".to_string(), "-".to_string())
+            } else {
+                (strategy[i].clone().unwrap_or_default(), calibration[i].clone().unwrap_or_default())
+            };
             let lp = lp_size(&st).with_context(|| format!("{}: strategy '{st}'", dir.display()))?;
-            let key = (dataset[i].clone().unwrap_or_default(), sampling[i].clone().unwrap_or_default(), k, lp, ca.clone(), st.clone());
+            let key = (
+                dataset[i].clone().unwrap_or_default(),
+                sampling[i].clone().unwrap_or_default(),
+                k,
+                lp,
+                ca.clone(),
+                st.clone(),
+            );
             if !seen.insert((key.clone(), prompt[i].clone(), seed[i])) {
                 continue;
             }
-            let p = groups.entry(key.clone()).or_insert_with(|| Point { dataset: key.0.clone(), sampling: key.1.clone(), k, strategy: st, lp, calibration: ca, ..Default::default() });
+            let p = groups.entry(key.clone()).or_insert_with(|| Point {
+                dataset: key.0.clone(),
+                sampling: key.1.clone(),
+                k,
+                strategy: st,
+                lp,
+                calibration: ca,
+                ..Default::default()
+            });
             let num = |v: Option<u64>| v.unwrap_or(0) as f64;
             p.prompts += 1;
             p.accepted += num(acc[i]);
@@ -128,20 +161,47 @@ fn figure(path: &Path, title: &str, points: &[&Point]) -> Result<()> {
         let panels = root.split_evenly((1, ks.len()));
         let palette = [RGBColor(214, 39, 40), RGBColor(31, 119, 180), RGBColor(44, 160, 44), RGBColor(148, 103, 189)];
         for (panel, &k) in panels.iter().zip(&ks) {
-            let mut chart = ChartBuilder::on(panel).caption(format!("K = {k}"), ("sans-serif", 18)).margin(12).x_label_area_size(40).y_label_area_size(56).build_cartesian_2d(0.5..lp_max as f64 + 0.5, y.clone()).map_err(e)?;
-            chart.configure_mesh().x_desc("layer-parallel size").y_desc("acceptance α").x_labels(lp_max).x_label_formatter(&|v| format!("{v:.0}")).label_style(("sans-serif", 14)).draw().map_err(e)?;
+            let mut chart = ChartBuilder::on(panel)
+                .caption(format!("K = {k}"), ("sans-serif", 18))
+                .margin(12)
+                .x_label_area_size(40)
+                .y_label_area_size(56)
+                .build_cartesian_2d(0.5..lp_max as f64 + 0.5, y.clone())
+                .map_err(e)?;
+            chart
+                .configure_mesh()
+                .x_desc("layer-parallel size")
+                .y_desc("acceptance α")
+                .x_labels(lp_max)
+                .x_label_formatter(&|v| format!("{v:.0}"))
+                .label_style(("sans-serif", 14))
+                .draw()
+                .map_err(e)?;
             let base = points.iter().find(|p| p.k == k && p.lp == 1);
-            let calibrations: std::collections::BTreeSet<&str> = points.iter().filter(|p| p.lp > 1).map(|p| p.calibration.as_str()).collect();
+            let calibrations: std::collections::BTreeSet<&str> =
+                points.iter().filter(|p| p.lp > 1).map(|p| p.calibration.as_str()).collect();
             for (i, c) in calibrations.iter().enumerate() {
                 let colour = palette[i % palette.len()];
                 let mut line: Vec<(f64, f64)> = base.iter().map(|b| (1.0, b.alpha())).collect();
-                let mut rest: Vec<&&Point> = points.iter().filter(|p| p.k == k && p.lp > 1 && p.calibration == *c).collect();
+                let mut rest: Vec<&&Point> =
+                    points.iter().filter(|p| p.k == k && p.lp > 1 && p.calibration == *c).collect();
                 rest.sort_by_key(|p| p.lp);
                 line.extend(rest.iter().map(|p| (p.lp as f64, p.alpha())));
-                chart.draw_series(LineSeries::new(line.clone(), colour.stroke_width(2))).map_err(e)?.label(c.to_string()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2)));
+                chart
+                    .draw_series(LineSeries::new(line.clone(), colour.stroke_width(2)))
+                    .map_err(e)?
+                    .label(c.to_string())
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2)));
                 chart.draw_series(line.iter().map(|&(x, y)| Circle::new((x, y), 4, colour.filled()))).map_err(e)?;
             }
-            chart.configure_series_labels().position(SeriesLabelPosition::LowerLeft).border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 14)).draw().map_err(e)?;
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::LowerLeft)
+                .border_style(BLACK)
+                .background_style(WHITE.mix(0.85))
+                .label_font(("sans-serif", 14))
+                .draw()
+                .map_err(e)?;
         }
         Ok(())
     })
@@ -154,19 +214,45 @@ pub fn run(a: &AcceptanceArgs) -> Result<()> {
     for p in &points {
         by_set.entry((p.dataset.clone(), p.sampling.clone())).or_default().push(p);
     }
-    let mut md = String::from("# EasySpec acceptance (Figure 4 analogue)\n\nα = sum accepted / sum drafted over the prompts (the paper's); acceptance rate = accepted / verified up to and including each first rejection (specx's); accepted length = accepted candidates per verification round; drop = 1 - α / α(LP 1, same K). LP 1 is the plain drafter.\n");
+    let mut md = String::from(
+        "# EasySpec acceptance (Figure 4 analogue)\n\nα = sum accepted / sum drafted over the prompts (the paper's); acceptance rate = accepted / verified up to and including each first rejection (specx's); accepted length = accepted candidates per verification round; drop = 1 - α / α(LP 1, same K). LP 1 is the plain drafter.\n",
+    );
     for ((dataset, sampling), ps) in &by_set {
         let base = |k: u64| ps.iter().find(|p| p.k == k && p.lp == 1).map(|p| p.alpha());
         let rows: Vec<Vec<String>> = ps
             .iter()
             .map(|p| {
                 let drop = base(p.k).map_or("-".into(), |b| format!("{:+.1}%", -100.0 * (1.0 - p.alpha() / b)));
-                vec![p.k.to_string(), p.strategy.clone(), p.calibration.clone(), p.prompts.to_string(), format!("{:.3}", p.alpha()), drop, format!("{:.3}", p.acceptance_rate()), format!("{:.2}", p.accepted_length()), format!("{:.2}", p.calibrations / p.generated.max(1.0) * 100.0)]
+                vec![
+                    p.k.to_string(),
+                    p.strategy.clone(),
+                    p.calibration.clone(),
+                    p.prompts.to_string(),
+                    format!("{:.3}", p.alpha()),
+                    drop,
+                    format!("{:.3}", p.acceptance_rate()),
+                    format!("{:.2}", p.accepted_length()),
+                    format!("{:.2}", p.calibrations / p.generated.max(1.0) * 100.0),
+                ]
             })
             .collect();
         md.push_str(&format!("\n## {dataset}, {sampling}\n\n"));
-        md.push_str(&markdown_table(&["K", "strategy", "calibration", "prompts", "α", "α vs LP 1", "acceptance rate", "accepted length", "calibrations per 100 tokens"], &rows));
-        let name = format!("figure4_{}_{}.png", crate::common::plot::safe(dataset), crate::common::plot::safe(sampling));
+        md.push_str(&markdown_table(
+            &[
+                "K",
+                "strategy",
+                "calibration",
+                "prompts",
+                "α",
+                "α vs LP 1",
+                "acceptance rate",
+                "accepted length",
+                "calibrations per 100 tokens",
+            ],
+            &rows,
+        ));
+        let name =
+            format!("figure4_{}_{}.png", crate::common::plot::safe(dataset), crate::common::plot::safe(sampling));
         figure(&a.out.join(&name), &format!("EasySpec acceptance vs LP size: {dataset}, {sampling}"), ps)?;
         md.push_str(&format!("\n![{dataset} {sampling}]({name})\n"));
     }

@@ -3,10 +3,10 @@
 //! timed in the same run (medians and spread over repetitions; the ratio to the sequential
 //! forward is what to read on a shared machine).
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{Context, Result, ensure};
 use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::report::markdown_table;
-use specx_decoder::{device_from_name, load_model_as, WeightMode};
+use specx_decoder::{WeightMode, device_from_name, load_model_as};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -41,7 +41,10 @@ fn quantiles(mut v: Vec<f64>) -> (f64, f64, f64) {
 }
 
 pub fn run(a: &BenchArgs) -> Result<()> {
-    ensure!(a.steps >= 1 && a.reps >= 1 && !a.workers.is_empty() && a.workers.iter().all(|&w| w >= 1), "--steps, --reps and --workers need values >= 1");
+    ensure!(
+        a.steps >= 1 && a.reps >= 1 && !a.workers.is_empty() && a.workers.iter().all(|&w| w >= 1),
+        "--steps, --reps and --workers need values >= 1"
+    );
     for s in &a.strategies {
         LayerGroups::check_syntax(s).with_context(|| format!("--strategies: '{s}'"))?;
     }
@@ -49,7 +52,8 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     let lm = load_model_as(&a.model, None, &device, a.weights)?;
     let model = &lm.model;
     let layers = model.config().num_hidden_layers;
-    let mut configs: Vec<(String, LayerGroups, usize)> = vec![("sequential".into(), LayerGroups::sequential(layers), 1)];
+    let mut configs: Vec<(String, LayerGroups, usize)> =
+        vec![("sequential".into(), LayerGroups::sequential(layers), 1)];
     for s in &a.strategies {
         let g = LayerGroups::parse(s, layers)?;
         configs.extend(a.workers.iter().map(|&w| (format!("{s} x{w}"), g.clone(), w)));
@@ -73,7 +77,13 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         .zip(times)
         .map(|((name, g, _), t)| {
             let (med, lo, hi) = quantiles(t);
-            vec![name.clone(), g.to_string(), format!("{:.2}", med * 1e3), format!("{:.2} - {:.2}", lo * 1e3, hi * 1e3), format!("{:.3}", base / med)]
+            vec![
+                name.clone(),
+                g.to_string(),
+                format!("{:.2}", med * 1e3),
+                format!("{:.2} - {:.2}", lo * 1e3, hi * 1e3),
+                format!("{:.3}", base / med),
+            ]
         })
         .collect();
     println!(

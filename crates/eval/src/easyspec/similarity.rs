@@ -6,16 +6,16 @@
 //! over the non-leading layers of the groups (the approximated ones); leading layers are
 //! reported apart (identical by construction, which the table checks).
 
+use crate::common::results::UnitFile;
 use crate::experiment::manifest::EvalManifest;
 use crate::experiment::merge::greedy_units;
-use crate::common::results::UnitFile;
-use anyhow::{ensure, Context, Result};
+use anyhow::{Context, Result, ensure};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::report::markdown_table;
-use specx_decoder::{device_from_name, load_model_as, AttentionProbe, Transformer};
+use specx_decoder::{AttentionProbe, Transformer, device_from_name, load_model_as};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -77,12 +77,19 @@ impl StrategySimilarity {
     /// Mean over the layers with `leading` of each quantity's mean (None if there are none).
     pub fn average(&self, leading: bool) -> Option<[f64; 5]> {
         let layers: Vec<&LayerSimilarity> = self.layers.iter().filter(|l| l.leading == leading).collect();
-        (!layers.is_empty()).then(|| std::array::from_fn(|q| layers.iter().map(|l| l.mean[q]).sum::<f64>() / layers.len() as f64))
+        (!layers.is_empty())
+            .then(|| std::array::from_fn(|q| layers.iter().map(|l| l.mean[q]).sum::<f64>() / layers.len() as f64))
     }
 }
 
 /// Probes `strategies` at every `every`-th generated position of each (prompt, output).
-pub fn measure(draft: &Transformer, sequences: &[(Vec<u32>, Vec<u32>)], strategies: &[(String, LayerGroups)], every: usize, bar: &ProgressBar) -> Result<Vec<StrategySimilarity>> {
+pub fn measure(
+    draft: &Transformer,
+    sequences: &[(Vec<u32>, Vec<u32>)],
+    strategies: &[(String, LayerGroups)],
+    every: usize,
+    bar: &ProgressBar,
+) -> Result<Vec<StrategySimilarity>> {
     ensure!(every >= 1, "--every must be at least 1");
     let layers = draft.config().num_hidden_layers;
     let mut sums = vec![vec![[0.0f64; 5]; layers]; strategies.len()];
@@ -119,7 +126,13 @@ pub fn measure(draft: &Transformer, sequences: &[(Vec<u32>, Vec<u32>)], strategi
         .map(|(s, (name, groups))| StrategySimilarity {
             strategy: name.clone(),
             groups: groups.to_string(),
-            layers: (0..layers).map(|l| LayerSimilarity { layer: l, leading: leading[s][l], mean: sums[s][l].map(|v| v / positions as f64) }).collect(),
+            layers: (0..layers)
+                .map(|l| LayerSimilarity {
+                    layer: l,
+                    leading: leading[s][l],
+                    mean: sums[s][l].map(|v| v / positions as f64),
+                })
+                .collect(),
             positions,
         })
         .collect())
@@ -162,7 +175,8 @@ pub fn run(a: &SimilarityArgs) -> Result<()> {
     let device = device_from_name(&c.device)?;
     let draft = load_model_as(&c.draft, None, &device, c.weights)?;
     let layers = draft.model.config().num_hidden_layers;
-    let strategies: Vec<(String, LayerGroups)> = a.strategies.iter().map(|s| Ok((s.clone(), LayerGroups::parse(s, layers)?))).collect::<Result<_>>()?;
+    let strategies: Vec<(String, LayerGroups)> =
+        a.strategies.iter().map(|s| Ok((s.clone(), LayerGroups::parse(s, layers)?))).collect::<Result<_>>()?;
     let sequences: Vec<(Vec<u32>, Vec<u32>)> = units.iter().map(|u| (u.prompt.clone(), u.ar_tokens.clone())).collect();
     let bar = ProgressBar::new(sequences.len() as u64);
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} outputs probed, {elapsed} elapsed, ETA {eta}")?);

@@ -9,7 +9,7 @@
 //! end-to-end numbers, are not modelled.
 
 use super::acceptance::Point;
-use anyhow::{ensure, Context, Result};
+use anyhow::{Context, Result, ensure};
 use serde::Serialize;
 use specx_decoder::layer_groups::LayerGroups;
 use std::collections::BTreeMap;
@@ -49,10 +49,18 @@ impl DraftParts {
     /// From a profile: per-layer timers are noisier than a whole forward, so the parts keep
     /// their shares and sum to the measured TPOT.
     pub fn from_profile(p: &crate::profile::ModelProfile) -> Result<Self> {
-        ensure!(!p.attention_s.is_empty() && p.attention_s.len() == p.mlp_s.len(), "the profile has no per-layer times for {}", p.path.display());
+        ensure!(
+            !p.attention_s.is_empty() && p.attention_s.len() == p.mlp_s.len(),
+            "the profile has no per-layer times for {}",
+            p.path.display()
+        );
         let parts: f64 = p.attention_s.iter().chain(&p.mlp_s).sum::<f64>() + p.lm_head_s;
         let scale = p.tpot_s / parts;
-        Ok(Self { attention: p.attention_s.iter().map(|t| t * scale).collect(), mlp: p.mlp_s.iter().map(|t| t * scale).collect(), rest: p.lm_head_s * scale })
+        Ok(Self {
+            attention: p.attention_s.iter().map(|t| t * scale).collect(),
+            mlp: p.mlp_s.iter().map(|t| t * scale).collect(),
+            rest: p.lm_head_s * scale,
+        })
     }
 
     pub fn sequential(&self) -> f64 {
@@ -97,14 +105,23 @@ pub struct Modelled {
 
 /// Models every EasySpec point on each device count against the plain drafter's point with
 /// the same prompt set, sampling and K.
-pub fn model(parts: &DraftParts, t_target: f64, points: &[Point], layers: usize, devices: &[usize], comm: f64) -> Result<Vec<Modelled>> {
+pub fn model(
+    parts: &DraftParts,
+    t_target: f64,
+    points: &[Point],
+    layers: usize,
+    devices: &[usize],
+    comm: f64,
+) -> Result<Vec<Modelled>> {
     let t_seq = parts.sequential();
     let mut out = Vec::new();
     for c in points.iter().filter(|p| p.lp > 1) {
         let plain = points
             .iter()
             .find(|p| p.lp == 1 && p.dataset == c.dataset && p.sampling == c.sampling && p.k == c.k)
-            .with_context(|| format!("{} {}: no plain specdec K={} rows to compare {} with", c.dataset, c.sampling, c.k, c.strategy))?;
+            .with_context(|| {
+                format!("{} {}: no plain specdec K={} rows to compare {} with", c.dataset, c.sampling, c.k, c.strategy)
+            })?;
         let groups = LayerGroups::parse(&c.strategy, layers)?;
         for &n_dev in devices {
             let t_fuzzy = parts.fuzzy(&groups, n_dev, comm);
@@ -132,7 +149,9 @@ pub fn model(parts: &DraftParts, t_target: f64, points: &[Point], layers: usize,
 
 pub fn run(a: &TimingArgs) -> Result<()> {
     let p = crate::profile::Profile::read(&a.profile)?;
-    let role = |r: &str| p.models.iter().find(|m| m.role == r).with_context(|| format!("{}: no {r} model", a.profile.display()));
+    let role = |r: &str| {
+        p.models.iter().find(|m| m.role == r).with_context(|| format!("{}: no {r} model", a.profile.display()))
+    };
     let (draft, target) = (role("draft")?, role("target")?);
     ensure!(!a.devices.is_empty() && a.devices.iter().all(|&d| d >= 1), "--devices needs counts >= 1");
     ensure!(a.comm_ms >= 0.0, "--comm-ms must be >= 0");
@@ -154,16 +173,26 @@ pub fn run(a: &TimingArgs) -> Result<()> {
         .collect();
     let mut header = vec!["strategy".to_string(), "groups".to_string()];
     header.extend(dev_cols.iter().cloned());
-    let forward_table = specx_decoder::report::markdown_table(&header.iter().map(String::as_str).collect::<Vec<_>>(), &forward_rows);
+    let forward_table =
+        specx_decoder::report::markdown_table(&header.iter().map(String::as_str).collect::<Vec<_>>(), &forward_rows);
 
     let mut by: BTreeMap<(String, String, u64, String, String), Vec<&Modelled>> = BTreeMap::new();
     for m in &modelled {
-        by.entry((m.dataset.clone(), m.sampling.clone(), m.k, m.strategy.clone(), m.calibration.clone())).or_default().push(m);
+        by.entry((m.dataset.clone(), m.sampling.clone(), m.k, m.strategy.clone(), m.calibration.clone()))
+            .or_default()
+            .push(m);
     }
     let rows: Vec<Vec<String>> = by
         .iter()
         .map(|((d, sampling, k, s, c), ms)| {
-            let mut row = vec![d.clone(), sampling.clone(), k.to_string(), s.clone(), c.clone(), format!("{:.3} / {:.3}", ms[0].alpha, ms[0].alpha_plain)];
+            let mut row = vec![
+                d.clone(),
+                sampling.clone(),
+                k.to_string(),
+                s.clone(),
+                c.clone(),
+                format!("{:.3} / {:.3}", ms[0].alpha, ms[0].alpha_plain),
+            ];
             row.push(ms.iter().map(|m| format!("{:.2}", m.drafting_speedup)).collect::<Vec<_>>().join(" / "));
             row.push(ms.iter().map(|m| format!("{:.2}", m.end_to_end)).collect::<Vec<_>>().join(" / "));
             row
@@ -171,7 +200,16 @@ pub fn run(a: &TimingArgs) -> Result<()> {
         .collect();
     let devs = a.devices.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("/");
     let settings_table = specx_decoder::report::markdown_table(
-        &["dataset", "sampling", "K", "strategy", "calibration", "α EasySpec / plain", &format!("drafting speedup, N = {devs}"), &format!("end-to-end speedup, N = {devs}")],
+        &[
+            "dataset",
+            "sampling",
+            "K",
+            "strategy",
+            "calibration",
+            "α EasySpec / plain",
+            &format!("drafting speedup, N = {devs}"),
+            &format!("end-to-end speedup, N = {devs}"),
+        ],
         &rows,
     );
     let attn: f64 = parts.attention.iter().sum();

@@ -29,10 +29,20 @@ pub struct Audit {
 pub fn audit(rows: &[ResultRow], cfg: &AuditConfig) -> Audit {
     let mut out = Audit::default();
     for r in rows.iter().filter(|r| r.greedy() && !r.identical_to_ar && !r.replayed) {
-        let what = format!("{} {} ({}, seed {}): {} differs from AR", r.dataset, r.prompt_id, r.sampling, r.seed, r.setting.key());
+        let what = format!(
+            "{} {} ({}, seed {}): {} differs from AR",
+            r.dataset,
+            r.prompt_id,
+            r.sampling,
+            r.seed,
+            r.setting.key()
+        );
         match &r.divergence {
             Some(d) => {
-                let line = format!("{what} from token {} on (AR {}, got {}; target logit margin {:.2e})", d.position, d.ar_token, d.token, d.margin);
+                let line = format!(
+                    "{what} from token {} on (AR {}, got {}; target logit margin {:.2e})",
+                    d.position, d.ar_token, d.token, d.margin
+                );
                 if cfg.mode == AuditMode::Numerical && d.margin.abs() <= cfg.near_tie {
                     out.numerical.push(line);
                 } else {
@@ -52,17 +62,31 @@ mod tests {
     use crate::method::{MethodSpec, PolicySpec, Setting};
 
     fn row(identical: bool, divergence: Option<Divergence>, temperature: f32) -> ResultRow {
-        ResultRow { identical_to_ar: identical, divergence, temperature, ..ResultRow::example(Setting::Speculative(MethodSpec::plain(PolicySpec::Fixed { k: 4 }))) }
+        ResultRow {
+            identical_to_ar: identical,
+            divergence,
+            temperature,
+            ..ResultRow::example(Setting::Speculative(MethodSpec::plain(PolicySpec::Fixed { k: 4 })))
+        }
     }
 
     #[test]
     fn the_numerical_audit_excuses_near_ties_only() {
         let tie = Divergence { position: 5, ar_token: 10, token: 11, margin: 3e-4 };
         let wide = Divergence { position: 2, ar_token: 10, token: 12, margin: 1.5 };
-        let rows = vec![row(true, None, 0.0), row(false, Some(tie.clone()), 0.0), row(false, Some(wide), 0.0), row(false, None, 0.7)];
+        let rows = vec![
+            row(true, None, 0.0),
+            row(false, Some(tie.clone()), 0.0),
+            row(false, Some(wide), 0.0),
+            row(false, None, 0.7),
+        ];
         let exact = audit(&rows, &AuditConfig::default());
         assert_eq!((exact.failures.len(), exact.numerical.len()), (2, 0), "{exact:?}");
-        assert!(exact.failures[0].contains("from token 5 on") && exact.failures[0].contains("3.00e-4"), "{:?}", exact.failures);
+        assert!(
+            exact.failures[0].contains("from token 5 on") && exact.failures[0].contains("3.00e-4"),
+            "{:?}",
+            exact.failures
+        );
         let numerical = audit(&rows, &AuditConfig { mode: AuditMode::Numerical, near_tie: 0.01 });
         assert_eq!((numerical.failures.len(), numerical.numerical.len()), (1, 1), "{numerical:?}");
         assert!(numerical.failures[0].contains("margin 1.50e0"), "{:?}", numerical.failures);

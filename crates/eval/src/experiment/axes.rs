@@ -26,11 +26,11 @@
 //! Without `drafters` the drafter is plain; without `schedulers` the scheduler is sequential;
 //! without `drafts` the draft runs as loaded (`{}`).
 
-use crate::method::{head_name, DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, PAPER_BOUNDS};
-use anyhow::{ensure, Result};
+use crate::method::{DrafterSpec, MethodSpec, PAPER_BOUNDS, PolicySpec, SchedulerSpec, head_name};
+use anyhow::{Result, ensure};
 use serde::{Deserialize, Serialize};
-use specx_decoder::speculative::{Calibration, Compat};
 use specx_decoder::DraftTransform;
+use specx_decoder::speculative::{Calibration, Compat};
 use std::path::PathBuf;
 
 /// One product of axes.
@@ -258,13 +258,20 @@ fn paper_bounds() -> Vec<[usize; 2]> {
 impl DrafterAxis {
     pub fn expand(&self) -> Vec<DrafterSpec> {
         let mut out = Vec::new();
-        if self.plain.is_some() || (self.easyspec.is_none() && self.lookup.is_none() && self.hybrid.is_none() && self.feature.is_none()) {
+        if self.plain.is_some()
+            || (self.easyspec.is_none() && self.lookup.is_none() && self.hybrid.is_none() && self.feature.is_none())
+        {
             out.push(DrafterSpec::Plain);
         }
         if let Some(g) = &self.easyspec {
             for s in &g.strategies {
                 for &calibration in &g.calibrations {
-                    out.push(DrafterSpec::EasySpec { strategy: s.clone(), calibration, workers: g.workers.unwrap_or(1), compat: Compat::Lossless });
+                    out.push(DrafterSpec::EasySpec {
+                        strategy: s.clone(),
+                        calibration,
+                        workers: g.workers.unwrap_or(1),
+                        compat: Compat::Lossless,
+                    });
                 }
             }
         }
@@ -313,7 +320,10 @@ impl ConfidencePolicies {
 
     /// Every threshold x bounds as `make(threshold, min, max)`.
     pub fn specs_as(&self, make: fn(f64, usize, usize) -> PolicySpec) -> Vec<PolicySpec> {
-        self.thresholds.iter().flat_map(|&threshold| self.bounds.iter().map(move |&[min, max]| make(threshold, min, max))).collect()
+        self.thresholds
+            .iter()
+            .flat_map(|&threshold| self.bounds.iter().map(move |&[min, max]| make(threshold, min, max)))
+            .collect()
     }
 }
 
@@ -327,21 +337,48 @@ impl PolicyAxis {
         let mut out = Vec::new();
         out.extend(self.fixed.iter().flat_map(FixedPolicies::specs));
         out.extend(self.head.iter().flat_map(HeadPolicies::specs));
-        out.extend(self.head_token.iter().flat_map(|g| g.specs_as(|head, threshold, min, max| PolicySpec::HeadToken { head, threshold, min, max })));
+        out.extend(
+            self.head_token.iter().flat_map(|g| {
+                g.specs_as(|head, threshold, min, max| PolicySpec::HeadToken { head, threshold, min, max })
+            }),
+        );
         out.extend(self.confidence.iter().flat_map(ConfidencePolicies::specs));
-        out.extend(self.confidence_product.iter().flat_map(|g| g.specs_as(|threshold, min, max| PolicySpec::ConfidenceProduct { threshold, min, max })));
-        out.extend(self.roc.iter().flat_map(|g| product(&g.thresholds, &g.max, |threshold, max| PolicySpec::Roc { threshold, max })));
-        out.extend(self.pmin.iter().flat_map(|g| product(&g.p_min, &g.n_max, |p_min, n_max| PolicySpec::PMin { p_min, n_max })));
-        out.extend(self.dynamic.iter().flat_map(|g| g.initial.iter().map(|&initial| PolicySpec::Dynamic { initial, cap: g.cap })));
-        out.extend(self.svip.iter().flat_map(|g| product(&g.thresholds, &g.max, |threshold, max| PolicySpec::Svip { threshold, max })));
+        out.extend(
+            self.confidence_product
+                .iter()
+                .flat_map(|g| g.specs_as(|threshold, min, max| PolicySpec::ConfidenceProduct { threshold, min, max })),
+        );
+        out.extend(
+            self.roc
+                .iter()
+                .flat_map(|g| product(&g.thresholds, &g.max, |threshold, max| PolicySpec::Roc { threshold, max })),
+        );
+        out.extend(
+            self.pmin
+                .iter()
+                .flat_map(|g| product(&g.p_min, &g.n_max, |p_min, n_max| PolicySpec::PMin { p_min, n_max })),
+        );
+        out.extend(
+            self.dynamic
+                .iter()
+                .flat_map(|g| g.initial.iter().map(|&initial| PolicySpec::Dynamic { initial, cap: g.cap })),
+        );
+        out.extend(
+            self.svip
+                .iter()
+                .flat_map(|g| product(&g.thresholds, &g.max, |threshold, max| PolicySpec::Svip { threshold, max })),
+        );
         if let Some(g) = &self.adaedl {
             for &lambda in &g.lambda {
                 out.extend(product(&g.gamma, &g.max, |gamma, max| PolicySpec::AdaEdl { lambda, gamma, max }));
             }
         }
-        out.extend(self.bandit.iter().flat_map(|g| g.arms.iter().map(|arms| PolicySpec::Bandit { arms: arms.clone() })));
+        out.extend(
+            self.bandit.iter().flat_map(|g| g.arms.iter().map(|arms| PolicySpec::Bandit { arms: arms.clone() })),
+        );
         if let Some(g) = &self.matchrate {
-            let model_k: Vec<Option<usize>> = if g.model_k.is_empty() { vec![None] } else { g.model_k.iter().map(|&k| Some(k)).collect() };
+            let model_k: Vec<Option<usize>> =
+                if g.model_k.is_empty() { vec![None] } else { g.model_k.iter().map(|&k| Some(k)).collect() };
             for &threshold in &g.thresholds {
                 out.extend(product(&g.max, &model_k, |max, model_k| PolicySpec::MatchRate { threshold, max, model_k }));
             }
@@ -377,13 +414,21 @@ impl MethodGrid {
     /// Every drafter x policy x scheduler, in that nesting order, each checked.
     pub fn expand(&self) -> Result<Vec<MethodSpec>> {
         let policies = self.policies.expand()?;
-        ensure!(!policies.is_empty(), "[[methods.grid]] lists no policy: give policies.fixed, head, confidence, roc, pmin, dynamic, svip, adaedl, bandit or oracle");
+        ensure!(
+            !policies.is_empty(),
+            "[[methods.grid]] lists no policy: give policies.fixed, head, confidence, roc, pmin, dynamic, svip, adaedl, bandit or oracle"
+        );
         let mut out = Vec::new();
         for drafter in self.drafters.expand() {
             for draft in drafts_or_loaded(&self.drafts) {
                 for policy in &policies {
                     for scheduler in self.schedulers.expand() {
-                        let m = MethodSpec { drafter: drafter.clone(), draft: draft.clone(), policy: policy.clone(), scheduler };
+                        let m = MethodSpec {
+                            drafter: drafter.clone(),
+                            draft: draft.clone(),
+                            policy: policy.clone(),
+                            scheduler,
+                        };
                         m.check()?;
                         out.push(m);
                     }
@@ -418,7 +463,11 @@ impl MethodGrid {
     pub fn validate(&self) -> Result<()> {
         let empty = |what: &str| format!("[[methods.grid]] {what} is empty");
         if let Some(g) = &self.drafters.easyspec {
-            ensure!(!g.strategies.is_empty() && !g.calibrations.is_empty(), "{}", empty("drafters.easyspec strategies or calibrations"));
+            ensure!(
+                !g.strategies.is_empty() && !g.calibrations.is_empty(),
+                "{}",
+                empty("drafters.easyspec strategies or calibrations")
+            );
         }
         for (name, g) in [("lookup", &self.drafters.lookup), ("hybrid", &self.drafters.hybrid)] {
             ensure!(g.as_ref().is_none_or(|g| !g.ngrams.is_empty()), "{}", empty(&format!("drafters.{name} ngrams")));
@@ -426,20 +475,36 @@ impl MethodGrid {
         if let Some(g) = &self.drafters.feature {
             ensure!(!g.heads.is_empty(), "{}", empty("drafters.feature heads"));
             for h in &g.heads {
-                ensure!(h.join("feature-head.json").is_file(), "[[methods.grid]] feature head {} is not a feature head (no feature-head.json; `specx train-feature-head` writes one)", h.display());
+                ensure!(
+                    h.join("feature-head.json").is_file(),
+                    "[[methods.grid]] feature head {} is not a feature head (no feature-head.json; `specx train-feature-head` writes one)",
+                    h.display()
+                );
             }
         }
         if let Some(g) = &self.policies.fixed {
             ensure!(!g.k.is_empty(), "{}", empty("policies.fixed k"));
         }
         if let Some(g) = &self.policies.head {
-            ensure!(!g.heads.is_empty() && !g.thresholds.is_empty() && !g.bounds.is_empty(), "{}", empty("policies.head heads, thresholds or bounds"));
+            ensure!(
+                !g.heads.is_empty() && !g.thresholds.is_empty() && !g.bounds.is_empty(),
+                "{}",
+                empty("policies.head heads, thresholds or bounds")
+            );
             for h in &g.heads {
-                ensure!(h.join("head.json").is_file(), "[[methods.grid]] head {} is not a head checkpoint (no head.json; `specx train` writes one)", h.display());
+                ensure!(
+                    h.join("head.json").is_file(),
+                    "[[methods.grid]] head {} is not a head checkpoint (no head.json; `specx train` writes one)",
+                    h.display()
+                );
             }
         }
         if let Some(g) = &self.policies.confidence {
-            ensure!(!g.thresholds.is_empty() && !g.bounds.is_empty(), "{}", empty("policies.confidence thresholds or bounds"));
+            ensure!(
+                !g.thresholds.is_empty() && !g.bounds.is_empty(),
+                "{}",
+                empty("policies.confidence thresholds or bounds")
+            );
         }
         let p = &self.policies;
         for (name, lists) in [
@@ -447,7 +512,10 @@ impl MethodGrid {
             ("pmin p_min or n_max", p.pmin.as_ref().map(|g| [g.p_min.len(), g.n_max.len()])),
             ("dynamic initial", p.dynamic.as_ref().map(|g| [g.initial.len(), 1])),
             ("svip thresholds or max", p.svip.as_ref().map(|g| [g.thresholds.len(), g.max.len()])),
-            ("adaedl lambda, gamma or max", p.adaedl.as_ref().map(|g| [g.lambda.len(), g.gamma.len().min(g.max.len())])),
+            (
+                "adaedl lambda, gamma or max",
+                p.adaedl.as_ref().map(|g| [g.lambda.len(), g.gamma.len().min(g.max.len())]),
+            ),
             ("bandit arms", p.bandit.as_ref().map(|g| [g.arms.len(), 1])),
         ] {
             ensure!(lists.is_none_or(|l| l.iter().all(|&n| n > 0)), "{}", empty(&format!("policies.{name}")));
@@ -478,21 +546,45 @@ mod tests {
         .unwrap();
         let keys: Vec<String> = g.expand().unwrap().iter().map(MethodSpec::key).collect();
         assert_eq!(keys.len(), 3 * 3 * 2);
-        assert_eq!(&keys[..6], ["specdec K=2", "dsi SP=2 k=2", "specdec K=4", "dsi SP=2 k=4", "specdecpp w6-d3 h=0.7 [2,20]", "dsi SP=2 specdecpp w6-d3 h=0.7 [2,20]"]);
+        assert_eq!(
+            &keys[..6],
+            [
+                "specdec K=2",
+                "dsi SP=2 k=2",
+                "specdec K=4",
+                "dsi SP=2 k=4",
+                "specdecpp w6-d3 h=0.7 [2,20]",
+                "dsi SP=2 specdecpp w6-d3 h=0.7 [2,20]"
+            ]
+        );
         assert_eq!(keys[17], "easyspec lp4 never | dsi SP=2 specdecpp w6-d3 h=0.7 [2,20]");
         // Prompt lookup under fixed K and the dynamic schedule, both schedulers.
         let lookup: MethodGrid = toml::from_str("drafters.lookup = { ngrams = [[1, 3], [2, 2]] }\npolicies.fixed = { k = [8] }\nschedulers.dsi = { servers = [2] }").unwrap();
-        assert_eq!(lookup.expand().unwrap().iter().map(MethodSpec::key).collect::<Vec<_>>(), ["lookup n=1..3 | dsi SP=2 k=8", "lookup n=2..2 | dsi SP=2 k=8"]);
+        assert_eq!(
+            lookup.expand().unwrap().iter().map(MethodSpec::key).collect::<Vec<_>>(),
+            ["lookup n=1..3 | dsi SP=2 k=8", "lookup n=2..2 | dsi SP=2 k=8"]
+        );
         let rate: MethodGrid = toml::from_str("drafters.hybrid = { ngrams = [[2, 4]] }\npolicies.matchrate = { thresholds = [0.2, 0.4], max = [16], model_k = [4] }").unwrap();
-        assert_eq!(rate.expand().unwrap().iter().map(MethodSpec::key).collect::<Vec<_>>(), ["lookup+draft n=2..4 | matchrate 0.2 [1,16] model K=4", "lookup+draft n=2..4 | matchrate 0.4 [1,16] model K=4"]);
-        let mixed: MethodGrid = toml::from_str("drafters.lookup = { ngrams = [[1, 3]] }\npolicies.confidence = { thresholds = [0.5] }").unwrap();
+        assert_eq!(
+            rate.expand().unwrap().iter().map(MethodSpec::key).collect::<Vec<_>>(),
+            [
+                "lookup+draft n=2..4 | matchrate 0.2 [1,16] model K=4",
+                "lookup+draft n=2..4 | matchrate 0.4 [1,16] model K=4"
+            ]
+        );
+        let mixed: MethodGrid =
+            toml::from_str("drafters.lookup = { ngrams = [[1, 3]] }\npolicies.confidence = { thresholds = [0.5] }")
+                .unwrap();
         assert!(format!("{:#}", mixed.expand().unwrap_err()).contains("use fixed, dynamic, bandit or matchrate"));
         // Plain and sequential are the defaults of their axes.
         let only: MethodGrid = toml::from_str("policies.confidence = { thresholds = [0.5] }").unwrap();
         assert_eq!(only.expand().unwrap().iter().map(MethodSpec::key).collect::<Vec<_>>(), ["confidence 0.5 [2,20]"]);
         // Out-of-range parameters are refused with the setting's name.
         let bad: MethodGrid = toml::from_str("policies.confidence = { thresholds = [1.5] }").unwrap();
-        assert!(format!("{:#}", bad.expand().unwrap_err()).contains("confidence 1.5 [2,20]: the threshold must be in [0, 1]"));
+        assert!(
+            format!("{:#}", bad.expand().unwrap_err())
+                .contains("confidence 1.5 [2,20]: the threshold must be in [0, 1]")
+        );
         // Every training-free rule, with its parameters in the key.
         let rules: MethodGrid = toml::from_str(
             r#"

@@ -34,7 +34,10 @@ pub fn check(cfg: &EvalConfig, limit: Option<usize>) -> Result<Plan> {
     settings.iter().try_for_each(Setting::check_runnable)?;
     let heads = head_records(&cfg)?.len();
     Ok(Plan {
-        sets: sets.iter().map(|s| (s.config.name.clone(), s.config.path.display().to_string(), s.prompts.len())).collect(),
+        sets: sets
+            .iter()
+            .map(|s| (s.config.name.clone(), s.config.path.display().to_string(), s.prompts.len()))
+            .collect(),
         skipped,
         sampling: cfg.sampling.iter().map(|s| s.name.clone()).collect(),
         settings: settings.iter().map(Setting::key).collect(),
@@ -47,12 +50,19 @@ pub fn check(cfg: &EvalConfig, limit: Option<usize>) -> Result<Plan> {
 impl Plan {
     /// The plan as a user reads it: a table of prompt sets, then one line each for the rest.
     pub fn render(&self) -> String {
-        let mut rows: Vec<Vec<String>> = self.sets.iter().map(|(n, p, k)| vec![n.clone(), p.clone(), k.to_string(), "ready".into()]).collect();
-        rows.extend(self.skipped.iter().map(|s| vec![s.name.clone(), s.path.display().to_string(), "-".into(), "skipped: optional, file missing".into()]));
+        let mut rows: Vec<Vec<String>> =
+            self.sets.iter().map(|(n, p, k)| vec![n.clone(), p.clone(), k.to_string(), "ready".into()]).collect();
+        rows.extend(self.skipped.iter().map(|s| {
+            vec![s.name.clone(), s.path.display().to_string(), "-".into(), "skipped: optional, file missing".into()]
+        }));
         let mut out = markdown_table(&["prompt set", "file", "prompts", "status"], &rows);
         let _ = writeln!(out, "\nsampling settings: {}", self.sampling.join(", "));
         let _ = writeln!(out, "method settings ({}): {}", self.settings.len(), self.settings.join(" | "));
-        let _ = writeln!(out, "heads: {}; units (prompt x sampling x seed): {}; run directory: {}", self.heads, self.units, self.out);
+        let _ = writeln!(
+            out,
+            "heads: {}; units (prompt x sampling x seed): {}; run directory: {}",
+            self.heads, self.units, self.out
+        );
         for s in &self.skipped {
             let _ = writeln!(out, "{s}");
         }

@@ -1,8 +1,8 @@
 //! Command-line arguments of `specx eval` (the binary only parses and dispatches).
 
 use super::config::EvalConfig;
-use super::{run, EvalOptions};
-use anyhow::{bail, Result};
+use super::{EvalOptions, run};
+use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 
@@ -156,7 +156,13 @@ pub fn run_cli(a: EvalArgs) -> Result<()> {
             let name = config.file_stem().map_or("grid".into(), |s| s.to_string_lossy().into_owned());
             let o = super::replay_run::replay(run_dir, &grid, &name, !no_progress)?;
             print!("{}", std::fs::read_to_string(o.dir.join("summary.md")).unwrap_or_default());
-            eprintln!("{} replayed rows in {}; {} rows of settings also run for real compared, {} differ", o.replayed.len(), o.dir.display(), o.compared, o.mismatches.len());
+            eprintln!(
+                "{} replayed rows in {}; {} rows of settings also run for real compared, {} differ",
+                o.replayed.len(),
+                o.dir.display(),
+                o.compared,
+                o.mismatches.len()
+            );
             if !o.mismatches.is_empty() {
                 for m in &o.mismatches {
                     eprintln!("REPLAY MISMATCH: {m}");
@@ -173,7 +179,12 @@ pub fn run_cli(a: EvalArgs) -> Result<()> {
         }
         None => {
             let cfg = effective_config(&a)?;
-            let opts = EvalOptions { part: a.run.part()?, limit: a.run.limit, max_new_units: a.max_units, progress: !a.run.no_progress };
+            let opts = EvalOptions {
+                part: a.run.part()?,
+                limit: a.run.limit,
+                max_new_units: a.max_units,
+                progress: !a.run.no_progress,
+            };
             let outcome = run(&cfg, &opts)?;
             finish(&outcome, &cfg.output.dir)
         }
@@ -197,7 +208,10 @@ fn finish(outcome: &super::EvalOutcome, dir: &std::path::Path) -> Result<()> {
         for f in &outcome.audit_failures {
             eprintln!("AUDIT: {f}");
         }
-        bail!("losslessness audit failed: {} greedy speculative outputs differ from AR (listed above and in summary.md)", outcome.audit_failures.len());
+        bail!(
+            "losslessness audit failed: {} greedy speculative outputs differ from AR (listed above and in summary.md)",
+            outcome.audit_failures.len()
+        );
     }
     Ok(())
 }

@@ -2,16 +2,16 @@
 //! budget, seeds and the grid of methods. Unknown keys are errors naming the file; relative
 //! paths are relative to the config file (`$SPECX_MODELS`, `$SPECX_DATASETS` and `~` expand).
 
-use anyhow::{bail, ensure, Context, Result};
+use super::axes::{ConfidencePolicies, FixedPolicies, HeadPolicies, MethodGrid};
+use anyhow::{Context, Result, bail, ensure};
 use serde::{Deserialize, Serialize};
+use specx_decoder::coupling::Draws;
+use specx_decoder::speculative::{Calibration, HeadRule};
+use specx_decoder::{SamplingConfig, WeightMode};
+use specx_prompts::PromptFormat;
 use specx_prompts::PromptsConfig;
 use specx_run::config::{parse_toml, read_toml};
 use specx_run::paths::{portable_path, resolve_path};
-use super::axes::{ConfidencePolicies, FixedPolicies, HeadPolicies, MethodGrid};
-use specx_prompts::PromptFormat;
-use specx_decoder::speculative::{Calibration, HeadRule};
-use specx_decoder::coupling::Draws;
-use specx_decoder::{SamplingConfig, WeightMode};
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -219,7 +219,12 @@ impl MethodsConfig {
     /// name (its directory's name, what settings refer to) once, in order.
     pub fn head_dirs(&self) -> Vec<&PathBuf> {
         let mut seen = std::collections::BTreeSet::new();
-        let all = self.specdecpp.iter().flat_map(|g| &g.heads).chain(self.easyspec.iter().flat_map(|g| &g.heads)).chain(self.grid.iter().flat_map(|g| g.head_dirs()));
+        let all = self
+            .specdecpp
+            .iter()
+            .flat_map(|g| &g.heads)
+            .chain(self.easyspec.iter().flat_map(|g| &g.heads))
+            .chain(self.grid.iter().flat_map(|g| g.head_dirs()));
         all.filter(|d| seen.insert(crate::method::head_name(d))).collect()
     }
 }
@@ -326,7 +331,13 @@ pub struct OutputConfig {
 }
 
 fn greedy_only() -> Vec<SamplingSetting> {
-    vec![SamplingSetting { name: "greedy".into(), temperature: 0.0, top_k: None, top_p: None, draws: Draws::Independent }]
+    vec![SamplingSetting {
+        name: "greedy".into(),
+        temperature: 0.0,
+        top_k: None,
+        top_p: None,
+        draws: Draws::Independent,
+    }]
 }
 fn seed_zero() -> Vec<u64> {
     vec![0]
@@ -401,7 +412,8 @@ impl EvalConfig {
         if let Some(p) = self.methods.dsi.as_mut().and_then(|g| g.profile.as_mut()) {
             *p = resolve_path(p, base);
         }
-        let drafts = self.methods.drafts.iter_mut().chain(self.methods.grid.iter_mut().flat_map(|g| g.drafts.iter_mut()));
+        let drafts =
+            self.methods.drafts.iter_mut().chain(self.methods.grid.iter_mut().flat_map(|g| g.drafts.iter_mut()));
         for table in drafts.filter_map(|d| d.vocab_table.as_mut()) {
             *table = resolve_path(table, base);
         }
@@ -415,8 +427,12 @@ impl EvalConfig {
         if !self.models.devices.is_empty() {
             let devices = specx_decoder::parse_device_list(&self.models.devices).context("[models] devices")?;
             devices.into_iter().try_for_each(specx_decoder::check_device).context("[models] devices")?;
-            let others = self.methods.dsi.as_ref().is_some_and(|g| !g.devices.is_empty()) || self.methods.easyspec.as_ref().is_some_and(|g| !g.devices.is_empty());
-            ensure!(!others, "[models] devices gives each part a device of its own: it cannot be combined with [methods.dsi] devices or [methods.easyspec] devices");
+            let others = self.methods.dsi.as_ref().is_some_and(|g| !g.devices.is_empty())
+                || self.methods.easyspec.as_ref().is_some_and(|g| !g.devices.is_empty());
+            ensure!(
+                !others,
+                "[models] devices gives each part a device of its own: it cannot be combined with [methods.dsi] devices or [methods.easyspec] devices"
+            );
         }
         ensure!(!self.prompts.is_empty(), "no [[prompts]] set");
         ensure!(!self.sampling.is_empty(), "no [[sampling]] setting");
@@ -424,25 +440,49 @@ impl EvalConfig {
         unique(self.prompts.iter().map(|p| p.name.as_str()), "[[prompts]] name")?;
         unique(self.sampling.iter().map(|s| s.name.as_str()), "[[sampling]] name")?;
         for p in &self.prompts {
-            ensure!(!p.name.is_empty() && p.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)), "prompt set name '{}': use letters, digits, - _ .", p.name);
+            ensure!(
+                !p.name.is_empty() && p.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
+                "prompt set name '{}': use letters, digits, - _ .",
+                p.name
+            );
             // An optional set may be missing: a run leaves it out (`without_missing_optional_sets`).
-            ensure!(p.optional || p.available(), "prompt set '{}': {} does not exist{}", p.name, p.path.display(), dataset_hint(&p.path));
+            ensure!(
+                p.optional || p.available(),
+                "prompt set '{}': {} does not exist{}",
+                p.name,
+                p.path.display(),
+                dataset_hint(&p.path)
+            );
             ensure!(p.sample != Some(0), "prompt set '{}': sample = 0 selects no prompts", p.name);
             p.as_prompts_config().chat().with_context(|| format!("prompt set '{}'", p.name))?;
         }
         for s in &self.sampling {
-            ensure!(!s.name.is_empty() && s.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)), "sampling name '{}': use letters, digits, - _ .", s.name);
+            ensure!(
+                !s.name.is_empty() && s.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
+                "sampling name '{}': use letters, digits, - _ .",
+                s.name
+            );
             s.config().validate().with_context(|| format!("[[sampling]] '{}'", s.name))?;
         }
-        ensure!(self.audit.near_tie.is_finite() && self.audit.near_tie >= 0.0, "[audit] near_tie must be a finite margin >= 0");
+        ensure!(
+            self.audit.near_tie.is_finite() && self.audit.near_tie >= 0.0,
+            "[audit] near_tie must be a finite margin >= 0"
+        );
         let b = &self.budget;
-        ensure!(b.max_new_tokens.is_some() || b.max_total_tokens.is_some(), "[budget] needs max_new_tokens or max_total_tokens");
+        ensure!(
+            b.max_new_tokens.is_some() || b.max_total_tokens.is_some(),
+            "[budget] needs max_new_tokens or max_total_tokens"
+        );
         ensure!(b.max_new_tokens != Some(0) && b.max_total_tokens != Some(0), "[budget] limits must be at least 1");
         for (what, path) in [("draft", &self.models.draft), ("target", &self.models.target)] {
             if specx_decoder::hub::is_hub_id(path) {
                 specx_decoder::hub::resolve(path).with_context(|| format!("[models] {what}"))?;
             } else {
-                ensure!(path.exists(), "[models] {what} {} does not exist (scripts/fetch-models.sh fetches the Qwen pair)", path.display());
+                ensure!(
+                    path.exists(),
+                    "[models] {what} {} does not exist (scripts/fetch-models.sh fetches the Qwen pair)",
+                    path.display()
+                );
             }
         }
         let m = &self.methods;
@@ -450,51 +490,109 @@ impl EvalConfig {
             ensure!(!g.k.is_empty() && g.k.iter().all(|&k| k >= 1), "[methods.specdec] k needs values >= 1");
         }
         if let Some(g) = &m.specdecpp {
-            ensure!(!g.heads.is_empty() && !g.thresholds.is_empty() && !g.bounds.is_empty(), "[methods.specdecpp] needs heads, thresholds and bounds");
+            ensure!(
+                !g.heads.is_empty() && !g.thresholds.is_empty() && !g.bounds.is_empty(),
+                "[methods.specdecpp] needs heads, thresholds and bounds"
+            );
             for h in &g.heads {
-                ensure!(h.join("head.json").is_file(), "[methods.specdecpp] head {} is not a head checkpoint (no head.json; `specx train` writes one)", h.display());
+                ensure!(
+                    h.join("head.json").is_file(),
+                    "[methods.specdecpp] head {} is not a head checkpoint (no head.json; `specx train` writes one)",
+                    h.display()
+                );
             }
             check_bounds(&g.bounds, "specdecpp")?;
-            ensure!(g.thresholds.iter().all(|t| (0.0..=1.0).contains(t)), "[methods.specdecpp] thresholds must be in [0, 1]");
+            ensure!(
+                g.thresholds.iter().all(|t| (0.0..=1.0).contains(t)),
+                "[methods.specdecpp] thresholds must be in [0, 1]"
+            );
         }
         if let Some(b) = m.ar_batch {
             ensure!(b >= 1, "[methods] ar_batch must be at least 1");
-            ensure!(m.specdec.is_none() && m.specdecpp.is_none() && m.confidence.is_none() && m.dsi.is_none() && m.easyspec.is_none() && m.grid.is_empty(), "[methods] ar_batch makes a greedy trace run (AR only): remove the other methods, or run them in another config");
-            ensure!(self.sampling.iter().all(|s| s.config().is_greedy()), "[methods] ar_batch batches greedy AR only: every [[sampling]] setting must be greedy");
+            ensure!(
+                m.specdec.is_none()
+                    && m.specdecpp.is_none()
+                    && m.confidence.is_none()
+                    && m.dsi.is_none()
+                    && m.easyspec.is_none()
+                    && m.grid.is_empty(),
+                "[methods] ar_batch makes a greedy trace run (AR only): remove the other methods, or run them in another config"
+            );
+            ensure!(
+                self.sampling.iter().all(|s| s.config().is_greedy()),
+                "[methods] ar_batch batches greedy AR only: every [[sampling]] setting must be greedy"
+            );
         }
-        ensure!(!m.oracle, "[methods] oracle can only be replayed (specx eval replay RUN_DIR --config GRID): it needs the AR output in advance");
+        ensure!(
+            !m.oracle,
+            "[methods] oracle can only be replayed (specx eval replay RUN_DIR --config GRID): it needs the AR output in advance"
+        );
         if let Some(g) = &m.confidence {
-            ensure!(!g.thresholds.is_empty() && !g.bounds.is_empty(), "[methods.confidence] needs thresholds and bounds");
+            ensure!(
+                !g.thresholds.is_empty() && !g.bounds.is_empty(),
+                "[methods.confidence] needs thresholds and bounds"
+            );
             check_bounds(&g.bounds, "confidence")?;
-            ensure!(g.thresholds.iter().all(|t| (0.0..=1.0).contains(t)), "[methods.confidence] thresholds must be in [0, 1]");
+            ensure!(
+                g.thresholds.iter().all(|t| (0.0..=1.0).contains(t)),
+                "[methods.confidence] thresholds must be in [0, 1]"
+            );
         }
         if let Some(g) = &m.dsi {
-            ensure!(!g.servers.is_empty() && g.servers.iter().all(|&s| s >= 1), "[methods.dsi] servers needs values >= 1");
+            ensure!(
+                !g.servers.is_empty() && g.servers.iter().all(|&s| s >= 1),
+                "[methods.dsi] servers needs values >= 1"
+            );
             ensure!(g.lookaheads.iter().all(|&k| k >= 1), "[methods.dsi] lookaheads must be >= 1");
-            ensure!(!g.lookaheads.is_empty() || g.profile.is_some(), "[methods.dsi] give lookaheads, or a profile for Eq. 1's lookahead");
+            ensure!(
+                !g.lookaheads.is_empty() || g.profile.is_some(),
+                "[methods.dsi] give lookaheads, or a profile for Eq. 1's lookahead"
+            );
             if let Some(p) = &g.profile {
-                ensure!(p.is_file(), "[methods.dsi] profile {} does not exist (`specx profile` writes it)", p.display());
+                ensure!(
+                    p.is_file(),
+                    "[methods.dsi] profile {} does not exist (`specx profile` writes it)",
+                    p.display()
+                );
             }
             if !g.devices.is_empty() {
                 let workers = specx_decoder::parse_placement_list(&g.devices).context("[methods.dsi] devices")?;
                 workers.iter().try_for_each(specx_decoder::Placement::check).context("[methods.dsi] devices")?;
-                ensure!(g.servers.iter().all(|&s| s == g.devices.len()), "[methods.dsi] devices gives one worker per device: servers must be [{}]", g.devices.len());
+                ensure!(
+                    g.servers.iter().all(|&s| s == g.devices.len()),
+                    "[methods.dsi] devices gives one worker per device: servers must be [{}]",
+                    g.devices.len()
+                );
             }
         }
         for g in &m.grid {
             g.validate()?;
         }
         if let Some(g) = &m.easyspec {
-            ensure!(!g.strategies.is_empty() && !g.calibrations.is_empty(), "[methods.easyspec] needs strategies and calibrations");
+            ensure!(
+                !g.strategies.is_empty() && !g.calibrations.is_empty(),
+                "[methods.easyspec] needs strategies and calibrations"
+            );
             for s in &g.strategies {
                 // The layer count is checked against the draft once it is loaded.
-                specx_decoder::layer_groups::LayerGroups::check_syntax(s).with_context(|| format!("[methods.easyspec] strategy '{s}'"))?;
+                specx_decoder::layer_groups::LayerGroups::check_syntax(s)
+                    .with_context(|| format!("[methods.easyspec] strategy '{s}'"))?;
             }
             ensure!(g.k.iter().chain(&g.servers).all(|&v| v >= 1), "[methods.easyspec] k and servers need values >= 1");
-            ensure!(!g.k.is_empty() || !g.heads.is_empty(), "[methods.easyspec] give k (fixed K) or heads and thresholds (SpecDec++'s stop rule)");
-            ensure!(g.heads.is_empty() == g.thresholds.is_empty(), "[methods.easyspec] heads and thresholds go together");
+            ensure!(
+                !g.k.is_empty() || !g.heads.is_empty(),
+                "[methods.easyspec] give k (fixed K) or heads and thresholds (SpecDec++'s stop rule)"
+            );
+            ensure!(
+                g.heads.is_empty() == g.thresholds.is_empty(),
+                "[methods.easyspec] heads and thresholds go together"
+            );
             for h in &g.heads {
-                ensure!(h.join("head.json").is_file(), "[methods.easyspec] head {} is not a head checkpoint (no head.json; `specx train` writes one)", h.display());
+                ensure!(
+                    h.join("head.json").is_file(),
+                    "[methods.easyspec] head {} is not a head checkpoint (no head.json; `specx train` writes one)",
+                    h.display()
+                );
             }
             check_bounds(&g.bounds, "easyspec")?;
             ensure!(g.workers != Some(0), "[methods.easyspec] workers must be at least 1");
@@ -538,7 +636,13 @@ pub struct SkippedSet {
 
 impl std::fmt::Display for SkippedSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "optional prompt set '{}' skipped: {} does not exist{}", self.name, self.path.display(), dataset_hint(&self.path))
+        write!(
+            f,
+            "optional prompt set '{}' skipped: {} does not exist{}",
+            self.name,
+            self.path.display(),
+            dataset_hint(&self.path)
+        )
     }
 }
 
@@ -546,7 +650,8 @@ impl EvalConfig {
     /// This config without the optional prompt sets whose files are missing, and those sets.
     /// Fails when no set is left, naming the ones skipped.
     pub fn without_missing_optional_sets(&self) -> Result<(Self, Vec<SkippedSet>)> {
-        let (kept, skipped): (Vec<_>, Vec<_>) = self.prompts.iter().cloned().partition(|p| !p.optional || p.available());
+        let (kept, skipped): (Vec<_>, Vec<_>) =
+            self.prompts.iter().cloned().partition(|p| !p.optional || p.available());
         let skipped: Vec<SkippedSet> = skipped.into_iter().map(|p| SkippedSet { name: p.name, path: p.path }).collect();
         ensure!(
             !kept.is_empty() || skipped.is_empty(),

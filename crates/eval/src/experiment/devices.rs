@@ -6,7 +6,7 @@
 use super::audit::EvalOutcome;
 use super::config::EvalConfig;
 use super::merge::merge;
-use super::run::{run_on_one_device, EvalOptions};
+use super::run::{EvalOptions, run_on_one_device};
 use anyhow::Result;
 use specx_run::devices::DeviceRun;
 
@@ -21,5 +21,6 @@ pub fn run_on_devices(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOutcom
         run_on_one_device(&part_cfg, &EvalOptions { part: Some(part), progress: false, ..opts.clone() })
     };
     let merge = |parts: &[std::path::PathBuf]| merge(parts, &cfg.output.dir);
-    DeviceRun { what: "eval", dir: &cfg.output.dir, devices: &cfg.models.devices, run_part: &run_part, merge: &merge }.run(|o: &EvalOutcome| &o.manifest)
+    DeviceRun { what: "eval", dir: &cfg.output.dir, devices: &cfg.models.devices, run_part: &run_part, merge: &merge }
+        .run(|o: &EvalOutcome| &o.manifest)
 }

@@ -11,15 +11,23 @@
 //! [`generate_speculative`]: specx_decoder::speculative::generate_speculative
 
 use super::replay::ReplayCosts;
-use anyhow::{ensure, Result};
-use specx_decoder::speculative::{DraftRound, Drafter, RequestMetrics, RoundOutcome, StopPolicy, Streams};
+use anyhow::{Result, ensure};
 use specx_decoder::SamplingConfig;
+use specx_decoder::speculative::{DraftRound, Drafter, RequestMetrics, RoundOutcome, StopPolicy, Streams};
 
 /// Replays a greedy run of `drafter` under `policy` along `ar`, the target's greedy output for
 /// `prompt` with a budget of `max_new` tokens (EOS included when it ended on one). The counts
 /// are the real run's; `draft_time` is this replay's measured drafting time. Policies that
 /// learn from round outcomes hear each round priced with `costs`.
-pub fn replay_with_drafter(drafter: &mut dyn Drafter, policy: &mut dyn StopPolicy, prompt: &[u32], ar: &[u32], max_new: usize, eos: &[u32], costs: &ReplayCosts) -> Result<RequestMetrics> {
+pub fn replay_with_drafter(
+    drafter: &mut dyn Drafter,
+    policy: &mut dyn StopPolicy,
+    prompt: &[u32],
+    ar: &[u32],
+    max_new: usize,
+    eos: &[u32],
+    costs: &ReplayCosts,
+) -> Result<RequestMetrics> {
     let mut m = RequestMetrics::default();
     let Some(&first) = ar.first() else { return Ok(m) };
     let greedy = SamplingConfig::greedy();
@@ -32,7 +40,16 @@ pub fn replay_with_drafter(drafter: &mut dyn Drafter, policy: &mut dyn StopPolic
         let remaining = max_new - out;
         let max = remaining.min(policy.max_candidates());
         let calls_before = m.n_draft_calls;
-        let candidates = drafter.draft(DraftRound { committed: &committed, max, keep_first: false, policy: &mut *policy, sampling: &greedy, streams: Streams::new(0), eos, metrics: &mut m })?;
+        let candidates = drafter.draft(DraftRound {
+            committed: &committed,
+            max,
+            keep_first: false,
+            policy: &mut *policy,
+            sampling: &greedy,
+            streams: Streams::new(0),
+            eos,
+            metrics: &mut m,
+        })?;
         let k = candidates.len();
         ensure!(k <= max, "drafter returned {k} candidates (at most {max} allowed)");
         m.n_target_calls += 1;
@@ -50,11 +67,21 @@ pub fn replay_with_drafter(drafter: &mut dyn Drafter, policy: &mut dyn StopPolic
             None => (a + 1).min(remaining),
         };
         let end = out + new;
-        ensure!(end <= ar.len(), "the AR output ends at {} tokens, the replay needs {end}: was it decoded with another budget?", ar.len());
+        ensure!(
+            end <= ar.len(),
+            "the AR output ends at {} tokens, the replay needs {end}: was it decoded with another budget?",
+            ar.len()
+        );
         committed.extend_from_slice(&ar[out..end]);
         out = end;
         let seconds = costs.round_seconds(m.n_draft_calls - calls_before, k);
-        policy.end_round(&RoundOutcome { drafted: k, accepted: a, committed: new, seconds, ngram: candidates.first().and_then(|c| c.ngram) });
+        policy.end_round(&RoundOutcome {
+            drafted: k,
+            accepted: a,
+            committed: new,
+            seconds,
+            ngram: candidates.first().and_then(|c| c.ngram),
+        });
     }
     ensure!(out == ar.len(), "the replay committed {out} tokens, the AR output has {}", ar.len());
     m.n_generated = out;

@@ -2,10 +2,10 @@
 //! with. The papers' sections (`[methods.specdec]`, `.specdecpp`, `.confidence`, `.dsi`,
 //! `.easyspec`) are shorthands for their grids; `[[methods.grid]]` is any product of axes.
 
-use super::axes::{drafts_or_loaded, HeadPolicies};
+use super::axes::{HeadPolicies, drafts_or_loaded};
 use super::config::MethodsConfig;
 use crate::method::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting};
-use anyhow::{ensure, Result};
+use anyhow::{Result, ensure};
 use specx_decoder::speculative::Compat;
 
 pub use crate::method::head_name;
@@ -20,7 +20,8 @@ pub fn expand(m: &MethodsConfig) -> Result<Vec<Setting>> {
     specs.extend(m.confidence.iter().flat_map(|g| g.specs()).map(MethodSpec::plain));
     if let Some(g) = &m.dsi {
         // Eq. 1's lookahead per server count, from the profile's TPOTs.
-        let eq1 = g.profile.as_deref().map(|p| crate::common::profile_data::latencies_from_profile(p, 128)).transpose()?;
+        let eq1 =
+            g.profile.as_deref().map(|p| crate::common::profile_data::latencies_from_profile(p, 128)).transpose()?;
         for &servers in &g.servers {
             let mut ks: Vec<usize> = g.lookaheads.clone();
             if let Some(l) = &eq1 {
@@ -28,15 +29,29 @@ pub fn expand(m: &MethodsConfig) -> Result<Vec<Setting>> {
             }
             ks.sort_unstable();
             ks.dedup();
-            specs.extend(ks.into_iter().map(|k| MethodSpec { scheduler: SchedulerSpec::Dsi { servers }, ..MethodSpec::plain(PolicySpec::Fixed { k }) }));
+            specs.extend(ks.into_iter().map(|k| MethodSpec {
+                scheduler: SchedulerSpec::Dsi { servers },
+                ..MethodSpec::plain(PolicySpec::Fixed { k })
+            }));
         }
     }
     if let Some(g) = &m.easyspec {
-        let head_policies = HeadPolicies { heads: g.heads.clone(), thresholds: g.thresholds.clone(), bounds: g.bounds.clone() }.specs();
+        let head_policies =
+            HeadPolicies { heads: g.heads.clone(), thresholds: g.thresholds.clone(), bounds: g.bounds.clone() }.specs();
         for strategy in &g.strategies {
             for &calibration in &g.calibrations {
-                let drafter = DrafterSpec::EasySpec { strategy: strategy.clone(), calibration, workers: g.workers.unwrap_or(1), compat: Compat::Lossless };
-                let fuzzy = |policy, scheduler| MethodSpec { drafter: drafter.clone(), draft: Default::default(), policy, scheduler };
+                let drafter = DrafterSpec::EasySpec {
+                    strategy: strategy.clone(),
+                    calibration,
+                    workers: g.workers.unwrap_or(1),
+                    compat: Compat::Lossless,
+                };
+                let fuzzy = |policy, scheduler| MethodSpec {
+                    drafter: drafter.clone(),
+                    draft: Default::default(),
+                    policy,
+                    scheduler,
+                };
                 specs.extend(g.k.iter().map(|&k| fuzzy(PolicySpec::Fixed { k }, SchedulerSpec::Sequential)));
                 specs.extend(head_policies.iter().map(|p| fuzzy(p.clone(), SchedulerSpec::Sequential)));
                 for &servers in &g.servers {
@@ -64,7 +79,11 @@ pub fn expand(m: &MethodsConfig) -> Result<Vec<Setting>> {
     out.extend(specs.into_iter().map(Setting::Speculative));
     let mut seen = std::collections::BTreeSet::new();
     for s in &out {
-        ensure!(seen.insert(s.key()), "the method grid has '{}' twice (two heads with the same directory name, or a setting in two sections?)", s.key());
+        ensure!(
+            seen.insert(s.key()),
+            "the method grid has '{}' twice (two heads with the same directory name, or a setting in two sections?)",
+            s.key()
+        );
     }
     Ok(out)
 }

@@ -8,7 +8,7 @@
 
 use super::manifest::EvalManifest;
 use super::merge::greedy_units;
-use anyhow::{ensure, Result};
+use anyhow::{Result, ensure};
 use serde::Serialize;
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::{device_from_name, load_model_as};
@@ -90,10 +90,25 @@ fn top_two(row: &[f32]) -> (usize, f32) {
 
 /// The census as a Markdown table.
 pub fn census_table(c: &MarginCensus) -> String {
-    let mut rows: Vec<Vec<String>> = c.below.iter().map(|&(t, n)| vec![format!("< {t:.0e}"), n.to_string(), format!("{:.4}%", 100.0 * n as f64 / c.positions as f64)]).collect();
+    let mut rows: Vec<Vec<String>> = c
+        .below
+        .iter()
+        .map(|&(t, n)| {
+            vec![format!("< {t:.0e}"), n.to_string(), format!("{:.4}%", 100.0 * n as f64 / c.positions as f64)]
+        })
+        .collect();
     rows.push(vec!["min / median".into(), format!("{:.2e} / {:.3}", c.min_margin, c.median_margin), String::new()]);
-    rows.push(vec!["many-row argmax != AR token".into(), c.argmax_departures.len().to_string(), format!("{:.4}%", 100.0 * c.argmax_departures.len() as f64 / c.positions as f64)]);
-    format!("{} greedy units, {} generated positions\n\n{}", c.units, c.positions, specx_decoder::report::markdown_table(&["top-2 logit margin", "positions", "share"], &rows))
+    rows.push(vec![
+        "many-row argmax != AR token".into(),
+        c.argmax_departures.len().to_string(),
+        format!("{:.4}%", 100.0 * c.argmax_departures.len() as f64 / c.positions as f64),
+    ]);
+    format!(
+        "{} greedy units, {} generated positions\n\n{}",
+        c.units,
+        c.positions,
+        specx_decoder::report::markdown_table(&["top-2 logit margin", "positions", "share"], &rows)
+    )
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! `specx eval merge`: joins the part directories of a `--shard I/N` run.
 
+use super::audit::{Audit, EvalOutcome, audit};
 use super::manifest::EvalManifest;
 use crate::common::results::{ResultRow, UnitFile};
-use super::audit::{audit, Audit, EvalOutcome};
-use anyhow::{ensure, Context, Result};
+use anyhow::{Context, Result, ensure};
 use specx_run::config::write_run_config;
 use std::path::{Path, PathBuf};
 
@@ -38,7 +38,11 @@ pub fn greedy_units(dir: &Path) -> Result<Vec<UnitFile>> {
 /// with coupled draws), in unit order.
 pub fn replayable_units(dir: &Path) -> Result<Vec<UnitFile>> {
     let replayable = |r: &ResultRow| r.greedy() || r.draws == specx_decoder::coupling::Draws::Coupled;
-    units_where(dir, replayable, "greedy or coupled sampled units (run `specx eval` with a greedy sampling setting, or one with `draws = \"coupled\"`, first)")
+    units_where(
+        dir,
+        replayable,
+        "greedy or coupled sampled units (run `specx eval` with a greedy sampling setting, or one with `draws = \"coupled\"`, first)",
+    )
 }
 
 /// Every finished unit of the run in `dir` whose first row passes `keep`, in unit order; an
@@ -62,12 +66,20 @@ pub fn merge(parts: &[PathBuf], out: &Path) -> Result<EvalOutcome> {
     let first = &manifests[0];
     let count = first.part.map_or(1, |p| p.count);
     for (m, p) in manifests.iter().zip(parts) {
-        ensure!(m.part.map_or(1, |p| p.count) == count, "{}: part of a {}-way split, not {count}", p.display(), m.part.map_or(1, |p| p.count));
+        ensure!(
+            m.part.map_or(1, |p| p.count) == count,
+            "{}: part of a {}-way split, not {count}",
+            p.display(),
+            m.part.map_or(1, |p| p.count)
+        );
     }
     let mut indices: Vec<usize> = manifests.iter().filter_map(|m| m.part.map(|p| p.index)).collect();
     indices.sort();
     indices.dedup();
-    ensure!(indices.len() == count && indices.len() == parts.len(), "need each of the {count} parts exactly once, got parts {indices:?}");
+    ensure!(
+        indices.len() == count && indices.len() == parts.len(),
+        "need each of the {count} parts exactly once, got parts {indices:?}"
+    );
     let mut units = Vec::new();
     for p in parts {
         for f in unit_files(p)? {
@@ -75,7 +87,12 @@ pub fn merge(parts: &[PathBuf], out: &Path) -> Result<EvalOutcome> {
         }
     }
     units.sort_by_key(|u| u.unit.index);
-    ensure!(units.len() == first.units_total, "the parts hold {} units, the run has {}", units.len(), first.units_total);
+    ensure!(
+        units.len() == first.units_total,
+        "the parts hold {} units, the run has {}",
+        units.len(),
+        first.units_total
+    );
     for u in &units {
         u.write(out)?;
     }

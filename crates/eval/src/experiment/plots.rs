@@ -3,10 +3,10 @@
 //! hollow), speedup against K and against the threshold, and the distribution of accepted
 //! lengths per method family.
 
-use crate::common::plot::{colour, frontier, range, render_png, safe, SIZE};
+use crate::common::plot::{SIZE, colour, frontier, range, render_png, safe};
 use crate::common::results::ResultRow;
-use crate::common::stats::{grouped, mean_sd, GroupStats};
-use anyhow::{anyhow, Result};
+use crate::common::stats::{GroupStats, grouped, mean_sd};
+use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -23,13 +23,17 @@ pub fn write_plots(dir: &Path, rows: &[ResultRow]) -> Result<Vec<std::path::Path
             continue;
         }
         let path = dir.join(format!("frontier_{tag}.png"));
-        render_png(&path, |root| frontier_plot(root, &format!("{dataset}, {sampling}: verification vs discard rate"), &spec))?;
+        render_png(&path, |root| {
+            frontier_plot(root, &format!("{dataset}, {sampling}: verification vs discard rate"), &spec)
+        })?;
         written.push(path);
         let path = dir.join(format!("speedup_{tag}.png"));
         render_png(&path, |root| speedup_plot(root, &format!("{dataset}, {sampling}: speedup over AR"), &spec))?;
         written.push(path);
         let path = dir.join(format!("accepted_{tag}.png"));
-        render_png(&path, |root| accepted_plot(root, &format!("{dataset}, {sampling}: accepted candidates per round"), &groups))?;
+        render_png(&path, |root| {
+            accepted_plot(root, &format!("{dataset}, {sampling}: accepted candidates per round"), &groups)
+        })?;
         written.push(path);
     }
     Ok(written)
@@ -54,13 +58,21 @@ fn frontier_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, titl
         .y_label_area_size(64)
         .build_cartesian_2d(xr, yr)
         .map_err(e)?;
-    chart.configure_mesh().x_desc("discard rate N_discarded / N (sum)").y_desc("verification rate N_target / N (sum)").label_style(("sans-serif", 15)).draw().map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("discard rate N_discarded / N (sum)")
+        .y_desc("verification rate N_target / N (sum)")
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(e)?;
     for (family, points) in &families {
         let c = colour(family);
         let xy: Vec<(f64, f64)> = points.iter().map(|p| (p.0, p.1)).collect();
         // Real runs filled, replayed settings hollow.
         chart
-            .draw_series(points.iter().map(|p| Circle::new((p.0, p.1), 5, if p.3 { c.stroke_width(2) } else { c.filled() })))
+            .draw_series(
+                points.iter().map(|p| Circle::new((p.0, p.1), 5, if p.3 { c.stroke_width(2) } else { c.filled() })),
+            )
             .map_err(e)?
             .label(*family)
             .legend(move |(x, y)| Circle::new((x, y), 5, c.filled()));
@@ -68,11 +80,19 @@ fn frontier_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, titl
         if *family == "specdec" {
             // Label fixed-K points with their K.
             chart
-                .draw_series(points.iter().map(|(x, y, key, _)| Text::new(key.trim_start_matches("specdec ").to_string(), (*x, *y), ("sans-serif", 13).into_font())))
+                .draw_series(points.iter().map(|(x, y, key, _)| {
+                    Text::new(key.trim_start_matches("specdec ").to_string(), (*x, *y), ("sans-serif", 13).into_font())
+                }))
                 .map_err(e)?;
         }
     }
-    chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 15)).draw().map_err(e)?;
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.85))
+        .label_font(("sans-serif", 15))
+        .draw()
+        .map_err(e)?;
     Ok(())
 }
 
@@ -90,7 +110,8 @@ fn speedup_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, title
         };
         k_lines.entry(name).or_insert((s.1, Vec::new())).1.push((k as f64, mean(s)));
     }
-    let thr: Vec<(&str, String, f64, f64)> = spec.iter().filter_map(|s| Some((s.1, line_name(s.2), s.2.setting.threshold()?, mean(s)))).collect();
+    let thr: Vec<(&str, String, f64, f64)> =
+        spec.iter().filter_map(|s| Some((s.1, line_name(s.2), s.2.setting.threshold()?, mean(s)))).collect();
     let mut lines: BTreeMap<String, (&str, Vec<(f64, f64)>)> = BTreeMap::new();
     for (family, name, t, s) in &thr {
         lines.entry(name.clone()).or_insert((family, Vec::new())).1.push((*t, *s));
@@ -104,26 +125,56 @@ fn speedup_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, title
         .y_label_area_size(56)
         .build_cartesian_2d(range(k_points().map(|p| p.0).chain([1.0])), yr.clone())
         .map_err(e)?;
-    c1.configure_mesh().x_desc("K (fixed) / DSI lookahead").y_desc("speedup (mean over prompts)").label_style(("sans-serif", 14)).draw().map_err(e)?;
+    c1.configure_mesh()
+        .x_desc("K (fixed) / DSI lookahead")
+        .y_desc("speedup (mean over prompts)")
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(e)?;
     for (i, (name, (family, mut pts))) in k_lines.into_iter().enumerate() {
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
         // DSI's server counts in shades of its colour.
-        let c = if family == "dsi" { colour(family).mix(1.0 - 0.2 * (i % 4) as f64).to_rgba() } else { colour(family).to_rgba() };
-        c1.draw_series(LineSeries::new(pts.clone(), c.stroke_width(2))).map_err(e)?.label(name).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
+        let c = if family == "dsi" {
+            colour(family).mix(1.0 - 0.2 * (i % 4) as f64).to_rgba()
+        } else {
+            colour(family).to_rgba()
+        };
+        c1.draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+            .map_err(e)?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
         c1.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled()))).map_err(e)?;
     }
-    c1.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 13)).draw().map_err(e)?;
-    let mut c2 = ChartBuilder::on(&right).margin(14).x_label_area_size(44).y_label_area_size(56).build_cartesian_2d(0.0..1.0, yr).map_err(e)?;
+    c1.configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.85))
+        .label_font(("sans-serif", 13))
+        .draw()
+        .map_err(e)?;
+    let mut c2 = ChartBuilder::on(&right)
+        .margin(14)
+        .x_label_area_size(44)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0.0..1.0, yr)
+        .map_err(e)?;
     c2.configure_mesh().x_desc("threshold").label_style(("sans-serif", 14)).draw().map_err(e)?;
     let any_threshold = !lines.is_empty();
     for (name, (family, mut pts)) in lines {
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
         let c = colour(family);
-        c2.draw_series(LineSeries::new(pts.clone(), c.stroke_width(2))).map_err(e)?.label(name).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
+        c2.draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+            .map_err(e)?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
         c2.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled()))).map_err(e)?;
     }
     if any_threshold {
-        c2.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 13)).draw().map_err(e)?;
+        c2.configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.85))
+            .label_font(("sans-serif", 13))
+            .draw()
+            .map_err(e)?;
     }
     Ok(())
 }
@@ -139,7 +190,11 @@ fn line_name(r: &ResultRow) -> String {
     }
 }
 
-fn accepted_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, title: &str, groups: &[(String, Vec<&ResultRow>)]) -> Result<()> {
+fn accepted_plot(
+    root: &DrawingArea<BitMapBackend, plotters::coord::Shift>,
+    title: &str,
+    groups: &[(String, Vec<&ResultRow>)],
+) -> Result<()> {
     let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
     let mut by_family: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (_, rs) in groups {
@@ -165,17 +220,33 @@ fn accepted_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, titl
         .y_label_area_size(64)
         .build_cartesian_2d(-0.5..max_len as f64 + 0.5, 0.0..ymax)
         .map_err(e)?;
-    chart.configure_mesh().x_desc("accepted candidates in a round").y_desc("fraction of rounds (all settings of the family)").label_style(("sans-serif", 15)).draw().map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("accepted candidates in a round")
+        .y_desc("fraction of rounds (all settings of the family)")
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(e)?;
     let width = 0.8 / series.len().max(1) as f64;
     for (i, (family, fr)) in series.iter().enumerate() {
         let c = colour(family);
         let off = -0.4 + width * i as f64;
         chart
-            .draw_series(fr.iter().enumerate().map(|(l, &f)| Rectangle::new([(l as f64 + off, 0.0), (l as f64 + off + width, f)], c.filled())))
+            .draw_series(
+                fr.iter()
+                    .enumerate()
+                    .map(|(l, &f)| Rectangle::new([(l as f64 + off, 0.0), (l as f64 + off + width, f)], c.filled())),
+            )
             .map_err(e)?
             .label(*family)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
     }
-    chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 15)).draw().map_err(e)?;
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.85))
+        .label_font(("sans-serif", 15))
+        .draw()
+        .map_err(e)?;
     Ok(())
 }

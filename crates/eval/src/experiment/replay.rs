@@ -26,11 +26,14 @@
 //! until no policy misses a look (then every count is exact).
 
 use crate::method::{DrafterSpec, HeadBinding, MethodSpec, PolicySpec, SchedulerSpec};
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{Context, Result, bail, ensure};
 use serde::{Deserialize, Serialize};
-use specx_decoder::coupling::{coupled_pick, coupled_stream, Draws};
-use specx_decoder::sampling::{argmax, SamplingConfig};
-use specx_decoder::speculative::{AcceptanceHead, AcceptanceModel, Decision, DraftStats, DraftStep, HiddenState, LazyStats, RequestMetrics, RoundOutcome, StopPolicy};
+use specx_decoder::coupling::{Draws, coupled_pick, coupled_stream};
+use specx_decoder::sampling::{SamplingConfig, argmax};
+use specx_decoder::speculative::{
+    AcceptanceHead, AcceptanceModel, Decision, DraftStats, DraftStep, HiddenState, LazyStats, RequestMetrics,
+    RoundOutcome, StopPolicy,
+};
 use specx_decoder::{KvCache, Transformer};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -73,8 +76,18 @@ impl TraceDraws {
         if r.greedy() {
             return Ok(Self::greedy());
         }
-        ensure!(r.draws == Draws::Coupled, "{} {} ({}): a sampled output drawn independently cannot be replayed (its tokens depend on the draft); run the trace with `draws = \"coupled\"`", u.unit.dataset, u.unit.prompt_id, u.unit.sampling);
-        Ok(Self { sampling: SamplingConfig { temperature: r.temperature, top_k: r.top_k, top_p: r.top_p }, draws: Draws::Coupled, seed: super::run::request_seed(&u.unit) })
+        ensure!(
+            r.draws == Draws::Coupled,
+            "{} {} ({}): a sampled output drawn independently cannot be replayed (its tokens depend on the draft); run the trace with `draws = \"coupled\"`",
+            u.unit.dataset,
+            u.unit.prompt_id,
+            u.unit.sampling
+        );
+        Ok(Self {
+            sampling: SamplingConfig { temperature: r.temperature, top_k: r.top_k, top_p: r.top_p },
+            draws: Draws::Coupled,
+            seed: super::run::request_seed(&u.unit),
+        })
     }
 
     /// The token a model with scores `logits` draws at absolute `position`, its warped
@@ -131,8 +144,16 @@ impl ReplayPolicy {
     /// The replay policy of a plain-drafter, sequential method; `head_index` maps head names
     /// to trace head indices.
     pub fn of(m: &MethodSpec, head_index: &HashMap<String, usize>) -> Result<Self> {
-        ensure!(m.scheduler == SchedulerSpec::Sequential, "{}: DSI runs only for real: a greedy replay would give fixed K's counts and no DSI timing (the online simulator `specx dsi online` reads traces instead)", m.key());
-        ensure!(m.drafter == DrafterSpec::Plain, "{}: the greedy traces hold the exact draft's proposals, and a fuzzy draft proposes other tokens", m.key());
+        ensure!(
+            m.scheduler == SchedulerSpec::Sequential,
+            "{}: DSI runs only for real: a greedy replay would give fixed K's counts and no DSI timing (the online simulator `specx dsi online` reads traces instead)",
+            m.key()
+        );
+        ensure!(
+            m.drafter == DrafterSpec::Plain,
+            "{}: the greedy traces hold the exact draft's proposals, and a fuzzy draft proposes other tokens",
+            m.key()
+        );
         Ok(match m.policy {
             PolicySpec::Oracle => Self::Oracle,
             _ => Self::Live(m.build_policy_with(HeadBinding::Precomputed(head_index))?),
@@ -190,7 +211,11 @@ impl DraftTrace {
     /// it would need that are not computed yet, as (mismatch index, depth). A round that
     /// needs a missing look is cut there; for a stateless policy that does not move later
     /// rounds (their starts depend on the trunk only), so one call finds every missing look.
-    fn simulate(&self, policy: &mut ReplayPolicy, costs: &ReplayCosts) -> Result<(RequestMetrics, Vec<(usize, usize)>)> {
+    fn simulate(
+        &self,
+        policy: &mut ReplayPolicy,
+        costs: &ReplayCosts,
+    ) -> Result<(RequestMetrics, Vec<(usize, usize)>)> {
         let n = self.ar.len();
         let mut c = RequestMetrics { n_generated: n, n_target_calls: usize::from(n > 0), ..Default::default() };
         let mut needs = Vec::new();
@@ -209,7 +234,11 @@ impl DraftTrace {
             loop {
                 let i = k + 1;
                 let look = match mismatch {
-                    None => self.path.get(l + k).and_then(Option::as_ref).context("the AR output ends without EOS before its budget")?,
+                    None => self
+                        .path
+                        .get(l + k)
+                        .and_then(Option::as_ref)
+                        .context("the AR output ends without EOS before its budget")?,
                     Some(p) => match self.branches.get(&p).and_then(|b| b.get(l + k - p - 1)) {
                         Some(look) => look,
                         None => {
@@ -321,7 +350,12 @@ impl<'a> TraceInput<'a> {
     /// The AR output of an eval run's unit (greedy, or sampled with coupled draws), with the
     /// unit's budget.
     pub fn of(u: &'a crate::common::results::UnitFile) -> Result<Self> {
-        Ok(Self { prompt: &u.prompt, ar: &u.ar_tokens, max_new_tokens: u.rows[0].max_new_tokens, draws: TraceDraws::of(u)? })
+        Ok(Self {
+            prompt: &u.prompt,
+            ar: &u.ar_tokens,
+            max_new_tokens: u.rows[0].max_new_tokens,
+            draws: TraceDraws::of(u)?,
+        })
     }
 }
 
@@ -371,10 +405,19 @@ impl<'a> TraceBuilder<'a> {
     /// that proposed this row's input token (what a head reading them scores it with: the
     /// replay consults a look's scores only at a round's second candidate or later, whose
     /// input was proposed by the round's previous look, this one).
-    fn look(&self, logits: &[f32], hidden: &[f32], input: Option<&DraftStats>, draws: &TraceDraws, position: usize) -> Result<Look> {
+    fn look(
+        &self,
+        logits: &[f32],
+        hidden: &[f32],
+        input: Option<&DraftStats>,
+        draws: &TraceDraws,
+        position: usize,
+    ) -> Result<Look> {
         let score = |h: &AcceptanceHead| match (h.reads_draft_stats(), input) {
             (false, _) => h.accept_probability(hidden),
-            (true, Some(s)) => h.accept_probability(&hidden.iter().copied().chain(s.head_inputs()).collect::<Vec<f32>>()),
+            (true, Some(s)) => {
+                h.accept_probability(&hidden.iter().copied().chain(s.head_inputs()).collect::<Vec<f32>>())
+            }
             // The round's first look (after the prefill) is never scored.
             (true, None) => Ok(f64::NAN),
         };
@@ -386,20 +429,35 @@ impl<'a> TraceBuilder<'a> {
     /// One ragged forward of single tokens, each with its own cache (`inputs`: the statistics
     /// of the look that proposed each row's token; `at`: how its trace was drawn and the
     /// absolute position of the proposal); a look per row.
-    fn wave(&mut self, rows: &mut [(&[u32], &mut KvCache)], inputs: &[DraftStats], at: &[(TraceDraws, usize)]) -> Result<Vec<Look>> {
+    fn wave(
+        &mut self,
+        rows: &mut [(&[u32], &mut KvCache)],
+        inputs: &[DraftStats],
+        at: &[(TraceDraws, usize)],
+    ) -> Result<Vec<Look>> {
         let t = Instant::now();
         let hidden = self.draft.forward_ragged(rows)?;
         let h = hidden.dims()[1];
         let logits = self.draft.logits_ragged(hidden.clone());
-        let hidden: Vec<f32> = hidden.into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("draft hidden states: {e:?}"))?;
-        let looks = logits.iter().enumerate().map(|(i, l)| self.look(l, &hidden[i * h..(i + 1) * h], Some(&inputs[i]), &at[i].0, at[i].1)).collect::<Result<Vec<_>>>()?;
+        let hidden: Vec<f32> =
+            hidden.into_data().try_to_vec::<f32>().map_err(|e| anyhow::anyhow!("draft hidden states: {e:?}"))?;
+        let looks = logits
+            .iter()
+            .enumerate()
+            .map(|(i, l)| self.look(l, &hidden[i * h..(i + 1) * h], Some(&inputs[i]), &at[i].0, at[i].1))
+            .collect::<Result<Vec<_>>>()?;
         self.counted(rows.len());
         self.time += t.elapsed();
         Ok(looks)
     }
 
     /// Traces of `inputs`, with every branch look that `policies` need.
-    pub fn build(&mut self, inputs: &[TraceInput], policies: &mut [ReplayPolicy], costs: &ReplayCosts) -> Result<Vec<DraftTrace>> {
+    pub fn build(
+        &mut self,
+        inputs: &[TraceInput],
+        policies: &mut [ReplayPolicy],
+        costs: &ReplayCosts,
+    ) -> Result<Vec<DraftTrace>> {
         let mut set = self.start(inputs, false)?;
         self.complete(&mut set, policies, costs)?;
         Ok(set.b.into_iter().map(|x| x.trace).collect())
@@ -414,9 +472,21 @@ impl<'a> TraceBuilder<'a> {
             .iter()
             .map(|i| {
                 ensure!(!i.prompt.is_empty(), "empty prompt");
-                ensure!(i.ar.len() <= i.max_new_tokens, "AR output of {} tokens exceeds its budget of {}", i.ar.len(), i.max_new_tokens);
+                ensure!(
+                    i.ar.len() <= i.max_new_tokens,
+                    "AR output of {} tokens exceeds its budget of {}",
+                    i.ar.len(),
+                    i.max_new_tokens
+                );
                 Ok(Building {
-                    trace: DraftTrace { ar: i.ar.to_vec(), eos: self.eos.to_vec(), max_new_tokens: i.max_new_tokens, path: vec![None; i.ar.len()], branches: BTreeMap::new(), target: None },
+                    trace: DraftTrace {
+                        ar: i.ar.to_vec(),
+                        eos: self.eos.to_vec(),
+                        max_new_tokens: i.max_new_tokens,
+                        path: vec![None; i.ar.len()],
+                        branches: BTreeMap::new(),
+                        target: None,
+                    },
                     prompt_len: i.prompt.len(),
                     draws: i.draws.clone(),
                     trunk: None,
@@ -435,7 +505,13 @@ impl<'a> TraceBuilder<'a> {
             let mut cache = self.draft.new_cache(1);
             let first: Vec<u32> = input.prompt.iter().copied().chain([input.ar[0]]).collect();
             let out = self.draft.forward(&first, &mut cache)?;
-            let look = self.look(&out.logits_tail(1).remove(0), &out.hidden_tail(1).remove(0), None, &input.draws, input.prompt.len() + 1)?;
+            let look = self.look(
+                &out.logits_tail(1).remove(0),
+                &out.hidden_tail(1).remove(0),
+                None,
+                &input.draws,
+                input.prompt.len() + 1,
+            )?;
             self.counted(1);
             self.time += t.elapsed();
             x.trace.path[1] = Some(look);
@@ -448,10 +524,17 @@ impl<'a> TraceBuilder<'a> {
             }
             for chunk in live.chunks_mut(self.max_rows) {
                 let tokens: Vec<[u32; 1]> = chunk.iter().map(|x| [x.trace.ar[x.next]]).collect();
-                let inputs: Vec<DraftStats> = chunk.iter().map(|x| x.trace.path[x.next].as_ref().expect("the previous trunk look").stats).collect();
-                let at: Vec<(TraceDraws, usize)> = chunk.iter().map(|x| (x.draws.clone(), x.prompt_len + x.next + 1)).collect();
-                let mut rows: Vec<(&[u32], &mut KvCache)> =
-                    chunk.iter_mut().zip(&tokens).map(|(x, t)| (&t[..], x.trunk.as_mut().expect("trunk started"))).collect();
+                let inputs: Vec<DraftStats> = chunk
+                    .iter()
+                    .map(|x| x.trace.path[x.next].as_ref().expect("the previous trunk look").stats)
+                    .collect();
+                let at: Vec<(TraceDraws, usize)> =
+                    chunk.iter().map(|x| (x.draws.clone(), x.prompt_len + x.next + 1)).collect();
+                let mut rows: Vec<(&[u32], &mut KvCache)> = chunk
+                    .iter_mut()
+                    .zip(&tokens)
+                    .map(|(x, t)| (&t[..], x.trunk.as_mut().expect("trunk started")))
+                    .collect();
                 let looks = self.wave(&mut rows, &inputs, &at)?;
                 for (x, look) in chunk.iter_mut().zip(looks) {
                     x.next += 1;
@@ -558,7 +641,12 @@ impl TraceSet {
     /// Gives trace `i` the target's statistics at each of its AR tokens.
     pub fn set_target(&mut self, i: usize, stats: Vec<DraftStats>) -> Result<()> {
         let t = &mut self.b[i].trace;
-        ensure!(stats.len() == t.ar.len(), "target statistics for {} tokens, the trace has {}", stats.len(), t.ar.len());
+        ensure!(
+            stats.len() == t.ar.len(),
+            "target statistics for {} tokens, the trace has {}",
+            stats.len(),
+            t.ar.len()
+        );
         t.target = Some(stats);
         Ok(())
     }

@@ -7,18 +7,18 @@ use super::drafter_replay::replay_with_drafter;
 use super::grid::{expand, head_name};
 use super::manifest::EvalManifest;
 use super::replay::{ReplayCosts, ReplayPolicy, TraceBuilder, TraceInput};
-use crate::common::results::{tokens_sha256, ResultRow, UnitFile};
+use crate::common::results::{ResultRow, UnitFile, tokens_sha256};
 use crate::common::timing::{least_squares, standalone_target};
 use crate::method::build::FeatureHeads;
-use crate::method::models::{default_feature_head_dir, DEFAULT_HEAD};
-use crate::method::{load_head, DrafterSpec, Heads, MethodSpec, SchedulerSpec, Setting};
-use specx_decoder::speculative::{Drafter, FeatureDraft, FeatureHeadDrafter};
-use anyhow::{bail, ensure, Context, Result};
+use crate::method::models::{DEFAULT_HEAD, default_feature_head_dir};
+use crate::method::{DrafterSpec, Heads, MethodSpec, SchedulerSpec, Setting, load_head};
+use anyhow::{Context, Result, bail, ensure};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
+use specx_decoder::speculative::{Drafter, FeatureDraft, FeatureHeadDrafter};
+use specx_decoder::{device_from_name, load_model_as};
 use specx_run::config::read_toml;
 use specx_run::paths::resolve_path;
-use specx_decoder::{device_from_name, load_model_as};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -49,10 +49,20 @@ impl ReplayConfig {
 /// Resolves the head directories of `methods` against `base` (the directory of the config
 /// file `path`) and checks that each acceptance head is a checkpoint.
 pub fn resolve_method_paths(methods: &mut MethodsConfig, base: &Path, path: &Path) -> Result<()> {
-    let heads = methods.specdecpp.iter_mut().flat_map(|g| &mut g.heads).chain(methods.easyspec.iter_mut().flat_map(|g| &mut g.heads)).chain(methods.grid.iter_mut().flat_map(|g| g.head_dirs_mut()));
+    let heads = methods
+        .specdecpp
+        .iter_mut()
+        .flat_map(|g| &mut g.heads)
+        .chain(methods.easyspec.iter_mut().flat_map(|g| &mut g.heads))
+        .chain(methods.grid.iter_mut().flat_map(|g| g.head_dirs_mut()));
     for h in heads {
         *h = resolve_path(h, base);
-        ensure!(h.join("head.json").is_file(), "config {}: head {} is not a head checkpoint (no head.json)", path.display(), h.display());
+        ensure!(
+            h.join("head.json").is_file(),
+            "config {}: head {} is not a head checkpoint (no head.json)",
+            path.display(),
+            h.display()
+        );
     }
     for h in methods.grid.iter_mut().flat_map(|g| g.feature_head_dirs_mut()) {
         *h = resolve_path(h, base);
@@ -79,12 +89,21 @@ pub struct TimeModel {
 /// the fit is physical; else single-token forward times measured at replay start: the draft's
 /// always, the target's when the AR rows were batched (their times are not single-stream
 /// times) or when their standalone fit is not physical either (one prompt, or noisy rows).
-fn time_models(rows: &[ResultRow], single_draft: f64, single_target: f64, batched: bool) -> BTreeMap<String, TimeModel> {
+fn time_models(
+    rows: &[ResultRow],
+    single_draft: f64,
+    single_target: f64,
+    batched: bool,
+) -> BTreeMap<String, TimeModel> {
     let mut by: BTreeMap<String, Vec<&ResultRow>> = BTreeMap::new();
     for r in rows.iter().filter(|r| !r.replayed) {
         by.entry(r.dataset.clone()).or_default().push(r);
     }
-    let measured = |why: &str| TimeModel { t_draft: single_draft, t_target: single_target, source: format!("single-token draft and target forwards measured at replay start (medians of 24; {why})") };
+    let measured = |why: &str| TimeModel {
+        t_draft: single_draft,
+        t_target: single_target,
+        source: format!("single-token draft and target forwards measured at replay start (medians of 24; {why})"),
+    };
     by.into_iter()
         .map(|(d, rs)| {
             let spec: Vec<&&ResultRow> = rs.iter().filter(|r| r.setting.family() != "ar").collect();
@@ -120,10 +139,16 @@ fn single_forward_seconds(draft: &specx_decoder::Transformer, unit: &UnitFile) -
 }
 
 /// The counters in which a real row and its replay differ, as `name real vs replayed`.
-fn count_differences(real: &specx_decoder::speculative::RequestMetrics, replayed: &specx_decoder::speculative::RequestMetrics) -> String {
+fn count_differences(
+    real: &specx_decoder::speculative::RequestMetrics,
+    replayed: &specx_decoder::speculative::RequestMetrics,
+) -> String {
     let (a, b) = (serde_json::to_value(real).unwrap_or_default(), serde_json::to_value(replayed).unwrap_or_default());
     let fields = a.as_object().into_iter().flatten().filter(|(k, v)| b.get(k.as_str()) != Some(v));
-    fields.map(|(k, v)| format!("{k} {v} vs {}", b.get(k.as_str()).unwrap_or(&serde_json::Value::Null))).collect::<Vec<_>>().join(", ")
+    fields
+        .map(|(k, v)| format!("{k} {v} vs {}", b.get(k.as_str()).unwrap_or(&serde_json::Value::Null)))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// How a setting is replayed.
@@ -160,12 +185,21 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     let draft = load_model_as(&c.draft, None, &device, c.weights)?;
     let sha = draft.weights_sha256()?;
     if sha != manifest.draft.sha256 {
-        bail!("{} changed since the run (sha256 {} now, {} then)", c.draft.display(), &sha[..12], &manifest.draft.sha256[..12]);
+        bail!(
+            "{} changed since the run (sha256 {} now, {} then)",
+            c.draft.display(),
+            &sha[..12],
+            &manifest.draft.sha256[..12]
+        );
     }
     // Traces are the draft's as loaded: a cheaper draft proposes other tokens, and a head made
     // for one reads other hidden states.
     if let Some(s) = settings.iter().filter_map(Setting::spec).find(|s| !s.draft.is_identity()) {
-        bail!("{}: replays trace the draft as loaded; a cheaper draft ({}) runs for real (specx eval)", s.key(), s.draft.label());
+        bail!(
+            "{}: replays trace the draft as loaded; a cheaper draft ({}) runs for real (specx eval)",
+            s.key(),
+            s.draft.label()
+        );
     }
     let mut head_map = Heads::new();
     for dir in grid.methods.head_dirs() {
@@ -179,7 +213,13 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     // The target: its single-token time prices every report; a feature head reads its states.
     let target = load_model_as(&c.target, None, &device, c.weights)?;
     let target_sha = target.weights_sha256()?;
-    ensure!(target_sha == manifest.target.sha256, "{} changed since the run (sha256 {} now, {} then)", c.target.display(), &target_sha[..12], &manifest.target.sha256[..12]);
+    ensure!(
+        target_sha == manifest.target.sha256,
+        "{} changed since the run (sha256 {} now, {} then)",
+        c.target.display(),
+        &target_sha[..12],
+        &manifest.target.sha256[..12]
+    );
     let mut feature_heads = FeatureHeads::new();
     for head in settings.iter().filter_map(Setting::feature_head) {
         if !feature_heads.contains_key(head) {
@@ -192,8 +232,18 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     let mut policies = Vec::new();
     let mut how = Vec::with_capacity(settings.len());
     for s in settings.iter().filter_map(Setting::spec) {
-        if matches!(s.drafter, DrafterSpec::EasySpec { .. } | DrafterSpec::Lookup { .. } | DrafterSpec::Hybrid { .. } | DrafterSpec::Feature { .. }) {
-            ensure!(s.scheduler == SchedulerSpec::Sequential, "{}: DSI runs only for real (its timing is no sum of forwards)", s.key());
+        if matches!(
+            s.drafter,
+            DrafterSpec::EasySpec { .. }
+                | DrafterSpec::Lookup { .. }
+                | DrafterSpec::Hybrid { .. }
+                | DrafterSpec::Feature { .. }
+        ) {
+            ensure!(
+                s.scheduler == SchedulerSpec::Sequential,
+                "{}: DSI runs only for real (its timing is no sum of forwards)",
+                s.key()
+            );
             s.check_models(&draft.model, &head_map)?;
             how.push(Replayer::Live(s.clone()));
         } else {
@@ -203,14 +253,17 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     }
 
     let bar = if progress { ProgressBar::new(files.len() as u64) } else { ProgressBar::hidden() };
-    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} greedy units replayed, {elapsed} elapsed, ETA {eta} {msg}")?);
+    bar.set_style(ProgressStyle::with_template(
+        "{bar:30} {pos}/{len} greedy units replayed, {elapsed} elapsed, ETA {eta} {msg}",
+    )?);
     let mut replayed_counts = Vec::new();
     let mut builder = TraceBuilder::new(&draft.model, &heads, &manifest.eos_ids);
     // Units in groups, their draft forwards batched together (see TraceBuilder).
     for group in files.chunks(UNITS_PER_GROUP) {
         let inputs: Vec<TraceInput> = group.iter().map(TraceInput::of).collect::<Result<_>>()?;
         let before = builder.rows;
-        let traces = if policies.is_empty() { Vec::new() } else { builder.build(&inputs, &mut policies, &grid.costs)? };
+        let traces =
+            if policies.is_empty() { Vec::new() } else { builder.build(&inputs, &mut policies, &grid.costs)? };
         for (i, u) in group.iter().enumerate() {
             let counts = how.iter().map(|h| match h {
                 Replayer::Trace(p) => traces[i].replay(&mut policies[*p], &grid.costs),
@@ -226,14 +279,32 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
                         }
                         _ => method.build_drafter(&draft.model)?,
                     };
-                    replay_with_drafter(drafter.as_mut(), policy.as_mut(), &u.prompt, &u.ar_tokens, u.rows[0].max_new_tokens, &manifest.eos_ids, &grid.costs)
+                    replay_with_drafter(
+                        drafter.as_mut(),
+                        policy.as_mut(),
+                        &u.prompt,
+                        &u.ar_tokens,
+                        u.rows[0].max_new_tokens,
+                        &manifest.eos_ids,
+                        &grid.costs,
+                    )
                 }
             });
-            replayed_counts.push(counts.collect::<Result<Vec<_>>>().with_context(|| format!("replaying {} {}", u.unit.dataset, u.unit.prompt_id))?);
+            replayed_counts.push(
+                counts
+                    .collect::<Result<Vec<_>>>()
+                    .with_context(|| format!("replaying {} {}", u.unit.dataset, u.unit.prompt_id))?,
+            );
         }
         bar.inc(group.len() as u64);
         if bar.is_hidden() {
-            eprintln!("replayed {} units ({} draft rows, {} forwards so far, {:.0} s)", replayed_counts.len(), builder.rows - before, builder.calls, builder.time.as_secs_f64());
+            eprintln!(
+                "replayed {} units ({} draft rows, {} forwards so far, {:.0} s)",
+                replayed_counts.len(),
+                builder.rows - before,
+                builder.calls,
+                builder.time.as_secs_f64()
+            );
         }
     }
     bar.finish_and_clear();
@@ -256,12 +327,19 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
                 compared += 1;
                 let real = r.metrics().counts_only();
                 if real != c.counts_only() {
-                    mismatches.push(format!("{} {} {}: {}", r.dataset, r.prompt_id, s.key(), count_differences(&real, &c.counts_only())));
+                    mismatches.push(format!(
+                        "{} {} {}: {}",
+                        r.dataset,
+                        r.prompt_id,
+                        s.key(),
+                        count_differences(&real, &c.counts_only())
+                    ));
                 }
             }
             // A live replay measured its drafting (calibrations are multi-token forwards, which
             // the per-call time does not price); trace replays batch theirs, so predict it.
-            let draft_s = if c.draft_time.is_zero() { tm.t_draft * c.n_draft_calls as f64 } else { c.draft_time.as_secs_f64() };
+            let draft_s =
+                if c.draft_time.is_zero() { tm.t_draft * c.n_draft_calls as f64 } else { c.draft_time.as_secs_f64() };
             let target_s = tm.t_target * c.n_target_calls as f64;
             replayed.push(ResultRow {
                 setting: s.clone(),
@@ -282,7 +360,8 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
                 identical_to_ar: true,
                 // A batched AR row's time is not a single-stream time: the AR reference is then
                 // eq. 5.1's too (one target forward per token).
-                speedup: if ar.batch > 1 { tm.t_target * ar.n_target_calls as f64 } else { ar.total_time_s } / (draft_s + target_s).max(1e-9),
+                speedup: if ar.batch > 1 { tm.t_target * ar.n_target_calls as f64 } else { ar.total_time_s }
+                    / (draft_s + target_s).max(1e-9),
                 batch: 1,
                 divergence: None,
                 dsi: None,
@@ -310,18 +389,30 @@ mod tests {
 
     #[test]
     fn without_a_physical_fit_the_measured_forwards_price_the_counts() {
-        let spec = |k, calls, total| ResultRow { n_draft_calls: k * calls, n_target_calls: calls, total_time_s: total, ..ResultRow::example(Setting::Speculative(MethodSpec::plain(PolicySpec::Fixed { k }))) };
+        let spec = |k, calls, total| ResultRow {
+            n_draft_calls: k * calls,
+            n_target_calls: calls,
+            total_time_s: total,
+            ..ResultRow::example(Setting::Speculative(MethodSpec::plain(PolicySpec::Fixed { k })))
+        };
         // Noisy rows: more calls took less time, so the fit's draft time comes out negative,
         // and one AR row is too few for a standalone fit.
-        let noisy = vec![ResultRow { total_time_s: 1.0, ..ResultRow::example(Setting::Ar) }, spec(2, 4, 0.9), spec(4, 3, 0.5), spec(6, 3, 0.2)];
+        let noisy = vec![
+            ResultRow { total_time_s: 1.0, ..ResultRow::example(Setting::Ar) },
+            spec(2, 4, 0.9),
+            spec(4, 3, 0.5),
+            spec(6, 3, 0.2),
+        ];
         let m = &time_models(&noisy, 0.01, 0.1, false)["d"];
         assert_eq!((m.t_draft, m.t_target), (0.01, 0.1), "{}", m.source);
         assert!(m.source.contains("measured at replay start"), "{}", m.source);
         // Consistent rows: eq. 3.1's fit, whatever was measured.
-        let clean: Vec<ResultRow> = [(2, 4), (4, 3), (6, 3), (1, 8)].into_iter().map(|(k, c)| spec(k, c, 0.02 * (k * c) as f64 + 0.2 * c as f64)).collect();
+        let clean: Vec<ResultRow> = [(2, 4), (4, 3), (6, 3), (1, 8)]
+            .into_iter()
+            .map(|(k, c)| spec(k, c, 0.02 * (k * c) as f64 + 0.2 * c as f64))
+            .collect();
         let m = &time_models(&clean, 0.01, 0.1, false)["d"];
         assert!((m.t_draft - 0.02).abs() < 1e-9 && (m.t_target - 0.2).abs() < 1e-9, "{m:?}");
         assert!(time_models(&noisy, 0.01, 0.1, true)["d"].source.contains("batched"));
     }
 }
-

@@ -5,9 +5,9 @@
 //! prompts (e.g. total discarded / total generated), which weights long responses more.
 
 use super::manifest::EvalManifest;
-use crate::common::results::{write_parquet, ResultRow};
-use crate::common::stats::{grouped, pm, GroupStats};
-use crate::common::timing::{fit_family, predicted_throughput, standalone_target, Fit, PAPER_TIMES};
+use crate::common::results::{ResultRow, write_parquet};
+use crate::common::stats::{GroupStats, grouped, pm};
+use crate::common::timing::{Fit, PAPER_TIMES, fit_family, predicted_throughput, standalone_target};
 use crate::report::markdown_table;
 use anyhow::Result;
 use specx_decoder::fsutil::write_atomic;
@@ -44,7 +44,11 @@ pub fn summary_markdown(manifest: &EvalManifest, rows: &[ResultRow]) -> String {
         s,
         "{} of {} units finished{}. Speedup = AR wall time / method wall time on the same prompt in the same run. \"mean ± sd\" is over prompts; \"sum\" is the ratio of sums over prompts. Discard rate = N_discarded / N, verification rate = N_target / N (SpecDec++ eq. 5.1), acceptance = accepted / candidates verified up to and including the first rejection.\n",
         manifest.units_done,
-        if manifest.part.is_some() { format!("{} (this part's share)", manifest.units_total) } else { manifest.units_total.to_string() },
+        if manifest.part.is_some() {
+            format!("{} (this part's share)", manifest.units_total)
+        } else {
+            manifest.units_total.to_string()
+        },
         if manifest.complete { "" } else { " (incomplete: run the same command again to continue)" }
     );
     if let Some(b) = rows.iter().map(|r| r.batch).max().filter(|&b| b > 1) {
@@ -92,7 +96,11 @@ pub fn summary_markdown(manifest: &EvalManifest, rows: &[ResultRow]) -> String {
                     pm(&g.discard_rate, 3),
                     format!("{:.3}", g.verification_rate_sum()),
                     pm(&g.verification_rate, 3),
-                    if rs.iter().all(|r| r.greedy()) { format!("{}/{}", g.identical, g.prompts) } else { "n/a (sampled)".into() },
+                    if rs.iter().all(|r| r.greedy()) {
+                        format!("{}/{}", g.identical, g.prompts)
+                    } else {
+                        "n/a (sampled)".into()
+                    },
                 ]
             })
             .collect();
@@ -127,7 +135,8 @@ fn dsi_markdown(groups: &[(String, Vec<&ResultRow>)]) -> String {
     let table: Vec<Vec<String>> = groups
         .iter()
         .filter_map(|(key, rs)| {
-            let stats: Vec<(&ResultRow, &specx_decoder::speculative::DsiStats)> = rs.iter().filter_map(|r| r.dsi.as_ref().map(|d| (*r, d))).collect();
+            let stats: Vec<(&ResultRow, &specx_decoder::speculative::DsiStats)> =
+                rs.iter().filter_map(|r| r.dsi.as_ref().map(|d| (*r, d))).collect();
             if stats.is_empty() {
                 return None;
             }
@@ -135,7 +144,13 @@ fn dsi_markdown(groups: &[(String, Vec<&ResultRow>)]) -> String {
             let share = |n: usize| format!("{:.1}%", 100.0 * n as f64 / tasks.max(1) as f64);
             let per_request: Vec<f64> = stats.iter().map(|(_, d)| d.tasks as f64).collect();
             let waits: Vec<f64> = stats.iter().map(|(_, d)| d.waits as f64).collect();
-            let busy: Vec<f64> = stats.iter().map(|(r, d)| d.worker_busy_s.iter().sum::<f64>() / (d.worker_busy_s.len().max(1) as f64 * r.total_time_s.max(1e-9))).collect();
+            let busy: Vec<f64> = stats
+                .iter()
+                .map(|(r, d)| {
+                    d.worker_busy_s.iter().sum::<f64>()
+                        / (d.worker_busy_s.len().max(1) as f64 * r.total_time_s.max(1e-9))
+                })
+                .collect();
             Some(vec![
                 key.clone(),
                 stats.len().to_string(),
@@ -150,8 +165,21 @@ fn dsi_markdown(groups: &[(String, Vec<&ResultRow>)]) -> String {
     if table.is_empty() {
         return String::new();
     }
-    let mut s = String::from("DSI scheduler (real runs; preempted and stale are shares of the tasks, summed over prompts):\n\n");
-    s.push_str(&markdown_table(&["setting", "requests", "tasks/request (mean ± sd)", "preempted", "stale", "waits for a worker (mean ± sd)", "worker busy / wall (mean ± sd)"], &table));
+    let mut s = String::from(
+        "DSI scheduler (real runs; preempted and stale are shares of the tasks, summed over prompts):\n\n",
+    );
+    s.push_str(&markdown_table(
+        &[
+            "setting",
+            "requests",
+            "tasks/request (mean ± sd)",
+            "preempted",
+            "stale",
+            "waits for a worker (mean ± sd)",
+            "worker busy / wall (mean ± sd)",
+        ],
+        &table,
+    ));
     s.push('\n');
     s
 }
@@ -175,7 +203,15 @@ fn timing_markdown(rows: &[ResultRow]) -> String {
     for ((dataset, family), rs) in &by {
         if *family == "ar" {
             let t = standalone_target(rs);
-            table.push(vec![dataset.clone(), "ar (standalone target)".into(), fmt(&t), "-".into(), "-".into(), "-".into(), "-".into()]);
+            table.push(vec![
+                dataset.clone(),
+                "ar (standalone target)".into(),
+                fmt(&t),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ]);
             continue;
         }
         let model = fit_family(rs);
@@ -183,7 +219,11 @@ fn timing_markdown(rows: &[ResultRow]) -> String {
         let disc: f64 = rs.iter().map(|r| r.n_discarded() as f64).sum();
         let tgt: f64 = rs.iter().map(|r| r.n_target_calls as f64).sum();
         let measured = n / rs.iter().map(|r| r.total_time_s).sum::<f64>();
-        let predicted = model.paper.as_ref().filter(|f| f.is_physical()).map(|f| predicted_throughput(n, disc, tgt, f.coefficients[0], f.coefficients[1]));
+        let predicted = model
+            .paper
+            .as_ref()
+            .filter(|f| f.is_physical())
+            .map(|f| predicted_throughput(n, disc, tgt, f.coefficients[0], f.coefficients[1]));
         let (pd, pt) = PAPER_TIMES;
         let paper = predicted_throughput(n, disc, tgt, pd, pt);
         table.push(vec![
@@ -197,7 +237,15 @@ fn timing_markdown(rows: &[ResultRow]) -> String {
         ]);
     }
     s.push_str(&markdown_table(
-        &["dataset", "family", "t_draft, t_target (s)", "t_draft, t_target, t_row (s)", "measured tok/s", "eq. 5.1 tok/s", "eq. 5.1 at paper times"],
+        &[
+            "dataset",
+            "family",
+            "t_draft, t_target (s)",
+            "t_draft, t_target, t_row (s)",
+            "measured tok/s",
+            "eq. 5.1 tok/s",
+            "eq. 5.1 at paper times",
+        ],
         &table,
     ));
     s

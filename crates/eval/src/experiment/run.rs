@@ -2,23 +2,23 @@
 //! prompt x sampling setting x seed: AR first, then every method setting) that this process
 //! is responsible for and has not finished, then writes the results, the summary and the plots.
 
-use super::audit::{audit, Audit, EvalOutcome};
+use super::audit::{Audit, EvalOutcome, audit};
 use super::config::{EvalConfig, PromptSetConfig};
 use super::grid::{expand, head_name};
-use super::manifest::{EvalManifest, HeadRecord, Machine, PromptSetRecord, FORMAT, MANIFEST};
-use crate::common::results::{tokens_sha256, Divergence, ResultRow, UnitFile, UnitKey};
-use crate::method::{generate, ModelPlan, Models, Setting};
-use anyhow::{ensure, Context, Result};
+use super::manifest::{EvalManifest, FORMAT, HeadRecord, MANIFEST, Machine, PromptSetRecord};
+use crate::common::results::{Divergence, ResultRow, UnitFile, UnitKey, tokens_sha256};
+use crate::method::{ModelPlan, Models, Setting, generate};
+use anyhow::{Context, Result, ensure};
 use indicatif::{ProgressBar, ProgressStyle};
 use specx_decoder::fsutil::sha256_file;
-use specx_run::config::write_run_config;
-use specx_run::manifest::{ensure_same_setup, ModelRecord};
-use specx_run::resume::remove_stale_temporaries;
-use specx_run::seed::{named_seed, SplitMix64};
-use specx_run::{Part, RunManifest};
-use specx_decoder::generate::{generate_greedy_batched, BatchItem, GenerateStats};
+use specx_decoder::generate::{BatchItem, GenerateStats, generate_greedy_batched};
 use specx_decoder::speculative::SpecConfig;
 use specx_decoder::{Placement, Transformer};
+use specx_run::config::write_run_config;
+use specx_run::manifest::{ModelRecord, ensure_same_setup};
+use specx_run::resume::remove_stale_temporaries;
+use specx_run::seed::{SplitMix64, named_seed};
+use specx_run::{Part, RunManifest};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
@@ -48,11 +48,27 @@ pub struct SelectedSet {
 pub fn select_sets(cfg: &EvalConfig, limit: Option<usize>) -> Result<Vec<SelectedSet>> {
     let mut out = Vec::new();
     for set in &cfg.prompts {
-        let (mut prompts, rows_in_file) = set.as_prompts_config().select().with_context(|| format!("prompt set '{}'", set.name))?;
-        ensure!(set.skip == 0 || set.skip < prompts.len(), "prompt set '{}': skip = {}, but split '{}' of {} has {} prompts", set.name, set.skip, set.split, set.path.display(), prompts.len());
+        let (mut prompts, rows_in_file) =
+            set.as_prompts_config().select().with_context(|| format!("prompt set '{}'", set.name))?;
+        ensure!(
+            set.skip == 0 || set.skip < prompts.len(),
+            "prompt set '{}': skip = {}, but split '{}' of {} has {} prompts",
+            set.name,
+            set.skip,
+            set.split,
+            set.path.display(),
+            prompts.len()
+        );
         prompts.drain(..set.skip);
         if let Some(n) = set.sample {
-            ensure!(n <= prompts.len(), "prompt set '{}': sample = {n}, but split '{}' of {} has {} prompts", set.name, set.split, set.path.display(), prompts.len());
+            ensure!(
+                n <= prompts.len(),
+                "prompt set '{}': sample = {n}, but split '{}' of {} has {} prompts",
+                set.name,
+                set.split,
+                set.path.display(),
+                prompts.len()
+            );
             SplitMix64::new(set.sample_seed).shuffle(&mut prompts);
             prompts.truncate(n);
         }
@@ -74,7 +90,14 @@ pub fn units(cfg: &EvalConfig, sets: &[SelectedSet]) -> Vec<UnitKey> {
             for s in &cfg.sampling {
                 let seeds = if s.config().is_greedy() { &cfg.seeds[..1] } else { &cfg.seeds[..] };
                 for &seed in seeds {
-                    out.push(UnitKey { index: out.len(), dataset: set.config.name.clone(), prompt_index, prompt_id: id.clone(), sampling: s.name.clone(), seed });
+                    out.push(UnitKey {
+                        index: out.len(),
+                        dataset: set.config.name.clone(),
+                        prompt_index,
+                        prompt_id: id.clone(),
+                        sampling: s.name.clone(),
+                        seed,
+                    });
                 }
             }
         }
@@ -131,7 +154,12 @@ fn model_plan(cfg: &EvalConfig, device: Placement, settings: &[Setting]) -> Resu
         draft_devices,
         heads: cfg.methods.head_dirs().into_iter().map(|d| (head_name(d), d.to_string_lossy().into_owned())).collect(),
         drafts: settings.iter().filter_map(|s| s.spec().map(|m| m.draft.clone())).collect(),
-        feature_heads: settings.iter().filter_map(|s| s.feature_head().map(str::to_string)).collect::<std::collections::BTreeSet<_>>().into_iter().collect(),
+        feature_heads: settings
+            .iter()
+            .filter_map(|s| s.feature_head().map(str::to_string))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect(),
     })
 }
 
@@ -150,7 +178,13 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
     let dir = &cfg.output.dir;
     let old = if dir.join(MANIFEST).exists() { Some(EvalManifest::read(dir)?) } else { None };
 
-    let device: Placement = specx_run::devices::device_of_part(&cfg.models.device, &cfg.models.devices, opts.part, "experiment::run (specx eval)")?.parse()?;
+    let device: Placement = specx_run::devices::device_of_part(
+        &cfg.models.device,
+        &cfg.models.devices,
+        opts.part,
+        "experiment::run (specx eval)",
+    )?
+    .parse()?;
     let models = Models::load(&model_plan(cfg, device, &settings)?)?;
     let (draft, target) = (models.draft.as_ref().expect("eval loads the draft"), &models.target);
     for s in settings.iter().filter_map(Setting::spec) {
@@ -203,8 +237,10 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
     remove_stale_temporaries(dir)?;
     write_run_config(dir, &cfg.portable().to_toml())?;
 
-    let texts: BTreeMap<(&str, usize), &str> =
-        sets.iter().flat_map(|s| s.prompts.iter().enumerate().map(|(i, (_, t))| ((s.config.name.as_str(), i), t.as_str()))).collect();
+    let texts: BTreeMap<(&str, usize), &str> = sets
+        .iter()
+        .flat_map(|s| s.prompts.iter().enumerate().map(|(i, (_, t))| ((s.config.name.as_str(), i), t.as_str())))
+        .collect();
     let mine: Vec<&UnitKey> = all_units.iter().filter(|u| opts.part.is_none_or(|p| p.holds(u.index))).collect();
     let mut todo = Vec::new();
     for u in &mine {
@@ -224,7 +260,9 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
         todo.truncate(m);
     }
     let bar = if opts.progress { ProgressBar::new(mine.len() as u64) } else { ProgressBar::hidden() };
-    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} prompts x sampling x seed, {elapsed} elapsed, ETA {eta} {msg}")?);
+    bar.set_style(ProgressStyle::with_template(
+        "{bar:30} {pos}/{len} prompts x sampling x seed, {elapsed} elapsed, ETA {eta} {msg}",
+    )?);
     bar.set_position(manifest.units_done as u64);
     bar.reset_eta();
     let samplings: BTreeMap<&str, _> = cfg.sampling.iter().map(|s| (s.name.as_str(), s)).collect();
@@ -260,7 +298,13 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
             .map(|u| {
                 let prompt = target.tokenizer.encode(texts[&(u.dataset.as_str(), u.prompt_index)])?;
                 let max_new = cfg.budget.new_tokens(prompt.len());
-                ensure!(max_new > 0, "{} {}: the prompt has {} tokens, the budget leaves no room for a response", u.dataset, u.prompt_id, prompt.len());
+                ensure!(
+                    max_new > 0,
+                    "{} {}: the prompt has {} tokens, the budget leaves no room for a response",
+                    u.dataset,
+                    u.prompt_id,
+                    prompt.len()
+                );
                 Ok((*u, prompt, max_new))
             })
             .collect::<Result<_>>()?;
@@ -290,7 +334,15 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
 }
 
 /// The unit file of a greedy AR output from a batched trace run.
-fn batched_ar_unit(u: &UnitKey, sampling: &super::config::SamplingSetting, prompt: &[u32], max_new: usize, tokens: Vec<u32>, stats: &GenerateStats, batch: usize) -> UnitFile {
+fn batched_ar_unit(
+    u: &UnitKey,
+    sampling: &super::config::SamplingSetting,
+    prompt: &[u32],
+    max_new: usize,
+    tokens: Vec<u32>,
+    stats: &GenerateStats,
+    batch: usize,
+) -> UnitFile {
     let target_s = (stats.prefill_time + stats.decode_time).as_secs_f64();
     let row = ResultRow {
         dataset: u.dataset.clone(),
@@ -335,18 +387,32 @@ pub fn request_seed(u: &UnitKey) -> u64 {
 }
 
 /// Runs AR and then every method on one unit.
-fn run_unit(u: &UnitKey, text: &str, sampling: &super::config::SamplingSetting, cfg: &EvalConfig, settings: &[Setting], models: &Models) -> Result<UnitFile> {
+fn run_unit(
+    u: &UnitKey,
+    text: &str,
+    sampling: &super::config::SamplingSetting,
+    cfg: &EvalConfig,
+    settings: &[Setting],
+    models: &Models,
+) -> Result<UnitFile> {
     let target = &models.target;
     let workers = models.workers();
     let prompt = target.tokenizer.encode(text)?;
     let max_new = cfg.budget.new_tokens(prompt.len());
-    ensure!(max_new > 0, "{} {}: the prompt has {} tokens, the budget leaves no room for a response", u.dataset, u.prompt_id, prompt.len());
+    ensure!(
+        max_new > 0,
+        "{} {}: the prompt has {} tokens, the budget leaves no room for a response",
+        u.dataset,
+        u.prompt_id,
+        prompt.len()
+    );
     let spec = SpecConfig { max_new_tokens: max_new, sampling: sampling.config(), seed: request_seed(u) };
     let mut rows = Vec::with_capacity(settings.len());
     let mut ar: Option<(Vec<u32>, f64)> = None;
     let mut outputs = Vec::with_capacity(settings.len());
     for setting in settings {
-        let (g, dsi) = generate(setting, models.for_setting(setting, &workers), &prompt, &spec, sampling.draws, &target.eos_ids)?;
+        let (g, dsi) =
+            generate(setting, models.for_setting(setting, &workers), &prompt, &spec, sampling.draws, &target.eos_ids)?;
         let m = &g.metrics;
         let total = m.total_time.as_secs_f64();
         let (ar_tokens, ar_time) = ar.get_or_insert_with(|| (g.tokens.clone(), total));
@@ -404,7 +470,12 @@ fn divergence(target: &Transformer, prompt: &[u32], ar: &[u32], tokens: &[u32]) 
     let (Some(&ar_token), Some(&token)) = (ar.get(position), tokens.get(position)) else {
         // One output is a prefix of the other: a stop (EOS or budget) that the other did not
         // take. No single logit pair explains it; report an infinite margin (a failure).
-        return Ok(Divergence { position, ar_token: ar.get(position).copied().unwrap_or(u32::MAX), token: tokens.get(position).copied().unwrap_or(u32::MAX), margin: f32::INFINITY });
+        return Ok(Divergence {
+            position,
+            ar_token: ar.get(position).copied().unwrap_or(u32::MAX),
+            token: tokens.get(position).copied().unwrap_or(u32::MAX),
+            margin: f32::INFINITY,
+        });
     };
     let mut prefix = prompt.to_vec();
     prefix.extend_from_slice(&ar[..position]);
@@ -430,10 +501,11 @@ mod tests {
 
     #[test]
     fn a_divergence_names_the_first_departure_and_the_targets_margin_there() {
-        use specx_decoder::synthetic::{random_weights, tiny_qwen2, word_tokenizer_json, write_hf_dir, StDtype};
+        use specx_decoder::synthetic::{StDtype, random_weights, tiny_qwen2, word_tokenizer_json, write_hf_dir};
         let dir = tempfile::tempdir().unwrap();
         let cfg = tiny_qwen2(40);
-        write_hf_dir(dir.path(), &cfg, &random_weights(&cfg, 2), StDtype::F32, 1, &word_tokenizer_json(40, "w")).unwrap();
+        write_hf_dir(dir.path(), &cfg, &random_weights(&cfg, 2), StDtype::F32, 1, &word_tokenizer_json(40, "w"))
+            .unwrap();
         let lm = load_model_as(dir.path(), None, &specx_decoder::default_device(), Default::default()).unwrap();
         let prompt = [3u32, 14, 15, 9];
         let spec = SpecConfig { max_new_tokens: 6, sampling: specx_decoder::SamplingConfig::greedy(), seed: 0 };

@@ -10,12 +10,12 @@
 
 use super::replay::TraceInput;
 use crate::common::results::tokens_sha256;
-use anyhow::{ensure, Context, Result};
+use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};
-use specx_decoder::fsutil::write_atomic;
-use std::path::Path;
-use specx_decoder::speculative::DraftStats;
 use specx_decoder::Transformer;
+use specx_decoder::fsutil::write_atomic;
+use specx_decoder::speculative::DraftStats;
+use std::path::Path;
 
 /// Output tokens per forward after the prompt (bounds the logits held at once: a row is a
 /// vocabulary of floats).
@@ -30,13 +30,19 @@ pub fn target_stats(target: &Transformer, input: &TraceInput) -> Result<(Vec<Dra
     }
     ensure!(!input.prompt.is_empty(), "empty prompt");
     let mut cache = target.new_cache(1);
-    let mut rows = target.forward_scores(input.prompt, &mut cache, 1, None)?.context("a forward without a cancel flag was cancelled")?;
+    let mut rows = target
+        .forward_scores(input.prompt, &mut cache, 1, None)?
+        .context("a forward without a cancel flag was cancelled")?;
     let mut forwarded = input.prompt.len();
     loop {
         for row in &rows {
             let j = out.len();
             let (best, _, _) = input.draws.pick(row, input.prompt.len() + j);
-            ensure!(best == ar[j], "the target's token at output position {j} is {best}, the trace has {}: the trace was made with another model, other weights or other draws", ar[j]);
+            ensure!(
+                best == ar[j],
+                "the target's token at output position {j} is {best}, the trace has {}: the trace was made with another model, other weights or other draws",
+                ar[j]
+            );
             out.push(DraftStats::of(row, ar[j]));
         }
         let done = out.len();
@@ -44,7 +50,9 @@ pub fn target_stats(target: &Transformer, input: &TraceInput) -> Result<(Vec<Dra
             return Ok((out, forwarded));
         }
         let feed = &ar[done - 1..(done - 1 + CHUNK).min(n - 1)];
-        rows = target.forward_scores(feed, &mut cache, feed.len(), None)?.context("a forward without a cancel flag was cancelled")?;
+        rows = target
+            .forward_scores(feed, &mut cache, feed.len(), None)?
+            .context("a forward without a cancel flag was cancelled")?;
         forwarded += feed.len();
     }
 }
@@ -72,14 +80,32 @@ fn of_row(r: &[f32; 5]) -> DraftStats {
 /// what decoding the trace once did): kept when it was computed for this target, these
 /// weights, this prompt and this output, else computed and written. Returns the statistics and
 /// the rows forwarded (0 when cached).
-pub fn cached_target_stats(target: &Transformer, target_sha256: &str, weights: &str, input: &TraceInput, path: &Path) -> Result<(Vec<DraftStats>, usize)> {
+pub fn cached_target_stats(
+    target: &Transformer,
+    target_sha256: &str,
+    weights: &str,
+    input: &TraceInput,
+    path: &Path,
+) -> Result<(Vec<DraftStats>, usize)> {
     let (prompt_sha256, ar_sha256) = (tokens_sha256(input.prompt), tokens_sha256(input.ar));
-    let fits = |c: &Cached| c.target_sha256 == target_sha256 && c.weights == weights && c.prompt_sha256 == prompt_sha256 && c.ar_sha256 == ar_sha256 && c.stats.len() == input.ar.len();
+    let fits = |c: &Cached| {
+        c.target_sha256 == target_sha256
+            && c.weights == weights
+            && c.prompt_sha256 == prompt_sha256
+            && c.ar_sha256 == ar_sha256
+            && c.stats.len() == input.ar.len()
+    };
     if let Some(c) = std::fs::read(path).ok().and_then(|b| serde_json::from_slice::<Cached>(&b).ok()).filter(fits) {
         return Ok((c.stats.iter().map(of_row).collect(), 0));
     }
     let (stats, rows) = target_stats(target, input)?;
-    let c = Cached { target_sha256: target_sha256.into(), weights: weights.into(), prompt_sha256, ar_sha256, stats: stats.iter().map(to_row).collect() };
+    let c = Cached {
+        target_sha256: target_sha256.into(),
+        weights: weights.into(),
+        prompt_sha256,
+        ar_sha256,
+        stats: stats.iter().map(to_row).collect(),
+    };
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }

@@ -2,12 +2,12 @@
 
 use crate::profile::Profile;
 use crate::report::markdown_table;
-use anyhow::{bail, Result};
+use anyhow::{Result, bail};
 use serde::Serialize;
 use serde_json::Value;
-use specx_decoder::device_check::{run_all, Check};
+use specx_decoder::device_check::{Check, run_all};
 use specx_decoder::fsutil::write_atomic;
-use specx_decoder::{check_device, open_device, parse_device_list, DeviceName};
+use specx_decoder::{DeviceName, check_device, open_device, parse_device_list};
 use std::path::{Path, PathBuf};
 
 /// The bar on a GPU: tiny-model logits within this of the CPU.
@@ -51,7 +51,16 @@ pub fn correctness(a: &CorrectnessArgs) -> Result<()> {
                 checks
             }
             // An unavailable device is a result too: every check failed, saying why.
-            Err(e) => specx_decoder::device_check::CHECKS.iter().map(|c| Check { name: c.to_string(), passed: false, worst_abs_diff: None, tolerance: None, detail: format!("{UNAVAILABLE}: {e:#}") }).collect(),
+            Err(e) => specx_decoder::device_check::CHECKS
+                .iter()
+                .map(|c| Check {
+                    name: c.to_string(),
+                    passed: false,
+                    worst_abs_diff: None,
+                    tolerance: None,
+                    detail: format!("{UNAVAILABLE}: {e:#}"),
+                })
+                .collect(),
         };
         out.push(DeviceChecks { device: name.to_string(), checks });
     }
@@ -139,10 +148,19 @@ pub fn report(a: &ReportArgs) -> Result<()> {
     let gpu = std::fs::read_to_string(dir.join("gpu.csv")).unwrap_or_default().trim().to_string();
     let correctness = read_json(dir, "correctness.json");
     // specx bench's JSON, one file per device kind (cuda, then Vulkan), models joined.
-    let bench_models: Vec<Value> = ["bench-cuda.json", "bench-wgpu.json"].iter().filter_map(|n| read_json(dir, n)).flat_map(|b| b["models"].as_array().cloned().unwrap_or_default()).collect();
+    let bench_models: Vec<Value> = ["bench-cuda.json", "bench-wgpu.json"]
+        .iter()
+        .filter_map(|n| read_json(dir, n))
+        .flat_map(|b| b["models"].as_array().cloned().unwrap_or_default())
+        .collect();
     let bench = (!bench_models.is_empty()).then(|| serde_json::json!({ "models": bench_models }));
     let hf = read_json(dir, "hf.json");
-    let profiles: Vec<Profile> = ["profile-cuda.json", "profile-wgpu.json"].iter().map(|n| dir.join(n)).filter(|p| p.exists()).map(|p| Profile::read(&p)).collect::<Result<_>>()?;
+    let profiles: Vec<Profile> = ["profile-cuda.json", "profile-wgpu.json"]
+        .iter()
+        .map(|n| dir.join(n))
+        .filter(|p| p.exists())
+        .map(|p| Profile::read(&p))
+        .collect::<Result<_>>()?;
     let cuda_profile = profiles.iter().find(|p| p.device.starts_with("cuda"));
 
     let cuda_checks: Vec<Value> = correctness
@@ -155,13 +173,26 @@ pub fn report(a: &ReportArgs) -> Result<()> {
         // A device that could not be opened measured nothing: its targets are not judged.
         .filter(|c| !c["detail"].as_str().is_some_and(|d| d.starts_with(UNAVAILABLE)))
         .collect();
-    let logits = cuda_checks.iter().filter(|c| c["name"] == "logits" || c["name"] == "kv_rollback").filter_map(|c| c["worst_abs_diff"].as_f64()).reduce(f64::max);
-    let token_checks: Vec<&Value> = cuda_checks.iter().filter(|c| ["speculative_fixed_k", "dsi_cpu_and_device", "easyspec_placed"].contains(&c["name"].as_str().unwrap_or(""))).collect();
+    let logits = cuda_checks
+        .iter()
+        .filter(|c| c["name"] == "logits" || c["name"] == "kv_rollback")
+        .filter_map(|c| c["worst_abs_diff"].as_f64())
+        .reduce(f64::max);
+    let token_checks: Vec<&Value> = cuda_checks
+        .iter()
+        .filter(|c| {
+            ["speculative_fixed_k", "dsi_cpu_and_device", "easyspec_placed"].contains(&c["name"].as_str().unwrap_or(""))
+        })
+        .collect();
     let specx_decode = bench.as_ref().and_then(|b| bench_speed(b, "target", "cuda:0"));
     let hf_decode = hf.as_ref().and_then(|h| anchor_speed(h, "target"));
     let five = cuda_profile.and_then(|p| profile_curve(p, "target")).filter(|(_, s)| s.len() >= 5);
     let targets = vec![
-        target(&format!("tiny-model logits within {LOGIT_TARGET:.0e} of the CPU (cuda)"), logits.map(|w| (format!("{w:.2e}"), w <= LOGIT_TARGET)), "no cuda correctness results (see correctness.log)"),
+        target(
+            &format!("tiny-model logits within {LOGIT_TARGET:.0e} of the CPU (cuda)"),
+            logits.map(|w| (format!("{w:.2e}"), w <= LOGIT_TARGET)),
+            "no cuda correctness results (see correctness.log)",
+        ),
         target(
             "greedy speculative = greedy on every method (fixed K, DSI cpu+cuda, EasySpec on cuda)",
             (token_checks.len() == 3).then(|| {
@@ -172,19 +203,38 @@ pub fn report(a: &ReportArgs) -> Result<()> {
         ),
         target(
             "1.5B-shape decode at least HF transformers' (eager, bf16), same weights",
-            specx_decode.zip(hf_decode).map(|((_, s), (_, h))| (format!("specx {s:.1} tok/s vs HF {h:.1} tok/s ({:.2}x)", s / h), s >= h)),
+            specx_decode
+                .zip(hf_decode)
+                .map(|((_, s), (_, h))| (format!("specx {s:.1} tok/s vs HF {h:.1} tok/s ({:.2}x)", s / h), s >= h)),
             "bench-cuda.json or hf.json missing",
         ),
         target(
             &format!("a 5-row call at most {FIVE_ROW_TARGET}x one row (1.5B shape, cuda)"),
-            five.map(|(ctx, s)| (format!("{:.2}x after {ctx} tokens ({:.2} / {:.2} ms)", s[4] / s[0], s[4] * 1e3, s[0] * 1e3), s[4] / s[0] <= FIVE_ROW_TARGET)),
+            five.map(|(ctx, s)| {
+                (
+                    format!("{:.2}x after {ctx} tokens ({:.2} / {:.2} ms)", s[4] / s[0], s[4] * 1e3, s[0] * 1e3),
+                    s[4] / s[0] <= FIVE_ROW_TARGET,
+                )
+            }),
             "profile-cuda.json missing",
         ),
     ];
 
-    let mut md = format!("# specx GPU check\n\nGPU (nvidia-smi: name, driver, memory): {}\n\n", if gpu.is_empty() { "not recorded" } else { &gpu });
+    let mut md = format!(
+        "# specx GPU check\n\nGPU (nvidia-smi: name, driver, memory): {}\n\n",
+        if gpu.is_empty() { "not recorded" } else { &gpu }
+    );
     md.push_str("## Targets\n\n");
-    let rows: Vec<Vec<String>> = targets.iter().map(|t| vec![t.target.clone(), t.measured.clone(), t.met.map_or("-".into(), |m| if m { "met".into() } else { "NOT met".into() })]).collect();
+    let rows: Vec<Vec<String>> = targets
+        .iter()
+        .map(|t| {
+            vec![
+                t.target.clone(),
+                t.measured.clone(),
+                t.met.map_or("-".into(), |m| if m { "met".into() } else { "NOT met".into() }),
+            ]
+        })
+        .collect();
     md.push_str(&markdown_table(&["target", "measured", "verdict"], &rows));
     md.push_str("\n## Steps (name, exit status (124: over its time limit), seconds)\n\n```\n");
     md.push_str(&steps);
@@ -199,17 +249,34 @@ pub fn report(a: &ReportArgs) -> Result<()> {
     for role in ["draft", "target"] {
         for dev in ["cuda:0", "wgpu:0"] {
             if let Some((p, d)) = bench.as_ref().and_then(|b| bench_speed(b, role, dev)) {
-                rows.push(vec![role.into(), format!("specx {dev} (f32 weights)"), format!("{p:.0}"), format!("{d:.1}")]);
+                rows.push(vec![
+                    role.into(),
+                    format!("specx {dev} (f32 weights)"),
+                    format!("{p:.0}"),
+                    format!("{d:.1}"),
+                ]);
             }
         }
         if let Some((p, d)) = hf.as_ref().and_then(|h| anchor_speed(h, role)) {
-            rows.push(vec![role.into(), format!("HF transformers (eager, {})", hf.as_ref().and_then(|h| h["dtype"].as_str()).unwrap_or("?")), format!("{p:.0}"), format!("{d:.1}")]);
+            rows.push(vec![
+                role.into(),
+                format!("HF transformers (eager, {})", hf.as_ref().and_then(|h| h["dtype"].as_str()).unwrap_or("?")),
+                format!("{p:.0}"),
+                format!("{d:.1}"),
+            ]);
         }
     }
     md.push_str(&markdown_table(&["model", "runtime", "prefill tok/s", "decode tok/s"], &rows));
-    md.push_str("\nCall cost, r new rows after the context, relative to one row (milliseconds of one row in brackets):\n\n");
+    md.push_str(
+        "\nCall cost, r new rows after the context, relative to one row (milliseconds of one row in brackets):\n\n",
+    );
     let mut rows = Vec::new();
-    let pick = |s: &[f64]| [1usize, 2, 5, 9, 21].iter().map(|&r| s.get(r - 1).map_or("-".into(), |v| format!("{:.2}", v / s[0]))).collect::<Vec<String>>();
+    let pick = |s: &[f64]| {
+        [1usize, 2, 5, 9, 21]
+            .iter()
+            .map(|&r| s.get(r - 1).map_or("-".into(), |v| format!("{:.2}", v / s[0])))
+            .collect::<Vec<String>>()
+    };
     for p in &profiles {
         for role in ["draft", "target"] {
             if let Some((ctx, s)) = profile_curve(p, role) {

@@ -1,11 +1,11 @@
 //! The real pair's shapes, and random-weight models of those shapes for the GPU check.
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};
-use specx_decoder::fsutil::write_atomic;
-use specx_decoder::synthetic::{random_weights, write_hf_dir, StDtype};
-use specx_decoder::weights::GgufSource;
 use specx_decoder::ModelConfig;
+use specx_decoder::fsutil::write_atomic;
+use specx_decoder::synthetic::{StDtype, random_weights, write_hf_dir};
+use specx_decoder::weights::GgufSource;
 use std::path::{Path, PathBuf};
 
 /// The pair's configurations, with where they came from.
@@ -43,7 +43,11 @@ pub struct SynthArgs {
 }
 
 fn gguf_config(path: &Path) -> Result<ModelConfig> {
-    ensure!(path.extension().is_some_and(|e| e == "gguf"), "{}: `shapes` reads GGUF files (the fetched pair); pass --draft/--target .gguf paths", path.display());
+    ensure!(
+        path.extension().is_some_and(|e| e == "gguf"),
+        "{}: `shapes` reads GGUF files (the fetched pair); pass --draft/--target .gguf paths",
+        path.display()
+    );
     GgufSource::open(path)?.config().with_context(|| format!("reading the shape of {}", path.display()))
 }
 
@@ -52,12 +56,25 @@ pub fn shapes(a: &ShapesArgs) -> Result<()> {
     let shapes = PairShapes {
         draft: gguf_config(&draft)?,
         target: gguf_config(&target)?,
-        source: [&draft, &target].iter().map(|p| p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned())).collect(),
+        source: [&draft, &target]
+            .iter()
+            .map(|p| p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned()))
+            .collect(),
     };
-    ensure!(shapes.draft.vocab_size == shapes.target.vocab_size, "draft and target vocabularies differ ({} vs {})", shapes.draft.vocab_size, shapes.target.vocab_size);
+    ensure!(
+        shapes.draft.vocab_size == shapes.target.vocab_size,
+        "draft and target vocabularies differ ({} vs {})",
+        shapes.draft.vocab_size,
+        shapes.target.vocab_size
+    );
     write_atomic(&a.out, serde_json::to_string_pretty(&shapes)?.as_bytes())?;
     for (role, c) in [("draft", &shapes.draft), ("target", &shapes.target)] {
-        eprintln!("{role}: {} layers, hidden {}, {:.2}B parameters", c.num_hidden_layers, c.hidden_size, c.num_parameters() as f64 / 1e9);
+        eprintln!(
+            "{role}: {} layers, hidden {}, {:.2}B parameters",
+            c.num_hidden_layers,
+            c.hidden_size,
+            c.num_parameters() as f64 / 1e9
+        );
     }
     eprintln!("wrote {}", a.out.display());
     Ok(())
@@ -65,15 +82,22 @@ pub fn shapes(a: &ShapesArgs) -> Result<()> {
 
 pub fn synth(a: &SynthArgs) -> Result<()> {
     let text = std::fs::read_to_string(&a.shapes).with_context(|| format!("reading {}", a.shapes.display()))?;
-    let shapes: PairShapes = serde_json::from_str(&text).with_context(|| format!("{}: not a shapes file of `specx gpu-check shapes`", a.shapes.display()))?;
-    let tokenizer = std::fs::read_to_string(&a.tokenizer).with_context(|| format!("reading {}", a.tokenizer.display()))?;
+    let shapes: PairShapes = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not a shapes file of `specx gpu-check shapes`", a.shapes.display()))?;
+    let tokenizer =
+        std::fs::read_to_string(&a.tokenizer).with_context(|| format!("reading {}", a.tokenizer.display()))?;
     for (role, cfg, seed) in [("target", &shapes.target, a.seed), ("draft", &shapes.draft, a.seed + 1)] {
         cfg.validate()?;
         let dir = a.out.join(role);
         let t = std::time::Instant::now();
         // Random weights in bf16, as HF checkpoints ship: specx and the anchor read the same file.
         write_hf_dir(&dir, cfg, &random_weights(cfg, seed), StDtype::BF16, 1, &tokenizer)?;
-        eprintln!("{role}: {:.2}B parameters written to {} in {:.1} s", cfg.num_parameters() as f64 / 1e9, dir.display(), t.elapsed().as_secs_f64());
+        eprintln!(
+            "{role}: {:.2}B parameters written to {} in {:.1} s",
+            cfg.num_parameters() as f64 / 1e9,
+            dir.display(),
+            t.elapsed().as_secs_f64()
+        );
     }
     Ok(())
 }

@@ -5,7 +5,7 @@
 //! row adds to it). `specx decode --method adaptive` and `policies.adaptive` in a grid use it.
 
 use super::spec::PolicySpec;
-use anyhow::{ensure, Context, Result};
+use anyhow::{Context, Result, ensure};
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -39,9 +39,14 @@ pub fn shipped_rule_file() -> PathBuf {
 impl ShippedRule {
     pub fn read(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading the shipped stop rule {} (it ships in the specx repository this binary was built from; choose a --policy instead)", path.display()))?;
-        let rule: Self = serde_json::from_str(&text).with_context(|| format!("{}: not a shipped stop rule", path.display()))?;
+        let rule: Self =
+            serde_json::from_str(&text).with_context(|| format!("{}: not a shipped stop rule", path.display()))?;
         for p in [&rule.gpu, &rule.cpu] {
-            ensure!(!matches!(p, PolicySpec::Oracle | PolicySpec::Head { .. } | PolicySpec::HeadToken { .. }), "{}: a shipped rule must need no model of its own (no head, no oracle)", path.display());
+            ensure!(
+                !matches!(p, PolicySpec::Oracle | PolicySpec::Head { .. } | PolicySpec::HeadToken { .. }),
+                "{}: a shipped rule must need no model of its own (no head, no oracle)",
+                path.display()
+            );
         }
         Ok(rule)
     }
@@ -71,6 +76,9 @@ mod tests {
         let bad = dir.path().join("rule.json");
         std::fs::write(&bad, r#"{"gpu": {"kind": "oracle"}, "cpu": {"kind": "fixed", "k": 2}, "chosen": ""}"#).unwrap();
         assert!(ShippedRule::read(&bad).unwrap_err().to_string().contains("no model of its own"));
-        assert!(format!("{:#}", ShippedRule::read(&dir.path().join("none.json")).unwrap_err()).contains("choose a --policy"));
+        assert!(
+            format!("{:#}", ShippedRule::read(&dir.path().join("none.json")).unwrap_err())
+                .contains("choose a --policy")
+        );
     }
 }

@@ -2,14 +2,17 @@
 //! place where `specx eval`, `specx decode` and replay turn a [`Setting`] into running code.
 
 use super::spec::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
+use specx_decoder::Transformer;
 use specx_decoder::coupling::Draws;
 use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::speculative::{
-    generate_autoregressive_drawn, generate_dsi, generate_speculative, AcceptanceHead, AcceptanceModel, AdaEdlParams, AdaEdlPolicy, BanditK, ConfidencePolicy, ConfidenceProductPolicy, Drafter, DsiConfig, DsiStats, DynamicK, FixedK,
-    FeatureDraft, FeatureHeadDrafter, FuzzyDrafter, Generation, HeadPolicy, HybridDrafter, HeadRule, MatchRatePolicy, PMinPolicy, PlainDrafter, PrecomputedHead, PromptLookupDrafter, RejectionSampler, CoupledSampler, Verifier, RocThreshold, SpecConfig, StopPolicy, SvipPolicy, ThresholdPlusPolicy, CalibratedPolicy,
+    AcceptanceHead, AcceptanceModel, AdaEdlParams, AdaEdlPolicy, BanditK, CalibratedPolicy, ConfidencePolicy,
+    ConfidenceProductPolicy, CoupledSampler, Drafter, DsiConfig, DsiStats, DynamicK, FeatureDraft, FeatureHeadDrafter,
+    FixedK, FuzzyDrafter, Generation, HeadPolicy, HeadRule, HybridDrafter, MatchRatePolicy, PMinPolicy, PlainDrafter,
+    PrecomputedHead, PromptLookupDrafter, RejectionSampler, RocThreshold, SpecConfig, StopPolicy, SvipPolicy,
+    ThresholdPlusPolicy, Verifier, generate_autoregressive_drawn, generate_dsi, generate_speculative,
 };
-use specx_decoder::Transformer;
 use std::collections::{BTreeMap, HashMap};
 
 /// Loaded acceptance heads by name (a checkpoint directory's name).
@@ -32,7 +35,10 @@ impl MethodSpec {
     pub fn drafter_for<'m>(&self, models: &RunModels<'m>) -> Result<Box<dyn Drafter + 'm>> {
         match &self.drafter {
             DrafterSpec::Feature { head } => {
-                let draft = models.feature_heads.get(head).with_context(|| format!("{}: feature head '{head}' is not loaded", self.key()))?;
+                let draft = models
+                    .feature_heads
+                    .get(head)
+                    .with_context(|| format!("{}: feature head '{head}' is not loaded", self.key()))?;
                 Ok(Box::new(FeatureHeadDrafter::new(models.target, draft)))
             }
             DrafterSpec::Lookup { .. } => self.build_drafter(models.target),
@@ -46,12 +52,18 @@ impl MethodSpec {
         Ok(match &self.drafter {
             DrafterSpec::Plain => Box::new(PlainDrafter::new(draft)),
             DrafterSpec::EasySpec { strategy, calibration, workers, compat } => {
-                let groups = LayerGroups::parse(strategy, draft.config().num_hidden_layers).with_context(|| format!("{}: strategy '{strategy}'", self.key()))?;
+                let groups = LayerGroups::parse(strategy, draft.config().num_hidden_layers)
+                    .with_context(|| format!("{}: strategy '{strategy}'", self.key()))?;
                 Box::new(FuzzyDrafter::new(draft, groups, *calibration)?.with_workers(*workers).with_compat(*compat))
             }
             DrafterSpec::Lookup { ngram_min, ngram_max } => Box::new(PromptLookupDrafter::new(*ngram_min, *ngram_max)?),
-            DrafterSpec::Hybrid { ngram_min, ngram_max } => Box::new(HybridDrafter::new(PromptLookupDrafter::new(*ngram_min, *ngram_max)?, draft)),
-            DrafterSpec::Feature { .. } => bail!("{}: the feature head drafts from the target's hidden states: it is built with the target (drafter_for), not from the draft model", self.key()),
+            DrafterSpec::Hybrid { ngram_min, ngram_max } => {
+                Box::new(HybridDrafter::new(PromptLookupDrafter::new(*ngram_min, *ngram_max)?, draft))
+            }
+            DrafterSpec::Feature { .. } => bail!(
+                "{}: the feature head drafts from the target's hidden states: it is built with the target (drafter_for), not from the draft model",
+                self.key()
+            ),
         })
     }
 
@@ -71,21 +83,42 @@ impl MethodSpec {
                 let missing = || format!("{}: head '{head}' is not loaded", self.key());
                 match heads {
                     HeadBinding::Loaded(h) => head_policy(h.get(head).with_context(missing)?.clone(), rule, per_token),
-                    HeadBinding::Precomputed(index) => head_policy(PrecomputedHead(*index.get(head).with_context(missing)?), rule, per_token),
+                    HeadBinding::Precomputed(index) => {
+                        head_policy(PrecomputedHead(*index.get(head).with_context(missing)?), rule, per_token)
+                    }
                 }
             }
-            PolicySpec::Confidence { threshold, min, max } => Box::new(ConfidencePolicy { threshold: *threshold as f32, min_candidates: *min, max_candidates: *max }),
-            PolicySpec::ConfidenceProduct { threshold, min, max } => Box::new(ConfidenceProductPolicy::new(*threshold as f32, *min, *max)),
-            PolicySpec::Roc { threshold, max } => Box::new(RocThreshold::new(ConfidencePolicy { threshold: *threshold as f32, min_candidates: 1, max_candidates: *max })),
+            PolicySpec::Confidence { threshold, min, max } => {
+                Box::new(ConfidencePolicy { threshold: *threshold as f32, min_candidates: *min, max_candidates: *max })
+            }
+            PolicySpec::ConfidenceProduct { threshold, min, max } => {
+                Box::new(ConfidenceProductPolicy::new(*threshold as f32, *min, *max))
+            }
+            PolicySpec::Roc { threshold, max } => Box::new(RocThreshold::new(ConfidencePolicy {
+                threshold: *threshold as f32,
+                min_candidates: 1,
+                max_candidates: *max,
+            })),
             PolicySpec::PMin { p_min, n_max } => Box::new(PMinPolicy { p_min: *p_min as f32, n_max: *n_max }),
             PolicySpec::Dynamic { initial, cap } => Box::new(DynamicK::new(*initial, *cap)),
-            PolicySpec::Svip { threshold, max } => Box::new(SvipPolicy { threshold: *threshold as f32, max_candidates: *max }),
-            PolicySpec::AdaEdl { lambda, gamma, max } => Box::new(AdaEdlPolicy::new(AdaEdlParams { lambda: *lambda, gamma: *gamma, max_candidates: *max, ..AdaEdlParams::DEFAULT })),
+            PolicySpec::Svip { threshold, max } => {
+                Box::new(SvipPolicy { threshold: *threshold as f32, max_candidates: *max })
+            }
+            PolicySpec::AdaEdl { lambda, gamma, max } => Box::new(AdaEdlPolicy::new(AdaEdlParams {
+                lambda: *lambda,
+                gamma: *gamma,
+                max_candidates: *max,
+                ..AdaEdlParams::DEFAULT
+            })),
             PolicySpec::Bandit { arms } => Box::new(BanditK::new(arms.clone(), BanditK::EXPLORATION)),
             PolicySpec::ThresholdPlus { params, .. } => Box::new(ThresholdPlusPolicy::new(params.clone())?),
             PolicySpec::Calibrated { params, .. } => Box::new(CalibratedPolicy::new(params.clone())?),
-            PolicySpec::MatchRate { threshold, max, model_k } => Box::new(MatchRatePolicy::with_model_k(*threshold, *max, *model_k)),
-            PolicySpec::Oracle => bail!("the oracle needs the AR output in advance: it can only be replayed (specx eval replay)"),
+            PolicySpec::MatchRate { threshold, max, model_k } => {
+                Box::new(MatchRatePolicy::with_model_k(*threshold, *max, *model_k))
+            }
+            PolicySpec::Oracle => {
+                bail!("the oracle needs the AR output in advance: it can only be replayed (specx eval replay)")
+            }
         })
     }
 
@@ -129,8 +162,17 @@ pub struct RunModels<'a> {
 /// sampling, or the coupled sampler under coupled `draws`). DSI's runs also return the
 /// scheduler's counters. DSI's workers verify on `models.workers` when there is one per
 /// server, else all of them share `models.target`.
-pub fn generate(setting: &Setting, models: RunModels<'_>, prompt: &[u32], cfg: &SpecConfig, draws: Draws, eos: &[u32]) -> Result<(Generation, Option<DsiStats>)> {
-    let Some(spec) = setting.spec() else { return Ok((generate_autoregressive_drawn(models.target, prompt, cfg, eos, draws)?, None)) };
+pub fn generate(
+    setting: &Setting,
+    models: RunModels<'_>,
+    prompt: &[u32],
+    cfg: &SpecConfig,
+    draws: Draws,
+    eos: &[u32],
+) -> Result<(Generation, Option<DsiStats>)> {
+    let Some(spec) = setting.spec() else {
+        return Ok((generate_autoregressive_drawn(models.target, prompt, cfg, eos, draws)?, None));
+    };
     let mut drafter = spec.drafter_for(&models)?;
     let mut policy = spec.build_policy(models.heads)?;
     let mut verifier: Box<dyn Verifier> = match draws {
@@ -138,11 +180,23 @@ pub fn generate(setting: &Setting, models: RunModels<'_>, prompt: &[u32], cfg: &
         Draws::Coupled => Box::new(CoupledSampler),
     };
     match spec.dsi() {
-        None => Ok((generate_speculative(models.target, drafter.as_mut(), policy.as_mut(), verifier.as_mut(), prompt, cfg, eos)?, None)),
+        None => Ok((
+            generate_speculative(
+                models.target,
+                drafter.as_mut(),
+                policy.as_mut(),
+                verifier.as_mut(),
+                prompt,
+                cfg,
+                eos,
+            )?,
+            None,
+        )),
         Some(dsi) => {
             let shared = vec![models.target; dsi.servers];
             let targets = if models.workers.len() == dsi.servers { models.workers } else { &shared[..] };
-            let g = generate_dsi(targets, drafter.as_mut(), policy.as_mut(), verifier.as_mut(), prompt, cfg, &dsi, eos)?;
+            let g =
+                generate_dsi(targets, drafter.as_mut(), policy.as_mut(), verifier.as_mut(), prompt, cfg, &dsi, eos)?;
             Ok((g.generation, Some(g.stats)))
         }
     }

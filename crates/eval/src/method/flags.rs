@@ -3,12 +3,12 @@
 //! the chosen method does not use is an error, never silently dropped.
 
 use super::models::DEFAULT_HEAD;
-use super::spec::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting, PAPER_BOUNDS};
-use anyhow::{ensure, Context, Result};
-use std::path::PathBuf;
+use super::spec::{DrafterSpec, MethodSpec, PAPER_BOUNDS, PolicySpec, SchedulerSpec, Setting};
+use anyhow::{Context, Result, ensure};
 use clap::{Args, ValueEnum};
 use specx_decoder::speculative::{Calibration, Compat};
-use specx_decoder::{parse_device_list, parse_placement_list, DeviceName, DraftTransform, Placement};
+use specx_decoder::{DeviceName, DraftTransform, Placement, parse_device_list, parse_placement_list};
+use std::path::PathBuf;
 
 /// The papers' methods, each a default drafter x policy x scheduler.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -225,7 +225,10 @@ impl DraftArgs {
 
     /// The transform these flags describe (checked: the table exists and fits N).
     pub fn transform(&self) -> Result<DraftTransform> {
-        ensure!(self.draft_vocab_table.is_none() || self.draft_vocab.is_some(), "--draft-vocab-table needs --draft-vocab N");
+        ensure!(
+            self.draft_vocab_table.is_none() || self.draft_vocab.is_some(),
+            "--draft-vocab-table needs --draft-vocab N"
+        );
         let weights = self.draft_weights.as_deref().map(str::parse).transpose()?;
         let t = DraftTransform { vocab: self.draft_vocab, vocab_table: self.draft_vocab_table.clone(), weights };
         t.check()?;
@@ -250,14 +253,36 @@ impl MethodArgs {
             Ok(())
         };
         if self.method == Preset::Ar && self.drafter.is_none() && self.policy.is_none() && self.scheduler.is_none() {
-            let any = self.k.is_some() || self.servers.is_some() || !self.devices.is_empty() || !self.draft_devices.is_empty() || self.head.is_some() || self.threshold.is_some();
-            let more = self.min.is_some() || self.max.is_some() || self.strategy.is_some() || self.calibration.is_some() || self.workers.is_some() || self.compat.is_some() || !self.arms.is_empty();
-            let more = more || self.ngram_min.is_some() || self.ngram_max.is_some() || self.threshold_plus.is_some() || self.calibrated.is_some();
-            ensure!(!any && !more && !self.draft.given(), "--method ar runs the target alone: it takes no drafter, policy, scheduler or draft flag");
+            let any = self.k.is_some()
+                || self.servers.is_some()
+                || !self.devices.is_empty()
+                || !self.draft_devices.is_empty()
+                || self.head.is_some()
+                || self.threshold.is_some();
+            let more = self.min.is_some()
+                || self.max.is_some()
+                || self.strategy.is_some()
+                || self.calibration.is_some()
+                || self.workers.is_some()
+                || self.compat.is_some()
+                || !self.arms.is_empty();
+            let more = more
+                || self.ngram_min.is_some()
+                || self.ngram_max.is_some()
+                || self.threshold_plus.is_some()
+                || self.calibrated.is_some();
+            ensure!(
+                !any && !more && !self.draft.given(),
+                "--method ar runs the target alone: it takes no drafter, policy, scheduler or draft flag"
+            );
             return Ok(Setting::Ar);
         }
         let dsi_flags = self.servers.is_some() || !self.devices.is_empty();
-        let drafter = self.drafter.unwrap_or(if self.method == Preset::Easyspec { DrafterKind::Easyspec } else { DrafterKind::Plain });
+        let drafter = self.drafter.unwrap_or(if self.method == Preset::Easyspec {
+            DrafterKind::Easyspec
+        } else {
+            DrafterKind::Plain
+        });
         let policy = self.policy.unwrap_or(match self.method {
             Preset::Specdecpp => PolicyKind::Head,
             Preset::Confidence => PolicyKind::Confidence,
@@ -273,13 +298,30 @@ impl MethodArgs {
 
         let shipped = self.method == Preset::Adaptive && self.policy.is_none();
         if shipped {
-            let given = self.k.is_some() || self.threshold.is_some() || self.min.is_some() || self.max.is_some() || self.head.is_some();
-            ensure!(!given, "--method adaptive runs the shipped rule at its shipped setting: --k, --threshold, --min, --max and --head set a --policy of your own");
+            let given = self.k.is_some()
+                || self.threshold.is_some()
+                || self.min.is_some()
+                || self.max.is_some()
+                || self.head.is_some();
+            ensure!(
+                !given,
+                "--method adaptive runs the shipped rule at its shipped setting: --k, --threshold, --min, --max and --head set a --policy of your own"
+            );
         }
 
-        let fuzzy_flags = [("--strategy", self.strategy.is_some()), ("--calibration", self.calibration.is_some()), ("--workers", self.workers.is_some()), ("--compat", self.compat.is_some()), ("--draft-devices", !self.draft_devices.is_empty())];
+        let fuzzy_flags = [
+            ("--strategy", self.strategy.is_some()),
+            ("--calibration", self.calibration.is_some()),
+            ("--workers", self.workers.is_some()),
+            ("--compat", self.compat.is_some()),
+            ("--draft-devices", !self.draft_devices.is_empty()),
+        ];
         if !matches!(drafter, DrafterKind::Lookup | DrafterKind::Hybrid) {
-            unused(self.ngram_min.is_some() || self.ngram_max.is_some(), "--ngram-min/--ngram-max", "the lookup or hybrid drafter (--drafter lookup|hybrid)")?;
+            unused(
+                self.ngram_min.is_some() || self.ngram_max.is_some(),
+                "--ngram-min/--ngram-max",
+                "the lookup or hybrid drafter (--drafter lookup|hybrid)",
+            )?;
         }
         let (ngram_min, ngram_max) = (self.ngram_min.unwrap_or(1), self.ngram_max.unwrap_or(3));
         if drafter != DrafterKind::Feature {
@@ -290,7 +332,9 @@ impl MethodArgs {
                 for (flag, given) in fuzzy_flags {
                     unused(given, flag, "the easyspec drafter (--drafter easyspec or --method easyspec)")?;
                 }
-                DrafterSpec::Feature { head: self.feature_head.clone().unwrap_or_else(|| crate::method::models::DEFAULT_HEAD.into()) }
+                DrafterSpec::Feature {
+                    head: self.feature_head.clone().unwrap_or_else(|| crate::method::models::DEFAULT_HEAD.into()),
+                }
             }
             DrafterKind::Plain | DrafterKind::Lookup | DrafterKind::Hybrid => {
                 for (flag, given) in fuzzy_flags {
@@ -314,9 +358,16 @@ impl MethodArgs {
         let threshold = |default: f64| self.threshold.unwrap_or(default);
         let max_or = |default: usize| self.max.unwrap_or(default);
         unused(!self.arms.is_empty() && policy != PolicyKind::Bandit, "--arms", "the bandit policy")?;
-        unused(self.threshold_plus.is_some() && policy != PolicyKind::ThresholdPlus, "--threshold-plus", "the threshold-plus policy")?;
+        unused(
+            self.threshold_plus.is_some() && policy != PolicyKind::ThresholdPlus,
+            "--threshold-plus",
+            "the threshold-plus policy",
+        )?;
         unused(self.calibrated.is_some() && policy != PolicyKind::Calibrated, "--calibrated", "the calibrated policy")?;
-        if !matches!(policy, PolicyKind::Head | PolicyKind::HeadToken | PolicyKind::Confidence | PolicyKind::ConfidenceProduct) {
+        if !matches!(
+            policy,
+            PolicyKind::Head | PolicyKind::HeadToken | PolicyKind::Confidence | PolicyKind::ConfidenceProduct
+        ) {
             unused(self.head.is_some(), "--head", "the head policy")?;
             unused(self.min.is_some(), "--min", "the head or confidence policy")?;
         }
@@ -324,58 +375,80 @@ impl MethodArgs {
             unused(self.k.is_some(), "--k", "the fixed-K, dynamic or matchrate policy")?;
         }
         let policy = if shipped {
-            super::adaptive::shipped_policy(if on_cpu { super::adaptive::Hardware::Cpu } else { super::adaptive::Hardware::Gpu })?
-        } else { match policy {
-            PolicyKind::Fixed => {
-                unused(self.threshold.is_some(), "--threshold", "a policy with a threshold")?;
-                unused(self.max.is_some(), "--max", "a policy with a bound")?;
-                PolicySpec::Fixed { k: self.k.unwrap_or(4) }
-            }
-            PolicyKind::Head | PolicyKind::HeadToken => {
-                unused(self.k.is_some(), "--k", "the fixed-K policy")?;
-                let head = self.head.clone().unwrap_or_else(|| DEFAULT_HEAD.to_string());
-                if policy == PolicyKind::Head {
-                    PolicySpec::Head { head, threshold: threshold(0.7), min, max }
-                } else {
-                    PolicySpec::HeadToken { head, threshold: threshold(0.7), min, max }
+            super::adaptive::shipped_policy(if on_cpu {
+                super::adaptive::Hardware::Cpu
+            } else {
+                super::adaptive::Hardware::Gpu
+            })?
+        } else {
+            match policy {
+                PolicyKind::Fixed => {
+                    unused(self.threshold.is_some(), "--threshold", "a policy with a threshold")?;
+                    unused(self.max.is_some(), "--max", "a policy with a bound")?;
+                    PolicySpec::Fixed { k: self.k.unwrap_or(4) }
+                }
+                PolicyKind::Head | PolicyKind::HeadToken => {
+                    unused(self.k.is_some(), "--k", "the fixed-K policy")?;
+                    let head = self.head.clone().unwrap_or_else(|| DEFAULT_HEAD.to_string());
+                    if policy == PolicyKind::Head {
+                        PolicySpec::Head { head, threshold: threshold(0.7), min, max }
+                    } else {
+                        PolicySpec::HeadToken { head, threshold: threshold(0.7), min, max }
+                    }
+                }
+                PolicyKind::ConfidenceProduct => {
+                    unused(self.k.is_some(), "--k", "the fixed-K policy")?;
+                    unused(self.head.is_some(), "--head", "the head policy")?;
+                    PolicySpec::ConfidenceProduct { threshold: threshold(0.5), min: self.min.unwrap_or(1), max }
+                }
+                PolicyKind::Confidence => {
+                    unused(self.k.is_some(), "--k", "the fixed-K policy")?;
+                    unused(self.head.is_some(), "--head", "the head policy")?;
+                    // HF transformers' defaults: assistant_confidence_threshold 0.4, 1..20 tokens.
+                    PolicySpec::Confidence { threshold: threshold(0.4), min: self.min.unwrap_or(1), max }
+                }
+                PolicyKind::Roc => PolicySpec::Roc { threshold: threshold(0.4), max: max_or(20) },
+                PolicyKind::Pmin => PolicySpec::PMin { p_min: threshold(0.75), n_max: max_or(16) },
+                PolicyKind::Dynamic => {
+                    unused(self.threshold.is_some(), "--threshold", "a policy with a threshold")?;
+                    PolicySpec::Dynamic { initial: self.k.unwrap_or(5), cap: max_or(64) }
+                }
+                PolicyKind::Svip => PolicySpec::Svip { threshold: threshold(0.3), max: max_or(40) },
+                PolicyKind::Adaedl => PolicySpec::AdaEdl { lambda: threshold(0.7), gamma: 0.2, max: max_or(16) },
+                PolicyKind::Matchrate => {
+                    PolicySpec::MatchRate { threshold: threshold(0.3), max: max_or(16), model_k: self.k }
+                }
+                PolicyKind::ThresholdPlus => {
+                    unused(
+                        self.threshold.is_some() || self.max.is_some(),
+                        "--threshold/--max",
+                        "a policy without fitted parameters (threshold-plus's are in its file)",
+                    )?;
+                    let file = self
+                        .threshold_plus
+                        .as_deref()
+                        .context("--policy threshold-plus needs --threshold-plus FILE (fitted by specx eval tune)")?;
+                    PolicySpec::fitted_threshold_plus(file)?
+                }
+                PolicyKind::Calibrated => {
+                    unused(
+                        self.threshold.is_some() || self.max.is_some(),
+                        "--threshold/--max",
+                        "a policy without fitted parameters (the calibrated model's are in its file)",
+                    )?;
+                    let file = self
+                        .calibrated
+                        .as_deref()
+                        .context("--policy calibrated needs --calibrated FILE (fitted by specx eval tune)")?;
+                    PolicySpec::fitted_calibrated(file)?
+                }
+                PolicyKind::Bandit => {
+                    unused(self.threshold.is_some(), "--threshold", "a policy with a threshold")?;
+                    unused(self.max.is_some(), "--max", "a policy with a bound")?;
+                    PolicySpec::Bandit { arms: if self.arms.is_empty() { vec![1, 2, 3, 4] } else { self.arms.clone() } }
                 }
             }
-            PolicyKind::ConfidenceProduct => {
-                unused(self.k.is_some(), "--k", "the fixed-K policy")?;
-                unused(self.head.is_some(), "--head", "the head policy")?;
-                PolicySpec::ConfidenceProduct { threshold: threshold(0.5), min: self.min.unwrap_or(1), max }
-            }
-            PolicyKind::Confidence => {
-                unused(self.k.is_some(), "--k", "the fixed-K policy")?;
-                unused(self.head.is_some(), "--head", "the head policy")?;
-                // HF transformers' defaults: assistant_confidence_threshold 0.4, 1..20 tokens.
-                PolicySpec::Confidence { threshold: threshold(0.4), min: self.min.unwrap_or(1), max }
-            }
-            PolicyKind::Roc => PolicySpec::Roc { threshold: threshold(0.4), max: max_or(20) },
-            PolicyKind::Pmin => PolicySpec::PMin { p_min: threshold(0.75), n_max: max_or(16) },
-            PolicyKind::Dynamic => {
-                unused(self.threshold.is_some(), "--threshold", "a policy with a threshold")?;
-                PolicySpec::Dynamic { initial: self.k.unwrap_or(5), cap: max_or(64) }
-            }
-            PolicyKind::Svip => PolicySpec::Svip { threshold: threshold(0.3), max: max_or(40) },
-            PolicyKind::Adaedl => PolicySpec::AdaEdl { lambda: threshold(0.7), gamma: 0.2, max: max_or(16) },
-            PolicyKind::Matchrate => PolicySpec::MatchRate { threshold: threshold(0.3), max: max_or(16), model_k: self.k },
-            PolicyKind::ThresholdPlus => {
-                unused(self.threshold.is_some() || self.max.is_some(), "--threshold/--max", "a policy without fitted parameters (threshold-plus's are in its file)")?;
-                let file = self.threshold_plus.as_deref().context("--policy threshold-plus needs --threshold-plus FILE (fitted by specx eval tune)")?;
-                PolicySpec::fitted_threshold_plus(file)?
-            }
-            PolicyKind::Calibrated => {
-                unused(self.threshold.is_some() || self.max.is_some(), "--threshold/--max", "a policy without fitted parameters (the calibrated model's are in its file)")?;
-                let file = self.calibrated.as_deref().context("--policy calibrated needs --calibrated FILE (fitted by specx eval tune)")?;
-                PolicySpec::fitted_calibrated(file)?
-            }
-            PolicyKind::Bandit => {
-                unused(self.threshold.is_some(), "--threshold", "a policy with a threshold")?;
-                unused(self.max.is_some(), "--max", "a policy with a bound")?;
-                PolicySpec::Bandit { arms: if self.arms.is_empty() { vec![1, 2, 3, 4] } else { self.arms.clone() } }
-            }
-        } };
+        };
         let scheduler = match scheduler {
             SchedulerKind::Sequential => {
                 unused(dsi_flags, "--servers/--devices", "DSI's scheduler (--scheduler dsi or --method dsi)")?;
@@ -383,7 +456,11 @@ impl MethodArgs {
             }
             SchedulerKind::Dsi => {
                 let n = self.devices.len();
-                ensure!(n == 0 || self.servers.is_none_or(|s| s == n), "--servers {} and --devices with {n} devices disagree (one worker per device)", self.servers.unwrap_or(0));
+                ensure!(
+                    n == 0 || self.servers.is_none_or(|s| s == n),
+                    "--servers {} and --devices with {n} devices disagree (one worker per device)",
+                    self.servers.unwrap_or(0)
+                );
                 SchedulerSpec::Dsi { servers: if n > 0 { n } else { self.servers.unwrap_or(2) } }
             }
         };
@@ -419,10 +496,16 @@ mod tests {
         assert_eq!(key("--method confidence --threshold 0.4 --max 8").unwrap(), "confidence 0.4 [1,8]");
         assert_eq!(key("--method easyspec --calibration never").unwrap(), "easyspec lp4 never | specdec K=4");
         // EasySpec with a head and servers keeps the head (it used to be dropped silently).
-        assert_eq!(key("--method easyspec --head h --servers 3").unwrap(), "easyspec lp4 every_round | dsi SP=3 specdecpp h h=0.7 [2,20]");
+        assert_eq!(
+            key("--method easyspec --head h --servers 3").unwrap(),
+            "easyspec lp4 every_round | dsi SP=3 specdecpp h h=0.7 [2,20]"
+        );
         assert_eq!(key("--method dsi --devices cpu,wgpu:0").unwrap(), "dsi SP=2 k=4");
         assert_eq!(key("--method specdecpp --head h --scheduler dsi").unwrap(), "dsi SP=2 specdecpp h h=0.7 [2,20]");
-        assert_eq!(key("--policy confidence --drafter easyspec --strategy lp2").unwrap(), "easyspec lp2 every_round | confidence 0.4 [1,20]");
+        assert_eq!(
+            key("--policy confidence --drafter easyspec --strategy lp2").unwrap(),
+            "easyspec lp2 every_round | confidence 0.4 [1,20]"
+        );
         // The training-free rules with their published defaults, and with flags.
         assert_eq!(key("--policy roc").unwrap(), "roc 0.4 [1,20]");
         assert_eq!(key("--policy pmin").unwrap(), "pmin 0.75 n_max=16");
@@ -434,7 +517,15 @@ mod tests {
         // The shipped rule: its CPU setting on the CPU, its GPU setting elsewhere; its setting
         // is not changed by flags, while a drafter or scheduler still can be.
         let shipped = super::super::adaptive::ShippedRule::read(&super::super::adaptive::shipped_rule_file()).unwrap();
-        let spec = |policy: PolicySpec| Setting::Speculative(MethodSpec { drafter: DrafterSpec::Plain, draft: Default::default(), policy, scheduler: SchedulerSpec::Sequential }).key();
+        let spec = |policy: PolicySpec| {
+            Setting::Speculative(MethodSpec {
+                drafter: DrafterSpec::Plain,
+                draft: Default::default(),
+                policy,
+                scheduler: SchedulerSpec::Sequential,
+            })
+            .key()
+        };
         assert_eq!(key("--method adaptive").unwrap(), spec(shipped.cpu.clone()));
         let on_gpu = Cli::try_parse_from(["x", "--method", "adaptive"]).unwrap().m.setting(false).unwrap().key();
         assert_eq!(on_gpu, spec(shipped.gpu.clone()));
@@ -442,11 +533,23 @@ mod tests {
         assert!(key("--method adaptive --scheduler dsi").unwrap().starts_with("dsi SP=2"));
         // Prompt lookup under the policies that apply to it.
         assert_eq!(key("--drafter lookup --k 8").unwrap(), "lookup n=1..3 | specdec K=8");
-        assert_eq!(key("--drafter lookup --ngram-min 2 --ngram-max 4 --policy dynamic").unwrap(), "lookup n=2..4 | dynamic K0=5 cap=64");
+        assert_eq!(
+            key("--drafter lookup --ngram-min 2 --ngram-max 4 --policy dynamic").unwrap(),
+            "lookup n=2..4 | dynamic K0=5 cap=64"
+        );
         assert_eq!(key("--drafter lookup --method dsi").unwrap(), "lookup n=1..3 | dsi SP=2 k=4");
-        assert_eq!(key("--drafter hybrid --policy matchrate --threshold 0.2").unwrap(), "lookup+draft n=1..3 | matchrate 0.2 [1,16]");
-        assert_eq!(key("--drafter hybrid --policy matchrate --threshold 0.2 --k 4").unwrap(), "lookup+draft n=1..3 | matchrate 0.2 [1,16] model K=4");
-        assert_eq!(key("--drafter hybrid --ngram-min 2 --draft-weights q4_0").unwrap(), "lookup+draft n=2..3 | specdec K=4 [draft q4_0]");
+        assert_eq!(
+            key("--drafter hybrid --policy matchrate --threshold 0.2").unwrap(),
+            "lookup+draft n=1..3 | matchrate 0.2 [1,16]"
+        );
+        assert_eq!(
+            key("--drafter hybrid --policy matchrate --threshold 0.2 --k 4").unwrap(),
+            "lookup+draft n=1..3 | matchrate 0.2 [1,16] model K=4"
+        );
+        assert_eq!(
+            key("--drafter hybrid --ngram-min 2 --draft-weights q4_0").unwrap(),
+            "lookup+draft n=2..3 | specdec K=4 [draft q4_0]"
+        );
     }
 
     #[test]
@@ -469,7 +572,10 @@ mod tests {
         assert!(e("--drafter lookup --policy matchrate --k 4").contains("only the hybrid drafter has"));
         // The feature head: named in the key; no draft-model policies, no cheaper draft.
         assert_eq!(key("--drafter feature --k 4").unwrap(), "feature default | specdec K=4");
-        assert_eq!(key("--drafter feature --feature-head runs/fh --method confidence --threshold 0.3").unwrap(), "feature fh | confidence 0.3 [1,20]");
+        assert_eq!(
+            key("--drafter feature --feature-head runs/fh --method confidence --threshold 0.3").unwrap(),
+            "feature fh | confidence 0.3 [1,20]"
+        );
         assert_eq!(key("--drafter feature --method dsi").unwrap(), "feature default | dsi SP=2 k=4");
         assert!(e("--feature-head x").contains("needs the feature drafter"));
         assert!(e("--drafter feature --method specdecpp").contains("does not have"));

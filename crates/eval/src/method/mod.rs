@@ -9,7 +9,7 @@ pub mod flags;
 pub mod models;
 pub mod spec;
 
-pub use build::{generate, HeadBinding, Heads, RunModels};
+pub use build::{HeadBinding, Heads, RunModels, generate};
 pub use flags::MethodArgs;
-pub use models::{load_head, ModelPlan, Models};
-pub use spec::{head_name, DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting, PAPER_BOUNDS};
+pub use models::{ModelPlan, Models, load_head};
+pub use spec::{DrafterSpec, MethodSpec, PAPER_BOUNDS, PolicySpec, SchedulerSpec, Setting, head_name};

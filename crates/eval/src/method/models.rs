@@ -4,13 +4,16 @@
 
 use super::build::{FeatureHeads, Heads, RunModels};
 use super::spec::{DrafterSpec, Setting};
-use anyhow::{bail, ensure, Context, Result};
-use specx_decoder::draft::check_same_transform;
+use anyhow::{Context, Result, bail, ensure};
 use specx_decoder::DraftTransform;
-use std::collections::BTreeMap;
+use specx_decoder::draft::check_same_transform;
 use specx_decoder::fsutil::short_hash;
 use specx_decoder::speculative::{AcceptanceHead, FeatureDraft};
-use specx_decoder::{check_pair, load_model_as, load_model_split, open_device, Device, DeviceName, LoadedModel, Placement, Transformer, WeightMode};
+use specx_decoder::{
+    Device, DeviceName, LoadedModel, Placement, Transformer, WeightMode, check_pair, load_model_as, load_model_split,
+    open_device,
+};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// What to load.
@@ -92,17 +95,23 @@ impl Models {
             _ => None,
         };
         let mut transformed = BTreeMap::new();
-        let wanted: std::collections::BTreeSet<&DraftTransform> = plan.drafts.iter().filter(|t| !t.is_identity()).collect();
+        let wanted: std::collections::BTreeSet<&DraftTransform> =
+            plan.drafts.iter().filter(|t| !t.is_identity()).collect();
         for t in wanted {
             let d = draft.as_ref().context("a cheaper draft is made from the draft model: a draft model is needed")?;
-            ensure!(plan.draft_devices.is_empty(), "EasySpec's placed draft (--draft-devices) runs the draft as loaded: it cannot be combined with a cheaper draft ({})", t.label());
+            ensure!(
+                plan.draft_devices.is_empty(),
+                "EasySpec's placed draft (--draft-devices) runs the draft as loaded: it cannot be combined with a cheaper draft ({})",
+                t.label()
+            );
             eprintln!("making the draft {}", t.label());
             transformed.insert(t.clone(), (t.apply(d.model.clone(), &d.tokenizer)?, t.identity()?));
         }
         let mut heads = Heads::new();
         let mut head_drafts = BTreeMap::new();
         for (name, spec) in &plan.heads {
-            let d = draft.as_ref().context("acceptance heads read the draft's hidden states: a draft model is needed")?;
+            let d =
+                draft.as_ref().context("acceptance heads read the draft's hidden states: a draft model is needed")?;
             let (head, transform) = load_head(spec, d, &device)?;
             heads.insert(name.clone(), head);
             head_drafts.insert(name.clone(), transform.unwrap_or_else(|| "none".into()));
@@ -128,7 +137,14 @@ impl Models {
     /// trained on the draft this setting runs (the same transform).
     pub fn check_setting(&self, setting: &Setting) -> Result<()> {
         let Some(m) = setting.spec() else { return Ok(()) };
-        let used = if m.draft.is_identity() { "none".to_string() } else { self.transformed.get(&m.draft).map(|(_, id)| id.clone()).with_context(|| format!("{}: the draft {} was not made", m.key(), m.draft.label()))? };
+        let used = if m.draft.is_identity() {
+            "none".to_string()
+        } else {
+            self.transformed
+                .get(&m.draft)
+                .map(|(_, id)| id.clone())
+                .with_context(|| format!("{}: the draft {} was not made", m.key(), m.draft.label()))?
+        };
         if let Some(head) = setting.head() {
             let recorded = self.head_drafts.get(head).map(String::as_str);
             check_same_transform(&format!("{}: head '{head}'", m.key()), recorded, &used)?;
@@ -179,13 +195,17 @@ pub fn default_feature_head_dir() -> PathBuf {
 pub fn load_head(spec: &str, draft: &LoadedModel, device: &Device) -> Result<(AcceptanceHead, Option<String>)> {
     let hidden_size = draft.model.config().hidden_size;
     if let Some(rest) = spec.strip_prefix("random") {
-        let seed: u64 = rest.strip_prefix(':').map_or(Ok(0), str::parse).context("--head random:SEED needs an integer seed")?;
+        let seed: u64 =
+            rest.strip_prefix(':').map_or(Ok(0), str::parse).context("--head random:SEED needs an integer seed")?;
         return Ok((AcceptanceHead::init_seeded(hidden_size, 3, false, seed, device), None));
     }
     let dir = if spec == DEFAULT_HEAD {
         let dir = default_head_dir();
         if !dir.join("head.json").is_file() {
-            bail!("the default head {} is missing (it ships in the specx repository this binary was built from); pass --head DIR", dir.display());
+            bail!(
+                "the default head {} is missing (it ships in the specx repository this binary was built from); pass --head DIR",
+                dir.display()
+            );
         }
         dir
     } else {
@@ -199,7 +219,12 @@ pub fn load_head(spec: &str, draft: &LoadedModel, device: &Device) -> Result<(Ac
     if let Some(trained_on) = &hs.draft_model_sha256 {
         let this = draft.weights_sha256()?;
         if *trained_on != this {
-            bail!("head {spec} was trained on the hidden states of another draft model (sha256 {}), not {} (sha256 {})", short_hash(trained_on), draft.path.display(), short_hash(&this));
+            bail!(
+                "head {spec} was trained on the hidden states of another draft model (sha256 {}), not {} (sha256 {})",
+                short_hash(trained_on),
+                draft.path.display(),
+                short_hash(&this)
+            );
         }
     }
     Ok((head, hs.draft_transform))

@@ -2,11 +2,11 @@
 //! `specx decode`'s flags parse to. A speculative method is a triple of the decoder's parts,
 //! drafter x stop policy x scheduler; AR is the target alone.
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{Context, Result, bail, ensure};
 use serde::{Deserialize, Serialize};
+use specx_decoder::DraftTransform;
 use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::speculative::{Calibration, Compat, HeadRule};
-use specx_decoder::DraftTransform;
 
 /// The head name of a checkpoint directory: its last path component (what settings name).
 pub fn head_name(dir: &std::path::Path) -> String {
@@ -174,7 +174,13 @@ impl PolicySpec {
     pub fn max_candidates(&self) -> usize {
         match self {
             Self::Fixed { k } => *k,
-            Self::Head { max, .. } | Self::HeadToken { max, .. } | Self::Confidence { max, .. } | Self::ConfidenceProduct { max, .. } | Self::Roc { max, .. } | Self::Svip { max, .. } | Self::AdaEdl { max, .. } => *max,
+            Self::Head { max, .. }
+            | Self::HeadToken { max, .. }
+            | Self::Confidence { max, .. }
+            | Self::ConfidenceProduct { max, .. }
+            | Self::Roc { max, .. }
+            | Self::Svip { max, .. }
+            | Self::AdaEdl { max, .. } => *max,
             Self::MatchRate { max, model_k, .. } => (*max).max(model_k.unwrap_or(0)),
             Self::PMin { n_max, .. } => *n_max,
             Self::Dynamic { cap, .. } => *cap,
@@ -198,11 +204,15 @@ impl PolicySpec {
             Self::Dynamic { initial, cap } => format!("dynamic K0={initial} cap={cap}"),
             Self::Svip { threshold, max } => format!("svip {threshold} [1,{max}]"),
             Self::AdaEdl { lambda, gamma, max } => format!("adaedl lambda={lambda} gamma={gamma} [1,{max}]"),
-            Self::Bandit { arms } => format!("bandit K={}", arms.iter().map(usize::to_string).collect::<Vec<_>>().join(",")),
+            Self::Bandit { arms } => {
+                format!("bandit K={}", arms.iter().map(usize::to_string).collect::<Vec<_>>().join(","))
+            }
             Self::ThresholdPlus { name, .. } => format!("threshold-plus {name}"),
             Self::Calibrated { name, .. } => format!("calibrated {name}"),
             Self::MatchRate { threshold, max, model_k: None } => format!("matchrate {threshold} [1,{max}]"),
-            Self::MatchRate { threshold, max, model_k: Some(k) } => format!("matchrate {threshold} [1,{max}] model K={k}"),
+            Self::MatchRate { threshold, max, model_k: Some(k) } => {
+                format!("matchrate {threshold} [1,{max}] model K={k}")
+            }
             Self::Oracle => "oracle".into(),
         }
     }
@@ -220,7 +230,12 @@ impl SchedulerSpec {
 impl MethodSpec {
     /// A plain drafter under `policy`, scheduled sequentially.
     pub fn plain(policy: PolicySpec) -> Self {
-        Self { drafter: DrafterSpec::Plain, draft: DraftTransform::default(), policy, scheduler: SchedulerSpec::Sequential }
+        Self {
+            drafter: DrafterSpec::Plain,
+            draft: DraftTransform::default(),
+            policy,
+            scheduler: SchedulerSpec::Sequential,
+        }
     }
 
     /// A short unique name. The papers' methods keep the names they have always had
@@ -278,27 +293,49 @@ impl MethodSpec {
         match &self.drafter {
             DrafterSpec::Plain => {}
             DrafterSpec::EasySpec { strategy, workers, .. } => {
-                LayerGroups::check_syntax(strategy).map_err(|e| anyhow::anyhow!("{key}: strategy '{strategy}': {e:#}"))?;
+                LayerGroups::check_syntax(strategy)
+                    .map_err(|e| anyhow::anyhow!("{key}: strategy '{strategy}': {e:#}"))?;
                 ensure!(*workers >= 1, "{key}: EasySpec needs at least 1 worker");
             }
             DrafterSpec::Lookup { ngram_min, ngram_max } | DrafterSpec::Hybrid { ngram_min, ngram_max } => {
-                ensure!(*ngram_min >= 1 && ngram_min <= ngram_max, "{key}: prompt lookup needs 1 <= ngram_min <= ngram_max");
+                ensure!(
+                    *ngram_min >= 1 && ngram_min <= ngram_max,
+                    "{key}: prompt lookup needs 1 <= ngram_min <= ngram_max"
+                );
                 let lookup_only = matches!(self.drafter, DrafterSpec::Lookup { .. });
-                ensure!(!lookup_only || self.draft.is_identity(), "{key}: prompt lookup runs no draft model, so a cheaper draft changes nothing");
+                ensure!(
+                    !lookup_only || self.draft.is_identity(),
+                    "{key}: prompt lookup runs no draft model, so a cheaper draft changes nothing"
+                );
                 // A lookup's proposal is a point mass (probability 1, entropy 0, no hidden
                 // state): the rules that read the draft's distribution would never stop it.
                 ensure!(
-                    matches!(self.policy, PolicySpec::Fixed { .. } | PolicySpec::Dynamic { .. } | PolicySpec::Bandit { .. } | PolicySpec::MatchRate { .. }),
+                    matches!(
+                        self.policy,
+                        PolicySpec::Fixed { .. }
+                            | PolicySpec::Dynamic { .. }
+                            | PolicySpec::Bandit { .. }
+                            | PolicySpec::MatchRate { .. }
+                    ),
                     "{key}: the {} policy reads the draft model's probabilities or hidden state, which prompt lookup does not have; use fixed, dynamic, bandit or matchrate",
                     self.policy.name()
                 );
             }
             DrafterSpec::Feature { .. } => {
-                ensure!(self.draft.is_identity(), "{key}: the feature head runs no draft model, so a cheaper draft changes nothing");
+                ensure!(
+                    self.draft.is_identity(),
+                    "{key}: the feature head runs no draft model, so a cheaper draft changes nothing"
+                );
                 // An acceptance head reads the draft model's hidden states; matchrate reads
                 // n-gram matches: neither exists here.
                 ensure!(
-                    !matches!(self.policy, PolicySpec::Head { .. } | PolicySpec::HeadToken { .. } | PolicySpec::MatchRate { .. } | PolicySpec::Oracle),
+                    !matches!(
+                        self.policy,
+                        PolicySpec::Head { .. }
+                            | PolicySpec::HeadToken { .. }
+                            | PolicySpec::MatchRate { .. }
+                            | PolicySpec::Oracle
+                    ),
                     "{key}: the {} policy needs a draft model's hidden states or n-gram matches, which the feature head does not have",
                     self.policy.name()
                 );
@@ -306,19 +343,27 @@ impl MethodSpec {
         }
         match &self.policy {
             PolicySpec::Fixed { k } => ensure!(*k >= 1, "{key}: fixed K needs k >= 1"),
-            PolicySpec::Head { threshold, min, max, .. } | PolicySpec::HeadToken { threshold, min, max, .. } | PolicySpec::Confidence { threshold, min, max } | PolicySpec::ConfidenceProduct { threshold, min, max } => {
+            PolicySpec::Head { threshold, min, max, .. }
+            | PolicySpec::HeadToken { threshold, min, max, .. }
+            | PolicySpec::Confidence { threshold, min, max }
+            | PolicySpec::ConfidenceProduct { threshold, min, max } => {
                 ensure!((0.0..=1.0).contains(threshold), "{key}: the threshold must be in [0, 1]");
                 ensure!(*min >= 1 && min <= max, "{key}: bounds [{min}, {max}]: need 1 <= min <= max");
             }
             PolicySpec::Roc { threshold, max } | PolicySpec::Svip { threshold, max } => {
-                ensure!(*threshold >= 0.0 && threshold.is_finite(), "{key}: the threshold must be a non-negative number");
+                ensure!(
+                    *threshold >= 0.0 && threshold.is_finite(),
+                    "{key}: the threshold must be a non-negative number"
+                );
                 ensure!(*max >= 1, "{key}: at most {max} candidates: need at least 1");
             }
             PolicySpec::PMin { p_min, n_max } => {
                 ensure!((0.0..=1.0).contains(p_min), "{key}: p_min must be in [0, 1]");
                 ensure!(*n_max >= 1, "{key}: n_max must be at least 1");
             }
-            PolicySpec::Dynamic { initial, cap } => ensure!(*initial >= 1 && initial <= cap, "{key}: need 1 <= K0 <= cap"),
+            PolicySpec::Dynamic { initial, cap } => {
+                ensure!(*initial >= 1 && initial <= cap, "{key}: need 1 <= K0 <= cap")
+            }
             PolicySpec::AdaEdl { lambda, gamma, max } => {
                 ensure!((0.0..=1.0).contains(lambda) && *gamma > 0.0, "{key}: need lambda in [0, 1] and gamma > 0");
                 ensure!(*max >= 1, "{key}: at most {max} candidates: need at least 1");
@@ -327,13 +372,22 @@ impl MethodSpec {
                 ensure!((0.0..=1.0).contains(threshold), "{key}: the threshold must be in [0, 1]");
                 ensure!(*max >= 1, "{key}: at most {max} candidates: need at least 1");
                 ensure!(model_k.is_none_or(|k| k >= 1), "{key}: model K needs k >= 1");
-                ensure!(model_k.is_none() || matches!(self.drafter, DrafterSpec::Hybrid { .. }), "{key}: model K sets the draft model's rounds, which only the hybrid drafter has");
+                ensure!(
+                    model_k.is_none() || matches!(self.drafter, DrafterSpec::Hybrid { .. }),
+                    "{key}: model K sets the draft model's rounds, which only the hybrid drafter has"
+                );
             }
             PolicySpec::ThresholdPlus { params, .. } => params.check().with_context(|| key.clone())?,
             PolicySpec::Calibrated { params, .. } => params.check().with_context(|| key.clone())?,
-            PolicySpec::Bandit { arms } => ensure!(!arms.is_empty() && arms.iter().all(|&k| k >= 1), "{key}: a bandit needs arms of at least 1 candidate"),
+            PolicySpec::Bandit { arms } => ensure!(
+                !arms.is_empty() && arms.iter().all(|&k| k >= 1),
+                "{key}: a bandit needs arms of at least 1 candidate"
+            ),
             PolicySpec::Oracle => {
-                ensure!(self.drafter == DrafterSpec::Plain && self.scheduler == SchedulerSpec::Sequential, "{key}: the oracle replays the plain drafter's traces under the sequential scheduler only")
+                ensure!(
+                    self.drafter == DrafterSpec::Plain && self.scheduler == SchedulerSpec::Sequential,
+                    "{key}: the oracle replays the plain drafter's traces under the sequential scheduler only"
+                )
             }
         }
         if let SchedulerSpec::Dsi { servers } = self.scheduler {
@@ -416,14 +470,20 @@ impl Setting {
     /// The head's or the confidence rule's threshold.
     pub fn threshold(&self) -> Option<f64> {
         match self.spec()?.policy {
-            PolicySpec::Head { threshold, .. } | PolicySpec::HeadToken { threshold, .. } | PolicySpec::Confidence { threshold, .. } | PolicySpec::ConfidenceProduct { threshold, .. } => Some(threshold),
+            PolicySpec::Head { threshold, .. }
+            | PolicySpec::HeadToken { threshold, .. }
+            | PolicySpec::Confidence { threshold, .. }
+            | PolicySpec::ConfidenceProduct { threshold, .. } => Some(threshold),
             _ => None,
         }
     }
     /// `[min, max]` candidates of an adaptive policy.
     pub fn bounds(&self) -> Option<[usize; 2]> {
         match self.spec()?.policy {
-            PolicySpec::Head { min, max, .. } | PolicySpec::HeadToken { min, max, .. } | PolicySpec::Confidence { min, max, .. } | PolicySpec::ConfidenceProduct { min, max, .. } => Some([min, max]),
+            PolicySpec::Head { min, max, .. }
+            | PolicySpec::HeadToken { min, max, .. }
+            | PolicySpec::Confidence { min, max, .. }
+            | PolicySpec::ConfidenceProduct { min, max, .. } => Some([min, max]),
             _ => None,
         }
     }
@@ -438,7 +498,10 @@ impl Setting {
     pub fn easyspec(&self) -> Option<(&str, Calibration, usize)> {
         match &self.spec()?.drafter {
             DrafterSpec::EasySpec { strategy, calibration, workers, .. } => Some((strategy, *calibration, *workers)),
-            DrafterSpec::Plain | DrafterSpec::Lookup { .. } | DrafterSpec::Hybrid { .. } | DrafterSpec::Feature { .. } => None,
+            DrafterSpec::Plain
+            | DrafterSpec::Lookup { .. }
+            | DrafterSpec::Hybrid { .. }
+            | DrafterSpec::Feature { .. } => None,
         }
     }
 }
@@ -448,7 +511,8 @@ pub const PAPER_BOUNDS: [usize; 2] = [HeadRule::PAPER_MIN, HeadRule::PAPER_MAX];
 
 /// A fitted policy's parameters from a JSON file, and the setting's name (the file's stem).
 fn fitted<T: serde::de::DeserializeOwned>(path: &std::path::Path, what: &str) -> Result<(String, T)> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {what} parameters {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {what} parameters {}", path.display()))?;
     let params = serde_json::from_str(&text).with_context(|| format!("{}: not {what} parameters", path.display()))?;
     let name = path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
     Ok((name, params))
@@ -473,7 +537,12 @@ mod tests {
     use super::*;
 
     fn fuzzy() -> DrafterSpec {
-        DrafterSpec::EasySpec { strategy: "lp4".into(), calibration: Calibration::EveryRound, workers: 1, compat: Compat::Lossless }
+        DrafterSpec::EasySpec {
+            strategy: "lp4".into(),
+            calibration: Calibration::EveryRound,
+            workers: 1,
+            compat: Compat::Lossless,
+        }
     }
 
     #[test]
@@ -482,11 +551,17 @@ mod tests {
         let dsi = SchedulerSpec::Dsi { servers: 2 };
         assert_eq!(MethodSpec::plain(PolicySpec::Fixed { k: 4 }).key(), "specdec K=4");
         assert_eq!(MethodSpec::plain(head.clone()).key(), "specdecpp w6d3 h=0.7 [2,20]");
-        assert_eq!(MethodSpec { scheduler: dsi.clone(), ..MethodSpec::plain(PolicySpec::Fixed { k: 5 }) }.key(), "dsi SP=2 k=5");
+        assert_eq!(
+            MethodSpec { scheduler: dsi.clone(), ..MethodSpec::plain(PolicySpec::Fixed { k: 5 }) }.key(),
+            "dsi SP=2 k=5"
+        );
         let dsi_head = MethodSpec { scheduler: dsi.clone(), ..MethodSpec::plain(head.clone()) };
         assert_eq!((dsi_head.key().as_str(), dsi_head.family()), ("dsi SP=2 specdecpp w6d3 h=0.7 [2,20]", "dsi"));
         let all = MethodSpec { drafter: fuzzy(), draft: DraftTransform::default(), policy: head, scheduler: dsi };
-        assert_eq!((all.key().as_str(), all.family()), ("easyspec lp4 every_round | dsi SP=2 specdecpp w6d3 h=0.7 [2,20]", "easyspec"));
+        assert_eq!(
+            (all.key().as_str(), all.family()),
+            ("easyspec lp4 every_round | dsi SP=2 specdecpp w6d3 h=0.7 [2,20]", "easyspec")
+        );
         let s = Setting::Speculative(all);
         assert_eq!((s.drafter(), s.policy(), s.scheduler()), (Some("easyspec"), Some("head"), Some("dsi")));
         assert_eq!((s.servers(), s.threshold(), s.bounds(), s.k()), (Some(2), Some(0.7), Some([2, 20]), None));
@@ -500,19 +575,45 @@ mod tests {
     fn out_of_range_parts_and_the_oracle_in_a_real_run_are_refused_with_a_reason() {
         let e = |s: Setting| format!("{:#}", s.check_runnable().unwrap_err());
         assert!(e(Setting::Speculative(MethodSpec::plain(PolicySpec::Fixed { k: 0 }))).contains("k >= 1"));
-        assert!(e(Setting::Speculative(MethodSpec::plain(PolicySpec::Confidence { threshold: 0.5, min: 3, max: 2 }))).contains("bounds [3, 2]"));
+        assert!(
+            e(Setting::Speculative(MethodSpec::plain(PolicySpec::Confidence { threshold: 0.5, min: 3, max: 2 })))
+                .contains("bounds [3, 2]")
+        );
         assert!(e(Setting::Speculative(MethodSpec::plain(PolicySpec::Oracle))).contains("can only be replayed"));
-        let dsi_oracle = MethodSpec { scheduler: SchedulerSpec::Dsi { servers: 2 }, ..MethodSpec::plain(PolicySpec::Oracle) };
+        let dsi_oracle =
+            MethodSpec { scheduler: SchedulerSpec::Dsi { servers: 2 }, ..MethodSpec::plain(PolicySpec::Oracle) };
         assert!(e(Setting::Speculative(dsi_oracle)).contains("sequential scheduler only"));
-        let bad_strategy = MethodSpec { drafter: DrafterSpec::EasySpec { strategy: "0-x".into(), calibration: Calibration::Never, workers: 1, compat: Compat::Lossless }, ..MethodSpec::plain(PolicySpec::Fixed { k: 2 }) };
+        let bad_strategy = MethodSpec {
+            drafter: DrafterSpec::EasySpec {
+                strategy: "0-x".into(),
+                calibration: Calibration::Never,
+                workers: 1,
+                compat: Compat::Lossless,
+            },
+            ..MethodSpec::plain(PolicySpec::Fixed { k: 2 })
+        };
         assert!(e(Setting::Speculative(bad_strategy)).contains("strategy '0-x'"));
-        let lookup = |policy| Setting::Speculative(MethodSpec { drafter: DrafterSpec::Lookup { ngram_min: 1, ngram_max: 3 }, ..MethodSpec::plain(policy) });
+        let lookup = |policy| {
+            Setting::Speculative(MethodSpec {
+                drafter: DrafterSpec::Lookup { ngram_min: 1, ngram_max: 3 },
+                ..MethodSpec::plain(policy)
+            })
+        };
         assert_eq!(lookup(PolicySpec::Fixed { k: 6 }).key(), "lookup n=1..3 | specdec K=6");
-        let hybrid = MethodSpec { drafter: DrafterSpec::Hybrid { ngram_min: 2, ngram_max: 3 }, ..MethodSpec::plain(PolicySpec::Fixed { k: 4 }) };
+        let hybrid = MethodSpec {
+            drafter: DrafterSpec::Hybrid { ngram_min: 2, ngram_max: 3 },
+            ..MethodSpec::plain(PolicySpec::Fixed { k: 4 })
+        };
         assert_eq!((hybrid.key().as_str(), hybrid.family()), ("lookup+draft n=2..3 | specdec K=4", "hybrid"));
         assert!(lookup(PolicySpec::Dynamic { initial: 5, cap: 64 }).check_runnable().is_ok());
-        assert!(e(lookup(PolicySpec::Confidence { threshold: 0.5, min: 1, max: 20 })).contains("use fixed, dynamic, bandit or matchrate"));
-        let wide = MethodSpec { drafter: DrafterSpec::Lookup { ngram_min: 3, ngram_max: 2 }, ..MethodSpec::plain(PolicySpec::Fixed { k: 2 }) };
+        assert!(
+            e(lookup(PolicySpec::Confidence { threshold: 0.5, min: 1, max: 20 }))
+                .contains("use fixed, dynamic, bandit or matchrate")
+        );
+        let wide = MethodSpec {
+            drafter: DrafterSpec::Lookup { ngram_min: 3, ngram_max: 2 },
+            ..MethodSpec::plain(PolicySpec::Fixed { k: 2 })
+        };
         assert!(e(Setting::Speculative(wide)).contains("1 <= ngram_min <= ngram_max"));
         assert!(Setting::Ar.check_runnable().is_ok());
     }

@@ -4,8 +4,8 @@
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
-use specx_run::slurm::SlurmConfig;
 use specx_decoder::fsutil::write_atomic;
+use specx_run::slurm::SlurmConfig;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -60,7 +60,10 @@ pub fn array_spec(tasks: &[usize]) -> String {
             _ => runs.push((t, t)),
         }
     }
-    runs.iter().map(|&(lo, hi)| if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") }).collect::<Vec<_>>().join(",")
+    runs.iter()
+        .map(|&(lo, hi)| if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// A word for a shell: single-quoted unless it is plain.
@@ -93,7 +96,9 @@ impl Job {
         let r = &self.resources;
         let _ = writeln!(s, "#SBATCH --output={}", q(&self.slurm_dir().join("logs").join(log)));
         let _ = writeln!(s, "#SBATCH --open-mode=append");
-        for (flag, v) in [("partition", &r.partition), ("time", &r.time), ("mem", &r.mem), ("account", &r.account), ("qos", &r.qos)] {
+        for (flag, v) in
+            [("partition", &r.partition), ("time", &r.time), ("mem", &r.mem), ("account", &r.account), ("qos", &r.qos)]
+        {
             if let Some(v) = v {
                 let _ = writeln!(s, "#SBATCH --{flag}={}", quote(v));
             }
@@ -129,7 +134,13 @@ impl Job {
     /// The array job's script: task i runs part i.
     pub fn parts_script(&self, tasks: &[usize]) -> String {
         let mut s = String::from("#!/bin/bash\n");
-        let _ = writeln!(s, "# specx {} of {}, part $SLURM_ARRAY_TASK_ID of {} (written by specx slurm).", self.kind.name(), self.out.display(), self.shards);
+        let _ = writeln!(
+            s,
+            "# specx {} of {}, part $SLURM_ARRAY_TASK_ID of {} (written by specx slurm).",
+            self.kind.name(),
+            self.out.display(),
+            self.shards
+        );
         s.push_str("# A task that is requeued (preemption, scontrol requeue) or resubmitted resumes from its part directory.\n");
         let _ = writeln!(s, "#SBATCH --job-name={}", quote(&self.name()));
         let _ = writeln!(s, "#SBATCH --array={}", array_spec(tasks));
@@ -156,7 +167,13 @@ impl Job {
     /// The merge job's script.
     pub fn merge_script(&self) -> String {
         let mut s = String::from("#!/bin/bash\n");
-        let _ = writeln!(s, "# specx {} of {}: merge its {} parts (written by specx slurm).", self.kind.name(), self.out.display(), self.shards);
+        let _ = writeln!(
+            s,
+            "# specx {} of {}: merge its {} parts (written by specx slurm).",
+            self.kind.name(),
+            self.out.display(),
+            self.shards
+        );
         let _ = writeln!(s, "#SBATCH --job-name={}", quote(&format!("{}-merge", self.name())));
         self.common_options(&mut s, "merge.out");
         s.push_str("job=$SLURM_JOB_ID\n");
@@ -223,7 +240,13 @@ mod tests {
             workdir: "/w".into(),
             env: vec![("SPECX_MODELS".into(), "/m".into())],
             pass: vec!["--device".into(), "cuda:0".into()],
-            resources: SlurmConfig { partition: Some("gpu".into()), gres: Some("gpu:1".into()), sbatch: vec!["--constraint=a100".into()], setup: vec!["module load cuda".into()], ..Default::default() },
+            resources: SlurmConfig {
+                partition: Some("gpu".into()),
+                gres: Some("gpu:1".into()),
+                sbatch: vec!["--constraint=a100".into()],
+                setup: vec!["module load cuda".into()],
+                ..Default::default()
+            },
         }
     }
 

@@ -2,11 +2,11 @@
 //! directory: the part's manifest (how much it has written), the state its job script
 //! recorded (`OUT/slurm/state`), and, where squeue is on the PATH, whether its job is queued.
 
-use specx_run::part::part_dir;
-use super::job::{quote, Job, JobRecord, Kind};
+use super::job::{Job, JobRecord, Kind, quote};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use specx_decoder::report::markdown_table;
+use specx_run::part::part_dir;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -31,7 +31,9 @@ pub fn read_part(kind: Kind, dir: &Path) -> Result<Option<PartProgress>> {
     if !dir.join("manifest.json").exists() {
         return Ok(None);
     }
-    let owned = |total: usize, part: Option<(usize, usize)>| part.map_or(total, |(i, n)| (0..total).filter(|k| k % n == i).count());
+    let owned = |total: usize, part: Option<(usize, usize)>| {
+        part.map_or(total, |(i, n)| (0..total).filter(|k| k % n == i).count())
+    };
     Ok(Some(match kind {
         Kind::Datagen => {
             let m = specx_datagen::manifest::Manifest::read(dir)?;
@@ -70,14 +72,22 @@ pub fn queued(jobs: &[String]) -> Result<Option<Vec<(String, String)>>> {
     if jobs.is_empty() {
         return Ok(Some(Vec::new()));
     }
-    let out = match Command::new("squeue").args(["--noheader", "--array", "--format=%i %T", "--jobs", &jobs.join(",")]).output() {
+    let out = match Command::new("squeue")
+        .args(["--noheader", "--array", "--format=%i %T", "--jobs", &jobs.join(",")])
+        .output()
+    {
         Ok(o) => o,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e).context("running squeue"),
     };
     // squeue fails on job ids it has forgotten (finished long ago): nothing of them is queued.
     let text = if out.status.success() { String::from_utf8_lossy(&out.stdout).into_owned() } else { String::new() };
-    Ok(Some(text.lines().filter_map(|l| l.split_once(' ')).map(|(id, st)| (id.trim().to_string(), st.trim().to_string())).collect()))
+    Ok(Some(
+        text.lines()
+            .filter_map(|l| l.split_once(' '))
+            .map(|(id, st)| (id.trim().to_string(), st.trim().to_string()))
+            .collect(),
+    ))
 }
 
 /// What a job script last recorded: `running`, `done`, `stopped` or `exit-N`, with the job,
@@ -144,7 +154,9 @@ fn state(complete: bool, in_queue: Option<&str>, scheduler: bool, rec: Option<&R
         };
     }
     match rec.map(|r| r.state.as_str()) {
-        Some("running") if scheduler => "lost (ended without a word: killed, out of memory or a node failure; see its log)".into(),
+        Some("running") if scheduler => {
+            "lost (ended without a word: killed, out of memory or a node failure; see its log)".into()
+        }
         Some("running") => "running".into(),
         Some("stopped") => "stopped (cancelled, preempted or out of time)".into(),
         Some("done") => "exited, unfinished".into(),
@@ -156,10 +168,13 @@ fn state(complete: bool, in_queue: Option<&str>, scheduler: bool, rec: Option<&R
 
 /// Reads the status of the run `specx slurm` submitted into `dir`.
 pub fn read(dir: &Path) -> Result<Status> {
-    let record = JobRecord::read(dir)?.with_context(|| format!("{} has no {} (was it submitted with specx slurm?)", dir.display(), JobRecord::path(dir).display()))?;
+    let record = JobRecord::read(dir)?.with_context(|| {
+        format!("{} has no {} (was it submitted with specx slurm?)", dir.display(), JobRecord::path(dir).display())
+    })?;
     let job = &record.job;
     let last = record.submissions.last();
-    let ids: Vec<String> = last.into_iter().flat_map(|s| s.array_job.iter().chain(s.merge_job.iter())).cloned().collect();
+    let ids: Vec<String> =
+        last.into_iter().flat_map(|s| s.array_job.iter().chain(s.merge_job.iter())).cloned().collect();
     let queue = queued(&ids)?;
     let scheduler = queue.is_some();
     let queue: BTreeMap<String, String> = queue.unwrap_or_default().into_iter().collect();
@@ -169,16 +184,36 @@ pub fn read(dir: &Path) -> Result<Status> {
         let progress = read_part(job.kind, &part_dir(dir, i))?;
         let in_queue = last.and_then(|s| s.array_job.as_ref()).and_then(|a| queue.get(&format!("{a}_{i}")));
         let rec = recorded(dir, &format!("part-{i}"));
-        let (complete, done, total, rows) = progress.map_or((false, 0, 0, 0), |p| (p.complete, p.done, p.total, p.rows));
-        parts.push(TaskStatus { task: format!("part-{i}"), state: state(complete, in_queue.map(String::as_str), scheduler, rec.as_ref()), done, total, rows, recorded: rec, log: logs.join(format!("part-{i}.out")) });
+        let (complete, done, total, rows) =
+            progress.map_or((false, 0, 0, 0), |p| (p.complete, p.done, p.total, p.rows));
+        parts.push(TaskStatus {
+            task: format!("part-{i}"),
+            state: state(complete, in_queue.map(String::as_str), scheduler, rec.as_ref()),
+            done,
+            total,
+            rows,
+            recorded: rec,
+            log: logs.join(format!("part-{i}.out")),
+        });
     }
     let merged = merged(job.kind, dir);
     let rec = recorded(dir, "merge");
     let in_queue = last.and_then(|s| s.merge_job.as_ref()).and_then(|m| queue.get(m));
-    let merge = TaskStatus { task: "merge".into(), state: state(merged, in_queue.map(String::as_str), scheduler, rec.as_ref()), done: 0, total: 0, rows: 0, recorded: rec, log: logs.join("merge.out") };
-    let active = |t: &TaskStatus| t.state == "queued" || t.state == "running" || t.state == "configuring" || t.state == "completing";
+    let merge = TaskStatus {
+        task: "merge".into(),
+        state: state(merged, in_queue.map(String::as_str), scheduler, rec.as_ref()),
+        done: 0,
+        total: 0,
+        rows: 0,
+        recorded: rec,
+        log: logs.join("merge.out"),
+    };
+    let active = |t: &TaskStatus| {
+        t.state == "queued" || t.state == "running" || t.state == "configuring" || t.state == "completing"
+    };
     let idle = !parts.iter().chain([&merge]).any(active);
-    let resubmit = (merge.state != "done" && idle).then(|| record.command.iter().map(|w| quote(w)).collect::<Vec<_>>().join(" "));
+    let resubmit =
+        (merge.state != "done" && idle).then(|| record.command.iter().map(|w| quote(w)).collect::<Vec<_>>().join(" "));
     Ok(Status { dir: dir.to_path_buf(), kind: job.kind, shards: job.shards, scheduler, parts, merge, resubmit })
 }
 
@@ -194,7 +229,8 @@ impl Status {
             .iter()
             .map(|t| {
                 let r = t.recorded.clone().unwrap_or_default();
-                let progress = if t.total == 0 && t.done == 0 { "-".into() } else { format!("{}/{} {unit}", t.done, t.total) };
+                let progress =
+                    if t.total == 0 && t.done == 0 { "-".into() } else { format!("{}/{} {unit}", t.done, t.total) };
                 vec![t.task.clone(), t.state.clone(), progress, t.rows.to_string(), r.job, r.host, r.time]
             })
             .collect();
@@ -202,16 +238,23 @@ impl Status {
         out += &markdown_table(&["task", "state", "written", "rows", "job", "host", "last change"], &rows);
         let done = self.parts.iter().filter(|t| t.state == "done").count();
         let rows: u64 = self.parts.iter().map(|t| t.rows).sum();
-        let _ = writeln!(out, "\n{done} of {} parts done, {rows} rows written; merge: {}", self.shards, self.merge.state);
+        let _ =
+            writeln!(out, "\n{done} of {} parts done, {rows} rows written; merge: {}", self.shards, self.merge.state);
         if !self.scheduler {
             out += "(squeue is not on the PATH: queued jobs show as `not started`, and a job that died without a word as `running`)\n";
         }
-        for t in self.parts.iter().chain([&self.merge]).filter(|t| t.state.starts_with("failed") || t.state.starts_with("lost")) {
+        for t in self
+            .parts
+            .iter()
+            .chain([&self.merge])
+            .filter(|t| t.state.starts_with("failed") || t.state.starts_with("lost"))
+        {
             let _ = writeln!(out, "{}: see {}", t.task, t.log.display());
         }
         if let Some(cmd) = &self.resubmit {
             let left: Vec<&str> = self.parts.iter().filter(|t| t.state != "done").map(|t| t.task.as_str()).collect();
-            let what = if left.is_empty() { "the merge".to_string() } else { format!("{} and the merge", left.join(", ")) };
+            let what =
+                if left.is_empty() { "the merge".to_string() } else { format!("{} and the merge", left.join(", ")) };
             let _ = writeln!(out, "to resubmit {what} (each part resumes from what it wrote):\n  {cmd}");
         }
         out
@@ -222,7 +265,9 @@ impl Status {
 pub(super) fn merged(kind: Kind, dir: &Path) -> bool {
     match kind {
         Kind::Datagen => specx_datagen::manifest::Manifest::read(dir).is_ok_and(|m| m.complete && m.part.is_none()),
-        Kind::Eval => crate::experiment::manifest::EvalManifest::read(dir).is_ok_and(|m| m.complete && m.part.is_none()),
+        Kind::Eval => {
+            crate::experiment::manifest::EvalManifest::read(dir).is_ok_and(|m| m.complete && m.part.is_none())
+        }
     }
 }
 
@@ -243,7 +288,11 @@ mod tests {
     fn a_script_that_said_running_but_left_the_queue_is_lost() {
         let rec = Recorded { state: "running".into(), ..Default::default() };
         assert!(state(false, None, true, Some(&rec)).starts_with("lost"));
-        assert_eq!(state(false, None, false, Some(&rec)), "running", "without squeue it cannot be told from a running one");
+        assert_eq!(
+            state(false, None, false, Some(&rec)),
+            "running",
+            "without squeue it cannot be told from a running one"
+        );
         let failed = Recorded { state: "exit-101".into(), ..Default::default() };
         assert_eq!(state(false, None, true, Some(&failed)), "failed (exit 101)");
         assert_eq!(state(false, None, true, None), "not started");

@@ -3,18 +3,18 @@
 //! array and the merge as a job that waits for all of them (`afterok`; Slurm cancels it if a
 //! part fails, and `specx slurm status` says what to resubmit).
 
-use specx_run::part::part_dir;
-use super::job::{quote, Job, JobRecord, Kind, Submission, MERGE_SCRIPT, PARTS_SCRIPT};
-use super::status::{queued, read_part, PartProgress};
 use super::SubmitArgs;
+use super::job::{Job, JobRecord, Kind, MERGE_SCRIPT, PARTS_SCRIPT, Submission, quote};
+use super::status::{PartProgress, queued, read_part};
 use crate::experiment::config::EvalConfig;
-use anyhow::{bail, ensure, Context, Result};
-use specx_run::slurm::SlurmConfig;
+use anyhow::{Context, Result, bail, ensure};
 use specx_datagen::config::DatagenConfig;
-use specx_run::config::read_toml;
-use specx_run::paths::resolve_path;
-use specx_run::manifest::identity_difference;
 use specx_decoder::fsutil::write_atomic;
+use specx_run::config::read_toml;
+use specx_run::manifest::identity_difference;
+use specx_run::part::part_dir;
+use specx_run::paths::resolve_path;
+use specx_run::slurm::SlurmConfig;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -47,8 +47,15 @@ fn check_config(kind: Kind, config: &Path, out: Option<&PathBuf>) -> Result<Chec
             here.models.device = "cpu".into();
             here.validate().with_context(why)?;
             let prompts = &cfg.prompts.path;
-            let missing = (!prompts.to_string_lossy().starts_with("hf:") && !prompts.is_file()).then(|| format!("{}: prompt file {} not found", why(), prompts.display()));
-            Ok(Checked { out: cfg.output.dir.clone(), slurm: cfg.slurm.clone().unwrap_or_default(), identity: specx_datagen::manifest::config_identity(&cfg), max_parts: None, missing })
+            let missing = (!prompts.to_string_lossy().starts_with("hf:") && !prompts.is_file())
+                .then(|| format!("{}: prompt file {} not found", why(), prompts.display()));
+            Ok(Checked {
+                out: cfg.output.dir.clone(),
+                slurm: cfg.slurm.clone().unwrap_or_default(),
+                identity: specx_datagen::manifest::config_identity(&cfg),
+                max_parts: None,
+                missing,
+            })
         }
         Kind::Eval => {
             let (mut cfg, base): (EvalConfig, PathBuf) = read_toml(config)?;
@@ -92,7 +99,12 @@ fn resources(a: &SubmitArgs, cfg: SlurmConfig) -> SlurmConfig {
 
 /// The parts already in `out`: each must be part i of `shards` of the same config; none may
 /// lie beyond them.
-fn existing_parts(kind: Kind, out: &Path, shards: usize, identity: &serde_json::Value) -> Result<Vec<Option<PartProgress>>> {
+fn existing_parts(
+    kind: Kind,
+    out: &Path,
+    shards: usize,
+    identity: &serde_json::Value,
+) -> Result<Vec<Option<PartProgress>>> {
     let mut parts = Vec::new();
     for i in 0..shards {
         let dir = part_dir(out, i);
@@ -102,21 +114,36 @@ fn existing_parts(kind: Kind, out: &Path, shards: usize, identity: &serde_json::
         };
         if p.part != Some((i, shards)) {
             let was = p.part.map_or("a whole run".to_string(), |(i, n)| format!("part {i} of {n}"));
-            bail!("{} holds {was}, not part {i} of {shards}: the run was split another way; use that many --shards or another --out", dir.display());
+            bail!(
+                "{} holds {was}, not part {i} of {shards}: the run was split another way; use that many --shards or another --out",
+                dir.display()
+            );
         }
         if p.config_identity != *identity {
-            bail!("{} was made from another config ({} differs); delete it or use another --out", dir.display(), identity_difference(&p.config_identity, identity));
+            bail!(
+                "{} was made from another config ({} differs); delete it or use another --out",
+                dir.display(),
+                identity_difference(&p.config_identity, identity)
+            );
         }
         parts.push(Some(p));
     }
     let beyond = part_dir(out, shards);
-    ensure!(!beyond.exists(), "{} exists: the run was split into more than {shards} parts before; use that many --shards or another --out", beyond.display());
+    ensure!(
+        !beyond.exists(),
+        "{} exists: the run was split into more than {shards} parts before; use that many --shards or another --out",
+        beyond.display()
+    );
     Ok(parts)
 }
 
 /// Runs sbatch with `args`; returns the job id it prints (`--parsable`: `ID` or `ID;CLUSTER`).
 fn sbatch(args: &[String]) -> Result<String> {
-    let out = Command::new("sbatch").arg("--parsable").args(args).output().context("running sbatch (is Slurm's client on the PATH?)")?;
+    let out = Command::new("sbatch")
+        .arg("--parsable")
+        .args(args)
+        .output()
+        .context("running sbatch (is Slurm's client on the PATH?)")?;
     ensure!(out.status.success(), "sbatch {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
     let text = String::from_utf8_lossy(&out.stdout);
     let id = text.trim().split(';').next().unwrap_or_default().to_string();
@@ -148,16 +175,31 @@ pub fn submit(kind: Kind, a: &SubmitArgs, argv: &[String]) -> Result<()> {
         Some(p) => resolve_path(p, &cwd),
         None => std::env::current_exe().context("finding this specx binary (pass --specx)")?,
     };
-    let env = ["SPECX_MODELS", "SPECX_DATASETS"].into_iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v))).collect();
+    let env = ["SPECX_MODELS", "SPECX_DATASETS"]
+        .into_iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect();
     let job = Job { kind, out: out.clone(), config, shards, specx, workdir: cwd, env, pass: a.pass.clone(), resources };
 
     let record = JobRecord::read(&out)?;
     if let Some(r) = &record {
-        ensure!(r.job.kind == kind, "{} holds a {} run submitted by specx slurm, not {}", out.display(), r.job.kind.name(), kind.name());
+        ensure!(
+            r.job.kind == kind,
+            "{} holds a {} run submitted by specx slurm, not {}",
+            out.display(),
+            r.job.kind.name(),
+            kind.name()
+        );
         if let Some(last) = r.submissions.last() {
             let ids: Vec<String> = last.array_job.iter().chain(last.merge_job.iter()).cloned().collect();
             if let Some(q) = queued(&ids)? {
-                ensure!(q.is_empty(), "jobs of the last submission to {} are still queued or running ({}); wait for them or scancel {}", out.display(), q.iter().map(|(id, st)| format!("{id} {st}")).collect::<Vec<_>>().join(", "), ids.join(" "));
+                ensure!(
+                    q.is_empty(),
+                    "jobs of the last submission to {} are still queued or running ({}); wait for them or scancel {}",
+                    out.display(),
+                    q.iter().map(|(id, st)| format!("{id} {st}")).collect::<Vec<_>>().join(", "),
+                    ids.join(" ")
+                );
             }
         }
     }
@@ -181,7 +223,11 @@ pub fn submit(kind: Kind, a: &SubmitArgs, argv: &[String]) -> Result<()> {
             println!("# sbatch --parsable {}\n{parts_script}", parts_path.display());
         }
         println!("# sbatch --parsable {} {}\n{merge_script}", merge_args.join(" "), merge_path.display());
-        eprintln!("dry run: {} of {shards} parts to run ({}), then the merge; nothing was written or submitted", tasks.len(), super::job::array_spec(&tasks));
+        eprintln!(
+            "dry run: {} of {shards} parts to run ({}), then the merge; nothing was written or submitted",
+            tasks.len(),
+            super::job::array_spec(&tasks)
+        );
         return Ok(());
     }
 
@@ -198,19 +244,37 @@ pub fn submit(kind: Kind, a: &SubmitArgs, argv: &[String]) -> Result<()> {
     record.job = job;
     record.command = argv.to_vec();
     let array_job = if tasks.is_empty() { None } else { Some(sbatch(&[parts_path.display().to_string()])?) };
-    let merge_args: Vec<String> = merge_args.iter().map(|s| s.replace("$ARRAY_JOB", array_job.as_deref().unwrap_or_default())).chain([merge_path.display().to_string()]).collect();
+    let merge_args: Vec<String> = merge_args
+        .iter()
+        .map(|s| s.replace("$ARRAY_JOB", array_job.as_deref().unwrap_or_default()))
+        .chain([merge_path.display().to_string()])
+        .collect();
     let merge_job = match sbatch(&merge_args) {
         Ok(id) => Some(id),
         Err(e) => {
-            record.submissions.push(Submission { time: utc_now(), tasks: tasks.clone(), array_job: array_job.clone(), merge_job: None });
+            record.submissions.push(Submission {
+                time: utc_now(),
+                tasks: tasks.clone(),
+                array_job: array_job.clone(),
+                merge_job: None,
+            });
             record.write()?;
             return Err(e.context(format!("the parts were submitted (job {}), the merge was not: run the same command again once they have finished", array_job.unwrap_or_default())));
         }
     };
-    record.submissions.push(Submission { time: utc_now(), tasks: tasks.clone(), array_job: array_job.clone(), merge_job: merge_job.clone() });
+    record.submissions.push(Submission {
+        time: utc_now(),
+        tasks: tasks.clone(),
+        array_job: array_job.clone(),
+        merge_job: merge_job.clone(),
+    });
     record.write()?;
     match &array_job {
-        Some(id) => eprintln!("submitted job {id}: parts {} of {shards} (array), and job {} to merge them once all have succeeded", super::job::array_spec(&tasks), merge_job.unwrap_or_default()),
+        Some(id) => eprintln!(
+            "submitted job {id}: parts {} of {shards} (array), and job {} to merge them once all have succeeded",
+            super::job::array_spec(&tasks),
+            merge_job.unwrap_or_default()
+        ),
         None => eprintln!("every part is finished: submitted job {} to merge them", merge_job.unwrap_or_default()),
     }
     eprintln!("follow it with: specx slurm status {}", quote(&out.display().to_string()));

@@ -5,7 +5,7 @@
 //! coordinate search on that throughput, the way LTD fits a stop rule to measured throughput
 //! rather than to acceptance labels.
 
-use super::calibrate::{fit, inputs, ModelFit, Sample};
+use super::calibrate::{ModelFit, Sample, fit, inputs};
 use super::config::CalibratedFit;
 use super::search;
 use crate::experiment::replay::{ReplayPolicy, TraceBuilder, TraceSet};
@@ -67,7 +67,9 @@ pub fn trace_samples(set: &TraceSet, f: &CalibratedFit) -> Result<Vec<Vec<Sample
         let mut samples = Vec::new();
         for s in t.acceptance_samples(f.max_candidates)? {
             let target = match f.target {
-                true => Some(s.target.context("the model reads the target, and the tuning traces hold no target statistics")?),
+                true => Some(
+                    s.target.context("the model reads the target, and the tuning traces hold no target statistics")?,
+                ),
                 false => None,
             };
             samples.push(Sample::of(&s.stats, s.depth, s.accepted, target.as_ref()));
@@ -92,30 +94,59 @@ pub fn fit_on(set: &TraceSet, f: &CalibratedFit) -> Result<ModelFit> {
     fit_traces(&trace_samples(set, f)?, f)
 }
 
-fn throughputs(builder: &mut TraceBuilder, set: &mut TraceSet, params: &[CalibratedParams], c: &Costs) -> Result<Vec<f64>> {
+fn throughputs(
+    builder: &mut TraceBuilder,
+    set: &mut TraceSet,
+    params: &[CalibratedParams],
+    c: &Costs,
+) -> Result<Vec<f64>> {
     super::throughputs(builder, set, params.iter().map(live).collect::<Result<_>>()?, c)
 }
 
 /// Each rule's best threshold on the tuning traces at `c`, then the fitted product rule.
-pub fn choose(builder: &mut TraceBuilder, set: &mut TraceSet, model: &ModelFit, f: &CalibratedFit, c: &Costs) -> Result<Vec<Choice>> {
+pub fn choose(
+    builder: &mut TraceBuilder,
+    set: &mut TraceSet,
+    model: &ModelFit,
+    f: &CalibratedFit,
+    c: &Costs,
+) -> Result<Vec<Choice>> {
     let mut out = Vec::new();
     for (base, rule) in [(TOKEN, CalibratedRule::Token), (PRODUCT, CalibratedRule::Product)] {
         let params: Vec<CalibratedParams> = f
             .thresholds
             .iter()
-            .map(|&threshold| CalibratedParams { weights: model.weights.clone(), temperatures: model.temperatures.clone(), rule, threshold, max_candidates: f.max_candidates })
+            .map(|&threshold| CalibratedParams {
+                weights: model.weights.clone(),
+                temperatures: model.temperatures.clone(),
+                rule,
+                threshold,
+                max_candidates: f.max_candidates,
+            })
             .collect();
         let tps = throughputs(builder, set, &params, c)?;
         // The first on ties.
         let best = (0..tps.len()).fold(0, |b, i| if tps[i] > tps[b] { i } else { b });
-        out.push(Choice { family: family(base, f), params: params[best].clone(), tuning_throughput: tps[best], candidates: params.len() });
+        out.push(Choice {
+            family: family(base, f),
+            params: params[best].clone(),
+            tuning_throughput: tps[best],
+            candidates: params.len(),
+        });
     }
     if f.passes > 0 {
         let start = out[1].params.clone();
         let steps = vec![0.25; start.weights.len()];
         let with = |x: &[f64]| CalibratedParams { weights: x.to_vec(), ..start.clone() };
-        let s = search::coordinate_search(&start.weights, &steps, f.passes, |xs| throughputs(builder, set, &xs.iter().map(|x| with(x)).collect::<Vec<_>>(), c))?;
-        out.push(Choice { family: family(FITTED, f), params: with(&s.x), tuning_throughput: s.objective, candidates: s.evaluations });
+        let s = search::coordinate_search(&start.weights, &steps, f.passes, |xs| {
+            throughputs(builder, set, &xs.iter().map(|x| with(x)).collect::<Vec<_>>(), c)
+        })?;
+        out.push(Choice {
+            family: family(FITTED, f),
+            params: with(&s.x),
+            tuning_throughput: s.objective,
+            candidates: s.evaluations,
+        });
     }
     Ok(out)
 }

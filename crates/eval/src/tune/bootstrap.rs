@@ -3,8 +3,8 @@
 
 use crate::reproduce::adaptive::Costs;
 use serde::{Deserialize, Serialize};
-use specx_run::seed::SplitMix64;
 use specx_decoder::speculative::RequestMetrics;
+use specx_run::seed::SplitMix64;
 
 /// The counts of one prompt's replayed run that a cost model prices.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -19,7 +19,12 @@ pub struct UnitCounts {
 impl UnitCounts {
     pub fn of(m: &RequestMetrics) -> Self {
         let rounds = m.n_target_calls.saturating_sub(1);
-        Self { n: m.n_generated as f64, draft_calls: m.n_draft_calls as f64, target_calls: m.n_target_calls as f64, rows: (m.n_drafted + rounds) as f64 }
+        Self {
+            n: m.n_generated as f64,
+            draft_calls: m.n_draft_calls as f64,
+            target_calls: m.n_target_calls as f64,
+            rows: (m.n_drafted + rounds) as f64,
+        }
     }
 
     /// Seconds of the run at `costs` (eq. 5.1 with the draft forwards as counted, plus the
@@ -76,7 +81,8 @@ pub fn seconds_ratio(num: &[f64], den: &[f64], resamples: usize, seed: u64) -> I
     }
     let mut rng = SplitMix64::new(seed);
     let n = num.len() as u64;
-    let mut draws: Vec<f64> = (0..resamples).map(|_| ratio(&mut (0..num.len()).map(|_| (rng.next_u64() % n) as usize))).collect();
+    let mut draws: Vec<f64> =
+        (0..resamples).map(|_| ratio(&mut (0..num.len()).map(|_| (rng.next_u64() % n) as usize))).collect();
     draws.sort_by(f64::total_cmp);
     let at = |q: f64| draws[((q * resamples as f64) as usize).min(resamples - 1)];
     Interval { point, lo: at(0.025), hi: at(0.975) }
@@ -122,7 +128,8 @@ mod tests {
         let u = UnitCounts { n: 10.0, draft_calls: 8.0, target_calls: 4.0, rows: 11.0 };
         assert!((u.seconds(&c) - (0.8 + 4.0 + 5.5)).abs() < 1e-12);
         assert!((u.ar_seconds(&c) - 15.0).abs() < 1e-12);
-        let m = RequestMetrics { n_generated: 10, n_target_calls: 4, n_draft_calls: 8, n_drafted: 8, ..Default::default() };
+        let m =
+            RequestMetrics { n_generated: 10, n_target_calls: 4, n_draft_calls: 8, n_drafted: 8, ..Default::default() };
         assert_eq!(UnitCounts::of(&m).rows, 11.0);
     }
 }

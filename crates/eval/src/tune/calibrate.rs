@@ -5,10 +5,12 @@
 //! temperature scaling, per depth), so that the model's outputs are probabilities the product
 //! rule can multiply.
 
-use anyhow::{ensure, Result};
+use anyhow::{Result, ensure};
 use serde::{Deserialize, Serialize};
-use specx_decoder::speculative::calibrated::{depth_bucket, features, logit, sigmoid, DRAFT_FEATURES, FEATURES, TEMPERATURES};
 use specx_decoder::speculative::DraftStats;
+use specx_decoder::speculative::calibrated::{
+    DRAFT_FEATURES, FEATURES, TEMPERATURES, depth_bucket, features, logit, sigmoid,
+};
 
 /// One labelled position: the model's inputs, its depth bucket, whether it was accepted.
 #[derive(Clone, Copy, Debug)]
@@ -109,7 +111,11 @@ fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Vec<f64> {
 /// Logistic regression weights of the first `n` inputs by Newton's method on the penalised
 /// log-likelihood.
 pub fn logistic(samples: &[Sample], l2: f64, n: usize) -> Result<Vec<f64>> {
-    ensure!(samples.iter().any(|s| s.label) && samples.iter().any(|s| !s.label), "the acceptance model needs both accepted and rejected positions to fit ({} positions)", samples.len());
+    ensure!(
+        samples.iter().any(|s| s.label) && samples.iter().any(|s| !s.label),
+        "the acceptance model needs both accepted and rejected positions to fit ({} positions)",
+        samples.len()
+    );
     let mut w = vec![0.0; n];
     for _ in 0..50 {
         let mut grad = vec![0.0; n];
@@ -154,10 +160,13 @@ fn temperature(pairs: &[(f64, bool)]) -> f64 {
     }
     let loss = |ln_t: f64| -> f64 {
         let t = ln_t.exp();
-        pairs.iter().map(|&(z, y)| {
-            let p = sigmoid(z / t).clamp(1e-12, 1.0 - 1e-12);
-            if y { -p.ln() } else { -(1.0 - p).ln() }
-        }).sum()
+        pairs
+            .iter()
+            .map(|&(z, y)| {
+                let p = sigmoid(z / t).clamp(1e-12, 1.0 - 1e-12);
+                if y { -p.ln() } else { -(1.0 - p).ln() }
+            })
+            .sum()
     };
     let g = (5f64.sqrt() - 1.0) / 2.0;
     let (mut a, mut b) = (-3.0f64, 3.0f64);
@@ -182,7 +191,9 @@ pub fn fit(fit: &[Sample], holdout: &[Sample], l2: f64, n: usize) -> Result<Mode
     ensure!(!holdout.is_empty(), "no held-out positions to fit the temperatures on");
     let weights = logistic(fit, l2, n)?;
     let z = |s: &Sample| logit(&weights, &s.x);
-    let temperatures: Vec<f64> = (0..TEMPERATURES).map(|b| temperature(&holdout.iter().filter(|s| s.bucket == b).map(|s| (z(s), s.label)).collect::<Vec<_>>())).collect();
+    let temperatures: Vec<f64> = (0..TEMPERATURES)
+        .map(|b| temperature(&holdout.iter().filter(|s| s.bucket == b).map(|s| (z(s), s.label)).collect::<Vec<_>>()))
+        .collect();
     let labels: Vec<bool> = holdout.iter().map(|s| s.label).collect();
     let raw: Vec<f64> = holdout.iter().map(|s| sigmoid(z(s))).collect();
     let draft: Vec<f64> = holdout.iter().map(draft_probability).collect();
@@ -232,7 +243,10 @@ mod tests {
         let (train, held) = (draw(rng, 40_000), draw(rng, 10_000));
         let f = fit(&train, &held, 1e-3, DRAFT_FEATURES).unwrap();
         for (depth, p) in [(1, 0.3), (2, 0.9), (3, 0.6), (5, 0.95)] {
-            let got = sigmoid(f.weights.iter().zip(features(&stats(p as f32), depth, None)).map(|(w, x)| w * x).sum::<f64>() / f.temperatures[depth_bucket(depth)]);
+            let got = sigmoid(
+                f.weights.iter().zip(features(&stats(p as f32), depth, None)).map(|(w, x)| w * x).sum::<f64>()
+                    / f.temperatures[depth_bucket(depth)],
+            );
             assert!((got - truth(p, depth)).abs() < 0.03, "depth {depth}, p {p}: {got} vs {}", truth(p, depth));
         }
         assert!(f.calibrated.log_loss < f.draft_probability.log_loss, "{f:?}");
@@ -276,7 +290,12 @@ mod tests {
                     let p = 0.05 + 0.95 * unit(rng);
                     let h = 2.0 * unit(rng);
                     let t = DraftStats { entropy: h as f32, top1: (0.3 + 0.4 * unit(rng)) as f32, ..stats(0.5) };
-                    Sample::of(&stats(p as f32), 1 + i % 3, unit(rng) < truth(p, f64::from(h as f32)), target.then_some(&t))
+                    Sample::of(
+                        &stats(p as f32),
+                        1 + i % 3,
+                        unit(rng) < truth(p, f64::from(h as f32)),
+                        target.then_some(&t),
+                    )
                 })
                 .collect()
         };
@@ -289,6 +308,11 @@ mod tests {
         };
         assert_eq!((both.weights.len(), draft_only.weights.len()), (FEATURES, DRAFT_FEATURES));
         assert!((both.weights[FEATURES - 1] + 1.5).abs() < 0.2, "{:?}", both.weights);
-        assert!(both.calibrated.log_loss < draft_only.calibrated.log_loss - 0.02, "{} vs {}", both.calibrated.log_loss, draft_only.calibrated.log_loss);
+        assert!(
+            both.calibrated.log_loss < draft_only.calibrated.log_loss - 0.02,
+            "{} vs {}",
+            both.calibrated.log_loss,
+            draft_only.calibrated.log_loss
+        );
     }
 }

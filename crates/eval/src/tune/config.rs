@@ -4,7 +4,7 @@
 use crate::experiment::config::MethodsConfig;
 use crate::experiment::replay_run::resolve_method_paths;
 use crate::reproduce::adaptive::Costs;
-use anyhow::{ensure, Context, Result};
+use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};
 use specx_run::config::read_toml;
 use specx_run::paths::resolve_path;
@@ -124,11 +124,16 @@ impl TuneConfig {
     /// Every path of the config mapped through `f`.
     fn map_paths(&self, f: impl Fn(&Path) -> PathBuf) -> Self {
         let mut c = self.clone();
-        for p in [&mut c.tuning, &mut c.test, &mut c.out].into_iter().chain(c.in_sample.as_mut()).chain(c.costs.iter_mut().filter_map(|c| c.profile.as_mut())) {
+        for p in [&mut c.tuning, &mut c.test, &mut c.out]
+            .into_iter()
+            .chain(c.in_sample.as_mut())
+            .chain(c.costs.iter_mut().filter_map(|c| c.profile.as_mut()))
+        {
             *p = f(p);
         }
         let m = &mut c.methods;
-        let heads = m.specdecpp.iter_mut().flat_map(|g| &mut g.heads).chain(m.easyspec.iter_mut().flat_map(|g| &mut g.heads));
+        let heads =
+            m.specdecpp.iter_mut().flat_map(|g| &mut g.heads).chain(m.easyspec.iter_mut().flat_map(|g| &mut g.heads));
         for p in heads {
             *p = f(p);
         }
@@ -160,7 +165,23 @@ impl TuneConfig {
     /// Whether `other` computes the same results (it may report them differently: intervals,
     /// the in-sample comparison, where the report goes).
     pub fn same_computation(&self, other: &Self) -> bool {
-        (&self.tuning, &self.test, &self.methods, &self.costs, &self.head_families, &self.threshold_plus, &self.calibrated) == (&other.tuning, &other.test, &other.methods, &other.costs, &other.head_families, &other.threshold_plus, &other.calibrated)
+        (
+            &self.tuning,
+            &self.test,
+            &self.methods,
+            &self.costs,
+            &self.head_families,
+            &self.threshold_plus,
+            &self.calibrated,
+        ) == (
+            &other.tuning,
+            &other.test,
+            &other.methods,
+            &other.costs,
+            &other.head_families,
+            &other.threshold_plus,
+            &other.calibrated,
+        )
     }
 
     pub fn load(path: &Path) -> Result<Self> {
@@ -174,13 +195,30 @@ impl TuneConfig {
         for costs in &mut c.costs {
             costs.resolve(&base).with_context(|| format!("{}", path.display()))?;
         }
-        ensure!(c.tuning != c.test, "{}: the tuning and test traces are the same run ({})", path.display(), c.test.display());
+        ensure!(
+            c.tuning != c.test,
+            "{}: the tuning and test traces are the same run ({})",
+            path.display(),
+            c.test.display()
+        );
         if let Some(f) = &c.threshold_plus {
-            ensure!(f.max_candidates >= 1 && f.passes >= 1, "{}: [threshold_plus] needs max_candidates >= 1 and passes >= 1", path.display());
+            ensure!(
+                f.max_candidates >= 1 && f.passes >= 1,
+                "{}: [threshold_plus] needs max_candidates >= 1 and passes >= 1",
+                path.display()
+            );
         }
         if let Some(f) = &c.calibrated {
-            ensure!(!f.thresholds.is_empty() && f.thresholds.iter().all(|t| (0.0..=1.0).contains(t)), "{}: [calibrated] needs thresholds in [0, 1]", path.display());
-            ensure!(f.max_candidates >= 1 && f.holdout_every >= 2 && f.l2 >= 0.0, "{}: [calibrated] needs max_candidates >= 1, holdout_every >= 2 and l2 >= 0", path.display());
+            ensure!(
+                !f.thresholds.is_empty() && f.thresholds.iter().all(|t| (0.0..=1.0).contains(t)),
+                "{}: [calibrated] needs thresholds in [0, 1]",
+                path.display()
+            );
+            ensure!(
+                f.max_candidates >= 1 && f.holdout_every >= 2 && f.l2 >= 0.0,
+                "{}: [calibrated] needs max_candidates >= 1, holdout_every >= 2 and l2 >= 0",
+                path.display()
+            );
         }
         Ok(c)
     }
@@ -195,6 +233,9 @@ mod tests {
         let r = |p: &str, b: &str| relative(Path::new(p), Path::new(b));
         assert_eq!(r("/repo/traces/tuning", "/repo/docs/out/sets"), PathBuf::from("../../../traces/tuning"));
         assert_eq!(r("/repo/docs/out/sets/a.json", "/repo/docs/out/sets"), PathBuf::from("a.json"));
-        assert_eq!(resolve_path(&r("/repo/traces/tuning", "/repo/docs/out/sets"), Path::new("/repo/docs/out/sets")), PathBuf::from("/repo/traces/tuning"));
+        assert_eq!(
+            resolve_path(&r("/repo/traces/tuning", "/repo/docs/out/sets"), Path::new("/repo/docs/out/sets")),
+            PathBuf::from("/repo/traces/tuning")
+        );
     }
 }

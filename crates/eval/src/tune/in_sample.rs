@@ -3,9 +3,9 @@
 //! setting picked on the test prompts, against the setting the tuning traces picked. The gap is
 //! the optimism of in-sample tuning, rule by rule.
 
-use super::bootstrap::{throughput, UnitCounts};
+use super::bootstrap::{UnitCounts, throughput};
 use super::{CostResult, SetResult};
-use crate::reproduce::specdecpp::rows::{read_rows, Row};
+use crate::reproduce::specdecpp::rows::{Row, read_rows};
 use anyhow::Result;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -36,10 +36,18 @@ impl InSample {
 
     /// Per family at `c`: the best candidate on the test prompts (setting, test throughput)
     /// among those the replay holds, and how many of the family's candidates it holds.
-    pub fn best(&self, s: &SetResult, c: &CostResult, candidates: &BTreeMap<String, Vec<String>>) -> BTreeMap<String, (String, f64, usize)> {
+    pub fn best(
+        &self,
+        s: &SetResult,
+        c: &CostResult,
+        candidates: &BTreeMap<String, Vec<String>>,
+    ) -> BTreeMap<String, (String, f64, usize)> {
         let mut out = BTreeMap::new();
         for (family, keys) in candidates {
-            let found: Vec<(&String, f64)> = keys.iter().filter_map(|k| self.test_counts(&s.dataset, k, &s.test_prompts).map(|u| (k, throughput(&u, &c.costs)))).collect();
+            let found: Vec<(&String, f64)> = keys
+                .iter()
+                .filter_map(|k| self.test_counts(&s.dataset, k, &s.test_prompts).map(|u| (k, throughput(&u, &c.costs))))
+                .collect();
             if let Some((k, tps)) = found.iter().max_by(|a, b| a.1.total_cmp(&b.1)) {
                 out.insert(family.clone(), ((*k).clone(), *tps, found.len()));
             }

@@ -18,21 +18,21 @@ pub mod in_sample;
 mod report;
 pub mod search;
 
-use crate::common::results::{tokens_sha256, UnitFile};
+use crate::common::results::{UnitFile, tokens_sha256};
 use crate::experiment::grid::{expand, head_name};
 use crate::experiment::manifest::EvalManifest;
 use crate::experiment::merge::replayable_units;
 use crate::experiment::replay::{ReplayCosts, ReplayPolicy, TraceBuilder, TraceDraws, TraceInput, TraceSet};
 use crate::experiment::target_stats::cached_target_stats;
-use crate::method::{load_head, Heads, MethodSpec, PolicySpec};
+use crate::method::{Heads, MethodSpec, PolicySpec, load_head};
 use crate::reproduce::adaptive::Costs;
-use anyhow::{bail, ensure, Context, Result};
-use bootstrap::{throughput, UnitCounts};
+use anyhow::{Context, Result, bail, ensure};
+use bootstrap::{UnitCounts, throughput};
 use config::TuneConfig;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use specx_decoder::speculative::{AcceptanceHead, ThresholdPlusParams, ThresholdPlusPolicy};
-use specx_decoder::{device_from_name, load_model_as, Transformer};
+use specx_decoder::{Transformer, device_from_name, load_model_as};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Instant;
@@ -115,8 +115,14 @@ impl Candidates {
         let settings: Vec<MethodSpec> = expand(&cfg.methods)?.iter().filter_map(|s| s.spec().cloned()).collect();
         ensure!(!settings.is_empty(), "the config lists no speculative setting to tune");
         let families: Vec<String> = settings.iter().map(|m| family(m, &cfg.head_families)).collect();
-        ensure!(families.iter().any(|f| f == REFERENCE), "the candidates need fixed K (policies.fixed), the reference of every speedup");
-        ensure!(cfg.threshold_plus.is_none() || families.iter().any(|f| f == CONFIDENCE), "threshold-plus starts from the tuned confidence threshold: list policies.confidence among the candidates");
+        ensure!(
+            families.iter().any(|f| f == REFERENCE),
+            "the candidates need fixed K (policies.fixed), the reference of every speedup"
+        );
+        ensure!(
+            cfg.threshold_plus.is_none() || families.iter().any(|f| f == CONFIDENCE),
+            "threshold-plus starts from the tuned confidence threshold: list policies.confidence among the candidates"
+        );
         Ok(Self { settings, families })
     }
 }
@@ -136,7 +142,12 @@ fn replay_costs(c: &Costs) -> ReplayCosts {
 }
 
 /// Every trace of `set` replayed under each policy: counts per policy, per trace.
-fn counts(builder: &mut TraceBuilder, set: &mut TraceSet, policies: &mut [ReplayPolicy], rc: &ReplayCosts) -> Result<Vec<Vec<UnitCounts>>> {
+fn counts(
+    builder: &mut TraceBuilder,
+    set: &mut TraceSet,
+    policies: &mut [ReplayPolicy],
+    rc: &ReplayCosts,
+) -> Result<Vec<Vec<UnitCounts>>> {
     builder.complete(set, policies, rc)?;
     policies.iter_mut().map(|p| set.traces().map(|t| t.replay(p, rc).map(|m| UnitCounts::of(&m))).collect()).collect()
 }
@@ -167,16 +178,25 @@ impl Replayer<'_> {
 
     /// The trunks of `units`, with the target's statistics along them when a rule reads the
     /// target (their forwards are counted in `pass`).
-    fn start(&self, builder: &mut TraceBuilder, units: &[&UnitFile], split: &str, pass: &mut TargetPass) -> Result<TraceSet> {
+    fn start(
+        &self,
+        builder: &mut TraceBuilder,
+        units: &[&UnitFile],
+        split: &str,
+        pass: &mut TargetPass,
+    ) -> Result<TraceSet> {
         let inputs: Vec<TraceInput> = units.iter().map(|u| TraceInput::of(u)).collect::<Result<_>>()?;
         let mut set = builder.start(&inputs, true)?;
         if let Some(target) = &self.target {
             let t = Instant::now();
             let bar = ProgressBar::new(inputs.len() as u64);
-            bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} traces through the target ({elapsed}, eta {eta})")?);
+            bar.set_style(ProgressStyle::with_template(
+                "{bar:30} {pos}/{len} traces through the target ({elapsed}, eta {eta})",
+            )?);
             for (i, (input, u)) in inputs.iter().zip(units).enumerate() {
                 let cache = u.unit.path(&target.cache.join(split));
-                let (stats, rows) = cached_target_stats(target.model, &target.sha256, &target.weights, input, &cache).with_context(|| format!("{} {}", u.unit.dataset, u.unit.prompt_id))?;
+                let (stats, rows) = cached_target_stats(target.model, &target.sha256, &target.weights, input, &cache)
+                    .with_context(|| format!("{} {}", u.unit.dataset, u.unit.prompt_id))?;
                 set.set_target(i, stats)?;
                 pass.rows += rows;
                 bar.inc(1);
@@ -189,39 +209,84 @@ impl Replayer<'_> {
 }
 
 /// Tuning throughput on `set` at `c` of each policy.
-fn throughputs(builder: &mut TraceBuilder, set: &mut TraceSet, mut policies: Vec<ReplayPolicy>, c: &Costs) -> Result<Vec<f64>> {
+fn throughputs(
+    builder: &mut TraceBuilder,
+    set: &mut TraceSet,
+    mut policies: Vec<ReplayPolicy>,
+    c: &Costs,
+) -> Result<Vec<f64>> {
     let all = counts(builder, set, &mut policies, &replay_costs(c))?;
     Ok(all.iter().map(|u| throughput(u, c)).collect())
 }
 
 /// Threshold-plus's throughput on `set` at `c` for each parameter vector.
-fn threshold_plus_objective(builder: &mut TraceBuilder, set: &mut TraceSet, params: &[ThresholdPlusParams], c: &Costs) -> Result<Vec<f64>> {
-    let policies = params.iter().map(|p| Ok(ReplayPolicy::Live(Box::new(ThresholdPlusPolicy::new(p.clone())?)))).collect::<Result<Vec<_>>>()?;
+fn threshold_plus_objective(
+    builder: &mut TraceBuilder,
+    set: &mut TraceSet,
+    params: &[ThresholdPlusParams],
+    c: &Costs,
+) -> Result<Vec<f64>> {
+    let policies = params
+        .iter()
+        .map(|p| Ok(ReplayPolicy::Live(Box::new(ThresholdPlusPolicy::new(p.clone())?))))
+        .collect::<Result<Vec<_>>>()?;
     throughputs(builder, set, policies, c)
 }
 
 /// Each chosen family's result, with its test counts from `test` in order: the families',
 /// then threshold-plus's, then the calibrated rules'.
-fn rules_of(cands: &Candidates, families: Vec<(String, usize, usize, f64)>, fit: &Option<FitRecord>, calibrated: &[acceptance_model::Choice], mut test: impl Iterator<Item = Vec<UnitCounts>>) -> Result<Vec<RuleResult>> {
+fn rules_of(
+    cands: &Candidates,
+    families: Vec<(String, usize, usize, f64)>,
+    fit: &Option<FitRecord>,
+    calibrated: &[acceptance_model::Choice],
+    mut test: impl Iterator<Item = Vec<UnitCounts>>,
+) -> Result<Vec<RuleResult>> {
     let mut rules: Vec<RuleResult> = families
         .into_iter()
         .zip(test.by_ref())
-        .map(|((family, i, n, tps), test)| RuleResult { family, setting: cands.settings[i].key(), candidates: n, tuning_throughput: tps, test })
+        .map(|((family, i, n, tps), test)| RuleResult {
+            family,
+            setting: cands.settings[i].key(),
+            candidates: n,
+            tuning_throughput: tps,
+            test,
+        })
         .collect();
     if let Some(f) = fit {
         let test = test.next().context("threshold-plus's test counts")?;
-        rules.push(RuleResult { family: THRESHOLD_PLUS.into(), setting: "threshold-plus (fitted)".into(), candidates: f.evaluations, tuning_throughput: f.fitted_throughput, test });
+        rules.push(RuleResult {
+            family: THRESHOLD_PLUS.into(),
+            setting: "threshold-plus (fitted)".into(),
+            candidates: f.evaluations,
+            tuning_throughput: f.fitted_throughput,
+            test,
+        });
     }
     for ch in calibrated {
         let test = test.next().with_context(|| format!("{}'s test counts", ch.family))?;
-        rules.push(RuleResult { family: ch.family.clone(), setting: ch.setting(), candidates: ch.candidates, tuning_throughput: ch.tuning_throughput, test });
+        rules.push(RuleResult {
+            family: ch.family.clone(),
+            setting: ch.setting(),
+            candidates: ch.candidates,
+            tuning_throughput: ch.tuning_throughput,
+            test,
+        });
     }
     Ok(rules)
 }
 
 /// Tunes every family on one prompt set's tuning traces and replays the chosen settings on its
 /// test traces (with `tuning_only`, not: the result holds no test counts).
-fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, tuning: &[&UnitFile], test: &[&UnitFile], tuning_only: bool) -> Result<SetResult> {
+fn tune_set(
+    cfg: &TuneConfig,
+    cands: &Candidates,
+    r: &Replayer,
+    dataset: &str,
+    tuning: &[&UnitFile],
+    test: &[&UnitFile],
+    tuning_only: bool,
+) -> Result<SetResult> {
     let mut builder = TraceBuilder::new(r.draft, r.heads, r.eos);
     let bar = ProgressBar::new_spinner();
     bar.set_style(ProgressStyle::with_template("{spinner} {pos} draft looks ({per_sec}), {elapsed}: {msg}")?);
@@ -234,7 +299,12 @@ fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, t
     bar.suspend(|| eprintln!("{dataset}: {} tuning traces, {} trunk looks in {:.0} s", tuning.len(), trunk.0, trunk.1));
     let model = cfg.calibrated.as_ref().map(|f| acceptance_model::fit_on(&set, f)).transpose()?;
     if let Some(m) = &model {
-        bar.suspend(|| eprintln!("{dataset}: acceptance model on {} positions, held-out log loss {:.4} (draft probability {:.4})", m.fit_samples, m.calibrated.log_loss, m.draft_probability.log_loss));
+        bar.suspend(|| {
+            eprintln!(
+                "{dataset}: acceptance model on {} positions, held-out log loss {:.4} (draft probability {:.4})",
+                m.fit_samples, m.calibrated.log_loss, m.draft_probability.log_loss
+            )
+        });
     }
     let all: Vec<&MethodSpec> = cands.settings.iter().collect();
     let mut chosen: Vec<Chosen> = Vec::new();
@@ -256,14 +326,29 @@ fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, t
         let fit = match &cfg.threshold_plus {
             None => None,
             Some(f) => {
-                let PolicySpec::Confidence { threshold, .. } = cands.settings[best[CONFIDENCE].0].policy else { bail!("the confidence family holds a non-confidence setting") };
+                let PolicySpec::Confidence { threshold, .. } = cands.settings[best[CONFIDENCE].0].policy else {
+                    bail!("the confidence family holds a non-confidence setting")
+                };
                 let start = ThresholdPlusParams::confidence(threshold, f.max_candidates);
                 let steps = [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 1.0, 1.0];
                 let t = Instant::now();
                 bar.set_message(format!("{dataset}, {}: threshold-plus's search", c.name));
-                let s = search::coordinate_search(&start.coordinates(), &steps, f.passes, |xs| threshold_plus_objective(&mut builder, &mut set, &xs.iter().map(|x| start.with_coordinates(x)).collect::<Vec<_>>(), c))?;
+                let s = search::coordinate_search(&start.coordinates(), &steps, f.passes, |xs| {
+                    threshold_plus_objective(
+                        &mut builder,
+                        &mut set,
+                        &xs.iter().map(|x| start.with_coordinates(x)).collect::<Vec<_>>(),
+                        c,
+                    )
+                })?;
                 bar.suspend(|| eprintln!("{dataset}, {}: threshold-plus {:.3} -> {:.3} tok/s on the tuning traces ({} moves, {} evaluations, {:.0} s)", c.name, s.start_objective, s.objective, s.moves.len(), s.evaluations, t.elapsed().as_secs_f64()));
-                Some(FitRecord { params: start.with_coordinates(&s.x), start_throughput: s.start_objective, fitted_throughput: s.objective, moves: s.moves.len(), evaluations: s.evaluations })
+                Some(FitRecord {
+                    params: start.with_coordinates(&s.x),
+                    start_throughput: s.start_objective,
+                    fitted_throughput: s.objective,
+                    moves: s.moves.len(),
+                    evaluations: s.evaluations,
+                })
             }
         };
         let calibrated = match (&model, &cfg.calibrated) {
@@ -288,7 +373,19 @@ fn tune_set(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, dataset: &str, t
         target_pass: None,
     };
     if tuning_only {
-        result.results = cfg.costs.iter().zip(chosen).map(|(c, (families, fit, calibrated))| Ok(CostResult { costs: c.clone(), rules: rules_of(cands, families, &fit, &calibrated, std::iter::repeat_with(Vec::new))?, threshold_plus: fit, calibrated })).collect::<Result<_>>()?;
+        result.results = cfg
+            .costs
+            .iter()
+            .zip(chosen)
+            .map(|(c, (families, fit, calibrated))| {
+                Ok(CostResult {
+                    costs: c.clone(),
+                    rules: rules_of(cands, families, &fit, &calibrated, std::iter::repeat_with(Vec::new))?,
+                    threshold_plus: fit,
+                    calibrated,
+                })
+            })
+            .collect::<Result<_>>()?;
     } else {
         result.results = replay_chosen(cfg, cands, r, &mut builder, &mut pass, dataset, test, chosen)?;
         result.test_prompts = test.iter().map(|u| u.unit.prompt_id.clone()).collect();
@@ -306,7 +403,16 @@ type Chosen = (Vec<(String, usize, usize, f64)>, Option<FitRecord>, Vec<acceptan
 /// Replays the settings `chosen` per cost model on the test traces, once: only the chosen
 /// settings (and the oracle) run.
 #[allow(clippy::too_many_arguments)]
-fn replay_chosen(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, builder: &mut TraceBuilder, pass: &mut TargetPass, dataset: &str, test: &[&UnitFile], chosen: Vec<Chosen>) -> Result<Vec<CostResult>> {
+fn replay_chosen(
+    cfg: &TuneConfig,
+    cands: &Candidates,
+    r: &Replayer,
+    builder: &mut TraceBuilder,
+    pass: &mut TargetPass,
+    dataset: &str,
+    test: &[&UnitFile],
+    chosen: Vec<Chosen>,
+) -> Result<Vec<CostResult>> {
     let t1 = Instant::now();
     if let Some(bar) = &builder.progress {
         bar.set_message(format!("{dataset}: the test traces, chosen settings only"));
@@ -328,18 +434,37 @@ fn replay_chosen(cfg: &TuneConfig, cands: &Candidates, r: &Replayer, builder: &m
         results.push(CostResult { costs: c.clone(), rules, threshold_plus: fit, calibrated });
     }
     if let Some(bar) = &builder.progress {
-        bar.suspend(|| eprintln!("{dataset}: {} test traces replayed in {:.0} s ({} draft rows in all)", test.len(), t1.elapsed().as_secs_f64(), builder.rows));
+        bar.suspend(|| {
+            eprintln!(
+                "{dataset}: {} test traces replayed in {:.0} s ({} draft rows in all)",
+                test.len(),
+                t1.elapsed().as_secs_f64(),
+                builder.rows
+            )
+        });
     }
     Ok(results)
 }
 
 /// The traces' `role` model at `path`, loaded with the traces' weights, and its sha256, which
 /// must be the one the traces were made with (`sha256`).
-fn load_checked(role: &str, path: &Path, sha256: &str, device: &specx_decoder::Device, weights: specx_decoder::WeightMode) -> Result<(specx_decoder::LoadedModel, String)> {
+fn load_checked(
+    role: &str,
+    path: &Path,
+    sha256: &str,
+    device: &specx_decoder::Device,
+    weights: specx_decoder::WeightMode,
+) -> Result<(specx_decoder::LoadedModel, String)> {
     ensure!(path.exists(), "the traces' {role} model {} is gone", path.display());
     let model = load_model_as(path, None, device, weights)?;
     let sha = model.weights_sha256()?;
-    ensure!(sha == sha256, "{} changed since the traces were made (sha256 {} now, {} then)", path.display(), &sha[..12], &sha256[..12]);
+    ensure!(
+        sha == sha256,
+        "{} changed since the traces were made (sha256 {} now, {} then)",
+        path.display(),
+        &sha[..12],
+        &sha256[..12]
+    );
     Ok((model, sha))
 }
 
@@ -347,9 +472,21 @@ fn load_checked(role: &str, path: &Path, sha256: &str, device: &specx_decoder::D
 fn check_runs(tuning: (&EvalManifest, &[UnitFile], &Path), test: (&EvalManifest, &[UnitFile], &Path)) -> Result<()> {
     let (a, b) = (tuning.0, test.0);
     for (what, x, y) in [("draft", &a.draft.sha256, &b.draft.sha256), ("target", &a.target.sha256, &b.target.sha256)] {
-        ensure!(x == y, "the tuning traces ({}) and the test traces ({}) come from different {what} models (sha256 {} vs {})", tuning.2.display(), test.2.display(), &x[..12], &y[..12]);
+        ensure!(
+            x == y,
+            "the tuning traces ({}) and the test traces ({}) come from different {what} models (sha256 {} vs {})",
+            tuning.2.display(),
+            test.2.display(),
+            &x[..12],
+            &y[..12]
+        );
     }
-    ensure!(a.config.models.weights == b.config.models.weights, "the tuning traces were decoded with {:?} weights, the test traces with {:?}: greedy outputs differ between them", a.config.models.weights, b.config.models.weights);
+    ensure!(
+        a.config.models.weights == b.config.models.weights,
+        "the tuning traces were decoded with {:?} weights, the test traces with {:?}: greedy outputs differ between them",
+        a.config.models.weights,
+        b.config.models.weights
+    );
     ensure!(a.eos_ids == b.eos_ids, "the two runs stop at different end-of-sequence ids");
     // One way of drawing for every trace: a rule tuned on greedy outputs is not judged on
     // sampled ones.
@@ -357,11 +494,25 @@ fn check_runs(tuning: (&EvalManifest, &[UnitFile], &Path), test: (&EvalManifest,
     let want = drawn(tuning.1.first().context("no tuning traces")?)?;
     for (u, dir) in tuning.1.iter().map(|u| (u, tuning.2)).chain(test.1.iter().map(|u| (u, test.2))) {
         let got = drawn(u)?;
-        ensure!(got == want, "{} {} in {} was drawn with {:?}, the first tuning trace with {:?}: tuning and test traces must be drawn alike", u.unit.dataset, u.unit.prompt_id, dir.display(), got, want);
+        ensure!(
+            got == want,
+            "{} {} in {} was drawn with {:?}, the first tuning trace with {:?}: tuning and test traces must be drawn alike",
+            u.unit.dataset,
+            u.unit.prompt_id,
+            dir.display(),
+            got,
+            want
+        );
     }
     let seen: HashMap<String, &UnitFile> = tuning.1.iter().map(|u| (tokens_sha256(&u.prompt), u)).collect();
     if let Some((u, t)) = test.1.iter().find_map(|u| seen.get(&tokens_sha256(&u.prompt)).map(|t| (u, t))) {
-        bail!("test prompt {} {} is also a tuning prompt ({} {}): a parameter chosen on it would be judged on it", u.unit.dataset, u.unit.prompt_id, t.unit.dataset, t.unit.prompt_id);
+        bail!(
+            "test prompt {} {} is also a tuning prompt ({} {}): a parameter chosen on it would be judged on it",
+            u.unit.dataset,
+            u.unit.prompt_id,
+            t.unit.dataset,
+            t.unit.prompt_id
+        );
     }
     Ok(())
 }
@@ -402,7 +553,11 @@ impl Runs {
         let mut datasets: Vec<String> = test.iter().map(|u| u.unit.dataset.clone()).collect();
         datasets.dedup();
         for d in &datasets {
-            ensure!(!of(&tuning, d).is_empty(), "the tuning traces ({}) have no '{d}' prompts: every test set needs tuning prompts of its own kind", cfg.tuning.display());
+            ensure!(
+                !of(&tuning, d).is_empty(),
+                "the tuning traces ({}) have no '{d}' prompts: every test set needs tuning prompts of its own kind",
+                cfg.tuning.display()
+            );
         }
         Ok(Self { manifest: mt, tuning, test, datasets })
     }
@@ -436,8 +591,14 @@ pub fn tune(cfg: &TuneConfig, tuning_only: bool) -> Result<Vec<SetResult>> {
         true => Some(load_checked("target", &m.target, &mt.target.sha256, &device, m.weights)?),
         false => None,
     };
-    let target_side = target.as_ref().map(|(t, sha)| TargetSide { model: &t.model, sha256: sha.clone(), weights: format!("{:?}", m.weights), cache: cfg.out.join("target-stats") });
-    let r = Replayer { draft: &draft.model, target: target_side, heads: &heads, head_index: &head_index, eos: &mt.eos_ids };
+    let target_side = target.as_ref().map(|(t, sha)| TargetSide {
+        model: &t.model,
+        sha256: sha.clone(),
+        weights: format!("{:?}", m.weights),
+        cache: cfg.out.join("target-stats"),
+    });
+    let r =
+        Replayer { draft: &draft.model, target: target_side, heads: &heads, head_index: &head_index, eos: &mt.eos_ids };
     // Every candidate must be replayable before hours of forwards start.
     r.policies(&cands.settings.iter().collect::<Vec<_>>())?;
 

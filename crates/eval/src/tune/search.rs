@@ -32,7 +32,12 @@ pub struct SearchResult {
 
 /// Maximises `objective` (which scores a batch of points) from `start`, with first step sizes
 /// `steps`, over `passes` passes.
-pub fn coordinate_search(start: &[f64], steps: &[f64], passes: usize, mut objective: impl FnMut(&[Vec<f64>]) -> Result<Vec<f64>>) -> Result<SearchResult> {
+pub fn coordinate_search(
+    start: &[f64],
+    steps: &[f64],
+    passes: usize,
+    mut objective: impl FnMut(&[Vec<f64>]) -> Result<Vec<f64>>,
+) -> Result<SearchResult> {
     assert_eq!(start.len(), steps.len(), "one step size per coordinate");
     let mut x = start.to_vec();
     let mut best = objective(std::slice::from_ref(&x))?[0];
@@ -52,7 +57,10 @@ pub fn coordinate_search(start: &[f64], steps: &[f64], passes: usize, mut object
                 .collect();
             let scores = objective(&candidates)?;
             evaluations += candidates.len();
-            let (i, &s) = scores.iter().enumerate().fold((0, &f64::NEG_INFINITY), |acc, (i, s)| if *s > *acc.1 { (i, s) } else { acc });
+            let (i, &s) = scores
+                .iter()
+                .enumerate()
+                .fold((0, &f64::NEG_INFINITY), |acc, (i, s)| if *s > *acc.1 { (i, s) } else { acc });
             if s > best {
                 best = s;
                 x = candidates[i].clone();
@@ -74,7 +82,9 @@ mod tests {
     #[test]
     fn finds_the_maximum_of_a_separable_bowl_and_never_gets_worse() {
         let target = [0.7, -1.3, 0.0];
-        let f = |p: &[Vec<f64>]| Ok(p.iter().map(|x| -x.iter().zip(&target).map(|(a, b)| (a - b).powi(2)).sum::<f64>()).collect());
+        let f = |p: &[Vec<f64>]| {
+            Ok(p.iter().map(|x| -x.iter().zip(&target).map(|(a, b)| (a - b).powi(2)).sum::<f64>()).collect())
+        };
         let r = coordinate_search(&[0.0, 0.0, 0.0], &[0.5, 0.5, 0.5], 6, f).unwrap();
         assert!(r.objective > -1e-3 && r.objective >= r.start_objective, "{r:?}");
         for (a, b) in r.x.iter().zip(&target) {

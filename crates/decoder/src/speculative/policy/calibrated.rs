@@ -10,8 +10,8 @@
 //! traces and chooses the threshold by replayed throughput.
 
 use super::threshold_plus::DEPTH_BUCKETS;
-use super::{stop_if, Decision, DraftStats, DraftStep, StopPolicy};
-use anyhow::{ensure, Context, Result};
+use super::{Decision, DraftStats, DraftStep, StopPolicy, stop_if};
+use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};
 
 /// Inputs of the model that reads the draft only: a constant, ln p and ln(1 - p) of the
@@ -97,7 +97,13 @@ impl CalibratedParams {
     pub fn feature_names(n: usize) -> Vec<String> {
         let depth = ["2", "3", "4", "5-6", "7-9", "10+"].iter().map(|d| format!("depth {d}"));
         let target = ["target top-1", "target entropy"].iter().map(|s| s.to_string());
-        ["bias", "ln p", "ln(1-p)", "entropy", "margin"].iter().map(|s| s.to_string()).chain(depth).chain(target).take(n).collect()
+        ["bias", "ln p", "ln(1-p)", "entropy", "margin"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain(depth)
+            .chain(target)
+            .take(n)
+            .collect()
     }
 
     /// Whether the model reads the target's statistics at the last committed token.
@@ -106,12 +112,31 @@ impl CalibratedParams {
     }
 
     pub fn check(&self) -> Result<()> {
-        ensure!([DRAFT_FEATURES, FEATURES].contains(&self.weights.len()), "calibrated model: {} weights, expected {DRAFT_FEATURES} (draft only) or {FEATURES} (draft and target)", self.weights.len());
-        ensure!(self.temperatures.len() == TEMPERATURES, "calibrated model: {} temperatures, expected {TEMPERATURES}", self.temperatures.len());
+        ensure!(
+            [DRAFT_FEATURES, FEATURES].contains(&self.weights.len()),
+            "calibrated model: {} weights, expected {DRAFT_FEATURES} (draft only) or {FEATURES} (draft and target)",
+            self.weights.len()
+        );
+        ensure!(
+            self.temperatures.len() == TEMPERATURES,
+            "calibrated model: {} temperatures, expected {TEMPERATURES}",
+            self.temperatures.len()
+        );
         ensure!(self.weights.iter().all(|w| w.is_finite()), "calibrated model: every weight must be a finite number");
-        ensure!(self.temperatures.iter().all(|t| t.is_finite() && *t > 0.0), "calibrated model: every temperature must be positive");
-        ensure!((0.0..=1.0).contains(&self.threshold), "calibrated model: threshold {} is not in [0, 1]", self.threshold);
-        ensure!(self.max_candidates >= 1, "calibrated model: at most {} candidates: need at least 1", self.max_candidates);
+        ensure!(
+            self.temperatures.iter().all(|t| t.is_finite() && *t > 0.0),
+            "calibrated model: every temperature must be positive"
+        );
+        ensure!(
+            (0.0..=1.0).contains(&self.threshold),
+            "calibrated model: threshold {} is not in [0, 1]",
+            self.threshold
+        );
+        ensure!(
+            self.max_candidates >= 1,
+            "calibrated model: at most {} candidates: need at least 1",
+            self.max_candidates
+        );
         Ok(())
     }
 
@@ -183,7 +208,15 @@ mod tests {
 
     fn step(index: usize, p: f32) -> DraftStep<'static> {
         let stats = DraftStats { token_prob: p, top1: p, margin: p / 2.0, entropy: 1.0, top10_top1: p };
-        DraftStep { index, token: 0, q_token: 1.0, confidence: p, ngram: None, stats: LazyStats::known(stats), hidden: HiddenState::HeadScores(&[]) }
+        DraftStep {
+            index,
+            token: 0,
+            q_token: 1.0,
+            confidence: p,
+            ngram: None,
+            stats: LazyStats::known(stats),
+            hidden: HiddenState::HeadScores(&[]),
+        }
     }
 
     /// The model that says "the draft's probability" exactly: sigmoid(logit(p)) = p is not
@@ -206,7 +239,13 @@ mod tests {
         // Weights (0, 1, -1) give logit p: the draft's own probability.
         let mut w = vec![0.0; DRAFT_FEATURES];
         (w[1], w[2]) = (1.0, -1.0);
-        let own = CalibratedParams { weights: w, temperatures: vec![1.0; TEMPERATURES], rule: CalibratedRule::Token, threshold: 0.5, max_candidates: 20 };
+        let own = CalibratedParams {
+            weights: w,
+            temperatures: vec![1.0; TEMPERATURES],
+            rule: CalibratedRule::Token,
+            threshold: 0.5,
+            max_candidates: 20,
+        };
         assert!((own.probability(&s, 3, None) - 0.5).abs() < 1e-12);
         let s9 = DraftStats { token_prob: 0.9, ..s };
         assert!((own.probability(&s9, 1, None) - f64::from(0.9f32)).abs() < 1e-12);
@@ -216,7 +255,10 @@ mod tests {
     fn token_rule_stops_below_the_threshold_and_product_rule_on_the_running_product() {
         let p = params(CalibratedRule::Token, 0.5);
         // logit(0.9) = 2 + 4 ln 0.9 = 1.58 -> 0.83; logit(0.5) = -0.77 -> 0.32
-        assert!((p.probability(step(1, 0.9).stats.get(), 1, None) - sigmoid(2.0 + 4.0 * f64::from(0.9f32).ln())).abs() < 1e-12);
+        assert!(
+            (p.probability(step(1, 0.9).stats.get(), 1, None) - sigmoid(2.0 + 4.0 * f64::from(0.9f32).ln())).abs()
+                < 1e-12
+        );
         let mut token = CalibratedPolicy::new(p).unwrap();
         assert_eq!(token.decide(&step(1, 0.9)).unwrap(), Decision::Continue);
         assert_eq!(token.decide(&step(2, 0.9)).unwrap(), Decision::Continue);
@@ -259,7 +301,12 @@ mod tests {
         let s = *step(2, 0.9).stats.get();
         let calm = DraftStats { token_prob: 0.99, top1: 0.99, margin: 0.98, entropy: 0.05, top10_top1: 0.99 };
         let unsure = DraftStats { entropy: 2.0, ..calm };
-        assert!((p.probability(&s, 2, Some(&calm)) - sigmoid(2.0 + 4.0 * f64::from(0.9f32).ln() - 3.0 * f64::from(0.05f32))).abs() < 1e-12);
+        assert!(
+            (p.probability(&s, 2, Some(&calm))
+                - sigmoid(2.0 + 4.0 * f64::from(0.9f32).ln() - 3.0 * f64::from(0.05f32)))
+            .abs()
+                < 1e-12
+        );
         let mut policy = CalibratedPolicy::new(p).unwrap();
         assert!(policy.reads_target());
         assert!(policy.decide(&step(1, 0.9)).unwrap_err().to_string().contains("target's statistics"));

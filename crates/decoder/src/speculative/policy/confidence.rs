@@ -2,7 +2,7 @@
 //! criterion (the low-confidence token is kept), with or without its online ROC threshold,
 //! and llama.cpp's `p_min` (the low-confidence token is dropped).
 
-use super::{stop_if, Decision, DraftStep, RoundOutcome, StopPolicy};
+use super::{Decision, DraftStep, RoundOutcome, StopPolicy, stop_if};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
@@ -62,7 +62,8 @@ impl StopPolicy for ConfidenceProductPolicy {
     }
     fn decide(&mut self, step: &DraftStep) -> Result<Decision> {
         self.product *= f64::from(step.confidence);
-        let stop = step.index >= self.max_candidates || (step.index >= self.min_candidates.max(1) && 1.0 - self.product > f64::from(self.threshold));
+        let stop = step.index >= self.max_candidates
+            || (step.index >= self.min_candidates.max(1) && 1.0 - self.product > f64::from(self.threshold));
         Ok(stop_if(stop))
     }
     fn max_candidates(&self) -> usize {
@@ -189,11 +190,7 @@ impl PMinPolicy {
 
 impl StopPolicy for PMinPolicy {
     fn decide(&mut self, step: &DraftStep) -> Result<Decision> {
-        Ok(if step.stats.get().top10_top1 < self.p_min {
-            Decision::Drop
-        } else {
-            stop_if(step.index >= self.n_max)
-        })
+        Ok(if step.stats.get().top10_top1 < self.p_min { Decision::Drop } else { stop_if(step.index >= self.n_max) })
     }
     fn max_candidates(&self) -> usize {
         self.n_max
@@ -206,7 +203,15 @@ mod tests {
     use crate::speculative::{DraftStats, HiddenState, LazyStats};
 
     fn step(index: usize, confidence: f32) -> DraftStep<'static> {
-        DraftStep { index, token: 0, q_token: 1.0, confidence, ngram: None, stats: LazyStats::known(DraftStats::default()), hidden: HiddenState::HeadScores(&[]) }
+        DraftStep {
+            index,
+            token: 0,
+            q_token: 1.0,
+            confidence,
+            ngram: None,
+            stats: LazyStats::known(DraftStats::default()),
+            hidden: HiddenState::HeadScores(&[]),
+        }
     }
 
     #[test]

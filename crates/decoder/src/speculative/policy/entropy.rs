@@ -1,7 +1,7 @@
 //! The rules that read the entropy of the draft's distribution (nats, temperature 1, whole
 //! vocabulary): SVIP keeps the high-entropy token, AdaEDL drops it and adapts its threshold.
 
-use super::{stop_if, Decision, DraftStep, RoundOutcome, StopPolicy};
+use super::{Decision, DraftStep, RoundOutcome, StopPolicy, stop_if};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
@@ -48,7 +48,8 @@ pub struct AdaEdlParams {
 }
 
 impl AdaEdlParams {
-    pub const DEFAULT: Self = Self { lambda: 0.7, gamma: 0.2, beta1: 0.5, beta2: 0.9, epsilon: 0.01, alpha: 0.9, max_candidates: 16 };
+    pub const DEFAULT: Self =
+        Self { lambda: 0.7, gamma: 0.2, beta1: 0.5, beta2: 0.9, epsilon: 0.01, alpha: 0.9, max_candidates: 16 };
 }
 
 /// AdaEDL: before trusting candidate `i >= 2`, estimate a lower bound on its acceptance
@@ -81,7 +82,11 @@ impl StopPolicy for AdaEdlPolicy {
     }
     fn decide(&mut self, step: &DraftStep) -> Result<Decision> {
         let bound = 1.0 - (self.params.gamma * step.stats.get().entropy as f64).sqrt();
-        Ok(if step.index >= 2 && bound < self.lambda { Decision::Drop } else { stop_if(step.index >= self.params.max_candidates) })
+        Ok(if step.index >= 2 && bound < self.lambda {
+            Decision::Drop
+        } else {
+            stop_if(step.index >= self.params.max_candidates)
+        })
     }
     fn end_round(&mut self, o: &RoundOutcome) {
         if o.drafted == 0 {

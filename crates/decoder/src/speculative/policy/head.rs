@@ -1,8 +1,8 @@
 //! SpecDec++'s stop rule (Algorithm 1) over an acceptance head's predictions.
 
-use super::{stop_if, Decision, DraftStats, DraftStep, HiddenState, StopPolicy};
+use super::{Decision, DraftStats, DraftStep, HiddenState, StopPolicy, stop_if};
 use crate::speculative::head::AcceptanceHead;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 /// Anything that predicts the probability that a draft token is accepted from the draft's
@@ -23,12 +23,15 @@ impl AcceptanceModel for AcceptanceHead {
     fn accept_probability(&self, hidden: HiddenState, stats: Option<&DraftStats>) -> Result<f64> {
         match hidden {
             HiddenState::Vector(h) if self.reads_draft_stats() => {
-                let s = stats.context("this head reads the draft's statistics of the scored token, and none were given")?;
+                let s =
+                    stats.context("this head reads the draft's statistics of the scored token, and none were given")?;
                 let input: Vec<f32> = h.iter().copied().chain(s.head_inputs()).collect();
                 AcceptanceHead::accept_probability(self, &input)
             }
             HiddenState::Vector(h) => AcceptanceHead::accept_probability(self, h),
-            HiddenState::HeadScores(_) => bail!("a head needs the draft's hidden state; this step carries precomputed scores (build the replay's policies with PrecomputedHead)"),
+            HiddenState::HeadScores(_) => bail!(
+                "a head needs the draft's hidden state; this step carries precomputed scores (build the replay's policies with PrecomputedHead)"
+            ),
         }
     }
     fn reads_draft_stats(&self) -> bool {
@@ -45,7 +48,9 @@ impl AcceptanceModel for PrecomputedHead {
     /// The replay scored each look with its predecessor's statistics already.
     fn accept_probability(&self, hidden: HiddenState, _: Option<&DraftStats>) -> Result<f64> {
         match hidden {
-            HiddenState::HeadScores(s) => s.get(self.0).copied().with_context(|| format!("head {} is not among the {} scored", self.0, s.len())),
+            HiddenState::HeadScores(s) => {
+                s.get(self.0).copied().with_context(|| format!("head {} is not among the {} scored", self.0, s.len()))
+            }
             HiddenState::Vector(_) => bail!("a precomputed head reads scores, not hidden states"),
         }
     }
@@ -154,7 +159,19 @@ mod tests {
         let rows: Vec<[f32; 1]> = scores.iter().map(|&s| [s]).collect();
         rows.iter()
             .enumerate()
-            .map(|(i, h)| policy.decide(&DraftStep { index: i + 1, token: 0, q_token: 1.0, confidence: 1.0, ngram: None, stats: LazyStats::known(DraftStats::default()), hidden: HiddenState::Vector(h) }).unwrap())
+            .map(|(i, h)| {
+                policy
+                    .decide(&DraftStep {
+                        index: i + 1,
+                        token: 0,
+                        q_token: 1.0,
+                        confidence: 1.0,
+                        ngram: None,
+                        stats: LazyStats::known(DraftStats::default()),
+                        hidden: HiddenState::Vector(h),
+                    })
+                    .unwrap()
+            })
             .collect()
     }
 
@@ -164,7 +181,10 @@ mod tests {
         // rejection chance of 0.4 at step 4 (0.512), the latest prediction never does.
         let scores = [1.0, 0.8, 0.8, 0.8, 0.8];
         let rule = HeadRule::new(0.4, 1, 20);
-        assert_eq!(run(&mut HeadPolicy::new(FirstValue, rule), &scores)[1..4], [Decision::Continue, Decision::Continue, Decision::Stop]);
+        assert_eq!(
+            run(&mut HeadPolicy::new(FirstValue, rule), &scores)[1..4],
+            [Decision::Continue, Decision::Continue, Decision::Stop]
+        );
         assert!(run(&mut HeadPolicy::per_token(FirstValue, rule), &scores).iter().all(|d| *d == Decision::Continue));
         // One low prediction stops the per-token rule at once.
         assert_eq!(run(&mut HeadPolicy::per_token(FirstValue, rule), &[1.0, 0.5])[1], Decision::Stop);

@@ -29,7 +29,7 @@
 //! is verified anyway, its first candidate only (a probe), and the rate can recover. The
 //! estimates live for one request.
 
-use super::{stop_if, Decision, DraftStep, RoundOutcome, StopPolicy};
+use super::{Decision, DraftStep, RoundOutcome, StopPolicy, stop_if};
 use anyhow::Result;
 
 /// Drafts while the estimated chance that every candidate so far is accepted is at least
@@ -68,7 +68,13 @@ impl MatchRatePolicy {
 
     /// Draft-model rounds (the hybrid's) draft `model_k` candidates when given.
     pub fn with_model_k(threshold: f64, max_candidates: usize, model_k: Option<usize>) -> Self {
-        Self { threshold, max_candidates: max_candidates.max(1), model_k: model_k.map(|k| k.max(1)), sizes: Vec::new(), chance: 1.0 }
+        Self {
+            threshold,
+            max_candidates: max_candidates.max(1),
+            model_k: model_k.map(|k| k.max(1)),
+            sizes: Vec::new(),
+            chance: 1.0,
+        }
     }
 
     /// This request's estimated acceptance rate of candidates looked up from n-gram matches.
@@ -138,7 +144,15 @@ mod tests {
     use super::*;
 
     fn step(index: usize, ngram: Option<usize>, confidence: f32) -> DraftStep<'static> {
-        DraftStep { index, token: 0, q_token: 1.0, confidence, ngram, stats: LazyStats::known(DraftStats::default()), hidden: HiddenState::Vector(&[]) }
+        DraftStep {
+            index,
+            token: 0,
+            q_token: 1.0,
+            confidence,
+            ngram,
+            stats: LazyStats::known(DraftStats::default()),
+            hidden: HiddenState::Vector(&[]),
+        }
     }
 
     fn round(p: &mut MatchRatePolicy, ngram: Option<usize>, confidence: f32, max: usize) -> Vec<Decision> {
@@ -181,7 +195,11 @@ mod tests {
         for _ in 0..MatchRatePolicy::PROBE_EVERY - 1 {
             assert_eq!(round(&mut p, Some(1), 1.0, 16), [Decision::Drop], "a weak first match is dropped");
         }
-        assert_eq!(round(&mut p, Some(1), 1.0, 16), [Decision::Stop], "every fourth weak match is verified, one candidate");
+        assert_eq!(
+            round(&mut p, Some(1), 1.0, 16),
+            [Decision::Stop],
+            "every fourth weak match is verified, one candidate"
+        );
         assert_eq!(round(&mut p, Some(1), 1.0, 16), [Decision::Drop], "and the count starts again");
         p.begin_request();
         assert_eq!(p.rate(1), 0.5, "estimates live for one request");

@@ -27,7 +27,7 @@ pub use entropy::{AdaEdlParams, AdaEdlPolicy, SvipPolicy};
 pub use head::{AcceptanceModel, HeadPolicy, HeadRule, PrecomputedHead};
 pub use matchrate::MatchRatePolicy;
 pub use schedule::{BanditK, DynamicK};
-pub use stats::{DraftStats, LazyStats, HEAD_STAT_INPUTS};
+pub use stats::{DraftStats, HEAD_STAT_INPUTS, LazyStats};
 pub use threshold_plus::{ThresholdPlusParams, ThresholdPlusPolicy};
 
 use anyhow::Result;
@@ -129,9 +129,5 @@ impl StopPolicy for FixedK {
 
 /// `Stop` when `stop` holds, else `Continue`.
 pub(crate) fn stop_if(stop: bool) -> Decision {
-    if stop {
-        Decision::Stop
-    } else {
-        Decision::Continue
-    }
+    if stop { Decision::Stop } else { Decision::Continue }
 }

@@ -1,7 +1,7 @@
 //! Rules that choose a round's length from how earlier rounds went: HF transformers' dynamic
 //! schedule and a bandit over K.
 
-use super::{stop_if, Decision, DraftStep, RoundOutcome, StopPolicy};
+use super::{Decision, DraftStep, RoundOutcome, StopPolicy, stop_if};
 use anyhow::Result;
 
 /// HF transformers' `"heuristic"` schedule (`num_assistant_tokens_schedule`, the default before
@@ -32,7 +32,11 @@ impl StopPolicy for DynamicK {
         Ok(stop_if(step.index >= self.k))
     }
     fn end_round(&mut self, o: &RoundOutcome) {
-        self.k = if o.drafted > 0 && o.accepted == o.drafted { (self.k + 2).min(self.cap) } else { self.k.saturating_sub(1).max(1) };
+        self.k = if o.drafted > 0 && o.accepted == o.drafted {
+            (self.k + 2).min(self.cap)
+        } else {
+            self.k.saturating_sub(1).max(1)
+        };
     }
     fn max_candidates(&self) -> usize {
         self.k
@@ -76,7 +80,9 @@ impl BanditK {
         }
         let total: u64 = self.counts.iter().sum();
         let bonus = (self.exploration * (t as f64).ln() / total.max(1) as f64).sqrt();
-        (0..self.arms.len()).max_by(|&a, &b| (self.means[a] + bonus).total_cmp(&(self.means[b] + bonus)).then(b.cmp(&a))).expect("arms")
+        (0..self.arms.len())
+            .max_by(|&a, &b| (self.means[a] + bonus).total_cmp(&(self.means[b] + bonus)).then(b.cmp(&a)))
+            .expect("arms")
     }
 }
 

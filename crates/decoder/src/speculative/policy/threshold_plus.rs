@@ -3,8 +3,8 @@
 //! (`specx eval tune`). With every added parameter at zero it is the confidence rule at
 //! `exp(theta0)`, so a fit shows whether depth and history add anything to the threshold.
 
-use super::{stop_if, Decision, DraftStep, RoundOutcome, StopPolicy};
-use anyhow::{ensure, Result};
+use super::{Decision, DraftStep, RoundOutcome, StopPolicy, stop_if};
+use anyhow::{Result, ensure};
 use serde::{Deserialize, Serialize};
 
 /// Depth buckets of the per-depth offsets: candidates 2, 3, 4, 5-6, 7-9 and 10 on (the first
@@ -39,14 +39,30 @@ impl ThresholdPlusParams {
 
     /// The plain confidence rule at `threshold` (a probability): every added parameter zero.
     pub fn confidence(threshold: f64, max_candidates: usize) -> Self {
-        Self { theta0: threshold.max(1e-12).ln(), depth: [0.0; 6], last_round: 0.0, ema: 0.0, ema_weight: Self::EMA_WEIGHT, prior_rate: Self::PRIOR_RATE, max_candidates }
+        Self {
+            theta0: threshold.max(1e-12).ln(),
+            depth: [0.0; 6],
+            last_round: 0.0,
+            ema: 0.0,
+            ema_weight: Self::EMA_WEIGHT,
+            prior_rate: Self::PRIOR_RATE,
+            max_candidates,
+        }
     }
 
     pub fn check(&self) -> Result<()> {
-        let all = [self.theta0, self.last_round, self.ema, self.ema_weight, self.prior_rate].into_iter().chain(self.depth);
+        let all =
+            [self.theta0, self.last_round, self.ema, self.ema_weight, self.prior_rate].into_iter().chain(self.depth);
         ensure!(all.clone().all(f64::is_finite), "threshold-plus: every parameter must be a finite number");
-        ensure!((0.0..=1.0).contains(&self.ema_weight) && (0.0..=1.0).contains(&self.prior_rate), "threshold-plus: ema_weight and prior_rate must be in [0, 1]");
-        ensure!(self.max_candidates >= 1, "threshold-plus: at most {} candidates: need at least 1", self.max_candidates);
+        ensure!(
+            (0.0..=1.0).contains(&self.ema_weight) && (0.0..=1.0).contains(&self.prior_rate),
+            "threshold-plus: ema_weight and prior_rate must be in [0, 1]"
+        );
+        ensure!(
+            self.max_candidates >= 1,
+            "threshold-plus: at most {} candidates: need at least 1",
+            self.max_candidates
+        );
         Ok(())
     }
 
@@ -124,7 +140,15 @@ mod tests {
     use crate::speculative::{DraftStats, HiddenState, LazyStats};
 
     fn step(index: usize, confidence: f32) -> DraftStep<'static> {
-        DraftStep { index, token: 0, q_token: 1.0, confidence, ngram: None, stats: LazyStats::known(DraftStats::default()), hidden: HiddenState::HeadScores(&[]) }
+        DraftStep {
+            index,
+            token: 0,
+            q_token: 1.0,
+            confidence,
+            ngram: None,
+            stats: LazyStats::known(DraftStats::default()),
+            hidden: HiddenState::HeadScores(&[]),
+        }
     }
 
     #[test]
@@ -159,6 +183,12 @@ mod tests {
         let mut p = ThresholdPlusParams::confidence(0.5, 20);
         p.ema_weight = 2.0;
         assert!(ThresholdPlusPolicy::new(p).is_err());
-        assert!(ThresholdPlusPolicy::new(ThresholdPlusParams { max_candidates: 0, ..ThresholdPlusParams::confidence(0.5, 20) }).is_err());
+        assert!(
+            ThresholdPlusPolicy::new(ThresholdPlusParams {
+                max_candidates: 0,
+                ..ThresholdPlusParams::confidence(0.5, 20)
+            })
+            .is_err()
+        );
     }
 }

@@ -18,17 +18,17 @@
 use crate::model::Transformer;
 use crate::speculative::candidate::Candidate;
 use crate::speculative::drafter::Drafter;
+use crate::speculative::feature_tap::FeatureTap;
 use crate::speculative::metrics::RequestMetrics;
 use crate::speculative::policy::{RoundOutcome, StopPolicy};
 use crate::speculative::round::{Committed, Generation, SpecConfig};
-use crate::speculative::feature_tap::FeatureTap;
-use crate::speculative::scorer::{common_prefix_len, TargetScorer};
+use crate::speculative::scorer::{TargetScorer, common_prefix_len};
 use crate::speculative::verifier::Verifier;
-use anyhow::{anyhow, bail, ensure, Result};
+use anyhow::{Result, anyhow, bail, ensure};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 /// How DSI runs.
@@ -95,7 +95,13 @@ enum Reply {
 }
 
 /// A target worker: its own scorer (cache), tasks in arrival order.
-fn worker_loop(target: &Transformer, worker: usize, tap: Option<FeatureTap>, tasks: mpsc::Receiver<Task>, replies: mpsc::Sender<Reply>) {
+fn worker_loop(
+    target: &Transformer,
+    worker: usize,
+    tap: Option<FeatureTap>,
+    tasks: mpsc::Receiver<Task>,
+    replies: mpsc::Sender<Reply>,
+) {
     let mut scorer = TargetScorer::new(target).with_tap(tap);
     for task in tasks {
         let t = Instant::now();
@@ -147,7 +153,8 @@ struct Coordinator<'a> {
 
 impl Coordinator<'_> {
     fn chain_ended(&self) -> bool {
-        self.chain.last().is_some_and(|c| self.committed.eos().contains(&c.token)) || self.chain.len() >= self.committed.remaining()
+        self.chain.last().is_some_and(|c| self.committed.eos().contains(&c.token))
+            || self.chain.len() >= self.committed.remaining()
     }
 
     fn unsubmitted(&self) -> bool {
@@ -185,7 +192,10 @@ impl Coordinator<'_> {
     /// prefix with it.
     fn submit_pending(&mut self) -> Result<()> {
         let Some(block) = self.blocks.back_mut().filter(|b| b.task.is_none()) else { return Ok(()) };
-        let Some(worker) = (0..self.free.len()).filter(|&w| self.free[w]).max_by_key(|&w| (common_prefix_len(&self.worker_tokens[w], &block.tokens), usize::MAX - w)) else {
+        let Some(worker) = (0..self.free.len())
+            .filter(|&w| self.free[w])
+            .max_by_key(|&w| (common_prefix_len(&self.worker_tokens[w], &block.tokens), usize::MAX - w))
+        else {
             return Ok(());
         };
         let id = self.next_id;
@@ -205,11 +215,23 @@ impl Coordinator<'_> {
         let start = self.committed.seq.len() + self.chain.len();
         let mut context = self.committed.seq.clone();
         context.extend(self.chain.iter().map(|c| c.token));
-        let candidates = self.drafter.draft(self.committed.draft_round(&context, max, true, self.policy, &mut self.m))?;
-        ensure!(!candidates.is_empty() && candidates.len() <= max, "drafter returned {} candidates (1..={max} allowed)", candidates.len());
+        let candidates =
+            self.drafter.draft(self.committed.draft_round(&context, max, true, self.policy, &mut self.m))?;
+        ensure!(
+            !candidates.is_empty() && candidates.len() <= max,
+            "drafter returned {} candidates (1..={max} allowed)",
+            candidates.len()
+        );
         self.m.n_drafted += candidates.len();
         context.extend(candidates.iter().map(|c| c.token));
-        self.blocks.push_back(Block { start, len: candidates.len(), tokens: Arc::new(context), task: None, rows: None, cancel: Arc::new(AtomicBool::new(false)) });
+        self.blocks.push_back(Block {
+            start,
+            len: candidates.len(),
+            tokens: Arc::new(context),
+            task: None,
+            rows: None,
+            cancel: Arc::new(AtomicBool::new(false)),
+        });
         self.chain.extend(candidates);
         if self.free.iter().all(|f| !f) {
             self.stats.waits += 1;
@@ -237,7 +259,10 @@ impl Coordinator<'_> {
             if self.dsi.preempt {
                 // Every block decided here was verified on exactly the committed prefix: a task
                 // from a rejected branch can never reach this point.
-                ensure!(block.start == seq.len() && block.tokens[..seq.len()] == seq[..], "DSI invariant broken: a block verified on another prefix reached a decision");
+                ensure!(
+                    block.start == seq.len() && block.tokens[..seq.len()] == seq[..],
+                    "DSI invariant broken: a block verified on another prefix reached a decision"
+                );
             }
             let before = self.committed.generated();
             let decided = self.committed.decide(self.verifier, &self.chain[..block.len], &rows[..block.len]);
@@ -245,7 +270,13 @@ impl Coordinator<'_> {
             // A block's time: since the previous decision (drafting ran ahead meanwhile).
             let seconds = self.last_decision.elapsed().as_secs_f64();
             self.last_decision = Instant::now();
-            self.policy.end_round(&RoundOutcome { drafted: block.len, accepted: decided.accepted, committed: self.committed.generated() - before, seconds, ngram: self.chain[0].ngram });
+            self.policy.end_round(&RoundOutcome {
+                drafted: block.len,
+                accepted: decided.accepted,
+                committed: self.committed.generated() - before,
+                seconds,
+                ngram: self.chain[0].ngram,
+            });
             self.chain.drain(..block.len);
             if decided.corrected {
                 if self.dsi.preempt {
@@ -306,12 +337,23 @@ pub fn generate_dsi(
     eos: &[u32],
 ) -> Result<DsiGeneration> {
     ensure!(!prompt.is_empty(), "the prompt is empty");
-    ensure!(dsi.servers >= 1 && dsi.lookahead >= 1, "DSI needs at least one target server and a lookahead of at least 1");
-    ensure!(targets.len() == dsi.servers, "DSI with {} target workers got {} targets (one per worker)", dsi.servers, targets.len());
+    ensure!(
+        dsi.servers >= 1 && dsi.lookahead >= 1,
+        "DSI needs at least one target server and a lookahead of at least 1"
+    );
+    ensure!(
+        targets.len() == dsi.servers,
+        "DSI with {} target workers got {} targets (one per worker)",
+        dsi.servers,
+        targets.len()
+    );
     let t0 = Instant::now();
     let mut stats = DsiStats { worker_busy_s: vec![0.0; dsi.servers], ..Default::default() };
     if cfg.max_new_tokens == 0 {
-        return Ok(DsiGeneration { generation: Generation { tokens: Vec::new(), metrics: RequestMetrics::default() }, stats });
+        return Ok(DsiGeneration {
+            generation: Generation { tokens: Vec::new(), metrics: RequestMetrics::default() },
+            stats,
+        });
     }
     let (m, tokens) = std::thread::scope(|scope| -> Result<(RequestMetrics, Vec<u32>)> {
         let (reply_tx, reply_rx) = mpsc::channel();
@@ -320,7 +362,9 @@ pub fn generate_dsi(
             let (tx, rx) = mpsc::channel();
             let replies = reply_tx.clone();
             let tap = drafter.feature_tap();
-            std::thread::Builder::new().name(format!("dsi-target-{w}")).spawn_scoped(scope, move || worker_loop(target, w, tap, rx, replies))?;
+            std::thread::Builder::new()
+                .name(format!("dsi-target-{w}"))
+                .spawn_scoped(scope, move || worker_loop(target, w, tap, rx, replies))?;
             task_txs.push(tx);
         }
         drop(reply_tx);

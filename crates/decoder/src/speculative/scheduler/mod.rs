@@ -7,7 +7,7 @@
 mod dsi;
 mod sequential;
 
-pub use dsi::{generate_dsi, lookahead_for, DsiConfig, DsiGeneration, DsiStats};
+pub use dsi::{DsiConfig, DsiGeneration, DsiStats, generate_dsi, lookahead_for};
 pub use sequential::generate_speculative;
 
 use super::metrics::RequestMetrics;
@@ -19,13 +19,24 @@ use anyhow::Result;
 use std::time::Instant;
 
 /// The autoregressive baseline with the target alone.
-pub fn generate_autoregressive(target: &Transformer, prompt: &[u32], cfg: &SpecConfig, eos: &[u32]) -> Result<Generation> {
+pub fn generate_autoregressive(
+    target: &Transformer,
+    prompt: &[u32],
+    cfg: &SpecConfig,
+    eos: &[u32],
+) -> Result<Generation> {
     generate_autoregressive_drawn(target, prompt, cfg, eos, Draws::Independent)
 }
 
 /// The autoregressive baseline with `draws`: under [`Draws::Coupled`] its tokens are those
 /// speculative decoding with [`super::CoupledSampler`] and the same seed commits.
-pub fn generate_autoregressive_drawn(target: &Transformer, prompt: &[u32], cfg: &SpecConfig, eos: &[u32], draws: Draws) -> Result<Generation> {
+pub fn generate_autoregressive_drawn(
+    target: &Transformer,
+    prompt: &[u32],
+    cfg: &SpecConfig,
+    eos: &[u32],
+    draws: Draws,
+) -> Result<Generation> {
     let t0 = Instant::now();
     let mut sampler = match draws {
         Draws::Independent => Sampler::new(cfg.sampling.clone(), cfg.seed),

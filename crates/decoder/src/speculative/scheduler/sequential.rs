@@ -1,5 +1,6 @@
 //! The sequential scheduler: draft a round, verify it in one target forward, commit, repeat.
 
+use crate::model::Transformer;
 use crate::speculative::candidate::Candidate;
 use crate::speculative::drafter::Drafter;
 use crate::speculative::metrics::RequestMetrics;
@@ -7,8 +8,7 @@ use crate::speculative::policy::{DraftStats, FixedK, RoundOutcome, StopPolicy};
 use crate::speculative::round::{Committed, Generation, SpecConfig};
 use crate::speculative::scorer::TargetScorer;
 use crate::speculative::verifier::Verifier;
-use crate::model::Transformer;
-use anyhow::{ensure, Result};
+use anyhow::{Result, ensure};
 use std::time::Instant;
 
 /// Sequential speculative decoding: draft with `drafter` until `policy` stops (or EOS, or the
@@ -65,7 +65,13 @@ pub fn generate_speculative(
         // Committed by the round: the accepted candidates and the correction, or the bonus
         // decided next from `known`.
         let committed = c.generated() - before + usize::from(known.is_some());
-        policy.end_round(&RoundOutcome { drafted: k, accepted: decided.accepted, committed, seconds: round_start.elapsed().as_secs_f64(), ngram });
+        policy.end_round(&RoundOutcome {
+            drafted: k,
+            accepted: decided.accepted,
+            committed,
+            seconds: round_start.elapsed().as_secs_f64(),
+            ngram,
+        });
     }
     m.n_generated = c.generated();
     m.total_time = t0.elapsed();
@@ -98,7 +104,13 @@ fn score(scorer: &mut TargetScorer, tokens: &[u32], rows: usize, m: &mut Request
 /// any proposal, so this is as lossless as drawing from `p` directly, and it gives the same
 /// token as DSI for the same seed; it costs one single-token draft forward per fully accepted
 /// round (not counted as drafted: no target call verifies it).
-fn decide_known(drafter: &mut dyn Drafter, verifier: &mut dyn Verifier, c: &mut Committed, p: &[f32], m: &mut RequestMetrics) -> Result<()> {
+fn decide_known(
+    drafter: &mut dyn Drafter,
+    verifier: &mut dyn Verifier,
+    c: &mut Committed,
+    p: &[f32],
+    m: &mut RequestMetrics,
+) -> Result<()> {
     if let Some(token) = c.known_token(p) {
         c.push(token);
         return Ok(());

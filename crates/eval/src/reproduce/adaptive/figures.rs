@@ -4,7 +4,7 @@
 use super::family_order;
 use crate::common::plot::{colour, frontier, rate_chart, render_png};
 use crate::reproduce::specdecpp::rows::Group;
-use anyhow::{anyhow, Result};
+use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -20,12 +20,22 @@ pub fn frontier_all(path: &Path, title: &str, groups: &BTreeMap<String, Group>) 
         let mut chart = rate_chart(root, title, &all)?;
         for ((_, family), pts) in &by_family {
             let c = colour(family);
-            chart.draw_series(pts.iter().map(|&q| Circle::new(q, 4, c.filled()))).map_err(e)?.label(family.as_str()).legend(move |(x, y)| Circle::new((x, y), 5, c.filled()));
+            chart
+                .draw_series(pts.iter().map(|&q| Circle::new(q, 4, c.filled())))
+                .map_err(e)?
+                .label(family.as_str())
+                .legend(move |(x, y)| Circle::new((x, y), 5, c.filled()));
             if pts.len() > 1 {
                 chart.draw_series(LineSeries::new(frontier(pts), c.stroke_width(2))).map_err(e)?;
             }
         }
-        chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 15)).draw().map_err(e)?;
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.85))
+            .label_font(("sans-serif", 15))
+            .draw()
+            .map_err(e)?;
         Ok(())
     })
 }

@@ -13,15 +13,15 @@
 
 mod figures;
 
-use super::specdecpp::rows::{groups, move_head_families, read_rows, Group, Row};
+use super::specdecpp::rows::{Group, Row, groups, move_head_families, read_rows};
+use crate::common::profile_data::Profile;
 use anyhow::{Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
-use specx_run::config::read_toml;
-use specx_run::paths::resolve_path;
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::report::markdown_table;
-use crate::common::profile_data::Profile;
+use specx_run::config::read_toml;
+use specx_run::paths::resolve_path;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -52,13 +52,23 @@ impl Costs {
     /// that every model prices something.
     pub fn resolve(&mut self, base: &Path) -> Result<()> {
         if let Some(p) = &self.profile {
-            anyhow::ensure!(self.t_draft == 0.0 && self.t_target == 0.0 && self.t_row == 0.0, "[[costs]] '{}': give either a profile or the times, not both", self.name);
+            anyhow::ensure!(
+                self.t_draft == 0.0 && self.t_target == 0.0 && self.t_row == 0.0,
+                "[[costs]] '{}': give either a profile or the times, not both",
+                self.name
+            );
             let path = resolve_path(p, base);
             let profile = Profile::read(&path).with_context(|| format!("[[costs]] '{}'", self.name))?;
-            (self.t_draft, self.t_target, self.t_row) = profile.call_costs(self.context.unwrap_or(256)).with_context(|| format!("[[costs]] '{}': {}", self.name, path.display()))?;
+            (self.t_draft, self.t_target, self.t_row) = profile
+                .call_costs(self.context.unwrap_or(256))
+                .with_context(|| format!("[[costs]] '{}': {}", self.name, path.display()))?;
             self.profile = Some(path);
         }
-        anyhow::ensure!(self.t_draft > 0.0 && self.t_target > 0.0 && self.t_row >= 0.0, "[[costs]] '{}': t_draft and t_target must be positive (or give a profile)", self.name);
+        anyhow::ensure!(
+            self.t_draft > 0.0 && self.t_target > 0.0 && self.t_row >= 0.0,
+            "[[costs]] '{}': t_draft and t_target must be positive (or give a profile)",
+            self.name
+        );
         Ok(())
     }
 }
@@ -163,8 +173,11 @@ fn entry(g: &Group, role: &str, costs: &[Costs], best_k: &[f64]) -> Entry {
 
 /// A set's table: per family its defaults and its best setting under each cost model.
 pub fn set_table(gs: &BTreeMap<String, Group>, cfg: &AdaptiveConfig) -> Vec<Entry> {
-    let best_of = |family: &str, c: &Costs| gs.values().filter(|g| g.first.family == family).max_by(|a, b| c.throughput(a).total_cmp(&c.throughput(b)));
-    let best_k: Vec<f64> = cfg.costs.iter().map(|c| best_of("specdec", c).map_or(f64::NAN, |g| c.throughput(g))).collect();
+    let best_of = |family: &str, c: &Costs| {
+        gs.values().filter(|g| g.first.family == family).max_by(|a, b| c.throughput(a).total_cmp(&c.throughput(b)))
+    };
+    let best_k: Vec<f64> =
+        cfg.costs.iter().map(|c| best_of("specdec", c).map_or(f64::NAN, |g| c.throughput(g))).collect();
     let mut families: Vec<String> = gs.values().map(|g| g.first.family.clone()).filter(|f| f != "ar").collect();
     families.sort_by_key(|f| (family_order(f), f.clone()));
     families.dedup();
@@ -190,11 +203,37 @@ fn family_order(f: &str) -> usize {
     if f.starts_with("specdecpp") {
         return 1;
     }
-    ["specdec", "specdecpp", "confidence", "roc", "pmin", "dynamic", "svip", "adaedl", "bandit", "matchrate", "lookup", "hybrid", "oracle"].iter().position(|x| *x == f).unwrap_or(12)
+    [
+        "specdec",
+        "specdecpp",
+        "confidence",
+        "roc",
+        "pmin",
+        "dynamic",
+        "svip",
+        "adaedl",
+        "bandit",
+        "matchrate",
+        "lookup",
+        "hybrid",
+        "oracle",
+    ]
+    .iter()
+    .position(|x| *x == f)
+    .unwrap_or(12)
 }
 
 fn table_markdown(entries: &[Entry], costs: &[Costs]) -> String {
-    let mut header = vec!["policy".to_string(), "setting".into(), "".into(), "prompts".into(), "discard rate".into(), "verification rate".into(), "tokens / target call".into(), "draft calls / token".into()];
+    let mut header = vec![
+        "policy".to_string(),
+        "setting".into(),
+        "".into(),
+        "prompts".into(),
+        "discard rate".into(),
+        "verification rate".into(),
+        "tokens / target call".into(),
+        "draft calls / token".into(),
+    ];
     for c in costs {
         header.push(format!("tok/s at {}", c.name));
         header.push(format!("vs best fixed K at {}", c.name));
@@ -202,7 +241,16 @@ fn table_markdown(entries: &[Entry], costs: &[Costs]) -> String {
     let rows: Vec<Vec<String>> = entries
         .iter()
         .map(|e| {
-            let mut r = vec![e.family.clone(), e.setting.clone(), e.role.clone(), e.prompts.to_string(), f3(e.discard_rate), f3(e.verification_rate), f3(e.tokens_per_target_call), f3(e.draft_calls_per_token)];
+            let mut r = vec![
+                e.family.clone(),
+                e.setting.clone(),
+                e.role.clone(),
+                e.prompts.to_string(),
+                f3(e.discard_rate),
+                f3(e.verification_rate),
+                f3(e.tokens_per_target_call),
+                f3(e.draft_calls_per_token),
+            ];
             for (t, v) in e.tokens_per_s.iter().zip(&e.vs_best_fixed_k) {
                 r.push(if t.is_finite() { format!("{t:.2}") } else { "-".into() });
                 // No fixed K in the replays: nothing to compare with.
@@ -224,7 +272,8 @@ fn f3(v: f64) -> String {
 fn read_all(cfg: &AdaptiveConfig) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     for d in &cfg.replays {
-        let r = read_rows(d).with_context(|| format!("reading the replay {} (`specx eval replay` writes it)", d.display()))?;
+        let r = read_rows(d)
+            .with_context(|| format!("reading the replay {} (`specx eval replay` writes it)", d.display()))?;
         rows.extend(r.into_iter().filter(|r| r.replayed));
     }
     move_head_families(&mut rows, &cfg.head_families);
@@ -240,8 +289,24 @@ pub fn run(a: &AdaptiveArgs) -> Result<()> {
     std::fs::create_dir_all(&cfg.out).with_context(|| format!("creating {}", cfg.out.display()))?;
     let title = cfg.title.as_deref().unwrap_or("Adaptive drafting: every stop rule on the greedy traces");
     let mut md = format!("# {title} (generated by `specx reproduce adaptive`)\n\n");
-    let _ = writeln!(md, "Replays: {}.", cfg.replays.iter().map(|p| format!("`{}`", super::specdecpp::shown_path(p).display())).collect::<Vec<_>>().join(", "));
-    let _ = writeln!(md, "Costs: {}.\n", cfg.costs.iter().map(|c| format!("{}: t_draft {} s, t_target {} s, t_row {} s", c.name, c.t_draft, c.t_target, c.t_row)).collect::<Vec<_>>().join("; "));
+    let _ = writeln!(
+        md,
+        "Replays: {}.",
+        cfg.replays
+            .iter()
+            .map(|p| format!("`{}`", super::specdecpp::shown_path(p).display()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let _ = writeln!(
+        md,
+        "Costs: {}.\n",
+        cfg.costs
+            .iter()
+            .map(|c| format!("{}: t_draft {} s, t_target {} s, t_row {} s", c.name, c.t_draft, c.t_target, c.t_row))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
     let mut claims = BTreeMap::new();
     for ((dataset, sampling), gs) in groups(&rows) {
         let entries = set_table(&gs, &cfg);
@@ -262,7 +327,15 @@ pub fn run(a: &AdaptiveArgs) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn row(family: &str, setting: &str, n: f64, drafted: f64, accepted: f64, target_calls: f64, draft_calls: f64) -> Row {
+    fn row(
+        family: &str,
+        setting: &str,
+        n: f64,
+        drafted: f64,
+        accepted: f64,
+        target_calls: f64,
+        draft_calls: f64,
+    ) -> Row {
         Row {
             dataset: "set".into(),
             sampling: "greedy".into(),
@@ -288,7 +361,8 @@ mod tests {
     fn throughput_charges_every_draft_forward_and_the_tables_pick_defaults_and_bests() {
         // 100 tokens, 20 rounds + the prefill call; fixed K = 4 drafts 80 and accepts 79.
         let k4 = row("specdec", "specdec K=4", 100.0, 80.0, 79.0, 21.0, 80.0);
-        let a100 = Costs { name: "A100".into(), t_draft: 0.0234, t_target: 0.112, t_row: 0.0, profile: None, context: None };
+        let a100 =
+            Costs { name: "A100".into(), t_draft: 0.0234, t_target: 0.112, t_row: 0.0, profile: None, context: None };
         let g = |r: &Row| Group { first: r.clone(), rows: vec![r.clone()] };
         // Eq. 5.1: N + N_discarded - N_target = 100 + 1 - 21 = 80 draft forwards.
         let want = crate::common::timing::predicted_throughput(100.0, 1.0, 21.0, 0.0234, 0.112);
@@ -296,14 +370,33 @@ mod tests {
         // A rule that dropped 10 tokens pays their forwards though eq. 5.1's counts ignore them.
         let drop = row("pmin", "pmin 0.75 n_max=16", 100.0, 80.0, 79.0, 21.0, 90.0);
         assert!(a100.throughput(&g(&drop)) < want);
-        let cpu = Costs { name: "cpu".into(), t_draft: 0.01, t_target: 0.05, t_row: 0.01, profile: None, context: None };
+        let cpu =
+            Costs { name: "cpu".into(), t_draft: 0.01, t_target: 0.05, t_row: 0.01, profile: None, context: None };
         assert!((cpu.throughput(&g(&k4)) - 100.0 / (0.01 * 80.0 + 0.05 * 21.0 + 0.01 * (80.0 + 20.0))).abs() < 1e-9);
         let k2 = row("specdec", "specdec K=2", 100.0, 60.0, 59.0, 41.0, 60.0);
         let gs: BTreeMap<String, Group> = [&k4, &k2, &drop].into_iter().map(|r| (r.setting.clone(), g(r))).collect();
-        let cfg = AdaptiveConfig { replays: vec![], costs: vec![a100, cpu], defaults: [("pmin".to_string(), vec!["pmin 0.75 n_max=16".to_string()])].into(), head_families: BTreeMap::new(), families: Vec::new(), title: None, out: PathBuf::new() };
+        let cfg = AdaptiveConfig {
+            replays: vec![],
+            costs: vec![a100, cpu],
+            defaults: [("pmin".to_string(), vec!["pmin 0.75 n_max=16".to_string()])].into(),
+            head_families: BTreeMap::new(),
+            families: Vec::new(),
+            title: None,
+            out: PathBuf::new(),
+        };
         let t = set_table(&gs, &cfg);
-        let roles: Vec<(&str, &str, &str)> = t.iter().map(|e| (e.family.as_str(), e.setting.as_str(), e.role.as_str())).collect();
-        assert_eq!(roles, [("specdec", "specdec K=4", "best at A100"), ("specdec", "specdec K=4", "best at cpu"), ("pmin", "pmin 0.75 n_max=16", "default"), ("pmin", "pmin 0.75 n_max=16", "best at A100"), ("pmin", "pmin 0.75 n_max=16", "best at cpu")]);
+        let roles: Vec<(&str, &str, &str)> =
+            t.iter().map(|e| (e.family.as_str(), e.setting.as_str(), e.role.as_str())).collect();
+        assert_eq!(
+            roles,
+            [
+                ("specdec", "specdec K=4", "best at A100"),
+                ("specdec", "specdec K=4", "best at cpu"),
+                ("pmin", "pmin 0.75 n_max=16", "default"),
+                ("pmin", "pmin 0.75 n_max=16", "best at A100"),
+                ("pmin", "pmin 0.75 n_max=16", "best at cpu")
+            ]
+        );
         assert!((t[0].vs_best_fixed_k[0] - 1.0).abs() < 1e-12 && t[2].vs_best_fixed_k[0] < 1.0);
         assert!((t[0].tokens_per_target_call - 100.0 / 21.0).abs() < 1e-12);
     }
@@ -311,29 +404,62 @@ mod tests {
     #[test]
     fn costs_come_from_a_profile_of_any_device_and_a_bad_model_is_refused() {
         use crate::common::profile_data::{ForwardCurve, ModelProfile};
-        let model = |role: &str, seconds: Vec<f64>| ModelProfile { role: role.into(), path: PathBuf::new(), sha256: String::new(), layers: 1, forward: vec![ForwardCurve { context: 256, seconds }], layer_context: 256, attention_s: vec![], mlp_s: vec![], lm_head_s: 0.0, ttft_s: vec![], tpot_s: 0.01 };
+        let model = |role: &str, seconds: Vec<f64>| ModelProfile {
+            role: role.into(),
+            path: PathBuf::new(),
+            sha256: String::new(),
+            layers: 1,
+            forward: vec![ForwardCurve { context: 256, seconds }],
+            layer_context: 256,
+            attention_s: vec![],
+            mlp_s: vec![],
+            lm_head_s: 0.0,
+            ttft_s: vec![],
+            tpot_s: 0.01,
+        };
         // A target whose call of r rows costs 0.02 + 0.001 r exactly; the draft's one row 0.005.
         let target: Vec<f64> = (1..=21).map(|r| 0.02 + 0.001 * r as f64).collect();
         let machine = crate::common::machine::Machine { cpu: "x".into(), cores: 1, bandwidth_gb_s: 1.0 };
-        let p = Profile { weights: "f32".into(), device: "cuda:0".into(), machine, reps: 1, models: vec![model("draft", vec![0.005, 0.006]), model("target", target)] };
+        let p = Profile {
+            weights: "f32".into(),
+            device: "cuda:0".into(),
+            machine,
+            reps: 1,
+            models: vec![model("draft", vec![0.005, 0.006]), model("target", target)],
+        };
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("gpu.json"), serde_json::to_string(&p).unwrap()).unwrap();
-        let mut c = Costs { name: "GPU".into(), t_draft: 0.0, t_target: 0.0, t_row: 0.0, profile: Some("gpu.json".into()), context: None };
+        let mut c = Costs {
+            name: "GPU".into(),
+            t_draft: 0.0,
+            t_target: 0.0,
+            t_row: 0.0,
+            profile: Some("gpu.json".into()),
+            context: None,
+        };
         c.resolve(dir.path()).unwrap();
-        assert!((c.t_draft - 0.005).abs() < 1e-12 && (c.t_target - 0.02).abs() < 1e-9 && (c.t_row - 0.001).abs() < 1e-9, "{c:?}");
+        assert!(
+            (c.t_draft - 0.005).abs() < 1e-12 && (c.t_target - 0.02).abs() < 1e-9 && (c.t_row - 0.001).abs() < 1e-9,
+            "{c:?}"
+        );
         let mut both = Costs { t_draft: 0.1, ..c.clone() };
         both.profile = Some("gpu.json".into());
         assert!(both.resolve(dir.path()).unwrap_err().to_string().contains("not both"));
-        let mut none = Costs { name: "x".into(), t_draft: 0.0, t_target: 0.0, t_row: 0.0, profile: None, context: None };
+        let mut none =
+            Costs { name: "x".into(), t_draft: 0.0, t_target: 0.0, t_row: 0.0, profile: None, context: None };
         assert!(none.resolve(dir.path()).is_err());
     }
 
     #[test]
     fn heads_named_in_head_families_form_their_own_family_listed_after_the_papers() {
-        let mut rows = vec![row("specdecpp", "specdecpp w6-d3 h=0.7 [2,20]", 1.0, 1.0, 1.0, 1.0, 1.0), row("specdecpp", "specdecpp stats h=0.7 [2,20]", 1.0, 1.0, 1.0, 1.0, 1.0)];
+        let mut rows = vec![
+            row("specdecpp", "specdecpp w6-d3 h=0.7 [2,20]", 1.0, 1.0, 1.0, 1.0, 1.0),
+            row("specdecpp", "specdecpp stats h=0.7 [2,20]", 1.0, 1.0, 1.0, 1.0, 1.0),
+        ];
         rows[0].head = Some("w6-d3".into());
         rows[1].head = Some("stats".into());
-        let families: BTreeMap<String, Vec<String>> = [("specdecpp+stats".to_string(), vec!["stats".to_string()])].into();
+        let families: BTreeMap<String, Vec<String>> =
+            [("specdecpp+stats".to_string(), vec!["stats".to_string()])].into();
         move_head_families(&mut rows, &families);
         assert_eq!((rows[0].family.as_str(), rows[1].family.as_str()), ("specdecpp", "specdecpp+stats"));
         assert!(family_order("specdecpp+stats") < family_order("confidence"));

@@ -5,7 +5,7 @@
 
 use super::rows::{Group, Row};
 use crate::common::plot::frontier;
-use crate::common::timing::{least_squares, Fit};
+use crate::common::timing::{Fit, least_squares};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -41,12 +41,21 @@ pub struct Scored {
 
 fn score(g: &Group, t: &Times) -> Scored {
     let tp = g.eq51(t.pair());
-    Scored { setting: g.first.setting.clone(), tokens_per_s: tp, tokens_per_s_mean: g.eq51_mean(t.pair()), speedup: tp / t.ar() }
+    Scored {
+        setting: g.first.setting.clone(),
+        tokens_per_s: tp,
+        tokens_per_s_mean: g.eq51_mean(t.pair()),
+        speedup: tp / t.ar(),
+    }
 }
 
 /// The best setting of a family under `t` (ratio of sums).
 pub fn best<'a>(groups: &'a BTreeMap<String, Group>, family: &str, t: &Times) -> Option<(&'a Group, Scored)> {
-    groups.values().filter(|g| g.first.family == family).map(|g| (g, score(g, t))).max_by(|a, b| a.1.tokens_per_s.total_cmp(&b.1.tokens_per_s))
+    groups
+        .values()
+        .filter(|g| g.first.family == family)
+        .map(|g| (g, score(g, t)))
+        .max_by(|a, b| a.1.tokens_per_s.total_cmp(&b.1.tokens_per_s))
 }
 
 /// One prompt set under one time model: best fixed K, best SpecDec++, the oracle, and the
@@ -77,16 +86,33 @@ pub fn compare(groups: &BTreeMap<String, Group>, t: &Times, default_head: Option
     let best_confidence = best(groups, "confidence", t).map(|b| b.1);
     let oracle = groups.values().find(|g| g.first.family == "oracle").map(|g| score(g, t));
     let default_setting = default_head.and_then(|h| {
-        groups.values().find(|g| g.first.head.as_deref() == Some(h) && g.first.threshold == Some(0.7) && g.first.min == Some(2)).map(|g| score(g, t))
+        groups
+            .values()
+            .find(|g| g.first.head.as_deref() == Some(h) && g.first.threshold == Some(0.7) && g.first.min == Some(2))
+            .map(|g| score(g, t))
     });
     let over_k = |x: &Option<Scored>| k.as_ref().zip(x.as_ref()).map(|(k, x)| x.tokens_per_s / k.tokens_per_s - 1.0);
     let (improvement, confidence_improvement) = (over_k(&spp), over_k(&best_confidence));
     let oracle_gap_closed = match (&k, &spp, &oracle) {
-        (Some(k), Some(s), Some(o)) if o.tokens_per_s > k.tokens_per_s => Some((s.tokens_per_s - k.tokens_per_s) / (o.tokens_per_s - k.tokens_per_s)),
+        (Some(k), Some(s), Some(o)) if o.tokens_per_s > k.tokens_per_s => {
+            Some((s.tokens_per_s - k.tokens_per_s) / (o.tokens_per_s - k.tokens_per_s))
+        }
         _ => None,
     };
-    let default_share_of_best = default_setting.as_ref().zip(spp.as_ref()).map(|(d, s)| d.tokens_per_s / s.tokens_per_s);
-    Comparison { times: t.name.clone(), best_fixed_k: k, best_specdecpp: spp, best_confidence, oracle, improvement, confidence_improvement, oracle_gap_closed, default_setting, default_share_of_best }
+    let default_share_of_best =
+        default_setting.as_ref().zip(spp.as_ref()).map(|(d, s)| d.tokens_per_s / s.tokens_per_s);
+    Comparison {
+        times: t.name.clone(),
+        best_fixed_k: k,
+        best_specdecpp: spp,
+        best_confidence,
+        oracle,
+        improvement,
+        confidence_improvement,
+        oracle_gap_closed,
+        default_setting,
+        default_share_of_best,
+    }
 }
 
 /// Figure 3's claim checked at the fixed-K points: a K point is *matched* when some setting
@@ -106,8 +132,14 @@ pub fn frontier_check(groups: &BTreeMap<String, Group>, family: &str) -> Frontie
     let pts = |f: &str| groups.values().filter(|g| g.first.family == f).map(Group::rates).collect::<Vec<_>>();
     let (ks, adaptive) = (pts("specdec"), frontier(&pts(family)));
     let matched = ks.iter().filter(|k| adaptive.iter().any(|s| s.0 <= k.0 && s.1 <= k.1)).count();
-    let beaten = ks.iter().filter(|k| adaptive.iter().any(|s| s.0 <= k.0 && s.1 <= k.1 && (s.0 < k.0 || s.1 < k.1))).count();
-    FrontierCheck { fixed_k_points: ks.len(), matched, beaten, strictly_better: !ks.is_empty() && matched == ks.len() && beaten > 0 }
+    let beaten =
+        ks.iter().filter(|k| adaptive.iter().any(|s| s.0 <= k.0 && s.1 <= k.1 && (s.0 < k.0 || s.1 < k.1))).count();
+    FrontierCheck {
+        fixed_k_points: ks.len(),
+        matched,
+        beaten,
+        strictly_better: !ks.is_empty() && matched == ks.len() && beaten > 0,
+    }
 }
 
 /// What a head checkpoint was trained with and its best epoch's dev metrics (from the head's
@@ -142,7 +174,10 @@ pub fn best_threshold_per_head(groups: &BTreeMap<String, Group>, t: &Times) -> B
         let (Some(h), Some(th)) = (g.first.head.as_deref(), g.first.threshold) else { continue };
         let s = score(g, t);
         if out.get(h).is_none_or(|b| s.tokens_per_s > b.tokens_per_s) {
-            out.insert(h.into(), BestThreshold { head: h.into(), threshold: th, tokens_per_s: s.tokens_per_s, speedup: s.speedup });
+            out.insert(
+                h.into(),
+                BestThreshold { head: h.into(), threshold: th, tokens_per_s: s.tokens_per_s, speedup: s.speedup },
+            );
         }
     }
     out
@@ -157,8 +192,12 @@ pub fn paper_threshold(w_rej: f64) -> Option<f64> {
 /// Eq. 3.1 (`T = t_draft N_draft + t_target N_target`) fitted on real single-stream
 /// speculative rows.
 pub fn timing_fit(rows: &[&Row]) -> Option<Fit> {
-    let spec: Vec<&&Row> = rows.iter().filter(|r| !r.replayed && r.batch == 1 && !matches!(r.family.as_str(), "ar" | "oracle")).collect();
-    least_squares(&spec.iter().map(|r| vec![r.draft_calls, r.target_calls]).collect::<Vec<_>>(), &spec.iter().map(|r| r.time_s).collect::<Vec<_>>())
+    let spec: Vec<&&Row> =
+        rows.iter().filter(|r| !r.replayed && r.batch == 1 && !matches!(r.family.as_str(), "ar" | "oracle")).collect();
+    least_squares(
+        &spec.iter().map(|r| vec![r.draft_calls, r.target_calls]).collect::<Vec<_>>(),
+        &spec.iter().map(|r| r.time_s).collect::<Vec<_>>(),
+    )
 }
 
 #[cfg(test)]
@@ -167,7 +206,15 @@ mod tests {
     use crate::reproduce::specdecpp::rows::groups;
 
     /// A row of one prompt with the given counts.
-    fn row(family: &str, setting: &str, head: Option<&str>, threshold: Option<f64>, n: f64, disc: f64, tgt: f64) -> Row {
+    fn row(
+        family: &str,
+        setting: &str,
+        head: Option<&str>,
+        threshold: Option<f64>,
+        n: f64,
+        disc: f64,
+        tgt: f64,
+    ) -> Row {
         Row {
             dataset: "d".into(),
             sampling: "greedy".into(),
@@ -216,7 +263,10 @@ mod tests {
         let f = frontier_check(g, "specdecpp");
         assert_eq!((f.fixed_k_points, f.matched, f.beaten, f.strictly_better), (2, 1, 1, false));
         let bt = best_threshold_per_head(g, &t);
-        assert_eq!(bt.values().map(|b| (b.head.as_str(), b.threshold)).collect::<Vec<_>>(), vec![("w1-d3", 0.3), ("w6-d3", 0.7)]);
+        assert_eq!(
+            bt.values().map(|b| (b.head.as_str(), b.threshold)).collect::<Vec<_>>(),
+            vec![("w1-d3", 0.3), ("w6-d3", 0.7)]
+        );
         assert_eq!((paper_threshold(6.0), paper_threshold(2.0)), (Some(0.7), None));
     }
 }

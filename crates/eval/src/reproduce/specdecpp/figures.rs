@@ -4,7 +4,7 @@
 use super::analysis::{HeadPoint, Times};
 use super::rows::Group;
 use crate::common::plot::{colour, frontier, range, rate_chart, render_png};
-use anyhow::{anyhow, Result};
+use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -15,10 +15,18 @@ use std::path::Path;
 pub fn frontier_figure(path: &Path, title: &str, groups: &BTreeMap<String, Group>) -> Result<()> {
     render_png(path, |root| {
         let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
-        let pts = |f: &str| groups.values().filter(|g| g.first.family == f).map(|g| (g.rates(), g.first.k)).collect::<Vec<_>>();
-        let all: Vec<(f64, f64)> = ["specdec", "specdecpp", "confidence", "oracle"].iter().flat_map(|f| pts(f)).map(|p| p.0).collect();
+        let pts = |f: &str| {
+            groups.values().filter(|g| g.first.family == f).map(|g| (g.rates(), g.first.k)).collect::<Vec<_>>()
+        };
+        let all: Vec<(f64, f64)> =
+            ["specdec", "specdecpp", "confidence", "oracle"].iter().flat_map(|f| pts(f)).map(|p| p.0).collect();
         let mut chart = rate_chart(root, title, &all)?;
-        for (family, label) in [("specdecpp", "SpecDec++ (every head x threshold x bounds)"), ("confidence", "confidence baseline (draft's own probability)"), ("specdec", "fixed K"), ("oracle", "oracle (Theorem 4.1)")] {
+        for (family, label) in [
+            ("specdecpp", "SpecDec++ (every head x threshold x bounds)"),
+            ("confidence", "confidence baseline (draft's own probability)"),
+            ("specdec", "fixed K"),
+            ("oracle", "oracle (Theorem 4.1)"),
+        ] {
             let c = colour(family);
             let p = pts(family);
             if p.is_empty() {
@@ -30,22 +38,42 @@ pub fn frontier_figure(path: &Path, title: &str, groups: &BTreeMap<String, Group
                 "confidence" => 4,
                 _ => 6,
             };
-            chart.draw_series(xy.iter().map(|&q| Circle::new(q, size, c.filled()))).map_err(e)?.label(label).legend(move |(x, y)| Circle::new((x, y), 5, c.filled()));
+            chart
+                .draw_series(xy.iter().map(|&q| Circle::new(q, size, c.filled())))
+                .map_err(e)?
+                .label(label)
+                .legend(move |(x, y)| Circle::new((x, y), 5, c.filled()));
             if family != "oracle" {
                 chart.draw_series(LineSeries::new(frontier(&xy), c.stroke_width(2))).map_err(e)?;
             }
             if family == "specdec" {
-                chart.draw_series(p.iter().map(|(q, k)| Text::new(format!("K={}", k.unwrap_or(0)), (q.0, q.1), ("sans-serif", 13).into_font()))).map_err(e)?;
+                chart
+                    .draw_series(p.iter().map(|(q, k)| {
+                        Text::new(format!("K={}", k.unwrap_or(0)), (q.0, q.1), ("sans-serif", 13).into_font())
+                    }))
+                    .map_err(e)?;
             }
         }
-        chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 15)).draw().map_err(e)?;
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.85))
+            .label_font(("sans-serif", 15))
+            .draw()
+            .map_err(e)?;
         Ok(())
     })
 }
 
 /// Eq. 5.1 speedup over AR at `t` against the threshold for `heads`, with the best fixed K
 /// and the oracle as horizontal lines.
-pub fn threshold_figure(path: &Path, title: &str, groups: &BTreeMap<String, Group>, heads: &[String], t: &Times) -> Result<()> {
+pub fn threshold_figure(
+    path: &Path,
+    title: &str,
+    groups: &BTreeMap<String, Group>,
+    heads: &[String],
+    t: &Times,
+) -> Result<()> {
     render_png(path, |root| {
         let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
         let sp = |g: &Group| g.eq51(t.pair()) / t.ar();
@@ -60,21 +88,53 @@ pub fn threshold_figure(path: &Path, title: &str, groups: &BTreeMap<String, Grou
             }
         }
         let ys = lines.values().flatten().map(|p| p.1).chain([best_k, 1.0]).chain(oracle).filter(|v| v.is_finite());
-        let mut chart = ChartBuilder::on(root).caption(title, ("sans-serif", 20)).margin(16).x_label_area_size(48).y_label_area_size(64).build_cartesian_2d(0.0..1.0, range(ys)).map_err(e)?;
-        chart.configure_mesh().x_desc("threshold h (bounds [2, 20])").y_desc(format!("eq. 5.1 speedup over AR, {}", t.name)).label_style(("sans-serif", 15)).draw().map_err(e)?;
-        let palette = [RGBColor(214, 39, 40), RGBColor(255, 127, 14), RGBColor(140, 86, 75), RGBColor(227, 119, 194), RGBColor(188, 189, 34)];
+        let mut chart = ChartBuilder::on(root)
+            .caption(title, ("sans-serif", 20))
+            .margin(16)
+            .x_label_area_size(48)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0.0..1.0, range(ys))
+            .map_err(e)?;
+        chart
+            .configure_mesh()
+            .x_desc("threshold h (bounds [2, 20])")
+            .y_desc(format!("eq. 5.1 speedup over AR, {}", t.name))
+            .label_style(("sans-serif", 15))
+            .draw()
+            .map_err(e)?;
+        let palette = [
+            RGBColor(214, 39, 40),
+            RGBColor(255, 127, 14),
+            RGBColor(140, 86, 75),
+            RGBColor(227, 119, 194),
+            RGBColor(188, 189, 34),
+        ];
         for (i, (h, mut p)) in lines.into_iter().enumerate() {
             p.sort_by(|a, b| a.0.total_cmp(&b.0));
             let c = palette[i % palette.len()];
-            chart.draw_series(LineSeries::new(p.clone(), c.stroke_width(2))).map_err(e)?.label(format!("SpecDec++ {h}")).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
+            chart
+                .draw_series(LineSeries::new(p.clone(), c.stroke_width(2)))
+                .map_err(e)?
+                .label(format!("SpecDec++ {h}"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
             chart.draw_series(p.iter().map(|&q| Circle::new(q, 4, c.filled()))).map_err(e)?;
         }
         for (v, name, c) in [(Some(best_k), "best fixed K", colour("specdec")), (oracle, "oracle", colour("oracle"))] {
             if let Some(v) = v.filter(|v| v.is_finite()) {
-                chart.draw_series(LineSeries::new(vec![(0.0, v), (1.0, v)], c.stroke_width(2))).map_err(e)?.label(name).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
+                chart
+                    .draw_series(LineSeries::new(vec![(0.0, v), (1.0, v)], c.stroke_width(2)))
+                    .map_err(e)?
+                    .label(name)
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
             }
         }
-        chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 14)).draw().map_err(e)?;
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.85))
+            .label_font(("sans-serif", 14))
+            .draw()
+            .map_err(e)?;
         Ok(())
     })
 }
@@ -85,16 +145,34 @@ pub fn oracle_gap_figure(path: &Path, title: &str, bars: &[(String, [f64; 4])]) 
     render_png(path, |root| {
         let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
         let ymax = bars.iter().flat_map(|b| b.1).filter(|v| v.is_finite()).fold(1.0, f64::max) * 1.15;
-        let mut chart = ChartBuilder::on(root).caption(title, ("sans-serif", 20)).margin(16).x_label_area_size(48).y_label_area_size(64).build_cartesian_2d(-0.5..bars.len() as f64 - 0.5, 0.0..ymax).map_err(e)?;
+        let mut chart = ChartBuilder::on(root)
+            .caption(title, ("sans-serif", 20))
+            .margin(16)
+            .x_label_area_size(48)
+            .y_label_area_size(64)
+            .build_cartesian_2d(-0.5..bars.len() as f64 - 0.5, 0.0..ymax)
+            .map_err(e)?;
         chart
             .configure_mesh()
             .x_labels(bars.len())
-            .x_label_formatter(&|x| bars.get(x.round() as usize).filter(|_| (x - x.round()).abs() < 1e-6).map_or(String::new(), |b| b.0.clone()))
+            .x_label_formatter(&|x| {
+                bars.get(x.round() as usize)
+                    .filter(|_| (x - x.round()).abs() < 1e-6)
+                    .map_or(String::new(), |b| b.0.clone())
+            })
             .y_desc("eq. 5.1 speedup over AR")
             .label_style(("sans-serif", 15))
             .draw()
             .map_err(e)?;
-        for (j, (family, label)) in [("specdec", "best fixed K"), ("specdecpp", "best SpecDec++"), ("confidence", "best confidence baseline"), ("oracle", "oracle")].into_iter().enumerate() {
+        for (j, (family, label)) in [
+            ("specdec", "best fixed K"),
+            ("specdecpp", "best SpecDec++"),
+            ("confidence", "best confidence baseline"),
+            ("oracle", "oracle"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
             let c = colour(family);
             chart
                 .draw_series(bars.iter().enumerate().filter(|(_, b)| b.1[j].is_finite()).map(|(i, b)| {
@@ -105,13 +183,21 @@ pub fn oracle_gap_figure(path: &Path, title: &str, bars: &[(String, [f64; 4])]) 
                 .label(label)
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
         }
-        chart.configure_series_labels().position(SeriesLabelPosition::UpperLeft).border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 15)).draw().map_err(e)?;
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.85))
+            .label_font(("sans-serif", 15))
+            .draw()
+            .map_err(e)?;
         Ok(())
     })
 }
 
 /// One colour per prompt set where several share a chart.
-const SET_COLOURS: [RGBColor; 4] = [RGBColor(31, 119, 180), RGBColor(255, 127, 14), RGBColor(44, 160, 44), RGBColor(214, 39, 40)];
+const SET_COLOURS: [RGBColor; 4] =
+    [RGBColor(31, 119, 180), RGBColor(255, 127, 14), RGBColor(44, 160, 44), RGBColor(214, 39, 40)];
 
 /// Dev binary KL, AUROC and ECE of the head, and each prompt set's best eq. 5.1 speedup at the
 /// paper's times, against the training rows (log scale).
@@ -126,36 +212,75 @@ pub fn scaling_figure(path: &Path, title: &str, points: &[(HeadPoint, BTreeMap<S
         let (lo, hi) = (xs.clone().fold(f64::INFINITY, f64::min) * 0.8, xs.fold(0.0, f64::max) * 1.25);
         let x = |p: &HeadPoint| p.train_rows as f64;
         // One series per panel for the dev metrics; one per prompt set for the speedups.
-        let sets: Vec<String> = pts.iter().flat_map(|p| p.1.keys().cloned()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+        let sets: Vec<String> = pts
+            .iter()
+            .flat_map(|p| p.1.keys().cloned())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
         let mut series: Vec<(&str, Vec<(String, Vec<(f64, f64)>)>)> = vec![
             ("dev binary KL", vec![("".into(), pts.iter().map(|p| (x(&p.0), p.0.dev_kl)).collect())]),
-            ("dev AUROC", vec![("".into(), pts.iter().map(|p| (x(&p.0), p.0.dev_auroc.unwrap_or(f64::NAN))).collect())]),
+            (
+                "dev AUROC",
+                vec![("".into(), pts.iter().map(|p| (x(&p.0), p.0.dev_auroc.unwrap_or(f64::NAN))).collect())],
+            ),
             ("dev ECE", vec![("".into(), pts.iter().map(|p| (x(&p.0), p.0.dev_ece)).collect())]),
         ];
-        series.push(("best speedup, paper times", sets.iter().map(|d| (d.clone(), pts.iter().filter_map(|p| p.1.get(d).map(|&v| (x(&p.0), v))).collect())).collect()));
+        series.push((
+            "best speedup, paper times",
+            sets.iter()
+                .map(|d| (d.clone(), pts.iter().filter_map(|p| p.1.get(d).map(|&v| (x(&p.0), v))).collect()))
+                .collect(),
+        ));
         for (panel, (name, lines)) in panels.iter().zip(series) {
-            let lines: Vec<(String, Vec<(f64, f64)>)> = lines.into_iter().map(|(n, v)| (n, v.into_iter().filter(|q| q.1.is_finite()).collect())).collect();
+            let lines: Vec<(String, Vec<(f64, f64)>)> =
+                lines.into_iter().map(|(n, v)| (n, v.into_iter().filter(|q| q.1.is_finite()).collect())).collect();
             let mut chart = ChartBuilder::on(panel)
                 .margin(12)
                 .x_label_area_size(44)
                 .y_label_area_size(60)
-                .build_cartesian_2d((lo.max(1.0)..hi.max(2.0)).log_scale(), range(lines.iter().flat_map(|l| l.1.iter().map(|q| q.1))))
+                .build_cartesian_2d(
+                    (lo.max(1.0)..hi.max(2.0)).log_scale(),
+                    range(lines.iter().flat_map(|l| l.1.iter().map(|q| q.1))),
+                )
                 .map_err(e)?;
-            chart.configure_mesh().x_desc("training rows").y_desc(name).x_labels(4).label_style(("sans-serif", 13)).draw().map_err(e)?;
+            chart
+                .configure_mesh()
+                .x_desc("training rows")
+                .y_desc(name)
+                .x_labels(4)
+                .label_style(("sans-serif", 13))
+                .draw()
+                .map_err(e)?;
             for (i, (label, v)) in lines.iter().enumerate() {
                 let c = if label.is_empty() { colour("specdecpp") } else { SET_COLOURS[i % SET_COLOURS.len()] };
                 let drawn = chart.draw_series(LineSeries::new(v.clone(), c.stroke_width(2))).map_err(e)?;
                 if !label.is_empty() {
-                    drawn.label(label.as_str()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
+                    drawn
+                        .label(label.as_str())
+                        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
                 }
                 chart.draw_series(v.iter().map(|&q| Circle::new(q, 4, c.filled()))).map_err(e)?;
                 // A log axis shows no tick inside a range like 1,800-4,400 rows: name each point.
                 if label.is_empty() {
-                    chart.draw_series(v.iter().map(|&q| Text::new(format!("{} rows", q.0 as usize), q, ("sans-serif", 12).into_font()))).map_err(e)?;
+                    chart
+                        .draw_series(
+                            v.iter().map(|&q| {
+                                Text::new(format!("{} rows", q.0 as usize), q, ("sans-serif", 12).into_font())
+                            }),
+                        )
+                        .map_err(e)?;
                 }
             }
             if lines.iter().any(|l| !l.0.is_empty()) {
-                chart.configure_series_labels().position(SeriesLabelPosition::LowerRight).border_style(BLACK).background_style(WHITE.mix(0.85)).label_font(("sans-serif", 13)).draw().map_err(e)?;
+                chart
+                    .configure_series_labels()
+                    .position(SeriesLabelPosition::LowerRight)
+                    .border_style(BLACK)
+                    .background_style(WHITE.mix(0.85))
+                    .label_font(("sans-serif", 13))
+                    .draw()
+                    .map_err(e)?;
             }
         }
         Ok(())

@@ -10,15 +10,17 @@ pub mod figures;
 pub mod rows;
 
 use crate::common::timing::{Fit, PAPER_TIMES};
-use analysis::{best_threshold_per_head, compare, frontier_check, paper_threshold, timing_fit, BestThreshold, HeadPoint, Times};
-use anyhow::{ensure, Context, Result};
+use analysis::{
+    BestThreshold, HeadPoint, Times, best_threshold_per_head, compare, frontier_check, paper_threshold, timing_fit,
+};
+use anyhow::{Context, Result, ensure};
 use clap::Args;
-use rows::{groups, move_head_families, read_rows, Row};
+use rows::{Row, groups, move_head_families, read_rows};
 use serde::{Deserialize, Serialize};
-use specx_run::config::read_toml;
-use specx_run::paths::resolve_path;
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::report::markdown_table;
+use specx_run::config::read_toml;
+use specx_run::paths::resolve_path;
 use specx_trainer::train::TrainState;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -73,8 +75,13 @@ pub struct ReproArgs {
 /// Head name -> what it was trained with and its dev metrics, from each head directory's
 /// `metrics.json` (written by `specx train`), for the heads of the replay's grid; a head whose
 /// `metrics.json` is not here is taken from `recorded` (a `heads.json`), if that has it.
-fn read_heads(replay_json: &serde_json::Value, recorded: &BTreeMap<String, HeadPoint>) -> Result<BTreeMap<String, HeadPoint>> {
-    let methods: crate::experiment::config::MethodsConfig = serde_json::from_value(replay_json["grid"]["methods"].clone()).context("replay.json: the replay's method grid")?;
+fn read_heads(
+    replay_json: &serde_json::Value,
+    recorded: &BTreeMap<String, HeadPoint>,
+) -> Result<BTreeMap<String, HeadPoint>> {
+    let methods: crate::experiment::config::MethodsConfig =
+        serde_json::from_value(replay_json["grid"]["methods"].clone())
+            .context("replay.json: the replay's method grid")?;
     let mut out = BTreeMap::new();
     for dir in methods.head_dirs() {
         let dir = in_this_checkout(dir);
@@ -84,8 +91,11 @@ fn read_heads(replay_json: &serde_json::Value, recorded: &BTreeMap<String, HeadP
             out.insert(name, p.clone());
             continue;
         }
-        let text = std::fs::read(&path).with_context(|| format!("reading {} (a head of the replay's grid; `specx train` writes it)", path.display()))?;
-        let state: TrainState = serde_json::from_slice(&text).with_context(|| format!("{}: not a `specx train` metrics.json", path.display()))?;
+        let text = std::fs::read(&path).with_context(|| {
+            format!("reading {} (a head of the replay's grid; `specx train` writes it)", path.display())
+        })?;
+        let state: TrainState = serde_json::from_slice(&text)
+            .with_context(|| format!("{}: not a `specx train` metrics.json", path.display()))?;
         let best = state.best().with_context(|| format!("{}: the head has no finished epoch", path.display()))?;
         let c = &state.config;
         out.insert(
@@ -128,17 +138,39 @@ fn pct(v: Option<f64>) -> String {
 fn measured_table(rows: &[Row]) -> String {
     let mut out = String::new();
     for ((dataset, sampling), gs) in groups(rows) {
-        let ar: BTreeMap<&str, f64> = gs.values().filter(|g| g.first.family == "ar").flat_map(|g| g.rows.iter().map(|r| (r.prompt_id.as_str(), r.time_s))).collect();
+        let ar: BTreeMap<&str, f64> = gs
+            .values()
+            .filter(|g| g.first.family == "ar")
+            .flat_map(|g| g.rows.iter().map(|r| (r.prompt_id.as_str(), r.time_s)))
+            .collect();
         let mut table = Vec::new();
         for g in gs.values() {
-            let sp: Vec<f64> = g.rows.iter().filter_map(|r| ar.get(r.prompt_id.as_str()).map(|a| a / r.time_s)).collect();
+            let sp: Vec<f64> =
+                g.rows.iter().filter_map(|r| ar.get(r.prompt_id.as_str()).map(|a| a / r.time_s)).collect();
             let (m, sd) = crate::common::stats::mean_sd(&sp);
             let ar_sum: f64 = g.rows.iter().filter_map(|r| ar.get(r.prompt_id.as_str())).sum();
             let t_sum: f64 = g.rows.iter().map(|r| r.time_s).sum();
-            table.push(vec![g.first.setting.clone(), g.rows.len().to_string(), g.measured().map_or("-".into(), f3), format!("{m:.3} ± {sd:.3}"), f3(ar_sum / t_sum), f3(g.eq51(PAPER_TIMES) * PAPER_TIMES.1)]);
+            table.push(vec![
+                g.first.setting.clone(),
+                g.rows.len().to_string(),
+                g.measured().map_or("-".into(), f3),
+                format!("{m:.3} ± {sd:.3}"),
+                f3(ar_sum / t_sum),
+                f3(g.eq51(PAPER_TIMES) * PAPER_TIMES.1),
+            ]);
         }
         let _ = writeln!(out, "#### {dataset}, {sampling}\n");
-        out.push_str(&markdown_table(&["setting", "prompts", "measured tok/s (sum)", "measured speedup (mean ± sd)", "measured speedup (sum)", "eq. 5.1 speedup at paper times"], &table));
+        out.push_str(&markdown_table(
+            &[
+                "setting",
+                "prompts",
+                "measured tok/s (sum)",
+                "measured speedup (mean ± sd)",
+                "measured speedup (sum)",
+                "eq. 5.1 speedup at paper times",
+            ],
+            &table,
+        ));
         out.push('\n');
     }
     out
@@ -147,15 +179,43 @@ fn measured_table(rows: &[Row]) -> String {
 /// Table 3: every head's dev metrics and, per prompt set, its best threshold and eq. 5.1
 /// throughput at the paper's times (within 99% of the set's best marked **), then how often
 /// the best threshold is the paper's for the head's w_rej.
-fn table3_markdown(heads: &BTreeMap<String, HeadPoint>, table3: &BTreeMap<String, BTreeMap<String, BestThreshold>>) -> String {
-    let mut md = String::from("\n## Heads (Table 3 analogue)\n\nDev metrics of each head's best epoch; per prompt set, the best threshold in the grid (bounds [2, 20]) and eq. 5.1 tokens/s at the paper's times; ** marks throughputs within 99% of the set's best SpecDec++ setting.\n\n");
-    let mut header = vec!["head".to_string(), "w_rej".into(), "depth".into(), "tied".into(), "train data".into(), "train prompts".into(), "train rows".into(), "dev KL".into(), "dev AUROC".into(), "dev ECE".into()];
+fn table3_markdown(
+    heads: &BTreeMap<String, HeadPoint>,
+    table3: &BTreeMap<String, BTreeMap<String, BestThreshold>>,
+) -> String {
+    let mut md = String::from(
+        "\n## Heads (Table 3 analogue)\n\nDev metrics of each head's best epoch; per prompt set, the best threshold in the grid (bounds [2, 20]) and eq. 5.1 tokens/s at the paper's times; ** marks throughputs within 99% of the set's best SpecDec++ setting.\n\n",
+    );
+    let mut header = vec![
+        "head".to_string(),
+        "w_rej".into(),
+        "depth".into(),
+        "tied".into(),
+        "train data".into(),
+        "train prompts".into(),
+        "train rows".into(),
+        "dev KL".into(),
+        "dev AUROC".into(),
+        "dev ECE".into(),
+    ];
     header.extend(table3.keys().cloned());
-    let best: BTreeMap<&String, f64> = table3.iter().map(|(d, m)| (d, m.values().map(|b| b.tokens_per_s).fold(0.0, f64::max))).collect();
+    let best: BTreeMap<&String, f64> =
+        table3.iter().map(|(d, m)| (d, m.values().map(|b| b.tokens_per_s).fold(0.0, f64::max))).collect();
     let (mut agree, mut total) = (0, 0);
     let mut rows = Vec::new();
     for (n, p) in heads {
-        let mut r = vec![n.clone(), format!("{}", p.w_rej), p.depth.to_string(), if p.tied { "tied" } else { "untied" }.into(), p.train_data.clone(), p.train_prompts.map_or("all".into(), |v| v.to_string()), p.train_rows.to_string(), f3(p.dev_kl), p.dev_auroc.map_or("-".into(), f3), f3(p.dev_ece)];
+        let mut r = vec![
+            n.clone(),
+            format!("{}", p.w_rej),
+            p.depth.to_string(),
+            if p.tied { "tied" } else { "untied" }.into(),
+            p.train_data.clone(),
+            p.train_prompts.map_or("all".into(), |v| v.to_string()),
+            p.train_rows.to_string(),
+            f3(p.dev_kl),
+            p.dev_auroc.map_or("-".into(), f3),
+            f3(p.dev_ece),
+        ];
         for (d, m) in table3 {
             r.push(m.get(n).map_or("-".into(), |b| {
                 if let Some(pt) = paper_threshold(p.w_rej) {
@@ -170,22 +230,49 @@ fn table3_markdown(heads: &BTreeMap<String, HeadPoint>, table3: &BTreeMap<String
     }
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     md.push_str(&markdown_table(&header, &rows));
-    let _ = writeln!(md, "\nBest threshold equal to the paper's for the head's w_rej (1: 0.3, 3: 0.5, 6: 0.7, 12: 0.9): {agree} of {total} (head, set) pairs.");
+    let _ = writeln!(
+        md,
+        "\nBest threshold equal to the paper's for the head's w_rej (1: 0.3, 3: 0.5, 6: 0.7, 12: 0.9): {agree} of {total} (head, set) pairs."
+    );
     md
 }
 
 /// The data-scaling heads in order: training rows, dev metrics, and per prompt set the best
 /// threshold's eq. 5.1 speedup at the paper's times.
-fn scaling_markdown(names: &[String], heads: &BTreeMap<String, HeadPoint>, table3: &BTreeMap<String, BTreeMap<String, BestThreshold>>) -> String {
-    let mut md = String::from("\n## Data scaling\n\nOne head setting trained on nested subsets of the train run; per prompt set, its best threshold's eq. 5.1 speedup over AR at the paper's times.\n\n");
-    let mut header = vec!["head".to_string(), "train prompts".into(), "train rows".into(), "dev KL".into(), "dev AUROC".into(), "dev ECE".into()];
+fn scaling_markdown(
+    names: &[String],
+    heads: &BTreeMap<String, HeadPoint>,
+    table3: &BTreeMap<String, BTreeMap<String, BestThreshold>>,
+) -> String {
+    let mut md = String::from(
+        "\n## Data scaling\n\nOne head setting trained on nested subsets of the train run; per prompt set, its best threshold's eq. 5.1 speedup over AR at the paper's times.\n\n",
+    );
+    let mut header = vec![
+        "head".to_string(),
+        "train prompts".into(),
+        "train rows".into(),
+        "dev KL".into(),
+        "dev AUROC".into(),
+        "dev ECE".into(),
+    ];
     header.extend(table3.keys().map(|d| format!("{d} speedup")));
     let rows: Vec<Vec<String>> = names
         .iter()
         .map(|n| {
             let p = &heads[n];
-            let mut r = vec![n.clone(), p.train_prompts.map_or("all".into(), |v| v.to_string()), p.train_rows.to_string(), f3(p.dev_kl), p.dev_auroc.map_or("-".into(), f3), f3(p.dev_ece)];
-            r.extend(table3.values().map(|m| m.get(n).map_or("-".into(), |b| format!("{:.3}x (h={})", b.speedup, b.threshold))));
+            let mut r = vec![
+                n.clone(),
+                p.train_prompts.map_or("all".into(), |v| v.to_string()),
+                p.train_rows.to_string(),
+                f3(p.dev_kl),
+                p.dev_auroc.map_or("-".into(), f3),
+                f3(p.dev_ece),
+            ];
+            r.extend(
+                table3
+                    .values()
+                    .map(|m| m.get(n).map_or("-".into(), |b| format!("{:.3}x (h={})", b.speedup, b.threshold))),
+            );
             r
         })
         .collect();
@@ -206,8 +293,15 @@ pub fn run(a: ReproArgs) -> Result<()> {
 pub fn reproduce(cfg: &ReproConfig) -> Result<String> {
     let mut replay_rows = read_rows(&cfg.replay)?;
     move_head_families(&mut replay_rows, &cfg.head_families);
-    ensure!(replay_rows.iter().any(|r| r.replayed), "{} has no replayed rows (is it a `specx eval replay` directory?)", cfg.replay.display());
-    let replay_json: serde_json::Value = serde_json::from_slice(&std::fs::read(cfg.replay.join("replay.json")).with_context(|| format!("reading {}", cfg.replay.join("replay.json").display()))?)?;
+    ensure!(
+        replay_rows.iter().any(|r| r.replayed),
+        "{} has no replayed rows (is it a `specx eval replay` directory?)",
+        cfg.replay.display()
+    );
+    let replay_json: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(cfg.replay.join("replay.json"))
+            .with_context(|| format!("reading {}", cfg.replay.join("replay.json").display()))?,
+    )?;
     let mut missing = Vec::new();
     let mut real_rows = Vec::new();
     for dir in &cfg.real {
@@ -216,34 +310,60 @@ pub fn reproduce(cfg: &ReproConfig) -> Result<String> {
             move_head_families(&mut rows, &cfg.head_families);
             real_rows.extend(rows);
         } else {
-            missing.push(format!("real eval run {} (specx eval --config configs/eval/specdecpp-*.toml)", dir.display()));
+            missing
+                .push(format!("real eval run {} (specx eval --config configs/eval/specdecpp-*.toml)", dir.display()));
         }
     }
     let recorded: BTreeMap<String, HeadPoint> = match &cfg.head_metrics {
-        Some(p) => serde_json::from_slice(&std::fs::read(p).with_context(|| format!("reading {} (head_metrics)", p.display()))?).with_context(|| format!("{}: not a heads.json (head name -> metrics)", p.display()))?,
+        Some(p) => serde_json::from_slice(
+            &std::fs::read(p).with_context(|| format!("reading {} (head_metrics)", p.display()))?,
+        )
+        .with_context(|| format!("{}: not a heads.json (head name -> metrics)", p.display()))?,
         None => BTreeMap::new(),
     };
     let heads = read_heads(&replay_json, &recorded)?;
     for n in cfg.scaling.iter().chain(&cfg.default_head) {
-        ensure!(heads.contains_key(n), "head '{n}' (scaling or default_head) is not in the replay's grid (its heads: {})", heads.keys().cloned().collect::<Vec<_>>().join(", "));
+        ensure!(
+            heads.contains_key(n),
+            "head '{n}' (scaling or default_head) is not in the replay's grid (its heads: {})",
+            heads.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
     }
     std::fs::create_dir_all(&cfg.out).with_context(|| format!("creating {}", cfg.out.display()))?;
 
     // Time models: the paper's A100 times; single-token forwards on this CPU (replay.json);
     // eq. 3.1 fitted on the real runs when there are any.
-    let mut times = vec![Times { name: "paper A100 times (0.0234, 0.112) s".into(), t_draft: PAPER_TIMES.0, t_target: PAPER_TIMES.1 }];
-    let (sd, st) = (replay_json["draft_single_forward_seconds"].as_f64(), replay_json["target_single_forward_seconds"].as_f64());
+    let mut times = vec![Times {
+        name: "paper A100 times (0.0234, 0.112) s".into(),
+        t_draft: PAPER_TIMES.0,
+        t_target: PAPER_TIMES.1,
+    }];
+    let (sd, st) =
+        (replay_json["draft_single_forward_seconds"].as_f64(), replay_json["target_single_forward_seconds"].as_f64());
     if let (Some(d), Some(t)) = (sd, st) {
         times.push(Times { name: format!("CPU single-token forwards ({d:.4}, {t:.4}) s"), t_draft: d, t_target: t });
     }
     let real_refs: Vec<&Row> = real_rows.iter().collect();
     let fit = timing_fit(&real_refs);
     if let Some(f) = fit.as_ref().filter(|f| f.is_physical()) {
-        times.push(Times { name: format!("CPU eq. 3.1 fit ({:.4}, {:.4}) s, R² {:.3}", f.coefficients[0], f.coefficients[1], f.r2), t_draft: f.coefficients[0], t_target: f.coefficients[1] });
+        times.push(Times {
+            name: format!("CPU eq. 3.1 fit ({:.4}, {:.4}) s, R² {:.3}", f.coefficients[0], f.coefficients[1], f.r2),
+            t_draft: f.coefficients[0],
+            t_target: f.coefficients[1],
+        });
     }
 
-    let mut md = String::from("# SpecDec++ reproduction: tables\n\nGenerated by `specx reproduce specdecpp`; do not edit (the write-up is docs/reproductions/specdecpp.md).\n\n");
-    let _ = writeln!(md, "Replay: `{}` ({} settings; draft rows {}, {:.0} s).", shown_path(&cfg.replay).display(), replay_json["settings"].as_array().map_or(0, Vec::len), replay_json["draft_rows"], replay_json["draft_seconds"].as_f64().unwrap_or(0.0));
+    let mut md = String::from(
+        "# SpecDec++ reproduction: tables\n\nGenerated by `specx reproduce specdecpp`; do not edit (the write-up is docs/reproductions/specdecpp.md).\n\n",
+    );
+    let _ = writeln!(
+        md,
+        "Replay: `{}` ({} settings; draft rows {}, {:.0} s).",
+        shown_path(&cfg.replay).display(),
+        replay_json["settings"].as_array().map_or(0, Vec::len),
+        replay_json["draft_rows"],
+        replay_json["draft_seconds"].as_f64().unwrap_or(0.0)
+    );
     if !missing.is_empty() {
         let _ = writeln!(md, "\nNot available yet:\n");
         for m in &missing {
@@ -261,18 +381,52 @@ pub fn reproduce(cfg: &ReproConfig) -> Result<String> {
         let mut per_times = Vec::new();
         for t in &times {
             let c = compare(gs, t, cfg.default_head.as_deref());
-            let s = |x: &Option<analysis::Scored>| x.as_ref().map_or("-".into(), |x| format!("{} ({:.2} tok/s, {:.3}x; mean/prompt {:.2})", x.setting, x.tokens_per_s, x.speedup, x.tokens_per_s_mean));
-            table.push(vec![t.name.clone(), s(&c.best_fixed_k), s(&c.best_specdecpp), pct(c.improvement), s(&c.best_confidence), pct(c.confidence_improvement), s(&c.oracle), c.oracle_gap_closed.map_or("-".into(), |v| format!("{:.0}%", 100.0 * v)), c.default_share_of_best.map_or("-".into(), |v| format!("{:.1}%", 100.0 * v))]);
+            let s = |x: &Option<analysis::Scored>| {
+                x.as_ref().map_or("-".into(), |x| {
+                    format!(
+                        "{} ({:.2} tok/s, {:.3}x; mean/prompt {:.2})",
+                        x.setting, x.tokens_per_s, x.speedup, x.tokens_per_s_mean
+                    )
+                })
+            };
+            table.push(vec![
+                t.name.clone(),
+                s(&c.best_fixed_k),
+                s(&c.best_specdecpp),
+                pct(c.improvement),
+                s(&c.best_confidence),
+                pct(c.confidence_improvement),
+                s(&c.oracle),
+                c.oracle_gap_closed.map_or("-".into(), |v| format!("{:.0}%", 100.0 * v)),
+                c.default_share_of_best.map_or("-".into(), |v| format!("{:.1}%", 100.0 * v)),
+            ]);
             per_times.push(serde_json::to_value(&c)?);
             if t.name.starts_with("paper") {
                 let sp = |x: &Option<analysis::Scored>| x.as_ref().map_or(f64::NAN, |x| x.speedup);
-                gap_bars.push((dataset.clone(), [sp(&c.best_fixed_k), sp(&c.best_specdecpp), sp(&c.best_confidence), sp(&c.oracle)]));
+                gap_bars.push((
+                    dataset.clone(),
+                    [sp(&c.best_fixed_k), sp(&c.best_specdecpp), sp(&c.best_confidence), sp(&c.oracle)],
+                ));
             }
         }
-        md.push_str(&markdown_table(&["time model", "best fixed K", "best SpecDec++", "improvement", "best confidence baseline", "its improvement", "oracle", "oracle gap closed", "default (w6 d3 h0.7) / best"], &table));
+        md.push_str(&markdown_table(
+            &[
+                "time model",
+                "best fixed K",
+                "best SpecDec++",
+                "improvement",
+                "best confidence baseline",
+                "its improvement",
+                "oracle",
+                "oracle gap closed",
+                "default (w6 d3 h0.7) / best",
+            ],
+            &table,
+        ));
         let fc = frontier_check(gs, "specdecpp");
         // The baseline's check only where the grid has it (SpecDec++'s is always reported).
-        let fc_confidence = gs.values().any(|g| g.first.family == "confidence").then(|| frontier_check(gs, "confidence"));
+        let fc_confidence =
+            gs.values().any(|g| g.first.family == "confidence").then(|| frontier_check(gs, "confidence"));
         for (f, name) in [(Some(&fc), "SpecDec++"), (fc_confidence.as_ref(), "the confidence baseline")] {
             let Some(f) = f else { continue };
             let _ = writeln!(
@@ -281,14 +435,22 @@ pub fn reproduce(cfg: &ReproConfig) -> Result<String> {
                 f.fixed_k_points,
                 f.matched,
                 f.beaten,
-                if f.strictly_better { "no worse at every K and strictly better somewhere" } else { "NOT better everywhere" }
+                if f.strictly_better {
+                    "no worse at every K and strictly better somewhere"
+                } else {
+                    "NOT better everywhere"
+                }
             );
         }
         md.push('\n');
         let bt = best_threshold_per_head(gs, &times[0]);
         table3.insert(dataset.clone(), bt.clone());
         let tag = crate::common::plot::safe(&format!("{dataset}_{sampling}"));
-        figures::frontier_figure(&cfg.out.join(format!("frontier_{tag}.png")), &format!("{dataset} ({sampling}): Figure 3 analogue"), gs)?;
+        figures::frontier_figure(
+            &cfg.out.join(format!("frontier_{tag}.png")),
+            &format!("{dataset} ({sampling}): Figure 3 analogue"),
+            gs,
+        )?;
         let mut ranked: Vec<(String, f64)> = Vec::new();
         for g in gs.values().filter(|g| g.first.family == "specdecpp") {
             let h = g.first.head.clone().unwrap_or_default();
@@ -300,11 +462,21 @@ pub fn reproduce(cfg: &ReproConfig) -> Result<String> {
         }
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
         let top: Vec<String> = ranked.into_iter().take(4).map(|r| r.0).collect();
-        figures::threshold_figure(&cfg.out.join(format!("threshold_{tag}.png")), &format!("{dataset} ({sampling}): speedup vs threshold, best heads"), gs, &top, &times[0])?;
+        figures::threshold_figure(
+            &cfg.out.join(format!("threshold_{tag}.png")),
+            &format!("{dataset} ({sampling}): speedup vs threshold, best heads"),
+            gs,
+            &top,
+            &times[0],
+        )?;
         claims.insert(format!("{dataset}/{sampling}"), serde_json::json!({ "prompts": prompts, "comparisons": per_times, "frontier": fc, "frontier_confidence": fc_confidence, "best_threshold_per_head": bt }));
     }
     if !gap_bars.is_empty() {
-        figures::oracle_gap_figure(&cfg.out.join("oracle_gap.png"), "Best fixed K, best SpecDec++, best confidence rule and the oracle (eq. 5.1, paper times)", &gap_bars)?;
+        figures::oracle_gap_figure(
+            &cfg.out.join("oracle_gap.png"),
+            "Best fixed K, best SpecDec++, best confidence rule and the oracle (eq. 5.1, paper times)",
+            &gap_bars,
+        )?;
     }
 
     md.push_str("\n## Timing model (eq. 3.1) on real runs\n\n");
@@ -331,7 +503,16 @@ pub fn reproduce(cfg: &ReproConfig) -> Result<String> {
     }
     if !cfg.scaling.is_empty() {
         md.push_str(&scaling_markdown(&cfg.scaling, &heads, &table3));
-        let pts: Vec<(HeadPoint, BTreeMap<String, f64>)> = cfg.scaling.iter().map(|n| (heads[n].clone(), table3.iter().filter_map(|(d, m)| m.get(n).map(|b| (d.clone(), b.speedup))).collect())).collect();
+        let pts: Vec<(HeadPoint, BTreeMap<String, f64>)> = cfg
+            .scaling
+            .iter()
+            .map(|n| {
+                (
+                    heads[n].clone(),
+                    table3.iter().filter_map(|(d, m)| m.get(n).map(|b| (d.clone(), b.speedup))).collect(),
+                )
+            })
+            .collect();
         figures::scaling_figure(&cfg.out.join("scaling.png"), "Acceptance head vs training data", &pts)?;
     }
     write_atomic(&cfg.out.join("results.md"), md.as_bytes())?;
@@ -351,9 +532,16 @@ mod tests {
 
     #[test]
     fn a_head_recorded_on_another_machine_is_looked_up_in_this_checkout() {
-        assert_eq!(in_this_checkout(Path::new("/elsewhere/repo/checkpoints/specdecpp-sweep/w6-d3")), PathBuf::from("checkpoints/specdecpp-sweep/w6-d3"));
+        assert_eq!(
+            in_this_checkout(Path::new("/elsewhere/repo/checkpoints/specdecpp-sweep/w6-d3")),
+            PathBuf::from("checkpoints/specdecpp-sweep/w6-d3")
+        );
         let here = std::env::temp_dir();
         assert_eq!(in_this_checkout(&here), here, "an existing directory is kept");
-        assert_eq!(in_this_checkout(Path::new("/elsewhere/head")), PathBuf::from("/elsewhere/head"), "no checkpoints/ component: kept, and reported missing when read");
+        assert_eq!(
+            in_this_checkout(Path::new("/elsewhere/head")),
+            PathBuf::from("/elsewhere/head"),
+            "no checkpoints/ component: kept, and reported missing when read"
+        );
     }
 }

@@ -10,7 +10,8 @@ use std::path::Path;
 /// judged on the paper's heads.
 pub fn move_head_families(rows: &mut [Row], families: &BTreeMap<String, Vec<String>>) {
     for r in rows {
-        if let Some((family, _)) = families.iter().find(|(_, heads)| r.head.as_ref().is_some_and(|h| heads.contains(h))) {
+        if let Some((family, _)) = families.iter().find(|(_, heads)| r.head.as_ref().is_some_and(|h| heads.contains(h)))
+        {
             r.family = head_family(&r.family, family);
         }
     }
@@ -19,11 +20,7 @@ pub fn move_head_families(rows: &mut [Row], families: &BTreeMap<String, Vec<Stri
 /// The family of a head rule's row whose head is in head family `family`: SpecDec++'s rule
 /// takes the family's name, the per-token rule its `-token` variant.
 pub fn head_family(rule_family: &str, family: &str) -> String {
-    if rule_family == "head-token" {
-        format!("{family}-token")
-    } else {
-        family.to_string()
-    }
+    if rule_family == "head-token" { format!("{family}-token") } else { family.to_string() }
 }
 
 /// The columns of a results row this report uses.
@@ -60,9 +57,22 @@ impl Row {
 /// Every row of `dir/results.parquet`.
 pub fn read_rows(dir: &Path) -> Result<Vec<Row>> {
     let t = crate::common::results::ResultsTable::read(dir)?;
-    let (dataset, sampling, prompt_id, family, setting, head) = (t.strs("dataset")?, t.strs("sampling")?, t.strs("prompt_id")?, t.strs("method")?, t.strs("setting")?, t.strs("head")?);
+    let (dataset, sampling, prompt_id, family, setting, head) = (
+        t.strs("dataset")?,
+        t.strs("sampling")?,
+        t.strs("prompt_id")?,
+        t.strs("method")?,
+        t.strs("setting")?,
+        t.strs("head")?,
+    );
     let (threshold, k, min, replayed) = (t.f64s("threshold")?, t.u64s("k")?, t.u64s("min")?, t.bools("replayed")?);
-    let (n, disc, tgt, drf, time) = (t.u64s("n_generated")?, t.u64s("n_discarded")?, t.u64s("n_target_calls")?, t.u64s("n_draft_calls")?, t.f64s("total_time_s")?);
+    let (n, disc, tgt, drf, time) = (
+        t.u64s("n_generated")?,
+        t.u64s("n_discarded")?,
+        t.u64s("n_target_calls")?,
+        t.u64s("n_draft_calls")?,
+        t.f64s("total_time_s")?,
+    );
     let drafted = t.u64s("n_drafted")?;
     // Runs written before trace runs existed have no batch column: single streams.
     let batch = if t.has("batch") { t.u64s("batch")? } else { vec![Some(1); t.height()] };
@@ -124,12 +134,18 @@ impl Group {
     }
     /// Eq. 5.1 throughput per prompt, averaged over prompts.
     pub fn eq51_mean(&self, t: (f64, f64)) -> f64 {
-        let v: Vec<f64> = self.rows.iter().filter(|r| r.n > 0.0).map(|r| crate::common::timing::predicted_throughput(r.n, r.discarded, r.target_calls, t.0, t.1)).collect();
+        let v: Vec<f64> = self
+            .rows
+            .iter()
+            .filter(|r| r.n > 0.0)
+            .map(|r| crate::common::timing::predicted_throughput(r.n, r.discarded, r.target_calls, t.0, t.1))
+            .collect();
         v.iter().sum::<f64>() / v.len().max(1) as f64
     }
     /// Measured tokens per second, ratio of sums (real single-stream rows only).
     pub fn measured(&self) -> Option<f64> {
-        (!self.first.replayed && self.first.batch == 1).then(|| self.n() / self.rows.iter().map(|r| r.time_s).sum::<f64>())
+        (!self.first.replayed && self.first.batch == 1)
+            .then(|| self.n() / self.rows.iter().map(|r| r.time_s).sum::<f64>())
     }
 }
 
