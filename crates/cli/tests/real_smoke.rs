@@ -203,10 +203,10 @@ fn same_shape(shown: &str, printed: &str) -> bool {
 /// table dashes count as one.
 fn shape(line: &str) -> String {
     let mut line = line.trim().to_string();
-    if let (Some(i), Some(j)) = (line.find(", best "), line.rfind(' ')) {
-        if j > i + 6 {
-            line = format!("{}, best *{}", &line[..i], &line[j..]);
-        }
+    if let (Some(i), Some(j)) = (line.find(", best "), line.rfind(' '))
+        && j > i + 6
+    {
+        line = format!("{}, best *{}", &line[..i], &line[j..]);
     }
     if let Some(i) = line.find("machine: ") {
         let end = line[i..].find(" (").map_or(line.len(), |j| i + j);

@@ -176,6 +176,7 @@ fn features_bytes(prompts: &[PromptData], hidden: usize, dtype: FeatureDtype) ->
 
 /// Writes shard `index` of `prompts` into `dir` (features only when `storage` stores them);
 /// the record goes last.
+#[allow(clippy::too_many_arguments)] // the shard's whole record, written in one place
 pub fn write_shard(
     dir: &Path,
     index: usize,
@@ -374,17 +375,17 @@ fn by_feature_row(df: &DataFrame, name: &str, rows: usize, table: &Path) -> Resu
     let mut out = vec![f32::NAN; rows];
     let mut seen = vec![false; rows];
     for (row, v) in feature_rows.iter().zip(values.iter()) {
-        if let (Some(r), Some(v)) = (row, v) {
-            if r >= 0 {
-                let r = r as usize;
-                ensure!(r < rows, "{}: feature_row {r} beyond the {rows} feature rows", table.display());
-                ensure!(
-                    !std::mem::replace(&mut seen[r], true),
-                    "{}: feature row {r} belongs to two labelled token rows",
-                    table.display()
-                );
-                out[r] = v;
-            }
+        if let (Some(r), Some(v)) = (row, v)
+            && r >= 0
+        {
+            let r = r as usize;
+            ensure!(r < rows, "{}: feature_row {r} beyond the {rows} feature rows", table.display());
+            ensure!(
+                !std::mem::replace(&mut seen[r], true),
+                "{}: feature row {r} belongs to two labelled token rows",
+                table.display()
+            );
+            out[r] = v;
         }
     }
     if let Some(missing) = seen.iter().position(|s| !s) {

@@ -102,10 +102,10 @@ impl ModelConfig {
         if c.num_attention_heads == 0 || c.num_key_value_heads == 0 || c.num_hidden_layers == 0 {
             bail!("heads, kv heads and layers must be positive");
         }
-        if c.num_attention_heads % c.num_key_value_heads != 0 {
+        if !c.num_attention_heads.is_multiple_of(c.num_key_value_heads) {
             bail!("{} attention heads are not a multiple of {} kv heads", c.num_attention_heads, c.num_key_value_heads);
         }
-        if c.head_dim % 2 != 0 {
+        if !c.head_dim.is_multiple_of(2) {
             bail!("head_dim {} must be even for RoPE", c.head_dim);
         }
         Ok(())

@@ -56,7 +56,7 @@ const KEY_BLOCK: usize = 16;
 /// [`dot`]'s fold). A key alone folds its lanes in a chain of 15 dependent scalar adds, which
 /// bounded the scores at long contexts.
 fn dots16(q: &[f32], ks: &[f32], d: usize) -> Option<[f32; KEY_BLOCK]> {
-    assert!(d % LANES == 0 && q.len() == d && ks.len() == KEY_BLOCK * d, "16 keys of {d} values");
+    assert!(d.is_multiple_of(LANES) && q.len() == d && ks.len() == KEY_BLOCK * d, "16 keys of {d} values");
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f") {
         // SAFETY: AVX-512F is present (checked); the lengths are checked above.

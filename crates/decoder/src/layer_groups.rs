@@ -28,6 +28,8 @@ impl LayerGroups {
         if lp == 1 || layers <= 2 {
             return Ok(Self::sequential(layers));
         }
+        // Layer 0 alone, then groups of growing size (one range now, more pushed below).
+        #[allow(clippy::single_range_in_vec_init)]
         let mut groups = vec![0..1];
         let last = layers - 1;
         let mut start = 1;

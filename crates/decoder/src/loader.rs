@@ -148,14 +148,14 @@ pub fn check_pair(draft: &LoadedModel, target: &LoadedModel) -> Result<()> {
             differing
         );
     }
-    if let (Some(a), Some(b)) = (&draft.embedded_vocab_hash, &target.embedded_vocab_hash) {
-        if a != b {
-            bail!(
-                "draft {} and target {} declare different vocabularies in their GGUF metadata",
-                draft.path.display(),
-                target.path.display()
-            );
-        }
+    if let (Some(a), Some(b)) = (&draft.embedded_vocab_hash, &target.embedded_vocab_hash)
+        && a != b
+    {
+        bail!(
+            "draft {} and target {} declare different vocabularies in their GGUF metadata",
+            draft.path.display(),
+            target.path.display()
+        );
     }
     let (dn, tn) = (draft.model.config().vocab_size, target.model.config().vocab_size);
     if dn != tn {

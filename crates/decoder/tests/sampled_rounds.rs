@@ -177,8 +177,7 @@ fn every_policy_under_both_schedulers_commits_the_same_tokens() {
                         &DsiConfig::new(2, 4),
                         &[],
                     )
-                    .err()
-                    .expect("DSI refuses a policy that reads the target");
+                    .expect_err("DSI refuses a policy that reads the target");
                     assert!(format!("{err:#}").contains("reads the target"), "{err:#}");
                     continue;
                 }

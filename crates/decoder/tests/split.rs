@@ -32,7 +32,7 @@ fn a_split_model_computes_the_one_device_logits_exactly_through_a_rollback() {
         let dir = tempfile::tempdir().unwrap();
         let (hf, gguf) = write_both(dir.path(), &cfg, 9, StDtype::F32, ty);
         for (path, mode) in [(&hf, WeightMode::F32), (&gguf, WeightMode::Native), (&gguf, WeightMode::Q8)] {
-            let one = load_model_split(path, None, &[cpu.clone()], mode).unwrap();
+            let one = load_model_split(path, None, std::slice::from_ref(&cpu), mode).unwrap();
             assert!(!one.model.is_split());
             for parts in [2, 3] {
                 let split = load_model_split(path, None, &vec![cpu.clone(); parts], mode).unwrap();
@@ -67,7 +67,7 @@ fn greedy_speculative_and_dsi_with_split_targets_give_the_target_greedy_output()
     let dir = tempfile::tempdir().unwrap();
     let cfg = ModelConfig { num_hidden_layers: 4, ..tiny_qwen2(VOCAB) };
     let (hf, _) = write_both(dir.path(), &cfg, 1, StDtype::F32, GgmlType::F32);
-    let one = load_model_split(&hf, None, &[cpu.clone()], WeightMode::F32).unwrap();
+    let one = load_model_split(&hf, None, std::slice::from_ref(&cpu), WeightMode::F32).unwrap();
     let split = load_model_split(&hf, None, &[cpu.clone(), cpu.clone()], WeightMode::F32).unwrap();
     let draft = noisy_draft(dir.path(), VOCAB, 1, 0.2);
     let eos = [VOCAB as u32 - 1];
@@ -103,7 +103,7 @@ fn greedy_speculative_and_dsi_with_split_targets_give_the_target_greedy_output()
     }
     // EasySpec's attention placement and batched forwards need a model on one device.
     let split_draft = load_model_split(&hf, None, &[cpu.clone(), cpu.clone()], WeightMode::F32).unwrap();
-    assert!(split_draft.model.place_attention(&[cpu.clone()]).err().unwrap().to_string().contains("split"));
+    assert!(split_draft.model.place_attention(std::slice::from_ref(&cpu)).err().unwrap().to_string().contains("split"));
 }
 
 #[test]

@@ -174,7 +174,7 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
             };
             let inputs: Vec<TraceInput> = units.iter().map(|u| TraceInput::of(u).unwrap()).collect();
             let mut policies = vec![policy];
-            let traces = TraceBuilder::new(&draft.model, &[], &eos).build(&inputs, &mut policies, &rc).unwrap();
+            let traces = TraceBuilder::new(&draft.model, &[], eos).build(&inputs, &mut policies, &rc).unwrap();
             traces.iter().map(|t| UnitCounts::of(&t.replay(&mut policies[0], &rc).unwrap())).collect()
         };
     let no_heads: std::collections::HashMap<String, usize> = Default::default();
@@ -220,7 +220,7 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
                     &mut RejectionSampler,
                     &u.prompt,
                     &cfg,
-                    &eos,
+                    eos,
                 )
                 .unwrap();
                 assert_eq!(g.tokens, u.ar_tokens);
@@ -248,7 +248,7 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
     let grid = root.join("fitted.toml");
     std::fs::write(&grid, "[methods]\n[[methods.grid]]\npolicies.threshold_plus = { params = [\"tuned/threshold-plus/alpaca-cpu.json\"] }\n").unwrap();
     let o = specx_eval::experiment::replay_run::replay(
-        &test,
+        test,
         &specx_eval::experiment::replay_run::ReplayConfig::load(&grid).unwrap(),
         "fitted",
         false,
@@ -264,7 +264,7 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
     // The calibrated model's file runs as a grid setting too.
     std::fs::write(&grid, "[methods]\n[[methods.grid]]\npolicies.calibrated = { params = [\"tuned/calibrated/alpaca-cpu-calibrated-product.json\"] }\n").unwrap();
     let o = specx_eval::experiment::replay_run::replay(
-        &test,
+        test,
         &specx_eval::experiment::replay_run::ReplayConfig::load(&grid).unwrap(),
         "fitted-model",
         false,
@@ -288,7 +288,7 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
     let grid = root.join("candidates.toml");
     std::fs::write(&grid, format!("[methods]\n{}", &CANDIDATES[..CANDIDATES.find("[[costs]]").unwrap()])).unwrap();
     let replayed = specx_eval::experiment::replay_run::replay(
-        &test,
+        test,
         &specx_eval::experiment::replay_run::ReplayConfig::load(&grid).unwrap(),
         "candidates",
         false,
@@ -318,8 +318,8 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
     assert!(std::fs::read_to_string(cfg.out.join("tune.md")).unwrap().contains("in sample"));
 
     // A test prompt among the tuning prompts is refused, naming it.
-    let overlap = trace_run(root, &draft_path, &target_path, "overlap", "test", 5);
-    let e = format!("{:#}", tune(&tune_config(root, &overlap, &test, "leaky"), false).unwrap_err());
+    let overlap = trace_run(root, draft_path, target_path, "overlap", "test", 5);
+    let e = format!("{:#}", tune(&tune_config(root, &overlap, test, "leaky"), false).unwrap_err());
     assert!(e.contains("is also a tuning prompt"), "{e}");
 }
 
@@ -385,12 +385,12 @@ fn a_model_of_the_target_replays_as_it_decodes() {
     // One forward of the prompt and of every output token but the last, per trace.
     let rows =
         |dir: &Path| greedy_units(dir).unwrap().iter().map(|u| u.prompt.len() + u.ar_tokens.len() - 1).sum::<usize>();
-    assert_eq!(only[0].target_pass.expect("the target was forwarded").rows, rows(&tuning));
+    assert_eq!(only[0].target_pass.expect("the target was forwarded").rows, rows(tuning));
 
     let sets = tune(&cfg, false).unwrap();
     let set = &sets[0];
     // The tuning traces' statistics come from the cache; only the test traces are forwarded.
-    assert_eq!(set.target_pass.unwrap().rows, rows(&test));
+    assert_eq!(set.target_pass.unwrap().rows, rows(test));
     let model = set.acceptance_model.as_ref().unwrap();
     assert_eq!(model.weights.len(), specx_decoder::speculative::calibrated::FEATURES);
     assert_eq!(
@@ -417,7 +417,7 @@ fn a_model_of_the_target_replays_as_it_decodes() {
                     &mut RejectionSampler,
                     &u.prompt,
                     &spec,
-                    &eos,
+                    eos,
                 )
                 .unwrap();
                 assert_eq!(g.tokens, u.ar_tokens);
@@ -430,7 +430,7 @@ fn a_model_of_the_target_replays_as_it_decodes() {
     // decisions do turn on them, and on the right row of the target's scores).
     let inputs: Vec<TraceInput> = test_units.iter().map(|u| TraceInput::of(u).unwrap()).collect();
     let rc = specx_eval::experiment::replay::ReplayCosts::default();
-    let mut builder = TraceBuilder::new(&draft.model, &[], &eos);
+    let mut builder = TraceBuilder::new(&draft.model, &[], eos);
     let mut traces = builder.start(&inputs, true).unwrap();
     for (i, input) in inputs.iter().enumerate() {
         traces
@@ -503,7 +503,7 @@ fn coupled_sampled_traces_replay_as_they_decode() {
     for (i, live) in units[0].rows.iter().enumerate().skip(1) {
         let spec = live.setting.spec().unwrap();
         let mut policies = vec![ReplayPolicy::of(spec, &no_heads).unwrap()];
-        let traces = TraceBuilder::new(&draft.model, &[], &eos).build(&inputs, &mut policies, &rc).unwrap();
+        let traces = TraceBuilder::new(&draft.model, &[], eos).build(&inputs, &mut policies, &rc).unwrap();
         for (u, t) in units.iter().zip(&traces) {
             let row = &u.rows[i];
             assert_eq!((row.draws, row.identical_to_ar), (Draws::Coupled, true), "{} {}", u.unit.prompt_id, spec.key());
@@ -521,7 +521,7 @@ fn coupled_sampled_traces_replay_as_they_decode() {
     // The learning curve names the event sampled traces label.
     assert_eq!(specx_eval::tune::curve::label(&units[0]).unwrap(), "coupled acceptance at temperature 1");
 
-    let cfg = tune_config(root, &tuning, &test, "tuned-t1");
+    let cfg = tune_config(root, tuning, test, "tuned-t1");
     let set = &tune(&cfg, false).unwrap()[0];
     for c in &set.results {
         for ch in &c.calibrated {
@@ -540,7 +540,7 @@ fn coupled_sampled_traces_replay_as_they_decode() {
                     &mut CoupledSampler,
                     &u.prompt,
                     &spec,
-                    &eos,
+                    eos,
                 )
                 .unwrap();
                 assert_eq!(g.tokens, u.ar_tokens);
@@ -555,8 +555,8 @@ fn coupled_sampled_traces_replay_as_they_decode() {
             }
         }
     }
-    let greedy = trace_run(root, &draft_path, &target_path, "greedy", "train", 6);
-    let e = format!("{:#}", tune(&tune_config(root, &greedy, &test, "mixed"), false).unwrap_err());
+    let greedy = trace_run(root, draft_path, target_path, "greedy", "train", 6);
+    let e = format!("{:#}", tune(&tune_config(root, &greedy, test, "mixed"), false).unwrap_err());
     assert!(e.contains("drawn alike"), "{e}");
 }
 

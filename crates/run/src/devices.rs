@@ -63,15 +63,15 @@ impl<T: Send> DeviceRun<'_, T> {
     pub fn run<M: RunManifest>(&self, manifest: impl Fn(&T) -> &M) -> Result<T> {
         let (dir, devices, n) = (self.dir, self.devices, self.devices.len());
         let old: Option<M> = if dir.join(MANIFEST).exists() { Some(crate::manifest::read(dir)?) } else { None };
-        if let Some(old) = &old {
-            if old.devices() != devices {
-                bail!(
-                    "{} holds a run made on devices {:?}, not {:?}; choose another output directory",
-                    dir.display(),
-                    old.devices(),
-                    devices
-                );
-            }
+        if let Some(old) = &old
+            && old.devices() != devices
+        {
+            bail!(
+                "{} holds a run made on devices {:?}, not {:?}; choose another output directory",
+                dir.display(),
+                old.devices(),
+                devices
+            );
         }
         eprintln!(
             "{} on {n} devices: part i of {n} on the i-th of {} (in {})",

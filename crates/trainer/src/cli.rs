@@ -193,7 +193,7 @@ pub fn run_cli(a: TrainArgs) -> Result<()> {
     let dev_set = LabelledSet::load_prompts_with(&cfg.data.dev, None, stats)?;
     let mut sets: BTreeMap<Option<usize>, LabelledSet> = BTreeMap::new();
     for p in &points {
-        if !sets.contains_key(&p.train_prompts) {
+        if let std::collections::btree_map::Entry::Vacant(e) = sets.entry(p.train_prompts) {
             let set = LabelledSet::load_prompts_with(&cfg.data.train, p.train_prompts, stats)?;
             check_compatible(&set, &dev_set)?;
             eprintln!(
@@ -206,7 +206,7 @@ pub fn run_cli(a: TrainArgs) -> Result<()> {
                 dev_set.split,
                 set.hidden
             );
-            sets.insert(p.train_prompts, set);
+            e.insert(set);
         }
     }
     let mut rows = Vec::new();
@@ -239,11 +239,11 @@ pub fn run_cli(a: TrainArgs) -> Result<()> {
     }
     let table = markdown_table(&HEADER, &rows);
     print!("{table}");
-    if let (false, Some(state)) = (a.sweep, &last_state) {
-        if let Some(best) = state.best() {
-            println!("\ndev reliability at epoch {} (predicted acceptance vs mean label per bin):\n", best.epoch);
-            print!("{}", reliability_table(&best.dev));
-        }
+    if let (false, Some(state)) = (a.sweep, &last_state)
+        && let Some(best) = state.best()
+    {
+        println!("\ndev reliability at epoch {} (predicted acceptance vs mean label per bin):\n", best.epoch);
+        print!("{}", reliability_table(&best.dev));
     }
     if a.sweep {
         let text = format!(

@@ -76,7 +76,7 @@ impl GgmlType {
     /// Bytes taken by `n` values, or an error when `n` is not a whole number of blocks.
     pub fn byte_size(self, n: usize) -> Result<usize> {
         let (per, bytes) = self.block();
-        if n % per != 0 {
+        if !n.is_multiple_of(per) {
             bail!("{n} values is not a whole number of {self:?} blocks of {per}");
         }
         Ok(n / per * bytes)

@@ -81,6 +81,7 @@ impl Transformer {
     /// `workers`. Returns each output, in layer order, with its time and, with `probe`, its
     /// record; with `sync`, each time waits for the device to finish the attention (a GPU
     /// queues work, so a time without it is the launch's).
+    #[allow(clippy::too_many_arguments)] // one group's whole context, called from one place
     pub(super) fn attend_group(
         &self,
         group: std::ops::Range<usize>,

@@ -72,7 +72,7 @@ fn quantize_block(x: &[f32], q: &mut [i8]) -> f32 {
 /// Quantizes `x` (`[rows, cols]`) in blocks of `block` values: one scale per block, the
 /// values, and the sum of every `group` consecutive values.
 fn quantize_rows(x: &[f32], rows: usize, cols: usize, block: usize, group: usize) -> (Vec<f32>, Vec<i8>, Vec<i32>) {
-    assert!(cols % block == 0, "blocks of {block} values need a multiple of {block} per row, got {cols}");
+    assert!(cols.is_multiple_of(block), "blocks of {block} values need a multiple of {block} per row, got {cols}");
     assert_eq!(x.len(), rows * cols, "x is not [rows, cols]");
     let n = rows * cols / block;
     let (mut d, mut qs) = (vec![0f32; n], vec![0i8; rows * cols]);

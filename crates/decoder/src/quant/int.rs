@@ -153,6 +153,8 @@ fn panels_into(q: &QuantMatrix, input: &QuantizedInput, m: usize, out: &mut [f32
     let tasks: Vec<(usize, usize)> =
         q.parts().iter().enumerate().flat_map(|(i, p)| (0..p.rows.div_ceil(PANEL)).map(move |k| (i, k))).collect();
     tasks.into_par_iter().for_each(|(part, index)| {
+        // Captures the whole Send wrapper, not its raw-pointer field (which is not Send).
+        #[allow(clippy::redundant_locals)]
         let dst = dst;
         let (p, start) = (&q.parts()[part], q.part_starts()[part] + index * PANEL);
         let rows_here = (p.rows - index * PANEL).min(PANEL);
@@ -210,12 +212,12 @@ fn panel_task(
 /// One task on rows in GGUF order: weight rows `start..` (`chunk.len() / m` of them).
 fn rows_task(q: &QuantMatrix, path: IntPath, start: usize, input: &QuantizedInput, m: usize, chunk: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if path != IntPath::Portable {
-        if let Some((ty, rows, row_bytes)) = q.row_span(start, start + chunk.len() / m) {
-            // SAFETY: `path` is supported (checked by `matmul`).
-            unsafe { super::int_x86::rows_dots(path, ty, rows, row_bytes, input, chunk) };
-            return;
-        }
+    if path != IntPath::Portable
+        && let Some((ty, rows, row_bytes)) = q.row_span(start, start + chunk.len() / m)
+    {
+        // SAFETY: `path` is supported (checked by `matmul`).
+        unsafe { super::int_x86::rows_dots(path, ty, rows, row_bytes, input, chunk) };
+        return;
     }
     UNPACKED.with(|cell| {
         let mut w = cell.borrow_mut();

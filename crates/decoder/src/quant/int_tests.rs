@@ -127,14 +127,14 @@ fn a_row_alone_equals_the_same_row_in_any_call() {
         for (q, p) in
             [&rows, &panels(&rows)].into_iter().flat_map(|q| IntPath::all_supported().into_iter().map(move |p| (q, p)))
         {
-            let all = run(&q, &x, 40, p);
+            let all = run(q, &x, 40, p);
             for r in [0, 1, 7, 39] {
-                let alone = run(&q, &x[r * k..], 1, p);
+                let alone = run(q, &x[r * k..], 1, p);
                 assert!(same_bits(&alone, &all[r * n..(r + 1) * n]), "{ty:?} {}: row {r} alone differs", p.name());
             }
             // Row 3 at the front of a 2-row call and in the middle of a 9-row one.
-            let two = run(&q, &x[3 * k..], 2, p);
-            let nine = run(&q, &x[k..], 9, p);
+            let two = run(q, &x[3 * k..], 2, p);
+            let nine = run(q, &x[k..], 9, p);
             assert!(
                 same_bits(&two[..n], &all[3 * n..4 * n]) && same_bits(&nine[2 * n..3 * n], &all[3 * n..4 * n]),
                 "{ty:?} {}",

@@ -171,7 +171,7 @@ fn block_step(acc: f32, dd: f32, t: i32, dm: Option<(f32, i32)>) -> f32 {
 fn row_blocks<const T: u8>(row: &[u8], cols: usize) -> usize {
     let (per, size) = blocks::ty(T).block();
     assert!(
-        row.len() % size == 0 && row.len() / size * per == cols,
+        row.len().is_multiple_of(size) && row.len() / size * per == cols,
         "weight row of {} bytes for {cols} values",
         row.len()
     );

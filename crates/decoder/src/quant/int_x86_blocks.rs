@@ -113,7 +113,7 @@ pub fn high4(v: __m256i) -> __m256i {
 pub unsafe fn k_chunk256<const T: u8>(blk: *const u8, c: usize) -> __m256i {
     // SAFETY: every load stays inside the block (caller).
     let load = |at: usize| unsafe { _mm256_loadu_si256(blk.add(at).cast()) };
-    let nib = |v: __m256i| if c % 2 == 0 { low4(v) } else { high4(v) };
+    let nib = |v: __m256i| if c.is_multiple_of(2) { low4(v) } else { high4(v) };
     match T {
         Q4K => nib(load(16 + 32 * (c / 2))),
         Q5K => {
@@ -173,7 +173,7 @@ pub unsafe fn k_span512<const T: u8>(blk: *const u8, s: usize) -> __m512i {
             // SAFETY: inside the block (caller).
             let ql = unsafe { _mm512_loadu_si512(blk.add(64 * h).cast()) };
             let qh = load2(128 + 32 * h);
-            let (nib, hb) = if s % 2 == 0 {
+            let (nib, hb) = if s.is_multiple_of(2) {
                 let left = _mm512_setr_epi64(
                     0x0004_0004_0004_0004,
                     0x0004_0004_0004_0004,

@@ -89,10 +89,11 @@ fn coverage(ar: &BTreeMap<String, Vec<Vec<u32>>>, groups: &Groups) -> Result<Str
     let labels: std::collections::BTreeSet<&String> = groups.keys().map(|k| &k.3).collect();
     let mut drafts: Vec<(String, DraftTransform)> = Vec::new();
     for l in labels {
-        if let Ok(t) = l.parse::<DraftTransform>() {
-            if t.vocab.is_some() && !drafts.iter().any(|(_, d)| d.vocab == t.vocab) {
-                drafts.push((format!("v{}", t.vocab.unwrap_or(0)), t));
-            }
+        if let Ok(t) = l.parse::<DraftTransform>()
+            && t.vocab.is_some()
+            && !drafts.iter().any(|(_, d)| d.vocab == t.vocab)
+        {
+            drafts.push((format!("v{}", t.vocab.unwrap_or(0)), t));
         }
     }
     if drafts.is_empty() || ar.is_empty() {

@@ -129,10 +129,10 @@ impl Candidates {
 
 /// A setting's family: its method's, or the head family its head is listed in.
 fn family(m: &MethodSpec, head_families: &BTreeMap<String, Vec<String>>) -> String {
-    if let PolicySpec::Head { head, .. } | PolicySpec::HeadToken { head, .. } = &m.policy {
-        if let Some((f, _)) = head_families.iter().find(|(_, heads)| heads.contains(head)) {
-            return crate::reproduce::specdecpp::rows::head_family(m.family(), f);
-        }
+    if let PolicySpec::Head { head, .. } | PolicySpec::HeadToken { head, .. } = &m.policy
+        && let Some((f, _)) = head_families.iter().find(|(_, heads)| heads.contains(head))
+    {
+        return crate::reproduce::specdecpp::rows::head_family(m.family(), f);
     }
     m.family().to_string()
 }

@@ -157,10 +157,10 @@ impl StopPolicy for RocThreshold {
             self.scores.push(s);
             self.labels.push(i < o.accepted);
         }
-        if self.scores.len() >= Self::MIN_SAMPLES {
-            if let Some(t) = roc_threshold(&self.scores, &self.labels, Self::FN_COST) {
-                self.rule.threshold = t;
-            }
+        if self.scores.len() >= Self::MIN_SAMPLES
+            && let Some(t) = roc_threshold(&self.scores, &self.labels, Self::FN_COST)
+        {
+            self.rule.threshold = t;
         }
     }
     fn max_candidates(&self) -> usize {

@@ -110,16 +110,16 @@ impl StopPolicy for MatchRatePolicy {
             None => f64::from(step.confidence),
         };
         self.chance *= p;
-        if let (1, Some(n)) = (step.index, step.ngram) {
-            if self.chance < self.threshold {
-                let size = self.size(n);
-                size.dropped += 1;
-                if size.dropped < Self::PROBE_EVERY {
-                    return Ok(Decision::Drop);
-                }
-                size.dropped = 0;
-                return Ok(Decision::Stop);
+        if let (1, Some(n)) = (step.index, step.ngram)
+            && self.chance < self.threshold
+        {
+            let size = self.size(n);
+            size.dropped += 1;
+            if size.dropped < Self::PROBE_EVERY {
+                return Ok(Decision::Drop);
             }
+            size.dropped = 0;
+            return Ok(Decision::Stop);
         }
         Ok(stop_if(step.index >= self.max_candidates || self.chance < self.threshold))
     }

@@ -81,10 +81,10 @@ pub fn threshold_figure(
         let oracle = groups.values().find(|g| g.first.family == "oracle").map(sp);
         let mut lines: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
         for g in groups.values().filter(|g| g.first.family == "specdecpp" && g.first.min == Some(2)) {
-            if let (Some(h), Some(th)) = (&g.first.head, g.first.threshold) {
-                if heads.contains(h) {
-                    lines.entry(h.clone()).or_default().push((th, sp(g)));
-                }
+            if let (Some(h), Some(th)) = (&g.first.head, g.first.threshold)
+                && heads.contains(h)
+            {
+                lines.entry(h.clone()).or_default().push((th, sp(g)));
             }
         }
         let ys = lines.values().flatten().map(|p| p.1).chain([best_k, 1.0]).chain(oracle).filter(|v| v.is_finite());
