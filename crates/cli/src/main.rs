@@ -127,7 +127,7 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
     let placement: Placement = a.run.device.parse()?;
     placement.check()?;
     let t = Instant::now();
-    let model = a.model.clone().unwrap_or_else(specx_eval::bench::default_target);
+    let model = a.model.clone().unwrap_or_else(specx_eval::method::models::default_target);
     let lm = load_model_split(&model, a.tokenizer.as_deref(), &placement.open()?, a.run.weights)?;
     eprintln!("loaded {} in {:.1} s", model.display(), t.elapsed().as_secs_f64());
     let prompt = lm.tokenizer.encode(&a.run.prompt_text())?;

@@ -6,33 +6,16 @@
 //! `bandwidth / bytes_per_token`, with the weights counted as stored (blocks on the native
 //! path, f32 otherwise). The report prints that bound and the achieved fraction of it.
 
+use crate::common::sysmem::{current_rss_bytes, peak_rss_bytes, read_bandwidth, read_bandwidth_threads};
 use crate::llamacpp::{LlamaCppBench, run_llama_bench};
+use crate::method::models::PairArgs;
 use crate::report::markdown_table;
-use crate::sysmem::{current_rss_bytes, peak_rss_bytes, read_bandwidth, read_bandwidth_threads};
 use anyhow::{Result, ensure};
 use specx_decoder::generate::last_logits;
 use specx_decoder::sampling::argmax;
 use specx_decoder::{DeviceName, LoadedModel, WeightMode, check_device, load_model_as, open_device, parse_device_list};
 use std::path::PathBuf;
 use std::time::Instant;
-
-/// The model pair of a benchmark, defaulting to the fetched Qwen pair.
-#[derive(clap::Args, Debug)]
-pub struct PairArgs {
-    /// Draft model (HF directory, .gguf, or hub id hf:ORG/NAME[@REV]). Default: the fetched Qwen2.5-Coder-0.5B-Instruct.
-    #[arg(long)]
-    pub draft: Option<PathBuf>,
-    /// Target model (HF directory, .gguf, or hub id hf:ORG/NAME[@REV]). Default: the fetched Qwen2.5-Coder-1.5B-Instruct.
-    #[arg(long)]
-    pub target: Option<PathBuf>,
-}
-
-impl PairArgs {
-    /// (draft path, target path) with defaults applied.
-    pub fn paths(&self) -> (PathBuf, PathBuf) {
-        (self.draft.clone().unwrap_or_else(default_draft), self.target.clone().unwrap_or_else(default_target))
-    }
-}
 
 /// Options of `specx bench`.
 #[derive(clap::Args, Debug)]
@@ -76,18 +59,6 @@ pub struct BenchArgs {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
-}
-
-pub use specx_decoder::loader::model_cache_dir;
-
-/// Default draft model path (Qwen2.5-Coder-0.5B-Instruct GGUF in the model cache).
-pub fn default_draft() -> PathBuf {
-    model_cache_dir().join("qwen2.5-coder-0.5b-instruct/model.gguf")
-}
-
-/// Default target model path (Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF in the model cache).
-pub fn default_target() -> PathBuf {
-    model_cache_dir().join("qwen2.5-coder-1.5b-instruct/model.gguf")
 }
 
 /// One model's measurements on one weight path.

@@ -110,8 +110,10 @@ pub fn run(a: DecodeArgs) -> Result<()> {
     // The setting names its head by the spec it was given (`--head`, or the shipped default).
     let head = setting.head().map(|h| (h.to_string(), h.to_string()));
     let plan = ModelPlan {
-        target: a.target.clone().unwrap_or_else(crate::bench::default_target),
-        draft: setting.needs_draft_model().then(|| a.draft.clone().unwrap_or_else(crate::bench::default_draft)),
+        target: a.target.clone().unwrap_or_else(crate::method::models::default_target),
+        draft: setting
+            .needs_draft_model()
+            .then(|| a.draft.clone().unwrap_or_else(crate::method::models::default_draft)),
         device,
         weights: a.run.weights,
         worker_devices,

@@ -5,7 +5,6 @@
 //! llama.cpp's `llama-bench` generation speed on the target, run in the same process after the
 //! decodes.
 
-use crate::bench::PairArgs;
 use crate::common::stats::{GroupStats, grouped, mean_sd};
 use crate::experiment::axes::{
     DrafterAxis, FeatureDrafters, FixedPolicies, LookupDrafters, MatchRatePolicies, MethodGrid, PolicyAxis,
@@ -16,6 +15,7 @@ use crate::experiment::config::{
 use crate::experiment::run::select_sets;
 use crate::experiment::{EvalOptions, run as run_eval};
 use crate::llamacpp::{self, LlamaCppSpeculative};
+use crate::method::models::PairArgs;
 use crate::report::markdown_table;
 use anyhow::{Result, bail, ensure};
 use specx_decoder::{DraftTransform, WeightMode};

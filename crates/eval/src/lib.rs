@@ -17,5 +17,4 @@ pub mod profile;
 pub use specx_decoder::report;
 pub mod reproduce;
 pub mod slurm;
-pub mod sysmem;
 pub mod tune;

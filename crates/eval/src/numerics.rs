@@ -134,7 +134,7 @@ pub fn measure(
 pub fn run(a: NumericsArgs) -> Result<()> {
     ensure!(a.weights.len() >= 2, "--weights needs the reference mode and at least one more");
     ensure!(a.ctx >= 4 && a.ctx.is_multiple_of(2), "--ctx must be an even number of at least 4");
-    let model = a.model.clone().unwrap_or_else(crate::bench::default_target);
+    let model = a.model.clone().unwrap_or_else(crate::method::models::default_target);
     let text = match &a.text {
         Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
         None => default_text()?,

@@ -4,7 +4,7 @@
 //! one row, prefill time (TTFT) and time per output token (TPOT, DSI appendix F.1).
 //! Medians over repetitions; everything is written to JSON and printed as tables.
 
-use crate::bench::PairArgs;
+use crate::method::models::PairArgs;
 use crate::report::markdown_table;
 use anyhow::{Result, anyhow, ensure};
 use plotters::prelude::*;

@@ -28,7 +28,7 @@ impl Machine {
     pub fn measure() -> Self {
         let cpu = cpuinfo("model name").unwrap_or_else(|| std::env::consts::ARCH.to_string());
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self { cpu, cores, bandwidth_gb_s: crate::sysmem::read_bandwidth(512 << 20, 3) / 1e9 }
+        Self { cpu, cores, bandwidth_gb_s: super::sysmem::read_bandwidth(512 << 20, 3) / 1e9 }
     }
 }
 

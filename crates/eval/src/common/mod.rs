@@ -1,6 +1,7 @@
 //! What every command and analysis of the eval crate shares, at the bottom of its layers (it
 //! imports nothing above it): results rows and tables, statistics over prompts, timing-model
-//! fits, the profile's data and latencies, the measured machine, and PNG rendering.
+//! fits, the profile's data and latencies, the measured machine and its memory
+//! bandwidth and RSS (sysmem.rs), and PNG rendering.
 
 pub mod curve_plot;
 pub mod machine;
@@ -8,4 +9,5 @@ pub mod plot;
 pub mod profile_data;
 pub mod results;
 pub mod stats;
+pub mod sysmem;
 pub mod timing;

@@ -8,7 +8,7 @@
 
 pub mod frontier;
 
-use crate::bench::PairArgs;
+use crate::method::models::PairArgs;
 use anyhow::{Context, Result, ensure};
 use specx_decoder::generate::last_logits;
 use specx_decoder::report::markdown_table;

@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail, ensure};
 use specx_decoder::DraftTransform;
 use specx_decoder::draft::check_same_transform;
 use specx_decoder::fsutil::short_hash;
+use specx_decoder::loader::model_cache_dir;
 use specx_decoder::speculative::{AcceptanceHead, FeatureDraft};
 use specx_decoder::{
     Device, DeviceName, LoadedModel, Placement, Transformer, WeightMode, check_pair, load_model_as, load_model_split,
@@ -15,6 +16,35 @@ use specx_decoder::{
 };
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+/// The model pair of a command that measures the pair (bench, profile, draft-cost, gpu-check),
+/// defaulting to the fetched Qwen pair.
+#[derive(clap::Args, Debug)]
+pub struct PairArgs {
+    /// Draft model (HF directory, .gguf, or hub id hf:ORG/NAME[@REV]). Default: the fetched Qwen2.5-Coder-0.5B-Instruct.
+    #[arg(long)]
+    pub draft: Option<PathBuf>,
+    /// Target model (HF directory, .gguf, or hub id hf:ORG/NAME[@REV]). Default: the fetched Qwen2.5-Coder-1.5B-Instruct.
+    #[arg(long)]
+    pub target: Option<PathBuf>,
+}
+
+impl PairArgs {
+    /// (draft path, target path) with defaults applied.
+    pub fn paths(&self) -> (PathBuf, PathBuf) {
+        (self.draft.clone().unwrap_or_else(default_draft), self.target.clone().unwrap_or_else(default_target))
+    }
+}
+
+/// Default draft model path (Qwen2.5-Coder-0.5B-Instruct GGUF in the model cache).
+pub fn default_draft() -> PathBuf {
+    model_cache_dir().join("qwen2.5-coder-0.5b-instruct/model.gguf")
+}
+
+/// Default target model path (Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF in the model cache).
+pub fn default_target() -> PathBuf {
+    model_cache_dir().join("qwen2.5-coder-1.5b-instruct/model.gguf")
+}
 
 /// What to load.
 #[derive(Clone, Debug)]
