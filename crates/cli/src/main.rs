@@ -119,7 +119,7 @@ struct GenerateArgs {
     #[arg(long)]
     tokenizer: Option<PathBuf>,
     #[command(flatten)]
-    run: specx_eval::decode::RunArgs,
+    run: specx_eval::decode::GenerationArgs,
 }
 
 fn run_generate(a: GenerateArgs) -> Result<()> {

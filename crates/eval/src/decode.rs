@@ -24,7 +24,7 @@ pub struct DecodeArgs {
     #[command(flatten)]
     pub method: MethodArgs,
     #[command(flatten)]
-    pub run: RunArgs,
+    pub run: GenerationArgs,
 }
 
 /// Sampling options shared by every command that generates.
@@ -54,7 +54,7 @@ impl SamplingArgs {
 
 /// Prompt, length, sampling and device options shared by `generate` and `decode`.
 #[derive(Args)]
-pub struct RunArgs {
+pub struct GenerationArgs {
     /// The prompt text.
     #[arg(long)]
     pub prompt: String,
@@ -86,7 +86,7 @@ pub struct RunArgs {
     pub weights: WeightMode,
 }
 
-impl RunArgs {
+impl GenerationArgs {
     /// The prompt as text, wrapped in the chat template if asked.
     pub fn prompt_text(&self) -> String {
         let template = match (&self.chat_template, self.chat) {
