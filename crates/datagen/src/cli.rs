@@ -60,15 +60,14 @@ pub enum DatagenCommand {
 /// The config of a `specx datagen` invocation with its overrides applied.
 pub fn effective_config(a: &DatagenArgs) -> Result<DatagenConfig> {
     let mut cfg = DatagenConfig::load(a.run.config_path("datagen")?)?;
-    let abs = |p: &PathBuf| specx_run::paths::resolve_from_cwd(p);
-    if let Some(o) = a.run.out_dir() {
+    if let Some(o) = a.run.out_dir()? {
         cfg.output.dir = o;
     }
     if let Some(d) = &a.draft {
-        cfg.models.draft = abs(d);
+        cfg.models.draft = specx_run::paths::resolve_from_cwd(d)?;
     }
     if let Some(t) = &a.target {
-        cfg.models.target = abs(t);
+        cfg.models.target = specx_run::paths::resolve_from_cwd(t)?;
     }
     if !a.run.devices.is_empty() {
         cfg.models.devices = a.run.devices.clone();

@@ -43,8 +43,8 @@ impl RunArgs {
     }
 
     /// `--out`, resolved against the working directory.
-    pub fn out_dir(&self) -> Option<PathBuf> {
-        self.out.as_deref().map(crate::paths::resolve_from_cwd)
+    pub fn out_dir(&self) -> Result<Option<PathBuf>> {
+        self.out.as_deref().map(crate::paths::resolve_from_cwd).transpose()
     }
 
     /// `--shard`, its range checked.

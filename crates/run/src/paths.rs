@@ -4,6 +4,7 @@
 //! manifest writes paths inside the caches back with the variable, so a run committed on one
 //! machine names the same files on another.
 
+use anyhow::{Context, Result};
 use std::path::{Component, Path, PathBuf};
 
 /// The prompt-set cache filled by `scripts/fetch-datasets.sh`: `$SPECX_DATASETS`, else
@@ -33,8 +34,9 @@ pub fn resolve_path(p: &Path, base: &Path) -> PathBuf {
 }
 
 /// [`resolve_path`] against the working directory: what a command-line path means.
-pub fn resolve_from_cwd(p: &Path) -> PathBuf {
-    resolve_path(p, &std::env::current_dir().unwrap_or_default())
+pub fn resolve_from_cwd(p: &Path) -> Result<PathBuf> {
+    let cwd = std::env::current_dir().context("reading the working directory")?;
+    Ok(resolve_path(p, &cwd))
 }
 
 /// The inverse of [`resolve_path`] for the two caches: a path inside the model or prompt-set

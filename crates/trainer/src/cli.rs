@@ -142,7 +142,7 @@ const HEADER: [&str; 12] = [
 pub fn run_cli(a: TrainArgs) -> Result<()> {
     let mut cfg = TrainConfig::load(&a.config)?;
     if let Some(o) = &a.out {
-        cfg.output.dir = specx_run::paths::resolve_path(o, &std::env::current_dir()?);
+        cfg.output.dir = specx_run::paths::resolve_from_cwd(o)?;
     }
     if a.train_prompts.is_some() {
         cfg.data.train_prompts = a.train_prompts;

@@ -107,7 +107,7 @@ pub enum EvalCommand {
 /// The config of an invocation with `--out` applied.
 pub fn effective_config(a: &EvalArgs) -> Result<EvalConfig> {
     let mut cfg = EvalConfig::load(a.run.config_path("eval")?)?;
-    if let Some(o) = a.run.out_dir() {
+    if let Some(o) = a.run.out_dir()? {
         cfg.output.dir = o;
     }
     if let Some(d) = &a.device {
