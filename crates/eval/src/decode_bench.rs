@@ -6,16 +6,18 @@
 //! decodes.
 
 use crate::common::stats::{GroupStats, grouped, mean_sd};
-use crate::experiment::axes::{
-    DrafterAxis, FeatureDrafters, FixedPolicies, LookupDrafters, MatchRatePolicies, MethodGrid, PolicyAxis,
-};
+use crate::experiment::axes::{DrafterAxis, MethodGrid, PolicyAxis};
 use crate::experiment::config::{
     BudgetConfig, EvalConfig, MethodsConfig, ModelsConfig, OutputConfig, PromptSetConfig, SpecDecGrid,
 };
 use crate::experiment::run::select_sets;
 use crate::experiment::{EvalOptions, run as run_eval};
 use crate::llamacpp::{self, LlamaCppSpeculative};
+use crate::method::drafter::feature::FeatureDrafters;
+use crate::method::drafter::lookup::LookupDrafters;
 use crate::method::models::PairArgs;
+use crate::method::policy::fixed::FixedPolicies;
+use crate::method::policy::matchrate::MatchRatePolicies;
 use crate::report::markdown_table;
 use anyhow::{Result, bail, ensure};
 use specx_decoder::{DraftTransform, WeightMode};

@@ -508,7 +508,7 @@ fn summary_markdown(
 mod tests {
     use super::*;
     use crate::common::results::{ResultRow, write_parquet};
-    use crate::method::{MethodSpec, PolicySpec, Setting};
+    use crate::method::{MethodSpec, Setting};
 
     fn row(setting: Setting, id: &str, runs: Vec<usize>) -> ResultRow {
         ResultRow {
@@ -533,7 +533,7 @@ mod tests {
     #[test]
     fn oracle_rows_become_match_bits_and_the_papers_estimator() {
         let dir = tempfile::tempdir().unwrap();
-        let oracle = || Setting::Speculative(MethodSpec::plain(PolicySpec::Oracle));
+        let oracle = || Setting::Speculative(MethodSpec::plain(crate::method::policy::Oracle {}));
         let rows =
             vec![row(Setting::Ar, "a", vec![]), row(oracle(), "a", vec![3, 0, 2]), row(oracle(), "b", vec![1, 4])];
         write_parquet(&dir.path().join("results.parquet"), &rows).unwrap();

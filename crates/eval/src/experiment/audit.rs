@@ -59,14 +59,14 @@ pub fn audit(rows: &[ResultRow], cfg: &AuditConfig) -> Audit {
 mod tests {
     use super::*;
     use crate::common::results::Divergence;
-    use crate::method::{MethodSpec, PolicySpec, Setting};
+    use crate::method::{MethodSpec, Setting};
 
     fn row(identical: bool, divergence: Option<Divergence>, temperature: f32) -> ResultRow {
         ResultRow {
             identical_to_ar: identical,
             divergence,
             temperature,
-            ..ResultRow::example(Setting::Speculative(MethodSpec::plain(PolicySpec::Fixed { k: 4 })))
+            ..ResultRow::example(Setting::Speculative(MethodSpec::plain(crate::method::policy::Fixed { k: 4 })))
         }
     }
 

@@ -2,7 +2,10 @@
 //! budget, seeds and the grid of methods. Unknown keys are errors naming the file; relative
 //! paths are relative to the config file (`$SPECX_MODELS`, `$SPECX_DATASETS` and `~` expand).
 
-use super::axes::{ConfidencePolicies, FixedPolicies, HeadPolicies, MethodGrid};
+use super::axes::MethodGrid;
+use crate::method::policy::confidence::ConfidencePolicies;
+use crate::method::policy::fixed::FixedPolicies;
+use crate::method::policy::head::HeadPolicies;
 use anyhow::{Context, Result, bail, ensure};
 use serde::{Deserialize, Serialize};
 use specx_decoder::coupling::Draws;
@@ -399,14 +402,8 @@ impl EvalConfig {
             }
         }
         for g in &mut self.methods.grid {
-            for h in g.head_dirs_mut() {
-                *h = resolve_path(h, base);
-            }
-            for h in g.feature_head_dirs_mut() {
-                *h = resolve_path(h, base);
-            }
-            for f in g.fitted_files_mut() {
-                *f = resolve_path(f, base);
+            for p in g.paths_mut() {
+                *p = resolve_path(p, base);
             }
         }
         if let Some(p) = self.methods.dsi.as_mut().and_then(|g| g.profile.as_mut()) {

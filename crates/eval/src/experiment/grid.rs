@@ -2,9 +2,12 @@
 //! with. The papers' sections (`[methods.specdec]`, `.specdecpp`, `.confidence`, `.dsi`,
 //! `.easyspec`) are shorthands for their grids; `[[methods.grid]]` is any product of axes.
 
-use super::axes::{HeadPolicies, drafts_or_loaded};
+use super::axes::drafts_or_loaded;
 use super::config::MethodsConfig;
-use crate::method::{DrafterSpec, MethodSpec, PolicySpec, SchedulerSpec, Setting};
+use crate::method::drafter::EasySpec;
+use crate::method::policy::head::HeadPolicies;
+use crate::method::policy::{Fixed, Oracle, PolicySpec};
+use crate::method::{DrafterSpec, MethodSpec, SchedulerSpec, Setting};
 use anyhow::{Result, ensure};
 use specx_decoder::speculative::Compat;
 
@@ -15,9 +18,9 @@ pub use crate::method::head_name;
 /// named twice is an error.
 pub fn expand(m: &MethodsConfig) -> Result<Vec<Setting>> {
     let mut specs: Vec<MethodSpec> = Vec::new();
-    specs.extend(m.specdec.iter().flat_map(|g| g.specs()).map(MethodSpec::plain));
-    specs.extend(m.specdecpp.iter().flat_map(|g| g.specs()).map(MethodSpec::plain));
-    specs.extend(m.confidence.iter().flat_map(|g| g.specs()).map(MethodSpec::plain));
+    specs.extend(m.specdec.iter().flat_map(|g| g.k.iter().map(|&k| MethodSpec::plain(Fixed { k }))));
+    specs.extend(m.specdecpp.iter().flat_map(HeadPolicies::settings).map(MethodSpec::plain));
+    specs.extend(m.confidence.iter().flat_map(|g| g.settings()).map(MethodSpec::plain));
     if let Some(g) = &m.dsi {
         // Eq. 1's lookahead per server count, from the profile's TPOTs.
         let eq1 =
@@ -29,33 +32,40 @@ pub fn expand(m: &MethodsConfig) -> Result<Vec<Setting>> {
             }
             ks.sort_unstable();
             ks.dedup();
-            specs.extend(ks.into_iter().map(|k| MethodSpec {
-                scheduler: SchedulerSpec::Dsi { servers },
-                ..MethodSpec::plain(PolicySpec::Fixed { k })
-            }));
+            specs.extend(
+                ks.into_iter().map(|k| MethodSpec {
+                    scheduler: SchedulerSpec::Dsi { servers },
+                    ..MethodSpec::plain(Fixed { k })
+                }),
+            );
         }
     }
     if let Some(g) = &m.easyspec {
         let head_policies =
-            HeadPolicies { heads: g.heads.clone(), thresholds: g.thresholds.clone(), bounds: g.bounds.clone() }.specs();
+            HeadPolicies { heads: g.heads.clone(), thresholds: g.thresholds.clone(), bounds: g.bounds.clone() }
+                .settings()
+                .into_iter()
+                .map(PolicySpec::from)
+                .collect::<Vec<_>>();
         for strategy in &g.strategies {
             for &calibration in &g.calibrations {
-                let drafter = DrafterSpec::EasySpec {
+                let drafter: DrafterSpec = EasySpec {
                     strategy: strategy.clone(),
                     calibration,
                     workers: g.workers.unwrap_or(1),
                     compat: Compat::Lossless,
-                };
+                }
+                .into();
                 let fuzzy = |policy, scheduler| MethodSpec {
                     drafter: drafter.clone(),
                     draft: Default::default(),
                     policy,
                     scheduler,
                 };
-                specs.extend(g.k.iter().map(|&k| fuzzy(PolicySpec::Fixed { k }, SchedulerSpec::Sequential)));
+                specs.extend(g.k.iter().map(|&k| fuzzy(Fixed { k }.into(), SchedulerSpec::Sequential)));
                 specs.extend(head_policies.iter().map(|p| fuzzy(p.clone(), SchedulerSpec::Sequential)));
                 for &servers in &g.servers {
-                    specs.extend(g.k.iter().map(|&k| fuzzy(PolicySpec::Fixed { k }, SchedulerSpec::Dsi { servers })));
+                    specs.extend(g.k.iter().map(|&k| fuzzy(Fixed { k }.into(), SchedulerSpec::Dsi { servers })));
                 }
             }
         }
@@ -73,7 +83,7 @@ pub fn expand(m: &MethodsConfig) -> Result<Vec<Setting>> {
         specs.extend(g.expand()?);
     }
     if m.oracle {
-        specs.push(MethodSpec::plain(PolicySpec::Oracle));
+        specs.push(MethodSpec::plain(Oracle {}));
     }
     let mut out = vec![Setting::Ar];
     out.extend(specs.into_iter().map(Setting::Speculative));

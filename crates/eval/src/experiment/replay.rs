@@ -150,12 +150,12 @@ impl ReplayPolicy {
             m.key()
         );
         ensure!(
-            m.drafter == DrafterSpec::Plain,
+            matches!(m.drafter, DrafterSpec::Plain(_)),
             "{}: the greedy traces hold the exact draft's proposals, and a fuzzy draft proposes other tokens",
             m.key()
         );
         Ok(match m.policy {
-            PolicySpec::Oracle => Self::Oracle,
+            PolicySpec::Oracle(_) => Self::Oracle,
             _ => Self::Live(m.build_policy_with(HeadBinding::Precomputed(head_index))?),
         })
     }

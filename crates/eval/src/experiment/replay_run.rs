@@ -9,8 +9,10 @@ use super::manifest::EvalManifest;
 use super::replay::{ReplayCosts, ReplayPolicy, TraceBuilder, TraceInput};
 use crate::common::results::{ResultRow, UnitFile, tokens_sha256};
 use crate::common::timing::{least_squares, standalone_target};
-use crate::method::build::FeatureHeads;
-use crate::method::models::{DEFAULT_HEAD, default_feature_head_dir};
+use crate::method::drafter::Feature;
+use crate::method::drafter::FeatureHeads;
+use crate::method::family::DEFAULT_HEAD;
+use crate::method::models::default_feature_head_dir;
 use crate::method::{DrafterSpec, Heads, MethodSpec, SchedulerSpec, Setting, load_head};
 use anyhow::{Context, Result, bail, ensure};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -49,26 +51,22 @@ impl ReplayConfig {
 /// Resolves the head directories of `methods` against `base` (the directory of the config
 /// file `path`) and checks that each acceptance head is a checkpoint.
 pub fn resolve_method_paths(methods: &mut MethodsConfig, base: &Path, path: &Path) -> Result<()> {
-    let heads = methods
+    let paths = methods
         .specdecpp
         .iter_mut()
         .flat_map(|g| &mut g.heads)
         .chain(methods.easyspec.iter_mut().flat_map(|g| &mut g.heads))
-        .chain(methods.grid.iter_mut().flat_map(|g| g.head_dirs_mut()));
-    for h in heads {
-        *h = resolve_path(h, base);
+        .chain(methods.grid.iter_mut().flat_map(|g| g.paths_mut()));
+    for p in paths {
+        *p = resolve_path(p, base);
+    }
+    for h in methods.head_dirs() {
         ensure!(
             h.join("head.json").is_file(),
             "config {}: head {} is not a head checkpoint (no head.json)",
             path.display(),
             h.display()
         );
-    }
-    for h in methods.grid.iter_mut().flat_map(|g| g.feature_head_dirs_mut()) {
-        *h = resolve_path(h, base);
-    }
-    for f in methods.grid.iter_mut().flat_map(|g| g.fitted_files_mut()) {
-        *f = resolve_path(f, base);
     }
     Ok(())
 }
@@ -232,13 +230,7 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     let mut policies = Vec::new();
     let mut how = Vec::with_capacity(settings.len());
     for s in settings.iter().filter_map(Setting::spec) {
-        if matches!(
-            s.drafter,
-            DrafterSpec::EasySpec { .. }
-                | DrafterSpec::Lookup { .. }
-                | DrafterSpec::Hybrid { .. }
-                | DrafterSpec::Feature { .. }
-        ) {
+        if !matches!(s.drafter, DrafterSpec::Plain(_)) {
             ensure!(
                 s.scheduler == SchedulerSpec::Sequential,
                 "{}: DSI runs only for real (its timing is no sum of forwards)",
@@ -270,7 +262,7 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
                 Replayer::Live(method) => {
                     let mut policy = method.build_policy(&head_map)?;
                     let mut drafter: Box<dyn Drafter> = match &method.drafter {
-                        DrafterSpec::Feature { head } => {
+                        DrafterSpec::Feature(Feature { head }) => {
                             // The target reads the whole trace once: every prefix the replay
                             // commits is a prefix of it.
                             let mut d = FeatureHeadDrafter::new(&target.model, &feature_heads[head]);
@@ -385,7 +377,7 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::method::{MethodSpec, PolicySpec, Setting};
+    use crate::method::{MethodSpec, Setting};
 
     #[test]
     fn without_a_physical_fit_the_measured_forwards_price_the_counts() {
@@ -393,7 +385,7 @@ mod tests {
             n_draft_calls: k * calls,
             n_target_calls: calls,
             total_time_s: total,
-            ..ResultRow::example(Setting::Speculative(MethodSpec::plain(PolicySpec::Fixed { k })))
+            ..ResultRow::example(Setting::Speculative(MethodSpec::plain(crate::method::policy::Fixed { k })))
         };
         // Noisy rows: more calls took less time, so the fit's draft time comes out negative,
         // and one AR row is too few for a standalone fit.

@@ -2,13 +2,13 @@
 //! overridden by `--drafter`, `--policy`, `--scheduler`, and each part's parameters. A flag
 //! the chosen method does not use is an error, never silently dropped.
 
-use super::models::DEFAULT_HEAD;
-use super::spec::{DrafterSpec, MethodSpec, PAPER_BOUNDS, PolicySpec, SchedulerSpec, Setting};
-use anyhow::{Context, Result, ensure};
+use super::drafter::{DrafterFlags, DrafterKind};
+use super::policy::shipped::{Hardware, shipped_policy};
+use super::policy::{Flag, PolicyFlags, PolicyKind};
+use super::spec::{MethodSpec, SchedulerSpec, Setting};
+use anyhow::{Result, ensure};
 use clap::{Args, ValueEnum};
-use specx_decoder::speculative::{Calibration, Compat};
 use specx_decoder::{DeviceName, DraftTransform, Placement, parse_device_list, parse_placement_list};
-use std::path::PathBuf;
 
 /// The papers' methods, each a default drafter x policy x scheduler.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -36,65 +36,6 @@ pub enum Preset {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum DrafterKind {
-    /// The draft model decoding autoregressively.
-    Plain,
-    /// EasySpec's layer-parallel ("fuzzy") draft.
-    Easyspec,
-    /// Prompt lookup: copies the continuation of an earlier occurrence of the text's last n
-    /// tokens (--ngram-min, --ngram-max); no draft model runs. Policies: fixed, dynamic, bandit,
-    /// matchrate.
-    Lookup,
-    /// Prompt lookup when the text's last n tokens occurred before, else the draft model.
-    Hybrid,
-    /// An EAGLE-style feature head on the target's hidden states (--feature-head); no draft
-    /// model runs.
-    Feature,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum PolicyKind {
-    /// Always --k candidates.
-    Fixed,
-    /// SpecDec++'s acceptance head (--head, --threshold, --min, --max).
-    Head,
-    /// SpecDec++'s rule on the newest head prediction alone (--head, --threshold, --min, --max).
-    HeadToken,
-    /// HF's confidence criterion (--threshold [0.4], --min [1], --max [20]): the low-confidence
-    /// token is kept.
-    Confidence,
-    /// SpecDec++'s product rule on the draft's confidence (--threshold [0.5], --min [1], --max
-    /// [20]): stop when the chance that some candidate so far is rejected passes the threshold.
-    ConfidenceProduct,
-    /// HF's confidence criterion with its online ROC threshold (--threshold: the initial one
-    /// [0.4], --max [20]).
-    Roc,
-    /// llama.cpp's p_min (--threshold: p_min [0.75], --max: n_max [16]): the low-confidence
-    /// token is dropped.
-    Pmin,
-    /// HF's dynamic schedule (--k: the initial K [5], --max: its cap [64]).
-    Dynamic,
-    /// SVIP's entropy rule (--threshold [0.3], --max [40]).
-    Svip,
-    /// AdaEDL's entropy bound (--threshold: the initial lambda [0.7], --max [16]).
-    Adaedl,
-    /// A UCB bandit over K (--arms [1,2,3,4]).
-    Bandit,
-    /// Threshold-plus: the confidence threshold moved by depth and this request's recent
-    /// acceptance, with the fitted parameters of --threshold-plus FILE (`specx eval tune`).
-    ThresholdPlus,
-    /// A calibrated acceptance model (logistic regression on the draft's statistics and depth)
-    /// under the per-token or the product rule, with the fitted parameters of --calibrated
-    /// FILE (`specx eval tune`).
-    Calibrated,
-    /// For prompt lookup: draft while the estimated chance that every candidate so far is
-    /// accepted (a match: this request's acceptance of its n-gram size; a draft model's
-    /// token: its confidence) is at least --threshold [0.3]; --max [16]; with the hybrid
-    /// drafter, --k makes its draft-model rounds draft K.
-    Matchrate,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum SchedulerKind {
     /// Draft, verify, commit, repeat.
     Sequential,
@@ -118,10 +59,8 @@ pub struct MethodArgs {
     /// The scheduler, instead of the preset's.
     #[arg(long, value_enum)]
     pub scheduler: Option<SchedulerKind>,
-    /// Candidates per round of the fixed-K policy (under DSI: draft tokens per verification
-    /// task) [default: 4].
-    #[arg(long)]
-    pub k: Option<usize>,
+    #[command(flatten)]
+    pub policy_flags: PolicyFlags,
     /// DSI's target workers (threads, each with its own KV cache) [default: 2, or the number
     /// of --devices].
     #[arg(long)]
@@ -131,71 +70,8 @@ pub struct MethodArgs {
     /// both, the target's layers split over them. The drafter runs on --device.
     #[arg(long, value_delimiter = ',')]
     pub devices: Vec<String>,
-    /// EasySpec's attention layers on devices (`cpu,wgpu:0`): the draft's layer i keeps its
-    /// attention and cache on the (i mod N)-th device, so each layer group's attentions run on
-    /// different devices at once, one thread per device (--workers is then not used). The
-    /// draft's embeddings, MLPs and head stay on --device.
-    #[arg(long, value_delimiter = ',')]
-    pub draft_devices: Vec<String>,
-    /// The head policy's acceptance head: a checkpoint directory (specx train), `default`
-    /// for the head that ships with specx (checkpoints/specdecpp-default, trained for the
-    /// Qwen2.5-Coder 0.5B/1.5B pair), or `random[:SEED]` for an untrained head (pipeline
-    /// testing only) [default: default].
-    #[arg(long)]
-    pub head: Option<String>,
-    /// Stop threshold: the head policy stops when the predicted chance of a rejection exceeds
-    /// it [default: 0.7, the paper's best]; the confidence policy stops when the draft's
-    /// probability of its token falls below it [default: 0.4, HF's].
-    #[arg(long)]
-    pub threshold: Option<f64>,
-    /// Fewest candidates per round of the head and confidence policies [default: 2 for the head
-    /// (the SpecDec++ paper's bounds are [2, 20]; its rule never stops after one candidate, so
-    /// 1 acts as 2 there), 1 for the confidence policy (HF's)].
-    #[arg(long)]
-    pub min: Option<usize>,
-    /// Most candidates per round of the head and confidence policies [default: 20]; of the
-    /// training-free rules (see --policy for each one's default).
-    #[arg(long)]
-    pub max: Option<usize>,
-    /// The bandit's arms: the round lengths it chooses from [default: 1,2,3,4].
-    #[arg(long, value_delimiter = ',')]
-    pub arms: Vec<usize>,
-    /// Threshold-plus's fitted parameters: a JSON file as `specx eval tune` writes them
-    /// (OUT/threshold-plus/SET-COSTS.json).
-    #[arg(long)]
-    pub threshold_plus: Option<PathBuf>,
-    /// The calibrated model's fitted parameters: a JSON file as `specx eval tune` writes them
-    /// (OUT/calibrated/SET-COSTS-RULE.json).
-    #[arg(long)]
-    pub calibrated: Option<PathBuf>,
-    /// EasySpec's layer-parallel strategy: a preset `lp1`..`lp5` (the paper's Table 6) or the
-    /// paper's notation, e.g. `0,1-3,4-7,8-11,12-15,16-19,20-22,23` [default: lp4].
-    #[arg(long)]
-    pub strategy: Option<String>,
-    /// When EasySpec recomputes the draft cache entries its fuzzy forwards wrote: `never`,
-    /// `prefill_only`, `every_round` (the paper's description) or `every_mismatch` (the
-    /// reference code's default) [default: every_round].
-    #[arg(long)]
-    pub calibration: Option<Calibration>,
-    /// Threads running each of EasySpec's layer groups' attentions (timing only: the tokens
-    /// never depend on it) [default: 1].
-    #[arg(long)]
-    pub workers: Option<usize>,
-    /// `reference` picks EasySpec's candidates as the reference code does (the argmax of q,
-    /// tested with min(1, p/q)): NOT lossless at temperature > 0, for demonstrating that only
-    /// [default: lossless].
-    #[arg(long)]
-    pub compat: Option<Compat>,
-    /// Prompt lookup's (and the hybrid drafter's) shortest n-gram to match [default: 1].
-    #[arg(long)]
-    pub ngram_min: Option<usize>,
-    /// Prompt lookup's longest n-gram to match, tried first [default: 3].
-    #[arg(long)]
-    pub ngram_max: Option<usize>,
-    /// The feature drafter's head: a directory written by `specx train-feature-head`, or
-    /// `default` for checkpoints/feature-head of this source tree [default: default].
-    #[arg(long)]
-    pub feature_head: Option<String>,
+    #[command(flatten)]
+    pub drafter_flags: DrafterFlags,
     #[command(flatten)]
     pub draft: DraftArgs,
 }
@@ -240,7 +116,8 @@ impl MethodArgs {
     /// DSI's worker placements and EasySpec's attention devices, parsed.
     pub fn device_lists(&self) -> Result<(Vec<Placement>, Vec<DeviceName>)> {
         let workers = if self.devices.is_empty() { Vec::new() } else { parse_placement_list(&self.devices)? };
-        let draft = if self.draft_devices.is_empty() { Vec::new() } else { parse_device_list(&self.draft_devices)? };
+        let devices = &self.drafter_flags.draft_devices;
+        let draft = if devices.is_empty() { Vec::new() } else { parse_device_list(devices)? };
         Ok((workers, draft))
     }
 
@@ -253,41 +130,28 @@ impl MethodArgs {
             Ok(())
         };
         if self.method == Preset::Ar && self.drafter.is_none() && self.policy.is_none() && self.scheduler.is_none() {
-            let any = self.k.is_some()
-                || self.servers.is_some()
+            let any = self.servers.is_some()
                 || !self.devices.is_empty()
-                || !self.draft_devices.is_empty()
-                || self.head.is_some()
-                || self.threshold.is_some();
-            let more = self.min.is_some()
-                || self.max.is_some()
-                || self.strategy.is_some()
-                || self.calibration.is_some()
-                || self.workers.is_some()
-                || self.compat.is_some()
-                || !self.arms.is_empty();
-            let more = more
-                || self.ngram_min.is_some()
-                || self.ngram_max.is_some()
-                || self.threshold_plus.is_some()
-                || self.calibrated.is_some();
+                || !self.drafter_flags.given().is_empty()
+                || !self.policy_flags.given().is_empty();
             ensure!(
-                !any && !more && !self.draft.given(),
+                !any && !self.draft.given(),
                 "--method ar runs the target alone: it takes no drafter, policy, scheduler or draft flag"
             );
             return Ok(Setting::Ar);
         }
         let dsi_flags = self.servers.is_some() || !self.devices.is_empty();
+        let given = self.policy_flags.given();
         let drafter = self.drafter.unwrap_or(if self.method == Preset::Easyspec {
-            DrafterKind::Easyspec
+            DrafterKind::EasySpec
         } else {
             DrafterKind::Plain
         });
         let policy = self.policy.unwrap_or(match self.method {
             Preset::Specdecpp => PolicyKind::Head,
             Preset::Confidence => PolicyKind::Confidence,
-            Preset::Easyspec if self.head.is_some() => PolicyKind::Head,
-            Preset::Easyspec if self.threshold.is_some() => PolicyKind::Confidence,
+            Preset::Easyspec if given.contains(&Flag::Head) => PolicyKind::Head,
+            Preset::Easyspec if given.contains(&Flag::Threshold) => PolicyKind::Confidence,
             _ => PolicyKind::Fixed,
         });
         let scheduler = self.scheduler.unwrap_or(match self.method {
@@ -298,156 +162,18 @@ impl MethodArgs {
 
         let shipped = self.method == Preset::Adaptive && self.policy.is_none();
         if shipped {
-            let given = self.k.is_some()
-                || self.threshold.is_some()
-                || self.min.is_some()
-                || self.max.is_some()
-                || self.head.is_some();
             ensure!(
-                !given,
-                "--method adaptive runs the shipped rule at its shipped setting: --k, --threshold, --min, --max and --head set a --policy of your own"
+                given.is_empty(),
+                "--method adaptive runs the shipped rule at its shipped setting: {} set a --policy of your own",
+                given.iter().map(|f| f.name()).collect::<Vec<_>>().join(", ")
             );
         }
 
-        let fuzzy_flags = [
-            ("--strategy", self.strategy.is_some()),
-            ("--calibration", self.calibration.is_some()),
-            ("--workers", self.workers.is_some()),
-            ("--compat", self.compat.is_some()),
-            ("--draft-devices", !self.draft_devices.is_empty()),
-        ];
-        if !matches!(drafter, DrafterKind::Lookup | DrafterKind::Hybrid) {
-            unused(
-                self.ngram_min.is_some() || self.ngram_max.is_some(),
-                "--ngram-min/--ngram-max",
-                "the lookup or hybrid drafter (--drafter lookup|hybrid)",
-            )?;
-        }
-        let (ngram_min, ngram_max) = (self.ngram_min.unwrap_or(1), self.ngram_max.unwrap_or(3));
-        if drafter != DrafterKind::Feature {
-            unused(self.feature_head.is_some(), "--feature-head", "the feature drafter (--drafter feature)")?;
-        }
-        let drafter = match drafter {
-            DrafterKind::Feature => {
-                for (flag, given) in fuzzy_flags {
-                    unused(given, flag, "the easyspec drafter (--drafter easyspec or --method easyspec)")?;
-                }
-                DrafterSpec::Feature {
-                    head: self.feature_head.clone().unwrap_or_else(|| crate::method::models::DEFAULT_HEAD.into()),
-                }
-            }
-            DrafterKind::Plain | DrafterKind::Lookup | DrafterKind::Hybrid => {
-                for (flag, given) in fuzzy_flags {
-                    unused(given, flag, "the easyspec drafter (--drafter easyspec or --method easyspec)")?;
-                }
-                match drafter {
-                    DrafterKind::Lookup => DrafterSpec::Lookup { ngram_min, ngram_max },
-                    DrafterKind::Hybrid => DrafterSpec::Hybrid { ngram_min, ngram_max },
-                    _ => DrafterSpec::Plain,
-                }
-            }
-            DrafterKind::Easyspec => DrafterSpec::EasySpec {
-                strategy: self.strategy.clone().unwrap_or_else(|| "lp4".into()),
-                calibration: self.calibration.unwrap_or(Calibration::EveryRound),
-                workers: self.workers.unwrap_or(1),
-                compat: self.compat.unwrap_or_default(),
-            },
-        };
-        let [lo, hi] = PAPER_BOUNDS;
-        let (min, max) = (self.min.unwrap_or(lo), self.max.unwrap_or(hi));
-        let threshold = |default: f64| self.threshold.unwrap_or(default);
-        let max_or = |default: usize| self.max.unwrap_or(default);
-        unused(!self.arms.is_empty() && policy != PolicyKind::Bandit, "--arms", "the bandit policy")?;
-        unused(
-            self.threshold_plus.is_some() && policy != PolicyKind::ThresholdPlus,
-            "--threshold-plus",
-            "the threshold-plus policy",
-        )?;
-        unused(self.calibrated.is_some() && policy != PolicyKind::Calibrated, "--calibrated", "the calibrated policy")?;
-        if !matches!(
-            policy,
-            PolicyKind::Head | PolicyKind::HeadToken | PolicyKind::Confidence | PolicyKind::ConfidenceProduct
-        ) {
-            unused(self.head.is_some(), "--head", "the head policy")?;
-            unused(self.min.is_some(), "--min", "the head or confidence policy")?;
-        }
-        if !matches!(policy, PolicyKind::Fixed | PolicyKind::Dynamic | PolicyKind::Matchrate) {
-            unused(self.k.is_some(), "--k", "the fixed-K, dynamic or matchrate policy")?;
-        }
+        let drafter = drafter.from_flags(&self.drafter_flags)?;
         let policy = if shipped {
-            super::adaptive::shipped_policy(if on_cpu {
-                super::adaptive::Hardware::Cpu
-            } else {
-                super::adaptive::Hardware::Gpu
-            })?
+            shipped_policy(if on_cpu { Hardware::Cpu } else { Hardware::Gpu })?
         } else {
-            match policy {
-                PolicyKind::Fixed => {
-                    unused(self.threshold.is_some(), "--threshold", "a policy with a threshold")?;
-                    unused(self.max.is_some(), "--max", "a policy with a bound")?;
-                    PolicySpec::Fixed { k: self.k.unwrap_or(4) }
-                }
-                PolicyKind::Head | PolicyKind::HeadToken => {
-                    unused(self.k.is_some(), "--k", "the fixed-K policy")?;
-                    let head = self.head.clone().unwrap_or_else(|| DEFAULT_HEAD.to_string());
-                    if policy == PolicyKind::Head {
-                        PolicySpec::Head { head, threshold: threshold(0.7), min, max }
-                    } else {
-                        PolicySpec::HeadToken { head, threshold: threshold(0.7), min, max }
-                    }
-                }
-                PolicyKind::ConfidenceProduct => {
-                    unused(self.k.is_some(), "--k", "the fixed-K policy")?;
-                    unused(self.head.is_some(), "--head", "the head policy")?;
-                    PolicySpec::ConfidenceProduct { threshold: threshold(0.5), min: self.min.unwrap_or(1), max }
-                }
-                PolicyKind::Confidence => {
-                    unused(self.k.is_some(), "--k", "the fixed-K policy")?;
-                    unused(self.head.is_some(), "--head", "the head policy")?;
-                    // HF transformers' defaults: assistant_confidence_threshold 0.4, 1..20 tokens.
-                    PolicySpec::Confidence { threshold: threshold(0.4), min: self.min.unwrap_or(1), max }
-                }
-                PolicyKind::Roc => PolicySpec::Roc { threshold: threshold(0.4), max: max_or(20) },
-                PolicyKind::Pmin => PolicySpec::PMin { p_min: threshold(0.75), n_max: max_or(16) },
-                PolicyKind::Dynamic => {
-                    unused(self.threshold.is_some(), "--threshold", "a policy with a threshold")?;
-                    PolicySpec::Dynamic { initial: self.k.unwrap_or(5), cap: max_or(64) }
-                }
-                PolicyKind::Svip => PolicySpec::Svip { threshold: threshold(0.3), max: max_or(40) },
-                PolicyKind::Adaedl => PolicySpec::AdaEdl { lambda: threshold(0.7), gamma: 0.2, max: max_or(16) },
-                PolicyKind::Matchrate => {
-                    PolicySpec::MatchRate { threshold: threshold(0.3), max: max_or(16), model_k: self.k }
-                }
-                PolicyKind::ThresholdPlus => {
-                    unused(
-                        self.threshold.is_some() || self.max.is_some(),
-                        "--threshold/--max",
-                        "a policy without fitted parameters (threshold-plus's are in its file)",
-                    )?;
-                    let file = self
-                        .threshold_plus
-                        .as_deref()
-                        .context("--policy threshold-plus needs --threshold-plus FILE (fitted by specx eval tune)")?;
-                    PolicySpec::fitted_threshold_plus(file)?
-                }
-                PolicyKind::Calibrated => {
-                    unused(
-                        self.threshold.is_some() || self.max.is_some(),
-                        "--threshold/--max",
-                        "a policy without fitted parameters (the calibrated model's are in its file)",
-                    )?;
-                    let file = self
-                        .calibrated
-                        .as_deref()
-                        .context("--policy calibrated needs --calibrated FILE (fitted by specx eval tune)")?;
-                    PolicySpec::fitted_calibrated(file)?
-                }
-                PolicyKind::Bandit => {
-                    unused(self.threshold.is_some(), "--threshold", "a policy with a threshold")?;
-                    unused(self.max.is_some(), "--max", "a policy with a bound")?;
-                    PolicySpec::Bandit { arms: if self.arms.is_empty() { vec![1, 2, 3, 4] } else { self.arms.clone() } }
-                }
-            }
+            policy.from_flags(&self.policy_flags)?
         };
         let scheduler = match scheduler {
             SchedulerKind::Sequential => {
@@ -516,10 +242,12 @@ mod tests {
         assert_eq!(key("--policy bandit --arms 2,4,6").unwrap(), "bandit K=2,4,6");
         // The shipped rule: its CPU setting on the CPU, its GPU setting elsewhere; its setting
         // is not changed by flags, while a drafter or scheduler still can be.
-        let shipped = super::super::adaptive::ShippedRule::read(&super::super::adaptive::shipped_rule_file()).unwrap();
-        let spec = |policy: PolicySpec| {
+        let shipped =
+            crate::method::policy::shipped::ShippedRule::read(&crate::method::policy::shipped::shipped_rule_file())
+                .unwrap();
+        let spec = |policy: crate::method::PolicySpec| {
             Setting::Speculative(MethodSpec {
-                drafter: DrafterSpec::Plain,
+                drafter: crate::method::drafter::Plain {}.into(),
                 draft: Default::default(),
                 policy,
                 scheduler: SchedulerSpec::Sequential,

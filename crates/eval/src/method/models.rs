@@ -2,7 +2,10 @@
 //! main device, DSI's target workers on their devices, EasySpec's draft with its attention
 //! layers placed on devices, and the acceptance heads (each checked against the draft).
 
-use super::build::{FeatureHeads, Heads, RunModels};
+use super::build::RunModels;
+use super::drafter::FeatureHeads;
+use super::family::DEFAULT_HEAD;
+use super::policy::Heads;
 use super::spec::{DrafterSpec, Setting};
 use anyhow::{Context, Result, bail, ensure};
 use specx_decoder::DraftTransform;
@@ -189,7 +192,7 @@ impl Models {
 
     /// What `setting` runs on: EasySpec's settings take the placed draft when there is one.
     pub fn for_setting<'a>(&'a self, setting: &Setting, workers: &'a [&'a Transformer]) -> RunModels<'a> {
-        let easyspec = setting.spec().is_some_and(|m| matches!(m.drafter, DrafterSpec::EasySpec { .. }));
+        let easyspec = setting.spec().is_some_and(|m| matches!(m.drafter, DrafterSpec::EasySpec(_)));
         let cheaper = setting.spec().and_then(|m| self.transformed.get(&m.draft)).map(|(t, _)| t);
         let draft = self.draft.as_ref().map(|d| match (&self.placed_draft, easyspec, cheaper) {
             (_, _, Some(t)) => t,
@@ -199,10 +202,6 @@ impl Models {
         RunModels { target: &self.target.model, workers, draft, heads: &self.heads, feature_heads: &self.feature_heads }
     }
 }
-
-/// The head spec of the head that ships with specx (what `--method specdecpp` uses when no
-/// `--head` is given).
-pub const DEFAULT_HEAD: &str = "default";
 
 /// Where the shipped head lives: `checkpoints/specdecpp-default` of the source tree this
 /// binary was built from (committed: trained on the committed datasets for the Qwen2.5-Coder

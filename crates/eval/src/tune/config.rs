@@ -138,13 +138,7 @@ impl TuneConfig {
             *p = f(p);
         }
         for g in &mut m.grid {
-            for p in g.head_dirs_mut() {
-                *p = f(p);
-            }
-            for p in g.feature_head_dirs_mut() {
-                *p = f(p);
-            }
-            for p in g.fitted_files_mut() {
+            for p in g.paths_mut() {
                 *p = f(p);
             }
         }

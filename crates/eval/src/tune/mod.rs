@@ -129,8 +129,8 @@ impl Candidates {
 
 /// A setting's family: its method's, or the head family its head is listed in.
 fn family(m: &MethodSpec, head_families: &BTreeMap<String, Vec<String>>) -> String {
-    if let PolicySpec::Head { head, .. } | PolicySpec::HeadToken { head, .. } = &m.policy
-        && let Some((f, _)) = head_families.iter().find(|(_, heads)| heads.contains(head))
+    if let Some(head) = m.policy.head()
+        && let Some((f, _)) = head_families.iter().find(|(_, heads)| heads.iter().any(|h| h == head))
     {
         return crate::reproduce::specdecpp::rows::head_family(m.family(), f);
     }
@@ -326,10 +326,10 @@ fn tune_set(
         let fit = match &cfg.threshold_plus {
             None => None,
             Some(f) => {
-                let PolicySpec::Confidence { threshold, .. } = cands.settings[best[CONFIDENCE].0].policy else {
+                let PolicySpec::Confidence(conf) = &cands.settings[best[CONFIDENCE].0].policy else {
                     bail!("the confidence family holds a non-confidence setting")
                 };
-                let start = ThresholdPlusParams::confidence(threshold, f.max_candidates);
+                let start = ThresholdPlusParams::confidence(conf.threshold, f.max_candidates);
                 let steps = [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 1.0, 1.0];
                 let t = Instant::now();
                 bar.set_message(format!("{dataset}, {}: threshold-plus's search", c.name));

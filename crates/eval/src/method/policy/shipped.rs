@@ -4,7 +4,7 @@
 //! (a verification costs about the same for any number of rows) and one for CPU prices (each
 //! row adds to it). `specx decode --method adaptive` and `policies.adaptive` in a grid use it.
 
-use super::spec::PolicySpec;
+use super::{PolicySpec, Reads};
 use anyhow::{Context, Result, ensure};
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
@@ -18,6 +18,14 @@ pub enum Hardware {
     Gpu,
     /// Chosen at a CPU's profiled `q8` times (each verified row costs a third of a call).
     Cpu,
+}
+
+/// `policies.adaptive = { hardware = ["gpu", "cpu"] }`: the shipped rule at the settings
+/// chosen for these price models.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptivePolicies {
+    pub hardware: Vec<Hardware>,
 }
 
 /// `checkpoints/adaptive/rule.json`: the two settings and where they come from.
@@ -43,7 +51,7 @@ impl ShippedRule {
             serde_json::from_str(&text).with_context(|| format!("{}: not a shipped stop rule", path.display()))?;
         for p in [&rule.gpu, &rule.cpu] {
             ensure!(
-                !matches!(p, PolicySpec::Oracle | PolicySpec::Head { .. } | PolicySpec::HeadToken { .. }),
+                !matches!(p.reads(), Reads::DraftHiddenState | Reads::ArOutput),
                 "{}: a shipped rule must need no model of its own (no head, no oracle)",
                 path.display()
             );

@@ -1,0 +1,170 @@
+//! `specx decode`'s stop-policy flags. Each family's file says which it takes and their
+//! defaults ([`PolicyFamily::FLAGS`], [`PolicyFamily::from_flags`]); a flag the chosen policy
+//! does not take is an error naming the policies that do, never silently dropped.
+
+use super::{PolicyFamily, PolicyKind};
+use crate::method::family::unused_flag;
+use anyhow::Result;
+use clap::Args;
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+
+/// One policy flag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flag {
+    K,
+    Head,
+    Threshold,
+    Min,
+    Max,
+    Arms,
+    ThresholdPlus,
+    Calibrated,
+}
+
+impl Flag {
+    pub const ALL: [Flag; 8] =
+        [Flag::K, Flag::Head, Flag::Threshold, Flag::Min, Flag::Max, Flag::Arms, Flag::ThresholdPlus, Flag::Calibrated];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Flag::K => "--k",
+            Flag::Head => "--head",
+            Flag::Threshold => "--threshold",
+            Flag::Min => "--min",
+            Flag::Max => "--max",
+            Flag::Arms => "--arms",
+            Flag::ThresholdPlus => "--threshold-plus",
+            Flag::Calibrated => "--calibrated",
+        }
+    }
+
+    fn bit(self) -> u16 {
+        1 << self as u16
+    }
+}
+
+/// The stop policy's flags as given. Families read them through the accessors, which note
+/// what was read: reading a flag a family does not declare is a bug its tests catch.
+#[derive(Args, Clone, Debug, Default)]
+pub struct PolicyFlags {
+    /// Candidates per round of the fixed-K policy (under DSI: draft tokens per verification
+    /// task) [default: 4]; the dynamic schedule's initial K [default: 5]; the hybrid's
+    /// draft-model rounds under matchrate.
+    #[arg(long)]
+    k: Option<usize>,
+    /// The head policy's acceptance head: a checkpoint directory (specx train), `default`
+    /// for the head that ships with specx (checkpoints/specdecpp-default, trained for the
+    /// Qwen2.5-Coder 0.5B/1.5B pair), or `random[:SEED]` for an untrained head (pipeline
+    /// testing only) [default: default].
+    #[arg(long)]
+    head: Option<String>,
+    /// Stop threshold: the head policy stops when the predicted chance of a rejection exceeds
+    /// it [default: 0.7, the paper's best]; the confidence policy stops when the draft's
+    /// probability of its token falls below it [default: 0.4, HF's]; see --policy for the
+    /// others' meaning and default.
+    #[arg(long)]
+    threshold: Option<f64>,
+    /// Fewest candidates per round of the head and confidence policies [default: 2 for the head
+    /// (the SpecDec++ paper's bounds are [2, 20]; its rule never stops after one candidate, so
+    /// 1 acts as 2 there), 1 for the confidence policies (HF's)].
+    #[arg(long)]
+    min: Option<usize>,
+    /// Most candidates per round of the head and confidence policies [default: 20]; of the
+    /// training-free rules (see --policy for each one's default).
+    #[arg(long)]
+    max: Option<usize>,
+    /// The bandit's arms: the round lengths it chooses from [default: 1,2,3,4].
+    #[arg(long, value_delimiter = ',')]
+    arms: Vec<usize>,
+    /// Threshold-plus's fitted parameters: a JSON file as `specx eval tune` writes them
+    /// (OUT/threshold-plus/SET-COSTS.json).
+    #[arg(long)]
+    threshold_plus: Option<PathBuf>,
+    /// The calibrated model's fitted parameters: a JSON file as `specx eval tune` writes them
+    /// (OUT/calibrated/SET-COSTS-RULE.json).
+    #[arg(long)]
+    calibrated: Option<PathBuf>,
+    #[arg(skip)]
+    read: Cell<u16>,
+}
+
+impl PolicyFlags {
+    fn note(&self, flag: Flag) {
+        self.read.set(self.read.get() | flag.bit());
+    }
+
+    pub fn k(&self) -> Option<usize> {
+        self.note(Flag::K);
+        self.k
+    }
+    pub fn head(&self) -> Option<&str> {
+        self.note(Flag::Head);
+        self.head.as_deref()
+    }
+    pub fn threshold(&self) -> Option<f64> {
+        self.note(Flag::Threshold);
+        self.threshold
+    }
+    pub fn min(&self) -> Option<usize> {
+        self.note(Flag::Min);
+        self.min
+    }
+    pub fn max(&self) -> Option<usize> {
+        self.note(Flag::Max);
+        self.max
+    }
+    pub fn arms(&self) -> &[usize] {
+        self.note(Flag::Arms);
+        &self.arms
+    }
+    pub fn threshold_plus(&self) -> Option<&Path> {
+        self.note(Flag::ThresholdPlus);
+        self.threshold_plus.as_deref()
+    }
+    pub fn calibrated(&self) -> Option<&Path> {
+        self.note(Flag::Calibrated);
+        self.calibrated.as_deref()
+    }
+
+    fn is_given(&self, flag: Flag) -> bool {
+        match flag {
+            Flag::K => self.k.is_some(),
+            Flag::Head => self.head.is_some(),
+            Flag::Threshold => self.threshold.is_some(),
+            Flag::Min => self.min.is_some(),
+            Flag::Max => self.max.is_some(),
+            Flag::Arms => !self.arms.is_empty(),
+            Flag::ThresholdPlus => self.threshold_plus.is_some(),
+            Flag::Calibrated => self.calibrated.is_some(),
+        }
+    }
+
+    /// The flags given, in `--help`'s order.
+    pub fn given(&self) -> Vec<Flag> {
+        Flag::ALL.into_iter().filter(|&f| self.is_given(f)).collect()
+    }
+
+    /// Any flag given that a policy taking `takes` does not use is an error.
+    pub(super) fn refuse_unused(&self, takes: &[Flag]) -> Result<()> {
+        for flag in self.given() {
+            if !takes.contains(&flag) {
+                return Err(unused_flag(flag.name(), &PolicyKind::names_taking(flag), "policy"));
+            }
+        }
+        Ok(())
+    }
+
+    /// `from_flags(self)`, checked to read only the flags in `declared`.
+    pub(super) fn reading<T: PolicyFamily>(&self, declared: &[Flag], from_flags: fn(&Self) -> Result<T>) -> Result<T> {
+        self.read.set(0);
+        let out = from_flags(self);
+        let undeclared: Vec<&str> = Flag::ALL
+            .into_iter()
+            .filter(|f| self.read.get() & f.bit() != 0 && !declared.contains(f))
+            .map(Flag::name)
+            .collect();
+        assert!(undeclared.is_empty(), "{} reads {undeclared:?} without declaring them in FLAGS", T::NAME);
+        out
+    }
+}
