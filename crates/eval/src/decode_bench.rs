@@ -7,9 +7,8 @@
 
 use crate::common::stats::{GroupStats, grouped, mean_sd};
 use crate::experiment::axes::{DrafterAxis, MethodGrid, PolicyAxis};
-use crate::experiment::config::{
-    BudgetConfig, EvalConfig, MethodsConfig, ModelsConfig, OutputConfig, PromptSetConfig, SpecDecGrid,
-};
+use crate::experiment::config::{BudgetConfig, EvalConfig, ModelsConfig, OutputConfig, PromptSetConfig};
+use crate::experiment::methods::{MethodsConfig, SpecDecGrid};
 use crate::experiment::run::select_sets;
 use crate::experiment::{EvalOptions, run as run_eval};
 use crate::llamacpp::{self, LlamaCppSpeculative};

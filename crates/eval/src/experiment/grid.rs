@@ -3,7 +3,7 @@
 //! `.easyspec`) are shorthands for their grids; `[[methods.grid]]` is any product of axes.
 
 use super::axes::drafts_or_loaded;
-use super::config::MethodsConfig;
+use super::methods::MethodsConfig;
 use crate::method::drafter::EasySpec;
 use crate::method::policy::head::HeadPolicies;
 use crate::method::policy::{Fixed, Oracle, PolicySpec};
@@ -19,8 +19,8 @@ pub use crate::method::head_name;
 pub fn expand(m: &MethodsConfig) -> Result<Vec<Setting>> {
     let mut specs: Vec<MethodSpec> = Vec::new();
     specs.extend(m.specdec.iter().flat_map(|g| g.k.iter().map(|&k| MethodSpec::plain(Fixed { k }))));
-    specs.extend(m.specdecpp.iter().flat_map(HeadPolicies::settings).map(MethodSpec::plain));
-    specs.extend(m.confidence.iter().flat_map(|g| g.settings()).map(MethodSpec::plain));
+    specs.extend(m.specdecpp.iter().flat_map(|g| g.settings::<false>()).map(MethodSpec::plain));
+    specs.extend(m.confidence.iter().flat_map(|g| g.settings::<false>()).map(MethodSpec::plain));
     if let Some(g) = &m.dsi {
         // Eq. 1's lookahead per server count, from the profile's TPOTs.
         let eq1 =
@@ -43,7 +43,7 @@ pub fn expand(m: &MethodsConfig) -> Result<Vec<Setting>> {
     if let Some(g) = &m.easyspec {
         let head_policies =
             HeadPolicies { heads: g.heads.clone(), thresholds: g.thresholds.clone(), bounds: g.bounds.clone() }
-                .settings()
+                .settings::<false>()
                 .into_iter()
                 .map(PolicySpec::from)
                 .collect::<Vec<_>>();

@@ -13,12 +13,14 @@ pub mod grid;
 pub mod manifest;
 pub mod margins;
 pub mod merge;
+pub mod methods;
 pub mod plots;
 pub mod replay;
 pub mod replay_run;
 pub mod report;
 pub mod run;
 pub mod target_stats;
+pub mod trace_builder;
 
 pub use audit::EvalOutcome;
 pub use run::EvalOptions;

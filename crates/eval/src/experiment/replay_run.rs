@@ -2,17 +2,20 @@
 //! replayed under another method grid, in the results schema with `replayed = true`, next to
 //! the run's real rows; settings that were also run for real are checked count for count.
 
-use super::config::{MethodsConfig, OutputConfig};
+use super::config::OutputConfig;
 use super::drafter_replay::replay_with_drafter;
 use super::grid::{expand, head_name};
 use super::manifest::EvalManifest;
-use super::replay::{ReplayCosts, ReplayPolicy, TraceBuilder, TraceInput};
+use super::methods::MethodsConfig;
+use super::replay::{ReplayCosts, ReplayPolicy};
+use super::trace_builder::{TraceBuilder, TraceInput};
 use crate::common::results::{ResultRow, UnitFile, tokens_sha256};
 use crate::common::timing::{least_squares, standalone_target};
 use crate::method::drafter::Feature;
 use crate::method::drafter::FeatureHeads;
 use crate::method::family::DEFAULT_HEAD;
 use crate::method::models::default_feature_head_dir;
+use crate::method::policy::head::check_head_dirs;
 use crate::method::{DrafterSpec, Heads, MethodSpec, SchedulerSpec, Setting, load_head};
 use anyhow::{Context, Result, bail, ensure};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -51,24 +54,10 @@ impl ReplayConfig {
 /// Resolves the head directories of `methods` against `base` (the directory of the config
 /// file `path`) and checks that each acceptance head is a checkpoint.
 pub fn resolve_method_paths(methods: &mut MethodsConfig, base: &Path, path: &Path) -> Result<()> {
-    let paths = methods
-        .specdecpp
-        .iter_mut()
-        .flat_map(|g| &mut g.heads)
-        .chain(methods.easyspec.iter_mut().flat_map(|g| &mut g.heads))
-        .chain(methods.grid.iter_mut().flat_map(|g| g.paths_mut()));
-    for p in paths {
+    for p in methods.paths_mut() {
         *p = resolve_path(p, base);
     }
-    for h in methods.head_dirs() {
-        ensure!(
-            h.join("head.json").is_file(),
-            "config {}: head {} is not a head checkpoint (no head.json)",
-            path.display(),
-            h.display()
-        );
-    }
-    Ok(())
+    check_head_dirs(methods.head_dirs().into_iter().map(PathBuf::as_path), &format!("config {}:", path.display()))
 }
 
 /// Greedy units traced together (their draft forwards share ragged batches): enough rows per

@@ -8,7 +8,7 @@
 //! chunk's rows are bitwise those of one-token steps); a mismatch means another model or other
 //! weights than the trace was made with.
 
-use super::replay::TraceInput;
+use super::trace_builder::TraceInput;
 use crate::common::results::tokens_sha256;
 use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};

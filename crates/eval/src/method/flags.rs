@@ -59,8 +59,6 @@ pub struct MethodArgs {
     /// The scheduler, instead of the preset's.
     #[arg(long, value_enum)]
     pub scheduler: Option<SchedulerKind>,
-    #[command(flatten)]
-    pub policy_flags: PolicyFlags,
     /// DSI's target workers (threads, each with its own KV cache) [default: 2, or the number
     /// of --devices].
     #[arg(long)]
@@ -70,6 +68,8 @@ pub struct MethodArgs {
     /// both, the target's layers split over them. The drafter runs on --device.
     #[arg(long, value_delimiter = ',')]
     pub devices: Vec<String>,
+    #[command(flatten)]
+    pub policy_flags: PolicyFlags,
     #[command(flatten)]
     pub drafter_flags: DrafterFlags,
     #[command(flatten)]

@@ -8,7 +8,8 @@
 use super::calibrate::{ModelFit, Sample, fit, inputs};
 use super::config::CalibratedFit;
 use super::search;
-use crate::experiment::replay::{ReplayPolicy, TraceBuilder, TraceSet};
+use crate::experiment::replay::ReplayPolicy;
+use crate::experiment::trace_builder::{TraceBuilder, TraceSet};
 use crate::reproduce::adaptive::Costs;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};

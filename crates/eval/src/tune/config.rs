@@ -1,7 +1,7 @@
 //! The config of `specx eval tune`: the two trace runs, the candidate settings of every
 //! training-free rule and head, the cost models, and how threshold-plus is fitted.
 
-use crate::experiment::config::MethodsConfig;
+use crate::experiment::methods::MethodsConfig;
 use crate::experiment::replay_run::resolve_method_paths;
 use crate::reproduce::adaptive::Costs;
 use anyhow::{Context, Result, ensure};
@@ -131,16 +131,8 @@ impl TuneConfig {
         {
             *p = f(p);
         }
-        let m = &mut c.methods;
-        let heads =
-            m.specdecpp.iter_mut().flat_map(|g| &mut g.heads).chain(m.easyspec.iter_mut().flat_map(|g| &mut g.heads));
-        for p in heads {
+        for p in c.methods.paths_mut() {
             *p = f(p);
-        }
-        for g in &mut m.grid {
-            for p in g.paths_mut() {
-                *p = f(p);
-            }
         }
         c
     }

@@ -16,23 +16,24 @@ pub mod config;
 pub mod curve;
 pub mod in_sample;
 mod report;
+mod runs;
 pub mod search;
 
-use crate::common::results::{UnitFile, tokens_sha256};
+use crate::common::results::UnitFile;
 use crate::experiment::grid::{expand, head_name};
-use crate::experiment::manifest::EvalManifest;
-use crate::experiment::merge::replayable_units;
-use crate::experiment::replay::{ReplayCosts, ReplayPolicy, TraceBuilder, TraceDraws, TraceInput, TraceSet};
+use crate::experiment::replay::{ReplayCosts, ReplayPolicy};
 use crate::experiment::target_stats::cached_target_stats;
+use crate::experiment::trace_builder::{TraceBuilder, TraceInput, TraceSet};
 use crate::method::{Heads, MethodSpec, PolicySpec, load_head};
 use crate::reproduce::adaptive::Costs;
 use anyhow::{Context, Result, bail, ensure};
 use bootstrap::{UnitCounts, throughput};
 use config::TuneConfig;
 use indicatif::{ProgressBar, ProgressStyle};
+use runs::{Runs, load_checked, of};
 use serde::{Deserialize, Serialize};
 use specx_decoder::speculative::{AcceptanceHead, ThresholdPlusParams, ThresholdPlusPolicy};
-use specx_decoder::{Transformer, device_from_name, load_model_as};
+use specx_decoder::{Transformer, device_from_name};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Instant;
@@ -446,82 +447,6 @@ fn replay_chosen(
     Ok(results)
 }
 
-/// The traces' `role` model at `path`, loaded with the traces' weights, and its sha256, which
-/// must be the one the traces were made with (`sha256`).
-fn load_checked(
-    role: &str,
-    path: &Path,
-    sha256: &str,
-    device: &specx_decoder::Device,
-    weights: specx_decoder::WeightMode,
-) -> Result<(specx_decoder::LoadedModel, String)> {
-    ensure!(path.exists(), "the traces' {role} model {} is gone", path.display());
-    let model = load_model_as(path, None, device, weights)?;
-    let sha = model.weights_sha256()?;
-    ensure!(
-        sha == sha256,
-        "{} changed since the traces were made (sha256 {} now, {} then)",
-        path.display(),
-        &sha[..12],
-        &sha256[..12]
-    );
-    Ok((model, sha))
-}
-
-/// The two runs must trace the same models with the same weights, and share no prompt.
-fn check_runs(tuning: (&EvalManifest, &[UnitFile], &Path), test: (&EvalManifest, &[UnitFile], &Path)) -> Result<()> {
-    let (a, b) = (tuning.0, test.0);
-    for (what, x, y) in [("draft", &a.draft.sha256, &b.draft.sha256), ("target", &a.target.sha256, &b.target.sha256)] {
-        ensure!(
-            x == y,
-            "the tuning traces ({}) and the test traces ({}) come from different {what} models (sha256 {} vs {})",
-            tuning.2.display(),
-            test.2.display(),
-            &x[..12],
-            &y[..12]
-        );
-    }
-    ensure!(
-        a.config.models.weights == b.config.models.weights,
-        "the tuning traces were decoded with {:?} weights, the test traces with {:?}: greedy outputs differ between them",
-        a.config.models.weights,
-        b.config.models.weights
-    );
-    ensure!(a.eos_ids == b.eos_ids, "the two runs stop at different end-of-sequence ids");
-    // One way of drawing for every trace: a rule tuned on greedy outputs is not judged on
-    // sampled ones.
-    let drawn = |u: &UnitFile| TraceDraws::of(u).map(|d| (d.sampling, d.draws));
-    let want = drawn(tuning.1.first().context("no tuning traces")?)?;
-    for (u, dir) in tuning.1.iter().map(|u| (u, tuning.2)).chain(test.1.iter().map(|u| (u, test.2))) {
-        let got = drawn(u)?;
-        ensure!(
-            got == want,
-            "{} {} in {} was drawn with {:?}, the first tuning trace with {:?}: tuning and test traces must be drawn alike",
-            u.unit.dataset,
-            u.unit.prompt_id,
-            dir.display(),
-            got,
-            want
-        );
-    }
-    let seen: HashMap<String, &UnitFile> = tuning.1.iter().map(|u| (tokens_sha256(&u.prompt), u)).collect();
-    if let Some((u, t)) = test.1.iter().find_map(|u| seen.get(&tokens_sha256(&u.prompt)).map(|t| (u, t))) {
-        bail!(
-            "test prompt {} {} is also a tuning prompt ({} {}): a parameter chosen on it would be judged on it",
-            u.unit.dataset,
-            u.unit.prompt_id,
-            t.unit.dataset,
-            t.unit.prompt_id
-        );
-    }
-    Ok(())
-}
-
-/// The units of prompt set `d`.
-fn of<'a>(units: &'a [UnitFile], d: &str) -> Vec<&'a UnitFile> {
-    units.iter().filter(|u| u.unit.dataset == d).collect()
-}
-
 /// A set's earlier result, if it was computed under this config from these prompts (its
 /// config's paths are relative to the file's directory).
 fn finished(path: &Path, cfg: &TuneConfig, tuning: &[&UnitFile], test: &[&UnitFile]) -> Option<SetResult> {
@@ -533,40 +458,6 @@ fn finished(path: &Path, cfg: &TuneConfig, tuning: &[&UnitFile], test: &[&UnitFi
     }
     let ids = |u: &[&UnitFile]| u.iter().map(|u| u.unit.prompt_id.clone()).collect::<Vec<_>>();
     (r.config.same_computation(cfg) && r.tuning_prompts == ids(tuning) && r.test_prompts == ids(test)).then_some(r)
-}
-
-/// The two trace runs of a config, checked against each other, and their prompt sets.
-struct Runs {
-    /// The tuning run's manifest (both runs share its models).
-    manifest: EvalManifest,
-    tuning: Vec<UnitFile>,
-    test: Vec<UnitFile>,
-    /// The test run's prompt sets in order; each has tuning prompts.
-    datasets: Vec<String>,
-}
-
-impl Runs {
-    fn open(cfg: &TuneConfig) -> Result<Self> {
-        let (mt, ms) = (EvalManifest::read(&cfg.tuning)?, EvalManifest::read(&cfg.test)?);
-        let (tuning, test) = (replayable_units(&cfg.tuning)?, replayable_units(&cfg.test)?);
-        check_runs((&mt, &tuning, &cfg.tuning), (&ms, &test, &cfg.test))?;
-        let mut datasets: Vec<String> = test.iter().map(|u| u.unit.dataset.clone()).collect();
-        datasets.dedup();
-        for d in &datasets {
-            ensure!(
-                !of(&tuning, d).is_empty(),
-                "the tuning traces ({}) have no '{d}' prompts: every test set needs tuning prompts of its own kind",
-                cfg.tuning.display()
-            );
-        }
-        Ok(Self { manifest: mt, tuning, test, datasets })
-    }
-
-    /// The draft the traces were made with, loaded with their weights.
-    fn draft(&self) -> Result<specx_decoder::LoadedModel> {
-        let m = &self.manifest.config.models;
-        Ok(load_checked("draft", &m.draft, &self.manifest.draft.sha256, &device_from_name(&m.device)?, m.weights)?.0)
-    }
 }
 
 /// Runs the protocol of `cfg` and writes its report; returns the per-set results. With

@@ -5,6 +5,7 @@
 //! registers each family with one line; [`PolicySpec`], [`PolicyKind`] (`--policy`) and
 //! [`PolicyAxis`] (`policies.*`) are generated from it.
 
+pub mod fitted;
 mod flags;
 mod registry;
 pub mod shipped;

@@ -79,7 +79,7 @@ fn read_heads(
     replay_json: &serde_json::Value,
     recorded: &BTreeMap<String, HeadPoint>,
 ) -> Result<BTreeMap<String, HeadPoint>> {
-    let methods: crate::experiment::config::MethodsConfig =
+    let methods: crate::experiment::methods::MethodsConfig =
         serde_json::from_value(replay_json["grid"]["methods"].clone())
             .context("replay.json: the replay's method grid")?;
     let mut out = BTreeMap::new();
