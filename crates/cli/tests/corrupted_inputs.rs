@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use specx_decoder::gguf::GgmlType;
 use specx_decoder::speculative::{AcceptanceHead, HeadSpec};
+use specx_testkit::files::copy;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -7,6 +7,7 @@
 
 mod common;
 use common::*;
+use specx_testkit::files::copy;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
@@ -266,7 +267,7 @@ fn killed_eval_and_replay_resume_to_the_same_rows() {
     // A copy of the run without its replay; the kill loop empties the replay directory
     // between chains.
     let copied = t.root.join("copy");
-    common::copy(&full, &copied);
+    copy(&full, &copied);
     std::fs::remove_dir_all(replay_dir(&copied)).unwrap();
     let k = kill_repeatedly(&replay_args(&copied), &replay_dir(&copied), &watched.phases, 3, &|dir| {
         assert_eq!(replay_files(dir), want, "replay files after kills");

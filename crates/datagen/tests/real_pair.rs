@@ -12,13 +12,7 @@ use specx_datagen::shard::read_features;
 use specx_datagen::{RunOptions, run};
 use specx_decoder::compare::{max_abs, max_abs_diff, nan_max, nan_max64};
 use specx_decoder::{default_device, load_model};
-use std::path::PathBuf;
-
-fn configs() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from)
-        .join("../../configs")
-}
+use specx_testkit::paths::configs;
 
 #[test]
 fn recomputed_features_match_generation_on_the_real_pair() {

@@ -4,13 +4,7 @@
 //! vocabulary every config names is reproducible.
 
 use specx_datagen::token_freq::{TokenFreqArgs, run};
-use std::path::PathBuf;
-
-fn root() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from)
-        .join("../..")
-}
+use specx_testkit::paths::repo as root;
 
 #[test]
 fn the_shipped_frequency_table_is_rebuilt_byte_for_byte() {

@@ -9,8 +9,8 @@
 mod common;
 use common::lossless::*;
 use common::*;
+use common::{cfg, greedy, t1};
 use specx_decoder::Transformer;
-use specx_decoder::sampling::SamplingConfig;
 use specx_decoder::speculative::feature_tap::FeatureTap;
 use specx_decoder::speculative::*;
 
@@ -19,18 +19,6 @@ const N: usize = 3000;
 const ALPHA: f64 = 1e-4;
 /// The head's vocabulary subset: two of the six tokens left out.
 const SUBSET: [u32; 4] = [0, 2, 3, 5];
-
-fn cfg(s: SamplingConfig, seed: u64, n: usize) -> SpecConfig {
-    SpecConfig { max_new_tokens: n, sampling: s, seed }
-}
-
-fn greedy() -> SamplingConfig {
-    SamplingConfig { temperature: 0.0, top_k: None, top_p: None }
-}
-
-fn t1() -> SamplingConfig {
-    SamplingConfig { temperature: 1.0, top_k: None, top_p: None }
-}
 
 fn spec(target: &Transformer, vocab: usize) -> FeatureHeadSpec {
     let c = target.config();

@@ -10,6 +10,7 @@
 mod common;
 use common::lossless::*;
 use common::*;
+use common::{cfg, greedy, t1};
 use rand::rngs::StdRng;
 use specx_decoder::Transformer;
 use specx_decoder::sampling::{SamplingConfig, sample_from};
@@ -19,18 +20,6 @@ use specx_decoder::speculative::*;
 const PROMPT: [u32; 10] = [1, 4, 2, 3, 1, 4, 2, 5, 1, 4];
 const N: usize = 3000;
 const ALPHA: f64 = 1e-4;
-
-fn cfg(s: SamplingConfig, seed: u64, n: usize) -> SpecConfig {
-    SpecConfig { max_new_tokens: n, sampling: s, seed }
-}
-
-fn greedy() -> SamplingConfig {
-    SamplingConfig { temperature: 0.0, top_k: None, top_p: None }
-}
-
-fn t1() -> SamplingConfig {
-    SamplingConfig { temperature: 1.0, top_k: None, top_p: None }
-}
 
 /// Temperature 1.3 warped by top-k 4 and top-p 0.9: the residual after a rejected lookup is
 /// taken from the warped distribution.

@@ -2,41 +2,20 @@
 //! and a data-scaling sweep by `specx train`, a real eval run, its replay with the oracle, then
 //! the reproduction's tables and figures from what those commands wrote.
 
-use specx_datagen::cli::{DatagenArgs, effective_config};
-use specx_datagen::{RunOptions, run as datagen};
 use specx_decoder::synthetic::write_tiny_char_pair;
 use specx_eval::experiment::config::EvalConfig;
 use specx_eval::experiment::replay_run::{ReplayConfig, replay};
 use specx_eval::experiment::{EvalOptions, run as eval};
 use specx_eval::reproduce::specdecpp::{ReproConfig, reproduce};
+use specx_testkit::datagen::TinyDatagen;
+use specx_testkit::paths::alpaca;
 use specx_trainer::cli::{TrainArgs, run_cli as train};
-use std::path::{Path, PathBuf};
-
-fn repo() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from)
-        .join("../..")
-}
+use std::path::Path;
 
 /// The tiny datagen config on `split`, `prompts` prompts in shards of 2.
 fn make_dataset(out: &Path, draft: &Path, target: &Path, split: &str, prompts: usize) {
-    let args = DatagenArgs {
-        run: specx_run::RunArgs {
-            config: Some(repo().join("configs/datagen-tiny.toml")),
-            out: Some(out.to_path_buf()),
-            limit: Some(prompts),
-            no_progress: true,
-            ..Default::default()
-        },
-        max_new_tokens: Some(16),
-        draft: Some(draft.to_path_buf()),
-        target: Some(target.to_path_buf()),
-        ..Default::default()
-    };
-    let mut cfg = effective_config(&args).unwrap();
-    cfg.prompts.split = split.into();
-    cfg.output.prompts_per_shard = 2;
-    assert!(datagen(&cfg, &RunOptions::default()).unwrap().complete);
+    let run = TinyDatagen { limit: prompts, per_shard: 2, ..TinyDatagen::new(draft, target, split) };
+    assert!(run.run(out).complete);
 }
 
 fn train_sweep(config: &Path) {
@@ -82,7 +61,7 @@ fn reproduces_specdecpp_tables_and_figures_from_real_runs() {
         "seeds = [0]\n[models]\ndraft = \"{}\"\ntarget = \"{}\"\n[[prompts]]\nname = \"alpaca\"\nformat = \"alpaca\"\npath = \"{}\"\nsplit = \"test\"\nsplit_sizes = [4000, 800, 200]\nsample = 3\nchat_template = \"none\"\n[[sampling]]\nname = \"greedy\"\n[budget]\nmax_new_tokens = 16\n[methods]\nspecdec = {{ k = [1, 2] }}\nspecdecpp = {{ heads = [\"sweep/w6-d1\"], thresholds = [0.7], bounds = [[2, 8]] }}\n[output]\ndir = \"run\"\n",
         draft.display(),
         target.display(),
-        repo().join("../shared/datasets/alpaca/alpaca_5000.json").display()
+        alpaca().display()
     );
     std::fs::write(root.join("eval.toml"), eval_cfg).unwrap();
     let cfg = EvalConfig::load(&root.join("eval.toml")).unwrap();

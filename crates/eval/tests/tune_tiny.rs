@@ -18,12 +18,8 @@ use specx_eval::experiment::{EvalOptions, run};
 use specx_eval::tune::bootstrap::{UnitCounts, throughput};
 use specx_eval::tune::config::TuneConfig;
 use specx_eval::tune::{THRESHOLD_PLUS, tune};
+use specx_testkit::config;
 use std::path::{Path, PathBuf};
-
-fn alpaca() -> PathBuf {
-    let dir = std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from);
-    dir.join("../../../shared/datasets/alpaca/alpaca_5000.json")
-}
 
 /// A greedy trace run of the tiny pair over `sample` prompts of an Alpaca split.
 fn trace_run(root: &Path, draft: &Path, target: &Path, name: &str, split: &str, sample: usize) -> PathBuf {
@@ -44,27 +40,14 @@ fn trace_run_with(
     let text = format!(
         r#"
 seeds = [0]
-[models]
-draft = "{draft}"
-target = "{target}"
-[[prompts]]
-name = "alpaca"
-format = "alpaca"
-path = "{alpaca}"
-split = "{split}"
-split_sizes = [4000, 800, 200]
-sample = {sample}
-sample_seed = 3
-chat_template = "none"
-[budget]
+{models}{prompts}[budget]
 max_new_tokens = 24
 [output]
 dir = "{name}"
 {sampling_and_methods}
 "#,
-        draft = draft.display(),
-        target = target.display(),
-        alpaca = alpaca().display()
+        models = config::models(draft, target),
+        prompts = config::alpaca_prompts(split, sample, 3),
     );
     let path = root.join(format!("{name}.toml"));
     std::fs::write(&path, text).unwrap();

@@ -5,13 +5,10 @@
 
 use specx_datagen::manifest::Manifest;
 use specx_decoder::speculative::AcceptanceHead;
+use specx_testkit::paths::repo;
 use specx_trainer::config::TrainConfig;
 use specx_trainer::data::{data_sha256, prompt_shards};
-use std::path::{Path, PathBuf};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use std::path::Path;
 
 /// The sha256 a head records for the first `prompts` prompts of the committed run `dir`.
 fn committed_data_sha256(dir: &Path, prompts: usize) -> String {

@@ -3,12 +3,8 @@
 //! against features recomputed from the committed run.
 
 use specx_datagen::config::DatagenConfig;
+use specx_testkit::paths::configs;
 use specx_trainer::config::TrainConfig;
-use std::path::{Path, PathBuf};
-
-fn configs() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs")
-}
 
 #[test]
 fn specdecpp_train_configs_load_and_validate() {

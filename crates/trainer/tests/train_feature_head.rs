@@ -3,39 +3,16 @@
 //! over the curve), an interrupted run resumes to the same head byte for byte, and text made
 //! with another target is refused.
 
-use specx_datagen::cli::{DatagenArgs, effective_config};
-use specx_datagen::{RunOptions, run};
 use specx_decoder::draft::frequencies::TokenFrequencies;
 use specx_decoder::synthetic::write_tiny_char_pair;
+use specx_testkit::datagen::TinyDatagen;
 use specx_trainer::feature_config::FeatureHeadConfig;
 use specx_trainer::feature_train::{FeatureTrainOptions, train_feature_head};
-use std::path::{Path, PathBuf};
-
-fn configs() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from)
-        .join("../../configs")
-}
+use std::path::Path;
 
 /// A datagen run of the tiny config on `split` into `out` (6 prompts, 24 new tokens each).
 fn datagen(out: &Path, draft: &Path, target: &Path, split: &str) {
-    let args = DatagenArgs {
-        run: specx_run::RunArgs {
-            config: Some(configs().join("datagen-tiny.toml")),
-            out: Some(out.to_path_buf()),
-            limit: Some(6),
-            no_progress: true,
-            ..Default::default()
-        },
-        max_new_tokens: Some(24),
-        draft: Some(draft.to_path_buf()),
-        target: Some(target.to_path_buf()),
-        ..Default::default()
-    };
-    let mut cfg = effective_config(&args).unwrap();
-    cfg.prompts.split = split.into();
-    cfg.output.prompts_per_shard = 3;
-    run(&cfg, &RunOptions::default()).unwrap();
+    TinyDatagen { max_new_tokens: 24, per_shard: 3, ..TinyDatagen::new(draft, target, split) }.run(out);
 }
 
 fn config(tmp: &Path, target: &Path, out: &str) -> FeatureHeadConfig {

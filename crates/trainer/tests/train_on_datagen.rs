@@ -1,24 +1,17 @@
 //! `specx train` on real datagen output: tiny synthetic pair, train and dev runs made by
 //! `specx datagen` from disjoint Alpaca splits, the head checkpoint records their draft.
 
-use specx_datagen::cli::{DatagenArgs, effective_config};
 use specx_datagen::config::FeatureStorage;
 use specx_datagen::manifest::Manifest;
-use specx_datagen::{RunOptions, run};
 use specx_decoder::synthetic::write_tiny_char_pair;
+use specx_testkit::datagen::TinyDatagen;
 use specx_trainer::config::TrainConfig;
 use specx_trainer::train::{TrainOptions, train};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-fn configs() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from)
-        .join("../../configs")
-}
-
-/// A datagen run of the tiny config on `split` into `out`.
+/// A datagen run of the tiny config on `split` into `out` (6 prompts).
 fn datagen(out: &Path, draft: &Path, target: &Path, split: &str) -> Manifest {
-    datagen_with(out, draft, target, split, 5, None)
+    TinyDatagen::new(draft, target, split).run(out)
 }
 
 /// [`datagen`] with `per_shard` prompts per shard, stopping after `max_shards` shards.
@@ -30,36 +23,7 @@ fn datagen_with(
     per_shard: usize,
     max_shards: Option<usize>,
 ) -> Manifest {
-    datagen_stored(out, draft, target, split, per_shard, max_shards, FeatureStorage::Store)
-}
-
-fn datagen_stored(
-    out: &Path,
-    draft: &Path,
-    target: &Path,
-    split: &str,
-    per_shard: usize,
-    max_shards: Option<usize>,
-    features: FeatureStorage,
-) -> Manifest {
-    let args = DatagenArgs {
-        run: specx_run::RunArgs {
-            config: Some(configs().join("datagen-tiny.toml")),
-            out: Some(out.to_path_buf()),
-            limit: Some(6),
-            no_progress: true,
-            ..Default::default()
-        },
-        max_new_tokens: Some(16),
-        draft: Some(draft.to_path_buf()),
-        target: Some(target.to_path_buf()),
-        ..Default::default()
-    };
-    let mut cfg = effective_config(&args).unwrap();
-    cfg.prompts.split = split.into();
-    cfg.output.prompts_per_shard = per_shard;
-    cfg.output.features = features;
-    run(&cfg, &RunOptions { max_new_shards: max_shards, ..Default::default() }).unwrap()
+    TinyDatagen { per_shard, max_shards, ..TinyDatagen::new(draft, target, split) }.run(out)
 }
 
 #[test]
@@ -133,8 +97,9 @@ fn trains_the_same_head_on_recomputed_features() {
     for (name, storage) in [("stored", FeatureStorage::Store), ("recomputed", FeatureStorage::Recompute)] {
         let train_dir = tmp.path().join(format!("{name}-train"));
         let dev_dir = tmp.path().join(format!("{name}-dev"));
-        datagen_stored(&train_dir, &draft, &target, "train", 3, None, storage);
-        datagen_stored(&dev_dir, &draft, &target, "dev", 3, None, storage);
+        TinyDatagen { per_shard: 3, features: Some(storage), ..TinyDatagen::new(&draft, &target, "train") }
+            .run(&train_dir);
+        TinyDatagen { per_shard: 3, features: Some(storage), ..TinyDatagen::new(&draft, &target, "dev") }.run(&dev_dir);
         let text = format!(
             "[data]\ntrain = {:?}\ndev = {:?}\n[head]\ndepth = 1\n[optim]\nlr = 0.001\nepochs = 2\n[output]\ndir = {:?}\n",
             train_dir.display().to_string(),

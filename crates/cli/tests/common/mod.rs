@@ -3,36 +3,14 @@
 
 use sha2::{Digest, Sha256};
 use specx_run::RunManifest;
+pub use specx_testkit::paths::{alpaca, repo};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// The repository root.
-pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Alpaca's 5,000 prompts, beside the repository.
-pub fn alpaca() -> PathBuf {
-    repo().join("../shared/datasets/alpaca/alpaca_5000.json")
-}
-
 /// A path as a command-line argument.
 pub fn s(p: &Path) -> String {
     p.display().to_string()
-}
-
-/// Copies a file or a directory tree.
-pub fn copy(from: &Path, to: &Path) {
-    if from.is_dir() {
-        std::fs::create_dir_all(to).unwrap();
-        for e in std::fs::read_dir(from).unwrap() {
-            let e = e.unwrap();
-            copy(&e.path(), &to.join(e.file_name()));
-        }
-    } else {
-        std::fs::copy(from, to).unwrap();
-    }
 }
 
 /// Every regular file under `dir` (relative path -> sha256), but the ones `skip` names and
@@ -100,19 +78,7 @@ pub fn eval_config(t: &Tiny) -> PathBuf {
     let path = t.root.join("eval.toml");
     let text = format!(
         r#"seeds = [0, 1]
-[models]
-draft = "{}"
-target = "{}"
-[[prompts]]
-name = "alpaca"
-format = "alpaca"
-path = "{}"
-split = "test"
-split_sizes = [4000, 800, 200]
-sample = 3
-sample_seed = 5
-chat_template = "none"
-[[sampling]]
+{}{}[[sampling]]
 name = "greedy"
 [[sampling]]
 name = "t1"
@@ -125,9 +91,8 @@ confidence = {{ thresholds = [0.3] }}
 [output]
 dir = "out"
 "#,
-        s(&t.draft),
-        s(&t.target),
-        s(&alpaca())
+        specx_testkit::config::models(&t.draft, &t.target),
+        specx_testkit::config::alpaca_prompts("test", 3, 5)
     );
     std::fs::write(&path, text).unwrap();
     path

@@ -60,3 +60,18 @@ pub fn pair(vocab: usize, target_seed: u64, draft_seed: u64) -> (tempfile::TempD
 pub fn noisy_draft(dir: &std::path::Path, vocab: usize, target_seed: u64, noise: f32) -> LoadedModel {
     specx_decoder::device_check::noisy_draft(dir, vocab, target_seed, noise).unwrap()
 }
+
+/// A generation of `n` new tokens under `s` with `seed`.
+pub fn cfg(s: specx_decoder::SamplingConfig, seed: u64, n: usize) -> specx_decoder::speculative::SpecConfig {
+    specx_decoder::speculative::SpecConfig { max_new_tokens: n, sampling: s, seed }
+}
+
+/// Greedy decoding.
+pub fn greedy() -> specx_decoder::SamplingConfig {
+    specx_decoder::SamplingConfig { temperature: 0.0, top_k: None, top_p: None }
+}
+
+/// Plain sampling at temperature 1.
+pub fn t1() -> specx_decoder::SamplingConfig {
+    specx_decoder::SamplingConfig { temperature: 1.0, top_k: None, top_p: None }
+}
