@@ -2,7 +2,7 @@
 """The GPU check's anchor: HF transformers (PyTorch, eager attention, bf16) on the same
 random-weight models specx measures (DIR/draft, DIR/target, written by `specx gpu-check synth`).
 
-Measured as specx measures them (crates/eval/src/bench.rs, profile.rs): prefill of a
+Measured as specx measures them (crates/bench/src/runtime.rs, crates/eval/src/profile.rs): prefill of a
 `--prompt-tokens` prompt; greedy decode of `--decode-tokens` tokens one at a time with the KV
 cache; and the call-cost curve, a forward of r = 1..`--max-rows` new rows after a
 `--context`-token cache, the cache cropped back after each (median of `--reps`). Every timing

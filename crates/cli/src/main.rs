@@ -34,13 +34,13 @@ enum Command {
     Decode(specx_eval::decode::DecodeArgs),
     /// Measure decode/prefill speed of the draft and target, peak memory, and the machine's
     /// memory-bandwidth bound, all in one run.
-    Bench(specx_eval::bench::BenchArgs),
+    Bench(specx_bench::runtime::BenchArgs),
     /// Compare autoregressive and fixed-K speculative decoding on HumanEval prompts in one run
     /// (greedy): tokens/s, speedup, acceptance, tokens per target call.
-    BenchDecode(specx_eval::decode_bench::DecodeBenchArgs),
+    BenchDecode(specx_bench::decode::DecodeBenchArgs),
     /// What a cheaper draft costs: c = draft step / target step for every vocabulary subset x
     /// weight type, and each model's 1..N-row call curve, in one run.
-    DraftCost(specx_eval::draft_cost::DraftCostArgs),
+    DraftCost(specx_bench::draft_cost::DraftCostArgs),
     /// How far a weight mode's numbers are from the exact path's: perplexity, KL divergence
     /// against the reference mode and top-1 agreement over a fixed text (llama.cpp's
     /// perplexity tool's measure).
@@ -85,7 +85,7 @@ enum Command {
     Devices,
     /// The GPU check's specx steps (scripts/gpu-check.sh runs them on a GPU machine): the real
     /// pair's shapes, random-weight models of them, device correctness checks, the report.
-    GpuCheck(specx_eval::gpu_check::GpuCheckArgs),
+    GpuCheck(specx_bench::gpu_check::GpuCheckArgs),
     /// Assemble a paper reproduction's tables (results.md, claims.json) and PNG figures from
     /// finished runs (replay, real eval runs, head sweeps); runs nothing itself.
     #[command(subcommand)]
@@ -100,11 +100,11 @@ enum Reproduce {
     /// SpecDec++: best fixed K vs best acceptance-head setting vs the Theorem 4.1 oracle
     /// under eq. 5.1 (paper and CPU times), Figure 3 frontiers, thresholds per w_rej, the
     /// eq. 3.1 timing fit, measured speedups, head sweeps and data scaling.
-    Specdecpp(specx_eval::reproduce::specdecpp::ReproArgs),
+    Specdecpp(specx_reproduce::specdecpp::ReproArgs),
     /// Adaptive drafting: every stop rule's published default and best setting per prompt set
     /// (discard and verification rates, tokens per target call, throughput at the paper's and
     /// this CPU's costs) and Figure 3 with every rule, from greedy replays.
-    Adaptive(specx_eval::reproduce::adaptive::AdaptiveArgs),
+    Adaptive(specx_reproduce::adaptive::AdaptiveArgs),
 }
 
 #[derive(Args)]
@@ -157,9 +157,9 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Generate(a) => run_generate(a),
         Command::Decode(a) => specx_eval::decode::run(a),
-        Command::Bench(a) => specx_eval::bench::run(a),
-        Command::BenchDecode(a) => specx_eval::decode_bench::run(a),
-        Command::DraftCost(a) => specx_eval::draft_cost::run(a),
+        Command::Bench(a) => specx_bench::runtime::run(a),
+        Command::BenchDecode(a) => specx_bench::decode::run(a),
+        Command::DraftCost(a) => specx_bench::draft_cost::run(a),
         Command::Numerics(a) => specx_eval::numerics::run(a),
         Command::Datagen(a) => specx_datagen::cli::run_cli(a),
         Command::Train(a) => specx_trainer::cli::run_cli(a),
@@ -175,10 +175,10 @@ fn main() -> Result<()> {
         Command::Profile(a) => specx_eval::profile::run(a),
         Command::Dsi(a) => specx_eval::dsi::run_cli(a),
         Command::Easyspec(a) => specx_eval::easyspec::run_cli(a),
-        Command::Reproduce(Reproduce::Specdecpp(a)) => specx_eval::reproduce::specdecpp::run(a),
-        Command::Reproduce(Reproduce::Adaptive(a)) => specx_eval::reproduce::adaptive::run(&a),
+        Command::Reproduce(Reproduce::Specdecpp(a)) => specx_reproduce::specdecpp::run(a),
+        Command::Reproduce(Reproduce::Adaptive(a)) => specx_reproduce::adaptive::run(&a),
         Command::Devices => list_devices(),
-        Command::GpuCheck(a) => specx_eval::gpu_check::run_cli(a),
+        Command::GpuCheck(a) => specx_bench::gpu_check::run_cli(a),
         Command::CliReference => {
             print!("{}", reference::markdown(&Cli::command()));
             Ok(())

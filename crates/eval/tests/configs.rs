@@ -4,7 +4,7 @@
 use specx_eval::experiment::config::EvalConfig;
 use specx_eval::experiment::grid::expand;
 use specx_eval::experiment::replay_run::ReplayConfig;
-use specx_eval::reproduce::adaptive::AdaptiveConfig;
+use specx_reproduce::adaptive::AdaptiveConfig;
 use std::path::{Path, PathBuf};
 
 fn dir() -> PathBuf {

@@ -320,7 +320,7 @@ policies.adaedl = { lambda = [0.3, 0.7], max = [6] }
         format!("replays = [{:?}]\nout = \"adaptive\"\n[[costs]]\nname = \"A100\"\nt_draft = 0.0234\nt_target = 0.112\n[defaults]\npmin = [\"pmin 0.5 n_max=6\"]\n", o.dir.display().to_string()),
     )
     .unwrap();
-    specx_eval::reproduce::adaptive::run(&specx_eval::reproduce::adaptive::AdaptiveArgs { config: repro }).unwrap();
+    specx_reproduce::adaptive::run(&specx_reproduce::adaptive::AdaptiveArgs { config: repro }).unwrap();
     let md = std::fs::read_to_string(s.root.join("adaptive/results.md")).unwrap();
     assert!(md.lines().any(|l| l.contains("pmin 0.5 n_max=6") && l.contains("default")), "{md}");
     assert!(!md.contains("NaN"), "{md}");

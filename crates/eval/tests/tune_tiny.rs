@@ -150,7 +150,7 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
 
     // Counts of a setting replayed from scratch (one build per policy) on a run's units.
     let fresh =
-        |units: &[UnitFile], policy: ReplayPolicy, costs: &specx_eval::reproduce::adaptive::Costs| -> Vec<UnitCounts> {
+        |units: &[UnitFile], policy: ReplayPolicy, costs: &specx_eval::common::costs::Costs| -> Vec<UnitCounts> {
             let rc = specx_eval::experiment::replay::ReplayCosts {
                 t_draft: costs.t_draft,
                 t_target: costs.t_target,

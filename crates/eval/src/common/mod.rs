@@ -3,11 +3,13 @@
 //! fits, the profile's data and latencies, the measured machine and its memory
 //! bandwidth and RSS (sysmem.rs), and PNG rendering.
 
+pub mod costs;
 pub mod curve_plot;
 pub mod machine;
 pub mod plot;
 pub mod profile_data;
 pub mod results;
+pub mod run_rows;
 pub mod stats;
 pub mod sysmem;
 pub mod timing;

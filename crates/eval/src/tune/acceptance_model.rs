@@ -8,9 +8,9 @@
 use super::calibrate::{ModelFit, Sample, fit, inputs};
 use super::config::CalibratedFit;
 use super::search;
+use crate::common::costs::Costs;
 use crate::experiment::replay::ReplayPolicy;
 use crate::experiment::trace_builder::{TraceBuilder, TraceSet};
-use crate::reproduce::adaptive::Costs;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use specx_decoder::speculative::{CalibratedParams, CalibratedPolicy, CalibratedRule};

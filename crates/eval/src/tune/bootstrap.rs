@@ -1,7 +1,7 @@
 //! Per-prompt counts, their price under a cost model, and percentile bootstrap intervals of
 //! throughput ratios that resample prompts (paired: both rules see the same resampled prompts).
 
-use crate::reproduce::adaptive::Costs;
+use crate::common::costs::Costs;
 use serde::{Deserialize, Serialize};
 use specx_decoder::speculative::RequestMetrics;
 use specx_run::seed::SplitMix64;

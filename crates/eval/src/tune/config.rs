@@ -1,9 +1,9 @@
 //! The config of `specx eval tune`: the two trace runs, the candidate settings of every
 //! training-free rule and head, the cost models, and how threshold-plus is fitted.
 
+use crate::common::costs::Costs;
 use crate::experiment::methods::MethodsConfig;
 use crate::experiment::replay_run::resolve_method_paths;
-use crate::reproduce::adaptive::Costs;
 use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};
 use specx_run::config::read_toml;

@@ -5,7 +5,7 @@
 
 use super::bootstrap::{UnitCounts, throughput};
 use super::{CostResult, SetResult};
-use crate::reproduce::specdecpp::rows::{Row, read_rows};
+use crate::common::run_rows::{Row, read_rows};
 use anyhow::Result;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

@@ -19,13 +19,13 @@ mod report;
 mod runs;
 pub mod search;
 
+use crate::common::costs::Costs;
 use crate::common::results::UnitFile;
 use crate::experiment::grid::{expand, head_name};
 use crate::experiment::replay::{ReplayCosts, ReplayPolicy};
 use crate::experiment::target_stats::cached_target_stats;
 use crate::experiment::trace_builder::{TraceBuilder, TraceInput, TraceSet};
 use crate::method::{Heads, MethodSpec, PolicySpec, load_head};
-use crate::reproduce::adaptive::Costs;
 use anyhow::{Context, Result, bail, ensure};
 use bootstrap::{UnitCounts, throughput};
 use config::TuneConfig;
@@ -133,7 +133,7 @@ fn family(m: &MethodSpec, head_families: &BTreeMap<String, Vec<String>>) -> Stri
     if let Some(head) = m.policy.head()
         && let Some((f, _)) = head_families.iter().find(|(_, heads)| heads.iter().any(|h| h == head))
     {
-        return crate::reproduce::specdecpp::rows::head_family(m.family(), f);
+        return crate::common::run_rows::head_family(m.family(), f);
     }
     m.family().to_string()
 }

@@ -3,10 +3,10 @@
 //! every check with the reason; `report` judges the targets from a check directory's files and
 //! says why a figure is missing.
 
+use specx_bench::gpu_check::report::{CorrectnessArgs, ReportArgs, correctness, report};
+use specx_bench::gpu_check::synth::{PairShapes, SynthArgs, synth};
 use specx_decoder::synthetic::tiny_qwen2;
 use specx_decoder::{check_pair, default_device, load_model};
-use specx_eval::gpu_check::report::{CorrectnessArgs, ReportArgs, correctness, report};
-use specx_eval::gpu_check::synth::{PairShapes, SynthArgs, synth};
 use std::path::Path;
 
 #[test]

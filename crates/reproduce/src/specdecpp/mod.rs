@@ -7,18 +7,17 @@
 
 pub mod analysis;
 pub mod figures;
-pub mod rows;
 
-use crate::common::timing::{Fit, PAPER_TIMES};
 use analysis::{
     BestThreshold, HeadPoint, Times, best_threshold_per_head, compare, frontier_check, paper_threshold, timing_fit,
 };
 use anyhow::{Context, Result, ensure};
 use clap::Args;
-use rows::{Row, groups, move_head_families, read_rows};
 use serde::{Deserialize, Serialize};
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::report::markdown_table;
+use specx_eval::common::run_rows::{Row, groups, move_head_families, read_rows};
+use specx_eval::common::timing::{Fit, PAPER_TIMES};
 use specx_run::config::read_toml;
 use specx_run::paths::resolve_path;
 use specx_trainer::train::TrainState;
@@ -79,14 +78,14 @@ fn read_heads(
     replay_json: &serde_json::Value,
     recorded: &BTreeMap<String, HeadPoint>,
 ) -> Result<BTreeMap<String, HeadPoint>> {
-    let methods: crate::experiment::methods::MethodsConfig =
+    let methods: specx_eval::experiment::methods::MethodsConfig =
         serde_json::from_value(replay_json["grid"]["methods"].clone())
             .context("replay.json: the replay's method grid")?;
     let mut out = BTreeMap::new();
     for dir in methods.head_dirs() {
         let dir = in_this_checkout(dir);
         let path = dir.join("metrics.json");
-        let name = crate::experiment::grid::head_name(&dir);
+        let name = specx_eval::experiment::grid::head_name(&dir);
         if let (false, Some(p)) = (path.exists(), recorded.get(&name)) {
             out.insert(name, p.clone());
             continue;
@@ -104,7 +103,7 @@ fn read_heads(
                 w_rej: c.loss.w_rej,
                 depth: c.head.depth,
                 tied: c.head.tied,
-                train_data: crate::experiment::grid::head_name(&c.data.train),
+                train_data: specx_eval::experiment::grid::head_name(&c.data.train),
                 train_prompts: c.data.train_prompts,
                 train_rows: state.train_rows,
                 dev_kl: best.dev.binary_kl,
@@ -147,7 +146,7 @@ fn measured_table(rows: &[Row]) -> String {
         for g in gs.values() {
             let sp: Vec<f64> =
                 g.rows.iter().filter_map(|r| ar.get(r.prompt_id.as_str()).map(|a| a / r.time_s)).collect();
-            let (m, sd) = crate::common::stats::mean_sd(&sp);
+            let (m, sd) = specx_eval::common::stats::mean_sd(&sp);
             let ar_sum: f64 = g.rows.iter().filter_map(|r| ar.get(r.prompt_id.as_str())).sum();
             let t_sum: f64 = g.rows.iter().map(|r| r.time_s).sum();
             table.push(vec![
@@ -445,7 +444,7 @@ pub fn reproduce(cfg: &ReproConfig) -> Result<String> {
         md.push('\n');
         let bt = best_threshold_per_head(gs, &times[0]);
         table3.insert(dataset.clone(), bt.clone());
-        let tag = crate::common::plot::safe(&format!("{dataset}_{sampling}"));
+        let tag = specx_eval::common::plot::safe(&format!("{dataset}_{sampling}"));
         figures::frontier_figure(
             &cfg.out.join(format!("frontier_{tag}.png")),
             &format!("{dataset} ({sampling}): Figure 3 analogue"),

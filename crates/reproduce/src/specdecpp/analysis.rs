@@ -3,10 +3,10 @@
 //! comparison of Figure 3, the best threshold per w_rej (Table 3), and the eq. 3.1 timing fit
 //! (Table 2).
 
-use super::rows::{Group, Row};
-use crate::common::plot::frontier;
-use crate::common::timing::{Fit, least_squares};
 use serde::{Deserialize, Serialize};
+use specx_eval::common::plot::frontier;
+use specx_eval::common::run_rows::{Group, Row};
+use specx_eval::common::timing::{Fit, least_squares};
 use std::collections::BTreeMap;
 
 /// Forward times (draft, target) in seconds, with where they come from.
@@ -203,7 +203,7 @@ pub fn timing_fit(rows: &[&Row]) -> Option<Fit> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reproduce::specdecpp::rows::groups;
+    use specx_eval::common::run_rows::groups;
 
     /// A row of one prompt with the given counts.
     fn row(
@@ -250,7 +250,8 @@ mod tests {
         let g = &gs[&("d".to_string(), "greedy".to_string())];
         let t = Times { name: "paper".into(), t_draft: 0.0234, t_target: 0.112 };
         let c = compare(g, &t, Some("w6-d3"));
-        let tp = |disc: f64, tgt: f64| crate::common::timing::predicted_throughput(100.0, disc, tgt, 0.0234, 0.112);
+        let tp =
+            |disc: f64, tgt: f64| specx_eval::common::timing::predicted_throughput(100.0, disc, tgt, 0.0234, 0.112);
         let (k, s, o) = (tp(30.0, 30.0).max(tp(10.0, 40.0)), tp(12.0, 28.0), tp(0.0, 20.0));
         assert!((c.best_fixed_k.as_ref().unwrap().tokens_per_s - k).abs() < 1e-9);
         assert_eq!(c.best_specdecpp.as_ref().unwrap().setting, "h=0.7");

@@ -6,14 +6,14 @@
 //! `bandwidth / bytes_per_token`, with the weights counted as stored (blocks on the native
 //! path, f32 otherwise). The report prints that bound and the achieved fraction of it.
 
-use crate::common::sysmem::{current_rss_bytes, peak_rss_bytes, read_bandwidth, read_bandwidth_threads};
 use crate::llamacpp::{LlamaCppBench, run_llama_bench};
-use crate::method::models::PairArgs;
-use crate::report::markdown_table;
 use anyhow::{Result, ensure};
 use specx_decoder::generate::last_logits;
 use specx_decoder::sampling::argmax;
 use specx_decoder::{DeviceName, LoadedModel, WeightMode, check_device, load_model_as, open_device, parse_device_list};
+use specx_eval::common::sysmem::{current_rss_bytes, peak_rss_bytes, read_bandwidth, read_bandwidth_threads};
+use specx_eval::method::models::PairArgs;
+use specx_eval::report::markdown_table;
 use std::path::PathBuf;
 use std::time::Instant;
 

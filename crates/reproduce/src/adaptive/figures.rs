@@ -2,10 +2,10 @@
 //! family, its settings as points and its non-dominated frontier as a line.
 
 use super::family_order;
-use crate::common::plot::{colour, frontier, rate_chart, render_png};
-use crate::reproduce::specdecpp::rows::Group;
 use anyhow::{Result, anyhow};
 use plotters::prelude::*;
+use specx_eval::common::plot::{colour, frontier, rate_chart, render_png};
+use specx_eval::common::run_rows::Group;
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -5,21 +5,21 @@
 //! llama.cpp's `llama-bench` generation speed on the target, run in the same process after the
 //! decodes.
 
-use crate::common::stats::{GroupStats, grouped, mean_sd};
-use crate::experiment::axes::{DrafterAxis, MethodGrid, PolicyAxis};
-use crate::experiment::config::{BudgetConfig, EvalConfig, ModelsConfig, OutputConfig, PromptSetConfig};
-use crate::experiment::methods::{MethodsConfig, SpecDecGrid};
-use crate::experiment::run::select_sets;
-use crate::experiment::{EvalOptions, run as run_eval};
 use crate::llamacpp::{self, LlamaCppSpeculative};
-use crate::method::drafter::feature::FeatureDrafters;
-use crate::method::drafter::lookup::LookupDrafters;
-use crate::method::models::PairArgs;
-use crate::method::policy::fixed::FixedPolicies;
-use crate::method::policy::matchrate::MatchRatePolicies;
-use crate::report::markdown_table;
 use anyhow::{Result, bail, ensure};
 use specx_decoder::{DraftTransform, WeightMode};
+use specx_eval::common::stats::{GroupStats, grouped, mean_sd};
+use specx_eval::experiment::axes::{DrafterAxis, MethodGrid, PolicyAxis};
+use specx_eval::experiment::config::{BudgetConfig, EvalConfig, ModelsConfig, OutputConfig, PromptSetConfig};
+use specx_eval::experiment::methods::{MethodsConfig, SpecDecGrid};
+use specx_eval::experiment::run::select_sets;
+use specx_eval::experiment::{EvalOptions, run as run_eval};
+use specx_eval::method::drafter::feature::FeatureDrafters;
+use specx_eval::method::drafter::lookup::LookupDrafters;
+use specx_eval::method::models::PairArgs;
+use specx_eval::method::policy::fixed::FixedPolicies;
+use specx_eval::method::policy::matchrate::MatchRatePolicies;
+use specx_eval::report::markdown_table;
 use specx_prompts::{HUMANEVAL_EDIT_TEMPLATE, PromptFormat};
 use std::path::PathBuf;
 
@@ -145,7 +145,7 @@ fn methods(a: &DecodeBenchArgs) -> MethodsConfig {
         });
     }
     if a.drafters.contains(&BenchDrafter::Feature) {
-        let head = a.feature_head.clone().unwrap_or_else(crate::method::models::default_feature_head_dir);
+        let head = a.feature_head.clone().unwrap_or_else(specx_eval::method::models::default_feature_head_dir);
         let policies = PolicyAxis { fixed: Some(fixed()), ..Default::default() };
         m.grid.push(MethodGrid {
             drafters: DrafterAxis { feature: Some(FeatureDrafters { heads: vec![head] }), ..Default::default() },
@@ -183,7 +183,7 @@ fn preset(a: &DecodeBenchArgs, mode: WeightMode) -> Result<EvalConfig> {
             template: (a.set == BenchSet::HumanevalEdit).then(|| HUMANEVAL_EDIT_TEMPLATE.to_string()),
             chat_template: "qwen".into(),
         }],
-        sampling: vec![crate::experiment::config::SamplingSetting {
+        sampling: vec![specx_eval::experiment::config::SamplingSetting {
             name: "greedy".into(),
             temperature: 0.0,
             top_k: None,
@@ -214,11 +214,11 @@ pub fn run(a: DecodeBenchArgs) -> Result<()> {
         }
         results.push((mode, out.rows, cfg.output.dir));
     }
-    let total_ar = |rows: &[crate::common::results::ResultRow]| {
+    let total_ar = |rows: &[specx_eval::common::results::ResultRow]| {
         rows.iter().filter(|r| r.setting.family() == "ar").map(|r| r.total_time_s).sum::<f64>()
     };
     let first_ar = total_ar(&results[0].1);
-    let ar: Vec<&crate::common::results::ResultRow> =
+    let ar: Vec<&specx_eval::common::results::ResultRow> =
         results[0].1.iter().filter(|r| r.setting.family() == "ar").collect();
     let specx_prompt_tokens = ar.iter().map(|r| r.prompt_tokens).sum::<usize>();
     let (llama_tg, llama_spec) = match &a.llamacpp {
@@ -326,7 +326,7 @@ pub fn run(a: DecodeBenchArgs) -> Result<()> {
 fn print_llama_speculative(
     spec: &[LlamaCppSpeculative],
     set: &str,
-    first: &(WeightMode, Vec<crate::common::results::ResultRow>, PathBuf),
+    first: &(WeightMode, Vec<specx_eval::common::results::ResultRow>, PathBuf),
     llama_tg: Option<f64>,
     specx_prompt_tokens: usize,
 ) {

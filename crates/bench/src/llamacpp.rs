@@ -24,7 +24,7 @@ pub struct LlamaCppBench {
 
 /// The name of llama.cpp's `--repack 1` path on this CPU (see [`LlamaCppBench::path`]).
 fn extra_buffers_path() -> &'static str {
-    if crate::common::machine::cpu_has_flag("amx_int8") { "AMX+REPACK" } else { "REPACK" }
+    if specx_eval::common::machine::cpu_has_flag("amx_int8") { "AMX+REPACK" } else { "REPACK" }
 }
 
 /// llama.cpp's figures from one `llama-bench` call per model and path: those that ran, and

@@ -1,13 +1,13 @@
 //! The device checks as a command, and the check directory's report with the GPU targets.
 
-use crate::profile::Profile;
-use crate::report::markdown_table;
 use anyhow::{Result, bail};
 use serde::Serialize;
 use serde_json::Value;
 use specx_decoder::device_check::{Check, run_all};
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::{DeviceName, check_device, open_device, parse_device_list};
+use specx_eval::profile::Profile;
+use specx_eval::report::markdown_table;
 use std::path::{Path, PathBuf};
 
 /// The bar on a GPU: tiny-model logits within this of the CPU.

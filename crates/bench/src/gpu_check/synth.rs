@@ -20,7 +20,7 @@ pub struct PairShapes {
 #[derive(clap::Args, Debug)]
 pub struct ShapesArgs {
     #[command(flatten)]
-    pub pair: crate::method::models::PairArgs,
+    pub pair: specx_eval::method::models::PairArgs,
     /// JSON output.
     #[arg(long)]
     pub out: PathBuf,

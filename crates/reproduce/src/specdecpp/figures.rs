@@ -2,10 +2,10 @@
 //! the threshold, the oracle gap, and the data-scaling curve of the head.
 
 use super::analysis::{HeadPoint, Times};
-use super::rows::Group;
-use crate::common::plot::{colour, frontier, range, rate_chart, render_png};
 use anyhow::{Result, anyhow};
 use plotters::prelude::*;
+use specx_eval::common::plot::{colour, frontier, range, rate_chart, render_png};
+use specx_eval::common::run_rows::Group;
 use std::collections::BTreeMap;
 use std::path::Path;
 

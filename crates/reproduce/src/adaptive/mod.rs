@@ -13,83 +13,18 @@
 
 mod figures;
 
-use super::specdecpp::rows::{Group, Row, groups, move_head_families, read_rows};
-use crate::common::profile_data::Profile;
 use anyhow::{Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::report::markdown_table;
+use specx_eval::common::costs::Costs;
+use specx_eval::common::run_rows::{Group, Row, groups, move_head_families, read_rows};
 use specx_run::config::read_toml;
 use specx_run::paths::resolve_path;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-
-/// Forward costs that price counts: `t_draft` per draft forward, `t_target` per target call,
-/// `t_row` per row a verification checks; given as numbers, or read from a `specx profile`
-/// JSON of any device (`profile`, after `context` tokens: [`Profile::call_costs`]), so a GPU's
-/// measured latencies price the same replayed counts as the paper's A100 times.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Costs {
-    pub name: String,
-    #[serde(default)]
-    pub t_draft: f64,
-    #[serde(default)]
-    pub t_target: f64,
-    #[serde(default)]
-    pub t_row: f64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub profile: Option<PathBuf>,
-    /// Context of the profile's curves to read (the nearest profiled one); default 256.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub context: Option<usize>,
-}
-
-impl Costs {
-    /// Fills the times from `profile` where one is given (resolved against `base`); checks
-    /// that every model prices something.
-    pub fn resolve(&mut self, base: &Path) -> Result<()> {
-        if let Some(p) = &self.profile {
-            anyhow::ensure!(
-                self.t_draft == 0.0 && self.t_target == 0.0 && self.t_row == 0.0,
-                "[[costs]] '{}': give either a profile or the times, not both",
-                self.name
-            );
-            let path = resolve_path(p, base);
-            let profile = Profile::read(&path).with_context(|| format!("[[costs]] '{}'", self.name))?;
-            (self.t_draft, self.t_target, self.t_row) = profile
-                .call_costs(self.context.unwrap_or(256))
-                .with_context(|| format!("[[costs]] '{}': {}", self.name, path.display()))?;
-            self.profile = Some(path);
-        }
-        anyhow::ensure!(
-            self.t_draft > 0.0 && self.t_target > 0.0 && self.t_row >= 0.0,
-            "[[costs]] '{}': t_draft and t_target must be positive (or give a profile)",
-            self.name
-        );
-        Ok(())
-    }
-}
-
-impl Costs {
-    /// Tokens per second of a group's summed counts.
-    pub fn throughput(&self, g: &Group) -> f64 {
-        g.n() / self.seconds(g.draft_calls(), g.target_calls(), g.rows_verified())
-    }
-
-    /// Seconds of `draft_calls` draft forwards and `target_calls` target calls that check
-    /// `rows` rows in verifications.
-    pub fn seconds(&self, draft_calls: f64, target_calls: f64, rows: f64) -> f64 {
-        self.t_draft * draft_calls + self.t_target * target_calls + self.t_row * rows
-    }
-
-    /// Autoregressive decoding at these costs: one single-row target call per token.
-    pub fn ar(&self) -> f64 {
-        1.0 / (self.t_target + self.t_row)
-    }
-}
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -294,7 +229,7 @@ pub fn run(a: &AdaptiveArgs) -> Result<()> {
         "Replays: {}.",
         cfg.replays
             .iter()
-            .map(|p| format!("`{}`", super::specdecpp::shown_path(p).display()))
+            .map(|p| format!("`{}`", crate::specdecpp::shown_path(p).display()))
             .collect::<Vec<_>>()
             .join(", ")
     );
@@ -312,7 +247,7 @@ pub fn run(a: &AdaptiveArgs) -> Result<()> {
         let entries = set_table(&gs, &cfg);
         let _ = writeln!(md, "## {dataset} ({sampling})\n");
         md.push_str(&table_markdown(&entries, &cfg.costs));
-        let png = format!("frontier_{}.png", crate::common::plot::safe(&dataset));
+        let png = format!("frontier_{}.png", specx_eval::common::plot::safe(&dataset));
         figures::frontier_all(&cfg.out.join(&png), &format!("{dataset}: every stop rule (greedy replay)"), &gs)?;
         let _ = writeln!(md, "\n![Figure 3 with every rule]({png})\n");
         claims.insert(dataset, entries);
@@ -365,7 +300,7 @@ mod tests {
             Costs { name: "A100".into(), t_draft: 0.0234, t_target: 0.112, t_row: 0.0, profile: None, context: None };
         let g = |r: &Row| Group { first: r.clone(), rows: vec![r.clone()] };
         // Eq. 5.1: N + N_discarded - N_target = 100 + 1 - 21 = 80 draft forwards.
-        let want = crate::common::timing::predicted_throughput(100.0, 1.0, 21.0, 0.0234, 0.112);
+        let want = specx_eval::common::timing::predicted_throughput(100.0, 1.0, 21.0, 0.0234, 0.112);
         assert!((a100.throughput(&g(&k4)) - want).abs() < 1e-9);
         // A rule that dropped 10 tokens pays their forwards though eq. 5.1's counts ignore them.
         let drop = row("pmin", "pmin 0.75 n_max=16", 100.0, 80.0, 79.0, 21.0, 90.0);
@@ -399,55 +334,6 @@ mod tests {
         );
         assert!((t[0].vs_best_fixed_k[0] - 1.0).abs() < 1e-12 && t[2].vs_best_fixed_k[0] < 1.0);
         assert!((t[0].tokens_per_target_call - 100.0 / 21.0).abs() < 1e-12);
-    }
-
-    #[test]
-    fn costs_come_from_a_profile_of_any_device_and_a_bad_model_is_refused() {
-        use crate::common::profile_data::{ForwardCurve, ModelProfile};
-        let model = |role: &str, seconds: Vec<f64>| ModelProfile {
-            role: role.into(),
-            path: PathBuf::new(),
-            sha256: String::new(),
-            layers: 1,
-            forward: vec![ForwardCurve { context: 256, seconds }],
-            layer_context: 256,
-            attention_s: vec![],
-            mlp_s: vec![],
-            lm_head_s: 0.0,
-            ttft_s: vec![],
-            tpot_s: 0.01,
-        };
-        // A target whose call of r rows costs 0.02 + 0.001 r exactly; the draft's one row 0.005.
-        let target: Vec<f64> = (1..=21).map(|r| 0.02 + 0.001 * r as f64).collect();
-        let machine = crate::common::machine::Machine { cpu: "x".into(), cores: 1, bandwidth_gb_s: 1.0 };
-        let p = Profile {
-            weights: "f32".into(),
-            device: "cuda:0".into(),
-            machine,
-            reps: 1,
-            models: vec![model("draft", vec![0.005, 0.006]), model("target", target)],
-        };
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("gpu.json"), serde_json::to_string(&p).unwrap()).unwrap();
-        let mut c = Costs {
-            name: "GPU".into(),
-            t_draft: 0.0,
-            t_target: 0.0,
-            t_row: 0.0,
-            profile: Some("gpu.json".into()),
-            context: None,
-        };
-        c.resolve(dir.path()).unwrap();
-        assert!(
-            (c.t_draft - 0.005).abs() < 1e-12 && (c.t_target - 0.02).abs() < 1e-9 && (c.t_row - 0.001).abs() < 1e-9,
-            "{c:?}"
-        );
-        let mut both = Costs { t_draft: 0.1, ..c.clone() };
-        both.profile = Some("gpu.json".into());
-        assert!(both.resolve(dir.path()).unwrap_err().to_string().contains("not both"));
-        let mut none =
-            Costs { name: "x".into(), t_draft: 0.0, t_target: 0.0, t_row: 0.0, profile: None, context: None };
-        assert!(none.resolve(dir.path()).is_err());
     }
 
     #[test]

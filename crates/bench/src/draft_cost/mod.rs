@@ -8,7 +8,6 @@
 
 pub mod frontier;
 
-use crate::method::models::PairArgs;
 use anyhow::{Context, Result, ensure};
 use specx_decoder::generate::last_logits;
 use specx_decoder::report::markdown_table;
@@ -16,6 +15,7 @@ use specx_decoder::sampling::argmax;
 use specx_decoder::{
     DeviceName, DraftTransform, DraftWeights, LoadedModel, Transformer, WeightMode, load_model_as, open_device,
 };
+use specx_eval::method::models::PairArgs;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -157,7 +157,7 @@ pub fn measure(a: &DraftCostArgs) -> Result<DraftCostReport> {
     let draft: LoadedModel = load_model_as(&draft_path, None, &device, a.weights)?;
     let target = load_model_as(&target_path, None, &device, a.weights)?;
     specx_decoder::check_pair(&draft, &target)?;
-    let context: Vec<u32> = crate::bench::bench_prompt(&target, a.context)?;
+    let context: Vec<u32> = crate::runtime::bench_prompt(&target, a.context)?;
     let mut models = Vec::with_capacity(drafts.len());
     for t in &drafts {
         eprintln!("making the draft {}...", t.label());

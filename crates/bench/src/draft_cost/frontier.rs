@@ -4,21 +4,21 @@
 //! subset covers. Drawn as the frontier of c against tokens per target call.
 
 use super::DraftCostReport;
-use crate::common::plot::{colour, range, render_png};
-use crate::common::results::UnitFile;
-use crate::common::stats::GroupStats;
-use crate::experiment::merge::unit_files;
-use crate::method::MethodSpec;
-use crate::report::markdown_table;
 use anyhow::{Result, anyhow, ensure};
 use plotters::prelude::*;
 use specx_decoder::DraftTransform;
 use specx_decoder::draft::frequencies::TokenFrequencies;
+use specx_eval::common::plot::{colour, range, render_png};
+use specx_eval::common::results::UnitFile;
+use specx_eval::common::stats::GroupStats;
+use specx_eval::experiment::merge::unit_files;
+use specx_eval::method::MethodSpec;
+use specx_eval::report::markdown_table;
 use std::collections::BTreeMap;
 use std::path::Path;
 
 /// (prompt set, sampling, method without its draft, draft label) -> the rows.
-type Groups = BTreeMap<(String, String, String, String), Vec<crate::common::results::ResultRow>>;
+type Groups = BTreeMap<(String, String, String, String), Vec<specx_eval::common::results::ResultRow>>;
 
 /// Tokens per target call, acceptance and the share of the target's greedy tokens inside each
 /// vocabulary subset, from the eval run in `dir`; with `report`, c for each draft, and the
@@ -45,7 +45,7 @@ pub fn join(dir: &Path, report: Option<&DraftCostReport>, plot: Option<&Path>) -
     let c_of = |label: &str| report.and_then(|r| r.drafts.iter().find(|d| d.label == label)).map(|d| d.c[0]);
     let mut rows = Vec::new();
     for ((set, sampling, method, label), rs) in &groups {
-        let refs: Vec<&crate::common::results::ResultRow> = rs.iter().collect();
+        let refs: Vec<&specx_eval::common::results::ResultRow> = rs.iter().collect();
         let g = GroupStats::of(&refs);
         let full = groups
             .get(&(set.clone(), sampling.clone(), method.clone(), "full".into()))

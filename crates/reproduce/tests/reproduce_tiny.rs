@@ -6,7 +6,7 @@ use specx_decoder::synthetic::write_tiny_char_pair;
 use specx_eval::experiment::config::EvalConfig;
 use specx_eval::experiment::replay_run::{ReplayConfig, replay};
 use specx_eval::experiment::{EvalOptions, run as eval};
-use specx_eval::reproduce::specdecpp::{ReproConfig, reproduce};
+use specx_reproduce::specdecpp::{ReproConfig, reproduce};
 use specx_testkit::datagen::TinyDatagen;
 use specx_testkit::paths::alpaca;
 use specx_trainer::cli::{TrainArgs, run_cli as train};
