@@ -50,10 +50,10 @@ enum Command {
     Datagen(specx_datagen::cli::DatagenArgs),
     /// Train SpecDec++ acceptance heads (weighted BCE, burn) on datagen runs; `--sweep` trains
     /// the paper's w_rej x depth grid and writes a summary table.
-    Train(specx_trainer::cli::TrainArgs),
+    Train(specx_trainer::acceptance::cli::TrainArgs),
     /// Train an EAGLE-style feature head (one decoder layer on the target's last hidden state,
     /// sharing its embedding and output head) on datagen text; writes its learning curve.
-    TrainFeatureHead(specx_trainer::feature_cli::FeatureTrainArgs),
+    TrainFeatureHead(specx_trainer::feature::cli::FeatureTrainArgs),
     /// FR-Spec's token frequency table from training text (Alpaca's train split, GSM8K's train
     /// set, optionally a code directory): the source of a draft's vocabulary subset
     /// (`--draft-vocab N`).
@@ -162,9 +162,9 @@ fn main() -> Result<()> {
         Command::DraftCost(a) => specx_bench::draft_cost::run(a),
         Command::Numerics(a) => specx_eval::numerics::run(a),
         Command::Datagen(a) => specx_datagen::cli::run_cli(a),
-        Command::Train(a) => specx_trainer::cli::run_cli(a),
+        Command::Train(a) => specx_trainer::acceptance::cli::run_cli(a),
         Command::TrainFeatureHead(a) => {
-            let dir = specx_trainer::feature_cli::run_cli(a)?;
+            let dir = specx_trainer::feature::cli::run_cli(a)?;
             let png = specx_eval::common::curve_plot::plot_feature_curve(&dir)?;
             eprintln!("wrote {}", png.display());
             Ok(())

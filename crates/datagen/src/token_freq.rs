@@ -1,5 +1,5 @@
 //! `specx token-freq`: FR-Spec's token frequency table from training text, the source of a
-//! draft's frequency-ranked vocabulary subset ([`specx_decoder::draft`]). Only training data
+//! draft's frequency-ranked vocabulary subset ([`specx_decoder::cheap_draft`]). Only training data
 //! is counted: Alpaca's train split (the split every specx config uses: 4,000 / 800 / 200 rows,
 //! seed 0), GSM8K's train set, and optionally a directory of source files; never a test set.
 
@@ -8,7 +8,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use specx_decoder::Tokenizer;
-use specx_decoder::draft::frequencies::{CorpusSource, TokenFrequencies};
+use specx_decoder::cheap_draft::frequencies::{CorpusSource, TokenFrequencies};
 use specx_decoder::fsutil::sha256_file;
 use specx_decoder::loader::model_cache_dir;
 use specx_prompts::{PromptFormat, SplitSpec, load};

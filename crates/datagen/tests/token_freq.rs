@@ -14,8 +14,10 @@ fn the_shipped_frequency_table_is_rebuilt_byte_for_byte() {
     assert!(tokenizer.is_file(), "{} missing: run scripts/fetch-models.sh", tokenizer.display());
     let out = tmp.path().join("freq.tsv");
     // The shards the shipped table counted (the committed run keeps growing).
-    let shipped =
-        specx_decoder::draft::frequencies::TokenFrequencies::read(&specx_decoder::draft::default_table_path()).unwrap();
+    let shipped = specx_decoder::cheap_draft::frequencies::TokenFrequencies::read(
+        &specx_decoder::cheap_draft::default_table_path(),
+    )
+    .unwrap();
     let datagen =
         shipped.header.sources.iter().find(|s| s.name == "datagen").expect("the shipped table counts a datagen run");
     let args = TokenFreqArgs {
@@ -29,11 +31,11 @@ fn the_shipped_frequency_table_is_rebuilt_byte_for_byte() {
         no_progress: true,
     };
     run(&args).unwrap();
-    let shipped = std::fs::read(specx_decoder::draft::default_table_path()).unwrap();
+    let shipped = std::fs::read(specx_decoder::cheap_draft::default_table_path()).unwrap();
     assert!(
         std::fs::read(&out).unwrap() == shipped,
         "the rebuilt table differs from {}",
-        specx_decoder::draft::default_table_path().display()
+        specx_decoder::cheap_draft::default_table_path().display()
     );
     // A test set is refused by name.
     let e = format!("{:#}", run(&TokenFreqArgs { gsm8k: Some(shared.join("gsm8k/test.jsonl")), ..args }).unwrap_err());

@@ -11,12 +11,12 @@
 //! adapter (NVIDIA, AMD, Intel, or Mesa's software lavapipe), and with `cuda` on CUDA.
 
 pub mod cache;
+pub mod cheap_draft;
 pub mod compare;
 pub mod config;
 pub mod coupling;
 pub mod device;
 pub mod device_check;
-pub mod draft;
 pub mod fsutil;
 pub mod generate;
 pub mod gguf;
@@ -38,11 +38,11 @@ pub mod weights;
 
 pub use burn::tensor::Device;
 pub use cache::KvCache;
+pub use cheap_draft::{DraftTransform, DraftWeights};
 pub use config::ModelConfig;
 pub use device::{
     DeviceName, Placement, check_device, device_from_name, open_device, parse_device_list, parse_placement_list,
 };
-pub use draft::{DraftTransform, DraftWeights};
 pub use loader::{LoadedModel, check_pair, load_model, load_model_as, load_model_split};
 pub use model::{AttentionProbe, ForwardOutput, LayerTimes, ProbedLayer, Transformer, WeightMode};
 pub use sampler::Sampler;

@@ -8,7 +8,7 @@
 mod common;
 use common::lossless::*;
 use common::*;
-use specx_decoder::draft::frequencies::TokenFrequencies;
+use specx_decoder::cheap_draft::frequencies::TokenFrequencies;
 use specx_decoder::gguf::GgmlType;
 use specx_decoder::sampling::SamplingConfig;
 use specx_decoder::speculative::*;

@@ -11,7 +11,7 @@ use common::lossless::*;
 use common::*;
 use common::{cfg, greedy, t1};
 use specx_decoder::Transformer;
-use specx_decoder::speculative::feature_tap::FeatureTap;
+use specx_decoder::speculative::feature_draft::tap::FeatureTap;
 use specx_decoder::speculative::*;
 
 const PROMPT: [u32; 6] = [1, 4, 2, 3, 5, 0];

@@ -237,7 +237,7 @@ fn the_documented_config_trio_for_a_new_pair_parses() {
     let datagen = specx_datagen::config::DatagenConfig::load(&write("datagen.toml", blocks[0])).unwrap();
     datagen.validate().unwrap();
     assert_eq!(datagen.prompts.chat_template, "chatml");
-    let train = specx_trainer::config::TrainConfig::load(&write("train.toml", blocks[1])).unwrap();
+    let train = specx_trainer::acceptance::config::TrainConfig::load(&write("train.toml", blocks[1])).unwrap();
     train.validate().unwrap();
     assert_eq!((train.head.depth, train.loss.w_rej), (3, 6.0));
     let eval = EvalConfig::parse(blocks[2], Path::new("mine.toml")).unwrap();

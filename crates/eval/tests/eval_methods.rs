@@ -383,7 +383,7 @@ fn write_linear_head(path: &std::path::Path, weight: &[f32], bias: f32) {
 /// prompt runs; a replay refuses a cheaper draft (its traces are the draft's as loaded).
 #[test]
 fn cheaper_drafts_run_from_a_config_and_heads_of_another_transform_are_refused() {
-    use specx_decoder::draft::frequencies::TokenFrequencies;
+    use specx_decoder::cheap_draft::frequencies::TokenFrequencies;
     let s = setup();
     let (draft, target) = specx_decoder::synthetic::write_tiny_char_pair_gguf(
         &s.root.join("gguf"),

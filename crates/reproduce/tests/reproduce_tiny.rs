@@ -9,7 +9,7 @@ use specx_eval::experiment::{EvalOptions, run as eval};
 use specx_reproduce::specdecpp::{ReproConfig, reproduce};
 use specx_testkit::datagen::TinyDatagen;
 use specx_testkit::paths::alpaca;
-use specx_trainer::cli::{TrainArgs, run_cli as train};
+use specx_trainer::acceptance::cli::{TrainArgs, run_cli as train};
 use std::path::Path;
 
 /// The tiny datagen config on `split`, `prompts` prompts in shards of 2.

@@ -6,8 +6,8 @@
 use specx_datagen::manifest::Manifest;
 use specx_decoder::speculative::AcceptanceHead;
 use specx_testkit::paths::repo;
-use specx_trainer::config::TrainConfig;
-use specx_trainer::data::{data_sha256, prompt_shards};
+use specx_trainer::acceptance::config::TrainConfig;
+use specx_trainer::acceptance::data::{data_sha256, prompt_shards};
 use std::path::Path;
 
 /// The sha256 a head records for the first `prompts` prompts of the committed run `dir`.
@@ -69,7 +69,7 @@ fn the_shipped_head_loads_and_names_its_data() {
 #[test]
 fn the_shipped_feature_head_loads_and_names_its_data() {
     use specx_decoder::speculative::FeatureHead;
-    use specx_trainer::feature_config::FeatureHeadConfig;
+    use specx_trainer::feature::config::FeatureHeadConfig;
     let dir = repo().join("checkpoints/feature-head");
     let device = specx_decoder::open_device("cpu".parse().unwrap()).unwrap();
     let (head, spec, ids) = FeatureHead::load(&dir, &device).unwrap();

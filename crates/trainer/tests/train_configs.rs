@@ -4,7 +4,7 @@
 
 use specx_datagen::config::DatagenConfig;
 use specx_testkit::paths::configs;
-use specx_trainer::config::TrainConfig;
+use specx_trainer::acceptance::config::TrainConfig;
 
 #[test]
 fn specdecpp_train_configs_load_and_validate() {

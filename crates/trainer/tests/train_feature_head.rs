@@ -3,11 +3,11 @@
 //! over the curve), an interrupted run resumes to the same head byte for byte, and text made
 //! with another target is refused.
 
-use specx_decoder::draft::frequencies::TokenFrequencies;
+use specx_decoder::cheap_draft::frequencies::TokenFrequencies;
 use specx_decoder::synthetic::write_tiny_char_pair;
 use specx_testkit::datagen::TinyDatagen;
-use specx_trainer::feature_config::FeatureHeadConfig;
-use specx_trainer::feature_train::{FeatureTrainOptions, train_feature_head};
+use specx_trainer::feature::config::FeatureHeadConfig;
+use specx_trainer::feature::train::{FeatureTrainOptions, train_feature_head};
 use std::path::Path;
 
 /// A datagen run of the tiny config on `split` into `out` (6 prompts, 24 new tokens each).

@@ -5,8 +5,8 @@ use specx_datagen::config::FeatureStorage;
 use specx_datagen::manifest::Manifest;
 use specx_decoder::synthetic::write_tiny_char_pair;
 use specx_testkit::datagen::TinyDatagen;
-use specx_trainer::config::TrainConfig;
-use specx_trainer::train::{TrainOptions, train};
+use specx_trainer::acceptance::config::TrainConfig;
+use specx_trainer::acceptance::train::{TrainOptions, train};
 use std::path::Path;
 
 /// A datagen run of the tiny config on `split` into `out` (6 prompts).
@@ -28,7 +28,7 @@ fn datagen_with(
 
 #[test]
 fn trains_on_the_first_shards_of_a_growing_run() {
-    use specx_trainer::data::LabelledSet;
+    use specx_trainer::acceptance::data::LabelledSet;
     let tmp = tempfile::tempdir().unwrap();
     let (draft, target) = write_tiny_char_pair(&tmp.path().join("pair"), 7, 0.35).unwrap();
     let dir = tmp.path().join("train");

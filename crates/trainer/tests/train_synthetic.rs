@@ -4,9 +4,9 @@
 use specx_decoder::default_device;
 use specx_decoder::speculative::AcceptanceHead;
 use specx_run::seed::SplitMix64;
-use specx_trainer::config::TrainConfig;
-use specx_trainer::data::LabelledSet;
-use specx_trainer::train::{TrainOptions, predict, train_on};
+use specx_trainer::acceptance::config::TrainConfig;
+use specx_trainer::acceptance::data::LabelledSet;
+use specx_trainer::acceptance::train::{TrainOptions, predict, train_on};
 use std::path::Path;
 
 const HIDDEN: usize = 16;
@@ -79,7 +79,7 @@ fn learns_a_known_rule_resumes_and_matches_the_decoder() {
     let partial = train_on(&cfg, &train, &dev, &TrainOptions { max_epochs_this_run: Some(2), ..opts.clone() }).unwrap();
     assert_eq!(partial.epochs_done, 2);
     let resumed = train_on(&cfg, &train, &dev, &opts).unwrap();
-    let kls = |s: &specx_trainer::train::TrainState| {
+    let kls = |s: &specx_trainer::acceptance::train::TrainState| {
         s.history.iter().map(|r| (r.train.binary_kl, r.dev.binary_kl, r.steps)).collect::<Vec<_>>()
     };
     assert_eq!(kls(&resumed), kls(&state));
@@ -160,7 +160,7 @@ fn training_on_the_device_follows_the_cpu_run() {
         gpu.history.len()
     );
     for (a, b) in cpu.history.iter().zip(&gpu.history) {
-        let auroc = |m: &specx_trainer::metrics::Metrics| m.auroc.unwrap_or(f64::NAN);
+        let auroc = |m: &specx_trainer::acceptance::metrics::Metrics| m.auroc.unwrap_or(f64::NAN);
         for (what, x, y) in [
             ("dev KL", a.dev.binary_kl, b.dev.binary_kl),
             ("dev AUROC", auroc(&a.dev), auroc(&b.dev)),

@@ -7,7 +7,7 @@ use super::DraftCostReport;
 use anyhow::{Result, anyhow, ensure};
 use plotters::prelude::*;
 use specx_decoder::DraftTransform;
-use specx_decoder::draft::frequencies::TokenFrequencies;
+use specx_decoder::cheap_draft::frequencies::TokenFrequencies;
 use specx_eval::common::plot::{colour, range, render_png};
 use specx_eval::common::results::UnitFile;
 use specx_eval::common::stats::GroupStats;
@@ -99,7 +99,7 @@ fn coverage(ar: &BTreeMap<String, Vec<Vec<u32>>>, groups: &Groups) -> Result<Str
     if drafts.is_empty() || ar.is_empty() {
         return Ok(String::new());
     }
-    let table = TokenFrequencies::read(&specx_decoder::draft::default_table_path())?;
+    let table = TokenFrequencies::read(&specx_decoder::cheap_draft::default_table_path())?;
     let mut rows = Vec::new();
     for (label, t) in &drafts {
         let n = t.vocab.expect("a subset");

@@ -22,7 +22,7 @@ pub trait Drafter {
 
     /// Where a drafter that reads the target's hidden states wants the target's forwards to
     /// record them (a feature-level head); `None` for the others.
-    fn feature_tap(&self) -> Option<super::feature_tap::FeatureTap> {
+    fn feature_tap(&self) -> Option<super::feature_draft::tap::FeatureTap> {
         None
     }
 }

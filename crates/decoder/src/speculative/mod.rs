@@ -24,13 +24,11 @@
 //! DSI, of the speculative chain); a round first feeds whatever tokens its cache lacks, and
 //! after verification both caches are cut back to the positions whose tokens were committed.
 
+mod acceptance_head;
 mod candidate;
 mod drafter;
-mod feature_drafter;
-mod feature_head;
-pub mod feature_tap;
-mod fuzzy;
-mod head;
+mod easyspec;
+pub mod feature_draft;
 mod hybrid;
 mod lookup;
 mod metrics;
@@ -40,14 +38,14 @@ pub mod scheduler;
 pub(crate) mod scorer;
 mod verifier;
 
+pub use acceptance_head::{AcceptanceHead, HeadSpec};
 pub use candidate::Candidate;
 pub use drafter::{Drafter, PlainDrafter};
-pub use feature_drafter::{FeatureDraft, FeatureHeadDrafter};
-pub use feature_head::{
+pub use easyspec::{Calibration, Compat, FuzzyDrafter};
+pub use feature_draft::{
     FEATURE_HEAD_DIM, FeatureHead, FeatureHeadCache, FeatureHeadSpec, causal_mask_after, packed_causal_mask,
 };
-pub use fuzzy::{Calibration, Compat, FuzzyDrafter};
-pub use head::{AcceptanceHead, HeadSpec};
+pub use feature_draft::{FeatureDraft, FeatureHeadDrafter};
 pub use hybrid::HybridDrafter;
 pub use lookup::PromptLookupDrafter;
 pub use metrics::RequestMetrics;

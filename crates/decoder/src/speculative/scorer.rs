@@ -2,7 +2,7 @@
 //! one; each DSI worker owns one): a KV cache over the tokens it has scored, of which the
 //! longest common prefix with the next request is kept, and one forward over the rest.
 
-use super::feature_tap::{FeatureTap, prefix_hashes};
+use super::feature_draft::tap::{FeatureTap, prefix_hashes};
 use crate::cache::KvCache;
 use crate::model::Transformer;
 use anyhow::{Result, ensure};

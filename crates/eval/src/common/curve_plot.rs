@@ -4,7 +4,7 @@
 use super::plot::{range, render_png};
 use anyhow::{Context, Result, anyhow};
 use plotters::prelude::*;
-use specx_trainer::feature_train::FeatureTrainState;
+use specx_trainer::feature::train::FeatureTrainState;
 use std::path::{Path, PathBuf};
 
 /// Draws `dir/curve.png` from `dir/curve.json`; returns its path.

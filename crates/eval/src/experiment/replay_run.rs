@@ -191,7 +191,11 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     let mut head_map = Heads::new();
     for dir in grid.methods.head_dirs() {
         let (head, transform) = load_head(&dir.to_string_lossy(), &draft, &device)?;
-        specx_decoder::draft::check_same_transform(&format!("head {}", dir.display()), transform.as_deref(), "none")?;
+        specx_decoder::cheap_draft::check_same_transform(
+            &format!("head {}", dir.display()),
+            transform.as_deref(),
+            "none",
+        )?;
         head_map.insert(head_name(dir), head);
     }
     // The trace's head list and each name's index in it.

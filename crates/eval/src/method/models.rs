@@ -9,7 +9,7 @@ use super::policy::Heads;
 use super::spec::{DrafterSpec, Setting};
 use anyhow::{Context, Result, bail, ensure};
 use specx_decoder::DraftTransform;
-use specx_decoder::draft::check_same_transform;
+use specx_decoder::cheap_draft::check_same_transform;
 use specx_decoder::fsutil::short_hash;
 use specx_decoder::loader::model_cache_dir;
 use specx_decoder::speculative::{AcceptanceHead, FeatureDraft};

@@ -23,7 +23,7 @@ use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 use specx_decoder::Transformer;
 use specx_decoder::fsutil::write_atomic;
-use specx_trainer::metrics::auroc;
+use specx_trainer::acceptance::metrics::auroc;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;

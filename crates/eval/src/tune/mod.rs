@@ -473,7 +473,11 @@ pub fn tune(cfg: &TuneConfig, tuning_only: bool) -> Result<Vec<SetResult>> {
     let mut head_map = Heads::new();
     for dir in cfg.methods.head_dirs() {
         let (head, transform) = load_head(&dir.to_string_lossy(), &draft, &device)?;
-        specx_decoder::draft::check_same_transform(&format!("head {}", dir.display()), transform.as_deref(), "none")?;
+        specx_decoder::cheap_draft::check_same_transform(
+            &format!("head {}", dir.display()),
+            transform.as_deref(),
+            "none",
+        )?;
         head_map.insert(head_name(dir), head);
     }
     let heads: Vec<AcceptanceHead> = head_map.values().cloned().collect();

@@ -20,7 +20,7 @@ use specx_eval::common::run_rows::{Row, groups, move_head_families, read_rows};
 use specx_eval::common::timing::{Fit, PAPER_TIMES};
 use specx_run::config::read_toml;
 use specx_run::paths::resolve_path;
-use specx_trainer::train::TrainState;
+use specx_trainer::acceptance::train::TrainState;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

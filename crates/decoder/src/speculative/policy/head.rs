@@ -1,7 +1,7 @@
 //! SpecDec++'s stop rule (Algorithm 1) over an acceptance head's predictions.
 
 use super::{Decision, DraftStats, DraftStep, HiddenState, StopPolicy, stop_if};
-use crate::speculative::head::AcceptanceHead;
+use crate::speculative::acceptance_head::AcceptanceHead;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 

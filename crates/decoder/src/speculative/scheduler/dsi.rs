@@ -18,7 +18,7 @@
 use crate::model::Transformer;
 use crate::speculative::candidate::Candidate;
 use crate::speculative::drafter::Drafter;
-use crate::speculative::feature_tap::FeatureTap;
+use crate::speculative::feature_draft::tap::FeatureTap;
 use crate::speculative::metrics::RequestMetrics;
 use crate::speculative::policy::{RoundOutcome, StopPolicy};
 use crate::speculative::round::{Committed, Generation, SpecConfig};

@@ -9,10 +9,10 @@
 //! - `last/epoch-N/` (head, `optimizer.bpk`) and `last/state.json` pointing at it, written
 //!   after each epoch; an interrupted run resumes from the last finished epoch.
 
-use crate::config::TrainConfig;
-use crate::data::{LabelledSet, load_sets};
-use crate::loss::weighted_bce;
-use crate::metrics::{Metrics, evaluate};
+use crate::acceptance::config::TrainConfig;
+use crate::acceptance::data::{LabelledSet, load_sets};
+use crate::acceptance::loss::weighted_bce;
+use crate::acceptance::metrics::{Metrics, evaluate};
 use crate::schedule::warmup_cosine;
 use anyhow::{Context, Result, bail};
 use burn::module::Module;

@@ -16,14 +16,14 @@
 //! (zero elsewhere), warped as the target's, and each candidate is drawn from it: lossless by
 //! rejection sampling, like every drafter.
 
-use super::candidate::Candidate;
-use super::drafter::{Drafter, Pick, ask_policy, draw_candidate};
-use super::feature_head::{FEATURE_HEAD_DIM, FeatureHead, FeatureHeadCache, FeatureHeadSpec, causal_mask_after};
-use super::feature_tap::{FeatureTap, prefix_hashes};
-use super::round::DraftRound;
-use super::scorer::common_prefix_len;
+use super::network::{FEATURE_HEAD_DIM, FeatureHead, FeatureHeadCache, FeatureHeadSpec, causal_mask_after};
+use super::tap::{FeatureTap, prefix_hashes};
 use crate::fsutil::short_hash;
 use crate::model::Transformer;
+use crate::speculative::candidate::Candidate;
+use crate::speculative::drafter::{Drafter, Pick, ask_policy, draw_candidate};
+use crate::speculative::round::DraftRound;
+use crate::speculative::scorer::common_prefix_len;
 use anyhow::{Context, Result, ensure};
 use burn::tensor::{Tensor, TensorData};
 use std::path::Path;

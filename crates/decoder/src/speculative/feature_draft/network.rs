@@ -47,7 +47,7 @@ pub struct FeatureHeadSpec {
     /// sha256 of the target model file whose features the head reads and whose head it shares.
     pub target_model_sha256: String,
     /// The vocabulary subset the head scores: the `size` most frequent tokens of the frequency
-    /// table with this sha256 ([`crate::draft::frequencies::TokenFrequencies::top`]).
+    /// table with this sha256 ([`crate::cheap_draft::frequencies::TokenFrequencies::top`]).
     pub vocab_size: usize,
     pub vocab_table_sha256: String,
     /// The training configuration and results, recorded as given.

@@ -1,7 +1,7 @@
 //! The training config (TOML; unknown keys are errors; relative paths are relative to the
 //! config file).
 
-use crate::loss::LossWeights;
+use crate::acceptance::loss::LossWeights;
 use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 use specx_run::config::read_toml;

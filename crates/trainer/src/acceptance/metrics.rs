@@ -2,7 +2,7 @@
 //! binary KL divergence of SpecDec++ Table 3, AUROC of "label > 0.5", and calibration (ECE and
 //! its reliability table). All on the host in f64, from logits.
 
-use crate::loss::{LossWeights, softplus, weighted_bce_host};
+use crate::acceptance::loss::{LossWeights, softplus, weighted_bce_host};
 use serde::{Deserialize, Serialize};
 
 /// Calibration bins (equal width in predicted probability).

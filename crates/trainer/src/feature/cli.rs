@@ -1,7 +1,7 @@
 //! Command-line arguments of `specx train-feature-head`.
 
-use crate::feature_config::FeatureHeadConfig;
-use crate::feature_train::{FeatureTrainOptions, curve_table, train_feature_head};
+use crate::feature::config::FeatureHeadConfig;
+use crate::feature::train::{FeatureTrainOptions, curve_table, train_feature_head};
 use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;

@@ -14,8 +14,8 @@
 //! point) and `last/` (f32 head, optimiser, `state.json`): an interrupted run resumes from the
 //! last curve point.
 
-use crate::feature_config::FeatureHeadConfig;
-use crate::feature_data::{FeatureSet, FeatureTarget, load_feature_set};
+use crate::feature::config::FeatureHeadConfig;
+use crate::feature::data::{FeatureSet, FeatureTarget, load_feature_set};
 use crate::schedule::warmup_cosine;
 use anyhow::{Context, Result, bail, ensure};
 use burn::module::Module;
@@ -24,7 +24,7 @@ use burn::tensor::activation::{log_softmax, softmax};
 use burn::tensor::{Tensor, TensorData};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
-use specx_decoder::draft::frequencies::TokenFrequencies;
+use specx_decoder::cheap_draft::frequencies::TokenFrequencies;
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::speculative::{FeatureHead, FeatureHeadSpec, packed_causal_mask};
 use specx_decoder::{Device, Transformer};

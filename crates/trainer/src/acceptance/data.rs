@@ -248,7 +248,7 @@ fn load_draft_if_needed(
     let sha = model.weights_sha256()?;
     let transform = &m.config.models.draft_transform;
     if !transform.is_identity() {
-        specx_decoder::draft::check_same_transform(
+        specx_decoder::cheap_draft::check_same_transform(
             &format!("{}", dir.display()),
             Some(&m.draft.transform),
             &transform.identity()?,
@@ -259,7 +259,7 @@ fn load_draft_if_needed(
 }
 
 /// Loads the train and dev runs of a config and checks that they fit together.
-pub fn load_sets(cfg: &crate::config::TrainConfig) -> Result<(LabelledSet, LabelledSet)> {
+pub fn load_sets(cfg: &crate::acceptance::config::TrainConfig) -> Result<(LabelledSet, LabelledSet)> {
     let stats = cfg.head.draft_stats;
     let train = LabelledSet::load_prompts_with(&cfg.data.train, cfg.data.train_prompts, stats)?;
     let dev = LabelledSet::load_prompts_with(&cfg.data.dev, None, stats)?;
@@ -281,7 +281,7 @@ pub fn check_compatible(train: &LabelledSet, dev: &LabelledSet) -> Result<()> {
             short_hash(&dev.draft_sha256)
         );
     }
-    specx_decoder::draft::check_same_transform(
+    specx_decoder::cheap_draft::check_same_transform(
         &format!("{} (dev rows of {})", dev.dir.display(), train.dir.display()),
         Some(&dev.draft_transform),
         &train.draft_transform,

@@ -3,7 +3,7 @@
 //! (f16) under `~/.cache/specx/features/`, keyed by the target's weights and the shard's token
 //! table, so a cache is never stale.
 
-use crate::data::{data_sha256, prompt_shards};
+use crate::acceptance::data::{data_sha256, prompt_shards};
 use anyhow::{Context, Result, bail};
 use half::f16;
 use indicatif::{ProgressBar, ProgressStyle};

@@ -1,9 +1,9 @@
 //! Command-line arguments of `specx train` and the sweep over the paper's grid.
 
-use crate::config::TrainConfig;
-use crate::data::{LabelledSet, check_compatible, draft_probability_rows};
-use crate::metrics::evaluate;
-use crate::train::{TrainOptions, TrainState, train_on};
+use crate::acceptance::config::TrainConfig;
+use crate::acceptance::data::{LabelledSet, check_compatible, draft_probability_rows};
+use crate::acceptance::metrics::evaluate;
+use crate::acceptance::train::{TrainOptions, TrainState, train_on};
 use anyhow::{Context, Result};
 use clap::Args;
 use specx_decoder::fsutil::write_atomic;
@@ -98,7 +98,7 @@ fn row(p: &Point, train_rows: usize, s: &TrainState, seconds: f64) -> Vec<String
 }
 
 /// The reliability bins of `m` as a table.
-pub fn reliability_table(m: &crate::metrics::Metrics) -> String {
+pub fn reliability_table(m: &crate::acceptance::metrics::Metrics) -> String {
     let rows: Vec<Vec<String>> = m
         .reliability
         .iter()
