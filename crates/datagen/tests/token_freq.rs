@@ -41,3 +41,31 @@ fn the_shipped_frequency_table_is_rebuilt_byte_for_byte() {
     let e = format!("{:#}", run(&TokenFreqArgs { gsm8k: Some(shared.join("gsm8k/test.jsonl")), ..args }).unwrap_err());
     assert!(e.contains("test.jsonl") && e.contains("training text only"), "{e}");
 }
+
+/// GSM8K's test file is refused by its name; a training file under a directory that says
+/// "tests" is counted.
+#[test]
+fn a_test_set_is_refused_by_its_file_name_not_by_its_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let tokenizer = specx_decoder::loader::model_cache_dir().join("qwen2.5-coder-0.5b-instruct/tokenizer.json");
+    let gsm8k = |name: &str| {
+        let p = dir.join(name);
+        std::fs::copy(root().join("../shared/datasets/gsm8k/train.jsonl"), &p).unwrap();
+        TokenFreqArgs {
+            out: tmp.path().join(format!("{name}.tsv")),
+            tokenizer: Some(tokenizer.clone()),
+            alpaca: Some("none".into()),
+            gsm8k: Some(p),
+            code: None,
+            datagen: None,
+            datagen_shards: None,
+            no_progress: true,
+        }
+    };
+    let e = format!("{:#}", run(&gsm8k("test.jsonl")).unwrap_err());
+    assert!(e.contains("looks like a test set"), "{e}");
+    run(&gsm8k("train.jsonl")).unwrap();
+    assert!(tmp.path().join("train.jsonl.tsv").is_file());
+}
