@@ -25,3 +25,25 @@ chat_template = "none"
         alpaca().display()
     )
 }
+
+/// The small eval config the end-to-end tests start from: two seeds, 3 Alpaca test prompts,
+/// greedy and sampled at temperature 1, 12 new tokens, the methods `methods` lists (the lines
+/// of a `[methods]` table), results in `out`.
+pub fn small_eval(draft: &Path, target: &Path, methods: &str) -> String {
+    format!(
+        r#"seeds = [0, 1]
+{}{}[[sampling]]
+name = "greedy"
+[[sampling]]
+name = "t1"
+temperature = 1.0
+[budget]
+max_new_tokens = 12
+[methods]
+{methods}[output]
+dir = "out"
+"#,
+        models(draft, target),
+        alpaca_prompts("test", 3, 5)
+    )
+}

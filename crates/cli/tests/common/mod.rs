@@ -76,23 +76,10 @@ pub fn datagen_files(dir: &Path) -> BTreeMap<String, String> {
 /// An eval config over 3 Alpaca prompts, greedy and sampled, a few methods.
 pub fn eval_config(t: &Tiny) -> PathBuf {
     let path = t.root.join("eval.toml");
-    let text = format!(
-        r#"seeds = [0, 1]
-{}{}[[sampling]]
-name = "greedy"
-[[sampling]]
-name = "t1"
-temperature = 1.0
-[budget]
-max_new_tokens = 12
-[methods]
-specdec = {{ k = [1, 3] }}
-confidence = {{ thresholds = [0.3] }}
-[output]
-dir = "out"
-"#,
-        specx_testkit::config::models(&t.draft, &t.target),
-        specx_testkit::config::alpaca_prompts("test", 3, 5)
+    let text = specx_testkit::config::small_eval(
+        &t.draft,
+        &t.target,
+        "specdec = { k = [1, 3] }\nconfidence = { thresholds = [0.3] }\n",
     );
     std::fs::write(&path, text).unwrap();
     path

@@ -4,7 +4,7 @@
 
 use super::config::OutputConfig;
 use super::drafter_replay::replay_with_drafter;
-use super::grid::{expand, head_name};
+use super::grid::expand;
 use super::manifest::EvalManifest;
 use super::methods::MethodsConfig;
 use super::replay::{ReplayCosts, ReplayPolicy};
@@ -15,8 +15,9 @@ use crate::method::drafter::Feature;
 use crate::method::drafter::FeatureHeads;
 use crate::method::family::DEFAULT_HEAD;
 use crate::method::models::default_feature_head_dir;
+use crate::method::models::load_heads_for_draft_as_loaded;
 use crate::method::policy::head::check_head_dirs;
-use crate::method::{DrafterSpec, Heads, MethodSpec, SchedulerSpec, Setting, load_head};
+use crate::method::{DrafterSpec, MethodSpec, SchedulerSpec, Setting};
 use anyhow::{Context, Result, bail, ensure};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -188,16 +189,7 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
             s.draft.label()
         );
     }
-    let mut head_map = Heads::new();
-    for dir in grid.methods.head_dirs() {
-        let (head, transform) = load_head(&dir.to_string_lossy(), &draft, &device)?;
-        specx_decoder::cheap_draft::check_same_transform(
-            &format!("head {}", dir.display()),
-            transform.as_deref(),
-            "none",
-        )?;
-        head_map.insert(head_name(dir), head);
-    }
+    let head_map = load_heads_for_draft_as_loaded(grid.methods.head_dirs(), &draft, &device)?;
     // The trace's head list and each name's index in it.
     let heads: Vec<specx_decoder::speculative::AcceptanceHead> = head_map.values().cloned().collect();
     let head_index: HashMap<String, usize> = head_map.keys().enumerate().map(|(i, name)| (name.clone(), i)).collect();

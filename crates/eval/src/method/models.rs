@@ -4,7 +4,7 @@
 
 use super::build::RunModels;
 use super::drafter::FeatureHeads;
-use super::family::DEFAULT_HEAD;
+use super::family::{DEFAULT_HEAD, head_name};
 use super::policy::Heads;
 use super::spec::{DrafterSpec, Setting};
 use anyhow::{Context, Result, bail, ensure};
@@ -215,6 +215,22 @@ pub fn default_head_dir() -> PathBuf {
 /// 1.5B target; its `feature-head.json` records the data, config and learning curve).
 pub fn default_feature_head_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../checkpoints/feature-head")
+}
+
+/// The heads in `dirs`, by name, for `draft` as loaded: what replays of its traces read (a
+/// head made for a cheaper draft is refused, naming both).
+pub fn load_heads_for_draft_as_loaded<'a>(
+    dirs: impl IntoIterator<Item = &'a PathBuf>,
+    draft: &LoadedModel,
+    device: &Device,
+) -> Result<Heads> {
+    let mut heads = Heads::new();
+    for dir in dirs {
+        let (head, transform) = load_head(&dir.to_string_lossy(), draft, device)?;
+        check_same_transform(&format!("head {}", dir.display()), transform.as_deref(), "none")?;
+        heads.insert(head_name(dir), head);
+    }
+    Ok(heads)
 }
 
 /// Loads an acceptance head: a checkpoint directory, [`DEFAULT_HEAD`], or `random[:SEED]` for

@@ -21,11 +21,12 @@ pub mod search;
 
 use crate::common::costs::Costs;
 use crate::common::results::UnitFile;
-use crate::experiment::grid::{expand, head_name};
+use crate::experiment::grid::expand;
 use crate::experiment::replay::{ReplayCosts, ReplayPolicy};
 use crate::experiment::target_stats::cached_target_stats;
 use crate::experiment::trace_builder::{TraceBuilder, TraceInput, TraceSet};
-use crate::method::{Heads, MethodSpec, PolicySpec, load_head};
+use crate::method::models::load_heads_for_draft_as_loaded;
+use crate::method::{MethodSpec, PolicySpec};
 use anyhow::{Context, Result, bail, ensure};
 use bootstrap::{UnitCounts, throughput};
 use config::TuneConfig;
@@ -470,16 +471,7 @@ pub fn tune(cfg: &TuneConfig, tuning_only: bool) -> Result<Vec<SetResult>> {
     let Runs { manifest: mt, tuning, test, datasets } = runs;
     let m = &mt.config.models;
     let device = device_from_name(&m.device)?;
-    let mut head_map = Heads::new();
-    for dir in cfg.methods.head_dirs() {
-        let (head, transform) = load_head(&dir.to_string_lossy(), &draft, &device)?;
-        specx_decoder::cheap_draft::check_same_transform(
-            &format!("head {}", dir.display()),
-            transform.as_deref(),
-            "none",
-        )?;
-        head_map.insert(head_name(dir), head);
-    }
+    let head_map = load_heads_for_draft_as_loaded(cfg.methods.head_dirs(), &draft, &device)?;
     let heads: Vec<AcceptanceHead> = head_map.values().cloned().collect();
     let head_index: HashMap<String, usize> = head_map.keys().enumerate().map(|(i, n)| (n.clone(), i)).collect();
     let target = match cfg.calibrated.as_ref().is_some_and(|f| f.target) {

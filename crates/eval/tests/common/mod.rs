@@ -24,26 +24,8 @@ pub struct Setup {
 pub fn setup() -> Setup {
     let pair = TinyPair::new();
     let head = pair.random_head("head-a", 3);
-    let config = format!(
-        r#"
-seeds = [0, 1]
-{models}{prompts}[[sampling]]
-name = "greedy"
-[[sampling]]
-name = "t1"
-temperature = 1.0
-[budget]
-max_new_tokens = 12
-[methods]
-specdec = {{ k = [1, 3] }}
-specdecpp = {{ heads = ["head-a"], thresholds = [0.3, 0.8], bounds = [[2, 8], [1, 4]] }}
-confidence = {{ thresholds = [0.3] }}
-[output]
-dir = "out"
-"#,
-        models = config::models(&pair.draft, &pair.target),
-        prompts = config::alpaca_prompts("test", 3, 5),
-    );
+    let methods = "specdec = { k = [1, 3] }\nspecdecpp = { heads = [\"head-a\"], thresholds = [0.3, 0.8], bounds = [[2, 8], [1, 4]] }\nconfidence = { thresholds = [0.3] }\n";
+    let config = config::small_eval(&pair.draft, &pair.target, methods);
     let (root, draft, target) = (pair.root.clone(), pair.draft.clone(), pair.target.clone());
     Setup { _pair: pair, root, draft, target, head, config }
 }
