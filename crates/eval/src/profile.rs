@@ -4,6 +4,7 @@
 //! one row, prefill time (TTFT) and time per output token (TPOT, DSI appendix F.1).
 //! Medians over repetitions; everything is written to JSON and printed as tables.
 
+use crate::common::plot::draw_legend;
 use crate::method::models::PairArgs;
 use crate::report::markdown_table;
 use anyhow::{Result, anyhow, ensure};
@@ -250,13 +251,7 @@ fn plot(p: &Profile, path: &std::path::Path) -> Result<()> {
                     .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], col.stroke_width(2)));
             }
         }
-        chart
-            .configure_series_labels()
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.85))
-            .label_font(("sans-serif", 14))
-            .draw()
-            .map_err(e)?;
+        draw_legend(&mut chart, None, 0.85, 14)?;
         Ok(())
     })
 }

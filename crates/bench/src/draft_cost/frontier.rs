@@ -8,6 +8,7 @@ use anyhow::{Result, anyhow, ensure};
 use plotters::prelude::*;
 use specx_decoder::DraftTransform;
 use specx_decoder::cheap_draft::frequencies::TokenFrequencies;
+use specx_eval::common::plot::draw_legend;
 use specx_eval::common::plot::{colour, range, render_png};
 use specx_eval::common::results::UnitFile;
 use specx_eval::common::stats::GroupStats;
@@ -161,13 +162,7 @@ fn draw(groups: &Groups, report: &DraftCostReport, path: &Path) -> Result<()> {
                 .draw_series(pts.iter().map(|p| Text::new(format!(" {}", p.2), (p.0, p.1), ("sans-serif", 13))))
                 .map_err(e)?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 14))
-            .draw()
-            .map_err(e)?;
+        draw_legend(&mut chart, None, 0.8, 14)?;
         Ok(())
     })
 }

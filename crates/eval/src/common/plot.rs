@@ -18,6 +18,27 @@ fn register_font() {
     });
 }
 
+/// A chart's legend as every figure draws it: a black border around a white box `opacity`
+/// opaque, labels in `font`-point sans-serif, at `position` (plotters' default place when
+/// `None`).
+pub fn draw_legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: Option<SeriesLabelPosition>,
+    opacity: f64,
+    font: u32,
+) -> Result<()> {
+    let mut legend = chart.configure_series_labels();
+    if let Some(p) = position {
+        legend.position(p);
+    }
+    legend
+        .border_style(BLACK)
+        .background_style(WHITE.mix(opacity))
+        .label_font(("sans-serif", font))
+        .draw()
+        .map_err(|e| anyhow!("{e}"))
+}
+
 /// Colour of a method family (the same in every plot).
 pub fn colour(family: &str) -> RGBColor {
     match family {

@@ -3,6 +3,7 @@
 //! cell labelled with its value, measured model pairs marked.
 
 use super::grid::{Mark, Point, SiMode, Speedups};
+use crate::common::plot::draw_legend;
 use crate::common::plot::render_png_sized;
 use anyhow::{Result, anyhow};
 use plotters::prelude::*;
@@ -209,14 +210,7 @@ pub fn timeline_figure(path: &Path, title: &str, run: &super::online::SimRun) ->
                 .label(name)
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled()));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.9))
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(e)?;
+        draw_legend(&mut chart, Some(SeriesLabelPosition::UpperLeft), 0.9, 13)?;
         Ok(())
     })
 }
@@ -294,13 +288,7 @@ pub fn online_speedup_figure(path: &Path, title: &str, cells: &[super::cell::Cel
                     .label("SI")
                     .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.stroke_width(2)));
             }
-            chart
-                .configure_series_labels()
-                .border_style(BLACK)
-                .background_style(WHITE.mix(0.85))
-                .label_font(("sans-serif", 13))
-                .draw()
-                .map_err(e)?;
+            draw_legend(&mut chart, None, 0.85, 13)?;
         }
         Ok(())
     })

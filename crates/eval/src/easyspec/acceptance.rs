@@ -5,6 +5,7 @@
 //! accepted / verified up to and including each first rejection, is given beside it); the drop
 //! is relative to LP 1 with the same K.
 
+use crate::common::plot::draw_legend;
 use crate::common::plot::render_png_sized;
 use crate::common::results::ResultsTable;
 use anyhow::{Context, Result, anyhow, ensure};
@@ -194,14 +195,7 @@ fn figure(path: &Path, title: &str, points: &[&Point]) -> Result<()> {
                     .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2)));
                 chart.draw_series(line.iter().map(|&(x, y)| Circle::new((x, y), 4, colour.filled()))).map_err(e)?;
             }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::LowerLeft)
-                .border_style(BLACK)
-                .background_style(WHITE.mix(0.85))
-                .label_font(("sans-serif", 14))
-                .draw()
-                .map_err(e)?;
+            draw_legend(&mut chart, Some(SeriesLabelPosition::LowerLeft), 0.85, 14)?;
         }
         Ok(())
     })

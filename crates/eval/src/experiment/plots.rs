@@ -3,6 +3,7 @@
 //! hollow), speedup against K and against the threshold, and the distribution of accepted
 //! lengths per method family.
 
+use crate::common::plot::draw_legend;
 use crate::common::plot::{SIZE, colour, frontier, range, render_png, safe};
 use crate::common::results::ResultRow;
 use crate::common::stats::{GroupStats, grouped, mean_sd};
@@ -86,13 +87,7 @@ fn frontier_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, titl
                 .map_err(e)?;
         }
     }
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.85))
-        .label_font(("sans-serif", 15))
-        .draw()
-        .map_err(e)?;
+    draw_legend(&mut chart, None, 0.85, 15)?;
     Ok(())
 }
 
@@ -145,12 +140,7 @@ fn speedup_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, title
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
         c1.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled()))).map_err(e)?;
     }
-    c1.configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.85))
-        .label_font(("sans-serif", 13))
-        .draw()
-        .map_err(e)?;
+    draw_legend(&mut c1, None, 0.85, 13)?;
     let mut c2 = ChartBuilder::on(&right)
         .margin(14)
         .x_label_area_size(44)
@@ -169,12 +159,7 @@ fn speedup_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, title
         c2.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled()))).map_err(e)?;
     }
     if any_threshold {
-        c2.configure_series_labels()
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.85))
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(e)?;
+        draw_legend(&mut c2, None, 0.85, 13)?;
     }
     Ok(())
 }
@@ -241,12 +226,6 @@ fn accepted_plot(
             .label(*family)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
     }
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.85))
-        .label_font(("sans-serif", 15))
-        .draw()
-        .map_err(e)?;
+    draw_legend(&mut chart, None, 0.85, 15)?;
     Ok(())
 }

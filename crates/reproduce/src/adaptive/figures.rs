@@ -4,6 +4,7 @@
 use super::family_order;
 use anyhow::{Result, anyhow};
 use plotters::prelude::*;
+use specx_eval::common::plot::draw_legend;
 use specx_eval::common::plot::{colour, frontier, rate_chart, render_png};
 use specx_eval::common::run_rows::Group;
 use std::collections::BTreeMap;
@@ -29,13 +30,7 @@ pub fn frontier_all(path: &Path, title: &str, groups: &BTreeMap<String, Group>) 
                 chart.draw_series(LineSeries::new(frontier(pts), c.stroke_width(2))).map_err(e)?;
             }
         }
-        chart
-            .configure_series_labels()
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.85))
-            .label_font(("sans-serif", 15))
-            .draw()
-            .map_err(e)?;
+        draw_legend(&mut chart, None, 0.85, 15)?;
         Ok(())
     })
 }

@@ -4,6 +4,7 @@
 use super::analysis::{HeadPoint, Times};
 use anyhow::{Result, anyhow};
 use plotters::prelude::*;
+use specx_eval::common::plot::draw_legend;
 use specx_eval::common::plot::{colour, frontier, range, rate_chart, render_png};
 use specx_eval::common::run_rows::Group;
 use std::collections::BTreeMap;
@@ -54,13 +55,7 @@ pub fn frontier_figure(path: &Path, title: &str, groups: &BTreeMap<String, Group
                     .map_err(e)?;
             }
         }
-        chart
-            .configure_series_labels()
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.85))
-            .label_font(("sans-serif", 15))
-            .draw()
-            .map_err(e)?;
+        draw_legend(&mut chart, None, 0.85, 15)?;
         Ok(())
     })
 }
@@ -128,13 +123,7 @@ pub fn threshold_figure(
                     .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
             }
         }
-        chart
-            .configure_series_labels()
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.85))
-            .label_font(("sans-serif", 14))
-            .draw()
-            .map_err(e)?;
+        draw_legend(&mut chart, None, 0.85, 14)?;
         Ok(())
     })
 }
@@ -183,14 +172,7 @@ pub fn oracle_gap_figure(path: &Path, title: &str, bars: &[(String, [f64; 4])]) 
                 .label(label)
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.85))
-            .label_font(("sans-serif", 15))
-            .draw()
-            .map_err(e)?;
+        draw_legend(&mut chart, Some(SeriesLabelPosition::UpperLeft), 0.85, 15)?;
         Ok(())
     })
 }
@@ -273,14 +255,7 @@ pub fn scaling_figure(path: &Path, title: &str, points: &[(HeadPoint, BTreeMap<S
                 }
             }
             if lines.iter().any(|l| !l.0.is_empty()) {
-                chart
-                    .configure_series_labels()
-                    .position(SeriesLabelPosition::LowerRight)
-                    .border_style(BLACK)
-                    .background_style(WHITE.mix(0.85))
-                    .label_font(("sans-serif", 13))
-                    .draw()
-                    .map_err(e)?;
+                draw_legend(&mut chart, Some(SeriesLabelPosition::LowerRight), 0.85, 13)?;
             }
         }
         Ok(())
