@@ -90,7 +90,7 @@ impl MethodGrid {
         ensure!(
             !policies.is_empty(),
             "[[methods.grid]] lists no policy: give policies.{}",
-            crate::method::policy::either(&PolicyAxis::tables())
+            crate::method::family::either(&PolicyAxis::tables())
         );
         let mut out = Vec::new();
         for drafter in self.drafters.expand() {

@@ -224,7 +224,7 @@ impl MethodsConfig {
 
 fn check_bounds(bounds: &[[usize; 2]], what: &str) -> Result<()> {
     for &[lo, hi] in bounds {
-        ensure!(lo >= 1 && lo <= hi, "[methods.{what}] bounds [{lo}, {hi}]: need 1 <= min <= max");
+        crate::method::policy::check_bounds(lo, hi).map_err(|e| anyhow::anyhow!("[methods.{what}] {e}"))?;
     }
     Ok(())
 }

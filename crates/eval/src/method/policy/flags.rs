@@ -155,13 +155,13 @@ impl PolicyFlags {
         Ok(())
     }
 
-    /// `from_flags(self)`, checked to read only the flags in `declared`.
-    pub(super) fn reading<T: PolicyFamily>(&self, declared: &[Flag], from_flags: fn(&Self) -> Result<T>) -> Result<T> {
+    /// `T::from_flags(self)`, checked to read only the flags `T` declares.
+    pub(super) fn reading<T: PolicyFamily>(&self) -> Result<T> {
         self.read.set(0);
-        let out = from_flags(self);
+        let out = T::from_flags(self);
         let undeclared: Vec<&str> = Flag::ALL
             .into_iter()
-            .filter(|f| self.read.get() & f.bit() != 0 && !declared.contains(f))
+            .filter(|f| self.read.get() & f.bit() != 0 && !T::FLAGS.contains(f))
             .map(Flag::name)
             .collect();
         assert!(undeclared.is_empty(), "{} reads {undeclared:?} without declaring them in FLAGS", T::NAME);

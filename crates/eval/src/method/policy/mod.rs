@@ -13,7 +13,7 @@ pub mod shipped;
 pub use flags::{Flag, PolicyFlags};
 
 use super::family::check_lists;
-pub use super::family::{either, product};
+pub use super::family::product;
 use anyhow::{Result, ensure};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -64,8 +64,6 @@ pub trait PolicyFamily: Sized + Clone + Debug + PartialEq + Serialize + Deserial
     const NAME: &'static str;
     /// `--policy NAME`'s line in `specx decode --help`.
     const HELP: &'static str;
-    /// Whether a real run can use it (the oracle exists only in replays).
-    const RUNNABLE: bool = true;
     /// What it reads of a round.
     const READS: Reads;
     /// The `specx decode` policy flags it takes; any other given is an error.

@@ -15,7 +15,6 @@ const REPLAY_ONLY: &str = "the oracle needs the AR output in advance: it can onl
 impl PolicyFamily for Oracle {
     const NAME: &'static str = "oracle";
     const HELP: &'static str = "SpecDec++'s oracle: replays of greedy runs only";
-    const RUNNABLE: bool = false;
     const READS: Reads = Reads::ArOutput;
     const FLAGS: &'static [Flag] = &[];
     type Grid = NoParameters;

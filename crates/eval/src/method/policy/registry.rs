@@ -44,9 +44,10 @@ macro_rules! policy_families {
             pub fn reads(&self) -> Reads {
                 match self { $(Self::$variant(_) => <$ty as PolicyFamily>::READS,)* }
             }
-            /// Whether a real run can use it (the oracle exists only in replays).
+            /// Whether a real run can use it: one that reads the AR output in advance (the
+            /// oracle) exists only in replays.
             pub fn runnable(&self) -> bool {
-                match self { $(Self::$variant(_) => <$ty as PolicyFamily>::RUNNABLE,)* }
+                self.reads() != Reads::ArOutput
             }
             /// Its parameters' ranges and the partners it refuses.
             pub fn check(&self, partners: Partners) -> anyhow::Result<()> {
@@ -86,7 +87,7 @@ macro_rules! policy_families {
                 match self { $(Self::$variant => <$ty as PolicyFamily>::HELP,)* }
             }
             fn runnable(self) -> bool {
-                match self { $(Self::$variant => <$ty as PolicyFamily>::RUNNABLE,)* }
+                self.reads() != Reads::ArOutput
             }
             fn reads(self) -> Reads {
                 match self { $(Self::$variant => <$ty as PolicyFamily>::READS,)* }
@@ -100,7 +101,7 @@ macro_rules! policy_families {
             pub fn from_flags(self, flags: &PolicyFlags) -> anyhow::Result<PolicySpec> {
                 flags.refuse_unused(self.flags())?;
                 match self {
-                    $(Self::$variant => flags.reading(self.flags(), <$ty as PolicyFamily>::from_flags).map(PolicySpec::from),)*
+                    $(Self::$variant => flags.reading::<$ty>().map(PolicySpec::from),)*
                 }
             }
 
