@@ -14,15 +14,9 @@ set -euo pipefail
 
 version="0.3.36"   # llama-cpp-python; its vendor/llama.cpp is the llama.cpp that gets built
 dir="${SPECX_CACHE:-$HOME/.cache/specx}/llama.cpp"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --dir) dir="$2"; shift 2 ;;
-    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "bench-llamacpp: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-  esac
-done
-
-die() { echo "bench-llamacpp: error: $*" >&2; exit 1; }
+# shellcheck source=lib/dir-args.sh
+source "$(dirname "$0")/lib/dir-args.sh"
+dir_args bench-llamacpp "$@"
 
 bin="$dir/build-$version/bin/llama-bench"
 spec="$dir/build-$version/bin/llama-speculative-simple"

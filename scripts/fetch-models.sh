@@ -11,15 +11,9 @@
 set -euo pipefail
 
 dir="${SPECX_MODELS:-$HOME/.cache/specx/models}"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --dir) dir="$2"; shift 2 ;;
-    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
-    *) echo "fetch-models: unknown argument '$1' (see --help)" >&2; exit 2 ;;
-  esac
-done
-
-die() { echo "fetch-models: error: $*" >&2; exit 1; }
+# shellcheck source=lib/dir-args.sh
+source "$(dirname "$0")/lib/dir-args.sh"
+dir_args fetch-models "$@"
 
 PIP=""
 for cand in "python3 -m pip" "pip3" "pip"; do

@@ -13,6 +13,7 @@
 mod common;
 use common::*;
 use specx_eval::experiment::replay_run::{ReplayConfig, replay};
+use specx_run::RunManifest;
 use std::path::{Path, PathBuf};
 
 /// The smoke config as shipped, with the shipped `head` given as an absolute path, its run

@@ -7,6 +7,7 @@
 
 mod common;
 use common::*;
+use specx_run::RunManifest;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};

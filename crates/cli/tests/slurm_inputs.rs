@@ -11,20 +11,12 @@ fn a_dry_run_prints_the_array_and_the_merge_with_the_resources_and_writes_nothin
     let slurm = "[slurm]\nshards = 2\npartition = \"cpu\"\nmem = \"4G\"\nsetup = [\"module load specx-test\"]\n";
     let cfg = datagen_config(&t, "datagen.toml", 16, slurm);
     let out = t.root.join("run");
-    let (ok, script, err) = run_specx(&[
-        "slurm",
-        "datagen",
-        "--config",
-        &s(&cfg),
-        "--out",
-        &s(&out),
-        "--dry-run",
-        "--gres",
-        "gpu:1",
-        "--",
-        "--weights",
-        "f32",
-    ]);
+    let (cfg_arg, out_arg) = (s(&cfg), s(&out));
+    let dry_run = |more: &[&str]| {
+        let args = ["slurm", "datagen", "--config", &cfg_arg, "--out", &out_arg, "--dry-run"];
+        run_specx(&[&args[..], more].concat())
+    };
+    let (ok, script, err) = dry_run(&["--gres", "gpu:1", "--", "--weights", "f32"]);
     assert!(ok, "{err}");
     for want in [
         "#SBATCH --array=0-1\n",
@@ -40,19 +32,7 @@ fn a_dry_run_prints_the_array_and_the_merge_with_the_resources_and_writes_nothin
     }
     assert!(script.contains("--dependency=afterok:") && script.contains("--kill-on-invalid-dep=yes"), "{script}");
     // The flag wins over [slurm].
-    let (ok, script, err) = run_specx(&[
-        "slurm",
-        "datagen",
-        "--config",
-        &s(&cfg),
-        "--out",
-        &s(&out),
-        "--dry-run",
-        "--shards",
-        "3",
-        "--partition",
-        "big",
-    ]);
+    let (ok, script, err) = dry_run(&["--shards", "3", "--partition", "big"]);
     assert!(ok, "{err}");
     assert!(script.contains("#SBATCH --array=0-2\n") && script.contains("#SBATCH --partition=big\n"), "{script}");
     assert!(!out.exists(), "a dry run wrote into {}", out.display());

@@ -6,6 +6,7 @@ use crate::summary::summary_text;
 use crate::{RunOptions, run};
 use anyhow::Result;
 use clap::{Args, Subcommand};
+use specx_run::RunManifest;
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Default)]

@@ -5,7 +5,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use specx_decoder::SamplingConfig;
 use specx_prompts::PromptsConfig;
-use specx_run::config::{parse_toml, read_toml};
+use specx_run::config::parse_toml;
 use specx_run::paths::{portable_path, resolve_path};
 use std::path::{Path, PathBuf};
 
@@ -197,21 +197,9 @@ fn default_shard_size() -> usize {
     32
 }
 
-impl DatagenConfig {
-    /// Parses a config; errors name the file and, for unknown keys, the key.
-    pub fn parse(text: &str, origin: &Path) -> Result<Self> {
-        parse_toml(text, origin)
-    }
-
-    /// Reads `path` and resolves its relative paths against the file's directory.
-    pub fn load(path: &Path) -> Result<Self> {
-        let (mut cfg, base): (Self, PathBuf) = read_toml(path)?;
-        cfg.resolve(&base);
-        Ok(cfg)
-    }
-
+impl specx_run::RunConfig for DatagenConfig {
     /// Makes every path absolute (against `base`).
-    pub fn resolve(&mut self, base: &Path) {
+    fn resolve(&mut self, base: &Path) {
         self.models.draft = resolve_path(&self.models.draft, base);
         self.models.target = resolve_path(&self.models.target, base);
         self.prompts.path = resolve_path(&self.prompts.path, base);
@@ -223,12 +211,28 @@ impl DatagenConfig {
 
     /// The config with its model and prompt paths written relative to the caches (see
     /// [`portable_path`]): what a manifest records.
-    pub fn portable(&self) -> Self {
+    fn portable(&self) -> Self {
         let mut c = self.clone();
         c.models.draft = portable_path(&c.models.draft);
         c.models.target = portable_path(&c.models.target);
         c.prompts.path = portable_path(&c.prompts.path);
         c
+    }
+
+    fn devices(&self) -> &[String] {
+        &self.models.devices
+    }
+}
+
+impl DatagenConfig {
+    /// Parses a config; errors name the file and, for unknown keys, the key.
+    pub fn parse(text: &str, origin: &Path) -> Result<Self> {
+        parse_toml(text, origin)
+    }
+
+    /// Reads `path` and resolves its relative paths against the file's directory.
+    pub fn load(path: &Path) -> Result<Self> {
+        specx_run::config::load_config(path)
     }
 
     /// Range checks that serde cannot express.
@@ -267,6 +271,7 @@ impl DatagenConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use specx_run::RunConfig;
 
     const MINIMAL: &str = r#"
 seed = 3

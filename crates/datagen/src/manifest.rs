@@ -4,11 +4,11 @@
 use crate::config::DatagenConfig;
 use crate::labels::LabelStats;
 use crate::shard::ShardRecord;
-use anyhow::Result;
+
 use serde::{Deserialize, Serialize};
 use specx_run::manifest::ModelRecord;
 use specx_run::{Part, RunManifest};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 pub const PROMPT_LIST: &str = "prompts.json";
 /// 2: shards carry a prompt table and features only when stored (1 had no prompt table).
 pub const FORMAT: &str = "specx-datagen/2";
@@ -54,18 +54,18 @@ impl RunManifest for Manifest {
     const FORMAT: &'static str = FORMAT;
     const KIND: &'static str = "a datagen run directory";
 
+    type Config = DatagenConfig;
+
     fn format(&self) -> &str {
         &self.format
     }
 
-    fn resolve(&mut self, dir: &Path) {
-        self.config.resolve(dir);
+    fn config(&self) -> &DatagenConfig {
+        &self.config
     }
 
-    /// The config's model and prompt paths relative to the caches (see
-    /// [`DatagenConfig::portable`]), so a committed run names the same files on another machine.
-    fn portable(&self) -> Self {
-        Self { config: self.config.portable(), ..self.clone() }
+    fn config_mut(&mut self) -> &mut DatagenConfig {
+        &mut self.config
     }
 
     /// What must agree for two directories to hold parts of the same dataset (or for a run to
@@ -94,21 +94,9 @@ impl RunManifest for Manifest {
     fn progress(&self) -> String {
         format!("{} shards written", self.shards.len())
     }
-
-    fn devices(&self) -> &[String] {
-        &self.config.models.devices
-    }
 }
 
 impl Manifest {
-    pub fn read(dir: &Path) -> Result<Self> {
-        specx_run::manifest::read(dir)
-    }
-
-    pub fn write(&self, dir: &Path) -> Result<()> {
-        specx_run::manifest::write(dir, self)
-    }
-
     /// Recomputes the summary from the shard records.
     pub fn refresh_summary(&mut self) {
         self.shards.sort_by_key(|s| s.index);

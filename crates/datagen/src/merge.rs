@@ -5,6 +5,8 @@ use crate::manifest::{Manifest, PROMPT_LIST};
 use crate::shard::{finished_shard, record_name};
 use anyhow::{Context, Result, bail};
 use specx_decoder::fsutil::write_atomic;
+use specx_run::RunConfig;
+use specx_run::RunManifest;
 use specx_run::config::write_run_config;
 use std::path::{Path, PathBuf};
 

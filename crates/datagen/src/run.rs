@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use specx_decoder::fsutil::{sha256_file, sha256_hex, write_atomic};
 use specx_decoder::{Placement, check_pair, load_model_as, load_model_split};
+use specx_run::RunConfig;
 use specx_run::config::write_run_config;
 use specx_run::manifest::{ModelRecord, ensure_same_setup};
 use specx_run::resume::remove_stale_temporaries;

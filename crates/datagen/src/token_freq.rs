@@ -12,6 +12,7 @@ use specx_decoder::cheap_draft::frequencies::{CorpusSource, TokenFrequencies};
 use specx_decoder::fsutil::sha256_file;
 use specx_decoder::loader::model_cache_dir;
 use specx_prompts::{PromptFormat, SplitSpec, load};
+use specx_run::RunManifest;
 use specx_run::paths::dataset_cache_dir;
 use std::path::{Path, PathBuf};
 

@@ -121,9 +121,8 @@ fn a_subset_draft_never_drafts_outside_it_and_stays_lossless() {
     }
     let subset: Vec<u32> = (0..SMALL_VOCAB as u32).filter(|x| !excluded.contains(x)).collect();
     let sub = d.model.clone().restrict_vocab(&subset).unwrap();
-    let s = SamplingConfig { temperature: 1.0, top_k: None, top_p: None };
-    let exact = exact_distribution(&t.model, &prompt, &s);
-    let cfg = |seed| SpecConfig { max_new_tokens: STEPS, sampling: s.clone(), seed };
+    let short = Short::at_t1(&t.model);
+    let (exact, cfg) = (&short.exact, |seed| short.cfg(seed));
     let mut drafted = 0;
     let counts = sample_counts(N, |seed| {
         let mut dr = SubsetChecked { inner: PlainDrafter::new(&sub), subset: subset.clone(), drafted: 0 };
@@ -136,7 +135,7 @@ fn a_subset_draft_never_drafts_outside_it_and_stays_lossless() {
     assert!(drafted > N, "the drafter proposed only {drafted} candidates");
     let outside: usize = counts.iter().filter(|(k, _)| excluded.contains(&k[0])).map(|(_, c)| c).sum();
     assert!(outside > N / 10, "the excluded tokens {excluded:?} came first only {outside} times of {N}");
-    let p_ok = chi_square_p(&counts, &exact, N);
+    let p_ok = chi_square_p(&counts, exact, N);
     assert!(p_ok > ALPHA, "speculative sampling with a subset draft rejected: p = {p_ok:.2e}");
     let bad = sample_counts(N, |seed| {
         let mut dr = SubsetTokensFullQ { sub: &sub, full: &d.model };
@@ -144,7 +143,7 @@ fn a_subset_draft_never_drafts_outside_it_and_stays_lossless() {
             .unwrap()
             .tokens
     });
-    let p_bad = chi_square_p(&bad, &exact, N);
+    let p_bad = chi_square_p(&bad, exact, N);
     assert!(p_bad < ALPHA, "a q that ignores the subset went unnoticed: p = {p_bad:.2e}");
     eprintln!(
         "chi-square p-values: subset draft {p_ok:.3}, full q reported {p_bad:.2e}; first token outside the subset {outside} of {N}"

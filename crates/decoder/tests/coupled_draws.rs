@@ -50,27 +50,32 @@ fn rules() -> Vec<(&'static str, Box<dyn StopPolicy>)> {
     ]
 }
 
-fn sequential(
-    t: &Transformer,
-    d: &Transformer,
-    policy: &mut dyn StopPolicy,
-    verifier: &mut dyn Verifier,
-    c: &SpecConfig,
-) -> Generation {
-    generate_speculative(t, &mut PlainDrafter::new(d), policy, verifier, &PROMPT, c, &[]).unwrap()
+/// The two schedulers every rule runs under here.
+#[derive(Clone, Copy, PartialEq)]
+enum Scheduler {
+    Sequential,
+    /// DSI on two target instances, lookahead the rule's bound (at most 5).
+    Dsi,
 }
 
-fn dsi(
+fn speculate(
+    scheduler: Scheduler,
     t: &Transformer,
     d: &Transformer,
     policy: &mut dyn StopPolicy,
     verifier: &mut dyn Verifier,
     c: &SpecConfig,
 ) -> Generation {
-    let lookahead = policy.max_candidates().min(5);
-    generate_dsi(&[t, t], &mut PlainDrafter::new(d), policy, verifier, &PROMPT, c, &DsiConfig::new(2, lookahead), &[])
-        .unwrap()
-        .generation
+    let mut drafter = PlainDrafter::new(d);
+    match scheduler {
+        Scheduler::Sequential => generate_speculative(t, &mut drafter, policy, verifier, &PROMPT, c, &[]).unwrap(),
+        Scheduler::Dsi => {
+            let lookahead = policy.max_candidates().min(5);
+            generate_dsi(&[t, t], &mut drafter, policy, verifier, &PROMPT, c, &DsiConfig::new(2, lookahead), &[])
+                .unwrap()
+                .generation
+        }
+    }
 }
 
 fn plain(t: &Transformer, c: &SpecConfig) -> Vec<u32> {
@@ -82,14 +87,12 @@ fn coupled_speculative_decoding_commits_the_tokens_of_plain_coupled_sampling() {
     let (_dir, t, close, far) = models();
     for (sname, s) in settings() {
         let want: Vec<Vec<u32>> = (0..N_RULE as u64).map(|seed| plain(&t.model, &cfg(&s, seed))).collect();
-        type Scheduler =
-            fn(&Transformer, &Transformer, &mut dyn StopPolicy, &mut dyn Verifier, &SpecConfig) -> Generation;
-        for (scheduler, run_one) in [("sequential", sequential as Scheduler), ("DSI sp 2", dsi)] {
+        for (scheduler, which) in [("sequential", Scheduler::Sequential), ("DSI sp 2", Scheduler::Dsi)] {
             for (dname, d) in [("close draft", &close), ("far draft", &far)] {
                 for (rname, mut rule) in rules() {
                     let what = format!("{scheduler}, {dname}, {rname}, {sname}");
                     let run = Run::of(N_RULE, |seed| {
-                        run_one(&t.model, &d.model, rule.as_mut(), &mut CoupledSampler, &cfg(&s, seed))
+                        speculate(which, &t.model, &d.model, rule.as_mut(), &mut CoupledSampler, &cfg(&s, seed))
                     });
                     for (seed, (got, want)) in run.samples.iter().zip(&want).enumerate() {
                         assert_eq!(got, want, "{what}, seed {seed}: tokens differ from plain coupled sampling's");
@@ -102,8 +105,9 @@ fn coupled_speculative_decoding_commits_the_tokens_of_plain_coupled_sampling() {
         }
         // The noise must be shared: a verifier that draws the target's token from its own
         // stream (the draft from another) commits other tokens.
-        let run =
-            Run::of(N_RULE, |seed| sequential(&t.model, &close.model, &mut FixedK(3), &mut OwnNoise, &cfg(&s, seed)));
+        let run = Run::of(N_RULE, |seed| {
+            speculate(Scheduler::Sequential, &t.model, &close.model, &mut FixedK(3), &mut OwnNoise, &cfg(&s, seed))
+        });
         let differ = run.samples.iter().zip(&want).filter(|(a, b)| a != b).count();
         assert!(differ > N_RULE / 4, "{sname}: unshared noise changed only {differ} of {N_RULE} requests");
     }
@@ -114,13 +118,15 @@ fn coupled_output_is_distributed_as_the_target_and_a_fresh_correction_is_caught(
     let (_dir, t, _close, far) = models();
     let mut report = Vec::new();
     for (name, s) in settings() {
-        let run =
-            Run::of(N, |seed| sequential(&t.model, &far.model, &mut FixedK(3), &mut CoupledSampler, &cfg(&s, seed)));
+        let run = Run::of(N, |seed| {
+            speculate(Scheduler::Sequential, &t.model, &far.model, &mut FixedK(3), &mut CoupledSampler, &cfg(&s, seed))
+        });
         let p = sequence_chi_square_p(&t.model, &PROMPT, &s, &run.samples);
         report.push(format!("{name}: p = {p:.3}; {}", run.summary()));
         assert!(p > ALPHA, "{name}: coupled output not distributed as the target's: p = {p:.2e}");
-        let broken =
-            Run::of(N, |seed| sequential(&t.model, &far.model, &mut FixedK(3), &mut FreshCorrection, &cfg(&s, seed)));
+        let broken = Run::of(N, |seed| {
+            speculate(Scheduler::Sequential, &t.model, &far.model, &mut FixedK(3), &mut FreshCorrection, &cfg(&s, seed))
+        });
         let p = sequence_chi_square_p(&t.model, &PROMPT, &s, &broken.samples);
         report.push(format!("{name}, fresh correction: p = {p:.2e}"));
         assert!(p < ALPHA, "{name}: a correction drawn afresh from p went unnoticed: p = {p:.3}");

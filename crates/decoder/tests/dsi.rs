@@ -25,14 +25,11 @@ fn dsi(
 
 #[test]
 fn greedy_output_equals_target_greedy_for_every_sp_degree_lookahead_and_policy() {
-    let (_d, t, d) = pair(VOCAB, 1, 2);
-    let (_d2, _, same) = pair(VOCAB, 1, 1);
-    let close = noisy_draft(_d.path(), VOCAB, 1, 0.3);
-    let hidden = d.model.config().hidden_size;
+    let drafts = ThreeDrafts::new();
+    let t = &drafts.target;
+    let hidden = drafts.random.model.config().hidden_size;
     let (mut preempted, mut stale, mut blocks_seen) = (0, 0, (false, false, false));
-    for (draft_name, draft) in
-        [("random draft", &d.model), ("identical draft", &same.model), ("close draft", &close.model)]
-    {
+    for (draft_name, draft) in drafts.named() {
         for (p_i, prompt_seed) in (0..4u32).enumerate() {
             let prompt = tokens(3 + p_i, prompt_seed);
             let eos = [VOCAB as u32 - 1, 7];
@@ -86,20 +83,11 @@ fn greedy_output_equals_target_greedy_for_every_sp_degree_lookahead_and_policy()
 #[test]
 fn budget_and_eos_inside_a_block_are_respected() {
     let (_d, t, _) = pair(VOCAB, 1, 1);
-    let prompt = tokens(4, 3);
-    let greedy = SamplingConfig::greedy();
-    for max_new in [1, 2, 5, 11] {
-        let cfg = SpecConfig { max_new_tokens: max_new, sampling: greedy.clone(), seed: 0 };
-        let want = generate_autoregressive(&t.model, &prompt, &cfg, &[]).unwrap().tokens;
-        let got = dsi(&t.model, &t.model, &mut FixedK(4), &prompt, &cfg, &DsiConfig::new(2, 4), &[]);
-        assert_eq!(got.generation.tokens, want, "max_new {max_new}");
-    }
-    let cfg = SpecConfig { max_new_tokens: 12, sampling: greedy, seed: 0 };
-    let free = generate_autoregressive(&t.model, &prompt, &cfg, &[]).unwrap().tokens;
-    let eos = [free[3]];
-    let want = generate_autoregressive(&t.model, &prompt, &cfg, &eos).unwrap().tokens;
-    let got = dsi(&t.model, &t.model, &mut FixedK(3), &prompt, &cfg, &DsiConfig::new(3, 3), &eos);
-    assert_eq!(got.generation.tokens, want);
+    // Budgets on 2 servers with blocks of 4, the end-of-sequence token on 3 with blocks of 3.
+    assert_budget_and_eos_respected(&t.model, |prompt, cfg, eos| {
+        let (sp, k) = if eos.is_empty() { (2, 4) } else { (3, 3) };
+        dsi(&t.model, &t.model, &mut FixedK(k), prompt, cfg, &DsiConfig::new(sp, k), eos).generation.tokens
+    });
 }
 
 #[test]
@@ -122,41 +110,32 @@ fn a_target_list_that_does_not_match_the_workers_is_refused() {
 
 #[test]
 fn sampled_output_is_distributed_as_the_target_and_a_scheduler_without_preemption_is_caught() {
-    const N: usize = 6000;
-    const ALPHA: f64 = 1e-3;
     let (_d, t, d) = pair(SMALL_VOCAB, 11, 12);
-    let prompt = vec![1u32, 4, 2];
-    let s = SamplingConfig { temperature: 1.0, top_k: None, top_p: None };
-    let exact = exact_distribution(&t.model, &prompt, &s);
-    let cfg = |seed| SpecConfig { max_new_tokens: STEPS, sampling: s.clone(), seed };
+    let short = Short::at_t1(&t.model);
+    let (prompt, cfg) = (&short.prompt, |seed| short.cfg(seed));
 
-    let ok = sample_counts(N, |seed| {
-        dsi(&t.model, &d.model, &mut FixedK(1), &prompt, &cfg(seed), &DsiConfig::new(2, 1), &[]).generation.tokens
+    let p_ok = short.p(|seed| {
+        dsi(&t.model, &d.model, &mut FixedK(1), prompt, &cfg(seed), &DsiConfig::new(2, 1), &[]).generation.tokens
     });
-    let p_ok = chi_square_p(&ok, &exact, N);
     assert!(p_ok > ALPHA, "DSI sampling (sp 2, lookahead 1) rejected: p = {p_ok:.2e}");
 
-    let ok2 = sample_counts(N, |seed| {
-        dsi(&t.model, &d.model, &mut FixedK(2), &prompt, &cfg(seed), &DsiConfig::new(4, 2), &[]).generation.tokens
+    let p_ok2 = short.p(|seed| {
+        dsi(&t.model, &d.model, &mut FixedK(2), prompt, &cfg(seed), &DsiConfig::new(4, 2), &[]).generation.tokens
     });
-    let p_ok2 = chi_square_p(&ok2, &exact, N);
     assert!(p_ok2 > ALPHA, "DSI sampling (sp 4, lookahead 2) rejected: p = {p_ok2:.2e}");
 
     // DSI with SpecDec++'s stop rule: blocks end where the head says.
     let hidden = d.model.config().hidden_size;
     let head = AcceptanceHead::init_seeded(hidden, 2, true, 5, &default_device());
-    let with_head = sample_counts(N, |seed| {
+    let p_head = short.p(|seed| {
         let mut policy = HeadPolicy::new(head.clone(), HeadRule::new(0.5, 1, 3));
-        dsi(&t.model, &d.model, &mut policy, &prompt, &cfg(seed), &DsiConfig::new(2, 3), &[]).generation.tokens
+        dsi(&t.model, &d.model, &mut policy, prompt, &cfg(seed), &DsiConfig::new(2, 3), &[]).generation.tokens
     });
-    let p_head = chi_square_p(&with_head, &exact, N);
     assert!(p_head > ALPHA, "DSI sampling with the head policy rejected: p = {p_head:.2e}");
 
     let broken = DsiConfig { preempt: false, ..DsiConfig::new(2, 1) };
-    let bad = sample_counts(N, |seed| {
-        dsi(&t.model, &d.model, &mut FixedK(1), &prompt, &cfg(seed), &broken, &[]).generation.tokens
-    });
-    let p_bad = chi_square_p(&bad, &exact, N);
+    let p_bad =
+        short.p(|seed| dsi(&t.model, &d.model, &mut FixedK(1), prompt, &cfg(seed), &broken, &[]).generation.tokens);
     assert!(p_bad < ALPHA, "a scheduler that commits results of rejected branches went unnoticed: p = {p_bad:.2e}");
     eprintln!(
         "chi-square p-values: DSI sp2/l1 {p_ok:.3}, sp4/l2 {p_ok2:.3}, with a head {p_head:.3}, without preemption {p_bad:.2e}"
@@ -217,16 +196,7 @@ fn sequential_and_dsi_give_the_same_tokens_for_the_same_seed_at_temperature_07()
         for k in [2, 4] {
             for (name, mut policy) in policies(k) {
                 let mut drafter = PlainDrafter::new(&close.model);
-                let other = generate_speculative(
-                    &t.model,
-                    &mut drafter,
-                    policy.as_mut(),
-                    &mut RejectionSampler,
-                    &prompt,
-                    &cfg,
-                    &eos,
-                )
-                .unwrap();
+                let other = run_sequential(&t.model, &mut drafter, policy.as_mut(), &prompt, &cfg, &eos);
                 assert_eq!(other.tokens, sequential.tokens, "seed {seed}: sequential, {name} k {k}");
             }
             for servers in [1, 3] {

@@ -93,16 +93,7 @@ fn greedy_output_equals_the_targets_for_every_strategy_calibration_and_policy() 
                     for (policy_name, mut policy) in policies {
                         let what = format!("{name}, prompt {p}, {strategy}, {calibration:?}, {policy_name}");
                         let mut drafter = FuzzyDrafter::new(&draft.model, groups.clone(), calibration).unwrap();
-                        let got = generate_speculative(
-                            &t.model,
-                            &mut drafter,
-                            policy.as_mut(),
-                            &mut RejectionSampler,
-                            &prompt,
-                            &cfg,
-                            &eos,
-                        )
-                        .unwrap();
+                        let got = run_sequential(&t.model, &mut drafter, policy.as_mut(), &prompt, &cfg, &eos);
                         assert_eq!(got.tokens, want, "{what}");
                         calibrated += got.metrics.n_calibrations;
                         let mut drafter = FuzzyDrafter::new(&draft.model, groups.clone(), calibration).unwrap();
@@ -151,16 +142,11 @@ fn noisy_draft_layers(dir: &tempfile::TempDir, layers: usize, noise: f32) -> Loa
 
 #[test]
 fn sampled_output_is_distributed_as_the_target_at_two_temperatures() {
-    const N: usize = 6000;
-    const ALPHA: f64 = 1e-3;
     let (_d, t, d) = pair_with_deep_draft(SMALL_VOCAB, 11, 12);
-    let prompt = vec![1u32, 4, 2];
     for temperature in [0.7, 1.5] {
-        let s = SamplingConfig { temperature, top_k: None, top_p: None };
-        let exact = exact_distribution(&t.model, &prompt, &s);
+        let short = Short::at(&t.model, SamplingConfig { temperature, top_k: None, top_p: None });
         for (compat, workers) in [(Compat::Lossless, 2), (Compat::Reference, 1)] {
-            let cfg = |seed| SpecConfig { max_new_tokens: STEPS, sampling: s.clone(), seed };
-            let counts = sample_counts(N, |seed| {
+            let p = short.p(|seed| {
                 let groups = LayerGroups::parse("0,1-3,4", 5).unwrap();
                 let mut drafter = FuzzyDrafter::new(&d.model, groups, Calibration::EveryMismatch)
                     .unwrap()
@@ -171,14 +157,13 @@ fn sampled_output_is_distributed_as_the_target_at_two_temperatures() {
                     &mut drafter,
                     &mut FixedK(2),
                     &mut RejectionSampler,
-                    &prompt,
-                    &cfg(seed),
+                    &short.prompt,
+                    &short.cfg(seed),
                     &[],
                 )
                 .unwrap()
                 .tokens
             });
-            let p = chi_square_p(&counts, &exact, N);
             eprintln!("chi-square p-value, EasySpec 0,1-3,4 every_mismatch {compat:?}, T {temperature}: {p:.3e}");
             match compat {
                 Compat::Lossless => assert!(p > ALPHA, "EasySpec sampling at T {temperature} rejected: p = {p:.2e}"),
@@ -195,31 +180,26 @@ fn sampled_output_is_distributed_as_the_target_at_two_temperatures() {
 /// distributed as the target's (the confidence rule sequentially; the head under DSI).
 #[test]
 fn sampled_output_is_distributed_as_the_target_under_confidence_and_under_dsi_with_a_head() {
-    const N: usize = 6000;
-    const ALPHA: f64 = 1e-3;
     let (_d, t, d) = pair_with_deep_draft(SMALL_VOCAB, 11, 12);
-    let prompt = vec![1u32, 4, 2];
-    let s = SamplingConfig { temperature: 1.0, top_k: None, top_p: None };
-    let exact = exact_distribution(&t.model, &prompt, &s);
-    let cfg = |seed| SpecConfig { max_new_tokens: STEPS, sampling: s.clone(), seed };
+    let short = Short::at_t1(&t.model);
+    let (prompt, cfg) = (&short.prompt, |seed| short.cfg(seed));
     let fuzzy =
         || FuzzyDrafter::new(&d.model, LayerGroups::parse("0,1-3,4", 5).unwrap(), Calibration::EveryRound).unwrap();
-    let confidence = sample_counts(N, |seed| {
+    let p_confidence = short.p(|seed| {
         let mut policy = ConfidencePolicy { threshold: 0.4, min_candidates: 1, max_candidates: 3 };
-        generate_speculative(&t.model, &mut fuzzy(), &mut policy, &mut RejectionSampler, &prompt, &cfg(seed), &[])
+        generate_speculative(&t.model, &mut fuzzy(), &mut policy, &mut RejectionSampler, prompt, &cfg(seed), &[])
             .unwrap()
             .tokens
     });
-    let p_confidence = chi_square_p(&confidence, &exact, N);
     let head = AcceptanceHead::init_seeded(d.model.config().hidden_size, 2, true, 4, &default_device());
-    let dsi_head = sample_counts(N, |seed| {
+    let p_dsi_head = short.p(|seed| {
         let mut policy = HeadPolicy::new(head.clone(), HeadRule::new(0.5, 1, 3));
         generate_dsi(
             &[&t.model; 2],
             &mut fuzzy(),
             &mut policy,
             &mut RejectionSampler,
-            &prompt,
+            prompt,
             &cfg(seed),
             &DsiConfig::new(2, 3),
             &[],
@@ -228,7 +208,6 @@ fn sampled_output_is_distributed_as_the_target_under_confidence_and_under_dsi_wi
         .generation
         .tokens
     });
-    let p_dsi_head = chi_square_p(&dsi_head, &exact, N);
     eprintln!("chi-square p-values: EasySpec + confidence {p_confidence:.3}, EasySpec + DSI + head {p_dsi_head:.3}");
     assert!(p_confidence > ALPHA, "EasySpec with the confidence rule rejected: p = {p_confidence:.2e}");
     assert!(p_dsi_head > ALPHA, "EasySpec under DSI with a head rejected: p = {p_dsi_head:.2e}");

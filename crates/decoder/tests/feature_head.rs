@@ -67,31 +67,12 @@ fn greedy_feature_drafting_equals_greedy_decoding_under_every_policy_it_takes_an
         ("bandit 1,2,4", Box::new(BanditK::new(vec![1, 2, 4], BanditK::EXPLORATION))),
     ];
     for (name, mut policy) in policies {
-        let g = generate_speculative(
-            target,
-            &mut FeatureHeadDrafter::new(target, &draft),
-            policy.as_mut(),
-            &mut RejectionSampler,
-            &PROMPT,
-            &c,
-            &[],
-        )
-        .unwrap();
+        let g = run_sequential(target, &mut FeatureHeadDrafter::new(target, &draft), policy.as_mut(), &PROMPT, &c, &[]);
         assert_eq!(g.tokens, want, "sequential, {name}");
         assert!(g.metrics.n_drafted > g.metrics.n_accepted, "{name}: candidates rejected: {:?}", g.metrics);
         accepted += g.metrics.n_accepted;
-        let dsi = generate_dsi(
-            &[target, target],
-            &mut FeatureHeadDrafter::new(target, &draft),
-            policy.as_mut(),
-            &mut RejectionSampler,
-            &PROMPT,
-            &c,
-            &DsiConfig::new(2, 3),
-            &[],
-        )
-        .unwrap();
-        assert_eq!(dsi.generation.tokens, want, "DSI, {name}");
+        let dsi = run_dsi(target, &mut FeatureHeadDrafter::new(target, &draft), policy.as_mut(), &PROMPT, &c);
+        assert_eq!(dsi.tokens, want, "DSI, {name}");
     }
     assert!(accepted > 0, "no candidate accepted under any policy");
 }
@@ -151,8 +132,7 @@ fn every_round_drafts_from_the_targets_own_states_of_the_committed_text() {
     let target = &t.model;
     let draft = head(target, &SUBSET, 5);
     let mut w = Wrapped { inner: FeatureHeadDrafter::new(target, &draft), rounds: Vec::new(), uniform_q: false };
-    generate_speculative(target, &mut w, &mut FixedK(3), &mut RejectionSampler, &PROMPT, &cfg(greedy(), 0, 30), &[])
-        .unwrap();
+    run_sequential(target, &mut w, &mut FixedK(3), &PROMPT, &cfg(greedy(), 0, 30), &[]);
     assert!(w.rounds.len() >= 5, "{} rounds", w.rounds.len());
     for (context, candidates) in &w.rounds {
         assert_eq!(
@@ -173,16 +153,7 @@ fn sampled(target: &Transformer, draft: &FeatureDraft, uniform_q: bool) -> Vec<V
     let samples = (0..N as u64)
         .map(|seed| {
             let mut w = Wrapped { inner: FeatureHeadDrafter::new(target, draft), rounds: Vec::new(), uniform_q };
-            let g = generate_speculative(
-                target,
-                &mut w,
-                &mut FixedK(3),
-                &mut RejectionSampler,
-                &PROMPT,
-                &cfg(t1(), seed, LONG),
-                &[],
-            )
-            .unwrap();
+            let g = run_sequential(target, &mut w, &mut FixedK(3), &PROMPT, &cfg(t1(), seed, LONG), &[]);
             let m = &g.metrics;
             accepted += m.n_accepted;
             rejected += m.drafted_per_round.iter().zip(&m.accepted_per_round).filter(|(k, a)| a < k).count();

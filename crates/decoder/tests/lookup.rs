@@ -92,18 +92,8 @@ fn greedy_lookup_equals_greedy_decoding_under_every_policy_and_both_schedulers()
             "{name}: lookups accepted and rejected: {:?}",
             g.metrics
         );
-        let dsi = generate_dsi(
-            &[target, target],
-            &mut PromptLookupDrafter::new(1, 3).unwrap(),
-            policy.as_mut(),
-            &mut RejectionSampler,
-            &PROMPT,
-            &c,
-            &DsiConfig::new(2, 3),
-            &[],
-        )
-        .unwrap();
-        assert_eq!(dsi.generation.tokens, want, "DSI, {name}");
+        let dsi = run_dsi(target, &mut PromptLookupDrafter::new(1, 3).unwrap(), policy.as_mut(), &PROMPT, &c);
+        assert_eq!(dsi.tokens, want, "DSI, {name}");
     }
 }
 
@@ -249,28 +239,14 @@ fn hybrid_drafting_is_greedy_exact_and_sampled_as_the_target() {
     let c = cfg(greedy(), 0, 40);
     let want = generate_autoregressive(target, &PROMPT, &c, &[]).unwrap().tokens;
     let mut h = hybrid();
-    assert_eq!(
-        generate_speculative(target, &mut h, &mut FixedK(3), &mut RejectionSampler, &PROMPT, &c, &[]).unwrap().tokens,
-        want,
-        "sequential"
-    );
+    assert_eq!(run_sequential(target, &mut h, &mut FixedK(3), &PROMPT, &c, &[]).tokens, want, "sequential");
     assert!(h.rounds[0] > 0 && h.rounds[1] > 0, "rounds by lookup and by the draft model: {:?}", h.rounds);
-    let dsi = generate_dsi(
-        &[target, target],
-        &mut hybrid(),
-        &mut DynamicK::new(2, 6),
-        &mut RejectionSampler,
-        &PROMPT,
-        &c,
-        &DsiConfig::new(2, 3),
-        &[],
-    )
-    .unwrap();
-    assert_eq!(dsi.generation.tokens, want, "DSI");
+    let dsi = run_dsi(target, &mut hybrid(), &mut DynamicK::new(2, 6), &PROMPT, &c);
+    assert_eq!(dsi.tokens, want, "DSI");
     for (threshold, model_k) in [(0.3, None), (0.45, None), (0.45, Some(3))] {
         let rule = || MatchRatePolicy::with_model_k(threshold, 6, model_k);
         let mut h = hybrid();
-        let g = generate_speculative(target, &mut h, &mut rule(), &mut RejectionSampler, &PROMPT, &c, &[]).unwrap();
+        let g = run_sequential(target, &mut h, &mut rule(), &PROMPT, &c, &[]);
         assert_eq!(g.tokens, want, "sequential, matchrate {threshold} {model_k:?}");
         if threshold > 0.4 {
             assert!(
@@ -280,18 +256,8 @@ fn hybrid_drafting_is_greedy_exact_and_sampled_as_the_target() {
                 h.rounds
             );
         }
-        let dsi = generate_dsi(
-            &[target, target],
-            &mut hybrid(),
-            &mut rule(),
-            &mut RejectionSampler,
-            &PROMPT,
-            &c,
-            &DsiConfig::new(2, 3),
-            &[],
-        )
-        .unwrap();
-        assert_eq!(dsi.generation.tokens, want, "DSI, matchrate {threshold} {model_k:?}");
+        let dsi = run_dsi(target, &mut hybrid(), &mut rule(), &PROMPT, &c);
+        assert_eq!(dsi.tokens, want, "DSI, matchrate {threshold} {model_k:?}");
     }
     let mut report = Vec::new();
     for (name, s, dsi) in sampled_cases() {

@@ -13,6 +13,9 @@
 //! wherever the reference's top-2 gap exceeds that. A wrong RoPE, norm, bias or dequantizer
 //! moves logits by whole units.
 
+mod common;
+use common::run_sequential;
+
 use specx_decoder::{WeightMode, check_pair, default_device, load_model_as};
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -385,16 +388,7 @@ fn q8_weights_keep_every_method_lossless_on_the_real_pair() {
             vec![("fixed K=3", Box::new(FixedK(3))), ("confidence", Box::new(confidence)), ("head", Box::new(head()))];
         for (name, policy) in policies.iter_mut() {
             let mut drafter = PlainDrafter::new(&draft.model);
-            let got = generate_speculative(
-                &target.model,
-                &mut drafter,
-                policy.as_mut(),
-                &mut RejectionSampler,
-                &ids,
-                &cfg,
-                &target.eos_ids,
-            )
-            .unwrap();
+            let got = run_sequential(&target.model, &mut drafter, policy.as_mut(), &ids, &cfg, &target.eos_ids);
             assert_eq!(
                 got.tokens,
                 want,
@@ -468,16 +462,7 @@ fn cheaper_drafts_keep_the_real_pair_lossless_and_read_fewer_bytes() {
                 vec![("fixed K=4", Box::new(FixedK(4))), ("confidence", Box::new(confidence))];
             for (name, policy) in policies.iter_mut() {
                 let mut drafter = PlainDrafter::new(&cheap);
-                let got = generate_speculative(
-                    &target.model,
-                    &mut drafter,
-                    policy.as_mut(),
-                    &mut RejectionSampler,
-                    &ids,
-                    &cfg,
-                    &target.eos_ids,
-                )
-                .unwrap();
+                let got = run_sequential(&target.model, &mut drafter, policy.as_mut(), &ids, &cfg, &target.eos_ids);
                 assert_eq!(got.tokens, want, "{}, {name}, {q}", t.label());
                 assert!(
                     got.metrics.n_accepted > 0,

@@ -74,14 +74,11 @@ fn a_policy_that_drops_every_candidate_decodes_like_the_target_alone() {
 
 #[test]
 fn greedy_output_equals_target_greedy_for_every_policy() {
-    let (_d, t, d) = pair(VOCAB, 1, 2);
-    let (_d2, _, same) = pair(VOCAB, 1, 1); // a draft identical to the target: everything accepted
-    let close = noisy_draft(_d.path(), VOCAB, 1, 0.3);
-    let hidden = d.model.config().hidden_size;
+    let drafts = ThreeDrafts::new(); // the identical draft gets everything accepted
+    let t = &drafts.target;
+    let hidden = drafts.random.model.config().hidden_size;
     let mut rounds_seen = (false, false, false); // zero accepted, some, all
-    for (draft_name, draft) in
-        [("random draft", &d.model), ("identical draft", &same.model), ("close draft", &close.model)]
-    {
+    for (draft_name, draft) in drafts.named() {
         for (p_i, prompt_seed) in (0..8u32).enumerate() {
             let prompt = tokens(3 + p_i, prompt_seed);
             // EOS tokens make generation stop inside candidate lists in some prompts.
@@ -109,24 +106,10 @@ fn greedy_output_equals_target_greedy_for_every_policy() {
 #[test]
 fn budget_and_eos_inside_the_candidates_are_respected() {
     let (_d, t, _) = pair(VOCAB, 1, 1);
-    let prompt = tokens(4, 3);
-    let greedy = SamplingConfig::greedy();
     // The identical draft proposes 8 accepted candidates per round; a budget of 5 ends inside.
-    for max_new in [1, 2, 5, 11] {
-        let cfg = SpecConfig { max_new_tokens: max_new, sampling: greedy.clone(), seed: 0 };
-        let want = generate_autoregressive(&t.model, &prompt, &cfg, &[]).unwrap().tokens;
-        let got = spec(&t.model, &t.model, &mut FixedK(8), &prompt, &cfg, &[]);
-        assert_eq!(got.tokens, want, "max_new {max_new}");
-        assert_eq!(got.tokens.len(), max_new);
-    }
-    // Make the 4th greedy token an EOS: generation must end right after it.
-    let cfg = SpecConfig { max_new_tokens: 12, sampling: greedy, seed: 0 };
-    let free = generate_autoregressive(&t.model, &prompt, &cfg, &[]).unwrap().tokens;
-    let eos = [free[3]];
-    let want = generate_autoregressive(&t.model, &prompt, &cfg, &eos).unwrap().tokens;
-    let got = spec(&t.model, &t.model, &mut FixedK(8), &prompt, &cfg, &eos);
-    assert_eq!(got.tokens, want);
-    assert!(eos.contains(got.tokens.last().unwrap()));
+    assert_budget_and_eos_respected(&t.model, |prompt, cfg, eos| {
+        spec(&t.model, &t.model, &mut FixedK(8), prompt, cfg, eos).tokens
+    });
 }
 
 #[test]
@@ -203,59 +186,42 @@ impl Drafter for GreedyDraftSampledQ<'_> {
 
 #[test]
 fn sampled_output_is_distributed_as_the_target_and_broken_variants_are_caught() {
-    // Significance level 1e-3. 6000 samples of 3-token continuations over a 6-token vocabulary:
-    // with a draft that disagrees with the target as much as two random models do, either bug
-    // shifts the distribution far beyond what chance allows.
-    const N: usize = 6000;
-    const ALPHA: f64 = 1e-3;
+    // At level ALPHA over SAMPLES samples (see `Short`).
     let (_d, t, d) = pair(SMALL_VOCAB, 11, 12);
-    let prompt = vec![1u32, 4, 2];
-    let s = SamplingConfig { temperature: 1.0, top_k: None, top_p: None };
-    let exact = exact_distribution(&t.model, &prompt, &s);
-    let cfg = |seed| SpecConfig { max_new_tokens: STEPS, sampling: s.clone(), seed };
+    let short = Short::at_t1(&t.model);
+    let (prompt, cfg) = (&short.prompt, |seed| short.cfg(seed));
 
-    let ok = sample_counts(N, |seed| spec(&t.model, &d.model, &mut FixedK(2), &prompt, &cfg(seed), &[]).tokens);
-    let p_ok = chi_square_p(&ok, &exact, N);
+    let p_ok = short.p(|seed| spec(&t.model, &d.model, &mut FixedK(2), prompt, &cfg(seed), &[]).tokens);
     assert!(p_ok > ALPHA, "correct speculative sampling rejected: p = {p_ok:.2e}");
 
-    let warped = SamplingConfig { temperature: 1.5, top_k: Some(5), top_p: Some(0.95) };
-    let exact_w = exact_distribution(&t.model, &prompt, &warped);
-    let ok_w = sample_counts(N, |seed| {
-        let c = SpecConfig { max_new_tokens: STEPS, sampling: warped.clone(), seed };
-        spec(&t.model, &d.model, &mut FixedK(2), &prompt, &c, &[]).tokens
-    });
-    let p_w = chi_square_p(&ok_w, &exact_w, N);
+    let warped = Short::at(&t.model, SamplingConfig { temperature: 1.5, top_k: Some(5), top_p: Some(0.95) });
+    let p_w = warped.p(|seed| spec(&t.model, &d.model, &mut FixedK(2), prompt, &warped.cfg(seed), &[]).tokens);
     assert!(p_w > ALPHA, "speculative sampling with top-k/top-p warping rejected: p = {p_w:.2e}");
 
     // Rules that drop candidates (some rounds verify none) and adapt across rounds.
-    let drops = sample_counts(N, |seed| {
-        spec(&t.model, &d.model, &mut PMinPolicy { p_min: 0.5, n_max: 3 }, &prompt, &cfg(seed), &[]).tokens
-    });
-    let p_drop = chi_square_p(&drops, &exact, N);
+    let p_drop = short
+        .p(|seed| spec(&t.model, &d.model, &mut PMinPolicy { p_min: 0.5, n_max: 3 }, prompt, &cfg(seed), &[]).tokens);
     assert!(p_drop > ALPHA, "speculative sampling under p_min rejected: p = {p_drop:.2e}");
-    let ada = sample_counts(N, |seed| {
+    let p_ada = short.p(|seed| {
         let mut p = AdaEdlPolicy::new(AdaEdlParams { lambda: 0.2, max_candidates: 3, ..AdaEdlParams::DEFAULT });
-        spec(&t.model, &d.model, &mut p, &prompt, &cfg(seed), &[]).tokens
+        spec(&t.model, &d.model, &mut p, prompt, &cfg(seed), &[]).tokens
     });
-    let p_ada = chi_square_p(&ada, &exact, N);
     assert!(p_ada > ALPHA, "speculative sampling under AdaEDL rejected: p = {p_ada:.2e}");
 
-    let bad = sample_counts(N, |seed| {
+    let p_bad = short.p(|seed| {
         let mut dr = PlainDrafter::new(&d.model);
-        generate_speculative(&t.model, &mut dr, &mut FixedK(2), &mut ResidualFromP, &prompt, &cfg(seed), &[])
+        generate_speculative(&t.model, &mut dr, &mut FixedK(2), &mut ResidualFromP, prompt, &cfg(seed), &[])
             .unwrap()
             .tokens
     });
-    let p_bad = chi_square_p(&bad, &exact, N);
     assert!(p_bad < ALPHA, "a wrong residual distribution went unnoticed: p = {p_bad:.2e}");
 
-    let bad_q = sample_counts(N, |seed| {
+    let p_bad_q = short.p(|seed| {
         let mut dr = GreedyDraftSampledQ { model: &d.model };
-        generate_speculative(&t.model, &mut dr, &mut FixedK(2), &mut RejectionSampler, &prompt, &cfg(seed), &[])
+        generate_speculative(&t.model, &mut dr, &mut FixedK(2), &mut RejectionSampler, prompt, &cfg(seed), &[])
             .unwrap()
             .tokens
     });
-    let p_bad_q = chi_square_p(&bad_q, &exact, N);
     assert!(p_bad_q < ALPHA, "greedy drafting against a sampled q went unnoticed: p = {p_bad_q:.2e}");
     eprintln!(
         "chi-square p-values: correct {p_ok:.3}, warped {p_w:.3}, p_min {p_drop:.3}, AdaEDL {p_ada:.3}, residual-from-p {p_bad:.2e}, greedy-draft {p_bad_q:.2e}"

@@ -4,6 +4,7 @@
 //! one row, prefill time (TTFT) and time per output token (TPOT, DSI appendix F.1).
 //! Medians over repetitions; everything is written to JSON and printed as tables.
 
+use crate::common::plot;
 use crate::common::plot::draw_legend;
 use crate::method::models::PairArgs;
 use crate::report::markdown_table;
@@ -222,21 +223,8 @@ fn plot(p: &Profile, path: &std::path::Path) -> Result<()> {
             .y_label_area_size(64)
             .build_cartesian_2d(1.0..max_r as f64, 0.0..ymax)
             .map_err(e)?;
-        chart
-            .configure_mesh()
-            .x_desc("new rows r")
-            .y_desc("time relative to 1 row")
-            .label_style(("sans-serif", 15))
-            .draw()
-            .map_err(e)?;
-        let palette = [
-            RGBColor(31, 119, 180),
-            RGBColor(214, 39, 40),
-            RGBColor(44, 160, 44),
-            RGBColor(148, 103, 189),
-            RGBColor(255, 127, 14),
-            RGBColor(23, 190, 207),
-        ];
+        plot::draw_mesh(&mut chart, "new rows r", "time relative to 1 row")?;
+        let palette = plot::tab10(&[0, 3, 2, 4, 1, 9]);
         let mut i = 0;
         for m in &p.models {
             for c in &m.forward {

@@ -5,6 +5,7 @@ use specx_eval::experiment::config::EvalConfig;
 use specx_eval::experiment::grid::expand;
 use specx_eval::experiment::replay_run::ReplayConfig;
 use specx_reproduce::adaptive::AdaptiveConfig;
+use specx_run::RunConfig;
 use std::path::{Path, PathBuf};
 
 fn dir() -> PathBuf {

@@ -18,6 +18,7 @@ use specx_eval::experiment::{EvalOptions, run};
 use specx_eval::tune::bootstrap::{UnitCounts, throughput};
 use specx_eval::tune::config::TuneConfig;
 use specx_eval::tune::{THRESHOLD_PLUS, tune};
+use specx_run::RunManifest;
 use specx_testkit::config;
 use std::path::{Path, PathBuf};
 

@@ -22,6 +22,14 @@ pub fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<(T, Path
     Ok((cfg, base))
 }
 
+/// Reads the config at `path` ([`read_toml`]) with its relative paths resolved against the
+/// file's directory.
+pub fn load_config<C: crate::RunConfig + serde::de::DeserializeOwned>(path: &Path) -> Result<C> {
+    let (mut cfg, base): (C, PathBuf) = read_toml(path)?;
+    cfg.resolve(&base);
+    Ok(cfg)
+}
+
 /// Writes a run's effective config (`toml`: overrides applied, paths portable) into its run
 /// directory, atomically; runs and merges of every command leave it alike.
 pub fn write_run_config(dir: &Path, toml: &str) -> Result<()> {

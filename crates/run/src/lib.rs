@@ -30,5 +30,5 @@ pub mod seed;
 pub mod slurm;
 
 pub use args::RunArgs;
-pub use manifest::{ModelRecord, RunManifest};
+pub use manifest::{ModelRecord, RunConfig, RunManifest};
 pub use part::Part;

@@ -14,20 +14,31 @@ use std::path::{Path, PathBuf};
 
 pub const MANIFEST: &str = "manifest.json";
 
-/// A run directory's manifest. Implementors state their format and what identifies the run;
-/// [`read`] and [`write`] do the rest alike for every kind of run.
+/// The config a run directory's manifest records: its paths made absolute against the
+/// directory after a read and written relative to the caches for a write, and the devices
+/// its parts ran on.
+pub trait RunConfig: Clone {
+    /// Makes the config's paths absolute against `dir`.
+    fn resolve(&mut self, dir: &Path);
+    /// The config with its paths written relative to the caches (`$SPECX_MODELS/...`).
+    fn portable(&self) -> Self;
+    /// The devices the run's parts ran on side by side (`[models] devices`; empty: one).
+    fn devices(&self) -> &[String];
+}
+
+/// A run directory's manifest. Implementors state their format, their config and what
+/// identifies the run; reading and writing are alike for every kind of run.
 pub trait RunManifest: Serialize + DeserializeOwned + Clone {
     /// The format this specx reads and writes (`specx-eval/1`): a manifest of another format
     /// is refused with both named.
     const FORMAT: &'static str;
     /// What a directory holding this manifest is, for messages (`a datagen run directory`).
     const KIND: &'static str;
+    type Config: RunConfig;
     /// The format the manifest was written in.
     fn format(&self) -> &str;
-    /// Makes the config's paths absolute against the run directory (after a read).
-    fn resolve(&mut self, dir: &Path);
-    /// The manifest with the config's paths written relative to the caches (for a write).
-    fn portable(&self) -> Self;
+    fn config(&self) -> &Self::Config;
+    fn config_mut(&mut self) -> &mut Self::Config;
     /// What must agree for a run to resume into a directory or for parts to merge: settings
     /// and checksums, not where files live, the machine, the part, or the progress.
     fn identity(&self) -> Value;
@@ -37,8 +48,21 @@ pub trait RunManifest: Serialize + DeserializeOwned + Clone {
     fn complete(&self) -> bool;
     /// How far the directory's run has got, for messages (`3 units done`).
     fn progress(&self) -> String;
-    /// The devices the run's parts ran on side by side (`[models] devices`; empty: one).
-    fn devices(&self) -> &[String];
+
+    /// The devices the run's parts ran on side by side.
+    fn devices(&self) -> &[String] {
+        self.config().devices()
+    }
+
+    /// Reads `dir/manifest.json` ([`read`]).
+    fn read(dir: &Path) -> Result<Self> {
+        read(dir)
+    }
+
+    /// Writes `dir/manifest.json` ([`write`]).
+    fn write(&self, dir: &Path) -> Result<()> {
+        write(dir, self)
+    }
 }
 
 /// Reads `dir/manifest.json`, checks its format and resolves its paths.
@@ -50,13 +74,15 @@ pub fn read<M: RunManifest>(dir: &Path) -> Result<M> {
     if m.format() != M::FORMAT {
         bail!("{}: format '{}', this specx reads '{}'", p.display(), m.format(), M::FORMAT);
     }
-    m.resolve(dir);
+    m.config_mut().resolve(dir);
     Ok(m)
 }
 
 /// Writes `dir/manifest.json` atomically, with portable paths ([`read`] resolves them again).
 pub fn write<M: RunManifest>(dir: &Path, m: &M) -> Result<()> {
-    write_atomic(&dir.join(MANIFEST), serde_json::to_string_pretty(&m.portable())?.as_bytes())
+    let mut portable = m.clone();
+    *portable.config_mut() = m.config().portable();
+    write_atomic(&dir.join(MANIFEST), serde_json::to_string_pretty(&portable)?.as_bytes())
 }
 
 /// Refuses to write into `dir` when it holds a run of another setup (`old` vs `new`
@@ -159,22 +185,40 @@ mod tests {
     #[derive(Clone, Debug, Serialize, Deserialize)]
     struct Toy {
         format: String,
-        dir: PathBuf,
+        config: ToyConfig,
         seed: u64,
         part: Option<Part>,
+    }
+
+    #[derive(Clone, Debug, Serialize, Deserialize)]
+    struct ToyConfig {
+        dir: PathBuf,
+    }
+
+    impl RunConfig for ToyConfig {
+        fn resolve(&mut self, dir: &Path) {
+            self.dir = dir.join(&self.dir);
+        }
+        fn portable(&self) -> Self {
+            Self { dir: PathBuf::from(".") }
+        }
+        fn devices(&self) -> &[String] {
+            &[]
+        }
     }
 
     impl RunManifest for Toy {
         const FORMAT: &'static str = "specx-toy/1";
         const KIND: &'static str = "a toy run directory";
+        type Config = ToyConfig;
         fn format(&self) -> &str {
             &self.format
         }
-        fn resolve(&mut self, dir: &Path) {
-            self.dir = dir.join(&self.dir);
+        fn config(&self) -> &ToyConfig {
+            &self.config
         }
-        fn portable(&self) -> Self {
-            Self { dir: PathBuf::from("."), ..self.clone() }
+        fn config_mut(&mut self) -> &mut ToyConfig {
+            &mut self.config
         }
         fn identity(&self) -> Value {
             json!({ "format": self.format, "seed": self.seed })
@@ -188,20 +232,22 @@ mod tests {
         fn progress(&self) -> String {
             "done".into()
         }
-        fn devices(&self) -> &[String] {
-            &[]
-        }
     }
 
     #[test]
     fn a_manifest_round_trips_portably_and_another_format_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let m = Toy { format: Toy::FORMAT.into(), dir: dir.path().to_path_buf(), seed: 3, part: None };
+        let m = Toy {
+            format: Toy::FORMAT.into(),
+            config: ToyConfig { dir: dir.path().to_path_buf() },
+            seed: 3,
+            part: None,
+        };
         write(dir.path(), &m).unwrap();
         let text = std::fs::read_to_string(dir.path().join(MANIFEST)).unwrap();
         assert!(!text.contains(&*dir.path().to_string_lossy()), "written with the absolute path: {text}");
         let back: Toy = read(dir.path()).unwrap();
-        assert_eq!((back.seed, back.dir.as_path()), (3, dir.path()));
+        assert_eq!((back.seed, back.config.dir.as_path()), (3, dir.path()));
         std::fs::write(dir.path().join(MANIFEST), text.replace("specx-toy/1", "specx-toy/0")).unwrap();
         let e = format!("{:#}", read::<Toy>(dir.path()).unwrap_err());
         assert!(e.contains("specx-toy/0") && e.contains("specx-toy/1"), "{e}");

@@ -5,6 +5,7 @@
 
 use specx_datagen::manifest::Manifest;
 use specx_decoder::speculative::AcceptanceHead;
+use specx_run::RunManifest;
 use specx_testkit::paths::repo;
 use specx_trainer::acceptance::config::TrainConfig;
 use specx_trainer::acceptance::data::{data_sha256, prompt_shards};

@@ -8,6 +8,7 @@ use anyhow::{Result, anyhow, ensure};
 use plotters::prelude::*;
 use specx_decoder::DraftTransform;
 use specx_decoder::cheap_draft::frequencies::TokenFrequencies;
+use specx_eval::common::plot;
 use specx_eval::common::plot::draw_legend;
 use specx_eval::common::plot::{colour, range, render_png};
 use specx_eval::common::results::UnitFile;
@@ -143,13 +144,7 @@ fn draw(groups: &Groups, report: &DraftCostReport, path: &Path) -> Result<()> {
             .y_label_area_size(64)
             .build_cartesian_2d(range(xs.iter().copied()), range(ys.iter().copied()))
             .map_err(e)?;
-        chart
-            .configure_mesh()
-            .x_desc("c = draft step / target step")
-            .y_desc("tokens per target call")
-            .label_style(("sans-serif", 15))
-            .draw()
-            .map_err(e)?;
+        plot::draw_mesh(&mut chart, "c = draft step / target step", "tokens per target call")?;
         for (i, (name, pts)) in series.iter().enumerate() {
             let col = colour(["specdec", "specdecpp", "confidence", "dsi", "oracle", "roc"][i % 6]);
             // Points, not lines: the drafts are settings, not a curve.

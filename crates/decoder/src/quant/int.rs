@@ -187,6 +187,7 @@ fn panel_task(
     let rows_here = (p.rows - index * PANEL).min(PANEL);
     let pass = if path == IntPath::Avx512Vnni { panel_x86::MAX_ROWS } else { panel_avx2::MAX_ROWS };
     let (k, b32) = (input.k.as_ref(), input.b32.as_ref());
+    let pass_at = |r0| super::panel_families::PanelPass { ty: p.ty, panel, k, b32, r0 };
     TILE.with(|cell| {
         let mut tile = cell.borrow_mut();
         let need = pass.min(m);
@@ -198,8 +199,8 @@ fn panel_task(
             // SAFETY: the caller checked that the CPU supports `path`, which has panel kernels.
             unsafe {
                 match path {
-                    IntPath::Avx512Vnni => panel_x86::panel_dots(p.ty, panel, k, b32, r0, &mut tile[..mr]),
-                    _ => panel_avx2::panel_dots(p.ty, panel, k, b32, r0, &mut tile[..mr], path == IntPath::AvxVnni),
+                    IntPath::Avx512Vnni => panel_x86::panel_dots(pass_at(r0), &mut tile[..mr]),
+                    _ => panel_avx2::panel_dots(pass_at(r0), &mut tile[..mr], path == IntPath::AvxVnni),
                 }
             }
             for (r, dots) in tile[..mr].iter().enumerate() {

@@ -32,6 +32,8 @@ pub mod panel;
 #[cfg(target_arch = "x86_64")]
 mod panel_avx2;
 #[cfg(target_arch = "x86_64")]
+mod panel_families;
+#[cfg(target_arch = "x86_64")]
 mod panel_x86;
 pub mod path;
 pub mod transform;

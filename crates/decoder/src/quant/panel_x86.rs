@@ -10,9 +10,9 @@
 //! are the portable path's bits.
 
 use super::act::{Q8KRows, Q80Rows, QK_K, QK8_0};
-use super::int_x86_blocks::{Q4_0, Q4K, Q5_0, Q5K, Q6K, Q8_0, b32_offset, ty};
+use super::int_x86_blocks::{Q4_0, Q4K, Q5K, Q6K, Q8_0, b32_offset, ty};
 use super::panel::{Kernels, PANEL, prefetch_ahead, prefetches};
-use crate::gguf::GgmlType;
+use super::panel_families::{PanelFamilies, PanelPass, by_type, check_pass};
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
@@ -27,26 +27,25 @@ pub const MAX_ROWS: usize = 32;
 ///
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL and VNNI ([`super::int::IntPath::Avx512Vnni`]).
-pub unsafe fn panel_dots(
-    t: GgmlType,
-    panel: &[u8],
-    k: Option<&Q8KRows>,
-    b32: Option<&Q80Rows>,
-    r0: usize,
-    out: &mut [[f32; PANEL]],
-) {
+pub unsafe fn panel_dots(pass: PanelPass, out: &mut [[f32; PANEL]]) {
     assert!(out.len() <= MAX_ROWS, "at most {MAX_ROWS} activation rows per pass");
-    // SAFETY: the caller guarantees the instructions; the kernels check what they read.
-    unsafe {
-        match t {
-            GgmlType::Q4K => panel_k::<Q4K>(panel, k.expect("Q8_K input"), r0, out),
-            GgmlType::Q5K => panel_k::<Q5K>(panel, k.expect("Q8_K input"), r0, out),
-            GgmlType::Q6K => panel_k::<Q6K>(panel, k.expect("Q8_K input"), r0, out),
-            GgmlType::Q4_0 => panel_b32::<Q4_0>(panel, b32.expect("Q8_0 input"), r0, out),
-            GgmlType::Q5_0 => panel_b32::<Q5_0>(panel, b32.expect("Q8_0 input"), r0, out),
-            GgmlType::Q8_0 => panel_b32::<Q8_0>(panel, b32.expect("Q8_0 input"), r0, out),
-            _ => unreachable!("{t:?} has no panel kernel"),
-        }
+    // SAFETY: the caller guarantees the instructions.
+    unsafe { by_type::<Avx512>(pass, out) }
+}
+
+/// The AVX-512 VNNI kernels as a [`PanelFamilies`] set.
+struct Avx512;
+
+impl PanelFamilies for Avx512 {
+    #[inline(always)]
+    unsafe fn k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [[f32; PANEL]]) {
+        // SAFETY: as the caller's.
+        unsafe { panel_k::<T>(panel, x, r0, out) }
+    }
+    #[inline(always)]
+    unsafe fn b32<const T: u8>(panel: &[u8], x: &Q80Rows, r0: usize, out: &mut [[f32; PANEL]]) {
+        // SAFETY: as the caller's.
+        unsafe { panel_b32::<T>(panel, x, r0, out) }
     }
 }
 
@@ -195,13 +194,7 @@ unsafe fn q6k_totals<const R: usize>(
 unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [[f32; PANEL]]) {
     let (m, nb, size) = (out.len(), x.blocks, ty(T).block().1);
     let prefetch = prefetches(Kernels::Avx512, m);
-    assert!(
-        panel.len() == nb * PANEL * size && r0 + m <= x.rows,
-        "a panel of {} bytes for {nb} blocks, rows {r0}..{} of {}",
-        panel.len(),
-        r0 + m,
-        x.rows
-    );
+    check_pass(panel, nb, size, r0, m, x.rows);
     let cols = nb * QK_K;
     let m0f = _mm512_set1_epi8(0x0f);
     // No array is zeroed: every block writes what it reads (zeroing them per call cost a 9 KB
@@ -376,13 +369,7 @@ unsafe fn panel_k<const T: u8>(panel: &[u8], x: &Q8KRows, r0: usize, out: &mut [
 unsafe fn panel_b32<const T: u8>(panel: &[u8], x: &Q80Rows, r0: usize, out: &mut [[f32; PANEL]]) {
     let (m, nb, size) = (out.len(), x.blocks, ty(T).block().1);
     let prefetch = prefetches(Kernels::Avx512, m);
-    assert!(
-        panel.len() == nb * PANEL * size && r0 + m <= x.rows,
-        "a panel of {} bytes for {nb} blocks, rows {r0}..{} of {}",
-        panel.len(),
-        r0 + m,
-        x.rows
-    );
+    check_pass(panel, nb, size, r0, m, x.rows);
     let cols = nb * QK8_0;
     let offset = b32_offset(T);
     let m0f = _mm512_set1_epi8(0x0f);

@@ -4,7 +4,7 @@
 
 use specx_decoder::Transformer;
 use specx_decoder::sampling::SamplingConfig;
-use specx_decoder::speculative::Generation;
+use specx_decoder::speculative::{Generation, SpecConfig};
 use std::collections::HashMap;
 
 pub const SMALL_VOCAB: usize = 6;
@@ -239,5 +239,44 @@ impl Run {
             per(self.full),
             per(self.bonus)
         )
+    }
+}
+
+/// Samples per short chi-square test, and the significance level: 6000 samples of 3-token
+/// continuations over a 6-token vocabulary, with a draft that disagrees with the target as
+/// much as two random models do, let any broken variant shift the distribution far beyond
+/// what chance allows.
+pub const SAMPLES: usize = 6000;
+pub const ALPHA: f64 = 1e-3;
+
+/// The set-up of a short chi-square test: the prompt `[1, 4, 2]`, the sampling, and the
+/// target's exact distribution of its `STEPS`-token continuations.
+pub struct Short {
+    pub prompt: Vec<u32>,
+    pub sampling: SamplingConfig,
+    pub exact: HashMap<Vec<u32>, f64>,
+}
+
+impl Short {
+    /// At temperature 1, no top-k or top-p.
+    pub fn at_t1(target: &Transformer) -> Self {
+        Self::at(target, SamplingConfig { temperature: 1.0, top_k: None, top_p: None })
+    }
+
+    pub fn at(target: &Transformer, sampling: SamplingConfig) -> Self {
+        let prompt = vec![1u32, 4, 2];
+        let exact = exact_distribution(target, &prompt, &sampling);
+        Self { prompt, sampling, exact }
+    }
+
+    /// The generation of `STEPS` tokens with `seed`.
+    pub fn cfg(&self, seed: u64) -> SpecConfig {
+        SpecConfig { max_new_tokens: STEPS, sampling: self.sampling.clone(), seed }
+    }
+
+    /// The chi-square p-value of [`SAMPLES`] runs of `run` (seeds `0..`) against the exact
+    /// distribution.
+    pub fn p(&self, run: impl FnMut(u64) -> Vec<u32>) -> f64 {
+        chi_square_p(&sample_counts(SAMPLES, run), &self.exact, SAMPLES)
     }
 }

@@ -75,3 +75,83 @@ pub fn greedy() -> specx_decoder::SamplingConfig {
 pub fn t1() -> specx_decoder::SamplingConfig {
     specx_decoder::SamplingConfig { temperature: 1.0, top_k: None, top_p: None }
 }
+
+/// `drafter` and `policy` under the sequential scheduler, verified by rejection sampling.
+pub fn run_sequential(
+    target: &specx_decoder::Transformer,
+    drafter: &mut dyn specx_decoder::speculative::Drafter,
+    policy: &mut dyn specx_decoder::speculative::StopPolicy,
+    prompt: &[u32],
+    c: &specx_decoder::speculative::SpecConfig,
+    eos: &[u32],
+) -> specx_decoder::speculative::Generation {
+    use specx_decoder::speculative::{RejectionSampler, generate_speculative};
+    generate_speculative(target, drafter, policy, &mut RejectionSampler, prompt, c, eos).unwrap()
+}
+
+/// The same under DSI on two instances of `target` (lookahead 3), no end-of-sequence ids.
+pub fn run_dsi(
+    target: &specx_decoder::Transformer,
+    drafter: &mut dyn specx_decoder::speculative::Drafter,
+    policy: &mut dyn specx_decoder::speculative::StopPolicy,
+    prompt: &[u32],
+    c: &specx_decoder::speculative::SpecConfig,
+) -> specx_decoder::speculative::Generation {
+    use specx_decoder::speculative::{DsiConfig, RejectionSampler, generate_dsi};
+    let dsi = DsiConfig::new(2, 3);
+    generate_dsi(&[target, target], drafter, policy, &mut RejectionSampler, prompt, c, &dsi, &[]).unwrap().generation
+}
+
+/// A target (seed 1) with three drafts of rising agreement: a random one (seed 2), a close
+/// one (the target's weights with noise 0.3) and one identical to it (everything accepted).
+pub struct ThreeDrafts {
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+    pub target: LoadedModel,
+    pub random: LoadedModel,
+    pub close: LoadedModel,
+    pub same: LoadedModel,
+}
+
+impl ThreeDrafts {
+    pub fn new() -> Self {
+        let (dir, target, random) = pair(VOCAB, 1, 2);
+        let (dir2, _, same) = pair(VOCAB, 1, 1);
+        let close = noisy_draft(dir.path(), VOCAB, 1, 0.3);
+        Self { _dirs: (dir, dir2), target, random, close, same }
+    }
+
+    /// The drafts by name, in the order the greedy tests report them.
+    pub fn named(&self) -> [(&'static str, &specx_decoder::Transformer); 3] {
+        [
+            ("random draft", &self.random.model),
+            ("identical draft", &self.same.model),
+            ("close draft", &self.close.model),
+        ]
+    }
+}
+
+/// Checks that greedy `run(prompt, cfg, eos)` (a scheduler with the target `t` as its own
+/// draft, so rounds accept everything) ends where `t`'s own greedy decoding does: at every
+/// budget (1, 2, 5, 11: inside long rounds) and right after an end-of-sequence token (the
+/// 4th greedy token made one).
+pub fn assert_budget_and_eos_respected(
+    t: &specx_decoder::Transformer,
+    mut run: impl FnMut(&[u32], &specx_decoder::speculative::SpecConfig, &[u32]) -> Vec<u32>,
+) {
+    use specx_decoder::speculative::generate_autoregressive;
+    let prompt = tokens(4, 3);
+    for max_new in [1, 2, 5, 11] {
+        let c = cfg(greedy(), 0, max_new);
+        let want = generate_autoregressive(t, &prompt, &c, &[]).unwrap().tokens;
+        let got = run(&prompt, &c, &[]);
+        assert_eq!(got, want, "max_new {max_new}");
+        assert_eq!(got.len(), max_new);
+    }
+    let c = cfg(greedy(), 0, 12);
+    let free = generate_autoregressive(t, &prompt, &c, &[]).unwrap().tokens;
+    let eos = [free[3]];
+    let want = generate_autoregressive(t, &prompt, &c, &eos).unwrap().tokens;
+    let got = run(&prompt, &c, &eos);
+    assert_eq!(got, want);
+    assert!(eos.contains(got.last().unwrap()));
+}

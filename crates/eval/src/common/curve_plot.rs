@@ -1,6 +1,7 @@
 //! The learning curve of a feature head (`specx train-feature-head`) as a PNG: dev depth-1
 //! acceptance against the training rows seen, from the run's `curve.json`.
 
+use super::plot;
 use super::plot::{range, render_png};
 use anyhow::{Context, Result, anyhow};
 use plotters::prelude::*;
@@ -30,13 +31,11 @@ pub fn plot_feature_curve(dir: &Path) -> Result<PathBuf> {
                 range(points.iter().map(|p| p.1).chain([0.0])),
             )
             .map_err(e)?;
-        chart
-            .configure_mesh()
-            .x_desc("training rows seen (response positions, epochs repeat them)")
-            .y_desc("dev acceptance (head's argmax = target's greedy token)")
-            .label_style(("sans-serif", 15))
-            .draw()
-            .map_err(e)?;
+        plot::draw_mesh(
+            &mut chart,
+            "training rows seen (response positions, epochs repeat them)",
+            "dev acceptance (head's argmax = target's greedy token)",
+        )?;
         chart.draw_series(LineSeries::new(points.iter().copied(), BLUE.stroke_width(2))).map_err(e)?;
         chart.draw_series(points.iter().map(|&p| Circle::new(p, 4, BLUE.filled()))).map_err(e)?;
         Ok(())

@@ -39,6 +39,40 @@ pub fn draw_legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTransl
         .map_err(|e| anyhow!("{e}"))
 }
 
+/// The axes' descriptions and labels as every figure draws them: `x` and `y` described, tick
+/// labels in 15-point sans-serif.
+pub fn draw_mesh<'a, DB: DrawingBackend + 'a>(
+    chart: &mut ChartContext<
+        'a,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    x: &str,
+    y: &str,
+) -> Result<()> {
+    chart.configure_mesh().x_desc(x).y_desc(y).label_style(("sans-serif", 15)).draw().map_err(|e| anyhow!("{e}"))
+}
+
+/// matplotlib's `tab10` cycle, for figures whose lines are not method families: blue,
+/// orange, green, red, purple, brown, pink, grey, olive, cyan.
+pub const TAB10: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+/// The [`TAB10`] colours at `picks`, in that order (a figure's own cycle).
+pub fn tab10(picks: &[usize]) -> Vec<RGBColor> {
+    picks.iter().map(|&i| TAB10[i]).collect()
+}
+
 /// Colour of a method family (the same in every plot).
 pub fn colour(family: &str) -> RGBColor {
     match family {
@@ -113,13 +147,7 @@ pub fn rate_chart<'a, 'b>(
         .y_label_area_size(64)
         .build_cartesian_2d(range(points.iter().map(|p| p.0).chain([0.0])), range(points.iter().map(|p| p.1)))
         .map_err(e)?;
-    chart
-        .configure_mesh()
-        .x_desc("discard rate N_discarded / N")
-        .y_desc("verification rate N_target / N")
-        .label_style(("sans-serif", 15))
-        .draw()
-        .map_err(e)?;
+    draw_mesh(&mut chart, "discard rate N_discarded / N", "verification rate N_target / N")?;
     Ok(chart)
 }
 

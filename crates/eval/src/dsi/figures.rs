@@ -3,6 +3,7 @@
 //! cell labelled with its value, measured model pairs marked.
 
 use super::grid::{Mark, Point, SiMode, Speedups};
+use crate::common::plot;
 use crate::common::plot::draw_legend;
 use crate::common::plot::render_png_sized;
 use anyhow::{Result, anyhow};
@@ -242,13 +243,7 @@ pub fn online_speedup_figure(path: &Path, title: &str, cells: &[super::cell::Cel
             ("DSI speedup over SI", |c| 1.0 / CellResult::ratio(&c.dsi_s, &c.si_s)),
             ("DSI and SI (dashed) speedup over non-SI", |c| 1.0 / CellResult::ratio(&c.dsi_s, &c.nonsi_s)),
         ];
-        let palette = [
-            RGBColor(31, 119, 180),
-            RGBColor(214, 39, 40),
-            RGBColor(44, 160, 44),
-            RGBColor(148, 103, 189),
-            RGBColor(255, 127, 14),
-        ];
+        let palette = plot::tab10(&[0, 3, 2, 4, 1]);
         for (pi, (area, (name, f))) in panels.iter().zip(what).enumerate() {
             let mut chart = ChartBuilder::on(area)
                 .caption(name, ("sans-serif", 16))

@@ -62,15 +62,8 @@ pub struct OnlineArgs {
     /// The trace's prompt set to take matches from (overrides [acceptance] dataset).
     #[arg(long)]
     pub dataset: Option<String>,
-    /// Output directory (overrides the config's `out`).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Generations per cell (overrides the config's `repeats`).
-    #[arg(long)]
-    pub repeats: Option<usize>,
-    /// Log a line at the end instead of drawing a progress bar.
-    #[arg(long)]
-    pub no_progress: bool,
+    #[command(flatten)]
+    pub run: SimulationArgs,
 }
 
 #[derive(Args)]
@@ -80,15 +73,34 @@ pub struct OfflineArgs {
     /// tokens, 5 repeats, 7 target servers) into --out.
     #[arg(long)]
     pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub run: SimulationArgs,
+}
+
+/// What both simulators take besides their config.
+#[derive(Args)]
+pub struct SimulationArgs {
     /// Output directory (overrides the config's `out`).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Runs averaged per (c, a, k) (overrides the config's `repeats`).
+    /// Simulated generations per grid cell (overrides the config's `repeats`).
     #[arg(long)]
     pub repeats: Option<usize>,
     /// Log a line at the end instead of drawing a progress bar.
     #[arg(long)]
     pub no_progress: bool,
+}
+
+impl SimulationArgs {
+    /// Applies `--out` and `--repeats` to a config's fields.
+    fn apply(&self, out: &mut PathBuf, repeats: &mut usize) {
+        if let Some(o) = &self.out {
+            *out = o.clone();
+        }
+        if let Some(r) = self.repeats {
+            *repeats = r;
+        }
+    }
 }
 
 pub fn run_cli(a: DsiArgs) -> Result<()> {
@@ -104,12 +116,7 @@ fn run_online_cli(a: OnlineArgs) -> Result<()> {
     if let Some(c) = a.compat {
         cfg.compat = c;
     }
-    if let Some(out) = a.out {
-        cfg.out = out;
-    }
-    if let Some(r) = a.repeats {
-        cfg.repeats = r;
-    }
+    a.run.apply(&mut cfg.out, &mut cfg.repeats);
     if let Some(c) = a.cost_model {
         cfg.cost_model = c;
     }
@@ -120,7 +127,7 @@ fn run_online_cli(a: OnlineArgs) -> Result<()> {
         cfg.acceptance = online_run::AcceptanceSource { a: Some(rate), trace: None, dataset: None };
     }
     let started = std::time::Instant::now();
-    let outcome = online_run::run_online(&cfg, !a.no_progress)?;
+    let outcome = online_run::run_online(&cfg, !a.run.no_progress)?;
     println!("{}", outcome.summary);
     eprintln!("wrote {} ({:.0} s)", cfg.out.display(), started.elapsed().as_secs_f64());
     Ok(())
@@ -129,16 +136,11 @@ fn run_online_cli(a: OnlineArgs) -> Result<()> {
 fn run_offline_cli(a: OfflineArgs) -> Result<()> {
     let mut cfg = match &a.config {
         Some(p) => OfflineConfig::load(p).with_context(|| format!("DSI offline config {}", p.display()))?,
-        None => OfflineConfig::paper(a.out.clone().context("give --config or --out")?),
+        None => OfflineConfig::paper(a.run.out.clone().context("give --config or --out")?),
     };
-    if let Some(out) = a.out {
-        cfg.out = out;
-    }
-    if let Some(r) = a.repeats {
-        cfg.repeats = r;
-    }
+    a.run.apply(&mut cfg.out, &mut cfg.repeats);
     cfg.validate()?;
-    let summary = run_offline(&cfg, !a.no_progress)?;
+    let summary = run_offline(&cfg, !a.run.no_progress)?;
     println!("{summary}");
     eprintln!("wrote {}", cfg.out.display());
     Ok(())

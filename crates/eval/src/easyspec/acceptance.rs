@@ -5,6 +5,7 @@
 //! accepted / verified up to and including each first rejection, is given beside it); the drop
 //! is relative to LP 1 with the same K.
 
+use crate::common::plot;
 use crate::common::plot::draw_legend;
 use crate::common::plot::render_png_sized;
 use crate::common::results::ResultsTable;
@@ -160,7 +161,7 @@ fn figure(path: &Path, title: &str, points: &[&Point]) -> Result<()> {
         let e = |e: DrawingAreaErrorKind<_>| anyhow!("{e}");
         let root = root.titled(title, ("sans-serif", 22)).map_err(e)?;
         let panels = root.split_evenly((1, ks.len()));
-        let palette = [RGBColor(214, 39, 40), RGBColor(31, 119, 180), RGBColor(44, 160, 44), RGBColor(148, 103, 189)];
+        let palette = plot::tab10(&[3, 0, 2, 4]);
         for (panel, &k) in panels.iter().zip(&ks) {
             let mut chart = ChartBuilder::on(panel)
                 .caption(format!("K = {k}"), ("sans-serif", 18))

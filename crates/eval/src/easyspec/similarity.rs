@@ -16,6 +16,7 @@ use specx_decoder::fsutil::write_atomic;
 use specx_decoder::layer_groups::LayerGroups;
 use specx_decoder::report::markdown_table;
 use specx_decoder::{AttentionProbe, Transformer, device_from_name, load_model_as};
+use specx_run::RunManifest;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]

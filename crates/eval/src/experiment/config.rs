@@ -9,7 +9,7 @@ use specx_decoder::coupling::Draws;
 use specx_decoder::{SamplingConfig, WeightMode};
 use specx_prompts::PromptFormat;
 use specx_prompts::PromptsConfig;
-use specx_run::config::{parse_toml, read_toml};
+use specx_run::config::parse_toml;
 use specx_run::paths::{portable_path, resolve_path};
 use std::path::{Path, PathBuf};
 
@@ -242,34 +242,8 @@ fn qwen() -> String {
     "qwen".into()
 }
 
-impl EvalConfig {
-    pub fn parse(text: &str, origin: &Path) -> Result<Self> {
-        parse_toml(text, origin)
-    }
-
-    /// Reads `path`, resolves its paths against the file's directory and checks it.
-    pub fn load(path: &Path) -> Result<Self> {
-        let (mut cfg, base): (Self, PathBuf) = read_toml(path)?;
-        cfg.resolve(&base);
-        cfg.validate().with_context(|| format!("config {}", path.display()))?;
-        Ok(cfg)
-    }
-
-    /// The config with its model and prompt-file paths written relative to the caches
-    /// (`$SPECX_MODELS/...`, `$SPECX_DATASETS/...`): what a manifest records, so that a run
-    /// directory committed on one machine names the same files on another ([`Self::resolve`]
-    /// undoes it).
-    pub fn portable(&self) -> Self {
-        let mut c = self.clone();
-        c.models.draft = portable_path(&c.models.draft);
-        c.models.target = portable_path(&c.models.target);
-        for p in &mut c.prompts {
-            p.path = portable_path(&p.path);
-        }
-        c
-    }
-
-    pub fn resolve(&mut self, base: &Path) {
+impl specx_run::RunConfig for EvalConfig {
+    fn resolve(&mut self, base: &Path) {
         self.models.draft = resolve_path(&self.models.draft, base);
         self.models.target = resolve_path(&self.models.target, base);
         for p in &mut self.prompts {
@@ -287,6 +261,37 @@ impl EvalConfig {
             *table = resolve_path(table, base);
         }
         self.output.dir = resolve_path(&self.output.dir, base);
+    }
+
+    /// The config with its model and prompt-file paths written relative to the caches
+    /// (`$SPECX_MODELS/...`, `$SPECX_DATASETS/...`): what a manifest records, so that a run
+    /// directory committed on one machine names the same files on another ([`Self::resolve`]
+    /// undoes it).
+    fn portable(&self) -> Self {
+        let mut c = self.clone();
+        c.models.draft = portable_path(&c.models.draft);
+        c.models.target = portable_path(&c.models.target);
+        for p in &mut c.prompts {
+            p.path = portable_path(&p.path);
+        }
+        c
+    }
+
+    fn devices(&self) -> &[String] {
+        &self.models.devices
+    }
+}
+
+impl EvalConfig {
+    pub fn parse(text: &str, origin: &Path) -> Result<Self> {
+        parse_toml(text, origin)
+    }
+
+    /// Reads `path`, resolves its paths against the file's directory and checks it.
+    pub fn load(path: &Path) -> Result<Self> {
+        let cfg: Self = specx_run::config::load_config(path)?;
+        cfg.validate().with_context(|| format!("config {}", path.display()))?;
+        Ok(cfg)
     }
 
     /// What serde cannot check: ranges, unique names, and files that must exist (checked here,

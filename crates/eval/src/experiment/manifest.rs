@@ -4,11 +4,10 @@
 
 use super::config::EvalConfig;
 pub use crate::common::machine::Machine;
-use anyhow::Result;
 use serde::{Deserialize, Serialize};
 pub use specx_run::manifest::MANIFEST;
 use specx_run::{ModelRecord, Part, RunManifest};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 pub const FORMAT: &str = "specx-eval/1";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -71,17 +70,18 @@ impl RunManifest for EvalManifest {
     const FORMAT: &'static str = FORMAT;
     const KIND: &'static str = "an eval run directory";
 
+    type Config = EvalConfig;
+
     fn format(&self) -> &str {
         &self.format
     }
 
-    fn resolve(&mut self, dir: &Path) {
-        self.config.resolve(dir);
+    fn config(&self) -> &EvalConfig {
+        &self.config
     }
 
-    /// The config's paths relative to the caches (see [`EvalConfig::portable`]).
-    fn portable(&self) -> Self {
-        Self { config: self.config.portable(), ..self.clone() }
+    fn config_mut(&mut self) -> &mut EvalConfig {
+        &mut self.config
     }
 
     /// Settings and checksums, not where files live or the machine.
@@ -108,20 +108,6 @@ impl RunManifest for EvalManifest {
 
     fn progress(&self) -> String {
         format!("{} of its units done", self.units_done)
-    }
-
-    fn devices(&self) -> &[String] {
-        &self.config.models.devices
-    }
-}
-
-impl EvalManifest {
-    pub fn read(dir: &Path) -> Result<Self> {
-        specx_run::manifest::read(dir)
-    }
-
-    pub fn write(&self, dir: &Path) -> Result<()> {
-        specx_run::manifest::write(dir, self)
     }
 }
 

@@ -12,6 +12,7 @@ use anyhow::{Result, ensure};
 use serde::Serialize;
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::{device_from_name, load_model_as};
+use specx_run::RunManifest;
 use std::path::Path;
 
 /// Margins below each of these count as near-ties in the census table.

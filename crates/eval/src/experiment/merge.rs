@@ -4,6 +4,8 @@ use super::audit::{Audit, EvalOutcome, audit};
 use super::manifest::EvalManifest;
 use crate::common::results::{ResultRow, UnitFile};
 use anyhow::{Context, Result, ensure};
+use specx_run::RunConfig;
+use specx_run::RunManifest;
 use specx_run::config::write_run_config;
 use std::path::{Path, PathBuf};
 

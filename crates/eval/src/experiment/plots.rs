@@ -3,6 +3,7 @@
 //! hollow), speedup against K and against the threshold, and the distribution of accepted
 //! lengths per method family.
 
+use crate::common::plot;
 use crate::common::plot::draw_legend;
 use crate::common::plot::{SIZE, colour, frontier, range, render_png, safe};
 use crate::common::results::ResultRow;
@@ -59,13 +60,7 @@ fn frontier_plot(root: &DrawingArea<BitMapBackend, plotters::coord::Shift>, titl
         .y_label_area_size(64)
         .build_cartesian_2d(xr, yr)
         .map_err(e)?;
-    chart
-        .configure_mesh()
-        .x_desc("discard rate N_discarded / N (sum)")
-        .y_desc("verification rate N_target / N (sum)")
-        .label_style(("sans-serif", 15))
-        .draw()
-        .map_err(e)?;
+    plot::draw_mesh(&mut chart, "discard rate N_discarded / N (sum)", "verification rate N_target / N (sum)")?;
     for (family, points) in &families {
         let c = colour(family);
         let xy: Vec<(f64, f64)> = points.iter().map(|p| (p.0, p.1)).collect();
@@ -205,13 +200,7 @@ fn accepted_plot(
         .y_label_area_size(64)
         .build_cartesian_2d(-0.5..max_len as f64 + 0.5, 0.0..ymax)
         .map_err(e)?;
-    chart
-        .configure_mesh()
-        .x_desc("accepted candidates in a round")
-        .y_desc("fraction of rounds (all settings of the family)")
-        .label_style(("sans-serif", 15))
-        .draw()
-        .map_err(e)?;
+    plot::draw_mesh(&mut chart, "accepted candidates in a round", "fraction of rounds (all settings of the family)")?;
     let width = 0.8 / series.len().max(1) as f64;
     for (i, (family, fr)) in series.iter().enumerate() {
         let c = colour(family);

@@ -23,6 +23,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use specx_decoder::speculative::{Drafter, FeatureDraft, FeatureHeadDrafter};
 use specx_decoder::{device_from_name, load_model_as};
+use specx_run::RunManifest;
 use specx_run::config::read_toml;
 use specx_run::paths::resolve_path;
 use std::collections::{BTreeMap, HashMap};

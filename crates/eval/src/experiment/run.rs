@@ -12,8 +12,9 @@ use anyhow::{Context, Result, ensure};
 use indicatif::{ProgressBar, ProgressStyle};
 use specx_decoder::fsutil::sha256_file;
 use specx_decoder::generate::{BatchItem, GenerateStats, generate_greedy_batched};
-use specx_decoder::speculative::SpecConfig;
+use specx_decoder::speculative::{RequestMetrics, SpecConfig};
 use specx_decoder::{Placement, Transformer};
+use specx_run::RunConfig;
 use specx_run::config::write_run_config;
 use specx_run::manifest::{ModelRecord, ensure_same_setup};
 use specx_run::resume::remove_stale_temporaries;
@@ -296,15 +297,7 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
         let prepared: Vec<(&UnitKey, Vec<u32>, usize)> = todo
             .iter()
             .map(|u| {
-                let prompt = target.tokenizer.encode(texts[&(u.dataset.as_str(), u.prompt_index)])?;
-                let max_new = cfg.budget.new_tokens(prompt.len());
-                ensure!(
-                    max_new > 0,
-                    "{} {}: the prompt has {} tokens, the budget leaves no room for a response",
-                    u.dataset,
-                    u.prompt_id,
-                    prompt.len()
-                );
+                let (prompt, max_new) = encode_unit(u, texts[&(u.dataset.as_str(), u.prompt_index)], target, cfg)?;
                 Ok((*u, prompt, max_new))
             })
             .collect::<Result<_>>()?;
@@ -343,8 +336,51 @@ fn batched_ar_unit(
     stats: &GenerateStats,
     batch: usize,
 ) -> UnitFile {
-    let target_s = (stats.prefill_time + stats.decode_time).as_secs_f64();
-    let row = ResultRow {
+    let target_time = stats.prefill_time + stats.decode_time;
+    let m = RequestMetrics {
+        n_generated: tokens.len(),
+        n_target_calls: usize::from(!tokens.is_empty()) + stats.decode_steps,
+        target_time,
+        total_time: target_time,
+        ..RequestMetrics::default()
+    };
+    let row = ResultRow { batch, ..measured_row(u, sampling, Setting::ar(), prompt.len(), max_new, &m, &tokens) };
+    UnitFile { unit: u.clone(), prompt: prompt.to_vec(), ar_tokens: tokens, rows: vec![row] }
+}
+
+/// The prompt tokens of unit `u` (its `text` under the target's tokenizer) and the new tokens
+/// the budget gives it; refused when the budget leaves no room for a response.
+fn encode_unit(
+    u: &UnitKey,
+    text: &str,
+    target: &specx_decoder::LoadedModel,
+    cfg: &EvalConfig,
+) -> Result<(Vec<u32>, usize)> {
+    let prompt = target.tokenizer.encode(text)?;
+    let max_new = cfg.budget.new_tokens(prompt.len());
+    ensure!(
+        max_new > 0,
+        "{} {}: the prompt has {} tokens, the budget leaves no room for a response",
+        u.dataset,
+        u.prompt_id,
+        prompt.len()
+    );
+    Ok((prompt, max_new))
+}
+
+/// The row of a request of unit `u` that ran `setting` with metrics `m` and output `tokens`:
+/// as AR's own row (identical, speedup 1, a single stream, no DSI counters) until the caller
+/// says otherwise.
+fn measured_row(
+    u: &UnitKey,
+    sampling: &super::config::SamplingSetting,
+    setting: Setting,
+    prompt_tokens: usize,
+    max_new_tokens: usize,
+    m: &RequestMetrics,
+    tokens: &[u32],
+) -> ResultRow {
+    ResultRow {
         dataset: u.dataset.clone(),
         prompt_index: u.prompt_index,
         prompt_id: u.prompt_id.clone(),
@@ -354,30 +390,29 @@ fn batched_ar_unit(
         top_p: sampling.top_p,
         draws: sampling.draws,
         seed: u.seed,
-        setting: Setting::ar(),
+        setting,
         replayed: false,
-        prompt_tokens: prompt.len(),
-        max_new_tokens: max_new,
-        n_generated: tokens.len(),
-        n_target_calls: usize::from(!tokens.is_empty()) + stats.decode_steps,
-        n_draft_calls: 0,
-        n_calibrations: 0,
-        n_drafted: 0,
-        n_accepted: 0,
-        n_verified: 0,
-        draft_time_s: 0.0,
-        target_time_s: target_s,
-        total_time_s: target_s,
-        accepted_per_round: Vec::new(),
-        drafted_per_round: Vec::new(),
-        output_sha256: tokens_sha256(&tokens),
+        prompt_tokens,
+        max_new_tokens,
+        n_generated: m.n_generated,
+        n_target_calls: m.n_target_calls,
+        n_draft_calls: m.n_draft_calls,
+        n_calibrations: m.n_calibrations,
+        n_drafted: m.n_drafted,
+        n_accepted: m.n_accepted,
+        n_verified: m.n_verified,
+        draft_time_s: m.draft_time.as_secs_f64(),
+        target_time_s: m.target_time.as_secs_f64(),
+        total_time_s: m.total_time.as_secs_f64(),
+        accepted_per_round: m.accepted_per_round.clone(),
+        drafted_per_round: m.drafted_per_round.clone(),
+        output_sha256: tokens_sha256(tokens),
         identical_to_ar: true,
         speedup: 1.0,
-        batch,
+        batch: 1,
         divergence: None,
         dsi: None,
-    };
-    UnitFile { unit: u.clone(), prompt: prompt.to_vec(), ar_tokens: tokens, rows: vec![row] }
+    }
 }
 
 /// The seed of a unit's request: it depends only on the run seed, the sampling setting and
@@ -397,15 +432,7 @@ fn run_unit(
 ) -> Result<UnitFile> {
     let target = &models.target;
     let workers = models.workers();
-    let prompt = target.tokenizer.encode(text)?;
-    let max_new = cfg.budget.new_tokens(prompt.len());
-    ensure!(
-        max_new > 0,
-        "{} {}: the prompt has {} tokens, the budget leaves no room for a response",
-        u.dataset,
-        u.prompt_id,
-        prompt.len()
-    );
+    let (prompt, max_new) = encode_unit(u, text, target, cfg)?;
     let spec = SpecConfig { max_new_tokens: max_new, sampling: sampling.config(), seed: request_seed(u) };
     let mut rows = Vec::with_capacity(settings.len());
     let mut ar: Option<(Vec<u32>, f64)> = None;
@@ -416,38 +443,12 @@ fn run_unit(
         let m = &g.metrics;
         let total = m.total_time.as_secs_f64();
         let (ar_tokens, ar_time) = ar.get_or_insert_with(|| (g.tokens.clone(), total));
+        let row = measured_row(u, sampling, setting.clone(), prompt.len(), max_new, m, &g.tokens);
         rows.push(ResultRow {
-            dataset: u.dataset.clone(),
-            prompt_index: u.prompt_index,
-            prompt_id: u.prompt_id.clone(),
-            sampling: u.sampling.clone(),
-            temperature: sampling.temperature,
-            top_k: sampling.top_k,
-            top_p: sampling.top_p,
-            draws: sampling.draws,
-            seed: u.seed,
-            setting: setting.clone(),
-            replayed: false,
-            prompt_tokens: prompt.len(),
-            max_new_tokens: max_new,
-            n_generated: m.n_generated,
-            n_target_calls: m.n_target_calls,
-            n_draft_calls: m.n_draft_calls,
-            n_calibrations: m.n_calibrations,
-            n_drafted: m.n_drafted,
-            n_accepted: m.n_accepted,
-            n_verified: m.n_verified,
-            draft_time_s: m.draft_time.as_secs_f64(),
-            target_time_s: m.target_time.as_secs_f64(),
-            total_time_s: total,
-            accepted_per_round: m.accepted_per_round.clone(),
-            drafted_per_round: m.drafted_per_round.clone(),
-            output_sha256: tokens_sha256(&g.tokens),
             identical_to_ar: g.tokens == *ar_tokens,
             speedup: *ar_time / total.max(1e-9),
-            batch: 1,
-            divergence: None,
             dsi,
+            ..row
         });
         outputs.push(g.tokens);
     }

@@ -6,6 +6,7 @@ use super::job::{Job, JobRecord, Kind, quote};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use specx_decoder::report::markdown_table;
+use specx_run::RunManifest;
 use specx_run::part::part_dir;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -10,6 +10,7 @@ use crate::experiment::config::EvalConfig;
 use anyhow::{Context, Result, bail, ensure};
 use specx_datagen::config::DatagenConfig;
 use specx_decoder::fsutil::write_atomic;
+use specx_run::RunConfig;
 use specx_run::config::read_toml;
 use specx_run::manifest::identity_difference;
 use specx_run::part::part_dir;

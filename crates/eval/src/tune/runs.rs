@@ -8,6 +8,7 @@ use crate::experiment::merge::replayable_units;
 use crate::experiment::replay::TraceDraws;
 use anyhow::{Context, Result, bail, ensure};
 use specx_decoder::{device_from_name, load_model_as};
+use specx_run::RunManifest;
 use std::collections::HashMap;
 use std::path::Path;
 

@@ -4,6 +4,7 @@
 use super::analysis::{HeadPoint, Times};
 use anyhow::{Result, anyhow};
 use plotters::prelude::*;
+use specx_eval::common::plot;
 use specx_eval::common::plot::draw_legend;
 use specx_eval::common::plot::{colour, frontier, range, rate_chart, render_png};
 use specx_eval::common::run_rows::Group;
@@ -90,20 +91,8 @@ pub fn threshold_figure(
             .y_label_area_size(64)
             .build_cartesian_2d(0.0..1.0, range(ys))
             .map_err(e)?;
-        chart
-            .configure_mesh()
-            .x_desc("threshold h (bounds [2, 20])")
-            .y_desc(format!("eq. 5.1 speedup over AR, {}", t.name))
-            .label_style(("sans-serif", 15))
-            .draw()
-            .map_err(e)?;
-        let palette = [
-            RGBColor(214, 39, 40),
-            RGBColor(255, 127, 14),
-            RGBColor(140, 86, 75),
-            RGBColor(227, 119, 194),
-            RGBColor(188, 189, 34),
-        ];
+        plot::draw_mesh(&mut chart, "threshold h (bounds [2, 20])", &format!("eq. 5.1 speedup over AR, {}", t.name))?;
+        let palette = plot::tab10(&[3, 1, 5, 6, 8]);
         for (i, (h, mut p)) in lines.into_iter().enumerate() {
             p.sort_by(|a, b| a.0.total_cmp(&b.0));
             let c = palette[i % palette.len()];

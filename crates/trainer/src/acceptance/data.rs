@@ -9,6 +9,7 @@ use specx_datagen::manifest::Manifest;
 use specx_datagen::shard::{ShardRecord, labelled_log_q, labelled_rows};
 use specx_decoder::fsutil::{sha256_hex, short_hash};
 use specx_decoder::speculative::calibrated::ln_complement;
+use specx_run::RunManifest;
 use specx_run::seed::SplitMix64;
 use std::path::{Path, PathBuf};
 

@@ -11,6 +11,7 @@ use specx_datagen::features::{cache_dir, read_cache, shard_sequences, write_cach
 use specx_datagen::manifest::Manifest;
 use specx_decoder::Transformer;
 use specx_decoder::fsutil::short_hash;
+use specx_run::RunManifest;
 use std::path::{Path, PathBuf};
 
 /// Rows per target forward when computing features.

@@ -204,19 +204,11 @@ impl StopPolicy for CalibratedPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::speculative::{HiddenState, LazyStats};
+    use crate::speculative::LazyStats;
 
     fn step(index: usize, p: f32) -> DraftStep<'static> {
         let stats = DraftStats { token_prob: p, top1: p, margin: p / 2.0, entropy: 1.0, top10_top1: p };
-        DraftStep {
-            index,
-            token: 0,
-            q_token: 1.0,
-            confidence: p,
-            ngram: None,
-            stats: LazyStats::known(stats),
-            hidden: HiddenState::HeadScores(&[]),
-        }
+        DraftStep { stats: LazyStats::known(stats), ..DraftStep::at(index, p) }
     }
 
     /// The model that says "the draft's probability" exactly: sigmoid(logit(p)) = p is not

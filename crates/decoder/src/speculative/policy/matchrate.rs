@@ -140,19 +140,11 @@ impl StopPolicy for MatchRatePolicy {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{DraftStats, HiddenState, LazyStats};
+    use super::super::HiddenState;
     use super::*;
 
     fn step(index: usize, ngram: Option<usize>, confidence: f32) -> DraftStep<'static> {
-        DraftStep {
-            index,
-            token: 0,
-            q_token: 1.0,
-            confidence,
-            ngram,
-            stats: LazyStats::known(DraftStats::default()),
-            hidden: HiddenState::Vector(&[]),
-        }
+        DraftStep { ngram, hidden: HiddenState::Vector(&[]), ..DraftStep::at(index, confidence) }
     }
 
     fn round(p: &mut MatchRatePolicy, ngram: Option<usize>, confidence: f32, max: usize) -> Vec<Decision> {

@@ -63,6 +63,24 @@ pub struct DraftStep<'a> {
     pub hidden: HiddenState<'a>,
 }
 
+#[cfg(test)]
+impl DraftStep<'static> {
+    /// A step of a draft model's candidate number `index` with `confidence` (also its `q`
+    /// probability's stand-in: 1), no n-gram, default statistics and no hidden state: what a
+    /// rule's unit tests feed it, changed field by field where a rule reads more.
+    pub(crate) fn at(index: usize, confidence: f32) -> Self {
+        DraftStep {
+            index,
+            token: 0,
+            q_token: 1.0,
+            confidence,
+            ngram: None,
+            stats: super::LazyStats::known(super::DraftStats::default()),
+            hidden: HiddenState::HeadScores(&[]),
+        }
+    }
+}
+
 /// A policy's answer after a candidate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decision {

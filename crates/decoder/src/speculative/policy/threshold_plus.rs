@@ -137,18 +137,9 @@ impl StopPolicy for ThresholdPlusPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::speculative::{DraftStats, HiddenState, LazyStats};
 
     fn step(index: usize, confidence: f32) -> DraftStep<'static> {
-        DraftStep {
-            index,
-            token: 0,
-            q_token: 1.0,
-            confidence,
-            ngram: None,
-            stats: LazyStats::known(DraftStats::default()),
-            hidden: HiddenState::HeadScores(&[]),
-        }
+        DraftStep::at(index, confidence)
     }
 
     #[test]
