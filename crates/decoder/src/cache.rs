@@ -6,7 +6,7 @@
 //! stale positions past `len` are never read (attention slices `0..len`).
 
 use crate::config::ModelConfig;
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 
 /// Positions are allocated in steps of this many, to grow rarely.
 const GROW_STEP: usize = 256;
@@ -75,6 +75,34 @@ impl KvCache {
         for p in &mut self.precise {
             *p = (*p).min(n);
         }
+    }
+
+    /// Keeps, of the positions from `from` on, those at offsets `rows` (increasing), moved to
+    /// `from, from + 1, ...`, and drops the rest: after a tree call, the accepted path's keys
+    /// and values become the cache's next positions. A layer exact up to the old length is
+    /// exact up to the new one.
+    pub fn retain_rows(&mut self, from: usize, rows: &[usize]) {
+        assert!(from <= self.len, "KvCache::retain_rows from {from} beyond its length {}", self.len);
+        assert!(rows.windows(2).all(|w| w[0] < w[1]), "rows to keep must increase: {rows:?}");
+        assert!(rows.last().is_none_or(|&r| from + r < self.len), "rows {rows:?} past {from} beyond {}", self.len);
+        let moved: Vec<usize> = rows.iter().enumerate().filter(|&(i, &r)| i != r).map(|(i, _)| i).collect();
+        if let Some(&first) = moved.first() {
+            // Rows before `first` are in place already; the rest are gathered in one select.
+            let ids: Vec<i64> = rows[first..].iter().map(|&r| (from + r) as i64).collect();
+            let at = [0..self.batch, 0..self.kv_heads, from + first..from + rows.len(), 0..self.head_dim];
+            for ((k, v), device) in self.layers.iter_mut().zip(&self.devices) {
+                let index = Tensor::<1, Int>::from_data(TensorData::new(ids.clone(), [ids.len()]), device);
+                for t in [k, v] {
+                    let kept = t.clone().select(2, index.clone());
+                    t.inplace(|t| t.slice_assign(at.clone(), kept));
+                }
+            }
+        }
+        let new_len = from + rows.len();
+        for p in &mut self.precise {
+            *p = if *p == self.len { new_len } else { (*p).min(from) };
+        }
+        self.len = new_len;
     }
 
     /// Positions of every layer that hold exact keys and values: the cache is exact up to

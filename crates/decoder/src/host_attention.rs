@@ -6,6 +6,7 @@
 //! by the number of rows: ~1e-5 apart on f32 activations, and through `--weights q8`'s 8-bit
 //! activation quantization whole quanta apart (measured: logits up to 0.28 apart).
 
+use crate::tree_mask::TreeMask;
 use rayon::prelude::*;
 
 /// Shapes of one attention call.
@@ -119,15 +120,16 @@ mod x86 {
     }
 }
 
-/// `o = sum_j w_j v_j` over the rows of `vs` (`d` values each), in registers chunk by chunk of
-/// `o` (the same adds in the same order as one row at a time into memory).
-fn weighted_sum(w: &[f32], vs: &[f32], d: usize, o: &mut [f32]) {
+/// `o = sum_j w_j v_j` over the value rows `row(0), row(1), ...` (`d` values each), in
+/// registers chunk by chunk of `o` (the same adds in the same order as one row at a time into
+/// memory).
+fn weighted_sum<'a>(w: &[f32], row: impl Fn(usize) -> &'a [f32], d: usize, o: &mut [f32]) {
     const CHUNK: usize = 8 * LANES;
     for (at, oc) in (0..d).step_by(CHUNK).zip(o.chunks_mut(CHUNK)) {
         if oc.len() == CHUNK {
             let mut acc = [0f32; CHUNK];
             for (j, &wj) in w.iter().enumerate() {
-                let v: &[f32; CHUNK] = vs[j * d + at..][..CHUNK].try_into().expect("a whole chunk");
+                let v: &[f32; CHUNK] = row(j)[at..][..CHUNK].try_into().expect("a whole chunk");
                 for x in 0..CHUNK {
                     acc[x] += wj * v[x];
                 }
@@ -135,7 +137,33 @@ fn weighted_sum(w: &[f32], vs: &[f32], d: usize, o: &mut [f32]) {
             oc.copy_from_slice(&acc);
         } else {
             for (j, &wj) in w.iter().enumerate() {
-                oc.iter_mut().zip(&vs[j * d + at..]).for_each(|(o, v)| *o += wj * v);
+                oc.iter_mut().zip(&row(j)[at..]).for_each(|(o, v)| *o += wj * v);
+            }
+        }
+    }
+}
+
+/// Which keys each query row of a call sees.
+#[derive(Clone, Copy, Debug)]
+pub enum Visible<'a> {
+    /// Every key.
+    All,
+    /// Row i: the cache and the call's rows `0..=i`.
+    Causal,
+    /// Row i: the cache and its path in the tree (its ancestors and itself), in depth order.
+    Tree(&'a TreeMask),
+}
+
+impl Visible<'_> {
+    /// Row `i` of `rows` after `past` cached keys: how many keys from 0 on it sees in one
+    /// contiguous run, and the rows of the call it sees after them.
+    fn keys_of(&self, i: usize, past: usize, rows: usize) -> (usize, &[usize]) {
+        match self {
+            Self::All => (past + rows, &[]),
+            Self::Causal => (past + i + 1, &[]),
+            Self::Tree(tree) => {
+                let run = tree.contiguous_prefix(i);
+                (past + run, &tree.path(i)[run..])
             }
         }
     }
@@ -143,9 +171,11 @@ fn weighted_sum(w: &[f32], vs: &[f32], d: usize, o: &mut [f32]) {
 
 /// Attention of `q` (`[batch, heads, rows, d]`, RoPE applied) over `keys` and `values`
 /// (`[batch, kv_heads, keys, d]`); query heads share kv head `head / (heads / kv_heads)`.
-/// With `causal`, row i sees positions `0..=keys - rows + i`; without, all of them. Returns
-/// `[batch, rows, heads * d]`.
-pub fn attend(q: &[f32], keys: &[f32], values: &[f32], s: AttentionShape, causal: bool) -> Vec<f32> {
+/// Row i sees the keys `visible` gives it: scores, softmax and weighted sum run over them in
+/// the order cache first, then the call's rows in depth order, which is the order of a chain
+/// call of the row's path (a tree row's bits equal that chain's; each key's score has the same
+/// bits whether scored in a block of 16 or alone). Returns `[batch, rows, heads * d]`.
+pub fn attend(q: &[f32], keys: &[f32], values: &[f32], s: AttentionShape, visible: Visible) -> Vec<f32> {
     let AttentionShape { batch, heads, kv_heads, rows, keys: t, head_dim: d } = s;
     assert!(heads % kv_heads == 0 && rows <= t, "attention shape {s:?}");
     assert_eq!(q.len(), batch * heads * rows * d, "q is not [batch, heads, rows, d]");
@@ -164,10 +194,13 @@ pub fn attend(q: &[f32], keys: &[f32], values: &[f32], s: AttentionShape, causal
         let mut p = vec![0f32; t];
         for i in 0..rows {
             let qi = &q[(bh * rows + i) * d..(bh * rows + i + 1) * d];
-            let seen = if causal { past + i + 1 } else { t };
+            let (run, extra) = visible.keys_of(i, past, rows);
+            let seen = run + extra.len();
+            // The key behind score j: the contiguous run, then the call's rows of `extra`.
+            let key = |j: usize| if j < run { j } else { past + extra[j - run] };
             // Blocks of 16 keys where the CPU has the wide path, the rest key by key.
             let mut blocked = 0;
-            while d % LANES == 0 && blocked + KEY_BLOCK <= seen {
+            while d % LANES == 0 && blocked + KEY_BLOCK <= run {
                 let Some(scores) = dots16(qi, &ks[blocked * d..(blocked + KEY_BLOCK) * d], d) else { break };
                 for (pj, s) in p[blocked..blocked + KEY_BLOCK].iter_mut().zip(scores) {
                     *pj = s * scale;
@@ -175,7 +208,8 @@ pub fn attend(q: &[f32], keys: &[f32], values: &[f32], s: AttentionShape, causal
                 blocked += KEY_BLOCK;
             }
             for (j, pj) in p[..seen].iter_mut().enumerate().skip(blocked) {
-                *pj = dot(qi, &ks[j * d..(j + 1) * d]) * scale;
+                let k = key(j);
+                *pj = dot(qi, &ks[k * d..(k + 1) * d]) * scale;
             }
             let max = p[..seen].iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
             let mut sum = 0f32;
@@ -186,7 +220,7 @@ pub fn attend(q: &[f32], keys: &[f32], values: &[f32], s: AttentionShape, causal
             for pj in &mut p[..seen] {
                 *pj /= sum;
             }
-            weighted_sum(&p[..seen], vs, d, &mut out[i * d..(i + 1) * d]);
+            weighted_sum(&p[..seen], |j| &vs[key(j) * d..(key(j) + 1) * d], d, &mut out[i * d..(i + 1) * d]);
         }
         out
     };
@@ -237,8 +271,13 @@ mod tests {
         assert!(heads * rows * t * d >= SERIAL_BELOW && heads * t * d < SERIAL_BELOW);
         let (keys, values) = (data(kv_heads * t * d, 4), data(kv_heads * t * d, 5));
         let q = data(heads * rows * d, 6);
-        let all =
-            attend(&q, &keys, &values, AttentionShape { batch: 1, heads, kv_heads, rows, keys: t, head_dim: d }, true);
+        let all = attend(
+            &q,
+            &keys,
+            &values,
+            AttentionShape { batch: 1, heads, kv_heads, rows, keys: t, head_dim: d },
+            Visible::Causal,
+        );
         for i in 0..rows {
             let seen = t - rows + i + 1;
             let cut = |x: &[f32]| -> Vec<f32> { x.chunks(t * d).flat_map(|c| c[..seen * d].to_vec()).collect() };
@@ -248,11 +287,69 @@ mod tests {
                 &cut(&keys),
                 &cut(&values),
                 AttentionShape { batch: 1, heads, kv_heads, rows: 1, keys: seen, head_dim: d },
-                true,
+                Visible::Causal,
             );
             let r = &all[i * heads * d..(i + 1) * heads * d];
             assert!(alone.iter().zip(r).all(|(x, y)| x.to_bits() == y.to_bits()), "row {i}");
         }
+    }
+
+    #[test]
+    fn a_tree_row_has_the_bits_of_a_chain_call_of_its_path() {
+        // d = 128 and 40 cached keys: the chain's 16-key blocks run into the new rows, where
+        // the tree row scores its (non-contiguous) ancestors one by one.
+        let (heads, kv_heads, d, past) = (4, 2, 128, 40);
+        let parents = [None, Some(0), Some(0), Some(2), Some(1), Some(3), Some(5)];
+        let tree = TreeMask::new(&parents).unwrap();
+        let n = parents.len();
+        let t = past + n;
+        let (keys, values, q) = (data(kv_heads * t * d, 13), data(kv_heads * t * d, 14), data(heads * n * d, 15));
+        let got = attend(
+            &q,
+            &keys,
+            &values,
+            AttentionShape { batch: 1, heads, kv_heads, rows: n, keys: t, head_dim: d },
+            Visible::Tree(&tree),
+        );
+        for i in 0..n {
+            let path = tree.path(i);
+            // The chain of the path: the cache, then the path's keys and queries in depth order.
+            let pick = |x: &[f32]| -> Vec<f32> {
+                x.chunks(t * d)
+                    .flat_map(|c| {
+                        let mut rows = c[..past * d].to_vec();
+                        path.iter().for_each(|&r| rows.extend_from_slice(&c[(past + r) * d..(past + r + 1) * d]));
+                        rows
+                    })
+                    .collect()
+            };
+            let qs: Vec<f32> =
+                q.chunks(n * d).flat_map(|c| path.iter().flat_map(|&r| c[r * d..(r + 1) * d].to_vec())).collect();
+            let rows = path.len();
+            let shape = AttentionShape { batch: 1, heads, kv_heads, rows, keys: past + rows, head_dim: d };
+            let chain = attend(&qs, &pick(&keys), &pick(&values), shape, Visible::Causal);
+            let (want, row) =
+                (&chain[(rows - 1) * heads * d..rows * heads * d], &got[i * heads * d..(i + 1) * heads * d]);
+            assert!(want.iter().zip(row).all(|(a, b)| a.to_bits() == b.to_bits()), "tree row {i}, path {path:?}");
+        }
+        // A row shown its sibling's key besides its own path is caught.
+        let wrong = TreeMask::new(&[None, Some(0), Some(1), Some(2), Some(1), Some(3), Some(5)]).unwrap();
+        let broken = attend(
+            &q,
+            &keys,
+            &values,
+            AttentionShape { batch: 1, heads, kv_heads, rows: n, keys: t, head_dim: d },
+            Visible::Tree(&wrong),
+        );
+        assert_ne!(
+            bits_of(&broken[2 * heads * d..3 * heads * d]),
+            bits_of(&got[2 * heads * d..3 * heads * d]),
+            "row 2 under a wrong parent"
+        );
+    }
+
+    fn bits_of(x: &[f32]) -> Vec<u32> {
+        x.iter().map(|v| v.to_bits()).collect()
     }
 
     #[test]
@@ -278,7 +375,7 @@ mod tests {
                 want.iter_mut().zip(&vs[j * d..]).for_each(|(o, v)| *o += wj * v);
             }
             let mut got = vec![0f32; d];
-            weighted_sum(&w, &vs, d, &mut got);
+            weighted_sum(&w, |j| &vs[j * d..(j + 1) * d], d, &mut got);
             assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "d = {d}");
         }
     }
@@ -304,7 +401,7 @@ mod tests {
         let (keys, values) = (data(batch * kv_heads * t * d, 1), data(batch * kv_heads * t * d, 2));
         let rows = 4;
         let q = data(batch * heads * rows * d, 3);
-        let all = attend(&q, &keys, &values, shape(rows), true);
+        let all = attend(&q, &keys, &values, shape(rows), Visible::Causal);
         for b in 0..batch {
             for h in 0..heads {
                 let kv = b * kv_heads + h / 2;
@@ -323,8 +420,13 @@ mod tests {
             let seen = t - rows + i + 1;
             let cut = |x: &[f32]| -> Vec<f32> { x.chunks(t * d).flat_map(|c| c[..seen * d].to_vec()).collect() };
             let qi: Vec<f32> = q.chunks(rows * d).flat_map(|c| c[i * d..(i + 1) * d].to_vec()).collect();
-            let alone =
-                attend(&qi, &cut(&keys), &cut(&values), AttentionShape { rows: 1, keys: seen, ..shape(1) }, true);
+            let alone = attend(
+                &qi,
+                &cut(&keys),
+                &cut(&values),
+                AttentionShape { rows: 1, keys: seen, ..shape(1) },
+                Visible::Causal,
+            );
             for b in 0..batch {
                 let a = &alone[b * heads * d..(b + 1) * heads * d];
                 let r = &all[(b * rows + i) * heads * d..(b * rows + i + 1) * heads * d];

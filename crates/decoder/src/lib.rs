@@ -34,6 +34,7 @@ pub mod sampling;
 pub mod speculative;
 pub mod synthetic;
 pub mod tokenizer;
+pub mod tree_mask;
 pub mod weights;
 
 pub use burn::tensor::Device;

@@ -32,7 +32,7 @@ impl Transformer {
         workers: usize,
     ) -> Result<ForwardOutput> {
         let hidden = self
-            .hidden_states_until(&[tokens], cache, None, None, groups, workers, None)?
+            .hidden_states_until(&[tokens], cache, None, None, groups, workers, None, None)?
             .expect("no cancel flag, never cancelled");
         let logits = self.logits(hidden.clone());
         Ok(ForwardOutput { logits, hidden })
@@ -52,7 +52,7 @@ impl Transformer {
     ) -> Result<(ForwardOutput, Vec<ProbedLayer>)> {
         let mut probes = Vec::with_capacity(self.blocks.len());
         let hidden = self
-            .hidden_states_until(&[tokens], cache, None, None, groups, 1, Some(&mut probes))?
+            .hidden_states_until(&[tokens], cache, None, None, groups, 1, Some(&mut probes), None)?
             .expect("no cancel flag, never cancelled");
         let logits = self.logits(hidden.clone());
         Ok((ForwardOutput { logits, hidden }, probes))

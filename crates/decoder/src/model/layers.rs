@@ -2,8 +2,9 @@
 //! order per query row, for row invariance), the SwiGLU MLP, the embedding table.
 
 use crate::cache::LayerSlot;
-use crate::host_attention::{self, AttentionShape};
+use crate::host_attention::{self, AttentionShape, Visible};
 use crate::quant::QuantMatrix;
+use crate::tree_mask::TreeMask;
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use std::sync::Arc;
@@ -119,10 +120,20 @@ pub(super) fn rope_tables(
     theta: f64,
     device: &Device,
 ) -> (Tensor<2>, Tensor<2>) {
-    let half = head_dim / 2;
+    rope_tables_at(&(start..start + n).collect::<Vec<_>>(), head_dim, theta, device)
+}
+
+/// [`rope_tables`] at any positions, one row each (a tree call's rows sit at their depths).
+pub(super) fn rope_tables_at(
+    positions: &[usize],
+    head_dim: usize,
+    theta: f64,
+    device: &Device,
+) -> (Tensor<2>, Tensor<2>) {
+    let (half, n) = (head_dim / 2, positions.len());
     let mut cos = Vec::with_capacity(n * head_dim);
     let mut sin = Vec::with_capacity(n * head_dim);
-    for p in start..start + n {
+    for &p in positions {
         for j in 0..head_dim {
             let inv_freq = theta.powf(-2.0 * (j % half) as f64 / head_dim as f64);
             let angle = p as f64 * inv_freq;
@@ -147,16 +158,64 @@ pub(super) fn apply_rope(x: Tensor<4>, cos: &Tensor<2>, sin: &Tensor<2>) -> Tens
 
 /// Additive causal mask for `n` new queries after `past` cached positions, laid out for the
 /// grouped query rows `(group, query)`: `[groups * n, past + n]`.
-pub(super) fn causal_mask(past: usize, n: usize, groups: usize, device: &Device) -> Tensor<2> {
+fn causal_mask(past: usize, n: usize, groups: usize, device: &Device) -> Tensor<2> {
+    additive_mask(past, n, groups, device, |i, row| row[past + i + 1..].fill(f32::NEG_INFINITY))
+}
+
+/// [`causal_mask`] of a tree call: row i sees the cache and its path in `tree`.
+fn tree_mask(past: usize, tree: &TreeMask, groups: usize, device: &Device) -> Tensor<2> {
+    additive_mask(past, tree.len(), groups, device, |i, row| {
+        row[past..].fill(f32::NEG_INFINITY);
+        for &a in tree.path(i) {
+            row[past + a] = 0.0;
+        }
+    })
+}
+
+/// A `[groups * n, past + n]` mask of zeros, each query row's then set by `hide(i, row)`.
+fn additive_mask(past: usize, n: usize, groups: usize, device: &Device, hide: impl Fn(usize, &mut [f32])) -> Tensor<2> {
     let total = past + n;
     let mut m = vec![0f32; groups * n * total];
     for g in 0..groups {
         for i in 0..n {
-            let row = &mut m[(g * n + i) * total..(g * n + i + 1) * total];
-            row[past + i + 1..].fill(f32::NEG_INFINITY);
+            hide(i, &mut m[(g * n + i) * total..(g * n + i + 1) * total]);
         }
     }
     Tensor::from_data(TensorData::new(m, [groups * n, total]), device)
+}
+
+/// What the new rows of one call see besides the cache, in both forms: the additive mask of the
+/// tensor path (`None`: a one-row call sees everything) and, for a tree call, the tree the
+/// host attention reads.
+#[derive(Clone)]
+pub(super) struct RowMask {
+    additive: Option<Tensor<2>>,
+    tree: Option<Arc<TreeMask>>,
+}
+
+impl RowMask {
+    /// The mask of `n` rows after `past` cached positions: causal, or `tree`'s when given.
+    pub(super) fn new(past: usize, n: usize, tree: Option<&Arc<TreeMask>>, groups: usize, device: &Device) -> Self {
+        let additive = match tree {
+            Some(t) => Some(tree_mask(past, t, groups, device)),
+            None => (n > 1).then(|| causal_mask(past, n, groups, device)),
+        };
+        Self { additive, tree: tree.cloned() }
+    }
+
+    /// The same mask with its tensor on `device`.
+    pub(super) fn to_device(&self, device: &Device) -> Self {
+        Self { additive: self.additive.clone().map(|m| m.to_device(device)), tree: self.tree.clone() }
+    }
+
+    /// The host attention's form of it.
+    fn visible(&self) -> Visible<'_> {
+        match (&self.tree, &self.additive) {
+            (Some(tree), _) => Visible::Tree(tree),
+            (None, Some(_)) => Visible::Causal,
+            (None, None) => Visible::All,
+        }
+    }
 }
 
 impl Attention {
@@ -167,7 +226,7 @@ impl Attention {
         x: Tensor<3>,
         slot: &mut LayerSlot,
         rope: &(Tensor<2>, Tensor<2>),
-        mask: Option<&Tensor<2>>,
+        mask: &RowMask,
         mut probe: Option<&mut AttentionProbe>,
     ) -> Tensor<3> {
         let out = self.attend(self.qkv.forward(x), slot, rope, mask, probe.as_deref_mut());
@@ -186,7 +245,7 @@ impl Attention {
         qkv: Tensor<3>,
         slot: &mut LayerSlot,
         rope: &(Tensor<2>, Tensor<2>),
-        mask: Option<&Tensor<2>>,
+        mask: &RowMask,
         probe: Option<&mut AttentionProbe>,
     ) -> Tensor<3> {
         let [b, n, _] = qkv.dims();
@@ -209,13 +268,13 @@ impl Attention {
             let host = |t: Tensor<4>| t.into_data().try_to_vec::<f32>().expect("f32 attention inputs");
             let shape =
                 AttentionShape { batch: b, heads: h, kv_heads: kvh, rows: n, keys: keys.dims()[2], head_dim: d };
-            let out = host_attention::attend(&host(q), &host(keys), &host(values), shape, mask.is_some());
+            let out = host_attention::attend(&host(q), &host(keys), &host(values), shape, mask.visible());
             return Tensor::from_data(TensorData::new(out, [b, n, h * d]), &qkv_device);
         }
         // Query heads sharing a kv head become extra rows: no copy of K/V per group.
         let q = q.reshape([b, kvh, groups * n, d]);
         let mut scores = q.matmul(keys.swap_dims(2, 3)).mul_scalar(1.0 / (d as f64).sqrt());
-        if let Some(mask) = mask {
+        if let Some(mask) = &mask.additive {
             scores = scores + mask.clone().unsqueeze::<4>();
         }
         let out = softmax(scores, 3).matmul(values); // [b, kvh, groups*n, d]

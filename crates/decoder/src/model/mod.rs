@@ -4,7 +4,8 @@
 //!
 //! This file holds the model and its one layer loop; [`linear`] the weight storage and kernel
 //! choice, [`layers`] the layers, [`load`] the loading, [`ragged`] the batched ragged forward,
-//! [`fuzzy`] EasySpec's fuzzy forward and [`placement`] its attention placement on devices.
+//! [`fuzzy`] EasySpec's fuzzy forward, [`placement`] its attention placement on devices and
+//! [`tree`] the tree call of token-tree verification.
 
 use crate::cache::{KvCache, LayerSlot};
 use crate::config::ModelConfig;
@@ -22,9 +23,11 @@ mod probe;
 mod ragged;
 mod swiglu;
 mod transform;
+mod tree;
 
+use crate::tree_mask::TreeMask;
 pub use fuzzy::ProbedLayer;
-use layers::{Block, Embedding, RmsNorm, causal_mask, rope_tables};
+use layers::{Block, Embedding, RmsNorm, RowMask, rope_tables, rope_tables_at};
 pub use linear::HOST_KERNEL_MAX_ROWS;
 use linear::{Linear, Projection};
 pub use load::{WeightMode, layer_ranges};
@@ -121,8 +124,8 @@ pub struct Transformer {
     vocab_subset: Option<Arc<[u32]>>,
 }
 
-/// RoPE tables and the causal mask of one forward, on one device.
-type PositionTables = ((Tensor<2>, Tensor<2>), Option<Tensor<2>>);
+/// RoPE tables and the row mask of one forward, on one device.
+type PositionTables = ((Tensor<2>, Tensor<2>), RowMask);
 
 impl Transformer {
     /// Every linear map a decoded token applies: each layer's four projections, then the head.
@@ -169,19 +172,22 @@ impl Transformer {
         self.blocks.iter().map(|b| self.devices[b.device].clone()).collect()
     }
 
-    /// The RoPE tables of positions `past..past + n` and, for n > 1, the causal mask, on
-    /// every device of the model (index as [`Transformer::devices`]).
-    fn position_tables(&self, past: usize, n: usize) -> Vec<PositionTables> {
+    /// The RoPE tables of positions `past..past + n` (a tree's rows: `past` + their depths)
+    /// and the row mask, on every device of the model (index as [`Transformer::devices`]).
+    fn position_tables(&self, past: usize, n: usize, tree: Option<&Arc<TreeMask>>) -> Vec<PositionTables> {
         let heads_per_kv = self.cfg.num_attention_heads / self.cfg.num_key_value_heads;
-        let rope = rope_tables(past, n, self.cfg.head_dim, self.cfg.rope_theta, self.device());
-        let mask = (n > 1).then(|| causal_mask(past, n, heads_per_kv, self.device()));
+        let (dim, theta) = (self.cfg.head_dim, self.cfg.rope_theta);
+        let rope = match tree {
+            Some(t) => {
+                rope_tables_at(&(0..n).map(|i| past + t.depth(i)).collect::<Vec<_>>(), dim, theta, self.device())
+            }
+            None => rope_tables(past, n, dim, theta, self.device()),
+        };
+        let mask = RowMask::new(past, n, tree, heads_per_kv, self.device());
         let mut tables = vec![(rope, mask)];
         for device in &self.devices[1..] {
             let ((cos, sin), mask) = &tables[0];
-            tables.push((
-                (cos.clone().to_device(device), sin.clone().to_device(device)),
-                mask.clone().map(|m| m.to_device(device)),
-            ));
+            tables.push(((cos.clone().to_device(device), sin.clone().to_device(device)), mask.to_device(device)));
         }
         tables
     }
@@ -211,19 +217,10 @@ impl Transformer {
         let block = &self.blocks[i];
         let (rope, mask) = &tables[block.device];
         if block.device == block.home {
-            return block.attn.forward(
-                block.attn_norm.forward(self.on_device(x, block.home)),
-                slot,
-                rope,
-                mask.as_ref(),
-                probe,
-            );
+            return block.attn.forward(block.attn_norm.forward(self.on_device(x, block.home)), slot, rope, mask, probe);
         }
         let x = x.to_device(&self.devices[block.device]);
-        block
-            .attn
-            .forward(block.attn_norm.forward(x), slot, rope, mask.as_ref(), probe)
-            .to_device(&self.devices[block.home])
+        block.attn.forward(block.attn_norm.forward(x), slot, rope, mask, probe).to_device(&self.devices[block.home])
     }
 
     /// Forwards `tokens` (n >= 1 new tokens of one sequence) after what `cache` holds, and
@@ -258,7 +255,8 @@ impl Transformer {
         hidden: bool,
     ) -> Result<Option<(Vec<Vec<f32>>, Vec<f32>)>> {
         ensure!((1..=tokens.len()).contains(&rows), "scores of {rows} rows from a forward of {} tokens", tokens.len());
-        let Some(states) = self.hidden_states_until(&[tokens], cache, None, cancel, &self.sequential, 1, None)? else {
+        let Some(states) = self.hidden_states_until(&[tokens], cache, None, cancel, &self.sequential, 1, None, None)?
+        else {
             return Ok(None);
         };
         let [b, n, h] = states.dims();
@@ -330,13 +328,13 @@ impl Transformer {
         times: Option<&mut LayerTimes>,
     ) -> Result<Tensor<3>> {
         Ok(self
-            .hidden_states_until(tokens, cache, times, None, &self.sequential, 1, None)?
+            .hidden_states_until(tokens, cache, times, None, &self.sequential, 1, None, None)?
             .expect("no cancel flag, never cancelled"))
     }
 
     /// The layer loop, group by group (`self.sequential` for the exact forward); `None` when
     /// `cancel` was set before a group (the cache not advanced). `times` and `probes` collect
-    /// per-layer measurements when given.
+    /// per-layer measurements when given; with `tree`, the rows are a tree call's.
     ///
     /// On the CPU, when no other forward is running, the loop runs on a worker of rayon's
     /// pool: the kernels' parallel loops then start on the calling worker, where from any other
@@ -355,8 +353,9 @@ impl Transformer {
         groups: &LayerGroups,
         workers: usize,
         probes: Option<&mut Vec<ProbedLayer>>,
+        tree: Option<&Arc<TreeMask>>,
     ) -> Result<Option<Tensor<3>>> {
-        let run = || self.layer_loop(tokens, cache, times, cancel, groups, workers, probes);
+        let run = || self.layer_loop(tokens, cache, times, cancel, groups, workers, probes, tree);
         let on_cpu = self.devices.iter().all(|d| *d == Device::flex());
         if workers > 1 || !on_cpu || rayon::current_thread_index().is_some() {
             return run();
@@ -376,6 +375,7 @@ impl Transformer {
         groups: &LayerGroups,
         workers: usize,
         mut probes: Option<&mut Vec<ProbedLayer>>,
+        tree: Option<&Arc<TreeMask>>,
     ) -> Result<Option<Tensor<3>>> {
         let b = tokens.len();
         ensure!(b > 0 && b == cache.batch(), "{b} sequences given to a cache for {}", cache.batch());
@@ -391,7 +391,10 @@ impl Transformer {
         let mut x = self.embed_tokens(tokens)?.reshape([b, n, self.cfg.hidden_size]);
         let past = cache.len();
         cache.reserve(n);
-        let tables = self.position_tables(past, n);
+        if let Some(t) = tree {
+            ensure!(b == 1 && t.len() == n, "a tree of {} rows given {b} sequences of {n} tokens", t.len());
+        }
+        let tables = self.position_tables(past, n, tree);
         // Per-layer times on a device that queues work wait for each sublayer to finish.
         let sync = times.is_some() && self.devices.iter().any(|d| *d != Device::flex());
         for group in groups.groups() {

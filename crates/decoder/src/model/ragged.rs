@@ -2,7 +2,7 @@
 //! cache and length, through one pass over the weights, every row computed independently of
 //! the others.
 
-use super::layers::{causal_mask, rope_tables};
+use super::layers::{RowMask, rope_tables};
 use super::linear::Linear;
 use super::{Transformer, host_rows};
 use crate::cache::KvCache;
@@ -34,7 +34,7 @@ impl Transformer {
         let embedded = self.embed_tokens(&seqs.iter().map(|(t, _)| *t).collect::<Vec<_>>())?;
         let rows = embedded.dims()[0];
         let mut x = embedded.reshape([1, rows, hd]);
-        // Per sequence: row range, RoPE tables at its own positions, causal mask if n > 1.
+        // Per sequence: row range, RoPE tables at its own positions, its causal mask.
         let mut parts = Vec::with_capacity(seqs.len());
         let mut start = 0;
         for (tokens, cache) in seqs.iter_mut() {
@@ -42,7 +42,7 @@ impl Transformer {
             let past = cache.len();
             cache.reserve(n);
             let rope = rope_tables(past, n, self.cfg.head_dim, self.cfg.rope_theta, self.device());
-            let mask = (n > 1).then(|| causal_mask(past, n, groups, self.device()));
+            let mask = RowMask::new(past, n, None, groups, self.device());
             parts.push((start..start + n, rope, mask));
             start += n;
         }
@@ -54,7 +54,7 @@ impl Transformer {
                 .zip(seqs.iter_mut())
                 .map(|((range, rope, mask), (_, cache))| {
                     let rows_of_seq = qkv.clone().slice([0..1, range.clone(), 0..width]);
-                    block.attn.attend(rows_of_seq, &mut cache.slot(layer), rope, mask.as_ref(), None)
+                    block.attn.attend(rows_of_seq, &mut cache.slot(layer), rope, mask, None)
                 })
                 .collect();
             let attended = if outs.len() == 1 { outs.into_iter().next().unwrap() } else { Tensor::cat(outs, 1) };
