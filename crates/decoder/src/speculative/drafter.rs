@@ -3,6 +3,7 @@
 use super::candidate::Candidate;
 use super::policy::{Decision, DraftStep, HiddenState, LazyStats, StopPolicy};
 use super::round::{DraftRound, Streams};
+use super::tree::DraftTree;
 use crate::cache::KvCache;
 use crate::coupling::{Draws, coupled_pick};
 use crate::model::{ForwardOutput, Transformer};
@@ -16,6 +17,12 @@ pub trait Drafter {
     /// after each one and stopping at an EOS token. Returns none only when the policy dropped
     /// the first candidate (and `round.keep_first` is false).
     fn draft(&mut self, round: DraftRound<'_>) -> Result<Vec<Candidate>>;
+
+    /// Drafts a token tree of at most `round.max` levels for a scheduler that verifies trees
+    /// (siblings are alternatives for one position). A chain drafter's tree is its chain.
+    fn draft_tree(&mut self, round: DraftRound<'_>) -> Result<DraftTree> {
+        Ok(DraftTree::chain(self.draft(round)?))
+    }
 
     /// After verification: the first `valid` committed tokens are final; forget the rest.
     fn rollback(&mut self, valid: usize);

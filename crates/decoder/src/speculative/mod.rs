@@ -11,7 +11,8 @@
 //!   [`SvipPolicy`], [`AdaEdlPolicy`], [`BanditK`]), and for prompt lookup
 //!   [`MatchRatePolicy`] (this request's acceptance of matches by n-gram size);
 //! - a [`Verifier`] decides each candidate against the target distribution `p` at its
-//!   position ([`RejectionSampler`], lossless for any `q`; [`ExactMatch`] for greedy decoding);
+//!   position ([`RejectionSampler`], lossless for any `q`; [`ExactMatch`] for greedy decoding),
+//!   and among siblings when a drafter proposes a [`DraftTree`];
 //! - the round ([`round`]): what drafting works from ([`DraftRound`]), the random [`Streams`]
 //!   keyed by position, and the committed sequence with the one rule that extends it;
 //! - a target scorer ([`scorer`]): the verification forward, with a cache that keeps its
@@ -36,6 +37,8 @@ mod policy;
 pub mod round;
 pub mod scheduler;
 pub(crate) mod scorer;
+mod suffix;
+mod tree;
 mod verifier;
 
 pub use acceptance_head::{AcceptanceHead, HeadSpec};
@@ -61,6 +64,8 @@ pub use scheduler::{
     DsiConfig, DsiGeneration, DsiStats, generate_autoregressive, generate_autoregressive_drawn, generate_dsi,
     generate_speculative, lookahead_for,
 };
+pub use suffix::{Speculation, SuffixDrafter, SuffixParams};
+pub use tree::{DraftTree, TreeNode};
 pub use verifier::{
-    CoupledSampler, ExactMatch, RejectionSampler, Verdict, Verifier, point_mass_residual, residual_distribution,
+    Choice, CoupledSampler, ExactMatch, RejectionSampler, Verdict, Verifier, point_mass_residual, residual_distribution,
 };

@@ -5,7 +5,8 @@
 use super::candidate::Candidate;
 use super::metrics::RequestMetrics;
 use super::policy::StopPolicy;
-use super::verifier::{Verdict, Verifier};
+use super::tree::DraftTree;
+use super::verifier::{Choice, Verdict, Verifier};
 use crate::coupling::{Draws, coupled_stream, position_token};
 use crate::sampling::{SamplingConfig, stream_seed};
 use rand::SeedableRng;
@@ -221,6 +222,43 @@ impl<'a> Committed<'a> {
             }
         }
         Decided { accepted, corrected: false }
+    }
+
+    /// Decides a token tree: `rows[0]` is the target's scores after the committed sequence,
+    /// `rows[i + 1]` after node i. From the committed sequence down, the verifier chooses among
+    /// the current node's children ([`Verifier::decide_among`], with the position's stream):
+    /// an accepted child is committed and its children are decided next; a rejection commits
+    /// the correction and ends the walk; so do a leaf and the end of the generation. Returns
+    /// the decision and the accepted nodes, root first. A chain decides as [`Self::decide`].
+    pub fn decide_tree<R: AsRef<[f32]>>(
+        &mut self,
+        verifier: &mut dyn Verifier,
+        tree: &DraftTree,
+        rows: &[R],
+    ) -> (Decided, Vec<usize>) {
+        let mut path = Vec::new();
+        let mut node = None;
+        while !self.finished {
+            let children = tree.children(node);
+            if children.is_empty() {
+                break;
+            }
+            let proposals: Vec<&Candidate> = children.iter().map(|&i| &tree.node(i).candidate).collect();
+            let mut rng = self.streams.verify(self.seq.len());
+            let row = rows[node.map_or(0, |n| n + 1)].as_ref();
+            match verifier.decide_among(&proposals, row, self.sampling, &mut rng) {
+                Choice::Accept(j) => {
+                    self.push(proposals[j].token);
+                    path.push(children[j]);
+                    node = Some(children[j]);
+                }
+                Choice::Reject(token) => {
+                    self.push(token);
+                    return (Decided { accepted: path.len(), corrected: true }, path);
+                }
+            }
+        }
+        (Decided { accepted: path.len(), corrected: false }, path)
     }
 }
 

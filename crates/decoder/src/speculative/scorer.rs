@@ -3,6 +3,7 @@
 //! longest common prefix with the next request is kept, and one forward over the rest.
 
 use super::feature_draft::tap::{FeatureTap, prefix_hashes};
+use super::tree::DraftTree;
 use crate::cache::KvCache;
 use crate::model::Transformer;
 use anyhow::{Result, ensure};
@@ -57,5 +58,36 @@ impl<'m> TargetScorer<'m> {
             hashes.extend(new);
         }
         Ok(Some(scores))
+    }
+
+    /// The target's scores after `committed` and after each node of `tree` (row 0, then row
+    /// i + 1 for node i), from one tree call rooted at the last committed token (after a
+    /// forward of any other committed tokens the cache lacks). The cache then holds every
+    /// node; [`Self::keep_path`] keeps the accepted ones.
+    pub fn score_tree(&mut self, committed: &[u32], tree: &DraftTree) -> Result<Vec<Vec<f32>>> {
+        ensure!(
+            !committed.is_empty() && self.tap.is_none(),
+            "a tree verification needs a committed token and no feature tap"
+        );
+        let keep = common_prefix_len(&self.fed, committed).min(committed.len() - 1);
+        self.cache.truncate(keep);
+        self.fed.truncate(keep);
+        let root = committed.len() - 1;
+        if keep < root {
+            self.target.forward_scores(&committed[keep..root], &mut self.cache, 1, None)?;
+        }
+        let tokens: Vec<u32> = std::iter::once(committed[root]).chain(tree.tokens()).collect();
+        let out = self.target.forward_tree(&tokens, &tree.verification_mask(), &mut self.cache)?;
+        self.fed.extend_from_slice(&committed[keep..]);
+        self.fed.extend(tree.tokens());
+        Ok(out.logits_tail(tokens.len()))
+    }
+
+    /// After [`Self::score_tree`] after `committed`: keeps the cache of the nodes `path`
+    /// (root first) and drops the other nodes'.
+    pub fn keep_path(&mut self, committed: usize, tree: &DraftTree, path: &[usize]) {
+        self.cache.retain_rows(committed, path);
+        self.fed.truncate(committed);
+        self.fed.extend(path.iter().map(|&i| tree.node(i).candidate.token));
     }
 }

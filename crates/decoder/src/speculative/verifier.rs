@@ -16,6 +16,15 @@ pub enum Verdict {
     Reject(u32),
 }
 
+/// The decision among the children of one tree node (proposals for the same position).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// The child at this index (of those given) is accepted.
+    Accept(usize),
+    /// All rejected; the target's token there instead.
+    Reject(u32),
+}
+
 /// Decides candidates against the target's logits at their positions.
 pub trait Verifier {
     /// Decides `candidate` from `target_logits`, the target's scores of the token at the
@@ -33,6 +42,35 @@ pub trait Verifier {
     fn draws(&self) -> Draws {
         Draws::Independent
     }
+
+    /// Whether [`Verifier::decide_among`] can decide between siblings (a token tree's
+    /// branches); a verifier of chains decides one candidate per position.
+    fn decides_siblings(&self) -> bool {
+        false
+    }
+
+    /// Decides among `children`, the proposals for one position in the order they are tried,
+    /// from the target's scores there and that position's stream. Without
+    /// [`Verifier::decides_siblings`] there is one child, decided as [`Verifier::decide`].
+    fn decide_among(
+        &mut self,
+        children: &[&Candidate],
+        target_logits: &[f32],
+        sampling: &SamplingConfig,
+        rng: &mut StdRng,
+    ) -> Choice {
+        assert_eq!(children.len(), 1, "a chain verifier decides one candidate per position");
+        match self.decide(children[0], target_logits, sampling, rng) {
+            Verdict::Accept => Choice::Accept(0),
+            Verdict::Reject(token) => Choice::Reject(token),
+        }
+    }
+}
+
+/// The child of `children` whose token is `token`, else `token` itself as the replacement:
+/// how a verifier that knows the position's token (greedy, coupled draws) decides a tree node.
+fn child_with(children: &[&Candidate], token: u32) -> Choice {
+    children.iter().position(|c| c.token == token).map_or(Choice::Reject(token), Choice::Accept)
 }
 
 /// Greedy verification: accept the candidate if it is the target's argmax, else replace it
@@ -43,6 +81,21 @@ impl Verifier for ExactMatch {
     fn decide(&mut self, candidate: &Candidate, target_logits: &[f32], _: &SamplingConfig, _: &mut StdRng) -> Verdict {
         let best = argmax(target_logits);
         if candidate.token == best { Verdict::Accept } else { Verdict::Reject(best) }
+    }
+
+    fn decides_siblings(&self) -> bool {
+        true
+    }
+
+    /// The child that is the target's argmax, if any: the branch greedy decoding follows.
+    fn decide_among(
+        &mut self,
+        children: &[&Candidate],
+        target_logits: &[f32],
+        _: &SamplingConfig,
+        _: &mut StdRng,
+    ) -> Choice {
+        child_with(children, argmax(target_logits))
     }
 }
 
@@ -98,6 +151,47 @@ impl Verifier for RejectionSampler {
             Verdict::Reject(sample_from(&residual, rng))
         }
     }
+
+    fn decides_siblings(&self) -> bool {
+        true
+    }
+
+    /// One child: [`Verifier::decide`]. Several: each must be a point mass (a looked-up or
+    /// deterministically chosen token, `q` empty), and they are tried in order as SpecInfer's
+    /// multi-round test does for point masses: child y is accepted with probability `r(y)` of
+    /// the current residual `r` (at first the target's `p`); on a rejection y is removed from
+    /// `r`, which is renormalised; after the last child the token is drawn from `r`. The
+    /// committed token is distributed as `p` whatever the children are ([`point_mass_residual`]
+    /// at each step; a sibling repeating a rejected token has residual probability 0).
+    fn decide_among(
+        &mut self,
+        children: &[&Candidate],
+        target_logits: &[f32],
+        sampling: &SamplingConfig,
+        rng: &mut StdRng,
+    ) -> Choice {
+        if sampling.is_greedy() {
+            return child_with(children, argmax(target_logits));
+        }
+        if let [only] = children {
+            return match self.decide(only, target_logits, sampling, rng) {
+                Verdict::Accept => Choice::Accept(0),
+                Verdict::Reject(token) => Choice::Reject(token),
+            };
+        }
+        assert!(
+            children.iter().all(|c| c.q.is_empty()),
+            "siblings drawn from a draft distribution need recursive rejection sampling; point masses only here"
+        );
+        let mut residual = sampling.probabilities(target_logits);
+        for (i, c) in children.iter().enumerate() {
+            if rng.random::<f64>() < residual[c.token as usize] as f64 {
+                return Choice::Accept(i);
+            }
+            residual = point_mass_residual(&residual, c.token);
+        }
+        Choice::Reject(sample_from(&residual, rng))
+    }
 }
 
 /// Drafter-invariant verification ([`crate::coupling`]): the target draws its token at the
@@ -118,5 +212,23 @@ impl Verifier for CoupledSampler {
 
     fn draws(&self) -> Draws {
         Draws::Coupled
+    }
+
+    fn decides_siblings(&self) -> bool {
+        true
+    }
+
+    /// The child that is the target's own draw at the position, if any.
+    fn decide_among(
+        &mut self,
+        children: &[&Candidate],
+        target_logits: &[f32],
+        sampling: &SamplingConfig,
+        rng: &mut StdRng,
+    ) -> Choice {
+        if sampling.is_greedy() {
+            return child_with(children, argmax(target_logits));
+        }
+        child_with(children, coupled_pick(&sampling.probabilities(target_logits), rng))
     }
 }

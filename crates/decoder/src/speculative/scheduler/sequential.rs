@@ -1,7 +1,6 @@
 //! The sequential scheduler: draft a round, verify it in one target forward, commit, repeat.
 
 use crate::model::Transformer;
-use crate::speculative::candidate::Candidate;
 use crate::speculative::drafter::Drafter;
 use crate::speculative::metrics::RequestMetrics;
 use crate::speculative::policy::{DraftStats, FixedK, RoundOutcome, StopPolicy};
@@ -42,25 +41,40 @@ pub fn generate_speculative(
         }
         let round_start = Instant::now();
         let max = c.remaining().min(policy.max_candidates());
-        let candidates: Vec<Candidate> = drafter.draft(c.draft_round(&c.seq, max, false, policy, &mut m))?;
-        ensure!(candidates.len() <= max, "drafter returned {} candidates (at most {max} allowed)", candidates.len());
-        let (k, base, before) = (candidates.len(), c.seq.len(), c.generated());
-        let ngram = candidates.first().and_then(|x| x.ngram);
+        let tree = drafter.draft_tree(c.draft_round(&c.seq, max, false, policy, &mut m))?;
+        ensure!(tree.depth() <= max, "drafter returned {} levels of candidates (at most {max} allowed)", tree.depth());
+        let (k, base, before) = (tree.len(), c.seq.len(), c.generated());
+        let ngram = (k > 0).then(|| tree.node(0).candidate.ngram).flatten();
         // One target forward over the committed tokens its cache lacks plus the candidates
-        // (none when the policy dropped the first: a plain target step).
-        let mut input = c.seq.clone();
-        input.extend(candidates.iter().map(|x| x.token));
-        let mut rows = score(&mut scorer, &input, k + 1, &mut m)?;
+        // (none when the policy dropped the first: a plain target step); a tree's in one tree
+        // call, of which the cache keeps the accepted path.
+        let (mut rows, (decided, path)) = if tree.is_chain() {
+            let mut input = c.seq.clone();
+            input.extend(tree.tokens());
+            let rows = score(&mut scorer, &input, k + 1, &mut m)?;
+            let decided = c.decide_tree(verifier, &tree, &rows);
+            (rows, decided)
+        } else {
+            ensure!(verifier.decides_siblings(), "the drafter proposed a tree; this verifier decides chains only");
+            let t = Instant::now();
+            let rows = scorer.score_tree(&c.seq, &tree)?;
+            (m.target_time, m.n_target_calls) = (m.target_time + t.elapsed(), m.n_target_calls + 1);
+            let decided = c.decide_tree(verifier, &tree, &rows);
+            scorer.keep_path(base, &tree, &decided.1);
+            (rows, decided)
+        };
         m.n_drafted += k;
-        let decided = c.decide(verifier, &candidates, &rows);
         m.record_round(k, decided);
+        // The scores after the last accepted node: where the correction was drawn, or the
+        // bonus position's.
+        let last = path.last().map_or(0, |n| n + 1);
         if decided.corrected {
-            observe_target(policy, &rows[decided.accepted], &c.seq);
+            observe_target(policy, &rows[last], &c.seq);
         }
         // The drafter keeps the positions of committed tokens only.
         drafter.rollback(base + decided.accepted);
         if !decided.corrected && !c.finished {
-            known = rows.pop();
+            known = Some(rows.swap_remove(last));
         }
         // Committed by the round: the accepted candidates and the correction, or the bonus
         // decided next from `known`.
