@@ -16,6 +16,7 @@ use specx_eval::experiment::run::select_sets;
 use specx_eval::experiment::{EvalOptions, run as run_eval};
 use specx_eval::method::drafter::feature::FeatureDrafters;
 use specx_eval::method::drafter::lookup::LookupDrafters;
+use specx_eval::method::drafter::suffix::SuffixDrafters;
 use specx_eval::method::models::PairArgs;
 use specx_eval::method::policy::fixed::FixedPolicies;
 use specx_eval::method::policy::matchrate::MatchRatePolicies;
@@ -59,7 +60,8 @@ pub struct DecodeBenchArgs {
     pub drafts: Vec<DraftTransform>,
     /// Drafters each K runs with: `plain` (the draft model), `lookup` (prompt lookup, no
     /// draft model; the draft as loaded only), `hybrid` (lookup, else the draft model),
-    /// `feature` (the EAGLE-style feature head of --feature-head; no draft model).
+    /// `feature` (the EAGLE-style feature head of --feature-head; no draft model), `suffix`
+    /// (SuffixDecoding's token trees, no draft model; at its own depth bound, not each K).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "plain")]
     pub drafters: Vec<BenchDrafter>,
     /// The lookup and hybrid drafters' shortest n-gram to match (as `specx decode`).
@@ -77,6 +79,13 @@ pub struct DecodeBenchArgs {
     /// tree].
     #[arg(long, value_name = "DIR")]
     pub feature_head: Option<PathBuf>,
+    /// The suffix drafter's nodes per matched token, one run each (as `specx decode
+    /// --suffix-alpha`).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub suffix_alpha: Vec<f64>,
+    /// The suffix drafter's lowest frequency probability of a node (as `specx decode`).
+    #[arg(long, default_value_t = 0.1)]
+    pub suffix_min_prob: f64,
     /// llama.cpp's `llama-bench` (scripts/bench-llamacpp.sh builds it, and
     /// `llama-speculative-simple` beside it): after the decodes, its generation speed on the
     /// target (`--max-new-tokens` tokens after a context of the runs' mean prompt length, 3
@@ -112,6 +121,7 @@ pub enum BenchDrafter {
     Lookup,
     Hybrid,
     Feature,
+    Suffix,
 }
 
 /// The methods: fixed K for each drafter (the papers' `specdec` section when the draft model
@@ -149,6 +159,23 @@ fn methods(a: &DecodeBenchArgs) -> MethodsConfig {
         let policies = PolicyAxis { fixed: Some(fixed()), ..Default::default() };
         m.grid.push(MethodGrid {
             drafters: DrafterAxis { feature: Some(FeatureDrafters { heads: vec![head] }), ..Default::default() },
+            policies,
+            ..Default::default()
+        });
+    }
+    if a.drafters.contains(&BenchDrafter::Suffix) {
+        let suffix = SuffixDrafters {
+            alphas: a.suffix_alpha.clone(),
+            min_token_probs: vec![a.suffix_min_prob],
+            max_depth: None,
+            max_nodes: None,
+        };
+        // The tree's depth is bounded by the drafter (the match plus the speculation within
+        // its max_depth), so K is that bound.
+        let depth = specx_decoder::speculative::SuffixParams::default().max_depth;
+        let policies = PolicyAxis { fixed: Some(FixedPolicies { k: vec![depth] }), ..Default::default() };
+        m.grid.push(MethodGrid {
+            drafters: DrafterAxis { suffix: Some(suffix), ..Default::default() },
             policies,
             ..Default::default()
         });
@@ -203,7 +230,7 @@ fn preset(a: &DecodeBenchArgs, mode: WeightMode) -> Result<EvalConfig> {
 pub fn run(a: DecodeBenchArgs) -> Result<()> {
     ensure!(!a.weights.is_empty(), "--weights needs at least one of native, f32");
     ensure!(a.n > 0, "--n must be at least 1");
-    ensure!(!a.drafters.is_empty(), "--drafters needs at least one of plain, lookup, hybrid, feature");
+    ensure!(!a.drafters.is_empty(), "--drafters needs at least one of plain, lookup, hybrid, feature, suffix");
     let mut results = Vec::new();
     for &mode in &a.weights {
         let cfg = preset(&a, mode)?;

@@ -60,10 +60,10 @@ fn correctness_on_a_device_this_build_lacks_fails_every_check_saying_why() {
     let e = correctness(&CorrectnessArgs { devices: vec!["cuda".into()], tolerance: 1e-3, out: out.clone() })
         .unwrap_err()
         .to_string();
-    assert!(e.contains("7 device check(s) failed"), "{e}");
+    assert!(e.contains("8 device check(s) failed"), "{e}");
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap();
     let checks = json["devices"][0]["checks"].as_array().unwrap();
-    assert_eq!(checks.len(), 7);
+    assert_eq!(checks.len(), 8);
     assert!(checks.iter().all(|c| c["passed"] == false && c["detail"].as_str().unwrap().contains("--features cuda")));
     assert!(
         correctness(&CorrectnessArgs { devices: vec!["cpu".into()], tolerance: 1e-3, out: dir.path().join("x.json") })

@@ -176,3 +176,12 @@ fn malformed_tree_calls_are_refused() {
     assert!(e.contains("at most 32"), "{e}");
     assert_eq!(c.len(), 0, "a refused call leaves the cache as it was");
 }
+
+#[test]
+fn the_device_checks_tree_call_holds_bitwise_on_the_cpu() {
+    // The check `specx gpu-check` and the wgpu tests run on a device, here with the CPU as
+    // the device and no tolerance: every path equals its chain, and a kept path continues.
+    let dir = tempfile::tempdir().unwrap();
+    let c = specx_decoder::device_check::run_check("tree_call", &specx_decoder::default_device(), dir.path(), 0.0);
+    assert!(c.passed, "{}", c.detail);
+}

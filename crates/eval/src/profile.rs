@@ -1,6 +1,7 @@
 //! `specx profile`: what a forward of each model costs on this machine, as the timing models
 //! of DSI and EasySpec need it: a forward of r new rows (r = 1..max) after contexts of several
-//! lengths (the verification cost curve), per-layer attention and MLP time and the LM head for
+//! lengths (the verification cost curve) and the same rows as a token tree's call, per-layer
+//! attention and MLP time and the LM head for
 //! one row, prefill time (TTFT) and time per output token (TPOT, DSI appendix F.1).
 //! Medians over repetitions; everything is written to JSON and printed as tables.
 
@@ -11,6 +12,7 @@ use crate::report::markdown_table;
 use anyhow::{Result, anyhow, ensure};
 use plotters::prelude::*;
 use specx_decoder::fsutil::write_atomic;
+use specx_decoder::tree_mask::TreeMask;
 use specx_decoder::{LoadedModel, WeightMode, check_pair, load_model_as};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -62,6 +64,15 @@ pub(crate) fn context_tokens(lm: &LoadedModel, n: usize) -> Result<Vec<u32>> {
     Ok(ids)
 }
 
+/// The most rows of a profiled tree call (the runtime's limit for one).
+const TREE_ROWS: usize = 32;
+
+/// A balanced binary tree of `rows` rows: row i's parent is row (i - 1) / 2.
+fn balanced_tree(rows: usize) -> TreeMask {
+    let parents: Vec<Option<usize>> = (0..rows).map(|i| i.checked_sub(1).map(|j| j / 2)).collect();
+    TreeMask::new(&parents).expect("a balanced tree is well formed")
+}
+
 fn profile_model(role: &str, lm: &LoadedModel, a: &ProfileArgs) -> Result<ModelProfile> {
     let model = &lm.model;
     let max_ctx = a.contexts.iter().copied().max().unwrap_or(128).max(128);
@@ -90,13 +101,26 @@ fn profile_model(role: &str, lm: &LoadedModel, a: &ProfileArgs) -> Result<ModelP
             }
             seconds.push(median(reps));
         }
+        let mut tree_seconds = Vec::new();
+        for r in 1..=a.max_rows.min(TREE_ROWS) {
+            let tree = balanced_tree(r);
+            let mut reps = Vec::new();
+            for _ in 0..a.reps.max(1) {
+                let t = Instant::now();
+                let out = model.forward_tree(&tokens[ctx..ctx + r], &tree, &mut cache)?;
+                let _ = out.logits_tail(1);
+                reps.push(t.elapsed().as_secs_f64());
+                cache.truncate(ctx);
+            }
+            tree_seconds.push(median(reps));
+        }
         eprintln!(
             "{role}: context {ctx}: 1 row {:.1} ms, {} rows {:.1} ms",
             seconds[0] * 1e3,
             a.max_rows,
             seconds[a.max_rows - 1] * 1e3
         );
-        forward.push(ForwardCurve { context: ctx, seconds });
+        forward.push(ForwardCurve { context: ctx, seconds, tree_seconds });
     }
     // Per layer, one row after a 512-token context (or the largest below it).
     let layer_context = a.contexts.iter().copied().filter(|&c| c <= 512).max().unwrap_or(a.contexts[0]);
@@ -181,6 +205,7 @@ fn tables(p: &Profile) -> String {
         &rows,
     ));
     s.push('\n');
+    s.push_str(&tree_table(p));
     let rows: Vec<Vec<String>> = p
         .models
         .iter()
@@ -201,6 +226,34 @@ fn tables(p: &Profile) -> String {
         &["model", "attention ms (1 row)", "MLP ms (1 row)", "LM head ms", "TTFT ms by prompt length", "TPOT ms"],
         &rows,
     ));
+    s
+}
+
+/// Tree calls beside chain calls of as many rows: what verifying a token tree costs.
+fn tree_table(p: &Profile) -> String {
+    let mut rows = Vec::new();
+    for m in &p.models {
+        for c in m.forward.iter().filter(|c| !c.tree_seconds.is_empty()) {
+            for r in [2, 5, 9, 17, 32].into_iter().filter(|&r| r <= c.tree_seconds.len()) {
+                let (chain, tree) = (c.seconds[r - 1], c.tree_seconds[r - 1]);
+                rows.push(vec![
+                    m.role.clone(),
+                    c.context.to_string(),
+                    r.to_string(),
+                    format!("{:.1}", chain * 1e3),
+                    format!("{:.1}", tree * 1e3),
+                    format!("{:.2}", tree / chain),
+                    format!("{:.2}", tree / c.seconds[0]),
+                ]);
+            }
+        }
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut s =
+        markdown_table(&["model", "context", "rows", "chain ms", "tree ms", "tree / chain", "tree / 1 row"], &rows);
+    s.push('\n');
     s
 }
 

@@ -1,7 +1,8 @@
 //! Checks that a device computes what the CPU path computes, on tiny synthetic models written
 //! to a scratch directory: logits, KV rollback, greedy speculative decoding, the acceptance
 //! head, DSI with one worker on the CPU and one on the device, EasySpec with attentions placed
-//! on the device, and one model's layers split over the CPU and the device. The wgpu tests (lavapipe in CI) and `specx gpu-check` (a real GPU,
+//! on the device, one model's layers split over the CPU and the device, and a token tree's
+//! verification call with the accepted path kept. The wgpu tests (lavapipe in CI) and `specx gpu-check` (a real GPU,
 //! where no Rust toolchain exists) run the same code, so what CI checks is what a GPU run checks.
 //!
 //! Each check returns its largest measured difference next to its tolerance; an error or a
@@ -9,6 +10,7 @@
 //! the others.
 
 mod tiny;
+mod tree;
 
 pub use crate::synthetic::TINY_VOCAB;
 pub use tiny::{max_abs_diff, noisy_draft, tokens};
@@ -32,7 +34,7 @@ pub struct Check {
 }
 
 /// The checks by name, in the order they run.
-pub const CHECKS: [&str; 7] = [
+pub const CHECKS: [&str; 8] = [
     "logits",
     "kv_rollback",
     "speculative_fixed_k",
@@ -40,6 +42,7 @@ pub const CHECKS: [&str; 7] = [
     "dsi_cpu_and_device",
     "easyspec_placed",
     "split_layers",
+    "tree_call",
 ];
 
 /// Runs check `name` on `device` against the CPU with logit tolerance `tol`, using `dir` for
@@ -56,6 +59,7 @@ pub fn run_check(name: &str, device: &Device, dir: &Path, tol: f32) -> Check {
             "dsi_cpu_and_device" => tiny::dsi_cpu_and_device(device, &dir),
             "easyspec_placed" => tiny::easyspec_placed(device, &dir, tol),
             "split_layers" => tiny::split_layers(device, &dir, tol),
+            "tree_call" => tree::tree_call(device, &dir, tol),
             _ => anyhow::bail!("unknown check '{name}' (known: {})", CHECKS.join(", ")),
         }
     }));

@@ -38,28 +38,28 @@ pub fn noisy_draft(dir: &Path, vocab: usize, target_seed: u64, noise: f32) -> Re
     load_model(&path, None, &default_device())
 }
 
-fn write_tiny(dir: &Path, cfg: &ModelConfig, seed: u64) -> Result<PathBuf> {
+pub(super) fn write_tiny(dir: &Path, cfg: &ModelConfig, seed: u64) -> Result<PathBuf> {
     let path = dir.join(format!("{}-{seed}", cfg.architecture));
     write_hf_dir(&path, cfg, &random_weights(cfg, seed), StDtype::F32, 1, &word_tokenizer_json(cfg.vocab_size, "w"))?;
     Ok(path)
 }
 
 /// The same HF directory loaded on the CPU and on the device.
-fn both(path: &Path, device: &Device) -> Result<(LoadedModel, LoadedModel)> {
+pub(super) fn both(path: &Path, device: &Device) -> Result<(LoadedModel, LoadedModel)> {
     Ok((load_model(path, None, &default_device())?, load_model(path, None, device)?))
 }
 
-fn rows(out: &ForwardOutput) -> Vec<Vec<f32>> {
+pub(super) fn rows(out: &ForwardOutput) -> Vec<Vec<f32>> {
     out.logits_tail(out.logits.dims()[1])
 }
 
 /// Largest difference between two sets of logit rows.
-fn rows_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> Result<f32> {
+pub(super) fn rows_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> Result<f32> {
     ensure!(a.len() == b.len(), "different numbers of positions: {} and {}", a.len(), b.len());
     Ok(a.iter().zip(b).map(|(x, y)| max_abs_diff(x, y)).fold(0.0, nan_max))
 }
 
-fn numeric(name: &str, worst: f32, tol: f32, detail: &str) -> Check {
+pub(super) fn numeric(name: &str, worst: f32, tol: f32, detail: &str) -> Check {
     Check {
         name: name.into(),
         passed: worst <= tol,

@@ -1,15 +1,16 @@
 //! SuffixDecoding (Oliaro et al., arXiv 2411.04975; Snowflake's ArcticInference, in vLLM as
 //! `method = "suffix"`): speculation trees from earlier text, no draft model.
 //!
-//! The text's longest suffix that occurred before (at most `max_depth - 1` tokens: vLLM's
+//! Each suffix of the text that occurred before (at most `max_depth - 1` tokens: vLLM's
 //! `suffix_decoding_max_tree_depth` bounds the match plus the speculation) is matched, and
-//! the continuations of all its earlier occurrences form a trie whose node counts give
-//! frequency probabilities: a child's probability is its count over its parent's, and a node's
-//! score is the product along its path (its count over the number of occurrences). Nodes are
-//! added best score first while their score is at least `min_token_prob` and the tree has
-//! fewer than `alpha * p` nodes for a match of length `p` (the paper's adaptive size:
-//! `max_spec_tokens = max_spec_factor * prefix_match_length`), and never more than
-//! `max_nodes`.
+//! the continuations of its occurrences form a trie whose node counts give frequency
+//! probabilities: a child's probability is its count over its parent's, and a node's score is
+//! the product along its path (the share of the match's occurrences, the text's own final one
+//! included, that continue so). Nodes are added best score first while their score is at least
+//! `min_token_prob` and the tree has fewer than `alpha * p` nodes for a match of length `p` (the
+//! paper's adaptive size: `max_spec_tokens = max_spec_factor * prefix_match_length`), and never
+//! more than `max_nodes`. Of the trees of every match length, the one with the highest score
+//! (the expected number of accepted tokens under the frequency model) is proposed.
 //!
 //! Where this deviates from ArcticInference: the occurrences are found by scanning the text
 //! (O(text) per round; the same matches and counts a suffix tree's node holds), the text is
@@ -101,7 +102,9 @@ impl SuffixDrafter {
         &self.params
     }
 
-    /// The speculation tree after `seq` of at most `max_depth` levels.
+    /// The speculation tree after `seq` of at most `max_depth` levels: of the trees of every
+    /// suffix of `seq` that occurred before (at most `params.max_depth - 1` tokens), the one
+    /// with the highest score (ties: the longer match), as ArcticInference's `speculate` picks.
     pub fn speculate(&self, seq: &[u32], max_depth: usize) -> Speculation {
         let Some(&last) = seq.last() else { return Speculation::default() };
         let limit = self.params.max_depth - 1;
@@ -111,16 +114,26 @@ impl SuffixDrafter {
             .filter(|&j| seq[j - 1] == last)
             .map(|j| (j, (1..=limit.min(j)).take_while(|&l| seq[j - l] == seq[seq.len() - l]).count()))
             .collect();
-        let Some(p) = ends.iter().map(|&(_, l)| l).max() else { return Speculation::default() };
-        let occurrences: Vec<usize> = ends.iter().filter(|&&(_, l)| l == p).map(|&(j, _)| j).collect();
-        let depth = (self.params.max_depth - p).min(max_depth);
-        let budget = ((self.params.alpha * p as f64).floor() as usize).min(self.params.max_nodes);
-        self.grow(seq, &occurrences, p, depth, budget)
+        let longest = ends.iter().map(|&(_, l)| l).max().unwrap_or(0);
+        let mut best = Speculation::default();
+        for p in (1..=longest).rev() {
+            let occurrences: Vec<usize> = ends.iter().filter(|&&(_, l)| l >= p).map(|&(j, _)| j).collect();
+            let depth = (self.params.max_depth - p).min(max_depth);
+            let budget = ((self.params.alpha * p as f64 + 1e-6).floor() as usize).min(self.params.max_nodes);
+            let spec = self.grow(seq, &occurrences, p, depth, budget);
+            if spec.score() > best.score() {
+                best = spec;
+            }
+        }
+        best
     }
 
-    /// The tree of the continuations after `occurrences` (ends of the match), best score first.
+    /// The tree of the continuations after `occurrences` (ends of earlier matches of length
+    /// `p`), best score first. A node's score is the share of the match's occurrences that
+    /// continue so, the text's own (final) occurrence among them, as a suffix tree's counts
+    /// give it.
     fn grow(&self, seq: &[u32], occurrences: &[usize], p: usize, depth: usize, budget: usize) -> Speculation {
-        let total = occurrences.len() as f64;
+        let total = (occurrences.len() + 1) as f64;
         let mut spec = Speculation { match_len: p, ..Default::default() };
         // Frontier entries: (score, parent node, depth, token, the occurrences continuing so).
         let mut frontier: Vec<(f64, Option<usize>, usize, u32, Vec<usize>)> = Vec::new();
@@ -196,13 +209,13 @@ mod tests {
     #[test]
     fn continuations_of_the_longest_match_branch_by_frequency() {
         // "1 2 3" occurs three times before the end (each after a different token): followed by
-        // 4 5, 4 6 and 7.
+        // 4 5, 4 6 and 7; with the text's own occurrence, 4 of 4 occurrences continue with 4.
         let seq = [1, 2, 3, 4, 5, 8, 1, 2, 3, 4, 6, 9, 1, 2, 3, 7, 10, 1, 2, 3];
         let s = drafter(4.0, 0.1).speculate(&seq, 10);
         assert_eq!(s.match_len, 3);
         let tokens = s.tree.tokens();
         assert_eq!(tokens[0], 4, "the most frequent child first");
-        assert!((s.scores[0] - 2.0 / 3.0).abs() < 1e-12);
+        assert!((s.scores[0] - 2.0 / 4.0).abs() < 1e-12);
         let roots: Vec<u32> = s.tree.children(None).iter().map(|&i| tokens[i]).collect();
         assert_eq!(roots, vec![4, 7]);
         let under_4: Vec<u32> = s.tree.children(Some(0)).iter().map(|&i| tokens[i]).collect();
@@ -214,7 +227,7 @@ mod tests {
     fn the_tree_holds_at_most_alpha_times_the_match_and_no_rare_branch() {
         let seq = [1, 2, 3, 4, 5, 8, 1, 2, 3, 4, 6, 9, 1, 2, 3, 7, 10, 1, 2, 3];
         assert_eq!(drafter(1.0, 0.1).speculate(&seq, 10).tree.len(), 3, "alpha 1, match of 3");
-        // Every node below 0.5: only the 2/3 branch of 4 survives, then its children (1/3).
+        // Every node below 0.5: only the branch of 4 (2 of 4) survives, not its children (1 of 4).
         let s = drafter(4.0, 0.5).speculate(&seq, 10);
         assert_eq!(s.tree.tokens(), vec![4]);
     }
@@ -229,7 +242,19 @@ mod tests {
     fn the_match_plus_the_speculation_stays_within_max_depth() {
         let seq: Vec<u32> = [10, 11, 12, 13, 14, 15, 16, 17].iter().chain(&[10, 11, 12, 13]).copied().collect();
         let d = SuffixDrafter::new(SuffixParams { max_depth: 6, alpha: 8.0, ..Default::default() }).unwrap();
+        // The match of 4 leaves 2 levels (score 1); the match of 1 leaves 5 (score 2.5).
         let s = d.speculate(&seq, 10);
-        assert_eq!((s.match_len, s.tree.depth()), (4, 2), "6 - a match of 4 leaves 2 levels");
+        assert_eq!((s.match_len, s.tree.depth()), (1, 5), "the best-scored match length");
+        assert_eq!(s.tree.tokens(), vec![14, 15, 16, 17, 10]);
+        assert_eq!(d.speculate(&seq, 3).tree.depth(), 3, "the round's depth cap");
+    }
+
+    #[test]
+    fn a_shorter_match_with_more_occurrences_can_win() {
+        // "5 1" occurred once (then 9); "1" occurred three more times, each followed by 2 2.
+        let seq = [1, 2, 2, 1, 2, 2, 1, 2, 2, 5, 1, 9, 5, 1];
+        let s = drafter(4.0, 0.1).speculate(&seq, 8);
+        assert_eq!(s.match_len, 1);
+        assert_eq!(s.best_path()[..2], [2, 2]);
     }
 }

@@ -10,6 +10,11 @@ pub struct ForwardCurve {
     pub context: usize,
     /// Median seconds of a forward of r new rows, r = 1..=max_rows.
     pub seconds: Vec<f64>,
+    /// Median seconds of a tree call of r rows (a balanced binary tree, as a verification of
+    /// r - 1 speculated nodes under the last committed token), r = 1..=min(max_rows, 32);
+    /// empty in profiles written before tree calls.
+    #[serde(default)]
+    pub tree_seconds: Vec<f64>,
 }
 
 #[derive(Serialize, Deserialize)]

@@ -19,10 +19,14 @@ pub enum DrafterFlag {
     NgramMin,
     NgramMax,
     FeatureHead,
+    SuffixAlpha,
+    SuffixMinProb,
+    SuffixDepth,
+    TreeNodes,
 }
 
 impl DrafterFlag {
-    pub const ALL: [DrafterFlag; 8] = [
+    pub const ALL: [DrafterFlag; 12] = [
         DrafterFlag::DraftDevices,
         DrafterFlag::Strategy,
         DrafterFlag::Calibration,
@@ -31,6 +35,10 @@ impl DrafterFlag {
         DrafterFlag::NgramMin,
         DrafterFlag::NgramMax,
         DrafterFlag::FeatureHead,
+        DrafterFlag::SuffixAlpha,
+        DrafterFlag::SuffixMinProb,
+        DrafterFlag::SuffixDepth,
+        DrafterFlag::TreeNodes,
     ];
 
     pub fn name(self) -> &'static str {
@@ -43,6 +51,10 @@ impl DrafterFlag {
             DrafterFlag::NgramMin => "--ngram-min",
             DrafterFlag::NgramMax => "--ngram-max",
             DrafterFlag::FeatureHead => "--feature-head",
+            DrafterFlag::SuffixAlpha => "--suffix-alpha",
+            DrafterFlag::SuffixMinProb => "--suffix-min-prob",
+            DrafterFlag::SuffixDepth => "--suffix-depth",
+            DrafterFlag::TreeNodes => "--tree-nodes",
         }
     }
 }
@@ -84,6 +96,22 @@ pub struct DrafterFlags {
     /// `default` for checkpoints/feature-head of this source tree [default: default].
     #[arg(long)]
     pub feature_head: Option<String>,
+    /// The suffix drafter's nodes per matched token: a match of p tokens speculates at most
+    /// floor(alpha * p) nodes (SuffixDecoding's max_spec_factor) [default: 1].
+    #[arg(long)]
+    pub suffix_alpha: Option<f64>,
+    /// The suffix drafter's lowest frequency probability of a speculated node: its count over
+    /// the match's occurrences (SuffixDecoding's min_token_prob) [default: 0.1].
+    #[arg(long)]
+    pub suffix_min_prob: Option<f64>,
+    /// The suffix drafter's bound on the match plus the speculation, in tokens (SuffixDecoding's
+    /// max_tree_depth) [default: 24].
+    #[arg(long)]
+    pub suffix_depth: Option<usize>,
+    /// The most nodes of one speculation tree: the rows of its verification call besides the
+    /// last committed token [default: 16].
+    #[arg(long)]
+    pub tree_nodes: Option<usize>,
 }
 
 impl DrafterFlags {
@@ -97,6 +125,10 @@ impl DrafterFlags {
             DrafterFlag::NgramMin => self.ngram_min.is_some(),
             DrafterFlag::NgramMax => self.ngram_max.is_some(),
             DrafterFlag::FeatureHead => self.feature_head.is_some(),
+            DrafterFlag::SuffixAlpha => self.suffix_alpha.is_some(),
+            DrafterFlag::SuffixMinProb => self.suffix_min_prob.is_some(),
+            DrafterFlag::SuffixDepth => self.suffix_depth.is_some(),
+            DrafterFlag::TreeNodes => self.tree_nodes.is_some(),
         }
     }
 

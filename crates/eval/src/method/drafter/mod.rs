@@ -84,6 +84,7 @@ registry::drafter_families! {
     Lookup(lookup::Lookup) = "lookup",
     Hybrid(hybrid::Hybrid) = "hybrid",
     Feature(feature::Feature) = "feature",
+    Suffix(suffix::Suffix) = "suffix",
 }
 
 #[cfg(test)]
@@ -112,6 +113,10 @@ mod tests {
             DrafterFlag::NgramMin => vec!["--ngram-min", "2"],
             DrafterFlag::NgramMax => vec!["--ngram-max", "5"],
             DrafterFlag::FeatureHead => vec!["--feature-head", "fh"],
+            DrafterFlag::SuffixAlpha => vec!["--suffix-alpha", "2"],
+            DrafterFlag::SuffixMinProb => vec!["--suffix-min-prob", "0.2"],
+            DrafterFlag::SuffixDepth => vec!["--suffix-depth", "12"],
+            DrafterFlag::TreeNodes => vec!["--tree-nodes", "8"],
         }
     }
 

@@ -1,0 +1,119 @@
+//! SuffixDecoding: speculation trees from the frequencies of the text's earlier continuations
+//! of its longest matching suffix; no draft model. The tree's size follows the match (at most
+//! `alpha` nodes per matched token); the stop policy only caps its depth.
+
+use super::{DraftModels, DrafterFamily, DrafterFlag, DrafterFlags};
+use crate::method::policy::{PolicyKind, PolicySpec};
+use anyhow::{Result, ensure};
+use serde::{Deserialize, Serialize};
+use specx_decoder::DraftTransform;
+use specx_decoder::speculative::{Drafter, SuffixDrafter, SuffixParams};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Suffix {
+    /// Nodes per matched token.
+    pub alpha: f64,
+    /// The lowest frequency probability of a speculated node.
+    pub min_token_prob: f64,
+    /// The match plus the speculation's depth.
+    pub max_depth: usize,
+    /// The most nodes of one tree.
+    pub max_nodes: usize,
+}
+
+/// `drafters.suffix = { alphas = [1.0, 4.0], min_token_probs = [0.1] }`: every pair, with one
+/// `max_depth` and `max_nodes` (SuffixDecoding's defaults when not given).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SuffixDrafters {
+    pub alphas: Vec<f64>,
+    #[serde(default = "default_min_token_probs")]
+    pub min_token_probs: Vec<f64>,
+    pub max_depth: Option<usize>,
+    pub max_nodes: Option<usize>,
+}
+
+fn default_min_token_probs() -> Vec<f64> {
+    vec![SuffixParams::default().min_token_prob]
+}
+
+impl Suffix {
+    fn params(&self) -> SuffixParams {
+        SuffixParams {
+            max_depth: self.max_depth,
+            alpha: self.alpha,
+            min_token_prob: self.min_token_prob,
+            max_nodes: self.max_nodes,
+        }
+    }
+}
+
+impl From<SuffixParams> for Suffix {
+    fn from(p: SuffixParams) -> Self {
+        Self { alpha: p.alpha, min_token_prob: p.min_token_prob, max_depth: p.max_depth, max_nodes: p.max_nodes }
+    }
+}
+
+impl DrafterFamily for Suffix {
+    const NAME: &'static str = "suffix";
+    const HELP: &'static str = "SuffixDecoding: a token tree of the earlier continuations of the text's longest matching suffix, verified in one tree call (--suffix-alpha, --suffix-min-prob, --suffix-depth, --tree-nodes); no draft model runs. Policy: fixed (--k caps the depth)";
+    const RUNS_DRAFT_MODEL: bool = false;
+    const FLAGS: &'static [DrafterFlag] =
+        &[DrafterFlag::SuffixAlpha, DrafterFlag::SuffixMinProb, DrafterFlag::SuffixDepth, DrafterFlag::TreeNodes];
+    type Grid = SuffixDrafters;
+
+    fn key(&self, body: String) -> String {
+        let d = Suffix::from(SuffixParams::default());
+        let mut key = format!("suffix a={} p>={}", self.alpha, self.min_token_prob);
+        if self.max_depth != d.max_depth {
+            key += &format!(" depth={}", self.max_depth);
+        }
+        if self.max_nodes != d.max_nodes {
+            key += &format!(" nodes={}", self.max_nodes);
+        }
+        format!("{key} | {body}")
+    }
+    fn check(&self, policy: &PolicySpec, draft: &DraftTransform) -> Result<()> {
+        SuffixDrafter::new(self.params())?;
+        // The tree's size is the drafter's; a policy that stops token by token has nothing
+        // to stop.
+        ensure!(
+            policy.name() == PolicyKind::Fixed.name(),
+            "the suffix drafter sizes its own trees (alpha nodes per matched token), so only the {} policy applies (its K caps the depth)",
+            PolicyKind::Fixed.name()
+        );
+        ensure!(draft.is_identity(), "the suffix drafter runs no draft model, so a cheaper draft changes nothing");
+        Ok(())
+    }
+    fn build<'m>(&self, _: DraftModels<'m>) -> Result<Box<dyn Drafter + 'm>> {
+        Ok(Box::new(SuffixDrafter::new(self.params())?))
+    }
+    fn from_flags(f: &DrafterFlags) -> Result<Self> {
+        let d = SuffixParams::default();
+        Ok(Self {
+            alpha: f.suffix_alpha.unwrap_or(d.alpha),
+            min_token_prob: f.suffix_min_prob.unwrap_or(d.min_token_prob),
+            max_depth: f.suffix_depth.unwrap_or(d.max_depth),
+            max_nodes: f.tree_nodes.unwrap_or(d.max_nodes),
+        })
+    }
+    fn settings(g: &SuffixDrafters) -> Vec<Self> {
+        let d = SuffixParams::default();
+        let (max_depth, max_nodes) = (g.max_depth.unwrap_or(d.max_depth), g.max_nodes.unwrap_or(d.max_nodes));
+        g.alphas
+            .iter()
+            .flat_map(|&alpha| {
+                g.min_token_probs.iter().map(move |&min_token_prob| Self { alpha, min_token_prob, max_depth, max_nodes })
+            })
+            .collect()
+    }
+    fn grid_lists(g: &SuffixDrafters) -> Vec<(&'static str, usize)> {
+        vec![("alphas", g.alphas.len()), ("min_token_probs", g.min_token_probs.len())]
+    }
+    fn check_grid(g: &SuffixDrafters) -> Result<()> {
+        for s in Self::settings(g) {
+            SuffixDrafter::new(s.params())?;
+        }
+        Ok(())
+    }
+}
