@@ -170,6 +170,39 @@ fn lookup_and_hybrid_drafters_run_for_real_are_audited_and_replay_to_the_same_co
 }
 
 #[test]
+fn suffix_trees_run_for_real_are_audited_and_replay_to_the_same_counts() {
+    // Trees under the sequential scheduler (one tree call per round), their best branch as a
+    // chain under DSI; the replay walks each tree along the AR output.
+    let s = setup();
+    let methods = s.config.find("[methods]").unwrap();
+    let outro = s.config.find("[output]").unwrap();
+    let axes = "drafters.suffix = { alphas = [1.0, 4.0], min_token_probs = [0.0, 0.1] }\npolicies.fixed = { k = [24] }";
+    let text = format!(
+        "{}[methods]\n[[methods.grid]]\n{axes}\nschedulers.sequential = {{}}\nschedulers.dsi = {{ servers = [2] }}\n{}",
+        &s.config[..methods],
+        &s.config[outro..]
+    );
+    let cfg = load_config(&s, &text, "suffix").unwrap();
+    let out = run(&cfg, &opts(None, None)).unwrap();
+    assert!(out.audit_failures.is_empty(), "{:?}", out.audit_failures);
+    let rows: Vec<&ResultRow> = out.rows.iter().filter(|r| r.setting.family() == "suffix").collect();
+    assert_eq!(rows.len(), 9 * 8, "9 units x 4 drafters x 2 schedulers");
+    for r in &rows {
+        assert!(!r.greedy() || r.identical_to_ar, "{} {}", r.prompt_id, r.setting.key());
+        assert_eq!(r.n_draft_calls, 0, "the suffix drafter runs no draft forward: {}", r.setting.key());
+    }
+    assert!(
+        rows.iter().any(|r| r.n_accepted > 0) && rows.iter().any(|r| r.n_accepted < r.n_drafted),
+        "suffix trees accepted and rejected"
+    );
+    let replay_grid = s.root.join("replay-suffix.toml");
+    std::fs::write(&replay_grid, format!("[methods]\n[[methods.grid]]\n{axes}\n")).unwrap();
+    let o = replay(&s.root.join("suffix"), &ReplayConfig::load(&replay_grid).unwrap(), "grid", false).unwrap();
+    assert!(o.mismatches.is_empty(), "{:?}", o.mismatches);
+    assert_eq!(o.compared, 3 * 4, "every greedy unit's 4 sequential suffix settings compared");
+}
+
+#[test]
 fn the_feature_head_runs_for_real_is_audited_and_replays_to_the_same_counts() {
     let s = setup();
     let target = load_model(&s.root.join("target"), None, &default_device()).unwrap();

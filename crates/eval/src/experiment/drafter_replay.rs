@@ -4,7 +4,8 @@
 //!
 //! A greedy run commits exactly the AR output, so verification needs no target: a round
 //! accepts the candidates while they equal the AR tokens and then commits the next AR token
-//! (the target's argmax there). Everything else is [`generate_speculative`]'s round as it is:
+//! (the target's argmax there). A token tree is walked the same way: at each level the child
+//! that is the next AR token, if any, as greedy tree verification follows the argmax. Everything else is [`generate_speculative`]'s round as it is:
 //! the same budget per round, EOS handling and rollback. `tests/eval_tiny.rs` checks the counts
 //! against real runs.
 //!
@@ -13,7 +14,30 @@
 use super::replay::ReplayCosts;
 use anyhow::{Result, ensure};
 use specx_decoder::SamplingConfig;
-use specx_decoder::speculative::{DraftRound, Drafter, RequestMetrics, RoundOutcome, StopPolicy, Streams};
+use specx_decoder::speculative::{DraftRound, DraftTree, Drafter, RequestMetrics, RoundOutcome, StopPolicy, Streams};
+
+/// How greedy verification walks down `tree` when the target's greedy tokens are `ar`: the
+/// depth of the path whose tokens are a prefix of `ar` (ending at an accepted EOS), and whether
+/// the walk ended on a rejection (the node reached has children and none is the next token).
+fn greedy_walk(tree: &DraftTree, ar: &[u32], eos: &[u32]) -> (usize, bool) {
+    let mut node = None;
+    let mut depth = 0;
+    loop {
+        let children = tree.children(node);
+        let Some(&next) = ar.get(depth) else { return (depth, false) };
+        if children.is_empty() {
+            return (depth, false);
+        }
+        let Some(&child) = children.iter().find(|&&c| tree.node(c).candidate.token == next) else {
+            return (depth, true);
+        };
+        node = Some(child);
+        depth += 1;
+        if eos.contains(&next) {
+            return (depth, false);
+        }
+    }
+}
 
 /// Replays a greedy run of `drafter` under `policy` along `ar`, the target's greedy output for
 /// `prompt` with a budget of `max_new` tokens (EOS included when it ended on one). The counts
@@ -40,7 +64,7 @@ pub fn replay_with_drafter(
         let remaining = max_new - out;
         let max = remaining.min(policy.max_candidates());
         let calls_before = m.n_draft_calls;
-        let candidates = drafter.draft(DraftRound {
+        let tree = drafter.draft_tree(DraftRound {
             committed: &committed,
             max,
             keep_first: false,
@@ -50,13 +74,13 @@ pub fn replay_with_drafter(
             eos,
             metrics: &mut m,
         })?;
-        let k = candidates.len();
-        ensure!(k <= max, "drafter returned {k} candidates (at most {max} allowed)");
+        let k = tree.len();
+        ensure!(tree.depth() <= max, "drafter returned {} levels of candidates (at most {max} allowed)", tree.depth());
         m.n_target_calls += 1;
-        let a = candidates.iter().zip(&ar[out..]).take_while(|(c, t)| c.token == **t).count();
+        let (a, rejected) = greedy_walk(&tree, &ar[out..], eos);
         m.n_drafted += k;
         m.n_accepted += a;
-        m.n_verified += if a < k { a + 1 } else { k };
+        m.n_verified += a + usize::from(rejected);
         m.accepted_per_round.push(a);
         m.drafted_per_round.push(k);
         drafter.rollback(committed.len() + a);
@@ -80,10 +104,34 @@ pub fn replay_with_drafter(
             accepted: a,
             committed: new,
             seconds,
-            ngram: candidates.first().and_then(|c| c.ngram),
+            ngram: (k > 0).then(|| tree.node(0).candidate.ngram).flatten(),
         });
     }
     ensure!(out == ar.len(), "the replay committed {out} tokens, the AR output has {}", ar.len());
     m.n_generated = out;
     Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use specx_decoder::speculative::Candidate;
+
+    #[test]
+    fn the_greedy_walk_follows_the_ar_token_down_the_tree() {
+        let point = |token| Candidate { token, q: Vec::new(), q_token: 1.0, ngram: None };
+        // Roots 5 and 7; under 7: 8 (with 2 under it) and 9.
+        let mut t = DraftTree::default();
+        t.push(point(5), None);
+        let seven = t.push(point(7), None);
+        let eight = t.push(point(8), Some(seven));
+        t.push(point(9), Some(seven));
+        t.push(point(2), Some(eight));
+        assert_eq!(greedy_walk(&t, &[7, 9, 1], &[]), (2, false), "a leaf ends the walk");
+        assert_eq!(greedy_walk(&t, &[7, 8, 2, 4], &[]), (3, false), "the deeper branch");
+        assert_eq!(greedy_walk(&t, &[7, 3], &[]), (1, true), "no child is the AR token");
+        assert_eq!(greedy_walk(&t, &[4], &[]), (0, true));
+        assert_eq!(greedy_walk(&t, &[7, 8], &[7]), (1, false), "an accepted EOS ends it");
+        assert_eq!(greedy_walk(&t, &[7], &[]), (1, false), "the AR output ends");
+    }
 }

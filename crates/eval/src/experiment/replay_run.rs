@@ -211,8 +211,8 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
             feature_heads.insert(head.to_string(), FeatureDraft::load(&dir, &target.model, Some(&target_sha))?);
         }
     }
-    // Plain drafters replay from traces; EasySpec's, prompt lookup's, the hybrid and the
-    // feature head run live along the AR output.
+    // Plain drafters replay from traces; EasySpec's, prompt lookup's, the hybrid, the
+    // feature head and the suffix drafter's trees run live along the AR output.
     let mut policies = Vec::new();
     let mut how = Vec::with_capacity(settings.len());
     for s in settings.iter().filter_map(Setting::spec) {
