@@ -13,7 +13,7 @@ use anyhow::{Result, anyhow, ensure};
 use plotters::prelude::*;
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::tree_mask::TreeMask;
-use specx_decoder::{LoadedModel, WeightMode, check_pair, load_model_as};
+use specx_decoder::{ForwardOutput, KvCache, LoadedModel, WeightMode, check_pair, load_model_as};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -89,31 +89,23 @@ fn profile_model(role: &str, lm: &LoadedModel, a: &ProfileArgs) -> Result<ModelP
             prefill.push(t.elapsed().as_secs_f64());
         }
         ttft.push((ctx, median(prefill)));
-        let mut seconds = Vec::new();
-        for r in 1..=a.max_rows {
+        // Median seconds of `call` after the context, the cache cut back after each.
+        let mut timed = |call: &dyn Fn(&mut KvCache) -> Result<ForwardOutput>| -> Result<f64> {
             let mut reps = Vec::new();
             for _ in 0..a.reps.max(1) {
                 let t = Instant::now();
-                let out = model.forward(&tokens[ctx..ctx + r], &mut cache)?;
-                let _ = out.logits_tail(1);
+                let _ = call(&mut cache)?.logits_tail(1);
                 reps.push(t.elapsed().as_secs_f64());
                 cache.truncate(ctx);
             }
-            seconds.push(median(reps));
-        }
-        let mut tree_seconds = Vec::new();
-        for r in 1..=a.max_rows.min(TREE_ROWS) {
-            let tree = balanced_tree(r);
-            let mut reps = Vec::new();
-            for _ in 0..a.reps.max(1) {
-                let t = Instant::now();
-                let out = model.forward_tree(&tokens[ctx..ctx + r], &tree, &mut cache)?;
-                let _ = out.logits_tail(1);
-                reps.push(t.elapsed().as_secs_f64());
-                cache.truncate(ctx);
-            }
-            tree_seconds.push(median(reps));
-        }
+            Ok(median(reps))
+        };
+        let seconds = (1..=a.max_rows)
+            .map(|r| timed(&|cache| model.forward(&tokens[ctx..ctx + r], cache)))
+            .collect::<Result<Vec<_>>>()?;
+        let tree_seconds = (1..=a.max_rows.min(TREE_ROWS))
+            .map(|r| timed(&|cache| model.forward_tree(&tokens[ctx..ctx + r], &balanced_tree(r), cache)))
+            .collect::<Result<Vec<_>>>()?;
         eprintln!(
             "{role}: context {ctx}: 1 row {:.1} ms, {} rows {:.1} ms",
             seconds[0] * 1e3,

@@ -31,12 +31,16 @@ pub(super) fn tree_call(device: &Device, dir: &Path, tol: f32) -> Result<Check> 
         let on_cpu = rows(&cpu.model.forward_tree(&nodes, &tree, &mut cc)?);
         let on_dev = rows(&dev.model.forward_tree(&nodes, &tree, &mut dc)?);
         worst = nan_max(worst, rows_diff(&on_cpu, &on_dev)?);
-        for leaf in tree.leaves() {
-            let path = tree.path(leaf);
-            let chain: Vec<u32> = path.iter().map(|&i| nodes[i]).collect();
+        // The device's rows of `chain` forwarded after the prefix in a fresh cache.
+        let chain_after_prefix = |chain: &[u32]| -> Result<Vec<Vec<f32>>> {
             let mut fresh = dev.model.new_cache(1);
             dev.model.forward(&prefix, &mut fresh)?;
-            let want = rows(&dev.model.forward(&chain, &mut fresh)?);
+            Ok(rows(&dev.model.forward(chain, &mut fresh)?))
+        };
+        let tokens_of = |path: &[usize]| -> Vec<u32> { path.iter().map(|&i| nodes[i]).collect() };
+        for leaf in tree.leaves() {
+            let path = tree.path(leaf);
+            let want = chain_after_prefix(&tokens_of(path))?;
             let got: Vec<Vec<f32>> = path.iter().map(|&i| on_dev[i].clone()).collect();
             worst = nan_max(worst, rows_diff(&got, &want)?);
         }
@@ -48,11 +52,9 @@ pub(super) fn tree_call(device: &Device, dir: &Path, tol: f32) -> Result<Check> 
         let after_cpu = rows(&cpu.model.forward(&next, &mut cc)?);
         let after_dev = rows(&dev.model.forward(&next, &mut dc)?);
         // The reference: the prefix, then the path and the new tokens as one chain.
-        let mut fresh = dev.model.new_cache(1);
-        dev.model.forward(&prefix, &mut fresh)?;
-        let mut chain: Vec<u32> = kept.iter().map(|&i| nodes[i]).collect();
+        let mut chain = tokens_of(&kept);
         chain.extend_from_slice(&next);
-        let want = dev.model.forward(&chain, &mut fresh)?.logits_tail(next.len());
+        let want = chain_after_prefix(&chain)?.split_off(kept.len());
         worst = nan_max(worst, nan_max(rows_diff(&after_dev, &want)?, rows_diff(&after_dev, &after_cpu)?));
     }
     Ok(numeric(

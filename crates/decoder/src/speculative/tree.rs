@@ -73,12 +73,17 @@ impl DraftTree {
 
     /// The deepest branch's length (0 for the empty tree).
     pub fn depth(&self) -> usize {
-        self.mask().height()
+        let mut depths: Vec<usize> = Vec::with_capacity(self.nodes.len());
+        for n in &self.nodes {
+            depths.push(n.parent.map_or(1, |p| depths[p] + 1));
+        }
+        depths.into_iter().max().unwrap_or(0)
     }
 
-    /// The mask of the nodes alone (node i as row i).
-    pub fn mask(&self) -> TreeMask {
-        TreeMask::new(&self.nodes.iter().map(|n| n.parent).collect::<Vec<_>>()).expect("parents come first")
+    /// The n-gram size of the match that proposed the first candidate (what `matchrate` and
+    /// the round's outcome record), if any.
+    pub fn ngram(&self) -> Option<usize> {
+        self.nodes.first().and_then(|n| n.candidate.ngram)
     }
 
     /// The mask of a verification call: row 0 the last committed token (whose scores decide

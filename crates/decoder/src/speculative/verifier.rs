@@ -25,6 +25,16 @@ pub enum Choice {
     Reject(u32),
 }
 
+impl Choice {
+    /// The choice among one child, from its verdict.
+    fn of_only(verdict: Verdict) -> Self {
+        match verdict {
+            Verdict::Accept => Choice::Accept(0),
+            Verdict::Reject(token) => Choice::Reject(token),
+        }
+    }
+}
+
 /// Decides candidates against the target's logits at their positions.
 pub trait Verifier {
     /// Decides `candidate` from `target_logits`, the target's scores of the token at the
@@ -60,10 +70,7 @@ pub trait Verifier {
         rng: &mut StdRng,
     ) -> Choice {
         assert_eq!(children.len(), 1, "a chain verifier decides one candidate per position");
-        match self.decide(children[0], target_logits, sampling, rng) {
-            Verdict::Accept => Choice::Accept(0),
-            Verdict::Reject(token) => Choice::Reject(token),
-        }
+        Choice::of_only(self.decide(children[0], target_logits, sampling, rng))
     }
 }
 
@@ -174,10 +181,7 @@ impl Verifier for RejectionSampler {
             return child_with(children, argmax(target_logits));
         }
         if let [only] = children {
-            return match self.decide(only, target_logits, sampling, rng) {
-                Verdict::Accept => Choice::Accept(0),
-                Verdict::Reject(token) => Choice::Reject(token),
-            };
+            return Choice::of_only(self.decide(only, target_logits, sampling, rng));
         }
         assert!(
             children.iter().all(|c| c.q.is_empty()),

@@ -99,13 +99,7 @@ pub fn replay_with_drafter(
         committed.extend_from_slice(&ar[out..end]);
         out = end;
         let seconds = costs.round_seconds(m.n_draft_calls - calls_before, k);
-        policy.end_round(&RoundOutcome {
-            drafted: k,
-            accepted: a,
-            committed: new,
-            seconds,
-            ngram: (k > 0).then(|| tree.node(0).candidate.ngram).flatten(),
-        });
+        policy.end_round(&RoundOutcome { drafted: k, accepted: a, committed: new, seconds, ngram: tree.ngram() });
     }
     ensure!(out == ar.len(), "the replay committed {out} tokens, the AR output has {}", ar.len());
     m.n_generated = out;

@@ -44,7 +44,7 @@ pub fn generate_speculative(
         let tree = drafter.draft_tree(c.draft_round(&c.seq, max, false, policy, &mut m))?;
         ensure!(tree.depth() <= max, "drafter returned {} levels of candidates (at most {max} allowed)", tree.depth());
         let (k, base, before) = (tree.len(), c.seq.len(), c.generated());
-        let ngram = (k > 0).then(|| tree.node(0).candidate.ngram).flatten();
+        let ngram = tree.ngram();
         // One target forward over the committed tokens its cache lacks plus the candidates
         // (none when the policy dropped the first: a plain target step); a tree's in one tree
         // call, of which the cache keeps the accepted path.
@@ -56,9 +56,7 @@ pub fn generate_speculative(
             (rows, decided)
         } else {
             ensure!(verifier.decides_siblings(), "the drafter proposed a tree; this verifier decides chains only");
-            let t = Instant::now();
-            let rows = scorer.score_tree(&c.seq, &tree)?;
-            (m.target_time, m.n_target_calls) = (m.target_time + t.elapsed(), m.n_target_calls + 1);
+            let rows = target_call(&mut m, || scorer.score_tree(&c.seq, &tree))?;
             let decided = c.decide_tree(verifier, &tree, &rows);
             scorer.keep_path(base, &tree, &decided.1);
             (rows, decided)
@@ -102,11 +100,16 @@ fn observe_target(policy: &mut dyn StopPolicy, row: &[f32], seq: &[u32]) {
 
 /// One target forward through the scorer, counted.
 fn score(scorer: &mut TargetScorer, tokens: &[u32], rows: usize, m: &mut RequestMetrics) -> Result<Vec<Vec<f32>>> {
+    target_call(m, || Ok(scorer.score(tokens, rows, None)?.expect("no cancel flag, never cancelled")))
+}
+
+/// One target call, counted and timed.
+fn target_call<T>(m: &mut RequestMetrics, call: impl FnOnce() -> Result<T>) -> Result<T> {
     let t = Instant::now();
-    let scores = scorer.score(tokens, rows, None)?.expect("no cancel flag, never cancelled");
+    let out = call()?;
     m.target_time += t.elapsed();
     m.n_target_calls += 1;
-    Ok(scores)
+    Ok(out)
 }
 
 /// Commits the token at a position whose target scores `p` are known (the prefill's last row,

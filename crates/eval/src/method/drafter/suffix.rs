@@ -63,7 +63,7 @@ impl DrafterFamily for Suffix {
     type Grid = SuffixDrafters;
 
     fn key(&self, body: String) -> String {
-        let d = Suffix::from(SuffixParams::default());
+        let d = SuffixParams::default();
         let mut key = format!("suffix a={} p>={}", self.alpha, self.min_token_prob);
         if self.max_depth != d.max_depth {
             key += &format!(" depth={}", self.max_depth);
