@@ -178,7 +178,7 @@ impl Verifier for RejectionSampler {
         rng: &mut StdRng,
     ) -> Choice {
         if sampling.is_greedy() {
-            return child_with(children, argmax(target_logits));
+            return ExactMatch.decide_among(children, target_logits, sampling, rng);
         }
         if let [only] = children {
             return Choice::of_only(self.decide(only, target_logits, sampling, rng));
@@ -231,7 +231,7 @@ impl Verifier for CoupledSampler {
         rng: &mut StdRng,
     ) -> Choice {
         if sampling.is_greedy() {
-            return child_with(children, argmax(target_logits));
+            return ExactMatch.decide_among(children, target_logits, sampling, rng);
         }
         child_with(children, coupled_pick(&sampling.probabilities(target_logits), rng))
     }
