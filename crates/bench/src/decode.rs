@@ -17,6 +17,7 @@ use specx_eval::experiment::{EvalOptions, run as run_eval};
 use specx_eval::method::drafter::feature::FeatureDrafters;
 use specx_eval::method::drafter::lookup::LookupDrafters;
 use specx_eval::method::drafter::suffix::SuffixDrafters;
+use specx_eval::method::drafter::tree::TreeDrafters;
 use specx_eval::method::models::PairArgs;
 use specx_eval::method::policy::fixed::FixedPolicies;
 use specx_eval::method::policy::matchrate::MatchRatePolicies;
@@ -61,7 +62,8 @@ pub struct DecodeBenchArgs {
     /// Drafters each K runs with: `plain` (the draft model), `lookup` (prompt lookup, no
     /// draft model; the draft as loaded only), `hybrid` (lookup, else the draft model),
     /// `feature` (the EAGLE-style feature head of --feature-head; no draft model), `suffix`
-    /// (SuffixDecoding's token trees, no draft model; at its own depth bound, not each K).
+    /// (SuffixDecoding's token trees, no draft model; at its own depth bound, not each K),
+    /// `tree` (EAGLE-2's dynamic draft trees from the draft model, each K a depth).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "plain")]
     pub drafters: Vec<BenchDrafter>,
     /// The lookup and hybrid drafters' shortest n-gram to match (as `specx decode`).
@@ -86,6 +88,18 @@ pub struct DecodeBenchArgs {
     /// The suffix drafter's lowest frequency probability of a node (as `specx decode`).
     #[arg(long, default_value_t = 0.1)]
     pub suffix_min_prob: f64,
+    /// How many earlier prompts' outputs the suffix drafter also matches, one run each (0: the
+    /// request's own text only; SuffixDecoding's cross-request tree, `cached_requests` in a
+    /// grid). The prompts run in file order, so prompt i can match the outputs of those before.
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    pub suffix_cached: Vec<usize>,
+    /// The tree drafter's children per expanded node, one run each (as `specx decode
+    /// --tree-top-k`).
+    #[arg(long, value_delimiter = ',', default_value = "4")]
+    pub tree_top_k: Vec<usize>,
+    /// The tree drafter's most nodes of one tree, one run each (as `specx decode --tree-nodes`).
+    #[arg(long, value_delimiter = ',', default_value = "16")]
+    pub tree_nodes: Vec<usize>,
     /// llama.cpp's `llama-bench` (scripts/bench-llamacpp.sh builds it, and
     /// `llama-speculative-simple` beside it): after the decodes, its generation speed on the
     /// target (`--max-new-tokens` tokens after a context of the runs' mean prompt length, 3
@@ -122,6 +136,7 @@ pub enum BenchDrafter {
     Hybrid,
     Feature,
     Suffix,
+    Tree,
 }
 
 /// The methods: fixed K for each drafter (the papers' `specdec` section when the draft model
@@ -167,6 +182,7 @@ fn methods(a: &DecodeBenchArgs) -> MethodsConfig {
         let suffix = SuffixDrafters {
             alphas: a.suffix_alpha.clone(),
             min_token_probs: vec![a.suffix_min_prob],
+            cached_requests: a.suffix_cached.clone(),
             max_depth: None,
             max_nodes: None,
         };
@@ -177,6 +193,14 @@ fn methods(a: &DecodeBenchArgs) -> MethodsConfig {
         m.grid.push(MethodGrid {
             drafters: DrafterAxis { suffix: Some(suffix), ..Default::default() },
             policies,
+            ..Default::default()
+        });
+    }
+    if a.drafters.contains(&BenchDrafter::Tree) {
+        let tree = TreeDrafters { top_k: a.tree_top_k.clone(), max_nodes: a.tree_nodes.clone() };
+        m.grid.push(MethodGrid {
+            drafters: DrafterAxis { tree: Some(tree), ..Default::default() },
+            policies: PolicyAxis { fixed: Some(fixed()), ..Default::default() },
             ..Default::default()
         });
     }
@@ -230,7 +254,7 @@ fn preset(a: &DecodeBenchArgs, mode: WeightMode) -> Result<EvalConfig> {
 pub fn run(a: DecodeBenchArgs) -> Result<()> {
     ensure!(!a.weights.is_empty(), "--weights needs at least one of native, f32");
     ensure!(a.n > 0, "--n must be at least 1");
-    ensure!(!a.drafters.is_empty(), "--drafters needs at least one of plain, lookup, hybrid, feature, suffix");
+    ensure!(!a.drafters.is_empty(), "--drafters needs at least one of plain, lookup, hybrid, feature, suffix, tree");
     let mut results = Vec::new();
     for &mode in &a.weights {
         let cfg = preset(&a, mode)?;

@@ -156,14 +156,16 @@ pub enum Visible<'a> {
 
 impl Visible<'_> {
     /// Row `i` of `rows` after `past` cached keys: how many keys from 0 on it sees in one
-    /// contiguous run, and the rows of the call it sees after them.
-    fn keys_of(&self, i: usize, past: usize, rows: usize) -> (usize, &[usize]) {
+    /// contiguous run, and the keys it sees after them as offsets from a base key (the tree's
+    /// first row), with that base.
+    fn keys_of(&self, i: usize, past: usize, rows: usize) -> (usize, &[usize], usize) {
         match self {
-            Self::All => (past + rows, &[]),
-            Self::Causal => (past + i + 1, &[]),
+            Self::All => (past + rows, &[], past),
+            Self::Causal => (past + i + 1, &[], past),
             Self::Tree(tree) => {
+                let base = past - tree.cached();
                 let run = tree.contiguous_prefix(i);
-                (past + run, &tree.path(i)[run..])
+                (base + run, &tree.path(i)[run..], base)
             }
         }
     }
@@ -194,10 +196,10 @@ pub fn attend(q: &[f32], keys: &[f32], values: &[f32], s: AttentionShape, visibl
         let mut p = vec![0f32; t];
         for i in 0..rows {
             let qi = &q[(bh * rows + i) * d..(bh * rows + i + 1) * d];
-            let (run, extra) = visible.keys_of(i, past, rows);
+            let (run, extra, base) = visible.keys_of(i, past, rows);
             let seen = run + extra.len();
-            // The key behind score j: the contiguous run, then the call's rows of `extra`.
-            let key = |j: usize| if j < run { j } else { past + extra[j - run] };
+            // The key behind score j: the contiguous run, then the tree rows of `extra`.
+            let key = |j: usize| if j < run { j } else { base + extra[j - run] };
             // Blocks of 16 keys where the CPU has the wide path, the rest key by key.
             let mut blocked = 0;
             while d % LANES == 0 && blocked + KEY_BLOCK <= run {

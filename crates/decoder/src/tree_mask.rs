@@ -4,17 +4,25 @@
 //! a chain call of its root-to-row path would give ([`crate::Transformer::forward_tree`]).
 //!
 //! A chain is the tree where row i is the child of row i - 1.
+//!
+//! A call may also continue a tree whose first rows an earlier call put in the cache
+//! ([`TreeMask::continuing`]): a draft that grows its tree level by level forwards each level
+//! once, its rows attending to ancestors already cached.
 
 use anyhow::{Result, ensure};
 
-/// Parents, depths and root-to-row paths of a tree call's rows (rows in topological order:
-/// a parent before its children).
+/// Parents, depths and root-to-row paths of a tree's rows (in topological order: a parent
+/// before its children), of which a call computes the last [`TreeMask::len`]. Tree rows are
+/// numbered from the first row the cache holds (none, unless [`TreeMask::continuing`]), and
+/// tree row r sits in the cache at the position of the tree's first row plus r.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TreeMask {
     parents: Vec<Option<usize>>,
     depths: Vec<usize>,
-    /// Per row: its ancestors among the call's rows and itself, root first.
+    /// Per row: its ancestors and itself, root first.
     paths: Vec<Vec<usize>>,
+    /// Leading rows already in the cache (its last positions), not computed by the call.
+    cached: usize,
 }
 
 impl TreeMask {
@@ -35,7 +43,14 @@ impl TreeMask {
             depths.push(path.len() - 1);
             paths.push(path);
         }
-        Ok(Self { parents: parents.to_vec(), depths, paths })
+        Ok(Self { parents: parents.to_vec(), depths, paths, cached: 0 })
+    }
+
+    /// The tree of `parents` whose first `cached` rows an earlier call already put in the
+    /// cache, as its last `cached` positions, in row order: the call computes the rest.
+    pub fn continuing(parents: &[Option<usize>], cached: usize) -> Result<Self> {
+        ensure!(cached <= parents.len(), "{cached} cached rows of a tree of {}", parents.len());
+        Ok(Self { cached, ..Self::new(parents)? })
     }
 
     /// `n` rows in a chain: what an ordinary forward of `n` tokens computes.
@@ -44,43 +59,49 @@ impl TreeMask {
         Self::new(&parents).expect("a chain's parents come first")
     }
 
-    /// Number of rows.
+    /// Number of rows the call computes (the tree's rows after the cached ones).
     pub fn len(&self) -> usize {
-        self.parents.len()
+        self.parents.len() - self.cached
     }
 
     pub fn is_empty(&self) -> bool {
-        self.parents.is_empty()
+        self.len() == 0
     }
 
-    /// The row that row `i` follows (`None`: it follows the cache).
+    /// Leading tree rows already in the cache.
+    pub fn cached(&self) -> usize {
+        self.cached
+    }
+
+    /// The tree row that the call's row `i` follows (`None`: it follows the tree's prefix).
     pub fn parent(&self, i: usize) -> Option<usize> {
-        self.parents[i]
+        self.parents[self.cached + i]
     }
 
-    /// Every row's parent.
+    /// Every tree row's parent, cached rows included.
     pub fn parents(&self) -> &[Option<usize>] {
         &self.parents
     }
 
-    /// Row `i`'s depth: 0 for a root; its position is the cache's length plus its depth.
+    /// The call's row `i`'s depth: 0 for a root; its position is that of the tree's first row
+    /// (the cache's length before the tree) plus its depth.
     pub fn depth(&self, i: usize) -> usize {
-        self.depths[i]
+        self.depths[self.cached + i]
     }
 
-    /// Row `i`'s ancestors among the call's rows and itself, root first.
+    /// The call's row `i`'s ancestors and itself as tree rows, root first.
     pub fn path(&self, i: usize) -> &[usize] {
-        &self.paths[i]
+        &self.paths[self.cached + i]
     }
 
-    /// The children of row `i`, in row order (`None`: the roots).
+    /// The children of tree row `i`, in row order (`None`: the roots).
     pub fn children(&self, i: Option<usize>) -> impl Iterator<Item = usize> + '_ {
-        (0..self.len()).filter(move |&c| self.parents[c] == i)
+        (0..self.parents.len()).filter(move |&c| self.parents[c] == i)
     }
 
-    /// Rows without children.
+    /// Tree rows without children.
     pub fn leaves(&self) -> Vec<usize> {
-        (0..self.len()).filter(|&i| self.children(Some(i)).next().is_none()).collect()
+        (0..self.parents.len()).filter(|&i| self.children(Some(i)).next().is_none()).collect()
     }
 
     /// The deepest row's depth plus one (0 for an empty tree).
@@ -88,10 +109,11 @@ impl TreeMask {
         self.depths.iter().max().map_or(0, |d| d + 1)
     }
 
-    /// How many leading entries of row `i`'s path are rows `0, 1, 2, ...`: the part of its
-    /// keys that lies contiguously after the cache (a chain's whole path).
+    /// How many leading entries of the call's row `i`'s path are tree rows `0, 1, 2, ...`:
+    /// the part of its keys that lies contiguously after the tree's prefix (a chain's whole
+    /// path).
     pub fn contiguous_prefix(&self, i: usize) -> usize {
-        self.paths[i].iter().enumerate().take_while(|&(k, &row)| k == row).count()
+        self.path(i).iter().enumerate().take_while(|&(k, &row)| k == row).count()
     }
 }
 
@@ -118,6 +140,17 @@ mod tests {
         assert_eq!(c.path(3), &[0, 1, 2, 3]);
         assert_eq!(c.contiguous_prefix(3), 4);
         assert_eq!(c.leaves(), vec![3]);
+    }
+
+    #[test]
+    fn a_continuing_call_numbers_its_rows_after_the_cached_ones() {
+        // Rows 0 and 1 (roots) cached; the call computes 2 (under 1) and 3 (under 2).
+        let t = TreeMask::continuing(&[None, None, Some(1), Some(2)], 2).unwrap();
+        assert_eq!((t.len(), t.cached()), (2, 2));
+        assert_eq!((t.parent(0), t.depth(0), t.path(0)), (Some(1), 1, &[1, 2][..]));
+        assert_eq!((t.depth(1), t.path(1)), (2, &[1, 2, 3][..]));
+        assert_eq!(t.contiguous_prefix(1), 0, "row 0 is not on its path");
+        assert!(TreeMask::continuing(&[None], 2).is_err());
     }
 
     #[test]

@@ -131,6 +131,42 @@ fn a_chain_mask_computes_what_an_ordinary_forward_does() {
 }
 
 #[test]
+fn a_tree_grown_over_several_calls_has_the_bits_of_one_call() {
+    // What a draft growing its tree level by level does: each call computes the next rows,
+    // attending to ancestors that earlier calls left in the cache.
+    let dir = tempfile::tempdir().unwrap();
+    let (prefix, tokens) = (tokens(8, 51), tokens(PARENTS.len(), 52));
+    for (i, ty) in [GgmlType::Q8_0, GgmlType::Q4_0].into_iter().enumerate() {
+        let (_, gguf) =
+            write_both(&dir.path().join(format!("{i}")), &tiny_qwen2(VOCAB), 53 + i as u64, StDtype::F32, ty);
+        for mode in [WeightMode::F32, WeightMode::Native, WeightMode::Q8] {
+            let m = load_as(&gguf, mode);
+            let whole = tree_rows(&m, &prefix, &tokens, &TreeMask::new(&PARENTS).unwrap());
+            let mut c = m.new_cache(1);
+            m.forward(&prefix, &mut c).unwrap();
+            let mut grown = Vec::new();
+            for (from, to) in [(0, 4), (4, 9), (9, 14)] {
+                let call = TreeMask::continuing(&PARENTS[..to], from).unwrap();
+                grown.extend(m.forward_tree(&tokens[from..to], &call, &mut c).unwrap().logits_tail(to - from));
+            }
+            assert_eq!(c.len(), prefix.len() + PARENTS.len());
+            for (r, (a, b)) in grown.iter().zip(&whole).enumerate() {
+                assert_eq!(bits(a), bits(b), "{ty:?} {mode:?}: row {r}");
+            }
+            // A continuing call whose rows name a wrong cached ancestor differs.
+            let mut wrong = PARENTS;
+            wrong[9] = Some(7);
+            let mut c = m.new_cache(1);
+            m.forward(&prefix, &mut c).unwrap();
+            m.forward_tree(&tokens[..9], &TreeMask::new(&PARENTS[..9]).unwrap(), &mut c).unwrap();
+            let call = TreeMask::continuing(&wrong[..10], 9).unwrap();
+            let row9 = m.forward_tree(&tokens[9..10], &call, &mut c).unwrap().logits_tail(1).remove(0);
+            assert_ne!(bits(&row9), bits(&whole[9]), "{ty:?} {mode:?}: a wrong cached parent is seen");
+        }
+    }
+}
+
+#[test]
 fn the_cache_kept_to_an_accepted_path_continues_as_that_path_alone() {
     let dir = tempfile::tempdir().unwrap();
     let (_, gguf) = write_both(dir.path(), &tiny_qwen2(VOCAB), 47, StDtype::F32, GgmlType::Q8_0);

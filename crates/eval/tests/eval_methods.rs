@@ -202,6 +202,93 @@ fn suffix_trees_run_for_real_are_audited_and_replay_to_the_same_counts() {
     assert_eq!(o.compared, 3 * 4, "every greedy unit's 4 sequential suffix settings compared");
 }
 
+/// A config of the small eval with `axes` as its one grid, sequential only.
+fn grid_config(s: &common::Setup, axes: &str, out: &str) -> specx_eval::experiment::config::EvalConfig {
+    let methods = s.config.find("[methods]").unwrap();
+    let outro = s.config.find("[output]").unwrap();
+    let text = format!("{}[methods]\n[[methods.grid]]\n{axes}\n{}", &s.config[..methods], &s.config[outro..]);
+    load_config(s, &text, out).unwrap()
+}
+
+/// Every unit file under a run directory.
+fn unit_files(dir: &std::path::Path) -> Vec<specx_eval::common::results::UnitFile> {
+    let mut files = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if let Ok(f) = specx_eval::common::results::UnitFile::read_path(&p) {
+                files.push(f);
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn suffix_trees_over_earlier_outputs_resume_to_the_same_rows_and_replay_to_them() {
+    // The cross-request corpus: each unit also matches the outputs of the units before it in
+    // its stream. An interrupted run rebuilds it from the unit files it finds.
+    let s = setup();
+    let axes = "drafters.suffix = { alphas = [4.0], min_token_probs = [0.0], cached_requests = [0, 8] }\npolicies.fixed = { k = [24] }";
+    let whole = run(&grid_config(&s, axes, "earlier"), &opts(None, None)).unwrap();
+    assert!(whole.audit_failures.is_empty(), "{:?}", whole.audit_failures);
+    let cfg = grid_config(&s, axes, "earlier-resumed");
+    run(&cfg, &opts(None, Some(4))).unwrap();
+    let resumed = run(&cfg, &opts(None, None)).unwrap();
+    assert_eq!(common::untimed_all(&resumed.rows), common::untimed_all(&whole.rows), "a resumed run's trees differ");
+    let suffix_rows = |cached: bool| -> Vec<&ResultRow> {
+        let with = |r: &&ResultRow| r.setting.key().contains("cached=8") == cached;
+        whole.rows.iter().filter(|r| r.setting.family() == "suffix").filter(with).collect()
+    };
+    let (with, without) = (suffix_rows(true), suffix_rows(false));
+    assert_eq!((with.len(), without.len()), (9, 9), "9 units with and without earlier outputs");
+    assert!(with.iter().zip(&without).any(|(a, b)| a.n_drafted != b.n_drafted), "earlier outputs never changed a tree");
+    let records: Vec<_> = unit_files(&s.root.join("earlier")).into_iter().filter_map(|f| f.earlier).collect();
+    assert_eq!(records.len(), 9, "every unit file records the earlier outputs it matched");
+    assert!(records.iter().any(|r| !r.units.is_empty()) && records.iter().all(|r| r.units.len() <= 8), "{records:?}");
+    let replay_grid = s.root.join("replay-earlier.toml");
+    std::fs::write(&replay_grid, format!("[methods]\n[[methods.grid]]\n{axes}\n")).unwrap();
+    let o = replay(&s.root.join("earlier"), &ReplayConfig::load(&replay_grid).unwrap(), "grid", false).unwrap();
+    assert!(o.mismatches.is_empty(), "{:?}", o.mismatches);
+    assert_eq!(o.compared, 3 * 2, "every greedy unit's 2 suffix settings compared");
+}
+
+#[test]
+fn draft_trees_run_for_real_are_audited_and_replay_to_the_same_counts() {
+    // EAGLE-2's dynamic trees from the draft model under the sequential scheduler; under DSI
+    // the plain drafter's chains.
+    let s = setup();
+    let methods = s.config.find("[methods]").unwrap();
+    let outro = s.config.find("[output]").unwrap();
+    let axes = "drafters.tree = { top_k = [1, 3], max_nodes = [8] }\npolicies.fixed = { k = [3] }";
+    let text = format!(
+        "{}[methods]\n[[methods.grid]]\n{axes}\nschedulers.sequential = {{}}\nschedulers.dsi = {{ servers = [2] }}\n{}",
+        &s.config[..methods],
+        &s.config[outro..]
+    );
+    let cfg = load_config(&s, &text, "tree").unwrap();
+    let out = run(&cfg, &opts(None, None)).unwrap();
+    assert!(out.audit_failures.is_empty(), "{:?}", out.audit_failures);
+    let rows: Vec<&ResultRow> = out.rows.iter().filter(|r| r.setting.family() == "tree").collect();
+    assert_eq!(rows.len(), 9 * 4, "9 units x 2 drafters x 2 schedulers");
+    for r in &rows {
+        assert!(!r.greedy() || r.identical_to_ar, "{} {}", r.prompt_id, r.setting.key());
+        assert!(r.n_draft_calls > 0, "the tree drafter runs the draft model: {}", r.setting.key());
+    }
+    assert!(
+        rows.iter().any(|r| r.setting.key().contains("k=3") && r.drafted_per_round.iter().any(|&n| n > 3)),
+        "no tree branched"
+    );
+    let replay_grid = s.root.join("replay-tree.toml");
+    std::fs::write(&replay_grid, format!("[methods]\n[[methods.grid]]\n{axes}\n")).unwrap();
+    let o = replay(&s.root.join("tree"), &ReplayConfig::load(&replay_grid).unwrap(), "grid", false).unwrap();
+    assert!(o.mismatches.is_empty(), "{:?}", o.mismatches);
+    assert_eq!(o.compared, 3 * 2, "every greedy unit's 2 sequential tree settings compared");
+}
+
 #[test]
 fn the_feature_head_runs_for_real_is_audited_and_replays_to_the_same_counts() {
     let s = setup();

@@ -162,12 +162,14 @@ fn causal_mask(past: usize, n: usize, groups: usize, device: &Device) -> Tensor<
     additive_mask(past, n, groups, device, |i, row| row[past + i + 1..].fill(f32::NEG_INFINITY))
 }
 
-/// [`causal_mask`] of a tree call: row i sees the cache and its path in `tree`.
+/// [`causal_mask`] of a tree call: row i sees the cache before the tree and its path in
+/// `tree` (tree row a at key `base + a`, cached or of this call).
 fn tree_mask(past: usize, tree: &TreeMask, groups: usize, device: &Device) -> Tensor<2> {
+    let base = past - tree.cached();
     additive_mask(past, tree.len(), groups, device, |i, row| {
-        row[past..].fill(f32::NEG_INFINITY);
+        row[base..].fill(f32::NEG_INFINITY);
         for &a in tree.path(i) {
-            row[past + a] = 0.0;
+            row[base + a] = 0.0;
         }
     })
 }

@@ -179,7 +179,8 @@ impl Transformer {
         let (dim, theta) = (self.cfg.head_dim, self.cfg.rope_theta);
         let rope = match tree {
             Some(t) => {
-                rope_tables_at(&(0..n).map(|i| past + t.depth(i)).collect::<Vec<_>>(), dim, theta, self.device())
+                let base = past - t.cached();
+                rope_tables_at(&(0..n).map(|i| base + t.depth(i)).collect::<Vec<_>>(), dim, theta, self.device())
             }
             None => rope_tables(past, n, dim, theta, self.device()),
         };
@@ -393,6 +394,7 @@ impl Transformer {
         cache.reserve(n);
         if let Some(t) = tree {
             ensure!(b == 1 && t.len() == n, "a tree of {} rows given {b} sequences of {n} tokens", t.len());
+            ensure!(t.cached() <= past, "a tree continuing {} cached rows after {past} positions", t.cached());
         }
         let tables = self.position_tables(past, n, tree);
         // Per-layer times on a device that queues work wait for each sublayer to finish.

@@ -4,7 +4,8 @@
 //! - a [`Drafter`] proposes candidates with the draft distributions `q` they were sampled from
 //!   and the draft hidden states ([`PlainDrafter`]; EasySpec's layer-parallel
 //!   [`FuzzyDrafter`] with bonus [`Calibration`]; [`PromptLookupDrafter`], no draft model;
-//!   [`HybridDrafter`], lookup else the draft model);
+//!   [`HybridDrafter`], lookup else the draft model; token trees from [`SuffixDrafter`] and
+//!   EAGLE-2's [`DynamicTreeDrafter`]);
 //! - a [`StopPolicy`] decides after each candidate whether to stop drafting (and hears how
 //!   each round went): [`FixedK`], SpecDec++'s [`HeadPolicy`], and the training-free rules
 //!   (HF's [`ConfidencePolicy`], [`RocThreshold`] and [`DynamicK`], llama.cpp's [`PMinPolicy`],
@@ -28,6 +29,7 @@
 mod acceptance_head;
 mod candidate;
 mod drafter;
+mod dynamic_tree;
 mod easyspec;
 pub mod feature_draft;
 mod hybrid;
@@ -44,6 +46,7 @@ mod verifier;
 pub use acceptance_head::{AcceptanceHead, HeadSpec};
 pub use candidate::Candidate;
 pub use drafter::{Drafter, PlainDrafter};
+pub use dynamic_tree::{DynamicTreeDrafter, DynamicTreeParams};
 pub use easyspec::{Calibration, Compat, FuzzyDrafter};
 pub use feature_draft::{
     FEATURE_HEAD_DIM, FeatureHead, FeatureHeadCache, FeatureHeadSpec, causal_mask_after, packed_causal_mask,

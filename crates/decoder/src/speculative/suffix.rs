@@ -12,10 +12,16 @@
 //! more than `max_nodes`. Of the trees of every match length, the one with the highest score
 //! (the expected number of accepted tokens under the frequency model) is proposed.
 //!
-//! Where this deviates from ArcticInference: the occurrences are found by scanning the text
-//! (O(text) per round; the same matches and counts a suffix tree's node holds), the text is
-//! this request's prompt and output only (no cross-request tree yet), and the tree is capped
-//! at `max_nodes` rows so that one verification is one tree call.
+//! Two corpora are matched, as ArcticInference's two suffix trees: the request's own prompt
+//! and output, and (optionally) earlier requests' outputs, the last `cached_requests` of those
+//! the caller offers ([`SuffixDrafter::with_earlier`]; an eval run offers its earlier units').
+//! Each gives its best tree; the higher score wins (ties: the request's own).
+//!
+//! Where this deviates from ArcticInference: the occurrences are found by scanning the texts
+//! (O(text) per round; the same matches and counts a suffix tree's node holds), the active
+//! request's output is matched in its own text only (ArcticInference also adds it to the
+//! cross-request tree, where its counts would merge with the earlier outputs'), and the tree is
+//! capped at `max_nodes` rows so that one verification is one tree call.
 //!
 //! Every node is a point mass (`q` empty), so the rejection sampler's sibling rule keeps the
 //! output distributed as the target's ([`super::RejectionSampler`]).
@@ -39,18 +45,23 @@ pub struct SuffixParams {
     pub min_token_prob: f64,
     /// The most nodes one tree may have (rows of one tree call, besides the committed token).
     pub max_nodes: usize,
+    /// How many of the earlier requests' outputs offered are matched (the most recent; vLLM's
+    /// `suffix_decoding_max_cached_requests`, FIFO). 0: the request's own text only.
+    pub cached_requests: usize,
 }
 
 impl Default for SuffixParams {
     fn default() -> Self {
-        Self { max_depth: 24, alpha: 1.0, min_token_prob: 0.1, max_nodes: 16 }
+        Self { max_depth: 24, alpha: 1.0, min_token_prob: 0.1, max_nodes: 16, cached_requests: 0 }
     }
 }
 
-/// Drafts SuffixDecoding's speculation trees from the request's own text.
+/// Drafts SuffixDecoding's speculation trees from the request's own text and earlier outputs.
 #[derive(Clone, Debug)]
-pub struct SuffixDrafter {
+pub struct SuffixDrafter<'a> {
     params: SuffixParams,
+    /// The earlier outputs matched (at most `params.cached_requests`, oldest first).
+    earlier: &'a [Vec<u32>],
 }
 
 /// A speculation: the matched length and the tree, with each node's score.
@@ -85,7 +96,9 @@ impl Speculation {
     }
 }
 
-impl SuffixDrafter {
+impl SuffixDrafter<'static> {
+    /// A drafter over the request's own text (`cached_requests` matters once
+    /// [`SuffixDrafter::with_earlier`] offers outputs).
     pub fn new(params: SuffixParams) -> Result<Self> {
         ensure!(params.max_depth >= 2, "suffix decoding needs max_depth >= 2 (got {})", params.max_depth);
         ensure!(params.alpha > 0.0, "suffix decoding needs alpha > 0 (got {})", params.alpha);
@@ -95,32 +108,63 @@ impl SuffixDrafter {
             params.min_token_prob
         );
         ensure!(params.max_nodes >= 1, "suffix decoding needs max_nodes >= 1");
-        Ok(Self { params })
+        Ok(Self { params, earlier: &[] })
+    }
+}
+
+impl<'a> SuffixDrafter<'a> {
+    /// The same drafter matching also the last `cached_requests` of `earlier` (earlier
+    /// requests' outputs, oldest first).
+    pub fn with_earlier<'b>(self, earlier: &'b [Vec<u32>]) -> SuffixDrafter<'b> {
+        let keep = earlier.len().min(self.params.cached_requests);
+        SuffixDrafter { params: self.params, earlier: &earlier[earlier.len() - keep..] }
     }
 
     pub fn params(&self) -> &SuffixParams {
         &self.params
     }
 
-    /// The speculation tree after `seq` of at most `max_depth` levels: of the trees of every
-    /// suffix of `seq` that occurred before (at most `params.max_depth - 1` tokens), the one
-    /// with the highest score (ties: the longer match), as ArcticInference's `speculate` picks.
+    /// The speculation tree after `seq` of at most `max_depth` levels: the better-scored of
+    /// the request's own text's tree and the earlier outputs' (ties: the own).
     pub fn speculate(&self, seq: &[u32], max_depth: usize) -> Speculation {
-        let Some(&last) = seq.last() else { return Speculation::default() };
-        let limit = self.params.max_depth - 1;
-        // Every earlier end `j` of an occurrence of the last token, with the length of the
-        // suffix match ending there (at most `limit`).
-        let ends: Vec<(usize, usize)> = (1..seq.len())
-            .filter(|&j| seq[j - 1] == last)
-            .map(|j| (j, (1..=limit.min(j)).take_while(|&l| seq[j - l] == seq[seq.len() - l]).count()))
+        let own = self.speculate_in(&[seq], seq, max_depth);
+        if self.earlier.is_empty() {
+            return own;
+        }
+        let texts: Vec<&[u32]> = self.earlier.iter().map(Vec::as_slice).collect();
+        let earlier = self.speculate_in(&texts, seq, max_depth);
+        if earlier.score() > own.score() { earlier } else { own }
+    }
+
+    /// The best tree after `pattern` from the continuations in `texts`: of the trees of every
+    /// suffix of `pattern` that occurs there (at most `params.max_depth - 1` tokens), the one
+    /// with the highest score (ties: the longer match), as ArcticInference's `speculate` picks.
+    /// An occurrence at a text's end (the pattern's own, when `pattern` is a text) counts
+    /// towards its match's frequencies without continuing, as in a suffix tree.
+    fn speculate_in(&self, texts: &[&[u32]], pattern: &[u32], max_depth: usize) -> Speculation {
+        let Some(&last) = pattern.last() else { return Speculation::default() };
+        let limit = (self.params.max_depth - 1).min(pattern.len());
+        // Every occurrence of the last token, as (text, end), with the length of the suffix
+        // match ending there (at most `limit`, within its text).
+        let ends: Vec<(usize, usize, usize)> = texts
+            .iter()
+            .enumerate()
+            .flat_map(|(t, text)| {
+                (1..=text.len()).filter(move |&j| text[j - 1] == last).map(move |j| {
+                    let l = (1..=limit.min(j)).take_while(|&l| text[j - l] == pattern[pattern.len() - l]).count();
+                    (t, j, l)
+                })
+            })
             .collect();
-        let longest = ends.iter().map(|&(_, l)| l).max().unwrap_or(0);
+        // Only a match that something follows can speculate.
+        let longest = ends.iter().filter(|&&(t, j, _)| j < texts[t].len()).map(|&(_, _, l)| l).max().unwrap_or(0);
         let mut best = Speculation::default();
         for p in (1..=longest).rev() {
-            let occurrences: Vec<usize> = ends.iter().filter(|&&(_, l)| l >= p).map(|&(j, _)| j).collect();
+            let occurrences: Vec<(usize, usize)> =
+                ends.iter().filter(|&&(_, _, l)| l >= p).map(|&(t, j, _)| (t, j)).collect();
             let depth = (self.params.max_depth - p).min(max_depth);
             let budget = ((self.params.alpha * p as f64 + 1e-6).floor() as usize).min(self.params.max_nodes);
-            let spec = self.grow(seq, &occurrences, p, depth, budget);
+            let spec = self.grow(texts, &occurrences, p, depth, budget);
             if spec.score() > best.score() {
                 best = spec;
             }
@@ -128,25 +172,31 @@ impl SuffixDrafter {
         best
     }
 
-    /// The tree of the continuations after `occurrences` (ends of earlier matches of length
+    /// The tree of the continuations after `occurrences` ((text, end) of the matches of length
     /// `p`), best score first. A node's score is the share of the match's occurrences that
-    /// continue so, the text's own (final) occurrence among them, as a suffix tree's counts
-    /// give it.
-    fn grow(&self, seq: &[u32], occurrences: &[usize], p: usize, depth: usize, budget: usize) -> Speculation {
-        let total = (occurrences.len() + 1) as f64;
+    /// continue so, as a suffix tree's counts give it.
+    fn grow(
+        &self,
+        texts: &[&[u32]],
+        occurrences: &[(usize, usize)],
+        p: usize,
+        depth: usize,
+        budget: usize,
+    ) -> Speculation {
+        let total = occurrences.len() as f64;
         let mut spec = Speculation { match_len: p, ..Default::default() };
         // Frontier entries: (score, parent node, depth, token, the occurrences continuing so).
-        let mut frontier: Vec<(f64, Option<usize>, usize, u32, Vec<usize>)> = Vec::new();
-        let expand = |parent: Option<usize>, level: usize, from: &[usize], frontier: &mut Vec<_>| {
+        let mut frontier: Vec<(f64, Option<usize>, usize, u32, Vec<(usize, usize)>)> = Vec::new();
+        let expand = |parent: Option<usize>, level: usize, from: &[(usize, usize)], frontier: &mut Vec<_>| {
             if level >= depth {
                 return;
             }
-            let mut by_token: Vec<(u32, Vec<usize>)> = Vec::new();
-            for &j in from {
-                let Some(&t) = seq.get(j + level) else { continue };
+            let mut by_token: Vec<(u32, Vec<(usize, usize)>)> = Vec::new();
+            for &(text, j) in from {
+                let Some(&t) = texts[text].get(j + level) else { continue };
                 match by_token.iter_mut().find(|(tok, _)| *tok == t) {
-                    Some((_, v)) => v.push(j),
-                    None => by_token.push((t, vec![j])),
+                    Some((_, v)) => v.push((text, j)),
+                    None => by_token.push((t, vec![(text, j)])),
                 }
             }
             for (t, v) in by_token {
@@ -172,7 +222,7 @@ impl SuffixDrafter {
     }
 }
 
-impl Drafter for SuffixDrafter {
+impl Drafter for SuffixDrafter<'_> {
     /// The best branch as a chain, asked to the policy token by token (what a chain scheduler
     /// verifies: DSI, and the proposal at a sampled bonus position).
     fn draft(&mut self, round: DraftRound<'_>) -> Result<Vec<Candidate>> {
@@ -202,7 +252,7 @@ impl Drafter for SuffixDrafter {
 mod tests {
     use super::*;
 
-    fn drafter(alpha: f64, min_token_prob: f64) -> SuffixDrafter {
+    fn drafter(alpha: f64, min_token_prob: f64) -> SuffixDrafter<'static> {
         SuffixDrafter::new(SuffixParams { alpha, min_token_prob, ..Default::default() }).unwrap()
     }
 
@@ -256,5 +306,38 @@ mod tests {
         let s = drafter(4.0, 0.1).speculate(&seq, 8);
         assert_eq!(s.match_len, 1);
         assert_eq!(s.best_path()[..2], [2, 2]);
+    }
+
+    #[test]
+    fn earlier_outputs_speculate_where_the_own_text_has_no_match() {
+        let seq = [7, 8, 1, 2];
+        let earlier = vec![vec![1, 2, 3, 4], vec![9, 9], vec![1, 2, 3, 5]];
+        let params = SuffixParams { alpha: 4.0, cached_requests: 8, ..Default::default() };
+        let d = SuffixDrafter::new(params.clone()).unwrap();
+        assert!(d.speculate(&seq, 8).tree.is_empty(), "nothing in the own text");
+        let s = d.clone().with_earlier(&earlier).speculate(&seq, 8);
+        assert_eq!(s.match_len, 2);
+        // Two occurrences of "1 2", both followed by 3 (no own occurrence among them).
+        assert_eq!(s.best_path()[0], 3);
+        assert!((s.scores[0] - 1.0).abs() < 1e-12);
+        let only_last = SuffixDrafter::new(SuffixParams { cached_requests: 1, ..params.clone() }).unwrap();
+        let s = only_last.with_earlier(&earlier).speculate(&seq, 8);
+        assert_eq!(s.tree.tokens(), vec![3, 5], "the most recent output alone");
+        let off = SuffixDrafter::new(SuffixParams { cached_requests: 0, ..params }).unwrap();
+        assert!(off.with_earlier(&earlier).speculate(&seq, 8).tree.is_empty(), "cached_requests 0 matches none");
+    }
+
+    #[test]
+    fn the_better_scored_corpus_wins_and_the_own_text_wins_ties() {
+        // Own text: "1 2" once before, then 6 0: with the own occurrence, 1/2 each (score 1).
+        let seq = [1, 2, 6, 0, 1, 2];
+        let params = SuffixParams { alpha: 1.0, cached_requests: 4, ..Default::default() };
+        let d = SuffixDrafter::new(params).unwrap();
+        assert_eq!(d.speculate(&seq, 8).tree.tokens(), vec![6, 0]);
+        let strong = vec![vec![1, 2, 3, 4]; 3];
+        assert_eq!(d.clone().with_earlier(&strong).speculate(&seq, 8).tree.tokens(), vec![3, 4], "score 2 beats 1");
+        // "1 2" twice, once at a text's end: 3 4 at 1/2 each, score 1, a tie.
+        let weak = vec![vec![1, 2, 3, 4], vec![0, 0, 1, 2]];
+        assert_eq!(d.with_earlier(&weak).speculate(&seq, 8).tree.tokens(), vec![6, 0], "a tie: the own text's");
     }
 }

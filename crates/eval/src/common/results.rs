@@ -189,6 +189,16 @@ impl UnitKey {
     }
 }
 
+/// Which earlier outputs a unit's suffix settings could match (the cross-request corpus of
+/// `crate::experiment::earlier`), as its unit file records it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EarlierRecord {
+    /// The earlier units, oldest first, as `dataset/prompt_id`.
+    pub units: Vec<String>,
+    /// sha256 of their outputs' tokens, concatenated in that order.
+    pub sha256: String,
+}
+
 /// What a unit leaves on disk: its rows and the AR output (what a replay starts from).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct UnitFile {
@@ -196,6 +206,9 @@ pub struct UnitFile {
     pub prompt: Vec<u32>,
     pub ar_tokens: Vec<u32>,
     pub rows: Vec<ResultRow>,
+    /// The earlier outputs its suffix settings could match (absent when none reads them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub earlier: Option<EarlierRecord>,
 }
 
 impl UnitFile {

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod devices;
 pub mod drafter_replay;
+pub mod earlier;
 pub mod grid;
 pub mod manifest;
 pub mod margins;

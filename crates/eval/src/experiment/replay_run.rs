@@ -236,6 +236,7 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     )?);
     let mut replayed_counts = Vec::new();
     let mut builder = TraceBuilder::new(&draft.model, &heads, &manifest.eos_ids);
+    let earlier = super::earlier::EarlierOutputs::of_files(super::earlier::bound(&settings), &files);
     // Units in groups, their draft forwards batched together (see TraceBuilder).
     for group in files.chunks(UNITS_PER_GROUP) {
         let inputs: Vec<TraceInput> = group.iter().map(TraceInput::of).collect::<Result<_>>()?;
@@ -247,6 +248,7 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
                 Replayer::Trace(p) => traces[i].replay(&mut policies[*p], &grid.costs),
                 Replayer::Live(method) => {
                     let mut policy = method.build_policy(&head_map)?;
+                    let (earlier_outputs, _) = earlier.for_unit(&u.unit)?;
                     let mut drafter: Box<dyn Drafter> = match &method.drafter {
                         DrafterSpec::Feature(Feature { head }) => {
                             // The target reads the whole trace once: every prefix the replay
@@ -255,7 +257,7 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
                             d.read_text(&[u.prompt.as_slice(), u.ar_tokens.as_slice()].concat())?;
                             Box::new(d)
                         }
-                        _ => method.build_drafter(&draft.model)?,
+                        _ => method.build_drafter(&draft.model, &earlier_outputs)?,
                     };
                     replay_with_drafter(
                         drafter.as_mut(),

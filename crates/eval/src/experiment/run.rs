@@ -4,10 +4,11 @@
 
 use super::audit::{Audit, EvalOutcome, audit};
 use super::config::{EvalConfig, PromptSetConfig};
+use super::earlier::{self, EarlierOutputs};
 use super::grid::{expand, head_name};
 use super::manifest::{EvalManifest, FORMAT, HeadRecord, MANIFEST, Machine, PromptSetRecord};
 use crate::common::results::{Divergence, ResultRow, UnitFile, UnitKey, tokens_sha256};
-use crate::method::{ModelPlan, Models, Setting, generate};
+use crate::method::{ModelPlan, Models, RunModels, Setting, generate};
 use anyhow::{Context, Result, ensure};
 use indicatif::{ProgressBar, ProgressStyle};
 use specx_decoder::fsutil::sha256_file;
@@ -308,11 +309,13 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
             finish_unit(file, &mut manifest)
         })?;
     } else {
+        let mut earlier = EarlierOutputs::new(earlier::bound(&settings), &mine, dir)?;
         for u in todo {
             let text = texts[&(u.dataset.as_str(), u.prompt_index)];
             let sampling = samplings[u.sampling.as_str()];
             bar.set_message(format!("{} {} {}", u.dataset, u.prompt_id, u.sampling));
-            let file = run_unit(u, text, sampling, cfg, &settings, &models)?;
+            let file = run_unit(u, text, sampling, cfg, &settings, &models, &earlier)?;
+            earlier.push(u, &file.ar_tokens);
             finish_unit(file, &mut manifest)?;
         }
     }
@@ -345,7 +348,7 @@ fn batched_ar_unit(
         ..RequestMetrics::default()
     };
     let row = ResultRow { batch, ..measured_row(u, sampling, Setting::ar(), prompt.len(), max_new, &m, &tokens) };
-    UnitFile { unit: u.clone(), prompt: prompt.to_vec(), ar_tokens: tokens, rows: vec![row] }
+    UnitFile { unit: u.clone(), prompt: prompt.to_vec(), ar_tokens: tokens, rows: vec![row], earlier: None }
 }
 
 /// The prompt tokens of unit `u` (its `text` under the target's tokenizer) and the new tokens
@@ -421,7 +424,8 @@ pub fn request_seed(u: &UnitKey) -> u64 {
     named_seed(u.seed, &format!("eval/{}", u.sampling), &u.prompt_id)
 }
 
-/// Runs AR and then every method on one unit.
+/// Runs AR and then every method on one unit (the suffix drafter matching the `earlier`
+/// units' outputs where its setting asks).
 fn run_unit(
     u: &UnitKey,
     text: &str,
@@ -429,7 +433,9 @@ fn run_unit(
     cfg: &EvalConfig,
     settings: &[Setting],
     models: &Models,
+    earlier: &EarlierOutputs,
 ) -> Result<UnitFile> {
+    let (earlier_outputs, earlier_record) = earlier.for_unit(u)?;
     let target = &models.target;
     let workers = models.workers();
     let (prompt, max_new) = encode_unit(u, text, target, cfg)?;
@@ -438,8 +444,8 @@ fn run_unit(
     let mut ar: Option<(Vec<u32>, f64)> = None;
     let mut outputs = Vec::with_capacity(settings.len());
     for setting in settings {
-        let (g, dsi) =
-            generate(setting, models.for_setting(setting, &workers), &prompt, &spec, sampling.draws, &target.eos_ids)?;
+        let run_models = RunModels { earlier_outputs: &earlier_outputs, ..models.for_setting(setting, &workers) };
+        let (g, dsi) = generate(setting, run_models, &prompt, &spec, sampling.draws, &target.eos_ids)?;
         let m = &g.metrics;
         let total = m.total_time.as_secs_f64();
         let (ar_tokens, ar_time) = ar.get_or_insert_with(|| (g.tokens.clone(), total));
@@ -460,7 +466,7 @@ fn run_unit(
             }
         }
     }
-    Ok(UnitFile { unit: u.clone(), prompt, ar_tokens, rows })
+    Ok(UnitFile { unit: u.clone(), prompt, ar_tokens, rows, earlier: earlier_record })
 }
 
 /// Where `tokens` first departs from the greedy `ar` output of `prompt`, with the target's

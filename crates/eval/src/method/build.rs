@@ -19,13 +19,18 @@ impl MethodSpec {
             draft: models.draft,
             target: Some(models.target),
             feature_heads: Some(models.feature_heads),
+            earlier_outputs: models.earlier_outputs,
         })
     }
 
-    /// A fresh drafter over `draft` alone (the feature head, which drafts from the target's
-    /// hidden states, is built with the target by [`MethodSpec::drafter_for`]).
-    pub fn build_drafter<'m>(&self, draft: &'m Transformer) -> Result<Box<dyn Drafter + 'm>> {
-        self.build_drafter_from(DraftModels { draft: Some(draft), target: None, feature_heads: None })
+    /// A fresh drafter over `draft` and `earlier_outputs` (the feature head, which drafts from
+    /// the target's hidden states, is built with the target by [`MethodSpec::drafter_for`]).
+    pub fn build_drafter<'m>(
+        &self,
+        draft: &'m Transformer,
+        earlier_outputs: &'m [Vec<u32>],
+    ) -> Result<Box<dyn Drafter + 'm>> {
+        self.build_drafter_from(DraftModels { draft: Some(draft), target: None, feature_heads: None, earlier_outputs })
     }
 
     fn build_drafter_from<'m>(&self, models: DraftModels<'m>) -> Result<Box<dyn Drafter + 'm>> {
@@ -55,7 +60,7 @@ impl MethodSpec {
     /// Building the parts once says it before the first prompt runs.
     pub fn check_models(&self, draft: &Transformer, heads: &Heads) -> Result<()> {
         if self.drafter.runs_draft_model() {
-            self.build_drafter(draft)?;
+            self.build_drafter(draft, &[])?;
         }
         self.build_policy(heads)?;
         Ok(())
@@ -71,6 +76,8 @@ pub struct RunModels<'a> {
     pub draft: Option<&'a Transformer>,
     pub heads: &'a Heads,
     pub feature_heads: &'a FeatureHeads,
+    /// Earlier requests' outputs, oldest first (the suffix drafter's cross-request corpus).
+    pub earlier_outputs: &'a [Vec<u32>],
 }
 
 /// One generation of `prompt` with `setting`: AR with the target alone, or the method's

@@ -199,7 +199,14 @@ impl Models {
             (Some(placed), true, None) => placed,
             _ => &d.model,
         });
-        RunModels { target: &self.target.model, workers, draft, heads: &self.heads, feature_heads: &self.feature_heads }
+        RunModels {
+            target: &self.target.model,
+            workers,
+            draft,
+            heads: &self.heads,
+            feature_heads: &self.feature_heads,
+            earlier_outputs: &[],
+        }
     }
 }
 

@@ -23,10 +23,11 @@ pub enum DrafterFlag {
     SuffixMinProb,
     SuffixDepth,
     TreeNodes,
+    TreeTopK,
 }
 
 impl DrafterFlag {
-    pub const ALL: [DrafterFlag; 12] = [
+    pub const ALL: [DrafterFlag; 13] = [
         DrafterFlag::DraftDevices,
         DrafterFlag::Strategy,
         DrafterFlag::Calibration,
@@ -39,6 +40,7 @@ impl DrafterFlag {
         DrafterFlag::SuffixMinProb,
         DrafterFlag::SuffixDepth,
         DrafterFlag::TreeNodes,
+        DrafterFlag::TreeTopK,
     ];
 
     pub fn name(self) -> &'static str {
@@ -55,6 +57,7 @@ impl DrafterFlag {
             DrafterFlag::SuffixMinProb => "--suffix-min-prob",
             DrafterFlag::SuffixDepth => "--suffix-depth",
             DrafterFlag::TreeNodes => "--tree-nodes",
+            DrafterFlag::TreeTopK => "--tree-top-k",
         }
     }
 }
@@ -112,6 +115,10 @@ pub struct DrafterFlags {
     /// last committed token [default: 16].
     #[arg(long)]
     pub tree_nodes: Option<usize>,
+    /// The tree drafter's children per expanded node, and nodes expanded per level (EAGLE-2's
+    /// top_k) [default: 4].
+    #[arg(long)]
+    pub tree_top_k: Option<usize>,
 }
 
 impl DrafterFlags {
@@ -129,6 +136,7 @@ impl DrafterFlags {
             DrafterFlag::SuffixMinProb => self.suffix_min_prob.is_some(),
             DrafterFlag::SuffixDepth => self.suffix_depth.is_some(),
             DrafterFlag::TreeNodes => self.tree_nodes.is_some(),
+            DrafterFlag::TreeTopK => self.tree_top_k.is_some(),
         }
     }
 

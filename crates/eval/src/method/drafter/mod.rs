@@ -23,13 +23,15 @@ use std::path::PathBuf;
 /// Loaded feature heads by the name settings give them (a directory, or `default`).
 pub type FeatureHeads = BTreeMap<String, FeatureDraft>;
 
-/// What a drafter may be built from: the draft model, and the target with its feature heads
-/// for the drafters that read the target's hidden states.
+/// What a drafter may be built from: the draft model, the target with its feature heads for
+/// the drafters that read the target's hidden states, and earlier requests' outputs for the
+/// suffix drafter's cross-request corpus (oldest first; empty outside an eval run).
 #[derive(Clone, Copy)]
 pub struct DraftModels<'m> {
     pub draft: Option<&'m Transformer>,
     pub target: Option<&'m Transformer>,
     pub feature_heads: Option<&'m FeatureHeads>,
+    pub earlier_outputs: &'m [Vec<u32>],
 }
 
 impl<'m> DraftModels<'m> {
@@ -85,6 +87,7 @@ registry::drafter_families! {
     Hybrid(hybrid::Hybrid) = "hybrid",
     Feature(feature::Feature) = "feature",
     Suffix(suffix::Suffix) = "suffix",
+    Tree(tree::Tree) = "tree",
 }
 
 #[cfg(test)]
@@ -117,6 +120,7 @@ mod tests {
             DrafterFlag::SuffixMinProb => vec!["--suffix-min-prob", "0.2"],
             DrafterFlag::SuffixDepth => vec!["--suffix-depth", "12"],
             DrafterFlag::TreeNodes => vec!["--tree-nodes", "8"],
+            DrafterFlag::TreeTopK => vec!["--tree-top-k", "2"],
         }
     }
 

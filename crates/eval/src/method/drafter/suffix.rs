@@ -1,6 +1,8 @@
 //! SuffixDecoding: speculation trees from the frequencies of the text's earlier continuations
 //! of its longest matching suffix; no draft model. The tree's size follows the match (at most
-//! `alpha` nodes per matched token); the stop policy only caps its depth.
+//! `alpha` nodes per matched token); the stop policy only caps its depth. With
+//! `cached_requests`, earlier units' outputs are matched too (see
+//! [`crate::experiment::earlier`]).
 
 use super::{DraftModels, DrafterFamily, DrafterFlag, DrafterFlags};
 use crate::method::policy::{PolicyKind, PolicySpec};
@@ -19,18 +21,28 @@ pub struct Suffix {
     pub max_depth: usize,
     /// The most nodes of one tree.
     pub max_nodes: usize,
+    /// The most earlier outputs matched (0: the request's own text only).
+    #[serde(default)]
+    pub cached_requests: usize,
 }
 
-/// `drafters.suffix = { alphas = [1.0, 4.0], min_token_probs = [0.1] }`: every pair, with one
-/// `max_depth` and `max_nodes` (SuffixDecoding's defaults when not given).
+/// `drafters.suffix = { alphas = [1.0, 4.0], min_token_probs = [0.1], cached_requests = [0, 256] }`:
+/// every combination, with one `max_depth` and `max_nodes` (SuffixDecoding's defaults when not
+/// given; `cached_requests` defaults to [0], the request's own text only).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SuffixDrafters {
     pub alphas: Vec<f64>,
     #[serde(default = "default_min_token_probs")]
     pub min_token_probs: Vec<f64>,
+    #[serde(default = "default_cached_requests")]
+    pub cached_requests: Vec<usize>,
     pub max_depth: Option<usize>,
     pub max_nodes: Option<usize>,
+}
+
+fn default_cached_requests() -> Vec<usize> {
+    vec![0]
 }
 
 fn default_min_token_probs() -> Vec<f64> {
@@ -44,13 +56,20 @@ impl Suffix {
             alpha: self.alpha,
             min_token_prob: self.min_token_prob,
             max_nodes: self.max_nodes,
+            cached_requests: self.cached_requests,
         }
     }
 }
 
 impl From<SuffixParams> for Suffix {
     fn from(p: SuffixParams) -> Self {
-        Self { alpha: p.alpha, min_token_prob: p.min_token_prob, max_depth: p.max_depth, max_nodes: p.max_nodes }
+        Self {
+            alpha: p.alpha,
+            min_token_prob: p.min_token_prob,
+            max_depth: p.max_depth,
+            max_nodes: p.max_nodes,
+            cached_requests: p.cached_requests,
+        }
     }
 }
 
@@ -71,6 +90,9 @@ impl DrafterFamily for Suffix {
         if self.max_nodes != d.max_nodes {
             key += &format!(" nodes={}", self.max_nodes);
         }
+        if self.cached_requests > 0 {
+            key += &format!(" cached={}", self.cached_requests);
+        }
         format!("{key} | {body}")
     }
     fn check(&self, policy: &PolicySpec, draft: &DraftTransform) -> Result<()> {
@@ -85,8 +107,8 @@ impl DrafterFamily for Suffix {
         ensure!(draft.is_identity(), "the suffix drafter runs no draft model, so a cheaper draft changes nothing");
         Ok(())
     }
-    fn build<'m>(&self, _: DraftModels<'m>) -> Result<Box<dyn Drafter + 'm>> {
-        Ok(Box::new(SuffixDrafter::new(self.params())?))
+    fn build<'m>(&self, models: DraftModels<'m>) -> Result<Box<dyn Drafter + 'm>> {
+        Ok(Box::new(SuffixDrafter::new(self.params())?.with_earlier(models.earlier_outputs)))
     }
     fn from_flags(f: &DrafterFlags) -> Result<Self> {
         let d = SuffixParams::default();
@@ -95,20 +117,28 @@ impl DrafterFamily for Suffix {
             min_token_prob: f.suffix_min_prob.unwrap_or(d.min_token_prob),
             max_depth: f.suffix_depth.unwrap_or(d.max_depth),
             max_nodes: f.tree_nodes.unwrap_or(d.max_nodes),
+            cached_requests: d.cached_requests,
         })
     }
     fn settings(g: &SuffixDrafters) -> Vec<Self> {
         let d = SuffixParams::default();
         let (max_depth, max_nodes) = (g.max_depth.unwrap_or(d.max_depth), g.max_nodes.unwrap_or(d.max_nodes));
-        g.alphas
-            .iter()
-            .flat_map(|&alpha| {
-                g.min_token_probs.iter().map(move |&min_token_prob| Self { alpha, min_token_prob, max_depth, max_nodes })
-            })
-            .collect()
+        let mut out = Vec::new();
+        for &alpha in &g.alphas {
+            for &min_token_prob in &g.min_token_probs {
+                for &cached_requests in &g.cached_requests {
+                    out.push(Self { alpha, min_token_prob, max_depth, max_nodes, cached_requests });
+                }
+            }
+        }
+        out
     }
     fn grid_lists(g: &SuffixDrafters) -> Vec<(&'static str, usize)> {
-        vec![("alphas", g.alphas.len()), ("min_token_probs", g.min_token_probs.len())]
+        vec![
+            ("alphas", g.alphas.len()),
+            ("min_token_probs", g.min_token_probs.len()),
+            ("cached_requests", g.cached_requests.len()),
+        ]
     }
     fn check_grid(g: &SuffixDrafters) -> Result<()> {
         for s in Self::settings(g) {

@@ -1,0 +1,238 @@
+//! EAGLE-2's dynamic draft trees (Li et al., arXiv 2406.16858) from the draft model: the tree
+//! grows level by level from the nodes the draft is most confident of, and the nodes kept for
+//! verification are the most likely ones overall.
+//!
+//! A node's value is the product of the draft's probabilities along its path (its chance of
+//! being accepted, as the draft sees it). At each level, the `top_k` nodes of the newest level
+//! with the highest value are expanded: one draft tree call forwards them, each attending to
+//! its ancestors that earlier levels left in the draft's cache
+//! ([`crate::tree_mask::TreeMask::continuing`]), and each gets its `top_k` most likely tokens as
+//! children. After the last level the `max_nodes` nodes of highest value are kept (EAGLE-2's
+//! rerank); a node's value never exceeds its parent's, so the kept nodes form a tree.
+//!
+//! The children of a node are chosen deterministically, so each is a point mass (`q` empty):
+//! the rejection sampler tries them in order against the residual (SpecInfer's multi-round
+//! rule for point masses, as EAGLE's own code verifies its top-k trees), and the output keeps
+//! the target's distribution at any temperature ([`super::RejectionSampler`]).
+//!
+//! Where this follows EAGLE-2 and where not: values come from the draft's plain softmax
+//! (temperature 1) whatever the sampling settings, as in EAGLE-2; the depth is the stop
+//! policy's K (the sequential scheduler's `max`); an EOS node is kept but not expanded; the
+//! draft is a separate small model, not EAGLE's feature-level head; and the tree is capped at
+//! `max_nodes` rows so that one verification is one tree call. The draft's cache keeps the
+//! committed prefix only: the accepted path is forwarded again as the next round's input.
+
+use super::candidate::Candidate;
+use super::drafter::{DraftCache, Drafter, Pick};
+use super::round::DraftRound;
+use super::tree::DraftTree;
+use crate::model::Transformer;
+use crate::sampling::top_probability;
+use crate::tree_mask::TreeMask;
+use anyhow::{Result, ensure};
+use std::time::Instant;
+
+/// The shape of EAGLE-2's trees.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DynamicTreeParams {
+    /// Children per expanded node, and nodes expanded per level (EAGLE-2's `top_k`, 10).
+    pub top_k: usize,
+    /// The most nodes kept for verification (EAGLE-2's `total_token`, 60): the rows of one tree
+    /// call besides the last committed token.
+    pub max_nodes: usize,
+}
+
+impl Default for DynamicTreeParams {
+    /// Four children and 16 nodes: a tree of one 17-row call, what two CPU cores verify in
+    /// about three one-row steps.
+    fn default() -> Self {
+        Self { top_k: 4, max_nodes: 16 }
+    }
+}
+
+impl DynamicTreeParams {
+    pub fn check(&self) -> Result<()> {
+        ensure!(self.top_k >= 1, "dynamic draft trees need top_k >= 1 (got {})", self.top_k);
+        ensure!(
+            (1..crate::model::HOST_KERNEL_MAX_ROWS).contains(&self.max_nodes),
+            "dynamic draft trees take 1 to {} nodes (one tree call with the committed token; got {})",
+            crate::model::HOST_KERNEL_MAX_ROWS - 1,
+            self.max_nodes
+        );
+        Ok(())
+    }
+}
+
+/// A node while the tree grows.
+#[derive(Clone, Debug)]
+struct Grown {
+    token: u32,
+    parent: Option<usize>,
+    /// The product of the draft's probabilities from the first level to this node.
+    value: f64,
+    /// Its row in the draft's tree calls once expanded.
+    row: Option<usize>,
+}
+
+/// Drafts EAGLE-2's dynamic trees from the draft model; as a chain drafter (DSI, and the
+/// proposal at a sampled bonus position) it is the plain drafter.
+pub struct DynamicTreeDrafter<'m> {
+    model: &'m Transformer,
+    state: DraftCache,
+    params: DynamicTreeParams,
+}
+
+impl<'m> DynamicTreeDrafter<'m> {
+    pub fn new(model: &'m Transformer, params: DynamicTreeParams) -> Result<Self> {
+        params.check()?;
+        Ok(Self { model, state: DraftCache::new(model), params })
+    }
+
+    /// Grows the tree of at most `depth` levels after `committed` (the draft's cache then holds
+    /// the committed prefix and the expanded nodes' rows).
+    fn grow(&mut self, round: &mut DraftRound<'_>, depth: usize) -> Result<Vec<Grown>> {
+        let committed = round.committed;
+        let start = self.state.resume_at(committed);
+        self.state.rollback(start);
+        let t = Instant::now();
+        let out = self.model.forward(&committed[start..], &mut self.state.cache)?;
+        self.state.fed.extend_from_slice(&committed[start..]);
+        round.metrics.n_draft_calls += 1;
+        let mut nodes: Vec<Grown> = top_children(&out.logits_tail(1)[0], self.params.top_k)
+            .into_iter()
+            .map(|(token, p)| Grown { token, parent: None, value: p, row: None })
+            .collect();
+        let mut level: Vec<usize> = (0..nodes.len()).collect();
+        // Tree rows forwarded so far, by their parents' rows.
+        let mut row_parents: Vec<Option<usize>> = Vec::new();
+        for _ in 1..depth {
+            let mut expand: Vec<usize> = level.into_iter().filter(|&i| !round.eos.contains(&nodes[i].token)).collect();
+            expand.sort_by(|&a, &b| nodes[b].value.total_cmp(&nodes[a].value).then(a.cmp(&b)));
+            expand.truncate(self.params.top_k);
+            if expand.is_empty() {
+                break;
+            }
+            expand.sort_unstable();
+            let cached = row_parents.len();
+            for &i in &expand {
+                nodes[i].row = Some(row_parents.len());
+                row_parents
+                    .push(nodes[i].parent.map(|p| nodes[p].row.expect("a parent is expanded before its children")));
+            }
+            let tokens: Vec<u32> = expand.iter().map(|&i| nodes[i].token).collect();
+            let mask = TreeMask::continuing(&row_parents, cached)?;
+            let out = self.model.forward_tree(&tokens, &mask, &mut self.state.cache)?;
+            round.metrics.n_draft_calls += 1;
+            level = Vec::new();
+            for (&i, logits) in expand.iter().zip(out.logits_tail(tokens.len())) {
+                for (token, p) in top_children(&logits, self.params.top_k) {
+                    level.push(nodes.len());
+                    nodes.push(Grown { token, parent: Some(i), value: nodes[i].value * p, row: None });
+                }
+            }
+        }
+        round.metrics.draft_time += t.elapsed();
+        Ok(nodes)
+    }
+}
+
+/// The `k` most likely tokens of `logits` under the plain softmax, most likely first (ties:
+/// the lower id), with their probabilities.
+fn top_children(logits: &[f32], k: usize) -> Vec<(u32, f64)> {
+    let k = k.min(logits.len());
+    let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
+    let order = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b));
+    if k < ids.len() {
+        ids.select_nth_unstable_by(k - 1, order);
+        ids.truncate(k);
+    }
+    ids.sort_by(order);
+    ids.into_iter().map(|t| (t, top_probability(logits, t) as f64)).collect()
+}
+
+/// EAGLE-2's rerank: the `max_nodes` nodes of highest value (ties: the earlier grown, so a
+/// parent before its child), as a tree in the order they were grown (siblings most likely
+/// first).
+fn rerank(nodes: &[Grown], max_nodes: usize) -> DraftTree {
+    let mut best: Vec<usize> = (0..nodes.len()).collect();
+    best.sort_by(|&a, &b| nodes[b].value.total_cmp(&nodes[a].value).then(a.cmp(&b)));
+    best.truncate(max_nodes);
+    best.sort_unstable();
+    let mut index = vec![None; nodes.len()];
+    let mut tree = DraftTree::default();
+    for &i in &best {
+        let n = &nodes[i];
+        let parent = n.parent.map(|p| index[p].expect("a kept node's parent has a higher value, so it is kept"));
+        let candidate = Candidate { token: n.token, q: Vec::new(), q_token: 1.0, ngram: None };
+        index[i] = Some(tree.push(candidate, parent));
+    }
+    tree
+}
+
+impl Drafter for DynamicTreeDrafter<'_> {
+    /// The plain drafter's chain: candidates drawn from the draft's `q`, asked to the policy.
+    fn draft(&mut self, round: DraftRound<'_>) -> Result<Vec<Candidate>> {
+        if round.max == 0 {
+            return Ok(Vec::new());
+        }
+        let start = self.state.resume_at(round.committed);
+        let model = self.model;
+        self.state.draft(round, start, Pick::Sample, |tokens, _, cache| model.forward(tokens, cache))
+    }
+
+    /// A tree of at most `round.max` levels and `max_nodes` nodes.
+    fn draft_tree(&mut self, mut round: DraftRound<'_>) -> Result<DraftTree> {
+        if round.max == 0 {
+            return Ok(DraftTree::default());
+        }
+        round.policy.begin_round();
+        let depth = round.max;
+        let nodes = self.grow(&mut round, depth)?;
+        // The cache keeps the committed prefix only; the accepted path is fed next round.
+        let fed = self.state.fed.len();
+        self.state.cache.truncate(fed);
+        Ok(rerank(&nodes, self.params.max_nodes))
+    }
+
+    fn rollback(&mut self, valid: usize) {
+        self.state.rollback(valid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grown(parents: &[(Option<usize>, f64)]) -> Vec<Grown> {
+        parents
+            .iter()
+            .enumerate()
+            .map(|(i, &(parent, value))| Grown { token: i as u32, parent, value, row: None })
+            .collect()
+    }
+
+    #[test]
+    fn the_rerank_keeps_the_most_likely_nodes_as_a_tree() {
+        // Roots 0 (0.6) and 1 (0.3); 0's children 2 (0.5) and 3 (0.05); 1's child 4 (0.2); 2's
+        // child 5 (0.45).
+        let nodes =
+            grown(&[(None, 0.6), (None, 0.3), (Some(0), 0.5), (Some(0), 0.05), (Some(1), 0.2), (Some(2), 0.45)]);
+        let t = rerank(&nodes, 4);
+        assert_eq!(t.tokens(), vec![0, 1, 2, 5], "0.6, 0.5, 0.45, 0.3");
+        assert_eq!(t.children(None), vec![0, 1]);
+        assert_eq!(t.children(Some(2)), vec![3]);
+        let t = rerank(&nodes, 2);
+        assert_eq!(t.tokens(), vec![0, 2]);
+        assert!(t.is_chain());
+        assert!(t.node(0).candidate.q.is_empty() && t.node(0).candidate.q_token == 1.0, "point masses");
+    }
+
+    #[test]
+    fn children_are_the_most_likely_tokens_first() {
+        let logits = [0.0, 3.0, 1.0, 3.0, -1.0];
+        let c = top_children(&logits, 3);
+        assert_eq!(c.iter().map(|&(t, _)| t).collect::<Vec<_>>(), vec![1, 3, 2], "ties: the lower id");
+        let sum: f64 = top_children(&logits, 9).iter().map(|&(_, p)| p).sum();
+        assert!((sum - 1.0).abs() < 1e-6, "all five tokens, probabilities of the plain softmax");
+    }
+}

@@ -1,0 +1,141 @@
+//! EAGLE-2's dynamic draft trees ([`DynamicTreeDrafter`]) are lossless: greedy output equals the
+//! target's own greedy output on every CPU weight path with each verifier, and sampled output
+//! is distributed as the target's (a chi-square over whole sequences at T = 1 and with
+//! temperature, top-k and top-p all warping). A tree of one child per node is the plain
+//! drafter's greedy chain, round for round. A broken variant is caught: the top-k children
+//! tested as if drawn from the draft (`q_token` below 1), which accepts them too often.
+
+mod common;
+use common::lossless::*;
+use common::*;
+use common::{cfg, greedy, t1};
+use specx_decoder::SamplingConfig;
+use specx_decoder::gguf::GgmlType;
+use specx_decoder::speculative::*;
+use specx_decoder::synthetic::{StDtype, tiny_qwen2};
+use specx_decoder::{Transformer, WeightMode, default_device, load_model_as};
+
+const PROMPT: [u32; 6] = [1, 4, 2, 3, 1, 4];
+const N: usize = 3000;
+const ALPHA: f64 = 1e-4;
+
+fn tree(draft: &Transformer, top_k: usize, max_nodes: usize) -> DynamicTreeDrafter<'_> {
+    DynamicTreeDrafter::new(draft, DynamicTreeParams { top_k, max_nodes }).unwrap()
+}
+
+fn generate(
+    target: &Transformer,
+    drafter: &mut dyn Drafter,
+    verifier: &mut dyn Verifier,
+    k: usize,
+    c: &SpecConfig,
+) -> Generation {
+    generate_speculative(target, drafter, &mut FixedK(k), verifier, &PROMPT, c, &[]).unwrap()
+}
+
+/// Rounds whose tree had siblings, of the request's rounds (a tree's depth is at most its
+/// accepted count plus the rest; a branching tree has more nodes than levels).
+fn branching_rounds(m: &RequestMetrics, k: usize) -> usize {
+    m.drafted_per_round.iter().filter(|&&n| n > k).count()
+}
+
+#[test]
+fn greedy_draft_trees_give_the_targets_own_greedy_output_on_every_weight_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg_model = tiny_qwen2(SMALL_VOCAB);
+    let (_, target_gguf) = write_both(&dir.path().join("t"), &cfg_model, 11, StDtype::F32, GgmlType::Q8_0);
+    // A draft near the target (its weights with noise), so that trees are accepted in part.
+    let draft = noisy_draft(&dir.path().join("d"), SMALL_VOCAB, 11, 0.3).model;
+    for mode in [WeightMode::F32, WeightMode::Native, WeightMode::Q8] {
+        let target = load_model_as(&target_gguf, None, &default_device(), mode).unwrap().model;
+        let c = cfg(greedy(), 0, 40);
+        let want = generate_autoregressive(&target, &PROMPT, &c, &[]).unwrap().tokens;
+        for verifier in [&mut ExactMatch as &mut dyn Verifier, &mut RejectionSampler, &mut CoupledSampler] {
+            let g = generate(&target, &mut tree(&draft, 3, 10), verifier, 4, &c);
+            assert_eq!(g.tokens, want, "{mode:?}: draft-tree decoding differs from greedy decoding");
+            assert!(g.metrics.n_accepted > 0, "{mode:?}: nothing accepted");
+            assert!(branching_rounds(&g.metrics, 4) > 0, "{mode:?}: no tree branched");
+        }
+    }
+}
+
+#[test]
+fn a_tree_of_one_child_per_node_is_the_plain_drafters_greedy_chain() {
+    // Each level a one-row call continuing the cached ones: by row invariance the plain
+    // chain's tokens, so the same rounds and counts.
+    let (_dir, t, d) = pair(SMALL_VOCAB, 21, 22);
+    let c = cfg(greedy(), 0, 40);
+    for k in [1, 3, 5] {
+        let plain = generate(&t.model, &mut PlainDrafter::new(&d.model), &mut ExactMatch, k, &c);
+        let chain = generate(&t.model, &mut tree(&d.model, 1, 16), &mut ExactMatch, k, &c);
+        assert_eq!(chain.tokens, plain.tokens);
+        assert_eq!(chain.metrics.counts_only(), plain.metrics.counts_only(), "K = {k}");
+    }
+}
+
+/// `N` sampled requests of `LONG` tokens with draft trees under `verifier`, every tree's
+/// children marked with `q_token` (1: point masses, as the drafter makes them).
+fn sampled(t: &Transformer, d: &Transformer, s: &SamplingConfig, q_token: f32) -> Vec<Vec<u32>> {
+    let (mut branching, mut drafted, mut accepted) = (0, 0, 0);
+    let samples = (0..N as u64)
+        .map(|seed| {
+            let mut drafter = Marked { inner: tree(d, 3, 8), q_token };
+            let g = generate(t, &mut drafter, &mut RejectionSampler, 4, &cfg(s.clone(), seed, LONG));
+            branching += branching_rounds(&g.metrics, 4);
+            (drafted, accepted) = (drafted + g.metrics.n_drafted, accepted + g.metrics.n_accepted);
+            g.tokens
+        })
+        .collect();
+    assert!(
+        branching >= N && accepted >= N && drafted - accepted >= N,
+        "{branching} branching trees, {drafted} drafted, {accepted} accepted"
+    );
+    samples
+}
+
+/// The drafter's trees with every node's `q_token` set: below 1, a single child is tested with
+/// min(1, p / q_token) as if it had been drawn from a draft distribution, which it was not.
+struct Marked<'m> {
+    inner: DynamicTreeDrafter<'m>,
+    q_token: f32,
+}
+
+impl Drafter for Marked<'_> {
+    fn draft(&mut self, round: DraftRound<'_>) -> anyhow::Result<Vec<Candidate>> {
+        self.inner.draft(round)
+    }
+
+    fn draft_tree(&mut self, round: DraftRound<'_>) -> anyhow::Result<DraftTree> {
+        let tree = self.inner.draft_tree(round)?;
+        let mut marked = DraftTree::default();
+        for i in 0..tree.len() {
+            let n = tree.node(i);
+            marked.push(Candidate { q_token: self.q_token, ..n.candidate.clone() }, n.parent);
+        }
+        Ok(marked)
+    }
+
+    fn rollback(&mut self, valid: usize) {
+        self.inner.rollback(valid);
+    }
+}
+
+/// Temperature, top-k and top-p all active.
+fn warped() -> SamplingConfig {
+    SamplingConfig { temperature: 1.3, top_k: Some(4), top_p: Some(0.9) }
+}
+
+#[test]
+fn sampled_draft_trees_are_distributed_as_the_target_and_a_broken_test_is_caught() {
+    let (dir, t, _) = pair(SMALL_VOCAB, 11, 12);
+    let d = noisy_draft(dir.path(), SMALL_VOCAB, 11, 0.3);
+    for (name, s) in [("T=1", t1()), ("T=1.3 top-k 4 top-p 0.9", warped())] {
+        let p = sequence_chi_square_p(&t.model, &PROMPT, &s, &sampled(&t.model, &d.model, &s, 1.0));
+        eprintln!("draft trees, {name}: p = {p:.3}");
+        assert!(p > ALPHA, "{name}: sampled draft-tree output not distributed as the target's: p = {p:.2e}");
+    }
+    let s = t1();
+    let p = sequence_chi_square_p(&t.model, &PROMPT, &s, &sampled(&t.model, &d.model, &s, 0.5));
+    eprintln!("draft trees tested as draws (q_token 0.5): p = {p:.2e}");
+    assert!(p < ALPHA, "top-k children tested as draft draws went unnoticed: p = {p:.2e}");
+}
