@@ -21,6 +21,7 @@ use specx_eval::method::drafter::tree::TreeDrafters;
 use specx_eval::method::models::PairArgs;
 use specx_eval::method::policy::fixed::FixedPolicies;
 use specx_eval::method::policy::matchrate::MatchRatePolicies;
+use specx_eval::method::policy::tree_price::TreePricePolicies;
 use specx_eval::report::markdown_table;
 use specx_prompts::{HUMANEVAL_EDIT_TEMPLATE, PromptFormat};
 use std::path::PathBuf;
@@ -100,6 +101,15 @@ pub struct DecodeBenchArgs {
     /// The tree drafter's most nodes of one tree, one run each (as `specx decode --tree-nodes`).
     #[arg(long, value_delimiter = ',', default_value = "16")]
     pub tree_nodes: Vec<usize>,
+    /// Also run the suffix and tree drafters under the tree-price policy at each of these costs
+    /// of a verification row (in one-row target calls, as `specx decode --row-cost`), beside
+    /// fixed K.
+    #[arg(long, value_delimiter = ',')]
+    pub tree_price: Vec<f64>,
+    /// The tree-price policy's cost of the tree drafter's draft level, in one-row target calls
+    /// (as `specx decode --draft-cost`; the suffix drafter's is 0).
+    #[arg(long, default_value_t = 0.0)]
+    pub tree_draft_cost: f64,
     /// llama.cpp's `llama-bench` (scripts/bench-llamacpp.sh builds it, and
     /// `llama-speculative-simple` beside it): after the decodes, its generation speed on the
     /// target (`--max-new-tokens` tokens after a context of the runs' mean prompt length, 3
@@ -147,6 +157,13 @@ fn methods(a: &DecodeBenchArgs) -> MethodsConfig {
     let matchrate = |model_k: Vec<usize>| {
         (!a.matchrate.is_empty()).then(|| MatchRatePolicies { thresholds: a.matchrate.clone(), max: vec![16], model_k })
     };
+    let priced = |depth: Vec<usize>, draft_cost: f64| {
+        (!a.tree_price.is_empty()).then(|| TreePricePolicies {
+            depth,
+            row_costs: a.tree_price.clone(),
+            draft_costs: vec![draft_cost],
+        })
+    };
     let mut m = MethodsConfig { drafts: a.drafts.clone(), ..Default::default() };
     if a.drafters.contains(&BenchDrafter::Plain) {
         m.specdec = Some(SpecDecGrid { k: a.k.clone() });
@@ -189,7 +206,11 @@ fn methods(a: &DecodeBenchArgs) -> MethodsConfig {
         // The tree's depth is bounded by the drafter (the match plus the speculation within
         // its max_depth), so K is that bound.
         let depth = specx_decoder::speculative::SuffixParams::default().max_depth;
-        let policies = PolicyAxis { fixed: Some(FixedPolicies { k: vec![depth] }), ..Default::default() };
+        let policies = PolicyAxis {
+            fixed: Some(FixedPolicies { k: vec![depth] }),
+            tree_price: priced(vec![depth], 0.0),
+            ..Default::default()
+        };
         m.grid.push(MethodGrid {
             drafters: DrafterAxis { suffix: Some(suffix), ..Default::default() },
             policies,
@@ -200,7 +221,11 @@ fn methods(a: &DecodeBenchArgs) -> MethodsConfig {
         let tree = TreeDrafters { top_k: a.tree_top_k.clone(), max_nodes: a.tree_nodes.clone() };
         m.grid.push(MethodGrid {
             drafters: DrafterAxis { tree: Some(tree), ..Default::default() },
-            policies: PolicyAxis { fixed: Some(fixed()), ..Default::default() },
+            policies: PolicyAxis {
+                fixed: Some(fixed()),
+                tree_price: priced(a.k.clone(), a.tree_draft_cost),
+                ..Default::default()
+            },
             ..Default::default()
         });
     }

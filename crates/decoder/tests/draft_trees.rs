@@ -2,8 +2,9 @@
 //! target's own greedy output on every CPU weight path with each verifier, and sampled output
 //! is distributed as the target's (a chi-square over whole sequences at T = 1 and with
 //! temperature, top-k and top-p all warping). A tree of one child per node is the plain
-//! drafter's greedy chain, round for round. A broken variant is caught: the top-k children
-//! tested as if drawn from the draft (`q_token` below 1), which accepts them too often.
+//! drafter's greedy chain, round for round, and a price on rows verifies fewer nodes. A broken
+//! variant is caught: the top-k children tested as if drawn from the draft (`q_token` below 1),
+//! which accepts them too often.
 
 mod common;
 use common::lossless::*;
@@ -71,6 +72,84 @@ fn a_tree_of_one_child_per_node_is_the_plain_drafters_greedy_chain() {
         assert_eq!(chain.tokens, plain.tokens);
         assert_eq!(chain.metrics.counts_only(), plain.metrics.counts_only(), "K = {k}");
     }
+}
+
+#[test]
+fn a_row_price_verifies_fewer_nodes_and_keeps_the_greedy_output() {
+    let (dir, t, _) = pair(SMALL_VOCAB, 11, 12);
+    let d = noisy_draft(dir.path(), SMALL_VOCAB, 11, 0.3);
+    let c = cfg(greedy(), 0, 40);
+    let want = generate_autoregressive(&t.model, &PROMPT, &c, &[]).unwrap().tokens;
+    let priced = |row_cost| {
+        let mut policy = TreePricePolicy::new(4, row_cost, 0.0);
+        generate_speculative(&t.model, &mut tree(&d.model, 3, 12), &mut policy, &mut ExactMatch, &PROMPT, &c, &[])
+            .unwrap()
+    };
+    let (free, dear) = (priced(0.0), priced(0.3));
+    assert_eq!((&free.tokens, &dear.tokens), (&want, &want));
+    assert!(
+        dear.metrics.n_drafted < free.metrics.n_drafted,
+        "{} nodes at 0.3, {} free",
+        dear.metrics.n_drafted,
+        free.metrics.n_drafted
+    );
+    // Free rows keep every node: fixed K's trees.
+    let fixed = generate(&t.model, &mut tree(&d.model, 3, 12), &mut ExactMatch, 4, &c);
+    assert_eq!(free.metrics.counts_only(), fixed.metrics.counts_only());
+}
+
+/// Checks every tree against the tree a fresh drafter (nothing cached) grows after the same
+/// committed text: the rows a round keeps of the last tree must be the accepted path's.
+struct Fresh<'m> {
+    inner: DynamicTreeDrafter<'m>,
+    draft: &'m Transformer,
+    rounds: usize,
+}
+
+impl Drafter for Fresh<'_> {
+    fn draft(&mut self, round: DraftRound<'_>) -> anyhow::Result<Vec<Candidate>> {
+        self.inner.draft(round)
+    }
+
+    fn draft_tree(&mut self, round: DraftRound<'_>) -> anyhow::Result<DraftTree> {
+        let (committed, max) = (round.committed.to_vec(), round.max);
+        let got = self.inner.draft_tree(round)?;
+        let mut m = RequestMetrics::default();
+        let want = tree(self.draft, 3, 10).draft_tree(DraftRound {
+            committed: &committed,
+            max,
+            keep_first: false,
+            policy: &mut FixedK(max),
+            sampling: &greedy(),
+            streams: Streams::new(0),
+            eos: &[],
+            metrics: &mut m,
+        })?;
+        let shape =
+            |t: &DraftTree| (0..t.len()).map(|i| (t.node(i).candidate.token, t.node(i).parent)).collect::<Vec<_>>();
+        assert_eq!(shape(&got), shape(&want), "round {}: the tree differs from a fresh drafter's", self.rounds);
+        self.rounds += 1;
+        Ok(got)
+    }
+
+    fn rollback(&mut self, valid: usize) {
+        self.inner.rollback(valid);
+    }
+}
+
+#[test]
+fn the_rows_kept_from_the_last_tree_grow_the_tree_a_fresh_draft_would() {
+    let (dir, t, _) = pair(SMALL_VOCAB, 11, 12);
+    let d = noisy_draft(dir.path(), SMALL_VOCAB, 11, 0.3);
+    let c = cfg(greedy(), 0, 40);
+    let mut drafter = Fresh { inner: tree(&d.model, 3, 10), draft: &d.model, rounds: 0 };
+    let g = generate(&t.model, &mut drafter, &mut ExactMatch, 4, &c);
+    assert!(
+        drafter.rounds >= 5 && g.metrics.n_accepted > drafter.rounds,
+        "{} rounds, {} accepted",
+        drafter.rounds,
+        g.metrics.n_accepted
+    );
 }
 
 /// `N` sampled requests of `LONG` tokens with draft trees under `verifier`, every tree's

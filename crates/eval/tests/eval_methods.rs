@@ -264,8 +264,10 @@ fn draft_trees_run_for_real_are_audited_and_replay_to_the_same_counts() {
     let methods = s.config.find("[methods]").unwrap();
     let outro = s.config.find("[output]").unwrap();
     let axes = "drafters.tree = { top_k = [1, 3], max_nodes = [8] }\npolicies.fixed = { k = [3] }";
+    // The tree-price policy sizes both tree drafters' trees (sequential only).
+    let priced = "[[methods.grid]]\ndrafters.tree = { top_k = [1, 3], max_nodes = [8] }\ndrafters.suffix = { alphas = [4.0], min_token_probs = [0.0] }\npolicies.tree_price = { depth = [3], row_costs = [0.3] }";
     let text = format!(
-        "{}[methods]\n[[methods.grid]]\n{axes}\nschedulers.sequential = {{}}\nschedulers.dsi = {{ servers = [2] }}\n{}",
+        "{}[methods]\n[[methods.grid]]\n{axes}\nschedulers.sequential = {{}}\nschedulers.dsi = {{ servers = [2] }}\n{priced}\n{}",
         &s.config[..methods],
         &s.config[outro..]
     );
@@ -273,7 +275,7 @@ fn draft_trees_run_for_real_are_audited_and_replay_to_the_same_counts() {
     let out = run(&cfg, &opts(None, None)).unwrap();
     assert!(out.audit_failures.is_empty(), "{:?}", out.audit_failures);
     let rows: Vec<&ResultRow> = out.rows.iter().filter(|r| r.setting.family() == "tree").collect();
-    assert_eq!(rows.len(), 9 * 4, "9 units x 2 drafters x 2 schedulers");
+    assert_eq!(rows.len(), 9 * 6, "9 units x 2 drafters x (fixed K under 2 schedulers, tree-price)");
     for r in &rows {
         assert!(!r.greedy() || r.identical_to_ar, "{} {}", r.prompt_id, r.setting.key());
         assert!(r.n_draft_calls > 0, "the tree drafter runs the draft model: {}", r.setting.key());
@@ -282,11 +284,17 @@ fn draft_trees_run_for_real_are_audited_and_replay_to_the_same_counts() {
         rows.iter().any(|r| r.setting.key().contains("k=3") && r.drafted_per_round.iter().any(|&n| n > 3)),
         "no tree branched"
     );
+    // Nodes verified by the 3-child trees under the sequential scheduler.
+    let drafted = |policy: &str| -> usize {
+        let of = |k: &str| k.contains(policy) && k.contains("tree k=3") && !k.contains("dsi");
+        rows.iter().filter(|r| of(&r.setting.key())).map(|r| r.n_drafted).sum()
+    };
+    assert!(drafted("tree-price") < drafted("specdec"), "a price on rows verified as many nodes");
     let replay_grid = s.root.join("replay-tree.toml");
-    std::fs::write(&replay_grid, format!("[methods]\n[[methods.grid]]\n{axes}\n")).unwrap();
+    std::fs::write(&replay_grid, format!("[methods]\n[[methods.grid]]\n{axes}\n{priced}\n")).unwrap();
     let o = replay(&s.root.join("tree"), &ReplayConfig::load(&replay_grid).unwrap(), "grid", false).unwrap();
     assert!(o.mismatches.is_empty(), "{:?}", o.mismatches);
-    assert_eq!(o.compared, 3 * 2, "every greedy unit's 2 sequential tree settings compared");
+    assert_eq!(o.compared, 3 * 5, "every greedy unit's 5 sequential tree settings compared");
 }
 
 #[test]

@@ -8,7 +8,9 @@
 //! its ancestors that earlier levels left in the draft's cache
 //! ([`crate::tree_mask::TreeMask::continuing`]), and each gets its `top_k` most likely tokens as
 //! children. After the last level the `max_nodes` nodes of highest value are kept (EAGLE-2's
-//! rerank); a node's value never exceeds its parent's, so the kept nodes form a tree.
+//! rerank); a node's value never exceeds its parent's, so the kept nodes form a tree. A policy
+//! that prices rows may keep fewer ([`super::StopPolicy::tree_nodes`]: the values are the
+//! nodes' estimated chances of acceptance).
 //!
 //! The children of a node are chosen deterministically, so each is a point mass (`q` empty):
 //! the rejection sampler tries them in order against the residual (SpecInfer's multi-round
@@ -19,8 +21,9 @@
 //! (temperature 1) whatever the sampling settings, as in EAGLE-2; the depth is the stop
 //! policy's K (the sequential scheduler's `max`); an EOS node is kept but not expanded; the
 //! draft is a separate small model, not EAGLE's feature-level head; and the tree is capped at
-//! `max_nodes` rows so that one verification is one tree call. The draft's cache keeps the
-//! committed prefix only: the accepted path is forwarded again as the next round's input.
+//! `max_nodes` rows so that one verification is one tree call. After verification the draft's
+//! cache keeps the rows of the accepted path's expanded nodes (`KvCache::retain_rows`), so the
+//! next round forwards only what it lacks, as the plain drafter does.
 
 use super::candidate::Candidate;
 use super::drafter::{DraftCache, Drafter, Pick};
@@ -80,18 +83,42 @@ pub struct DynamicTreeDrafter<'m> {
     model: &'m Transformer,
     state: DraftCache,
     params: DynamicTreeParams,
+    /// The last tree's expanded rows, after the fed prefix in the cache: (token, parent row).
+    expanded: Vec<(u32, Option<usize>)>,
 }
 
 impl<'m> DynamicTreeDrafter<'m> {
     pub fn new(model: &'m Transformer, params: DynamicTreeParams) -> Result<Self> {
         params.check()?;
-        Ok(Self { model, state: DraftCache::new(model), params })
+        Ok(Self { model, state: DraftCache::new(model), params, expanded: Vec::new() })
+    }
+
+    /// Keeps the cached rows of the last tree's expanded nodes that `committed` accepted (the
+    /// longest path of them that it continues with), as if forwarded in a chain: by row
+    /// invariance their keys and values are a chain's. The other rows are dropped.
+    fn adopt_accepted(&mut self, committed: &[u32]) {
+        if self.expanded.is_empty() {
+            return;
+        }
+        let base = self.state.fed.len();
+        let mut path: Vec<usize> = Vec::new();
+        for &token in committed.get(base..).unwrap_or(&[]) {
+            let parent = path.last().copied();
+            match self.expanded.iter().position(|&(t, p)| t == token && p == parent) {
+                Some(row) => path.push(row),
+                None => break,
+            }
+        }
+        self.state.cache.retain_rows(base, &path);
+        self.state.fed.extend_from_slice(&committed[base..base + path.len()]);
+        self.expanded.clear();
     }
 
     /// Grows the tree of at most `depth` levels after `committed` (the draft's cache then holds
     /// the committed prefix and the expanded nodes' rows).
     fn grow(&mut self, round: &mut DraftRound<'_>, depth: usize) -> Result<Vec<Grown>> {
         let committed = round.committed;
+        self.adopt_accepted(committed);
         let start = self.state.resume_at(committed);
         self.state.rollback(start);
         let t = Instant::now();
@@ -115,9 +142,11 @@ impl<'m> DynamicTreeDrafter<'m> {
             expand.sort_unstable();
             let cached = row_parents.len();
             for &i in &expand {
+                let parent_row =
+                    nodes[i].parent.map(|p| nodes[p].row.expect("a parent is expanded before its children"));
                 nodes[i].row = Some(row_parents.len());
-                row_parents
-                    .push(nodes[i].parent.map(|p| nodes[p].row.expect("a parent is expanded before its children")));
+                row_parents.push(parent_row);
+                self.expanded.push((nodes[i].token, parent_row));
             }
             let tokens: Vec<u32> = expand.iter().map(|&i| nodes[i].token).collect();
             let mask = TreeMask::continuing(&row_parents, cached)?;
@@ -150,17 +179,22 @@ fn top_children(logits: &[f32], k: usize) -> Vec<(u32, f64)> {
     ids.into_iter().map(|t| (t, top_probability(logits, t) as f64)).collect()
 }
 
-/// EAGLE-2's rerank: the `max_nodes` nodes of highest value (ties: the earlier grown, so a
-/// parent before its child), as a tree in the order they were grown (siblings most likely
-/// first).
-fn rerank(nodes: &[Grown], max_nodes: usize) -> DraftTree {
-    let mut best: Vec<usize> = (0..nodes.len()).collect();
-    best.sort_by(|&a, &b| nodes[b].value.total_cmp(&nodes[a].value).then(a.cmp(&b)));
-    best.truncate(max_nodes);
-    best.sort_unstable();
+/// EAGLE-2's rerank order: the nodes by value, highest first (ties: the earlier grown, so a
+/// parent before its child); every prefix is a tree.
+fn by_value(nodes: &[Grown]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..nodes.len()).collect();
+    order.sort_by(|&a, &b| nodes[b].value.total_cmp(&nodes[a].value).then(a.cmp(&b)));
+    order
+}
+
+/// The tree of the nodes `keep` (a prefix of [`by_value`]) in the order they were grown, so
+/// siblings come most likely first.
+fn tree_of(nodes: &[Grown], keep: &[usize]) -> DraftTree {
+    let mut keep = keep.to_vec();
+    keep.sort_unstable();
     let mut index = vec![None; nodes.len()];
     let mut tree = DraftTree::default();
-    for &i in &best {
+    for &i in &keep {
         let n = &nodes[i];
         let parent = n.parent.map(|p| index[p].expect("a kept node's parent has a higher value, so it is kept"));
         let candidate = Candidate { token: n.token, q: Vec::new(), q_token: 1.0, ngram: None };
@@ -175,6 +209,7 @@ impl Drafter for DynamicTreeDrafter<'_> {
         if round.max == 0 {
             return Ok(Vec::new());
         }
+        self.adopt_accepted(round.committed);
         let start = self.state.resume_at(round.committed);
         let model = self.model;
         self.state.draft(round, start, Pick::Sample, |tokens, _, cache| model.forward(tokens, cache))
@@ -188,14 +223,22 @@ impl Drafter for DynamicTreeDrafter<'_> {
         round.policy.begin_round();
         let depth = round.max;
         let nodes = self.grow(&mut round, depth)?;
-        // The cache keeps the committed prefix only; the accepted path is fed next round.
-        let fed = self.state.fed.len();
-        self.state.cache.truncate(fed);
-        Ok(rerank(&nodes, self.params.max_nodes))
+        let mut order = by_value(&nodes);
+        order.truncate(self.params.max_nodes);
+        let values: Vec<f64> = order.iter().map(|&i| nodes[i].value).collect();
+        let keep = round.policy.tree_nodes(&values).min(order.len());
+        Ok(tree_of(&nodes, &order[..keep]))
     }
 
+    /// The tree's rows stay cached until the next round keeps the accepted ones; a rollback
+    /// into the committed prefix drops them.
     fn rollback(&mut self, valid: usize) {
-        self.state.rollback(valid);
+        if valid < self.state.fed.len() {
+            let fed = self.state.fed.len();
+            self.state.cache.truncate(fed);
+            self.expanded.clear();
+            self.state.rollback(valid);
+        }
     }
 }
 
@@ -217,11 +260,12 @@ mod tests {
         // child 5 (0.45).
         let nodes =
             grown(&[(None, 0.6), (None, 0.3), (Some(0), 0.5), (Some(0), 0.05), (Some(1), 0.2), (Some(2), 0.45)]);
-        let t = rerank(&nodes, 4);
+        let rerank = |n: usize| tree_of(&nodes, &by_value(&nodes)[..n]);
+        let t = rerank(4);
         assert_eq!(t.tokens(), vec![0, 1, 2, 5], "0.6, 0.5, 0.45, 0.3");
         assert_eq!(t.children(None), vec![0, 1]);
         assert_eq!(t.children(Some(2)), vec![3]);
-        let t = rerank(&nodes, 2);
+        let t = rerank(2);
         assert_eq!(t.tokens(), vec![0, 2]);
         assert!(t.is_chain());
         assert!(t.node(0).candidate.q.is_empty() && t.node(0).candidate.q_token == 1.0, "point masses");

@@ -60,7 +60,7 @@ pub use policy::{
     AcceptanceModel, AdaEdlParams, AdaEdlPolicy, BanditK, CalibratedParams, CalibratedPolicy, CalibratedRule,
     ConfidencePolicy, ConfidenceProductPolicy, Decision, DraftStats, DraftStep, DynamicK, FixedK, HEAD_STAT_INPUTS,
     HeadPolicy, HeadRule, HiddenState, LazyStats, MatchRatePolicy, PMinPolicy, PrecomputedHead, RocThreshold,
-    RoundOutcome, StopPolicy, SvipPolicy, ThresholdPlusParams, ThresholdPlusPolicy,
+    RoundOutcome, StopPolicy, SvipPolicy, ThresholdPlusParams, ThresholdPlusPolicy, TreePricePolicy,
 };
 pub use round::{DraftRound, Generation, SpecConfig, Streams};
 pub use scheduler::{

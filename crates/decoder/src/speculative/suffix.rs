@@ -239,7 +239,11 @@ impl Drafter for SuffixDrafter<'_> {
             return Ok(DraftTree::default());
         }
         let started = Instant::now();
-        let spec = self.speculate(round.committed, round.max);
+        let mut spec = self.speculate(round.committed, round.max);
+        // Nodes are grown best score first, so the policy's count keeps the likeliest.
+        round.policy.begin_round();
+        let keep = round.policy.tree_nodes(&spec.scores).min(spec.tree.len());
+        spec.tree.truncate(keep);
         round.metrics.draft_time += started.elapsed();
         Ok(spec.tree)
     }

@@ -39,6 +39,11 @@ impl DraftTree {
         self.nodes.len() - 1
     }
 
+    /// Keeps the first `n` nodes (a tree still: parents come first).
+    pub fn truncate(&mut self, n: usize) {
+        self.nodes.truncate(n);
+    }
+
     pub fn len(&self) -> usize {
         self.nodes.len()
     }

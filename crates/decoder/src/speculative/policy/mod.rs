@@ -20,6 +20,7 @@ mod matchrate;
 mod schedule;
 pub(crate) mod stats;
 mod threshold_plus;
+mod tree_price;
 
 pub use calibrated::{CalibratedParams, CalibratedPolicy, CalibratedRule};
 pub use confidence::{ConfidencePolicy, ConfidenceProductPolicy, PMinPolicy, RocThreshold};
@@ -29,6 +30,7 @@ pub use matchrate::MatchRatePolicy;
 pub use schedule::{BanditK, DynamicK};
 pub use stats::{DraftStats, HEAD_STAT_INPUTS, LazyStats};
 pub use threshold_plus::{ThresholdPlusParams, ThresholdPlusPolicy};
+pub use tree_price::TreePricePolicy;
 
 use anyhow::Result;
 
@@ -126,6 +128,12 @@ pub trait StopPolicy {
     /// replay call it; DSI drafts ahead of verification and does not.
     fn observe_target(&mut self, _last: &DraftStats) {}
     fn decide(&mut self, step: &DraftStep) -> Result<Decision>;
+    /// For a tree drafter: how many of the nodes it proposes to verify. `values` are their
+    /// estimated chances of acceptance in the drafter's keep order, every prefix of which is a
+    /// tree. Rules that stop token by token verify them all.
+    fn tree_nodes(&mut self, values: &[f64]) -> usize {
+        values.len()
+    }
     /// Called after each round's verification.
     fn end_round(&mut self, _outcome: &RoundOutcome) {}
     /// Most candidates the next round may draft (constant for most rules; the dynamic

@@ -38,8 +38,8 @@ impl DrafterFamily for Feature {
         // An acceptance head reads the draft model's hidden states; matchrate reads n-gram
         // matches: neither exists here.
         ensure!(
-            !matches!(policy.reads(), Reads::DraftHiddenState | Reads::Matches | Reads::ArOutput),
-            "the {} policy needs a draft model's hidden states or n-gram matches, which the feature head does not have",
+            !matches!(policy.reads(), Reads::DraftHiddenState | Reads::Matches | Reads::ArOutput | Reads::TreeEstimates),
+            "the {} policy needs a draft model's hidden states, n-gram matches or a tree drafter's estimates, which the feature head does not have",
             policy.name()
         );
         Ok(())

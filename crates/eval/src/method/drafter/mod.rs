@@ -10,7 +10,7 @@ mod registry;
 pub use flags::{DrafterFlag, DrafterFlags};
 
 use super::family::check_lists;
-use super::policy::PolicySpec;
+use super::policy::{PolicyKind, PolicySpec};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -78,6 +78,17 @@ pub trait DrafterFamily: Sized + Clone + Debug + PartialEq + Serialize + Deseria
     fn grid_paths_mut(_grid: &mut Self::Grid) -> Vec<&mut PathBuf> {
         Vec::new()
     }
+}
+
+/// The policies a tree drafter takes: fixed K (K caps the depth) and tree-price (which prices
+/// the tree's rows); a policy that stops token by token has nothing to stop in a tree.
+fn check_tree_policy(drafter: &str, policy: &PolicySpec) -> Result<()> {
+    let (fixed, price) = (PolicyKind::Fixed.name(), PolicyKind::TreePrice.name());
+    anyhow::ensure!(
+        [fixed, price].contains(&policy.name()),
+        "the {drafter} drafter shapes its own trees, so only the {fixed} policy (its K caps the depth) or {price} (which prices the tree's rows) applies"
+    );
+    Ok(())
 }
 
 registry::drafter_families! {

@@ -5,7 +5,7 @@
 //! [`crate::experiment::earlier`]).
 
 use super::{DraftModels, DrafterFamily, DrafterFlag, DrafterFlags};
-use crate::method::policy::{PolicyKind, PolicySpec};
+use crate::method::policy::PolicySpec;
 use anyhow::{Result, ensure};
 use serde::{Deserialize, Serialize};
 use specx_decoder::DraftTransform;
@@ -75,7 +75,7 @@ impl From<SuffixParams> for Suffix {
 
 impl DrafterFamily for Suffix {
     const NAME: &'static str = "suffix";
-    const HELP: &'static str = "SuffixDecoding: a token tree of the earlier continuations of the text's longest matching suffix, verified in one tree call (--suffix-alpha, --suffix-min-prob, --suffix-depth, --tree-nodes); no draft model runs. Policy: fixed (--k caps the depth)";
+    const HELP: &'static str = "SuffixDecoding: a token tree of the earlier continuations of the text's longest matching suffix, verified in one tree call (--suffix-alpha, --suffix-min-prob, --suffix-depth, --tree-nodes); no draft model runs. Policy: fixed (--k caps the depth) or tree-price";
     const RUNS_DRAFT_MODEL: bool = false;
     const FLAGS: &'static [DrafterFlag] =
         &[DrafterFlag::SuffixAlpha, DrafterFlag::SuffixMinProb, DrafterFlag::SuffixDepth, DrafterFlag::TreeNodes];
@@ -97,13 +97,7 @@ impl DrafterFamily for Suffix {
     }
     fn check(&self, policy: &PolicySpec, draft: &DraftTransform) -> Result<()> {
         SuffixDrafter::new(self.params())?;
-        // The tree's size is the drafter's; a policy that stops token by token has nothing
-        // to stop.
-        ensure!(
-            policy.name() == PolicyKind::Fixed.name(),
-            "the suffix drafter sizes its own trees (alpha nodes per matched token), so only the {} policy applies (its K caps the depth)",
-            PolicyKind::Fixed.name()
-        );
+        super::check_tree_policy(Self::NAME, policy)?;
         ensure!(draft.is_identity(), "the suffix drafter runs no draft model, so a cheaper draft changes nothing");
         Ok(())
     }

@@ -3,8 +3,8 @@
 //! tree call. The stop policy only caps the depth.
 
 use super::{DraftModels, DrafterFamily, DrafterFlag, DrafterFlags};
-use crate::method::policy::{PolicyKind, PolicySpec};
-use anyhow::{Result, ensure};
+use crate::method::policy::PolicySpec;
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use specx_decoder::DraftTransform;
 use specx_decoder::speculative::{Drafter, DynamicTreeDrafter, DynamicTreeParams};
@@ -44,7 +44,7 @@ impl Tree {
 
 impl DrafterFamily for Tree {
     const NAME: &'static str = "tree";
-    const HELP: &'static str = "EAGLE-2's dynamic draft trees: the draft model expands the --tree-top-k most likely children of the most likely nodes level by level, and the --tree-nodes most likely nodes are verified in one tree call. Policy: fixed (--k is the depth)";
+    const HELP: &'static str = "EAGLE-2's dynamic draft trees: the draft model expands the --tree-top-k most likely children of the most likely nodes level by level, and the --tree-nodes most likely nodes are verified in one tree call. Policy: fixed (--k is the depth) or tree-price";
     const FLAGS: &'static [DrafterFlag] = &[DrafterFlag::TreeTopK, DrafterFlag::TreeNodes];
     type Grid = TreeDrafters;
 
@@ -53,13 +53,7 @@ impl DrafterFamily for Tree {
     }
     fn check(&self, policy: &PolicySpec, _: &DraftTransform) -> Result<()> {
         self.params().check()?;
-        // The tree's shape is the drafter's; a policy that stops token by token has nothing
-        // to stop.
-        ensure!(
-            policy.name() == PolicyKind::Fixed.name(),
-            "the tree drafter shapes its own trees (the most likely nodes), so only the {} policy applies (its K is the depth)",
-            PolicyKind::Fixed.name()
-        );
+        super::check_tree_policy(Self::NAME, policy)?;
         Ok(())
     }
     fn build<'m>(&self, models: DraftModels<'m>) -> Result<Box<dyn Drafter + 'm>> {

@@ -20,11 +20,23 @@ pub enum Flag {
     Arms,
     ThresholdPlus,
     Calibrated,
+    RowCost,
+    DraftCost,
 }
 
 impl Flag {
-    pub const ALL: [Flag; 8] =
-        [Flag::K, Flag::Head, Flag::Threshold, Flag::Min, Flag::Max, Flag::Arms, Flag::ThresholdPlus, Flag::Calibrated];
+    pub const ALL: [Flag; 10] = [
+        Flag::K,
+        Flag::Head,
+        Flag::Threshold,
+        Flag::Min,
+        Flag::Max,
+        Flag::Arms,
+        Flag::ThresholdPlus,
+        Flag::Calibrated,
+        Flag::RowCost,
+        Flag::DraftCost,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -36,6 +48,8 @@ impl Flag {
             Flag::Arms => "--arms",
             Flag::ThresholdPlus => "--threshold-plus",
             Flag::Calibrated => "--calibrated",
+            Flag::RowCost => "--row-cost",
+            Flag::DraftCost => "--draft-cost",
         }
     }
 
@@ -85,6 +99,14 @@ pub struct PolicyFlags {
     /// (OUT/calibrated/SET-COSTS-RULE.json).
     #[arg(long)]
     calibrated: Option<PathBuf>,
+    /// The tree-price policy's cost of a verification row, in one-row target calls (a 17-row
+    /// call costs 2.8 one-row calls on two CPU cores: 0.11; on a GPU nearly 0) [default: 0.11].
+    #[arg(long)]
+    row_cost: Option<f64>,
+    /// The tree-price policy's cost of a draft level, in one-row target calls (the tree
+    /// drafter's draft call; 0 for the suffix drafter, which runs no model) [default: 0].
+    #[arg(long)]
+    draft_cost: Option<f64>,
     #[arg(skip)]
     read: Cell<u16>,
 }
@@ -126,6 +148,14 @@ impl PolicyFlags {
         self.note(Flag::Calibrated);
         self.calibrated.as_deref()
     }
+    pub fn row_cost(&self) -> Option<f64> {
+        self.note(Flag::RowCost);
+        self.row_cost
+    }
+    pub fn draft_cost(&self) -> Option<f64> {
+        self.note(Flag::DraftCost);
+        self.draft_cost
+    }
 
     fn is_given(&self, flag: Flag) -> bool {
         match flag {
@@ -137,6 +167,8 @@ impl PolicyFlags {
             Flag::Arms => !self.arms.is_empty(),
             Flag::ThresholdPlus => self.threshold_plus.is_some(),
             Flag::Calibrated => self.calibrated.is_some(),
+            Flag::RowCost => self.row_cost.is_some(),
+            Flag::DraftCost => self.draft_cost.is_some(),
         }
     }
 

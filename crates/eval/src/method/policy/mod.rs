@@ -48,6 +48,9 @@ pub enum Reads {
     Matches,
     /// The target's output in advance (the oracle).
     ArOutput,
+    /// A tree drafter's estimates of its nodes' chances of acceptance (the suffix and tree
+    /// drafters').
+    TreeEstimates,
 }
 
 /// The drafter and scheduler a policy runs with, by name, for the combinations a policy
@@ -148,6 +151,7 @@ registry::policy_families! {
     MatchRate(matchrate::MatchRate) = "matchrate",
     ThresholdPlus(threshold_plus::ThresholdPlus) = "threshold_plus",
     Calibrated(calibrated::Calibrated) = "calibrated",
+    TreePrice(tree_price::TreePrice) = "tree_price",
     Oracle(oracle::Oracle) = "oracle",
 }
 
@@ -177,6 +181,8 @@ mod tests {
             Flag::Arms => vec!["--arms", "7"],
             Flag::ThresholdPlus => vec!["--threshold-plus", "none.json"],
             Flag::Calibrated => vec!["--calibrated", "none.json"],
+            Flag::RowCost => vec!["--row-cost", "0.3"],
+            Flag::DraftCost => vec!["--draft-cost", "0.3"],
         }
     }
 
