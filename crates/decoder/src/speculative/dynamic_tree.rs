@@ -30,7 +30,6 @@ use super::drafter::{DraftCache, Drafter, Pick};
 use super::round::DraftRound;
 use super::tree::DraftTree;
 use crate::model::Transformer;
-use crate::sampling::top_probability;
 use crate::tree_mask::TreeMask;
 use anyhow::{Result, ensure};
 use std::time::Instant;
@@ -166,17 +165,21 @@ impl<'m> DynamicTreeDrafter<'m> {
 }
 
 /// The `k` most likely tokens of `logits` under the plain softmax, most likely first (ties:
-/// the lower id), with their probabilities.
+/// the lower id), with their probabilities: one pass for the top k, one for the softmax's sum
+/// (in f64, in index order, as [`crate::sampling::top_probability`] sums it).
 fn top_children(logits: &[f32], k: usize) -> Vec<(u32, f64)> {
-    let k = k.min(logits.len());
-    let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
-    let order = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b));
-    if k < ids.len() {
-        ids.select_nth_unstable_by(k - 1, order);
-        ids.truncate(k);
+    let mut top: Vec<(f32, u32)> = Vec::with_capacity(k + 1);
+    for (id, &l) in logits.iter().enumerate() {
+        if top.len() < k || top.last().is_some_and(|&(worst, _)| l > worst) {
+            // After every kept logit at least as large: ties keep the lower id first.
+            let at = top.partition_point(|&(v, _)| v >= l);
+            top.insert(at, (l, id as u32));
+            top.truncate(k);
+        }
     }
-    ids.sort_by(order);
-    ids.into_iter().map(|t| (t, top_probability(logits, t) as f64)).collect()
+    let Some(&(max, _)) = top.first() else { return Vec::new() };
+    let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
+    top.into_iter().map(|(l, id)| (id, ((l - max) as f64).exp() / sum)).collect()
 }
 
 /// EAGLE-2's rerank order: the nodes by value, highest first (ties: the earlier grown, so a
@@ -245,6 +248,7 @@ impl Drafter for DynamicTreeDrafter<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sampling::top_probability;
 
     fn grown(parents: &[(Option<usize>, f64)]) -> Vec<Grown> {
         parents
@@ -278,5 +282,8 @@ mod tests {
         assert_eq!(c.iter().map(|&(t, _)| t).collect::<Vec<_>>(), vec![1, 3, 2], "ties: the lower id");
         let sum: f64 = top_children(&logits, 9).iter().map(|&(_, p)| p).sum();
         assert!((sum - 1.0).abs() < 1e-6, "all five tokens, probabilities of the plain softmax");
+        for (t, p) in top_children(&logits, 5) {
+            assert_eq!(p as f32, top_probability(&logits, t), "token {t}");
+        }
     }
 }
