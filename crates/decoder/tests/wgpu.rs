@@ -2,7 +2,8 @@
 //! Mesa's software Vulkan driver, lavapipe, when it can install it) against the CPU path. The
 //! tiny-model checks are `specx_decoder::device_check`, the code `specx gpu-check` runs on a
 //! real GPU: logits, KV rollback, a fixed-K speculative run, the acceptance head, DSI with a
-//! worker on each device, EasySpec's placed attentions, a model split over both. Then a few
+//! worker on each device, EasySpec's placed attentions, a model split over both, a token
+//! tree's call with its accepted path kept. Then a few
 //! greedy tokens of the real 0.5B model.
 //!
 //! Tolerance: the device runs burn's matmuls (another summation order than the CPU kernel) in
@@ -65,6 +66,11 @@ fn easyspec_attentions_placed_on_the_cpu_and_the_device_compute_as_on_one() {
 #[test]
 fn a_model_split_over_the_cpu_and_the_device_computes_as_on_one() {
     check("split_layers");
+}
+
+#[test]
+fn a_tree_call_on_the_device_gives_the_cpu_logits_and_keeps_the_path() {
+    check("tree_call");
 }
 
 #[test]
