@@ -36,9 +36,13 @@ impl Lookup {
         // A lookup's proposal is a point mass (probability 1, entropy 0, no hidden state): the
         // rules that read the draft's distribution would never stop it.
         let fits = |r: Reads| matches!(r, Reads::Nothing | Reads::Matches);
+        let what = match policy.reads() {
+            Reads::TreeEstimates => "a tree drafter's node estimates",
+            _ => "the draft model's probabilities or hidden state",
+        };
         ensure!(
             fits(policy.reads()),
-            "the {} policy reads the draft model's probabilities or hidden state, which prompt lookup does not have; use {}",
+            "the {} policy reads {what}, which prompt lookup does not have; use {}",
             policy.name(),
             either(&PolicyKind::names_reading(fits))
         );
