@@ -24,17 +24,26 @@ fn profile_json(draft_tpot: f64, target_tpot: f64) -> String {
     .to_string()
 }
 
+/// The small eval's config text with `methods` as its `[methods]` table.
+fn methods_text(s: &common::Setup, methods: &str) -> String {
+    let (at, outro) = (s.config.find("[methods]").unwrap(), s.config.find("[output]").unwrap());
+    format!("{}[methods]\n{methods}\n{}", &s.config[..at], &s.config[outro..])
+}
+
+/// The small eval with `methods` as its `[methods]` table, written as the config `out`.
+fn with_methods(s: &common::Setup, methods: &str, out: &str) -> specx_eval::experiment::config::EvalConfig {
+    load_config(s, &methods_text(s, methods), out).unwrap()
+}
+
+/// A grid's schedulers: sequential, and DSI with two servers.
+const BOTH_SCHEDULERS: &str = "schedulers.sequential = {}\nschedulers.dsi = { servers = [2] }";
+
 #[test]
 fn dsi_method_runs_for_real_and_is_audited() {
     let s = setup();
     std::fs::write(s.root.join("profile.json"), profile_json(0.01, 0.05)).unwrap();
-    let methods = s.config.find("[methods]").unwrap();
-    let outro = s.config.find("[output]").unwrap();
-    let text = format!(
-        "{}[methods]\nspecdec = {{ k = [2] }}\ndsi = {{ servers = [1, 3], lookaheads = [2], profile = \"profile.json\" }}\n{}",
-        &s.config[..methods],
-        &s.config[outro..]
-    );
+    let dsi = "specdec = { k = [2] }\ndsi = { servers = [1, 3], lookaheads = [2], profile = \"profile.json\" }";
+    let text = methods_text(&s, dsi);
     let cfg = load_config(&s, &text, "dsi").unwrap();
     // Eq. 1: ceil(0.05 / (k 0.01)) <= servers gives k = 5 for one server and 2 for three.
     let keys: Vec<String> =
@@ -78,12 +87,9 @@ fn dsi_method_runs_for_real_and_is_audited() {
 #[test]
 fn easyspec_method_runs_for_real_with_every_stop_policy_and_is_audited() {
     let s = setup();
-    let methods = s.config.find("[methods]").unwrap();
-    let outro = s.config.find("[output]").unwrap();
     // The tiny draft has 2 layers: "0-1" is their one layer-parallel group, lp1 the exact forward.
     let grid = "easyspec = { strategies = [\"0-1\", \"lp1\"], calibrations = [\"every_round\", \"never\"], k = [2], heads = [\"head-a\"], thresholds = [0.5], bounds = [[1, 4]], servers = [2] }";
-    let text = format!("{}[methods]\n{grid}\n{}", &s.config[..methods], &s.config[outro..]);
-    let cfg = load_config(&s, &text, "easyspec").unwrap();
+    let cfg = with_methods(&s, grid, "easyspec");
     let keys: Vec<String> =
         specx_eval::experiment::grid::expand(&cfg.methods).unwrap().iter().map(|x| x.key()).collect();
     assert_eq!(keys.len(), 1 + 2 * 2 * 3);
@@ -134,15 +140,8 @@ fn lookup_and_hybrid_drafters_run_for_real_are_audited_and_replay_to_the_same_co
     // Policies: fixed K, the dynamic schedule and matchrate (which learns from each round and
     // drops weak matches: the replay must hear the same outcomes to make the same choices).
     let s = setup();
-    let methods = s.config.find("[methods]").unwrap();
-    let outro = s.config.find("[output]").unwrap();
     let axes = "drafters.lookup = { ngrams = [[1, 3]] }\ndrafters.hybrid = { ngrams = [[2, 3]] }\npolicies.fixed = { k = [2, 6] }\npolicies.dynamic = { initial = [2], cap = 8 }\npolicies.matchrate = { thresholds = [0.45], max = [8] }";
-    let text = format!(
-        "{}[methods]\n[[methods.grid]]\n{axes}\nschedulers.sequential = {{}}\nschedulers.dsi = {{ servers = [2] }}\n{}",
-        &s.config[..methods],
-        &s.config[outro..]
-    );
-    let cfg = load_config(&s, &text, "lookup").unwrap();
+    let cfg = with_methods(&s, &format!("[[methods.grid]]\n{axes}\n{BOTH_SCHEDULERS}"), "lookup");
     let out = run(&cfg, &opts(None, None)).unwrap();
     assert!(out.audit_failures.is_empty(), "{:?}", out.audit_failures);
     let rows: Vec<&ResultRow> = out.rows.iter().filter(|r| matches!(r.setting.family(), "lookup" | "hybrid")).collect();
@@ -174,15 +173,8 @@ fn suffix_trees_run_for_real_are_audited_and_replay_to_the_same_counts() {
     // Trees under the sequential scheduler (one tree call per round), their best branch as a
     // chain under DSI; the replay walks each tree along the AR output.
     let s = setup();
-    let methods = s.config.find("[methods]").unwrap();
-    let outro = s.config.find("[output]").unwrap();
     let axes = "drafters.suffix = { alphas = [1.0, 4.0], min_token_probs = [0.0, 0.1] }\npolicies.fixed = { k = [24] }";
-    let text = format!(
-        "{}[methods]\n[[methods.grid]]\n{axes}\nschedulers.sequential = {{}}\nschedulers.dsi = {{ servers = [2] }}\n{}",
-        &s.config[..methods],
-        &s.config[outro..]
-    );
-    let cfg = load_config(&s, &text, "suffix").unwrap();
+    let cfg = with_methods(&s, &format!("[[methods.grid]]\n{axes}\n{BOTH_SCHEDULERS}"), "suffix");
     let out = run(&cfg, &opts(None, None)).unwrap();
     assert!(out.audit_failures.is_empty(), "{:?}", out.audit_failures);
     let rows: Vec<&ResultRow> = out.rows.iter().filter(|r| r.setting.family() == "suffix").collect();
@@ -200,14 +192,6 @@ fn suffix_trees_run_for_real_are_audited_and_replay_to_the_same_counts() {
     let o = replay(&s.root.join("suffix"), &ReplayConfig::load(&replay_grid).unwrap(), "grid", false).unwrap();
     assert!(o.mismatches.is_empty(), "{:?}", o.mismatches);
     assert_eq!(o.compared, 3 * 4, "every greedy unit's 4 sequential suffix settings compared");
-}
-
-/// A config of the small eval with `axes` as its one grid, sequential only.
-fn grid_config(s: &common::Setup, axes: &str, out: &str) -> specx_eval::experiment::config::EvalConfig {
-    let methods = s.config.find("[methods]").unwrap();
-    let outro = s.config.find("[output]").unwrap();
-    let text = format!("{}[methods]\n[[methods.grid]]\n{axes}\n{}", &s.config[..methods], &s.config[outro..]);
-    load_config(s, &text, out).unwrap()
 }
 
 /// Every unit file under a run directory.
@@ -233,9 +217,9 @@ fn suffix_trees_over_earlier_outputs_resume_to_the_same_rows_and_replay_to_them(
     // its stream. An interrupted run rebuilds it from the unit files it finds.
     let s = setup();
     let axes = "drafters.suffix = { alphas = [4.0], min_token_probs = [0.0], cached_requests = [0, 8] }\npolicies.fixed = { k = [24] }";
-    let whole = run(&grid_config(&s, axes, "earlier"), &opts(None, None)).unwrap();
+    let whole = run(&with_methods(&s, &format!("[[methods.grid]]\n{axes}"), "earlier"), &opts(None, None)).unwrap();
     assert!(whole.audit_failures.is_empty(), "{:?}", whole.audit_failures);
-    let cfg = grid_config(&s, axes, "earlier-resumed");
+    let cfg = with_methods(&s, &format!("[[methods.grid]]\n{axes}"), "earlier-resumed");
     run(&cfg, &opts(None, Some(4))).unwrap();
     let resumed = run(&cfg, &opts(None, None)).unwrap();
     assert_eq!(common::untimed_all(&resumed.rows), common::untimed_all(&whole.rows), "a resumed run's trees differ");
@@ -261,17 +245,10 @@ fn draft_trees_run_for_real_are_audited_and_replay_to_the_same_counts() {
     // EAGLE-2's dynamic trees from the draft model under the sequential scheduler; under DSI
     // the plain drafter's chains.
     let s = setup();
-    let methods = s.config.find("[methods]").unwrap();
-    let outro = s.config.find("[output]").unwrap();
     let axes = "drafters.tree = { top_k = [1, 3], max_nodes = [8] }\npolicies.fixed = { k = [3] }";
     // The tree-price policy sizes both tree drafters' trees (sequential only).
     let priced = "[[methods.grid]]\ndrafters.tree = { top_k = [1, 3], max_nodes = [8] }\ndrafters.suffix = { alphas = [4.0], min_token_probs = [0.0] }\npolicies.tree_price = { depth = [3], row_costs = [0.3] }";
-    let text = format!(
-        "{}[methods]\n[[methods.grid]]\n{axes}\nschedulers.sequential = {{}}\nschedulers.dsi = {{ servers = [2] }}\n{priced}\n{}",
-        &s.config[..methods],
-        &s.config[outro..]
-    );
-    let cfg = load_config(&s, &text, "tree").unwrap();
+    let cfg = with_methods(&s, &format!("[[methods.grid]]\n{axes}\n{BOTH_SCHEDULERS}\n{priced}"), "tree");
     let out = run(&cfg, &opts(None, None)).unwrap();
     assert!(out.audit_failures.is_empty(), "{:?}", out.audit_failures);
     let rows: Vec<&ResultRow> = out.rows.iter().filter(|r| r.setting.family() == "tree").collect();
@@ -315,15 +292,8 @@ fn the_feature_head_runs_for_real_is_audited_and_replays_to_the_same_counts() {
     };
     let ids: Vec<u32> = (0..c.vocab_size as u32).collect();
     FeatureHead::init_seeded(&spec, 4, &default_device()).unwrap().save(&s.root.join("fh"), &spec, &ids).unwrap();
-    let methods = s.config.find("[methods]").unwrap();
-    let outro = s.config.find("[output]").unwrap();
     let axes = "drafters.feature = { heads = [\"fh\"] }\npolicies.fixed = { k = [2, 4] }\npolicies.confidence = { thresholds = [0.3], bounds = [[1, 6]] }";
-    let text = format!(
-        "{}[methods]\n[[methods.grid]]\n{axes}\nschedulers.sequential = {{}}\nschedulers.dsi = {{ servers = [2] }}\n{}",
-        &s.config[..methods],
-        &s.config[outro..]
-    );
-    let cfg = load_config(&s, &text, "feature").unwrap();
+    let cfg = with_methods(&s, &format!("[[methods.grid]]\n{axes}\n{BOTH_SCHEDULERS}"), "feature");
     let out = run(&cfg, &opts(None, None)).unwrap();
     assert!(out.audit_failures.is_empty(), "{:?}", out.audit_failures);
     let rows: Vec<&ResultRow> = out.rows.iter().filter(|r| r.setting.family() == "feature").collect();

@@ -129,25 +129,23 @@ impl<'m> DynamicTreeDrafter<'m> {
             .map(|(token, p)| Grown { token, parent: None, value: p, row: None })
             .collect();
         let mut level: Vec<usize> = (0..nodes.len()).collect();
-        // Tree rows forwarded so far, by their parents' rows.
-        let mut row_parents: Vec<Option<usize>> = Vec::new();
         for _ in 1..depth {
             let mut expand: Vec<usize> = level.into_iter().filter(|&i| !round.eos.contains(&nodes[i].token)).collect();
-            expand.sort_by(|&a, &b| nodes[b].value.total_cmp(&nodes[a].value).then(a.cmp(&b)));
+            expand.sort_by(|&a, &b| likelier_first(&nodes, a, b));
             expand.truncate(self.params.top_k);
             if expand.is_empty() {
                 break;
             }
             expand.sort_unstable();
-            let cached = row_parents.len();
+            let cached = self.expanded.len();
             for &i in &expand {
                 let parent_row =
                     nodes[i].parent.map(|p| nodes[p].row.expect("a parent is expanded before its children"));
-                nodes[i].row = Some(row_parents.len());
-                row_parents.push(parent_row);
+                nodes[i].row = Some(self.expanded.len());
                 self.expanded.push((nodes[i].token, parent_row));
             }
             let tokens: Vec<u32> = expand.iter().map(|&i| nodes[i].token).collect();
+            let row_parents: Vec<Option<usize>> = self.expanded.iter().map(|&(_, parent)| parent).collect();
             let mask = TreeMask::continuing(&row_parents, cached)?;
             let out = self.model.forward_tree(&tokens, &mask, &mut self.state.cache)?;
             round.metrics.n_draft_calls += 1;
@@ -186,8 +184,13 @@ fn top_children(logits: &[f32], k: usize) -> Vec<(u32, f64)> {
 /// parent before its child); every prefix is a tree.
 fn by_value(nodes: &[Grown]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..nodes.len()).collect();
-    order.sort_by(|&a, &b| nodes[b].value.total_cmp(&nodes[a].value).then(a.cmp(&b)));
+    order.sort_by(|&a, &b| likelier_first(nodes, a, b));
     order
+}
+
+/// Node `a` before node `b` when its value is higher (ties: the earlier grown).
+fn likelier_first(nodes: &[Grown], a: usize, b: usize) -> std::cmp::Ordering {
+    nodes[b].value.total_cmp(&nodes[a].value).then(a.cmp(&b))
 }
 
 /// The tree of the nodes `keep` (a prefix of [`by_value`]) in the order they were grown, so

@@ -244,11 +244,11 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
         let traces =
             if policies.is_empty() { Vec::new() } else { builder.build(&inputs, &mut policies, &grid.costs)? };
         for (i, u) in group.iter().enumerate() {
+            let (earlier_outputs, _) = earlier.for_unit(&u.unit)?;
             let counts = how.iter().map(|h| match h {
                 Replayer::Trace(p) => traces[i].replay(&mut policies[*p], &grid.costs),
                 Replayer::Live(method) => {
                     let mut policy = method.build_policy(&head_map)?;
-                    let (earlier_outputs, _) = earlier.for_unit(&u.unit)?;
                     let mut drafter: Box<dyn Drafter> = match &method.drafter {
                         DrafterSpec::Feature(Feature { head }) => {
                             // The target reads the whole trace once: every prefix the replay
