@@ -308,6 +308,107 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
     assert!(e.contains("is also a tuning prompt"), "{e}");
 }
 
+/// Candidates whose drafter is not the plain chain: prompt lookup, suffix trees over earlier
+/// outputs, and draft trees under fixed K and under the tree-price policy.
+const LIVE_CANDIDATES: &str = r#"
+[[methods.grid]]
+policies.fixed = { k = [2, 4] }
+
+[[methods.grid]]
+drafters.lookup = { ngrams = [[1, 3]] }
+policies.fixed = { k = [2, 4] }
+
+[[methods.grid]]
+drafters.suffix = { alphas = [1.0, 2.0], cached_requests = [2] }
+policies.fixed = { k = [24] }
+
+[[methods.grid]]
+drafters.tree = { top_k = [2], max_nodes = [8] }
+policies.fixed = { k = [3] }
+policies.tree_price = { depth = [3], row_costs = [0.2], draft_costs = [0.3] }
+"#;
+
+/// Tree and lookup drafters are tuned as the stop rules are. Both runs decode every candidate
+/// for real beside AR, so each family's choice must be its best on the tuning prompts' real
+/// counts, and its test counts must be the real runs' on the test prompts.
+#[test]
+fn live_drafters_are_chosen_on_tuning_traces_and_judged_by_their_real_counts() {
+    let f = fixture(&format!("[[sampling]]\nname = \"greedy\"\n[methods]\n{LIVE_CANDIDATES}"));
+    let path = f.root.join("live.toml");
+    let costs = &CANDIDATES[CANDIDATES.find("[[costs]]").unwrap()..CANDIDATES.find("[threshold_plus]").unwrap()];
+    std::fs::write(
+        &path,
+        format!(
+            "tuning = \"{}\"\ntest = \"{}\"\nout = \"live\"\nbootstrap = 200\n{LIVE_CANDIDATES}{costs}",
+            f.tuning.display(),
+            f.test.display()
+        ),
+    )
+    .unwrap();
+    let cfg = TuneConfig::load(&path).unwrap();
+    let set = &tune(&cfg, false).unwrap()[0];
+    // The real rows of a setting, per unit, in run order.
+    let real = |run: &Path, key: &str| -> Vec<UnitCounts> {
+        greedy_units(run)
+            .unwrap()
+            .iter()
+            .map(|u| UnitCounts::of(&u.rows.iter().find(|r| r.setting.key() == key).unwrap().metrics()))
+            .collect()
+    };
+    let settings: Vec<_> = expand(&cfg.methods).unwrap().into_iter().filter_map(|s| s.spec().cloned()).collect();
+    for c in &set.results {
+        let families: Vec<&str> = c.rules.iter().map(|r| r.family.as_str()).collect();
+        assert_eq!(families, ["lookup", "specdec", "suffix", "tree"], "at {}", c.costs.name);
+        for r in &c.rules {
+            let family: Vec<_> = settings.iter().filter(|m| m.family() == r.family).collect();
+            assert_eq!(family.len(), r.candidates, "{}", r.family);
+            let best = family
+                .iter()
+                .map(|m| throughput(&real(&f.tuning, &m.key()), &c.costs))
+                .fold(f64::NEG_INFINITY, f64::max);
+            assert!(
+                (r.tuning_throughput - best).abs() < 1e-9,
+                "{} at {}: chose {} ({}), the best real run on the tuning prompts made {best}",
+                r.family,
+                c.costs.name,
+                r.setting,
+                r.tuning_throughput
+            );
+            assert_eq!(r.test, real(&f.test, &r.setting), "{} at {}: test counts", r.setting, c.costs.name);
+        }
+    }
+
+    // A second tune of the suffix drafter alone, joined to the first one's choices: the same
+    // rules, read rather than replayed; a cost model priced otherwise is refused.
+    let joined = |name: &str, costs: &str| {
+        let path = f.root.join(format!("{name}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                "tuning = \"{}\"\ntest = \"{}\"\nout = \"{name}\"\nbootstrap = 200\nrules_from = \"live\"\n[[methods.grid]]\ndrafters.suffix = {{ alphas = [1.0, 2.0], cached_requests = [2] }}\npolicies.fixed = {{ k = [24] }}\n{costs}",
+                f.tuning.display(),
+                f.test.display()
+            ),
+        )
+        .unwrap();
+        tune(&TuneConfig::load(&path).unwrap(), false)
+    };
+    let again = joined("joined", costs).unwrap();
+    for (a, b) in again[0].results.iter().zip(&set.results) {
+        let summary = |c: &specx_eval::tune::CostResult| {
+            c.rules.iter().map(|r| (r.family.clone(), r.setting.clone(), r.test.clone())).collect::<Vec<_>>()
+        };
+        assert_eq!(summary(a), summary(b), "at {}", a.costs.name);
+    }
+    let e = format!("{:#}", joined("mispriced", &costs.replace("t_row = 0.03", "t_row = 0.04")).unwrap_err());
+    assert!(e.contains("prices differently"), "{e}");
+
+    let md = std::fs::read_to_string(cfg.out.join("tune.md")).unwrap();
+    // The drafters are judged against the chain's best stop rule; here the only chain rule is
+    // fixed K, the reference, so there is none to name.
+    assert!(md.contains("Every other drafter") && md.contains("| tree "), "{md}");
+}
+
 /// A trace set kept across completions (a parameter search) grows a branch whose cache was
 /// dropped when a later policy needs it deeper: the same counts as a build from scratch.
 #[test]

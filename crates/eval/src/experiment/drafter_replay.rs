@@ -12,9 +12,12 @@
 //! [`generate_speculative`]: specx_decoder::speculative::generate_speculative
 
 use super::replay::ReplayCosts;
+use crate::common::results::UnitFile;
+use crate::method::MethodSpec;
+use crate::method::policy::Heads;
 use anyhow::{Result, ensure};
-use specx_decoder::SamplingConfig;
 use specx_decoder::speculative::{DraftRound, DraftTree, Drafter, RequestMetrics, RoundOutcome, StopPolicy, Streams};
+use specx_decoder::{SamplingConfig, Transformer};
 
 /// How greedy verification walks down `tree` when the target's greedy tokens are `ar`: the
 /// depth of the path whose tokens are a prefix of `ar` (ending at an accepted EOS), and whether
@@ -37,6 +40,31 @@ fn greedy_walk(tree: &DraftTree, ar: &[u32], eos: &[u32]) -> (usize, bool) {
             return (depth, false);
         }
     }
+}
+
+/// Replays greedy unit `u` under `method`, its drafter over `draft` (and `earlier_outputs`, the
+/// suffix drafter's corpus) and its policy's head from `heads`. The feature head, which reads
+/// the target's states, is built by its caller.
+pub fn replay_unit(
+    method: &MethodSpec,
+    draft: &Transformer,
+    heads: &Heads,
+    earlier_outputs: &[Vec<u32>],
+    u: &UnitFile,
+    eos: &[u32],
+    costs: &ReplayCosts,
+) -> Result<RequestMetrics> {
+    let mut policy = method.build_policy(heads)?;
+    let mut drafter = method.build_drafter(draft, earlier_outputs)?;
+    replay_with_drafter(
+        drafter.as_mut(),
+        policy.as_mut(),
+        &u.prompt,
+        &u.ar_tokens,
+        u.rows[0].max_new_tokens,
+        eos,
+        costs,
+    )
 }
 
 /// Replays a greedy run of `drafter` under `policy` along `ar`, the target's greedy output for

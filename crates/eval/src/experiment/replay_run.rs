@@ -3,7 +3,7 @@
 //! the run's real rows; settings that were also run for real are checked count for count.
 
 use super::config::OutputConfig;
-use super::drafter_replay::replay_with_drafter;
+use super::drafter_replay::{replay_unit, replay_with_drafter};
 use super::grid::expand;
 use super::manifest::EvalManifest;
 use super::methods::MethodsConfig;
@@ -21,7 +21,7 @@ use crate::method::{DrafterSpec, MethodSpec, SchedulerSpec, Setting};
 use anyhow::{Context, Result, bail, ensure};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
-use specx_decoder::speculative::{Drafter, FeatureDraft, FeatureHeadDrafter};
+use specx_decoder::speculative::{FeatureDraft, FeatureHeadDrafter};
 use specx_decoder::{device_from_name, load_model_as};
 use specx_run::RunManifest;
 use specx_run::config::read_toml;
@@ -247,28 +247,32 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
             let (earlier_outputs, _) = earlier.for_unit(&u.unit)?;
             let counts = how.iter().map(|h| match h {
                 Replayer::Trace(p) => traces[i].replay(&mut policies[*p], &grid.costs),
-                Replayer::Live(method) => {
-                    let mut policy = method.build_policy(&head_map)?;
-                    let mut drafter: Box<dyn Drafter> = match &method.drafter {
-                        DrafterSpec::Feature(Feature { head }) => {
-                            // The target reads the whole trace once: every prefix the replay
-                            // commits is a prefix of it.
-                            let mut d = FeatureHeadDrafter::new(&target.model, &feature_heads[head]);
-                            d.read_text(&[u.prompt.as_slice(), u.ar_tokens.as_slice()].concat())?;
-                            Box::new(d)
-                        }
-                        _ => method.build_drafter(&draft.model, &earlier_outputs)?,
-                    };
-                    replay_with_drafter(
-                        drafter.as_mut(),
-                        policy.as_mut(),
-                        &u.prompt,
-                        &u.ar_tokens,
-                        u.rows[0].max_new_tokens,
+                Replayer::Live(method) => match &method.drafter {
+                    DrafterSpec::Feature(Feature { head }) => {
+                        // The target reads the whole trace once: every prefix the replay
+                        // commits is a prefix of it.
+                        let mut d = FeatureHeadDrafter::new(&target.model, &feature_heads[head]);
+                        d.read_text(&[u.prompt.as_slice(), u.ar_tokens.as_slice()].concat())?;
+                        replay_with_drafter(
+                            &mut d,
+                            method.build_policy(&head_map)?.as_mut(),
+                            &u.prompt,
+                            &u.ar_tokens,
+                            u.rows[0].max_new_tokens,
+                            &manifest.eos_ids,
+                            &grid.costs,
+                        )
+                    }
+                    _ => replay_unit(
+                        method,
+                        &draft.model,
+                        &head_map,
+                        &earlier_outputs,
+                        u,
                         &manifest.eos_ids,
                         &grid.costs,
-                    )
-                }
+                    ),
+                },
             });
             replayed_counts.push(
                 counts

@@ -45,6 +45,11 @@ pub struct TuneConfig {
     /// would have claimed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_sample: Option<PathBuf>,
+    /// An earlier tune output (its `out`) over the same traces and cost models: the settings it
+    /// chose (every family but the learned ones) join the tables, their test counts read, not
+    /// replayed. Fixed K may then be left out of the candidates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules_from: Option<PathBuf>,
 }
 
 fn default_resamples() -> usize {
@@ -127,6 +132,7 @@ impl TuneConfig {
         for p in [&mut c.tuning, &mut c.test, &mut c.out]
             .into_iter()
             .chain(c.in_sample.as_mut())
+            .chain(c.rules_from.as_mut())
             .chain(c.costs.iter_mut().filter_map(|c| c.profile.as_mut()))
         {
             *p = f(p);
@@ -149,7 +155,7 @@ impl TuneConfig {
     }
 
     /// Whether `other` computes the same results (it may report them differently: intervals,
-    /// the in-sample comparison, where the report goes).
+    /// the in-sample comparison, the rules joined from elsewhere, where the report goes).
     pub fn same_computation(&self, other: &Self) -> bool {
         (
             &self.tuning,
@@ -176,6 +182,7 @@ impl TuneConfig {
         c.test = resolve_path(&c.test, &base);
         c.out = resolve_path(&c.out, &base);
         c.in_sample = c.in_sample.map(|p| resolve_path(&p, &base));
+        c.rules_from = c.rules_from.map(|p| resolve_path(&p, &base));
         resolve_method_paths(&mut c.methods, &base, path)?;
         ensure!(!c.costs.is_empty(), "{}: give at least one [[costs]] model", path.display());
         for costs in &mut c.costs {

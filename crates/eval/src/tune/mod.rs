@@ -15,22 +15,27 @@ pub mod calibrate;
 pub mod config;
 pub mod curve;
 pub mod in_sample;
+mod joined;
+mod live;
 mod report;
 mod runs;
 pub mod search;
 
 use crate::common::costs::Costs;
 use crate::common::results::UnitFile;
+use crate::experiment::earlier::{self, EarlierOutputs};
 use crate::experiment::grid::expand;
 use crate::experiment::replay::{ReplayCosts, ReplayPolicy};
 use crate::experiment::target_stats::cached_target_stats;
 use crate::experiment::trace_builder::{TraceBuilder, TraceInput, TraceSet};
 use crate::method::models::load_heads_for_draft_as_loaded;
-use crate::method::{MethodSpec, PolicySpec};
+use crate::method::policy::Heads;
+use crate::method::{MethodSpec, PolicySpec, Setting};
 use anyhow::{Context, Result, bail, ensure};
 use bootstrap::{UnitCounts, throughput};
 use config::TuneConfig;
 use indicatif::{ProgressBar, ProgressStyle};
+use live::LiveCounts;
 use runs::{Runs, load_checked, of};
 use serde::{Deserialize, Serialize};
 use specx_decoder::speculative::{AcceptanceHead, ThresholdPlusParams, ThresholdPlusPolicy};
@@ -118,8 +123,8 @@ impl Candidates {
         ensure!(!settings.is_empty(), "the config lists no speculative setting to tune");
         let families: Vec<String> = settings.iter().map(|m| family(m, &cfg.head_families)).collect();
         ensure!(
-            families.iter().any(|f| f == REFERENCE),
-            "the candidates need fixed K (policies.fixed), the reference of every speedup"
+            families.iter().any(|f| f == REFERENCE) || cfg.rules_from.is_some(),
+            "the candidates need fixed K (policies.fixed), the reference of every speedup, unless rules_from names a tune output that has it"
         );
         ensure!(
             cfg.threshold_plus.is_none() || families.iter().any(|f| f == CONFIDENCE),
@@ -170,12 +175,69 @@ struct Replayer<'a> {
     target: Option<TargetSide<'a>>,
     heads: &'a [AcceptanceHead],
     head_index: &'a HashMap<String, usize>,
+    /// The same heads by name, for the live candidates' policies.
+    head_map: &'a Heads,
     eos: &'a [u32],
+    /// The earlier outputs of the tuning run and of the test run (the suffix drafter's corpus).
+    earlier: [EarlierOutputs<'a>; 2],
+    /// Whether any candidate or fit replays from the draft's traces.
+    traced: bool,
 }
 
 impl Replayer<'_> {
-    fn policies(&self, settings: &[&MethodSpec]) -> Result<Vec<ReplayPolicy>> {
-        settings.iter().map(|m| ReplayPolicy::of(m, self.head_index)).collect()
+    /// Refuses, before hours of forwards start, a candidate that cannot be replayed.
+    fn check(&self, settings: &[MethodSpec]) -> Result<()> {
+        for m in settings {
+            if live::is_live(m) {
+                live::check(m, self.draft, self.head_map)?;
+            } else {
+                let _ = ReplayPolicy::of(m, self.head_index)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Live counts on `units`, the traces of one prompt set of the tuning run (`split` 0) or
+    /// of the test run (1).
+    fn live<'b>(&'b self, units: &'b [&'b UnitFile], split: usize, bar: &ProgressBar) -> LiveCounts<'b> {
+        let mut l = LiveCounts::new(self.draft, self.head_map, self.eos, units, &self.earlier[split]);
+        l.progress = Some(bar.clone());
+        l
+    }
+
+    /// Per unit of `set`, the counts of each of `specs` at `c` (plain drafters' from the
+    /// traces, the others' live), then those of the trace policies `extra`.
+    fn counts(
+        &self,
+        builder: &mut TraceBuilder,
+        set: &mut TraceSet,
+        live: &mut LiveCounts,
+        specs: &[&MethodSpec],
+        extra: Vec<ReplayPolicy>,
+        c: &Costs,
+    ) -> Result<Vec<Vec<UnitCounts>>> {
+        let mut policies = Vec::new();
+        let mut traced_at = Vec::with_capacity(specs.len());
+        for m in specs {
+            traced_at.push((!live::is_live(m)).then_some(policies.len()));
+            if !live::is_live(m) {
+                policies.push(ReplayPolicy::of(m, self.head_index)?);
+            }
+        }
+        let n_traced = policies.len();
+        policies.extend(extra);
+        let mut traced =
+            if policies.is_empty() { Vec::new() } else { counts(builder, set, &mut policies, &replay_costs(c))? };
+        let extra_counts = traced.split_off(n_traced);
+        let mut out = Vec::with_capacity(specs.len() + extra_counts.len());
+        for (m, at) in specs.iter().zip(traced_at) {
+            out.push(match at {
+                Some(i) => std::mem::take(&mut traced[i]),
+                None => live.counts(m, c)?,
+            });
+        }
+        out.extend(extra_counts);
+        Ok(out)
     }
 
     /// The trunks of `units`, with the target's statistics along them when a rule reads the
@@ -187,6 +249,8 @@ impl Replayer<'_> {
         split: &str,
         pass: &mut TargetPass,
     ) -> Result<TraceSet> {
+        // With every candidate live, the draft's trunks along the traces are never read.
+        let units = if self.traced { units } else { &[] };
         let inputs: Vec<TraceInput> = units.iter().map(|u| TraceInput::of(u)).collect::<Result<_>>()?;
         let mut set = builder.start(&inputs, true)?;
         if let Some(target) = &self.target {
@@ -309,12 +373,11 @@ fn tune_set(
         });
     }
     let all: Vec<&MethodSpec> = cands.settings.iter().collect();
+    let mut live_tuning = r.live(tuning, 0, &bar);
     let mut chosen: Vec<Chosen> = Vec::new();
     for c in &cfg.costs {
-        let rc = replay_costs(c);
         bar.set_message(format!("{dataset}, {}: {} candidates on the tuning traces", c.name, all.len()));
-        let mut policies = r.policies(&all)?;
-        let tuned = counts(&mut builder, &mut set, &mut policies, &rc)?;
+        let tuned = r.counts(&mut builder, &mut set, &mut live_tuning, &all, Vec::new(), c)?;
         // Each family's best candidate by tuning throughput (the first on ties).
         let mut best: BTreeMap<&str, (usize, usize, f64)> = BTreeMap::new();
         for (i, u) in tuned.iter().enumerate() {
@@ -420,18 +483,19 @@ fn replay_chosen(
         bar.set_message(format!("{dataset}: the test traces, chosen settings only"));
     }
     let mut set = r.start(builder, test, "test", pass)?;
+    let bar = builder.progress.clone().unwrap_or_else(ProgressBar::hidden);
+    let mut live_test = r.live(test, 1, &bar);
     let mut results = Vec::new();
     for (c, (families, fit, calibrated)) in cfg.costs.iter().zip(chosen) {
-        let rc = replay_costs(c);
         let specs: Vec<&MethodSpec> = families.iter().map(|(_, i, _, _)| &cands.settings[*i]).collect();
-        let mut policies = r.policies(&specs)?;
+        let mut extra = Vec::new();
         if let Some(f) = &fit {
-            policies.push(ReplayPolicy::Live(Box::new(ThresholdPlusPolicy::new(f.params.clone())?)));
+            extra.push(ReplayPolicy::Live(Box::new(ThresholdPlusPolicy::new(f.params.clone())?)));
         }
         for ch in &calibrated {
-            policies.push(ch.policy()?);
+            extra.push(ch.policy()?);
         }
-        let test_counts = counts(builder, &mut set, &mut policies, &rc)?;
+        let test_counts = r.counts(builder, &mut set, &mut live_test, &specs, extra, c)?;
         let rules = rules_of(cands, families, &fit, &calibrated, test_counts.into_iter())?;
         results.push(CostResult { costs: c.clone(), rules, threshold_plus: fit, calibrated });
     }
@@ -448,15 +512,22 @@ fn replay_chosen(
     Ok(results)
 }
 
-/// A set's earlier result, if it was computed under this config from these prompts (its
-/// config's paths are relative to the file's directory).
-fn finished(path: &Path, cfg: &TuneConfig, tuning: &[&UnitFile], test: &[&UnitFile]) -> Option<SetResult> {
-    let mut r: SetResult = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
-    let dir = path.parent()?;
+/// A set's result as written in `path`, its paths resolved (the file keeps them relative to
+/// its directory).
+fn finished_file(path: &Path) -> Result<SetResult> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut r: SetResult = serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", path.display()))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
     r.config = r.config.resolved_against(dir);
     for p in r.results.iter_mut().filter_map(|c| c.costs.profile.as_mut()) {
         *p = specx_run::paths::resolve_path(p, dir);
     }
+    Ok(r)
+}
+
+/// A set's earlier result, if it was computed under this config from these prompts.
+fn finished(path: &Path, cfg: &TuneConfig, tuning: &[&UnitFile], test: &[&UnitFile]) -> Option<SetResult> {
+    let r = finished_file(path).ok()?;
     let ids = |u: &[&UnitFile]| u.iter().map(|u| u.unit.prompt_id.clone()).collect::<Vec<_>>();
     (r.config.same_computation(cfg) && r.tuning_prompts == ids(tuning) && r.test_prompts == ids(test)).then_some(r)
 }
@@ -484,10 +555,20 @@ pub fn tune(cfg: &TuneConfig, tuning_only: bool) -> Result<Vec<SetResult>> {
         weights: format!("{:?}", m.weights),
         cache: cfg.out.join("target-stats"),
     });
-    let r =
-        Replayer { draft: &draft.model, target: target_side, heads: &heads, head_index: &head_index, eos: &mt.eos_ids };
-    // Every candidate must be replayable before hours of forwards start.
-    r.policies(&cands.settings.iter().collect::<Vec<_>>())?;
+    let bound = earlier::bound(&cands.settings.iter().cloned().map(Setting::Speculative).collect::<Vec<_>>());
+    let r = Replayer {
+        draft: &draft.model,
+        target: target_side,
+        heads: &heads,
+        head_index: &head_index,
+        head_map: &head_map,
+        eos: &mt.eos_ids,
+        earlier: [EarlierOutputs::of_files(bound, &tuning), EarlierOutputs::of_files(bound, &test)],
+        traced: cands.settings.iter().any(|m| !live::is_live(m))
+            || cfg.threshold_plus.is_some()
+            || cfg.calibrated.is_some(),
+    };
+    r.check(&cands.settings)?;
 
     let sets_dir = cfg.out.join("sets");
     if !tuning_only {
@@ -523,6 +604,9 @@ pub fn tune(cfg: &TuneConfig, tuning_only: bool) -> Result<Vec<SetResult>> {
     let mut keys: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (m, f) in cands.settings.iter().zip(&cands.families) {
         keys.entry(f.clone()).or_default().push(m.key());
+    }
+    if let Some(dir) = &cfg.rules_from {
+        joined::join(dir, &mut out)?;
     }
     report::write(cfg, &out, &keys)?;
     Ok(out)

@@ -9,6 +9,7 @@ use super::calibrate::{Calibration, ModelFit};
 use super::config::TuneConfig;
 use super::in_sample::InSample;
 use super::{CONFIDENCE, CostResult, ORACLE, REFERENCE, RuleResult, SetResult, THRESHOLD_PLUS};
+use crate::method::drafter::DrafterKind;
 use anyhow::{Context, Result};
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::report::markdown_table;
@@ -17,13 +18,55 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// Families fitted to data: the heads, threshold-plus and the calibrated model's rules.
-fn learned(family: &str) -> bool {
+pub(super) fn learned(family: &str) -> bool {
     family == THRESHOLD_PLUS || family.starts_with("specdecpp") || family.starts_with(acceptance_model::TOKEN)
 }
 
-/// Families that are not stop rules to pick from: the reference, the oracle, the learned ones.
+/// Families that are not stop rules to pick from: the reference, the oracle, the learned ones,
+/// and the drafters other than the draft model's chain.
 fn training_free(family: &str) -> bool {
-    ![REFERENCE, ORACLE].contains(&family) && !learned(family)
+    ![REFERENCE, ORACLE].contains(&family) && !learned(family) && !DrafterKind::names_a_drafter(family)
+}
+
+/// Every drafter family other than the draft model's chain (prompt lookup, the tree drafters,
+/// ...) on the test traces against the chain's training-free rule the tuning traces rank first.
+fn drafters_table(md: &mut String, ci: usize, sets: &[SetResult], b: usize, seed: u64) -> Result<()> {
+    let mut families: Vec<&str> = sets
+        .iter()
+        .flat_map(|s| s.results[ci].rules.iter().map(|r| r.family.as_str()))
+        .filter(|f| DrafterKind::names_a_drafter(f))
+        .collect();
+    if families.is_empty() {
+        return Ok(());
+    }
+    families.sort();
+    families.dedup();
+    writeln!(
+        md,
+        "\nEvery other drafter on the test traces against the draft model's training-free stop rule the tuning traces rank first (named in the header):\n"
+    )?;
+    let best: Vec<Option<&RuleResult>> = sets.iter().map(|s| best_training_free(&s.results[ci])).collect();
+    let header: Vec<String> = ["drafter".to_string()]
+        .into_iter()
+        .chain(
+            sets.iter().zip(&best).map(|(s, r)| format!("{}: vs {}", s.dataset, r.map_or("-", |r| r.family.as_str()))),
+        )
+        .collect();
+    let rows: Vec<Vec<String>> = families
+        .iter()
+        .map(|f| {
+            let cells = sets.iter().zip(&best).map(|(s, chain)| {
+                let c = &s.results[ci];
+                match (rule(c, f), chain) {
+                    (Some(r), Some(chain)) => speedup(&r.test, &chain.test, &c.costs, b, seed).percent(),
+                    _ => "-".into(),
+                }
+            });
+            [f.to_string()].into_iter().chain(cells).collect()
+        })
+        .collect();
+    md.push_str(&markdown_table(&header.iter().map(String::as_str).collect::<Vec<_>>(), &rows));
+    Ok(())
 }
 
 /// Every learned family on the test traces against the training-free rule the tuning traces
@@ -246,6 +289,7 @@ fn page(cfg: &TuneConfig, sets: &[SetResult], candidates: &BTreeMap<String, Vec<
         }
         md.push_str(&markdown_table(&header.iter().map(String::as_str).collect::<Vec<_>>(), &rows));
         learned_table(&mut md, ci, sets, b, seed)?;
+        drafters_table(&mut md, ci, sets, b, seed)?;
         if let Some(inside) = &inside {
             in_sample_table(&mut md, ci, sets, inside, candidates)?;
         }

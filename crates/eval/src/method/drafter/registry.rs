@@ -69,6 +69,12 @@ macro_rules! drafter_families {
                 match self { $(Self::$variant => <$ty as DrafterFamily>::from_flags(flags).map(DrafterSpec::from),)* }
             }
 
+            /// Whether results group rows under `family` for their drafter: every drafter's
+            /// but the plain chain's, whose rows go under their stop policy.
+            pub fn names_a_drafter(family: &str) -> bool {
+                family != "plain" && Self::ALL.iter().any(|k| k.name() == family)
+            }
+
             /// The names of the families that take `flag`.
             pub fn names_taking(flag: DrafterFlag) -> Vec<&'static str> {
                 Self::ALL.iter().filter(|k| k.flags().contains(&flag)).map(|k| k.name()).collect()

@@ -22,6 +22,8 @@ impl PolicyFamily for Bandit {
     const HELP: &'static str = "A UCB bandit over K (--arms [1,2,3,4])";
     const READS: Reads = Reads::Nothing;
     const FLAGS: &'static [Flag] = &[Flag::Arms];
+    /// Its reward is tokens per second.
+    const LEARNS_FROM_TIME: bool = true;
     type Grid = BanditPolicies;
 
     fn key(&self) -> String {

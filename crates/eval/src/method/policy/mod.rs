@@ -71,6 +71,9 @@ pub trait PolicyFamily: Sized + Clone + Debug + PartialEq + Serialize + Deserial
     const READS: Reads;
     /// The `specx decode` policy flags it takes; any other given is an error.
     const FLAGS: &'static [Flag];
+    /// Whether it learns from the time its rounds took (a replay then prices each round, and
+    /// its counts depend on the prices).
+    const LEARNS_FROM_TIME: bool = false;
     /// Its `policies.*` table of a grid: lists whose product are its settings.
     type Grid: Clone + Debug + PartialEq + Serialize + DeserializeOwned;
 

@@ -44,6 +44,10 @@ macro_rules! policy_families {
             pub fn reads(&self) -> Reads {
                 match self { $(Self::$variant(_) => <$ty as PolicyFamily>::READS,)* }
             }
+            /// Whether it learns from the time its rounds took.
+            pub fn learns_from_time(&self) -> bool {
+                match self { $(Self::$variant(_) => <$ty as PolicyFamily>::LEARNS_FROM_TIME,)* }
+            }
             /// Whether a real run can use it: one that reads the AR output in advance (the
             /// oracle) exists only in replays.
             pub fn runnable(&self) -> bool {
