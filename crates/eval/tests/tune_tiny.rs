@@ -334,19 +334,18 @@ policies.tree_price = { depth = [3], row_costs = [0.2], draft_costs = [0.3] }
 #[test]
 fn live_drafters_are_chosen_on_tuning_traces_and_judged_by_their_real_counts() {
     let f = fixture(&format!("[[sampling]]\nname = \"greedy\"\n[methods]\n{LIVE_CANDIDATES}"));
-    let path = f.root.join("live.toml");
     let costs = &CANDIDATES[CANDIDATES.find("[[costs]]").unwrap()..CANDIDATES.find("[threshold_plus]").unwrap()];
-    std::fs::write(
-        &path,
-        format!(
-            "tuning = \"{}\"\ntest = \"{}\"\nout = \"live\"\nbootstrap = 200\n{LIVE_CANDIDATES}{costs}",
-            f.tuning.display(),
-            f.test.display()
-        ),
-    )
-    .unwrap();
-    let cfg = TuneConfig::load(&path).unwrap();
-    let set = &tune(&cfg, false).unwrap()[0];
+    // A tune of the two runs into `name`, its candidates and costs given as TOML.
+    let tune_with = |name: &str, body: &str| {
+        let path = f.root.join(format!("{name}.toml"));
+        let (tuning, test) = (f.tuning.display(), f.test.display());
+        let text = format!("tuning = \"{tuning}\"\ntest = \"{test}\"\nout = \"{name}\"\nbootstrap = 200\n{body}");
+        std::fs::write(&path, text).unwrap();
+        let cfg = TuneConfig::load(&path).unwrap();
+        tune(&cfg, false).map(|sets| (cfg, sets))
+    };
+    let (cfg, sets) = tune_with("live", &format!("{LIVE_CANDIDATES}{costs}")).unwrap();
+    let set = &sets[0];
     // The real rows of a setting, per unit, in run order.
     let real = |run: &Path, key: &str| -> Vec<UnitCounts> {
         greedy_units(run)
@@ -380,27 +379,16 @@ fn live_drafters_are_chosen_on_tuning_traces_and_judged_by_their_real_counts() {
 
     // A second tune of the suffix drafter alone, joined to the first one's choices: the same
     // rules, read rather than replayed; a cost model priced otherwise is refused.
-    let joined = |name: &str, costs: &str| {
-        let path = f.root.join(format!("{name}.toml"));
-        std::fs::write(
-            &path,
-            format!(
-                "tuning = \"{}\"\ntest = \"{}\"\nout = \"{name}\"\nbootstrap = 200\nrules_from = \"live\"\n[[methods.grid]]\ndrafters.suffix = {{ alphas = [1.0, 2.0], cached_requests = [2] }}\npolicies.fixed = {{ k = [24] }}\n{costs}",
-                f.tuning.display(),
-                f.test.display()
-            ),
-        )
-        .unwrap();
-        tune(&TuneConfig::load(&path).unwrap(), false)
-    };
-    let again = joined("joined", costs).unwrap();
+    let suffix_alone = "rules_from = \"live\"\n[[methods.grid]]\ndrafters.suffix = { alphas = [1.0, 2.0], cached_requests = [2] }\npolicies.fixed = { k = [24] }\n";
+    let (_, again) = tune_with("joined", &format!("{suffix_alone}{costs}")).unwrap();
     for (a, b) in again[0].results.iter().zip(&set.results) {
         let summary = |c: &specx_eval::tune::CostResult| {
             c.rules.iter().map(|r| (r.family.clone(), r.setting.clone(), r.test.clone())).collect::<Vec<_>>()
         };
         assert_eq!(summary(a), summary(b), "at {}", a.costs.name);
     }
-    let e = format!("{:#}", joined("mispriced", &costs.replace("t_row = 0.03", "t_row = 0.04")).unwrap_err());
+    let mispriced = costs.replace("t_row = 0.03", "t_row = 0.04");
+    let e = format!("{:#}", tune_with("mispriced", &format!("{suffix_alone}{mispriced}")).unwrap_err());
     assert!(e.contains("prices differently"), "{e}");
 
     let md = std::fs::read_to_string(cfg.out.join("tune.md")).unwrap();
