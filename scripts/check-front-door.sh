@@ -42,9 +42,10 @@ for r in adaptive specdecpp; do
   "$specx" reproduce "$r" --config "configs/reproductions/$r.toml" >/dev/null
 done
 # Every tune page the docs cite that has committed per-set results: greedy, T = 1 and T = 0.7
-# (coupled draws). Not rebuilt here (docs/dev/ci.md says why): the model that reads the
-# target's statistics and the learning curves, which replay the traces through the draft.
-for tune in tune-stop-rules tune-t1-coupled tune-t07-coupled; do
+# (coupled draws), and the drafters other than the chain (tune-trees, joined to the greedy
+# rules). Not rebuilt here (docs/dev/ci.md says why): the model that reads the target's
+# statistics and the learning curves, which replay the traces through the draft.
+for tune in tune-stop-rules tune-t1-coupled tune-t07-coupled tune-trees; do
   "$specx" eval tune --config "configs/eval/$tune.toml" >/dev/null 2>"$tmp/tune.log" || { cat "$tmp/tune.log" >&2; exit 1; }
   if grep -q "replayed in" "$tmp/tune.log"; then
     echo "check-front-door: specx eval tune --config configs/eval/$tune.toml replayed a set instead of reading its committed result:" >&2
@@ -52,11 +53,11 @@ for tune in tune-stop-rules tune-t1-coupled tune-t07-coupled; do
     exit 1
   fi
 done
-changed="$(git status --porcelain -- docs/reproductions)"
+changed="$(git status --porcelain -- docs/reproductions docs/performance/drafters/out-of-sample)"
 if [ -n "$changed" ]; then
-  echo "check-front-door: specx reproduce changed committed outputs:" >&2
+  echo "check-front-door: specx reproduce or specx eval tune changed committed outputs:" >&2
   echo "$changed" >&2
-  git --no-pager diff --stat -- docs/reproductions >&2
+  git --no-pager diff --stat -- docs/reproductions docs/performance/drafters/out-of-sample >&2
   exit 1
 fi
 echo "check-front-door: ok"
