@@ -72,6 +72,9 @@ fn drafters_table(md: &mut String, ci: usize, sets: &[SetResult], b: usize, seed
 /// Every learned family on the test traces against the training-free rule the tuning traces
 /// rank first, and the share of the oracle's headroom each closes.
 fn learned_table(md: &mut String, ci: usize, sets: &[SetResult], b: usize, seed: u64) -> Result<()> {
+    if !sets.iter().any(|s| s.results[ci].rules.iter().any(|r| learned(&r.family))) {
+        return Ok(());
+    }
     writeln!(
         md,
         "\nEvery learned rule on the test traces against the training-free rule the tuning traces rank first (named in the header), and the share of the oracle's headroom over fixed K each closes:\n"
