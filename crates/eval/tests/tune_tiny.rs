@@ -90,6 +90,25 @@ fn fixture(sampling_and_methods: &str) -> Fixture {
     Fixture { _tmp: tmp, root, draft_path, target_path, tuning, test, draft, target, eos }
 }
 
+/// Asserts that `r`, its family's setting chosen at `c`, made the best tuning throughput of
+/// the candidates `family`, each one's counts on the tuning prompts given by `counts`.
+fn assert_chosen_best(
+    r: &specx_eval::tune::RuleResult,
+    c: &specx_eval::common::costs::Costs,
+    family: &[&specx_eval::method::MethodSpec],
+    counts: impl Fn(&specx_eval::method::MethodSpec) -> Vec<UnitCounts>,
+) {
+    let best = family.iter().map(|m| throughput(&counts(m), c)).fold(f64::NEG_INFINITY, f64::max);
+    assert!(
+        (r.tuning_throughput - best).abs() < 1e-9,
+        "{} at {}: chose {} ({}), the best candidate on the tuning prompts made {best}",
+        r.family,
+        c.name,
+        r.setting,
+        r.tuning_throughput
+    );
+}
+
 const CANDIDATES: &str = r#"
 [[methods.grid]]
 policies.fixed = { k = [1, 2, 4, 6] }
@@ -171,18 +190,9 @@ fn settings_are_chosen_on_tuning_traces_and_test_counts_are_exact() {
                 .filter(|m| m.key() == r.setting || (m.family() == r.family && r.family != "oracle"))
                 .collect();
             assert_eq!(family.len(), r.candidates, "{}: {}", r.family, r.setting);
-            let tuned = |m: &specx_eval::method::MethodSpec| {
-                throughput(&fresh(&tuning_units, ReplayPolicy::of(m, &no_heads).unwrap(), &c.costs), &c.costs)
-            };
-            let best = family.iter().map(|m| tuned(m)).fold(f64::NEG_INFINITY, f64::max);
-            assert!(
-                (r.tuning_throughput - best).abs() < 1e-9,
-                "{} at {}: chose {} ({}), best {best}",
-                r.family,
-                c.costs.name,
-                r.setting,
-                r.tuning_throughput
-            );
+            assert_chosen_best(r, &c.costs, &family, |m| {
+                fresh(&tuning_units, ReplayPolicy::of(m, &no_heads).unwrap(), &c.costs)
+            });
             // Its test counts are those of a replay from scratch.
             let m = settings.iter().find(|m| m.key() == r.setting).unwrap();
             assert_eq!(r.test, fresh(&test_units, ReplayPolicy::of(m, &no_heads).unwrap(), &c.costs), "{}", r.setting);
@@ -361,18 +371,7 @@ fn live_drafters_are_chosen_on_tuning_traces_and_judged_by_their_real_counts() {
         for r in &c.rules {
             let family: Vec<_> = settings.iter().filter(|m| m.family() == r.family).collect();
             assert_eq!(family.len(), r.candidates, "{}", r.family);
-            let best = family
-                .iter()
-                .map(|m| throughput(&real(&f.tuning, &m.key()), &c.costs))
-                .fold(f64::NEG_INFINITY, f64::max);
-            assert!(
-                (r.tuning_throughput - best).abs() < 1e-9,
-                "{} at {}: chose {} ({}), the best real run on the tuning prompts made {best}",
-                r.family,
-                c.costs.name,
-                r.setting,
-                r.tuning_throughput
-            );
+            assert_chosen_best(r, &c.costs, &family, |m| real(&f.tuning, &m.key()));
             assert_eq!(r.test, real(&f.test, &r.setting), "{} at {}: test counts", r.setting, c.costs.name);
         }
     }

@@ -13,8 +13,8 @@
 
 use super::replay::ReplayCosts;
 use crate::common::results::UnitFile;
-use crate::method::MethodSpec;
 use crate::method::policy::Heads;
+use crate::method::{DrafterSpec, MethodSpec, SchedulerSpec};
 use anyhow::{Result, ensure};
 use specx_decoder::speculative::{DraftRound, DraftTree, Drafter, RequestMetrics, RoundOutcome, StopPolicy, Streams};
 use specx_decoder::{SamplingConfig, Transformer};
@@ -40,6 +40,23 @@ fn greedy_walk(tree: &DraftTree, ar: &[u32], eos: &[u32]) -> (usize, bool) {
             return (depth, false);
         }
     }
+}
+
+/// Whether `method` is replayed by running its drafter along the AR output: every drafter but
+/// the plain chain, whose proposals the draft's traces hold.
+pub fn replays_live(method: &MethodSpec) -> bool {
+    !matches!(method.drafter, DrafterSpec::Plain(_))
+}
+
+/// Refuses, before any replay runs, a live setting no replay can count (DSI, whose timing is
+/// no sum of forwards), and builds its parts once over `draft` and `heads`.
+pub fn check_live(method: &MethodSpec, draft: &Transformer, heads: &Heads) -> Result<()> {
+    ensure!(
+        method.scheduler == SchedulerSpec::Sequential,
+        "{}: DSI runs only for real (its timing is no sum of forwards)",
+        method.key()
+    );
+    method.check_models(draft, heads)
 }
 
 /// Replays greedy unit `u` under `method`, its drafter over `draft` (and `earlier_outputs`, the

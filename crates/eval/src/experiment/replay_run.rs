@@ -3,7 +3,7 @@
 //! the run's real rows; settings that were also run for real are checked count for count.
 
 use super::config::OutputConfig;
-use super::drafter_replay::{replay_unit, replay_with_drafter};
+use super::drafter_replay::{check_live, replay_unit, replay_with_drafter, replays_live};
 use super::grid::expand;
 use super::manifest::EvalManifest;
 use super::methods::MethodsConfig;
@@ -17,7 +17,7 @@ use crate::method::family::DEFAULT_HEAD;
 use crate::method::models::default_feature_head_dir;
 use crate::method::models::load_heads_for_draft_as_loaded;
 use crate::method::policy::head::check_head_dirs;
-use crate::method::{DrafterSpec, MethodSpec, SchedulerSpec, Setting};
+use crate::method::{DrafterSpec, MethodSpec, Setting};
 use anyhow::{Context, Result, bail, ensure};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -216,13 +216,8 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     let mut policies = Vec::new();
     let mut how = Vec::with_capacity(settings.len());
     for s in settings.iter().filter_map(Setting::spec) {
-        if !matches!(s.drafter, DrafterSpec::Plain(_)) {
-            ensure!(
-                s.scheduler == SchedulerSpec::Sequential,
-                "{}: DSI runs only for real (its timing is no sum of forwards)",
-                s.key()
-            );
-            s.check_models(&draft.model, &head_map)?;
+        if replays_live(s) {
+            check_live(s, &draft.model, &head_map)?;
             how.push(Replayer::Live(s.clone()));
         } else {
             how.push(Replayer::Trace(policies.len()));

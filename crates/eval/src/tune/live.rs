@@ -11,19 +11,14 @@
 use super::bootstrap::UnitCounts;
 use crate::common::costs::Costs;
 use crate::common::results::UnitFile;
-use crate::experiment::drafter_replay::replay_unit;
+use crate::experiment::drafter_replay::{check_live, replay_unit};
 use crate::experiment::earlier::EarlierOutputs;
 use crate::method::policy::Heads;
-use crate::method::{DrafterSpec, MethodSpec, SchedulerSpec};
+use crate::method::{DrafterSpec, MethodSpec};
 use anyhow::{Context, Result, ensure};
 use indicatif::ProgressBar;
 use specx_decoder::Transformer;
 use std::collections::HashMap;
-
-/// Whether `m` is replayed live rather than from the traces.
-pub fn is_live(m: &MethodSpec) -> bool {
-    !matches!(m.drafter, DrafterSpec::Plain(_))
-}
 
 /// Refuses, before any forward runs, a live candidate that cannot be replayed from the draft
 /// model and the traces alone.
@@ -33,12 +28,7 @@ pub fn check(m: &MethodSpec, draft: &Transformer, heads: &Heads) -> Result<()> {
         "{}: the feature head reads the target's states, which a tune replay does not load; replay it with specx eval replay",
         m.key()
     );
-    ensure!(
-        m.scheduler == SchedulerSpec::Sequential,
-        "{}: DSI runs only for real (its timing is no sum of forwards)",
-        m.key()
-    );
-    m.check_models(draft, heads)
+    check_live(m, draft, heads)
 }
 
 /// The live candidates' counts on one split of one prompt set, each computed once.
@@ -52,7 +42,7 @@ pub struct LiveCounts<'a> {
     earlier: &'a EarlierOutputs<'a>,
     done: HashMap<String, Vec<UnitCounts>>,
     /// Where long replays say how far they are.
-    pub progress: Option<ProgressBar>,
+    progress: ProgressBar,
 }
 
 impl<'a> LiveCounts<'a> {
@@ -62,8 +52,9 @@ impl<'a> LiveCounts<'a> {
         eos: &'a [u32],
         units: &'a [&'a UnitFile],
         earlier: &'a EarlierOutputs<'a>,
+        progress: ProgressBar,
     ) -> Self {
-        Self { draft, heads, eos, units, earlier, done: HashMap::new(), progress: None }
+        Self { draft, heads, eos, units, earlier, done: HashMap::new(), progress }
     }
 
     /// Each unit's counts under `m`, its rounds priced at `c` for a policy that learns from them.
@@ -78,9 +69,7 @@ impl<'a> LiveCounts<'a> {
         let rc = super::replay_costs(c);
         let mut out = Vec::with_capacity(self.units.len());
         for (i, u) in self.units.iter().enumerate() {
-            if let Some(bar) = &self.progress {
-                bar.set_message(format!("{}: trace {}/{} live", m.key(), i + 1, self.units.len()));
-            }
+            self.progress.set_message(format!("{}: trace {}/{} live", m.key(), i + 1, self.units.len()));
             let (earlier, _) = self.earlier.for_unit(&u.unit)?;
             let metrics = replay_unit(m, self.draft, self.heads, &earlier, u, self.eos, &rc)
                 .with_context(|| format!("replaying {} {} under {}", u.unit.dataset, u.unit.prompt_id, m.key()))?;

@@ -23,6 +23,7 @@ pub mod search;
 
 use crate::common::costs::Costs;
 use crate::common::results::UnitFile;
+use crate::experiment::drafter_replay::replays_live;
 use crate::experiment::earlier::{self, EarlierOutputs};
 use crate::experiment::grid::expand;
 use crate::experiment::replay::{ReplayCosts, ReplayPolicy};
@@ -188,7 +189,7 @@ impl Replayer<'_> {
     /// Refuses, before hours of forwards start, a candidate that cannot be replayed.
     fn check(&self, settings: &[MethodSpec]) -> Result<()> {
         for m in settings {
-            if live::is_live(m) {
+            if replays_live(m) {
                 live::check(m, self.draft, self.head_map)?;
             } else {
                 let _ = ReplayPolicy::of(m, self.head_index)?;
@@ -200,9 +201,7 @@ impl Replayer<'_> {
     /// Live counts on `units`, the traces of one prompt set of the tuning run (`split` 0) or
     /// of the test run (1).
     fn live<'b>(&'b self, units: &'b [&'b UnitFile], split: usize, bar: &ProgressBar) -> LiveCounts<'b> {
-        let mut l = LiveCounts::new(self.draft, self.head_map, self.eos, units, &self.earlier[split]);
-        l.progress = Some(bar.clone());
-        l
+        LiveCounts::new(self.draft, self.head_map, self.eos, units, &self.earlier[split], bar.clone())
     }
 
     /// Per unit of `set`, the counts of each of `specs` at `c` (plain drafters' from the
@@ -219,10 +218,12 @@ impl Replayer<'_> {
         let mut policies = Vec::new();
         let mut traced_at = Vec::with_capacity(specs.len());
         for m in specs {
-            traced_at.push((!live::is_live(m)).then_some(policies.len()));
-            if !live::is_live(m) {
+            traced_at.push(if replays_live(m) {
+                None
+            } else {
                 policies.push(ReplayPolicy::of(m, self.head_index)?);
-            }
+                Some(policies.len() - 1)
+            });
         }
         let n_traced = policies.len();
         policies.extend(extra);
@@ -564,7 +565,7 @@ pub fn tune(cfg: &TuneConfig, tuning_only: bool) -> Result<Vec<SetResult>> {
         head_map: &head_map,
         eos: &mt.eos_ids,
         earlier: [EarlierOutputs::of_files(bound, &tuning), EarlierOutputs::of_files(bound, &test)],
-        traced: cands.settings.iter().any(|m| !live::is_live(m))
+        traced: cands.settings.iter().any(|m| !replays_live(m))
             || cfg.threshold_plus.is_some()
             || cfg.calibrated.is_some(),
     };
