@@ -7,7 +7,9 @@
 #   tiny-model logits, KV rollback, a fixed-K speculative round, the acceptance head, DSI and
 #   EasySpec across devices, a model split over the CPU and the device, a token tree's call,
 #   head training, datagen
-#   parts, and a few greedy tokens of the real 0.5B model. They run on whatever Vulkan adapter
+#   parts, the fused kernels against a host reference, the kernel launches per layer against
+#   their bound, and a few greedy tokens of the
+#   real 0.5B model. They run on whatever Vulkan adapter
 #   comes first (`specx devices` lists them); on a machine without a GPU that is Mesa's
 #   software driver (lavapipe), which this script installs when it can (Debian/Ubuntu, as root
 #   or with passwordless sudo). Without a Vulkan driver it fails and says why (set
@@ -76,6 +78,6 @@ scripts/test-wgpu.sh, or skip these tests on purpose with SPECX_SKIP_GPU_TESTS=1
 MSG
     exit 1
 fi
-gpu_test 9 --test wgpu -- --test-threads 1
+gpu_test 11 --test wgpu -- --test-threads 1
 gpu_test 1 --test train_synthetic training_on_the_device
 gpu_test 1 --test datagen_tiny a_device_list_splits

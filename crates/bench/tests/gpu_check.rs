@@ -60,10 +60,10 @@ fn correctness_on_a_device_this_build_lacks_fails_every_check_saying_why() {
     let e = correctness(&CorrectnessArgs { devices: vec!["cuda".into()], tolerance: 1e-3, out: out.clone() })
         .unwrap_err()
         .to_string();
-    assert!(e.contains("8 device check(s) failed"), "{e}");
+    assert!(e.contains("10 device check(s) failed"), "{e}");
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap();
     let checks = json["devices"][0]["checks"].as_array().unwrap();
-    assert_eq!(checks.len(), 8);
+    assert_eq!(checks.len(), 10);
     assert!(checks.iter().all(|c| c["passed"] == false && c["detail"].as_str().unwrap().contains("--features cuda")));
     assert!(
         correctness(&CorrectnessArgs { devices: vec!["cpu".into()], tolerance: 1e-3, out: dir.path().join("x.json") })
@@ -102,7 +102,10 @@ fn the_report_judges_each_target_and_names_what_is_missing() {
         serde_json::json!({ "models": [{ "role": "target", "device": "cuda:0", "prefill_tokens_per_sec": 9000.0, "decode_tokens_per_sec": 150.0 }] }),
     );
     let curve: Vec<f64> = (1..=21).map(|r| 0.006 + 0.0001 * r as f64).collect();
-    let target = serde_json::json!({ "role": "target", "path": "t", "sha256": "", "layers": 28, "forward": [{ "context": 128, "seconds": curve }], "layer_context": 128, "attention_s": [], "mlp_s": [], "lm_head_s": 0.0, "ttft_s": [], "tpot_s": 0.0065 });
+    let target = serde_json::json!({ "role": "target", "path": "t", "sha256": "", "layers": 28, "forward": [{ "context": 128, "seconds": curve }], "layer_context": 128, "attention_s": [], "mlp_s": [], "lm_head_s": 0.0, "ttft_s": [], "tpot_s": 0.0065, "launches": [
+        { "rows": 1, "context": 128, "attention": [3, 4], "mlp": [2, 2], "lm_head": 1, "total": 16, "bytes_read": 2_013_000_000u64, "by_kernel": [["matmul", 8]] },
+        { "rows": 5, "context": 128, "attention": [5, 5], "mlp": [2, 2], "lm_head": 1, "total": 18, "bytes_read": 2_014_000_000u64, "by_kernel": [["matmul", 8]] }
+    ] });
     write(
         d,
         "profile-cuda.json",
@@ -128,12 +131,24 @@ fn the_report_judges_each_target_and_names_what_is_missing() {
     assert_eq!(t[1], ("2/3 passed".to_string(), Some(false)));
     assert_eq!(t[2], ("not measured: bench-cuda.json or hf.json missing".to_string(), None));
     assert_eq!(t[3], ("1.07x after 128 tokens (6.50 / 6.10 ms)".to_string(), Some(true)));
+    // The worst layer of each counted call, then no bound without bandwidth.json.
+    assert_eq!(t[4], ("6 at 1 row, 7 at 5 rows a layer".to_string(), Some(false)));
+    assert_eq!(t[5], ("not measured: no peak bandwidth: bandwidth.json missing".to_string(), None));
+    assert!(md.contains("Kernel launches on cuda:0"), "{md}");
     // With the anchor: specx 150 vs HF 100 tok/s.
     write(
         d,
         "hf.json",
         serde_json::json!({ "dtype": "bfloat16", "context": 128, "models": [{ "role": "target", "prefill_tokens_per_sec": 8000.0, "decode_tokens_per_sec": 100.0, "call_secs": [0.01, 0.011] }] }),
     );
+    write(
+        d,
+        "bandwidth.json",
+        serde_json::json!({ "device": "x", "peak_gb_s": 1000.0, "peak_source": "clock x bus", "copy_gb_s": 800.0, "error": null }),
+    );
     report(&ReportArgs { dir: d.to_path_buf() }).unwrap();
-    assert_eq!(targets(d)[2], ("specx 150.0 tok/s vs HF 100.0 tok/s (1.50x)".to_string(), Some(true)));
+    let t = targets(d);
+    // 1.5x is short of the 2x target; 2013 MB in 6.1 ms is 330 GB/s, 33% of 1000.
+    assert_eq!(t[2], ("specx 150.0 tok/s vs HF 100.0 tok/s (1.50x)".to_string(), Some(false)));
+    assert_eq!(t[5], ("33.0% (2013 MB in 6.10 ms after 128 tokens: 330 of 1000 GB/s)".to_string(), Some(true)));
 }

@@ -15,6 +15,8 @@ pub mod cheap_draft;
 pub mod compare;
 pub mod config;
 pub mod coupling;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod cube;
 pub mod device;
 pub mod device_check;
 pub mod fsutil;
@@ -41,11 +43,12 @@ pub use burn::tensor::Device;
 pub use cache::KvCache;
 pub use cheap_draft::{DraftTransform, DraftWeights};
 pub use config::ModelConfig;
+pub use device::launches::LaunchCounter;
 pub use device::{
     DeviceName, Placement, check_device, device_from_name, open_device, parse_device_list, parse_placement_list,
 };
 pub use loader::{LoadedModel, check_pair, load_model, load_model_as, load_model_split};
-pub use model::{AttentionProbe, ForwardOutput, LayerTimes, ProbedLayer, Transformer, WeightMode};
+pub use model::{AttentionProbe, ForwardOutput, LayerLaunches, LayerTimes, ProbedLayer, Transformer, WeightMode};
 pub use sampler::Sampler;
 pub use sampling::SamplingConfig;
 pub use tokenizer::{ChatTemplate, Tokenizer};

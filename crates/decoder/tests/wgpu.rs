@@ -3,7 +3,8 @@
 //! tiny-model checks are `specx_decoder::device_check`, the code `specx gpu-check` runs on a
 //! real GPU: logits, KV rollback, a fixed-K speculative run, the acceptance head, DSI with a
 //! worker on each device, EasySpec's placed attentions, a model split over both, a token
-//! tree's call with its accepted path kept. Then a few
+//! tree's call with its accepted path kept, the fused kernels against a host reference, and
+//! the kernel launches per layer against their bound. Then a few
 //! greedy tokens of the real 0.5B model.
 //!
 //! Tolerance: the device runs burn's matmuls (another summation order than the CPU kernel) in
@@ -71,6 +72,16 @@ fn a_model_split_over_the_cpu_and_the_device_computes_as_on_one() {
 #[test]
 fn a_tree_call_on_the_device_gives_the_cpu_logits_and_keeps_the_path() {
     check("tree_call");
+}
+
+#[test]
+fn the_fused_kernels_give_the_reference_rows_whatever_the_row_count() {
+    check("kernels");
+}
+
+#[test]
+fn a_layer_launches_no_more_kernels_than_its_bound() {
+    check("launches");
 }
 
 #[test]

@@ -2,8 +2,11 @@
 //! of DSI and EasySpec need it: a forward of r new rows (r = 1..max) after contexts of several
 //! lengths (the verification cost curve) and the same rows as a token tree's call, per-layer
 //! attention and MLP time and the LM head for
-//! one row, prefill time (TTFT) and time per output token (TPOT, DSI appendix F.1).
+//! one row, prefill time (TTFT) and time per output token (TPOT, DSI appendix F.1), and on a
+//! GPU the kernel launches and bytes read of a decode step and a 5-row call ([`launches`]).
 //! Medians over repetitions; everything is written to JSON and printed as tables.
+
+pub mod launches;
 
 use crate::common::plot;
 use crate::common::plot::draw_legend;
@@ -38,7 +41,8 @@ pub struct ProfileArgs {
     pub tpot_tokens: usize,
     /// Device the forwards run on: `cpu`, `cuda[:N]`, `wgpu[:N]` (GGUF weights are dequantized
     /// to f32 on a GPU). Every timed forward reads its output back to the host, and per-layer
-    /// times wait for each sublayer, so GPU times include the work queued, not its launch.
+    /// times wait for each sublayer, so GPU times include the work queued, not its launch. On
+    /// a GPU the kernel launches of a one-row and a 5-row forward are counted per layer.
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// JSON output (the plot goes beside it, same name with .png).
@@ -129,6 +133,10 @@ fn profile_model(role: &str, lm: &LoadedModel, a: &ProfileArgs) -> Result<ModelP
         }
         head.push(times.lm_head.as_secs_f64());
     }
+    let mut counted = Vec::new();
+    for rows in launches::COUNTED_ROWS.into_iter().filter(|&r| r <= a.max_rows) {
+        counted.extend(launches::count(lm, &tokens, layer_context, rows, &mut cache)?);
+    }
     // TPOT: greedy generation after a 128-token prompt.
     let mut sampler = specx_decoder::Sampler::new(specx_decoder::SamplingConfig::greedy(), 0);
     let (out, stats) =
@@ -146,6 +154,7 @@ fn profile_model(role: &str, lm: &LoadedModel, a: &ProfileArgs) -> Result<ModelP
         lm_head_s: median(head),
         ttft_s: ttft,
         tpot_s: stats.decode_time.as_secs_f64() / stats.decode_steps.max(1) as f64,
+        launches: counted,
     })
 }
 
@@ -218,6 +227,11 @@ fn tables(p: &Profile) -> String {
         &["model", "attention ms (1 row)", "MLP ms (1 row)", "LM head ms", "TTFT ms by prompt length", "TPOT ms"],
         &rows,
     ));
+    let counted = launches::table(&p.models);
+    if !counted.is_empty() {
+        s.push('\n');
+        s.push_str(&counted);
+    }
     s
 }
 

@@ -5,8 +5,10 @@
 //! transformers anchor loads the same files), `correctness` runs the tiny-model device checks
 //! against the CPU, and `report` gathers every step's output into report.json and report.md.
 
+mod bound;
 pub mod report;
 pub mod synth;
+mod target;
 
 use anyhow::Result;
 

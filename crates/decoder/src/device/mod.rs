@@ -212,6 +212,8 @@ pub fn cuda_devices() -> Result<Vec<CudaDeviceInfo>> {
     cuda::devices()
 }
 
+pub mod launches;
+
 #[cfg(feature = "wgpu")]
 #[path = "vulkan.rs"]
 mod wgpu;

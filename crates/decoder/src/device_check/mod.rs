@@ -2,17 +2,22 @@
 //! to a scratch directory: logits, KV rollback, greedy speculative decoding, the acceptance
 //! head, DSI with one worker on the CPU and one on the device, EasySpec with attentions placed
 //! on the device, one model's layers split over the CPU and the device, and a token tree's
-//! verification call with the accepted path kept. The wgpu tests (lavapipe in CI) and `specx gpu-check` (a real GPU,
+//! verification call with the accepted path kept; the GPU path's fused kernels against a host
+//! reference, row-invariant and with a broken call caught; and the kernel launches per layer,
+//! against a bound ([`LAUNCH_BOUND_PER_LAYER`]). The wgpu tests (lavapipe in CI) and `specx gpu-check` (a real GPU,
 //! where no Rust toolchain exists) run the same code, so what CI checks is what a GPU run checks.
 //!
 //! Each check returns its largest measured difference next to its tolerance; an error or a
 //! panic inside a check is a failed check with the message, so one broken kernel does not hide
 //! the others.
 
+mod kernels;
+mod launches;
 mod tiny;
 mod tree;
 
 pub use crate::synthetic::TINY_VOCAB;
+pub use launches::LAUNCH_BOUND_PER_LAYER;
 pub use tiny::{max_abs_diff, noisy_draft, tokens};
 
 use crate::Device;
@@ -34,7 +39,7 @@ pub struct Check {
 }
 
 /// The checks by name, in the order they run.
-pub const CHECKS: [&str; 8] = [
+pub const CHECKS: [&str; 10] = [
     "logits",
     "kv_rollback",
     "speculative_fixed_k",
@@ -43,6 +48,8 @@ pub const CHECKS: [&str; 8] = [
     "easyspec_placed",
     "split_layers",
     "tree_call",
+    "kernels",
+    "launches",
 ];
 
 /// Runs check `name` on `device` against the CPU with logit tolerance `tol`, using `dir` for
@@ -60,6 +67,8 @@ pub fn run_check(name: &str, device: &Device, dir: &Path, tol: f32) -> Check {
             "easyspec_placed" => tiny::easyspec_placed(device, &dir, tol),
             "split_layers" => tiny::split_layers(device, &dir, tol),
             "tree_call" => tree::tree_call(device, &dir, tol),
+            "kernels" => kernels::kernels(device, tol),
+            "launches" => launches::launches(device, &dir),
             _ => anyhow::bail!("unknown check '{name}' (known: {})", CHECKS.join(", ")),
         }
     }));

@@ -3,7 +3,7 @@
 //! devices.
 
 use super::probe::{AttentionProbe, last_row};
-use super::{ForwardOutput, PositionTables, Transformer};
+use super::{ForwardOutput, PositionTables, SublayerCost, Transformer};
 use crate::cache::{KvCache, LayerSlot};
 use crate::layer_groups::LayerGroups;
 use anyhow::Result;
@@ -91,16 +91,18 @@ impl Transformer {
         workers: usize,
         probe: bool,
         sync: bool,
-    ) -> Vec<(Tensor<3>, std::time::Duration, Option<AttentionProbe>)> {
-        type Attended = (usize, (Tensor<3>, std::time::Duration, Option<AttentionProbe>));
+    ) -> Vec<(Tensor<3>, SublayerCost, Option<AttentionProbe>)> {
+        type Attended = (usize, (Tensor<3>, SublayerCost, Option<AttentionProbe>));
         let attend = |(i, mut slot): (usize, LayerSlot)| -> Attended {
             let t = std::time::Instant::now();
+            let start = crate::device::launches::issued();
             let mut record = probe.then(|| AttentionProbe { input: last_row(input.clone()), ..Default::default() });
             let out = self.attention(i, input.clone(), &mut slot, tables, record.as_mut());
+            let launches = super::launched_since(start);
             if sync {
                 super::wait_for(&out);
             }
-            (i, (out, t.elapsed(), record))
+            (i, (out, SublayerCost { time: t.elapsed(), launches }, record))
         };
         let mut jobs: Vec<(usize, LayerSlot)> = group.clone().zip(cache.slots(group)).collect();
         let mut shares: Vec<Vec<(usize, LayerSlot)>> = Vec::new();

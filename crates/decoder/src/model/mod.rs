@@ -96,10 +96,39 @@ impl ForwardOutput {
 /// Wall times of one forward's sublayers ([`Transformer::forward_timed`]).
 #[derive(Clone, Debug, Default)]
 pub struct LayerTimes {
-    /// Per layer: attention (norm, projections, cache write, attention) and MLP (norm, MLP).
+    /// Per layer: attention (norm, projections, cache write, attention) and MLP (residual
+    /// add, norm, MLP, residual add).
     pub attn: Vec<std::time::Duration>,
     pub mlp: Vec<std::time::Duration>,
     pub lm_head: std::time::Duration,
+    /// The kernels each sublayer launched, when a [`crate::LaunchCounter`] was running (a GPU
+    /// forward); `None` otherwise.
+    pub launches: Option<LayerLaunches>,
+}
+
+/// Kernel launches of one forward's sublayers, split as [`LayerTimes`] splits its time.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LayerLaunches {
+    pub attn: Vec<u64>,
+    pub mlp: Vec<u64>,
+    /// The output head (and the restriction of its vocabulary, if any).
+    pub lm_head: u64,
+    /// The whole forward: the layers, the head, and what surrounds them (embedding lookup,
+    /// position tables, final norm).
+    pub total: u64,
+}
+
+/// What one sublayer cost: its wall time and, while a launch counter runs, the kernels it
+/// launched (exact for a group of one layer; the counter is process-wide, so the attentions
+/// of a layer-parallel group running on several threads would count each other's).
+struct SublayerCost {
+    time: std::time::Duration,
+    launches: Option<u64>,
+}
+
+/// Launches issued since `before` (a reading of [`crate::device::launches::issued`]).
+fn launched_since(before: Option<u64>) -> Option<u64> {
+    Some(crate::device::launches::issued()? - before?)
 }
 
 /// The decoder.
@@ -314,9 +343,18 @@ impl Transformer {
     /// is the sublayer's own; the results equal those of `forward`.
     pub fn forward_timed(&self, tokens: &[u32], cache: &mut KvCache) -> Result<(ForwardOutput, LayerTimes)> {
         let mut times = LayerTimes::default();
+        let start = crate::device::launches::issued();
+        if start.is_some() {
+            times.launches = Some(LayerLaunches::default());
+        }
         let hidden = self.hidden_states(&[tokens], cache, Some(&mut times))?;
         let t = std::time::Instant::now();
+        let head_start = crate::device::launches::issued();
         let logits = self.logits(hidden.clone());
+        if let Some(l) = times.launches.as_mut() {
+            l.lm_head = launched_since(head_start).unwrap_or(0);
+            l.total = launched_since(start).unwrap_or(0);
+        }
         let _ = logits.clone().into_data(); // materialise before stopping the clock
         times.lm_head = t.elapsed();
         Ok((ForwardOutput { logits, hidden }, times))
@@ -405,22 +443,28 @@ impl Transformer {
             }
             // Every attention of the group reads the group's input.
             let attended = self.attend_group(group.clone(), &x, cache, &tables, workers, probes.is_some(), sync);
-            for (i, (h, t_attn, fuzzy)) in group.clone().zip(attended) {
+            for (i, (h, attn_cost, fuzzy)) in group.clone().zip(attended) {
                 if let (Some(probes), Some(fuzzy)) = (probes.as_deref_mut(), fuzzy) {
                     let leading = i == group.start;
                     let precise = if leading { fuzzy.clone() } else { self.precise_attention(i, &x, cache, &tables) };
                     probes.push(ProbedLayer { fuzzy, precise, leading });
                 }
                 let block = &self.blocks[i];
-                x = self.on_device(x, block.home) + h;
                 let t_mlp = std::time::Instant::now();
+                let mlp_start = crate::device::launches::issued();
+                x = self.on_device(x, block.home) + h;
                 x = x.clone() + block.mlp.forward(block.mlp_norm.forward(x));
+                let mlp_launches = launched_since(mlp_start);
                 if sync {
                     wait_for(&x);
                 }
                 if let Some(times) = times.as_deref_mut() {
-                    times.attn.push(t_attn);
+                    times.attn.push(attn_cost.time);
                     times.mlp.push(t_mlp.elapsed());
+                    if let Some(l) = times.launches.as_mut() {
+                        l.attn.push(attn_cost.launches.unwrap_or(0));
+                        l.mlp.push(mlp_launches.unwrap_or(0));
+                    }
                 }
             }
         }

@@ -92,6 +92,7 @@ mod tests {
             lm_head_s: 0.0,
             ttft_s: vec![],
             tpot_s: 0.01,
+            launches: Vec::new(),
         };
         // A target whose call of r rows costs 0.02 + 0.001 r exactly; the draft's one row 0.005.
         let target: Vec<f64> = (1..=21).map(|r| 0.02 + 0.001 * r as f64).collect();

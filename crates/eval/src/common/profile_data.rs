@@ -33,6 +33,29 @@ pub struct ModelProfile {
     pub ttft_s: Vec<(usize, f64)>,
     /// Seconds per output token of a greedy generation after a 128-token prompt.
     pub tpot_s: f64,
+    /// Kernel launches of a one-row step and a 5-row call after `layer_context` tokens, on a
+    /// GPU; empty on the CPU (which launches none) and in profiles written before the count.
+    #[serde(default)]
+    pub launches: Vec<LaunchCount>,
+}
+
+/// The kernels one GPU forward launched, per sublayer (`specx profile --device wgpu|cuda`).
+#[derive(Serialize, Deserialize)]
+pub struct LaunchCount {
+    /// New rows of the forward, after `context` cached tokens.
+    pub rows: usize,
+    pub context: usize,
+    /// Per layer: the attention sublayer's launches and the MLP sublayer's.
+    pub attention: Vec<u64>,
+    pub mlp: Vec<u64>,
+    pub lm_head: u64,
+    /// The whole forward, embedding lookup and final norm included.
+    pub total: u64,
+    /// Bytes the forward must read at least: every weight as stored on the device, and the
+    /// keys and values of `context + rows` positions.
+    pub bytes_read: u64,
+    /// Launches per kernel (CubeCL's name for it), most first.
+    pub by_kernel: Vec<(String, u64)>,
 }
 
 #[derive(Serialize, Deserialize)]

@@ -1,0 +1,28 @@
+//! The GPU path's own kernels, written once in CubeCL for CUDA and Vulkan: each fuses what
+//! burn's tensor operations launch as several kernels (a launch-bound path is slow whatever its
+//! kernels do). Each is row-invariant by construction: one cube per row, reductions in a fixed
+//! order that depends on the row's width only, never on how many rows the call has.
+//! `device_check::kernels` tests each against the CPU on the device, with a broken call caught.
+
+mod rms_norm;
+
+pub(crate) use rms_norm::rms_norm;
+
+use burn::tensor::Tensor;
+use burn_cubecl::Cube;
+use burn_cubecl::tensor::CubeTensor;
+
+/// `t` as a contiguous CubeCL tensor (copied only when it is a strided view). Panics when `t`
+/// is not on a CubeCL device: callers route CPU tensors elsewhere.
+fn contiguous<const D: usize>(t: Tensor<D>) -> CubeTensor {
+    let t = t.try_into_primitive::<Cube>().expect("a tensor on a CubeCL device");
+    if t.is_contiguous_buffer() { t } else { burn_cubecl::kernel::into_contiguous(t) }
+}
+
+/// Units of a cube that reduces one row of `cols` values: a power of two, at most 256 and at
+/// most what the device allows; fixed per width, so a row's reduction order never changes.
+fn units_for(t: &CubeTensor, cols: usize) -> u32 {
+    let cap = t.client.properties().hardware.max_units_per_cube.clamp(1, 256);
+    let cap = if cap.is_power_of_two() { cap } else { cap.next_power_of_two() / 2 };
+    (cols.next_power_of_two() as u32).clamp(1, cap)
+}
