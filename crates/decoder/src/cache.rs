@@ -195,4 +195,19 @@ impl LayerSlot<'_> {
         self.values.inplace(|t| t.slice_assign(at, v));
         (self.keys.clone().slice(all.clone()), self.values.clone().slice(all))
     }
+
+    /// Lets `write(keys, values, at)` write `n` rows into the layer's whole storage
+    /// (`[batch, kv_heads, capacity, head_dim]`) at positions `at..at + n` (a fused kernel
+    /// that computes them in place); returns what `write` returned and views of all `len + n`
+    /// cached keys and values, as [`Self::write`] does.
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    pub(crate) fn write_with<R>(
+        &mut self,
+        n: usize,
+        write: impl FnOnce((&mut Tensor<4>, &mut Tensor<4>), usize) -> R,
+    ) -> (R, Tensor<4>, Tensor<4>) {
+        let written = write((&mut *self.keys, &mut *self.values), self.len);
+        let all = [0..self.batch, 0..self.kv_heads, 0..self.len + n, 0..self.head_dim];
+        (written, self.keys.clone().slice(all.clone()), self.values.clone().slice(all))
+    }
 }

@@ -5,8 +5,12 @@
 //! `device_check::kernels` tests each against the CPU on the device, with a broken call caught.
 
 mod rms_norm;
+mod rope_cache;
+mod swiglu;
 
 pub(crate) use rms_norm::rms_norm;
+pub(crate) use rope_cache::rope_qkv;
+pub(crate) use swiglu::swiglu;
 
 use burn::tensor::Tensor;
 use burn_cubecl::Cube;

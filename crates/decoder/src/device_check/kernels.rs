@@ -1,7 +1,8 @@
 //! The GPU path's fused kernels (`crate::cube`) on the device against a host reference in f64:
 //! each at 1, 5 and 16 rows, every row bitwise equal to the same row in a call of another
-//! size (row invariance), and a broken call (the weight read one element off) caught by the
-//! same comparison, so the check can fail.
+//! size (row invariance), and a broken call caught by the same comparison, so the check can
+//! fail: RMSNorm with its weight read one element off, the RoPE and cache-write kernel with
+//! its rows written one position off, SwiGLU with gate and up swapped.
 
 use super::Check;
 use crate::Device;
@@ -46,6 +47,154 @@ fn rms_norm_on(_: &Device, _: &[f32], _: &[f32], _: usize, _: f64) -> Vec<f32> {
     panic!("this build has no GPU kernels (build with --features wgpu or cuda)")
 }
 
+/// Heads of the RoPE check: q heads, kv heads, head size (two q heads share a kv head).
+const ROPE_HEADS: [usize; 3] = [4, 2, 16];
+/// The cache positions before the rows of the RoPE check, and the cache's capacity.
+const ROPE_PAST: usize = 3;
+const ROPE_CAPACITY: usize = 32;
+/// What the RoPE check's cache holds where no row is written: must stay as it is.
+const SENTINEL: f32 = 7.0;
+
+/// RoPE (rotate-half) of the q and k heads of `rows` fused qkv rows, in f64, and the v heads
+/// as they are: q `[heads, rows, d]`, k and v `[kv_heads, rows, d]`.
+fn rope_reference(qkv: &[f32], cos: &[f32], sin: &[f32], rows: usize) -> [Vec<f32>; 3] {
+    let [h, kvh, d] = ROPE_HEADS;
+    let width = (h + 2 * kvh) * d;
+    let value = |head: usize, row: usize, j: usize| -> f32 {
+        let x = |j: usize| qkv[row * width + head * d + j] as f64;
+        if head >= h + kvh {
+            return x(j) as f32;
+        }
+        let partner = if j < d / 2 { -x(j + d / 2) } else { x(j - d / 2) };
+        (x(j) * cos[row * d + j] as f64 + partner * sin[row * d + j] as f64) as f32
+    };
+    let heads = |range: std::ops::Range<usize>| -> Vec<f32> {
+        range.flat_map(|head| (0..rows).flat_map(move |row| (0..d).map(move |j| value(head, row, j)))).collect()
+    };
+    [heads(0..h), heads(h..h + kvh), heads(h + kvh..h + 2 * kvh)]
+}
+
+/// `crate::cube::rope_qkv` of the first `rows` rows on `device`, after `past` positions of a
+/// cache of [`SENTINEL`]s: q, and the whole key and value storage.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn rope_on(device: &Device, qkv: &[f32], cos: &[f32], sin: &[f32], rows: usize, past: usize) -> [Vec<f32>; 3] {
+    use burn::tensor::{Tensor, TensorData};
+    let [h, kvh, d] = ROPE_HEADS;
+    let width = (h + 2 * kvh) * d;
+    let qkv = Tensor::<3>::from_data(TensorData::new(qkv[..rows * width].to_vec(), [1, rows, width]), device);
+    let table = |t: &[f32]| Tensor::<2>::from_data(TensorData::new(t[..rows * d].to_vec(), [rows, d]), device);
+    let (cos, sin) = (table(cos), table(sin));
+    let cache = || Tensor::<4>::full([1, kvh, ROPE_CAPACITY, d], SENTINEL, device);
+    let (mut keys, mut values) = (cache(), cache());
+    let q = crate::cube::rope_qkv(qkv, (&cos, &sin), ROPE_HEADS, (&mut keys, &mut values), past);
+    let host = |t: Tensor<4>| t.into_data().try_to_vec::<f32>().expect("f32 outputs");
+    [host(q), host(keys), host(values)]
+}
+
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+fn rope_on(_: &Device, _: &[f32], _: &[f32], _: &[f32], _: usize, _: usize) -> [Vec<f32>; 3] {
+    panic!("this build has no GPU kernels (build with --features wgpu or cuda)")
+}
+
+/// The largest difference of a RoPE call's outputs from the reference: q, the cache rows at
+/// `past..past + rows` against k and v, and every other cache entry against the sentinel.
+fn rope_diff(out: &[Vec<f32>; 3], reference: &[Vec<f32>; 3], rows: usize) -> f32 {
+    let [_, kvh, d] = ROPE_HEADS;
+    let mut worst = crate::compare::max_abs_diff(&out[0], &reference[0]);
+    for (cache, want) in out[1..].iter().zip(&reference[1..]) {
+        for head in 0..kvh {
+            for pos in 0..ROPE_CAPACITY {
+                let got = &cache[(head * ROPE_CAPACITY + pos) * d..][..d];
+                let expected: Vec<f32> = if (ROPE_PAST..ROPE_PAST + rows).contains(&pos) {
+                    want[(head * rows + pos - ROPE_PAST) * d..][..d].to_vec()
+                } else {
+                    vec![SENTINEL; d]
+                };
+                worst = nan_max(worst, crate::compare::max_abs_diff(got, &expected));
+            }
+        }
+    }
+    worst
+}
+
+/// The RoPE and cache-write kernel: the worst difference over 1, 5 and 16 rows, and that of
+/// the broken call (rows written one position off).
+fn rope_check(device: &Device) -> Result<(f32, f32)> {
+    let [h, kvh, d] = ROPE_HEADS;
+    let rows = ROWS[2];
+    let qkv = uniform(rows * (h + 2 * kvh) * d, 2.0, 3);
+    let angles = uniform(rows * d, 3.0, 4);
+    let cos: Vec<f32> = angles.iter().map(|a| a.cos()).collect();
+    let sin: Vec<f32> = angles.iter().map(|a| a.sin()).collect();
+    let widest = rope_on(device, &qkv, &cos, &sin, rows, ROPE_PAST);
+    let mut worst = 0f32;
+    for n in ROWS {
+        let out = rope_on(device, &qkv, &cos, &sin, n, ROPE_PAST);
+        for (part, (a, b)) in ["q", "keys", "values"].iter().zip(out.iter().zip(&widest)) {
+            let same = match *part {
+                "q" => (0..h).all(|head| a[head * n * d..][..n * d] == b[head * rows * d..][..n * d]),
+                _ => (0..kvh).all(|head| {
+                    let at = (head * ROPE_CAPACITY + ROPE_PAST) * d;
+                    a[at..at + n * d] == b[at..at + n * d]
+                }),
+            };
+            ensure!(same, "RoPE: a {n}-row call's {part} differ from the same rows in a {rows}-row call");
+        }
+        worst = nan_max(worst, rope_diff(&out, &rope_reference(&qkv, &cos, &sin, n), n));
+    }
+    let broken = rope_on(device, &qkv, &cos, &sin, ROWS[1], ROPE_PAST + 1);
+    Ok((worst, rope_diff(&broken, &rope_reference(&qkv, &cos, &sin, ROWS[1]), ROWS[1])))
+}
+
+/// `silu(gate) * up` of `cols / 2`-wide halves of each row, in f64.
+fn swiglu_reference(gate_up: &[f32], cols: usize) -> Vec<f32> {
+    let inter = cols / 2;
+    gate_up
+        .chunks_exact(cols)
+        .flat_map(|row| {
+            (0..inter).map(move |i| {
+                let (g, u) = (row[i] as f64, row[inter + i] as f64);
+                (g / (1.0 + (-g).exp()) * u) as f32
+            })
+        })
+        .collect()
+}
+
+/// `crate::cube::swiglu` of the first `rows` rows on `device`.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn swiglu_on(device: &Device, gate_up: &[f32], cols: usize, rows: usize) -> Vec<f32> {
+    use burn::tensor::{Tensor, TensorData};
+    let t = Tensor::<3>::from_data(TensorData::new(gate_up[..rows * cols].to_vec(), [1, rows, cols]), device);
+    crate::cube::swiglu(t).into_data().try_to_vec::<f32>().expect("f32 outputs")
+}
+
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+fn swiglu_on(_: &Device, _: &[f32], _: usize, _: usize) -> Vec<f32> {
+    panic!("this build has no GPU kernels (build with --features wgpu or cuda)")
+}
+
+/// SwiGLU at 1, 5 and 16 rows of 2 x 300 values: the worst difference, and that of the broken
+/// call (gate and up swapped).
+fn swiglu_check(device: &Device) -> Result<(f32, f32)> {
+    let (cols, rows) = (600, ROWS[2]);
+    let gate_up = uniform(rows * cols, 4.0, 5);
+    let reference = swiglu_reference(&gate_up, cols);
+    let widest = swiglu_on(device, &gate_up, cols, rows);
+    let mut worst = 0f32;
+    for n in ROWS {
+        let out = swiglu_on(device, &gate_up, cols, n);
+        ensure!(
+            out[..] == widest[..out.len()],
+            "SwiGLU: a {n}-row call's rows differ from the same rows in a {rows}-row call"
+        );
+        worst = nan_max(worst, crate::compare::max_abs_diff(&out, &reference[..out.len()]));
+    }
+    let swapped: Vec<f32> =
+        gate_up.chunks_exact(cols).flat_map(|r| [&r[cols / 2..], &r[..cols / 2]].concat()).collect();
+    let broken = swiglu_on(device, &swapped, cols, ROWS[1]);
+    Ok((worst, crate::compare::max_abs_diff(&broken, &reference[..broken.len()])))
+}
+
 /// RMSNorm at two widths: under the cube's units (each unit one column or none) and over them
 /// (each unit strides over several columns).
 pub(super) fn kernels(device: &Device, tol: f32) -> Result<Check> {
@@ -71,13 +220,22 @@ pub(super) fn kernels(device: &Device, tol: f32) -> Result<Check> {
         caught = caught.min(crate::compare::max_abs_diff(&broken, &reference[..ROWS[1] * cols]));
     }
     ensure!(caught > tol, "a weight read one element off moved RMSNorm by only {caught:e}: the check cannot fail");
+    let (rope_worst, rope_caught) = rope_check(device)?;
+    ensure!(
+        rope_caught > tol,
+        "rows cached one position off moved RoPE by only {rope_caught:e}: the check cannot fail"
+    );
+    let (swiglu_worst, swiglu_caught) = swiglu_check(device)?;
+    ensure!(swiglu_caught > tol, "gate and up swapped moved SwiGLU by only {swiglu_caught:e}: the check cannot fail");
     Ok(super::tiny::numeric(
         "kernels",
-        worst,
+        nan_max(worst, nan_max(rope_worst, swiglu_worst)),
         tol,
         &format!(
-            "fused RMSNorm at widths 96 and 700, 1/5/16 rows, against f64 on the host; every row bitwise \
-             equal across call sizes; a weight read one element off is {caught:.1e} away"
+            "fused RMSNorm (widths 96 and 700), RoPE with the cache write (4 q and 2 kv heads of 16, after \
+             3 positions) and SwiGLU (2 x 300), 1/5/16 rows, against f64 on the host; every row bitwise equal \
+             across call sizes; broken calls caught: a weight read one element off {caught:.1e} away, rows \
+             cached one position off {rope_caught:.1e}, gate and up swapped {swiglu_caught:.1e}"
         ),
     ))
 }

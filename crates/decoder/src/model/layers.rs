@@ -259,17 +259,7 @@ impl Attention {
         let qkv_device = qkv.device();
         let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
         let groups = h / kvh;
-        let (qd, kvd) = (h * d, kvh * d);
-        let q = qkv.clone().slice([0..b, 0..n, 0..qd]).reshape([b, n, h, d]).swap_dims(1, 2);
-        let k = qkv.clone().slice([0..b, 0..n, qd..qd + kvd]).reshape([b, n, kvh, d]).swap_dims(1, 2);
-        let v = qkv.slice([0..b, 0..n, qd + kvd..qd + 2 * kvd]).reshape([b, n, kvh, d]).swap_dims(1, 2);
-        let q = apply_rope(q, &rope.0, &rope.1);
-        let k = apply_rope(k, &rope.0, &rope.1);
-        if let Some(p) = probe {
-            let last = |t: &Tensor<4>| last_row(t.clone().swap_dims(1, 2).reshape([b, n, t.dims()[1] * d]));
-            (p.q, p.k, p.v) = (last(&q), last(&k), last(&v));
-        }
-        let (keys, values) = slot.write(k, v);
+        let (q, keys, values) = self.rotate_and_cache(qkv, slot, rope, probe);
         if qkv_device == Device::flex() {
             // On the CPU: each row's attention in a fixed order of its own (row invariance).
             let host = |t: Tensor<4>| t.into_data().try_to_vec::<f32>().expect("f32 attention inputs");
@@ -286,6 +276,39 @@ impl Attention {
         }
         let out = softmax(scores, 3).matmul(values); // [b, kvh, groups*n, d]
         out.reshape([b, h, n, d]).swap_dims(1, 2).reshape([b, n, h * d])
+    }
+
+    /// q, k and v of fused `qkv` rows `[b, n, q + 2 kv]` with RoPE applied to q and k, and k
+    /// and v written into the layer's cache `slot`: q `[b, heads, n, head_dim]` and every cached
+    /// key and value `[b, kv_heads, len + n, head_dim]`. `probe`, when given, receives q, k and
+    /// v of the last row.
+    fn rotate_and_cache(
+        &self,
+        qkv: Tensor<3>,
+        slot: &mut LayerSlot,
+        rope: &(Tensor<2>, Tensor<2>),
+        probe: Option<&mut AttentionProbe>,
+    ) -> (Tensor<4>, Tensor<4>, Tensor<4>) {
+        let [b, n, _] = qkv.dims();
+        let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
+        // On a GPU: one fused kernel (a probe reads the tensor form's intermediate values).
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        if qkv.device() != Device::flex() && probe.is_none() {
+            return slot
+                .write_with(n, |cache, past| crate::cube::rope_qkv(qkv, (&rope.0, &rope.1), [h, kvh, d], cache, past));
+        }
+        let (qd, kvd) = (h * d, kvh * d);
+        let q = qkv.clone().slice([0..b, 0..n, 0..qd]).reshape([b, n, h, d]).swap_dims(1, 2);
+        let k = qkv.clone().slice([0..b, 0..n, qd..qd + kvd]).reshape([b, n, kvh, d]).swap_dims(1, 2);
+        let v = qkv.slice([0..b, 0..n, qd + kvd..qd + 2 * kvd]).reshape([b, n, kvh, d]).swap_dims(1, 2);
+        let q = apply_rope(q, &rope.0, &rope.1);
+        let k = apply_rope(k, &rope.0, &rope.1);
+        if let Some(p) = probe {
+            let last = |t: &Tensor<4>| last_row(t.clone().swap_dims(1, 2).reshape([b, n, t.dims()[1] * d]));
+            (p.q, p.k, p.v) = (last(&q), last(&k), last(&v));
+        }
+        let (keys, values) = slot.write(k, v);
+        (q, keys, values)
     }
 }
 
@@ -310,6 +333,11 @@ impl Mlp {
         }
         let i = self.intermediate;
         let gu = project(&self.gate_up, x);
+        // On a GPU: the activation as one fused kernel.
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        if gu.device() != Device::flex() {
+            return project(&self.down, crate::cube::swiglu(gu));
+        }
         let gate = gu.clone().slice([0..b, 0..n, 0..i]);
         let up = gu.slice([0..b, 0..n, i..2 * i]);
         project(&self.down, silu(gate) * up)
