@@ -4,10 +4,12 @@
 //! order that depends on the row's width only, never on how many rows the call has.
 //! `device_check::kernels` tests each against the CPU on the device, with a broken call caught.
 
+mod attention;
 mod rms_norm;
 mod rope_cache;
 mod swiglu;
 
+pub(crate) use attention::attention;
 pub(crate) use rms_norm::rms_norm;
 pub(crate) use rope_cache::rope_qkv;
 pub(crate) use swiglu::swiglu;

@@ -2,7 +2,8 @@
 //! each at 1, 5 and 16 rows, every row bitwise equal to the same row in a call of another
 //! size (row invariance), and a broken call caught by the same comparison, so the check can
 //! fail: RMSNorm with its weight read one element off, the RoPE and cache-write kernel with
-//! its rows written one position off, SwiGLU with gate and up swapped.
+//! its rows written one position off, SwiGLU with gate and up swapped, attention without its
+//! causal mask.
 
 use super::Check;
 use crate::Device;
@@ -195,6 +196,95 @@ fn swiglu_check(device: &Device) -> Result<(f32, f32)> {
     Ok((worst, crate::compare::max_abs_diff(&broken, &reference[..broken.len()])))
 }
 
+/// Cached positions before the rows of the attention check.
+const ATTENTION_PAST: usize = 8;
+
+/// Causal attention of `rows` query rows (`[heads, rows, d]`, row i at position `past + i`)
+/// over `[kv_heads, past + rows, d]` keys and values (each stored `ROPE_CAPACITY` positions
+/// apart), in f64: `[rows, heads d]`.
+fn attention_reference(q: &[f32], keys: &[f32], values: &[f32], rows: usize) -> Vec<f32> {
+    let [h, kvh, d] = ROPE_HEADS;
+    let mut out = vec![0f32; rows * h * d];
+    for head in 0..h {
+        let kv = head / (h / kvh);
+        let at = |p: usize| (kv * ROPE_CAPACITY + p) * d;
+        for i in 0..rows {
+            let qi = &q[(head * rows + i) * d..][..d];
+            let seen = ATTENTION_PAST + i + 1;
+            let scores: Vec<f64> = (0..seen)
+                .map(|p| qi.iter().zip(&keys[at(p)..at(p) + d]).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>())
+                .map(|s| s / (d as f64).sqrt())
+                .collect();
+            let top = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let weights: Vec<f64> = scores.iter().map(|s| (s - top).exp()).collect();
+            let norm: f64 = weights.iter().sum();
+            for j in 0..d {
+                let v: f64 = (0..seen).map(|p| weights[p] * values[at(p) + j] as f64).sum();
+                out[(i * h + head) * d + j] = (v / norm) as f32;
+            }
+        }
+    }
+    out
+}
+
+/// `crate::cube::attention` of the first `rows` query rows on `device`, over the cache's
+/// storage viewed up to `past + rows`, with the causal mask the model passes (none for one
+/// row) unless `unmasked`.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn attention_on(device: &Device, q: &[f32], keys: &[f32], values: &[f32], rows: usize, unmasked: bool) -> Vec<f32> {
+    use burn::tensor::{Tensor, TensorData};
+    let [h, kvh, d] = ROPE_HEADS;
+    let total = ATTENTION_PAST + rows;
+    let widest = ROWS[2];
+    let q_rows: Vec<f32> = (0..h).flat_map(|head| q[head * widest * d..][..rows * d].to_vec()).collect();
+    let q = Tensor::<4>::from_data(TensorData::new(q_rows, [1, h, rows, d]), device);
+    let view = |t: &[f32]| {
+        Tensor::<4>::from_data(TensorData::new(t.to_vec(), [1, kvh, ROPE_CAPACITY, d]), device).slice([
+            0..1,
+            0..kvh,
+            0..total,
+            0..d,
+        ])
+    };
+    let groups = h / kvh;
+    let mask = (rows > 1 && !unmasked).then(|| {
+        let m: Vec<f32> = (0..groups * rows)
+            .flat_map(|r| (0..total).map(move |p| if p <= ATTENTION_PAST + r % rows { 0.0 } else { f32::NEG_INFINITY }))
+            .collect();
+        Tensor::<2>::from_data(TensorData::new(m, [groups * rows, total]), device)
+    });
+    crate::cube::attention(q, view(keys), view(values), mask.as_ref()).into_data().try_to_vec::<f32>().expect("f32")
+}
+
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+fn attention_on(_: &Device, _: &[f32], _: &[f32], _: &[f32], _: usize, _: bool) -> Vec<f32> {
+    panic!("this build has no GPU kernels (build with --features wgpu or cuda)")
+}
+
+/// Attention at 1, 5 and 16 rows after 8 positions: the worst difference, and that of the
+/// broken call (a 5-row call without its causal mask).
+fn attention_check(device: &Device) -> Result<(f32, f32)> {
+    let [h, kvh, d] = ROPE_HEADS;
+    let rows = ROWS[2];
+    let q = uniform(h * rows * d, 1.0, 6);
+    let (keys, values) = (uniform(kvh * ROPE_CAPACITY * d, 1.0, 7), uniform(kvh * ROPE_CAPACITY * d, 1.0, 8));
+    let widest = attention_on(device, &q, &keys, &values, rows, false);
+    let mut worst = 0f32;
+    for n in ROWS {
+        let out = attention_on(device, &q, &keys, &values, n, false);
+        ensure!(
+            out[..] == widest[..out.len()],
+            "attention: a {n}-row call's rows differ from the same rows in a {rows}-row call"
+        );
+        let q_rows: Vec<f32> = (0..h).flat_map(|head| q[head * rows * d..][..n * d].to_vec()).collect();
+        worst = nan_max(worst, crate::compare::max_abs_diff(&out, &attention_reference(&q_rows, &keys, &values, n)));
+    }
+    let n = ROWS[1];
+    let broken = attention_on(device, &q, &keys, &values, n, true);
+    let q_rows: Vec<f32> = (0..h).flat_map(|head| q[head * rows * d..][..n * d].to_vec()).collect();
+    Ok((worst, crate::compare::max_abs_diff(&broken, &attention_reference(&q_rows, &keys, &values, n))))
+}
+
 /// RMSNorm at two widths: under the cube's units (each unit one column or none) and over them
 /// (each unit strides over several columns).
 pub(super) fn kernels(device: &Device, tol: f32) -> Result<Check> {
@@ -227,15 +317,22 @@ pub(super) fn kernels(device: &Device, tol: f32) -> Result<Check> {
     );
     let (swiglu_worst, swiglu_caught) = swiglu_check(device)?;
     ensure!(swiglu_caught > tol, "gate and up swapped moved SwiGLU by only {swiglu_caught:e}: the check cannot fail");
+    let (attention_worst, attention_caught) = attention_check(device)?;
+    ensure!(
+        attention_caught > tol,
+        "attention without its causal mask moved by only {attention_caught:e}: the check cannot fail"
+    );
     Ok(super::tiny::numeric(
         "kernels",
-        nan_max(worst, nan_max(rope_worst, swiglu_worst)),
+        [rope_worst, swiglu_worst, attention_worst].into_iter().fold(worst, nan_max),
         tol,
         &format!(
             "fused RMSNorm (widths 96 and 700), RoPE with the cache write (4 q and 2 kv heads of 16, after \
-             3 positions) and SwiGLU (2 x 300), 1/5/16 rows, against f64 on the host; every row bitwise equal \
-             across call sizes; broken calls caught: a weight read one element off {caught:.1e} away, rows \
-             cached one position off {rope_caught:.1e}, gate and up swapped {swiglu_caught:.1e}"
+             3 positions), SwiGLU (2 x 300) and causal attention (the same heads, after 8 positions), 1/5/16 \
+             rows, against f64 on the host; every row bitwise equal across call sizes; broken calls caught: \
+             a weight read one element off {caught:.1e} away, rows cached one position off \
+             {rope_caught:.1e}, gate and up swapped {swiglu_caught:.1e}, attention unmasked \
+             {attention_caught:.1e}"
         ),
     ))
 }

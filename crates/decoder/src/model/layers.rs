@@ -5,7 +5,7 @@ use crate::cache::LayerSlot;
 use crate::host_attention::{self, AttentionShape, Visible};
 use crate::quant::QuantMatrix;
 use crate::tree_mask::TreeMask;
-use burn::tensor::activation::{silu, softmax};
+use burn::tensor::activation::silu;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use std::sync::Arc;
 
@@ -258,7 +258,6 @@ impl Attention {
         let [b, n, _] = qkv.dims();
         let qkv_device = qkv.device();
         let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
-        let groups = h / kvh;
         let (q, keys, values) = self.rotate_and_cache(qkv, slot, rope, probe);
         if qkv_device == Device::flex() {
             // On the CPU: each row's attention in a fixed order of its own (row invariance).
@@ -268,14 +267,11 @@ impl Attention {
             let out = host_attention::attend(&host(q), &host(keys), &host(values), shape, mask.visible());
             return Tensor::from_data(TensorData::new(out, [b, n, h * d]), &qkv_device);
         }
-        // Query heads sharing a kv head become extra rows: no copy of K/V per group.
-        let q = q.reshape([b, kvh, groups * n, d]);
-        let mut scores = q.matmul(keys.swap_dims(2, 3)).mul_scalar(1.0 / (d as f64).sqrt());
-        if let Some(mask) = &mask.additive {
-            scores = scores + mask.clone().unsqueeze::<4>();
-        }
-        let out = softmax(scores, 3).matmul(values); // [b, kvh, groups*n, d]
-        out.reshape([b, h, n, d]).swap_dims(1, 2).reshape([b, n, h * d])
+        // On a GPU: scores, mask, softmax and the weighted values in one fused kernel.
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        return crate::cube::attention(q, keys, values, mask.additive.as_ref());
+        #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+        unreachable!("a build without a GPU backend has no device but the CPU")
     }
 
     /// q, k and v of fused `qkv` rows `[b, n, q + 2 kv]` with RoPE applied to q and k, and k

@@ -1,0 +1,170 @@
+//! Scaled dot-product attention over the cache as one kernel: scores, scaling, the mask, the
+//! softmax and the weighted sum of values. burn's tensor form is about ten launches (the
+//! cache's views made contiguous, two matmuls, the scaling, the mask, a softmax in five).
+
+use super::contiguous;
+use burn::tensor::Tensor;
+use burn_cubecl::Cube;
+use burn_cubecl::cubecl;
+use burn_cubecl::ops::numeric::empty_device_dtype;
+use cubecl::prelude::*;
+
+/// Units of an attention cube: fixed, so that a row's reductions run in the same order however
+/// many keys the call has (keys a row may not see add exact zeros).
+const UNITS: u32 = 64;
+
+/// One cube per (sequence, head, row) of `q` (`[batch, heads, rows, head_dim]`). Units stride
+/// over the `total` keys: each score is a dot product in order of the head's dimensions, scaled
+/// and masked (`mask`, `[groups rows, total]` additive, when `masked` is 1), kept in `scores`;
+/// the max and the sum of the exponentials fold in a fixed tree; then each unit sums its
+/// dimensions of the weighted values over the keys in order. `out` is `[batch, rows, heads
+/// head_dim]`. Keys and values are read at `seq_stride`, `kv_stride` and `pos_stride` (the
+/// cache's storage, whatever its capacity).
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn attention_rows(
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    mask: &[f32],
+    scores: &mut [f32],
+    out: &mut [f32],
+    rows: u32,
+    heads: u32,
+    kv_heads: u32,
+    head_dim: u32,
+    total: u32,
+    seq_stride: u32,
+    kv_stride: u32,
+    pos_stride: u32,
+    scale: f32,
+    masked: u32,
+    #[comptime] units: usize,
+) {
+    let cube = CUBE_POS as u32;
+    let row = cube % rows;
+    let head = (cube / rows) % heads;
+    let seq = cube / (rows * heads);
+    let groups = heads / kv_heads;
+    let base = seq * seq_stride + (head / groups) * kv_stride;
+    let qbase = cube * head_dim;
+    let sbase = cube * total;
+    let mbase = ((head % groups) * rows + row) * total;
+    let unit = UNIT_POS as usize;
+    let mut part = Shared::<[f32]>::new_slice(units);
+
+    let mut local = f32::new(-3.0e38);
+    let mut j = UNIT_POS;
+    while j < total {
+        let at = base + j * pos_stride;
+        let mut dot = 0.0f32;
+        let mut t = 0u32;
+        while t < head_dim {
+            dot += q[(qbase + t) as usize] * keys[(at + t) as usize];
+            t += 1;
+        }
+        let mut s = dot * scale;
+        if masked == 1 {
+            s += mask[(mbase + j) as usize];
+        }
+        scores[(sbase + j) as usize] = s;
+        local = max(local, s);
+        j += CUBE_DIM;
+    }
+    part[unit] = local;
+    sync_cube();
+    let mut active = CUBE_DIM / 2;
+    while active > 0 {
+        if UNIT_POS < active {
+            let other = part[unit + active as usize];
+            part[unit] = max(part[unit], other);
+        }
+        sync_cube();
+        active /= 2;
+    }
+    let top = part[0];
+    sync_cube();
+
+    let mut sum = 0.0f32;
+    let mut k = UNIT_POS;
+    while k < total {
+        let e = f32::exp(scores[(sbase + k) as usize] - top);
+        scores[(sbase + k) as usize] = e;
+        sum += e;
+        k += CUBE_DIM;
+    }
+    part[unit] = sum;
+    sync_storage();
+    sync_cube();
+    let mut active = CUBE_DIM / 2;
+    while active > 0 {
+        if UNIT_POS < active {
+            let other = part[unit + active as usize];
+            part[unit] += other;
+        }
+        sync_cube();
+        active /= 2;
+    }
+    let norm = part[0];
+
+    let mut dim = UNIT_POS;
+    while dim < head_dim {
+        let mut acc = 0.0f32;
+        let mut p = 0u32;
+        while p < total {
+            acc += scores[(sbase + p) as usize] * values[(base + p * pos_stride + dim) as usize];
+            p += 1;
+        }
+        out[(((seq * rows + row) * heads + head) * head_dim + dim) as usize] = acc / norm;
+        dim += CUBE_DIM;
+    }
+}
+
+/// Attention of `q: [b, heads, n, head_dim]` over the cache's `keys` and `values` (`[b,
+/// kv_heads, total, head_dim]` views of its storage; query heads share kv heads in groups),
+/// with `mask` (`[groups n, total]`, additive) when given: `[b, n, heads head_dim]`.
+pub(crate) fn attention(q: Tensor<4>, keys: Tensor<4>, values: Tensor<4>, mask: Option<&Tensor<2>>) -> Tensor<3> {
+    let [b, heads, n, head_dim] = q.dims();
+    let [_, kv_heads, total, _] = keys.dims();
+    let q = contiguous(q);
+    let storage = |t: Tensor<4>| t.try_into_primitive::<Cube>().expect("a tensor on a CubeCL device");
+    let (keys, values) = (storage(keys), storage(values));
+    let strides = keys.meta.strides().to_vec();
+    assert!(
+        strides[3] == 1 && values.meta.strides().to_vec() == strides,
+        "keys and values laid out alike, each position's values together: strides {strides:?}"
+    );
+    let client = q.client.clone();
+    let scratch = |shape: Vec<usize>| empty_device_dtype(client.clone(), q.device.clone(), shape.into(), q.dtype);
+    let scores = scratch(vec![b * heads * n * total]);
+    let out = scratch(vec![b, n, heads * head_dim]);
+    let (mask, masked) = match mask {
+        Some(m) => (contiguous(m.clone()), 1u32),
+        None => (scratch(vec![1]), 0u32),
+    };
+    let cap = client.properties().hardware.max_units_per_cube.clamp(1, UNITS);
+    let units = if cap.is_power_of_two() { cap } else { cap.next_power_of_two() / 2 };
+    attention_rows::launch(
+        &client,
+        CubeCount::Static((b * heads * n) as u32, 1, 1),
+        CubeDim::new_1d(units),
+        q.into_buffer_arg(),
+        keys.into_buffer_arg(),
+        values.into_buffer_arg(),
+        mask.into_buffer_arg(),
+        scores.into_buffer_arg(),
+        out.clone().into_buffer_arg(),
+        n as u32,
+        heads as u32,
+        kv_heads as u32,
+        head_dim as u32,
+        total as u32,
+        strides[0] as u32,
+        strides[1] as u32,
+        strides[2] as u32,
+        1.0 / (head_dim as f32).sqrt(),
+        masked,
+        units as usize,
+    );
+    Tensor::from_primitive::<Cube>(out)
+}
