@@ -2,7 +2,7 @@
 //! softmax and the weighted sum of values. burn's tensor form is about ten launches (the
 //! cache's views made contiguous, two matmuls, the scaling, the mask, a softmax in five).
 
-use super::contiguous;
+use super::{contiguous, whole_buffer};
 use burn::tensor::Tensor;
 use burn_cubecl::Cube;
 use burn_cubecl::cubecl;
@@ -149,8 +149,8 @@ pub(crate) fn attention(q: Tensor<4>, keys: Tensor<4>, values: Tensor<4>, mask: 
         CubeCount::Static((b * heads * n) as u32, 1, 1),
         CubeDim::new_1d(units),
         q.into_buffer_arg(),
-        keys.into_buffer_arg(),
-        values.into_buffer_arg(),
+        whole_buffer(keys),
+        whole_buffer(values),
         mask.into_buffer_arg(),
         scores.into_buffer_arg(),
         out.clone().into_buffer_arg(),

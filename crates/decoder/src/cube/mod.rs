@@ -16,6 +16,7 @@ pub(crate) use swiglu::swiglu;
 
 use burn::tensor::Tensor;
 use burn_cubecl::Cube;
+use burn_cubecl::cubecl;
 use burn_cubecl::tensor::CubeTensor;
 
 /// `t` as a contiguous CubeCL tensor (copied only when it is a strided view). Panics when `t`
@@ -23,6 +24,15 @@ use burn_cubecl::tensor::CubeTensor;
 fn contiguous<const D: usize>(t: Tensor<D>) -> CubeTensor {
     let t = t.try_into_primitive::<Cube>().expect("a tensor on a CubeCL device");
     if t.is_contiguous_buffer() { t } else { burn_cubecl::kernel::into_contiguous(t) }
+}
+
+/// The whole buffer behind `t` as a kernel argument. A view (the cache's first positions) reads
+/// its storage at the storage's strides, past its own shape: an argument made from the view
+/// would declare only the view's length, which checked launches enforce.
+fn whole_buffer(t: CubeTensor) -> cubecl::prelude::BufferArg {
+    let len = t.handle.size_in_used() as usize / t.elem_size();
+    // SAFETY: the length is the handle's own, in elements of the tensor's type.
+    unsafe { cubecl::prelude::BufferArg::from_raw_parts_binding(t.handle.binding(), len) }
 }
 
 /// Units of a cube that reduces one row of `cols` values: a power of two, at most 256 and at
