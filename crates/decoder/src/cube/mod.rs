@@ -2,7 +2,8 @@
 //! burn's tensor operations launch as several kernels (a launch-bound path is slow whatever its
 //! kernels do). Each is row-invariant by construction: one cube per row, reductions in a fixed
 //! order that depends on the row's width only, never on how many rows the call has.
-//! `device_check::kernels` tests each against the CPU on the device, with a broken call caught.
+//! `device_check::kernels` tests each on the device against an f64 reference computed on the
+//! host, with a broken call caught.
 
 mod attention;
 mod rms_norm;
