@@ -15,11 +15,8 @@ pub(super) const MEMORY_BOUND_TARGET: f64 = 0.30;
 pub(super) fn launches(profile: Option<&Profile>) -> Target {
     let judged = profile.and_then(|p| {
         let m = p.models.iter().find(|m| m.role == "target")?;
-        let worst: Vec<(usize, u64)> = m
-            .launches
-            .iter()
-            .map(|c| (c.rows, c.attention.iter().zip(&c.mlp).map(|(a, b)| a + b).max().unwrap_or(0)))
-            .collect();
+        let worst: Vec<(usize, u64)> =
+            m.launches.iter().map(|c| (c.rows, c.per_layer().into_iter().max().unwrap_or(0))).collect();
         let most = worst.iter().map(|w| w.1).max()?;
         let said: Vec<String> =
             worst.iter().map(|(r, n)| format!("{n} at {r} row{}", if *r == 1 { "" } else { "s" })).collect();

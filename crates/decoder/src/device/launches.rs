@@ -9,7 +9,7 @@
 //! finished: a sublayer's count is exact whether or not the device has run them yet.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The launches seen since a [`LaunchCounter`] started: in all, and per kernel name.
@@ -21,6 +21,9 @@ struct Tally {
 
 /// The installed counter's tally, for [`issued`] (one slot: counters do not nest).
 static ACTIVE: Mutex<Option<Arc<Tally>>> = Mutex::new(None);
+/// Whether a counter runs: what [`issued`] reads first, so that a forward with no counter (every
+/// ordinary one, on any device) takes no lock at its sublayer boundaries.
+static COUNTING: AtomicBool = AtomicBool::new(false);
 
 /// Counts every kernel launched on any GPU device while it lives. `None` from
 /// [`LaunchCounter::start`] in a build without a GPU backend (the CPU path launches nothing).
@@ -51,16 +54,12 @@ impl LaunchCounter {
             let mut active = ACTIVE.lock().expect("launch counter slot");
             assert!(active.is_none(), "a launch counter is already running");
             *active = Some(tally.clone());
+            COUNTING.store(true, Ordering::Release);
             let observation = cubecl_runtime::logging::LaunchObservation::new(Arc::new(Observer(tally.clone())));
             Some(Self { tally, _observation: observation })
         }
         #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
         None
-    }
-
-    /// Launches since the counter started.
-    pub fn total(&self) -> u64 {
-        self.tally.total.load(Ordering::Relaxed)
     }
 
     /// Launches since the counter started, per kernel name as CubeCL names it, most first.
@@ -74,11 +73,15 @@ impl LaunchCounter {
 
 impl Drop for LaunchCounter {
     fn drop(&mut self) {
+        COUNTING.store(false, Ordering::Release);
         *ACTIVE.lock().expect("launch counter slot") = None;
     }
 }
 
 /// The running counter's total, or `None` when none is running.
 pub fn issued() -> Option<u64> {
+    if !COUNTING.load(Ordering::Acquire) {
+        return None;
+    }
     ACTIVE.lock().expect("launch counter slot").as_ref().map(|t| t.total.load(Ordering::Relaxed))
 }

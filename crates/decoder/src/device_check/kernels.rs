@@ -7,8 +7,9 @@
 
 use super::Check;
 use crate::Device;
-use crate::compare::nan_max;
+use crate::compare::{max_abs_diff, nan_max};
 use anyhow::{Result, ensure};
+use burn::tensor::{Tensor, TensorData};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -19,6 +20,23 @@ const ROWS: [usize; 3] = [1, 5, 16];
 fn uniform(n: usize, scale: f32, seed: u64) -> Vec<f32> {
     let mut rng = StdRng::seed_from_u64(seed);
     (0..n).map(|_| (rng.random::<f32>() * 2.0 - 1.0) * scale).collect()
+}
+
+/// The worst difference of `call(n)` from `reference(n)` over calls of 1, 5 and 16 rows, each
+/// call's output bit for bit the first rows of the widest call's (row invariance).
+fn over_row_counts(what: &str, call: impl Fn(usize) -> Vec<f32>, reference: impl Fn(usize) -> Vec<f32>) -> Result<f32> {
+    let widest = call(ROWS[2]);
+    let mut worst = 0f32;
+    for n in ROWS {
+        let out = call(n);
+        ensure!(
+            out[..] == widest[..out.len()],
+            "{what}: a {n}-row call's rows differ from the same rows in a {}-row call",
+            ROWS[2]
+        );
+        worst = nan_max(worst, max_abs_diff(&out, &reference(n)));
+    }
+    Ok(worst)
 }
 
 /// RMSNorm of each `cols`-wide row of `x` in f64.
@@ -34,18 +52,11 @@ fn rms_norm_reference(x: &[f32], weight: &[f32], eps: f64) -> Vec<f32> {
 }
 
 /// `crate::cube::rms_norm` of the first `rows` rows of `x` on `device`, back on the host.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn rms_norm_on(device: &Device, x: &[f32], weight: &[f32], rows: usize, eps: f64) -> Vec<f32> {
-    use burn::tensor::{Tensor, TensorData};
     let cols = weight.len();
     let xt = Tensor::<3>::from_data(TensorData::new(x[..rows * cols].to_vec(), [1, rows, cols]), device);
     let wt = Tensor::<1>::from_data(TensorData::new(weight.to_vec(), [cols]), device);
     crate::cube::rms_norm(xt, &wt, eps).into_data().try_to_vec::<f32>().expect("f32 outputs")
-}
-
-#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
-fn rms_norm_on(_: &Device, _: &[f32], _: &[f32], _: usize, _: f64) -> Vec<f32> {
-    panic!("this build has no GPU kernels (build with --features wgpu or cuda)")
 }
 
 /// Heads of the RoPE check: q heads, kv heads, head size (two q heads share a kv head).
@@ -77,9 +88,7 @@ fn rope_reference(qkv: &[f32], cos: &[f32], sin: &[f32], rows: usize) -> [Vec<f3
 
 /// `crate::cube::rope_qkv` of the first `rows` rows on `device`, after `past` positions of a
 /// cache of [`SENTINEL`]s: q, and the whole key and value storage.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn rope_on(device: &Device, qkv: &[f32], cos: &[f32], sin: &[f32], rows: usize, past: usize) -> [Vec<f32>; 3] {
-    use burn::tensor::{Tensor, TensorData};
     let [h, kvh, d] = ROPE_HEADS;
     let width = (h + 2 * kvh) * d;
     let qkv = Tensor::<3>::from_data(TensorData::new(qkv[..rows * width].to_vec(), [1, rows, width]), device);
@@ -92,16 +101,11 @@ fn rope_on(device: &Device, qkv: &[f32], cos: &[f32], sin: &[f32], rows: usize, 
     [host(q), host(keys), host(values)]
 }
 
-#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
-fn rope_on(_: &Device, _: &[f32], _: &[f32], _: &[f32], _: usize, _: usize) -> [Vec<f32>; 3] {
-    panic!("this build has no GPU kernels (build with --features wgpu or cuda)")
-}
-
 /// The largest difference of a RoPE call's outputs from the reference: q, the cache rows at
 /// `past..past + rows` against k and v, and every other cache entry against the sentinel.
 fn rope_diff(out: &[Vec<f32>; 3], reference: &[Vec<f32>; 3], rows: usize) -> f32 {
     let [_, kvh, d] = ROPE_HEADS;
-    let mut worst = crate::compare::max_abs_diff(&out[0], &reference[0]);
+    let mut worst = max_abs_diff(&out[0], &reference[0]);
     for (cache, want) in out[1..].iter().zip(&reference[1..]) {
         for head in 0..kvh {
             for pos in 0..ROPE_CAPACITY {
@@ -111,7 +115,7 @@ fn rope_diff(out: &[Vec<f32>; 3], reference: &[Vec<f32>; 3], rows: usize) -> f32
                 } else {
                     vec![SENTINEL; d]
                 };
-                worst = nan_max(worst, crate::compare::max_abs_diff(got, &expected));
+                worst = nan_max(worst, max_abs_diff(got, &expected));
             }
         }
     }
@@ -162,16 +166,9 @@ fn swiglu_reference(gate_up: &[f32], cols: usize) -> Vec<f32> {
 }
 
 /// `crate::cube::swiglu` of the first `rows` rows on `device`.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn swiglu_on(device: &Device, gate_up: &[f32], cols: usize, rows: usize) -> Vec<f32> {
-    use burn::tensor::{Tensor, TensorData};
     let t = Tensor::<3>::from_data(TensorData::new(gate_up[..rows * cols].to_vec(), [1, rows, cols]), device);
     crate::cube::swiglu(t).into_data().try_to_vec::<f32>().expect("f32 outputs")
-}
-
-#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
-fn swiglu_on(_: &Device, _: &[f32], _: usize, _: usize) -> Vec<f32> {
-    panic!("this build has no GPU kernels (build with --features wgpu or cuda)")
 }
 
 /// SwiGLU at 1, 5 and 16 rows of 2 x 300 values: the worst difference, and that of the broken
@@ -180,20 +177,13 @@ fn swiglu_check(device: &Device) -> Result<(f32, f32)> {
     let (cols, rows) = (600, ROWS[2]);
     let gate_up = uniform(rows * cols, 4.0, 5);
     let reference = swiglu_reference(&gate_up, cols);
-    let widest = swiglu_on(device, &gate_up, cols, rows);
-    let mut worst = 0f32;
-    for n in ROWS {
-        let out = swiglu_on(device, &gate_up, cols, n);
-        ensure!(
-            out[..] == widest[..out.len()],
-            "SwiGLU: a {n}-row call's rows differ from the same rows in a {rows}-row call"
-        );
-        worst = nan_max(worst, crate::compare::max_abs_diff(&out, &reference[..out.len()]));
-    }
+    let inter = cols / 2;
+    let worst =
+        over_row_counts("SwiGLU", |n| swiglu_on(device, &gate_up, cols, n), |n| reference[..n * inter].to_vec())?;
     let swapped: Vec<f32> =
         gate_up.chunks_exact(cols).flat_map(|r| [&r[cols / 2..], &r[..cols / 2]].concat()).collect();
     let broken = swiglu_on(device, &swapped, cols, ROWS[1]);
-    Ok((worst, crate::compare::max_abs_diff(&broken, &reference[..broken.len()])))
+    Ok((worst, max_abs_diff(&broken, &reference[..broken.len()])))
 }
 
 /// Cached positions before the rows of the attention check.
@@ -227,17 +217,19 @@ fn attention_reference(q: &[f32], keys: &[f32], values: &[f32], rows: usize) -> 
     out
 }
 
+/// The first `rows` rows of each head of `q` (`[heads, 16, d]`): `[heads, rows, d]`.
+fn first_rows(q: &[f32], rows: usize) -> Vec<f32> {
+    let [h, _, d] = ROPE_HEADS;
+    (0..h).flat_map(|head| q[head * ROWS[2] * d..][..rows * d].to_vec()).collect()
+}
+
 /// `crate::cube::attention` of the first `rows` query rows on `device`, over the cache's
 /// storage viewed up to `past + rows`, with the causal mask the model passes (none for one
 /// row) unless `unmasked`.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn attention_on(device: &Device, q: &[f32], keys: &[f32], values: &[f32], rows: usize, unmasked: bool) -> Vec<f32> {
-    use burn::tensor::{Tensor, TensorData};
     let [h, kvh, d] = ROPE_HEADS;
     let total = ATTENTION_PAST + rows;
-    let widest = ROWS[2];
-    let q_rows: Vec<f32> = (0..h).flat_map(|head| q[head * widest * d..][..rows * d].to_vec()).collect();
-    let q = Tensor::<4>::from_data(TensorData::new(q_rows, [1, h, rows, d]), device);
+    let q = Tensor::<4>::from_data(TensorData::new(first_rows(q, rows), [1, h, rows, d]), device);
     let view = |t: &[f32]| {
         Tensor::<4>::from_data(TensorData::new(t.to_vec(), [1, kvh, ROPE_CAPACITY, d]), device).slice([
             0..1,
@@ -256,33 +248,16 @@ fn attention_on(device: &Device, q: &[f32], keys: &[f32], values: &[f32], rows: 
     crate::cube::attention(q, view(keys), view(values), mask.as_ref()).into_data().try_to_vec::<f32>().expect("f32")
 }
 
-#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
-fn attention_on(_: &Device, _: &[f32], _: &[f32], _: &[f32], _: usize, _: bool) -> Vec<f32> {
-    panic!("this build has no GPU kernels (build with --features wgpu or cuda)")
-}
-
 /// Attention at 1, 5 and 16 rows after 8 positions: the worst difference, and that of the
 /// broken call (a 5-row call without its causal mask).
 fn attention_check(device: &Device) -> Result<(f32, f32)> {
     let [h, kvh, d] = ROPE_HEADS;
-    let rows = ROWS[2];
-    let q = uniform(h * rows * d, 1.0, 6);
+    let q = uniform(h * ROWS[2] * d, 1.0, 6);
     let (keys, values) = (uniform(kvh * ROPE_CAPACITY * d, 1.0, 7), uniform(kvh * ROPE_CAPACITY * d, 1.0, 8));
-    let widest = attention_on(device, &q, &keys, &values, rows, false);
-    let mut worst = 0f32;
-    for n in ROWS {
-        let out = attention_on(device, &q, &keys, &values, n, false);
-        ensure!(
-            out[..] == widest[..out.len()],
-            "attention: a {n}-row call's rows differ from the same rows in a {rows}-row call"
-        );
-        let q_rows: Vec<f32> = (0..h).flat_map(|head| q[head * rows * d..][..n * d].to_vec()).collect();
-        worst = nan_max(worst, crate::compare::max_abs_diff(&out, &attention_reference(&q_rows, &keys, &values, n)));
-    }
-    let n = ROWS[1];
-    let broken = attention_on(device, &q, &keys, &values, n, true);
-    let q_rows: Vec<f32> = (0..h).flat_map(|head| q[head * rows * d..][..n * d].to_vec()).collect();
-    Ok((worst, crate::compare::max_abs_diff(&broken, &attention_reference(&q_rows, &keys, &values, n))))
+    let reference = |n: usize| attention_reference(&first_rows(&q, n), &keys, &values, n);
+    let worst = over_row_counts("attention", |n| attention_on(device, &q, &keys, &values, n, false), reference)?;
+    let broken = attention_on(device, &q, &keys, &values, ROWS[1], true);
+    Ok((worst, max_abs_diff(&broken, &reference(ROWS[1]))))
 }
 
 /// RMSNorm at two widths: under the cube's units (each unit one column or none) and over them
@@ -293,21 +268,14 @@ pub(super) fn kernels(device: &Device, tol: f32) -> Result<Check> {
         let x = uniform(ROWS[2] * cols, 3.0, seed);
         let weight: Vec<f32> = uniform(cols, 1.0, seed + 10).into_iter().map(|w| 1.0 + w).collect();
         let reference = rms_norm_reference(&x, &weight, eps);
-        let widest = rms_norm_on(device, &x, &weight, ROWS[2], eps);
-        for rows in ROWS {
-            let out = rms_norm_on(device, &x, &weight, rows, eps);
-            ensure!(
-                out[..] == widest[..rows * cols],
-                "RMSNorm of width {cols}: a {rows}-row call's rows differ from the same rows in a {}-row call",
-                ROWS[2]
-            );
-            worst = nan_max(worst, crate::compare::max_abs_diff(&out, &reference[..rows * cols]));
-        }
+        let width = format!("RMSNorm of width {cols}");
+        let call = |n: usize| rms_norm_on(device, &x, &weight, n, eps);
+        worst = nan_max(worst, over_row_counts(&width, call, |n| reference[..n * cols].to_vec())?);
         // The broken call: the weight read one element off.
         let mut shifted = weight.clone();
         shifted.rotate_left(1);
         let broken = rms_norm_on(device, &x, &shifted, ROWS[1], eps);
-        caught = caught.min(crate::compare::max_abs_diff(&broken, &reference[..ROWS[1] * cols]));
+        caught = caught.min(max_abs_diff(&broken, &reference[..ROWS[1] * cols]));
     }
     ensure!(caught > tol, "a weight read one element off moved RMSNorm by only {caught:e}: the check cannot fail");
     let (rope_worst, rope_caught) = rope_check(device)?;

@@ -6,7 +6,7 @@
 use super::Check;
 use super::tiny::{tokens, write_tiny};
 use crate::synthetic::{TINY_VOCAB, tiny_qwen2};
-use crate::{Device, LaunchCounter, load_model};
+use crate::{Device, load_model};
 use anyhow::{Context, Result, ensure};
 use std::path::Path;
 
@@ -24,15 +24,10 @@ pub(super) fn launches(device: &Device, dir: &Path) -> Result<Check> {
     let (mut worst, mut detail) = (0u64, Vec::new());
     for rows in [1, 5] {
         let new = tokens(rows, 33 + rows as u32);
-        model.forward_timed(&new, &mut cache)?;
-        cache.truncate(prefix.len());
-        let counter = LaunchCounter::start().context("this build has no GPU backend to count launches on")?;
-        let (_, times) = model.forward_timed(&new, &mut cache)?;
-        cache.truncate(prefix.len());
-        let kernels = counter.by_kernel().len();
-        drop(counter);
-        let l = times.launches.context("the forward was not counted")?;
-        let per_layer: Vec<u64> = l.attn.iter().zip(&l.mlp).map(|(a, m)| a + m).collect();
+        let (l, by_kernel) =
+            model.forward_counted(&new, &mut cache)?.context("this build has no GPU backend to count launches on")?;
+        let kernels = by_kernel.len();
+        let per_layer = l.per_layer();
         let layers: u64 = per_layer.iter().sum();
         ensure!(
             l.attn.iter().chain(&l.mlp).all(|&n| n > 0),

@@ -11,6 +11,7 @@
 //! panic inside a check is a failed check with the message, so one broken kernel does not hide
 //! the others.
 
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod kernels;
 mod launches;
 mod tiny;
@@ -67,7 +68,7 @@ pub fn run_check(name: &str, device: &Device, dir: &Path, tol: f32) -> Check {
             "easyspec_placed" => tiny::easyspec_placed(device, &dir, tol),
             "split_layers" => tiny::split_layers(device, &dir, tol),
             "tree_call" => tree::tree_call(device, &dir, tol),
-            "kernels" => kernels::kernels(device, tol),
+            "kernels" => fused_kernels(device, tol),
             "launches" => launches::launches(device, &dir),
             _ => anyhow::bail!("unknown check '{name}' (known: {})", CHECKS.join(", ")),
         }
@@ -86,6 +87,17 @@ pub fn run_check(name: &str, device: &Device, dir: &Path, tol: f32) -> Check {
                 .unwrap_or("(no message)")
         )),
     }
+}
+
+/// The fused kernels' check, in a build that has them.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn fused_kernels(device: &Device, tol: f32) -> Result<Check> {
+    kernels::kernels(device, tol)
+}
+
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+fn fused_kernels(_: &Device, _: f32) -> Result<Check> {
+    anyhow::bail!("this build has no GPU kernels (build with --features wgpu or cuda)")
 }
 
 /// Every check in [`CHECKS`] order.

@@ -119,6 +119,13 @@ pub struct LayerLaunches {
     pub total: u64,
 }
 
+impl LayerLaunches {
+    /// Each layer's launches: its attention's and its MLP's.
+    pub fn per_layer(&self) -> Vec<u64> {
+        self.attn.iter().zip(&self.mlp).map(|(a, m)| a + m).collect()
+    }
+}
+
 /// What one sublayer cost: its wall time and, while a launch counter runs, the kernels it
 /// launched (exact for a group of one layer; the counter is process-wide, so the attentions
 /// of a layer-parallel group running on several threads would count each other's).
@@ -359,6 +366,26 @@ impl Transformer {
         let _ = logits.clone().into_data(); // materialise before stopping the clock
         times.lm_head = t.elapsed();
         Ok((ForwardOutput { logits, hidden }, times))
+    }
+
+    /// The kernels a forward of `tokens` launches after what `cache` holds, per sublayer, and
+    /// per kernel name (most first); `None` in a build without a GPU backend. A warm-up call of
+    /// the same shape runs first (autotuning launches kernels of its own on a shape's first
+    /// call); the cache is cut back after each call.
+    pub fn forward_counted(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+    ) -> Result<Option<(LayerLaunches, Vec<(String, u64)>)>> {
+        let past = cache.len();
+        self.forward_timed(tokens, cache)?;
+        cache.truncate(past);
+        let Some(counter) = crate::LaunchCounter::start() else { return Ok(None) };
+        let (_, times) = self.forward_timed(tokens, cache)?;
+        cache.truncate(past);
+        let by_kernel = counter.by_kernel();
+        let launches = times.launches.expect("a running counter counts the forward");
+        Ok(Some((launches, by_kernel)))
     }
 
     fn hidden_states(

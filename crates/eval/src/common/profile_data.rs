@@ -58,6 +58,13 @@ pub struct LaunchCount {
     pub by_kernel: Vec<(String, u64)>,
 }
 
+impl LaunchCount {
+    /// Each layer's launches: its attention's and its MLP's.
+    pub fn per_layer(&self) -> Vec<u64> {
+        self.attention.iter().zip(&self.mlp).map(|(a, m)| a + m).collect()
+    }
+}
+
 #[derive(Serialize, Deserialize)]
 pub struct Profile {
     pub weights: String,

@@ -6,13 +6,14 @@
 use crate::common::profile_data::{ForwardCurve, LaunchCount, ModelProfile};
 use crate::report::markdown_table;
 use anyhow::Result;
-use specx_decoder::{KvCache, LaunchCounter, LoadedModel};
+use specx_decoder::{KvCache, LoadedModel};
 
 /// Row counts whose forwards are counted: a decode step and a verification of K = 4.
 pub const COUNTED_ROWS: [usize; 2] = [1, 5];
 
 /// The launches of a forward of `rows` rows of `tokens` after the `context` tokens `cache`
-/// holds, or `None` in a build without a GPU backend. The cache is cut back after each call.
+/// holds ([`specx_decoder::Transformer::forward_counted`]), with the bytes it must read;
+/// `None` in a build without a GPU backend.
 pub fn count(
     lm: &LoadedModel,
     tokens: &[u32],
@@ -21,15 +22,9 @@ pub fn count(
     cache: &mut KvCache,
 ) -> Result<Option<LaunchCount>> {
     let model = &lm.model;
-    let new = &tokens[context..context + rows];
-    model.forward_timed(new, cache)?; // the warm-up: autotuning's own launches stay out
-    cache.truncate(context);
-    let Some(counter) = LaunchCounter::start() else { return Ok(None) };
-    let (_, times) = model.forward_timed(new, cache)?;
-    cache.truncate(context);
-    let by_kernel = counter.by_kernel();
-    drop(counter);
-    let launches = times.launches.expect("a running counter counts the forward");
+    let Some((launches, by_kernel)) = model.forward_counted(&tokens[context..context + rows], cache)? else {
+        return Ok(None);
+    };
     let bytes = model.weight_bytes_per_token() + model.config().kv_bytes_per_token(context + rows);
     Ok(Some(LaunchCount {
         rows,
@@ -63,7 +58,6 @@ pub fn table(models: &[ModelProfile]) -> String {
     let mut rows = Vec::new();
     for m in models {
         for c in &m.launches {
-            let per_layer: Vec<u64> = c.attention.iter().zip(&c.mlp).map(|(a, b)| a + b).collect();
             let secs = seconds(&m.forward, c.context, c.rows);
             rows.push(vec![
                 m.role.clone(),
@@ -71,7 +65,7 @@ pub fn table(models: &[ModelProfile]) -> String {
                 c.rows.to_string(),
                 span(&c.attention),
                 span(&c.mlp),
-                span(&per_layer),
+                span(&c.per_layer()),
                 c.lm_head.to_string(),
                 c.total.to_string(),
                 format!("{:.1}", c.bytes_read as f64 / 1e6),
