@@ -9,7 +9,8 @@
 # time limit inside one overall deadline (GPU_CHECK_SECONDS, default 540) so the report is
 # always written:
 #   (a) specx devices                       (b) tiny-model correctness on cuda (and Vulkan)
-#   (d) HF transformers anchor (eager bf16) (c) specx bench and specx profile on cuda (and Vulkan),
+#   (d) HF transformers anchor (eager bf16) (c) specx bench and specx profile on cuda (and Vulkan)
+#   of the GGUF copies (GGUF blocks on the device),
 #   the GPU's peak memory bandwidth and a timed device copy (the memory bound; PyTorch)
 #   (e) specx gpu-check report -> DIR/report.md, DIR/report.json
 # Every step's log is DIR/<step>.log; DIR/steps.tsv has exit statuses and durations. The exit
@@ -124,16 +125,17 @@ fi
 step devices 30 "$specx" devices
 devices="cuda"
 grep -q '^| wgpu:0 ' "$OUT/devices.log" && devices="cuda,wgpu:0"
-step synth 120 "$specx" gpu-check synth --shapes "$bundle/shapes.json" --tokenizer "$work/tokenizer.json" --out "$models"
+step synth 150 "$specx" gpu-check synth --shapes "$bundle/shapes.json" --tokenizer "$work/tokenizer.json" --out "$models"
 step correctness 90 "$specx" gpu-check correctness --devices "$devices" --tolerance 1e-3 --out "$OUT/correctness.json"
 step hf-anchor 120 python3 scripts/gpu/hf_anchor.py --models "$models" --out "$OUT/hf.json"
 step bandwidth 30 python3 scripts/gpu/bandwidth.py --out "$OUT/bandwidth.json"
-pair=(--draft "$models/draft" --target "$models/target")
-step bench-cuda 120 "$specx" bench "${pair[@]}" --devices cuda --weights f32 --prompt-tokens 128 --decode-tokens 64 --call-rows 1,2,5,9,21 --bandwidth-mib 256 --json "$OUT/bench-cuda.json"
-step profile-cuda 90 "$specx" profile "${pair[@]}" --device cuda --weights f32 --contexts 128,1024 --max-rows 21 --reps 5 --tpot-tokens 16 --out "$OUT/profile-cuda.json"
+# specx runs the GGUF copies (Q4_0 blocks on the device, its default path); the anchor the bf16 files.
+pair=(--draft "$models/draft-gguf/model.gguf" --target "$models/target-gguf/model.gguf")
+step bench-cuda 120 "$specx" bench "${pair[@]}" --devices cuda --weights q8 --prompt-tokens 128 --decode-tokens 64 --call-rows 1,2,5,9,21 --bandwidth-mib 256 --json "$OUT/bench-cuda.json"
+step profile-cuda 90 "$specx" profile "${pair[@]}" --device cuda --weights q8 --contexts 128,1024 --max-rows 21 --reps 5 --tpot-tokens 16 --out "$OUT/profile-cuda.json"
 if [ "$devices" != cuda ]; then
-    step bench-wgpu 90 "$specx" bench "${pair[@]}" --devices wgpu:0 --weights f32 --prompt-tokens 128 --decode-tokens 32 --call-rows 1,2,5,9,21 --bandwidth-mib 256 --json "$OUT/bench-wgpu.json"
-    step profile-wgpu 60 "$specx" profile "${pair[@]}" --device wgpu:0 --weights f32 --contexts 128 --max-rows 21 --reps 3 --tpot-tokens 8 --out "$OUT/profile-wgpu.json"
+    step bench-wgpu 90 "$specx" bench "${pair[@]}" --devices wgpu:0 --weights q8 --prompt-tokens 128 --decode-tokens 32 --call-rows 1,2,5,9,21 --bandwidth-mib 256 --json "$OUT/bench-wgpu.json"
+    step profile-wgpu 60 "$specx" profile "${pair[@]}" --device wgpu:0 --weights q8 --contexts 128 --max-rows 21 --reps 3 --tpot-tokens 8 --out "$OUT/profile-wgpu.json"
 fi
 deadline=$(( deadline + 30 ))
 step report 30 "$specx" gpu-check report --dir "$OUT"

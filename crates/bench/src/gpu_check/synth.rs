@@ -4,7 +4,8 @@ use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};
 use specx_decoder::ModelConfig;
 use specx_decoder::fsutil::write_atomic;
-use specx_decoder::synthetic::{StDtype, random_weights, write_hf_dir};
+use specx_decoder::gguf::GgmlType;
+use specx_decoder::synthetic::{StDtype, random_weights, write_gguf, write_hf_dir};
 use specx_decoder::weights::GgufSource;
 use std::path::{Path, PathBuf};
 
@@ -34,7 +35,9 @@ pub struct SynthArgs {
     /// tokenizer.json to place beside each model (the real pair's, so prompts encode as usual).
     #[arg(long)]
     pub tokenizer: PathBuf,
-    /// Output directory: DIR/draft and DIR/target.
+    /// Output directory: DIR/draft and DIR/target (bf16 safetensors, what the HF anchor reads),
+    /// and DIR/draft-gguf and DIR/target-gguf (the same weights as a GGUF file with Q4_0
+    /// matrices: the bytes per weight of the reference pair's Q4_K, for specx's block path).
     #[arg(long)]
     pub out: PathBuf,
     /// Seed of the random weights (the draft uses seed + 1).
@@ -91,11 +94,18 @@ pub fn synth(a: &SynthArgs) -> Result<()> {
         let dir = a.out.join(role);
         let t = std::time::Instant::now();
         // Random weights in bf16, as HF checkpoints ship: specx and the anchor read the same file.
-        write_hf_dir(&dir, cfg, &random_weights(cfg, seed), StDtype::BF16, 1, &tokenizer)?;
+        let weights = random_weights(cfg, seed);
+        write_hf_dir(&dir, cfg, &weights, StDtype::BF16, 1, &tokenizer)?;
+        let gguf = a.out.join(format!("{role}-gguf"));
+        std::fs::create_dir_all(&gguf)?;
+        std::fs::write(gguf.join("tokenizer.json"), &tokenizer)?;
+        let names: Vec<String> = (0..cfg.vocab_size).map(|i| format!("t{i}")).collect();
+        write_gguf(&gguf.join("model.gguf"), cfg, &weights, GgmlType::Q4_0, &names)?;
         eprintln!(
-            "{role}: {:.2}B parameters written to {} in {:.1} s",
+            "{role}: {:.2}B parameters written to {} and {} in {:.1} s",
             cfg.num_parameters() as f64 / 1e9,
             dir.display(),
+            gguf.display(),
             t.elapsed().as_secs_f64()
         );
     }

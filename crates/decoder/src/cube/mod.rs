@@ -6,11 +6,14 @@
 //! host, with a broken call caught.
 
 mod attention;
+mod block_matmul;
+mod blocks;
 mod rms_norm;
 mod rope_cache;
 mod swiglu;
 
 pub(crate) use attention::attention;
+pub(crate) use block_matmul::{DeviceBlocks, on_device};
 pub(crate) use rms_norm::rms_norm;
 pub(crate) use rope_cache::rope_qkv;
 pub(crate) use swiglu::swiglu;

@@ -14,17 +14,21 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
 /// Row counts of the calls compared: a decode step, a verification of K = 4, a tree call.
-const ROWS: [usize; 3] = [1, 5, 16];
+pub(super) const ROWS: [usize; 3] = [1, 5, 16];
 
 /// Uniform values in `[-scale, scale)`.
-fn uniform(n: usize, scale: f32, seed: u64) -> Vec<f32> {
+pub(super) fn uniform(n: usize, scale: f32, seed: u64) -> Vec<f32> {
     let mut rng = StdRng::seed_from_u64(seed);
     (0..n).map(|_| (rng.random::<f32>() * 2.0 - 1.0) * scale).collect()
 }
 
 /// The worst difference of `call(n)` from `reference(n)` over calls of 1, 5 and 16 rows, each
 /// call's output bit for bit the first rows of the widest call's (row invariance).
-fn over_row_counts(what: &str, call: impl Fn(usize) -> Vec<f32>, reference: impl Fn(usize) -> Vec<f32>) -> Result<f32> {
+pub(super) fn over_row_counts(
+    what: &str,
+    call: impl Fn(usize) -> Vec<f32>,
+    reference: impl Fn(usize) -> Vec<f32>,
+) -> Result<f32> {
     let widest = call(ROWS[2]);
     let mut worst = 0f32;
     for n in ROWS {

@@ -2,8 +2,8 @@
 //! to a scratch directory: logits, KV rollback, greedy speculative decoding, the acceptance
 //! head, DSI with one worker on the CPU and one on the device, EasySpec with attentions placed
 //! on the device, one model's layers split over the CPU and the device, and a token tree's
-//! verification call with the accepted path kept; the GPU path's fused kernels against a host
-//! reference, row-invariant and with a broken call caught; and the kernel launches per layer,
+//! verification call with the accepted path kept; the GPU path's fused kernels and its GGUF
+//! block products against a host reference, row-invariant and with a broken call caught; and the kernel launches per layer,
 //! against a bound ([`LAUNCH_BOUND_PER_LAYER`]). The wgpu tests (lavapipe in CI) and `specx gpu-check` (a real GPU,
 //! where no Rust toolchain exists) run the same code, so what CI checks is what a GPU run checks.
 //!
@@ -11,6 +11,8 @@
 //! panic inside a check is a failed check with the message, so one broken kernel does not hide
 //! the others.
 
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod blocks;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod kernels;
 mod launches;
@@ -40,7 +42,7 @@ pub struct Check {
 }
 
 /// The checks by name, in the order they run.
-pub const CHECKS: [&str; 10] = [
+pub const CHECKS: [&str; 11] = [
     "logits",
     "kv_rollback",
     "speculative_fixed_k",
@@ -50,6 +52,7 @@ pub const CHECKS: [&str; 10] = [
     "split_layers",
     "tree_call",
     "kernels",
+    "gguf_blocks",
     "launches",
 ];
 
@@ -69,6 +72,7 @@ pub fn run_check(name: &str, device: &Device, dir: &Path, tol: f32) -> Check {
             "split_layers" => tiny::split_layers(device, &dir, tol),
             "tree_call" => tree::tree_call(device, &dir, tol),
             "kernels" => fused_kernels(device, tol),
+            "gguf_blocks" => gguf_blocks(device, &dir, tol),
             "launches" => launches::launches(device, &dir),
             _ => anyhow::bail!("unknown check '{name}' (known: {})", CHECKS.join(", ")),
         }
@@ -97,6 +101,17 @@ fn fused_kernels(device: &Device, tol: f32) -> Result<Check> {
 
 #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
 fn fused_kernels(_: &Device, _: f32) -> Result<Check> {
+    anyhow::bail!("this build has no GPU kernels (build with --features wgpu or cuda)")
+}
+
+/// The GGUF blocks' check, in a build that has the device kernels.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn gguf_blocks(device: &Device, dir: &Path, tol: f32) -> Result<Check> {
+    blocks::gguf_blocks(device, dir, tol)
+}
+
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+fn gguf_blocks(_: &Device, _: &Path, _: f32) -> Result<Check> {
     anyhow::bail!("this build has no GPU kernels (build with --features wgpu or cuda)")
 }
 

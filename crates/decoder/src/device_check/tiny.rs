@@ -1,9 +1,10 @@
 //! The tiny-model checks (see the module above): each compares a device against the CPU path.
 
 use super::Check;
+use crate::gguf::GgmlType;
 use crate::speculative::*;
 use crate::synthetic::{
-    StDtype, TINY_VOCAB, random_weights, tiny_llama, tiny_qwen2, word_tokenizer_json, write_hf_dir,
+    StDtype, TINY_VOCAB, random_weights, tiny_llama, tiny_qwen2, word_tokenizer_json, write_gguf, write_hf_dir,
 };
 use crate::{
     Device, ForwardOutput, LoadedModel, ModelConfig, SamplingConfig, Transformer, default_device, load_model,
@@ -42,6 +43,17 @@ pub(super) fn write_tiny(dir: &Path, cfg: &ModelConfig, seed: u64) -> Result<Pat
     let path = dir.join(format!("{}-{seed}", cfg.architecture));
     write_hf_dir(&path, cfg, &random_weights(cfg, seed), StDtype::F32, 1, &word_tokenizer_json(cfg.vocab_size, "w"))?;
     Ok(path)
+}
+
+/// A tiny model of `cfg` as a GGUF file with its matrices in `ty` blocks (norms and biases
+/// F32, as llama.cpp writes them), a tokenizer beside it.
+pub(super) fn write_tiny_gguf(dir: &Path, cfg: &ModelConfig, seed: u64, ty: GgmlType) -> Result<PathBuf> {
+    let path = dir.join(format!("{}-{seed}-{ty:?}", cfg.architecture));
+    std::fs::create_dir_all(&path)?;
+    std::fs::write(path.join("tokenizer.json"), word_tokenizer_json(cfg.vocab_size, "w"))?;
+    let names: Vec<String> = (0..cfg.vocab_size).map(|i| format!("w{i}")).collect();
+    write_gguf(&path.join("model.gguf"), cfg, &random_weights(cfg, seed), ty, &names)?;
+    Ok(path.join("model.gguf"))
 }
 
 /// The same HF directory loaded on the CPU and on the device.

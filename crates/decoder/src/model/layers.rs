@@ -73,6 +73,8 @@ pub(super) enum Embedding {
     Blocks(Vec<Tensor<2>>),
     /// GGUF blocks; looked-up rows are decoded to the same f32 values as the dense table.
     Native(Arc<QuantMatrix>),
+    /// GGUF blocks on a GPU; looked-up rows are decoded there by a kernel.
+    DeviceBlocks(Arc<super::gpu_blocks::DeviceBlocks>),
 }
 
 impl Embedding {
@@ -104,6 +106,7 @@ impl Embedding {
                 }
                 Tensor::cat(parts, 0).select(0, index(order))
             }
+            Self::DeviceBlocks(q) => q.lookup(ids),
             Self::Native(q) => {
                 let hd = q.cols();
                 let mut out = vec![0f32; rows * hd];

@@ -1,8 +1,9 @@
 //! Linear maps and where their products run: the weight storage chosen once at load (f32
 //! shared with burn on the CPU, GGUF blocks for the native and integer kernels, row blocks on
-//! another device) and, per call, the kernel of [`crate::kernels`], the integer kernels of
-//! [`crate::quant::int`] or a gemm.
+//! another device, or GGUF blocks on a GPU) and, per call, the kernel of [`crate::kernels`],
+//! the integer kernels of [`crate::quant::int`], a device kernel or a gemm.
 
+use super::gpu_blocks::DeviceBlocks;
 use crate::kernels::{F32Rows, WeightRows};
 use crate::quant::{QuantMatrix, QuantPart};
 use crate::weights::{HostTensor, WeightSource};
@@ -119,8 +120,20 @@ pub(super) enum Projection {
     Int(Arc<QuantMatrix>),
     /// Any other device: burn's matmul, over row blocks of the matrix that each fit in one
     /// device buffer (a GPU caps a storage buffer: 128 MiB on Mesa's lavapipe, less than the
-    /// 0.5B model's 544 MB vocabulary matrix). Usually a single block.
+    /// 0.5B model's 544 MB vocabulary matrix). Usually a single block. f32 weights (`--weights
+    /// f32`, HF safetensors models).
     Device(Vec<Tensor<2>>),
+    /// GGUF blocks on a GPU, decoded inside the product's kernel ([`DeviceBlocks`]), the bias
+    /// added in the same kernel: any number of rows, each row's result independent of the
+    /// others.
+    Blocks(Arc<DeviceBlocks>),
+}
+
+impl Projection {
+    /// Whether the weights live in host memory (the CPU paths, with a host copy of the bias).
+    pub(super) fn on_host(&self) -> bool {
+        matches!(self, Self::Host { .. } | Self::Native(_) | Self::Int(_))
+    }
 }
 
 /// A linear map stored in HF layout `[out, in]` and applied as `x W^T (+ bias)`.
@@ -142,7 +155,7 @@ impl Linear {
             Projection::Host { host, .. } => self.kernel_chunks(x, &host.weight_rows()),
             Projection::Native(q) => self.kernel_chunks(x, q.as_ref()),
             Projection::Int(q) => self.kernel_int(x, q),
-            Projection::Device(_) => self.forward(x),
+            Projection::Device(_) | Projection::Blocks(_) => self.forward(x),
         }
     }
 
@@ -154,6 +167,7 @@ impl Linear {
             Projection::Host { host, .. } if few => return self.kernel(x, &host.weight_rows()),
             Projection::Native(q) if few => return self.kernel(x, q.as_ref()),
             Projection::Int(q) => return self.kernel_int(x, q),
+            Projection::Blocks(q) => return q.matmul(x, self.bias.as_ref()),
             Projection::Native(q) => {
                 // Long inputs (prefill) are compute-bound: decode the matrix for this call and
                 // run the gemm the f32 path runs on the same values (bit-identical to it).
@@ -208,6 +222,7 @@ impl Linear {
             Projection::Native(q) | Projection::Int(q) => q.byte_len(),
             Projection::Host { host, .. } => host.rows * host.cols * 4,
             Projection::Device(blocks) => blocks.iter().map(|w| w.dims().iter().product::<usize>() * 4).sum(),
+            Projection::Blocks(q) => q.byte_len(),
         };
         matrix + self.bias.as_ref().map_or(0, |b| b.dims()[0] * 4)
     }

@@ -2,6 +2,7 @@
 //! matrices are kept ([`WeightMode`]).
 
 use super::Transformer;
+use super::gpu_blocks::{DeviceBlocks, on_device};
 use super::layers::{Attention, Block, Embedding, Mlp, RmsNorm};
 use super::linear::{Linear, Projection, check_shape, native_matrix, upload_matrix};
 use crate::config::ModelConfig;
@@ -11,12 +12,14 @@ use anyhow::{Context, Result, bail};
 use burn::tensor::{Device, Tensor, TensorData};
 use std::sync::Arc;
 
-/// How a model's GGUF weight matrices are kept in memory on the CPU.
+/// How a model's GGUF weight matrices are kept in memory. On a GPU, `native` and `q8` both keep
+/// the blocks on the device, decoded inside the product's kernel with f32 activations (the
+/// integer activations of `q8` are a CPU path); `f32` uploads them dequantized.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WeightMode {
     /// Dequantized to f32 on load: the reference path, and the only one for HF safetensors
-    /// models and non-CPU devices.
+    /// models.
     F32,
     /// In their GGUF block formats, decoded inside the few-row kernel ([`crate::quant`]):
     /// 4-8x fewer bytes per token, results bit-identical to the f32 path (the same values go
@@ -89,8 +92,10 @@ impl Transformer {
         let layer_device: Vec<usize> =
             ranges.iter().enumerate().flat_map(|(j, r)| std::iter::repeat_n(j, r.len())).collect();
         let head = devices.len() - 1;
-        let native_on = |device: &Device| mode != WeightMode::F32 && *device == Device::flex();
-        let int_on = |device: &Device| mode == WeightMode::Q8 && native_on(device);
+        // GGUF blocks are kept in every mode but f32: on the CPU for the native and integer
+        // kernels, on a GPU for the device kernels.
+        let blocks_kept = mode != WeightMode::F32;
+        let int_on = |device: &Device| mode == WeightMode::Q8 && *device == Device::flex();
         let (hd, inter) = (cfg.hidden_size, cfg.intermediate_size);
         let (qd, kvd) = (cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim);
         let get = |name: &str| src.load(name).with_context(|| format!("loading weight '{name}'"));
@@ -110,11 +115,26 @@ impl Transformer {
             let label = names.iter().map(|(n, _)| *n).collect::<Vec<_>>().join("+");
             upload_matrix(w, &label, [out, inp], device)
         };
-        // Native blocks where possible, else f32. A q8 fallback is logged once per set of types.
+        // Blocks where possible, else f32. A fallback is logged once per set of types.
         let reported = std::cell::RefCell::new(Vec::new());
         let projection = |names: &[(&str, usize)], inp: usize, device: &Device| -> Result<Projection> {
             let int = int_on(device);
-            match native_on(device).then(|| native_matrix(src, names, inp)).transpose()?.flatten() {
+            let q = if blocks_kept { native_matrix(src, names, inp)? } else { None };
+            match q {
+                Some(q) if *device != Device::flex() => {
+                    let types: Vec<_> = q.parts().iter().map(|p| p.ty).collect();
+                    if types.iter().all(|&ty| on_device(ty)) {
+                        return Ok(Projection::Blocks(Arc::new(DeviceBlocks::upload(&q, device)?)));
+                    }
+                    if !reported.borrow().contains(&types) {
+                        eprintln!(
+                            "specx: '{}' is stored as {types:?}, which has no device kernel: using f32 weights for it and every other such matrix",
+                            names[0].0
+                        );
+                        reported.borrow_mut().push(types);
+                    }
+                    dense(names, inp, device)
+                }
                 Some(q) if int && q.has_int_kernel() => Ok(Projection::Int(Arc::new(q.into_int_layout()))),
                 Some(q) => {
                     let types: Vec<_> = q.parts().iter().map(|p| p.ty).collect();
@@ -141,7 +161,7 @@ impl Transformer {
                 check_shape(&b, &format!("{name}.bias"), &[rows])?;
                 data.extend_from_slice(&b.data);
             }
-            let host_bias = (!matches!(proj, Projection::Device(_))).then(|| data.clone());
+            let host_bias = proj.on_host().then(|| data.clone());
             let len = data.len();
             let bias = upload(HostTensor { shape: vec![len], data }, "bias", [len], device)?;
             Ok(Linear { proj, bias: Some(bias), host_bias })
@@ -155,6 +175,7 @@ impl Transformer {
             Projection::Host { weight, .. } => Embedding::Dense(weight.clone()),
             Projection::Device(blocks) if blocks.len() == 1 => Embedding::Dense(blocks[0].clone()),
             Projection::Device(blocks) => Embedding::Blocks(blocks.clone()),
+            Projection::Blocks(q) => Embedding::DeviceBlocks(q.clone()),
         };
         let mut blocks = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {

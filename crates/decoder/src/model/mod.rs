@@ -15,6 +15,7 @@ use burn::tensor::{Device, Tensor};
 use std::sync::Arc;
 
 mod fuzzy;
+mod gpu_blocks;
 mod layers;
 mod linear;
 mod load;
@@ -179,10 +180,13 @@ impl Transformer {
         self.linears().map(Linear::weight_bytes).sum::<usize>() + norms
     }
 
-    /// Whether any weight matrix runs natively from GGUF blocks ([`WeightMode::Native`]).
+    /// Whether any weight matrix runs from its GGUF blocks ([`WeightMode::Native`] or `Q8`, on
+    /// the CPU or a GPU).
     pub fn is_native(&self) -> bool {
-        matches!(self.embed, Embedding::Native(_))
-            || self.linears().any(|l| matches!(l.proj, Projection::Native(_) | Projection::Int(_)))
+        matches!(self.embed, Embedding::Native(_) | Embedding::DeviceBlocks(_))
+            || self
+                .linears()
+                .any(|l| matches!(l.proj, Projection::Native(_) | Projection::Int(_) | Projection::Blocks(_)))
     }
 
     /// Whether any weight matrix takes integer dot products on 8-bit activations

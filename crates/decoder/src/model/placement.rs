@@ -6,43 +6,62 @@
 //! transfer, which changes where the numbers are computed, not which.
 
 use super::Transformer;
+use super::gpu_blocks::{DeviceBlocks, on_device};
 use super::layers::{Attention, RmsNorm};
 use super::linear::{Linear, Projection, upload_matrix};
+use crate::quant::QuantMatrix;
 use crate::weights::HostTensor;
 use anyhow::{Result, ensure};
 use burn::tensor::Device;
+use std::sync::Arc;
 
 impl Linear {
-    /// The same map on `device`, as [`Transformer::load`] would have stored it there (f32;
-    /// GGUF blocks are decoded). A map already on the CPU device stays as it is when moved to
-    /// the CPU device.
+    /// The same map on `device`, as [`Transformer::load`] would have stored it there: GGUF
+    /// blocks stay blocks (the CPU's native kernel, or a GPU's), f32 stays f32. A map already
+    /// on the CPU device stays as it is when moved to the CPU device.
     fn to_device(&self, device: &Device) -> Result<Linear> {
-        let on_host = !matches!(self.proj, Projection::Device(_));
-        if on_host && *device == Device::flex() {
+        let to_host = *device == Device::flex();
+        if self.proj.on_host() && to_host {
             return Ok(self.clone());
         }
-        let (rows, data) = match &self.proj {
-            Projection::Host { host, .. } => (host.rows, host.as_f32().to_vec()),
-            Projection::Native(q) | Projection::Int(q) => (q.rows(), q.to_f32()),
+        let proj = match &self.proj {
+            Projection::Native(q) | Projection::Int(q) => blocks_on(q.as_ref().clone(), device)?,
+            Projection::Blocks(q) => blocks_on(q.to_host()?, device)?,
+            Projection::Host { host, .. } => f32_on(host.rows, host.as_f32().to_vec(), device)?,
             Projection::Device(blocks) => {
                 let rows = blocks.iter().map(|b| b.dims()[0]).sum();
                 let data = blocks
                     .iter()
                     .flat_map(|b| b.clone().into_data().try_into_vec::<f32>().expect("f32 weights"))
                     .collect();
-                (rows, data)
+                f32_on(rows, data, device)?
             }
         };
-        let cols = data.len() / rows;
-        let proj =
-            upload_matrix(HostTensor { shape: vec![rows, cols], data }, "placed projection", [rows, cols], device)?;
         let bias = self.bias.as_ref().map(|b| b.clone().to_device(device));
-        let host_bias = match &proj {
-            Projection::Device(_) => None,
-            _ => bias.as_ref().map(|b| b.clone().into_data().try_into_vec::<f32>().expect("f32 bias")),
+        let host_bias = match proj.on_host() {
+            true => bias.as_ref().map(|b| b.clone().into_data().try_into_vec::<f32>().expect("f32 bias")),
+            false => None,
         };
         Ok(Linear { proj, bias, host_bias })
     }
+}
+
+/// GGUF blocks on `device`: the native kernel's on the CPU, a GPU's where it reads every type,
+/// else f32.
+fn blocks_on(q: QuantMatrix, device: &Device) -> Result<Projection> {
+    if *device == Device::flex() {
+        return Ok(Projection::Native(Arc::new(q)));
+    }
+    if q.parts().iter().all(|p| on_device(p.ty)) {
+        return Ok(Projection::Blocks(Arc::new(DeviceBlocks::upload(&q, device)?)));
+    }
+    f32_on(q.rows(), q.to_f32(), device)
+}
+
+/// An f32 matrix of `rows` rows on `device`.
+fn f32_on(rows: usize, data: Vec<f32>, device: &Device) -> Result<Projection> {
+    let cols = data.len() / rows;
+    upload_matrix(HostTensor { shape: vec![rows, cols], data }, "placed projection", [rows, cols], device)
 }
 
 impl Attention {

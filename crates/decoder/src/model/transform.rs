@@ -4,6 +4,7 @@
 //! verifier's rejection sampling is exact for any draft distribution q, and these only change q.
 
 use super::Transformer;
+use super::gpu_blocks::DeviceBlocks;
 use super::linear::{Linear, Projection, device_blocks, upload_matrix};
 use crate::gguf::GgmlType;
 use crate::weights::HostTensor;
@@ -33,6 +34,10 @@ impl Transformer {
         let proj = match &head.proj {
             Projection::Native(q) => Projection::Native(Arc::new(q.select_rows(ids)?)),
             Projection::Int(q) => Projection::Int(Arc::new(q.select_rows(ids)?.into_int_layout())),
+            Projection::Blocks(q) => Projection::Blocks(Arc::new(DeviceBlocks::upload(
+                &q.to_host()?.select_rows(ids)?,
+                &self.devices[self.head],
+            )?)),
             Projection::Host { host, .. } => {
                 let data = gather_rows(host.as_f32(), host.cols, ids);
                 upload_matrix(
@@ -60,7 +65,7 @@ impl Transformer {
         self.lm_head = Linear {
             proj,
             bias: bias.as_ref().map(|b| Tensor::from_data(TensorData::new(b.clone(), [b.len()]), &device)),
-            host_bias: bias.filter(|_| !matches!(head.proj, Projection::Device(_))),
+            host_bias: bias.filter(|_| head.proj.on_host()),
         };
         self.vocab_subset = Some(ids.into());
         Ok(self)
@@ -73,7 +78,7 @@ impl Transformer {
 
     /// The model with every layer matrix and the output head stored with more bits per weight
     /// than `ty` requantized to `ty` (decoded, then ggml's round-to-nearest quantizer); cheaper
-    /// matrices, the embedding table and the norms are kept. Needs the GGUF blocks on the CPU
+    /// matrices, the embedding table and the norms are kept. Needs the GGUF blocks (on the CPU or a GPU)
     /// (`--weights native` or `q8`); integer matrices stay integer when `ty` has an integer
     /// kernel.
     pub fn requantize(mut self, ty: GgmlType) -> Result<Self> {
@@ -91,9 +96,13 @@ impl Transformer {
                 Projection::Host { .. } => bail!(
                     "requantizing {name} needs the model's GGUF blocks: load it with --weights native or q8 (it is held in f32)"
                 ),
-                Projection::Device(_) => {
-                    bail!("requantizing {name} needs the model on the CPU (it is on another device)")
+                Projection::Blocks(q) => {
+                    let device = q.device();
+                    Projection::Blocks(Arc::new(DeviceBlocks::upload(&q.to_host()?.requantized(ty)?, &device)?))
                 }
+                Projection::Device(_) => bail!(
+                    "requantizing {name} needs the model's GGUF blocks: load it with --weights native or q8 (it is held in f32)"
+                ),
             };
             Ok(())
         };
@@ -152,6 +161,14 @@ impl Transformer {
                 out
             }
             Projection::Host { host, .. } => gather_rows(host.as_f32(), host.cols, ids),
+            Projection::Blocks(q) => {
+                let q = q.to_host()?;
+                let mut out = vec![0f32; ids.len() * h];
+                for (row, &id) in out.chunks_exact_mut(h).zip(ids) {
+                    q.decode_row(id as usize, row);
+                }
+                out
+            }
             Projection::Device(blocks) => {
                 let all: Vec<f32> = blocks
                     .iter()

@@ -1,0 +1,351 @@
+//! A weight matrix kept on the device in its GGUF blocks ([`DeviceBlocks`]) and the two kernels
+//! that read it: the product `x W^T (+ bias)` for any number of rows, decoding each weight in
+//! the kernel (llama.cpp's CUDA backend's dequantize-in-kernel matrix-vector product), and the
+//! lookup of whole rows (the token embedding).
+//!
+//! The product gives each output value one cube of [`UNITS`] units. Units take the row's
+//! 32-value chunks in turn; each decoded weight is multiplied with up to [`PASS`] activation
+//! rows at once (the weight row is read once per [`PASS`] rows), and the units' sums fold in a
+//! fixed tree. A row's result is computed the same way whatever the call's other rows are
+//! (row invariance), and the bias is added in the same kernel.
+
+use super::blocks::{CHUNK, weight};
+use super::contiguous;
+use crate::Device;
+use crate::gguf::GgmlType;
+use crate::quant::{QuantMatrix, QuantPart};
+use anyhow::{Result, bail, ensure};
+use burn::tensor::{DType, Int, Tensor, TensorData};
+use burn_cubecl::Cube;
+use burn_cubecl::cubecl;
+use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::*;
+
+/// Units of a product cube (one warp on NVIDIA): fixed, so a row's reduction order is too.
+const UNITS: u32 = 32;
+/// Activation rows multiplied with each decoded weight in one pass over the weight row.
+const PASS: u32 = 8;
+/// Most cubes along one axis of a launch (wgpu's limit; a vocabulary has more rows).
+const MAX_CUBES_X: usize = 32768;
+
+/// Whether the device kernels read blocks of this type.
+pub(crate) fn on_device(ty: GgmlType) -> bool {
+    matches!(
+        ty,
+        GgmlType::Q8_0
+            | GgmlType::Q4_0
+            | GgmlType::Q5_0
+            | GgmlType::Q4K
+            | GgmlType::Q5K
+            | GgmlType::Q6K
+            | GgmlType::F16
+            | GgmlType::BF16
+    )
+}
+
+/// The entry of `parts` (4 words each: first row, type, byte offset, row bytes) holding `row`.
+#[cube]
+fn part_of(parts: &[u32], n_parts: u32, row: u32) -> u32 {
+    let mut p = 0u32;
+    let mut k = 1u32;
+    while k < n_parts {
+        if parts[(4 * k) as usize] <= row {
+            p = k;
+        }
+        k += 1;
+    }
+    p
+}
+
+/// `out[r, first_out + row] = sum_k x[r, k] w[row, k] (+ bias)` for the `PASS` activation rows
+/// of pass `CUBE_POS_Z`, `row` = this cube's row of the piece.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn block_matmul_rows(
+    w: &[u32],
+    parts: &[u32],
+    x: &[f32],
+    bias: &[f32],
+    out: &mut [f32],
+    n_parts: u32,
+    piece_rows: u32,
+    first_out: u32,
+    out_stride: u32,
+    cols: u32,
+    m: u32,
+    #[comptime] has_bias: bool,
+) {
+    let row = CUBE_POS_X + CUBE_POS_Y * CUBE_COUNT_X;
+    let first = CUBE_POS_Z * PASS;
+    let mut sums = Shared::<[f32]>::new_slice((UNITS * PASS) as usize);
+    if row < piece_rows {
+        let p = part_of(parts, n_parts, row);
+        let ty = parts[(4 * p + 1) as usize];
+        let start = parts[(4 * p + 2) as usize] + (row - parts[(4 * p) as usize]) * parts[(4 * p + 3) as usize];
+        let here = min(PASS, m - first);
+        let mut acc = Array::<f32>::new(PASS as usize);
+        let mut c = UNIT_POS;
+        while c < cols / CHUNK {
+            let mut l = 0u32;
+            while l < CHUNK {
+                let v = weight(w, ty, start, c, l);
+                let at = first * cols + c * CHUNK + l;
+                #[unroll]
+                for j in 0..PASS {
+                    if j < here {
+                        acc[j as usize] += v * x[(at + j * cols) as usize];
+                    }
+                }
+                l += 1;
+            }
+            c += CUBE_DIM;
+        }
+        #[unroll]
+        for j in 0..PASS {
+            sums[(UNIT_POS * PASS + j) as usize] = acc[j as usize];
+        }
+        sync_cube();
+        let mut active = CUBE_DIM / 2;
+        while active > 0 {
+            if UNIT_POS < active {
+                #[unroll]
+                for j in 0..PASS {
+                    let other = sums[((UNIT_POS + active) * PASS + j) as usize];
+                    sums[(UNIT_POS * PASS + j) as usize] += other;
+                }
+            }
+            sync_cube();
+            active /= 2;
+        }
+        if UNIT_POS < here {
+            let mut y = sums[UNIT_POS as usize];
+            if has_bias {
+                y += bias[(first_out + row) as usize];
+            }
+            out[((first + UNIT_POS) * out_stride + first_out + row) as usize] = y;
+        }
+    }
+}
+
+/// Row `ids[CUBE_POS]` of the matrix decoded into row `CUBE_POS` of `out`, when that row is
+/// in this piece (rows `first..first + piece_rows`).
+#[cube(launch)]
+fn block_rows(
+    w: &[u32],
+    parts: &[u32],
+    ids: &[u32],
+    out: &mut [f32],
+    n_parts: u32,
+    first: u32,
+    piece_rows: u32,
+    cols: u32,
+) {
+    let i = CUBE_POS as u32;
+    let id = ids[i as usize];
+    if id >= first && id < first + piece_rows {
+        let row = id - first;
+        let p = part_of(parts, n_parts, row);
+        let ty = parts[(4 * p + 1) as usize];
+        let start = parts[(4 * p + 2) as usize] + (row - parts[(4 * p) as usize]) * parts[(4 * p + 3) as usize];
+        let mut c = UNIT_POS;
+        while c < cols / CHUNK {
+            let mut l = 0u32;
+            while l < CHUNK {
+                out[(i * cols + c * CHUNK + l) as usize] = weight(w, ty, start, c, l);
+                l += 1;
+            }
+            c += CUBE_DIM;
+        }
+    }
+}
+
+/// Consecutive rows of one type inside a piece.
+#[derive(Clone, Debug)]
+struct Run {
+    ty: GgmlType,
+    /// First row, relative to the piece.
+    first: usize,
+    rows: usize,
+    /// Byte offset of the first row in the piece's buffer (a multiple of 4).
+    offset: usize,
+    row_bytes: usize,
+}
+
+/// Rows of the matrix that fit one device buffer, with their runs as a table for the kernels.
+#[derive(Clone)]
+struct Piece {
+    words: Tensor<1, Int>,
+    table: Tensor<1, Int>,
+    runs: Vec<Run>,
+    first: usize,
+    rows: usize,
+}
+
+/// A `[rows, cols]` matrix (HF `[out, in]` layout) on a device in its GGUF blocks, as the
+/// file stores them: in one buffer, or in row pieces where the device caps a buffer (128 MiB
+/// on Mesa's lavapipe, less than a vocabulary matrix).
+#[derive(Clone)]
+pub(crate) struct DeviceBlocks {
+    pieces: Vec<Piece>,
+    rows: usize,
+    cols: usize,
+    bytes: usize,
+}
+
+/// A u32 tensor on `device`.
+fn words_on(words: Vec<u32>, device: &Device) -> Tensor<1, Int> {
+    let len = words.len();
+    Tensor::from_data(TensorData::new(words, [len]), (device, DType::U32))
+}
+
+fn cube_tensor(t: &Tensor<1, Int>) -> CubeTensor {
+    t.clone().try_into_primitive::<Cube>().expect("a tensor on a CubeCL device")
+}
+
+impl DeviceBlocks {
+    /// `q`'s blocks on `device` (rows gathered from panels where `q` is laid out in them).
+    pub(crate) fn upload(q: &QuantMatrix, device: &Device) -> Result<Self> {
+        ensure!(q.cols().is_multiple_of(CHUNK as usize), "{} columns are not whole 32-value chunks", q.cols());
+        let cap = crate::device::max_buffer_bytes(device).unwrap_or(usize::MAX);
+        let (mut pieces, mut bytes, mut runs, mut first) = (Vec::new(), Vec::<u8>::new(), Vec::<Run>::new(), 0);
+        for o in 0..q.rows() {
+            let (ty, row) = q.row_blocks(o);
+            if !on_device(ty) {
+                bail!("{ty:?} blocks have no device kernel");
+            }
+            if row.len() > cap {
+                bail!("a row of {} bytes does not fit the device's largest buffer ({cap} bytes)", row.len());
+            }
+            if o > first && bytes.len().next_multiple_of(4) + row.len() > cap {
+                pieces.push(Self::piece(std::mem::take(&mut bytes), std::mem::take(&mut runs), first, o, device));
+                first = o;
+            }
+            if runs.last().is_none_or(|r| r.ty != ty) {
+                bytes.resize(bytes.len().next_multiple_of(4), 0);
+                runs.push(Run { ty, first: o - first, rows: 0, offset: bytes.len(), row_bytes: row.len() });
+            }
+            runs.last_mut().expect("pushed above").rows += 1;
+            bytes.extend_from_slice(&row);
+        }
+        pieces.push(Self::piece(bytes, runs, first, q.rows(), device));
+        Ok(Self { pieces, rows: q.rows(), cols: q.cols(), bytes: q.byte_len() })
+    }
+
+    fn piece(mut bytes: Vec<u8>, runs: Vec<Run>, first: usize, end: usize, device: &Device) -> Piece {
+        bytes.resize(bytes.len().next_multiple_of(4), 0);
+        let words = bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        let table =
+            runs.iter().flat_map(|r| [r.first, r.ty.id() as usize, r.offset, r.row_bytes].map(|v| v as u32)).collect();
+        Piece { words: words_on(words, device), table: words_on(table, device), runs, first, rows: end - first }
+    }
+
+    pub(crate) fn device(&self) -> Device {
+        self.pieces[0].words.device()
+    }
+
+    /// Bytes of blocks one product reads.
+    pub(crate) fn byte_len(&self) -> usize {
+        self.bytes
+    }
+
+    /// `x W^T (+ bias)` for `x: [b, n, cols]`: `[b, n, rows]`.
+    pub(crate) fn matmul(&self, x: Tensor<3>, bias: Option<&Tensor<1>>) -> Tensor<3> {
+        let [b, n, k] = x.dims();
+        assert_eq!(k, self.cols, "activations of {k} values for a matrix of {} columns", self.cols);
+        let m = b * n;
+        let x = contiguous(x);
+        let client = x.client.clone();
+        let out = empty_device_dtype(client.clone(), x.device.clone(), [b, n, self.rows].into(), x.dtype);
+        let bias = bias.map(|t| contiguous(t.clone()));
+        for piece in &self.pieces {
+            let cx = piece.rows.min(MAX_CUBES_X);
+            let count = CubeCount::Static(cx as u32, piece.rows.div_ceil(cx) as u32, m.div_ceil(PASS as usize) as u32);
+            block_matmul_rows::launch(
+                &client,
+                count,
+                CubeDim::new_1d(UNITS),
+                cube_tensor(&piece.words).into_buffer_arg(),
+                cube_tensor(&piece.table).into_buffer_arg(),
+                x.clone().into_buffer_arg(),
+                bias.clone().unwrap_or_else(|| x.clone()).into_buffer_arg(),
+                out.clone().into_buffer_arg(),
+                piece.runs.len() as u32,
+                piece.rows as u32,
+                piece.first as u32,
+                self.rows as u32,
+                self.cols as u32,
+                m as u32,
+                bias.is_some(),
+            );
+        }
+        Tensor::from_primitive::<Cube>(out)
+    }
+
+    /// Rows `ids` decoded to f32: `[ids, cols]` on the matrix's device.
+    pub(crate) fn lookup(&self, ids: &[u32]) -> Tensor<2> {
+        let index = cube_tensor(&words_on(ids.to_vec(), &self.device()));
+        let client = index.client.clone();
+        let out = empty_device_dtype(client.clone(), index.device.clone(), [ids.len(), self.cols].into(), DType::F32);
+        for piece in &self.pieces {
+            block_rows::launch(
+                &client,
+                CubeCount::Static(ids.len() as u32, 1, 1),
+                CubeDim::new_1d(UNITS),
+                cube_tensor(&piece.words).into_buffer_arg(),
+                cube_tensor(&piece.table).into_buffer_arg(),
+                index.clone().into_buffer_arg(),
+                out.clone().into_buffer_arg(),
+                piece.runs.len() as u32,
+                piece.first as u32,
+                piece.rows as u32,
+                self.cols as u32,
+            );
+        }
+        Tensor::from_primitive::<Cube>(out)
+    }
+
+    /// The blocks back on the host, as a matrix the CPU paths take.
+    pub(crate) fn to_host(&self) -> Result<QuantMatrix> {
+        let mut parts: Vec<QuantPart> = Vec::new();
+        for piece in &self.pieces {
+            let words = piece.words.clone().into_data().try_to_vec::<u32>().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            for run in &piece.runs {
+                let data = bytes[run.offset..run.offset + run.rows * run.row_bytes].to_vec();
+                match parts.last_mut() {
+                    Some(last) if last.ty == run.ty => {
+                        last.rows += run.rows;
+                        last.data.extend_from_slice(&data);
+                    }
+                    _ => parts.push(QuantPart::rows(run.ty, run.rows, data)),
+                }
+            }
+        }
+        QuantMatrix::new(parts, self.cols)
+    }
+}
+
+/// The type tags of [`blocks`] are ggml's ids.
+#[cfg(test)]
+mod tests {
+    use super::super::blocks;
+    use super::*;
+
+    #[test]
+    fn the_kernel_tags_are_ggml_ids() {
+        for (tag, ty) in [
+            (blocks::F16, GgmlType::F16),
+            (blocks::Q4_0, GgmlType::Q4_0),
+            (blocks::Q5_0, GgmlType::Q5_0),
+            (blocks::Q8_0, GgmlType::Q8_0),
+            (blocks::Q4_K, GgmlType::Q4K),
+            (blocks::Q5_K, GgmlType::Q5K),
+            (blocks::Q6_K, GgmlType::Q6K),
+            (blocks::BF16, GgmlType::BF16),
+        ] {
+            assert_eq!(tag, ty.id());
+            assert!(on_device(ty));
+        }
+    }
+}

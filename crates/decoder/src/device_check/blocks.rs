@@ -1,0 +1,158 @@
+//! GGUF blocks on the device (`crate::cube::DeviceBlocks`): the product kernel for every block
+//! type it reads, against an f64 product of the host's dequantized matrix, at 1, 5 and 16 rows
+//! with every row bitwise equal across call sizes; the row lookup (the embedding) against the
+//! host's decoding; the blocks read back unchanged; a broken matrix (every row's blocks one
+//! block off) caught; and a tiny GGUF model whose matrices stay in blocks on the device
+//! against the CPU's native path.
+
+use super::Check;
+use super::kernels::{ROWS, over_row_counts, uniform};
+use super::tiny::{numeric, rows, rows_diff, tokens, write_tiny_gguf};
+use crate::compare::{max_abs_diff, nan_max};
+use crate::cube::DeviceBlocks;
+use crate::gguf::{GgmlType, quantize};
+use crate::quant::{QuantMatrix, QuantPart};
+use crate::synthetic::{TINY_VOCAB, tiny_qwen2};
+use crate::{Device, WeightMode, default_device, load_model_as};
+use anyhow::{Result, ensure};
+use burn::tensor::{Tensor, TensorData};
+use half::f16;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use std::path::Path;
+
+/// The block types the device reads (the reference pair stores Q4_K, Q5_0, Q6_K and Q8_0).
+const TYPES: [GgmlType; 8] = [
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q5_0,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+    GgmlType::F16,
+    GgmlType::BF16,
+];
+/// Columns of the test matrices: two K-quant blocks, sixteen 32-value blocks.
+const COLS: usize = 512;
+/// Rows of the type under test, then rows of Q8_0 below them (a fused q/k/v mixes types).
+const PART_ROWS: [usize; 2] = [24, 16];
+
+/// `rows` rows of `ty` blocks. The 32-value types quantize uniform values with ggml's
+/// reference quantizers; the K-quants (which have no quantizer here) are random bytes with
+/// their f16 scales set to small finite values, so every scale, min and quant is exercised.
+fn blocks_of(ty: GgmlType, rows: usize, seed: u64) -> Result<Vec<u8>> {
+    if !matches!(ty, GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K) {
+        return quantize(ty, &uniform(rows * COLS, 1.0, seed));
+    }
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut bytes: Vec<u8> = (0..ty.byte_size(rows * COLS)?).map(|_| rng.random::<u8>()).collect();
+    let (_, block) = ty.block();
+    let scales: &[usize] = if ty == GgmlType::Q6K { &[208] } else { &[0, 2] };
+    for b in bytes.chunks_exact_mut(block) {
+        for &at in scales {
+            let d = f16::from_f32(1e-4 + 2e-4 * rng.random::<f32>());
+            b[at..at + 2].copy_from_slice(&d.to_le_bytes());
+        }
+    }
+    Ok(bytes)
+}
+
+/// `x W^T + bias` of the first `n` rows of `x`, in f64, on the host's dequantized `w`.
+fn product_reference(w: &[f32], x: &[f32], bias: &[f32], n: usize) -> Vec<f32> {
+    let out = bias.len();
+    (0..n)
+        .flat_map(|r| {
+            let xr = &x[r * COLS..(r + 1) * COLS];
+            (0..out).map(move |o| {
+                let dot: f64 = w[o * COLS..(o + 1) * COLS].iter().zip(xr).map(|(a, b)| *a as f64 * *b as f64).sum();
+                (dot + bias[o] as f64) as f32
+            })
+        })
+        .collect()
+}
+
+/// The product of `blocks` with the first `n` rows of `x` on the device, back on the host.
+fn product_on(device: &Device, blocks: &DeviceBlocks, x: &[f32], bias: &[f32], n: usize) -> Vec<f32> {
+    let xt = Tensor::<3>::from_data(TensorData::new(x[..n * COLS].to_vec(), [1, n, COLS]), device);
+    let bt = Tensor::<1>::from_data(TensorData::new(bias.to_vec(), [bias.len()]), device);
+    blocks.matmul(xt, Some(&bt)).into_data().try_to_vec::<f32>().expect("f32 outputs")
+}
+
+/// One type: the product's worst difference, the lookup's, and the broken matrix's.
+fn type_check(device: &Device, ty: GgmlType, seed: u64) -> Result<[f32; 3]> {
+    let parts = vec![
+        QuantPart::rows(ty, PART_ROWS[0], blocks_of(ty, PART_ROWS[0], seed)?),
+        QuantPart::rows(GgmlType::Q8_0, PART_ROWS[1], blocks_of(GgmlType::Q8_0, PART_ROWS[1], seed + 1)?),
+    ];
+    let q = QuantMatrix::new(parts.clone(), COLS)?;
+    let w = q.to_f32();
+    let out = q.rows();
+    let x = uniform(ROWS[2] * COLS, 1.0, seed + 2);
+    let bias = uniform(out, 0.5, seed + 3);
+    let on_device = DeviceBlocks::upload(&q, device)?;
+    let back = on_device.to_host()?;
+    ensure!(
+        back.rows() == out && (0..out).all(|o| back.row_blocks(o) == q.row_blocks(o)),
+        "{ty:?}: the blocks read back from the device differ from those uploaded"
+    );
+    let worst = over_row_counts(
+        &format!("{ty:?} product"),
+        |n| product_on(device, &on_device, &x, &bias, n),
+        |n| product_reference(&w, &x, &bias, n),
+    )?;
+    let ids = [out as u32 - 1, 0, 17, PART_ROWS[0] as u32, 5];
+    let looked_up = on_device.lookup(&ids).into_data().try_to_vec::<f32>().expect("f32 rows");
+    let want: Vec<f32> = ids.iter().flat_map(|&i| w[i as usize * COLS..][..COLS].to_vec()).collect();
+    let lookup = max_abs_diff(&looked_up, &want);
+    // Broken: every row of the first part read one block further on.
+    let mut shifted = parts;
+    shifted[0].data.rotate_left(ty.block().1);
+    let broken = DeviceBlocks::upload(&QuantMatrix::new(shifted, COLS)?, device)?;
+    let caught =
+        max_abs_diff(&product_on(device, &broken, &x, &bias, ROWS[1]), &product_reference(&w, &x, &bias, ROWS[1]));
+    Ok([worst, lookup, caught])
+}
+
+/// A tiny Qwen2-shaped GGUF model (biases included) in `ty` blocks, on the CPU's native path
+/// and in blocks on the device: the worst logit difference over a prefill, a step and a
+/// 4-row verification.
+fn tiny_model(device: &Device, dir: &Path, ty: GgmlType) -> Result<f32> {
+    let path = write_tiny_gguf(dir, &tiny_qwen2(TINY_VOCAB), 41, ty)?;
+    let cpu = load_model_as(&path, None, &default_device(), WeightMode::Native)?;
+    let dev = load_model_as(&path, None, device, WeightMode::Native)?;
+    ensure!(dev.model.is_native(), "{ty:?}: the device model was not loaded in blocks");
+    let (mut cc, mut dc) = (cpu.model.new_cache(1), dev.model.new_cache(1));
+    let mut worst = 0f32;
+    for chunk in [tokens(9, 1), vec![5], tokens(4, 2)] {
+        let a = rows(&cpu.model.forward(&chunk, &mut cc)?);
+        let b = rows(&dev.model.forward(&chunk, &mut dc)?);
+        worst = nan_max(worst, rows_diff(&a, &b)?);
+    }
+    Ok(worst)
+}
+
+pub(super) fn gguf_blocks(device: &Device, dir: &Path, tol: f32) -> Result<Check> {
+    let (mut worst, mut lookup, mut caught) = (0f32, 0f32, f32::INFINITY);
+    for (i, ty) in TYPES.into_iter().enumerate() {
+        let [w, l, c] = type_check(device, ty, 100 + 10 * i as u64)?;
+        ensure!(c > tol, "{ty:?}: rows read one block off moved the product by only {c:e}: the check cannot fail");
+        (worst, lookup, caught) = (nan_max(worst, w), nan_max(lookup, l), caught.min(c));
+    }
+    let mut model = 0f32;
+    for ty in [GgmlType::Q8_0, GgmlType::Q5_0] {
+        model = nan_max(model, tiny_model(device, dir, ty)?);
+    }
+    Ok(numeric(
+        "gguf_blocks",
+        [lookup, model].into_iter().fold(worst, nan_max),
+        tol,
+        &format!(
+            "products of {} blocks (each above 16 Q8_0 rows, 512 columns, with a bias) at 1/5/16 rows against \
+             f64 on the host's dequantized matrix, worst {worst:.1e}, every row bitwise equal across call sizes; \
+             row lookups {lookup:.1e} from the host's decoding; blocks read back unchanged; rows read one block \
+             off caught ({caught:.1e} away at least); a tiny Qwen2 GGUF in Q8_0 and Q5_0 blocks against the \
+             CPU's native path {model:.1e}",
+            TYPES.map(|t| format!("{t:?}")).join(", ")
+        ),
+    ))
+}
