@@ -35,7 +35,8 @@ pub struct BenchArgs {
     /// activations and integer dot products; `native`: GGUF blocks decoded to f32 in the
     /// kernel; `f32`: dequantized on load), so their ratios come from the same run. `f32`
     /// is left out by default: it holds both models as f32 (about 10 GB of RAM); add it for
-    /// the exact reference path (`--weights q8,native,f32`).
+    /// the exact reference path (`--weights q8,native,f32`). On a GPU `q8` and `native` are
+    /// one path (GGUF blocks decoded in the device's product kernel), measured as `native`.
     #[arg(long, value_delimiter = ',', default_value = "q8,native")]
     pub weights: Vec<WeightMode>,
     /// Row counts of the timed calls after the prompt (a verification of K + 1 rows, a batched
@@ -251,17 +252,17 @@ pub fn measure(a: &BenchArgs) -> Result<BenchReport> {
     let bandwidth_one = read_bandwidth_threads(a.bandwidth_mib << 20, 3, 1);
     let devices = parse_device_list(&a.devices)?;
     devices.iter().try_for_each(|&d| check_device(d))?;
-    // The CPU runs every weight path; other devices hold f32 weights (no native kernels there).
-    let paths: Vec<(DeviceName, WeightMode)> = devices
-        .iter()
-        .flat_map(|&d| {
-            if d == DeviceName::Cpu {
-                a.weights.iter().map(|&w| (d, w)).collect::<Vec<_>>()
-            } else {
-                vec![(d, WeightMode::F32)]
+    // The CPU runs every weight path; a GPU runs f32 and GGUF blocks, where `native` and `q8`
+    // are one path (f32 activations; integer activations are CPU-only), measured once as native.
+    let mut paths: Vec<(DeviceName, WeightMode)> = Vec::new();
+    for &d in &devices {
+        for &w in &a.weights {
+            let w = if d != DeviceName::Cpu && w == WeightMode::Q8 { WeightMode::Native } else { w };
+            if !paths.contains(&(d, w)) {
+                paths.push((d, w));
             }
-        })
-        .collect();
+        }
+    }
     let mut timings = Vec::new();
     let mut memory = Vec::new();
     for (name, mode) in paths {

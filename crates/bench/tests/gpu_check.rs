@@ -1,7 +1,7 @@
-//! `specx gpu-check` without a GPU: `synth` writes loadable models of given shapes that HF's
-//! config reader would accept; `correctness` on a device this build or machine lacks fails
-//! every check with the reason; `report` judges the targets from a check directory's files and
-//! says why a figure is missing.
+//! `specx gpu-check` without a GPU: `synth` writes loadable models of given shapes (and their
+//! GGUF copies) that HF's config reader would accept; `correctness` on a device this build or
+//! machine lacks fails every check with the reason; `report` judges the targets from a check
+//! directory's files and says why a figure is missing.
 
 use specx_bench::gpu_check::report::{CorrectnessArgs, ReportArgs, correctness, report};
 use specx_bench::gpu_check::synth::{PairShapes, SynthArgs, synth};
@@ -35,6 +35,12 @@ fn synth_writes_a_loadable_pair_of_the_recorded_shapes() {
     );
     check_pair(&d, &t).unwrap();
     assert_eq!(t.model.config().num_hidden_layers, 3);
+    // The GGUF copies: the same shapes, their matrices in blocks.
+    let gguf = |role: &str| load_model(&out.join(format!("{role}-gguf/model.gguf")), None, &default_device()).unwrap();
+    let (dg, tg) = (gguf("draft"), gguf("target"));
+    check_pair(&dg, &tg).unwrap();
+    assert_eq!(tg.model.config().num_hidden_layers, 3);
+    assert!(dg.model.is_native() && tg.model.is_native(), "the GGUF copies keep their blocks");
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("target/config.json")).unwrap()).unwrap();
     assert_eq!(
@@ -60,10 +66,11 @@ fn correctness_on_a_device_this_build_lacks_fails_every_check_saying_why() {
     let e = correctness(&CorrectnessArgs { devices: vec!["cuda".into()], tolerance: 1e-3, out: out.clone() })
         .unwrap_err()
         .to_string();
-    assert!(e.contains("10 device check(s) failed"), "{e}");
+    let n = specx_decoder::device_check::CHECKS.len();
+    assert!(e.contains(&format!("{n} device check(s) failed")), "{e}");
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap();
     let checks = json["devices"][0]["checks"].as_array().unwrap();
-    assert_eq!(checks.len(), 10);
+    assert_eq!(checks.len(), n);
     assert!(checks.iter().all(|c| c["passed"] == false && c["detail"].as_str().unwrap().contains("--features cuda")));
     assert!(
         correctness(&CorrectnessArgs { devices: vec!["cpu".into()], tolerance: 1e-3, out: dir.path().join("x.json") })

@@ -45,7 +45,8 @@ pub struct ModelsConfig {
     /// process and are merged into the run directory. Replaces `device`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<String>,
-    /// GGUF weights on the CPU: `q8` (the default: integer dot products on 8-bit activations),
+    /// GGUF weights (on a GPU `q8` and `native` both keep the blocks on the device): `q8` (the
+    /// default: on the CPU integer dot products on 8-bit activations),
     /// `native` (kept in their block formats, decoded in the kernel) or `f32` (dequantized on
     /// load; the same data as `native` bit for bit). `q8` gives other numbers, so a run never
     /// resumes or merges across it.

@@ -77,11 +77,12 @@ pub struct GenerationArgs {
     /// (embedding with the first, head with the last); a pair's draft goes on the first.
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// GGUF weights on the CPU: `q8` (the default) keeps them in their block formats and
+    /// GGUF weights: `q8` (the default) keeps them in their block formats and, on the CPU,
     /// quantizes each activation row to 8 bits for integer dot products (llama.cpp's
     /// arithmetic; close to, not bit-identical with, `native`); `native` keeps the blocks and
-    /// decodes them inside the matmul kernel (bit-identical to `f32`); `f32` dequantizes them
-    /// on load. HF safetensors models and other devices always use f32.
+    /// decodes them inside the matmul kernel (bit-identical to `f32` on the CPU); `f32`
+    /// dequantizes them on load. On a GPU `q8` and `native` both decode the blocks in the
+    /// device's product kernel. HF safetensors models always use f32.
     #[arg(long, default_value = "q8")]
     pub weights: WeightMode,
 }

@@ -4,12 +4,12 @@
 //! lookup of whole rows (the token embedding).
 //!
 //! The product gives each output value one cube of [`UNITS`] units. Units take the row's
-//! 32-value chunks in turn; each decoded weight is multiplied with up to [`PASS`] activation
+//! 32-value chunks in turn, read each chunk's scales once; each decoded weight is multiplied with up to [`PASS`] activation
 //! rows at once (the weight row is read once per [`PASS`] rows), and the units' sums fold in a
 //! fixed tree. A row's result is computed the same way whatever the call's other rows are
 //! (row invariance), and the bias is added in the same kernel.
 
-use super::blocks::{CHUNK, weight};
+use super::blocks::{CHUNK, chunk_offset, chunk_scale, quant};
 use super::contiguous;
 use crate::Device;
 use crate::gguf::GgmlType;
@@ -87,9 +87,12 @@ fn block_matmul_rows(
         let mut acc = Array::<f32>::new(PASS as usize);
         let mut c = UNIT_POS;
         while c < cols / CHUNK {
+            let low = chunk_scale(w, ty, start, c, 0u32);
+            let high = chunk_scale(w, ty, start, c, 1u32);
+            let offset = chunk_offset(w, ty, start, c);
             let mut l = 0u32;
             while l < CHUNK {
-                let v = weight(w, ty, start, c, l);
+                let v = select(l < 16, low, high) * quant(w, ty, start, c, l) - offset;
                 let at = first * cols + c * CHUNK + l;
                 #[unroll]
                 for j in 0..PASS {
@@ -150,9 +153,13 @@ fn block_rows(
         let start = parts[(4 * p + 2) as usize] + (row - parts[(4 * p) as usize]) * parts[(4 * p + 3) as usize];
         let mut c = UNIT_POS;
         while c < cols / CHUNK {
+            let low = chunk_scale(w, ty, start, c, 0u32);
+            let high = chunk_scale(w, ty, start, c, 1u32);
+            let offset = chunk_offset(w, ty, start, c);
             let mut l = 0u32;
             while l < CHUNK {
-                out[(i * cols + c * CHUNK + l) as usize] = weight(w, ty, start, c, l);
+                let v = select(l < 16, low, high) * quant(w, ty, start, c, l) - offset;
+                out[(i * cols + c * CHUNK + l) as usize] = v;
                 l += 1;
             }
             c += CUBE_DIM;

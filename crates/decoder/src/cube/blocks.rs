@@ -1,5 +1,6 @@
-//! Reading GGUF blocks inside a kernel: one weight value from the raw bytes of a row, for
-//! every block type that has a native kernel on the CPU (`crate::quant::has_native_kernel`).
+//! Reading GGUF blocks inside a kernel, for every block type that has a native kernel on the
+//! CPU (`crate::quant::has_native_kernel`): a chunk's scales and offset, read once, and each
+//! value's quant, so a weight is `scale * quant - offset`.
 //!
 //! The bytes stay as the file stores them (llama.cpp's CUDA backend reads them the same way):
 //! rows start at any byte, so values are gathered from 32-bit words with shifts. Each value is
@@ -77,53 +78,86 @@ fn scale_min_k4(w: &[u32], at: u32, sub: u32, min: bool) -> f32 {
     f32::cast_from(v)
 }
 
-/// Value `l` (0..32) of chunk `c` of the row of type `ty` whose bytes start at byte `row`.
+/// The scale of values `16 half..16 half + 16` of chunk `c` of the row of type `ty` whose
+/// bytes start at byte `row` (1 for F16 and BF16). A value is `scale * quant - offset`, the
+/// CPU's dequantization in its order (Q6_K: `(d sc) q`; the K-quants' `d1 q - m1`).
 #[cube]
-pub(super) fn weight(w: &[u32], ty: u32, row: u32, c: u32, l: u32) -> f32 {
-    let mut v = 0.0f32;
+pub(super) fn chunk_scale(w: &[u32], ty: u32, row: u32, c: u32, half: u32) -> f32 {
+    let mut s = 1.0f32;
     if ty == Q8_0 {
-        let base = row + 34 * c;
-        v = signed(byte(w, base + 2 + l)) * f16_at(w, base);
+        s = f16_at(w, row + 34 * c);
     } else if ty == Q4_0 {
-        let base = row + 18 * c;
-        let q = (byte(w, base + 2 + l % 16) >> (4 * (l / 16))) & 15u32;
-        v = f32::cast_from(i32::cast_from(q) - 8) * f16_at(w, base);
+        s = f16_at(w, row + 18 * c);
     } else if ty == Q5_0 {
-        let base = row + 22 * c;
-        let qh = half_bits(w, base + 2) | (half_bits(w, base + 4) << 16);
-        let j = l % 16;
-        let nibble = (byte(w, base + 6 + j) >> (4 * (l / 16))) & 15u32;
-        let fifth = select(l < 16, ((qh >> j) << 4) & 16u32, (qh >> (j + 12)) & 16u32);
-        v = f32::cast_from(i32::cast_from(nibble | fifth) - 16) * f16_at(w, base);
+        s = f16_at(w, row + 22 * c);
     } else if ty == Q4_K {
         let base = row + 144 * (c / 8);
+        s = f16_at(w, base) * scale_min_k4(w, base + 4, c % 8, false);
+    } else if ty == Q5_K {
+        let base = row + 176 * (c / 8);
+        s = f16_at(w, base) * scale_min_k4(w, base + 4, c % 8, false);
+    } else if ty == Q6_K {
+        // Chunk `sub` of a 256-value block: half `sub / 4`, quarter `sub % 4` of that half.
+        let base = row + 210 * (c / 8);
         let sub = c % 8;
-        let d1 = f16_at(w, base) * scale_min_k4(w, base + 4, sub, false);
-        let m1 = f16_at(w, base + 2) * scale_min_k4(w, base + 4, sub, true);
-        let q = (byte(w, base + 16 + 32 * (sub / 2) + l) >> (4 * (sub % 2))) & 15u32;
-        v = d1 * f32::cast_from(q) - m1;
+        s = f16_at(w, base + 208) * signed(byte(w, base + 192 + 8 * (sub / 4) + half + 2 * (sub % 4)));
+    }
+    s
+}
+
+/// What chunk `c`'s values subtract after scaling: the K-quants' `m1`, else 0.
+#[cube]
+pub(super) fn chunk_offset(w: &[u32], ty: u32, row: u32, c: u32) -> f32 {
+    let mut m = 0.0f32;
+    if ty == Q4_K {
+        let base = row + 144 * (c / 8);
+        m = f16_at(w, base + 2) * scale_min_k4(w, base + 4, c % 8, true);
+    } else if ty == Q5_K {
+        let base = row + 176 * (c / 8);
+        m = f16_at(w, base + 2) * scale_min_k4(w, base + 4, c % 8, true);
+    }
+    m
+}
+
+/// The quantized value `l` (0..32) of chunk `c`, its zero point subtracted (F16 and BF16: the
+/// value itself).
+#[cube]
+pub(super) fn quant(w: &[u32], ty: u32, row: u32, c: u32, l: u32) -> f32 {
+    let mut q = 0.0f32;
+    if ty == Q8_0 {
+        q = signed(byte(w, row + 34 * c + 2 + l));
+    } else if ty == Q4_0 {
+        let nibble = (byte(w, row + 18 * c + 2 + l % 16) >> (4 * (l / 16))) & 15u32;
+        q = f32::cast_from(i32::cast_from(nibble) - 8);
+    } else if ty == Q5_0 {
+        let base = row + 22 * c;
+        let j = l % 16;
+        let nibble = (byte(w, base + 6 + j) >> (4 * (l / 16))) & 15u32;
+        // The fifth bits: bit j of the 32-bit qh for the first 16 values, bit j + 16 after.
+        let fifth = ((byte(w, base + 2 + (j + 16 * (l / 16)) / 8) >> ((j + 16 * (l / 16)) % 8)) & 1u32) << 4;
+        q = f32::cast_from(i32::cast_from(nibble | fifth) - 16);
+    } else if ty == Q4_K {
+        let sub = c % 8;
+        let at = row + 144 * (c / 8) + 16 + 32 * (sub / 2) + l;
+        q = f32::cast_from((byte(w, at) >> (4 * (sub % 2))) & 15u32);
     } else if ty == Q5_K {
         let base = row + 176 * (c / 8);
         let sub = c % 8;
-        let d1 = f16_at(w, base) * scale_min_k4(w, base + 4, sub, false);
-        let m1 = f16_at(w, base + 2) * scale_min_k4(w, base + 4, sub, true);
         let low = (byte(w, base + 48 + 32 * (sub / 2) + l) >> (4 * (sub % 2))) & 15u32;
         let high = ((byte(w, base + 16 + l) >> sub) & 1u32) << 4;
-        v = d1 * f32::cast_from(low + high) - m1;
+        q = f32::cast_from(low + high);
     } else if ty == Q6_K {
-        // Chunk `sub` of a 256-value block: half `sub / 4`, quarter `sub % 4` of that half.
         let base = row + 210 * (c / 8);
         let sub = c % 8;
         let half = sub / 4;
         let quarter = sub % 4;
         let low = (byte(w, base + 64 * half + 32 * (quarter % 2) + l) >> (4 * (quarter / 2))) & 15u32;
         let high = (byte(w, base + 128 + 32 * half + l) >> (2 * quarter)) & 3u32;
-        let scale = signed(byte(w, base + 192 + 8 * half + l / 16 + 2 * quarter));
-        v = f16_at(w, base + 208) * scale * f32::cast_from(i32::cast_from(low | (high << 4)) - 32);
+        q = f32::cast_from(i32::cast_from(low | (high << 4)) - 32);
     } else if ty == F16 {
-        v = f16_at(w, row + 64 * c + 2 * l);
+        q = f16_at(w, row + 64 * c + 2 * l);
     } else if ty == BF16 {
-        v = f32::reinterpret(half_bits(w, row + 64 * c + 2 * l) << 16);
+        q = f32::reinterpret(half_bits(w, row + 64 * c + 2 * l) << 16);
     }
-    v
+    q
 }

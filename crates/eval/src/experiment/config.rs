@@ -88,8 +88,9 @@ pub struct ModelsConfig {
     /// per-unit ratios on one device; wall times then mix devices.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<String>,
-    /// GGUF weights on the CPU: `q8` (the default: 8-bit activations, integer dot products),
-    /// `native` (exact, bit-identical to `f32`) or `f32`.
+    /// GGUF weights: `q8` (the default: on the CPU 8-bit activations, integer dot products),
+    /// `native` (exact, bit-identical to `f32` on the CPU) or `f32`. On a GPU `q8` and
+    /// `native` both keep the blocks on the device.
     #[serde(default)]
     pub weights: WeightMode,
 }
