@@ -11,7 +11,8 @@
 #   (a) specx devices                       (b) tiny-model correctness on cuda (and Vulkan)
 #   (d) HF transformers anchor (eager bf16) (c) specx bench and specx profile on cuda (and Vulkan)
 #   of the GGUF copies (GGUF blocks on the device),
-#   the GPU's peak memory bandwidth and a timed device copy (the memory bound; PyTorch)
+#   the GPU's peak memory bandwidth and a timed device copy (the memory bound; PyTorch),
+#   HF's decode with a static cache and torch.compile (when time is left)
 #   (e) specx gpu-check report -> DIR/report.md, DIR/report.json
 # Every step's log is DIR/<step>.log; DIR/steps.tsv has exit statuses and durations. The exit
 # status is 1 when a correctness step (unpack, devices, synth, correctness, report) failed or
@@ -137,6 +138,8 @@ if [ "$devices" != cuda ]; then
     step bench-wgpu 90 "$specx" bench "${pair[@]}" --devices wgpu:0 --weights q8 --prompt-tokens 128 --decode-tokens 32 --call-rows 1,2,5,9,21 --bandwidth-mib 256 --json "$OUT/bench-wgpu.json"
     step profile-wgpu 60 "$specx" profile "${pair[@]}" --device wgpu:0 --weights q8 --contexts 128 --max-rows 21 --reps 3 --tpot-tokens 8 --out "$OUT/profile-wgpu.json"
 fi
+# HF's fastest decode (static cache, torch.compile) last: compiling takes a minute or more.
+step hf-compiled 150 python3 scripts/gpu/hf_anchor.py --models "$models" --compiled --roles target --decode-tokens 64 --out "$OUT/hf-compiled.json"
 deadline=$(( deadline + 30 ))
 step report 30 "$specx" gpu-check report --dir "$OUT"
 cat "$OUT/report.md" 2>/dev/null || { echo "no report: see $OUT/*.log"; cat "$OUT/steps.tsv"; }

@@ -74,6 +74,28 @@ def measure(torch, model, args):
     }
 
 
+def measure_compiled(torch, model, args):
+    vocab = model.config.vocab_size
+    gen = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, min(vocab, 150000), (1, args.prompt_tokens), generator=gen).to(model.device)
+    model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+
+    def run(n):
+        kw = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False, cache_implementation="static")
+        return timed(torch, lambda: model.generate(prompt, **kw))[1]
+
+    with torch.inference_mode():
+        for _ in range(2):  # compiles, then captures the graphs
+            run(args.decode_tokens)
+        one = statistics.median(run(1) for _ in range(args.reps))
+        full = statistics.median(run(args.decode_tokens) for _ in range(args.reps))
+    return {
+        "prompt_tokens": args.prompt_tokens,
+        "decode_tokens": args.decode_tokens,
+        "decode_tokens_per_sec": (args.decode_tokens - 1) / (full - one),
+    }
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--models", required=True, help="directory with draft/ and target/")
@@ -84,6 +106,8 @@ def main():
     p.add_argument("--max-rows", type=int, default=21)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--compiled", action="store_true", help="static cache and torch.compile, decode only")
+    p.add_argument("--roles", default="draft,target", help="which of the models to measure")
     args = p.parse_args()
 
     try:
@@ -95,24 +119,26 @@ def main():
             json.dump({"runtime": "HF transformers", "error": f"{type(e).__name__}: {e}", "models": []}, f, indent=2)
         raise
 
+    attn = "sdpa" if args.compiled else "eager"
     report = {
         "runtime": "HF transformers",
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "dtype": args.dtype,
-        "attn_implementation": "eager",
+        "attn_implementation": attn,
+        "compiled": args.compiled,
         "context": args.context,
         "models": [],
     }
     if not torch.cuda.is_available():
         report["error"] = "torch sees no CUDA device"
     else:
-        for role in ["draft", "target"]:
+        for role in args.roles.split(","):
             entry = {"role": role, "path": f"{args.models}/{role}"}
             try:
-                model = AutoModelForCausalLM.from_pretrained(entry["path"], torch_dtype=getattr(torch, args.dtype), attn_implementation="eager").to("cuda").eval()
-                entry.update(measure(torch, model, args))
+                model = AutoModelForCausalLM.from_pretrained(entry["path"], torch_dtype=getattr(torch, args.dtype), attn_implementation=attn).to("cuda").eval()
+                entry.update((measure_compiled if args.compiled else measure)(torch, model, args))
                 del model
                 torch.cuda.empty_cache()
             except Exception as e:  # recorded, so the report says why there is no figure

@@ -44,8 +44,8 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,2,5,9,21")]
     pub call_rows: Vec<usize>,
     /// Devices to measure, one after the other in this run: `cpu` (each of --weights),
-    /// `wgpu[:N]` (a Vulkan adapter, f32 weights on the device; build with `--features wgpu`),
-    /// `cuda[:N]`. With a device besides the CPU, a table of device/CPU ratios follows.
+    /// `wgpu[:N]` (a Vulkan adapter; build with `--features wgpu`), `cuda[:N]`, each with the
+    /// weight paths a GPU has (f32, GGUF blocks). With a device besides the CPU, a table of device/CPU ratios follows.
     #[arg(long, value_delimiter = ',', default_value = "cpu")]
     pub devices: Vec<String>,
     /// llama.cpp's `llama-bench` binary (build one with scripts/bench-llamacpp.sh): run it on the

@@ -106,7 +106,7 @@ fn the_report_judges_each_target_and_names_what_is_missing() {
     write(
         d,
         "bench-cuda.json",
-        serde_json::json!({ "models": [{ "role": "target", "device": "cuda:0", "prefill_tokens_per_sec": 9000.0, "decode_tokens_per_sec": 150.0 }] }),
+        serde_json::json!({ "models": [{ "role": "target", "device": "cuda:0", "weights": "native", "prefill_tokens_per_sec": 9000.0, "decode_tokens_per_sec": 150.0 }] }),
     );
     let curve: Vec<f64> = (1..=21).map(|r| 0.006 + 0.0001 * r as f64).collect();
     let target = serde_json::json!({ "role": "target", "path": "t", "sha256": "", "layers": 28, "forward": [{ "context": 128, "seconds": curve }], "layer_context": 128, "attention_s": [], "mlp_s": [], "lm_head_s": 0.0, "ttft_s": [], "tpot_s": 0.0065, "launches": [
@@ -158,4 +158,15 @@ fn the_report_judges_each_target_and_names_what_is_missing() {
     // 1.5x is short of the 2x target; 2013 MB in 6.1 ms is 330 GB/s, 33% of 1000.
     assert_eq!(t[2], ("specx 150.0 tok/s vs HF 100.0 tok/s (1.50x)".to_string(), Some(false)));
     assert_eq!(t[5], ("33.0% (2013 MB in 6.10 ms after 128 tokens: 330 of 1000 GB/s)".to_string(), Some(true)));
+    // The compiled anchor is a row of the speed table; the speed table names specx's weights.
+    write(
+        d,
+        "hf-compiled.json",
+        serde_json::json!({ "compiled": true, "models": [{ "role": "target", "decode_tokens_per_sec": 210.0 }] }),
+    );
+    report(&ReportArgs { dir: d.to_path_buf() }).unwrap();
+    let md = std::fs::read_to_string(d.join("report.md")).unwrap();
+    let row = md.lines().find(|l| l.contains("HF transformers (SDPA, static cache, torch.compile)"));
+    assert!(row.is_some_and(|r| r.contains("| 210.0")), "{md}");
+    assert!(md.contains("specx cuda:0 (native weights)"), "{md}");
 }

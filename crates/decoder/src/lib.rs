@@ -20,6 +20,7 @@ mod cube;
 pub mod device;
 pub mod device_check;
 pub mod fsutil;
+mod fusion;
 pub mod generate;
 pub mod gguf;
 pub mod host_attention;

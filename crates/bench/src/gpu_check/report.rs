@@ -110,8 +110,17 @@ fn read_json(dir: &Path, name: &str) -> Option<Value> {
 
 /// (prefill, decode tok/s) of `role` on `device` in specx bench's JSON.
 fn bench_speed(bench: &Value, role: &str, device: &str) -> Option<(f64, f64)> {
-    let m = bench["models"].as_array()?.iter().find(|m| m["role"] == role && m["device"] == device)?;
+    let m = bench_entry(bench, role, device)?;
     Some((m["prefill_tokens_per_sec"].as_f64()?, m["decode_tokens_per_sec"].as_f64()?))
+}
+
+fn bench_entry<'a>(bench: &'a Value, role: &str, device: &str) -> Option<&'a Value> {
+    bench["models"].as_array()?.iter().find(|m| m["role"] == role && m["device"] == device)
+}
+
+/// The decode rate of the compiled HF anchor (`hf_anchor.py --compiled`) for `role`.
+fn compiled_decode(hf: &Value, role: &str) -> Option<f64> {
+    hf["models"].as_array()?.iter().find(|m| m["role"] == role)?["decode_tokens_per_sec"].as_f64()
 }
 
 fn anchor_speed(hf: &Value, role: &str) -> Option<(f64, f64)> {
@@ -144,6 +153,7 @@ pub fn report(a: &ReportArgs) -> Result<()> {
         .collect();
     let bench = (!bench_models.is_empty()).then(|| serde_json::json!({ "models": bench_models }));
     let hf = read_json(dir, "hf.json");
+    let hf_compiled = read_json(dir, "hf-compiled.json");
     let bandwidth = read_json(dir, "bandwidth.json");
     let profiles: Vec<Profile> = ["profile-cuda.json", "profile-wgpu.json"]
         .iter()
@@ -241,9 +251,10 @@ pub fn report(a: &ReportArgs) -> Result<()> {
     for role in ["draft", "target"] {
         for dev in ["cuda:0", "wgpu:0"] {
             if let Some((p, d)) = bench.as_ref().and_then(|b| bench_speed(b, role, dev)) {
+                let weights = bench.as_ref().and_then(|b| bench_entry(b, role, dev)?["weights"].as_str());
                 rows.push(vec![
                     role.into(),
-                    format!("specx {dev} (f32 weights)"),
+                    format!("specx {dev} ({} weights)", weights.unwrap_or("?")),
                     format!("{p:.0}"),
                     format!("{d:.1}"),
                 ]);
@@ -257,6 +268,14 @@ pub fn report(a: &ReportArgs) -> Result<()> {
                 format!("{d:.1}"),
             ]);
         }
+    }
+    if let Some(d) = hf_compiled.as_ref().and_then(|h| compiled_decode(h, "target")) {
+        rows.push(vec![
+            "target".into(),
+            "HF transformers (SDPA, static cache, torch.compile)".into(),
+            "-".into(),
+            format!("{d:.1}"),
+        ]);
     }
     md.push_str(&markdown_table(&["model", "runtime", "prefill tok/s", "decode tok/s"], &rows));
     md.push_str(
@@ -302,7 +321,7 @@ pub fn report(a: &ReportArgs) -> Result<()> {
             gb("copy_gb_s")
         ));
     }
-    let json = serde_json::json!({ "gpu": gpu, "targets": targets, "steps": steps, "correctness": correctness, "bench": bench, "profiles": profiles, "hf_anchor": hf, "bandwidth": bandwidth });
+    let json = serde_json::json!({ "gpu": gpu, "targets": targets, "steps": steps, "correctness": correctness, "bench": bench, "profiles": profiles, "hf_anchor": hf, "hf_compiled": hf_compiled, "bandwidth": bandwidth });
     write_atomic(&dir.join("report.json"), serde_json::to_string_pretty(&json)?.as_bytes())?;
     write_atomic(&dir.join("report.md"), md.as_bytes())?;
     print!("{md}");

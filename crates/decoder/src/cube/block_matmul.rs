@@ -9,9 +9,10 @@
 //! fixed tree. A row's result is computed the same way whatever the call's other rows are
 //! (row invariance), and the bias is added in the same kernel.
 
-use super::blocks::{CHUNK, chunk_offset, chunk_scale, quant};
+use super::blocks::{CHUNK, chunk, value};
 use super::contiguous;
 use crate::Device;
+use crate::fusion::Fused;
 use crate::gguf::GgmlType;
 use crate::quant::{QuantMatrix, QuantPart};
 use anyhow::{Result, bail, ensure};
@@ -58,15 +59,125 @@ fn part_of(parts: &[u32], n_parts: u32, row: u32) -> u32 {
     p
 }
 
-/// `out[r, first_out + row] = sum_k x[r, k] w[row, k] (+ bias)` for the `PASS` activation rows
-/// of pass `CUBE_POS_Z`, `row` = this cube's row of the piece.
+/// The RMSNorm factors `1 / sqrt(mean(x^2) + eps)` of the `here` input rows from `first`, into
+/// `inv` (the units' sums of squares fold in `sums`, in a fixed tree).
+#[cube]
+fn inverse_rms(
+    x: &[f32],
+    sums: &mut Shared<[f32]>,
+    inv: &mut Shared<[f32]>,
+    first: u32,
+    here: u32,
+    cols: u32,
+    eps: f32,
+) {
+    let mut sq = Array::<f32>::new(PASS as usize);
+    let mut k = UNIT_POS;
+    while k < cols {
+        #[unroll]
+        for j in 0..PASS {
+            if j < here {
+                let v = x[((first + j) * cols + k) as usize];
+                sq[j as usize] += v * v;
+            }
+        }
+        k += CUBE_DIM;
+    }
+    #[unroll]
+    for j in 0..PASS {
+        sums[(UNIT_POS * PASS + j) as usize] = sq[j as usize];
+    }
+    fold(sums);
+    if UNIT_POS < here {
+        inv[UNIT_POS as usize] = 1.0f32 / f32::sqrt(sums[UNIT_POS as usize] / f32::cast_from(cols) + eps);
+    }
+    sync_cube();
+}
+
+/// Folds the units' `PASS` sums (`sums[unit PASS + j]`) into `sums[j]`, halving in a fixed tree.
+#[cube]
+fn fold(sums: &mut Shared<[f32]>) {
+    sync_cube();
+    let mut active = CUBE_DIM / 2;
+    while active > 0 {
+        if UNIT_POS < active {
+            #[unroll]
+            for j in 0..PASS {
+                let other = sums[((UNIT_POS + active) * PASS + j) as usize];
+                sums[(UNIT_POS * PASS + j) as usize] += other;
+            }
+        }
+        sync_cube();
+        active /= 2;
+    }
+}
+
+/// Adds `row`'s weights (type `ty`, bytes from `start`) times the `here` input rows from
+/// `first` into `acc`, each input value normalised by `inv` and `norm` when `normed`.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn dot_rows(
+    w: &[u32],
+    x: &[f32],
+    norm: &[f32],
+    inv: &Shared<[f32]>,
+    acc: &mut Array<f32>,
+    ty: u32,
+    start: u32,
+    first: u32,
+    here: u32,
+    cols: u32,
+    #[comptime] normed: bool,
+) {
+    let mut c = UNIT_POS;
+    while c < cols / CHUNK {
+        let scales = chunk(w, ty, start, c);
+        let mut l = 0u32;
+        while l < CHUNK {
+            let v = value(w, ty, start, c, l, &scales);
+            let k = c * CHUNK + l;
+            #[unroll]
+            for j in 0..PASS {
+                if j < here {
+                    let mut xv = x[((first + j) * cols + k) as usize];
+                    if normed {
+                        xv = xv * inv[j as usize] * norm[k as usize];
+                    }
+                    acc[j as usize] += v * xv;
+                }
+            }
+            l += 1;
+        }
+        c += CUBE_DIM;
+    }
+}
+
+/// Where row `row` of a piece starts (bytes), from the run table `parts`.
+#[cube]
+fn row_start(parts: &[u32], n_parts: u32, row: u32) -> u32 {
+    let p = part_of(parts, n_parts, row);
+    parts[(4 * p + 2) as usize] + (row - parts[(4 * p) as usize]) * parts[(4 * p + 3) as usize]
+}
+
+/// The type of row `row` of a piece.
+#[cube]
+fn row_type(parts: &[u32], n_parts: u32, row: u32) -> u32 {
+    parts[(4 * part_of(parts, n_parts, row) + 1) as usize]
+}
+
+/// Output `row` of this piece (`first_out + row` of the whole output, `out_stride` wide) for
+/// the `PASS` input rows of pass `CUBE_POS_Z`: `sum_k x[r, k] w[row, k]`, with what is fused
+/// (`Fused`): the input rows normalised first (`normed`), the bias, `silu(gate) * up` of rows
+/// `row` and `row + glu_rows` (`glu`), the residual.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn block_matmul_rows(
     w: &[u32],
     parts: &[u32],
     x: &[f32],
+    norm: &[f32],
     bias: &[f32],
+    residual: &[f32],
     out: &mut [f32],
     n_parts: u32,
     piece_rows: u32,
@@ -74,59 +185,55 @@ fn block_matmul_rows(
     out_stride: u32,
     cols: u32,
     m: u32,
+    glu_rows: u32,
+    eps: f32,
+    #[comptime] normed: bool,
     #[comptime] has_bias: bool,
+    #[comptime] glu: bool,
+    #[comptime] has_residual: bool,
 ) {
     let row = CUBE_POS_X + CUBE_POS_Y * CUBE_COUNT_X;
     let first = CUBE_POS_Z * PASS;
     let mut sums = Shared::<[f32]>::new_slice((UNITS * PASS) as usize);
+    let mut ups = Shared::<[f32]>::new_slice((UNITS * PASS) as usize);
+    let mut inv = Shared::<[f32]>::new_slice(PASS as usize);
     if row < piece_rows {
-        let p = part_of(parts, n_parts, row);
-        let ty = parts[(4 * p + 1) as usize];
-        let start = parts[(4 * p + 2) as usize] + (row - parts[(4 * p) as usize]) * parts[(4 * p + 3) as usize];
         let here = min(PASS, m - first);
-        let mut acc = Array::<f32>::new(PASS as usize);
-        let mut c = UNIT_POS;
-        while c < cols / CHUNK {
-            let low = chunk_scale(w, ty, start, c, 0u32);
-            let high = chunk_scale(w, ty, start, c, 1u32);
-            let offset = chunk_offset(w, ty, start, c);
-            let mut l = 0u32;
-            while l < CHUNK {
-                let v = select(l < 16, low, high) * quant(w, ty, start, c, l) - offset;
-                let at = first * cols + c * CHUNK + l;
-                #[unroll]
-                for j in 0..PASS {
-                    if j < here {
-                        acc[j as usize] += v * x[(at + j * cols) as usize];
-                    }
-                }
-                l += 1;
-            }
-            c += CUBE_DIM;
+        if normed {
+            inverse_rms(x, &mut sums, &mut inv, first, here, cols, eps);
         }
+        let mut acc = Array::<f32>::new(PASS as usize);
+        let start = row_start(parts, n_parts, row);
+        dot_rows(w, x, norm, &inv, &mut acc, row_type(parts, n_parts, row), start, first, here, cols, normed);
         #[unroll]
         for j in 0..PASS {
             sums[(UNIT_POS * PASS + j) as usize] = acc[j as usize];
         }
-        sync_cube();
-        let mut active = CUBE_DIM / 2;
-        while active > 0 {
-            if UNIT_POS < active {
-                #[unroll]
-                for j in 0..PASS {
-                    let other = sums[((UNIT_POS + active) * PASS + j) as usize];
-                    sums[(UNIT_POS * PASS + j) as usize] += other;
-                }
+        fold(&mut sums);
+        if glu {
+            let up = row + glu_rows;
+            let mut acc_up = Array::<f32>::new(PASS as usize);
+            let start_up = row_start(parts, n_parts, up);
+            dot_rows(w, x, norm, &inv, &mut acc_up, row_type(parts, n_parts, up), start_up, first, here, cols, normed);
+            #[unroll]
+            for j in 0..PASS {
+                ups[(UNIT_POS * PASS + j) as usize] = acc_up[j as usize];
             }
-            sync_cube();
-            active /= 2;
+            fold(&mut ups);
         }
         if UNIT_POS < here {
+            let at = ((first + UNIT_POS) * out_stride + first_out + row) as usize;
             let mut y = sums[UNIT_POS as usize];
             if has_bias {
                 y += bias[(first_out + row) as usize];
             }
-            out[((first + UNIT_POS) * out_stride + first_out + row) as usize] = y;
+            if glu {
+                y = y / (1.0f32 + f32::exp(-y)) * ups[UNIT_POS as usize];
+            }
+            if has_residual {
+                y += residual[at];
+            }
+            out[at] = y;
         }
     }
 }
@@ -148,18 +255,14 @@ fn block_rows(
     let id = ids[i as usize];
     if id >= first && id < first + piece_rows {
         let row = id - first;
-        let p = part_of(parts, n_parts, row);
-        let ty = parts[(4 * p + 1) as usize];
-        let start = parts[(4 * p + 2) as usize] + (row - parts[(4 * p) as usize]) * parts[(4 * p + 3) as usize];
+        let ty = row_type(parts, n_parts, row);
+        let start = row_start(parts, n_parts, row);
         let mut c = UNIT_POS;
         while c < cols / CHUNK {
-            let low = chunk_scale(w, ty, start, c, 0u32);
-            let high = chunk_scale(w, ty, start, c, 1u32);
-            let offset = chunk_offset(w, ty, start, c);
+            let scales = chunk(w, ty, start, c);
             let mut l = 0u32;
             while l < CHUNK {
-                let v = select(l < 16, low, high) * quant(w, ty, start, c, l) - offset;
-                out[(i * cols + c * CHUNK + l) as usize] = v;
+                out[(i * cols + c * CHUNK + l) as usize] = value(w, ty, start, c, l, &scales);
                 l += 1;
             }
             c += CUBE_DIM;
@@ -247,6 +350,11 @@ impl DeviceBlocks {
         Piece { words: words_on(words, device), table: words_on(table, device), runs, first, rows: end - first }
     }
 
+    /// Buffers the matrix takes on the device (one launch each per product).
+    pub(crate) fn pieces(&self) -> usize {
+        self.pieces.len()
+    }
+
     pub(crate) fn device(&self) -> Device {
         self.pieces[0].words.device()
     }
@@ -258,16 +366,31 @@ impl DeviceBlocks {
 
     /// `x W^T (+ bias)` for `x: [b, n, cols]`: `[b, n, rows]`.
     pub(crate) fn matmul(&self, x: Tensor<3>, bias: Option<&Tensor<1>>) -> Tensor<3> {
+        self.product(x, Fused { bias, ..Fused::default() })
+    }
+
+    /// `x W^T` with what `fused` asks for, in one launch per piece: `[b, n, rows]`, or
+    /// `[b, n, rows / 2]` for a SwiGLU (whose gate and up halves must be in one piece).
+    pub(crate) fn product(&self, x: Tensor<3>, fused: Fused) -> Tensor<3> {
         let [b, n, k] = x.dims();
         assert_eq!(k, self.cols, "activations of {k} values for a matrix of {} columns", self.cols);
+        assert!(
+            !fused.glu || (self.pieces.len() == 1 && fused.bias.is_none()),
+            "a SwiGLU product needs one piece, no bias"
+        );
         let m = b * n;
+        let width = if fused.glu { self.rows / 2 } else { self.rows };
         let x = contiguous(x);
         let client = x.client.clone();
-        let out = empty_device_dtype(client.clone(), x.device.clone(), [b, n, self.rows].into(), x.dtype);
-        let bias = bias.map(|t| contiguous(t.clone()));
+        let out = empty_device_dtype(client.clone(), x.device.clone(), [b, n, width].into(), x.dtype);
+        let arg = |t: Option<CubeTensor>| t.unwrap_or_else(|| x.clone()).into_buffer_arg();
+        let norm = fused.norm.map(|(t, _)| contiguous(t.clone()));
+        let bias = fused.bias.map(|t| contiguous(t.clone()));
+        let residual = fused.residual.map(contiguous);
         for piece in &self.pieces {
-            let cx = piece.rows.min(MAX_CUBES_X);
-            let count = CubeCount::Static(cx as u32, piece.rows.div_ceil(cx) as u32, m.div_ceil(PASS as usize) as u32);
+            let rows = if fused.glu { width } else { piece.rows };
+            let cx = rows.min(MAX_CUBES_X);
+            let count = CubeCount::Static(cx as u32, rows.div_ceil(cx) as u32, m.div_ceil(PASS as usize) as u32);
             block_matmul_rows::launch(
                 &client,
                 count,
@@ -275,15 +398,22 @@ impl DeviceBlocks {
                 cube_tensor(&piece.words).into_buffer_arg(),
                 cube_tensor(&piece.table).into_buffer_arg(),
                 x.clone().into_buffer_arg(),
-                bias.clone().unwrap_or_else(|| x.clone()).into_buffer_arg(),
+                arg(norm.clone()),
+                arg(bias.clone()),
+                arg(residual.clone()),
                 out.clone().into_buffer_arg(),
                 piece.runs.len() as u32,
-                piece.rows as u32,
+                rows as u32,
                 piece.first as u32,
-                self.rows as u32,
+                width as u32,
                 self.cols as u32,
                 m as u32,
+                width as u32,
+                fused.norm.map_or(0.0, |(_, eps)| eps as f32),
+                norm.is_some(),
                 bias.is_some(),
+                fused.glu,
+                residual.is_some(),
             );
         }
         Tensor::from_primitive::<Cube>(out)

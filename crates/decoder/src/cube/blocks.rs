@@ -78,11 +78,35 @@ fn scale_min_k4(w: &[u32], at: u32, sub: u32, min: bool) -> f32 {
     f32::cast_from(v)
 }
 
+/// A chunk's scales (for its first and last 16 values) and offset, read once for its values.
+#[derive(CubeType)]
+pub(super) struct Chunk {
+    low: f32,
+    high: f32,
+    offset: f32,
+}
+
+/// Chunk `c` of the row of type `ty` whose bytes start at byte `row`.
+#[cube]
+pub(super) fn chunk(w: &[u32], ty: u32, row: u32, c: u32) -> Chunk {
+    Chunk {
+        low: chunk_scale(w, ty, row, c, 0u32),
+        high: chunk_scale(w, ty, row, c, 1u32),
+        offset: chunk_offset(w, ty, row, c),
+    }
+}
+
+/// Value `l` (0..32) of chunk `c` (`scales` its [`chunk`]): `scale * quant - offset`.
+#[cube]
+pub(super) fn value(w: &[u32], ty: u32, row: u32, c: u32, l: u32, scales: &Chunk) -> f32 {
+    select(l < 16, scales.low, scales.high) * quant(w, ty, row, c, l) - scales.offset
+}
+
 /// The scale of values `16 half..16 half + 16` of chunk `c` of the row of type `ty` whose
 /// bytes start at byte `row` (1 for F16 and BF16). A value is `scale * quant - offset`, the
 /// CPU's dequantization in its order (Q6_K: `(d sc) q`; the K-quants' `d1 q - m1`).
 #[cube]
-pub(super) fn chunk_scale(w: &[u32], ty: u32, row: u32, c: u32, half: u32) -> f32 {
+fn chunk_scale(w: &[u32], ty: u32, row: u32, c: u32, half: u32) -> f32 {
     let mut s = 1.0f32;
     if ty == Q8_0 {
         s = f16_at(w, row + 34 * c);
@@ -107,7 +131,7 @@ pub(super) fn chunk_scale(w: &[u32], ty: u32, row: u32, c: u32, half: u32) -> f3
 
 /// What chunk `c`'s values subtract after scaling: the K-quants' `m1`, else 0.
 #[cube]
-pub(super) fn chunk_offset(w: &[u32], ty: u32, row: u32, c: u32) -> f32 {
+fn chunk_offset(w: &[u32], ty: u32, row: u32, c: u32) -> f32 {
     let mut m = 0.0f32;
     if ty == Q4_K {
         let base = row + 144 * (c / 8);
@@ -122,7 +146,7 @@ pub(super) fn chunk_offset(w: &[u32], ty: u32, row: u32, c: u32) -> f32 {
 /// The quantized value `l` (0..32) of chunk `c`, its zero point subtracted (F16 and BF16: the
 /// value itself).
 #[cube]
-pub(super) fn quant(w: &[u32], ty: u32, row: u32, c: u32, l: u32) -> f32 {
+fn quant(w: &[u32], ty: u32, row: u32, c: u32, l: u32) -> f32 {
     let mut q = 0.0f32;
     if ty == Q8_0 {
         q = signed(byte(w, row + 34 * c + 2 + l));

@@ -2,7 +2,8 @@
 //! type it reads, against an f64 product of the host's dequantized matrix, at 1, 5 and 16 rows
 //! with every row bitwise equal across call sizes; the row lookup (the embedding) against the
 //! host's decoding; the blocks read back unchanged; a broken matrix (every row's blocks one
-//! block off) caught; and a tiny GGUF model whose matrices stay in blocks on the device
+//! block off) caught; the product with RMSNorm, SwiGLU and the residual fused; and a tiny GGUF
+//! model whose matrices stay in blocks on the device
 //! against the CPU's native path.
 
 use super::Check;
@@ -10,6 +11,7 @@ use super::kernels::{ROWS, over_row_counts, uniform};
 use super::tiny::{numeric, rows, rows_diff, tokens, write_tiny_gguf};
 use crate::compare::{max_abs_diff, nan_max};
 use crate::cube::DeviceBlocks;
+use crate::fusion::Fused;
 use crate::gguf::{GgmlType, quantize};
 use crate::quant::{QuantMatrix, QuantPart};
 use crate::synthetic::{TINY_VOCAB, tiny_qwen2};
@@ -113,20 +115,85 @@ fn type_check(device: &Device, ty: GgmlType, seed: u64) -> Result<[f32; 3]> {
     Ok([worst, lookup, caught])
 }
 
-/// A tiny Qwen2-shaped GGUF model (biases included) in `ty` blocks, on the CPU's native path
-/// and in blocks on the device: the worst logit difference over a prefill, a step and a
-/// 4-row verification.
+/// Each row of `x` (`COLS` wide) RMS-normalised with `weight`, in f64.
+fn normed_reference(x: &[f32], weight: &[f32], eps: f64) -> Vec<f64> {
+    x.chunks_exact(COLS)
+        .flat_map(|row| {
+            let inv = 1.0 / (row.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / COLS as f64 + eps).sqrt();
+            row.iter().zip(weight).map(move |(&v, &g)| v as f64 * inv * g as f64)
+        })
+        .collect()
+}
+
+/// What the fused products compute, in f64 on the host's dequantized `w` (`rows` rows): the
+/// first `n` rows of `x` normalised with `norm`, times `w`, then `silu(gate) * up` of the two
+/// halves and plus `residual`.
+fn fused_reference(w: &[f32], x: &[f32], norm: &[f32], residual: &[f32], n: usize) -> Vec<f32> {
+    let xs = normed_reference(&x[..n * COLS], norm, EPS);
+    let half = w.len() / COLS / 2;
+    let dot = |r: usize, o: usize| -> f64 {
+        w[o * COLS..(o + 1) * COLS].iter().zip(&xs[r * COLS..(r + 1) * COLS]).map(|(a, b)| *a as f64 * b).sum()
+    };
+    (0..n)
+        .flat_map(|r| {
+            (0..half).map(move |o| {
+                let (g, u) = (dot(r, o), dot(r, half + o));
+                (g / (1.0 + (-g).exp()) * u + residual[r * half + o] as f64) as f32
+            })
+        })
+        .collect()
+}
+
+const EPS: f64 = 1e-6;
+
+/// The fused product (the norm, SwiGLU and the residual in one launch) on a Q4_K-above-Q8_0
+/// matrix: the worst difference over 1, 5 and 16 rows, and that of the broken call (the norm's
+/// weight read one element off).
+fn fused_check(device: &Device) -> Result<(f32, f32)> {
+    let parts = vec![
+        QuantPart::rows(GgmlType::Q4K, PART_ROWS[0], blocks_of(GgmlType::Q4K, PART_ROWS[0], 7)?),
+        QuantPart::rows(GgmlType::Q8_0, PART_ROWS[0], blocks_of(GgmlType::Q8_0, PART_ROWS[0], 8)?),
+    ];
+    let q = QuantMatrix::new(parts, COLS)?;
+    let w = q.to_f32();
+    let half = PART_ROWS[0];
+    let x = uniform(ROWS[2] * COLS, 2.0, 9);
+    let norm: Vec<f32> = uniform(COLS, 0.5, 10).into_iter().map(|g| 1.0 + g).collect();
+    let residual = uniform(ROWS[2] * half, 1.0, 11);
+    let blocks = DeviceBlocks::upload(&q, device)?;
+    let call = |norm: &[f32], n: usize| -> Vec<f32> {
+        let xt = Tensor::<3>::from_data(TensorData::new(x[..n * COLS].to_vec(), [1, n, COLS]), device);
+        let nt = Tensor::<1>::from_data(TensorData::new(norm.to_vec(), [COLS]), device);
+        let rt = Tensor::<3>::from_data(TensorData::new(residual[..n * half].to_vec(), [1, n, half]), device);
+        let fused = Fused { norm: Some((&nt, EPS)), glu: true, residual: Some(rt), ..Fused::default() };
+        blocks.product(xt, fused).into_data().try_to_vec::<f32>().expect("f32 outputs")
+    };
+    let reference = |n: usize| fused_reference(&w, &x, &norm, &residual, n);
+    let worst = over_row_counts("fused product", |n| call(&norm, n), reference)?;
+    let mut shifted = norm.clone();
+    shifted.rotate_left(1);
+    Ok((worst, max_abs_diff(&call(&shifted, ROWS[1]), &reference(ROWS[1]))))
+}
+
+/// A tiny Qwen2-shaped GGUF model (biases included) in `ty` blocks, on the CPU's native path,
+/// in blocks on the device, and with every other layer's attention placed on the device: the
+/// worst logit difference from the CPU over a prefill, a step and a 4-row verification.
 fn tiny_model(device: &Device, dir: &Path, ty: GgmlType) -> Result<f32> {
     let path = write_tiny_gguf(dir, &tiny_qwen2(TINY_VOCAB), 41, ty)?;
     let cpu = load_model_as(&path, None, &default_device(), WeightMode::Native)?;
     let dev = load_model_as(&path, None, device, WeightMode::Native)?;
     ensure!(dev.model.is_native(), "{ty:?}: the device model was not loaded in blocks");
-    let (mut cc, mut dc) = (cpu.model.new_cache(1), dev.model.new_cache(1));
+    // EasySpec's placement: every other layer's attention (its blocks) moved to the device.
+    let placed = load_model_as(&path, None, &default_device(), WeightMode::Native)?
+        .model
+        .place_attention(&[default_device(), device.clone()])?;
+    let (mut cc, mut dc, mut pc) = (cpu.model.new_cache(1), dev.model.new_cache(1), placed.new_cache(1));
     let mut worst = 0f32;
     for chunk in [tokens(9, 1), vec![5], tokens(4, 2)] {
         let a = rows(&cpu.model.forward(&chunk, &mut cc)?);
-        let b = rows(&dev.model.forward(&chunk, &mut dc)?);
-        worst = nan_max(worst, rows_diff(&a, &b)?);
+        for (model, cache) in [(&dev.model, &mut dc), (&placed, &mut pc)] {
+            worst = nan_max(worst, rows_diff(&a, &rows(&model.forward(&chunk, cache)?))?);
+        }
     }
     Ok(worst)
 }
@@ -138,20 +205,27 @@ pub(super) fn gguf_blocks(device: &Device, dir: &Path, tol: f32) -> Result<Check
         ensure!(c > tol, "{ty:?}: rows read one block off moved the product by only {c:e}: the check cannot fail");
         (worst, lookup, caught) = (nan_max(worst, w), nan_max(lookup, l), caught.min(c));
     }
+    let (fused, fused_caught) = fused_check(device)?;
+    ensure!(
+        fused_caught > tol,
+        "a norm weight read one element off moved the fused product by only {fused_caught:e}: the check cannot fail"
+    );
     let mut model = 0f32;
     for ty in [GgmlType::Q8_0, GgmlType::Q5_0] {
         model = nan_max(model, tiny_model(device, dir, ty)?);
     }
     Ok(numeric(
         "gguf_blocks",
-        [lookup, model].into_iter().fold(worst, nan_max),
+        [lookup, fused, model].into_iter().fold(worst, nan_max),
         tol,
         &format!(
             "products of {} blocks (each above 16 Q8_0 rows, 512 columns, with a bias) at 1/5/16 rows against \
              f64 on the host's dequantized matrix, worst {worst:.1e}, every row bitwise equal across call sizes; \
              row lookups {lookup:.1e} from the host's decoding; blocks read back unchanged; rows read one block \
-             off caught ({caught:.1e} away at least); a tiny Qwen2 GGUF in Q8_0 and Q5_0 blocks against the \
-             CPU's native path {model:.1e}",
+             off caught ({caught:.1e} away at least); the fused product (RMSNorm, SwiGLU and the residual of \
+             Q4_K gate and Q8_0 up rows) {fused:.1e}, a norm weight one element off caught ({fused_caught:.1e}); \
+             a tiny Qwen2 GGUF in Q8_0 and Q5_0 blocks on the device, and with its attentions placed on the \
+             device every other layer, against the CPU's native path {model:.1e}",
             TYPES.map(|t| format!("{t:?}")).join(", ")
         ),
     ))

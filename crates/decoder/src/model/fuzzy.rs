@@ -69,7 +69,7 @@ impl Transformer {
     ) -> AttentionProbe {
         let mut scratch = cache.clone();
         let mut p = AttentionProbe { input: last_row(x.clone()), ..Default::default() };
-        self.attention(i, x.clone(), &mut scratch.slot(i), tables, Some(&mut p));
+        self.attention(i, x.clone(), &mut scratch.slot(i), tables, Some(&mut p), false);
         p
     }
 
@@ -91,13 +91,14 @@ impl Transformer {
         workers: usize,
         probe: bool,
         sync: bool,
+        residual: bool,
     ) -> Vec<(Tensor<3>, SublayerCost, Option<AttentionProbe>)> {
         type Attended = (usize, (Tensor<3>, SublayerCost, Option<AttentionProbe>));
         let attend = |(i, mut slot): (usize, LayerSlot)| -> Attended {
             let t = std::time::Instant::now();
             let start = crate::device::launches::issued();
             let mut record = probe.then(|| AttentionProbe { input: last_row(input.clone()), ..Default::default() });
-            let out = self.attention(i, input.clone(), &mut slot, tables, record.as_mut());
+            let out = self.attention(i, input.clone(), &mut slot, tables, record.as_mut(), residual);
             let launches = super::launched_since(start);
             if sync {
                 super::wait_for(&out);

@@ -11,6 +11,7 @@ pub(crate) use absent::{DeviceBlocks, on_device};
 #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
 mod absent {
     use crate::Device;
+    use crate::fusion::Fused;
     use crate::gguf::GgmlType;
     use crate::quant::QuantMatrix;
     use anyhow::{Result, bail};
@@ -36,6 +37,12 @@ mod absent {
             match *self {}
         }
         pub(crate) fn matmul(&self, _: Tensor<3>, _: Option<&Tensor<1>>) -> Tensor<3> {
+            match *self {}
+        }
+        pub(crate) fn product(&self, _: Tensor<3>, _: Fused) -> Tensor<3> {
+            match *self {}
+        }
+        pub(crate) fn pieces(&self) -> usize {
             match *self {}
         }
         pub(crate) fn lookup(&self, _: &[u32]) -> Tensor<2> {

@@ -9,8 +9,9 @@ use burn::tensor::activation::silu;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use std::sync::Arc;
 
-use super::linear::Linear;
+use super::linear::{Linear, Projection};
 use super::probe::{AttentionProbe, last_row};
+use crate::fusion::Fused;
 
 #[derive(Clone)]
 pub(super) struct RmsNorm {
@@ -27,6 +28,23 @@ impl RmsNorm {
         }
         let inv_rms = x.clone().square().mean_dim(2).add_scalar(self.eps).sqrt().recip();
         x * inv_rms * self.weight.clone().unsqueeze::<3>()
+    }
+
+    /// `linear(norm(x))`, the map applied by `project`. GGUF blocks on a GPU normalise the rows
+    /// inside the product (one launch instead of two).
+    pub(super) fn project(
+        &self,
+        x: Tensor<3>,
+        linear: &Linear,
+        project: fn(&Linear, Tensor<3>) -> Tensor<3>,
+    ) -> Tensor<3> {
+        if let Projection::Blocks(q) = &linear.proj {
+            return q.product(
+                x,
+                Fused { norm: Some((&self.weight, self.eps)), bias: linear.bias.as_ref(), ..Fused::default() },
+            );
+        }
+        project(linear, self.forward(x))
     }
 }
 
@@ -229,18 +247,26 @@ impl RowMask {
 }
 
 impl Attention {
-    /// The attention of `x` (the normed hidden state); `probe`, when given, receives its q, k,
-    /// v and output on the last row.
+    /// The attention of `norm(x)` (`x` the hidden state), plus `residual` when given (the add
+    /// fused into the output projection where it can be); `probe`, when given, receives its q,
+    /// k, v and output on the last row.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn forward(
         &self,
         x: Tensor<3>,
+        norm: &RmsNorm,
         slot: &mut LayerSlot,
         rope: &(Tensor<2>, Tensor<2>),
         mask: &RowMask,
         mut probe: Option<&mut AttentionProbe>,
+        residual: Option<Tensor<3>>,
     ) -> Tensor<3> {
-        let out = self.attend(self.qkv.forward(x), slot, rope, mask, probe.as_deref_mut());
-        let out = self.o.forward(out);
+        let qkv = norm.project(x, &self.qkv, Linear::forward);
+        let out = self.attend(qkv, slot, rope, mask, probe.as_deref_mut());
+        let out = match residual {
+            Some(stream) => self.o.forward_plus(out, stream),
+            None => self.o.forward(out),
+        };
         if let Some(p) = probe {
             p.out = last_row(out.clone());
         }
@@ -312,8 +338,24 @@ impl Attention {
 }
 
 impl Mlp {
-    pub(super) fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        self.forward_with(x, Linear::forward)
+    /// `x + MLP(norm(x))`: the sublayer with its residual, each linear map applied by
+    /// `project`. With GGUF blocks on a GPU the norm runs inside the gate-up product, SwiGLU in
+    /// its output and the residual add inside the down product: two launches instead of five.
+    pub(super) fn with_residual(
+        &self,
+        x: Tensor<3>,
+        norm: &RmsNorm,
+        project: fn(&Linear, Tensor<3>) -> Tensor<3>,
+    ) -> Tensor<3> {
+        if let (Projection::Blocks(gate_up), Projection::Blocks(down)) = (&self.gate_up.proj, &self.down.proj)
+            && gate_up.pieces() == 1
+            && self.gate_up.bias.is_none()
+        {
+            let act = gate_up
+                .product(x.clone(), Fused { norm: Some((&norm.weight, norm.eps)), glu: true, ..Fused::default() });
+            return down.product(act, Fused { bias: self.down.bias.as_ref(), residual: Some(x), ..Fused::default() });
+        }
+        x.clone() + self.forward_with(norm.forward(x), project)
     }
 
     /// The MLP with `project` applying each linear map. On the integer kernels (where every

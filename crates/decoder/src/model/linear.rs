@@ -4,6 +4,7 @@
 //! the integer kernels of [`crate::quant::int`], a device kernel or a gemm.
 
 use super::gpu_blocks::DeviceBlocks;
+use crate::fusion::Fused;
 use crate::kernels::{F32Rows, WeightRows};
 use crate::quant::{QuantMatrix, QuantPart};
 use crate::weights::{HostTensor, WeightSource};
@@ -157,6 +158,14 @@ impl Linear {
             Projection::Int(q) => self.kernel_int(x, q),
             Projection::Device(_) | Projection::Blocks(_) => self.forward(x),
         }
+    }
+
+    /// `residual + x W^T (+ bias)`. GGUF blocks on a GPU add the residual inside the product.
+    pub(super) fn forward_plus(&self, x: Tensor<3>, residual: Tensor<3>) -> Tensor<3> {
+        if let Projection::Blocks(q) = &self.proj {
+            return q.product(x, Fused { bias: self.bias.as_ref(), residual: Some(residual), ..Fused::default() });
+        }
+        residual + self.forward(x)
     }
 
     pub(super) fn forward(&self, x: Tensor<3>) -> Tensor<3> {

@@ -98,8 +98,9 @@ impl ForwardOutput {
 /// Wall times of one forward's sublayers ([`Transformer::forward_timed`]).
 #[derive(Clone, Debug, Default)]
 pub struct LayerTimes {
-    /// Per layer: attention (norm, projections, cache write, attention) and MLP (residual
-    /// add, norm, MLP, residual add).
+    /// Per layer: attention (norm, projections, cache write, attention, and its residual add
+    /// where the layer is not in a fuzzy group of several) and MLP (norm, MLP, residual add;
+    /// a fuzzy group's attention residual adds count here).
     pub attn: Vec<std::time::Duration>,
     pub mlp: Vec<std::time::Duration>,
     pub lm_head: std::time::Duration,
@@ -245,9 +246,10 @@ impl Transformer {
         if t.device() == *device { t } else { t.to_device(device) }
     }
 
-    /// Layer `i`'s attention sublayer (input norm, attention, output projection) of `x`; runs
-    /// on the layer's attention device and returns on its home device (where its residual
-    /// stream and MLP are).
+    /// Layer `i`'s attention sublayer (input norm, attention, output projection) of `x`, plus
+    /// `x` itself when `residual` (the residual stream after the sublayer; the add is then
+    /// fused into the output projection where its product can do it); runs on the layer's
+    /// attention device and returns on its home device (where its residual stream and MLP are).
     fn attention(
         &self,
         i: usize,
@@ -255,14 +257,26 @@ impl Transformer {
         slot: &mut LayerSlot,
         tables: &[PositionTables],
         probe: Option<&mut AttentionProbe>,
+        residual: bool,
     ) -> Tensor<3> {
         let block = &self.blocks[i];
         let (rope, mask) = &tables[block.device];
         if block.device == block.home {
-            return block.attn.forward(block.attn_norm.forward(self.on_device(x, block.home)), slot, rope, mask, probe);
+            let x = self.on_device(x, block.home);
+            let stream = residual.then(|| x.clone());
+            return block.attn.forward(x, &block.attn_norm, slot, rope, mask, probe, stream);
         }
-        let x = x.to_device(&self.devices[block.device]);
-        block.attn.forward(block.attn_norm.forward(x), slot, rope, mask, probe).to_device(&self.devices[block.home])
+        let h = block.attn.forward(
+            x.clone().to_device(&self.devices[block.device]),
+            &block.attn_norm,
+            slot,
+            rope,
+            mask,
+            probe,
+            None,
+        );
+        let h = h.to_device(&self.devices[block.home]);
+        if residual { self.on_device(x, block.home) + h } else { h }
     }
 
     /// Forwards `tokens` (n >= 1 new tokens of one sequence) after what `cache` holds, and
@@ -474,7 +488,11 @@ impl Transformer {
                 return Ok(None);
             }
             // Every attention of the group reads the group's input.
-            let attended = self.attend_group(group.clone(), &x, cache, &tables, workers, probes.is_some(), sync);
+            // A lone attention adds its residual itself (fused into its output projection where
+            // that can); a fuzzy group's attentions all read the group's input, added below.
+            let residual = group.len() == 1 && probes.is_none();
+            let attended =
+                self.attend_group(group.clone(), &x, cache, &tables, workers, probes.is_some(), sync, residual);
             for (i, (h, attn_cost, fuzzy)) in group.clone().zip(attended) {
                 if let (Some(probes), Some(fuzzy)) = (probes.as_deref_mut(), fuzzy) {
                     let leading = i == group.start;
@@ -484,8 +502,8 @@ impl Transformer {
                 let block = &self.blocks[i];
                 let t_mlp = std::time::Instant::now();
                 let mlp_start = crate::device::launches::issued();
-                x = self.on_device(x, block.home) + h;
-                x = x.clone() + block.mlp.forward(block.mlp_norm.forward(x));
+                x = if residual { h } else { self.on_device(x, block.home) + h };
+                x = block.mlp.with_residual(x, &block.mlp_norm, Linear::forward);
                 let mlp_launches = launched_since(mlp_start);
                 if sync {
                     wait_for(&x);

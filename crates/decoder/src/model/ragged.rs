@@ -47,7 +47,7 @@ impl Transformer {
             start += n;
         }
         for (layer, block) in self.blocks.iter().enumerate() {
-            let qkv = block.attn.qkv.forward_row_invariant(block.attn_norm.forward(x.clone()));
+            let qkv = block.attn_norm.project(x.clone(), &block.attn.qkv, Linear::forward_row_invariant);
             let width = qkv.dims()[2];
             let outs: Vec<Tensor<3>> = parts
                 .iter()
@@ -59,7 +59,7 @@ impl Transformer {
                 .collect();
             let attended = if outs.len() == 1 { outs.into_iter().next().unwrap() } else { Tensor::cat(outs, 1) };
             x = x + block.attn.o.forward_row_invariant(attended);
-            x = x.clone() + block.mlp.forward_with(block.mlp_norm.forward(x), Linear::forward_row_invariant);
+            x = block.mlp.with_residual(x, &block.mlp_norm, Linear::forward_row_invariant);
         }
         for (tokens, cache) in seqs.iter_mut() {
             cache.advance(tokens.len(), None);

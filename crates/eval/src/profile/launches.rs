@@ -79,7 +79,7 @@ pub fn table(models: &[ModelProfile]) -> String {
     }
     let mut s = String::from(
         "Kernel launches per forward (attention: norm, projections, RoPE, cache write, attention, output \
-         projection; MLP: residual adds, norm, MLP), and the bytes it must read (weights as stored on the \
+         projection, residual add; MLP: norm, MLP, residual add), and the bytes it must read (weights as stored on the \
          device, keys and values of the cache) over its median time:\n\n",
     );
     s.push_str(&markdown_table(
