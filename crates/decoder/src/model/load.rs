@@ -25,8 +25,8 @@ pub enum WeightMode {
     /// 4-8x fewer bytes per token, results bit-identical to the f32 path (the same values go
     /// through the same kernel, or for long prefills through the same gemm after decoding the
     /// matrix for the call). Matrices whose type has no native kernel (and F32 tensors) take the
-    /// f32 path. Applies to GGUF files on the CPU device. The choice where data must not
-    /// depend on the weight path.
+    /// f32 path. Applies to GGUF files (on a GPU: blocks decoded in the device's product, see
+    /// above). The choice where data must not depend on the weight path.
     Native,
     /// In their GGUF block formats, multiplied by integer dot products with each activation
     /// row quantized to 8 bits (Q8_K for K-quants, Q8_0 for the 32-wide formats), as llama.cpp
@@ -73,7 +73,7 @@ pub(super) fn upload<const D: usize>(
 
 impl Transformer {
     /// Builds the model from HF-named weights, one tensor at a time. `mode` chooses how GGUF
-    /// matrices are kept on the CPU device (ignored elsewhere and for sources without blocks).
+    /// matrices are kept (ignored for sources without blocks).
     pub fn load(cfg: ModelConfig, src: &dyn WeightSource, device: &Device, mode: WeightMode) -> Result<Self> {
         Self::load_split(cfg, src, std::slice::from_ref(device), mode)
     }
