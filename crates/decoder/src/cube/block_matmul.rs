@@ -83,20 +83,21 @@ fn inverse_rms(
         }
         k += CUBE_DIM;
     }
-    #[unroll]
-    for j in 0..PASS {
-        sums[(UNIT_POS * PASS + j) as usize] = sq[j as usize];
-    }
-    fold(sums);
+    fold(&sq, sums);
     if UNIT_POS < here {
         inv[UNIT_POS as usize] = 1.0f32 / f32::sqrt(sums[UNIT_POS as usize] / f32::cast_from(cols) + eps);
     }
     sync_cube();
 }
 
-/// Folds the units' `PASS` sums (`sums[unit PASS + j]`) into `sums[j]`, halving in a fixed tree.
+/// Folds every unit's `PASS` partial sums `part` into `sums[0..PASS]`: each unit stores its own
+/// at `sums[unit PASS + j]`, then they halve in a fixed tree.
 #[cube]
-fn fold(sums: &mut Shared<[f32]>) {
+fn fold(part: &Array<f32>, sums: &mut Shared<[f32]>) {
+    #[unroll]
+    for j in 0..PASS {
+        sums[(UNIT_POS * PASS + j) as usize] = part[j as usize];
+    }
     sync_cube();
     let mut active = CUBE_DIM / 2;
     while active > 0 {
@@ -112,23 +113,27 @@ fn fold(sums: &mut Shared<[f32]>) {
     }
 }
 
-/// Adds `row`'s weights (type `ty`, bytes from `start`) times the `here` input rows from
-/// `first` into `acc`, each input value normalised by `inv` and `norm` when `normed`.
+/// The dot products of row `row` of the piece with the `here` input rows from `first` (each
+/// input value normalised by `inv` and `norm` when `normed`), folded into `sums[0..here]`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn dot_rows(
+fn row_dots(
     w: &[u32],
+    parts: &[u32],
     x: &[f32],
     norm: &[f32],
     inv: &Shared<[f32]>,
-    acc: &mut Array<f32>,
-    ty: u32,
-    start: u32,
+    sums: &mut Shared<[f32]>,
+    n_parts: u32,
+    row: u32,
     first: u32,
     here: u32,
     cols: u32,
     #[comptime] normed: bool,
 ) {
+    let ty = row_type(parts, n_parts, row);
+    let start = row_start(parts, n_parts, row);
+    let mut acc = Array::<f32>::new(PASS as usize);
     let mut c = UNIT_POS;
     while c < cols / CHUNK {
         let scales = chunk(w, ty, start, c);
@@ -150,6 +155,7 @@ fn dot_rows(
         }
         c += CUBE_DIM;
     }
+    fold(&acc, sums);
 }
 
 /// Where row `row` of a piece starts (bytes), from the run table `parts`.
@@ -202,24 +208,9 @@ fn block_matmul_rows(
         if normed {
             inverse_rms(x, &mut sums, &mut inv, first, here, cols, eps);
         }
-        let mut acc = Array::<f32>::new(PASS as usize);
-        let start = row_start(parts, n_parts, row);
-        dot_rows(w, x, norm, &inv, &mut acc, row_type(parts, n_parts, row), start, first, here, cols, normed);
-        #[unroll]
-        for j in 0..PASS {
-            sums[(UNIT_POS * PASS + j) as usize] = acc[j as usize];
-        }
-        fold(&mut sums);
+        row_dots(w, parts, x, norm, &inv, &mut sums, n_parts, row, first, here, cols, normed);
         if glu {
-            let up = row + glu_rows;
-            let mut acc_up = Array::<f32>::new(PASS as usize);
-            let start_up = row_start(parts, n_parts, up);
-            dot_rows(w, x, norm, &inv, &mut acc_up, row_type(parts, n_parts, up), start_up, first, here, cols, normed);
-            #[unroll]
-            for j in 0..PASS {
-                ups[(UNIT_POS * PASS + j) as usize] = acc_up[j as usize];
-            }
-            fold(&mut ups);
+            row_dots(w, parts, x, norm, &inv, &mut ups, n_parts, row + glu_rows, first, here, cols, normed);
         }
         if UNIT_POS < here {
             let at = ((first + UNIT_POS) * out_stride + first_out + row) as usize;
