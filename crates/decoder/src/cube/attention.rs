@@ -1,5 +1,6 @@
 //! Scaled dot-product attention over the cache as one kernel: scores, scaling, the mask, the
-//! softmax and the weighted sum of values. burn's tensor form is about ten launches (the
+//! softmax and the weighted sum of values; past [`CHUNK`] keys, split over the context and
+//! merged by a second kernel (flash-decoding). burn's tensor form is about ten launches (the
 //! cache's views made contiguous, two matmuls, the scaling, the mask, a softmax in five).
 
 use super::{contiguous, whole_buffer};
@@ -13,22 +14,33 @@ use cubecl::prelude::*;
 /// many keys the call has (keys a row may not see add exact zeros).
 const UNITS: u32 = 64;
 
-/// One cube per (sequence, head, row) of `q` (`[batch, heads, rows, head_dim]`). Units stride
-/// over the `total` keys: each score is a dot product in order of the head's dimensions, scaled
-/// and masked (`mask`, `[groups rows, total]` additive, when `masked` is 1), kept in `scores`;
-/// the max and the sum of the exponentials fold in a fixed tree; then each unit sums its
-/// dimensions of the weighted values over the keys in order. `out` is `[batch, rows, heads
-/// head_dim]`. Keys and values are read at `seq_stride`, `kv_stride` and `pos_stride` (the
-/// cache's storage, whatever its capacity).
+/// Keys one cube takes (flash-decoding's split of the context, at the 256 keys of llama.cpp's
+/// CUDA flash attention): a context up to this long is one launch; a longer one is split into
+/// chunks of this many keys, one cube each, and a second launch merges their partial softmaxes
+/// in chunk order. A one-row decode step then spreads over `heads x chunks` cubes instead of
+/// `heads`. Chunks start at fixed positions, so a key's chunk never depends on the call.
+const CHUNK: u32 = 256;
+
+/// One cube per (sequence, head, row) of `q` (`[batch, heads, rows, head_dim]`) along x and per
+/// chunk of keys along y. Units stride over the chunk's keys: each score is a dot product in
+/// order of the head's dimensions, scaled and masked (`mask`, `[groups rows, total]` additive,
+/// when `masked` is 1), kept in `scores`; the max and the sum of the exponentials fold in a
+/// fixed tree; then each unit sums its dimensions of the weighted values over the chunk's keys
+/// in order. With one chunk, the normalised result goes to `out` (`[batch, rows, heads
+/// head_dim]`); with several, the chunk's max and sum go to `stats` and its unnormalised sums to
+/// `partial`, for [`attention_merge`]. Keys and values are read at `seq_stride`, `kv_stride`
+/// and `pos_stride` (the cache's storage, whatever its capacity).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-fn attention_rows(
+fn attention_chunk(
     q: &[f32],
     keys: &[f32],
     values: &[f32],
     mask: &[f32],
     scores: &mut [f32],
     out: &mut [f32],
+    stats: &mut [f32],
+    partial: &mut [f32],
     rows: u32,
     heads: u32,
     kv_heads: u32,
@@ -39,9 +51,11 @@ fn attention_rows(
     pos_stride: u32,
     scale: f32,
     masked: u32,
+    chunks: u32,
     #[comptime] units: usize,
 ) {
-    let cube = CUBE_POS as u32;
+    let cube = CUBE_POS_X;
+    let chunk = CUBE_POS_Y;
     let row = cube % rows;
     let head = (cube / rows) % heads;
     let seq = cube / (rows * heads);
@@ -50,12 +64,14 @@ fn attention_rows(
     let qbase = cube * head_dim;
     let sbase = cube * total;
     let mbase = ((head % groups) * rows + row) * total;
+    let first = chunk * CHUNK;
+    let end = min(total, first + CHUNK);
     let unit = UNIT_POS as usize;
     let mut part = Shared::<[f32]>::new_slice(units);
 
     let mut local = f32::new(-3.0e38);
-    let mut j = UNIT_POS;
-    while j < total {
+    let mut j = first + UNIT_POS;
+    while j < end {
         let at = base + j * pos_stride;
         let mut dot = 0.0f32;
         let mut t = 0u32;
@@ -86,8 +102,8 @@ fn attention_rows(
     sync_cube();
 
     let mut sum = 0.0f32;
-    let mut k = UNIT_POS;
-    while k < total {
+    let mut k = first + UNIT_POS;
+    while k < end {
         let e = f32::exp(scores[(sbase + k) as usize] - top);
         scores[(sbase + k) as usize] = e;
         sum += e;
@@ -107,13 +123,59 @@ fn attention_rows(
     }
     let norm = part[0];
 
+    let slot = cube * chunks + chunk;
+    if chunks > 1 && UNIT_POS == 0 {
+        stats[(slot * 2) as usize] = top;
+        stats[(slot * 2 + 1) as usize] = norm;
+    }
     let mut dim = UNIT_POS;
     while dim < head_dim {
         let mut acc = 0.0f32;
-        let mut p = 0u32;
-        while p < total {
+        let mut p = first;
+        while p < end {
             acc += scores[(sbase + p) as usize] * values[(base + p * pos_stride + dim) as usize];
             p += 1;
+        }
+        if chunks == 1 {
+            out[(((seq * rows + row) * heads + head) * head_dim + dim) as usize] = acc / norm;
+        } else {
+            partial[(slot * head_dim + dim) as usize] = acc;
+        }
+        dim += CUBE_DIM;
+    }
+}
+
+/// How much chunk `c`'s sums count against the row's max `top`: exactly 1 for the chunk that
+/// holds the max, so that a row whose keys all sit in one chunk gets bit for bit what a
+/// one-chunk launch gives it (the other chunks' keys are masked for it and weigh exactly 0).
+#[cube]
+fn chunk_weight(stats: &[f32], slot: u32, top: f32) -> f32 {
+    let m = stats[(slot * 2) as usize];
+    select(m == top, 1.0f32, f32::exp(m - top))
+}
+
+/// Merges the chunks of [`attention_chunk`]: one cube per (sequence, head, row), its units over
+/// the head's dimensions. Every unit folds the chunks' maxima and sums in chunk order.
+#[cube(launch)]
+fn attention_merge(stats: &[f32], partial: &[f32], out: &mut [f32], rows: u32, heads: u32, head_dim: u32, chunks: u32) {
+    let cube = CUBE_POS_X;
+    let row = cube % rows;
+    let head = (cube / rows) % heads;
+    let seq = cube / (rows * heads);
+    let slots = cube * chunks;
+    let mut top = f32::new(-3.0e38);
+    for c in 0..chunks {
+        top = max(top, stats[((slots + c) * 2) as usize]);
+    }
+    let mut norm = 0.0f32;
+    for c in 0..chunks {
+        norm += stats[((slots + c) * 2 + 1) as usize] * chunk_weight(stats, slots + c, top);
+    }
+    let mut dim = UNIT_POS;
+    while dim < head_dim {
+        let mut acc = 0.0f32;
+        for c in 0..chunks {
+            acc += partial[((slots + c) * head_dim + dim) as usize] * chunk_weight(stats, slots + c, top);
         }
         out[(((seq * rows + row) * heads + head) * head_dim + dim) as usize] = acc / norm;
         dim += CUBE_DIM;
@@ -144,9 +206,15 @@ pub(crate) fn attention(q: Tensor<4>, keys: Tensor<4>, values: Tensor<4>, mask: 
     };
     let cap = client.properties().hardware.max_units_per_cube.clamp(1, UNITS);
     let units = if cap.is_power_of_two() { cap } else { cap.next_power_of_two() / 2 };
-    attention_rows::launch(
+    let cubes = (b * heads * n) as u32;
+    let chunks = total.div_ceil(CHUNK as usize).max(1);
+    // The chunks' maxima and sums, and their unnormalised outputs (placeholders for one chunk).
+    let split = chunks > 1;
+    let stats = scratch(vec![if split { b * heads * n * chunks * 2 } else { 1 }]);
+    let partial = scratch(vec![if split { b * heads * n * chunks * head_dim } else { 1 }]);
+    attention_chunk::launch(
         &client,
-        CubeCount::Static((b * heads * n) as u32, 1, 1),
+        CubeCount::Static(cubes, chunks as u32, 1),
         CubeDim::new_1d(units),
         q.into_buffer_arg(),
         whole_buffer(keys),
@@ -154,6 +222,8 @@ pub(crate) fn attention(q: Tensor<4>, keys: Tensor<4>, values: Tensor<4>, mask: 
         mask.into_buffer_arg(),
         scores.into_buffer_arg(),
         out.clone().into_buffer_arg(),
+        stats.clone().into_buffer_arg(),
+        partial.clone().into_buffer_arg(),
         n as u32,
         heads as u32,
         kv_heads as u32,
@@ -164,7 +234,22 @@ pub(crate) fn attention(q: Tensor<4>, keys: Tensor<4>, values: Tensor<4>, mask: 
         strides[2] as u32,
         1.0 / (head_dim as f32).sqrt(),
         masked,
+        chunks as u32,
         units as usize,
     );
+    if split {
+        attention_merge::launch(
+            &client,
+            CubeCount::Static(cubes, 1, 1),
+            CubeDim::new_1d(units),
+            stats.into_buffer_arg(),
+            partial.into_buffer_arg(),
+            out.clone().into_buffer_arg(),
+            n as u32,
+            heads as u32,
+            head_dim as u32,
+            chunks as u32,
+        );
+    }
     Tensor::from_primitive::<Cube>(out)
 }

@@ -190,21 +190,29 @@ fn swiglu_check(device: &Device) -> Result<(f32, f32)> {
     Ok((worst, max_abs_diff(&broken, &reference[..broken.len()])))
 }
 
-/// Cached positions before the rows of the attention check.
-const ATTENTION_PAST: usize = 8;
+/// Cached positions before the rows of the attention checks: a short context (one chunk of
+/// keys), one where a single row's keys fill the first chunk and wider calls reach the second
+/// (a one-chunk launch against a split one, bit for bit), and one over three chunks.
+const ATTENTION_PASTS: [usize; 3] = [8, 255, 600];
+
+/// The attention checks' cache capacity after `past` positions: room for the widest call, and
+/// storage past the view that the kernel must not read.
+fn attention_capacity(past: usize) -> usize {
+    past + ROWS[2] + 7
+}
 
 /// Causal attention of `rows` query rows (`[heads, rows, d]`, row i at position `past + i`)
-/// over `[kv_heads, past + rows, d]` keys and values (each stored `ROPE_CAPACITY` positions
+/// over `[kv_heads, past + rows, d]` keys and values (stored [`attention_capacity`] positions
 /// apart), in f64: `[rows, heads d]`.
-fn attention_reference(q: &[f32], keys: &[f32], values: &[f32], rows: usize) -> Vec<f32> {
+fn attention_reference(q: &[f32], keys: &[f32], values: &[f32], past: usize, rows: usize) -> Vec<f32> {
     let [h, kvh, d] = ROPE_HEADS;
     let mut out = vec![0f32; rows * h * d];
     for head in 0..h {
         let kv = head / (h / kvh);
-        let at = |p: usize| (kv * ROPE_CAPACITY + p) * d;
+        let at = |p: usize| (kv * attention_capacity(past) + p) * d;
         for i in 0..rows {
             let qi = &q[(head * rows + i) * d..][..d];
-            let seen = ATTENTION_PAST + i + 1;
+            let seen = past + i + 1;
             let scores: Vec<f64> = (0..seen)
                 .map(|p| qi.iter().zip(&keys[at(p)..at(p) + d]).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>())
                 .map(|s| s / (d as f64).sqrt())
@@ -230,12 +238,18 @@ fn first_rows(q: &[f32], rows: usize) -> Vec<f32> {
 /// `crate::cube::attention` of the first `rows` query rows on `device`, over the cache's
 /// storage viewed up to `past + rows`, with the causal mask the model passes (none for one
 /// row) unless `unmasked`.
-fn attention_on(device: &Device, q: &[f32], keys: &[f32], values: &[f32], rows: usize, unmasked: bool) -> Vec<f32> {
+fn attention_on(
+    device: &Device,
+    (q, keys, values): (&[f32], &[f32], &[f32]),
+    past: usize,
+    rows: usize,
+    unmasked: bool,
+) -> Vec<f32> {
     let [h, kvh, d] = ROPE_HEADS;
-    let total = ATTENTION_PAST + rows;
+    let total = past + rows;
     let q = Tensor::<4>::from_data(TensorData::new(first_rows(q, rows), [1, h, rows, d]), device);
     let view = |t: &[f32]| {
-        Tensor::<4>::from_data(TensorData::new(t.to_vec(), [1, kvh, ROPE_CAPACITY, d]), device).slice([
+        Tensor::<4>::from_data(TensorData::new(t.to_vec(), [1, kvh, attention_capacity(past), d]), device).slice([
             0..1,
             0..kvh,
             0..total,
@@ -245,23 +259,32 @@ fn attention_on(device: &Device, q: &[f32], keys: &[f32], values: &[f32], rows: 
     let groups = h / kvh;
     let mask = (rows > 1 && !unmasked).then(|| {
         let m: Vec<f32> = (0..groups * rows)
-            .flat_map(|r| (0..total).map(move |p| if p <= ATTENTION_PAST + r % rows { 0.0 } else { f32::NEG_INFINITY }))
+            .flat_map(|r| (0..total).map(move |p| if p <= past + r % rows { 0.0 } else { f32::NEG_INFINITY }))
             .collect();
         Tensor::<2>::from_data(TensorData::new(m, [groups * rows, total]), device)
     });
     crate::cube::attention(q, view(keys), view(values), mask.as_ref()).into_data().try_to_vec::<f32>().expect("f32")
 }
 
-/// Attention at 1, 5 and 16 rows after 8 positions: the worst difference, and that of the
-/// broken call (a 5-row call without its causal mask).
+/// Attention at 1, 5 and 16 rows after each of [`ATTENTION_PASTS`]: the worst difference, and
+/// the least that of a broken call moved (a 5-row call without its causal mask).
 fn attention_check(device: &Device) -> Result<(f32, f32)> {
     let [h, kvh, d] = ROPE_HEADS;
-    let q = uniform(h * ROWS[2] * d, 1.0, 6);
-    let (keys, values) = (uniform(kvh * ROPE_CAPACITY * d, 1.0, 7), uniform(kvh * ROPE_CAPACITY * d, 1.0, 8));
-    let reference = |n: usize| attention_reference(&first_rows(&q, n), &keys, &values, n);
-    let worst = over_row_counts("attention", |n| attention_on(device, &q, &keys, &values, n, false), reference)?;
-    let broken = attention_on(device, &q, &keys, &values, ROWS[1], true);
-    Ok((worst, max_abs_diff(&broken, &reference(ROWS[1]))))
+    let (mut worst, mut caught) = (0f32, f32::INFINITY);
+    for (i, past) in ATTENTION_PASTS.into_iter().enumerate() {
+        let seed = 6 + 3 * i as u64;
+        let cached = kvh * attention_capacity(past) * d;
+        let q = uniform(h * ROWS[2] * d, 1.0, seed);
+        let (keys, values) = (uniform(cached, 1.0, seed + 1), uniform(cached, 1.0, seed + 2));
+        let inputs = (&q[..], &keys[..], &values[..]);
+        let reference = |n: usize| attention_reference(&first_rows(&q, n), &keys, &values, past, n);
+        let what = format!("attention after {past} positions");
+        let call = |n: usize| attention_on(device, inputs, past, n, false);
+        worst = nan_max(worst, over_row_counts(&what, call, reference)?);
+        let broken = attention_on(device, inputs, past, ROWS[1], true);
+        caught = caught.min(max_abs_diff(&broken, &reference(ROWS[1])));
+    }
+    Ok((worst, caught))
 }
 
 /// RMSNorm at two widths: under the cube's units (each unit one column or none) and over them
@@ -300,7 +323,8 @@ pub(super) fn kernels(device: &Device, tol: f32) -> Result<Check> {
         tol,
         &format!(
             "fused RMSNorm (widths 96 and 700), RoPE with the cache write (4 q and 2 kv heads of 16, after \
-             3 positions), SwiGLU (2 x 300) and causal attention (the same heads, after 8 positions), 1/5/16 \
+             3 positions), SwiGLU (2 x 300) and causal attention (the same heads, after 8, 255 and 600 positions: one chunk \
+             of keys, a call at the split, three chunks), 1/5/16 \
              rows, against f64 on the host; every row bitwise equal across call sizes; broken calls caught: \
              a weight read one element off {caught:.1e} away, rows cached one position off \
              {rope_caught:.1e}, gate and up swapped {swiglu_caught:.1e}, attention unmasked \
