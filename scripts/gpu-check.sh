@@ -134,6 +134,8 @@ step bandwidth 30 python3 scripts/gpu/bandwidth.py --out "$OUT/bandwidth.json"
 pair=(--draft "$models/draft-gguf/model.gguf" --target "$models/target-gguf/model.gguf")
 step bench-cuda 120 "$specx" bench "${pair[@]}" --devices cuda --weights q8 --prompt-tokens 128 --decode-tokens 64 --call-rows 1,2,5,9,21 --bandwidth-mib 256 --json "$OUT/bench-cuda.json"
 step profile-cuda 90 "$specx" profile "${pair[@]}" --device cuda --weights q8 --contexts 128,1024 --max-rows 21 --reps 5 --tpot-tokens 16 --out "$OUT/profile-cuda.json"
+# specx on the anchor's own bf16 files (their matrices stay 16-bit on the device): like for like.
+step bench-cuda-bf16 60 "$specx" bench --draft "$models/draft" --target "$models/target" --devices cuda --prompt-tokens 128 --decode-tokens 64 --call-rows 1,5 --bandwidth-mib 256 --json "$OUT/bench-cuda-bf16.json"
 if [ "$devices" != cuda ]; then
     step bench-wgpu 90 "$specx" bench "${pair[@]}" --devices wgpu:0 --weights q8 --prompt-tokens 128 --decode-tokens 32 --call-rows 1,2,5,9,21 --bandwidth-mib 256 --json "$OUT/bench-wgpu.json"
     step profile-wgpu 60 "$specx" profile "${pair[@]}" --device wgpu:0 --weights q8 --contexts 128 --max-rows 21 --reps 3 --tpot-tokens 8 --out "$OUT/profile-wgpu.json"

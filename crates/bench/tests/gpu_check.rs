@@ -3,7 +3,9 @@
 //! machine lacks fails every check with the reason; `report` judges the targets from a check
 //! directory's files and says why a figure is missing.
 
-use specx_bench::gpu_check::report::{CorrectnessArgs, ReportArgs, correctness, report};
+#[cfg(not(feature = "cuda"))]
+use specx_bench::gpu_check::report::{CorrectnessArgs, correctness};
+use specx_bench::gpu_check::report::{ReportArgs, report};
 use specx_bench::gpu_check::synth::{PairShapes, SynthArgs, synth};
 use specx_decoder::synthetic::tiny_qwen2;
 use specx_decoder::{check_pair, default_device, load_model};
@@ -169,4 +171,14 @@ fn the_report_judges_each_target_and_names_what_is_missing() {
     let row = md.lines().find(|l| l.contains("HF transformers (SDPA, static cache, torch.compile)"));
     assert!(row.is_some_and(|r| r.contains("| 210.0")), "{md}");
     assert!(md.contains("specx cuda:0 (native weights)"), "{md}");
+    // specx on the anchor's own bf16 files is a row of its own.
+    write(
+        d,
+        "bench-cuda-bf16.json",
+        serde_json::json!({ "models": [{ "role": "target", "device": "cuda:0", "weights": "q8", "prefill_tokens_per_sec": 7000.0, "decode_tokens_per_sec": 90.0 }] }),
+    );
+    report(&ReportArgs { dir: d.to_path_buf() }).unwrap();
+    let md = std::fs::read_to_string(d.join("report.md")).unwrap();
+    let row = md.lines().find(|l| l.contains("specx cuda:0 (bf16 safetensors)"));
+    assert!(row.is_some_and(|r| r.contains(" 7000 ") && r.contains(" 90.0 ")), "{md}");
 }

@@ -36,6 +36,13 @@ pub trait WeightSource {
     fn stored_type(&self, _name: &str) -> Option<GgmlType> {
         None
     }
+    /// Loads a 2-D tensor stored in 16-bit floats (safetensors F16 or BF16) as rows of the ggml
+    /// type of the same bytes, as stored: a GPU's block product reads half the bytes of f32 and
+    /// computes on the same values. `None` for other dtypes and other sources. The CPU does not
+    /// use it (its f32 kernels are the reference path for safetensors models).
+    fn load_half(&self, _name: &str) -> Result<Option<(Vec<usize>, QuantPart)>> {
+        Ok(None)
+    }
 }
 
 /// An HF model directory: `config.json` plus one or several `*.safetensors` files.
@@ -97,6 +104,23 @@ impl WeightSource for SafetensorsDir {
             other => bail!("{}: tensor '{name}' has dtype {other:?}; specx reads F32, F16 and BF16", path.display()),
         };
         Ok(HostTensor { shape: view.shape().to_vec(), data })
+    }
+
+    fn load_half(&self, name: &str) -> Result<Option<(Vec<usize>, QuantPart)>> {
+        let Some(&i) = self.index.get(name) else { return Ok(None) };
+        let (path, map) = &self.maps[i];
+        let st = SafeTensors::deserialize(map).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        let view = st.tensor(name).map_err(|e| anyhow!("{}: tensor '{name}': {e}", path.display()))?;
+        let ty = match view.dtype() {
+            Dtype::F16 => GgmlType::F16,
+            Dtype::BF16 => GgmlType::BF16,
+            _ => return Ok(None),
+        };
+        let shape = view.shape().to_vec();
+        if shape.len() != 2 {
+            return Ok(None);
+        }
+        Ok(Some((shape.clone(), QuantPart::rows(ty, shape[0], view.data().to_vec()))))
     }
 }
 

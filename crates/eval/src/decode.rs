@@ -82,7 +82,8 @@ pub struct GenerationArgs {
     /// arithmetic; close to, not bit-identical with, `native`); `native` keeps the blocks and
     /// decodes them inside the matmul kernel (bit-identical to `f32` on the CPU); `f32`
     /// dequantizes them on load. On a GPU `q8` and `native` both decode the blocks in the
-    /// device's product kernel. HF safetensors models always use f32.
+    /// device's product kernel, which also reads HF safetensors models' f16/bf16 matrices as
+    /// stored; on the CPU safetensors models use f32.
     #[arg(long, default_value = "q8")]
     pub weights: WeightMode,
 }

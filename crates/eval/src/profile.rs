@@ -39,8 +39,9 @@ pub struct ProfileArgs {
     /// Output tokens of the TPOT measurement (greedy, after a 128-token prompt).
     #[arg(long, default_value_t = 32)]
     pub tpot_tokens: usize,
-    /// Device the forwards run on: `cpu`, `cuda[:N]`, `wgpu[:N]` (GGUF weights are dequantized
-    /// to f32 on a GPU). Every timed forward reads its output back to the host, and per-layer
+    /// Device the forwards run on: `cpu`, `cuda[:N]`, `wgpu[:N]` (on a GPU, `--weights q8` and
+    /// `native` keep GGUF blocks and f16/bf16 safetensors matrices as stored, decoded in the
+    /// device's product). Every timed forward reads its output back to the host, and per-layer
     /// times wait for each sublayer, so GPU times include the work queued, not its launch. On
     /// a GPU the kernel launches of a one-row and a 5-row forward are counted per layer.
     #[arg(long, default_value = "cpu")]

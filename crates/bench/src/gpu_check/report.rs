@@ -152,6 +152,8 @@ pub fn report(a: &ReportArgs) -> Result<()> {
         .flat_map(|b| b["models"].as_array().cloned().unwrap_or_default())
         .collect();
     let bench = (!bench_models.is_empty()).then(|| serde_json::json!({ "models": bench_models }));
+    // specx on the bf16 safetensors the anchor reads, kept in 16 bits on the device.
+    let bench_bf16 = read_json(dir, "bench-cuda-bf16.json");
     let hf = read_json(dir, "hf.json");
     let hf_compiled = read_json(dir, "hf-compiled.json");
     let bandwidth = read_json(dir, "bandwidth.json");
@@ -260,6 +262,14 @@ pub fn report(a: &ReportArgs) -> Result<()> {
                 ]);
             }
         }
+        if let Some((p, d)) = bench_bf16.as_ref().and_then(|b| bench_speed(b, role, "cuda:0")) {
+            rows.push(vec![
+                role.into(),
+                "specx cuda:0 (bf16 safetensors)".into(),
+                format!("{p:.0}"),
+                format!("{d:.1}"),
+            ]);
+        }
         if let Some((p, d)) = hf.as_ref().and_then(|h| anchor_speed(h, role)) {
             rows.push(vec![
                 role.into(),
@@ -321,7 +331,7 @@ pub fn report(a: &ReportArgs) -> Result<()> {
             gb("copy_gb_s")
         ));
     }
-    let json = serde_json::json!({ "gpu": gpu, "targets": targets, "steps": steps, "correctness": correctness, "bench": bench, "profiles": profiles, "hf_anchor": hf, "hf_compiled": hf_compiled, "bandwidth": bandwidth });
+    let json = serde_json::json!({ "gpu": gpu, "targets": targets, "steps": steps, "correctness": correctness, "bench": bench, "bench_bf16": bench_bf16, "profiles": profiles, "hf_anchor": hf, "hf_compiled": hf_compiled, "bandwidth": bandwidth });
     write_atomic(&dir.join("report.json"), serde_json::to_string_pretty(&json)?.as_bytes())?;
     write_atomic(&dir.join("report.md"), md.as_bytes())?;
     print!("{md}");

@@ -2,20 +2,21 @@
 //! type it reads, against an f64 product of the host's dequantized matrix, at 1, 5 and 16 rows
 //! with every row bitwise equal across call sizes; the row lookup (the embedding) against the
 //! host's decoding; the blocks read back unchanged; a broken matrix (every row's blocks one
-//! block off) caught; the product with RMSNorm, SwiGLU and the residual fused; and a tiny GGUF
-//! model whose matrices stay in blocks on the device
-//! against the CPU's native path.
+//! block off) caught; the product with RMSNorm, SwiGLU and the residual fused; a tiny GGUF
+//! model whose matrices stay in blocks on the device against the CPU's native path; and a tiny
+//! safetensors model stored in F16 and BF16, its matrices kept in 16 bits on the device,
+//! against the CPU's f32 path on the same values.
 
 use super::Check;
 use super::kernels::{ROWS, over_row_counts, uniform};
-use super::tiny::{numeric, rows, rows_diff, tokens, write_tiny_gguf};
+use super::tiny::{numeric, rows, rows_diff, tokens, write_tiny_as, write_tiny_gguf};
 use crate::compare::{max_abs_diff, nan_max};
 use crate::cube::DeviceBlocks;
 use crate::fusion::Fused;
 use crate::gguf::{GgmlType, quantize};
 use crate::quant::{QuantMatrix, QuantPart};
-use crate::synthetic::{TINY_VOCAB, tiny_qwen2};
-use crate::{Device, WeightMode, default_device, load_model_as};
+use crate::synthetic::{StDtype, TINY_VOCAB, tiny_qwen2};
+use crate::{Device, WeightMode, default_device, load_model, load_model_as};
 use anyhow::{Result, ensure};
 use burn::tensor::{Tensor, TensorData};
 use half::f16;
@@ -187,15 +188,28 @@ fn tiny_model(device: &Device, dir: &Path, ty: GgmlType) -> Result<f32> {
     let placed = load_model_as(&path, None, &default_device(), WeightMode::Native)?
         .model
         .place_attention(&[default_device(), device.clone()])?;
-    let (mut cc, mut dc, mut pc) = (cpu.model.new_cache(1), dev.model.new_cache(1), placed.new_cache(1));
+    Ok(nan_max(forward_diff(&cpu.model, &dev.model)?, forward_diff(&cpu.model, &placed)?))
+}
+
+/// The worst logit difference between two models over a prefill, a step and a 4-row
+/// verification.
+fn forward_diff(a: &crate::Transformer, b: &crate::Transformer) -> Result<f32> {
+    let (mut ca, mut cb) = (a.new_cache(1), b.new_cache(1));
     let mut worst = 0f32;
     for chunk in [tokens(9, 1), vec![5], tokens(4, 2)] {
-        let a = rows(&cpu.model.forward(&chunk, &mut cc)?);
-        for (model, cache) in [(&dev.model, &mut dc), (&placed, &mut pc)] {
-            worst = nan_max(worst, rows_diff(&a, &rows(&model.forward(&chunk, cache)?))?);
-        }
+        worst = nan_max(worst, rows_diff(&rows(&a.forward(&chunk, &mut ca)?), &rows(&b.forward(&chunk, &mut cb)?))?);
     }
     Ok(worst)
+}
+
+/// A tiny Qwen2-shaped safetensors model stored as `dtype` (16-bit floats): its matrices stay
+/// in 16 bits on the device (the default weight mode) and give the CPU's f32 logits.
+fn half_model(device: &Device, dir: &Path, dtype: StDtype) -> Result<f32> {
+    let path = write_tiny_as(dir, &tiny_qwen2(TINY_VOCAB), 43, dtype)?;
+    let (cpu, dev) = (load_model(&path, None, &default_device())?, load_model(&path, None, device)?);
+    ensure!(!cpu.model.is_native(), "{dtype:?}: the CPU took a block path for a safetensors model");
+    ensure!(dev.model.is_native(), "{dtype:?}: the device model did not keep its matrices in 16 bits");
+    forward_diff(&cpu.model, &dev.model)
 }
 
 pub(super) fn gguf_blocks(device: &Device, dir: &Path, tol: f32) -> Result<Check> {
@@ -214,9 +228,10 @@ pub(super) fn gguf_blocks(device: &Device, dir: &Path, tol: f32) -> Result<Check
     for ty in [GgmlType::Q8_0, GgmlType::Q5_0] {
         model = nan_max(model, tiny_model(device, dir, ty)?);
     }
+    let half = nan_max(half_model(device, dir, StDtype::F16)?, half_model(device, dir, StDtype::BF16)?);
     Ok(numeric(
         "gguf_blocks",
-        [lookup, fused, model].into_iter().fold(worst, nan_max),
+        [lookup, fused, model, half].into_iter().fold(worst, nan_max),
         tol,
         &format!(
             "products of {} blocks (each above 16 Q8_0 rows, 512 columns, with a bias) at 1/5/16 rows against \
@@ -225,7 +240,8 @@ pub(super) fn gguf_blocks(device: &Device, dir: &Path, tol: f32) -> Result<Check
              off caught ({caught:.1e} away at least); the fused product (RMSNorm, SwiGLU and the residual of \
              Q4_K gate and Q8_0 up rows) {fused:.1e}, a norm weight one element off caught ({fused_caught:.1e}); \
              a tiny Qwen2 GGUF in Q8_0 and Q5_0 blocks on the device, and with its attentions placed on the \
-             device every other layer, against the CPU's native path {model:.1e}",
+             device every other layer, against the CPU's native path {model:.1e}; a tiny Qwen2 safetensors \
+             model in F16 and BF16, kept in 16 bits on the device, against the CPU's f32 path {half:.1e}",
             TYPES.map(|t| format!("{t:?}")).join(", ")
         ),
     ))

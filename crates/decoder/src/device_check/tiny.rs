@@ -40,8 +40,13 @@ pub fn noisy_draft(dir: &Path, vocab: usize, target_seed: u64, noise: f32) -> Re
 }
 
 pub(super) fn write_tiny(dir: &Path, cfg: &ModelConfig, seed: u64) -> Result<PathBuf> {
-    let path = dir.join(format!("{}-{seed}", cfg.architecture));
-    write_hf_dir(&path, cfg, &random_weights(cfg, seed), StDtype::F32, 1, &word_tokenizer_json(cfg.vocab_size, "w"))?;
+    write_tiny_as(dir, cfg, seed, StDtype::F32)
+}
+
+/// [`write_tiny`] with the safetensors stored as `dtype`.
+pub(super) fn write_tiny_as(dir: &Path, cfg: &ModelConfig, seed: u64, dtype: StDtype) -> Result<PathBuf> {
+    let path = dir.join(format!("{}-{seed}-{dtype:?}", cfg.architecture));
+    write_hf_dir(&path, cfg, &random_weights(cfg, seed), dtype, 1, &word_tokenizer_json(cfg.vocab_size, "w"))?;
     Ok(path)
 }
 

@@ -311,16 +311,22 @@ pub(super) fn upload_matrix(t: HostTensor, name: &str, shape: [usize; 2], device
 
 /// The row-stacked matrices `names` (each `[rows, cols]`) in their stored block formats, or
 /// `None` when one of them is not stored in a type with a native kernel (F32 tensors, or a
-/// type without one, which is logged): then the whole map takes the f32 path.
+/// type without one, which is logged): then the whole map takes the f32 path. With `half`
+/// (weights for a GPU), 16-bit float tensors of safetensors models count as F16/BF16 blocks.
 pub(super) fn native_matrix(
     src: &dyn WeightSource,
     names: &[(&str, usize)],
     cols: usize,
+    half: bool,
 ) -> Result<Option<QuantMatrix>> {
     let mut parts: Vec<QuantPart> = Vec::with_capacity(names.len());
     for &(name, rows) in names {
         let full = format!("{name}.weight");
-        match src.load_blocks(&full).with_context(|| format!("loading weight '{full}'"))? {
+        let load = || match src.load_blocks(&full)? {
+            None if half => src.load_half(&full),
+            found => Ok(found),
+        };
+        match load().with_context(|| format!("loading weight '{full}'"))? {
             Some((shape, part)) => {
                 if shape != [rows, cols] {
                     bail!("weight '{full}' has shape {shape:?}, the config implies {:?}", [rows, cols]);

@@ -14,12 +14,13 @@ use std::sync::Arc;
 
 /// How a model's GGUF weight matrices are kept in memory. On a GPU, `native` and `q8` both keep
 /// the blocks on the device, decoded inside the product's kernel with f32 activations (the
-/// integer activations of `q8` are a CPU path); `f32` uploads them dequantized.
+/// integer activations of `q8` are a CPU path), and keep a safetensors model's F16/BF16
+/// matrices in 16 bits the same way; `f32` uploads them all as f32.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WeightMode {
-    /// Dequantized to f32 on load: the reference path, and the only one for HF safetensors
-    /// models.
+    /// Dequantized to f32 on load: the reference path, and on the CPU the only one for HF
+    /// safetensors models (on a GPU, their F16/BF16 matrices otherwise stay 16-bit, as blocks).
     F32,
     /// In their GGUF block formats, decoded inside the few-row kernel ([`crate::quant`]):
     /// 4-8x fewer bytes per token, results bit-identical to the f32 path (the same values go
@@ -119,7 +120,7 @@ impl Transformer {
         let reported = std::cell::RefCell::new(Vec::new());
         let projection = |names: &[(&str, usize)], inp: usize, device: &Device| -> Result<Projection> {
             let int = int_on(device);
-            let q = if blocks_kept { native_matrix(src, names, inp)? } else { None };
+            let q = if blocks_kept { native_matrix(src, names, inp, *device != Device::flex())? } else { None };
             match q {
                 Some(q) if *device != Device::flex() => {
                     let types: Vec<_> = q.parts().iter().map(|p| p.ty).collect();
