@@ -49,8 +49,7 @@ pub fn generate(
         return Ok((out, stats));
     }
     let t = Instant::now();
-    let logits = last_logits(&model.forward_last(prompt, &mut cache)?);
-    let mut next = sampler.sample(&logits);
+    let mut next = sampler.next_after(&model.forward_last(prompt, &mut cache)?);
     stats.prefill_time = t.elapsed();
     let t = Instant::now();
     loop {
@@ -59,8 +58,7 @@ pub fn generate(
         if out.len() >= max_new || eos_ids.contains(&next) {
             break;
         }
-        let logits = last_logits(&model.forward(&[next], &mut cache)?);
-        next = sampler.sample(&logits);
+        next = sampler.next_after(&model.forward(&[next], &mut cache)?);
         stats.decode_steps += 1;
     }
     stats.decode_time = t.elapsed();
@@ -119,8 +117,7 @@ pub fn generate_greedy_batched(
             };
             if item.max_new > 0 {
                 let t = Instant::now();
-                let logits = last_logits(&model.forward_last(item.prompt, &mut l.cache)?);
-                l.out.push(crate::sampling::argmax(&logits));
+                l.out.push(model.forward_last(item.prompt, &mut l.cache)?.argmax_tail(1)[0]);
                 l.stats.prefill_time = t.elapsed();
             }
             if finished(&l) || item.max_new == 0 {

@@ -3,6 +3,7 @@
 //! both the warping of [`crate::sampling`] and the coupling, so it lives apart from either.
 
 use crate::coupling::{Draws, position_token};
+use crate::model::ForwardOutput;
 use crate::sampling::{SamplingConfig, argmax, sample_from};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -30,6 +31,19 @@ impl Sampler {
 
     pub fn rng(&mut self) -> &mut StdRng {
         &mut self.rng
+    }
+
+    /// The next token after the last position of a forward: for greedy decoding its argmax
+    /// where the logits are (on a GPU one number comes back instead of a vocabulary row),
+    /// else [`Self::sample`] of the row on the host.
+    pub fn next_after(&mut self, out: &ForwardOutput) -> u32 {
+        if !self.config.is_greedy() {
+            return self.sample(&out.logits_tail(1).remove(0));
+        }
+        if let Some((_, position)) = &mut self.coupled {
+            *position += 1;
+        }
+        out.argmax_tail(1)[0]
     }
 
     /// The next token for `logits`.

@@ -5,6 +5,7 @@
 //! `device_check::kernels` tests each on the device against an f64 reference computed on the
 //! host, with a broken call caught.
 
+mod argmax;
 mod attention;
 mod block_matmul;
 mod blocks;
@@ -12,6 +13,7 @@ mod rms_norm;
 mod rope_cache;
 mod swiglu;
 
+pub(crate) use argmax::argmax_tail;
 pub(crate) use attention::attention;
 pub(crate) use block_matmul::{DeviceBlocks, on_device};
 pub(crate) use rms_norm::rms_norm;

@@ -93,6 +93,17 @@ impl ForwardOutput {
     pub fn hidden_tail(&self, k: usize) -> Vec<Vec<f32>> {
         tail_rows(&self.hidden, k)
     }
+
+    /// The greedy token (`sampling::argmax`) of each of the last `k` positions (single
+    /// sequence). On a GPU the argmax runs on the device and `k` numbers come back instead of
+    /// `k` vocabulary rows.
+    pub fn argmax_tail(&self, k: usize) -> Vec<u32> {
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        if self.logits.device() != Device::flex() {
+            return crate::cube::argmax_tail(&self.logits, k);
+        }
+        self.logits_tail(k).iter().map(|row| crate::sampling::argmax(row)).collect()
+    }
 }
 
 /// Wall times of one forward's sublayers ([`Transformer::forward_timed`]).
