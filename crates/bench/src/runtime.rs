@@ -8,7 +8,7 @@
 
 use crate::llamacpp::{LlamaCppBench, run_llama_bench};
 use anyhow::{Result, ensure};
-use specx_decoder::generate::last_logits;
+use specx_decoder::generate::{greedy_token, last_logits};
 use specx_decoder::{DeviceName, LoadedModel, WeightMode, check_device, load_model_as, open_device, parse_device_list};
 use specx_eval::common::sysmem::{current_rss_bytes, peak_rss_bytes, read_bandwidth, read_bandwidth_threads};
 use specx_eval::method::models::PairArgs;
@@ -166,16 +166,16 @@ fn time_model(role: &str, device: DeviceName, weights: WeightMode, lm: &LoadedMo
     // autotuning, which happen per shape, so every timed shape runs once first.
     let mut warm = model.new_cache(1);
     // Greedy steps take their argmax where the logits are (on a GPU, a kernel of its own).
-    let _ = model.forward_last(&prompt, &mut warm)?.argmax_tail(1);
+    let _ = greedy_token(model.forward_last(&prompt, &mut warm)?);
     if device != DeviceName::Cpu {
         let _ = last_logits(&model.forward(&prompt[..a.verify_rows.max(1).min(prompt.len())], &mut warm)?);
-        let _ = model.forward(&prompt[..1], &mut warm)?.argmax_tail(1);
+        let _ = greedy_token(model.forward(&prompt[..1], &mut warm)?);
     }
     drop(warm);
 
     let mut cache = model.new_cache(1);
     let t = Instant::now();
-    let mut next = model.forward_last(&prompt, &mut cache)?.argmax_tail(1)[0];
+    let mut next = greedy_token(model.forward_last(&prompt, &mut cache)?);
     let prefill_secs = t.elapsed().as_secs_f64();
     // Calls of r tokens after the prompt, rolled back after each: the verification of
     // `verify_rows`, and the cost curve of `call_rows` (median of 5, the shapes interleaved so
@@ -205,7 +205,7 @@ fn time_model(role: &str, device: DeviceName, weights: WeightMode, lm: &LoadedMo
     let call_secs: Vec<(usize, f64)> = medians.into_iter().filter(|(r, _)| a.call_rows.contains(r)).collect();
     let t = Instant::now();
     for _ in 0..a.decode_tokens {
-        next = model.forward(&[next], &mut cache)?.argmax_tail(1)[0];
+        next = greedy_token(model.forward(&[next], &mut cache)?);
     }
     let decode_secs = t.elapsed().as_secs_f64();
 

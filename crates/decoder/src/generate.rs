@@ -31,6 +31,18 @@ pub fn last_logits(out: &crate::model::ForwardOutput) -> Vec<f32> {
     out.logits_tail(1).remove(0)
 }
 
+/// The greedy token after a forward's last position: on a GPU the device's argmax (one number
+/// comes back), on the CPU the argmax of the host row, read before the forward's tensors are
+/// freed and taken after.
+pub fn greedy_token(out: crate::model::ForwardOutput) -> u32 {
+    if let Some(tokens) = out.device_argmax(1) {
+        return tokens[0];
+    }
+    let row = last_logits(&out);
+    drop(out);
+    crate::sampling::argmax(&row)
+}
+
 /// Generates up to `max_new` tokens after `prompt`, stopping after an EOS token (which is
 /// included). `on_token` sees each token as it is produced.
 pub fn generate(
@@ -49,7 +61,7 @@ pub fn generate(
         return Ok((out, stats));
     }
     let t = Instant::now();
-    let mut next = sampler.next_after(&model.forward_last(prompt, &mut cache)?);
+    let mut next = sampler.next_after(model.forward_last(prompt, &mut cache)?);
     stats.prefill_time = t.elapsed();
     let t = Instant::now();
     loop {
@@ -58,7 +70,7 @@ pub fn generate(
         if out.len() >= max_new || eos_ids.contains(&next) {
             break;
         }
-        next = sampler.next_after(&model.forward(&[next], &mut cache)?);
+        next = sampler.next_after(model.forward(&[next], &mut cache)?);
         stats.decode_steps += 1;
     }
     stats.decode_time = t.elapsed();
@@ -117,7 +129,7 @@ pub fn generate_greedy_batched(
             };
             if item.max_new > 0 {
                 let t = Instant::now();
-                l.out.push(model.forward_last(item.prompt, &mut l.cache)?.argmax_tail(1)[0]);
+                l.out.push(greedy_token(model.forward_last(item.prompt, &mut l.cache)?));
                 l.stats.prefill_time = t.elapsed();
             }
             if finished(&l) || item.max_new == 0 {

@@ -33,17 +33,22 @@ impl Sampler {
         &mut self.rng
     }
 
-    /// The next token after the last position of a forward: for greedy decoding its argmax
-    /// where the logits are (on a GPU one number comes back instead of a vocabulary row),
-    /// else [`Self::sample`] of the row on the host.
-    pub fn next_after(&mut self, out: &ForwardOutput) -> u32 {
-        if !self.config.is_greedy() {
-            return self.sample(&out.logits_tail(1).remove(0));
+    /// The next token after the last position of a forward: for greedy decoding on a GPU its
+    /// argmax on the device (one number comes back instead of a vocabulary row), else
+    /// [`Self::sample`] of the row on the host, the forward's tensors freed first (as
+    /// [`crate::generate::greedy_token`]).
+    pub fn next_after(&mut self, out: ForwardOutput) -> u32 {
+        if self.config.is_greedy()
+            && let Some(tokens) = out.device_argmax(1)
+        {
+            if let Some((_, position)) = &mut self.coupled {
+                *position += 1;
+            }
+            return tokens[0];
         }
-        if let Some((_, position)) = &mut self.coupled {
-            *position += 1;
-        }
-        out.argmax_tail(1)[0]
+        let row = out.logits_tail(1).remove(0);
+        drop(out);
+        self.sample(&row)
     }
 
     /// The next token for `logits`.

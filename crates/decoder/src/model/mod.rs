@@ -95,14 +95,16 @@ impl ForwardOutput {
     }
 
     /// The greedy token (`sampling::argmax`) of each of the last `k` positions (single
-    /// sequence). On a GPU the argmax runs on the device and `k` numbers come back instead of
-    /// `k` vocabulary rows.
-    pub fn argmax_tail(&self, k: usize) -> Vec<u32> {
+    /// sequence) where the logits are on a GPU: the argmax runs on the device and `k` numbers
+    /// come back instead of `k` vocabulary rows. `None` on the CPU, whose callers read the rows
+    /// ([`crate::generate::greedy_token`]).
+    pub fn device_argmax(&self, k: usize) -> Option<Vec<u32>> {
         #[cfg(any(feature = "wgpu", feature = "cuda"))]
         if self.logits.device() != Device::flex() {
-            return crate::cube::argmax_tail(&self.logits, k);
+            return Some(crate::cube::argmax_tail(&self.logits, k));
         }
-        self.logits_tail(k).iter().map(|row| crate::sampling::argmax(row)).collect()
+        let _ = k;
+        None
     }
 }
 
