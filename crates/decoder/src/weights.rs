@@ -8,6 +8,7 @@ use crate::quant::{QuantPart, has_native_kernel};
 use anyhow::{Context, Result, anyhow, bail};
 use half::{bf16, f16};
 use memmap2::Mmap;
+use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use std::collections::HashMap;
 use std::fs::File;
@@ -80,6 +81,15 @@ impl SafetensorsDir {
         Ok(Self { maps, index })
     }
 
+    /// The tensor `name` and the file it is in; `None` when no file has it.
+    fn view(&self, name: &str) -> Result<Option<(&Path, TensorView<'_>)>> {
+        let Some(&i) = self.index.get(name) else { return Ok(None) };
+        let (path, map) = &self.maps[i];
+        let st = SafeTensors::deserialize(map).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        let view = st.tensor(name).map_err(|e| anyhow!("{}: tensor '{name}': {e}", path.display()))?;
+        Ok(Some((path.as_path(), view)))
+    }
+
     pub fn files(&self) -> impl Iterator<Item = &Path> {
         self.maps.iter().map(|(p, _)| p.as_path())
     }
@@ -91,11 +101,8 @@ impl WeightSource for SafetensorsDir {
     }
 
     fn load(&self, name: &str) -> Result<HostTensor> {
-        let &i =
-            self.index.get(name).ok_or_else(|| anyhow!("weight '{name}' is missing from the safetensors files"))?;
-        let (path, map) = &self.maps[i];
-        let st = SafeTensors::deserialize(map).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-        let view = st.tensor(name).map_err(|e| anyhow!("{}: tensor '{name}': {e}", path.display()))?;
+        let (path, view) =
+            self.view(name)?.ok_or_else(|| anyhow!("weight '{name}' is missing from the safetensors files"))?;
         let bytes = view.data();
         let data: Vec<f32> = match view.dtype() {
             Dtype::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
@@ -107,10 +114,7 @@ impl WeightSource for SafetensorsDir {
     }
 
     fn load_half(&self, name: &str) -> Result<Option<(Vec<usize>, QuantPart)>> {
-        let Some(&i) = self.index.get(name) else { return Ok(None) };
-        let (path, map) = &self.maps[i];
-        let st = SafeTensors::deserialize(map).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-        let view = st.tensor(name).map_err(|e| anyhow!("{}: tensor '{name}': {e}", path.display()))?;
+        let Some((_, view)) = self.view(name)? else { return Ok(None) };
         let ty = match view.dtype() {
             Dtype::F16 => GgmlType::F16,
             Dtype::BF16 => GgmlType::BF16,
@@ -120,7 +124,8 @@ impl WeightSource for SafetensorsDir {
         if shape.len() != 2 {
             return Ok(None);
         }
-        Ok(Some((shape.clone(), QuantPart::rows(ty, shape[0], view.data().to_vec()))))
+        let part = QuantPart::rows(ty, shape[0], view.data().to_vec());
+        Ok(Some((shape, part)))
     }
 }
 
