@@ -4,9 +4,15 @@
 
 use crate::coupling::{Draws, position_token};
 use crate::model::ForwardOutput;
-use crate::sampling::{SamplingConfig, argmax, sample_from};
+use crate::sampling::{SamplingConfig, argmax, row_of_top, sample_from};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
+
+/// The largest top-k cut a GPU applies itself ([`Sampler::next_after`]). Its kernel reads the
+/// row once per token kept, so past some k reading the row back costs less; 64 covers the
+/// cuts in common use (HF transformers' default 50, Qwen's 20), and the crossing point has not
+/// been measured.
+pub const DEVICE_TOP_K_MAX: usize = 64;
 
 /// A seeded sampler: the same seed and logits give the same tokens.
 pub struct Sampler {
@@ -33,18 +39,25 @@ impl Sampler {
         &mut self.rng
     }
 
-    /// The next token after the last position of a forward: for greedy decoding on a GPU its
-    /// argmax on the device (one number comes back instead of a vocabulary row), else
-    /// [`Self::sample`] of the row on the host, the forward's tensors freed first (as
-    /// [`crate::generate::greedy_token`]).
+    /// The next token after the last position of a forward. On a GPU the device picks what
+    /// the draw needs: the argmax when greedy (one number comes back instead of a vocabulary
+    /// row), the top k under a top-k cut of at most [`DEVICE_TOP_K_MAX`] (2k numbers, drawn
+    /// from as the whole row: `sampling::row_of_top`). Otherwise [`Self::sample`] of the row on
+    /// the host, the forward's tensors freed first (as [`crate::generate::greedy_token`]).
     pub fn next_after(&mut self, out: ForwardOutput) -> u32 {
-        if self.config.is_greedy()
-            && let Some(tokens) = out.device_argmax(1)
-        {
-            if let Some((_, position)) = &mut self.coupled {
-                *position += 1;
+        if self.config.is_greedy() {
+            if let Some(tokens) = out.device_argmax(1) {
+                if let Some((_, position)) = &mut self.coupled {
+                    *position += 1;
+                }
+                return tokens[0];
             }
-            return tokens[0];
+        } else if let Some(k) = self.config.top_k.filter(|&k| k <= DEVICE_TOP_K_MAX && k < out.vocab())
+            && let Some(best) = out.device_top_k(1, k)
+        {
+            let row = row_of_top(out.vocab(), &best[0]);
+            drop(out);
+            return self.sample(&row);
         }
         let row = out.logits_tail(1).remove(0);
         drop(out);

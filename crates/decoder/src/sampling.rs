@@ -4,6 +4,7 @@
 use rand::RngExt;
 use rand::rngs::StdRng;
 use serde::{Deserialize, Serialize};
+use std::cmp::Ordering;
 
 /// Temperature, top-k and top-p, applied in that order (as HF transformers does).
 /// `temperature == 0` means greedy: the warped distribution is one-hot on the argmax.
@@ -41,6 +42,48 @@ pub fn argmax(xs: &[f32]) -> u32 {
         }
     }
     best as u32
+}
+
+/// The order tokens rank in wherever specx picks the best ones (top-k, the GPU's top-k, draft
+/// trees' children): a larger logit first, the smaller token on ties, so that the first of
+/// the top k is [`argmax`]. -0 and +0 tie, as they do for `>`, which the GPU kernel compares
+/// with; a total order for rows without NaN.
+pub fn rank_order(logits: &[f32], a: u32, b: u32) -> Ordering {
+    let key = |i: u32| {
+        let l = logits[i as usize];
+        if l == 0.0 { 0.0 } else { l }
+    };
+    key(b).total_cmp(&key(a)).then(a.cmp(&b))
+}
+
+/// The `k` best tokens of `logits` by [`rank_order`], best first (all of them, ranked, when
+/// `k >= logits.len()`).
+fn ranked_top(logits: &[f32], k: usize) -> Vec<u32> {
+    let mut top: Vec<u32> = (0..logits.len() as u32).collect();
+    if (1..logits.len()).contains(&k) {
+        top.select_nth_unstable_by(k - 1, |&a, &b| rank_order(logits, a, b));
+    }
+    top.truncate(k);
+    top.sort_unstable_by(|&a, &b| rank_order(logits, a, b));
+    top
+}
+
+/// The `k` best tokens of `logits` with their logits, best first ([`rank_order`]): what the
+/// GPU's top-k (`ForwardOutput::device_top_k`) reads back.
+pub fn top_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+    ranked_top(logits, k).into_iter().map(|i| (i, logits[i as usize])).collect()
+}
+
+/// A `vocab`-wide row holding the logits of `best` (a row's [`top_k`]) and -inf elsewhere.
+/// Under a top-k cut of at most `best.len()` tokens, [`SamplingConfig::warp`] gives it the
+/// very probabilities it gives the whole row (the cut keeps the same tokens, ranked and
+/// summed in the same order), so a sampler can draw from the 2k numbers a GPU reads back.
+pub fn row_of_top(vocab: usize, best: &[(u32, f32)]) -> Vec<f32> {
+    let mut row = vec![f32::NEG_INFINITY; vocab];
+    for &(token, logit) in best {
+        row[token as usize] = logit;
+    }
+    row
 }
 
 /// Probability of `token` under the plain softmax of `logits` (temperature 1, no cuts),
@@ -88,12 +131,12 @@ impl SamplingConfig {
         }
         let t = self.temperature;
         let max = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-        // Candidates surviving top-k, in decreasing order when a cut is needed.
-        let mut keep: Vec<u32> = (0..logits.len() as u32).collect();
-        if let Some(k) = self.top_k.filter(|&k| k < logits.len()) {
-            keep.select_nth_unstable_by(k - 1, |&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
-            keep.truncate(k);
-        }
+        // Candidates surviving top-k, ranked (`rank_order`) when a cut is needed, so that the
+        // sum below runs in an order the other tokens' logits cannot change.
+        let mut keep: Vec<u32> = match self.top_k.filter(|&k| k < logits.len()) {
+            Some(k) => ranked_top(logits, k),
+            None => (0..logits.len() as u32).collect(),
+        };
         let mut sum = 0f64;
         for &i in &keep {
             let e = (((logits[i as usize] - max) / t) as f64).exp();
@@ -102,7 +145,7 @@ impl SamplingConfig {
         }
         let mut cut_any = keep.len() < logits.len();
         if let Some(p) = self.top_p.filter(|&p| p < 1.0) {
-            keep.sort_unstable_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+            keep.sort_unstable_by(|&a, &b| rank_order(logits, a, b));
             let mut cum = 0f64;
             let mut cut = keep.len();
             for (rank, &i) in keep.iter().enumerate() {
@@ -234,6 +277,47 @@ mod tests {
         assert!((w.log_prob(&logits, 0) - (0.0 - z2.ln())).abs() < 1e-9);
         let g = SamplingConfig::greedy().warp(&logits);
         assert_eq!((g.log_prob(&logits, 2), g.log_prob(&logits, 0)), (0.0, f64::NEG_INFINITY));
+    }
+
+    #[test]
+    fn top_k_ranks_ties_to_the_smaller_token_and_signed_zeros_as_equal() {
+        let logits = [1.0f32, 3.0, 3.0, 0.0, -0.0, 2.0];
+        assert_eq!(top_k(&logits, 4), vec![(1, 3.0), (2, 3.0), (5, 2.0), (0, 1.0)]);
+        let all: Vec<u32> = top_k(&logits, 9).into_iter().map(|(t, _)| t).collect();
+        assert_eq!(all, vec![1, 2, 5, 0, 3, 4]);
+        assert_eq!(top_k(&logits, 1)[0].0, argmax(&logits));
+        assert!(top_k(&logits, 0).is_empty());
+    }
+
+    /// Logits on a coarse grid, so that ties fall at the cut.
+    fn tied_logits(n: usize, seed: u64) -> Vec<f32> {
+        let mut rng = <StdRng as rand::SeedableRng>::seed_from_u64(seed);
+        (0..n).map(|_| (rng.random::<f32>() * 40.0).round() / 4.0 - 5.0).collect()
+    }
+
+    #[test]
+    fn a_top_k_cut_warps_the_row_of_its_top_as_the_whole_row() {
+        let configs = [cfg(0.7, Some(20), Some(0.8)), cfg(1.0, Some(50), None), cfg(1.3, Some(4), Some(0.9))];
+        for seed in 0..20 {
+            let logits = tied_logits(3000, seed);
+            for c in &configs {
+                let k = c.top_k.unwrap();
+                let top = top_k(&logits, k);
+                let (whole, part) = (c.warp(&logits), c.warp(&row_of_top(logits.len(), &top)));
+                assert_eq!(whole.probs, part.probs, "seed {seed}, {c:?}");
+                for &(t, _) in &top {
+                    assert_eq!(whole.log_prob(&logits, t), part.log_prob(&logits, t));
+                }
+                let draw =
+                    |row: &[f32]| sample_from(&c.probabilities(row), &mut rand::SeedableRng::seed_from_u64(seed));
+                assert_eq!(draw(&logits), draw(&row_of_top(logits.len(), &top)));
+            }
+        }
+        // A cut wider than the row of the top keeps tokens the row lacks: not the same warp.
+        let logits = tied_logits(3000, 99);
+        let narrow = row_of_top(logits.len(), &top_k(&logits, 10));
+        let c = cfg(1.0, Some(20), None);
+        assert_ne!(c.warp(&logits).probs, c.warp(&narrow).probs);
     }
 
     #[test]

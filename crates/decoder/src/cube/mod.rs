@@ -5,20 +5,20 @@
 //! `device_check::kernels` tests each on the device against an f64 reference computed on the
 //! host, with a broken call caught.
 
-mod argmax;
 mod attention;
 mod block_matmul;
 mod blocks;
 mod rms_norm;
 mod rope_cache;
 mod swiglu;
+mod top_k;
 
-pub(crate) use argmax::argmax_tail;
 pub(crate) use attention::attention;
 pub(crate) use block_matmul::{DeviceBlocks, on_device};
 pub(crate) use rms_norm::rms_norm;
 pub(crate) use rope_cache::rope_qkv;
 pub(crate) use swiglu::swiglu;
+pub(crate) use top_k::top_k_tail;
 
 use burn::tensor::Tensor;
 use burn_cubecl::Cube;

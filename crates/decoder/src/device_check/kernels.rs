@@ -3,9 +3,11 @@
 //! size (row invariance), and a broken call caught by the same comparison, so the check can
 //! fail: RMSNorm with its weight read one element off, the RoPE and cache-write kernel with
 //! its rows written one position off, SwiGLU with gate and up swapped, attention without its
-//! causal mask; and the LM head's argmax against the host's, rows read one off caught.
+//! causal mask; and the LM head's argmax and top k against the host's (`super::head`), rows
+//! read one off caught.
 
 use super::Check;
+use super::head::COLS;
 use crate::Device;
 use crate::compare::{max_abs_diff, nan_max};
 use anyhow::{Result, ensure};
@@ -287,40 +289,6 @@ fn attention_check(device: &Device) -> Result<(f32, f32)> {
     Ok((worst, caught))
 }
 
-/// Columns of the argmax check: more than a cube's units, not a multiple of them.
-const ARGMAX_COLS: usize = 3001;
-
-/// Rows of uniform logits, each with its largest value planted twice (the first copy must
-/// win, as on the host), the first row's at column 0 (no unit has seen a column before it).
-fn argmax_rows_with_ties() -> Vec<f32> {
-    let mut x = uniform(ROWS[2] * ARGMAX_COLS, 5.0, 20);
-    for (r, row) in x.chunks_exact_mut(ARGMAX_COLS).enumerate() {
-        let first = if r == 0 { 0 } else { (r * 389) % (ARGMAX_COLS / 2) };
-        row[first] = 9.0;
-        row[first + 1 + (r * 977) % (ARGMAX_COLS / 2)] = 9.0;
-    }
-    x
-}
-
-/// `crate::cube::argmax_tail` of the last `k` of the first `rows` rows of `x`, as f32s.
-fn argmax_on(device: &Device, x: &[f32], rows: usize, k: usize) -> Vec<f32> {
-    let t = Tensor::<3>::from_data(TensorData::new(x[..rows * ARGMAX_COLS].to_vec(), [1, rows, ARGMAX_COLS]), device);
-    crate::cube::argmax_tail(&t, k).into_iter().map(|i| i as f32).collect()
-}
-
-/// The LM head's argmax at 1, 5 and 16 rows against the host's `sampling::argmax` (ties
-/// included), and the tail of a call; the least a broken call (every row read one row off)
-/// moved, in mismatched rows.
-fn argmax_check(device: &Device) -> Result<usize> {
-    let x = argmax_rows_with_ties();
-    let host: Vec<f32> = x.chunks_exact(ARGMAX_COLS).map(|r| crate::sampling::argmax(r) as f32).collect();
-    let worst = over_row_counts("argmax", |n| argmax_on(device, &x, n, n), |n| host[..n].to_vec())?;
-    ensure!(worst == 0.0, "the device's argmax differs from the host's (by {worst} columns at most)");
-    ensure!(argmax_on(device, &x, ROWS[1], 2) == host[3..5], "the argmax of a call's last 2 rows");
-    let broken = argmax_on(device, &x[ARGMAX_COLS..], ROWS[1], ROWS[1]);
-    Ok(broken.iter().zip(&host).filter(|(a, b)| a != b).count())
-}
-
 /// RMSNorm at two widths: under the cube's units (each unit one column or none) and over them
 /// (each unit strides over several columns).
 pub(super) fn kernels(device: &Device, tol: f32) -> Result<Check> {
@@ -351,7 +319,7 @@ pub(super) fn kernels(device: &Device, tol: f32) -> Result<Check> {
         attention_caught > tol,
         "attention without its causal mask moved by only {attention_caught:e}: the check cannot fail"
     );
-    let argmax_caught = argmax_check(device)?;
+    let argmax_caught = super::head::head_check(device)?;
     ensure!(argmax_caught > 0, "rows read one row off gave the same argmax: the check cannot fail");
     Ok(super::tiny::numeric(
         "kernels",
@@ -364,9 +332,10 @@ pub(super) fn kernels(device: &Device, tol: f32) -> Result<Check> {
              rows, against f64 on the host; every row bitwise equal across call sizes; broken calls caught: \
              a weight read one element off {caught:.1e} away, rows cached one position off \
              {rope_caught:.1e}, gate and up swapped {swiglu_caught:.1e}, attention unmasked \
-             {attention_caught:.1e}; the LM head's argmax ({ARGMAX_COLS} columns, each row's maximum planted \
-             twice) equal to the host's, the first maximum winning, rows read one off caught \
-             ({argmax_caught} of 5 rows wrong)"
+             {attention_caught:.1e}; the LM head's argmax and top 20 and 64 ({COLS} columns on a grid of 1/64, \
+             ties at every rank, each row's maximum planted twice) equal to the host's, the first maximum winning, \
+             128 tokens drawn from the device's top k equal to the host's draws from the whole row, rows read one \
+             off caught ({argmax_caught} of 5 rows wrong)"
         ),
     ))
 }

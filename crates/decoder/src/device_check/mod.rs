@@ -14,6 +14,8 @@
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod blocks;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod head;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod kernels;
 mod launches;
 mod tiny;

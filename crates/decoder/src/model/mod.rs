@@ -94,17 +94,29 @@ impl ForwardOutput {
         tail_rows(&self.hidden, k)
     }
 
-    /// The greedy token (`sampling::argmax`) of each of the last `k` positions (single
-    /// sequence) where the logits are on a GPU: the argmax runs on the device and `k` numbers
-    /// come back instead of `k` vocabulary rows. `None` on the CPU, whose callers read the rows
-    /// ([`crate::generate::greedy_token`]).
-    pub fn device_argmax(&self, k: usize) -> Option<Vec<u32>> {
+    /// The greedy token (`sampling::argmax`) of each of the last `rows` positions (single
+    /// sequence) where the logits are on a GPU: the argmax runs on the device and `rows`
+    /// numbers come back instead of `rows` vocabulary rows. `None` on the CPU, whose callers
+    /// read the rows ([`crate::generate::greedy_token`]).
+    pub fn device_argmax(&self, rows: usize) -> Option<Vec<u32>> {
+        Some(self.device_top_k(rows, 1)?.into_iter().map(|best| best[0].0).collect())
+    }
+
+    /// The `k` best tokens of each of the last `rows` positions with their logits, best first
+    /// (`sampling::top_k`), where the logits are on a GPU: `2 k` numbers a row come back
+    /// instead of a vocabulary row. `None` on the CPU.
+    pub fn device_top_k(&self, rows: usize, k: usize) -> Option<Vec<Vec<(u32, f32)>>> {
         #[cfg(any(feature = "wgpu", feature = "cuda"))]
         if self.logits.device() != Device::flex() {
-            return Some(crate::cube::argmax_tail(&self.logits, k));
+            return Some(crate::cube::top_k_tail(&self.logits, rows, k));
         }
-        let _ = k;
+        let _ = (rows, k);
         None
+    }
+
+    /// The vocabulary size of the logits.
+    pub fn vocab(&self) -> usize {
+        self.logits.dims()[2]
     }
 }
 

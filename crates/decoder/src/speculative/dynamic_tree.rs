@@ -163,21 +163,13 @@ impl<'m> DynamicTreeDrafter<'m> {
 }
 
 /// The `k` most likely tokens of `logits` under the plain softmax, most likely first (ties:
-/// the lower id), with their probabilities: one pass for the top k, one for the softmax's sum
-/// (in f64, in index order, as [`crate::sampling::top_probability`] sums it).
+/// the lower id, [`crate::sampling::rank_order`]), with their probabilities: the softmax's sum
+/// in f64, in index order, as [`crate::sampling::top_probability`] sums it.
 fn top_children(logits: &[f32], k: usize) -> Vec<(u32, f64)> {
-    let mut top: Vec<(f32, u32)> = Vec::with_capacity(k + 1);
-    for (id, &l) in logits.iter().enumerate() {
-        if top.len() < k || top.last().is_some_and(|&(worst, _)| l > worst) {
-            // After every kept logit at least as large: ties keep the lower id first.
-            let at = top.partition_point(|&(v, _)| v >= l);
-            top.insert(at, (l, id as u32));
-            top.truncate(k);
-        }
-    }
-    let Some(&(max, _)) = top.first() else { return Vec::new() };
+    let top = crate::sampling::top_k(logits, k);
+    let Some(&(_, max)) = top.first() else { return Vec::new() };
     let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
-    top.into_iter().map(|(l, id)| (id, ((l - max) as f64).exp() / sum)).collect()
+    top.into_iter().map(|(id, l)| (id, ((l - max) as f64).exp() / sum)).collect()
 }
 
 /// EAGLE-2's rerank order: the nodes by value, highest first (ties: the earlier grown, so a
