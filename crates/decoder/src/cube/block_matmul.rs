@@ -4,8 +4,9 @@
 //! lookup of whole rows (the token embedding).
 //!
 //! The product gives each output value one cube of [`UNITS`] units. Units take the row's
-//! 32-value chunks in turn, read each chunk's scales once; each decoded weight is multiplied with up to [`PASS`] activation
-//! rows at once (the weight row is read once per [`PASS`] rows), and the units' sums fold in a
+//! 32-value chunks in turn, read each chunk's scales once; each decoded weight is multiplied
+//! with up to 8 or 32 activation rows at once (the weight row is read once per pass of rows:
+//! [`PASS_FEW`], [`PASS_MANY`]), and the units' sums fold in a
 //! fixed tree. A row's result is computed the same way whatever the call's other rows are
 //! (row invariance), and the bias is added in the same kernel.
 
@@ -25,8 +26,12 @@ use cubecl::prelude::*;
 
 /// Units of a product cube (one warp on NVIDIA): fixed, so a row's reduction order is too.
 const UNITS: u32 = 32;
-/// Activation rows multiplied with each decoded weight in one pass over the weight row.
-const PASS: u32 = 8;
+/// Activation rows multiplied with each decoded weight in one pass over the weight row: up to
+/// [`PASS_FEW`] for a decode step or a verification, [`PASS_MANY`] for a longer call (a tree,
+/// a prompt), which then reads the weights a quarter as often. A row's sums are the same in
+/// either (each row accumulates alone, in the same order, and folds in the same tree).
+const PASS_FEW: u32 = 8;
+const PASS_MANY: u32 = 32;
 /// Most cubes along one axis of a launch (wgpu's limit; a vocabulary has more rows).
 const MAX_CUBES_X: usize = 32768;
 
@@ -70,12 +75,13 @@ fn inverse_rms(
     here: u32,
     cols: u32,
     eps: f32,
+    #[comptime] pass: u32,
 ) {
-    let mut sq = Array::<f32>::new(PASS as usize);
+    let mut sq = Array::<f32>::new(pass as usize);
     let mut k = UNIT_POS;
     while k < cols {
         #[unroll]
-        for j in 0..PASS {
+        for j in 0..pass {
             if j < here {
                 let v = x[((first + j) * cols + k) as usize];
                 sq[j as usize] += v * v;
@@ -83,29 +89,29 @@ fn inverse_rms(
         }
         k += CUBE_DIM;
     }
-    fold(&sq, sums);
+    fold(&sq, sums, pass);
     if UNIT_POS < here {
         inv[UNIT_POS as usize] = 1.0f32 / f32::sqrt(sums[UNIT_POS as usize] / f32::cast_from(cols) + eps);
     }
     sync_cube();
 }
 
-/// Folds every unit's `PASS` partial sums `part` into `sums[0..PASS]`: each unit stores its own
-/// at `sums[unit PASS + j]`, then they halve in a fixed tree.
+/// Folds every unit's `pass` partial sums `part` into `sums[0..pass]`: each unit stores its own
+/// at `sums[unit pass + j]`, then they halve in a fixed tree (the same for every `j`).
 #[cube]
-fn fold(part: &Array<f32>, sums: &mut Shared<[f32]>) {
+fn fold(part: &Array<f32>, sums: &mut Shared<[f32]>, #[comptime] pass: u32) {
     #[unroll]
-    for j in 0..PASS {
-        sums[(UNIT_POS * PASS + j) as usize] = part[j as usize];
+    for j in 0..pass {
+        sums[(UNIT_POS * pass + j) as usize] = part[j as usize];
     }
     sync_cube();
     let mut active = CUBE_DIM / 2;
     while active > 0 {
         if UNIT_POS < active {
             #[unroll]
-            for j in 0..PASS {
-                let other = sums[((UNIT_POS + active) * PASS + j) as usize];
-                sums[(UNIT_POS * PASS + j) as usize] += other;
+            for j in 0..pass {
+                let other = sums[((UNIT_POS + active) * pass + j) as usize];
+                sums[(UNIT_POS * pass + j) as usize] += other;
             }
         }
         sync_cube();
@@ -130,10 +136,11 @@ fn row_dots(
     here: u32,
     cols: u32,
     #[comptime] normed: bool,
+    #[comptime] pass: u32,
 ) {
     let ty = row_type(parts, n_parts, row);
     let start = row_start(parts, n_parts, row);
-    let mut acc = Array::<f32>::new(PASS as usize);
+    let mut acc = Array::<f32>::new(pass as usize);
     let mut c = UNIT_POS;
     while c < cols / CHUNK {
         let scales = chunk(w, ty, start, c);
@@ -142,7 +149,7 @@ fn row_dots(
             let v = value(w, ty, start, c, l, &scales);
             let k = c * CHUNK + l;
             #[unroll]
-            for j in 0..PASS {
+            for j in 0..pass {
                 if j < here {
                     let mut xv = x[((first + j) * cols + k) as usize];
                     if normed {
@@ -155,7 +162,7 @@ fn row_dots(
         }
         c += CUBE_DIM;
     }
-    fold(&acc, sums);
+    fold(&acc, sums, pass);
 }
 
 /// Where row `row` of a piece starts (bytes), from the run table `parts`.
@@ -172,7 +179,7 @@ fn row_type(parts: &[u32], n_parts: u32, row: u32) -> u32 {
 }
 
 /// Output `row` of this piece (`first_out + row` of the whole output, `out_stride` wide) for
-/// the `PASS` input rows of pass `CUBE_POS_Z`: `sum_k x[r, k] w[row, k]`, with what is fused
+/// the `pass` input rows of pass `CUBE_POS_Z`: `sum_k x[r, k] w[row, k]`, with what is fused
 /// (`Fused`): the input rows normalised first (`normed`), the bias, `silu(gate) * up` of rows
 /// `row` and `row + glu_rows` (`glu`), the residual.
 #[cube(launch)]
@@ -197,20 +204,21 @@ fn block_matmul_rows(
     #[comptime] has_bias: bool,
     #[comptime] glu: bool,
     #[comptime] has_residual: bool,
+    #[comptime] pass: u32,
 ) {
     let row = CUBE_POS_X + CUBE_POS_Y * CUBE_COUNT_X;
-    let first = CUBE_POS_Z * PASS;
-    let mut sums = Shared::<[f32]>::new_slice((UNITS * PASS) as usize);
-    let mut ups = Shared::<[f32]>::new_slice((UNITS * PASS) as usize);
-    let mut inv = Shared::<[f32]>::new_slice(PASS as usize);
+    let first = CUBE_POS_Z * pass;
+    let mut sums = Shared::<[f32]>::new_slice((UNITS * pass) as usize);
+    let mut ups = Shared::<[f32]>::new_slice((UNITS * pass) as usize);
+    let mut inv = Shared::<[f32]>::new_slice(pass as usize);
     if row < piece_rows {
-        let here = min(PASS, m - first);
+        let here = min(pass, m - first);
         if normed {
-            inverse_rms(x, &mut sums, &mut inv, first, here, cols, eps);
+            inverse_rms(x, &mut sums, &mut inv, first, here, cols, eps, pass);
         }
-        row_dots(w, parts, x, norm, &inv, &mut sums, n_parts, row, first, here, cols, normed);
+        row_dots(w, parts, x, norm, &inv, &mut sums, n_parts, row, first, here, cols, normed, pass);
         if glu {
-            row_dots(w, parts, x, norm, &inv, &mut ups, n_parts, row + glu_rows, first, here, cols, normed);
+            row_dots(w, parts, x, norm, &inv, &mut ups, n_parts, row + glu_rows, first, here, cols, normed, pass);
         }
         if UNIT_POS < here {
             let at = ((first + UNIT_POS) * out_stride + first_out + row) as usize;
@@ -370,6 +378,7 @@ impl DeviceBlocks {
             "a SwiGLU product needs one piece, no bias"
         );
         let m = b * n;
+        let pass = if m > PASS_FEW as usize { PASS_MANY } else { PASS_FEW };
         let width = if fused.glu { self.rows / 2 } else { self.rows };
         let x = contiguous(x);
         let client = x.client.clone();
@@ -381,7 +390,7 @@ impl DeviceBlocks {
         for piece in &self.pieces {
             let rows = if fused.glu { width } else { piece.rows };
             let cx = rows.min(MAX_CUBES_X);
-            let count = CubeCount::Static(cx as u32, rows.div_ceil(cx) as u32, m.div_ceil(PASS as usize) as u32);
+            let count = CubeCount::Static(cx as u32, rows.div_ceil(cx) as u32, m.div_ceil(pass as usize) as u32);
             block_matmul_rows::launch(
                 &client,
                 count,
@@ -405,6 +414,7 @@ impl DeviceBlocks {
                 bias.is_some(),
                 fused.glu,
                 residual.is_some(),
+                pass,
             );
         }
         Tensor::from_primitive::<Cube>(out)

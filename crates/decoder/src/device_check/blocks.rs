@@ -1,5 +1,5 @@
 //! GGUF blocks on the device (`crate::cube::DeviceBlocks`): the product kernel for every block
-//! type it reads, against an f64 product of the host's dequantized matrix, at 1, 5 and 16 rows
+//! type it reads, against an f64 product of the host's dequantized matrix, at 1, 5, 16 and 40 rows
 //! with every row bitwise equal across call sizes; the row lookup (the embedding) against the
 //! host's decoding; the blocks read back unchanged; a broken matrix (every row's blocks one
 //! block off) caught; the product with RMSNorm, SwiGLU and the residual fused; a tiny GGUF
@@ -8,7 +8,7 @@
 //! against the CPU's f32 path on the same values.
 
 use super::Check;
-use super::kernels::{ROWS, over_row_counts, uniform};
+use super::kernels::{ROWS, over_these_row_counts, uniform};
 use super::tiny::{numeric, rows, rows_diff, tokens, write_tiny_as, write_tiny_gguf};
 use crate::compare::{max_abs_diff, nan_max};
 use crate::cube::DeviceBlocks;
@@ -39,6 +39,10 @@ const TYPES: [GgmlType; 8] = [
 const COLS: usize = 512;
 /// Rows of the type under test, then rows of Q8_0 below them (a fused q/k/v mixes types).
 const PART_ROWS: [usize; 2] = [24, 16];
+/// Row counts of the products compared: those of the other kernels, and a prompt of 40 rows
+/// (the product's two passes of 32 rows, the second partial).
+const PRODUCT_ROWS: [usize; 4] = [ROWS[0], ROWS[1], ROWS[2], 40];
+const WIDEST: usize = PRODUCT_ROWS[3];
 
 /// `rows` rows of `ty` blocks. The 32-value types quantize uniform values with ggml's
 /// reference quantizers; the K-quants (which have no quantizer here) are random bytes with
@@ -90,7 +94,7 @@ fn type_check(device: &Device, ty: GgmlType, seed: u64) -> Result<[f32; 3]> {
     let q = QuantMatrix::new(parts.clone(), COLS)?;
     let w = q.to_f32();
     let out = q.rows();
-    let x = uniform(ROWS[2] * COLS, 1.0, seed + 2);
+    let x = uniform(WIDEST * COLS, 1.0, seed + 2);
     let bias = uniform(out, 0.5, seed + 3);
     let on_device = DeviceBlocks::upload(&q, device)?;
     let back = on_device.to_host()?;
@@ -98,7 +102,8 @@ fn type_check(device: &Device, ty: GgmlType, seed: u64) -> Result<[f32; 3]> {
         back.rows() == out && (0..out).all(|o| back.row_blocks(o) == q.row_blocks(o)),
         "{ty:?}: the blocks read back from the device differ from those uploaded"
     );
-    let worst = over_row_counts(
+    let worst = over_these_row_counts(
+        &PRODUCT_ROWS,
         &format!("{ty:?} product"),
         |n| product_on(device, &on_device, &x, &bias, n),
         |n| product_reference(&w, &x, &bias, n),
@@ -148,7 +153,7 @@ fn fused_reference(w: &[f32], x: &[f32], norm: &[f32], residual: &[f32], n: usiz
 const EPS: f64 = 1e-6;
 
 /// The fused product (the norm, SwiGLU and the residual in one launch) on a Q4_K-above-Q8_0
-/// matrix: the worst difference over 1, 5 and 16 rows, and that of the broken call (the norm's
+/// matrix: the worst difference over 1, 5, 16 and 40 rows, and that of the broken call (the norm's
 /// weight read one element off).
 fn fused_check(device: &Device) -> Result<(f32, f32)> {
     let parts = vec![
@@ -158,9 +163,9 @@ fn fused_check(device: &Device) -> Result<(f32, f32)> {
     let q = QuantMatrix::new(parts, COLS)?;
     let w = q.to_f32();
     let half = PART_ROWS[0];
-    let x = uniform(ROWS[2] * COLS, 2.0, 9);
+    let x = uniform(WIDEST * COLS, 2.0, 9);
     let norm: Vec<f32> = uniform(COLS, 0.5, 10).into_iter().map(|g| 1.0 + g).collect();
-    let residual = uniform(ROWS[2] * half, 1.0, 11);
+    let residual = uniform(WIDEST * half, 1.0, 11);
     let blocks = DeviceBlocks::upload(&q, device)?;
     let call = |norm: &[f32], n: usize| -> Vec<f32> {
         let xt = Tensor::<3>::from_data(TensorData::new(x[..n * COLS].to_vec(), [1, n, COLS]), device);
@@ -170,7 +175,7 @@ fn fused_check(device: &Device) -> Result<(f32, f32)> {
         blocks.product(xt, fused).into_data().try_to_vec::<f32>().expect("f32 outputs")
     };
     let reference = |n: usize| fused_reference(&w, &x, &norm, &residual, n);
-    let worst = over_row_counts("fused product", |n| call(&norm, n), reference)?;
+    let worst = over_these_row_counts(&PRODUCT_ROWS, "fused product", |n| call(&norm, n), reference)?;
     let mut shifted = norm.clone();
     shifted.rotate_left(1);
     Ok((worst, max_abs_diff(&call(&shifted, ROWS[1]), &reference(ROWS[1]))))
@@ -234,7 +239,7 @@ pub(super) fn gguf_blocks(device: &Device, dir: &Path, tol: f32) -> Result<Check
         [lookup, fused, model, half].into_iter().fold(worst, nan_max),
         tol,
         &format!(
-            "products of {} blocks (each above 16 Q8_0 rows, 512 columns, with a bias) at 1/5/16 rows against \
+            "products of {} blocks (each above 16 Q8_0 rows, 512 columns, with a bias) at 1/5/16/40 rows (passes of 8 and of 32 rows) against \
              f64 on the host's dequantized matrix, worst {worst:.1e}, every row bitwise equal across call sizes; \
              row lookups {lookup:.1e} from the host's decoding; blocks read back unchanged; rows read one block \
              off caught ({caught:.1e} away at least); the fused product (RMSNorm, SwiGLU and the residual of \

@@ -31,14 +31,24 @@ pub(super) fn over_row_counts(
     call: impl Fn(usize) -> Vec<f32>,
     reference: impl Fn(usize) -> Vec<f32>,
 ) -> Result<f32> {
-    let widest = call(ROWS[2]);
+    over_these_row_counts(&ROWS, what, call, reference)
+}
+
+/// [`over_row_counts`] over calls of `rows` rows, the widest last.
+pub(super) fn over_these_row_counts(
+    rows: &[usize],
+    what: &str,
+    call: impl Fn(usize) -> Vec<f32>,
+    reference: impl Fn(usize) -> Vec<f32>,
+) -> Result<f32> {
+    let most = *rows.last().expect("a row count");
+    let widest = call(most);
     let mut worst = 0f32;
-    for n in ROWS {
+    for &n in rows {
         let out = call(n);
         ensure!(
             out[..] == widest[..out.len()],
-            "{what}: a {n}-row call's rows differ from the same rows in a {}-row call",
-            ROWS[2]
+            "{what}: a {n}-row call's rows differ from the same rows in a {most}-row call"
         );
         worst = nan_max(worst, max_abs_diff(&out, &reference(n)));
     }
