@@ -56,11 +56,31 @@ pub fn rank_order(logits: &[f32], a: u32, b: u32) -> Ordering {
     key(b).total_cmp(&key(a)).then(a.cmp(&b))
 }
 
+/// Cuts up to this many tokens are kept in one pass over the row; wider ones select.
+const STREAMED_TOP_K: usize = 256;
+
 /// The `k` best tokens of `logits` by [`rank_order`], best first (all of them, ranked, when
-/// `k >= logits.len()`).
+/// `k >= logits.len()`). A small `k` (top-k sampling, draft-tree children) takes one pass that
+/// keeps the best so far in order, with no vocabulary-sized allocation; a wide one selects.
 fn ranked_top(logits: &[f32], k: usize) -> Vec<u32> {
+    if k == 0 {
+        return Vec::new();
+    }
+    if k <= STREAMED_TOP_K && k < logits.len() {
+        // `>` and `>=` rank as `rank_order` does without NaN: tokens come in increasing order,
+        // so a tie goes after the tokens already kept.
+        let mut top: Vec<(f32, u32)> = Vec::with_capacity(k + 1);
+        for (i, &l) in logits.iter().enumerate() {
+            if top.len() < k || top.last().is_some_and(|&(worst, _)| l > worst) {
+                let at = top.partition_point(|&(v, _)| v >= l);
+                top.insert(at, (l, i as u32));
+                top.truncate(k);
+            }
+        }
+        return top.into_iter().map(|(_, i)| i).collect();
+    }
     let mut top: Vec<u32> = (0..logits.len() as u32).collect();
-    if (1..logits.len()).contains(&k) {
+    if k < logits.len() {
         top.select_nth_unstable_by(k - 1, |&a, &b| rank_order(logits, a, b));
     }
     top.truncate(k);
@@ -287,6 +307,16 @@ mod tests {
         assert_eq!(all, vec![1, 2, 5, 0, 3, 4]);
         assert_eq!(top_k(&logits, 1)[0].0, argmax(&logits));
         assert!(top_k(&logits, 0).is_empty());
+    }
+
+    #[test]
+    fn the_one_pass_top_k_ranks_as_the_selection_does() {
+        let logits = tied_logits(5000, 3);
+        let mut all: Vec<u32> = (0..logits.len() as u32).collect();
+        all.sort_by(|&a, &b| rank_order(&logits, a, b));
+        for k in [1, 7, 64, STREAMED_TOP_K, STREAMED_TOP_K + 1, 4999, 5000, 6000] {
+            assert_eq!(ranked_top(&logits, k), all[..k.min(all.len())], "k = {k}");
+        }
     }
 
     /// Logits on a coarse grid, so that ties fall at the cut.
