@@ -4,7 +4,7 @@
 //! cache's views made contiguous, two matmuls, the scaling, the mask, a softmax in five).
 
 use super::{contiguous, whole_buffer};
-use burn::tensor::Tensor;
+use burn::tensor::{Int, Tensor};
 use burn_cubecl::Cube;
 use burn_cubecl::cubecl;
 use burn_cubecl::ops::numeric::empty_device_dtype;
@@ -29,7 +29,9 @@ const CHUNK: u32 = 256;
 /// in order. With one chunk, the normalised result goes to `out` (`[batch, rows, heads
 /// head_dim]`); with several, the chunk's max and sum go to `stats` and its unnormalised sums to
 /// `partial`, for [`attention_merge`]. Keys and values are read at `seq_stride`, `kv_stride`
-/// and `pos_stride` (the cache's storage, whatever its capacity).
+/// and `pos_stride` (the cache's storage, whatever its capacity). The keys are the cache's
+/// first `step[0] + rows` (`step` a device buffer, not a launch argument, so that a recorded
+/// launch serves every length its `chunks` cover); each row's scores take `span` slots.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn attention_chunk(
@@ -45,7 +47,8 @@ fn attention_chunk(
     heads: u32,
     kv_heads: u32,
     head_dim: u32,
-    total: u32,
+    step: &[u32],
+    span: u32,
     seq_stride: u32,
     kv_stride: u32,
     pos_stride: u32,
@@ -54,6 +57,7 @@ fn attention_chunk(
     chunks: u32,
     #[comptime] units: usize,
 ) {
+    let total = step[0] + rows;
     let cube = CUBE_POS_X;
     let chunk = CUBE_POS_Y;
     let row = cube % rows;
@@ -62,7 +66,7 @@ fn attention_chunk(
     let groups = heads / kv_heads;
     let base = seq * seq_stride + (head / groups) * kv_stride;
     let qbase = cube * head_dim;
-    let sbase = cube * total;
+    let sbase = cube * span;
     let mbase = ((head % groups) * rows + row) * total;
     let first = chunk * CHUNK;
     let end = min(total, first + CHUNK);
@@ -184,8 +188,15 @@ fn attention_merge(stats: &[f32], partial: &[f32], out: &mut [f32], rows: u32, h
 
 /// Attention of `q: [b, heads, n, head_dim]` over the cache's `keys` and `values` (`[b,
 /// kv_heads, total, head_dim]` views of its storage; query heads share kv heads in groups),
-/// with `mask` (`[groups n, total]`, additive) when given: `[b, n, heads head_dim]`.
-pub(crate) fn attention(q: Tensor<4>, keys: Tensor<4>, values: Tensor<4>, mask: Option<&Tensor<2>>) -> Tensor<3> {
+/// with `mask` (`[groups n, total]`, additive) when given: `[b, n, heads head_dim]`. `step`
+/// holds `total - n` on the device ([`super::step_buffer`]).
+pub(crate) fn attention(
+    q: Tensor<4>,
+    keys: Tensor<4>,
+    values: Tensor<4>,
+    mask: Option<&Tensor<2>>,
+    step: &Tensor<1, Int>,
+) -> Tensor<3> {
     let [b, heads, n, head_dim] = q.dims();
     let [_, kv_heads, total, _] = keys.dims();
     let q = contiguous(q);
@@ -198,7 +209,10 @@ pub(crate) fn attention(q: Tensor<4>, keys: Tensor<4>, values: Tensor<4>, mask: 
     );
     let client = q.client.clone();
     let scratch = |shape: Vec<usize>| empty_device_dtype(client.clone(), q.device.clone(), shape.into(), q.dtype);
-    let scores = scratch(vec![b * heads * n * total]);
+    let chunks = total.div_ceil(CHUNK as usize).max(1);
+    // Room for every length these chunks cover, so the launch does not depend on the length.
+    let span = chunks * CHUNK as usize;
+    let scores = scratch(vec![b * heads * n * span]);
     let out = scratch(vec![b, n, heads * head_dim]);
     let (mask, masked) = match mask {
         Some(m) => (contiguous(m.clone()), 1u32),
@@ -207,7 +221,6 @@ pub(crate) fn attention(q: Tensor<4>, keys: Tensor<4>, values: Tensor<4>, mask: 
     let cap = client.properties().hardware.max_units_per_cube.clamp(1, UNITS);
     let units = if cap.is_power_of_two() { cap } else { cap.next_power_of_two() / 2 };
     let cubes = (b * heads * n) as u32;
-    let chunks = total.div_ceil(CHUNK as usize).max(1);
     // The chunks' maxima and sums, and their unnormalised outputs (placeholders for one chunk).
     let split = chunks > 1;
     let stats = scratch(vec![if split { b * heads * n * chunks * 2 } else { 1 }]);
@@ -228,7 +241,8 @@ pub(crate) fn attention(q: Tensor<4>, keys: Tensor<4>, values: Tensor<4>, mask: 
         heads as u32,
         kv_heads as u32,
         head_dim as u32,
-        total as u32,
+        super::words(step).into_buffer_arg(),
+        span as u32,
         strides[0] as u32,
         strides[1] as u32,
         strides[2] as u32,

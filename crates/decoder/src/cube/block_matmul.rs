@@ -11,7 +11,7 @@
 //! (row invariance), and the bias is added in the same kernel.
 
 use super::blocks::{CHUNK, chunk, value};
-use super::contiguous;
+use super::{contiguous, words};
 use crate::Device;
 use crate::fusion::Fused;
 use crate::gguf::GgmlType;
@@ -308,10 +308,6 @@ fn words_on(words: Vec<u32>, device: &Device) -> Tensor<1, Int> {
     Tensor::from_data(TensorData::new(words, [len]), (device, DType::U32))
 }
 
-fn cube_tensor(t: &Tensor<1, Int>) -> CubeTensor {
-    t.clone().try_into_primitive::<Cube>().expect("a tensor on a CubeCL device")
-}
-
 impl DeviceBlocks {
     /// `q`'s blocks on `device` (rows gathered from panels where `q` is laid out in them).
     pub(crate) fn upload(q: &QuantMatrix, device: &Device) -> Result<Self> {
@@ -395,8 +391,8 @@ impl DeviceBlocks {
                 &client,
                 count,
                 CubeDim::new_1d(UNITS),
-                cube_tensor(&piece.words).into_buffer_arg(),
-                cube_tensor(&piece.table).into_buffer_arg(),
+                words(&piece.words).into_buffer_arg(),
+                words(&piece.table).into_buffer_arg(),
                 x.clone().into_buffer_arg(),
                 arg(norm.clone()),
                 arg(bias.clone()),
@@ -422,7 +418,7 @@ impl DeviceBlocks {
 
     /// Rows `ids` decoded to f32: `[ids, cols]` on the matrix's device.
     pub(crate) fn lookup(&self, ids: &[u32]) -> Tensor<2> {
-        let index = cube_tensor(&words_on(ids.to_vec(), &self.device()));
+        let index = words(&words_on(ids.to_vec(), &self.device()));
         let client = index.client.clone();
         let out = empty_device_dtype(client.clone(), index.device.clone(), [ids.len(), self.cols].into(), DType::F32);
         for piece in &self.pieces {
@@ -430,8 +426,8 @@ impl DeviceBlocks {
                 &client,
                 CubeCount::Static(ids.len() as u32, 1, 1),
                 CubeDim::new_1d(UNITS),
-                cube_tensor(&piece.words).into_buffer_arg(),
-                cube_tensor(&piece.table).into_buffer_arg(),
+                words(&piece.words).into_buffer_arg(),
+                words(&piece.table).into_buffer_arg(),
                 index.clone().into_buffer_arg(),
                 out.clone().into_buffer_arg(),
                 piece.runs.len() as u32,

@@ -20,7 +20,7 @@ pub(crate) use rope_cache::rope_qkv;
 pub(crate) use swiglu::swiglu;
 pub(crate) use top_k::top_k_tail;
 
-use burn::tensor::Tensor;
+use burn::tensor::{DType, Int, Tensor, TensorData};
 use burn_cubecl::Cube;
 use burn_cubecl::cubecl;
 use burn_cubecl::tensor::CubeTensor;
@@ -30,6 +30,19 @@ use burn_cubecl::tensor::CubeTensor;
 fn contiguous<const D: usize>(t: Tensor<D>) -> CubeTensor {
     let t = t.try_into_primitive::<Cube>().expect("a tensor on a CubeCL device");
     if t.is_contiguous_buffer() { t } else { burn_cubecl::kernel::into_contiguous(t) }
+}
+
+/// What a forward's kernels read of its position from the device rather than as launch
+/// arguments: `[past]`, the cached positions before the call (u32). One per forward, so that a
+/// recorded launch can serve every position its shape covers.
+pub(crate) fn step_buffer(past: usize, device: &crate::Device) -> Tensor<1, Int> {
+    let past = u32::try_from(past).expect("a cache length that fits u32");
+    Tensor::from_data(TensorData::new(vec![past], [1]), (device, DType::U32))
+}
+
+/// A u32 tensor as the CubeCL tensor behind it.
+fn words(t: &Tensor<1, Int>) -> CubeTensor {
+    t.clone().try_into_primitive::<Cube>().expect("a tensor on a CubeCL device")
 }
 
 /// The whole buffer behind `t` as a kernel argument. A view (the cache's first positions) reads

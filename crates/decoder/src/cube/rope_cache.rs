@@ -4,7 +4,7 @@
 //! concatenation, two products and a sum per rotated tensor, two cache writes).
 
 use super::{contiguous, units_for};
-use burn::tensor::Tensor;
+use burn::tensor::{Int, Tensor};
 use burn_cubecl::Cube;
 use burn_cubecl::cubecl;
 use burn_cubecl::ops::numeric::empty_device_dtype;
@@ -15,7 +15,9 @@ use cubecl::prelude::*;
 /// each unit strides over the row's values. A q or k value becomes `x cos + partner sin`, its
 /// partner the value half a head away (negated in the first half); v values are copied. q goes
 /// to `[batch, heads, rows, head_dim]`, k and v to `[batch, kv_heads, capacity, head_dim]` at
-/// position `past + row`. Every value is computed from its own row alone.
+/// position `past + row`, `past` read from `step[0]` (a device buffer, not a launch argument, so
+/// that a recorded launch serves every position). Every value is computed from its own row
+/// alone.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn rope_qkv_rows(
@@ -29,9 +31,10 @@ fn rope_qkv_rows(
     heads: u32,
     kv_heads: u32,
     head_dim: u32,
-    past: u32,
+    step: &[u32],
     capacity: u32,
 ) {
+    let past = step[0];
     let cube = CUBE_POS as u32;
     let (seq, row) = (cube / rows, cube % rows);
     let width = (heads + 2 * kv_heads) * head_dim;
@@ -70,13 +73,14 @@ fn writable<const D: usize>(t: Tensor<D>) -> CubeTensor {
 
 /// RoPE'd q `[b, heads, n, head_dim]` of the fused `qkv: [b, n, (heads + 2 kv_heads) head_dim]`,
 /// with the rotated keys and the values written into `keys` and `values` (`[b, kv_heads,
-/// capacity, head_dim]`) at positions `past..past + n`. `cos` and `sin` are `[n, head_dim]`.
+/// capacity, head_dim]`) at positions `past..past + n`, `step` holding `past` on the device
+/// ([`super::step_buffer`]). `cos` and `sin` are `[n, head_dim]`.
 pub(crate) fn rope_qkv(
     qkv: Tensor<3>,
     (cos, sin): (&Tensor<2>, &Tensor<2>),
     [heads, kv_heads, head_dim]: [usize; 3],
     (keys, values): (&mut Tensor<4>, &mut Tensor<4>),
-    past: usize,
+    (past, step): (usize, &Tensor<1, Int>),
 ) -> Tensor<4> {
     let [b, n, width] = qkv.dims();
     assert_eq!(width, (heads + 2 * kv_heads) * head_dim, "qkv rows of {width} values");
@@ -102,7 +106,7 @@ pub(crate) fn rope_qkv(
         heads as u32,
         kv_heads as u32,
         head_dim as u32,
-        past as u32,
+        super::words(step).into_buffer_arg(),
         capacity as u32,
     );
     *keys = Tensor::from_primitive::<Cube>(k);

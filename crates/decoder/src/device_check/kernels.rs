@@ -112,7 +112,8 @@ fn rope_on(device: &Device, qkv: &[f32], cos: &[f32], sin: &[f32], rows: usize, 
     let (cos, sin) = (table(cos), table(sin));
     let cache = || Tensor::<4>::full([1, kvh, ROPE_CAPACITY, d], SENTINEL, device);
     let (mut keys, mut values) = (cache(), cache());
-    let q = crate::cube::rope_qkv(qkv, (&cos, &sin), ROPE_HEADS, (&mut keys, &mut values), past);
+    let step = crate::cube::step_buffer(past, device);
+    let q = crate::cube::rope_qkv(qkv, (&cos, &sin), ROPE_HEADS, (&mut keys, &mut values), (past, &step));
     let host = |t: Tensor<4>| t.into_data().try_to_vec::<f32>().expect("f32 outputs");
     [host(q), host(keys), host(values)]
 }
@@ -275,7 +276,11 @@ fn attention_on(
             .collect();
         Tensor::<2>::from_data(TensorData::new(m, [groups * rows, total]), device)
     });
-    crate::cube::attention(q, view(keys), view(values), mask.as_ref()).into_data().try_to_vec::<f32>().expect("f32")
+    let step = crate::cube::step_buffer(past, device);
+    crate::cube::attention(q, view(keys), view(values), mask.as_ref(), &step)
+        .into_data()
+        .try_to_vec::<f32>()
+        .expect("f32")
 }
 
 /// Attention at 1, 5 and 16 rows after each of [`ATTENTION_PASTS`]: the worst difference, and

@@ -212,6 +212,17 @@ fn additive_mask(past: usize, n: usize, groups: usize, device: &Device, hide: im
     Tensor::from_data(TensorData::new(m, [groups * n, total]), device)
 }
 
+/// `past` in a device buffer on a GPU (`cube::step_buffer`); `None` on the CPU, which reads it
+/// from the host.
+fn step_buffer(past: usize, device: &Device) -> Option<Tensor<1, Int>> {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    if *device != Device::flex() {
+        return Some(crate::cube::step_buffer(past, device));
+    }
+    let _ = (past, device);
+    None
+}
+
 /// What the new rows of one call see besides the cache, in both forms: the additive mask of the
 /// tensor path (`None`: a one-row call sees everything) and, for a tree call, the tree the
 /// host attention reads.
@@ -219,6 +230,10 @@ fn additive_mask(past: usize, n: usize, groups: usize, device: &Device, hide: im
 pub(super) struct RowMask {
     additive: Option<Tensor<2>>,
     tree: Option<Arc<TreeMask>>,
+    /// The cached positions before the call, and on a GPU the same number in a device buffer
+    /// (`cube::step_buffer`), which the RoPE-and-cache and attention kernels read.
+    past: usize,
+    step: Option<Tensor<1, Int>>,
 }
 
 impl RowMask {
@@ -228,12 +243,24 @@ impl RowMask {
             Some(t) => Some(tree_mask(past, t, groups, device)),
             None => (n > 1).then(|| causal_mask(past, n, groups, device)),
         };
-        Self { additive, tree: tree.cloned() }
+        Self { additive, tree: tree.cloned(), past, step: step_buffer(past, device) }
     }
 
-    /// The same mask with its tensor on `device`.
+    /// The same mask with its tensors on `device`.
     pub(super) fn to_device(&self, device: &Device) -> Self {
-        Self { additive: self.additive.clone().map(|m| m.to_device(device)), tree: self.tree.clone() }
+        Self {
+            additive: self.additive.clone().map(|m| m.to_device(device)),
+            tree: self.tree.clone(),
+            past: self.past,
+            step: step_buffer(self.past, device),
+        }
+    }
+
+    /// The device buffer of the cached length, checked against the cache's own count.
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    fn step(&self, cached: usize) -> &Tensor<1, Int> {
+        assert_eq!(cached, self.past, "a row mask made after {} positions used after {cached}", self.past);
+        self.step.as_ref().expect("a GPU row mask holds its step buffer")
     }
 
     /// The host attention's form of it.
@@ -287,7 +314,7 @@ impl Attention {
         let [b, n, _] = qkv.dims();
         let qkv_device = qkv.device();
         let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
-        let (q, keys, values) = self.rotate_and_cache(qkv, slot, rope, probe);
+        let (q, keys, values) = self.rotate_and_cache(qkv, slot, rope, mask, probe);
         if qkv_device == Device::flex() {
             // On the CPU: each row's attention in a fixed order of its own (row invariance).
             let host = |t: Tensor<4>| t.into_data().try_to_vec::<f32>().expect("f32 attention inputs");
@@ -298,7 +325,10 @@ impl Attention {
         }
         // On a GPU: scores, mask, softmax and the weighted values in one fused kernel.
         #[cfg(any(feature = "wgpu", feature = "cuda"))]
-        return crate::cube::attention(q, keys, values, mask.additive.as_ref());
+        {
+            let past = keys.dims()[2] - n;
+            return crate::cube::attention(q, keys, values, mask.additive.as_ref(), mask.step(past));
+        }
         #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
         unreachable!("a build without a GPU backend has no device but the CPU")
     }
@@ -312,6 +342,7 @@ impl Attention {
         qkv: Tensor<3>,
         slot: &mut LayerSlot,
         rope: &(Tensor<2>, Tensor<2>),
+        mask: &RowMask,
         probe: Option<&mut AttentionProbe>,
     ) -> (Tensor<4>, Tensor<4>, Tensor<4>) {
         let [b, n, _] = qkv.dims();
@@ -319,8 +350,9 @@ impl Attention {
         // On a GPU: one fused kernel (a probe reads the tensor form's intermediate values).
         #[cfg(any(feature = "wgpu", feature = "cuda"))]
         if qkv.device() != Device::flex() && probe.is_none() {
-            return slot
-                .write_with(n, |cache, past| crate::cube::rope_qkv(qkv, (&rope.0, &rope.1), [h, kvh, d], cache, past));
+            return slot.write_with(n, |cache, past| {
+                crate::cube::rope_qkv(qkv, (&rope.0, &rope.1), [h, kvh, d], cache, (past, mask.step(past)))
+            });
         }
         let (qd, kvd) = (h * d, kvh * d);
         let q = qkv.clone().slice([0..b, 0..n, 0..qd]).reshape([b, n, h, d]).swap_dims(1, 2);
