@@ -8,8 +8,11 @@
 
 use crate::llamacpp::{LlamaCppBench, run_llama_bench};
 use anyhow::{Result, ensure};
-use specx_decoder::generate::{greedy_token, last_logits};
-use specx_decoder::{DeviceName, LoadedModel, WeightMode, check_device, load_model_as, open_device, parse_device_list};
+use specx_decoder::generate::{GreedySteps, greedy_token, last_logits};
+use specx_decoder::{
+    DeviceName, KvCache, LoadedModel, Transformer, WeightMode, check_device, load_model_as, open_device,
+    parse_device_list,
+};
 use specx_eval::common::sysmem::{current_rss_bytes, peak_rss_bytes, read_bandwidth, read_bandwidth_threads};
 use specx_eval::method::models::PairArgs;
 use specx_eval::report::markdown_table;
@@ -73,6 +76,10 @@ pub struct ModelBench {
     pub prefill_tokens_per_sec: f64,
     pub decode_tokens: usize,
     pub decode_tokens_per_sec: f64,
+    /// The same greedy decode from the same prompt, each step a replay of one recorded step
+    /// (`GreedySteps::recorded`); `None` where the model's step cannot be recorded (the CPU, a
+    /// model not in GGUF blocks).
+    pub recorded_decode_tokens_per_sec: Option<f64>,
     /// Median seconds of one verification call of `verify_rows` tokens after the prompt.
     pub verify_secs: f64,
     pub verify_rows: usize,
@@ -129,6 +136,7 @@ struct Timing {
     prefill_secs: f64,
     decode_tokens: usize,
     decode_secs: f64,
+    recorded_decode_secs: Option<f64>,
     verify_secs: f64,
     verify_rows: usize,
     call_secs: Vec<(usize, f64)>,
@@ -149,6 +157,7 @@ impl Timing {
             prefill_tokens_per_sec: self.prefill_tokens as f64 / self.prefill_secs,
             decode_tokens: self.decode_tokens,
             decode_tokens_per_sec: decode_tps,
+            recorded_decode_tokens_per_sec: self.recorded_decode_secs.map(|s| self.decode_tokens as f64 / s),
             verify_secs: self.verify_secs,
             verify_rows: self.verify_rows,
             call_secs: self.call_secs,
@@ -203,11 +212,24 @@ fn time_model(role: &str, device: DeviceName, weights: WeightMode, lm: &LoadedMo
     let medians: Vec<(usize, f64)> = shapes.iter().copied().zip(times.into_iter().map(median)).collect();
     let verify = medians.iter().find(|(r, _)| *r == verify_rows).expect("the verification shape is timed").1;
     let call_secs: Vec<(usize, f64)> = medians.into_iter().filter(|(r, _)| a.call_rows.contains(r)).collect();
+    let first = next;
     let t = Instant::now();
     for _ in 0..a.decode_tokens {
         next = greedy_token(model.forward(&[next], &mut cache)?);
     }
     let decode_secs = t.elapsed().as_secs_f64();
+    // The same steps replaying a recorded one, after one step that records it (untimed, as the
+    // plain steps' shapes were warmed up).
+    let recorded_decode_secs = if model.can_capture() {
+        cache.truncate(prompt.len());
+        let timed = recorded_decode(model, &mut cache, first, a.decode_tokens);
+        if let Err(e) = &timed {
+            eprintln!("specx bench: the {role}'s recorded decode step failed on {device}: {e:#}");
+        }
+        timed.ok()
+    } else {
+        None
+    };
 
     let cfg = model.config();
     let mean_ctx = prompt.len() + a.decode_tokens / 2;
@@ -221,11 +243,28 @@ fn time_model(role: &str, device: DeviceName, weights: WeightMode, lm: &LoadedMo
         prefill_secs,
         decode_tokens: a.decode_tokens,
         decode_secs,
+        recorded_decode_secs,
         verify_secs: verify,
         verify_rows,
         call_secs,
         bytes_per_token: (model.weight_bytes_per_token() + cfg.kv_bytes_per_token(mean_ctx)) as f64,
     })
+}
+
+/// Seconds of `steps` greedy steps after `first`, each a replay of a recorded step, after one
+/// step that records it (untimed, as the plain steps' shapes were warmed up); `cache` is cut
+/// back to its length before the first.
+fn recorded_decode(model: &Transformer, cache: &mut KvCache, first: u32, steps: usize) -> Result<f64> {
+    let start = cache.len();
+    let mut recorded = GreedySteps::recorded(model)?;
+    recorded.next(model, first, cache)?;
+    cache.truncate(start);
+    let mut next = first;
+    let t = Instant::now();
+    for _ in 0..steps {
+        next = recorded.next(model, next, cache)?;
+    }
+    Ok(t.elapsed().as_secs_f64())
 }
 
 /// Runs the benchmark and prints a table.
@@ -413,6 +452,27 @@ fn print_report(r: &BenchReport) {
         println!();
         let header: Vec<&str> = header.iter().map(String::as_str).collect();
         print!("{}", markdown_table(&header, &rows));
+    }
+    // Decode replaying a recorded step against plain decode, same model, device and run.
+    let recorded: Vec<Vec<String>> = r
+        .models
+        .iter()
+        .filter_map(|m| {
+            let replayed = m.recorded_decode_tokens_per_sec?;
+            Some(vec![
+                m.role.clone(),
+                m.device.clone(),
+                m.weights.clone(),
+                format!("{:.2}", m.decode_tokens_per_sec),
+                format!("{replayed:.2}"),
+                format!("{}x", ratio_text(replayed / m.decode_tokens_per_sec)),
+            ])
+        })
+        .collect();
+    if !recorded.is_empty() {
+        println!();
+        let header = ["model", "device", "weights", "decode tok/s", "recorded step tok/s", "recorded/plain"];
+        print!("{}", markdown_table(&header, &recorded));
     }
     // Each other device against the CPU's best path (native if measured), same run.
     let mut device_ratios = Vec::new();

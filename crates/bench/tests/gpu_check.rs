@@ -181,4 +181,15 @@ fn the_report_judges_each_target_and_names_what_is_missing() {
     let md = std::fs::read_to_string(d.join("report.md")).unwrap();
     let row = md.lines().find(|l| l.contains("specx cuda:0 (bf16 safetensors)"));
     assert!(row.is_some_and(|r| r.contains(" 7000 ") && r.contains(" 90.0 ")), "{md}");
+    // A replayed recorded step is a row of its own, only where the bench measured one.
+    assert!(!md.contains("a replay of a recorded one"), "{md}");
+    write(
+        d,
+        "bench-cuda.json",
+        serde_json::json!({ "models": [{ "role": "target", "device": "cuda:0", "weights": "native", "prefill_tokens_per_sec": 9000.0, "decode_tokens_per_sec": 150.0, "recorded_decode_tokens_per_sec": 420.0 }] }),
+    );
+    report(&ReportArgs { dir: d.to_path_buf() }).unwrap();
+    let md = std::fs::read_to_string(d.join("report.md")).unwrap();
+    let row = md.lines().find(|l| l.contains("specx cuda:0 (native weights), each step a replay of a recorded one"));
+    assert!(row.is_some_and(|r| r.contains("| 420.0")), "{md}");
 }

@@ -5,7 +5,7 @@ mod reference;
 
 use anyhow::{Context, Result};
 use clap::{Args, CommandFactory, Parser, Subcommand};
-use specx_decoder::generate::generate;
+use specx_decoder::generate::{GreedySteps, generate_with};
 use specx_decoder::tokenizer::TextStream;
 use specx_decoder::{Placement, Sampler, load_model_split};
 use specx_eval::report::markdown_table;
@@ -118,23 +118,34 @@ struct GenerateArgs {
     /// tokenizer.json to use instead of the one beside the model.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
+    /// Replay one recorded decode step on the GPU instead of launching each kernel of every
+    /// step (a CUDA graph on cuda, CubeCL's software graph on wgpu): the same tokens. Greedy
+    /// decoding of a GGUF model on one GPU only.
+    #[arg(long)]
+    recorded_steps: bool,
     #[command(flatten)]
     run: specx_eval::decode::GenerationArgs,
 }
 
 fn run_generate(a: GenerateArgs) -> Result<()> {
     let sampling = a.run.sampling.config()?;
+    anyhow::ensure!(
+        !a.recorded_steps || sampling.is_greedy(),
+        "--recorded-steps records greedy steps: drop the sampling options"
+    );
     let placement: Placement = a.run.device.parse()?;
     placement.check()?;
     let t = Instant::now();
     let model = a.model.clone().unwrap_or_else(specx_eval::method::models::default_target);
     let lm = load_model_split(&model, a.tokenizer.as_deref(), &placement.open()?, a.run.weights)?;
     eprintln!("loaded {} in {:.1} s", model.display(), t.elapsed().as_secs_f64());
+    let steps = if a.recorded_steps { Some(GreedySteps::recorded(&lm.model)?) } else { None };
     let prompt = lm.tokenizer.encode(&a.run.prompt_text())?;
     let mut sampler = Sampler::new(sampling, a.run.sampling.seed);
     let mut stream = TextStream::new(&lm.tokenizer);
     let mut stdout = std::io::stdout();
-    let (tokens, stats) = generate(&lm.model, &prompt, a.run.max_new_tokens, &mut sampler, &lm.eos_ids, |id| {
+    let max_new = a.run.max_new_tokens;
+    let (tokens, stats) = generate_with(&lm.model, &prompt, max_new, &mut sampler, &lm.eos_ids, steps, |id| {
         if let Some(piece) = stream.push(id)? {
             print!("{piece}");
             stdout.flush().context("writing to stdout")?;

@@ -11,9 +11,18 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 /// Positions are allocated in steps of this many, to grow rarely.
 const GROW_STEP: usize = 256;
 
+/// Identities of caches, one per cache and per clone ([`KvCache::id`]).
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Keys and values of every layer for `batch` sequences of equal length.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct KvCache {
+    /// This cache's identity (a clone gets its own): what a recorded step was recorded on.
+    id: u64,
     layers: Vec<(Tensor<4>, Tensor<4>)>,
     /// Per layer: positions `0..precise[l]` hold the exact forward's keys and values (a fuzzy
     /// EasySpec forward leaves the entries of its stale-input layers approximate).
@@ -28,6 +37,23 @@ pub struct KvCache {
     devices: Vec<Device>,
 }
 
+impl Clone for KvCache {
+    /// The same keys and values (sharing storage until either writes), under a new identity.
+    fn clone(&self) -> Self {
+        Self {
+            id: next_id(),
+            layers: self.layers.clone(),
+            precise: self.precise.clone(),
+            len: self.len,
+            capacity: self.capacity,
+            batch: self.batch,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            devices: self.devices.clone(),
+        }
+    }
+}
+
 impl KvCache {
     /// An empty cache for `batch` sequences of a model with configuration `cfg`.
     pub fn new(cfg: &ModelConfig, batch: usize, device: &Device) -> Self {
@@ -38,6 +64,7 @@ impl KvCache {
     pub fn on_devices(cfg: &ModelConfig, batch: usize, devices: &[Device]) -> Self {
         assert_eq!(devices.len(), cfg.num_hidden_layers, "one device per layer");
         let mut cache = Self {
+            id: next_id(),
             layers: Vec::with_capacity(cfg.num_hidden_layers),
             precise: vec![0; cfg.num_hidden_layers],
             len: 0,
@@ -52,6 +79,12 @@ impl KvCache {
             cache.layers.push((empty.clone(), empty));
         }
         cache
+    }
+
+    /// This cache's identity, distinct from every other cache's and clone's.
+    #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
 
     /// Number of cached positions.
@@ -123,6 +156,13 @@ impl KvCache {
     /// Exact positions of each layer (the per-layer watermarks behind [`Self::precise_len`]).
     pub fn layer_precise_lens(&self) -> &[usize] {
         &self.precise
+    }
+
+    /// Positions the storage holds before it must grow (and move: a captured step records
+    /// its buffers).
+    #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
     }
 
     /// Makes room for `extra` more positions than are cached now.

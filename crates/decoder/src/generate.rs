@@ -43,6 +43,50 @@ pub fn greedy_token(out: crate::model::ForwardOutput) -> u32 {
     crate::sampling::argmax(&row)
 }
 
+/// A recorded step in a build with GPU kernels (`model::CapturedDecode`); a type with no
+/// values in one without, where no model can be recorded.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+type Recorder = crate::model::CapturedDecode;
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+type Recorder = std::convert::Infallible;
+
+/// Greedy decode steps, one after another: a plain forward each, or a replay of one recorded
+/// step on a GPU (`model::CapturedDecode`: the same tokens, without launching each kernel).
+pub struct GreedySteps {
+    recorder: Option<Recorder>,
+}
+
+impl GreedySteps {
+    /// A forward and its argmax each step ([`greedy_token`]).
+    pub fn plain() -> Self {
+        Self { recorder: None }
+    }
+
+    /// Replays of a recorded step, for a model whose step can be recorded
+    /// (`Transformer::can_capture`: GGUF blocks on one GPU).
+    pub fn recorded(model: &Transformer) -> Result<Self> {
+        anyhow::ensure!(
+            model.can_capture(),
+            "a recorded decode step needs a model in GGUF blocks on one GPU (wgpu or cuda), with its full vocabulary"
+        );
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        return Ok(Self { recorder: Some(crate::model::CapturedDecode::new()) });
+        #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+        unreachable!("a build without GPU kernels has no GPU model")
+    }
+
+    /// The greedy token after `token`, which is forwarded after what `cache` holds.
+    pub fn next(&mut self, model: &Transformer, token: u32, cache: &mut KvCache) -> Result<u32> {
+        match &mut self.recorder {
+            None => Ok(greedy_token(model.forward(&[token], cache)?)),
+            #[cfg(any(feature = "wgpu", feature = "cuda"))]
+            Some(recorder) => recorder.next(model, token, cache),
+            #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+            Some(never) => match *never {},
+        }
+    }
+}
+
 /// Generates up to `max_new` tokens after `prompt`, stopping after an EOS token (which is
 /// included). `on_token` sees each token as it is produced.
 pub fn generate(
@@ -51,8 +95,22 @@ pub fn generate(
     max_new: usize,
     sampler: &mut Sampler,
     eos_ids: &[u32],
+    on_token: impl FnMut(u32) -> Result<()>,
+) -> Result<(Vec<u32>, GenerateStats)> {
+    generate_with(model, prompt, max_new, sampler, eos_ids, None, on_token)
+}
+
+/// [`generate`], its greedy decode steps taken by `steps` when given ([`GreedySteps`]).
+pub fn generate_with(
+    model: &Transformer,
+    prompt: &[u32],
+    max_new: usize,
+    sampler: &mut Sampler,
+    eos_ids: &[u32],
+    mut steps: Option<GreedySteps>,
     mut on_token: impl FnMut(u32) -> Result<()>,
 ) -> Result<(Vec<u32>, GenerateStats)> {
+    anyhow::ensure!(steps.is_none() || sampler.config.is_greedy(), "greedy decode steps given to a sampled generation");
     anyhow::ensure!(!prompt.is_empty(), "the prompt is empty");
     let mut cache: KvCache = model.new_cache(1);
     let mut stats = GenerateStats { prompt_tokens: prompt.len(), ..Default::default() };
@@ -70,7 +128,13 @@ pub fn generate(
         if out.len() >= max_new || eos_ids.contains(&next) {
             break;
         }
-        next = sampler.next_after(model.forward(&[next], &mut cache)?);
+        next = match &mut steps {
+            Some(steps) => {
+                sampler.advance();
+                steps.next(model, next, &mut cache)?
+            }
+            None => sampler.next_after(model.forward(&[next], &mut cache)?),
+        };
         stats.decode_steps += 1;
     }
     stats.decode_time = t.elapsed();

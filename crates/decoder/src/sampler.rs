@@ -47,9 +47,7 @@ impl Sampler {
     pub fn next_after(&mut self, out: ForwardOutput) -> u32 {
         if self.config.is_greedy() {
             if let Some(tokens) = out.device_argmax(1) {
-                if let Some((_, position)) = &mut self.coupled {
-                    *position += 1;
-                }
+                self.advance();
                 return tokens[0];
             }
         } else if let Some(k) = self.config.top_k.filter(|&k| k <= DEVICE_TOP_K_MAX && k < out.vocab())
@@ -62,6 +60,14 @@ impl Sampler {
         let row = out.logits_tail(1).remove(0);
         drop(out);
         self.sample(&row)
+    }
+
+    /// Counts a token chosen without this sampler's draw (the device's greedy choice) as its
+    /// next draw, so that coupled draws stay at their positions.
+    pub fn advance(&mut self) {
+        if let Some((_, position)) = &mut self.coupled {
+            *position += 1;
+        }
     }
 
     /// The next token for `logits`.

@@ -90,6 +90,11 @@ fn a_layer_launches_no_more_kernels_than_its_bound() {
 }
 
 #[test]
+fn a_recorded_decode_step_replays_the_plain_forward() {
+    check("captured_decode");
+}
+
+#[test]
 fn real_qwen_0_5b_greedy_tokens_match_the_cpu_path() {
     let dir = specx_decoder::loader::model_cache_dir().join("qwen2.5-coder-0.5b-instruct");
     let path = dir.join("model.gguf");

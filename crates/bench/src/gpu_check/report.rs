@@ -260,6 +260,19 @@ pub fn report(a: &ReportArgs) -> Result<()> {
                     format!("{p:.0}"),
                     format!("{d:.1}"),
                 ]);
+                if let Some(r) =
+                    bench.as_ref().and_then(|b| bench_entry(b, role, dev)?["recorded_decode_tokens_per_sec"].as_f64())
+                {
+                    rows.push(vec![
+                        role.into(),
+                        format!(
+                            "specx {dev} ({} weights), each step a replay of a recorded one",
+                            weights.unwrap_or("?")
+                        ),
+                        "-".into(),
+                        format!("{r:.1}"),
+                    ]);
+                }
             }
         }
         if let Some((p, d)) = bench_bf16.as_ref().and_then(|b| bench_speed(b, role, "cuda:0")) {

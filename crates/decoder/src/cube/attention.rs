@@ -19,7 +19,7 @@ const UNITS: u32 = 64;
 /// chunks of this many keys, one cube each, and a second launch merges their partial softmaxes
 /// in chunk order. A one-row decode step then spreads over `heads x chunks` cubes instead of
 /// `heads`. Chunks start at fixed positions, so a key's chunk never depends on the call.
-const CHUNK: u32 = 256;
+pub(crate) const CHUNK: u32 = 256;
 
 /// One cube per (sequence, head, row) of `q` (`[batch, heads, rows, head_dim]`) along x and per
 /// chunk of keys along y. Units stride over the chunk's keys: each score is a dot product in

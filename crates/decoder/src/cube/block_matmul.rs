@@ -11,13 +11,13 @@
 //! (row invariance), and the bias is added in the same kernel.
 
 use super::blocks::{CHUNK, chunk, value};
-use super::{contiguous, words};
+use super::{contiguous, words, words_on};
 use crate::Device;
 use crate::fusion::Fused;
 use crate::gguf::GgmlType;
 use crate::quant::{QuantMatrix, QuantPart};
 use anyhow::{Result, bail, ensure};
-use burn::tensor::{DType, Int, Tensor, TensorData};
+use burn::tensor::{DType, Int, Tensor};
 use burn_cubecl::Cube;
 use burn_cubecl::cubecl;
 use burn_cubecl::ops::numeric::empty_device_dtype;
@@ -302,12 +302,6 @@ pub(crate) struct DeviceBlocks {
     bytes: usize,
 }
 
-/// A u32 tensor on `device`.
-fn words_on(words: Vec<u32>, device: &Device) -> Tensor<1, Int> {
-    let len = words.len();
-    Tensor::from_data(TensorData::new(words, [len]), (device, DType::U32))
-}
-
 impl DeviceBlocks {
     /// `q`'s blocks on `device` (rows gathered from panels where `q` is laid out in them).
     pub(crate) fn upload(q: &QuantMatrix, device: &Device) -> Result<Self> {
@@ -418,13 +412,19 @@ impl DeviceBlocks {
 
     /// Rows `ids` decoded to f32: `[ids, cols]` on the matrix's device.
     pub(crate) fn lookup(&self, ids: &[u32]) -> Tensor<2> {
-        let index = words(&words_on(ids.to_vec(), &self.device()));
+        self.lookup_ids(&words_on(ids.to_vec(), &self.device()))
+    }
+
+    /// [`Self::lookup`] of ids already on the device (u32): a captured step's token buffer.
+    pub(crate) fn lookup_ids(&self, ids: &Tensor<1, Int>) -> Tensor<2> {
+        let index = words(ids);
+        let n = ids.dims()[0];
         let client = index.client.clone();
-        let out = empty_device_dtype(client.clone(), index.device.clone(), [ids.len(), self.cols].into(), DType::F32);
+        let out = empty_device_dtype(client.clone(), index.device.clone(), [n, self.cols].into(), DType::F32);
         for piece in &self.pieces {
             block_rows::launch(
                 &client,
-                CubeCount::Static(ids.len() as u32, 1, 1),
+                CubeCount::Static(n as u32, 1, 1),
                 CubeDim::new_1d(UNITS),
                 words(&piece.words).into_buffer_arg(),
                 words(&piece.table).into_buffer_arg(),

@@ -14,11 +14,13 @@ mod swiglu;
 mod top_k;
 
 pub(crate) use attention::attention;
+/// Keys one attention cube takes: a context past it is split over cubes and merged.
+pub(crate) const ATTENTION_CHUNK: usize = attention::CHUNK as usize;
 pub(crate) use block_matmul::{DeviceBlocks, on_device};
 pub(crate) use rms_norm::rms_norm;
 pub(crate) use rope_cache::rope_qkv;
 pub(crate) use swiglu::swiglu;
-pub(crate) use top_k::top_k_tail;
+pub(crate) use top_k::{launch_top_k, read_picks, top_k_tail};
 
 use burn::tensor::{DType, Int, Tensor, TensorData};
 use burn_cubecl::Cube;
@@ -36,8 +38,13 @@ fn contiguous<const D: usize>(t: Tensor<D>) -> CubeTensor {
 /// arguments: `[past]`, the cached positions before the call (u32). One per forward, so that a
 /// recorded launch can serve every position its shape covers.
 pub(crate) fn step_buffer(past: usize, device: &crate::Device) -> Tensor<1, Int> {
-    let past = u32::try_from(past).expect("a cache length that fits u32");
-    Tensor::from_data(TensorData::new(vec![past], [1]), (device, DType::U32))
+    words_on(vec![u32::try_from(past).expect("a cache length that fits u32")], device)
+}
+
+/// A u32 tensor on `device`.
+fn words_on(words: Vec<u32>, device: &crate::Device) -> Tensor<1, Int> {
+    let len = words.len();
+    Tensor::from_data(TensorData::new(words, [len]), (device, DType::U32))
 }
 
 /// A u32 tensor as the CubeCL tensor behind it.
@@ -45,13 +52,17 @@ fn words(t: &Tensor<1, Int>) -> CubeTensor {
     t.clone().try_into_primitive::<Cube>().expect("a tensor on a CubeCL device")
 }
 
-/// The whole buffer behind `t` as a kernel argument. A view (the cache's first positions) reads
-/// its storage at the storage's strides, past its own shape: an argument made from the view
-/// would declare only the view's length, which checked launches enforce.
+/// The whole buffer behind `t` as a kernel argument. A view (the cache's first positions)
+/// reads its storage at the storage's strides, past its own shape: an argument made from the
+/// view would declare only the view's length, which checked launches enforce, and its handle
+/// ends where the view's last element does, which a recorded launch would keep while the
+/// cache fills (so the tail the view leaves is bound too).
 fn whole_buffer(t: CubeTensor) -> cubecl::prelude::BufferArg {
-    let len = t.handle.size_in_used() as usize / t.elem_size();
+    let mut handle = t.handle.clone();
+    handle.offset_end = None;
+    let len = handle.size_in_used() as usize / t.elem_size();
     // SAFETY: the length is the handle's own, in elements of the tensor's type.
-    unsafe { cubecl::prelude::BufferArg::from_raw_parts_binding(t.handle.binding(), len) }
+    unsafe { cubecl::prelude::BufferArg::from_raw_parts_binding(handle.binding(), len) }
 }
 
 /// Units of a cube that reduces one row of `cols` values: a power of two, at most 256 and at

@@ -81,6 +81,12 @@ fn top_k_rows(logits: &[f32], out: &mut [f32], cols: u32, first: u32, k: u32, #[
 /// CubeCL device) with their values, best first: what `sampling::top_k` gives for rows
 /// without NaN. One launch; a round reads the row once, so it is meant for small `k`.
 pub(crate) fn top_k_tail(logits: &Tensor<3>, rows: usize, k: usize) -> Vec<Vec<(u32, f32)>> {
+    read_picks(launch_top_k(logits, rows, k), k)
+}
+
+/// Launches [`top_k_rows`] on the last `rows` rows of `logits`: the picks, `2 k` values a row
+/// (value, column), still on the device ([`read_picks`] reads them).
+pub(crate) fn launch_top_k(logits: &Tensor<3>, rows: usize, k: usize) -> Tensor<1> {
     let [b, n, cols] = logits.dims();
     assert!(b == 1 && (1..=n).contains(&rows), "the top of {rows} rows of a [{b}, {n}, {cols}] tensor");
     assert!((1..=cols).contains(&k), "the top {k} of {cols} columns");
@@ -100,6 +106,11 @@ pub(crate) fn top_k_tail(logits: &Tensor<3>, rows: usize, k: usize) -> Vec<Vec<(
         k as u32,
         units as usize,
     );
-    let out = Tensor::<1>::from_primitive::<Cube>(out).into_data().try_to_vec::<f32>().expect("f32 picks");
+    Tensor::from_primitive::<Cube>(out)
+}
+
+/// The picks of [`launch_top_k`] on the host: per row, `k` (column, value) pairs.
+pub(crate) fn read_picks(picks: Tensor<1>, k: usize) -> Vec<Vec<(u32, f32)>> {
+    let out = picks.into_data().try_to_vec::<f32>().expect("f32 picks");
     out.chunks_exact(2 * k).map(|row| row.chunks_exact(2).map(|p| (p[1] as u32, p[0])).collect()).collect()
 }

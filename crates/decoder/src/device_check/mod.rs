@@ -3,8 +3,8 @@
 //! head, DSI with one worker on the CPU and one on the device, EasySpec with attentions placed
 //! on the device, one model's layers split over the CPU and the device, and a token tree's
 //! verification call with the accepted path kept; the GPU path's fused kernels and its GGUF
-//! block products against a host reference, row-invariant and with a broken call caught; and the kernel launches per layer,
-//! against a bound ([`LAUNCH_BOUND_PER_LAYER`]). The wgpu tests (lavapipe in CI) and `specx gpu-check` (a real GPU,
+//! block products against a host reference, row-invariant and with a broken call caught; the kernel launches per layer,
+//! against a bound ([`LAUNCH_BOUND_PER_LAYER`]); and a recorded decode step replayed against the plain forward. The wgpu tests (lavapipe in CI) and `specx gpu-check` (a real GPU,
 //! where no Rust toolchain exists) run the same code, so what CI checks is what a GPU run checks.
 //!
 //! Each check returns its largest measured difference next to its tolerance; an error or a
@@ -13,6 +13,8 @@
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod blocks;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod captured;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod head;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -44,7 +46,7 @@ pub struct Check {
 }
 
 /// The checks by name, in the order they run.
-pub const CHECKS: [&str; 11] = [
+pub const CHECKS: [&str; 12] = [
     "logits",
     "kv_rollback",
     "speculative_fixed_k",
@@ -56,6 +58,7 @@ pub const CHECKS: [&str; 11] = [
     "kernels",
     "gguf_blocks",
     "launches",
+    "captured_decode",
 ];
 
 /// Runs check `name` on `device` against the CPU with logit tolerance `tol`, using `dir` for
@@ -76,6 +79,7 @@ pub fn run_check(name: &str, device: &Device, dir: &Path, tol: f32) -> Check {
             "kernels" => fused_kernels(device, tol),
             "gguf_blocks" => gguf_blocks(device, &dir, tol),
             "launches" => launches::launches(device, &dir),
+            "captured_decode" => captured_decode(device, &dir),
             _ => anyhow::bail!("unknown check '{name}' (known: {})", CHECKS.join(", ")),
         }
     }));
@@ -114,6 +118,17 @@ fn gguf_blocks(device: &Device, dir: &Path, tol: f32) -> Result<Check> {
 
 #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
 fn gguf_blocks(_: &Device, _: &Path, _: f32) -> Result<Check> {
+    anyhow::bail!("this build has no GPU kernels (build with --features wgpu or cuda)")
+}
+
+/// The recorded decode step's check, in a build that has the device kernels.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn captured_decode(device: &Device, dir: &Path) -> Result<Check> {
+    captured::captured_decode(device, dir)
+}
+
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+fn captured_decode(_: &Device, _: &Path) -> Result<Check> {
     anyhow::bail!("this build has no GPU kernels (build with --features wgpu or cuda)")
 }
 

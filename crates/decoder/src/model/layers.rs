@@ -233,6 +233,7 @@ pub(super) struct RowMask {
     /// The cached positions before the call, and on a GPU the same number in a device buffer
     /// (`cube::step_buffer`), which the RoPE-and-cache and attention kernels read.
     past: usize,
+    #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
     step: Option<Tensor<1, Int>>,
 }
 
@@ -254,6 +255,12 @@ impl RowMask {
             past: self.past,
             step: step_buffer(self.past, device),
         }
+    }
+
+    /// The device buffer of the cached length (a captured step rewrites it between replays).
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    pub(super) fn step_tensor(&self) -> &Tensor<1, Int> {
+        self.step.as_ref().expect("a GPU row mask holds its step buffer")
     }
 
     /// The device buffer of the cached length, checked against the cache's own count.
@@ -325,10 +332,7 @@ impl Attention {
         }
         // On a GPU: scores, mask, softmax and the weighted values in one fused kernel.
         #[cfg(any(feature = "wgpu", feature = "cuda"))]
-        {
-            let past = keys.dims()[2] - n;
-            return crate::cube::attention(q, keys, values, mask.additive.as_ref(), mask.step(past));
-        }
+        return crate::cube::attention(q, keys.clone(), values, mask.additive.as_ref(), mask.step(keys.dims()[2] - n));
         #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
         unreachable!("a build without a GPU backend has no device but the CPU")
     }
@@ -347,6 +351,8 @@ impl Attention {
     ) -> (Tensor<4>, Tensor<4>, Tensor<4>) {
         let [b, n, _] = qkv.dims();
         let (h, kvh, d) = (self.heads, self.kv_heads, self.head_dim);
+        #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+        let _ = mask;
         // On a GPU: one fused kernel (a probe reads the tensor form's intermediate values).
         #[cfg(any(feature = "wgpu", feature = "cuda"))]
         if qkv.device() != Device::flex() && probe.is_none() {

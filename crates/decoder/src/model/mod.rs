@@ -14,6 +14,8 @@ use anyhow::{Result, bail, ensure};
 use burn::tensor::{Device, Tensor};
 use std::sync::Arc;
 
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod captured;
 mod fuzzy;
 mod gpu_blocks;
 mod layers;
@@ -27,6 +29,8 @@ mod transform;
 mod tree;
 
 use crate::tree_mask::TreeMask;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub use captured::CapturedDecode;
 pub use fuzzy::ProbedLayer;
 use layers::{Block, Embedding, RmsNorm, RowMask, rope_tables, rope_tables_at};
 pub use linear::HOST_KERNEL_MAX_ROWS;
@@ -219,6 +223,16 @@ impl Transformer {
     /// ([`WeightMode::Q8`]); false when q8 was asked for but no matrix type has such a kernel.
     pub fn runs_integer(&self) -> bool {
         self.linears().any(|l| matches!(l.proj, Projection::Int(_)))
+    }
+
+    /// Whether a greedy decode step of this model can be recorded and replayed
+    /// (`CapturedDecode`): on one GPU, the embedding in GGUF blocks (looked up from a device
+    /// buffer of ids), the full vocabulary.
+    pub fn can_capture(&self) -> bool {
+        self.devices.len() == 1
+            && *self.device() != Device::flex()
+            && matches!(self.embed, Embedding::DeviceBlocks(_))
+            && self.vocab_subset.is_none()
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -480,11 +494,11 @@ impl Transformer {
         &self,
         tokens: &[&[u32]],
         cache: &mut KvCache,
-        mut times: Option<&mut LayerTimes>,
+        times: Option<&mut LayerTimes>,
         cancel: Option<&std::sync::atomic::AtomicBool>,
         groups: &LayerGroups,
         workers: usize,
-        mut probes: Option<&mut Vec<ProbedLayer>>,
+        probes: Option<&mut Vec<ProbedLayer>>,
         tree: Option<&Arc<TreeMask>>,
     ) -> Result<Option<Tensor<3>>> {
         let b = tokens.len();
@@ -498,7 +512,7 @@ impl Transformer {
             groups.layers(),
             self.blocks.len()
         );
-        let mut x = self.embed_tokens(tokens)?.reshape([b, n, self.cfg.hidden_size]);
+        let x = self.embed_tokens(tokens)?.reshape([b, n, self.cfg.hidden_size]);
         let past = cache.len();
         cache.reserve(n);
         if let Some(t) = tree {
@@ -506,6 +520,26 @@ impl Transformer {
             ensure!(t.cached() <= past, "a tree continuing {} cached rows after {past} positions", t.cached());
         }
         let tables = self.position_tables(past, n, tree);
+        self.run_layers(x, cache, &tables, n, times, cancel, groups, workers, probes)
+    }
+
+    /// The layers over embedded rows `x` (`[b, n, hidden]`) after what `cache` holds (room
+    /// reserved for them), with the call's position `tables`: [`Transformer::layer_loop`]
+    /// after its inputs are made, and a captured step's forward over inputs it keeps on the
+    /// device.
+    #[allow(clippy::too_many_arguments)]
+    fn run_layers(
+        &self,
+        mut x: Tensor<3>,
+        cache: &mut KvCache,
+        tables: &[PositionTables],
+        n: usize,
+        mut times: Option<&mut LayerTimes>,
+        cancel: Option<&std::sync::atomic::AtomicBool>,
+        groups: &LayerGroups,
+        workers: usize,
+        mut probes: Option<&mut Vec<ProbedLayer>>,
+    ) -> Result<Option<Tensor<3>>> {
         // Per-layer times on a device that queues work wait for each sublayer to finish.
         let sync = times.is_some() && self.devices.iter().any(|d| *d != Device::flex());
         for group in groups.groups() {
@@ -517,11 +551,11 @@ impl Transformer {
             // that can); a fuzzy group's attentions all read the group's input, added below.
             let residual = group.len() == 1 && probes.is_none();
             let attended =
-                self.attend_group(group.clone(), &x, cache, &tables, workers, probes.is_some(), sync, residual);
+                self.attend_group(group.clone(), &x, cache, tables, workers, probes.is_some(), sync, residual);
             for (i, (h, attn_cost, fuzzy)) in group.clone().zip(attended) {
                 if let (Some(probes), Some(fuzzy)) = (probes.as_deref_mut(), fuzzy) {
                     let leading = i == group.start;
-                    let precise = if leading { fuzzy.clone() } else { self.precise_attention(i, &x, cache, &tables) };
+                    let precise = if leading { fuzzy.clone() } else { self.precise_attention(i, &x, cache, tables) };
                     probes.push(ProbedLayer { fuzzy, precise, leading });
                 }
                 let block = &self.blocks[i];
