@@ -12,7 +12,7 @@ use anyhow::{Result, ensure};
 use burn::tensor::{Tensor, TensorData};
 
 /// Columns of a row: more than a cube's units, not a multiple of them.
-pub(super) const COLS: usize = 3001;
+const COLS: usize = 3001;
 
 /// The top-k cuts checked: Qwen's recommended 20, and 64 (the largest the sampler asks the
 /// device for).
@@ -73,9 +73,21 @@ fn sampled_mismatches(device: &Device, x: &[f32]) -> usize {
 }
 
 /// The argmax and the top 20 and 64 at 1, 5 and 16 rows against the host's (every row bitwise
-/// equal across call sizes), the tail of a call, and the sampler's draws; returns how many rows
-/// a broken call (every row read one row off) got wrong, of 5.
-pub(super) fn head_check(device: &Device) -> Result<usize> {
+/// equal across call sizes), the tail of a call, and the sampler's draws; fails unless a broken
+/// call (every row read one row off) got some rows wrong. Returns what was compared.
+pub(super) fn head_check(device: &Device) -> Result<String> {
+    let caught = compare(device)?;
+    ensure!(caught > 0, "rows read one row off gave the same argmax: the check cannot fail");
+    Ok(format!(
+        "the LM head's argmax and top 20 and 64 ({COLS} columns on a grid of 1/64, ties at every rank, each row's \
+         maximum planted twice) equal to the host's, the first maximum winning, 128 tokens drawn from the \
+         device's top k equal to the host's draws from the whole row, rows read one off caught ({caught} of 5 \
+         rows wrong)"
+    ))
+}
+
+/// [`head_check`]'s comparisons; how many of 5 rows the broken call got wrong.
+fn compare(device: &Device) -> Result<usize> {
     let x = rows_with_ties();
     let host: Vec<f32> = x.chunks_exact(COLS).map(|r| argmax(r) as f32).collect();
     let argmax_on = |x: &[f32], n: usize| -> Vec<f32> { top_on(device, x, n, n, 1).into_iter().step_by(2).collect() };

@@ -3,11 +3,9 @@
 //! size (row invariance), and a broken call caught by the same comparison, so the check can
 //! fail: RMSNorm with its weight read one element off, the RoPE and cache-write kernel with
 //! its rows written one position off, SwiGLU with gate and up swapped, attention without its
-//! causal mask; and the LM head's argmax and top k against the host's (`super::head`), rows
-//! read one off caught.
+//! causal mask. (The LM head's argmax and top k, `super::head`, report under the same name.)
 
 use super::Check;
-use super::head::COLS;
 use crate::Device;
 use crate::compare::{max_abs_diff, nan_max};
 use anyhow::{Result, ensure};
@@ -306,7 +304,7 @@ fn attention_check(device: &Device) -> Result<(f32, f32)> {
 
 /// RMSNorm at two widths: under the cube's units (each unit one column or none) and over them
 /// (each unit strides over several columns).
-pub(super) fn kernels(device: &Device, tol: f32) -> Result<Check> {
+pub(super) fn kernels(device: &Device, tol: f32, head: &str) -> Result<Check> {
     let (eps, mut worst, mut caught) = (1e-6, 0f32, f32::INFINITY);
     for (cols, seed) in [(96, 1), (700, 2)] {
         let x = uniform(ROWS[2] * cols, 3.0, seed);
@@ -334,8 +332,7 @@ pub(super) fn kernels(device: &Device, tol: f32) -> Result<Check> {
         attention_caught > tol,
         "attention without its causal mask moved by only {attention_caught:e}: the check cannot fail"
     );
-    let argmax_caught = super::head::head_check(device)?;
-    ensure!(argmax_caught > 0, "rows read one row off gave the same argmax: the check cannot fail");
+
     Ok(super::tiny::numeric(
         "kernels",
         [rope_worst, swiglu_worst, attention_worst].into_iter().fold(worst, nan_max),
@@ -347,10 +344,7 @@ pub(super) fn kernels(device: &Device, tol: f32) -> Result<Check> {
              rows, against f64 on the host; every row bitwise equal across call sizes; broken calls caught: \
              a weight read one element off {caught:.1e} away, rows cached one position off \
              {rope_caught:.1e}, gate and up swapped {swiglu_caught:.1e}, attention unmasked \
-             {attention_caught:.1e}; the LM head's argmax and top 20 and 64 ({COLS} columns on a grid of 1/64, \
-             ties at every rank, each row's maximum planted twice) equal to the host's, the first maximum winning, \
-             128 tokens drawn from the device's top k equal to the host's draws from the whole row, rows read one \
-             off caught ({argmax_caught} of 5 rows wrong)"
+             {attention_caught:.1e}; {head}"
         ),
     ))
 }

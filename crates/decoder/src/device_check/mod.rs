@@ -102,7 +102,7 @@ pub fn run_check(name: &str, device: &Device, dir: &Path, tol: f32) -> Check {
 /// The fused kernels' check, in a build that has them.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn fused_kernels(device: &Device, tol: f32) -> Result<Check> {
-    kernels::kernels(device, tol)
+    kernels::kernels(device, tol, &head::head_check(device)?)
 }
 
 #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
