@@ -8,7 +8,7 @@
 
 use crate::llamacpp::{LlamaCppBench, run_llama_bench};
 use anyhow::{Result, ensure};
-use specx_decoder::generate::{GreedySteps, greedy_token, last_logits};
+use specx_decoder::generate::{RecordedSteps, greedy_token, last_logits};
 use specx_decoder::{
     DeviceName, KvCache, LoadedModel, Transformer, WeightMode, check_device, load_model_as, open_device,
     parse_device_list,
@@ -77,7 +77,7 @@ pub struct ModelBench {
     pub decode_tokens: usize,
     pub decode_tokens_per_sec: f64,
     /// The same greedy decode from the same prompt, each step a replay of one recorded step
-    /// (`GreedySteps::recorded`); `None` where the model's step cannot be recorded (the CPU, a
+    /// (`RecordedSteps`); `None` where the model's step cannot be recorded (the CPU, a
     /// model not in GGUF blocks).
     pub recorded_decode_tokens_per_sec: Option<f64>,
     /// Median seconds of one verification call of `verify_rows` tokens after the prompt.
@@ -256,7 +256,7 @@ fn time_model(role: &str, device: DeviceName, weights: WeightMode, lm: &LoadedMo
 /// back to its length before the first.
 fn recorded_decode(model: &Transformer, cache: &mut KvCache, first: u32, steps: usize) -> Result<f64> {
     let start = cache.len();
-    let mut recorded = GreedySteps::recorded(model)?;
+    let mut recorded = RecordedSteps::new(model)?;
     recorded.next(model, first, cache)?;
     cache.truncate(start);
     let mut next = first;

@@ -5,7 +5,7 @@ mod reference;
 
 use anyhow::{Context, Result};
 use clap::{Args, CommandFactory, Parser, Subcommand};
-use specx_decoder::generate::{GreedySteps, generate_with};
+use specx_decoder::generate::{RecordedSteps, generate_with};
 use specx_decoder::tokenizer::TextStream;
 use specx_decoder::{Placement, Sampler, load_model_split};
 use specx_eval::report::markdown_table;
@@ -139,7 +139,7 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
     let model = a.model.clone().unwrap_or_else(specx_eval::method::models::default_target);
     let lm = load_model_split(&model, a.tokenizer.as_deref(), &placement.open()?, a.run.weights)?;
     eprintln!("loaded {} in {:.1} s", model.display(), t.elapsed().as_secs_f64());
-    let steps = if a.recorded_steps { Some(GreedySteps::recorded(&lm.model)?) } else { None };
+    let steps = if a.recorded_steps { Some(RecordedSteps::new(&lm.model)?) } else { None };
     let prompt = lm.tokenizer.encode(&a.run.prompt_text())?;
     let mut sampler = Sampler::new(sampling, a.run.sampling.seed);
     let mut stream = TextStream::new(&lm.tokenizer);

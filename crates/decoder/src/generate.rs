@@ -50,39 +50,34 @@ type Recorder = crate::model::CapturedDecode;
 #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
 type Recorder = std::convert::Infallible;
 
-/// Greedy decode steps, one after another: a plain forward each, or a replay of one recorded
-/// step on a GPU (`model::CapturedDecode`: the same tokens, without launching each kernel).
-pub struct GreedySteps {
-    recorder: Option<Recorder>,
+/// Greedy decode steps, each a replay of one recorded step on a GPU (`model::CapturedDecode`:
+/// the plain forward's tokens, without launching each kernel).
+pub struct RecordedSteps {
+    recorder: Recorder,
 }
 
-impl GreedySteps {
-    /// A forward and its argmax each step ([`greedy_token`]).
-    pub fn plain() -> Self {
-        Self { recorder: None }
-    }
-
-    /// Replays of a recorded step, for a model whose step can be recorded
-    /// (`Transformer::can_capture`: GGUF blocks on one GPU).
-    pub fn recorded(model: &Transformer) -> Result<Self> {
+impl RecordedSteps {
+    /// Steps of a model whose step can be recorded (`Transformer::can_capture`: GGUF blocks on
+    /// one GPU).
+    pub fn new(model: &Transformer) -> Result<Self> {
         anyhow::ensure!(
             model.can_capture(),
             "a recorded decode step needs a model in GGUF blocks on one GPU (wgpu or cuda), with its full vocabulary"
         );
         #[cfg(any(feature = "wgpu", feature = "cuda"))]
-        return Ok(Self { recorder: Some(crate::model::CapturedDecode::new()) });
+        return Ok(Self { recorder: crate::model::CapturedDecode::new() });
         #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
         unreachable!("a build without GPU kernels has no GPU model")
     }
 
     /// The greedy token after `token`, which is forwarded after what `cache` holds.
     pub fn next(&mut self, model: &Transformer, token: u32, cache: &mut KvCache) -> Result<u32> {
-        match &mut self.recorder {
-            None => Ok(greedy_token(model.forward(&[token], cache)?)),
-            #[cfg(any(feature = "wgpu", feature = "cuda"))]
-            Some(recorder) => recorder.next(model, token, cache),
-            #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
-            Some(never) => match *never {},
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        return self.recorder.next(model, token, cache);
+        #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+        {
+            let _ = (model, token, cache);
+            match self.recorder {}
         }
     }
 }
@@ -100,14 +95,14 @@ pub fn generate(
     generate_with(model, prompt, max_new, sampler, eos_ids, None, on_token)
 }
 
-/// [`generate`], its greedy decode steps taken by `steps` when given ([`GreedySteps`]).
+/// [`generate`], its greedy decode steps replayed by `steps` when given ([`RecordedSteps`]).
 pub fn generate_with(
     model: &Transformer,
     prompt: &[u32],
     max_new: usize,
     sampler: &mut Sampler,
     eos_ids: &[u32],
-    mut steps: Option<GreedySteps>,
+    mut steps: Option<RecordedSteps>,
     mut on_token: impl FnMut(u32) -> Result<()>,
 ) -> Result<(Vec<u32>, GenerateStats)> {
     anyhow::ensure!(steps.is_none() || sampler.config.is_greedy(), "greedy decode steps given to a sampled generation");

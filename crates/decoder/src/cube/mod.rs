@@ -41,8 +41,8 @@ pub(crate) fn step_buffer(past: usize, device: &crate::Device) -> Tensor<1, Int>
     words_on(vec![u32::try_from(past).expect("a cache length that fits u32")], device)
 }
 
-/// A u32 tensor on `device`.
-fn words_on(words: Vec<u32>, device: &crate::Device) -> Tensor<1, Int> {
+/// A u32 tensor on `device` (a captured step's token buffer, a matrix's blocks as words).
+pub(crate) fn words_on(words: Vec<u32>, device: &crate::Device) -> Tensor<1, Int> {
     let len = words.len();
     Tensor::from_data(TensorData::new(words, [len]), (device, DType::U32))
 }

@@ -147,7 +147,7 @@ fn record(model: &Transformer, cache: &mut KvCache, shape: Shape) -> Result<Reco
     let device = model.device();
     let groups = cfg.num_attention_heads / cfg.num_key_value_heads;
     let inputs = Inputs {
-        token: crate::cube::step_buffer(0, device),
+        token: crate::cube::words_on(vec![0], device),
         rope: rope_tables(past, 1, cfg.head_dim, cfg.rope_theta, device),
         mask: RowMask::new(past, 1, None, groups, device),
     };

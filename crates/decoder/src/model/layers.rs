@@ -267,7 +267,7 @@ impl RowMask {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     fn step(&self, cached: usize) -> &Tensor<1, Int> {
         assert_eq!(cached, self.past, "a row mask made after {} positions used after {cached}", self.past);
-        self.step.as_ref().expect("a GPU row mask holds its step buffer")
+        self.step_tensor()
     }
 
     /// The host attention's form of it.
