@@ -264,7 +264,11 @@ fn recorded_decode(model: &Transformer, cache: &mut KvCache, first: u32, steps: 
     for _ in 0..steps {
         next = recorded.next(model, next, cache)?;
     }
-    Ok(t.elapsed().as_secs_f64())
+    let secs = t.elapsed().as_secs_f64();
+    if let Some(why) = recorded.refused() {
+        anyhow::bail!("no step was replayed: {why}");
+    }
+    Ok(secs)
 }
 
 /// Runs the benchmark and prints a table.

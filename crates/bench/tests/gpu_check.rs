@@ -139,7 +139,7 @@ fn the_report_judges_each_target_and_names_what_is_missing() {
     assert_eq!(t[0], ("3.00e-4".to_string(), Some(true)));
     assert_eq!(t[1], ("2/3 passed".to_string(), Some(false)));
     assert_eq!(t[2], ("not measured: bench-cuda.json or hf.json missing".to_string(), None));
-    assert_eq!(t[3], ("1.07x after 128 tokens (6.50 / 6.10 ms)".to_string(), Some(true)));
+    assert_eq!(t[3], ("1.07x plain (6.50 / 6.10 ms) after 128 tokens".to_string(), Some(true)));
     // The worst layer of each counted call, then no bound without bandwidth.json.
     assert_eq!(t[4], ("6 at 1 row, 7 at 5 rows a layer".to_string(), Some(false)));
     assert_eq!(t[5], ("not measured: no peak bandwidth: bandwidth.json missing".to_string(), None));
@@ -192,4 +192,16 @@ fn the_report_judges_each_target_and_names_what_is_missing() {
     let md = std::fs::read_to_string(d.join("report.md")).unwrap();
     let row = md.lines().find(|l| l.contains("specx cuda:0 (native weights), each step a replay of a recorded one"));
     assert!(row.is_some_and(|r| r.contains("| 420.0")), "{md}");
+    // Where the profile replayed recorded calls, the 5-row target is judged on them: 2 ms and
+    // 3 ms is 1.5x, over 1.2x though the plain forwards meet it.
+    let mut target = target;
+    target["forward"][0]["recorded_seconds"] = serde_json::json!([0.002, 0.0022, 0.0024, 0.0027, 0.003]);
+    write(
+        d,
+        "profile-cuda.json",
+        serde_json::json!({ "weights": "f32", "device": "cuda:0", "machine": { "cpu": "x", "cores": 16, "bandwidth_gb_s": 1.0 }, "reps": 5, "models": [target] }),
+    );
+    report(&ReportArgs { dir: d.to_path_buf() }).unwrap();
+    let five = "1.50x recorded (3.00 / 2.00 ms), 1.07x plain (6.50 / 6.10 ms), after 128 tokens";
+    assert_eq!(targets(d)[3], (five.to_string(), Some(false)));
 }

@@ -158,11 +158,11 @@ impl KvCache {
         &self.precise
     }
 
-    /// Positions the storage holds before it must grow (and move: a captured step records
-    /// its buffers).
-    #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
-    pub(crate) fn capacity(&self) -> usize {
-        self.capacity
+    /// Every layer's key and value storage (`[batch, kv_heads, capacity, head_dim]`): what a
+    /// captured step binds, so that it can tell when any of them has moved.
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    pub(crate) fn storage(&self) -> impl Iterator<Item = &Tensor<4>> {
+        self.layers.iter().flat_map(|(k, v)| [k, v])
     }
 
     /// Makes room for `extra` more positions than are cached now.

@@ -50,8 +50,9 @@ type Recorder = crate::model::CapturedDecode;
 #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
 type Recorder = std::convert::Infallible;
 
-/// Greedy decode steps, each a replay of one recorded step on a GPU (`model::CapturedDecode`:
-/// the plain forward's tokens, without launching each kernel).
+/// Greedy decode steps and verification calls, each a replay of a call recorded for its row
+/// count on a GPU (`model::CapturedDecode`: the plain forward's results, without launching each
+/// kernel).
 pub struct RecordedSteps {
     recorder: Recorder,
 }
@@ -70,6 +71,12 @@ impl RecordedSteps {
         unreachable!("a build without GPU kernels has no GPU model")
     }
 
+    /// [`RecordedSteps::new`] where the model's calls can be recorded; `None` elsewhere (the
+    /// CPU, a model not in GGUF blocks), whose callers forward plainly.
+    pub fn when_possible(model: &Transformer) -> Option<Self> {
+        model.can_capture().then(|| Self::new(model).expect("a model whose calls can be recorded"))
+    }
+
     /// The greedy token after `token`, which is forwarded after what `cache` holds.
     pub fn next(&mut self, model: &Transformer, token: u32, cache: &mut KvCache) -> Result<u32> {
         #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -79,6 +86,36 @@ impl RecordedSteps {
             let _ = (model, token, cache);
             match self.recorder {}
         }
+    }
+
+    /// The logits of each of `tokens` (at most `model::RECORDED_ROWS_MAX` on a GPU), which are
+    /// forwarded after what `cache` holds: a verification's scores, from a replay of the call
+    /// recorded for that many rows.
+    pub fn scores(&mut self, model: &Transformer, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<Vec<f32>>> {
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        return self.recorder.scores(model, tokens, cache);
+        #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+        {
+            let _ = (model, tokens, cache);
+            match self.recorder {}
+        }
+    }
+
+    /// Why the runtime refused to record a call, if it did: every call since (and this one)
+    /// forwarded plainly, with the same results.
+    pub fn refused(&self) -> Option<&str> {
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        return self.recorder.refused();
+        #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+        match self.recorder {}
+    }
+
+    /// The most rows [`RecordedSteps::scores`] takes in one call.
+    pub fn max_rows(&self) -> usize {
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        return crate::model::RECORDED_ROWS_MAX;
+        #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+        match self.recorder {}
     }
 }
 
@@ -95,7 +132,8 @@ pub fn generate(
     generate_with(model, prompt, max_new, sampler, eos_ids, None, on_token)
 }
 
-/// [`generate`], its greedy decode steps replayed by `steps` when given ([`RecordedSteps`]).
+/// [`generate`], its decode steps replayed by `steps` when given ([`RecordedSteps`]): a greedy
+/// step takes its token from the device, a sampled one draws from the row read back.
 pub fn generate_with(
     model: &Transformer,
     prompt: &[u32],
@@ -105,7 +143,6 @@ pub fn generate_with(
     mut steps: Option<RecordedSteps>,
     mut on_token: impl FnMut(u32) -> Result<()>,
 ) -> Result<(Vec<u32>, GenerateStats)> {
-    anyhow::ensure!(steps.is_none() || sampler.config.is_greedy(), "greedy decode steps given to a sampled generation");
     anyhow::ensure!(!prompt.is_empty(), "the prompt is empty");
     let mut cache: KvCache = model.new_cache(1);
     let mut stats = GenerateStats { prompt_tokens: prompt.len(), ..Default::default() };
@@ -124,10 +161,11 @@ pub fn generate_with(
             break;
         }
         next = match &mut steps {
-            Some(steps) => {
+            Some(steps) if sampler.config.is_greedy() => {
                 sampler.advance();
                 steps.next(model, next, &mut cache)?
             }
+            Some(steps) => sampler.sample(&steps.scores(model, &[next], &mut cache)?.remove(0)),
             None => sampler.next_after(model.forward(&[next], &mut cache)?),
         };
         stats.decode_steps += 1;

@@ -15,6 +15,7 @@ use crate::report::markdown_table;
 use anyhow::{Result, anyhow, ensure};
 use plotters::prelude::*;
 use specx_decoder::fsutil::write_atomic;
+use specx_decoder::generate::RecordedSteps;
 use specx_decoder::tree_mask::TreeMask;
 use specx_decoder::{ForwardOutput, KvCache, LoadedModel, WeightMode, check_pair, load_model_as};
 use std::path::PathBuf;
@@ -111,13 +112,14 @@ fn profile_model(role: &str, lm: &LoadedModel, a: &ProfileArgs) -> Result<ModelP
         let tree_seconds = (1..=a.max_rows.min(TREE_ROWS))
             .map(|r| timed(&|cache| model.forward_tree(&tokens[ctx..ctx + r], &balanced_tree(r), cache)))
             .collect::<Result<Vec<_>>>()?;
+        let recorded_seconds = recorded_curve(lm, &tokens, ctx, a, &mut cache)?;
         eprintln!(
             "{role}: context {ctx}: 1 row {:.1} ms, {} rows {:.1} ms",
             seconds[0] * 1e3,
             a.max_rows,
             seconds[a.max_rows - 1] * 1e3
         );
-        forward.push(ForwardCurve { context: ctx, seconds, tree_seconds });
+        forward.push(ForwardCurve { context: ctx, seconds, tree_seconds, recorded_seconds });
     }
     // Per layer, one row after a 512-token context (or the largest below it).
     let layer_context = a.contexts.iter().copied().filter(|&c| c <= 512).max().unwrap_or(a.contexts[0]);
@@ -157,6 +159,35 @@ fn profile_model(role: &str, lm: &LoadedModel, a: &ProfileArgs) -> Result<ModelP
         tpot_s: stats.decode_time.as_secs_f64() / stats.decode_steps.max(1) as f64,
         launches: counted,
     })
+}
+
+/// Median seconds of verifications of 1..=N rows after `ctx` tokens (`cache` holds them), each
+/// a replay of the call recorded for its rows with every row's logits read back, the cache cut
+/// back after each; N is `--max-rows`, at most what a recorded call takes. Empty where the
+/// model cannot record its calls.
+fn recorded_curve(lm: &LoadedModel, tokens: &[u32], ctx: usize, a: &ProfileArgs, cache: &mut KvCache) -> Result<Vec<f64>> {
+    let model = &lm.model;
+    let Some(mut recorded) = RecordedSteps::when_possible(model) else { return Ok(Vec::new()) };
+    let mut curve = Vec::new();
+    for r in 1..=a.max_rows.min(recorded.max_rows()) {
+        let rows = &tokens[ctx..ctx + r];
+        // The first call records (untimed, as the plain curve's shapes were warmed up).
+        recorded.scores(model, rows, cache)?;
+        cache.truncate(ctx);
+        let mut reps = Vec::new();
+        for _ in 0..a.reps.max(1) {
+            let t = Instant::now();
+            recorded.scores(model, rows, cache)?;
+            reps.push(t.elapsed().as_secs_f64());
+            cache.truncate(ctx);
+        }
+        curve.push(median(reps));
+    }
+    if let Some(why) = recorded.refused() {
+        eprintln!("{}: no verification was replayed: {why}", lm.path.display());
+        return Ok(Vec::new());
+    }
+    Ok(curve)
 }
 
 pub fn run(a: ProfileArgs) -> Result<()> {
@@ -207,6 +238,7 @@ fn tables(p: &Profile) -> String {
         &rows,
     ));
     s.push('\n');
+    s.push_str(&recorded_table(p));
     s.push_str(&tree_table(p));
     let rows: Vec<Vec<String>> = p
         .models
@@ -237,6 +269,33 @@ fn tables(p: &Profile) -> String {
 }
 
 /// Tree calls beside chain calls of as many rows: what verifying a token tree costs.
+/// Verifications replaying recorded calls against the plain forwards of the same rows, where
+/// the profile has them.
+fn recorded_table(p: &Profile) -> String {
+    let mut rows = Vec::new();
+    for m in &p.models {
+        for c in m.forward.iter().filter(|c| !c.recorded_seconds.is_empty()) {
+            let rec = &c.recorded_seconds;
+            let five = rec.len().min(5);
+            rows.push(vec![
+                m.role.clone(),
+                c.context.to_string(),
+                format!("{:.2}", c.seconds[0] * 1e3),
+                format!("{:.2}", rec[0] * 1e3),
+                five.to_string(),
+                format!("{:.2}", c.seconds[five - 1] * 1e3),
+                format!("{:.2}", rec[five - 1] * 1e3),
+                format!("{:.2}", rec[five - 1] / rec[0]),
+            ]);
+        }
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    let header = ["model", "context", "1 row ms", "recorded", "rows", "plain ms", "recorded ms", "recorded rows / 1 row"];
+    format!("Verifications replaying recorded calls (every row's logits read back):\n\n{}\n", markdown_table(&header, &rows))
+}
+
 fn tree_table(p: &Profile) -> String {
     let mut rows = Vec::new();
     for m in &p.models {

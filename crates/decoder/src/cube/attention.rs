@@ -23,8 +23,9 @@ pub(crate) const CHUNK: u32 = 256;
 
 /// One cube per (sequence, head, row) of `q` (`[batch, heads, rows, head_dim]`) along x and per
 /// chunk of keys along y. Units stride over the chunk's keys: each score is a dot product in
-/// order of the head's dimensions, scaled and masked (`mask`, `[groups rows, total]` additive,
-/// when `masked` is 1), kept in `scores`; the max and the sum of the exponentials fold in a
+/// order of the head's dimensions, scaled and masked, kept in `scores`: with `masked` 1 by
+/// `mask` (`[groups rows, total]` additive: a tree call's), otherwise causally (row `r` sees the
+/// keys up to `step[0] + r`; a hidden key weighs exactly 0, as an additive minus infinity would); the max and the sum of the exponentials fold in a
 /// fixed tree; then each unit sums its dimensions of the weighted values over the chunk's keys
 /// in order. With one chunk, the normalised result goes to `out` (`[batch, rows, heads
 /// head_dim]`); with several, the chunk's max and sum go to `stats` and its unnormalised sums to
@@ -70,6 +71,8 @@ fn attention_chunk(
     let mbase = ((head % groups) * rows + row) * total;
     let first = chunk * CHUNK;
     let end = min(total, first + CHUNK);
+    // The last key the row sees causally (every key under an additive mask).
+    let causal_end = select(masked == 1, total, step[0] + row);
     let unit = UNIT_POS as usize;
     let mut part = Shared::<[f32]>::new_slice(units);
 
@@ -88,7 +91,7 @@ fn attention_chunk(
             s += mask[(mbase + j) as usize];
         }
         scores[(sbase + j) as usize] = s;
-        local = max(local, s);
+        local = select(j > causal_end, local, max(local, s));
         j += CUBE_DIM;
     }
     part[unit] = local;
@@ -108,7 +111,7 @@ fn attention_chunk(
     let mut sum = 0.0f32;
     let mut k = first + UNIT_POS;
     while k < end {
-        let e = f32::exp(scores[(sbase + k) as usize] - top);
+        let e = select(k > causal_end, 0.0f32, f32::exp(scores[(sbase + k) as usize] - top));
         scores[(sbase + k) as usize] = e;
         sum += e;
         k += CUBE_DIM;
@@ -188,8 +191,8 @@ fn attention_merge(stats: &[f32], partial: &[f32], out: &mut [f32], rows: u32, h
 
 /// Attention of `q: [b, heads, n, head_dim]` over the cache's `keys` and `values` (`[b,
 /// kv_heads, total, head_dim]` views of its storage; query heads share kv heads in groups),
-/// with `mask` (`[groups n, total]`, additive) when given: `[b, n, heads head_dim]`. `step`
-/// holds `total - n` on the device ([`super::step_buffer`]).
+/// with `mask` (`[groups n, total]`, additive: a tree call's) when given, else causal: `[b, n,
+/// heads head_dim]`. `step` holds `total - n` on the device ([`super::step_buffer`]).
 pub(crate) fn attention(
     q: Tensor<4>,
     keys: Tensor<4>,

@@ -1,16 +1,20 @@
-//! A recorded decode step against the forward it records (`model::CapturedDecode`): greedy
+//! Recorded decode calls against the forwards they record (`model::CapturedDecode`): greedy
 //! decoding of a tiny GGUF model past 256 positions, where the cache grows and attention takes
 //! a second chunk of keys (a second recording), gives the tokens and every cached key and value
-//! of the plain forward bit for bit; replays whose inputs are not rewritten are caught.
+//! of the plain forward bit for bit; so do verification calls of 1 to 16 rows with rejected
+//! rows cut off between them, and greedy speculative decoding, whose verifications replay
+//! recordings, gives the target's own greedy tokens. Replays whose inputs are not rewritten are
+//! caught.
 
 use super::Check;
 use super::tiny::{tokens, write_tiny_gguf};
 use crate::cache::KvCache;
 use crate::generate::greedy_token;
 use crate::gguf::GgmlType;
-use crate::model::{CapturedDecode, Transformer};
+use crate::model::{CapturedDecode, Transformer, replays};
+use crate::speculative::{FixedK, PlainDrafter, RejectionSampler, SpecConfig, generate_speculative};
 use crate::synthetic::{TINY_VOCAB, tiny_qwen2};
-use crate::{Device, load_model};
+use crate::{Device, SamplingConfig, load_model};
 use anyhow::{Result, ensure};
 use std::path::Path;
 
@@ -35,6 +39,53 @@ fn decode(model: &Transformer, captured: Option<&mut CapturedDecode>) -> Result<
     Ok((out, cache))
 }
 
+/// Rows of successive verification calls (each after cutting the previous call's last
+/// `call % 3` rows, as a rejection does), cycled until the cache passes [`PROMPT`] + [`STEPS`].
+const CALLS: [usize; 7] = [5, 3, 1, 6, 16, 2, 4];
+
+/// The scores of each verification call and the cache they leave, by the plain forward or by
+/// `captured` (`None`: plain).
+fn verify(model: &Transformer, mut captured: Option<&mut CapturedDecode>) -> Result<(Vec<Vec<f32>>, KvCache)> {
+    let mut cache = model.new_cache(1);
+    model.forward_last(&tokens(PROMPT, 5), &mut cache)?;
+    let mut scores = Vec::new();
+    for (i, &rows) in CALLS.iter().cycle().enumerate() {
+        if cache.len() > PROMPT + STEPS {
+            break;
+        }
+        let input = tokens(rows, 100 + i as u32);
+        scores.extend(match captured.as_deref_mut() {
+            Some(c) => c.scores(model, &input, &mut cache)?,
+            None => model.forward_scores(&input, &mut cache, rows, None)?.expect("no cancel flag"),
+        });
+        cache.truncate(cache.len() - (rows - 1).min(i % 3));
+    }
+    Ok((scores, cache))
+}
+
+/// Greedy speculative decoding on `model` as the target with a draft close to it (three
+/// candidates a round) against the target's own greedy tokens: mismatching prompts, and the
+/// replays the verifications made.
+fn speculative(model: &Transformer, dir: &Path) -> Result<(Vec<String>, u64)> {
+    let draft = super::tiny::noisy_draft(dir, TINY_VOCAB, 41, 0.1)?;
+    let eos = [TINY_VOCAB as u32 - 1];
+    let cfg = SpecConfig { max_new_tokens: 40, sampling: SamplingConfig::greedy(), seed: 0 };
+    let (mut bad, before) = (Vec::new(), replays());
+    for p in 0..3u32 {
+        let prompt = tokens(6 + p as usize, 30 + p);
+        // The plain forward's greedy tokens (the autoregressive baseline would replay, too).
+        let mut greedy = crate::Sampler::new(SamplingConfig::greedy(), 0);
+        let (ar, _) = crate::generate::generate(model, &prompt, cfg.max_new_tokens, &mut greedy, &eos, |_| Ok(()))?;
+        let mut drafter = PlainDrafter::new(&draft.model);
+        let spec =
+            generate_speculative(model, &mut drafter, &mut FixedK(3), &mut RejectionSampler, &prompt, &cfg, &eos)?;
+        if spec.tokens != ar {
+            bad.push(format!("prompt {p}: speculative {:?} vs greedy {:?}", spec.tokens, ar));
+        }
+    }
+    Ok((bad, replays() - before))
+}
+
 /// Whether two caches hold the same keys and values, bit for bit, in every layer.
 fn same_cache(a: &KvCache, b: &KvCache, layers: usize) -> bool {
     a.len() == b.len() && (0..layers).all(|l| a.layer_data(l) == b.layer_data(l))
@@ -57,11 +108,23 @@ pub(super) fn captured_decode(device: &Device, dir: &Path) -> Result<Check> {
     let (again, _) = decode(&model, Some(&mut captured))?;
     ensure!(again == plain, "replayed steps on a second cache depart from the plain forward's tokens");
     ensure!(captured.recordings == 4, "a second cache did not start its own recordings");
+    let (plain_scores, plain_verified) = verify(&model, None)?;
+    let mut calls = CapturedDecode::new();
+    let (replayed_scores, replayed_verified) = verify(&model, Some(&mut calls))?;
+    ensure!(replayed_scores == plain_scores, "replayed verification calls' scores differ from the plain forward's");
+    ensure!(same_cache(&plain_verified, &replayed_verified, layers), "replayed verification calls cached other values");
+    let (bad, spec_replays) = speculative(&model, dir)?;
+    ensure!(bad.is_empty(), "greedy speculative decoding with recorded verifications: {}", bad.join("; "));
+    ensure!(spec_replays > 0, "greedy speculative decoding replayed no recorded verification");
     let mut stale = CapturedDecode::new();
     stale.stale_inputs = true;
     let (broken, broken_cache) = decode(&model, Some(&mut stale))?;
     let caught = broken != plain || !same_cache(&plain_cache, &broken_cache, layers);
     ensure!(caught, "replays without their inputs rewritten gave the plain forward's results: the check cannot fail");
+    let mut stale = CapturedDecode::new();
+    stale.stale_inputs = true;
+    let (broken, _) = verify(&model, Some(&mut stale))?;
+    ensure!(broken != plain_scores, "verification replays without their inputs rewritten were not caught");
     Ok(Check {
         name: "captured_decode".into(),
         passed: true,
@@ -71,8 +134,12 @@ pub(super) fn captured_decode(device: &Device, dir: &Path) -> Result<Check> {
             "tiny qwen2 in Q8_0 blocks, greedy, {PROMPT} prompt tokens then {STEPS} steps: the replayed steps' \
              tokens and every layer's cached keys and values equal the plain forward's bit for bit, with \
              {recordings} recordings (the cache growing past 256 positions and attention taking a second chunk \
-             at the same step), and the same on a second cache; replays without their token, position and \
-             length rewritten caught"
+             at the same step), and the same on a second cache; verification calls of 1 to 16 rows ({} rows in \
+             all), rejected rows cut between them, give the plain forward's scores and cache bit for bit ({} recordings); greedy \
+             speculative decoding (3 candidates a round, {spec_replays} replayed verifications) gives the \
+             target's greedy tokens; replays without their tokens, positions and length rewritten caught",
+            plain_scores.len(),
+            calls.recordings
         ),
     })
 }

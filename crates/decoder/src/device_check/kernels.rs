@@ -2,8 +2,8 @@
 //! each at 1, 5 and 16 rows, every row bitwise equal to the same row in a call of another
 //! size (row invariance), and a broken call caught by the same comparison, so the check can
 //! fail: RMSNorm with its weight read one element off, the RoPE and cache-write kernel with
-//! its rows written one position off, SwiGLU with gate and up swapped, attention without its
-//! causal mask. (The LM head's argmax and top k, `super::head`, report under the same name.)
+//! its rows written one position off, SwiGLU with gate and up swapped, attention with a mask
+//! that hides nothing. (The LM head's argmax and top k, `super::head`, report under the same name.)
 
 use super::Check;
 use crate::Device;
@@ -246,15 +246,25 @@ fn first_rows(q: &[f32], rows: usize) -> Vec<f32> {
     (0..h).flat_map(|head| q[head * ROWS[2] * d..][..rows * d].to_vec()).collect()
 }
 
+/// How an attention call is masked.
+#[derive(Clone, Copy, PartialEq)]
+enum Masking {
+    /// The kernel's own causal mask (no mask passed): what a chain call gets.
+    Causal,
+    /// The causal mask passed as an additive mask: the path of a tree call's mask.
+    Additive,
+    /// An additive mask that hides nothing: the broken call.
+    Nothing,
+}
+
 /// `crate::cube::attention` of the first `rows` query rows on `device`, over the cache's
-/// storage viewed up to `past + rows`, with the causal mask the model passes (none for one
-/// row) unless `unmasked`.
+/// storage viewed up to `past + rows`, masked as `masking` says.
 fn attention_on(
     device: &Device,
     (q, keys, values): (&[f32], &[f32], &[f32]),
     past: usize,
     rows: usize,
-    unmasked: bool,
+    masking: Masking,
 ) -> Vec<f32> {
     let [h, kvh, d] = ROPE_HEADS;
     let total = past + rows;
@@ -268,9 +278,10 @@ fn attention_on(
         ])
     };
     let groups = h / kvh;
-    let mask = (rows > 1 && !unmasked).then(|| {
+    let mask = (masking != Masking::Causal).then(|| {
+        let hide = if masking == Masking::Nothing { 0.0 } else { f32::NEG_INFINITY };
         let m: Vec<f32> = (0..groups * rows)
-            .flat_map(|r| (0..total).map(move |p| if p <= past + r % rows { 0.0 } else { f32::NEG_INFINITY }))
+            .flat_map(|r| (0..total).map(move |p| if p <= past + r % rows { 0.0 } else { hide }))
             .collect();
         Tensor::<2>::from_data(TensorData::new(m, [groups * rows, total]), device)
     });
@@ -281,8 +292,9 @@ fn attention_on(
         .expect("f32")
 }
 
-/// Attention at 1, 5 and 16 rows after each of [`ATTENTION_PASTS`]: the worst difference, and
-/// the least that of a broken call moved (a 5-row call without its causal mask).
+/// Attention at 1, 5 and 16 rows after each of [`ATTENTION_PASTS`], masked by the kernel and by
+/// an additive mask: the worst difference, and the least that of a broken call moved (a 5-row
+/// call whose mask hides nothing).
 fn attention_check(device: &Device) -> Result<(f32, f32)> {
     let [h, kvh, d] = ROPE_HEADS;
     let (mut worst, mut caught) = (0f32, f32::INFINITY);
@@ -294,9 +306,11 @@ fn attention_check(device: &Device) -> Result<(f32, f32)> {
         let inputs = (&q[..], &keys[..], &values[..]);
         let reference = |n: usize| attention_reference(&first_rows(&q, n), &keys, &values, past, n);
         let what = format!("attention after {past} positions");
-        let call = |n: usize| attention_on(device, inputs, past, n, false);
-        worst = nan_max(worst, over_row_counts(&what, call, reference)?);
-        let broken = attention_on(device, inputs, past, ROWS[1], true);
+        for masking in [Masking::Causal, Masking::Additive] {
+            let call = |n: usize| attention_on(device, inputs, past, n, masking);
+            worst = nan_max(worst, over_row_counts(&what, call, reference)?);
+        }
+        let broken = attention_on(device, inputs, past, ROWS[1], Masking::Nothing);
         caught = caught.min(max_abs_diff(&broken, &reference(ROWS[1])));
     }
     Ok((worst, caught))
@@ -330,7 +344,7 @@ pub(super) fn kernels(device: &Device, tol: f32, head: &str) -> Result<Check> {
     let (attention_worst, attention_caught) = attention_check(device)?;
     ensure!(
         attention_caught > tol,
-        "attention without its causal mask moved by only {attention_caught:e}: the check cannot fail"
+        "attention whose mask hides nothing moved by only {attention_caught:e}: the check cannot fail"
     );
 
     Ok(super::tiny::numeric(
@@ -340,7 +354,7 @@ pub(super) fn kernels(device: &Device, tol: f32, head: &str) -> Result<Check> {
         &format!(
             "fused RMSNorm (widths 96 and 700), RoPE with the cache write (4 q and 2 kv heads of 16, after \
              3 positions), SwiGLU (2 x 300) and causal attention (the same heads, after 8, 255 and 600 positions: one chunk \
-             of keys, a call at the split, three chunks), 1/5/16 \
+             of keys, a call at the split, three chunks; masked by the kernel and by an additive mask), 1/5/16 \
              rows, against f64 on the host; every row bitwise equal across call sizes; broken calls caught: \
              a weight read one element off {caught:.1e} away, rows cached one position off \
              {rope_caught:.1e}, gate and up swapped {swiglu_caught:.1e}, attention unmasked \

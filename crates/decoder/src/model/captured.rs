@@ -1,18 +1,23 @@
-//! A greedy one-row decode step recorded once and replayed: a CUDA graph on `cuda` (one
-//! dispatch for the whole step), CubeCL's software graph on `wgpu` (the launches re-encoded
-//! from state resolved at recording). A step of the 1.5B target issues 172 launches (6 a
-//! layer, the embedding lookup, the final norm, the head and the argmax); a replay issues none
-//! of them from the host.
+//! Decode calls of a few rows, recorded once per row count and replayed: a CUDA graph on
+//! `cuda` (one dispatch for the whole call), CubeCL's software graph on `wgpu` (the launches
+//! re-encoded from state resolved at recording). A one-row step of the 1.5B target issues 172
+//! launches (6 a layer, the embedding lookup, the final norm, the head and the argmax); a
+//! replay issues none of them from the host. Two calls are recorded: the greedy one-row step
+//! ([`CapturedDecode::next`], its argmax left on the device) and a verification of up to
+//! [`RECORDED_ROWS_MAX`] rows ([`CapturedDecode::scores`], every row's logits read back).
 //!
 //! A recording keeps the kernels' launch arguments and buffers, so every input that changes
-//! from step to step lives in a device buffer the step owns and is rewritten before each
-//! replay: the token, the RoPE angles of its position, and the cached length (which the RoPE
-//! and cache-write kernel and attention read: `cube::step_buffer`). What a recording cannot
-//! follow starts a new one: the cache growing (its storage moves) and attention's number of
-//! 256-key chunks (its launch's size), so a step is recorded again every 256 positions at most.
+//! from call to call lives in a device buffer the recording owns and is rewritten before each
+//! replay: the tokens, the RoPE angles of their positions, and the cached length (which the
+//! RoPE and cache-write kernel and attention read: `cube::step_buffer`; attention masks the
+//! rows causally from it). What a recording cannot follow starts a new one: the cache's
+//! storage moving (it grows, or a write copies it) and attention's number of 256-key chunks
+//! (its launch's size), so each row count is recorded again every 256 positions at most.
+//! The first call of a recording is the plain forward it then records: its results are that
+//! call's, so recording costs no forward of its own.
 
 use super::layers::{RowMask, rope_tables};
-use super::{PositionTables, Transformer};
+use super::{PositionTables, Transformer, tail_rows};
 use crate::cache::KvCache;
 use anyhow::{Context, Result, ensure};
 use burn::tensor::{Int, Tensor};
@@ -21,20 +26,64 @@ use burn_cubecl::cubecl::bytes::Bytes;
 use burn_cubecl::cubecl::client::Graph;
 use burn_cubecl::tensor::CubeTensor;
 
-/// What a recording was made for: the cache (its identity and capacity) and attention's
-/// chunks of keys.
+/// The most rows a recorded call takes (attention's query rows per cube stay few; a longer
+/// forward, a prefill, runs plainly).
+pub const RECORDED_ROWS_MAX: usize = 16;
+
+/// Replays so far in this process (a check reads it to see that recorded calls ran).
+static REPLAYS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Replays of recorded calls so far in this process.
+pub fn replays() -> u64 {
+    REPLAYS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// What a call leaves for its caller: the greedy token of one row, or every row's logits.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Output {
+    Greedy,
+    Scores,
+}
+
+/// What a recording was made for: the cache (its identity and the memory of every layer's
+/// storage), the rows and their output, and attention's chunks of keys.
+#[derive(Clone, PartialEq, Eq, Debug)]
 struct Shape {
     cache: u64,
-    capacity: usize,
+    storage: Vec<usize>,
+    rows: usize,
+    output: Output,
     chunks: usize,
 }
 
-/// The step's inputs on the device, rewritten before each replay.
+/// The call's inputs on the device, rewritten before each replay.
 struct Inputs {
-    token: Tensor<1, Int>,
+    tokens: Tensor<1, Int>,
     rope: (Tensor<2>, Tensor<2>),
     mask: RowMask,
+}
+
+/// A call's results on the device.
+enum Outputs {
+    /// The argmax of the one row's logits (value, column).
+    Picked(Tensor<1>),
+    /// `[1, rows, vocab]`.
+    Logits(Tensor<3>),
+}
+
+/// What a call's results read back to the host.
+enum Read {
+    Token(u32),
+    Scores(Vec<Vec<f32>>),
+}
+
+impl Outputs {
+    fn read(&self) -> Read {
+        match self {
+            Outputs::Picked(p) => Read::Token(crate::cube::read_picks(p.clone(), 1)[0][0].0),
+            Outputs::Logits(l) => Read::Scores(tail_rows(l, l.dims()[1])),
+        }
+    }
 }
 
 /// One recording and the buffers it reads and writes.
@@ -42,33 +91,40 @@ struct Recording {
     graph: Graph,
     shape: Shape,
     inputs: Inputs,
-    /// The argmax of the step's logits (value, column), where the replay leaves it.
-    picked: Tensor<1>,
+    outputs: Outputs,
 }
 
-/// Greedy decode steps of one model and one cache, recorded and replayed
-/// ([`CapturedDecode::next`]).
+/// Recorded decode calls of one model on one cache at a time: one recording per row count and
+/// output, replayed ([`CapturedDecode::next`], [`CapturedDecode::scores`]).
 pub struct CapturedDecode {
-    recording: Option<Recording>,
-    /// Recordings made so far (the first, then one per cache growth or new attention chunk).
+    held: Vec<Recording>,
+    /// Why the runtime refused to record, after which every call forwards plainly.
+    refused: Option<String>,
+    /// Recordings made so far (a row count's first call, then one per storage move or new
+    /// attention chunk).
     pub recordings: usize,
-    /// Replays without their inputs rewritten: a broken step, for the device check to catch.
+    /// Replays without their inputs rewritten: a broken call, for the device check to catch.
     pub(crate) stale_inputs: bool,
 }
 
 impl Transformer {
-    /// The forward of one row from the device buffers of `inputs`, through the exact
-    /// (sequential) layer loop, then the head and its argmax, left on the device.
-    fn step_from(&self, inputs: &Inputs, cache: &mut KvCache) -> Result<Tensor<1>> {
+    /// The forward of `rows` rows from the device buffers of `inputs`, through the exact
+    /// (sequential) layer loop, then the head (and for a greedy step its argmax), left on the
+    /// device.
+    fn call_from(&self, inputs: &Inputs, rows: usize, cache: &mut KvCache, output: Output) -> Result<Outputs> {
         let super::layers::Embedding::DeviceBlocks(table) = &self.embed else {
-            anyhow::bail!("a captured step looks its token up from GGUF blocks on the device");
+            anyhow::bail!("a captured call looks its tokens up from GGUF blocks on the device");
         };
-        let x = table.lookup_ids(&inputs.token).reshape([1, 1, self.cfg.hidden_size]);
+        let x = table.lookup_ids(&inputs.tokens).reshape([1, rows, self.cfg.hidden_size]);
         let tables: Vec<PositionTables> = vec![(inputs.rope.clone(), inputs.mask.clone())];
         let hidden = self
-            .run_layers(x, cache, &tables, 1, None, None, &self.sequential, 1, None)?
+            .run_layers(x, cache, &tables, rows, None, None, &self.sequential, 1, None)?
             .expect("no cancel flag, never cancelled");
-        Ok(crate::cube::launch_top_k(&self.logits(hidden), 1, 1))
+        let logits = self.logits(hidden);
+        Ok(match output {
+            Output::Greedy => Outputs::Picked(crate::cube::launch_top_k(&logits, 1, 1)),
+            Output::Scores => Outputs::Logits(logits),
+        })
     }
 }
 
@@ -88,6 +144,11 @@ fn f32_bytes(t: Tensor<2>) -> Vec<u8> {
     t.into_data().try_to_vec::<f32>().expect("f32 tables").iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
+/// The memory of every layer's storage in `cache` (ids never reused by a later allocation).
+fn storage_ids(cache: &KvCache) -> Vec<usize> {
+    cache.storage().map(|t| cube!(t).handle.memory.descriptor().id.value).collect()
+}
+
 impl Default for CapturedDecode {
     fn default() -> Self {
         Self::new()
@@ -96,72 +157,133 @@ impl Default for CapturedDecode {
 
 impl CapturedDecode {
     pub fn new() -> Self {
-        Self { recording: None, recordings: 0, stale_inputs: false }
+        Self { held: Vec::new(), refused: None, recordings: 0, stale_inputs: false }
+    }
+
+    /// Why the runtime refused to record a call (every call since forwarded plainly), if it did.
+    pub fn refused(&self) -> Option<&str> {
+        self.refused.as_deref()
     }
 
     /// Forwards `token` after what `cache` holds (one row, appended to the cache) and returns
     /// the greedy token after it: what `generate::greedy_token` of `model.forward(&[token],
-    /// cache)` returns, from a replay of a recorded step. Records first where no recording
-    /// fits this cache, its capacity and attention's chunks. Replays write into the cache's
-    /// storage, which its clones share until they write themselves: clone it only between
-    /// uses of this.
+    /// cache)` returns, from a replay of a recorded step.
     pub fn next(&mut self, model: &Transformer, token: u32, cache: &mut KvCache) -> Result<u32> {
-        ensure!(model.can_capture(), "this model's decode step cannot be recorded");
-        ensure!(cache.batch() == 1, "a captured step decodes one sequence");
-        let past = cache.len();
-        cache.reserve(1);
-        let chunks = (past + 1).div_ceil(crate::cube::ATTENTION_CHUNK);
-        let shape = Shape { cache: cache.id(), capacity: cache.capacity(), chunks };
-        if self.recording.as_ref().is_none_or(|r| r.shape != shape) {
-            // The old recording's buffers (the cache's former storage among them) go first.
-            self.recording = None;
-            self.recording = Some(record(model, cache, shape)?);
-            self.recordings += 1;
+        match self.call(model, &[token], cache, Output::Greedy)? {
+            Read::Token(t) => Ok(t),
+            Read::Scores(_) => unreachable!("a greedy step reads its token"),
         }
-        let r = self.recording.as_ref().expect("recorded above");
-        let cfg = model.config();
-        let (cos, sin) = rope_tables(past, 1, cfg.head_dim, cfg.rope_theta, &crate::Device::flex());
+    }
+
+    /// Forwards `tokens` (1 to [`RECORDED_ROWS_MAX`]) after what `cache` holds and returns
+    /// the logits of each: what `model.forward_scores(tokens, cache, tokens.len(), None)`
+    /// returns, from a replay of the call recorded for that many rows.
+    pub fn scores(&mut self, model: &Transformer, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<Vec<f32>>> {
+        match self.call(model, tokens, cache, Output::Scores)? {
+            Read::Scores(s) => Ok(s),
+            Read::Token(_) => unreachable!("a verification reads its scores"),
+        }
+    }
+
+    /// The call of `tokens` for `output`: a replay of its recording, recorded first where
+    /// none fits; a plain forward once the runtime has refused a recording. Replays write into the cache's storage, which its clones share until they
+    /// write themselves: clone it only between uses of this.
+    fn call(&mut self, model: &Transformer, tokens: &[u32], cache: &mut KvCache, output: Output) -> Result<Read> {
+        ensure!(model.can_capture(), "this model's decode calls cannot be recorded");
+        ensure!(cache.batch() == 1, "a captured call decodes one sequence");
+        let rows = tokens.len();
+        ensure!((1..=RECORDED_ROWS_MAX).contains(&rows), "a recorded call of {rows} rows (1 to {RECORDED_ROWS_MAX})");
+        let vocab = model.config().vocab_size as u32;
+        if let Some(&bad) = tokens.iter().find(|&&t| t >= vocab) {
+            anyhow::bail!("token id {bad} is outside the vocabulary of {vocab}");
+        }
+        if self.refused.is_some() {
+            return Ok(match output {
+                Output::Greedy => Read::Token(crate::generate::greedy_token(model.forward(tokens, cache)?)),
+                Output::Scores => {
+                    Read::Scores(model.forward_scores(tokens, cache, rows, None)?.expect("no cancel flag"))
+                }
+            });
+        }
+        let past = cache.len();
+        cache.reserve(rows);
+        let chunks = (past + rows).div_ceil(crate::cube::ATTENTION_CHUNK);
+        let shape = Shape { cache: cache.id(), storage: storage_ids(cache), rows, output, chunks };
+        // Recordings of another cache or storage write memory this cache no longer uses: they go
+        // first (with the buffers they hold), and so does this call's own if its shape changed.
+        self.held.retain(|r| r.shape.cache == shape.cache && r.shape.storage == shape.storage);
+        self.held.retain(|r| (r.shape.rows, r.shape.output) != (rows, output) || r.shape == shape);
+        let Some(r) = self.held.iter().find(|r| r.shape == shape) else {
+            let (recording, read) = record(model, tokens, cache, shape)?;
+            match recording {
+                Ok(recording) => {
+                    self.held.push(recording);
+                    self.recordings += 1;
+                }
+                Err(why) => {
+                    eprintln!("specx: the runtime refused to record a decode call ({why}); forwarding plainly");
+                    self.refused = Some(why);
+                }
+            }
+            cache.advance(rows, None);
+            return Ok(read);
+        };
         if !self.stale_inputs {
-            overwrite(cube!(r.inputs.token), token.to_le_bytes().to_vec());
+            let cfg = model.config();
+            let (cos, sin) = rope_tables(past, rows, cfg.head_dim, cfg.rope_theta, &crate::Device::flex());
+            overwrite(cube!(r.inputs.tokens), tokens.iter().flat_map(|t| t.to_le_bytes()).collect());
             overwrite(cube!(r.inputs.rope.0), f32_bytes(cos));
             overwrite(cube!(r.inputs.rope.1), f32_bytes(sin));
             overwrite(cube!(r.inputs.mask.step_tensor()), (past as u32).to_le_bytes().to_vec());
         }
-        // SAFETY: every buffer the recording reads or writes is alive: its inputs and output are
-        // held in `r`, the cache's storage (same capacity, so not moved) by `cache`, the weights by
-        // `model`, and the intermediates by the graph itself; the writes above, the replay and
-        // the read below are issued from this thread's stream, in that order.
-        unsafe { r.graph.replay() }.map_err(|e| anyhow::anyhow!("replaying the recorded decode step: {e:?}"))?;
-        cache.advance(1, None);
-        let picked = crate::cube::read_picks(r.picked.clone(), 1);
-        Ok(picked[0][0].0)
+        // SAFETY: every buffer the recording reads or writes is alive: its inputs and outputs are
+        // held in `r`, the cache's storage (the same memory, checked above) by `cache`, the
+        // weights by `model`, and the intermediates by the graph itself; the writes above, the
+        // replay and the read below are issued from this thread's stream, in that order.
+        unsafe { r.graph.replay() }.map_err(|e| anyhow::anyhow!("replaying a recorded decode call: {e:?}"))?;
+        REPLAYS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        cache.advance(rows, None);
+        Ok(r.outputs.read())
     }
 }
 
-/// Records a step of `model` after what `cache` holds (room for it reserved), for `shape`: a
-/// warm-up forward first (the memory pools then hold every buffer the recorded one asks for;
-/// its cache writes are the replays' to redo), then the recorded one, which runs nothing.
-fn record(model: &Transformer, cache: &mut KvCache, shape: Shape) -> Result<Recording> {
-    let past = cache.len();
+/// Runs the call of `tokens` after what `cache` holds (room for them reserved; the cache's
+/// length left unchanged) and records it for `shape`. The plain run comes first: the memory
+/// pools then hold every buffer the recorded one asks for, and its results, read back before
+/// recording, are the call's. The recorded run executes nothing on CUDA; on `wgpu` it writes
+/// the same keys and values again. Where the runtime refuses to record, the plain run's
+/// results come back with its reason.
+fn record(
+    model: &Transformer,
+    tokens: &[u32],
+    cache: &mut KvCache,
+    shape: Shape,
+) -> Result<(std::result::Result<Recording, String>, Read)> {
+    let (past, rows) = (cache.len(), tokens.len());
     let cfg = model.config();
     let device = model.device();
     let groups = cfg.num_attention_heads / cfg.num_key_value_heads;
     let inputs = Inputs {
-        token: crate::cube::words_on(vec![0], device),
-        rope: rope_tables(past, 1, cfg.head_dim, cfg.rope_theta, device),
-        mask: RowMask::new(past, 1, None, groups, device),
+        tokens: crate::cube::words_on(tokens.to_vec(), device),
+        rope: rope_tables(past, rows, cfg.head_dim, cfg.rope_theta, device),
+        mask: RowMask::new(past, rows, None, groups, device),
     };
-    let client = cube!(inputs.token).client;
-    fn failed(what: &'static str) -> impl Fn(burn_cubecl::cubecl::server::ServerError) -> anyhow::Error {
-        move |e| anyhow::anyhow!("{what} a decode step: {e:?}")
+    let client = cube!(inputs.tokens).client;
+    let failed = |what: &str, e: burn_cubecl::cubecl::server::ServerError| format!("{what}: {e:?}");
+    let prepared = client.graph_prepare().map_err(|e| failed("preparing to record", e));
+    let plain = model.call_from(&inputs, rows, cache, shape.output);
+    cache.truncate(past);
+    let read = plain.context("the plain run of a recorded decode call")?.read();
+    if let Err(why) = prepared {
+        return Ok((Err(why), read));
     }
-    client.graph_prepare().map_err(failed("preparing to record"))?;
-    let warm = model.step_from(&inputs, cache);
+    if let Err(e) = client.start_capture() {
+        return Ok((Err(failed("starting to record", e)), read));
+    }
+    let outputs = model.call_from(&inputs, rows, cache, shape.output);
     cache.truncate(past);
-    warm.context("the warm-up forward of a recorded decode step")?;
-    client.start_capture().map_err(failed("starting to record"))?;
-    let picked = model.step_from(&inputs, cache);
-    cache.truncate(past);
-    let graph = client.stop_capture().map_err(failed("recording"))?;
-    Ok(Recording { graph, shape, inputs, picked: picked? })
+    // Capture ends whatever the forward did, so the client never stays recording.
+    let graph = client.stop_capture().map_err(|e| failed("recording", e));
+    let outputs = outputs.context("the recorded run of a decode call")?;
+    Ok((graph.map(|graph| Recording { graph, shape, inputs, outputs }), read))
 }

@@ -182,85 +182,79 @@ pub(super) fn apply_rope(x: Tensor<4>, cos: &Tensor<2>, sin: &Tensor<2>) -> Tens
     x * cos.clone().unsqueeze::<4>() + rotated * sin.clone().unsqueeze::<4>()
 }
 
-/// Additive causal mask for `n` new queries after `past` cached positions, laid out for the
-/// grouped query rows `(group, query)`: `[groups * n, past + n]`.
-fn causal_mask(past: usize, n: usize, groups: usize, device: &Device) -> Tensor<2> {
-    additive_mask(past, n, groups, device, |i, row| row[past + i + 1..].fill(f32::NEG_INFINITY))
-}
-
-/// [`causal_mask`] of a tree call: row i sees the cache before the tree and its path in
-/// `tree` (tree row a at key `base + a`, cached or of this call).
+/// The additive mask of a tree call on a GPU (`[groups * n, past + n]`, laid out for the
+/// grouped query rows `(group, query)`): row i sees the cache before the tree and its path in
+/// `tree` (tree row a at key `base + a`, cached or of this call). A causal call needs none: the
+/// attention kernel masks it from the cached length.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn tree_mask(past: usize, tree: &TreeMask, groups: usize, device: &Device) -> Tensor<2> {
+    let (n, total) = (tree.len(), past + tree.len());
     let base = past - tree.cached();
-    additive_mask(past, tree.len(), groups, device, |i, row| {
-        row[base..].fill(f32::NEG_INFINITY);
-        for &a in tree.path(i) {
-            row[base + a] = 0.0;
-        }
-    })
-}
-
-/// A `[groups * n, past + n]` mask of zeros, each query row's then set by `hide(i, row)`.
-fn additive_mask(past: usize, n: usize, groups: usize, device: &Device, hide: impl Fn(usize, &mut [f32])) -> Tensor<2> {
-    let total = past + n;
     let mut m = vec![0f32; groups * n * total];
     for g in 0..groups {
         for i in 0..n {
-            hide(i, &mut m[(g * n + i) * total..(g * n + i + 1) * total]);
+            let row = &mut m[(g * n + i) * total..(g * n + i + 1) * total];
+            row[base..].fill(f32::NEG_INFINITY);
+            for &a in tree.path(i) {
+                row[base + a] = 0.0;
+            }
         }
     }
     Tensor::from_data(TensorData::new(m, [groups * n, total]), device)
 }
 
-/// `past` in a device buffer on a GPU (`cube::step_buffer`); `None` on the CPU, which reads it
-/// from the host.
-fn step_buffer(past: usize, device: &Device) -> Option<Tensor<1, Int>> {
+/// `past` in a device buffer and, for a tree, its additive mask, on a GPU; `None` on the CPU,
+/// which reads both from the host.
+#[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(unused_variables))]
+fn device_side(past: usize, tree: Option<&TreeMask>, groups: usize, device: &Device) -> Option<DeviceSide> {
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     if *device != Device::flex() {
-        return Some(crate::cube::step_buffer(past, device));
+        return Some(DeviceSide {
+            step: crate::cube::step_buffer(past, device),
+            tree: tree.map(|t| tree_mask(past, t, groups, device)),
+        });
     }
-    let _ = (past, device);
     None
 }
 
-/// What the new rows of one call see besides the cache, in both forms: the additive mask of the
-/// tensor path (`None`: a one-row call sees everything) and, for a tree call, the tree the
-/// host attention reads.
+/// A row mask's buffers on a GPU: the cached length (which the RoPE-and-cache and attention
+/// kernels read: `cube::step_buffer`) and a tree call's additive mask.
+#[derive(Clone)]
+#[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
+struct DeviceSide {
+    step: Tensor<1, Int>,
+    tree: Option<Tensor<2>>,
+}
+
+/// What the new rows of one call see besides the cache: the rows before them (causal), or
+/// their ancestors in a tree. The host attention reads it as [`Visible`]; a GPU's kernels read
+/// the cached length from a device buffer and a tree's additive mask.
 #[derive(Clone)]
 pub(super) struct RowMask {
-    additive: Option<Tensor<2>>,
+    n: usize,
     tree: Option<Arc<TreeMask>>,
-    /// The cached positions before the call, and on a GPU the same number in a device buffer
-    /// (`cube::step_buffer`), which the RoPE-and-cache and attention kernels read.
+    groups: usize,
+    /// The cached positions before the call.
     past: usize,
-    #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
-    step: Option<Tensor<1, Int>>,
+    device: Option<DeviceSide>,
 }
 
 impl RowMask {
     /// The mask of `n` rows after `past` cached positions: causal, or `tree`'s when given.
     pub(super) fn new(past: usize, n: usize, tree: Option<&Arc<TreeMask>>, groups: usize, device: &Device) -> Self {
-        let additive = match tree {
-            Some(t) => Some(tree_mask(past, t, groups, device)),
-            None => (n > 1).then(|| causal_mask(past, n, groups, device)),
-        };
-        Self { additive, tree: tree.cloned(), past, step: step_buffer(past, device) }
+        let device = device_side(past, tree.map(|t| &**t), groups, device);
+        Self { n, tree: tree.cloned(), groups, past, device }
     }
 
-    /// The same mask with its tensors on `device`.
+    /// The same mask with its buffers on `device`.
     pub(super) fn to_device(&self, device: &Device) -> Self {
-        Self {
-            additive: self.additive.clone().map(|m| m.to_device(device)),
-            tree: self.tree.clone(),
-            past: self.past,
-            step: step_buffer(self.past, device),
-        }
+        Self::new(self.past, self.n, self.tree.as_ref(), self.groups, device)
     }
 
     /// The device buffer of the cached length (a captured step rewrites it between replays).
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     pub(super) fn step_tensor(&self) -> &Tensor<1, Int> {
-        self.step.as_ref().expect("a GPU row mask holds its step buffer")
+        &self.device.as_ref().expect("a GPU row mask holds its step buffer").step
     }
 
     /// The device buffer of the cached length, checked against the cache's own count.
@@ -270,12 +264,18 @@ impl RowMask {
         self.step_tensor()
     }
 
+    /// A tree call's additive mask on a GPU (`None`: causal).
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    fn tree_additive(&self) -> Option<&Tensor<2>> {
+        self.device.as_ref().and_then(|d| d.tree.as_ref())
+    }
+
     /// The host attention's form of it.
     fn visible(&self) -> Visible<'_> {
-        match (&self.tree, &self.additive) {
-            (Some(tree), _) => Visible::Tree(tree),
-            (None, Some(_)) => Visible::Causal,
-            (None, None) => Visible::All,
+        match &self.tree {
+            Some(tree) => Visible::Tree(tree),
+            None if self.n > 1 => Visible::Causal,
+            None => Visible::All,
         }
     }
 }
@@ -332,7 +332,7 @@ impl Attention {
         }
         // On a GPU: scores, mask, softmax and the weighted values in one fused kernel.
         #[cfg(any(feature = "wgpu", feature = "cuda"))]
-        return crate::cube::attention(q, keys.clone(), values, mask.additive.as_ref(), mask.step(keys.dims()[2] - n));
+        return crate::cube::attention(q, keys.clone(), values, mask.tree_additive(), mask.step(keys.dims()[2] - n));
         #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
         unreachable!("a build without a GPU backend has no device but the CPU")
     }

@@ -30,7 +30,7 @@ mod tree;
 
 use crate::tree_mask::TreeMask;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub use captured::CapturedDecode;
+pub use captured::{CapturedDecode, RECORDED_ROWS_MAX, replays};
 pub use fuzzy::ProbedLayer;
 use layers::{Block, Embedding, RmsNorm, RowMask, rope_tables, rope_tables_at};
 pub use linear::HOST_KERNEL_MAX_ROWS;

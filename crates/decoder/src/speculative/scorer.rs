@@ -1,10 +1,14 @@
 //! The target's side of verification, one for both schedulers (the sequential scheduler owns
 //! one; each DSI worker owns one): a KV cache over the tokens it has scored, of which the
-//! longest common prefix with the next request is kept, and one forward over the rest.
+//! longest common prefix with the next request is kept, and one forward over the rest. On a
+//! GPU that can record its calls, a verification of a few rows after the cache is a replay of
+//! the call recorded for that many rows (`generate::RecordedSteps`: the plain forward's scores
+//! bit for bit, without the host launching each kernel).
 
 use super::feature_draft::tap::{FeatureTap, prefix_hashes};
 use super::tree::DraftTree;
 use crate::cache::KvCache;
+use crate::generate::RecordedSteps;
 use crate::model::Transformer;
 use anyhow::{Result, ensure};
 use std::sync::atomic::AtomicBool;
@@ -17,6 +21,8 @@ pub(crate) struct TargetScorer<'m> {
     /// Where the hidden states of forwarded positions go (a feature-level drafter's), with
     /// the prefix hash of every fed token.
     tap: Option<(FeatureTap, Vec<u64>)>,
+    /// The target's recorded calls, where it can record them.
+    recorded: Option<RecordedSteps>,
 }
 
 /// Length of the longest common prefix of two token sequences.
@@ -26,7 +32,8 @@ pub(crate) fn common_prefix_len(a: &[u32], b: &[u32]) -> usize {
 
 impl<'m> TargetScorer<'m> {
     pub fn new(target: &'m Transformer) -> Self {
-        Self { target, cache: target.new_cache(1), fed: Vec::new(), tap: None }
+        let recorded = RecordedSteps::when_possible(target);
+        Self { target, cache: target.new_cache(1), fed: Vec::new(), tap: None, recorded }
     }
 
     /// Records the hidden states of every forwarded position into `tap` (none: nothing).
@@ -39,12 +46,22 @@ impl<'m> TargetScorer<'m> {
     /// after position `len - rows + i - 1`): the cache keeps its longest common prefix with
     /// `tokens`, cut back so that the forward covers at least the `rows` positions, and the rest
     /// is forwarded. `None` if `cancel` was set during the forward (the cache then holds the
-    /// kept prefix only).
+    /// kept prefix only). A forward of just the `rows` positions with no cancel flag and no tap
+    /// is a recorded call's replay where the target records them.
     pub fn score(&mut self, tokens: &[u32], rows: usize, cancel: Option<&AtomicBool>) -> Result<Option<Vec<Vec<f32>>>> {
         ensure!((1..=tokens.len()).contains(&rows), "scores of {rows} rows of {} tokens", tokens.len());
         let keep = common_prefix_len(&self.fed, tokens).min(tokens.len() - rows);
         self.cache.truncate(keep);
         self.fed.truncate(keep);
+        if let Some(recorded) = self
+            .recorded
+            .as_mut()
+            .filter(|r| tokens.len() - keep == rows && rows <= r.max_rows() && cancel.is_none() && self.tap.is_none())
+        {
+            let scores = recorded.scores(self.target, &tokens[keep..], &mut self.cache)?;
+            self.fed.extend_from_slice(&tokens[keep..]);
+            return Ok(Some(scores));
+        }
         let Some((scores, states)) =
             self.target.forward_scores_hidden(&tokens[keep..], &mut self.cache, rows, cancel, self.tap.is_some())?
         else {

@@ -15,6 +15,11 @@ pub struct ForwardCurve {
     /// empty in profiles written before tree calls.
     #[serde(default)]
     pub tree_seconds: Vec<f64>,
+    /// Median seconds of a verification of r rows replaying the call recorded for r rows
+    /// (every row's logits read back), r = 1..=min(max_rows, 16), where the model records its
+    /// calls (GGUF blocks on one GPU); empty elsewhere and in profiles written before them.
+    #[serde(default)]
+    pub recorded_seconds: Vec<f64>,
 }
 
 #[derive(Serialize, Deserialize)]

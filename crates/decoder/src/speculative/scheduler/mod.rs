@@ -42,7 +42,11 @@ pub fn generate_autoregressive_drawn(
         Draws::Independent => Sampler::new(cfg.sampling.clone(), cfg.seed),
         Draws::Coupled => Sampler::coupled(cfg.sampling.clone(), cfg.seed, prompt.len()),
     };
-    let (tokens, stats) = crate::generate::generate(target, prompt, cfg.max_new_tokens, &mut sampler, eos, |_| Ok(()))?;
+    // Where the target records its calls, its steps are replays, as the sequential scheduler's
+    // verifications are: the baseline and the methods pay for launches alike.
+    let steps = crate::generate::RecordedSteps::when_possible(target);
+    let (tokens, stats) =
+        crate::generate::generate_with(target, prompt, cfg.max_new_tokens, &mut sampler, eos, steps, |_| Ok(()))?;
     let metrics = RequestMetrics {
         n_generated: tokens.len(),
         n_target_calls: if tokens.is_empty() { 0 } else { 1 + stats.decode_steps },
