@@ -165,7 +165,13 @@ fn profile_model(role: &str, lm: &LoadedModel, a: &ProfileArgs) -> Result<ModelP
 /// a replay of the call recorded for its rows with every row's logits read back, the cache cut
 /// back after each; N is `--max-rows`, at most what a recorded call takes. Empty where the
 /// model cannot record its calls.
-fn recorded_curve(lm: &LoadedModel, tokens: &[u32], ctx: usize, a: &ProfileArgs, cache: &mut KvCache) -> Result<Vec<f64>> {
+fn recorded_curve(
+    lm: &LoadedModel,
+    tokens: &[u32],
+    ctx: usize,
+    a: &ProfileArgs,
+    cache: &mut KvCache,
+) -> Result<Vec<f64>> {
     let model = &lm.model;
     let Some(mut recorded) = RecordedSteps::when_possible(model) else { return Ok(Vec::new()) };
     let mut curve = Vec::new();
@@ -292,8 +298,12 @@ fn recorded_table(p: &Profile) -> String {
     if rows.is_empty() {
         return String::new();
     }
-    let header = ["model", "context", "1 row ms", "recorded", "rows", "plain ms", "recorded ms", "recorded rows / 1 row"];
-    format!("Verifications replaying recorded calls (every row's logits read back):\n\n{}\n", markdown_table(&header, &rows))
+    let header =
+        ["model", "context", "1 row ms", "recorded", "rows", "plain ms", "recorded ms", "recorded rows / 1 row"];
+    format!(
+        "Verifications replaying recorded calls (every row's logits read back):\n\n{}\n",
+        markdown_table(&header, &rows)
+    )
 }
 
 fn tree_table(p: &Profile) -> String {

@@ -85,7 +85,12 @@ mod tests {
             path: PathBuf::new(),
             sha256: String::new(),
             layers: 1,
-            forward: vec![ForwardCurve { context: 256, seconds, tree_seconds: Vec::new(), recorded_seconds: Vec::new() }],
+            forward: vec![ForwardCurve {
+                context: 256,
+                seconds,
+                tree_seconds: Vec::new(),
+                recorded_seconds: Vec::new(),
+            }],
             layer_context: 256,
             attention_s: vec![],
             mlp_s: vec![],
