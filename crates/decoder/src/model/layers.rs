@@ -236,6 +236,7 @@ pub(super) struct RowMask {
     groups: usize,
     /// The cached positions before the call.
     past: usize,
+    #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
     device: Option<DeviceSide>,
 }
 
