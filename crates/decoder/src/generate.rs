@@ -101,6 +101,19 @@ impl RecordedSteps {
         }
     }
 
+    /// The last of `tokens` (at most `model::RECORDED_ROWS_MAX` on a GPU), which are forwarded
+    /// after what `cache` holds: its logits and final hidden state (a draft step's), from a
+    /// replay of the call recorded for that many rows.
+    pub fn last(&mut self, model: &Transformer, tokens: &[u32], cache: &mut KvCache) -> Result<(Vec<f32>, Vec<f32>)> {
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        return self.recorder.last(model, tokens, cache);
+        #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+        {
+            let _ = (model, tokens, cache);
+            match self.recorder {}
+        }
+    }
+
     /// Why the runtime refused to record a call, if it did: every call since (and this one)
     /// forwarded plainly, with the same results.
     pub fn refused(&self) -> Option<&str> {

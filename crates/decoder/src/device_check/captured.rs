@@ -1,13 +1,13 @@
 //! Recorded decode calls against the forwards they record (`model::CapturedDecode`): greedy
 //! decoding of a tiny GGUF model past 256 positions, where the cache grows and attention takes
 //! a second chunk of keys (a second recording), gives the tokens and every cached key and value
-//! of the plain forward bit for bit; so do verification calls of 1 to 16 rows with rejected
-//! rows cut off between them, and greedy speculative decoding, whose verifications replay
-//! recordings, gives the target's own greedy tokens. Replays whose inputs are not rewritten are
-//! caught.
+//! of the plain forward bit for bit; so do verification calls of 1 to 16 rows and draft steps
+//! (the last row's logits and hidden state) with rejected rows cut off between them, and greedy
+//! speculative decoding, whose draft steps and verifications replay recordings, gives the
+//! target's own greedy tokens. Replays whose inputs are not rewritten are caught.
 
 use super::Check;
-use super::tiny::{tokens, write_tiny_gguf};
+use super::tiny::{noisy_weights, tokens, write_gguf_weights, write_tiny_gguf};
 use crate::cache::KvCache;
 use crate::generate::greedy_token;
 use crate::gguf::GgmlType;
@@ -39,35 +39,67 @@ fn decode(model: &Transformer, captured: Option<&mut CapturedDecode>) -> Result<
     Ok((out, cache))
 }
 
-/// Rows of successive verification calls (each after cutting the previous call's last
-/// `call % 3` rows, as a rejection does), cycled until the cache passes [`PROMPT`] + [`STEPS`].
-const CALLS: [usize; 7] = [5, 3, 1, 6, 16, 2, 4];
+/// A kind of call and the rows of its successive calls (each after cutting the previous
+/// call's last `call % 3` rows, as a rejection does), cycled until the cache passes [`PROMPT`]
+/// + [`STEPS`].
+#[derive(Clone, Copy)]
+enum Calls {
+    /// Verifications: every row's logits.
+    Verify,
+    /// Draft steps (a round's first takes what the draft's cache lacks): the last row's
+    /// logits and hidden state.
+    Draft,
+}
 
-/// The scores of each verification call and the cache they leave, by the plain forward or by
+impl Calls {
+    fn rows(self) -> &'static [usize] {
+        match self {
+            Calls::Verify => &[5, 3, 1, 6, 16, 2, 4],
+            Calls::Draft => &[2, 1, 1, 1, 3, 1],
+        }
+    }
+}
+
+/// What each call of `kind` returns and the cache they leave, by the plain forward or by
 /// `captured` (`None`: plain).
-fn verify(model: &Transformer, mut captured: Option<&mut CapturedDecode>) -> Result<(Vec<Vec<f32>>, KvCache)> {
+fn calls(
+    model: &Transformer,
+    kind: Calls,
+    mut captured: Option<&mut CapturedDecode>,
+) -> Result<(Vec<Vec<f32>>, KvCache)> {
     let mut cache = model.new_cache(1);
     model.forward_last(&tokens(PROMPT, 5), &mut cache)?;
     let mut scores = Vec::new();
-    for (i, &rows) in CALLS.iter().cycle().enumerate() {
+    for (i, &rows) in kind.rows().iter().cycle().enumerate() {
         if cache.len() > PROMPT + STEPS {
             break;
         }
         let input = tokens(rows, 100 + i as u32);
-        scores.extend(match captured.as_deref_mut() {
-            Some(c) => c.scores(model, &input, &mut cache)?,
-            None => model.forward_scores(&input, &mut cache, rows, None)?.expect("no cancel flag"),
+        scores.extend(match (kind, captured.as_deref_mut()) {
+            (Calls::Verify, Some(c)) => c.scores(model, &input, &mut cache)?,
+            (Calls::Verify, None) => model.forward_scores(&input, &mut cache, rows, None)?.expect("no cancel flag"),
+            (Calls::Draft, Some(c)) => {
+                let (logits, hidden) = c.last(model, &input, &mut cache)?;
+                vec![logits, hidden]
+            }
+            (Calls::Draft, None) => {
+                let out = model.forward(&input, &mut cache)?;
+                vec![out.logits_tail(1).remove(0), out.hidden_tail(1).remove(0)]
+            }
         });
         cache.truncate(cache.len() - (rows - 1).min(i % 3));
     }
     Ok((scores, cache))
 }
 
-/// Greedy speculative decoding on `model` as the target with a draft close to it (three
-/// candidates a round) against the target's own greedy tokens: mismatching prompts, and the
-/// replays the verifications made.
-fn speculative(model: &Transformer, dir: &Path) -> Result<(Vec<String>, u64)> {
-    let draft = super::tiny::noisy_draft(dir, TINY_VOCAB, 41, 0.1)?;
+/// Greedy speculative decoding on `model` as the target with a draft close to it in GGUF
+/// blocks on the same device (three candidates a round) against the target's own greedy
+/// tokens: mismatching prompts, and the replays the draft steps and verifications made.
+fn speculative(model: &Transformer, dir: &Path, device: &Device) -> Result<(Vec<String>, u64)> {
+    let cfg = tiny_qwen2(TINY_VOCAB);
+    let close = write_gguf_weights(&dir.join("close-q8_0"), &cfg, &noisy_weights(&cfg, 41, 0.1), GgmlType::Q8_0)?;
+    let draft = load_model(&close, None, device)?;
+    ensure!(draft.model.can_capture(), "the tiny GGUF draft's steps cannot be recorded on {device:?}");
     let eos = [TINY_VOCAB as u32 - 1];
     let cfg = SpecConfig { max_new_tokens: 40, sampling: SamplingConfig::greedy(), seed: 0 };
     let (mut bad, before) = (Vec::new(), replays());
@@ -108,23 +140,30 @@ pub(super) fn captured_decode(device: &Device, dir: &Path) -> Result<Check> {
     let (again, _) = decode(&model, Some(&mut captured))?;
     ensure!(again == plain, "replayed steps on a second cache depart from the plain forward's tokens");
     ensure!(captured.recordings == 4, "a second cache did not start its own recordings");
-    let (plain_scores, plain_verified) = verify(&model, None)?;
-    let mut calls = CapturedDecode::new();
-    let (replayed_scores, replayed_verified) = verify(&model, Some(&mut calls))?;
-    ensure!(replayed_scores == plain_scores, "replayed verification calls' scores differ from the plain forward's");
-    ensure!(same_cache(&plain_verified, &replayed_verified, layers), "replayed verification calls cached other values");
-    let (bad, spec_replays) = speculative(&model, dir)?;
-    ensure!(bad.is_empty(), "greedy speculative decoding with recorded verifications: {}", bad.join("; "));
-    ensure!(spec_replays > 0, "greedy speculative decoding replayed no recorded verification");
+    let mut recorded_calls = Vec::new();
+    for (kind, what) in [(Calls::Verify, "verification calls"), (Calls::Draft, "draft steps")] {
+        let (plain, plain_cache) = calls(&model, kind, None)?;
+        let mut captured = CapturedDecode::new();
+        let (replayed, replayed_cache) = calls(&model, kind, Some(&mut captured))?;
+        ensure!(replayed == plain, "replayed {what} return other values than the plain forward's");
+        ensure!(same_cache(&plain_cache, &replayed_cache, layers), "replayed {what} cached other values");
+        recorded_calls.push((plain.len(), captured.recordings));
+        let mut stale = CapturedDecode::new();
+        stale.stale_inputs = true;
+        let (broken, _) = calls(&model, kind, Some(&mut stale))?;
+        ensure!(broken != plain, "{what} replayed without their inputs rewritten were not caught");
+    }
+    let (bad, spec_replays) = speculative(&model, dir, device)?;
+    ensure!(bad.is_empty(), "greedy speculative decoding with recorded calls: {}", bad.join("; "));
+    ensure!(spec_replays > 0, "greedy speculative decoding replayed no recorded call");
     let mut stale = CapturedDecode::new();
     stale.stale_inputs = true;
     let (broken, broken_cache) = decode(&model, Some(&mut stale))?;
     let caught = broken != plain || !same_cache(&plain_cache, &broken_cache, layers);
     ensure!(caught, "replays without their inputs rewritten gave the plain forward's results: the check cannot fail");
-    let mut stale = CapturedDecode::new();
-    stale.stale_inputs = true;
-    let (broken, _) = verify(&model, Some(&mut stale))?;
-    ensure!(broken != plain_scores, "verification replays without their inputs rewritten were not caught");
+    let [(verified, verify_recordings), (drafted, draft_recordings)] = recorded_calls[..] else {
+        unreachable!("two kinds of call")
+    };
     Ok(Check {
         name: "captured_decode".into(),
         passed: true,
@@ -134,12 +173,13 @@ pub(super) fn captured_decode(device: &Device, dir: &Path) -> Result<Check> {
             "tiny qwen2 in Q8_0 blocks, greedy, {PROMPT} prompt tokens then {STEPS} steps: the replayed steps' \
              tokens and every layer's cached keys and values equal the plain forward's bit for bit, with \
              {recordings} recordings (the cache growing past 256 positions and attention taking a second chunk \
-             at the same step), and the same on a second cache; verification calls of 1 to 16 rows ({} rows in \
-             all), rejected rows cut between them, give the plain forward's scores and cache bit for bit ({} recordings); greedy \
-             speculative decoding (3 candidates a round, {spec_replays} replayed verifications) gives the \
-             target's greedy tokens; replays without their tokens, positions and length rewritten caught",
-            plain_scores.len(),
-            calls.recordings
+             at the same step), and the same on a second cache; verification calls of 1 to 16 rows ({verified} \
+             rows of logits, {verify_recordings} recordings) and draft steps of 1 to 3 rows ({} last rows, \
+             {draft_recordings} recordings), rejected rows cut between them, give the plain forward's values and \
+             cache bit for bit; greedy speculative decoding with a Q8_0 draft on the device (3 candidates a \
+             round, {spec_replays} replayed draft steps and verifications) gives the target's greedy tokens; \
+             replays without their tokens, positions and length rewritten caught, for each kind of call",
+            drafted / 2
         ),
     })
 }

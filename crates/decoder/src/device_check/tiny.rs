@@ -6,11 +6,13 @@ use crate::speculative::*;
 use crate::synthetic::{
     StDtype, TINY_VOCAB, random_weights, tiny_llama, tiny_qwen2, word_tokenizer_json, write_gguf, write_hf_dir,
 };
+use crate::weights::HostTensor;
 use crate::{
     Device, ForwardOutput, LoadedModel, ModelConfig, SamplingConfig, Transformer, default_device, load_model,
     load_model_split,
 };
 use anyhow::{Context, Result, ensure};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// A pseudo-random token sequence over the tiny vocabulary.
@@ -23,17 +25,24 @@ pub fn tokens(n: usize, seed: u32) -> Vec<u32> {
 pub use crate::compare::max_abs_diff;
 use crate::compare::nan_max;
 
-/// A draft close to the tiny target of `target_seed` (its weights plus `noise` times another
-/// seed's), written as `dir/noisy` and loaded on the CPU: rounds accept some tokens, not all.
-pub fn noisy_draft(dir: &Path, vocab: usize, target_seed: u64, noise: f32) -> Result<LoadedModel> {
-    let cfg = tiny_qwen2(vocab);
-    let mut w = random_weights(&cfg, target_seed);
-    let n = random_weights(&cfg, 999);
+/// The weights of the tiny target of `target_seed` plus `noise` times another seed's: a draft
+/// whose rounds accept some tokens, not all.
+pub(super) fn noisy_weights(cfg: &ModelConfig, target_seed: u64, noise: f32) -> BTreeMap<String, HostTensor> {
+    let mut w = random_weights(cfg, target_seed);
+    let n = random_weights(cfg, 999);
     for (name, t) in w.iter_mut() {
         for (a, b) in t.data.iter_mut().zip(&n[name].data) {
             *a += noise * b;
         }
     }
+    w
+}
+
+/// A draft close to the tiny target of `target_seed` ([`noisy_weights`]), written as
+/// `dir/noisy` and loaded on the CPU.
+pub fn noisy_draft(dir: &Path, vocab: usize, target_seed: u64, noise: f32) -> Result<LoadedModel> {
+    let cfg = tiny_qwen2(vocab);
+    let w = noisy_weights(&cfg, target_seed, noise);
     let path = dir.join("noisy");
     write_hf_dir(&path, &cfg, &w, StDtype::F32, 1, &word_tokenizer_json(vocab, "w"))?;
     load_model(&path, None, &default_device())
@@ -53,12 +62,21 @@ pub(super) fn write_tiny_as(dir: &Path, cfg: &ModelConfig, seed: u64, dtype: StD
 /// A tiny model of `cfg` as a GGUF file with its matrices in `ty` blocks (norms and biases
 /// F32, as llama.cpp writes them), a tokenizer beside it.
 pub(super) fn write_tiny_gguf(dir: &Path, cfg: &ModelConfig, seed: u64, ty: GgmlType) -> Result<PathBuf> {
-    let path = dir.join(format!("{}-{seed}-{ty:?}", cfg.architecture));
-    std::fs::create_dir_all(&path)?;
-    std::fs::write(path.join("tokenizer.json"), word_tokenizer_json(cfg.vocab_size, "w"))?;
+    write_gguf_weights(&dir.join(format!("{}-{seed}-{ty:?}", cfg.architecture)), cfg, &random_weights(cfg, seed), ty)
+}
+
+/// `weights` of `cfg` as `dir/model.gguf` in `ty` blocks, a tokenizer beside it.
+pub(super) fn write_gguf_weights(
+    dir: &Path,
+    cfg: &ModelConfig,
+    weights: &BTreeMap<String, HostTensor>,
+    ty: GgmlType,
+) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("tokenizer.json"), word_tokenizer_json(cfg.vocab_size, "w"))?;
     let names: Vec<String> = (0..cfg.vocab_size).map(|i| format!("w{i}")).collect();
-    write_gguf(&path.join("model.gguf"), cfg, &random_weights(cfg, seed), ty, &names)?;
-    Ok(path.join("model.gguf"))
+    write_gguf(&dir.join("model.gguf"), cfg, weights, ty, &names)?;
+    Ok(dir.join("model.gguf"))
 }
 
 /// The same HF directory loaded on the CPU and on the device.

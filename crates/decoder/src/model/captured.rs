@@ -2,9 +2,10 @@
 //! `cuda` (one dispatch for the whole call), CubeCL's software graph on `wgpu` (the launches
 //! re-encoded from state resolved at recording). A one-row step of the 1.5B target issues 172
 //! launches (6 a layer, the embedding lookup, the final norm, the head and the argmax); a
-//! replay issues none of them from the host. Two calls are recorded: the greedy one-row step
-//! ([`CapturedDecode::next`], its argmax left on the device) and a verification of up to
-//! [`RECORDED_ROWS_MAX`] rows ([`CapturedDecode::scores`], every row's logits read back).
+//! replay issues none of them from the host. Three calls are recorded: the greedy one-row
+//! step ([`CapturedDecode::next`], its argmax left on the device), a verification of up to
+//! [`RECORDED_ROWS_MAX`] rows ([`CapturedDecode::scores`], every row's logits read back), and a
+//! draft step ([`CapturedDecode::last`], the last row's logits and hidden state read back).
 //!
 //! A recording keeps the kernels' launch arguments and buffers, so every input that changes
 //! from call to call lives in a device buffer the recording owns and is rewritten before each
@@ -38,11 +39,13 @@ pub fn replays() -> u64 {
     REPLAYS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// What a call leaves for its caller: the greedy token of one row, or every row's logits.
+/// What a call leaves for its caller: the greedy token of one row, every row's logits, or the
+/// last row's logits and hidden state.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Output {
     Greedy,
     Scores,
+    Last,
 }
 
 /// What a recording was made for: the cache (its identity and the memory of every layer's
@@ -69,12 +72,15 @@ enum Outputs {
     Picked(Tensor<1>),
     /// `[1, rows, vocab]`.
     Logits(Tensor<3>),
+    /// The last row's logits `[1, 1, vocab]` and final hidden state `[1, 1, hidden]`.
+    Last(Tensor<3>, Tensor<3>),
 }
 
 /// What a call's results read back to the host.
 enum Read {
     Token(u32),
     Scores(Vec<Vec<f32>>),
+    Last(Vec<f32>, Vec<f32>),
 }
 
 impl Outputs {
@@ -82,6 +88,7 @@ impl Outputs {
         match self {
             Outputs::Picked(p) => Read::Token(crate::cube::read_picks(p.clone(), 1)[0][0].0),
             Outputs::Logits(l) => Read::Scores(tail_rows(l, l.dims()[1])),
+            Outputs::Last(l, h) => Read::Last(tail_rows(l, 1).remove(0), tail_rows(h, 1).remove(0)),
         }
     }
 }
@@ -109,8 +116,8 @@ pub struct CapturedDecode {
 
 impl Transformer {
     /// The forward of `rows` rows from the device buffers of `inputs`, through the exact
-    /// (sequential) layer loop, then the head (and for a greedy step its argmax), left on the
-    /// device.
+    /// (sequential) layer loop, then the head of the rows `output` reads (and for a greedy step
+    /// its argmax), left on the device.
     fn call_from(&self, inputs: &Inputs, rows: usize, cache: &mut KvCache, output: Output) -> Result<Outputs> {
         let super::layers::Embedding::DeviceBlocks(table) = &self.embed else {
             anyhow::bail!("a captured call looks its tokens up from GGUF blocks on the device");
@@ -120,10 +127,14 @@ impl Transformer {
         let hidden = self
             .run_layers(x, cache, &tables, rows, None, None, &self.sequential, 1, None)?
             .expect("no cancel flag, never cancelled");
+        if output == Output::Last {
+            let last = hidden.slice([0..1, rows - 1..rows, 0..self.cfg.hidden_size]);
+            return Ok(Outputs::Last(self.logits(last.clone()), last));
+        }
         let logits = self.logits(hidden);
         Ok(match output {
             Output::Greedy => Outputs::Picked(crate::cube::launch_top_k(&logits, 1, 1)),
-            Output::Scores => Outputs::Logits(logits),
+            Output::Scores | Output::Last => Outputs::Logits(logits),
         })
     }
 }
@@ -171,7 +182,7 @@ impl CapturedDecode {
     pub fn next(&mut self, model: &Transformer, token: u32, cache: &mut KvCache) -> Result<u32> {
         match self.call(model, &[token], cache, Output::Greedy)? {
             Read::Token(t) => Ok(t),
-            Read::Scores(_) => unreachable!("a greedy step reads its token"),
+            _ => unreachable!("a greedy step reads its token"),
         }
     }
 
@@ -181,7 +192,17 @@ impl CapturedDecode {
     pub fn scores(&mut self, model: &Transformer, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<Vec<f32>>> {
         match self.call(model, tokens, cache, Output::Scores)? {
             Read::Scores(s) => Ok(s),
-            Read::Token(_) => unreachable!("a verification reads its scores"),
+            _ => unreachable!("a verification reads its scores"),
+        }
+    }
+
+    /// Forwards `tokens` (1 to [`RECORDED_ROWS_MAX`]) after what `cache` holds and returns the
+    /// last one's logits and final hidden state: what a drafter reads of `model.forward(tokens,
+    /// cache)`, from a replay of the call recorded for that many rows.
+    pub fn last(&mut self, model: &Transformer, tokens: &[u32], cache: &mut KvCache) -> Result<(Vec<f32>, Vec<f32>)> {
+        match self.call(model, tokens, cache, Output::Last)? {
+            Read::Last(logits, hidden) => Ok((logits, hidden)),
+            _ => unreachable!("a draft step reads its last row"),
         }
     }
 
@@ -199,9 +220,16 @@ impl CapturedDecode {
         }
         if self.refused.is_some() {
             return Ok(match output {
-                Output::Greedy => Read::Token(crate::generate::greedy_token(model.forward(tokens, cache)?)),
+                Output::Greedy => {
+                    let out = model.forward(tokens, cache)?;
+                    Read::Token(out.device_argmax(1).expect("a model that records is on a GPU")[0])
+                }
                 Output::Scores => {
                     Read::Scores(model.forward_scores(tokens, cache, rows, None)?.expect("no cancel flag"))
+                }
+                Output::Last => {
+                    let out = model.forward(tokens, cache)?;
+                    Read::Last(out.logits_tail(1).remove(0), out.hidden_tail(1).remove(0))
                 }
             });
         }

@@ -6,6 +6,7 @@ use super::round::{DraftRound, Streams};
 use super::tree::DraftTree;
 use crate::cache::KvCache;
 use crate::coupling::{Draws, coupled_pick};
+use crate::generate::RecordedSteps;
 use crate::model::{ForwardOutput, Transformer};
 use crate::sampling::{SamplingConfig, argmax, sample_from, top_probability};
 use anyhow::Result;
@@ -31,6 +32,19 @@ pub trait Drafter {
     /// record them (a feature-level head); `None` for the others.
     fn feature_tap(&self) -> Option<super::feature_draft::tap::FeatureTap> {
         None
+    }
+}
+
+/// A draft forward's last position, read back: the logits a candidate is drawn from and the
+/// final hidden state a stop rule may read.
+pub(crate) struct LastPosition {
+    pub logits: Vec<f32>,
+    pub hidden: Vec<f32>,
+}
+
+impl LastPosition {
+    pub fn of(out: ForwardOutput) -> Self {
+        Self { logits: out.logits_tail(1).remove(0), hidden: out.hidden_tail(1).remove(0) }
     }
 }
 
@@ -72,7 +86,7 @@ impl DraftCache {
         round: DraftRound<'_>,
         start: usize,
         pick: Pick,
-        mut forward: impl FnMut(&[u32], usize, &mut KvCache) -> Result<ForwardOutput>,
+        mut forward: impl FnMut(&[u32], usize, &mut KvCache) -> Result<LastPosition>,
     ) -> Result<Vec<Candidate>> {
         let DraftRound { committed, max, keep_first, policy, sampling, streams, eos, metrics } = round;
         self.rollback(start);
@@ -81,10 +95,8 @@ impl DraftCache {
         let mut input: Vec<u32> = committed[start..].to_vec();
         loop {
             let t = Instant::now();
-            let out = forward(&input, candidates.len(), &mut self.cache)?;
+            let LastPosition { logits, hidden } = forward(&input, candidates.len(), &mut self.cache)?;
             self.fed.extend_from_slice(&input);
-            let logits = out.logits_tail(1).remove(0);
-            let hidden = out.hidden_tail(1).remove(0);
             metrics.n_draft_calls += 1;
             let (c, confidence) = draw_candidate(&logits, sampling, streams, committed.len() + candidates.len(), pick);
             metrics.draft_time += t.elapsed();
@@ -159,15 +171,18 @@ pub(crate) fn ask_policy(
     Ok(Some(decision != Decision::Continue || eos.contains(&c.token) || drafted + 1 >= max))
 }
 
-/// The plain drafter: the draft model decodes autoregressively with its own KV cache.
+/// The plain drafter: the draft model decodes autoregressively with its own KV cache. Where
+/// the draft records its calls (GGUF blocks on one GPU), each step is a replay of the call
+/// recorded for its row count (`generate::RecordedSteps`: the plain forward's results).
 pub struct PlainDrafter<'m> {
     model: &'m Transformer,
     state: DraftCache,
+    recorded: Option<RecordedSteps>,
 }
 
 impl<'m> PlainDrafter<'m> {
     pub fn new(model: &'m Transformer) -> Self {
-        Self { model, state: DraftCache::new(model) }
+        Self { model, state: DraftCache::new(model), recorded: RecordedSteps::when_possible(model) }
     }
 
     pub fn cache_len(&self) -> usize {
@@ -181,8 +196,14 @@ impl Drafter for PlainDrafter<'_> {
             return Ok(Vec::new());
         }
         let start = self.state.resume_at(round.committed);
-        let model = self.model;
-        self.state.draft(round, start, Pick::Sample, |tokens, _, cache| model.forward(tokens, cache))
+        let (model, recorded) = (self.model, &mut self.recorded);
+        self.state.draft(round, start, Pick::Sample, |tokens, _, cache| match recorded.as_mut() {
+            Some(r) if tokens.len() <= r.max_rows() => {
+                let (logits, hidden) = r.last(model, tokens, cache)?;
+                Ok(LastPosition { logits, hidden })
+            }
+            _ => model.forward(tokens, cache).map(LastPosition::of),
+        })
     }
 
     fn rollback(&mut self, valid: usize) {

@@ -26,7 +26,7 @@
 //! next round forwards only what it lacks, as the plain drafter does.
 
 use super::candidate::Candidate;
-use super::drafter::{DraftCache, Drafter, Pick};
+use super::drafter::{DraftCache, Drafter, LastPosition, Pick};
 use super::round::DraftRound;
 use super::tree::DraftTree;
 use crate::model::Transformer;
@@ -210,7 +210,8 @@ impl Drafter for DynamicTreeDrafter<'_> {
         self.adopt_accepted(round.committed);
         let start = self.state.resume_at(round.committed);
         let model = self.model;
-        self.state.draft(round, start, Pick::Sample, |tokens, _, cache| model.forward(tokens, cache))
+        self.state
+            .draft(round, start, Pick::Sample, |tokens, _, cache| model.forward(tokens, cache).map(LastPosition::of))
     }
 
     /// A tree of at most `round.max` levels and `max_nodes` nodes.

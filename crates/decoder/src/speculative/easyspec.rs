@@ -5,7 +5,7 @@
 //! drafter stays lossless at any temperature; only the acceptance rate depends on the fuzz.
 
 use super::candidate::Candidate;
-use super::drafter::{DraftCache, Drafter, Pick};
+use super::drafter::{DraftCache, Drafter, LastPosition, Pick};
 use super::round::DraftRound;
 use crate::cache::KvCache;
 use crate::layer_groups::LayerGroups;
@@ -159,11 +159,12 @@ impl Drafter for FuzzyDrafter<'_> {
             Compat::Reference => Pick::Argmax,
         };
         let candidates = self.state.draft(round, start, pick, |tokens, index, cache| {
-            if index == 0 && exact_first {
+            let out = if index == 0 && exact_first {
                 model.forward(tokens, cache)
             } else {
                 model.forward_fuzzy(tokens, cache, groups, workers)
-            }
+            };
+            out.map(LastPosition::of)
         })?;
         self.proposed = (committed.len(), candidates.iter().map(|c| c.token).collect());
         Ok(candidates)
