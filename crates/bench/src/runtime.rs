@@ -188,7 +188,8 @@ fn time_model(role: &str, device: DeviceName, weights: WeightMode, lm: &LoadedMo
     let prefill_secs = t.elapsed().as_secs_f64();
     // Calls of r tokens after the prompt, rolled back after each: the verification of
     // `verify_rows`, and the cost curve of `call_rows` (median of 5, the shapes interleaved so
-    // that drift on a shared host hits them alike).
+    // that drift on a shared host hits them alike). Each reads its last row back, so that on a
+    // GPU the time is the work queued, not its launch.
     let rows_of = |r: usize| -> Vec<u32> { prompt.iter().cycle().take(r.max(1)).copied().collect() };
     let verify_rows = a.verify_rows.max(1);
     let mut shapes: Vec<usize> = a.call_rows.clone();
@@ -200,7 +201,7 @@ fn time_model(role: &str, device: DeviceName, weights: WeightMode, lm: &LoadedMo
         for (i, &r) in shapes.iter().enumerate() {
             let rows = rows_of(r);
             let t = Instant::now();
-            model.forward(&rows, &mut cache)?;
+            let _ = last_logits(&model.forward(&rows, &mut cache)?);
             times[i].push(t.elapsed().as_secs_f64());
             cache.truncate(prompt.len());
         }

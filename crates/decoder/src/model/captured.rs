@@ -207,8 +207,9 @@ impl CapturedDecode {
     }
 
     /// The call of `tokens` for `output`: a replay of its recording, recorded first where
-    /// none fits; a plain forward once the runtime has refused a recording. Replays write into the cache's storage, which its clones share until they
-    /// write themselves: clone it only between uses of this.
+    /// none fits; a plain forward once the runtime has refused a recording. Replays write into
+    /// the cache's storage, which its clones share until they write themselves: clone it only
+    /// between uses of this.
     fn call(&mut self, model: &Transformer, tokens: &[u32], cache: &mut KvCache, output: Output) -> Result<Read> {
         ensure!(model.can_capture(), "this model's decode calls cannot be recorded");
         ensure!(cache.batch() == 1, "a captured call decodes one sequence");
@@ -219,19 +220,7 @@ impl CapturedDecode {
             anyhow::bail!("token id {bad} is outside the vocabulary of {vocab}");
         }
         if self.refused.is_some() {
-            return Ok(match output {
-                Output::Greedy => {
-                    let out = model.forward(tokens, cache)?;
-                    Read::Token(out.device_argmax(1).expect("a model that records is on a GPU")[0])
-                }
-                Output::Scores => {
-                    Read::Scores(model.forward_scores(tokens, cache, rows, None)?.expect("no cancel flag"))
-                }
-                Output::Last => {
-                    let out = model.forward(tokens, cache)?;
-                    Read::Last(out.logits_tail(1).remove(0), out.hidden_tail(1).remove(0))
-                }
-            });
+            return plain(model, tokens, cache, output);
         }
         let past = cache.len();
         cache.reserve(rows);
@@ -273,6 +262,19 @@ impl CapturedDecode {
         cache.advance(rows, None);
         Ok(r.outputs.read())
     }
+}
+
+/// The call of `tokens` for `output` by the plain forward (where the runtime refused to record).
+fn plain(model: &Transformer, tokens: &[u32], cache: &mut KvCache, output: Output) -> Result<Read> {
+    if output == Output::Scores {
+        let scores = model.forward_scores(tokens, cache, tokens.len(), None)?.expect("no cancel flag");
+        return Ok(Read::Scores(scores));
+    }
+    let out = model.forward(tokens, cache)?;
+    Ok(match output {
+        Output::Greedy => Read::Token(out.device_argmax(1).expect("a model that records is on a GPU")[0]),
+        _ => Read::Last(out.logits_tail(1).remove(0), out.hidden_tail(1).remove(0)),
+    })
 }
 
 /// Runs the call of `tokens` after what `cache` holds (room for them reserved; the cache's
