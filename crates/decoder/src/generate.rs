@@ -50,8 +50,8 @@ type Recorder = crate::model::CapturedDecode;
 #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
 type Recorder = std::convert::Infallible;
 
-/// Greedy decode steps and verification calls, each a replay of a call recorded for its row
-/// count on a GPU (`model::CapturedDecode`: the plain forward's results, without launching each
+/// Decode steps, verification calls and draft steps, each a replay of a call recorded for its
+/// row count on a GPU (`model::CapturedDecode`: the plain forward's results, without launching each
 /// kernel).
 pub struct RecordedSteps {
     recorder: Recorder,

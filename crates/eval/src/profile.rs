@@ -95,16 +95,9 @@ fn profile_model(role: &str, lm: &LoadedModel, a: &ProfileArgs) -> Result<ModelP
             prefill.push(t.elapsed().as_secs_f64());
         }
         ttft.push((ctx, median(prefill)));
-        // Median seconds of `call` after the context, the cache cut back after each.
+        // Median seconds of `call` after the context, its last row read back.
         let mut timed = |call: &dyn Fn(&mut KvCache) -> Result<ForwardOutput>| -> Result<f64> {
-            let mut reps = Vec::new();
-            for _ in 0..a.reps.max(1) {
-                let t = Instant::now();
-                let _ = call(&mut cache)?.logits_tail(1);
-                reps.push(t.elapsed().as_secs_f64());
-                cache.truncate(ctx);
-            }
-            Ok(median(reps))
+            median_seconds(a.reps, ctx, &mut cache, |cache| call(cache).map(|out| drop(out.logits_tail(1))))
         };
         let seconds = (1..=a.max_rows)
             .map(|r| timed(&|cache| model.forward(&tokens[ctx..ctx + r], cache)))
@@ -161,6 +154,24 @@ fn profile_model(role: &str, lm: &LoadedModel, a: &ProfileArgs) -> Result<ModelP
     })
 }
 
+/// Median seconds of `reps` (at least one) runs of `call` after `ctx` cached tokens, the cache
+/// cut back to them after each.
+fn median_seconds(
+    reps: usize,
+    ctx: usize,
+    cache: &mut KvCache,
+    mut call: impl FnMut(&mut KvCache) -> Result<()>,
+) -> Result<f64> {
+    let mut seconds = Vec::new();
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        call(cache)?;
+        seconds.push(t.elapsed().as_secs_f64());
+        cache.truncate(ctx);
+    }
+    Ok(median(seconds))
+}
+
 /// Median seconds of verifications of 1..=N rows after `ctx` tokens (`cache` holds them), each
 /// a replay of the call recorded for its rows with every row's logits read back, the cache cut
 /// back after each; N is `--max-rows`, at most what a recorded call takes. Empty where the
@@ -180,14 +191,7 @@ fn recorded_curve(
         // The first call records (untimed, as the plain curve's shapes were warmed up).
         recorded.scores(model, rows, cache)?;
         cache.truncate(ctx);
-        let mut reps = Vec::new();
-        for _ in 0..a.reps.max(1) {
-            let t = Instant::now();
-            recorded.scores(model, rows, cache)?;
-            reps.push(t.elapsed().as_secs_f64());
-            cache.truncate(ctx);
-        }
-        curve.push(median(reps));
+        curve.push(median_seconds(a.reps, ctx, cache, |cache| recorded.scores(model, rows, cache).map(drop))?);
     }
     if let Some(why) = recorded.refused() {
         eprintln!("{}: no verification was replayed: {why}", lm.path.display());
@@ -274,7 +278,6 @@ fn tables(p: &Profile) -> String {
     s
 }
 
-/// Tree calls beside chain calls of as many rows: what verifying a token tree costs.
 /// Verifications replaying recorded calls against the plain forwards of the same rows, where
 /// the profile has them.
 fn recorded_table(p: &Profile) -> String {
@@ -306,6 +309,7 @@ fn recorded_table(p: &Profile) -> String {
     )
 }
 
+/// Tree calls beside chain calls of as many rows: what verifying a token tree costs.
 fn tree_table(p: &Profile) -> String {
     let mut rows = Vec::new();
     for m in &p.models {

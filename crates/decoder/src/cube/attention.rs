@@ -24,14 +24,15 @@ pub(crate) const CHUNK: u32 = 256;
 /// One cube per (sequence, head, row) of `q` (`[batch, heads, rows, head_dim]`) along x and per
 /// chunk of keys along y. Units stride over the chunk's keys: each score is a dot product in
 /// order of the head's dimensions, scaled and masked, kept in `scores`: with `masked` 1 by
-/// `mask` (`[groups rows, total]` additive: a tree call's), otherwise causally (row `r` sees the
-/// keys up to `step[0] + r`; a hidden key weighs exactly 0, as an additive minus infinity would); the max and the sum of the exponentials fold in a
-/// fixed tree; then each unit sums its dimensions of the weighted values over the chunk's keys
-/// in order. With one chunk, the normalised result goes to `out` (`[batch, rows, heads
-/// head_dim]`); with several, the chunk's max and sum go to `stats` and its unnormalised sums to
-/// `partial`, for [`attention_merge`]. Keys and values are read at `seq_stride`, `kv_stride`
-/// and `pos_stride` (the cache's storage, whatever its capacity). The keys are the cache's
-/// first `step[0] + rows` (`step` a device buffer, not a launch argument, so that a recorded
+/// `mask` (`[groups rows, total]` additive: a tree call's), otherwise causally (row `r` sees
+/// the keys up to `step[0] + r`; a hidden key weighs exactly 0, as an additive minus infinity
+/// would); the max and the sum of the exponentials fold in a fixed tree; then each unit sums
+/// its dimensions of the weighted values over the chunk's keys in order. With one chunk, the
+/// normalised result goes to `out` (`[batch, rows, heads head_dim]`); with several, the
+/// chunk's max and sum go to `stats` and its unnormalised sums to `partial`, for
+/// [`attention_merge`]. Keys and values are read at `seq_stride`, `kv_stride` and `pos_stride`
+/// (the cache's storage, whatever its capacity). The keys are the cache's first `step[0] +
+/// rows` (`step` a device buffer, not a launch argument, so that a recorded
 /// launch serves every length its `chunks` cover); each row's scores take `span` slots.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]

@@ -69,13 +69,13 @@ fn calls(
 ) -> Result<(Vec<Vec<f32>>, KvCache)> {
     let mut cache = model.new_cache(1);
     model.forward_last(&tokens(PROMPT, 5), &mut cache)?;
-    let mut scores = Vec::new();
+    let mut values = Vec::new();
     for (i, &rows) in kind.rows().iter().cycle().enumerate() {
         if cache.len() > PROMPT + STEPS {
             break;
         }
         let input = tokens(rows, 100 + i as u32);
-        scores.extend(match (kind, captured.as_deref_mut()) {
+        values.extend(match (kind, captured.as_deref_mut()) {
             (Calls::Verify, Some(c)) => c.scores(model, &input, &mut cache)?,
             (Calls::Verify, None) => model.forward_scores(&input, &mut cache, rows, None)?.expect("no cancel flag"),
             (Calls::Draft, Some(c)) => {
@@ -83,13 +83,13 @@ fn calls(
                 vec![logits, hidden]
             }
             (Calls::Draft, None) => {
-                let out = model.forward(&input, &mut cache)?;
-                vec![out.logits_tail(1).remove(0), out.hidden_tail(1).remove(0)]
+                let (logits, hidden) = model.forward(&input, &mut cache)?.last_position();
+                vec![logits, hidden]
             }
         });
         cache.truncate(cache.len() - (rows - 1).min(i % 3));
     }
-    Ok((scores, cache))
+    Ok((values, cache))
 }
 
 /// Greedy speculative decoding on `model` as the target with a draft close to it in GGUF

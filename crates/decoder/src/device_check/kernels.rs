@@ -3,7 +3,8 @@
 //! size (row invariance), and a broken call caught by the same comparison, so the check can
 //! fail: RMSNorm with its weight read one element off, the RoPE and cache-write kernel with
 //! its rows written one position off, SwiGLU with gate and up swapped, attention with a mask
-//! that hides nothing. (The LM head's argmax and top k, `super::head`, report under the same name.)
+//! that hides nothing. (The LM head's argmax and top k, `super::head`, report under the same
+//! name.)
 
 use super::Check;
 use crate::Device;

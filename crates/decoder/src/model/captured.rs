@@ -102,7 +102,8 @@ struct Recording {
 }
 
 /// Recorded decode calls of one model on one cache at a time: one recording per row count and
-/// output, replayed ([`CapturedDecode::next`], [`CapturedDecode::scores`]).
+/// output, replayed ([`CapturedDecode::next`], [`CapturedDecode::scores`],
+/// [`CapturedDecode::last`]).
 pub struct CapturedDecode {
     held: Vec<Recording>,
     /// Why the runtime refused to record, after which every call forwards plainly.
@@ -127,14 +128,13 @@ impl Transformer {
         let hidden = self
             .run_layers(x, cache, &tables, rows, None, None, &self.sequential, 1, None)?
             .expect("no cancel flag, never cancelled");
-        if output == Output::Last {
-            let last = hidden.slice([0..1, rows - 1..rows, 0..self.cfg.hidden_size]);
-            return Ok(Outputs::Last(self.logits(last.clone()), last));
-        }
-        let logits = self.logits(hidden);
         Ok(match output {
-            Output::Greedy => Outputs::Picked(crate::cube::launch_top_k(&logits, 1, 1)),
-            Output::Scores | Output::Last => Outputs::Logits(logits),
+            Output::Greedy => Outputs::Picked(crate::cube::launch_top_k(&self.logits(hidden), 1, 1)),
+            Output::Scores => Outputs::Logits(self.logits(hidden)),
+            Output::Last => {
+                let last = hidden.slice([0..1, rows - 1..rows, 0..self.cfg.hidden_size]);
+                Outputs::Last(self.logits(last.clone()), last)
+            }
         })
     }
 }
@@ -273,7 +273,10 @@ fn plain(model: &Transformer, tokens: &[u32], cache: &mut KvCache, output: Outpu
     let out = model.forward(tokens, cache)?;
     Ok(match output {
         Output::Greedy => Read::Token(out.device_argmax(1).expect("a model that records is on a GPU")[0]),
-        _ => Read::Last(out.logits_tail(1).remove(0), out.hidden_tail(1).remove(0)),
+        _ => {
+            let (logits, hidden) = out.last_position();
+            Read::Last(logits, hidden)
+        }
     })
 }
 

@@ -98,6 +98,11 @@ impl ForwardOutput {
         tail_rows(&self.hidden, k)
     }
 
+    /// The last position's logits and hidden state (single sequence): what a draft step reads.
+    pub fn last_position(&self) -> (Vec<f32>, Vec<f32>) {
+        (tail_rows(&self.logits, 1).remove(0), tail_rows(&self.hidden, 1).remove(0))
+    }
+
     /// The greedy token (`sampling::argmax`) of each of the last `rows` positions (single
     /// sequence) where the logits are on a GPU: the argmax runs on the device and `rows`
     /// numbers come back instead of `rows` vocabulary rows. `None` on the CPU, whose callers

@@ -44,7 +44,8 @@ pub(crate) struct LastPosition {
 
 impl LastPosition {
     pub fn of(out: ForwardOutput) -> Self {
-        Self { logits: out.logits_tail(1).remove(0), hidden: out.hidden_tail(1).remove(0) }
+        let (logits, hidden) = out.last_position();
+        Self { logits, hidden }
     }
 }
 
