@@ -165,6 +165,12 @@ impl KvCache {
         self.layers.iter().flat_map(|(k, v)| [k, v])
     }
 
+    /// The same storage to replace: a captured step gives the cache storage of its own.
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    pub(crate) fn storage_mut(&mut self) -> impl Iterator<Item = &mut Tensor<4>> {
+        self.layers.iter_mut().flat_map(|(k, v)| [k, v])
+    }
+
     /// Makes room for `extra` more positions than are cached now.
     pub(crate) fn reserve(&mut self, extra: usize) {
         let need = self.len + extra;

@@ -18,7 +18,7 @@ pub(crate) use attention::attention;
 pub(crate) const ATTENTION_CHUNK: usize = attention::CHUNK as usize;
 pub(crate) use block_matmul::{DeviceBlocks, on_device};
 pub(crate) use rms_norm::rms_norm;
-pub(crate) use rope_cache::rope_qkv;
+pub(crate) use rope_cache::{rope_qkv, writable};
 pub(crate) use swiglu::swiglu;
 pub(crate) use top_k::{launch_top_k, read_picks, top_k_tail};
 

@@ -65,7 +65,7 @@ fn rope_qkv_rows(
 
 /// `t` as a contiguous CubeCL tensor no other tensor shares, so a kernel may write it in place
 /// (a copy when it is shared or strided: what burn's in-place writes do).
-fn writable<const D: usize>(t: Tensor<D>) -> CubeTensor {
+pub(crate) fn writable<const D: usize>(t: Tensor<D>) -> CubeTensor {
     let t = t.try_into_primitive::<Cube>().expect("a tensor on a CubeCL device");
     let t = if t.can_mut() { t } else { t.copy() };
     if t.is_contiguous_buffer() { t } else { burn_cubecl::kernel::into_contiguous(t) }

@@ -4,7 +4,9 @@
 //! of the plain forward bit for bit; so do verification calls of 1 to 16 rows and draft steps
 //! (the last row's logits and hidden state) with rejected rows cut off between them, and greedy
 //! speculative decoding, whose draft steps and verifications replay recordings, gives the
-//! target's own greedy tokens. Replays whose inputs are not rewritten are caught.
+//! target's own greedy tokens. A clone of a cache keeps its keys while the cache replays over
+//! them. Where recording is refused, calls forward plainly to the same results. Replays whose inputs are not rewritten, or that write storage a clone shares, are
+//! caught.
 
 use super::Check;
 use super::tiny::{noisy_weights, tokens, write_gguf_weights, write_tiny_gguf};
@@ -118,6 +120,31 @@ fn speculative(model: &Transformer, dir: &Path, device: &Device) -> Result<(Vec<
     Ok((bad, replays() - before))
 }
 
+/// Whether a clone of a cache keeps its keys and values while `captured` replays steps of other
+/// tokens on the cache it was cloned from, rolled back below the clone's length, over the
+/// positions the clone holds (a rejection after a snapshot, as a scheduler may take).
+fn clone_kept(model: &Transformer, captured: &mut CapturedDecode, layers: usize) -> Result<bool> {
+    let mut cache = model.new_cache(1);
+    let mut next = greedy_token(model.forward_last(&tokens(PROMPT, 5), &mut cache)?);
+    for _ in 0..4 {
+        next = captured.next(model, next, &mut cache)?;
+    }
+    let clone = cache.clone();
+    let before: Vec<_> = (0..layers).map(|l| clone.layer_data(l)).collect();
+    cache.truncate(cache.len() - 3);
+    for t in tokens(3, 200) {
+        captured.next(model, t, &mut cache)?;
+    }
+    Ok((0..layers).all(|l| clone.layer_data(l) == before[l]))
+}
+
+/// A recorder that treats every recording as refused, as on a runtime without graph capture.
+fn refusing() -> CapturedDecode {
+    let mut captured = CapturedDecode::new();
+    captured.refuse = true;
+    captured
+}
+
 /// Whether two caches hold the same keys and values, bit for bit, in every layer.
 fn same_cache(a: &KvCache, b: &KvCache, layers: usize) -> bool {
     a.len() == b.len() && (0..layers).all(|l| a.layer_data(l) == b.layer_data(l))
@@ -140,6 +167,17 @@ pub(super) fn captured_decode(device: &Device, dir: &Path) -> Result<Check> {
     let (again, _) = decode(&model, Some(&mut captured))?;
     ensure!(again == plain, "replayed steps on a second cache depart from the plain forward's tokens");
     ensure!(captured.recordings == 4, "a second cache did not start its own recordings");
+    ensure!(clone_kept(&model, &mut CapturedDecode::new(), layers)?, "replays rewrote a clone's cached keys");
+    let mut shared = CapturedDecode::new();
+    shared.shared_storage = true;
+    ensure!(!clone_kept(&model, &mut shared, layers)?, "replays into storage a clone shares were not caught");
+    // A runtime that refuses to record: every call forwards plainly, to the same results.
+    let (mut refused, before) = (refusing(), replays());
+    let (fallback, fallback_cache) = decode(&model, Some(&mut refused))?;
+    ensure!(fallback == plain, "steps after a refused recording depart from the plain forward's tokens");
+    ensure!(same_cache(&plain_cache, &fallback_cache, layers), "steps after a refused recording cached other values");
+    let kept = (refused.recordings, replays() - before);
+    ensure!(refused.refused().is_some() && kept == (0, 0), "a refused recording was kept or replayed: {kept:?}");
     let mut recorded_calls = Vec::new();
     for (kind, what) in [(Calls::Verify, "verification calls"), (Calls::Draft, "draft steps")] {
         let (plain, plain_cache) = calls(&model, kind, None)?;
@@ -147,6 +185,8 @@ pub(super) fn captured_decode(device: &Device, dir: &Path) -> Result<Check> {
         let (replayed, replayed_cache) = calls(&model, kind, Some(&mut captured))?;
         ensure!(replayed == plain, "replayed {what} return other values than the plain forward's");
         ensure!(same_cache(&plain_cache, &replayed_cache, layers), "replayed {what} cached other values");
+        let (fallback, _) = calls(&model, kind, Some(&mut refusing()))?;
+        ensure!(fallback == plain, "{what} after a refused recording return other values than the plain forward's");
         recorded_calls.push((plain.len(), captured.recordings));
         let mut stale = CapturedDecode::new();
         stale.stale_inputs = true;
@@ -173,7 +213,9 @@ pub(super) fn captured_decode(device: &Device, dir: &Path) -> Result<Check> {
             "tiny qwen2 in Q8_0 blocks, greedy, {PROMPT} prompt tokens then {STEPS} steps: the replayed steps' \
              tokens and every layer's cached keys and values equal the plain forward's bit for bit, with \
              {recordings} recordings (the cache growing past 256 positions and attention taking a second chunk \
-             at the same step), and the same on a second cache; verification calls of 1 to 16 rows ({verified} \
+             at the same step), and the same on a second cache; a clone keeps its keys while the cache it \
+             was cloned from, rolled back, replays over them (replays into the shared storage caught); where \
+             recording is refused, steps, verifications and draft steps forward plainly to the same values; verification calls of 1 to 16 rows ({verified} \
              rows of logits, {verify_recordings} recordings) and draft steps of 1 to 3 rows ({} last rows, \
              {draft_recordings} recordings), rejected rows cut between them, give the plain forward's values and \
              cache bit for bit; greedy speculative decoding with a Q8_0 draft on the device (3 candidates a \

@@ -12,7 +12,7 @@
 //! replay: the tokens, the RoPE angles of their positions, and the cached length (which the
 //! RoPE and cache-write kernel and attention read: `cube::step_buffer`; attention masks the
 //! rows causally from it). What a recording cannot follow starts a new one: the cache's
-//! storage moving (it grows, or a write copies it) and attention's number of 256-key chunks
+//! storage moving (it grows, or is copied because a clone shares it) and attention's number of 256-key chunks
 //! (its launch's size), so each row count is recorded again every 256 positions at most.
 //! The first call of a recording is the plain forward it then records: its results are that
 //! call's, so recording costs no forward of its own.
@@ -113,6 +113,12 @@ pub struct CapturedDecode {
     pub recordings: usize,
     /// Replays without their inputs rewritten: a broken call, for the device check to catch.
     pub(crate) stale_inputs: bool,
+    /// Replays into storage a clone of the cache shares: a broken call, for the device check
+    /// to catch.
+    pub(crate) shared_storage: bool,
+    /// Treats every recording as refused, as a runtime without graph capture does: the device
+    /// check runs the plain fallback on a runtime that records.
+    pub(crate) refuse: bool,
 }
 
 impl Transformer {
@@ -155,6 +161,18 @@ fn f32_bytes(t: Tensor<2>) -> Vec<u8> {
     t.into_data().try_to_vec::<f32>().expect("f32 tables").iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
+/// Gives every layer of `cache` storage that no clone shares (a copy where one does). A replay
+/// writes into the memory it recorded, where a plain forward copies shared storage before
+/// writing it ([`crate::cube::writable`]): without this, replaying on a cache rolled back
+/// below a clone's length would rewrite the clone's keys and values. The copy moves the
+/// storage, so the call is recorded again.
+fn own_storage(cache: &mut KvCache) {
+    for t in cache.storage_mut() {
+        let owned = crate::cube::writable(t.extract());
+        *t = Tensor::from_primitive::<Cube>(owned);
+    }
+}
+
 /// The memory of every layer's storage in `cache` (ids never reused by a later allocation).
 fn storage_ids(cache: &KvCache) -> Vec<usize> {
     cache.storage().map(|t| cube!(t).handle.memory.descriptor().id.value).collect()
@@ -168,7 +186,14 @@ impl Default for CapturedDecode {
 
 impl CapturedDecode {
     pub fn new() -> Self {
-        Self { held: Vec::new(), refused: None, recordings: 0, stale_inputs: false }
+        Self {
+            held: Vec::new(),
+            refused: None,
+            recordings: 0,
+            stale_inputs: false,
+            shared_storage: false,
+            refuse: false,
+        }
     }
 
     /// Why the runtime refused to record a call (every call since forwarded plainly), if it did.
@@ -207,9 +232,8 @@ impl CapturedDecode {
     }
 
     /// The call of `tokens` for `output`: a replay of its recording, recorded first where
-    /// none fits; a plain forward once the runtime has refused a recording. Replays write into
-    /// the cache's storage, which its clones share until they write themselves: clone it only
-    /// between uses of this.
+    /// none fits; a plain forward once the runtime has refused a recording. The cache may be
+    /// cloned between calls: the clone keeps its keys and values ([`own_storage`]).
     fn call(&mut self, model: &Transformer, tokens: &[u32], cache: &mut KvCache, output: Output) -> Result<Read> {
         ensure!(model.can_capture(), "this model's decode calls cannot be recorded");
         ensure!(cache.batch() == 1, "a captured call decodes one sequence");
@@ -224,6 +248,9 @@ impl CapturedDecode {
         }
         let past = cache.len();
         cache.reserve(rows);
+        if !self.shared_storage {
+            own_storage(cache);
+        }
         let chunks = (past + rows).div_ceil(crate::cube::ATTENTION_CHUNK);
         let shape = Shape { cache: cache.id(), storage: storage_ids(cache), rows, output, chunks };
         // Recordings of another cache or storage write memory this cache no longer uses: they go
@@ -232,7 +259,8 @@ impl CapturedDecode {
         self.held.retain(|r| (r.shape.rows, r.shape.output) != (rows, output) || r.shape == shape);
         let Some(r) = self.held.iter().find(|r| r.shape == shape) else {
             let (recording, read) = record(model, tokens, cache, shape)?;
-            match recording {
+            let refused = |_| Err("refused by request".to_string());
+            match if self.refuse { recording.and_then(refused) } else { recording } {
                 Ok(recording) => {
                     self.held.push(recording);
                     self.recordings += 1;
