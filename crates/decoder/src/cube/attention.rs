@@ -21,19 +21,20 @@ const UNITS: u32 = 64;
 /// `heads`. Chunks start at fixed positions, so a key's chunk never depends on the call.
 pub(crate) const CHUNK: u32 = 256;
 
-/// One cube per (sequence, head, row) of `q` (`[batch, heads, rows, head_dim]`) along x and per
-/// chunk of keys along y. Units stride over the chunk's keys: each score is a dot product in
-/// order of the head's dimensions, scaled and masked, kept in `scores`: with `masked` 1 by
+/// One cube per (sequence, head, row) of `q` (`[batch, heads, rows, head_dim]`) along x, for
+/// the `group` rows from `row0` ([`row_group`]), and per chunk of keys along y. Units stride
+/// over the chunk's keys: each score is a dot product in order of the head's dimensions, scaled and masked, kept
+/// in shared memory (a chunk's [`CHUNK`] scores, whatever the call's length): with `masked` 1 by
 /// `mask` (`[groups rows, total]` additive: a tree call's), otherwise causally (row `r` sees
 /// the keys up to `step[0] + r`; a hidden key weighs exactly 0, as an additive minus infinity
 /// would); the max and the sum of the exponentials fold in a fixed tree; then each unit sums
 /// its dimensions of the weighted values over the chunk's keys in order. With one chunk, the
 /// normalised result goes to `out` (`[batch, rows, heads head_dim]`); with several, the
-/// chunk's max and sum go to `stats` and its unnormalised sums to `partial`, for
+/// chunk's max and sum go to `stats` and its unnormalised sums to `partial` (the group's), for
 /// [`attention_merge`]. Keys and values are read at `seq_stride`, `kv_stride` and `pos_stride`
 /// (the cache's storage, whatever its capacity). The keys are the cache's first `step[0] +
-/// rows` (`step` a device buffer, not a launch argument, so that a recorded
-/// launch serves every length its `chunks` cover); each row's scores take `span` slots.
+/// rows` (`step` a device buffer, not a launch argument, so that a recorded launch serves every
+/// length its `chunks` cover).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn attention_chunk(
@@ -41,16 +42,16 @@ fn attention_chunk(
     keys: &[f32],
     values: &[f32],
     mask: &[f32],
-    scores: &mut [f32],
     out: &mut [f32],
     stats: &mut [f32],
     partial: &mut [f32],
     rows: u32,
+    row0: u32,
+    group: u32,
     heads: u32,
     kv_heads: u32,
     head_dim: u32,
     step: &[u32],
-    span: u32,
     seq_stride: u32,
     kv_stride: u32,
     pos_stride: u32,
@@ -59,16 +60,15 @@ fn attention_chunk(
     chunks: u32,
     #[comptime] units: usize,
 ) {
-    let total = step[0] + rows;
     let cube = CUBE_POS_X;
+    let total = step[0] + rows;
     let chunk = CUBE_POS_Y;
-    let row = cube % rows;
-    let head = (cube / rows) % heads;
-    let seq = cube / (rows * heads);
+    let row = row0 + cube % group;
+    let head = (cube / group) % heads;
+    let seq = cube / (group * heads);
     let groups = heads / kv_heads;
     let base = seq * seq_stride + (head / groups) * kv_stride;
-    let qbase = cube * head_dim;
-    let sbase = cube * span;
+    let qbase = ((seq * heads + head) * rows + row) * head_dim;
     let mbase = ((head % groups) * rows + row) * total;
     let first = chunk * CHUNK;
     let end = min(total, first + CHUNK);
@@ -76,6 +76,7 @@ fn attention_chunk(
     let causal_end = select(masked == 1, total, step[0] + row);
     let unit = UNIT_POS as usize;
     let mut part = Shared::<[f32]>::new_slice(units);
+    let mut scores = Shared::<[f32]>::new_slice(CHUNK as usize);
 
     let mut local = f32::new(-3.0e38);
     let mut j = first + UNIT_POS;
@@ -91,7 +92,7 @@ fn attention_chunk(
         if masked == 1 {
             s += mask[(mbase + j) as usize];
         }
-        scores[(sbase + j) as usize] = s;
+        scores[(j - first) as usize] = s;
         local = select(j > causal_end, local, max(local, s));
         j += CUBE_DIM;
     }
@@ -112,13 +113,12 @@ fn attention_chunk(
     let mut sum = 0.0f32;
     let mut k = first + UNIT_POS;
     while k < end {
-        let e = select(k > causal_end, 0.0f32, f32::exp(scores[(sbase + k) as usize] - top));
-        scores[(sbase + k) as usize] = e;
+        let e = select(k > causal_end, 0.0f32, f32::exp(scores[(k - first) as usize] - top));
+        scores[(k - first) as usize] = e;
         sum += e;
         k += CUBE_DIM;
     }
     part[unit] = sum;
-    sync_storage();
     sync_cube();
     let mut active = CUBE_DIM / 2;
     while active > 0 {
@@ -141,7 +141,7 @@ fn attention_chunk(
         let mut acc = 0.0f32;
         let mut p = first;
         while p < end {
-            acc += scores[(sbase + p) as usize] * values[(base + p * pos_stride + dim) as usize];
+            acc += scores[(p - first) as usize] * values[(base + p * pos_stride + dim) as usize];
             p += 1;
         }
         if chunks == 1 {
@@ -162,14 +162,26 @@ fn chunk_weight(stats: &[f32], slot: u32, top: f32) -> f32 {
     select(m == top, 1.0f32, f32::exp(m - top))
 }
 
-/// Merges the chunks of [`attention_chunk`]: one cube per (sequence, head, row), its units over
-/// the head's dimensions. Every unit folds the chunks' maxima and sums in chunk order.
+/// Merges the chunks of [`attention_chunk`]: one cube per (sequence, head, row) of the `group`
+/// rows from `row0`, its units over the head's dimensions. Every unit folds the chunks' maxima
+/// and sums in chunk order.
 #[cube(launch)]
-fn attention_merge(stats: &[f32], partial: &[f32], out: &mut [f32], rows: u32, heads: u32, head_dim: u32, chunks: u32) {
+#[allow(clippy::too_many_arguments)]
+fn attention_merge(
+    stats: &[f32],
+    partial: &[f32],
+    out: &mut [f32],
+    rows: u32,
+    row0: u32,
+    group: u32,
+    heads: u32,
+    head_dim: u32,
+    chunks: u32,
+) {
     let cube = CUBE_POS_X;
-    let row = cube % rows;
-    let head = (cube / rows) % heads;
-    let seq = cube / (rows * heads);
+    let row = row0 + cube % group;
+    let head = (cube / group) % heads;
+    let seq = cube / (group * heads);
     let slots = cube * chunks;
     let mut top = f32::new(-3.0e38);
     for c in 0..chunks {
@@ -188,6 +200,23 @@ fn attention_merge(stats: &[f32], partial: &[f32], out: &mut [f32], rows: u32, h
         out[(((seq * rows + row) * heads + head) * head_dim + dim) as usize] = acc / norm;
         dim += CUBE_DIM;
     }
+}
+
+/// The most (sequence, head) cubes of one launch along x: under every backend's least limit
+/// (Vulkan guarantees 65,535 workgroups along a dimension).
+const MAX_CUBES: usize = 32768;
+
+/// Bytes a launch's partial softmaxes may take: a long prefill then runs its rows in groups
+/// whose scratch stays small whatever its length.
+const SPLIT_SCRATCH: usize = 32 << 20;
+
+/// Rows of `n` one launch takes, with `heads` (sequence, head) cubes a row and `per_cube`
+/// scratch values a cube: all of a decode call's, a long prefill's in groups. A row's
+/// result does not depend on its group.
+fn row_group(n: usize, heads: usize, per_cube: usize) -> usize {
+    let by_cubes = MAX_CUBES / heads.max(1);
+    let by_scratch = SPLIT_SCRATCH / (4 * heads * per_cube).max(1);
+    n.min(by_cubes).min(by_scratch).max(1)
 }
 
 /// Attention of `q: [b, heads, n, head_dim]` over the cache's `keys` and `values` (`[b,
@@ -214,9 +243,6 @@ pub(crate) fn attention(
     let client = q.client.clone();
     let scratch = |shape: Vec<usize>| empty_device_dtype(client.clone(), q.device.clone(), shape.into(), q.dtype);
     let chunks = total.div_ceil(CHUNK as usize).max(1);
-    // Room for every length these chunks cover, so the launch does not depend on the length.
-    let span = chunks * CHUNK as usize;
-    let scores = scratch(vec![b * heads * n * span]);
     let out = scratch(vec![b, n, heads * head_dim]);
     let (mask, masked) = match mask {
         Some(m) => (contiguous(m.clone()), 1u32),
@@ -224,50 +250,58 @@ pub(crate) fn attention(
     };
     let cap = client.properties().hardware.max_units_per_cube.clamp(1, UNITS);
     let units = if cap.is_power_of_two() { cap } else { cap.next_power_of_two() / 2 };
-    let cubes = (b * heads * n) as u32;
-    // The chunks' maxima and sums, and their unnormalised outputs (placeholders for one chunk).
     let split = chunks > 1;
-    let stats = scratch(vec![if split { b * heads * n * chunks * 2 } else { 1 }]);
-    let partial = scratch(vec![if split { b * heads * n * chunks * head_dim } else { 1 }]);
-    attention_chunk::launch(
-        &client,
-        CubeCount::Static(cubes, chunks as u32, 1),
-        CubeDim::new_1d(units),
-        q.into_buffer_arg(),
-        whole_buffer(keys),
-        whole_buffer(values),
-        mask.into_buffer_arg(),
-        scores.into_buffer_arg(),
-        out.clone().into_buffer_arg(),
-        stats.clone().into_buffer_arg(),
-        partial.clone().into_buffer_arg(),
-        n as u32,
-        heads as u32,
-        kv_heads as u32,
-        head_dim as u32,
-        super::words(step).into_buffer_arg(),
-        span as u32,
-        strides[0] as u32,
-        strides[1] as u32,
-        strides[2] as u32,
-        1.0 / (head_dim as f32).sqrt(),
-        masked,
-        chunks as u32,
-        units as usize,
-    );
-    if split {
-        attention_merge::launch(
+    let group = row_group(n, b * heads, if split { chunks * (2 + head_dim) } else { 0 });
+    // A group's chunk maxima and sums, and its unnormalised outputs (placeholders for one chunk).
+    let slots = b * heads * group * chunks;
+    let stats = scratch(vec![if split { slots * 2 } else { 1 }]);
+    let partial = scratch(vec![if split { slots * head_dim } else { 1 }]);
+    let step = super::words(step);
+    for row0 in (0..n).step_by(group) {
+        let rows = group.min(n - row0);
+        let cubes = (b * heads * rows) as u32;
+        attention_chunk::launch(
             &client,
-            CubeCount::Static(cubes, 1, 1),
+            CubeCount::Static(cubes, chunks as u32, 1),
             CubeDim::new_1d(units),
-            stats.into_buffer_arg(),
-            partial.into_buffer_arg(),
+            q.clone().into_buffer_arg(),
+            whole_buffer(keys.clone()),
+            whole_buffer(values.clone()),
+            mask.clone().into_buffer_arg(),
             out.clone().into_buffer_arg(),
+            stats.clone().into_buffer_arg(),
+            partial.clone().into_buffer_arg(),
             n as u32,
+            row0 as u32,
+            rows as u32,
             heads as u32,
+            kv_heads as u32,
             head_dim as u32,
+            step.clone().into_buffer_arg(),
+            strides[0] as u32,
+            strides[1] as u32,
+            strides[2] as u32,
+            1.0 / (head_dim as f32).sqrt(),
+            masked,
             chunks as u32,
+            units as usize,
         );
+        if split {
+            attention_merge::launch(
+                &client,
+                CubeCount::Static(cubes, 1, 1),
+                CubeDim::new_1d(units),
+                stats.clone().into_buffer_arg(),
+                partial.clone().into_buffer_arg(),
+                out.clone().into_buffer_arg(),
+                n as u32,
+                row0 as u32,
+                rows as u32,
+                heads as u32,
+                head_dim as u32,
+                chunks as u32,
+            );
+        }
     }
     Tensor::from_primitive::<Cube>(out)
 }

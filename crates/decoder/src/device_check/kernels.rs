@@ -3,8 +3,8 @@
 //! size (row invariance), and a broken call caught by the same comparison, so the check can
 //! fail: RMSNorm with its weight read one element off, the RoPE and cache-write kernel with
 //! its rows written one position off, SwiGLU with gate and up swapped, attention with a mask
-//! that hides nothing. (The LM head's argmax and top k, `super::head`, report under the same
-//! name.)
+//! that hides nothing (`super::attention`, which also runs a long prefill). (The LM head's
+//! argmax and top k, `super::head`, report under the same name.)
 
 use super::Check;
 use crate::Device;
@@ -75,7 +75,7 @@ fn rms_norm_on(device: &Device, x: &[f32], weight: &[f32], rows: usize, eps: f64
 }
 
 /// Heads of the RoPE check: q heads, kv heads, head size (two q heads share a kv head).
-const ROPE_HEADS: [usize; 3] = [4, 2, 16];
+pub(super) const ROPE_HEADS: [usize; 3] = [4, 2, 16];
 /// The cache positions before the rows of the RoPE check, and the cache's capacity.
 const ROPE_PAST: usize = 3;
 const ROPE_CAPACITY: usize = 32;
@@ -202,121 +202,6 @@ fn swiglu_check(device: &Device) -> Result<(f32, f32)> {
     Ok((worst, max_abs_diff(&broken, &reference[..broken.len()])))
 }
 
-/// Cached positions before the rows of the attention checks: a short context (one chunk of
-/// keys), one where a single row's keys fill the first chunk and wider calls reach the second
-/// (a one-chunk launch against a split one, bit for bit), and one over three chunks.
-const ATTENTION_PASTS: [usize; 3] = [8, 255, 600];
-
-/// The attention checks' cache capacity after `past` positions: room for the widest call, and
-/// storage past the view that the kernel must not read.
-fn attention_capacity(past: usize) -> usize {
-    past + ROWS[2] + 7
-}
-
-/// Causal attention of `rows` query rows (`[heads, rows, d]`, row i at position `past + i`)
-/// over `[kv_heads, past + rows, d]` keys and values (stored [`attention_capacity`] positions
-/// apart), in f64: `[rows, heads d]`.
-fn attention_reference(q: &[f32], keys: &[f32], values: &[f32], past: usize, rows: usize) -> Vec<f32> {
-    let [h, kvh, d] = ROPE_HEADS;
-    let mut out = vec![0f32; rows * h * d];
-    for head in 0..h {
-        let kv = head / (h / kvh);
-        let at = |p: usize| (kv * attention_capacity(past) + p) * d;
-        for i in 0..rows {
-            let qi = &q[(head * rows + i) * d..][..d];
-            let seen = past + i + 1;
-            let scores: Vec<f64> = (0..seen)
-                .map(|p| qi.iter().zip(&keys[at(p)..at(p) + d]).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>())
-                .map(|s| s / (d as f64).sqrt())
-                .collect();
-            let top = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let weights: Vec<f64> = scores.iter().map(|s| (s - top).exp()).collect();
-            let norm: f64 = weights.iter().sum();
-            for j in 0..d {
-                let v: f64 = (0..seen).map(|p| weights[p] * values[at(p) + j] as f64).sum();
-                out[(i * h + head) * d + j] = (v / norm) as f32;
-            }
-        }
-    }
-    out
-}
-
-/// The first `rows` rows of each head of `q` (`[heads, 16, d]`): `[heads, rows, d]`.
-fn first_rows(q: &[f32], rows: usize) -> Vec<f32> {
-    let [h, _, d] = ROPE_HEADS;
-    (0..h).flat_map(|head| q[head * ROWS[2] * d..][..rows * d].to_vec()).collect()
-}
-
-/// How an attention call is masked.
-#[derive(Clone, Copy, PartialEq)]
-enum Masking {
-    /// The kernel's own causal mask (no mask passed): what a chain call gets.
-    Causal,
-    /// The causal mask passed as an additive mask: the path of a tree call's mask.
-    Additive,
-    /// An additive mask that hides nothing: the broken call.
-    Nothing,
-}
-
-/// `crate::cube::attention` of the first `rows` query rows on `device`, over the cache's
-/// storage viewed up to `past + rows`, masked as `masking` says.
-fn attention_on(
-    device: &Device,
-    (q, keys, values): (&[f32], &[f32], &[f32]),
-    past: usize,
-    rows: usize,
-    masking: Masking,
-) -> Vec<f32> {
-    let [h, kvh, d] = ROPE_HEADS;
-    let total = past + rows;
-    let q = Tensor::<4>::from_data(TensorData::new(first_rows(q, rows), [1, h, rows, d]), device);
-    let view = |t: &[f32]| {
-        Tensor::<4>::from_data(TensorData::new(t.to_vec(), [1, kvh, attention_capacity(past), d]), device).slice([
-            0..1,
-            0..kvh,
-            0..total,
-            0..d,
-        ])
-    };
-    let groups = h / kvh;
-    let mask = (masking != Masking::Causal).then(|| {
-        let hide = if masking == Masking::Nothing { 0.0 } else { f32::NEG_INFINITY };
-        let m: Vec<f32> = (0..groups * rows)
-            .flat_map(|r| (0..total).map(move |p| if p <= past + r % rows { 0.0 } else { hide }))
-            .collect();
-        Tensor::<2>::from_data(TensorData::new(m, [groups * rows, total]), device)
-    });
-    let step = crate::cube::step_buffer(past, device);
-    crate::cube::attention(q, view(keys), view(values), mask.as_ref(), &step)
-        .into_data()
-        .try_to_vec::<f32>()
-        .expect("f32")
-}
-
-/// Attention at 1, 5 and 16 rows after each of [`ATTENTION_PASTS`], masked by the kernel and by
-/// an additive mask: the worst difference, and the least that of a broken call moved (a 5-row
-/// call whose mask hides nothing).
-fn attention_check(device: &Device) -> Result<(f32, f32)> {
-    let [h, kvh, d] = ROPE_HEADS;
-    let (mut worst, mut caught) = (0f32, f32::INFINITY);
-    for (i, past) in ATTENTION_PASTS.into_iter().enumerate() {
-        let seed = 6 + 3 * i as u64;
-        let cached = kvh * attention_capacity(past) * d;
-        let q = uniform(h * ROWS[2] * d, 1.0, seed);
-        let (keys, values) = (uniform(cached, 1.0, seed + 1), uniform(cached, 1.0, seed + 2));
-        let inputs = (&q[..], &keys[..], &values[..]);
-        let reference = |n: usize| attention_reference(&first_rows(&q, n), &keys, &values, past, n);
-        let what = format!("attention after {past} positions");
-        for masking in [Masking::Causal, Masking::Additive] {
-            let call = |n: usize| attention_on(device, inputs, past, n, masking);
-            worst = nan_max(worst, over_row_counts(&what, call, reference)?);
-        }
-        let broken = attention_on(device, inputs, past, ROWS[1], Masking::Nothing);
-        caught = caught.min(max_abs_diff(&broken, &reference(ROWS[1])));
-    }
-    Ok((worst, caught))
-}
-
 /// RMSNorm at two widths: under the cube's units (each unit one column or none) and over them
 /// (each unit strides over several columns).
 pub(super) fn kernels(device: &Device, tol: f32, head: &str) -> Result<Check> {
@@ -342,7 +227,7 @@ pub(super) fn kernels(device: &Device, tol: f32, head: &str) -> Result<Check> {
     );
     let (swiglu_worst, swiglu_caught) = swiglu_check(device)?;
     ensure!(swiglu_caught > tol, "gate and up swapped moved SwiGLU by only {swiglu_caught:e}: the check cannot fail");
-    let (attention_worst, attention_caught) = attention_check(device)?;
+    let (attention_worst, attention_caught) = super::attention::attention_check(device)?;
     ensure!(
         attention_caught > tol,
         "attention whose mask hides nothing moved by only {attention_caught:e}: the check cannot fail"
@@ -356,7 +241,9 @@ pub(super) fn kernels(device: &Device, tol: f32, head: &str) -> Result<Check> {
             "fused RMSNorm (widths 96 and 700), RoPE with the cache write (4 q and 2 kv heads of 16, after \
              3 positions), SwiGLU (2 x 300) and causal attention (the same heads, after 8, 255 and 600 positions: one chunk \
              of keys, a call at the split, three chunks; masked by the kernel and by an additive mask), 1/5/16 \
-             rows, against f64 on the host; every row bitwise equal across call sizes; broken calls caught: \
+             rows, against f64 on the host; every row bitwise equal across call sizes; a 1,100-row attention \
+             prefill of 64 heads (70,400 cubes, run in row groups) against f64, its last 5 rows bitwise a \
+             5-row call's; broken calls caught: \
              a weight read one element off {caught:.1e} away, rows cached one position off \
              {rope_caught:.1e}, gate and up swapped {swiglu_caught:.1e}, attention unmasked \
              {attention_caught:.1e}; {head}"

@@ -12,6 +12,7 @@
 //! the others.
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod attention;
 mod blocks;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod captured;
