@@ -13,6 +13,7 @@
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod attention;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod blocks;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod captured;
