@@ -23,18 +23,18 @@ pub(crate) const CHUNK: u32 = 256;
 
 /// One cube per (sequence, head, row) of `q` (`[batch, heads, rows, head_dim]`) along x, for
 /// the `group` rows from `row0` ([`row_group`]), and per chunk of keys along y. Units stride
-/// over the chunk's keys: each score is a dot product in order of the head's dimensions, scaled and masked, kept
-/// in shared memory (a chunk's [`CHUNK`] scores, whatever the call's length): with `masked` 1 by
-/// `mask` (`[groups rows, total]` additive: a tree call's), otherwise causally (row `r` sees
-/// the keys up to `step[0] + r`; a hidden key weighs exactly 0, as an additive minus infinity
-/// would); the max and the sum of the exponentials fold in a fixed tree; then each unit sums
-/// its dimensions of the weighted values over the chunk's keys in order. With one chunk, the
-/// normalised result goes to `out` (`[batch, rows, heads head_dim]`); with several, the
-/// chunk's max and sum go to `stats` and its unnormalised sums to `partial` (the group's), for
-/// [`attention_merge`]. Keys and values are read at `seq_stride`, `kv_stride` and `pos_stride`
-/// (the cache's storage, whatever its capacity). The keys are the cache's first `step[0] +
-/// rows` (`step` a device buffer, not a launch argument, so that a recorded launch serves every
-/// length its `chunks` cover).
+/// over the chunk's keys: each score is a dot product in order of the head's dimensions,
+/// scaled and masked, kept in shared memory (the chunk's [`CHUNK`] scores, however long the
+/// call): with `masked` 1 by `mask` (`[groups rows, total]` additive: a tree call's), otherwise
+/// causally (row `r` sees the keys up to `step[0] + r`; a hidden key weighs exactly 0, as an
+/// additive minus infinity would); the max and the sum of the exponentials fold in a fixed
+/// tree; then each unit sums its dimensions of the weighted values over the chunk's keys in
+/// order. With one chunk, the normalised result goes to `out` (`[batch, rows, heads
+/// head_dim]`); with several, the chunk's max and sum go to `stats` and its unnormalised sums
+/// to `partial` (slots of the group's cubes), for [`attention_merge`]. Keys and values are
+/// read at `seq_stride`, `kv_stride` and `pos_stride` (the cache's storage, whatever its
+/// capacity). The keys are the cache's first `step[0] + rows` (`step` a device buffer, not a
+/// launch argument, so that a recorded launch serves every length its `chunks` cover).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn attention_chunk(
@@ -60,8 +60,8 @@ fn attention_chunk(
     chunks: u32,
     #[comptime] units: usize,
 ) {
-    let cube = CUBE_POS_X;
     let total = step[0] + rows;
+    let cube = CUBE_POS_X;
     let chunk = CUBE_POS_Y;
     let row = row0 + cube % group;
     let head = (cube / group) % heads;

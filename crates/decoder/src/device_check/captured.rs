@@ -5,8 +5,8 @@
 //! (the last row's logits and hidden state) with rejected rows cut off between them, and greedy
 //! speculative decoding, whose draft steps and verifications replay recordings, gives the
 //! target's own greedy tokens. A clone of a cache keeps its keys while the cache replays over
-//! them. Where recording is refused, calls forward plainly to the same results. Replays whose inputs are not rewritten, or that write storage a clone shares, are
-//! caught.
+//! them. Where recording is refused, calls forward plainly to the same results. Replays whose
+//! inputs are not rewritten, or that write storage a clone shares, are caught.
 
 use super::Check;
 use super::tiny::{noisy_weights, tokens, write_gguf_weights, write_tiny_gguf};
@@ -214,10 +214,10 @@ pub(super) fn captured_decode(device: &Device, dir: &Path) -> Result<Check> {
              tokens and every layer's cached keys and values equal the plain forward's bit for bit, with \
              {recordings} recordings (the cache growing past 256 positions and attention taking a second chunk \
              at the same step), and the same on a second cache; a clone keeps its keys while the cache it \
-             was cloned from, rolled back, replays over them (replays into the shared storage caught); where \
-             recording is refused, steps, verifications and draft steps forward plainly to the same values; verification calls of 1 to 16 rows ({verified} \
-             rows of logits, {verify_recordings} recordings) and draft steps of 1 to 3 rows ({} last rows, \
-             {draft_recordings} recordings), rejected rows cut between them, give the plain forward's values and \
+             was cloned from, rolled back, replays over them (replays into the shared storage caught); \
+             where recording is refused, steps, verifications and draft steps forward plainly to the same \
+             values; verification calls of 1 to 16 rows ({verified} rows of logits, {verify_recordings} \
+             recordings) and draft steps of 1 to 3 rows ({} last rows, {draft_recordings} recordings), rejected rows cut between them, give the plain forward's values and \
              cache bit for bit; greedy speculative decoding with a Q8_0 draft on the device (3 candidates a \
              round, {spec_replays} replayed draft steps and verifications) gives the target's greedy tokens; \
              replays without their tokens, positions and length rewritten caught, for each kind of call",
