@@ -202,9 +202,11 @@ fn swiglu_check(device: &Device) -> Result<(f32, f32)> {
     Ok((worst, max_abs_diff(&broken, &reference[..broken.len()])))
 }
 
-/// RMSNorm at two widths: under the cube's units (each unit one column or none) and over them
-/// (each unit strides over several columns).
-pub(super) fn kernels(device: &Device, tol: f32, head: &str) -> Result<Check> {
+/// The fused kernels' check: RMSNorm at two widths, under the cube's units (each unit one
+/// column or none) and over them (each unit strides over several columns), RoPE with the cache
+/// write and SwiGLU; with attention's worst difference and its broken call's (`attention`, from
+/// the attention check) and the LM head check's description (`head`) in the report.
+pub(super) fn kernels(device: &Device, tol: f32, attention: (f32, f32), head: &str) -> Result<Check> {
     let (eps, mut worst, mut caught) = (1e-6, 0f32, f32::INFINITY);
     for (cols, seed) in [(96, 1), (700, 2)] {
         let x = uniform(ROWS[2] * cols, 3.0, seed);
@@ -227,7 +229,7 @@ pub(super) fn kernels(device: &Device, tol: f32, head: &str) -> Result<Check> {
     );
     let (swiglu_worst, swiglu_caught) = swiglu_check(device)?;
     ensure!(swiglu_caught > tol, "gate and up swapped moved SwiGLU by only {swiglu_caught:e}: the check cannot fail");
-    let (attention_worst, attention_caught) = super::attention::attention_check(device)?;
+    let (attention_worst, attention_caught) = attention;
     ensure!(
         attention_caught > tol,
         "attention whose mask hides nothing moved by only {attention_caught:e}: the check cannot fail"

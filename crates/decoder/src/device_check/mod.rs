@@ -104,7 +104,8 @@ pub fn run_check(name: &str, device: &Device, dir: &Path, tol: f32) -> Check {
 /// The fused kernels' check, in a build that has them.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn fused_kernels(device: &Device, tol: f32) -> Result<Check> {
-    kernels::kernels(device, tol, &head::head_check(device)?)
+    let attention = attention::attention_check(device)?;
+    kernels::kernels(device, tol, attention, &head::head_check(device)?)
 }
 
 #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
