@@ -165,7 +165,8 @@ impl KvCache {
         self.layers.iter().flat_map(|(k, v)| [k, v])
     }
 
-    /// The same storage to replace: a captured step gives the cache storage of its own.
+    /// Every layer's key and value storage, to replace: a recorded call gives the cache
+    /// storage that no clone shares.
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     pub(crate) fn storage_mut(&mut self) -> impl Iterator<Item = &mut Tensor<4>> {
         self.layers.iter_mut().flat_map(|(k, v)| [k, v])

@@ -138,10 +138,11 @@ fn clone_kept(model: &Transformer, captured: &mut CapturedDecode, layers: usize)
     Ok((0..layers).all(|l| clone.layer_data(l) == before[l]))
 }
 
-/// A recorder that treats every recording as refused, as on a runtime without graph capture.
-fn refusing() -> CapturedDecode {
+/// A new recorder with `set` applied: one of its broken calls for the check to catch, or every
+/// recording refused, as on a runtime without graph capture.
+fn recorder(set: fn(&mut CapturedDecode)) -> CapturedDecode {
     let mut captured = CapturedDecode::new();
-    captured.refuse = true;
+    set(&mut captured);
     captured
 }
 
@@ -168,11 +169,10 @@ pub(super) fn captured_decode(device: &Device, dir: &Path) -> Result<Check> {
     ensure!(again == plain, "replayed steps on a second cache depart from the plain forward's tokens");
     ensure!(captured.recordings == 4, "a second cache did not start its own recordings");
     ensure!(clone_kept(&model, &mut CapturedDecode::new(), layers)?, "replays rewrote a clone's cached keys");
-    let mut shared = CapturedDecode::new();
-    shared.shared_storage = true;
+    let mut shared = recorder(|c| c.shared_storage = true);
     ensure!(!clone_kept(&model, &mut shared, layers)?, "replays into storage a clone shares were not caught");
     // A runtime that refuses to record: every call forwards plainly, to the same results.
-    let (mut refused, before) = (refusing(), replays());
+    let (mut refused, before) = (recorder(|c| c.refuse = true), replays());
     let (fallback, fallback_cache) = decode(&model, Some(&mut refused))?;
     ensure!(fallback == plain, "steps after a refused recording depart from the plain forward's tokens");
     ensure!(same_cache(&plain_cache, &fallback_cache, layers), "steps after a refused recording cached other values");
@@ -185,20 +185,16 @@ pub(super) fn captured_decode(device: &Device, dir: &Path) -> Result<Check> {
         let (replayed, replayed_cache) = calls(&model, kind, Some(&mut captured))?;
         ensure!(replayed == plain, "replayed {what} return other values than the plain forward's");
         ensure!(same_cache(&plain_cache, &replayed_cache, layers), "replayed {what} cached other values");
-        let (fallback, _) = calls(&model, kind, Some(&mut refusing()))?;
+        let (fallback, _) = calls(&model, kind, Some(&mut recorder(|c| c.refuse = true)))?;
         ensure!(fallback == plain, "{what} after a refused recording return other values than the plain forward's");
         recorded_calls.push((plain.len(), captured.recordings));
-        let mut stale = CapturedDecode::new();
-        stale.stale_inputs = true;
-        let (broken, _) = calls(&model, kind, Some(&mut stale))?;
+        let (broken, _) = calls(&model, kind, Some(&mut recorder(|c| c.stale_inputs = true)))?;
         ensure!(broken != plain, "{what} replayed without their inputs rewritten were not caught");
     }
     let (bad, spec_replays) = speculative(&model, dir, device)?;
     ensure!(bad.is_empty(), "greedy speculative decoding with recorded calls: {}", bad.join("; "));
     ensure!(spec_replays > 0, "greedy speculative decoding replayed no recorded call");
-    let mut stale = CapturedDecode::new();
-    stale.stale_inputs = true;
-    let (broken, broken_cache) = decode(&model, Some(&mut stale))?;
+    let (broken, broken_cache) = decode(&model, Some(&mut recorder(|c| c.stale_inputs = true)))?;
     let caught = broken != plain || !same_cache(&plain_cache, &broken_cache, layers);
     ensure!(caught, "replays without their inputs rewritten gave the plain forward's results: the check cannot fail");
     let [(verified, verify_recordings), (drafted, draft_recordings)] = recorded_calls[..] else {

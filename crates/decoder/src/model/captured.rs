@@ -12,8 +12,9 @@
 //! replay: the tokens, the RoPE angles of their positions, and the cached length (which the
 //! RoPE and cache-write kernel and attention read: `cube::step_buffer`; attention masks the
 //! rows causally from it). What a recording cannot follow starts a new one: the cache's
-//! storage moving (it grows, or is copied because a clone shares it) and attention's number of 256-key chunks
-//! (its launch's size), so each row count is recorded again every 256 positions at most.
+//! storage moving (it grows, or is copied because a clone shares it) and attention's number of
+//! 256-key chunks (its launch's size), so each row count is recorded again every 256 positions
+//! at most.
 //! The first call of a recording is the plain forward it then records: its results are that
 //! call's, so recording costs no forward of its own.
 
@@ -259,8 +260,8 @@ impl CapturedDecode {
         self.held.retain(|r| (r.shape.rows, r.shape.output) != (rows, output) || r.shape == shape);
         let Some(r) = self.held.iter().find(|r| r.shape == shape) else {
             let (recording, read) = record(model, tokens, cache, shape)?;
-            let refused = |_| Err("refused by request".to_string());
-            match if self.refuse { recording.and_then(refused) } else { recording } {
+            let recording = if self.refuse { Err("refused by request".to_string()) } else { recording };
+            match recording {
                 Ok(recording) => {
                     self.held.push(recording);
                     self.recordings += 1;
