@@ -78,6 +78,6 @@ scripts/test-wgpu.sh, or skip these tests on purpose with SPECX_SKIP_GPU_TESTS=1
 MSG
     exit 1
 fi
-gpu_test 13 --test wgpu -- --test-threads 1
+gpu_test 14 --test wgpu -- --test-threads 1
 gpu_test 1 --test train_synthetic training_on_the_device
 gpu_test 1 --test datagen_tiny a_device_list_splits

@@ -136,7 +136,7 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
     let lm = load_model_split(&model, a.tokenizer.as_deref(), &placement.open()?, a.run.weights)?;
     eprintln!("loaded {} in {:.1} s", model.display(), t.elapsed().as_secs_f64());
     let steps = if a.recorded_steps { Some(RecordedSteps::new(&lm.model)?) } else { None };
-    let prompt = lm.tokenizer.encode(&a.run.prompt_text())?;
+    let prompt = lm.tokenizer.encode(&a.run.prompt_text(&lm)?)?;
     let mut sampler = Sampler::new(sampling, a.run.sampling.seed);
     let mut stream = TextStream::new(&lm.tokenizer);
     let mut stdout = std::io::stdout();

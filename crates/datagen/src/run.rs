@@ -8,7 +8,7 @@ use crate::shard::{finished_shard, write_shard};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use specx_decoder::fsutil::{sha256_file, sha256_hex, write_atomic};
-use specx_decoder::{Placement, check_pair, load_model_as, load_model_split};
+use specx_decoder::{Placement, load_model_as, load_model_split, pair_up};
 use specx_run::RunConfig;
 use specx_run::config::write_run_config;
 use specx_run::manifest::{ModelRecord, ensure_same_setup};
@@ -53,7 +53,7 @@ pub fn run_on_one_device(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manif
     eprintln!("loading draft {} and target {}", cfg.models.draft.display(), cfg.models.target.display());
     let mut draft = load_model_as(&cfg.models.draft, None, &device, cfg.models.weights)?;
     let target = load_model_split(&cfg.models.target, None, &devices, cfg.models.weights)?;
-    check_pair(&draft, &target)?;
+    pair_up(&mut draft, &target)?;
     let transform = &cfg.models.draft_transform;
     let mut draft_record = ModelRecord::of(&draft)?;
     if !transform.is_identity() {

@@ -3,7 +3,7 @@
 
 use crate::config::ModelConfig;
 use crate::model::{Transformer, WeightMode};
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{ModelTemplate, Tokenizer};
 use crate::weights::{GgufSource, SafetensorsDir};
 use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
@@ -29,6 +29,8 @@ pub struct LoadedModel {
     pub files: Vec<PathBuf>,
     /// sha256 over the token strings the weight file itself declares (GGUF), if any.
     pub embedded_vocab_hash: Option<String>,
+    /// The model's own chat template, if it declares one (`--chat-template model`).
+    pub chat_template: Option<ModelTemplate>,
 }
 
 /// The model cache laid out by `scripts/fetch-models.sh`: `$SPECX_MODELS`, else
@@ -79,22 +81,21 @@ pub fn load_model_split(
     if !path.exists() {
         bail!("model path {} does not exist (run scripts/fetch-models.sh for the Qwen pair)", path.display());
     }
-    let tok_path = tokenizer.map(Path::to_path_buf).unwrap_or_else(|| default_tokenizer_path(path));
-    if !tok_path.exists() {
-        bail!("no tokenizer at {} (pass --tokenizer to point at a tokenizer.json)", tok_path.display());
-    }
-    let tokenizer = Tokenizer::from_file(&tok_path)?;
-    let (model, format, files, embedded_vocab_hash) = if path.is_dir() {
+    let tokenizer = open_tokenizer(path, tokenizer)?;
+    let tok_path = tokenizer.path().to_path_buf();
+    let (model, format, files, embedded_vocab_hash, chat_template) = if path.is_dir() {
         let cfg = ModelConfig::from_hf_json(&path.join("config.json"))?;
         let src = SafetensorsDir::open(path)?;
         let files = src.files().map(Path::to_path_buf).collect();
         let cfg = adjust_to_weights(cfg, &src);
+        check_tensors(&cfg, &src, path)?;
         let model =
             Transformer::load_split(cfg, &src, devices, mode).with_context(|| format!("model {}", path.display()))?;
-        (model, ModelFormat::HfSafetensors, files, None)
+        (model, ModelFormat::HfSafetensors, files, None, ModelTemplate::from_hf_dir(path)?)
     } else {
         let src = GgufSource::open(path)?;
         let cfg = src.config()?;
+        check_tensors(&cfg, &src, path)?;
         let hash = src.token_list().map(|toks| {
             let mut h = Sha256::new();
             for t in toks {
@@ -105,7 +106,8 @@ pub fn load_model_split(
         });
         let model =
             Transformer::load_split(cfg, &src, devices, mode).with_context(|| format!("model {}", path.display()))?;
-        (model, ModelFormat::Gguf, vec![path.to_path_buf()], hash)
+        let template = ModelTemplate::from_gguf(&src.file, &tokenizer);
+        (model, ModelFormat::Gguf, vec![path.to_path_buf()], hash, template)
     };
     let cfg = model.config();
     if tokenizer.vocab().values().any(|&id| id as usize >= cfg.vocab_size) {
@@ -122,7 +124,36 @@ pub fn load_model_split(
             eos_ids.push(id);
         }
     }
-    Ok(LoadedModel { model, tokenizer, eos_ids, path: path.to_path_buf(), format, files, embedded_vocab_hash })
+    Ok(LoadedModel {
+        model,
+        tokenizer,
+        eos_ids,
+        path: path.to_path_buf(),
+        format,
+        files,
+        embedded_vocab_hash,
+        chat_template,
+    })
+}
+
+/// The tokenizer of the model at `path`: `explicit` (`--tokenizer`), else the tokenizer.json
+/// beside it ([`default_tokenizer_path`]), else for a GGUF the one its metadata declares.
+fn open_tokenizer(path: &Path, explicit: Option<&Path>) -> Result<Tokenizer> {
+    let file = explicit.map(Path::to_path_buf).unwrap_or_else(|| default_tokenizer_path(path));
+    if file.exists() {
+        return Tokenizer::from_file(&file);
+    }
+    if explicit.is_none() && !path.is_dir() {
+        let gguf = crate::gguf::GgufFile::open(path)?;
+        return Tokenizer::from_gguf(&gguf)
+            .with_context(|| format!("no tokenizer at {}, nor one from the GGUF's metadata", file.display()));
+    }
+    bail!("no tokenizer at {} (pass --tokenizer to point at a tokenizer.json)", file.display())
+}
+
+/// Refuses a checkpoint holding tensors the model would not read ([`ModelConfig::check_tensors`]).
+fn check_tensors(cfg: &ModelConfig, src: &dyn crate::weights::WeightSource, path: &Path) -> Result<()> {
+    cfg.check_tensors(src.tensor_names().iter().map(String::as_str)).with_context(|| format!("{}", path.display()))
 }
 
 /// Trusts the weights over `config.json` about q/k/v biases and a tied head.
@@ -132,34 +163,44 @@ fn adjust_to_weights(mut cfg: ModelConfig, src: &dyn crate::weights::WeightSourc
     cfg
 }
 
-/// Refuses a draft/target pair that cannot do speculative decoding together: the two must
-/// share the tokenizer (same token -> id map) and score the same number of logits.
+/// Refuses a draft/target pair that cannot do speculative decoding together, naming the
+/// first difference: the two must tokenize alike (the same vocabulary, merges and added tokens;
+/// a GGUF's own token list too) and the target must score every token the draft does. A target
+/// that pads its head past the shared vocabulary (Qwen2.5's 7B and larger: 152,064 logits
+/// against 151,936) is fine: [`pair_up`] pads the draft's rows to match.
 pub fn check_pair(draft: &LoadedModel, target: &LoadedModel) -> Result<()> {
-    let (dv, tv) = (draft.tokenizer.vocab(), target.tokenizer.vocab());
-    let differing: Vec<&String> =
-        dv.iter().filter(|(tok, id)| tv.get(*tok) != Some(id)).map(|(t, _)| t).take(5).collect();
-    if dv.len() != tv.len() || !differing.is_empty() {
-        bail!(
-            "draft {} and target {} do not share a tokenizer: {} vs {} tokens, differing for e.g. {:?}",
-            draft.path.display(),
-            target.path.display(),
-            dv.len(),
-            tv.len(),
-            differing
-        );
+    let names = || format!("draft {} and target {}", draft.path.display(), target.path.display());
+    if let Some(difference) = draft.tokenizer.first_difference(&target.tokenizer) {
+        bail!("{} do not share a tokenizer: {difference}", names());
     }
     if let (Some(a), Some(b)) = (&draft.embedded_vocab_hash, &target.embedded_vocab_hash)
         && a != b
     {
-        bail!(
-            "draft {} and target {} declare different vocabularies in their GGUF metadata",
-            draft.path.display(),
-            target.path.display()
-        );
+        bail!("{} declare different vocabularies in their GGUF metadata", names());
     }
     let (dn, tn) = (draft.model.config().vocab_size, target.model.config().vocab_size);
-    if dn != tn {
-        bail!("draft scores {dn} tokens but target scores {tn}: the logits cannot be compared");
+    if dn > tn {
+        bail!(
+            "{}: the draft scores {dn} tokens but the target only {tn}: the draft could propose ids the target \
+             cannot score (a padded head belongs on the target's side)",
+            names()
+        );
+    }
+    Ok(())
+}
+
+/// [`check_pair`], then the draft's rows padded to the target's length
+/// ([`crate::Transformer::pad_vocab`]) where the target's head is larger: what every command
+/// that runs a pair calls before decoding.
+pub fn pair_up(draft: &mut LoadedModel, target: &LoadedModel) -> Result<()> {
+    check_pair(draft, target)?;
+    let tn = target.model.config().vocab_size;
+    if draft.model.output_vocab() != tn {
+        eprintln!(
+            "specx: the target scores {tn} tokens, the draft {}: the draft's rows are padded with probability 0",
+            draft.model.config().vocab_size
+        );
+        draft.model = draft.model.clone().pad_vocab(tn)?;
     }
     Ok(())
 }

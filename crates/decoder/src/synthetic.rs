@@ -3,8 +3,9 @@
 //! code as the real Qwen pair, in milliseconds.
 
 use crate::config::ModelConfig;
+use crate::config::RopeScaling;
 use crate::gguf::{GgmlType, GgufWriter, MetaValue};
-use crate::weights::{HostTensor, permute_qk_rows};
+use crate::weights::{HostTensor, gguf_name, permute_qk_rows};
 use anyhow::{Context, Result};
 use half::{bf16, f16};
 use rand::rngs::StdRng;
@@ -29,9 +30,12 @@ pub fn tiny_qwen2(vocab: usize) -> ModelConfig {
         num_key_value_heads: 2,
         head_dim: 8,
         rope_theta: 10_000.0,
+        rope_scaling: crate::config::RopeScaling::None,
         rms_norm_eps: 1e-6,
         max_position_embeddings: 512,
+        sliding_window: None,
         attention_bias: true,
+        qk_norm: false,
         tie_word_embeddings: false,
         bos_token_id: None,
         eos_token_ids: vec![vocab as u32 - 1],
@@ -84,6 +88,10 @@ pub fn random_weights(cfg: &ModelConfig, seed: u64) -> BTreeMap<String, HostTens
             add(format!("{p}.self_attn.q_proj.bias"), vec![q], 0.5, 0.0, &mut rng);
             add(format!("{p}.self_attn.k_proj.bias"), vec![kv], 0.5, 0.0, &mut rng);
             add(format!("{p}.self_attn.v_proj.bias"), vec![kv], 0.5, 0.0, &mut rng);
+        }
+        if cfg.qk_norm {
+            add(format!("{p}.self_attn.q_norm.weight"), vec![cfg.head_dim], 0.2, 1.0, &mut rng);
+            add(format!("{p}.self_attn.k_norm.weight"), vec![cfg.head_dim], 0.2, 1.0, &mut rng);
         }
         add(format!("{p}.self_attn.o_proj.weight"), vec![h, q], lin(q), 0.0, &mut rng);
         add(format!("{p}.mlp.gate_proj.weight"), vec![i, h], lin(h), 0.0, &mut rng);
@@ -168,6 +176,41 @@ pub fn write_tiny_char_pair_gguf(
     Ok((files[0].clone(), files[1].clone()))
 }
 
+/// A draft for the HF model at `target`: its weights plus `noise` times seeded random values
+/// of the same shapes, written as a GGUF file of 2-D weights in `ty` at `out/model.gguf` with
+/// the target's `tokenizer.json` beside it (so the pair shares a tokenizer). Rounds then
+/// accept some candidates, not all: a pair of any family specx reads, made from one model.
+pub fn write_noisy_draft_of(
+    target: &Path,
+    out: &Path,
+    noise: f32,
+    seed: u64,
+    ty: GgmlType,
+) -> Result<std::path::PathBuf> {
+    use crate::weights::WeightSource;
+    let cfg = ModelConfig::from_hf_json(&target.join("config.json"))?;
+    let src = crate::weights::SafetensorsDir::open(target)?;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut weights = BTreeMap::new();
+    for name in cfg.tensor_names() {
+        let mut t = src.load(&name)?;
+        for v in &mut t.data {
+            *v += noise * (2.0 * rng.random::<f32>() - 1.0);
+        }
+        weights.insert(name, t);
+    }
+    std::fs::create_dir_all(out)?;
+    std::fs::copy(target.join("tokenizer.json"), out.join("tokenizer.json"))?;
+    let tokenizer = crate::tokenizer::Tokenizer::from_file(&target.join("tokenizer.json"))?;
+    let mut tokens = vec![String::new(); cfg.vocab_size];
+    for (token, id) in tokenizer.vocab() {
+        tokens[id as usize] = token;
+    }
+    let path = out.join("model.gguf");
+    write_gguf(&path, &cfg, &weights, ty, &tokens)?;
+    Ok(path)
+}
+
 /// (config, target weights, draft weights = target + `noise` x other random weights).
 fn tiny_char_pair_weights(
     seed: u64,
@@ -206,7 +249,20 @@ pub fn write_hf_dir(
     std::fs::create_dir_all(dir)?;
     // HF's own fields too (architectures, hidden_act, torch_dtype), so that transformers loads
     // the directory as it loads a real checkpoint (the GPU check's anchor does).
-    let hf_class = if cfg.architecture == "qwen2" { "Qwen2ForCausalLM" } else { "LlamaForCausalLM" };
+    let hf_class = match cfg.architecture.as_str() {
+        "qwen2" => "Qwen2ForCausalLM",
+        "qwen3" => "Qwen3ForCausalLM",
+        _ => "LlamaForCausalLM",
+    };
+    let rope_scaling = match &cfg.rope_scaling {
+        RopeScaling::None => serde_json::Value::Null,
+        RopeScaling::Linear { factor } => serde_json::json!({"rope_type": "linear", "factor": factor}),
+        RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => {
+            serde_json::json!({"rope_type": "llama3", "factor": factor, "low_freq_factor": low_freq_factor,
+                "high_freq_factor": high_freq_factor, "original_max_position_embeddings": original_max_position_embeddings})
+        }
+        RopeScaling::FreqFactors(_) => anyhow::bail!("an HF config has no per-frequency RoPE factors"),
+    };
     let torch_dtype = match dtype {
         StDtype::F32 => "float32",
         StDtype::F16 => "float16",
@@ -230,7 +286,8 @@ pub fn write_hf_dir(
         "tie_word_embeddings": cfg.tie_word_embeddings,
         "attention_bias": cfg.attention_bias,
         "eos_token_id": cfg.eos_token_ids.first(),
-        "rope_scaling": null,
+        "rope_scaling": rope_scaling,
+        "sliding_window": cfg.sliding_window,
     });
     std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&config)?)?;
     std::fs::write(dir.join("tokenizer.json"), tokenizer_json)?;
@@ -277,6 +334,16 @@ pub fn write_gguf(
     ty: GgmlType,
     vocab_tokens: &[String],
 ) -> Result<()> {
+    gguf_writer(cfg, weights, ty, vocab_tokens)?.write(path)
+}
+
+/// The writer [`write_gguf`] fills, before it writes: tests add metadata or tensors to it.
+pub fn gguf_writer(
+    cfg: &ModelConfig,
+    weights: &BTreeMap<String, HostTensor>,
+    ty: GgmlType,
+    vocab_tokens: &[String],
+) -> Result<GgufWriter> {
     let a = &cfg.architecture;
     let mut w = GgufWriter::new();
     w.meta("general.architecture", MetaValue::String(a.clone()))
@@ -285,6 +352,8 @@ pub fn write_gguf(
         .meta(&format!("{a}.block_count"), MetaValue::U32(cfg.num_hidden_layers as u32))
         .meta(&format!("{a}.attention.head_count"), MetaValue::U32(cfg.num_attention_heads as u32))
         .meta(&format!("{a}.attention.head_count_kv"), MetaValue::U32(cfg.num_key_value_heads as u32))
+        .meta(&format!("{a}.attention.key_length"), MetaValue::U32(cfg.head_dim as u32))
+        .meta(&format!("{a}.attention.value_length"), MetaValue::U32(cfg.head_dim as u32))
         .meta(&format!("{a}.rope.freq_base"), MetaValue::F32(cfg.rope_theta as f32))
         .meta(&format!("{a}.attention.layer_norm_rms_epsilon"), MetaValue::F32(cfg.rms_norm_eps as f32))
         .meta(&format!("{a}.context_length"), MetaValue::U32(cfg.max_position_embeddings as u32))
@@ -295,8 +364,25 @@ pub fn write_gguf(
     if let Some(&eos) = cfg.eos_token_ids.first() {
         w.meta("tokenizer.ggml.eos_token_id", MetaValue::U32(eos));
     }
+    if let Some(window) = cfg.sliding_window {
+        w.meta(&format!("{a}.attention.sliding_window"), MetaValue::U32(window as u32));
+    }
+    // As llama.cpp's converter: linear scaling as metadata, llama3's as per-frequency divisors.
+    match &cfg.rope_scaling {
+        RopeScaling::None => {}
+        RopeScaling::Linear { factor } => {
+            w.meta(&format!("{a}.rope.scaling.type"), MetaValue::String("linear".into()))
+                .meta(&format!("{a}.rope.scaling.factor"), MetaValue::F32(*factor as f32));
+        }
+        scaling => {
+            let plain = RopeScaling::None.inv_freqs(cfg.rope_theta, cfg.head_dim);
+            let scaled = scaling.inv_freqs(cfg.rope_theta, cfg.head_dim);
+            let factors: Vec<f32> = plain.iter().zip(&scaled).map(|(p, s)| (p / s) as f32).collect();
+            w.tensor_f32("rope_freqs.weight", &[factors.len()], &factors)?;
+        }
+    }
     for (name, t) in weights {
-        let gname = ggml_name(name);
+        let gname = gguf_name(name).with_context(|| format!("no GGUF name for '{name}'"))?;
         let mut data = t.data.clone();
         if a == "llama" && (gname.contains("attn_q.") || gname.contains("attn_k.")) {
             let heads = if gname.contains("attn_q.") { cfg.num_attention_heads } else { cfg.num_key_value_heads };
@@ -309,26 +395,5 @@ pub fn write_gguf(
             w.tensor_f32(&gname, &t.shape, &data)?;
         }
     }
-    w.write(path)
-}
-
-fn ggml_name(hf: &str) -> String {
-    let table = [
-        ("model.embed_tokens.weight", "token_embd.weight"),
-        ("model.norm.weight", "output_norm.weight"),
-        ("lm_head.weight", "output.weight"),
-    ];
-    if let Some((_, g)) = table.iter().find(|(h, _)| *h == hf) {
-        return g.to_string();
-    }
-    hf.replace("model.layers.", "blk.")
-        .replace("self_attn.q_proj", "attn_q")
-        .replace("self_attn.k_proj", "attn_k")
-        .replace("self_attn.v_proj", "attn_v")
-        .replace("self_attn.o_proj", "attn_output")
-        .replace("mlp.gate_proj", "ffn_gate")
-        .replace("mlp.up_proj", "ffn_up")
-        .replace("mlp.down_proj", "ffn_down")
-        .replace("post_attention_layernorm", "ffn_norm")
-        .replace("input_layernorm", "attn_norm")
+    Ok(w)
 }

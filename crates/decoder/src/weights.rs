@@ -25,6 +25,9 @@ pub struct HostTensor {
 pub trait WeightSource {
     /// Whether a tensor of that HF name exists.
     fn contains(&self, name: &str) -> bool;
+    /// Every tensor the source holds, by HF name where it has one (else as stored), less
+    /// those the configuration consumed (a GGUF's `rope_freqs.weight`).
+    fn tensor_names(&self) -> Vec<String>;
     /// Loads one tensor (HF name, HF layout) as f32.
     fn load(&self, name: &str) -> Result<HostTensor>;
     /// Loads a 2-D tensor in its stored ggml block format (HF shape and row order) when it is
@@ -100,6 +103,10 @@ impl WeightSource for SafetensorsDir {
         self.index.contains_key(name)
     }
 
+    fn tensor_names(&self) -> Vec<String> {
+        self.index.keys().cloned().collect()
+    }
+
     fn load(&self, name: &str) -> Result<HostTensor> {
         let (path, view) =
             self.view(name)?.ok_or_else(|| anyhow!("weight '{name}' is missing from the safetensors files"))?;
@@ -138,34 +145,57 @@ pub struct GgufSource {
     n_kv_head: usize,
 }
 
+/// HF tensor names that are the same in every layer -> llama.cpp's (GGUF) names.
+const FIXED_NAMES: [(&str, &str); 3] = [
+    ("model.embed_tokens.weight", "token_embd.weight"),
+    ("model.norm.weight", "output_norm.weight"),
+    ("lm_head.weight", "output.weight"),
+];
+
+/// A layer's HF module names -> llama.cpp's (GGUF) names.
+const LAYER_NAMES: [(&str, &str); 11] = [
+    ("self_attn.q_proj", "attn_q"),
+    ("self_attn.k_proj", "attn_k"),
+    ("self_attn.v_proj", "attn_v"),
+    ("self_attn.o_proj", "attn_output"),
+    ("self_attn.q_norm", "attn_q_norm"),
+    ("self_attn.k_norm", "attn_k_norm"),
+    ("mlp.gate_proj", "ffn_gate"),
+    ("mlp.up_proj", "ffn_up"),
+    ("mlp.down_proj", "ffn_down"),
+    ("input_layernorm", "attn_norm"),
+    ("post_attention_layernorm", "ffn_norm"),
+];
+
 /// HF tensor name -> GGUF tensor name.
-fn gguf_name(hf: &str) -> Option<String> {
-    let fixed = match hf {
-        "model.embed_tokens.weight" => Some("token_embd.weight"),
-        "model.norm.weight" => Some("output_norm.weight"),
-        "lm_head.weight" => Some("output.weight"),
-        _ => None,
-    };
-    if let Some(f) = fixed {
-        return Some(f.to_string());
-    }
-    let rest = hf.strip_prefix("model.layers.")?;
-    let (layer, rest) = rest.split_once('.')?;
-    let (module, suffix) = rest.rsplit_once('.')?;
-    let g = match module {
-        "self_attn.q_proj" => "attn_q",
-        "self_attn.k_proj" => "attn_k",
-        "self_attn.v_proj" => "attn_v",
-        "self_attn.o_proj" => "attn_output",
-        "mlp.gate_proj" => "ffn_gate",
-        "mlp.up_proj" => "ffn_up",
-        "mlp.down_proj" => "ffn_down",
-        "input_layernorm" => "attn_norm",
-        "post_attention_layernorm" => "ffn_norm",
-        _ => return None,
-    };
-    Some(format!("blk.{layer}.{g}.{suffix}"))
+pub fn gguf_name(hf: &str) -> Option<String> {
+    renamed(hf, "model.layers.", "blk.", |(h, g)| (h, g))
 }
+
+/// GGUF tensor name -> HF tensor name.
+fn hf_name(gguf: &str) -> Option<String> {
+    renamed(gguf, "blk.", "model.layers.", |(h, g)| (g, h))
+}
+
+/// `name` under the tables, read as `from -> to` by `pick`, its layer prefix `from_layers`
+/// replaced by `to_layers`.
+fn renamed(
+    name: &str,
+    from_layers: &str,
+    to_layers: &str,
+    pick: impl Fn((&'static str, &'static str)) -> (&'static str, &'static str),
+) -> Option<String> {
+    if let Some((_, to)) = FIXED_NAMES.iter().map(|&p| pick(p)).find(|(from, _)| *from == name) {
+        return Some(to.to_string());
+    }
+    let (layer, rest) = name.strip_prefix(from_layers)?.split_once('.')?;
+    let (module, suffix) = rest.rsplit_once('.')?;
+    let (_, to) = LAYER_NAMES.iter().map(|&p| pick(p)).find(|(from, _)| *from == module)?;
+    Some(format!("{to_layers}{layer}.{to}.{suffix}"))
+}
+
+/// The GGUF tensor of llama.cpp's per-frequency RoPE divisors (Llama 3.1+).
+const ROPE_FREQS: &str = "rope_freqs.weight";
 
 /// Undoes llama.cpp's HF->GGUF q/k permutation: rows were reordered from
 /// (head, half, i) to (head, i, half) within each head.
@@ -209,45 +239,9 @@ impl GgufSource {
 
     /// The model configuration from GGUF metadata and tensor shapes.
     pub fn config(&self) -> Result<ModelConfig> {
-        let f = &self.file;
-        let a = &self.arch;
-        if a != "qwen2" && a != "llama" {
-            bail!("{}: architecture '{a}' is not supported (qwen2, llama)", f.path().display());
-        }
-        let embd = f
-            .tensors
-            .get("token_embd.weight")
-            .ok_or_else(|| anyhow!("{}: tensor 'token_embd.weight' is missing", f.path().display()))?;
-        let hidden = f.u64(&format!("{a}.embedding_length"))? as usize;
-        let vocab = embd.shape()[0];
-        let head_dim = f
-            .get(&format!("{a}.attention.key_length"))
-            .and_then(|v| v.as_u64())
-            .map_or(hidden / self.n_head.max(1), |v| v as usize);
-        let eos = f.get("tokenizer.ggml.eos_token_id").and_then(|v| v.as_u64()).map(|v| v as u32);
-        let cfg = ModelConfig {
-            architecture: a.clone(),
-            vocab_size: vocab,
-            hidden_size: hidden,
-            intermediate_size: f.u64(&format!("{a}.feed_forward_length"))? as usize,
-            num_hidden_layers: f.u64(&format!("{a}.block_count"))? as usize,
-            num_attention_heads: self.n_head,
-            num_key_value_heads: self.n_kv_head,
-            head_dim,
-            rope_theta: f.get(&format!("{a}.rope.freq_base")).and_then(|v| v.as_f64()).unwrap_or(10_000.0),
-            rms_norm_eps: f
-                .get(&format!("{a}.attention.layer_norm_rms_epsilon"))
-                .and_then(|v| v.as_f64())
-                .unwrap_or(1e-6),
-            max_position_embeddings: f.get(&format!("{a}.context_length")).and_then(|v| v.as_u64()).unwrap_or(32_768)
-                as usize,
-            attention_bias: f.tensors.contains_key("blk.0.attn_q.bias"),
-            tie_word_embeddings: !f.tensors.contains_key("output.weight"),
-            bos_token_id: f.get("tokenizer.ggml.bos_token_id").and_then(|v| v.as_u64()).map(|v| v as u32),
-            eos_token_ids: eos.into_iter().collect(),
-        };
-        cfg.validate().with_context(|| format!("{}", f.path().display()))?;
-        Ok(cfg)
+        let freqs =
+            if self.file.tensors.contains_key(ROPE_FREQS) { Some(self.file.tensor_f32(ROPE_FREQS)?.1) } else { None };
+        ModelConfig::from_gguf(&self.file, freqs)
     }
 
     /// The token strings stored in the file, if any (used to compare vocabularies).
@@ -262,6 +256,10 @@ impl GgufSource {
 impl WeightSource for GgufSource {
     fn contains(&self, name: &str) -> bool {
         gguf_name(name).is_some_and(|g| self.file.tensors.contains_key(&g))
+    }
+
+    fn tensor_names(&self) -> Vec<String> {
+        self.file.tensors.keys().filter(|g| *g != ROPE_FREQS).map(|g| hf_name(g).unwrap_or_else(|| g.clone())).collect()
     }
 
     fn load(&self, name: &str) -> Result<HostTensor> {

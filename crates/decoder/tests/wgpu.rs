@@ -141,3 +141,44 @@ fn real_qwen_0_5b_greedy_tokens_match_the_cpu_path() {
         assert!(gap == 0.0, "{name}: a 5-row forward differs from one-row forwards by {gap}");
     }
 }
+
+/// The HF-parity fixtures of the newer families on the device: Llama 3 (llama3 RoPE scaling,
+/// Q8_0 blocks, its greedy steps also replayed from recorded calls) and Qwen3 (q/k norms, f32)
+/// give the CPU's logits at all 192 positions and its greedy tokens.
+#[test]
+fn llama3_and_qwen3_give_the_cpu_logits_and_greedy_tokens_on_the_device() {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf-parity");
+    for (family, file) in [("llama3", "model-q8_0.gguf"), ("qwen3", "model-f32.gguf")] {
+        let path = fixtures.join(family).join(file);
+        let mode = specx_decoder::WeightMode::Native;
+        let cpu = specx_decoder::load_model_as(&path, None, &default_device(), mode).unwrap();
+        let dev = specx_decoder::load_model_as(&path, None, &gpu(), mode).unwrap();
+        let text = "def reverse(s):\n    return s[::-1]\n\nprint(reverse('specx')) # a line of code, long enough\n";
+        let mut prompt = cpu.tokenizer.encode(&text.repeat(3)).unwrap();
+        prompt.truncate(150);
+        let all =
+            |m: &specx_decoder::Transformer| m.forward(&prompt, &mut m.new_cache(1)).unwrap().logits_tail(prompt.len());
+        let (a, b) = (all(&cpu.model), all(&dev.model));
+        let d = a.iter().zip(&b).map(|(x, y)| max_abs_diff(x, y)).fold(0f32, specx_decoder::compare::nan_max);
+        assert!(d <= TINY_TOLERANCE, "{family}: device logits differ from the CPU's by {d}");
+        let cfg = SpecConfig { max_new_tokens: 30, sampling: SamplingConfig::greedy(), seed: 0 };
+        let want = generate_autoregressive(&cpu.model, &prompt, &cfg, &[]).unwrap().tokens;
+        assert_eq!(generate_autoregressive(&dev.model, &prompt, &cfg, &[]).unwrap().tokens, want, "{family}: greedy");
+        let mut recorded = 0;
+        if let Some(mut steps) = specx_decoder::generate::RecordedSteps::when_possible(&dev.model) {
+            let mut cache = dev.model.new_cache(1);
+            let out = dev.model.forward(&prompt, &mut cache).unwrap();
+            let mut token = specx_decoder::generate::greedy_token(out);
+            let mut got = vec![token];
+            while got.len() < want.len() {
+                token = steps.next(&dev.model, token, &mut cache).unwrap();
+                got.push(token);
+            }
+            assert_eq!(got, want, "{family}: recorded greedy steps");
+            recorded = got.len() - 1;
+        }
+        eprintln!(
+            "{family} on the device: logits within {d:.2e} of the CPU's over 150 positions, 30 greedy tokens equal ({recorded} from recorded steps)"
+        );
+    }
+}

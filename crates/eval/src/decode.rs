@@ -62,8 +62,10 @@ pub struct GenerationArgs {
     /// `--chat-template qwen`.
     #[arg(long)]
     pub chat: bool,
-    /// Wrap the prompt in a chat template: `qwen` (ChatML with Qwen's system prompt), `chatml`
-    /// (ChatML without a system turn) or `none` (the prompt as is, the default without `--chat`).
+    /// Wrap the prompt in a chat template: `model` (the target's own Jinja template, from its
+    /// tokenizer_config.json, chat_template.jinja or GGUF metadata), `qwen` (ChatML with Qwen's
+    /// system prompt), `chatml` (ChatML without a system turn) or `none` (the prompt as is, the
+    /// default without `--chat`).
     #[arg(long, value_name = "NAME", conflicts_with = "chat")]
     pub chat_template: Option<ChatTemplate>,
     /// Maximum number of tokens to generate (generation also stops at an end-of-sequence token).
@@ -89,14 +91,14 @@ pub struct GenerationArgs {
 }
 
 impl GenerationArgs {
-    /// The prompt as text, wrapped in the chat template if asked.
-    pub fn prompt_text(&self) -> String {
+    /// The prompt as text, wrapped in the chat template if asked (`model`: `target`'s own).
+    pub fn prompt_text(&self, target: &specx_decoder::LoadedModel) -> Result<String> {
         let template = match (&self.chat_template, self.chat) {
             (Some(t), _) => t.clone(),
             (None, true) => ChatTemplate::qwen(),
             (None, false) => ChatTemplate::None,
         };
-        template.apply(&self.prompt)
+        template.render(&self.prompt, target.chat_template.as_ref())
     }
 }
 
@@ -130,7 +132,7 @@ pub fn run(a: DecodeArgs) -> Result<()> {
     }
     models.check_setting(&setting)?;
     let target = &models.target;
-    let prompt = target.tokenizer.encode(&a.run.prompt_text())?;
+    let prompt = target.tokenizer.encode(&a.run.prompt_text(&target)?)?;
     let cfg = SpecConfig { max_new_tokens: a.run.max_new_tokens, sampling, seed: a.run.sampling.seed };
     let workers = models.workers();
     let (g, dsi) =

@@ -17,7 +17,7 @@ use plotters::prelude::*;
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::generate::RecordedSteps;
 use specx_decoder::tree_mask::TreeMask;
-use specx_decoder::{ForwardOutput, KvCache, LoadedModel, WeightMode, check_pair, load_model_as};
+use specx_decoder::{ForwardOutput, KvCache, LoadedModel, WeightMode, load_model_as, pair_up};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -207,9 +207,9 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     );
     let device = specx_decoder::device_from_name(&a.device)?;
     let (draft_path, target_path) = a.pair.paths();
-    let draft = load_model_as(&draft_path, None, &device, a.weights)?;
+    let mut draft = load_model_as(&draft_path, None, &device, a.weights)?;
     let target = load_model_as(&target_path, None, &device, a.weights)?;
-    check_pair(&draft, &target)?;
+    pair_up(&mut draft, &target)?;
     let machine = crate::common::machine::Machine::measure();
     let models = vec![profile_model("draft", &draft, &a)?, profile_model("target", &target, &a)?];
     let device_name = a.device.parse::<specx_decoder::DeviceName>()?.to_string();

@@ -64,6 +64,12 @@ impl PromptsConfig {
             self.split_spec().indices(records.len()).with_context(|| format!("splitting {}", self.path.display()))?;
         let take = self.limit.unwrap_or(usize::MAX).min(indices.len());
         let chat = self.chat()?;
+        if chat == specx_decoder::ChatTemplate::Model {
+            bail!(
+                "chat_template = \"model\" (the model's own template) is for specx decode and generate; a prompt set \
+                 names qwen, chatml or none"
+            );
+        }
         let mut out = Vec::with_capacity(take);
         for &i in &indices[..take] {
             let r = &records[i];

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use specx_decoder::fsutil::{sha256_file, write_atomic};
+use specx_decoder::fsutil::write_atomic;
 use std::path::{Path, PathBuf};
 
 pub const MANIFEST: &str = "manifest.json";
@@ -157,7 +157,7 @@ impl ModelRecord {
             format: format!("{:?}", m.format),
             sha256: m.weights_sha256()?,
             files: m.files.iter().map(|f| crate::paths::portable_path(f)).collect(),
-            tokenizer_sha256: sha256_file(m.tokenizer.path())?,
+            tokenizer_sha256: m.tokenizer.source_sha256()?,
             architecture: c.architecture.clone(),
             hidden_size: c.hidden_size,
             layers: c.num_hidden_layers,

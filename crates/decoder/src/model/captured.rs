@@ -240,14 +240,12 @@ impl CapturedDecode {
         ensure!(cache.batch() == 1, "a captured call decodes one sequence");
         let rows = tokens.len();
         ensure!((1..=RECORDED_ROWS_MAX).contains(&rows), "a recorded call of {rows} rows (1 to {RECORDED_ROWS_MAX})");
-        let vocab = model.config().vocab_size as u32;
-        if let Some(&bad) = tokens.iter().find(|&&t| t >= vocab) {
-            anyhow::bail!("token id {bad} is outside the vocabulary of {vocab}");
-        }
+        let tokens = &model.embeddable(tokens.iter().copied())?;
         if self.refused.is_some() {
             return plain(model, tokens, cache, output);
         }
         let past = cache.len();
+        model.config().check_positions(past + rows)?;
         cache.reserve(rows);
         if !self.shared_storage {
             own_storage(cache);
@@ -276,7 +274,7 @@ impl CapturedDecode {
         };
         if !self.stale_inputs {
             let cfg = model.config();
-            let (cos, sin) = rope_tables(past, rows, cfg.head_dim, cfg.rope_theta, &crate::Device::flex());
+            let (cos, sin) = rope_tables(past, rows, &cfg.rope_inv_freqs(), &crate::Device::flex());
             overwrite(cube!(r.inputs.tokens), tokens.iter().flat_map(|t| t.to_le_bytes()).collect());
             overwrite(cube!(r.inputs.rope.0), f32_bytes(cos));
             overwrite(cube!(r.inputs.rope.1), f32_bytes(sin));
@@ -327,7 +325,7 @@ fn record(
     let groups = cfg.num_attention_heads / cfg.num_key_value_heads;
     let inputs = Inputs {
         tokens: crate::cube::words_on(tokens.to_vec(), device),
-        rope: rope_tables(past, rows, cfg.head_dim, cfg.rope_theta, device),
+        rope: rope_tables(past, rows, &cfg.rope_inv_freqs(), device),
         mask: RowMask::new(past, rows, None, groups, device),
     };
     let client = cube!(inputs.tokens).client;

@@ -57,6 +57,8 @@ pub(super) struct Attention {
     pub(super) heads: usize,
     pub(super) kv_heads: usize,
     pub(super) head_dim: usize,
+    /// Qwen3's RMSNorms of each head's query and key (over `head_dim` values), before RoPE.
+    pub(super) qk_norm: Option<(RmsNorm, RmsNorm)>,
 }
 
 /// SwiGLU MLP with gate and up fused into one projection (rows gate, then up).
@@ -138,31 +140,22 @@ impl Embedding {
 }
 
 /// cos and sin of RoPE angles for positions `start..start+n`, `[n, head_dim]` each, in the
-/// rotate-half layout (frequency i at columns i and i + head_dim/2). Computed in f64.
-pub(super) fn rope_tables(
-    start: usize,
-    n: usize,
-    head_dim: usize,
-    theta: f64,
-    device: &Device,
-) -> (Tensor<2>, Tensor<2>) {
-    rope_tables_at(&(start..start + n).collect::<Vec<_>>(), head_dim, theta, device)
+/// rotate-half layout (frequency i at columns i and i + head_dim/2), from the model's inverse
+/// frequencies ([`crate::config::ModelConfig::rope_inv_freqs`], scaling applied). Computed in
+/// f64.
+pub(super) fn rope_tables(start: usize, n: usize, inv_freqs: &[f64], device: &Device) -> (Tensor<2>, Tensor<2>) {
+    rope_tables_at(&(start..start + n).collect::<Vec<_>>(), inv_freqs, device)
 }
 
 /// [`rope_tables`] at any positions, one row each (a tree call's rows sit at their depths).
-pub(super) fn rope_tables_at(
-    positions: &[usize],
-    head_dim: usize,
-    theta: f64,
-    device: &Device,
-) -> (Tensor<2>, Tensor<2>) {
-    let (half, n) = (head_dim / 2, positions.len());
+pub(super) fn rope_tables_at(positions: &[usize], inv_freqs: &[f64], device: &Device) -> (Tensor<2>, Tensor<2>) {
+    let (half, n) = (inv_freqs.len(), positions.len());
+    let head_dim = 2 * half;
     let mut cos = Vec::with_capacity(n * head_dim);
     let mut sin = Vec::with_capacity(n * head_dim);
     for &p in positions {
         for j in 0..head_dim {
-            let inv_freq = theta.powf(-2.0 * (j % half) as f64 / head_dim as f64);
-            let angle = p as f64 * inv_freq;
+            let angle = p as f64 * inv_freqs[j % half];
             cos.push(angle.cos() as f32);
             sin.push(angle.sin() as f32);
         }
@@ -356,15 +349,25 @@ impl Attention {
         let _ = mask;
         // On a GPU: one fused kernel (a probe reads the tensor form's intermediate values).
         #[cfg(any(feature = "wgpu", feature = "cuda"))]
-        if qkv.device() != Device::flex() && probe.is_none() {
+        if qkv.device() != Device::flex() && probe.is_none() && self.qk_norm.is_none() {
             return slot.write_with(n, |cache, past| {
                 crate::cube::rope_qkv(qkv, (&rope.0, &rope.1), [h, kvh, d], cache, (past, mask.step(past)))
             });
         }
         let (qd, kvd) = (h * d, kvh * d);
-        let q = qkv.clone().slice([0..b, 0..n, 0..qd]).reshape([b, n, h, d]).swap_dims(1, 2);
-        let k = qkv.clone().slice([0..b, 0..n, qd..qd + kvd]).reshape([b, n, kvh, d]).swap_dims(1, 2);
-        let v = qkv.slice([0..b, 0..n, qd + kvd..qd + 2 * kvd]).reshape([b, n, kvh, d]).swap_dims(1, 2);
+        // `count` heads from columns `cols`, each normalised by `norm` where the model has one.
+        let heads = |cols: std::ops::Range<usize>, count: usize, norm: Option<&RmsNorm>| {
+            let t = qkv.clone().slice([0..b, 0..n, cols]);
+            let t = match norm {
+                Some(norm) => norm.forward(t.reshape([b, n * count, d])).reshape([b, n, count, d]),
+                None => t.reshape([b, n, count, d]),
+            };
+            t.swap_dims(1, 2)
+        };
+        let (q_norm, k_norm) = self.qk_norm.as_ref().map(|(q, k)| (q, k)).unzip();
+        let q = heads(0..qd, h, q_norm);
+        let k = heads(qd..qd + kvd, kvh, k_norm);
+        let v = heads(qd + kvd..qd + 2 * kvd, kvh, None);
         let q = apply_rope(q, &rope.0, &rope.1);
         let k = apply_rope(k, &rope.0, &rope.1);
         if let Some(p) = probe {

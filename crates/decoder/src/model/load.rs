@@ -167,9 +167,10 @@ impl Transformer {
             let bias = upload(HostTensor { shape: vec![len], data }, "bias", [len], device)?;
             Ok(Linear { proj, bias: Some(bias), host_bias })
         };
-        let norm = |name: &str, device: &Device| -> Result<RmsNorm> {
-            Ok(RmsNorm { weight: upload(get(name)?, name, [hd], device)?, eps: cfg.rms_norm_eps })
+        let norm_of = |name: &str, width: usize, device: &Device| -> Result<RmsNorm> {
+            Ok(RmsNorm { weight: upload(get(name)?, name, [width], device)?, eps: cfg.rms_norm_eps })
         };
+        let norm = |name: &str, device: &Device| norm_of(name, hd, device);
         let embed_proj = projection(&[("model.embed_tokens", cfg.vocab_size)], hd, &devices[0])?;
         let embed = match &embed_proj {
             Projection::Native(q) | Projection::Int(q) => Embedding::Native(q.clone()),
@@ -200,6 +201,14 @@ impl Transformer {
                     heads: cfg.num_attention_heads,
                     kv_heads: cfg.num_key_value_heads,
                     head_dim: cfg.head_dim,
+                    qk_norm: if cfg.qk_norm {
+                        Some((
+                            norm_of(&format!("{p}.self_attn.q_norm.weight"), cfg.head_dim, device)?,
+                            norm_of(&format!("{p}.self_attn.k_norm.weight"), cfg.head_dim, device)?,
+                        ))
+                    } else {
+                        None
+                    },
                 },
                 device: layer_device[i],
                 home: layer_device[i],
@@ -241,6 +250,7 @@ impl Transformer {
             devices: devices.to_vec(),
             head,
             vocab_subset: None,
+            padded_vocab: None,
         })
     }
 }

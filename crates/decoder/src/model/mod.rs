@@ -195,6 +195,9 @@ pub struct Transformer {
     /// The token ids of `lm_head`'s rows when the head is restricted to a subset of the
     /// vocabulary ([`Transformer::restrict_vocab`]): logits elsewhere are -inf.
     vocab_subset: Option<Arc<[u32]>>,
+    /// The number of logits a row has when it is more than the model's vocabulary: the
+    /// target's, for a draft of a pair whose target pads its head ([`Transformer::pad_vocab`]).
+    padded_vocab: Option<usize>,
 }
 
 /// RoPE tables and the row mask of one forward, on one device.
@@ -232,9 +235,11 @@ impl Transformer {
 
     /// Whether a greedy decode step of this model can be recorded and replayed
     /// (`CapturedDecode`): on one GPU, the embedding in GGUF blocks (looked up from a device
-    /// buffer of ids), the full vocabulary.
+    /// buffer of ids), the full vocabulary, and no q/k norm (Qwen3's norms run as tensor
+    /// operations that the recorded-call check does not cover yet).
     pub fn can_capture(&self) -> bool {
         self.devices.len() == 1
+            && !self.cfg.qk_norm
             && *self.device() != Device::flex()
             && matches!(self.embed, Embedding::DeviceBlocks(_))
             && self.vocab_subset.is_none()
@@ -262,13 +267,13 @@ impl Transformer {
     /// and the row mask, on every device of the model (index as [`Transformer::devices`]).
     fn position_tables(&self, past: usize, n: usize, tree: Option<&Arc<TreeMask>>) -> Vec<PositionTables> {
         let heads_per_kv = self.cfg.num_attention_heads / self.cfg.num_key_value_heads;
-        let (dim, theta) = (self.cfg.head_dim, self.cfg.rope_theta);
+        let freqs = self.cfg.rope_inv_freqs();
         let rope = match tree {
             Some(t) => {
                 let base = past - t.cached();
-                rope_tables_at(&(0..n).map(|i| base + t.depth(i)).collect::<Vec<_>>(), dim, theta, self.device())
+                rope_tables_at(&(0..n).map(|i| base + t.depth(i)).collect::<Vec<_>>(), &freqs, self.device())
             }
-            None => rope_tables(past, n, dim, theta, self.device()),
+            None => rope_tables(past, n, &freqs, self.device()),
         };
         let mask = RowMask::new(past, n, tree, heads_per_kv, self.device());
         let mut tables = vec![(rope, mask)];
@@ -385,10 +390,11 @@ impl Transformer {
     /// Output-head scores for hidden states `[batch, n, hidden]`.
     pub fn logits(&self, hidden: Tensor<3>) -> Tensor<3> {
         let scores = self.lm_head.forward(hidden);
-        match &self.vocab_subset {
+        let scores = match &self.vocab_subset {
             None => scores,
             Some(ids) => self.full_vocabulary(scores, ids),
-        }
+        };
+        self.padded(scores)
     }
 
     /// The embedding table's rows of `tokens`, `[tokens, hidden]` (a feature head's token
@@ -400,12 +406,25 @@ impl Transformer {
     /// Embeddings of the tokens of `seqs`, one after another: `[total tokens, hidden]`. Token
     /// ids outside the vocabulary are an error.
     fn embed_tokens(&self, seqs: &[&[u32]]) -> Result<Tensor<2>> {
-        let vocab = self.cfg.vocab_size as u32;
-        if let Some(&bad) = seqs.iter().flat_map(|t| t.iter()).find(|&&t| t >= vocab) {
-            bail!("token id {bad} is outside the vocabulary of {vocab}");
-        }
-        let ids: Vec<u32> = seqs.iter().flat_map(|t| t.iter().copied()).collect();
+        let ids = self.embeddable(seqs.iter().flat_map(|t| t.iter().copied()))?;
         Ok(self.embed.lookup(&ids, self.device()))
+    }
+
+    /// `tokens` as rows of the embedding table. Ids past the vocabulary are an error, except
+    /// a padded draft's ([`Transformer::pad_vocab`]): its target's padded ids, which no
+    /// tokenizer produces but a target sampling at T > 0 may draw with a tiny probability,
+    /// read id 0's row. The draft's proposals after one are then a guess like any other, and
+    /// verification keeps the output exact.
+    pub(super) fn embeddable(&self, tokens: impl IntoIterator<Item = u32>) -> Result<Vec<u32>> {
+        let (vocab, outputs) = (self.cfg.vocab_size as u32, self.output_vocab() as u32);
+        tokens
+            .into_iter()
+            .map(|t| match t {
+                t if t < vocab => Ok(t),
+                t if t < outputs => Ok(0),
+                bad => bail!("token id {bad} is outside the vocabulary of {outputs}"),
+            })
+            .collect()
     }
 
     /// [`Transformer::forward`] of one sequence that also times each layer's attention and
@@ -517,8 +536,9 @@ impl Transformer {
             groups.layers(),
             self.blocks.len()
         );
-        let x = self.embed_tokens(tokens)?.reshape([b, n, self.cfg.hidden_size]);
         let past = cache.len();
+        self.cfg.check_positions(past + n)?;
+        let x = self.embed_tokens(tokens)?.reshape([b, n, self.cfg.hidden_size]);
         cache.reserve(n);
         if let Some(t) = tree {
             ensure!(b == 1 && t.len() == n, "a tree of {} rows given {b} sequences of {n} tokens", t.len());

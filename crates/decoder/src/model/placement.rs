@@ -72,6 +72,7 @@ impl Attention {
             heads: self.heads,
             kv_heads: self.kv_heads,
             head_dim: self.head_dim,
+            qk_norm: self.qk_norm.as_ref().map(|(q, k)| (q.to_device(device), k.to_device(device))),
         })
     }
 }

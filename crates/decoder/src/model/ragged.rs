@@ -40,8 +40,9 @@ impl Transformer {
         for (tokens, cache) in seqs.iter_mut() {
             let n = tokens.len();
             let past = cache.len();
+            self.cfg.check_positions(past + n)?;
             cache.reserve(n);
-            let rope = rope_tables(past, n, self.cfg.head_dim, self.cfg.rope_theta, self.device());
+            let rope = rope_tables(past, n, &self.cfg.rope_inv_freqs(), self.device());
             let mask = RowMask::new(past, n, None, groups, self.device());
             parts.push((start..start + n, rope, mask));
             start += n;
@@ -75,6 +76,7 @@ impl Transformer {
         if let Some(ids) = &self.vocab_subset {
             out = self.full_vocabulary(out, ids);
         }
+        let out = self.padded(out);
         let v = out.dims()[2];
         host_rows(out.reshape([r, v]))
     }

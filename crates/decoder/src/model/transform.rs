@@ -71,6 +71,35 @@ impl Transformer {
         Ok(self)
     }
 
+    /// The model scoring `n` tokens a row, `n` at least its vocabulary: the rows past it
+    /// score -inf, probability 0. A draft whose target pads its head (Qwen2.5's 7B and larger
+    /// score 152,064 logits, the smaller ones 151,936, with one tokenizer) then gives
+    /// distributions of the target's length, zero on ids no tokenizer produces: it never
+    /// proposes them, and verification's residual keeps the target's mass there, so
+    /// speculative decoding stays exact.
+    pub fn pad_vocab(mut self, n: usize) -> Result<Self> {
+        let vocab = self.cfg.vocab_size;
+        ensure!(
+            n >= vocab,
+            "a model of {vocab} logits cannot be padded to {n}: the target must score at least the draft's tokens"
+        );
+        self.padded_vocab = (n > vocab).then_some(n);
+        Ok(self)
+    }
+
+    /// The number of logits of a row ([`Transformer::pad_vocab`]).
+    pub fn output_vocab(&self) -> usize {
+        self.padded_vocab.unwrap_or(self.cfg.vocab_size)
+    }
+
+    /// `scores` (`[b, n, vocab]`) with -inf columns up to the padded vocabulary, if any.
+    pub(super) fn padded(&self, scores: Tensor<3>) -> Tensor<3> {
+        let Some(total) = self.padded_vocab else { return scores };
+        let [b, n, v] = scores.dims();
+        let fill = Tensor::full([b, n, total - v], f32::NEG_INFINITY, &scores.device());
+        Tensor::cat(vec![scores, fill], 2)
+    }
+
     /// The token ids the head scores when it is restricted ([`Transformer::restrict_vocab`]).
     pub fn vocab_subset(&self) -> Option<&[u32]> {
         self.vocab_subset.as_deref()

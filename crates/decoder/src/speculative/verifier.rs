@@ -110,6 +110,9 @@ impl Verifier for ExactMatch {
 /// `p` if the residual has no mass (only possible when p == q up to rounding, where a
 /// rejection has probability ~0).
 pub fn residual_distribution(p: &[f32], q: &[f32]) -> Vec<f32> {
+    // Rows of different lengths would drop the target's mass past the shorter one: a draft
+    // must be padded to its target's vocabulary (`loader::pair_up`).
+    assert_eq!(p.len(), q.len(), "target and draft distributions of different vocabularies");
     renormalized(p.iter().zip(q).map(|(a, b)| (a - b).max(0.0)).collect(), p)
 }
 

@@ -14,8 +14,8 @@ use specx_decoder::fsutil::short_hash;
 use specx_decoder::loader::model_cache_dir;
 use specx_decoder::speculative::{AcceptanceHead, FeatureDraft};
 use specx_decoder::{
-    Device, DeviceName, LoadedModel, Placement, Transformer, WeightMode, check_pair, load_model_as, load_model_split,
-    open_device,
+    Device, DeviceName, LoadedModel, Placement, Transformer, WeightMode, load_model_as, load_model_split, open_device,
+    pair_up,
 };
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -95,7 +95,7 @@ impl Models {
     pub fn load(plan: &ModelPlan) -> Result<Self> {
         let devices = plan.device.open()?;
         let device = devices[0].clone();
-        let draft = match &plan.draft {
+        let mut draft = match &plan.draft {
             Some(path) => {
                 eprintln!("loading draft {} and target {}", path.display(), plan.target.display());
                 Some(load_model_as(path, None, &device, plan.weights)?)
@@ -106,8 +106,8 @@ impl Models {
             eprintln!("the target's layers split over {}", plan.device);
         }
         let target = load_model_split(&plan.target, None, &devices, plan.weights)?;
-        if let Some(d) = &draft {
-            check_pair(d, &target)?;
+        if let Some(d) = &mut draft {
+            pair_up(d, &target)?;
         }
         let mut replicas = Vec::with_capacity(plan.worker_devices.len());
         for d in &plan.worker_devices {
@@ -123,7 +123,8 @@ impl Models {
                 let devices = plan.draft_devices.iter().map(|&d| open_device(d)).collect::<Result<Vec<_>>>()?;
                 let names: Vec<String> = plan.draft_devices.iter().map(|d| d.to_string()).collect();
                 eprintln!("loading the draft with its attention layers on {} for EasySpec", names.join(", "));
-                Some(load_model_as(path, None, &device, plan.weights)?.model.place_attention(&devices)?)
+                let placed = load_model_as(path, None, &device, plan.weights)?.model.place_attention(&devices)?;
+                Some(placed.pad_vocab(target.model.config().vocab_size)?)
             }
             _ => None,
         };
