@@ -132,7 +132,7 @@ pub fn run(a: DecodeArgs) -> Result<()> {
     }
     models.check_setting(&setting)?;
     let target = &models.target;
-    let prompt = target.tokenizer.encode(&a.run.prompt_text(&target)?)?;
+    let prompt = target.tokenizer.encode(&a.run.prompt_text(target)?)?;
     let cfg = SpecConfig { max_new_tokens: a.run.max_new_tokens, sampling, seed: a.run.sampling.seed };
     let workers = models.workers();
     let (g, dsi) =
