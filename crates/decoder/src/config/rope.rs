@@ -112,15 +112,20 @@ impl RopeScaling {
 mod tests {
     use super::*;
 
-    #[test]
-    fn llama3_scaling_keeps_short_waves_divides_long_ones_and_blends_between() {
-        // Llama 3.1's parameters on a 128-value head, theta 500,000.
-        let s = RopeScaling::Llama3 {
+    /// Llama 3.1's scaling (x8, low 1, high 4) from an original context of `original`.
+    fn llama3(original: f64) -> RopeScaling {
+        RopeScaling::Llama3 {
             factor: 8.0,
             low_freq_factor: 1.0,
             high_freq_factor: 4.0,
-            original_max_position_embeddings: 8192.0,
-        };
+            original_max_position_embeddings: original,
+        }
+    }
+
+    #[test]
+    fn llama3_scaling_keeps_short_waves_divides_long_ones_and_blends_between() {
+        // Llama 3.1's parameters on a 128-value head, theta 500,000.
+        let s = llama3(8192.0);
         let plain = RopeScaling::None.inv_freqs(500_000.0, 128);
         let scaled = s.inv_freqs(500_000.0, 128);
         let wave = |f: f64| 2.0 * std::f64::consts::PI / f;
@@ -143,12 +148,7 @@ mod tests {
     #[test]
     fn frequency_factors_equal_the_llama3_formula_they_are_made_from() {
         // llama.cpp's converter stores 1 / ((1 - smooth) / factor + smooth) for the blend.
-        let s = RopeScaling::Llama3 {
-            factor: 8.0,
-            low_freq_factor: 1.0,
-            high_freq_factor: 4.0,
-            original_max_position_embeddings: 64.0,
-        };
+        let s = llama3(64.0);
         let plain = RopeScaling::None.inv_freqs(10_000.0, 16);
         let scaled = s.inv_freqs(10_000.0, 16);
         let factors: Vec<f32> = plain.iter().zip(&scaled).map(|(p, q)| (p / q) as f32).collect();

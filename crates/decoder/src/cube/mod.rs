@@ -31,7 +31,8 @@ use burn_cubecl::tensor::CubeTensor;
 /// is not on a CubeCL device: callers route CPU tensors elsewhere.
 fn contiguous<const D: usize>(t: Tensor<D>) -> CubeTensor {
     let t = t.try_into_primitive::<Cube>().expect("a tensor on a CubeCL device");
-    if t.is_contiguous_buffer() { t } else { burn_cubecl::kernel::into_contiguous(t) }
+    // Both: a permuted view (q after `swap_dims`) fills its buffer but is not row-major.
+    if t.is_contiguous() && t.is_contiguous_buffer() { t } else { burn_cubecl::kernel::into_contiguous(t) }
 }
 
 /// What a forward's kernels read of its position from the device rather than as launch
