@@ -81,19 +81,11 @@ pub fn load_model_split(
     if !path.exists() {
         bail!("model path {} does not exist (run scripts/fetch-models.sh for the Qwen pair)", path.display());
     }
-    let tokenizer = open_tokenizer(path, tokenizer)?;
+    // A GGUF is opened once: its metadata may hold the tokenizer as well as the model.
+    let gguf = if path.is_dir() { None } else { Some(GgufSource::open(path)?) };
+    let tokenizer = open_tokenizer(path, tokenizer, gguf.as_ref().map(|src| &src.file))?;
     let tok_path = tokenizer.path().to_path_buf();
-    let (model, format, files, embedded_vocab_hash, chat_template) = if path.is_dir() {
-        let cfg = ModelConfig::from_hf_json(&path.join("config.json"))?;
-        let src = SafetensorsDir::open(path)?;
-        let files = src.files().map(Path::to_path_buf).collect();
-        let cfg = adjust_to_weights(cfg, &src);
-        check_tensors(&cfg, &src, path)?;
-        let model =
-            Transformer::load_split(cfg, &src, devices, mode).with_context(|| format!("model {}", path.display()))?;
-        (model, ModelFormat::HfSafetensors, files, None, ModelTemplate::from_hf_dir(path)?)
-    } else {
-        let src = GgufSource::open(path)?;
+    let (model, format, files, embedded_vocab_hash, chat_template) = if let Some(src) = gguf {
         let cfg = src.config()?;
         check_tensors(&cfg, &src, path)?;
         let hash = src.token_list().map(|toks| {
@@ -108,6 +100,15 @@ pub fn load_model_split(
             Transformer::load_split(cfg, &src, devices, mode).with_context(|| format!("model {}", path.display()))?;
         let template = ModelTemplate::from_gguf(&src.file, &tokenizer);
         (model, ModelFormat::Gguf, vec![path.to_path_buf()], hash, template)
+    } else {
+        let cfg = ModelConfig::from_hf_json(&path.join("config.json"))?;
+        let src = SafetensorsDir::open(path)?;
+        let files = src.files().map(Path::to_path_buf).collect();
+        let cfg = adjust_to_weights(cfg, &src);
+        check_tensors(&cfg, &src, path)?;
+        let model =
+            Transformer::load_split(cfg, &src, devices, mode).with_context(|| format!("model {}", path.display()))?;
+        (model, ModelFormat::HfSafetensors, files, None, ModelTemplate::from_hf_dir(path)?)
     };
     let cfg = model.config();
     if tokenizer.vocab().values().any(|&id| id as usize >= cfg.vocab_size) {
@@ -138,14 +139,13 @@ pub fn load_model_split(
 
 /// The tokenizer of the model at `path`: `explicit` (`--tokenizer`), else the tokenizer.json
 /// beside it ([`default_tokenizer_path`]), else for a GGUF the one its metadata declares.
-fn open_tokenizer(path: &Path, explicit: Option<&Path>) -> Result<Tokenizer> {
+fn open_tokenizer(path: &Path, explicit: Option<&Path>, gguf: Option<&crate::gguf::GgufFile>) -> Result<Tokenizer> {
     let file = explicit.map(Path::to_path_buf).unwrap_or_else(|| default_tokenizer_path(path));
     if file.exists() {
         return Tokenizer::from_file(&file);
     }
-    if explicit.is_none() && !path.is_dir() {
-        let gguf = crate::gguf::GgufFile::open(path)?;
-        return Tokenizer::from_gguf(&gguf)
+    if let (None, Some(gguf)) = (explicit, gguf) {
+        return Tokenizer::from_gguf(gguf)
             .with_context(|| format!("no tokenizer at {}, nor one from the GGUF's metadata", file.display()));
     }
     bail!("no tokenizer at {} (pass --tokenizer to point at a tokenizer.json)", file.display())

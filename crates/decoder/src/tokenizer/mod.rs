@@ -157,11 +157,6 @@ impl Tokenizer {
         None
     }
 
-    /// One past the largest id the tokenizer can produce: the vocabulary a pair must share.
-    pub fn id_bound(&self) -> usize {
-        self.vocab().values().map(|&id| id as usize + 1).max().unwrap_or(0)
-    }
-
     /// End-of-sequence ids known by name in this vocabulary (`<|im_end|>`, `<|endoftext|>`,
     /// `</s>`, `<|end_of_text|>`, `<|eot_id|>`).
     pub fn named_eos_ids(&self) -> Vec<u32> {
