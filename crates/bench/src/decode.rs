@@ -241,6 +241,8 @@ fn preset(a: &DecodeBenchArgs, mode: WeightMode) -> Result<EvalConfig> {
         models: ModelsConfig {
             draft: abs(&draft),
             target: abs(&target),
+            draft_tokenizer: a.pair.draft_tokenizer.as_ref().map(abs),
+            target_tokenizer: a.pair.target_tokenizer.as_ref().map(abs),
             device: "cpu".into(),
             devices: Vec::new(),
             weights: mode,

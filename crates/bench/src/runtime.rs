@@ -317,8 +317,9 @@ pub fn measure(a: &BenchArgs) -> Result<BenchReport> {
             draft_path.display(),
             target_path.display()
         );
-        let draft = load_model_as(&draft_path, None, &device, mode)?;
-        let target = load_model_as(&target_path, None, &device, mode)?;
+        let (draft_tok, target_tok) = a.pair.tokenizers();
+        let draft = load_model_as(&draft_path, draft_tok, &device, mode)?;
+        let target = load_model_as(&target_path, target_tok, &device, mode)?;
         let rss_both = current_rss_bytes().unwrap_or(0) as f64 / 1e9;
         for (role, lm) in [("draft", &draft), ("target", &target)] {
             eprintln!("benchmarking {role} on {name} ({mode})...");

@@ -109,13 +109,14 @@ enum Reproduce {
 
 #[derive(Args)]
 struct GenerateArgs {
-    /// Model: an HF directory (config.json, *.safetensors, tokenizer.json), a .gguf file with
-    /// tokenizer.json beside it, or a hub id `hf:ORG/NAME[@REV]` (`hf:ORG/NAME/FILE.gguf`)
+    /// Model: an HF directory (config.json, *.safetensors, tokenizer.json), a .gguf file (its
+    /// tokenizer the tokenizer.json beside it, else its own metadata), or a hub id `hf:ORG/NAME[@REV]` (`hf:ORG/NAME/FILE.gguf`)
     /// resolved through the Hugging Face cache (downloads need `--features hub`). Default: the
     /// 1.5B target `scripts/fetch-models.sh` fetches.
     #[arg(long)]
     model: Option<PathBuf>,
-    /// tokenizer.json to use instead of the one beside the model.
+    /// tokenizer.json to use instead of the model's own (the one beside it, or a GGUF's
+    /// metadata).
     #[arg(long)]
     tokenizer: Option<PathBuf>,
     /// Replay one recorded decode step on the GPU instead of launching each kernel of every

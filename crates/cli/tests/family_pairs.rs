@@ -73,3 +73,62 @@ fn llama3_qwen3_and_padded_pairs_run_decode_and_eval() {
         eprintln!("{name}: decode = AR's text ({:?}); eval: {} rows, audit passed", ar.trim_end(), rows.len());
     }
 }
+
+/// `specx` with the output of a failed or passed command.
+fn specx(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_specx")).args(args).output().unwrap()
+}
+
+/// An HF pair without tokenizer.json beside it (a directory with only config.json and weights)
+/// is refused by name, and runs when each command is pointed at the tokenizer: `--tokenizer`,
+/// `--draft-tokenizer`/`--target-tokenizer`, or `[models] draft_tokenizer`/`target_tokenizer`.
+#[test]
+fn a_pair_without_tokenizer_json_runs_with_the_tokenizer_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, draft, target) = pairs(tmp.path()).pop().unwrap();
+    let ar = decode(&draft, &target, "ar");
+    let tok = tmp.path().join("tokenizer.json");
+    std::fs::copy(target.join("tokenizer.json"), &tok).unwrap();
+    for d in [&draft, &target] {
+        std::fs::remove_file(d.join("tokenizer.json")).unwrap();
+    }
+    let (d, t, k) = (s(&draft), s(&target), s(&tok));
+    let prompt = ["--prompt", "def reverse(s):\n    return ", "--max-new-tokens", "24"];
+    let without = specx(&[&["decode", "--draft", &d, "--target", &t, "--method", "specdec"][..], &prompt].concat());
+    let e = String::from_utf8_lossy(&without.stderr);
+    assert!(!without.status.success() && e.contains("no tokenizer at") && e.contains("--draft-tokenizer"), "{e}");
+
+    let named = ["--draft", &d, "--target", &t, "--draft-tokenizer", &k, "--target-tokenizer", &k];
+    let out = specx(&[&["decode"][..], &named, &["--method", "specdec", "--k", "3"], &prompt].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), ar, "specx decode with the tokenizer named");
+    let out = specx(&[&["generate", "--model", &t, "--tokenizer", &k][..], &prompt].concat());
+    assert!(out.status.success(), "specx generate: {}", String::from_utf8_lossy(&out.stderr));
+
+    let dir = tmp.path().join("eval");
+    let config = dir.with_extension("toml");
+    let text = specx_testkit::config::small_eval(&draft, &target, "specdec = { k = [2] }\n")
+        .replacen("[models]\n", &format!("[models]\ndraft_tokenizer = {k:?}\ntarget_tokenizer = {k:?}\n"), 1)
+        .replace("dir = \"out\"", &format!("dir = {:?}", s(&dir)));
+    std::fs::write(&config, text).unwrap();
+    let out = specx(&["eval", "--config", &s(&config), "--no-progress"]);
+    assert!(out.status.success(), "specx eval: {}", String::from_utf8_lossy(&out.stderr));
+    let summary = std::fs::read_to_string(dir.join("summary.md")).unwrap();
+    assert!(summary.contains("Losslessness audit: passed"), "{summary}");
+
+    let (config, out) = (s(&repo().join("configs/datagen-tiny.toml")), s(&tmp.path().join("datagen")));
+    let datagen = [
+        &["datagen", "--config", &config, "--out", &out][..],
+        &["--limit", "2", "--max-new-tokens", "8", "--no-progress"],
+        &named,
+    ]
+    .concat();
+    let out = specx(&datagen);
+    assert!(out.status.success(), "specx datagen: {}", String::from_utf8_lossy(&out.stderr));
+
+    let text = tmp.path().join("text.txt");
+    std::fs::write(&text, "def reverse(s):\n    return s[::-1]\n".repeat(8)).unwrap();
+    let numerics = ["numerics", "--model", &t, "--tokenizer", &k, "--text", &s(&text), "--tokens", "6", "--ctx", "8"];
+    let out = specx(&[&numerics[..], &["--weights", "f32,native"]].concat());
+    assert!(out.status.success(), "specx numerics: {}", String::from_utf8_lossy(&out.stderr));
+}

@@ -30,6 +30,13 @@ pub struct DatagenArgs {
     /// Overrides [models] target.
     #[arg(long)]
     pub target: Option<PathBuf>,
+    /// Overrides [models] draft_tokenizer: a tokenizer.json to use with the draft instead of
+    /// its own.
+    #[arg(long)]
+    pub draft_tokenizer: Option<PathBuf>,
+    /// Overrides [models] target_tokenizer.
+    #[arg(long)]
+    pub target_tokenizer: Option<PathBuf>,
     /// Overrides [models] weights: `q8` (the default: 8-bit activations and integer dot
     /// products: faster, data close to but not bitwise `native`'s), `native` (GGUF blocks
     /// decoded in the kernel) or `f32` (dequantized on load; bit-identical data to `native`).
@@ -69,6 +76,12 @@ pub fn effective_config(a: &DatagenArgs) -> Result<DatagenConfig> {
     }
     if let Some(t) = &a.target {
         cfg.models.target = specx_run::paths::resolve_from_cwd(t)?;
+    }
+    if let Some(t) = &a.draft_tokenizer {
+        cfg.models.draft_tokenizer = Some(specx_run::paths::resolve_from_cwd(t)?);
+    }
+    if let Some(t) = &a.target_tokenizer {
+        cfg.models.target_tokenizer = Some(specx_run::paths::resolve_from_cwd(t)?);
     }
     if !a.run.devices.is_empty() {
         cfg.models.devices = a.run.devices.clone();

@@ -1,7 +1,7 @@
 //! The datagen experiment config (TOML). Unknown keys are errors, so a typo never silently
 //! falls back to a default; paths are read as [`specx_run::paths`] says.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use serde::{Deserialize, Serialize};
 use specx_decoder::SamplingConfig;
 use specx_prompts::PromptsConfig;
@@ -36,6 +36,13 @@ pub struct ModelsConfig {
     /// Draft model: a GGUF file or an HF directory.
     pub draft: PathBuf,
     pub target: PathBuf,
+    /// tokenizer.json to use with the draft instead of its own (the tokenizer.json beside it,
+    /// or a GGUF's metadata): for an HF directory without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_tokenizer: Option<PathBuf>,
+    /// tokenizer.json to use with the target instead of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_tokenizer: Option<PathBuf>,
     /// `cpu`, `wgpu[:N]` (a Vulkan adapter; build with `--features wgpu`) or `cuda[:N]`; several
     /// joined by `+` split the target's layers over them, the draft on the first.
     #[serde(default = "default_device")]
@@ -203,6 +210,9 @@ impl specx_run::RunConfig for DatagenConfig {
     fn resolve(&mut self, base: &Path) {
         self.models.draft = resolve_path(&self.models.draft, base);
         self.models.target = resolve_path(&self.models.target, base);
+        for t in self.models.draft_tokenizer.iter_mut().chain(self.models.target_tokenizer.iter_mut()) {
+            *t = resolve_path(t, base);
+        }
         self.prompts.path = resolve_path(&self.prompts.path, base);
         self.output.dir = resolve_path(&self.output.dir, base);
         if let Some(t) = &mut self.models.draft_transform.vocab_table {
@@ -216,6 +226,9 @@ impl specx_run::RunConfig for DatagenConfig {
         let mut c = self.clone();
         c.models.draft = portable_path(&c.models.draft);
         c.models.target = portable_path(&c.models.target);
+        for t in c.models.draft_tokenizer.iter_mut().chain(c.models.target_tokenizer.iter_mut()) {
+            *t = portable_path(t);
+        }
         c.prompts.path = portable_path(&c.prompts.path);
         c
     }
@@ -242,6 +255,13 @@ impl DatagenConfig {
         if !self.models.devices.is_empty() {
             let devices = specx_decoder::parse_device_list(&self.models.devices).context("[models] devices")?;
             devices.into_iter().try_for_each(specx_decoder::check_device).context("[models] devices")?;
+        }
+        for (key, path) in
+            [("draft_tokenizer", &self.models.draft_tokenizer), ("target_tokenizer", &self.models.target_tokenizer)]
+        {
+            if let Some(p) = path {
+                ensure!(p.is_file(), "[models] {key} {} is not a file", p.display());
+            }
         }
         self.generation.sampling().validate().context("[generation]")?;
         self.labels.sampling().validate().context("[labels]")?;

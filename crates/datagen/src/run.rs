@@ -51,8 +51,9 @@ pub fn run_on_one_device(cfg: &DatagenConfig, opts: &RunOptions) -> Result<Manif
     let device = devices[0].clone();
     let (prompts, rows_in_file) = select_prompts(cfg)?;
     eprintln!("loading draft {} and target {}", cfg.models.draft.display(), cfg.models.target.display());
-    let mut draft = load_model_as(&cfg.models.draft, None, &device, cfg.models.weights)?;
-    let target = load_model_split(&cfg.models.target, None, &devices, cfg.models.weights)?;
+    let m = &cfg.models;
+    let mut draft = load_model_as(&m.draft, m.draft_tokenizer.as_deref(), &device, m.weights)?;
+    let target = load_model_split(&m.target, m.target_tokenizer.as_deref(), &devices, m.weights)?;
     pair_up(&mut draft, &target)?;
     let transform = &cfg.models.draft_transform;
     let mut draft_record = ModelRecord::of(&draft)?;

@@ -148,7 +148,20 @@ fn open_tokenizer(path: &Path, explicit: Option<&Path>, gguf: Option<&crate::ggu
         return Tokenizer::from_gguf(gguf)
             .with_context(|| format!("no tokenizer at {}, nor one from the GGUF's metadata", file.display()));
     }
-    bail!("no tokenizer at {} (pass --tokenizer to point at a tokenizer.json)", file.display())
+    bail!(
+        "no tokenizer at {} (point the command at a tokenizer.json: --tokenizer, --draft-tokenizer/--target-tokenizer, \
+         or [models] draft_tokenizer/target_tokenizer in a config)",
+        file.display()
+    )
+}
+
+/// The tokenizer the model at `path` loads with (`explicit` in place of its own), without
+/// reading its weights.
+pub fn load_tokenizer(path: &Path, explicit: Option<&Path>) -> Result<Tokenizer> {
+    let resolved = crate::hub::resolve(path)?;
+    let path = resolved.as_path();
+    let gguf = if path.is_file() { Some(GgufSource::open(path)?) } else { None };
+    open_tokenizer(path, explicit, gguf.as_ref().map(|src| &src.file))
 }
 
 /// Refuses a checkpoint holding tensors the model would not read ([`ModelConfig::check_tensors`]).

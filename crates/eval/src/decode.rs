@@ -9,18 +9,12 @@ use specx_decoder::coupling::Draws;
 use specx_decoder::report::markdown_table;
 use specx_decoder::speculative::SpecConfig;
 use specx_decoder::{ChatTemplate, Placement, SamplingConfig, WeightMode, check_device};
-use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct DecodeArgs {
-    /// Draft model (HF directory, .gguf, or hub id hf:ORG/NAME[@REV]); it must share the
-    /// target's tokenizer. Default: the 0.5B draft `scripts/fetch-models.sh` fetches.
-    #[arg(long)]
-    pub draft: Option<PathBuf>,
-    /// Target model (HF directory, .gguf, or hub id hf:ORG/NAME[@REV]). Default: the 1.5B
-    /// target `scripts/fetch-models.sh` fetches.
-    #[arg(long)]
-    pub target: Option<PathBuf>,
+    /// The pair (the draft must share the target's tokenizer).
+    #[command(flatten)]
+    pub pair: crate::method::models::PairArgs,
     #[command(flatten)]
     pub method: MethodArgs,
     #[command(flatten)]
@@ -113,11 +107,12 @@ pub fn run(a: DecodeArgs) -> Result<()> {
     draft_devices.iter().try_for_each(|&d| check_device(d))?;
     // The setting names its head by the spec it was given (`--head`, or the shipped default).
     let head = setting.head().map(|h| (h.to_string(), h.to_string()));
+    let (draft, target) = a.pair.paths();
     let plan = ModelPlan {
-        target: a.target.clone().unwrap_or_else(crate::method::models::default_target),
-        draft: setting
-            .needs_draft_model()
-            .then(|| a.draft.clone().unwrap_or_else(crate::method::models::default_draft)),
+        target,
+        draft: setting.needs_draft_model().then_some(draft),
+        target_tokenizer: a.pair.target_tokenizer.clone(),
+        draft_tokenizer: a.pair.draft_tokenizer.clone(),
         device,
         weights: a.run.weights,
         worker_devices,

@@ -13,9 +13,13 @@ use std::path::{Path, PathBuf};
 /// Options of `specx numerics`.
 #[derive(clap::Args, Debug)]
 pub struct NumericsArgs {
-    /// Model (.gguf with tokenizer.json beside it). Default: the fetched target.
+    /// Model (HF directory, .gguf, or hub id hf:ORG/NAME[@REV]). Default: the fetched target.
     #[arg(long)]
     pub model: Option<PathBuf>,
+    /// tokenizer.json to use instead of the model's own (the one beside it, or a GGUF's
+    /// metadata).
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
     /// Text to score (UTF-8). Default: Alpaca responses from the dataset cache
     /// (`$SPECX_DATASETS/alpaca/alpaca_5000.json`), in file order.
     #[arg(long)]
@@ -86,6 +90,7 @@ fn argmax(v: &[f64]) -> usize {
 /// position, the log-softmax row (only what the comparisons need is kept: see `summarise`).
 pub fn measure(
     model: &Path,
+    tokenizer: Option<&Path>,
     tokens: &[u32],
     ctx: usize,
     windows: usize,
@@ -98,7 +103,7 @@ pub fn measure(
     let mut out = Vec::new();
     for (mi, &mode) in modes.iter().enumerate() {
         eprintln!("numerics: {} weights, {windows} windows of {ctx} tokens...", mode);
-        let lm = load_model_as(model, None, &device, mode)?;
+        let lm = load_model_as(model, tokenizer, &device, mode)?;
         let (mut nll, mut kls, mut agree, mut n) = (0f64, Vec::new(), 0usize, 0usize);
         for w in 0..windows {
             let win = &tokens[w * ctx..(w + 1) * ctx];
@@ -139,7 +144,7 @@ pub fn run(a: NumericsArgs) -> Result<()> {
         Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
         None => default_text()?,
     };
-    let tok = specx_decoder::Tokenizer::from_file(&specx_decoder::loader::default_tokenizer_path(&model))?;
+    let tok = specx_decoder::loader::load_tokenizer(&model, a.tokenizer.as_deref())?;
     let ids = tok.encode(&text)?;
     let scored_per_window = a.ctx / 2 - 1;
     let windows = a.tokens.div_ceil(scored_per_window);
@@ -151,7 +156,7 @@ pub fn run(a: NumericsArgs) -> Result<()> {
         a.ctx,
         windows * a.ctx
     );
-    let modes = measure(&model, &ids, a.ctx, windows, &a.weights)?;
+    let modes = measure(&model, a.tokenizer.as_deref(), &ids, a.ctx, windows, &a.weights)?;
     let report = NumericsReport {
         model: model.display().to_string(),
         scored_tokens: windows * scored_per_window,

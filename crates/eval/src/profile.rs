@@ -206,9 +206,9 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         "--max-rows and --contexts need values >= 1"
     );
     let device = specx_decoder::device_from_name(&a.device)?;
-    let (draft_path, target_path) = a.pair.paths();
-    let mut draft = load_model_as(&draft_path, None, &device, a.weights)?;
-    let target = load_model_as(&target_path, None, &device, a.weights)?;
+    let ((draft_path, target_path), (draft_tok, target_tok)) = (a.pair.paths(), a.pair.tokenizers());
+    let mut draft = load_model_as(&draft_path, draft_tok, &device, a.weights)?;
+    let target = load_model_as(&target_path, target_tok, &device, a.weights)?;
     pair_up(&mut draft, &target)?;
     let machine = crate::common::machine::Machine::measure();
     let models = vec![profile_model("draft", &draft, &a)?, profile_model("target", &target, &a)?];

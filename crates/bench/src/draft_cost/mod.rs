@@ -154,8 +154,9 @@ pub fn measure(a: &DraftCostArgs) -> Result<DraftCostReport> {
     let (draft_path, target_path) = a.pair.paths();
     let device = open_device(DeviceName::Cpu)?;
     eprintln!("loading draft {} and target {} ({} weights)...", draft_path.display(), target_path.display(), a.weights);
-    let mut draft: LoadedModel = load_model_as(&draft_path, None, &device, a.weights)?;
-    let target = load_model_as(&target_path, None, &device, a.weights)?;
+    let (draft_tok, target_tok) = a.pair.tokenizers();
+    let mut draft: LoadedModel = load_model_as(&draft_path, draft_tok, &device, a.weights)?;
+    let target = load_model_as(&target_path, target_tok, &device, a.weights)?;
     specx_decoder::pair_up(&mut draft, &target)?;
     let context: Vec<u32> = crate::runtime::bench_prompt(&target, a.context)?;
     let mut models = Vec::with_capacity(drafts.len());

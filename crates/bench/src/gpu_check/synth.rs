@@ -20,8 +20,12 @@ pub struct PairShapes {
 
 #[derive(clap::Args, Debug)]
 pub struct ShapesArgs {
-    #[command(flatten)]
-    pub pair: specx_eval::method::models::PairArgs,
+    /// Draft GGUF file. Default: the fetched Qwen2.5-Coder-0.5B-Instruct.
+    #[arg(long)]
+    pub draft: Option<PathBuf>,
+    /// Target GGUF file. Default: the fetched Qwen2.5-Coder-1.5B-Instruct.
+    #[arg(long)]
+    pub target: Option<PathBuf>,
     /// JSON output.
     #[arg(long)]
     pub out: PathBuf,
@@ -55,7 +59,9 @@ fn gguf_config(path: &Path) -> Result<ModelConfig> {
 }
 
 pub fn shapes(a: &ShapesArgs) -> Result<()> {
-    let (draft, target) = a.pair.paths();
+    use specx_eval::method::models::{default_draft, default_target};
+    let (draft, target) =
+        (a.draft.clone().unwrap_or_else(default_draft), a.target.clone().unwrap_or_else(default_target));
     let shapes = PairShapes {
         draft: gguf_config(&draft)?,
         target: gguf_config(&target)?,

@@ -31,7 +31,8 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizer> {
         "default" | "gpt-2" | "gpt2" => PreTokenizer { regex: None, nfc: false, ignore_merges: false },
         other => bail!(
             "tokenizer.ggml.pre '{other}' is a pre-tokenizer specx cannot build from GGUF metadata (qwen2, llama-bpe, \
-             gpt-2): put the model's tokenizer.json beside the file or pass --tokenizer"
+             gpt-2): put the model's tokenizer.json beside the file or name it (--tokenizer, --draft-tokenizer, \
+             --target-tokenizer)"
         ),
     })
 }
@@ -39,12 +40,12 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizer> {
 /// The `tokenizer.json` text of the tokenizer `file` declares.
 pub fn tokenizer_json(file: &GgufFile) -> Result<String> {
     let model = file.get("tokenizer.ggml.model").and_then(MetaValue::as_str).ok_or_else(|| {
-        anyhow!("the file declares no tokenizer (tokenizer.ggml.model): pass --tokenizer with a tokenizer.json")
+        anyhow!("the file declares no tokenizer (tokenizer.ggml.model): name a tokenizer.json (--tokenizer, --draft-tokenizer, --target-tokenizer)")
     })?;
     if model != "gpt2" {
         bail!(
             "tokenizer.ggml.model is '{model}': specx builds byte-level BPE tokenizers (gpt2) from GGUF metadata; for \
-             this one put the model's tokenizer.json beside the file or pass --tokenizer"
+             this one put the model's tokenizer.json beside the file or name it (--tokenizer, --draft-tokenizer, --target-tokenizer)"
         );
     }
     let pre = pre_tokenizer(file.get("tokenizer.ggml.pre").and_then(MetaValue::as_str).unwrap_or("default"))?;

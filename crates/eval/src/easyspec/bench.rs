@@ -15,6 +15,10 @@ pub struct BenchArgs {
     /// The draft model (HF directory or .gguf).
     #[arg(long)]
     pub model: PathBuf,
+    /// tokenizer.json to use instead of the model's own (the one beside it, or a GGUF's
+    /// metadata).
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
     /// Strategies (presets or the paper's notation), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "lp2,lp3,lp4,lp5")]
     pub strategies: Vec<String>,
@@ -49,7 +53,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         LayerGroups::check_syntax(s).with_context(|| format!("--strategies: '{s}'"))?;
     }
     let device = device_from_name(&a.device)?;
-    let lm = load_model_as(&a.model, None, &device, a.weights)?;
+    let lm = load_model_as(&a.model, a.tokenizer.as_deref(), &device, a.weights)?;
     let model = &lm.model;
     let layers = model.config().num_hidden_layers;
     let mut configs: Vec<(String, LayerGroups, usize)> =

@@ -174,7 +174,7 @@ pub fn run(a: &SimilarityArgs) -> Result<()> {
         LayerGroups::check_syntax(s).with_context(|| format!("--strategies: '{s}'"))?;
     }
     let device = device_from_name(&c.device)?;
-    let draft = load_model_as(&c.draft, None, &device, c.weights)?;
+    let draft = load_model_as(&c.draft, c.draft_tokenizer.as_deref(), &device, c.weights)?;
     let layers = draft.model.config().num_hidden_layers;
     let strategies: Vec<(String, LayerGroups)> =
         a.strategies.iter().map(|s| Ok((s.clone(), LayerGroups::parse(s, layers)?))).collect::<Result<_>>()?;

@@ -68,6 +68,19 @@ pub enum AuditMode {
     Numerical,
 }
 
+impl ModelsConfig {
+    /// The tokenizer overrides that are set, by key.
+    pub fn tokenizers(&self) -> impl Iterator<Item = (&'static str, &PathBuf)> {
+        [("draft_tokenizer", &self.draft_tokenizer), ("target_tokenizer", &self.target_tokenizer)]
+            .into_iter()
+            .filter_map(|(k, p)| Some((k, p.as_ref()?)))
+    }
+
+    fn tokenizers_mut(&mut self) -> impl Iterator<Item = &mut PathBuf> {
+        self.draft_tokenizer.iter_mut().chain(self.target_tokenizer.iter_mut())
+    }
+}
+
 fn default_near_tie() -> f32 {
     0.01
 }
@@ -77,6 +90,13 @@ fn default_near_tie() -> f32 {
 pub struct ModelsConfig {
     pub draft: PathBuf,
     pub target: PathBuf,
+    /// tokenizer.json to use with the draft instead of its own (the tokenizer.json beside it,
+    /// or a GGUF's metadata): for an HF directory without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_tokenizer: Option<PathBuf>,
+    /// tokenizer.json to use with the target instead of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_tokenizer: Option<PathBuf>,
     /// `cpu`, `wgpu[:N]` (a Vulkan adapter, in a build with the `wgpu` feature) or `cuda[:N]`
     /// (the `cuda` feature); several joined by `+` (`cuda:0+cuda:1`) split the target's layers
     /// over them in contiguous ranges, the draft on the first.
@@ -247,6 +267,9 @@ impl specx_run::RunConfig for EvalConfig {
     fn resolve(&mut self, base: &Path) {
         self.models.draft = resolve_path(&self.models.draft, base);
         self.models.target = resolve_path(&self.models.target, base);
+        for t in self.models.tokenizers_mut() {
+            *t = resolve_path(t, base);
+        }
         for p in &mut self.prompts {
             p.path = resolve_path(&p.path, base);
         }
@@ -272,6 +295,9 @@ impl specx_run::RunConfig for EvalConfig {
         let mut c = self.clone();
         c.models.draft = portable_path(&c.models.draft);
         c.models.target = portable_path(&c.models.target);
+        for t in c.models.tokenizers_mut() {
+            *t = portable_path(t);
+        }
         for p in &mut c.prompts {
             p.path = portable_path(&p.path);
         }
@@ -359,6 +385,9 @@ impl EvalConfig {
                     path.display()
                 );
             }
+        }
+        for (key, path) in self.models.tokenizers() {
+            ensure!(path.is_file(), "[models] {key} {} is not a file", path.display());
         }
         let m = &self.methods;
         m.validate()?;

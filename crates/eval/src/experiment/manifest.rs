@@ -121,6 +121,9 @@ pub fn config_identity(config: &EvalConfig) -> serde_json::Value {
     c.slurm = None; // where and with what resources, not what
     c.models.draft = PathBuf::new();
     c.models.target = PathBuf::new();
+    // Tokenizers enter by content (the models' records), not where they live.
+    c.models.draft_tokenizer = None;
+    c.models.target_tokenizer = None;
     for p in &mut c.prompts {
         p.path = PathBuf::new();
     }

@@ -39,7 +39,7 @@ pub fn margins(dir: &Path, progress: bool) -> Result<MarginCensus> {
     let m = &manifest.config.models;
     let device = device_from_name(m.devices.first().unwrap_or(&m.device))?;
     eprintln!("loading target {}", m.target.display());
-    let target = load_model_as(&m.target, None, &device, m.weights)?;
+    let target = load_model_as(&m.target, m.target_tokenizer.as_deref(), &device, m.weights)?;
     let bar = if progress { indicatif::ProgressBar::new(units.len() as u64) } else { indicatif::ProgressBar::hidden() };
     let (mut all, mut departures) = (Vec::new(), Vec::new());
     for u in &units {

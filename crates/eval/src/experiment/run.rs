@@ -150,6 +150,8 @@ fn model_plan(cfg: &EvalConfig, device: Placement, settings: &[Setting]) -> Resu
     Ok(ModelPlan {
         target: cfg.models.target.clone(),
         draft: Some(cfg.models.draft.clone()),
+        target_tokenizer: cfg.models.target_tokenizer.clone(),
+        draft_tokenizer: cfg.models.draft_tokenizer.clone(),
         device,
         weights: cfg.models.weights,
         worker_devices,

@@ -30,12 +30,24 @@ pub struct PairArgs {
     /// Target model (HF directory, .gguf, or hub id hf:ORG/NAME[@REV]). Default: the fetched Qwen2.5-Coder-1.5B-Instruct.
     #[arg(long)]
     pub target: Option<PathBuf>,
+    /// tokenizer.json to use with the draft instead of its own (the tokenizer.json beside it,
+    /// or a GGUF's metadata).
+    #[arg(long)]
+    pub draft_tokenizer: Option<PathBuf>,
+    /// tokenizer.json to use with the target instead of its own.
+    #[arg(long)]
+    pub target_tokenizer: Option<PathBuf>,
 }
 
 impl PairArgs {
     /// (draft path, target path) with defaults applied.
     pub fn paths(&self) -> (PathBuf, PathBuf) {
         (self.draft.clone().unwrap_or_else(default_draft), self.target.clone().unwrap_or_else(default_target))
+    }
+
+    /// The (draft, target) tokenizer overrides.
+    pub fn tokenizers(&self) -> (Option<&Path>, Option<&Path>) {
+        (self.draft_tokenizer.as_deref(), self.target_tokenizer.as_deref())
     }
 }
 
@@ -55,6 +67,9 @@ pub struct ModelPlan {
     pub target: PathBuf,
     /// `None` when only AR runs.
     pub draft: Option<PathBuf>,
+    /// tokenizer.json files to use instead of the models' own.
+    pub target_tokenizer: Option<PathBuf>,
+    pub draft_tokenizer: Option<PathBuf>,
     /// The target's placement (one device, or several its layers are split over); the draft
     /// and the heads go on its first device.
     pub device: Placement,
@@ -98,14 +113,14 @@ impl Models {
         let mut draft = match &plan.draft {
             Some(path) => {
                 eprintln!("loading draft {} and target {}", path.display(), plan.target.display());
-                Some(load_model_as(path, None, &device, plan.weights)?)
+                Some(load_model_as(path, plan.draft_tokenizer.as_deref(), &device, plan.weights)?)
             }
             None => None,
         };
         if plan.device.is_split() {
             eprintln!("the target's layers split over {}", plan.device);
         }
-        let target = load_model_split(&plan.target, None, &devices, plan.weights)?;
+        let target = load_model_split(&plan.target, plan.target_tokenizer.as_deref(), &devices, plan.weights)?;
         if let Some(d) = &mut draft {
             pair_up(d, &target)?;
         }
@@ -115,7 +130,7 @@ impl Models {
                 None
             } else {
                 eprintln!("loading the target on {d} for a DSI worker");
-                Some(load_model_split(&plan.target, None, &d.open()?, plan.weights)?)
+                Some(load_model_split(&plan.target, plan.target_tokenizer.as_deref(), &d.open()?, plan.weights)?)
             });
         }
         let placed_draft = match (&plan.draft, plan.draft_devices.is_empty()) {
@@ -123,7 +138,9 @@ impl Models {
                 let devices = plan.draft_devices.iter().map(|&d| open_device(d)).collect::<Result<Vec<_>>>()?;
                 let names: Vec<String> = plan.draft_devices.iter().map(|d| d.to_string()).collect();
                 eprintln!("loading the draft with its attention layers on {} for EasySpec", names.join(", "));
-                let placed = load_model_as(path, None, &device, plan.weights)?.model.place_attention(&devices)?;
+                let placed = load_model_as(path, plan.draft_tokenizer.as_deref(), &device, plan.weights)?
+                    .model
+                    .place_attention(&devices)?;
                 Some(placed.pad_vocab(target.model.config().vocab_size)?)
             }
             _ => None,

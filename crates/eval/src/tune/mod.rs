@@ -547,7 +547,14 @@ pub fn tune(cfg: &TuneConfig, tuning_only: bool) -> Result<Vec<SetResult>> {
     let heads: Vec<AcceptanceHead> = head_map.values().cloned().collect();
     let head_index: HashMap<String, usize> = head_map.keys().enumerate().map(|(i, n)| (n.clone(), i)).collect();
     let target = match cfg.calibrated.as_ref().is_some_and(|f| f.target) {
-        true => Some(load_checked("target", &m.target, &mt.target.sha256, &device, m.weights)?),
+        true => Some(load_checked(
+            "target",
+            &m.target,
+            m.target_tokenizer.as_deref(),
+            &mt.target.sha256,
+            &device,
+            m.weights,
+        )?),
         false => None,
     };
     let target_side = target.as_ref().map(|(t, sha)| TargetSide {

@@ -17,12 +17,13 @@ use std::path::Path;
 pub(super) fn load_checked(
     role: &str,
     path: &Path,
+    tokenizer: Option<&Path>,
     sha256: &str,
     device: &specx_decoder::Device,
     weights: specx_decoder::WeightMode,
 ) -> Result<(specx_decoder::LoadedModel, String)> {
     ensure!(path.exists(), "the traces' {role} model {} is gone", path.display());
-    let model = load_model_as(path, None, device, weights)?;
+    let model = load_model_as(path, tokenizer, device, weights)?;
     let sha = model.weights_sha256()?;
     ensure!(
         sha == sha256,
@@ -118,6 +119,14 @@ impl Runs {
     /// The draft the traces were made with, loaded with their weights.
     pub fn draft(&self) -> Result<specx_decoder::LoadedModel> {
         let m = &self.manifest.config.models;
-        Ok(load_checked("draft", &m.draft, &self.manifest.draft.sha256, &device_from_name(&m.device)?, m.weights)?.0)
+        Ok(load_checked(
+            "draft",
+            &m.draft,
+            m.draft_tokenizer.as_deref(),
+            &self.manifest.draft.sha256,
+            &device_from_name(&m.device)?,
+            m.weights,
+        )?
+        .0)
     }
 }

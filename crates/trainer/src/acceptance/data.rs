@@ -244,8 +244,13 @@ fn load_draft_if_needed(
         specx_datagen::features::cache_dir().display()
     );
     let device = specx_decoder::device_from_name("cpu")?;
-    let mut model = specx_decoder::load_model_as(path, None, &device, m.config.models.weights)
-        .with_context(|| format!("loading the draft of {} to recompute its features", dir.display()))?;
+    let mut model = specx_decoder::load_model_as(
+        path,
+        m.config.models.draft_tokenizer.as_deref(),
+        &device,
+        m.config.models.weights,
+    )
+    .with_context(|| format!("loading the draft of {} to recompute its features", dir.display()))?;
     let sha = model.weights_sha256()?;
     let transform = &m.config.models.draft_transform;
     if !transform.is_identity() {

@@ -43,6 +43,10 @@ pub struct FeatureDataConfig {
 pub struct FeatureModelConfig {
     /// The target model whose hidden states the head reads (the runs' target).
     pub target: PathBuf,
+    /// tokenizer.json to use with the target instead of its own (the tokenizer.json beside
+    /// it, or a GGUF's metadata).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<PathBuf>,
     /// How the target runs when its features are computed (the head should read features of
     /// the weights it will draft for).
     #[serde(default = "q8")]
@@ -134,6 +138,9 @@ impl FeatureHeadConfig {
             &mut cfg.output.dir,
         ] {
             *p = resolve_path(p, &base);
+        }
+        if let Some(t) = &mut cfg.model.tokenizer {
+            *t = resolve_path(t, &base);
         }
         cfg.validate()?;
         Ok(cfg)

@@ -284,8 +284,9 @@ pub fn train_feature_head(cfg: &FeatureHeadConfig, opts: &FeatureTrainOptions) -
         }
     }
     let plain = specx_decoder::device_from_name("cpu")?;
-    let loaded = specx_decoder::load_model_as(&cfg.model.target, None, &plain, cfg.model.weights)
-        .with_context(|| format!("loading the target {}", cfg.model.target.display()))?;
+    let loaded =
+        specx_decoder::load_model_as(&cfg.model.target, cfg.model.tokenizer.as_deref(), &plain, cfg.model.weights)
+            .with_context(|| format!("loading the target {}", cfg.model.target.display()))?;
     let target = &loaded.model;
     let mc = target.config();
     let sha = loaded.weights_sha256()?;
