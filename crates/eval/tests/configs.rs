@@ -28,11 +28,18 @@ fn shipped_eval_configs_parse_and_expand() {
         smoke.prompts.iter().map(|p| (p.name.as_str(), p.sample)).collect::<Vec<_>>(),
         [("alpaca", Some(3)), ("gsm8k", Some(3)), ("humaneval", Some(3))]
     );
-    assert_eq!(smoke.budget.new_tokens(1000), 32);
+    assert_eq!(smoke.budget.new_tokens(1000), 128);
     let keys: Vec<String> = expand(&smoke.methods).unwrap().iter().map(|s| s.key()).collect();
     assert_eq!(
         keys,
-        ["ar", "specdec K=2", "specdec K=4", "specdecpp specdecpp-default h=0.7 [2,20]", "confidence 0.5 [2,20]"]
+        [
+            "ar",
+            "specdec K=4",
+            "specdecpp specdecpp-default h=0.7 [2,20]",
+            "confidence 0.5 [2,20]",
+            "lookup n=2..4 | matchrate 0.2 [1,16]",
+            "suffix a=2 p>=0.1 cached=16 | specdec K=24"
+        ]
     );
     let cache = specx_run::paths::dataset_cache_dir();
     for name in ["specdecpp-alpaca.toml", "specdecpp-gsm8k.toml", "specdecpp-humaneval.toml"] {

@@ -20,6 +20,7 @@
 
 pub mod args;
 pub mod config;
+pub mod config_keys;
 pub mod devices;
 pub mod manifest;
 pub mod merge;

@@ -18,26 +18,53 @@ pub struct Fit {
     pub n: usize,
 }
 
+/// Requests a fit needs for each fitted time: with fewer, the fit follows the noise of a few
+/// requests (and a smoke run's 3 prompts give 3 requests a family).
+pub const MIN_REQUESTS_PER_TERM: usize = 5;
+
 impl Fit {
-    /// Every fitted time is positive. A negative or zero per-forward time cannot be right: it
-    /// comes from too few or too alike requests (prefill dominating short outputs, say), and
-    /// such a fit is reported as missing, never printed as times.
-    pub fn is_physical(&self) -> bool {
+    /// Why the fit's times cannot be read as forward times, if they cannot: too few requests
+    /// for its terms, a time <= 0 (too alike requests, prefill dominating short outputs), or a
+    /// centred R² <= 0 (the terms explain T no better than its mean). Such a fit is reported
+    /// as missing, never printed as times.
+    pub fn unusable(&self) -> Option<String> {
+        let terms = self.coefficients.len();
+        if self.n < MIN_REQUESTS_PER_TERM * terms {
+            return Some(format!(
+                "none: {} requests for {terms} times (a fit needs {} a time)",
+                self.n, MIN_REQUESTS_PER_TERM
+            ));
+        }
+        if !self.has_positive_times() {
+            return Some(format!("none: a fitted time <= 0 over {} requests (too alike)", self.n));
+        }
+        if !(self.r2 > 0.0) {
+            return Some(format!("none: R² {:.2} over {} requests (no better than the mean time)", self.r2, self.n));
+        }
+        None
+    }
+
+    /// Every fitted time is positive (the times can be used at all; see [`Self::unusable`]
+    /// for whether they can be printed as a measurement).
+    pub fn has_positive_times(&self) -> bool {
         self.coefficients.iter().all(|c| *c > 0.0)
+    }
+
+    pub fn is_usable(&self) -> bool {
+        self.unusable().is_none()
     }
 
     /// The coefficients with R², or why there are none.
     pub fn describe(fit: Option<&Fit>) -> String {
         match fit {
-            None => "-".into(),
-            Some(f) if !f.is_physical() => {
-                format!("none: a fitted time <= 0 over {} requests (too few or too alike)", f.n)
-            }
-            Some(f) => format!(
-                "{} (R² {:.4})",
-                f.coefficients.iter().map(|c| format!("{c:.4}")).collect::<Vec<_>>().join(", "),
-                f.r2
-            ),
+            None => "none: the counts cannot separate the times (too few requests, or a count always 0)".into(),
+            Some(f) => f.unusable().unwrap_or_else(|| {
+                format!(
+                    "{} (R² {:.4})",
+                    f.coefficients.iter().map(|c| format!("{c:.4}")).collect::<Vec<_>>().join(", "),
+                    f.r2
+                )
+            }),
         }
     }
 }
@@ -139,17 +166,34 @@ mod tests {
         );
         // Eq. 5.1 with no drafting is AR: one target call per token.
         assert!((predicted_throughput(10.0, 0.0, 10.0, 0.02, 0.1) - 10.0).abs() < 1e-9);
-        assert!(f.is_physical() && Fit::describe(Some(&f)).starts_with("0.0200, 0.1000"));
+        assert!(f.is_usable() && Fit::describe(Some(&f)).starts_with("0.0200, 0.1000"));
     }
 
     /// Times that only a negative draft time explains give no printed times.
     #[test]
     fn a_negative_time_is_reported_as_none() {
-        let x: Vec<Vec<f64>> = (1..8).map(|i| vec![i as f64, (i % 3) as f64 + 1.0]).collect();
+        let x: Vec<Vec<f64>> = (1..12).map(|i| vec![i as f64, (i % 3) as f64 + 1.0]).collect();
         let y: Vec<f64> = x.iter().map(|r| -0.05 * r[0] + 0.5 * r[1]).collect();
         let f = least_squares(&x, &y).unwrap();
-        assert!(f.coefficients[0] < 0.0 && !f.is_physical());
+        assert!(f.coefficients[0] < 0.0 && !f.has_positive_times());
         let text = Fit::describe(Some(&f));
         assert!(text.starts_with("none:") && !text.contains("-0.05"), "{text}");
+    }
+
+    /// A fit over fewer requests than it needs, or one that explains T worse than its mean,
+    /// gives no printed times either.
+    #[test]
+    fn too_few_requests_or_a_negative_r2_are_reported_as_none() {
+        let x: Vec<Vec<f64>> = (1..6).map(|i| vec![i as f64, (i % 3) as f64 + 1.0]).collect();
+        let y: Vec<f64> = x.iter().map(|r| 0.02 * r[0] + 0.1 * r[1]).collect();
+        let f = least_squares(&x, &y).unwrap();
+        assert!(f.has_positive_times() && !f.is_usable());
+        assert!(Fit::describe(Some(&f)).contains("5 requests for 2 times"), "{}", Fit::describe(Some(&f)));
+        // T nearly constant while the counts grow: a positive slope with R² below 0.
+        let x: Vec<Vec<f64>> = (1..12).map(|i| vec![i as f64]).collect();
+        let y: Vec<f64> = (1..12).map(|i| 1.0 + 0.001 * (i % 2) as f64).collect();
+        let f = least_squares(&x, &y).unwrap();
+        assert!(f.coefficients[0] > 0.0 && f.r2 < 0.0, "{f:?}");
+        assert!(Fit::describe(Some(&f)).starts_with("none: R²"), "{}", Fit::describe(Some(&f)));
     }
 }

@@ -71,6 +71,14 @@ pub struct DsiSchedulers {
 }
 
 impl SchedulerAxis {
+    /// Each table's name and keys, for the config reference.
+    pub fn table_keys() -> Vec<(&'static str, &'static [&'static str])> {
+        vec![
+            ("sequential", specx_run::config_keys::struct_fields::<NoParameters>()),
+            ("dsi", specx_run::config_keys::struct_fields::<DsiSchedulers>()),
+        ]
+    }
+
     pub fn expand(&self) -> Vec<SchedulerSpec> {
         let mut out = Vec::new();
         if self.sequential.is_some() || self.dsi.is_none() {

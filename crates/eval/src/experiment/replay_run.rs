@@ -97,9 +97,9 @@ fn time_models(
         .map(|(d, rs)| {
             let spec: Vec<&&ResultRow> = rs.iter().filter(|r| r.setting.family() != "ar").collect();
             let fit = least_squares(&spec.iter().map(|r| vec![r.n_draft_calls as f64, r.n_target_calls as f64]).collect::<Vec<_>>(), &spec.iter().map(|r| r.total_time_s).collect::<Vec<_>>());
-            let standalone = standalone_target(&rs).filter(|f| f.is_physical());
+            let standalone = standalone_target(&rs).filter(|f| f.has_positive_times());
             let model = match (fit, batched, standalone) {
-                (Some(f), _, _) if spec.len() >= 3 && f.is_physical() => {
+                (Some(f), _, _) if spec.len() >= 3 && f.has_positive_times() => {
                     TimeModel { t_draft: f.coefficients[0], t_target: f.coefficients[1], source: format!("eq. 3.1 fitted on {} real speculative rows (R² {:.3})", spec.len(), f.r2) }
                 }
                 (_, true, _) => measured("the AR rows were batched"),
@@ -171,7 +171,7 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     let c = &manifest.config.models;
     let device = device_from_name(&c.device)?;
     ensure!(c.draft.exists(), "the run's draft model {} is gone", c.draft.display());
-    let draft = load_model_as(&c.draft, None, &device, c.weights)?;
+    let draft = load_model_as(&c.draft, c.draft_tokenizer.as_deref(), &device, c.weights)?;
     let sha = draft.weights_sha256()?;
     if sha != manifest.draft.sha256 {
         bail!(
@@ -195,7 +195,7 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
     let heads: Vec<specx_decoder::speculative::AcceptanceHead> = head_map.values().cloned().collect();
     let head_index: HashMap<String, usize> = head_map.keys().enumerate().map(|(i, name)| (name.clone(), i)).collect();
     // The target: its single-token time prices every report; a feature head reads its states.
-    let target = load_model_as(&c.target, None, &device, c.weights)?;
+    let target = load_model_as(&c.target, c.target_tokenizer.as_deref(), &device, c.weights)?;
     let target_sha = target.weights_sha256()?;
     ensure!(
         target_sha == manifest.target.sha256,

@@ -2,7 +2,7 @@
 //! overridden by `--drafter`, `--policy`, `--scheduler`, and each part's parameters. A flag
 //! the chosen method does not use is an error, never silently dropped.
 
-use super::drafter::{DrafterFlags, DrafterKind};
+use super::drafter::{DrafterFlags, DrafterKind, DrafterSpec};
 use super::policy::shipped::{Hardware, shipped_policy};
 use super::policy::{Flag, PolicyFlags, PolicyKind};
 use super::spec::{MethodSpec, SchedulerSpec, Setting};
@@ -170,10 +170,18 @@ impl MethodArgs {
         }
 
         let drafter = drafter.from_flags(&self.drafter_flags)?;
+        // A suffix tree is as deep as its drafter's own bound (--suffix-depth, SuffixDecoding's
+        // 24) unless --k caps it: the fixed policy's K = 4 would cut every tree at 4 levels.
+        let policy_flags = match &drafter {
+            DrafterSpec::Suffix(s) if matches!(policy, PolicyKind::Fixed | PolicyKind::TreePrice) => {
+                self.policy_flags.with_default_k(s.max_depth)
+            }
+            _ => self.policy_flags.clone(),
+        };
         let policy = if shipped {
             shipped_policy(if on_cpu { Hardware::Cpu } else { Hardware::Gpu })?
         } else {
-            policy.from_flags(&self.policy_flags)?
+            policy.from_flags(&policy_flags)?
         };
         let scheduler = match scheduler {
             SchedulerKind::Sequential => {
@@ -210,6 +218,17 @@ mod tests {
     fn key(args: &str) -> Result<String> {
         let cli = Cli::try_parse_from(std::iter::once("x").chain(args.split_whitespace()))?;
         Ok(cli.m.setting(true)?.key())
+    }
+
+    /// The suffix drafter's trees keep their own depth bound under the fixed and tree-price
+    /// policies unless --k caps it.
+    #[test]
+    fn suffix_trees_take_their_own_depth_unless_k_is_given() {
+        assert!(key("--drafter suffix").unwrap().ends_with("K=24"), "{}", key("--drafter suffix").unwrap());
+        assert!(key("--drafter suffix --suffix-depth 10").unwrap().ends_with("K=10"));
+        assert!(key("--drafter suffix --k 6").unwrap().ends_with("K=6"));
+        assert!(key("--drafter suffix --policy tree-price").unwrap().contains("K=24"));
+        assert!(key("--drafter tree").unwrap().ends_with("K=4"), "the draft trees keep K = 4");
     }
 
     #[test]

@@ -344,7 +344,7 @@ pub fn reproduce(cfg: &ReproConfig) -> Result<String> {
     }
     let real_refs: Vec<&Row> = real_rows.iter().collect();
     let fit = timing_fit(&real_refs);
-    if let Some(f) = fit.as_ref().filter(|f| f.is_physical()) {
+    if let Some(f) = fit.as_ref().filter(|f| f.is_usable()) {
         times.push(Times {
             name: format!("CPU eq. 3.1 fit ({:.4}, {:.4}) s, R² {:.3}", f.coefficients[0], f.coefficients[1], f.r2),
             t_draft: f.coefficients[0],

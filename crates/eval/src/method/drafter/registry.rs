@@ -99,6 +99,11 @@ macro_rules! drafter_families {
         }
 
         impl DrafterAxis {
+            /// Each table's name and keys (`("lookup", ["ngrams"])`), for the config reference.
+            pub fn table_keys() -> Vec<(&'static str, &'static [&'static str])> {
+                vec![$(($tag, specx_run::config_keys::struct_fields::<<$ty as DrafterFamily>::Grid>()),)*]
+            }
+
             /// Every setting, family by family in the registry's order.
             pub fn expand(&self) -> Vec<DrafterSpec> {
                 let mut out = Vec::new();

@@ -63,8 +63,9 @@ impl Flag {
 #[derive(Args, Clone, Debug, Default)]
 pub struct PolicyFlags {
     /// Candidates per round of the fixed-K policy (under DSI: draft tokens per verification
-    /// task) [default: 4]; the dynamic schedule's initial K [default: 5]; the hybrid's
-    /// draft-model rounds under matchrate.
+    /// task) [default: 4; with --drafter suffix, the tree's own depth bound, --suffix-depth];
+    /// the dynamic schedule's initial K [default: 5]; the hybrid's draft-model rounds under
+    /// matchrate; the tree-price policy's depth bound [default: 4, or --suffix-depth].
     #[arg(long)]
     k: Option<usize>,
     /// The head policy's acceptance head: a checkpoint directory (specx train), `default`
@@ -114,6 +115,11 @@ pub struct PolicyFlags {
 impl PolicyFlags {
     fn note(&self, flag: Flag) {
         self.read.set(self.read.get() | flag.bit());
+    }
+
+    /// These flags with `--k` set to `k` where it was not given.
+    pub fn with_default_k(&self, k: usize) -> Self {
+        Self { k: self.k.or(Some(k)), ..self.clone() }
     }
 
     pub fn k(&self) -> Option<usize> {

@@ -146,6 +146,12 @@ macro_rules! policy_families {
                 vec![$($tag,)* "adaptive"]
             }
 
+            /// Each table's name and keys (`("fixed", ["k"])`), for the config reference.
+            pub fn table_keys() -> Vec<(&'static str, &'static [&'static str])> {
+                let keys = specx_run::config_keys::struct_fields::<shipped::AdaptivePolicies>();
+                vec![$(($tag, specx_run::config_keys::struct_fields::<<$ty as PolicyFamily>::Grid>()),)* ("adaptive", keys)]
+            }
+
             /// Every setting, family by family in the registry's order, then the shipped rule's.
             pub fn expand(&self) -> anyhow::Result<Vec<PolicySpec>> {
                 let mut out = Vec::new();
