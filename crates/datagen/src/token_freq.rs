@@ -16,12 +16,14 @@ use specx_run::RunManifest;
 use specx_run::paths::dataset_cache_dir;
 use std::path::{Path, PathBuf};
 
-#[derive(Args, Debug)]
+#[derive(Args, Clone, Debug)]
 pub struct TokenFreqArgs {
     /// Where to write the table (text: a JSON header line, then `id<TAB>count` by rank).
     #[arg(long)]
     pub out: PathBuf,
-    /// tokenizer.json of the draft [default: the Qwen2.5 pair's, in the model cache].
+    /// The draft's tokenizer: a tokenizer.json, or the draft model itself (an HF directory or
+    /// a GGUF file, whose own tokenizer is read) [default: the Qwen2.5 pair's, in the model
+    /// cache].
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
     /// Alpaca JSON: its train split is counted (instruction, input and output)
@@ -222,7 +224,10 @@ pub fn build(
 pub fn run(args: &TokenFreqArgs) -> Result<()> {
     let tok_path =
         args.tokenizer.clone().unwrap_or_else(|| model_cache_dir().join("qwen2.5-coder-0.5b-instruct/tokenizer.json"));
-    let tokenizer = Tokenizer::from_file(&tok_path)?;
+    let tokenizer = match tok_path.extension().is_some_and(|e| e == "json") {
+        true => Tokenizer::from_file(&tok_path)?,
+        false => specx_decoder::loader::load_tokenizer(&tok_path, None)?,
+    };
     let mut corpora = Vec::new();
     if let Some(p) = source_path(&args.alpaca, dataset_cache_dir().join("alpaca/alpaca_5000.json")) {
         corpora.push(prompt_corpus(

@@ -37,6 +37,11 @@ fn the_shipped_frequency_table_is_rebuilt_byte_for_byte() {
         "the rebuilt table differs from {}",
         specx_decoder::cheap_draft::default_table_path().display()
     );
+    // The draft's GGUF file alone (its own tokenizer, from its metadata) gives the same table.
+    let gguf = specx_decoder::loader::model_cache_dir().join("qwen2.5-coder-0.5b-instruct/model.gguf");
+    let from_gguf = tmp.path().join("freq-gguf.tsv");
+    run(&TokenFreqArgs { out: from_gguf.clone(), tokenizer: Some(gguf), ..args.clone() }).unwrap();
+    assert!(std::fs::read(&from_gguf).unwrap() == shipped, "the table from the GGUF's own tokenizer differs");
     // A test set is refused by name.
     let e = format!("{:#}", run(&TokenFreqArgs { gsm8k: Some(shared.join("gsm8k/test.jsonl")), ..args }).unwrap_err());
     assert!(e.contains("test.jsonl") && e.contains("training text only"), "{e}");
