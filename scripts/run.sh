@@ -8,8 +8,10 @@
 #   2. specx generate: a short streamed generation with the target;
 #   3. specx decode --method specdecpp: one speculative decode with the acceptance head that
 #      ships in checkpoints/specdecpp-default;
-#   4. specx eval on configs/eval/smoke.toml: AR, SpecDec, SpecDec++ and the confidence rule on
-#      3 prompts of each set, greedy and sampled, audited against AR (resumable).
+#   4. specx eval on configs/eval/smoke.toml: AR, the draft model under SpecDec's fixed K,
+#      SpecDec++'s head and the confidence rule, prompt lookup and suffix trees, on 3 prompts
+#      of each set at 128 new tokens, greedy and sampled, audited against AR (resumable); its
+#      summary ends with each set's fastest setting.
 # A prompt set that cannot be fetched on this machine (Alpaca and GSM8K come from GitHub) is
 # skipped and named, with how to add it; HumanEval (PyPI) is required.
 set -euo pipefail

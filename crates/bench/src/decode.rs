@@ -315,10 +315,8 @@ pub fn run(a: DecodeBenchArgs) -> Result<()> {
             }
             // The prompts exactly as specx decoded them (chat template applied).
             let cfg = preset(&a, a.weights[0])?;
-            let prompts: Vec<String> = select_sets(&cfg, Some(a.n))?
-                .into_iter()
-                .flat_map(|s| s.prompts.into_iter().map(|(_, text)| text))
-                .collect();
+            let prompts: Vec<String> =
+                select_sets(&cfg, Some(a.n))?.into_iter().flat_map(|s| s.prompts.into_iter().map(|p| p.text)).collect();
             let mut spec = Vec::new();
             for &k in &a.k {
                 eprintln!(

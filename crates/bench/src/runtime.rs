@@ -13,6 +13,7 @@ use specx_decoder::{
     DeviceName, KvCache, LoadedModel, Transformer, WeightMode, check_device, load_model_as, open_device,
     parse_device_list,
 };
+use specx_eval::common::row_cost::{RowCostKey, StoredRowCost, fit_row_cost, store, store_path, utc_date};
 use specx_eval::common::sysmem::{current_rss_bytes, peak_rss_bytes, read_bandwidth, read_bandwidth_threads};
 use specx_eval::method::models::PairArgs;
 use specx_eval::report::markdown_table;
@@ -85,6 +86,9 @@ pub struct ModelBench {
     pub verify_rows: usize,
     /// (rows, median seconds) of calls of each `--call-rows` count after the prompt.
     pub call_secs: Vec<(usize, f64)>,
+    /// A verification row's cost in one-row calls, fitted over `call_secs`
+    /// ([`fit_row_cost`]); `None` without a one-row call and a longer one.
+    pub row_cost: Option<f64>,
     /// Weight bytes (as stored) plus mean KV-cache bytes read per decoded token.
     pub bytes_per_token: f64,
     /// bandwidth / bytes_per_token.
@@ -116,6 +120,9 @@ pub struct BenchReport {
     pub llamacpp: Vec<LlamaCppBench>,
     /// llama.cpp's paths that did not run, with the reason (`role path: reason`).
     pub llamacpp_failed: Vec<String>,
+    /// Where the targets' row costs were stored for `specx decode --policy tree-price`, or why
+    /// not.
+    pub row_cost_store: String,
 }
 
 /// A prompt of exactly `n` tokens: a fixed English/code text, repeated as needed.
@@ -160,6 +167,7 @@ impl Timing {
             recorded_decode_tokens_per_sec: self.recorded_decode_secs.map(|s| self.decode_tokens as f64 / s),
             verify_secs: self.verify_secs,
             verify_rows: self.verify_rows,
+            row_cost: fit_row_cost(&self.call_secs),
             call_secs: self.call_secs,
             bytes_per_token: self.bytes_per_token,
             bound_tokens_per_sec: bound,
@@ -346,7 +354,8 @@ pub fn measure(a: &BenchArgs) -> Result<BenchReport> {
     // The machine's bandwidth varies from minute to minute (shared host): measure again after
     // the runs and bound with the best figure seen, which can only lower achieved/bound.
     let bandwidth = bandwidth.max(read_bandwidth(a.bandwidth_mib << 20, 5));
-    let models = timings.into_iter().map(|t| t.against(bandwidth)).collect();
+    let models: Vec<ModelBench> = timings.into_iter().map(|t| t.against(bandwidth)).collect();
+    let row_cost_store = store_row_costs(&models)?;
     let int_path = specx_decoder::quant::int::runtime_kernels();
     let int_paths_supported =
         specx_decoder::quant::IntPath::all_supported().iter().map(|p| p.name().to_string()).collect();
@@ -360,6 +369,33 @@ pub fn measure(a: &BenchArgs) -> Result<BenchReport> {
         memory,
         llamacpp: llama.runs,
         llamacpp_failed: llama.failed,
+        row_cost_store,
+    })
+}
+
+/// Stores each target's fitted row cost (one per device and weight path) as this machine's
+/// figure, which `specx decode --policy tree-price` reads when no `--row-cost` is given.
+/// Returns what was stored where, or why nothing was.
+fn store_row_costs(models: &[ModelBench]) -> Result<String> {
+    let path = store_path();
+    let mut stored = Vec::new();
+    for m in models.iter().filter(|m| m.role == "target") {
+        // Three decimals: the figure names the setting (`tree-price row=0.233`), and the fit's
+        // spread from run to run is larger than that.
+        let Some(row_cost) = m.row_cost.map(|c| (c * 1e3).round() / 1e3) else { continue };
+        let key = RowCostKey::here(&m.device, &m.weights, std::path::Path::new(&m.path))?;
+        let rows = m.call_secs.iter().map(|c| c.0).collect();
+        store(&path, StoredRowCost { key, row_cost, rows, measured: utc_date() })?;
+        stored.push(format!("{} {} {row_cost:.3}", m.device, m.weights));
+    }
+    Ok(if stored.is_empty() {
+        "no row cost stored: --call-rows needs 1 and a longer call to fit one".into()
+    } else {
+        format!(
+            "the target's row cost ({}) stored in {}: specx decode --policy tree-price uses it on this machine unless --row-cost is given",
+            stored.join(", "),
+            path.display()
+        )
     })
 }
 
@@ -442,6 +478,7 @@ fn print_report(r: &BenchReport) {
     if !shapes.is_empty() {
         let mut header = vec!["model".to_string(), "device".into(), "weights".into()];
         header.extend(shapes.iter().map(|r| format!("{r} rows ms (x 1 row)")));
+        header.push("row cost".into());
         let rows: Vec<Vec<String>> = r
             .models
             .iter()
@@ -452,12 +489,17 @@ fn print_report(r: &BenchReport) {
                     Some(one) => format!("{:.1} ({:.2}x)", t * 1e3, t / one),
                     None => format!("{:.1}", t * 1e3),
                 }));
+                row.push(m.row_cost.map_or_else(|| "-".into(), |c| format!("{c:.3}")));
                 row
             })
             .collect();
         println!();
         let header: Vec<&str> = header.iter().map(String::as_str).collect();
         print!("{}", markdown_table(&header, &rows));
+        println!(
+            "row cost: a verification row's cost in one-row calls, the least-squares slope of t(r) / t(1) = 1 + c (r - 1); {}",
+            r.row_cost_store
+        );
     }
     // Decode replaying a recorded step against plain decode, same model, device and run.
     let recorded: Vec<Vec<String>> = r

@@ -2,13 +2,16 @@
 //! drafter x policy x scheduler), the text and the request's metrics. Models load through the
 //! same loader as `specx eval`'s, methods run through the same builder.
 
-use crate::method::{MethodArgs, ModelPlan, Models, generate};
+use crate::common::row_cost::{self, DEFAULT_ROW_COST, RowCostKey};
+use crate::method::policy::Flag;
+use crate::method::{MethodArgs, ModelPlan, Models, PolicySpec, Setting, generate};
 use anyhow::{Context, Result};
 use clap::Args;
 use specx_decoder::coupling::Draws;
 use specx_decoder::report::markdown_table;
 use specx_decoder::speculative::SpecConfig;
 use specx_decoder::{ChatTemplate, Placement, SamplingConfig, WeightMode, check_device};
+use std::path::Path;
 
 #[derive(Args)]
 pub struct DecodeArgs {
@@ -96,11 +99,49 @@ impl GenerationArgs {
     }
 }
 
-pub fn run(a: DecodeArgs) -> Result<()> {
+/// Under the tree-price policy without `--row-cost`, a verification row is priced at this
+/// machine's figure for this target, device and weight path as `specx bench` stored it
+/// ([`row_cost`]), else at [`DEFAULT_ROW_COST`]. Returns the cost used and where it came from
+/// (`None` for other policies).
+fn price_rows(
+    method: &mut MethodArgs,
+    setting: &mut Setting,
+    device: &Placement,
+    weights: WeightMode,
+    target: &Path,
+    on_cpu: bool,
+) -> Result<Option<String>> {
+    let Some(PolicySpec::TreePrice(price)) = setting.spec().map(|m| &m.policy) else { return Ok(None) };
+    if method.policy_flags.given().contains(&Flag::RowCost) {
+        return Ok(Some(format!("{} (--row-cost)", price.row_cost)));
+    }
+    let stored = if device.is_split() {
+        None
+    } else {
+        // A GPU has one block path, which `specx bench` measures as `native`.
+        let weights = if on_cpu || weights != WeightMode::Q8 { weights } else { WeightMode::Native };
+        let key = RowCostKey::here(&device.first().to_string(), &weights.to_string(), target)?;
+        row_cost::lookup(&row_cost::store_path(), &key)?
+    };
+    let Some(stored) = stored else {
+        return Ok(Some(format!(
+            "{DEFAULT_ROW_COST} (the default, a 2-core Xeon's: no figure of this machine for this target, device and weights; `specx bench` stores one)"
+        )));
+    };
+    method.policy_flags = method.policy_flags.with_default_row_cost(stored.row_cost);
+    *setting = method.setting(on_cpu)?;
+    Ok(Some(format!(
+        "{:.3} (this machine's, fitted over {:?}-row calls by specx bench on {})",
+        stored.row_cost, stored.rows, stored.measured
+    )))
+}
+
+pub fn run(mut a: DecodeArgs) -> Result<()> {
     // The method, its flags and the devices are checked before any model loads.
     let sampling = a.run.sampling.config()?;
     let device: Placement = a.run.device.parse()?;
-    let setting = a.method.setting(device.devices() == [specx_decoder::DeviceName::Cpu])?;
+    let on_cpu = device.devices() == [specx_decoder::DeviceName::Cpu];
+    let mut setting = a.method.setting(on_cpu)?;
     device.check()?;
     let (worker_devices, draft_devices) = a.method.device_lists()?;
     worker_devices.iter().try_for_each(Placement::check)?;
@@ -113,7 +154,7 @@ pub fn run(a: DecodeArgs) -> Result<()> {
         draft: setting.needs_draft_model().then_some(draft),
         target_tokenizer: a.pair.target_tokenizer.clone(),
         draft_tokenizer: a.pair.draft_tokenizer.clone(),
-        device,
+        device: device.clone(),
         weights: a.run.weights,
         worker_devices,
         draft_devices,
@@ -125,6 +166,7 @@ pub fn run(a: DecodeArgs) -> Result<()> {
     if let (Some(m), Some(d)) = (setting.spec(), &models.draft) {
         m.check_models(&d.model, &models.heads)?;
     }
+    let row_cost = price_rows(&mut a.method, &mut setting, &device, a.run.weights, &models.target.path, on_cpu)?;
     models.check_setting(&setting)?;
     let target = &models.target;
     let prompt = target.tokenizer.encode(&a.run.prompt_text(target)?)?;
@@ -165,6 +207,9 @@ pub fn run(a: DecodeArgs) -> Result<()> {
         ],
         vec!["tokens/s".into(), format!("{:.2}", m.tokens_per_sec())],
     ];
+    if let Some(source) = row_cost {
+        rows.insert(2, vec!["tree-price row cost".into(), source]);
+    }
     if let Some(d) = dsi {
         rows.push(vec!["DSI tasks / preempted / stale".into(), format!("{} / {} / {}", d.tasks, d.preempted, d.stale)]);
         rows.push(vec!["DSI waits for a free worker".into(), d.waits.to_string()]);

@@ -8,6 +8,6 @@ pub mod select;
 pub mod sets;
 pub mod split;
 
-pub use select::PromptsConfig;
+pub use select::{PromptsConfig, SelectedPrompt};
 pub use sets::{HUMANEVAL_EDIT_TEMPLATE, PromptFormat, PromptRecord, apply_template, load};
 pub use split::SplitSpec;

@@ -7,6 +7,16 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
+/// One selected prompt: its id, its first turn as the model reads it (instruction and chat
+/// templates applied), and each later user turn of a conversation as the text that follows the
+/// previous answer ([`specx_decoder::ChatTemplate::next_turn`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SelectedPrompt {
+    pub id: String,
+    pub text: String,
+    pub follow_ups: Vec<String>,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PromptsConfig {
@@ -56,9 +66,22 @@ impl PromptsConfig {
     }
 
     /// The prompts this selects, in split order (the first `limit`), as (id, model input
-    /// text): the instruction template applied, then the chat template. Also returns the rows
-    /// in the file.
+    /// text): the instruction template applied, then the chat template. A multi-turn row gives
+    /// its first turn (see [`Self::select_conversations`] for all). Also returns the rows in
+    /// the file.
     pub fn select(&self) -> Result<(Vec<(String, String)>, usize)> {
+        let (prompts, rows) = self.select_conversations_as(false)?;
+        Ok((prompts.into_iter().map(|p| (p.id, p.text)).collect(), rows))
+    }
+
+    /// The prompts this selects as [`select`](Self::select) does, with the turns that follow
+    /// the first in a multi-turn row, each under the chat template's turn markers. A set with
+    /// several turns in a row needs a chat template with turns (`qwen`, `chatml`).
+    pub fn select_conversations(&self) -> Result<(Vec<SelectedPrompt>, usize)> {
+        self.select_conversations_as(true)
+    }
+
+    fn select_conversations_as(&self, turns: bool) -> Result<(Vec<SelectedPrompt>, usize)> {
         let records = load(self.format, &self.path)?;
         let indices =
             self.split_spec().indices(records.len()).with_context(|| format!("splitting {}", self.path.display()))?;
@@ -73,7 +96,21 @@ impl PromptsConfig {
         let mut out = Vec::with_capacity(take);
         for &i in &indices[..take] {
             let r = &records[i];
-            out.push((r.id.clone(), chat.apply(&apply_template(self.template(), r)?)));
+            let text = chat.apply(&apply_template(self.template(), r)?);
+            let mut follow_ups = Vec::new();
+            for user in r.follow_ups.iter().filter(|_| turns) {
+                follow_ups.push(chat.next_turn(user).with_context(|| {
+                    format!(
+                        "{}: prompt {} has {} turns; a conversation needs a chat template with turns \
+                         (chat_template = \"qwen\" or \"chatml\"), not \"{}\"",
+                        self.path.display(),
+                        r.id,
+                        r.follow_ups.len() + 1,
+                        self.chat_template
+                    )
+                })?);
+            }
+            out.push(SelectedPrompt { id: r.id.clone(), text, follow_ups });
         }
         if out.is_empty() {
             bail!("{}: split '{}' selects no prompts", self.path.display(), self.split);
@@ -110,5 +147,32 @@ mod tests {
         assert!(none.select().is_err());
         let bad_chat = PromptsConfig { chat_template: "llama9".into(), ..cfg };
         assert!(format!("{:#}", bad_chat.select().unwrap_err()).contains("llama9"));
+    }
+
+    /// A multi-turn row keeps its later turns under the chat template's turn markers; a
+    /// template without turns refuses it by name (its first turn alone serves `select`).
+    #[test]
+    fn conversations_keep_their_later_turns() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.jsonl");
+        std::fs::write(&path, "{\"question_id\": 81, \"category\": \"writing\", \"turns\": [\"one\", \"two\"]}\n")
+            .unwrap();
+        let cfg = PromptsConfig {
+            format: PromptFormat::Jsonl,
+            path,
+            split: "all".into(),
+            split_sizes: vec![],
+            split_seed: 0,
+            limit: None,
+            template: None,
+            chat_template: "chatml".into(),
+        };
+        let (selected, _) = cfg.select_conversations().unwrap();
+        assert_eq!(selected[0].text, "<|im_start|>user\none<|im_end|>\n<|im_start|>assistant\n");
+        assert_eq!(selected[0].follow_ups, ["<|im_end|>\n<|im_start|>user\ntwo<|im_end|>\n<|im_start|>assistant\n"]);
+        let none = PromptsConfig { chat_template: "none".into(), ..cfg };
+        let e = format!("{:#}", none.select_conversations().unwrap_err());
+        assert!(e.contains("prompt 81 has 2 turns") && e.contains("chatml"), "{e}");
+        assert_eq!(none.select().unwrap().0, vec![("81".to_string(), "one".to_string())]);
     }
 }

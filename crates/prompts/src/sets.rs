@@ -8,17 +8,19 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 /// One prompt of a prompt set: its id in the source, the raw task text (before any instruction
-/// or chat template), and every string field of the row (for templates).
+/// or chat template), every string field of the row (for templates), and the user turns that
+/// follow the first in a multi-turn row (MT-bench, Spec-Bench: `turns`), as written.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PromptRecord {
     pub id: String,
     pub text: String,
     pub fields: BTreeMap<String, String>,
+    pub follow_ups: Vec<String>,
 }
 
 impl PromptRecord {
     fn new(id: String, text: String, fields: BTreeMap<String, String>) -> Self {
-        Self { id, text, fields }
+        Self { id, text, fields, follow_ups: Vec::new() }
     }
 }
 
@@ -32,8 +34,8 @@ pub enum PromptFormat {
     Gsm8k,
     /// HumanEval JSON lines, optionally gzipped: `{task_id, prompt, ...}`.
     Humaneval,
-    /// Generic JSON lines: `{id, prompt}` or MT-bench style `{question_id, turns: [...]}`
-    /// (the first turn is the prompt).
+    /// Generic JSON lines: `{id, prompt}` or MT-bench / Spec-Bench style `{question_id,
+    /// turns: [...]}` (the first turn is the prompt, the others follow it in one conversation).
     Jsonl,
 }
 
@@ -113,10 +115,11 @@ pub fn load(format: PromptFormat, path: &Path) -> Result<Vec<PromptRecord>> {
         PromptFormat::Gsm8k => load_lines(path, |row, place| {
             let q = field(row, "question", path, place)?;
             field(row, "answer", path, place)?;
-            Ok((None, q.to_string()))
+            Ok((None, q.to_string(), Vec::new()))
         })?,
         PromptFormat::Humaneval => load_lines(path, |row, place| {
-            Ok((Some(field(row, "task_id", path, place)?.to_string()), field(row, "prompt", path, place)?.to_string()))
+            let id = field(row, "task_id", path, place)?.to_string();
+            Ok((Some(id), field(row, "prompt", path, place)?.to_string(), Vec::new()))
         })?,
         PromptFormat::Jsonl => load_lines(path, |row, place| generic_row(row, path, place))?,
     };
@@ -126,34 +129,40 @@ pub fn load(format: PromptFormat, path: &Path) -> Result<Vec<PromptRecord>> {
     Ok(rows)
 }
 
-/// `{id, prompt}` or `{question_id, turns}`.
-fn generic_row(row: &serde_json::Value, path: &Path, place: &str) -> Result<(Option<String>, String)> {
+/// `{id, prompt}` or `{question_id, turns}`: (id, first turn, the turns after it).
+fn generic_row(row: &serde_json::Value, path: &Path, place: &str) -> Result<Parsed> {
     let id = ["id", "question_id"].iter().find_map(|k| row.get(*k)).map(|v| match v {
         serde_json::Value::String(s) => s.clone(),
         other => other.to_string(),
     });
     if let Some(p) = row.get("prompt").and_then(|v| v.as_str()) {
-        return Ok((id, p.to_string()));
+        return Ok((id, p.to_string(), Vec::new()));
     }
-    if let Some(first) = row.get("turns").and_then(|t| t.as_array()).and_then(|t| t.first()).and_then(|t| t.as_str()) {
-        return Ok((id, first.to_string()));
+    if let Some(turns) = row.get("turns").and_then(|t| t.as_array()).filter(|t| !t.is_empty()) {
+        let mut texts = Vec::with_capacity(turns.len());
+        for (i, t) in turns.iter().enumerate() {
+            let text = t.as_str().with_context(|| format!("{}: turn {} is not a string", at(path, place), i + 1))?;
+            texts.push(text.to_string());
+        }
+        let first = texts.remove(0);
+        return Ok((id, first, texts));
     }
     bail!("{}: neither a string 'prompt' nor a non-empty 'turns' list", at(path, place))
 }
 
-/// JSON-lines sets: `parse` gives (id if the format has one, prompt text) for each row; rows
-/// without an id get `line-N`.
-fn load_lines(
-    path: &Path,
-    parse: impl Fn(&serde_json::Value, &str) -> Result<(Option<String>, String)>,
-) -> Result<Vec<PromptRecord>> {
+/// A JSON-lines row as read: its id if the format has one, the prompt text, the turns after it.
+type Parsed = (Option<String>, String, Vec<String>);
+
+/// JSON-lines sets: `parse` gives each row as [`Parsed`]; rows without an id get `line-N`.
+fn load_lines(path: &Path, parse: impl Fn(&serde_json::Value, &str) -> Result<Parsed>) -> Result<Vec<PromptRecord>> {
     let mut out = Vec::new();
     for (line, row) in read_jsonl(path)? {
         let place = format!("line {line}");
-        let (id, text) = parse(&row, &place)?;
+        let (id, text, follow_ups) = parse(&row, &place)?;
         let mut fields = string_fields(&row);
         fields.entry("prompt".into()).or_insert_with(|| text.clone());
-        out.push(PromptRecord::new(id.unwrap_or_else(|| format!("line-{line}")), text, fields));
+        let record = PromptRecord::new(id.unwrap_or_else(|| format!("line-{line}")), text, fields);
+        out.push(PromptRecord { follow_ups, ..record });
     }
     Ok(out)
 }
@@ -265,7 +274,7 @@ mod tests {
     }
 
     #[test]
-    fn generic_jsonl_takes_prompt_or_first_turn() {
+    fn generic_jsonl_takes_prompt_or_turns() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("g.jsonl");
         std::fs::write(
@@ -276,8 +285,11 @@ mod tests {
         let rows = load(PromptFormat::Jsonl, &p).unwrap();
         assert_eq!((rows[0].id.as_str(), rows[0].text.as_str()), ("a", "hello"));
         assert_eq!((rows[1].id.as_str(), rows[1].text.as_str()), ("81", "first"));
+        assert_eq!((rows[0].follow_ups.len(), rows[1].follow_ups.as_slice()), (0, &["second".to_string()][..]));
         std::fs::write(&p, "{\"id\": 1, \"turns\": []}\n").unwrap();
         assert!(err(load(PromptFormat::Jsonl, &p)).contains("line 1: neither"));
+        std::fs::write(&p, "{\"id\": 1, \"turns\": [\"a\", 2]}\n").unwrap();
+        assert!(err(load(PromptFormat::Jsonl, &p)).contains("line 1: turn 2 is not a string"));
     }
 
     #[test]

@@ -60,7 +60,8 @@ impl RequestMetrics {
     pub fn counts_only(&self) -> Self {
         Self { draft_time: Duration::ZERO, target_time: Duration::ZERO, total_time: Duration::ZERO, ..self.clone() }
     }
-    /// Adds another request's counters (for totals over a prompt set).
+    /// Adds another request's counters and appends its rounds (totals over a prompt set, the
+    /// turns of one conversation).
     pub fn accumulate(&mut self, o: &RequestMetrics) {
         self.n_generated += o.n_generated;
         self.n_target_calls += o.n_target_calls;

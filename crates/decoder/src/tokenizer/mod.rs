@@ -215,6 +215,18 @@ impl ChatTemplate {
             }
         }
     }
+
+    /// What follows an assistant's answer (its end-of-turn token left out) in a conversation:
+    /// the end of that turn, the next user turn, and the start of the next answer. `None` for
+    /// `none` (no turns to mark) and for the model's own template (rendered with the model).
+    pub fn next_turn(&self, user: &str) -> Option<String> {
+        match self {
+            Self::ChatMl { .. } => {
+                Some(format!("<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"))
+            }
+            Self::None | Self::Model => None,
+        }
+    }
 }
 
 impl ChatTemplate {

@@ -12,7 +12,7 @@ pub struct Machine {
 }
 
 /// The first `field: value` line of Linux's /proc/cpuinfo with that field, its value.
-fn cpuinfo(field: &str) -> Option<String> {
+pub fn cpuinfo(field: &str) -> Option<String> {
     let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
     let line = info.lines().find(|l| l.split(':').next().is_some_and(|k| k.trim() == field))?;
     line.split_once(':').map(|(_, v)| v.trim().to_string())

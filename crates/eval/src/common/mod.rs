@@ -1,7 +1,8 @@
 //! What every command and analysis of the eval crate shares, at the bottom of its layers (it
 //! imports nothing above it): results rows and tables, statistics over prompts, timing-model
 //! fits, the profile's data and latencies, the measured machine and its memory
-//! bandwidth and RSS (sysmem.rs), and PNG rendering.
+//! bandwidth and RSS (sysmem.rs), the row cost `specx bench` stores for `specx decode`
+//! (row_cost.rs), and PNG rendering.
 
 pub mod costs;
 pub mod curve_plot;
@@ -9,6 +10,7 @@ pub mod machine;
 pub mod plot;
 pub mod profile_data;
 pub mod results;
+pub mod row_cost;
 pub mod run_rows;
 pub mod stats;
 pub mod sysmem;

@@ -66,6 +66,26 @@ pub struct ResultRow {
     /// DSI's scheduler counters for a real DSI row (`None` for every other method).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dsi: Option<DsiStats>,
+    /// Each turn of a multi-turn prompt (empty for a single turn): the row's counts and times
+    /// are the sums over its turns, its per-round lists the turns' in order, its output their
+    /// answers one after the other.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<TurnRow>,
+}
+
+/// One turn of a conversation: its prompt is the conversation so far (re-prefilled), its
+/// answer this setting's own.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TurnRow {
+    pub prompt_tokens: usize,
+    pub max_new_tokens: usize,
+    pub n_generated: usize,
+    pub n_target_calls: usize,
+    /// Its speculative rounds (entries of the row's `accepted_per_round`).
+    pub rounds: usize,
+    pub total_time_s: f64,
+    /// The answer's token ids.
+    pub tokens: Vec<u32>,
 }
 
 /// The first position at which a greedy speculative output departs from AR's, and how close
@@ -124,6 +144,7 @@ impl ResultRow {
             batch: 1,
             divergence: None,
             dsi: None,
+            turns: Vec::new(),
         }
     }
 
@@ -214,6 +235,24 @@ pub struct UnitFile {
 impl UnitFile {
     pub fn write(&self, dir: &Path) -> Result<()> {
         write_atomic(&self.unit.path(dir), serde_json::to_string(self)?.as_bytes())
+    }
+
+    /// Whether the unit is a conversation of several turns (its rows carry them).
+    pub fn is_conversation(&self) -> bool {
+        self.rows.first().is_some_and(|r| !r.turns.is_empty())
+    }
+
+    /// An error for a reader of single-turn traces (`prompt` then `ar_tokens`, one request)
+    /// given a conversation, whose later turns' prompts hold tokens the target did not generate.
+    pub fn single_turn(&self, reader: &str) -> Result<()> {
+        anyhow::ensure!(
+            !self.is_conversation(),
+            "{} {}: a conversation of {} turns; {reader} reads single-turn runs",
+            self.unit.dataset,
+            self.unit.prompt_id,
+            self.rows[0].turns.len()
+        );
+        Ok(())
     }
 
     /// The unit file at `path`.

@@ -88,6 +88,21 @@ pub enum EvalCommand {
         #[arg(long, value_delimiter = ',', default_values_t = [6, 12, 24, 48, 96])]
         sizes: Vec<usize>,
     },
+    /// Write a run's rows in another tool's format: `spec-bench` writes OUT/SAMPLING-SETTING.jsonl
+    /// per sampling and method setting in Spec-Bench's answer format (a question per prompt,
+    /// its seeds as choices, every turn's text, decoding steps, new tokens, wall time and
+    /// accept lengths), which Spec-Bench's evaluation/speed.py reads with the AR file as
+    /// --base-path.
+    Export {
+        /// The eval run directory.
+        run_dir: PathBuf,
+        /// The format to write.
+        #[arg(long, value_enum, default_value = "spec-bench")]
+        format: super::export::ExportFormat,
+        /// Directory for the files (created if absent).
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Replay the greedy units of a finished run under another method grid: exact counts
     /// from the AR outputs and the draft alone (never the target), times predicted by the
     /// run's timing model, written with the run's real rows (marked) into
@@ -149,6 +164,19 @@ pub fn run_cli(a: EvalArgs) -> Result<()> {
             crate::tune::curve::learning_curve(&cfg, sizes)?;
             print!("{}", std::fs::read_to_string(cfg.out.join("learning-curve/curve.md"))?);
             eprintln!("written {}", cfg.out.join("learning-curve").display());
+            Ok(())
+        }
+        Some(EvalCommand::Export { run_dir, format, out }) => {
+            let done = super::export::export(run_dir, *format, out)?;
+            for (path, answers, rows) in &done.files {
+                eprintln!("written {} ({answers} questions, {rows} answers)", path.display());
+            }
+            if done.texts_missing > 0 {
+                eprintln!(
+                    "{} answers have an empty turn text: a sampled single-turn output that differs from AR's is stored as its sha256 only (counts and times are complete)",
+                    done.texts_missing
+                );
+            }
             Ok(())
         }
         Some(EvalCommand::Replay { run_dir, config, no_progress }) => {

@@ -48,11 +48,13 @@ pub fn replayable_units(dir: &Path) -> Result<Vec<UnitFile>> {
 }
 
 /// Every finished unit of the run in `dir` whose first row passes `keep`, in unit order; an
-/// error naming `what` when there is none.
+/// error naming `what` when there is none, and for a conversation (its later turns' prompts
+/// hold tokens the target did not generate, so it is no trace of one request).
 fn units_where(dir: &Path, keep: impl Fn(&ResultRow) -> bool, what: &str) -> Result<Vec<UnitFile>> {
     let mut units = Vec::new();
     for f in unit_files(dir)? {
         let u = UnitFile::read_path(&f)?;
+        u.single_turn("a replay, a trace or a margin census")?;
         if u.rows.first().is_some_and(&keep) {
             units.push(u);
         }

@@ -1,6 +1,7 @@
 //! `specx eval`: config-driven experiments (models, prompt sets, sampling settings, a grid of
 //! methods) with a losslessness audit in every run, resumable per-unit results, `--shard` +
-//! merge (and one part per device at once), `results.parquet`, `summary.md`, the timing model and PNG plots.
+//! merge (and one part per device at once), `results.parquet`, `summary.md`, the timing model and PNG plots,
+//! and an export of a run in Spec-Bench's answer format.
 
 pub mod audit;
 pub mod axes;
@@ -10,6 +11,7 @@ pub mod config;
 pub mod devices;
 pub mod drafter_replay;
 pub mod earlier;
+pub mod export;
 pub mod grid;
 pub mod manifest;
 pub mod margins;

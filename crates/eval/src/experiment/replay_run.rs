@@ -344,6 +344,7 @@ pub fn replay(run_dir: &Path, grid: &ReplayConfig, grid_name: &str, progress: bo
                 batch: 1,
                 divergence: None,
                 dsi: None,
+                turns: Vec::new(),
                 ..ar.clone()
             });
         }

@@ -7,14 +7,15 @@ use super::config::{EvalConfig, PromptSetConfig};
 use super::earlier::{self, EarlierOutputs};
 use super::grid::{expand, head_name};
 use super::manifest::{EvalManifest, FORMAT, HeadRecord, MANIFEST, Machine, PromptSetRecord};
-use crate::common::results::{Divergence, ResultRow, UnitFile, UnitKey, tokens_sha256};
+use crate::common::results::{Divergence, ResultRow, TurnRow, UnitFile, UnitKey, tokens_sha256};
 use crate::method::{ModelPlan, Models, RunModels, Setting, generate};
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result, bail, ensure};
 use indicatif::{ProgressBar, ProgressStyle};
 use specx_decoder::fsutil::sha256_file;
 use specx_decoder::generate::{BatchItem, GenerateStats, generate_greedy_batched};
-use specx_decoder::speculative::{RequestMetrics, SpecConfig};
+use specx_decoder::speculative::{DsiStats, RequestMetrics, SpecConfig};
 use specx_decoder::{Placement, Transformer};
+use specx_prompts::SelectedPrompt;
 use specx_run::RunConfig;
 use specx_run::config::write_run_config;
 use specx_run::manifest::{ModelRecord, ensure_same_setup};
@@ -42,8 +43,8 @@ pub struct EvalOptions {
 /// The prompts a set selects: split, then `skip`, then a seeded sample, then `limit`.
 pub struct SelectedSet {
     pub config: PromptSetConfig,
-    /// (id, model input text) in run order.
-    pub prompts: Vec<(String, String)>,
+    /// The prompts in run order (a conversation's later turns with each).
+    pub prompts: Vec<SelectedPrompt>,
     pub rows_in_file: usize,
 }
 
@@ -51,7 +52,7 @@ pub fn select_sets(cfg: &EvalConfig, limit: Option<usize>) -> Result<Vec<Selecte
     let mut out = Vec::new();
     for set in &cfg.prompts {
         let (mut prompts, rows_in_file) =
-            set.as_prompts_config().select().with_context(|| format!("prompt set '{}'", set.name))?;
+            set.as_prompts_config().select_conversations().with_context(|| format!("prompt set '{}'", set.name))?;
         ensure!(
             set.skip == 0 || set.skip < prompts.len(),
             "prompt set '{}': skip = {}, but split '{}' of {} has {} prompts",
@@ -88,7 +89,7 @@ pub fn select_sets(cfg: &EvalConfig, limit: Option<usize>) -> Result<Vec<Selecte
 pub fn units(cfg: &EvalConfig, sets: &[SelectedSet]) -> Vec<UnitKey> {
     let mut out = Vec::new();
     for set in sets {
-        for (prompt_index, (id, _)) in set.prompts.iter().enumerate() {
+        for (prompt_index, SelectedPrompt { id, .. }) in set.prompts.iter().enumerate() {
             for s in &cfg.sampling {
                 let seeds = if s.config().is_greedy() { &cfg.seeds[..1] } else { &cfg.seeds[..] };
                 for &seed in seeds {
@@ -220,7 +221,7 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
                     path: s.config.path.clone(),
                     sha256: sha256_file(&specx_decoder::hub::resolve(&s.config.path)?)?,
                     rows_in_file: s.rows_in_file,
-                    selected: s.prompts.iter().map(|(id, _)| id.clone()).collect(),
+                    selected: s.prompts.iter().map(|p| p.id.clone()).collect(),
                 })
             })
             .collect::<Result<_>>()?,
@@ -241,10 +242,8 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
     remove_stale_temporaries(dir)?;
     write_run_config(dir, &cfg.portable().to_toml())?;
 
-    let texts: BTreeMap<(&str, usize), &str> = sets
-        .iter()
-        .flat_map(|s| s.prompts.iter().enumerate().map(|(i, (_, t))| ((s.config.name.as_str(), i), t.as_str())))
-        .collect();
+    let prompts: BTreeMap<(&str, usize), &SelectedPrompt> =
+        sets.iter().flat_map(|s| s.prompts.iter().enumerate().map(|(i, p)| ((s.config.name.as_str(), i), p))).collect();
     let mine: Vec<&UnitKey> = all_units.iter().filter(|u| opts.part.is_none_or(|p| p.holds(u.index))).collect();
     let mut todo = Vec::new();
     for u in &mine {
@@ -297,10 +296,18 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
         Ok(())
     };
     if let Some(batch) = cfg.methods.ar_batch {
+        if let Some(p) = prompts.values().find(|p| !p.follow_ups.is_empty()) {
+            bail!(
+                "[methods] ar_batch decodes single-turn prompts together; prompt {} has {} turns",
+                p.id,
+                p.follow_ups.len() + 1
+            );
+        }
         let prepared: Vec<(&UnitKey, Vec<u32>, usize)> = todo
             .iter()
             .map(|u| {
-                let (prompt, max_new) = encode_unit(u, texts[&(u.dataset.as_str(), u.prompt_index)], target, cfg)?;
+                let (prompt, max_new) =
+                    encode_unit(u, &prompts[&(u.dataset.as_str(), u.prompt_index)].text, target, cfg)?;
                 Ok((*u, prompt, max_new))
             })
             .collect::<Result<_>>()?;
@@ -313,10 +320,10 @@ pub fn run_on_one_device(cfg: &EvalConfig, opts: &EvalOptions) -> Result<EvalOut
     } else {
         let mut earlier = EarlierOutputs::new(earlier::bound(&settings), &mine, dir)?;
         for u in todo {
-            let text = texts[&(u.dataset.as_str(), u.prompt_index)];
+            let prompt = prompts[&(u.dataset.as_str(), u.prompt_index)];
             let sampling = samplings[u.sampling.as_str()];
             bar.set_message(format!("{} {} {}", u.dataset, u.prompt_id, u.sampling));
-            let file = run_unit(u, text, sampling, cfg, &settings, &models, &earlier)?;
+            let file = run_unit(u, prompt, sampling, cfg, &settings, &models, &earlier)?;
             earlier.push(u, &file.ar_tokens);
             finish_unit(file, &mut manifest)?;
         }
@@ -417,6 +424,7 @@ fn measured_row(
         batch: 1,
         divergence: None,
         dsi: None,
+        turns: Vec::new(),
     }
 }
 
@@ -427,10 +435,11 @@ pub fn request_seed(u: &UnitKey) -> u64 {
 }
 
 /// Runs AR and then every method on one unit (the suffix drafter matching the `earlier`
-/// units' outputs where its setting asks).
+/// units' outputs where its setting asks). A conversation runs each setting through every
+/// turn ([`run_turns`]).
 fn run_unit(
     u: &UnitKey,
-    text: &str,
+    prompt: &SelectedPrompt,
     sampling: &super::config::SamplingSetting,
     cfg: &EvalConfig,
     settings: &[Setting],
@@ -440,35 +449,143 @@ fn run_unit(
     let (earlier_outputs, earlier_record) = earlier.for_unit(u)?;
     let target = &models.target;
     let workers = models.workers();
-    let (prompt, max_new) = encode_unit(u, text, target, cfg)?;
-    let spec = SpecConfig { max_new_tokens: max_new, sampling: sampling.config(), seed: request_seed(u) };
+    let (first, max_new) = encode_unit(u, &prompt.text, target, cfg)?;
+    let follow_ups: Vec<Vec<u32>> =
+        prompt.follow_ups.iter().map(|t| target.tokenizer.encode(t)).collect::<Result<_>>()?;
     let mut rows = Vec::with_capacity(settings.len());
-    let mut ar: Option<(Vec<u32>, f64)> = None;
+    let mut ar: Option<(Vec<Vec<u32>>, f64)> = None;
     let mut outputs = Vec::with_capacity(settings.len());
     for setting in settings {
         let run_models = RunModels { earlier_outputs: &earlier_outputs, ..models.for_setting(setting, &workers) };
-        let (g, dsi) = generate(setting, run_models, &prompt, &spec, sampling.draws, &target.eos_ids)?;
-        let m = &g.metrics;
+        let turns = run_turns(u, setting, run_models, (&first, max_new), &follow_ups, sampling, cfg, &target.eos_ids)?;
+        let m = &turns.metrics;
         let total = m.total_time.as_secs_f64();
-        let (ar_tokens, ar_time) = ar.get_or_insert_with(|| (g.tokens.clone(), total));
-        let row = measured_row(u, sampling, setting.clone(), prompt.len(), max_new, m, &g.tokens);
+        let (ar_turns, ar_time) = ar.get_or_insert_with(|| (turns.answers(), total));
+        let tokens = turns.answers().concat();
+        let row = measured_row(u, sampling, setting.clone(), first.len(), turns.max_new(), m, &tokens);
         rows.push(ResultRow {
-            identical_to_ar: g.tokens == *ar_tokens,
+            identical_to_ar: turns.answers() == *ar_turns,
             speedup: *ar_time / total.max(1e-9),
-            dsi,
+            dsi: turns.dsi.clone(),
+            turns: if follow_ups.is_empty() { Vec::new() } else { turns.rows.clone() },
             ..row
         });
-        outputs.push(g.tokens);
+        outputs.push(turns);
     }
-    let ar_tokens = ar.map(|(t, _)| t).unwrap_or_default();
-    if spec.sampling.is_greedy() {
-        for (row, g_tokens) in rows.iter_mut().zip(&outputs) {
+    let ar_turns = outputs.first().map(|t| t.answers()).unwrap_or_default();
+    if sampling.config().is_greedy() {
+        for (row, turns) in rows.iter_mut().zip(&outputs) {
             if !row.identical_to_ar {
-                row.divergence = Some(divergence(&target.model, &prompt, &ar_tokens, g_tokens)?);
+                row.divergence = Some(turns.divergence_from(&target.model, &ar_turns)?);
             }
         }
     }
-    Ok(UnitFile { unit: u.clone(), prompt, ar_tokens, rows, earlier: earlier_record })
+    Ok(UnitFile { unit: u.clone(), prompt: first, ar_tokens: ar_turns.concat(), rows, earlier: earlier_record })
+}
+
+/// One setting through every turn of a unit.
+struct Turns {
+    rows: Vec<TurnRow>,
+    /// Each turn's prompt.
+    prompts: Vec<Vec<u32>>,
+    /// The turns' metrics summed, their per-round lists joined.
+    metrics: RequestMetrics,
+    /// DSI's counters summed over the turns.
+    dsi: Option<DsiStats>,
+}
+
+impl Turns {
+    fn answers(&self) -> Vec<Vec<u32>> {
+        self.rows.iter().map(|t| t.tokens.clone()).collect()
+    }
+    fn max_new(&self) -> usize {
+        self.rows.iter().map(|t| t.max_new_tokens).sum()
+    }
+
+    /// Where the first turn whose answer differs from AR's departs from it, as a position
+    /// in the answers one after the other (that turn's prompt is AR's: every earlier answer
+    /// agreed).
+    fn divergence_from(&self, target: &Transformer, ar: &[Vec<u32>]) -> Result<Divergence> {
+        let mut offset = 0;
+        for (i, turn) in self.rows.iter().enumerate() {
+            let ar_answer = ar.get(i).map_or(&[][..], Vec::as_slice);
+            if turn.tokens != ar_answer {
+                let d = divergence(target, &self.prompts[i], ar_answer, &turn.tokens)?;
+                return Ok(Divergence { position: offset + d.position, ..d });
+            }
+            offset += turn.tokens.len();
+        }
+        // Fewer or more turns than AR's cannot happen (every setting runs every turn).
+        anyhow::bail!("no turn differs from AR's")
+    }
+}
+
+/// Runs `setting` on a unit's first turn (`first` with its budget) and then on each of
+/// `follow_ups`: turn k's prompt is turn k-1's prompt, this setting's own answer without its
+/// end-of-turn token, and the next user turn (the chat template's markers included), all
+/// prefilled again, as Spec-Bench runs a conversation. Turn k > 1 draws its own seed.
+#[allow(clippy::too_many_arguments)]
+fn run_turns(
+    u: &UnitKey,
+    setting: &Setting,
+    models: RunModels,
+    (first, max_new): (&[u32], usize),
+    follow_ups: &[Vec<u32>],
+    sampling: &super::config::SamplingSetting,
+    cfg: &EvalConfig,
+    eos_ids: &[u32],
+) -> Result<Turns> {
+    let mut out = Turns { rows: Vec::new(), prompts: Vec::new(), metrics: RequestMetrics::default(), dsi: None };
+    let mut prompt = first.to_vec();
+    let mut budget = max_new;
+    for turn in 0..=follow_ups.len() {
+        if turn > 0 {
+            let previous = out.rows.last().expect("a turn before this one");
+            let answer = match previous.tokens.split_last() {
+                Some((last, rest)) if eos_ids.contains(last) => rest,
+                _ => &previous.tokens[..],
+            };
+            prompt.extend_from_slice(answer);
+            prompt.extend_from_slice(&follow_ups[turn - 1]);
+            budget = cfg.budget.new_tokens(prompt.len());
+            ensure!(
+                budget > 0,
+                "{} {}: turn {} has {} prompt tokens, the budget leaves no room for an answer",
+                u.dataset,
+                u.prompt_id,
+                turn + 1,
+                prompt.len()
+            );
+        }
+        let seed = if turn == 0 { request_seed(u) } else { turn_seed(u, turn + 1) };
+        let spec = SpecConfig { max_new_tokens: budget, sampling: sampling.config(), seed };
+        let (g, dsi) = generate(setting, models, &prompt, &spec, sampling.draws, eos_ids)?;
+        let m = g.metrics;
+        out.rows.push(TurnRow {
+            prompt_tokens: prompt.len(),
+            max_new_tokens: budget,
+            n_generated: m.n_generated,
+            n_target_calls: m.n_target_calls,
+            rounds: m.accepted_per_round.len(),
+            total_time_s: m.total_time.as_secs_f64(),
+            tokens: g.tokens,
+        });
+        out.prompts.push(prompt.clone());
+        out.metrics.accumulate(&m);
+        out.dsi = match (out.dsi.take(), dsi) {
+            (Some(mut a), Some(b)) => {
+                a.add(&b);
+                Some(a)
+            }
+            (a, b) => a.or(b),
+        };
+    }
+    Ok(out)
+}
+
+/// The seed of turn `turn` (from 2) of a unit's conversation; turn 1 takes [`request_seed`].
+fn turn_seed(u: &UnitKey, turn: usize) -> u64 {
+    named_seed(u.seed, &format!("eval/{}", u.sampling), &format!("{} turn {turn}", u.prompt_id))
 }
 
 /// Where `tokens` first departs from the greedy `ar` output of `prompt`, with the target's

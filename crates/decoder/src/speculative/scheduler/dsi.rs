@@ -73,6 +73,22 @@ pub struct DsiStats {
     pub worker_busy_s: Vec<f64>,
 }
 
+impl DsiStats {
+    /// Adds another request's counters, worker by worker (the turns of one conversation).
+    pub fn add(&mut self, o: &DsiStats) {
+        self.tasks += o.tasks;
+        self.preempted += o.preempted;
+        self.stale += o.stale;
+        self.waits += o.waits;
+        if self.worker_busy_s.len() < o.worker_busy_s.len() {
+            self.worker_busy_s.resize(o.worker_busy_s.len(), 0.0);
+        }
+        for (a, b) in self.worker_busy_s.iter_mut().zip(&o.worker_busy_s) {
+            *a += b;
+        }
+    }
+}
+
 /// A DSI generation: tokens and metrics as for every method (`target_time` is the workers'
 /// busy time summed, which can exceed the wall time), plus the scheduler's own counters.
 #[derive(Clone, Debug)]

@@ -101,7 +101,9 @@ pub struct PolicyFlags {
     #[arg(long)]
     calibrated: Option<PathBuf>,
     /// The tree-price policy's cost of a verification row, in one-row target calls (a 17-row
-    /// call costs 2.8 one-row calls on two CPU cores: 0.11; on a GPU nearly 0) [default: 0.11].
+    /// call costs 2.8 one-row calls on two cores of a Xeon: 0.11; on a GPU nearly 0) [default:
+    /// this machine's figure for the target, device and weights as `specx bench` stored it,
+    /// else 0.11].
     #[arg(long)]
     row_cost: Option<f64>,
     /// The tree-price policy's cost of a draft level, in one-row target calls (the tree
@@ -120,6 +122,11 @@ impl PolicyFlags {
     /// These flags with `--k` set to `k` where it was not given.
     pub fn with_default_k(&self, k: usize) -> Self {
         Self { k: self.k.or(Some(k)), ..self.clone() }
+    }
+
+    /// These flags with `--row-cost` set to `cost` where it was not given.
+    pub fn with_default_row_cost(&self, cost: f64) -> Self {
+        Self { row_cost: self.row_cost.or(Some(cost)), ..self.clone() }
     }
 
     pub fn k(&self) -> Option<usize> {

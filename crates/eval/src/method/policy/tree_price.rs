@@ -37,7 +37,7 @@ const TREE_DRAFTERS: [&str; 2] = ["suffix", "tree"];
 
 impl PolicyFamily for TreePrice {
     const NAME: &'static str = "tree-price";
-    const HELP: &'static str = "For the tree drafters (suffix, tree): verify the likeliest nodes while they pay for their rows, a row costing --row-cost one-row target calls [0.11] and a draft level --draft-cost [0]; at most --k levels [4]";
+    const HELP: &'static str = "For the tree drafters (suffix, tree): verify the likeliest nodes while they pay for their rows, a row costing --row-cost one-row target calls [this machine's, stored by specx bench, else 0.11] and a draft level --draft-cost [0]; at most --k levels [4]";
     const READS: Reads = Reads::TreeEstimates;
     const FLAGS: &'static [Flag] = &[Flag::K, Flag::RowCost, Flag::DraftCost];
     type Grid = TreePricePolicies;
@@ -68,7 +68,7 @@ impl PolicyFamily for TreePrice {
     fn from_flags(f: &PolicyFlags) -> Result<Self> {
         Ok(Self {
             depth: f.k().unwrap_or(4),
-            row_cost: f.row_cost().unwrap_or(0.11),
+            row_cost: f.row_cost().unwrap_or(crate::common::row_cost::DEFAULT_ROW_COST),
             draft_cost: f.draft_cost().unwrap_or(0.0),
         })
     }
