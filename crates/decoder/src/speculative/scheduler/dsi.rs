@@ -433,4 +433,13 @@ mod tests {
         assert_eq!(lookahead_for(1, 30.0, 6.0), 5);
         assert_eq!(lookahead_for(100, 1.0, 0.5), 1);
     }
+
+    /// The turns of a conversation add their counters, worker by worker, whichever turn saw
+    /// more workers.
+    #[test]
+    fn stats_add_worker_by_worker() {
+        let mut a = DsiStats { tasks: 3, preempted: 1, stale: 0, waits: 2, worker_busy_s: vec![1.0] };
+        a.add(&DsiStats { tasks: 4, preempted: 0, stale: 1, waits: 1, worker_busy_s: vec![0.5, 2.0] });
+        assert_eq!(a, DsiStats { tasks: 7, preempted: 1, stale: 1, waits: 3, worker_busy_s: vec![1.5, 2.0] });
+    }
 }
