@@ -7,7 +7,7 @@
 mod common;
 use common::{repo, s};
 use specx_decoder::speculative::{SpecConfig, generate_autoregressive};
-use specx_decoder::synthetic::{CHAR_VOCAB, StDtype, char_tokenizer_json, random_weights, tiny_qwen2, write_hf_dir};
+use specx_decoder::synthetic::write_tiny_char_pair;
 use specx_eval::common::results::UnitFile;
 use std::process::Command;
 
@@ -20,10 +20,7 @@ fn specx(args: &[&str]) -> std::process::Output {
 #[test]
 fn conversations_run_every_turn_and_export_to_spec_bench() {
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = tiny_qwen2(CHAR_VOCAB);
-    let (draft, target) = (tmp.path().join("draft"), tmp.path().join("target"));
-    write_hf_dir(&draft, &cfg, &random_weights(&cfg, 3), StDtype::F32, 1, &char_tokenizer_json()).unwrap();
-    write_hf_dir(&target, &cfg, &random_weights(&cfg, 4), StDtype::F32, 1, &char_tokenizer_json()).unwrap();
+    let (draft, target) = write_tiny_char_pair(tmp.path(), 7, 0.35).unwrap();
     let questions = repo().join("datasets/conversations/two-turn.jsonl");
     let dir = tmp.path().join("run");
     let config = tmp.path().join("conversations.toml");

@@ -4,7 +4,7 @@
 
 mod common;
 use common::s;
-use specx_decoder::synthetic::{CHAR_VOCAB, StDtype, char_tokenizer_json, random_weights, tiny_qwen2, write_hf_dir};
+use specx_decoder::synthetic::write_tiny_char_pair;
 use specx_eval::common::row_cost::read_store;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -25,10 +25,7 @@ fn row_cost_line(out: &Output) -> String {
 #[test]
 fn bench_stores_the_row_cost_that_tree_price_decoding_uses() {
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = tiny_qwen2(CHAR_VOCAB);
-    let (draft, target) = (tmp.path().join("draft"), tmp.path().join("target"));
-    write_hf_dir(&draft, &cfg, &random_weights(&cfg, 3), StDtype::F32, 1, &char_tokenizer_json()).unwrap();
-    write_hf_dir(&target, &cfg, &random_weights(&cfg, 4), StDtype::F32, 1, &char_tokenizer_json()).unwrap();
+    let (draft, target) = write_tiny_char_pair(tmp.path(), 7, 0.35).unwrap();
     let (d, t) = (s(&draft), s(&target));
     let machine = tmp.path().join("machine");
     let decode = |extra: &[&str]| {

@@ -224,9 +224,10 @@ pub fn build(
 pub fn run(args: &TokenFreqArgs) -> Result<()> {
     let tok_path =
         args.tokenizer.clone().unwrap_or_else(|| model_cache_dir().join("qwen2.5-coder-0.5b-instruct/tokenizer.json"));
-    let tokenizer = match tok_path.extension().is_some_and(|e| e == "json") {
-        true => Tokenizer::from_file(&tok_path)?,
-        false => specx_decoder::loader::load_tokenizer(&tok_path, None)?,
+    let tokenizer = if tok_path.extension().is_some_and(|e| e == "json") {
+        Tokenizer::from_file(&tok_path)?
+    } else {
+        specx_decoder::loader::load_tokenizer(&tok_path, None)?
     };
     let mut corpora = Vec::new();
     if let Some(p) = source_path(&args.alpaca, dataset_cache_dir().join("alpaca/alpaca_5000.json")) {

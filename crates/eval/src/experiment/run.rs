@@ -369,15 +369,21 @@ fn encode_unit(
     cfg: &EvalConfig,
 ) -> Result<(Vec<u32>, usize)> {
     let prompt = target.tokenizer.encode(text)?;
-    let max_new = cfg.budget.new_tokens(prompt.len());
+    let max_new = new_tokens(u, "the prompt", prompt.len(), cfg)?;
+    Ok((prompt, max_new))
+}
+
+/// The new tokens the budget gives a prompt (`what`: which) of `len` tokens; refused when it
+/// leaves no room for a response.
+fn new_tokens(u: &UnitKey, what: &str, len: usize, cfg: &EvalConfig) -> Result<usize> {
+    let max_new = cfg.budget.new_tokens(len);
     ensure!(
         max_new > 0,
-        "{} {}: the prompt has {} tokens, the budget leaves no room for a response",
+        "{} {}: {what} has {len} tokens, the budget leaves no room for a response",
         u.dataset,
-        u.prompt_id,
-        prompt.len()
+        u.prompt_id
     );
-    Ok((prompt, max_new))
+    Ok(max_new)
 }
 
 /// The row of a request of unit `u` that ran `setting` with metrics `m` and output `tokens`:
@@ -460,11 +466,11 @@ fn run_unit(
         let turns = run_turns(u, setting, run_models, (&first, max_new), &follow_ups, sampling, cfg, &target.eos_ids)?;
         let m = &turns.metrics;
         let total = m.total_time.as_secs_f64();
-        let (ar_turns, ar_time) = ar.get_or_insert_with(|| (turns.answers(), total));
-        let tokens = turns.answers().concat();
-        let row = measured_row(u, sampling, setting.clone(), first.len(), turns.max_new(), m, &tokens);
+        let answers = turns.answers();
+        let row = measured_row(u, sampling, setting.clone(), first.len(), turns.max_new(), m, &answers.concat());
+        let (ar_answers, ar_time) = ar.get_or_insert_with(|| (answers.clone(), total));
         rows.push(ResultRow {
-            identical_to_ar: turns.answers() == *ar_turns,
+            identical_to_ar: answers == *ar_answers,
             speedup: *ar_time / total.max(1e-9),
             dsi: turns.dsi.clone(),
             turns: if follow_ups.is_empty() { Vec::new() } else { turns.rows.clone() },
@@ -472,7 +478,7 @@ fn run_unit(
         });
         outputs.push(turns);
     }
-    let ar_turns = outputs.first().map(|t| t.answers()).unwrap_or_default();
+    let ar_turns = ar.map(|(answers, _)| answers).unwrap_or_default();
     if sampling.config().is_greedy() {
         for (row, turns) in rows.iter_mut().zip(&outputs) {
             if !row.identical_to_ar {
@@ -547,15 +553,7 @@ fn run_turns(
             };
             prompt.extend_from_slice(answer);
             prompt.extend_from_slice(&follow_ups[turn - 1]);
-            budget = cfg.budget.new_tokens(prompt.len());
-            ensure!(
-                budget > 0,
-                "{} {}: turn {} has {} prompt tokens, the budget leaves no room for an answer",
-                u.dataset,
-                u.prompt_id,
-                turn + 1,
-                prompt.len()
-            );
+            budget = new_tokens(u, &format!("turn {}'s prompt", turn + 1), prompt.len(), cfg)?;
         }
         let seed = if turn == 0 { request_seed(u) } else { turn_seed(u, turn + 1) };
         let spec = SpecConfig { max_new_tokens: budget, sampling: sampling.config(), seed };
