@@ -9,7 +9,10 @@
 #   head training, datagen
 #   parts, the fused kernels against a host reference, the kernel launches per layer against
 #   their bound, and a few greedy tokens of the
-#   real 0.5B model. They run on whatever Vulkan adapter
+#   real 0.5B model; then two devices as two GPUs (SPECX_WGPU_DEVICES_PER_ADAPTER=2 lists the
+#   adapter twice, each copy its own logical device): a layer split, EasySpec's placement and
+#   DSI with a target on each, bit for bit against one device, moves per call counted, DSI's
+#   workers busy at once. They run on whatever Vulkan adapter
 #   comes first (`specx devices` lists them); on a machine without a GPU that is Mesa's
 #   software driver (lavapipe), which this script installs when it can (Debian/Ubuntu, as root
 #   or with passwordless sudo). Without a Vulkan driver it fails and says why (set
@@ -79,5 +82,10 @@ MSG
     exit 1
 fi
 gpu_test 14 --test wgpu -- --test-threads 1
+gpu_test 1 --test two_gpus
+SPECX_WGPU_DEVICES_PER_ADAPTER=2 "$specx" devices | tee /tmp/specx-devices.$$
+grep -q '^| wgpu:1 .*logical device 1 of 2' /tmp/specx-devices.$$ ||
+    { echo "test-wgpu: SPECX_WGPU_DEVICES_PER_ADAPTER=2 did not list the adapter twice" >&2; exit 1; }
+rm -f /tmp/specx-devices.$$
 gpu_test 1 --test train_synthetic training_on_the_device
 gpu_test 1 --test datagen_tiny a_device_list_splits

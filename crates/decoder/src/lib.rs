@@ -49,7 +49,9 @@ pub use device::{
     DeviceName, Placement, check_device, device_from_name, open_device, parse_device_list, parse_placement_list,
 };
 pub use loader::{LoadedModel, check_pair, load_model, load_model_as, load_model_split, pair_up};
-pub use model::{AttentionProbe, ForwardOutput, LayerLaunches, LayerTimes, ProbedLayer, Transformer, WeightMode};
+pub use model::{
+    AttentionProbe, DeviceMoves, ForwardOutput, LayerLaunches, LayerTimes, ProbedLayer, Transformer, WeightMode,
+};
 pub use sampler::Sampler;
 pub use sampling::SamplingConfig;
 pub use tokenizer::{ChatTemplate, Tokenizer};

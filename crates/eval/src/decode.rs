@@ -217,6 +217,7 @@ pub fn run(mut a: DecodeArgs) -> Result<()> {
             "DSI worker busy (s)".into(),
             d.worker_busy_s.iter().map(|b| format!("{b:.2}")).collect::<Vec<_>>().join(", "),
         ]);
+        rows.push(vec!["DSI workers busy together (s)".into(), format!("{:.2}", d.concurrent_s)]);
     }
     eprint!("{}", markdown_table(&["metric", "value"], &rows));
     Ok(())

@@ -3,7 +3,7 @@
 use anyhow::{Result, bail};
 use serde::Serialize;
 use serde_json::Value;
-use specx_decoder::device_check::{Check, run_all};
+use specx_decoder::device_check::{Check, run_all, run_two_device_check};
 use specx_decoder::fsutil::write_atomic;
 use specx_decoder::{DeviceName, check_device, open_device, parse_device_list};
 use specx_eval::profile::Profile;
@@ -23,7 +23,9 @@ const DECODE_TARGET: f64 = 2.0;
 
 #[derive(clap::Args, Debug)]
 pub struct CorrectnessArgs {
-    /// Devices to check against the CPU (`cuda`, `wgpu:0`, ...).
+    /// Devices to check against the CPU (`cuda`, `wgpu:0`, ...). With two or more, the first
+    /// two also run the multi-device check (a layer split over both, EasySpec's placement and
+    /// DSI with a target on each, bit for bit against the first alone).
     #[arg(long, value_delimiter = ',', default_value = "cuda")]
     pub devices: Vec<String>,
     /// Largest |device - CPU| logit difference accepted on the tiny models (logits ~1-5).
@@ -46,7 +48,7 @@ pub fn correctness(a: &CorrectnessArgs) -> Result<()> {
         bail!("--devices: the checks compare each device with the CPU; list the other devices only");
     }
     let mut out = Vec::new();
-    for name in names {
+    for &name in &names {
         let checks = match check_device(name).and_then(|()| open_device(name)) {
             Ok(device) => {
                 let scratch = std::env::temp_dir().join(format!("specx-device-check-{}", std::process::id()));
@@ -67,6 +69,24 @@ pub fn correctness(a: &CorrectnessArgs) -> Result<()> {
                 .collect(),
         };
         out.push(DeviceChecks { device: name.to_string(), checks });
+    }
+    if let [first, second, ..] = names[..] {
+        let check = match open_device(first).and_then(|a| Ok((a, open_device(second)?))) {
+            Ok((a, b)) => {
+                let scratch = std::env::temp_dir().join(format!("specx-two-device-check-{}", std::process::id()));
+                let check = run_two_device_check(&a, &b, &scratch);
+                let _ = std::fs::remove_dir_all(&scratch);
+                check
+            }
+            Err(e) => Check {
+                name: "two_devices".into(),
+                passed: false,
+                worst_abs_diff: None,
+                tolerance: None,
+                detail: format!("{UNAVAILABLE}: {e:#}"),
+            },
+        };
+        out.push(DeviceChecks { device: format!("{first}+{second}"), checks: vec![check] });
     }
     let json = serde_json::json!({ "tolerance": a.tolerance, "devices": out });
     write_atomic(&a.out, serde_json::to_string_pretty(&json)?.as_bytes())?;

@@ -145,7 +145,7 @@ pub fn parse_placement_list<S: AsRef<str>>(names: &[S]) -> Result<Vec<Placement>
 pub fn check_device(name: DeviceName) -> Result<()> {
     match name {
         DeviceName::Cpu => Ok(()),
-        DeviceName::Wgpu(index) => wgpu::adapter_kind(index).map(|_| ()),
+        DeviceName::Wgpu(index) => wgpu::check(index),
         DeviceName::Cuda(index) => cuda::check(index),
     }
 }

@@ -9,7 +9,7 @@ pub(super) fn adapters() -> Result<Vec<AdapterInfo>> {
     bail!("{NOT_BUILT}")
 }
 
-pub(super) fn adapter_kind(index: usize) -> Result<()> {
+pub(super) fn check(index: usize) -> Result<()> {
     bail!("device 'wgpu:{index}': {NOT_BUILT}")
 }
 

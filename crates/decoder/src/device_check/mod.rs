@@ -24,6 +24,7 @@ mod kernels;
 mod launches;
 mod tiny;
 mod tree;
+mod two_devices;
 
 pub use crate::synthetic::TINY_VOCAB;
 pub use launches::LAUNCH_BOUND_PER_LAYER;
@@ -67,7 +68,7 @@ pub const CHECKS: [&str; 12] = [
 /// the tiny models. Never panics: failures and errors come back as a failed [`Check`].
 pub fn run_check(name: &str, device: &Device, dir: &Path, tol: f32) -> Check {
     let dir = dir.join(name);
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<Check> {
+    guarded(name, || {
         std::fs::create_dir_all(&dir)?;
         match name {
             "logits" => tiny::logits(device, &dir, tol),
@@ -84,7 +85,25 @@ pub fn run_check(name: &str, device: &Device, dir: &Path, tol: f32) -> Check {
             "captured_decode" => captured_decode(device, &dir),
             _ => anyhow::bail!("unknown check '{name}' (known: {})", CHECKS.join(", ")),
         }
-    }));
+    })
+}
+
+/// The multi-device check (`two_devices`): a layer split over `a` and `b`, EasySpec's
+/// attentions placed on `b` and DSI with a target on each give the numbers of `a` alone bit
+/// for bit, with the tensors moved per call counted and DSI's workers busy at once. `a` and
+/// `b` are two devices of one kind: two GPUs, or two logical devices of one adapter
+/// (`SPECX_WGPU_DEVICES_PER_ADAPTER=2`). Never panics, as [`run_check`].
+pub fn run_two_device_check(a: &Device, b: &Device, dir: &Path) -> Check {
+    let dir = dir.join("two_devices");
+    guarded("two_devices", || {
+        std::fs::create_dir_all(&dir)?;
+        two_devices::two_devices(a, b, &dir)
+    })
+}
+
+/// `check()`'s outcome, with an error or a panic turned into a failed check named `name`.
+fn guarded(name: &str, check: impl FnOnce() -> Result<Check>) -> Check {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(check));
     let failed =
         |detail: String| Check { name: name.into(), passed: false, worst_abs_diff: None, tolerance: None, detail };
     match outcome {

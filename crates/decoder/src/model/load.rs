@@ -251,6 +251,7 @@ impl Transformer {
             head,
             vocab_subset: None,
             padded_vocab: None,
+            moves: Default::default(),
         })
     }
 }

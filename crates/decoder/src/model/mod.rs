@@ -21,6 +21,7 @@ mod gpu_blocks;
 mod layers;
 mod linear;
 mod load;
+mod moves;
 mod placement;
 mod probe;
 mod ragged;
@@ -36,6 +37,7 @@ use layers::{Block, Embedding, RmsNorm, RowMask, rope_tables, rope_tables_at};
 pub use linear::HOST_KERNEL_MAX_ROWS;
 use linear::{Linear, Projection};
 pub use load::{WeightMode, layer_ranges};
+pub use moves::DeviceMoves;
 pub use probe::AttentionProbe;
 
 /// Forwards running in this process ([`Transformer::hidden_states_until`]).
@@ -198,6 +200,8 @@ pub struct Transformer {
     /// The number of logits a row has when it is more than the model's vocabulary: the
     /// target's, for a draft of a pair whose target pads its head ([`Transformer::pad_vocab`]).
     padded_vocab: Option<usize>,
+    /// Tensors moved between `devices` so far ([`Transformer::device_moves`]).
+    moves: Arc<moves::MoveCounter>,
 }
 
 /// RoPE tables and the row mask of one forward, on one device.
@@ -280,6 +284,7 @@ impl Transformer {
         for device in &self.devices[1..] {
             let ((cos, sin), mask) = &tables[0];
             tables.push(((cos.clone().to_device(device), sin.clone().to_device(device)), mask.to_device(device)));
+            self.count_tables_moved();
         }
         tables
     }
@@ -287,12 +292,6 @@ impl Transformer {
     /// Whether the layers are split in ranges over several devices ([`Transformer::load_split`]).
     pub fn is_split(&self) -> bool {
         self.head != 0
-    }
-
-    /// `t` on `devices[index]` (moved only when it is elsewhere).
-    fn on_device(&self, t: Tensor<3>, index: usize) -> Tensor<3> {
-        let device = &self.devices[index];
-        if t.device() == *device { t } else { t.to_device(device) }
     }
 
     /// Layer `i`'s attention sublayer (input norm, attention, output projection) of `x`, plus
@@ -316,7 +315,7 @@ impl Transformer {
             return block.attn.forward(x, &block.attn_norm, slot, rope, mask, probe, stream);
         }
         let h = block.attn.forward(
-            x.clone().to_device(&self.devices[block.device]),
+            self.move_hidden(x.clone(), &self.devices[block.device]),
             &block.attn_norm,
             slot,
             rope,
@@ -324,7 +323,7 @@ impl Transformer {
             probe,
             None,
         );
-        let h = h.to_device(&self.devices[block.home]);
+        let h = self.move_hidden(h, &self.devices[block.home]);
         if residual { self.on_device(x, block.home) + h } else { h }
     }
 

@@ -71,6 +71,10 @@ pub struct DsiStats {
     pub waits: usize,
     /// Busy time of each worker, seconds.
     pub worker_busy_s: Vec<f64>,
+    /// Seconds during which two or more workers were verifying at once: DSI's parallelism,
+    /// measured (0 when the workers took turns).
+    #[serde(default)]
+    pub concurrent_s: f64,
 }
 
 impl DsiStats {
@@ -80,6 +84,7 @@ impl DsiStats {
         self.preempted += o.preempted;
         self.stale += o.stale;
         self.waits += o.waits;
+        self.concurrent_s += o.concurrent_s;
         if self.worker_busy_s.len() < o.worker_busy_s.len() {
             self.worker_busy_s.resize(o.worker_busy_s.len(), 0.0);
         }
@@ -105,9 +110,29 @@ struct Task {
 }
 
 enum Reply {
-    Done { worker: usize, id: u64, rows: Vec<Vec<f32>>, busy: Duration },
-    Preempted { worker: usize, busy: Duration },
+    Done { worker: usize, id: u64, rows: Vec<Vec<f32>>, span: Span },
+    Preempted { worker: usize, span: Span },
     Failed { worker: usize, error: String },
+}
+
+/// When a worker started and finished one task.
+type Span = (Instant, Instant);
+
+/// Seconds covered by two or more of `spans` at once (each worker's own spans never overlap,
+/// so this is the time at least two workers were busy together).
+fn concurrent_seconds(spans: &[Span]) -> f64 {
+    let mut events: Vec<(Instant, i32)> = spans.iter().flat_map(|&(a, b)| [(a, 1), (b, -1)]).collect();
+    // Ends before starts at the same instant: touching spans do not overlap.
+    events.sort_by_key(|&(t, delta)| (t, delta));
+    let (mut active, mut total, mut since) = (0, Duration::ZERO, None);
+    for (t, delta) in events {
+        if active >= 2 {
+            total += t - since.unwrap_or(t);
+        }
+        active += delta;
+        since = Some(t);
+    }
+    total.as_secs_f64()
 }
 
 /// A target worker: its own scorer (cache), tasks in arrival order.
@@ -122,12 +147,12 @@ fn worker_loop(
     for task in tasks {
         let t = Instant::now();
         if task.cancel.load(Ordering::Relaxed) {
-            let _ = replies.send(Reply::Preempted { worker, busy: t.elapsed() });
+            let _ = replies.send(Reply::Preempted { worker, span: (t, Instant::now()) });
             continue;
         }
         let reply = match scorer.score(&task.tokens, task.rows, Some(&task.cancel)) {
-            Ok(Some(rows)) => Reply::Done { worker, id: task.id, rows, busy: t.elapsed() },
-            Ok(None) => Reply::Preempted { worker, busy: t.elapsed() },
+            Ok(Some(rows)) => Reply::Done { worker, id: task.id, rows, span: (t, Instant::now()) },
+            Ok(None) => Reply::Preempted { worker, span: (t, Instant::now()) },
             Err(e) => Reply::Failed { worker, error: format!("{e:#}") },
         };
         if replies.send(reply).is_err() {
@@ -165,6 +190,8 @@ struct Coordinator<'a> {
     last_decision: Instant,
     m: RequestMetrics,
     stats: DsiStats,
+    /// Every task's span, for [`DsiStats::concurrent_s`].
+    spans: Vec<Span>,
 }
 
 impl Coordinator<'_> {
@@ -179,8 +206,8 @@ impl Coordinator<'_> {
 
     fn on_reply(&mut self, r: Reply) -> Result<()> {
         match r {
-            Reply::Done { worker, id, rows, busy } => {
-                self.release(worker, busy);
+            Reply::Done { worker, id, rows, span } => {
+                self.release(worker, span);
                 match self.blocks.iter_mut().find(|b| b.task == Some(id)) {
                     Some(b) => {
                         self.worker_tokens[worker] = b.tokens.clone();
@@ -189,8 +216,8 @@ impl Coordinator<'_> {
                     None => self.stats.stale += 1,
                 }
             }
-            Reply::Preempted { worker, busy } => {
-                self.release(worker, busy);
+            Reply::Preempted { worker, span } => {
+                self.release(worker, span);
                 self.stats.preempted += 1;
             }
             Reply::Failed { worker, error } => bail!("target worker {worker}: {error}"),
@@ -198,7 +225,9 @@ impl Coordinator<'_> {
         Ok(())
     }
 
-    fn release(&mut self, worker: usize, busy: Duration) {
+    fn release(&mut self, worker: usize, span: Span) {
+        let busy = span.1 - span.0;
+        self.spans.push(span);
         self.free[worker] = true;
         self.stats.worker_busy_s[worker] += busy.as_secs_f64();
         self.m.target_time += busy;
@@ -401,6 +430,7 @@ pub fn generate_dsi(
             last_decision: Instant::now(),
             m: RequestMetrics::default(),
             stats: std::mem::take(&mut stats),
+            spans: Vec::new(),
         };
         let outcome = c.run(&reply_rx);
         // Closing the task channels lets the workers finish (preempted tasks stop between
@@ -412,6 +442,7 @@ pub fn generate_dsi(
             let _ = c.on_reply(r);
         }
         outcome?;
+        c.stats.concurrent_s = concurrent_seconds(&c.spans);
         stats = c.stats;
         Ok((c.m, c.committed.tokens().to_vec()))
     })?;
@@ -438,8 +469,34 @@ mod tests {
     /// more workers.
     #[test]
     fn stats_add_worker_by_worker() {
-        let mut a = DsiStats { tasks: 3, preempted: 1, stale: 0, waits: 2, worker_busy_s: vec![1.0] };
-        a.add(&DsiStats { tasks: 4, preempted: 0, stale: 1, waits: 1, worker_busy_s: vec![0.5, 2.0] });
-        assert_eq!(a, DsiStats { tasks: 7, preempted: 1, stale: 1, waits: 3, worker_busy_s: vec![1.5, 2.0] });
+        let mut a =
+            DsiStats { tasks: 3, preempted: 1, stale: 0, waits: 2, worker_busy_s: vec![1.0], concurrent_s: 0.25 };
+        a.add(&DsiStats {
+            tasks: 4,
+            preempted: 0,
+            stale: 1,
+            waits: 1,
+            worker_busy_s: vec![0.5, 2.0],
+            concurrent_s: 0.5,
+        });
+        assert_eq!(
+            a,
+            DsiStats { tasks: 7, preempted: 1, stale: 1, waits: 3, worker_busy_s: vec![1.5, 2.0], concurrent_s: 0.75 }
+        );
+    }
+
+    /// Time covered by two spans at once: overlaps counted once, touching spans not at all.
+    #[test]
+    fn concurrent_time_is_where_spans_overlap() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert_eq!(concurrent_seconds(&[]), 0.0);
+        // Worker 0: 0-10, 20-30; worker 1: 5-25 (overlaps 5 + 5 ms); worker 2: 30-40 (touches).
+        let spans = [(at(0), at(10)), (at(20), at(30)), (at(5), at(25)), (at(30), at(40))];
+        assert!((concurrent_seconds(&spans) - 0.010).abs() < 1e-9);
+        // Three at once count once.
+        let three = [(at(0), at(10)), (at(0), at(10)), (at(0), at(10))];
+        assert!((concurrent_seconds(&three) - 0.010).abs() < 1e-9);
+        assert_eq!(concurrent_seconds(&[(at(0), at(10)), (at(10), at(20))]), 0.0);
     }
 }
