@@ -143,6 +143,10 @@ fn the_report_judges_each_target_and_names_what_is_missing() {
     // The worst layer of each counted call, then no bound without bandwidth.json.
     assert_eq!(t[4], ("6 at 1 row, 7 at 5 rows a layer".to_string(), Some(false)));
     assert_eq!(t[5], ("not measured: no peak bandwidth: bandwidth.json missing".to_string(), None));
+    // One CUDA device: no two-device figure, and the report says why; no refusal, no loud line.
+    assert_eq!(t[6].1, None);
+    assert!(t[6].0.contains("one CUDA device"), "{}", t[6].0);
+    assert!(!md.contains("RECORDING REFUSED"), "{md}");
     assert!(md.contains("Kernel launches on cuda:0"), "{md}");
     // With the anchor: specx 150 vs HF 100 tok/s.
     write(
@@ -159,7 +163,11 @@ fn the_report_judges_each_target_and_names_what_is_missing() {
     let t = targets(d);
     // 1.5x is short of the 2x target; 2013 MB in 6.1 ms is 330 GB/s, 33% of 1000.
     assert_eq!(t[2], ("specx 150.0 tok/s vs HF 100.0 tok/s (1.50x)".to_string(), Some(false)));
-    assert_eq!(t[5], ("33.0% (2013 MB in 6.10 ms after 128 tokens: 330 of 1000 GB/s)".to_string(), Some(true)));
+    // Judged at one row; the 5-row call (2014 MB in 6.5 ms) stated beside it.
+    assert_eq!(
+        t[5],
+        ("33.0% (2013 MB in 6.10 ms after 128 tokens: 330 of 1000 GB/s); 31.0% at 5 rows".to_string(), Some(true))
+    );
     // The compiled anchor is a row of the speed table; the speed table names specx's weights.
     write(
         d,
@@ -204,4 +212,21 @@ fn the_report_judges_each_target_and_names_what_is_missing() {
     report(&ReportArgs { dir: d.to_path_buf() }).unwrap();
     let five = "1.50x recorded (3.00 / 2.00 ms), 1.07x plain (6.50 / 6.10 ms), after 128 tokens";
     assert_eq!(targets(d)[3], (five.to_string(), Some(false)));
+    // A refused recording in any step's log is said first, once, naming the log; two GPUs
+    // checked as one are judged.
+    let refusal = "specx: the runtime refused to record a decode call (stream capture unsupported); forwarding plainly";
+    std::fs::write(d.join("bench-cuda.log"), format!("{refusal}\n{refusal}\n")).unwrap();
+    let mut checks = checks;
+    checks.push(check("two_devices", Some(0.0), true));
+    write(
+        d,
+        "correctness.json",
+        serde_json::json!({ "tolerance": 1e-3, "devices": [{ "device": "cuda:0", "checks": checks[..7] }, { "device": "cuda:0+cuda:1", "checks": checks[7..] }] }),
+    );
+    report(&ReportArgs { dir: d.to_path_buf() }).unwrap();
+    let md = std::fs::read_to_string(d.join("report.md")).unwrap();
+    assert_eq!(md.matches("RECORDING REFUSED").count(), 1, "{md}");
+    assert!(md.find("RECORDING REFUSED").unwrap() < md.find("## Targets").unwrap(), "{md}");
+    assert!(md.contains(&format!("bench-cuda.log: {refusal}")), "{md}");
+    assert_eq!(targets(d)[6], ("passed".to_string(), Some(true)));
 }

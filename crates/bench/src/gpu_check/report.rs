@@ -177,6 +177,30 @@ fn anchor_curve(hf: &Value, role: &str) -> Option<Vec<f64>> {
     m["call_secs"].as_array()?.iter().map(Value::as_f64).collect()
 }
 
+/// The runtime's refusals to record a call, from every step's log (`file: line`), once each.
+fn refused_recordings(dir: &Path) -> Vec<String> {
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    let mut out: Vec<String> = Vec::new();
+    for log in logs {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        for line in text.lines().filter(|l| l.contains("refused to record")) {
+            let name = log.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+            let said = format!("{name}: {}", line.trim());
+            if !out.contains(&said) {
+                out.push(said);
+            }
+        }
+    }
+    out
+}
+
 pub fn report(a: &ReportArgs) -> Result<()> {
     let dir = &a.dir;
     let steps = std::fs::read_to_string(dir.join("steps.tsv")).unwrap_or_default();
@@ -254,12 +278,29 @@ pub fn report(a: &ReportArgs) -> Result<()> {
         ),
         super::bound::launches(cuda_profile),
         super::bound::memory_bound(cuda_profile, bandwidth.as_ref()),
+        target(
+            "two GPUs compute as one, bit for bit (layer split, EasySpec placement, DSI with a target on each)",
+            cuda_checks.iter().find(|c| c["name"] == "two_devices").map(|c| {
+                let passed = c["passed"] == true;
+                (
+                    if passed { "passed".into() } else { format!("failed: {}", c["detail"].as_str().unwrap_or("?")) },
+                    passed,
+                )
+            }),
+            "one CUDA device (the check needs two; CI runs it on two logical Vulkan devices)",
+        ),
     ];
+    let refused = refused_recordings(dir);
 
     let mut md = format!(
         "# specx GPU check\n\nGPU (nvidia-smi: name, driver, memory): {}\n\n",
         if gpu.is_empty() { "not recorded" } else { &gpu }
     );
+    for line in &refused {
+        md.push_str(&format!(
+            "**RECORDING REFUSED**: {line}. Every recorded-call figure below is a plain forward's.\n\n"
+        ));
+    }
     md.push_str("## Targets\n\n");
     let rows: Vec<Vec<String>> = targets
         .iter()
@@ -383,7 +424,7 @@ pub fn report(a: &ReportArgs) -> Result<()> {
             gb("copy_gb_s")
         ));
     }
-    let json = serde_json::json!({ "gpu": gpu, "targets": targets, "steps": steps, "correctness": correctness, "bench": bench, "bench_bf16": bench_bf16, "profiles": profiles, "hf_anchor": hf, "hf_compiled": hf_compiled, "bandwidth": bandwidth });
+    let json = serde_json::json!({ "gpu": gpu, "recording_refused": refused, "targets": targets, "steps": steps, "correctness": correctness, "bench": bench, "bench_bf16": bench_bf16, "profiles": profiles, "hf_anchor": hf, "hf_compiled": hf_compiled, "bandwidth": bandwidth });
     write_atomic(&dir.join("report.json"), serde_json::to_string_pretty(&json)?.as_bytes())?;
     write_atomic(&dir.join("report.md"), md.as_bytes())?;
     print!("{md}");
