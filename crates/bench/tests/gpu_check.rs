@@ -19,6 +19,8 @@ fn synth_writes_a_loadable_pair_of_the_recorded_shapes() {
         draft: tiny_qwen2(vocab),
         target: specx_decoder::ModelConfig { num_hidden_layers: 3, ..tiny_qwen2(vocab) },
         source: vec!["a.gguf".into(), "b.gguf".into()],
+        draft_types: Default::default(),
+        target_types: Default::default(),
     };
     std::fs::write(dir.path().join("shapes.json"), serde_json::to_string(&shapes).unwrap()).unwrap();
     std::fs::write(dir.path().join("tokenizer.json"), specx_decoder::synthetic::word_tokenizer_json(vocab, "w"))
@@ -58,6 +60,66 @@ fn synth_writes_a_loadable_pair_of_the_recorded_shapes() {
     })
     .unwrap_err();
     assert!(format!("{e:#}").contains("nope.json"), "{e:#}");
+}
+
+/// With the real files' types recorded, the GGUF copies store every matrix in its recorded
+/// type (K-quants included, as random blocks of the type); a type specx cannot read, or a
+/// matrix without a recorded type, is an error naming it.
+#[test]
+fn synth_stores_each_matrix_in_the_recorded_type() {
+    use specx_decoder::gguf::{GgmlType, GgufFile};
+    let dir = tempfile::tempdir().unwrap();
+    let vocab = 64;
+    // K-quant rows need 256 columns.
+    let cfg = specx_decoder::ModelConfig {
+        hidden_size: 256,
+        intermediate_size: 256,
+        head_dim: 64,
+        num_attention_heads: 4,
+        num_key_value_heads: 2,
+        ..tiny_qwen2(vocab)
+    };
+    let names: Vec<String> = specx_decoder::synthetic::random_weights(&cfg, 0)
+        .iter()
+        .filter(|(_, t)| t.shape.len() == 2)
+        .map(|(n, _)| specx_decoder::weights::gguf_name(n).unwrap())
+        .collect();
+    let pick = |n: &str| match n {
+        n if n.contains("ffn_down") => GgmlType::Q6K,
+        n if n.contains("ffn_") => GgmlType::Q4K,
+        n if n.contains("attn_v") => GgmlType::Q5_0,
+        _ => GgmlType::Q8_0,
+    };
+    let types: std::collections::BTreeMap<String, u32> = names.iter().map(|n| (n.clone(), pick(n).id())).collect();
+    let mut shapes =
+        PairShapes { draft: cfg.clone(), target: cfg, source: vec![], draft_types: types.clone(), target_types: types };
+    let write = |shapes: &PairShapes| {
+        std::fs::write(dir.path().join("shapes.json"), serde_json::to_string(shapes).unwrap()).unwrap();
+        std::fs::write(dir.path().join("tokenizer.json"), specx_decoder::synthetic::word_tokenizer_json(vocab, "w"))
+            .unwrap();
+        synth(&SynthArgs {
+            shapes: dir.path().join("shapes.json"),
+            tokenizer: dir.path().join("tokenizer.json"),
+            out: dir.path().join("models"),
+            seed: 0,
+        })
+    };
+    write(&shapes).unwrap();
+    let file = GgufFile::open(dir.path().join("models/target-gguf/model.gguf")).unwrap();
+    for n in &names {
+        assert_eq!(GgmlType::from_id(file.tensors[n].type_id), Some(pick(n)), "{n}");
+    }
+    let t = load_model(&dir.path().join("models/target-gguf/model.gguf"), None, &default_device()).unwrap();
+    assert!(t.model.is_native());
+    let out = t.model.forward(&[1, 2, 3], &mut t.model.new_cache(1)).unwrap();
+    assert!(out.logits_tail(1)[0].iter().all(|v| v.is_finite()), "the random K-quant blocks give finite logits");
+    // A type specx does not read, then a matrix with no recorded type.
+    shapes.draft_types.insert(names[0].clone(), 99);
+    let e = format!("{:#}", write(&shapes).unwrap_err());
+    assert!(e.contains(&names[0]) && e.contains("ggml type 99"), "{e}");
+    shapes.draft_types.remove(&names[0]);
+    let e = format!("{:#}", write(&shapes).unwrap_err());
+    assert!(e.contains(&names[0]) && e.contains("no type recorded"), "{e}");
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -337,11 +337,58 @@ pub fn write_gguf(
     gguf_writer(cfg, weights, ty, vocab_tokens)?.write(path)
 }
 
+/// [`write_gguf`] with each matrix stored as `encode` says: given its GGUF name and values, its
+/// type and bytes ([`blocks_for`] encodes any type specx reads).
+pub fn write_gguf_with(
+    path: &Path,
+    cfg: &ModelConfig,
+    weights: &BTreeMap<String, HostTensor>,
+    encode: MatrixEncoder,
+    vocab_tokens: &[String],
+) -> Result<()> {
+    gguf_writer_with(cfg, weights, encode, vocab_tokens)?.write(path)
+}
+
+/// How a matrix is stored: its GGUF name and values in, its type and bytes out.
+pub type MatrixEncoder<'a> = &'a dyn Fn(&str, &[f32]) -> Result<(GgmlType, Vec<u8>)>;
+
+/// `values` as `ty` blocks: ggml's reference quantizers where specx has one (Q8_0, Q4_0,
+/// Q4_1, Q5_0, F16, BF16, F32); the K-quants, which have none here, as random blocks (seeded
+/// by `seed`) with small finite scales, so every scale, min and quant is exercised: the bytes
+/// per weight and the kernel of the type, not the values.
+pub fn blocks_for(ty: GgmlType, values: &[f32], seed: u64) -> Result<Vec<u8>> {
+    if !matches!(ty, GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K) {
+        return crate::gguf::quantize(ty, values);
+    }
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut bytes: Vec<u8> = (0..ty.byte_size(values.len())?).map(|_| rng.random::<u8>()).collect();
+    let (_, block) = ty.block();
+    // Where each block keeps its f16 super-scales: d and dmin first (Q4_K, Q5_K), d last (Q6_K).
+    let scales: &[usize] = if ty == GgmlType::Q6K { &[208] } else { &[0, 2] };
+    for b in bytes.chunks_exact_mut(block) {
+        for &at in scales {
+            let d = f16::from_f32(1e-4 + 2e-4 * rng.random::<f32>());
+            b[at..at + 2].copy_from_slice(&d.to_le_bytes());
+        }
+    }
+    Ok(bytes)
+}
+
 /// The writer [`write_gguf`] fills, before it writes: tests add metadata or tensors to it.
 pub fn gguf_writer(
     cfg: &ModelConfig,
     weights: &BTreeMap<String, HostTensor>,
     ty: GgmlType,
+    vocab_tokens: &[String],
+) -> Result<GgufWriter> {
+    gguf_writer_with(cfg, weights, &|_, data| Ok((ty, crate::gguf::quantize(ty, data)?)), vocab_tokens)
+}
+
+/// [`gguf_writer`] with each matrix stored as `encode` says.
+pub fn gguf_writer_with(
+    cfg: &ModelConfig,
+    weights: &BTreeMap<String, HostTensor>,
+    encode: MatrixEncoder,
     vocab_tokens: &[String],
 ) -> Result<GgufWriter> {
     let a = &cfg.architecture;
@@ -389,8 +436,9 @@ pub fn gguf_writer(
             let cols = if t.shape.len() == 2 { t.shape[1] } else { 1 };
             permute_qk_rows(&mut data, t.shape[0], cols, heads);
         }
-        if t.shape.len() == 2 && ty != GgmlType::F32 {
-            w.tensor_raw(&gname, &t.shape, ty, crate::gguf::quantize(ty, &data)?)?;
+        if t.shape.len() == 2 {
+            let (ty, bytes) = encode(&gname, &data).with_context(|| format!("storing '{gname}'"))?;
+            w.tensor_raw(&gname, &t.shape, ty, bytes)?;
         } else {
             w.tensor_f32(&gname, &t.shape, &data)?;
         }

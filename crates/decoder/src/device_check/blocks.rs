@@ -13,15 +13,12 @@ use super::tiny::{numeric, rows, rows_diff, tokens, write_tiny_as, write_tiny_gg
 use crate::compare::{max_abs_diff, nan_max};
 use crate::cube::DeviceBlocks;
 use crate::fusion::Fused;
-use crate::gguf::{GgmlType, quantize};
+use crate::gguf::GgmlType;
 use crate::quant::{QuantMatrix, QuantPart};
-use crate::synthetic::{StDtype, TINY_VOCAB, tiny_qwen2};
+use crate::synthetic::{StDtype, TINY_VOCAB, blocks_for, tiny_qwen2};
 use crate::{Device, WeightMode, default_device, load_model, load_model_as};
 use anyhow::{Result, ensure};
 use burn::tensor::{Tensor, TensorData};
-use half::f16;
-use rand::rngs::StdRng;
-use rand::{RngExt, SeedableRng};
 use std::path::Path;
 
 /// The block types the device reads (the reference pair stores Q4_K, Q5_0, Q6_K and Q8_0).
@@ -44,24 +41,10 @@ const PART_ROWS: [usize; 2] = [24, 16];
 const PRODUCT_ROWS: [usize; 4] = [ROWS[0], ROWS[1], ROWS[2], 40];
 const WIDEST: usize = PRODUCT_ROWS[3];
 
-/// `rows` rows of `ty` blocks. The 32-value types quantize uniform values with ggml's
-/// reference quantizers; the K-quants (which have no quantizer here) are random bytes with
-/// their f16 scales set to small finite values, so every scale, min and quant is exercised.
+/// `rows` rows of `ty` blocks: uniform values through ggml's reference quantizers, the
+/// K-quants as random blocks ([`blocks_for`]).
 fn blocks_of(ty: GgmlType, rows: usize, seed: u64) -> Result<Vec<u8>> {
-    if !matches!(ty, GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K) {
-        return quantize(ty, &uniform(rows * COLS, 1.0, seed));
-    }
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut bytes: Vec<u8> = (0..ty.byte_size(rows * COLS)?).map(|_| rng.random::<u8>()).collect();
-    let (_, block) = ty.block();
-    let scales: &[usize] = if ty == GgmlType::Q6K { &[208] } else { &[0, 2] };
-    for b in bytes.chunks_exact_mut(block) {
-        for &at in scales {
-            let d = f16::from_f32(1e-4 + 2e-4 * rng.random::<f32>());
-            b[at..at + 2].copy_from_slice(&d.to_le_bytes());
-        }
-    }
-    Ok(bytes)
+    blocks_for(ty, &uniform(rows * COLS, 1.0, seed), seed)
 }
 
 /// `x W^T + bias` of the first `n` rows of `x`, in f64, on the host's dequantized `w`.

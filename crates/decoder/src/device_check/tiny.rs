@@ -282,32 +282,11 @@ pub(super) fn acceptance_head(device: &Device, dir: &Path) -> Result<Check> {
 pub(super) fn dsi_cpu_and_device(device: &Device, dir: &Path) -> Result<Check> {
     let (tc, td) = both(&write_tiny(dir, &tiny_qwen2(TINY_VOCAB), 1)?, device)?;
     let close = noisy_draft(dir, TINY_VOCAB, 1, 0.3)?;
-    let eos = [TINY_VOCAB as u32 - 1];
-    let (mut bad, mut busy, mut tasks) = (Vec::new(), [0.0f64; 2], 0);
-    for p in 0..3u32 {
-        let prompt = tokens(6 + p as usize, 40 + p);
-        let cfg = SpecConfig { max_new_tokens: 14, sampling: SamplingConfig::greedy(), seed: 0 };
-        let want = generate_autoregressive(&tc.model, &prompt, &cfg, &eos)?.tokens;
-        let got = generate_dsi(
-            &[&tc.model, &td.model],
-            &mut PlainDrafter::new(&close.model),
-            &mut FixedK(3),
-            &mut RejectionSampler,
-            &prompt,
-            &cfg,
-            &DsiConfig::new(2, 3),
-            &eos,
-        )?;
-        if got.generation.tokens != want {
-            bad.push(format!("prompt {p}: DSI {:?} vs greedy {want:?}", got.generation.tokens));
-        }
-        for (b, s) in busy.iter_mut().zip(&got.stats.worker_busy_s) {
-            *b += s;
-        }
-        tasks += got.stats.tasks;
-    }
-    if tasks >= 2 && busy.iter().any(|&s| s <= 0.0) {
-        bad.push(format!("a worker never verified ({tasks} tasks; busy {busy:?} s)"));
+    let mut bad = Vec::new();
+    let stats = dsi_against_greedy(&[&tc.model, &td.model], &close.model, 14, 3, &mut bad)?;
+    let busy = [0, 1].map(|w| stats.worker_busy_s.get(w).copied().unwrap_or(0.0));
+    if stats.tasks >= 2 && busy.iter().any(|&s| s <= 0.0) {
+        bad.push(format!("a worker never verified ({} tasks; busy {busy:?} s)", stats.tasks));
     }
     Ok(tokens_check(
         "dsi_cpu_and_device",
@@ -317,6 +296,40 @@ pub(super) fn dsi_cpu_and_device(device: &Device, dir: &Path) -> Result<Check> {
             busy[0], busy[1]
         ),
     ))
+}
+
+/// Greedy DSI with a worker on each of `targets` and K = `k` on 3 prompts of `new_tokens`
+/// tokens, against greedy decoding with the first target: each differing output is pushed to
+/// `bad`; the scheduler's counters, summed.
+pub(super) fn dsi_against_greedy(
+    targets: &[&Transformer],
+    draft: &Transformer,
+    new_tokens: usize,
+    k: usize,
+    bad: &mut Vec<String>,
+) -> Result<DsiStats> {
+    let eos = [TINY_VOCAB as u32 - 1];
+    let mut stats = DsiStats::default();
+    for p in 0..3u32 {
+        let prompt = tokens(6 + p as usize, 40 + p);
+        let cfg = SpecConfig { max_new_tokens: new_tokens, sampling: SamplingConfig::greedy(), seed: 0 };
+        let want = generate_autoregressive(targets[0], &prompt, &cfg, &eos)?.tokens;
+        let got = generate_dsi(
+            targets,
+            &mut PlainDrafter::new(draft),
+            &mut FixedK(k),
+            &mut RejectionSampler,
+            &prompt,
+            &cfg,
+            &DsiConfig::new(targets.len(), k),
+            &eos,
+        )?;
+        if got.generation.tokens != want {
+            bad.push(format!("prompt {p}: DSI {:?} vs greedy {want:?}", got.generation.tokens));
+        }
+        stats.add(&got.stats);
+    }
+    Ok(stats)
 }
 
 /// EasySpec's layer placement: a draft whose attention layers alternate between the CPU and

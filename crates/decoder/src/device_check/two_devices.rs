@@ -13,7 +13,7 @@
 //! products are specx's block kernels, whose summation order is fixed.
 
 use super::Check;
-use super::tiny::{noisy_draft, rows, rows_diff, tokens, write_tiny_gguf};
+use super::tiny::{dsi_against_greedy, noisy_draft, rows, rows_diff, tokens, write_tiny_gguf};
 use crate::compare::nan_max;
 use crate::gguf::GgmlType;
 use crate::layer_groups::LayerGroups;
@@ -160,27 +160,7 @@ fn dsi(a: &Device, b: &Device, dir: &Path, bad: &mut Vec<String>) -> Result<(f32
         &rows(&tb.model.forward(&probe, &mut tb.model.new_cache(1))?),
     )?;
     let draft = noisy_draft(dir, TINY_VOCAB, 1, 0.3)?;
-    let eos = [TINY_VOCAB as u32 - 1];
-    let mut stats = DsiStats::default();
-    for p in 0..3u32 {
-        let prompt = tokens(6 + p as usize, 40 + p);
-        let cfg = SpecConfig { max_new_tokens: 24, sampling: SamplingConfig::greedy(), seed: 0 };
-        let want = generate_autoregressive(&ta.model, &prompt, &cfg, &eos)?.tokens;
-        let got = generate_dsi(
-            &[&ta.model, &tb.model],
-            &mut PlainDrafter::new(&draft.model),
-            &mut FixedK(2),
-            &mut RejectionSampler,
-            &prompt,
-            &cfg,
-            &DsiConfig::new(2, 2),
-            &eos,
-        )?;
-        if got.generation.tokens != want {
-            bad.push(format!("prompt {p}: DSI {:?} vs greedy {want:?}", got.generation.tokens));
-        }
-        stats.add(&got.stats);
-    }
+    let stats = dsi_against_greedy(&[&ta.model, &tb.model], &draft.model, 24, 2, bad)?;
     if stats.worker_busy_s.len() != 2 || stats.worker_busy_s.iter().any(|&s| s <= 0.0) {
         bad.push(format!("a DSI worker never verified ({} tasks; busy {:?} s)", stats.tasks, stats.worker_busy_s));
     }
