@@ -101,6 +101,19 @@ impl RecordedSteps {
         }
     }
 
+    /// The greedy token after each of `tokens` (at most `model::RECORDED_ROWS_MAX` on a GPU),
+    /// which are forwarded after what `cache` holds: a greedy verification's decisions,
+    /// computed on the device, from a replay of the call recorded for that many rows.
+    pub fn best(&mut self, model: &Transformer, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<u32>> {
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        return self.recorder.best(model, tokens, cache);
+        #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+        {
+            let _ = (model, tokens, cache);
+            match self.recorder {}
+        }
+    }
+
     /// The last of `tokens` (at most `model::RECORDED_ROWS_MAX` on a GPU), which are forwarded
     /// after what `cache` holds: its logits and final hidden state (a draft step's), from a
     /// replay of the call recorded for that many rows.

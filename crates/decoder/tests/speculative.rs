@@ -103,6 +103,79 @@ fn greedy_output_equals_target_greedy_for_every_policy() {
     assert!(rounds_seen.0 && rounds_seen.1 && rounds_seen.2, "round kinds seen: {rounds_seen:?}");
 }
 
+/// Greedy verification from the target's rows: a verifier that does not declare
+/// `decides_by_argmax`, so the scheduler reads every row, as it does when something else reads
+/// the scores.
+struct FromRows;
+
+impl Verifier for FromRows {
+    fn decide(&mut self, c: &Candidate, logits: &[f32], s: &SamplingConfig, rng: &mut StdRng) -> Verdict {
+        ExactMatch.decide(c, logits, s, rng)
+    }
+
+    fn decides_siblings(&self) -> bool {
+        true
+    }
+
+    fn decide_among(
+        &mut self,
+        children: &[&Candidate],
+        logits: &[f32],
+        s: &SamplingConfig,
+        rng: &mut StdRng,
+    ) -> Choice {
+        ExactMatch.decide_among(children, logits, s, rng)
+    }
+}
+
+/// A greedy verification decided from each row's argmax alone (the target's calls return
+/// token ids; on a GPU the argmax runs there) commits what the same verification decided from
+/// the rows commits, round by round: chains from three drafts (rejections at every depth, all
+/// accepted) and suffix trees that branch, on prompts whose greedy output varies.
+#[test]
+fn greedy_rounds_decided_from_argmaxes_commit_what_the_rows_decide() {
+    let drafts = ThreeDrafts::new();
+    let t = &drafts.target.model;
+    let cfg = SpecConfig { max_new_tokens: 12, sampling: SamplingConfig::greedy(), seed: 0 };
+    let (mut varied, mut branched) = (0, 0);
+    for p in 0..6u32 {
+        let prompt = tokens(4 + p as usize, 30 + p);
+        for (name, draft) in drafts.named() {
+            let run = |v: &mut dyn Verifier| {
+                generate_speculative(t, &mut PlainDrafter::new(draft), &mut FixedK(4), v, &prompt, &cfg, &[]).unwrap()
+            };
+            let (rows, best) = (run(&mut FromRows), run(&mut RejectionSampler));
+            assert_eq!(
+                (&best.tokens, &best.metrics.accepted_per_round),
+                (&rows.tokens, &rows.metrics.accepted_per_round),
+                "{name}, prompt {p}"
+            );
+            let mut distinct = best.tokens.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            varied += usize::from(distinct.len() >= 3);
+        }
+        // A prompt that repeats itself, so that suffix trees match and branch.
+        let repeated: Vec<u32> = prompt.iter().chain(&prompt).chain(&prompt[..2]).copied().collect();
+        let suffix = || {
+            SuffixDrafter::new(SuffixParams { alpha: 4.0, min_token_prob: 0.0, max_nodes: 12, ..Default::default() })
+                .unwrap()
+        };
+        let run = |v: &mut dyn Verifier| {
+            generate_speculative(t, &mut suffix(), &mut FixedK(8), v, &repeated, &cfg, &[]).unwrap()
+        };
+        let (rows, best) = (run(&mut FromRows), run(&mut ExactMatch));
+        assert_eq!(
+            (&best.tokens, &best.metrics.accepted_per_round, &best.metrics.drafted_per_round),
+            (&rows.tokens, &rows.metrics.accepted_per_round, &rows.metrics.drafted_per_round),
+            "suffix trees, prompt {p}"
+        );
+        branched += usize::from(best.metrics.drafted_per_round.iter().any(|&d| d > 1));
+    }
+    assert!(varied >= 6, "only {varied} runs with a varied greedy output");
+    assert!(branched > 0, "no suffix tree drafted more than one node");
+}
+
 #[test]
 fn budget_and_eos_inside_the_candidates_are_respected() {
     let (_d, t, _) = pair(VOCAB, 1, 1);

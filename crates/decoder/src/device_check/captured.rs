@@ -48,6 +48,8 @@ fn decode(model: &Transformer, captured: Option<&mut CapturedDecode>) -> Result<
 enum Calls {
     /// Verifications: every row's logits.
     Verify,
+    /// Greedy verifications: every row's argmax, computed on the device.
+    Best,
     /// Draft steps (a round's first takes what the draft's cache lacks): the last row's
     /// logits and hidden state.
     Draft,
@@ -56,7 +58,7 @@ enum Calls {
 impl Calls {
     fn rows(self) -> &'static [usize] {
         match self {
-            Calls::Verify => &[5, 3, 1, 6, 16, 2, 4],
+            Calls::Verify | Calls::Best => &[5, 3, 1, 6, 16, 2, 4],
             Calls::Draft => &[2, 1, 1, 1, 3, 1],
         }
     }
@@ -80,6 +82,10 @@ fn calls(
         values.extend(match (kind, captured.as_deref_mut()) {
             (Calls::Verify, Some(c)) => c.scores(model, &input, &mut cache)?,
             (Calls::Verify, None) => model.forward_scores(&input, &mut cache, rows, None)?.expect("no cancel flag"),
+            (Calls::Best, Some(c)) => vec![c.best(model, &input, &mut cache)?.into_iter().map(|t| t as f32).collect()],
+            (Calls::Best, None) => {
+                vec![model.forward_best(&input, &mut cache, rows)?.into_iter().map(|t| t as f32).collect()]
+            }
             (Calls::Draft, Some(c)) => {
                 let (logits, hidden) = c.last(model, &input, &mut cache)?;
                 vec![logits, hidden]
@@ -179,7 +185,11 @@ pub(super) fn captured_decode(device: &Device, dir: &Path) -> Result<Check> {
     let kept = (refused.recordings, replays() - before);
     ensure!(refused.refused().is_some() && kept == (0, 0), "a refused recording was kept or replayed: {kept:?}");
     let mut recorded_calls = Vec::new();
-    for (kind, what) in [(Calls::Verify, "verification calls"), (Calls::Draft, "draft steps")] {
+    for (kind, what) in [
+        (Calls::Verify, "verification calls"),
+        (Calls::Best, "greedy verification calls"),
+        (Calls::Draft, "draft steps"),
+    ] {
         let (plain, plain_cache) = calls(&model, kind, None)?;
         let mut captured = CapturedDecode::new();
         let (replayed, replayed_cache) = calls(&model, kind, Some(&mut captured))?;
@@ -197,8 +207,8 @@ pub(super) fn captured_decode(device: &Device, dir: &Path) -> Result<Check> {
     let (broken, broken_cache) = decode(&model, Some(&mut recorder(|c| c.stale_inputs = true)))?;
     let caught = broken != plain || !same_cache(&plain_cache, &broken_cache, layers);
     ensure!(caught, "replays without their inputs rewritten gave the plain forward's results: the check cannot fail");
-    let [(verified, verify_recordings), (drafted, draft_recordings)] = recorded_calls[..] else {
-        unreachable!("two kinds of call")
+    let [(verified, verify_recordings), (_, best_recordings), (drafted, draft_recordings)] = recorded_calls[..] else {
+        unreachable!("three kinds of call")
     };
     Ok(Check {
         name: "captured_decode".into(),
@@ -213,7 +223,8 @@ pub(super) fn captured_decode(device: &Device, dir: &Path) -> Result<Check> {
              was cloned from, rolled back, replays over them (replays into the shared storage caught); \
              where recording is refused, steps, verifications and draft steps forward plainly to the same \
              values; verification calls of 1 to 16 rows ({verified} rows of logits, {verify_recordings} \
-             recordings) and draft steps of 1 to 3 rows ({} last rows, {draft_recordings} recordings), rejected rows cut between them, give the plain forward's values and \
+             recordings), the same calls' greedy tokens picked on the device ({best_recordings} recordings) \
+             and draft steps of 1 to 3 rows ({} last rows, {draft_recordings} recordings), rejected rows cut between them, give the plain forward's values and \
              cache bit for bit; greedy speculative decoding with a Q8_0 draft on the device (3 candidates a \
              round, {spec_replays} replayed draft steps and verifications) gives the target's greedy tokens; \
              replays without their tokens, positions and length rewritten caught, for each kind of call",

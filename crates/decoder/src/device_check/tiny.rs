@@ -202,19 +202,25 @@ pub(super) fn speculative_fixed_k(device: &Device, dir: &Path) -> Result<Check> 
         let cfg = SpecConfig { max_new_tokens: 12, sampling: SamplingConfig::greedy(), seed: 0 };
         let ar_cpu = generate_autoregressive(&tc.model, &prompt, &cfg, &eos)?;
         let ar_dev = generate_autoregressive(&td.model, &prompt, &cfg, &eos)?;
-        let run = |target: &Transformer, draft: &Transformer| {
-            generate_speculative(
-                target,
-                &mut PlainDrafter::new(draft),
-                &mut FixedK(3),
-                &mut RejectionSampler,
-                &prompt,
-                &cfg,
-                &eos,
-            )
+        let run = |target: &Transformer, draft: &Transformer, verifier: &mut dyn Verifier| {
+            generate_speculative(target, &mut PlainDrafter::new(draft), &mut FixedK(3), verifier, &prompt, &cfg, &eos)
         };
-        let cpu = run(&tc.model, &close.model)?;
-        let dev = run(&td.model, &dd.model)?;
+        let cpu = run(&tc.model, &close.model, &mut RejectionSampler)?;
+        // Greedy under RejectionSampler is decided on the device: no target row comes back.
+        let rows_before = target_rows_read();
+        let dev = run(&td.model, &dd.model, &mut RejectionSampler)?;
+        let rows_read = target_rows_read() - rows_before;
+        if rows_read != 0 {
+            bad.push(format!("prompt {p}: a greedy run decided on the device read {rows_read} target rows"));
+        }
+        let from_rows = run(&td.model, &dd.model, &mut FromRows)?;
+        if (&from_rows.tokens, &from_rows.metrics.accepted_per_round) != (&dev.tokens, &dev.metrics.accepted_per_round)
+        {
+            bad.push(format!(
+                "prompt {p}: decided from the rows {:?} {:?} vs on the device {:?} {:?}",
+                from_rows.tokens, from_rows.metrics.accepted_per_round, dev.tokens, dev.metrics.accepted_per_round
+            ));
+        }
         if ar_dev.tokens != ar_cpu.tokens {
             bad.push(format!("prompt {p}: greedy AR on the device {:?} vs the CPU {:?}", ar_dev.tokens, ar_cpu.tokens));
         }
@@ -236,10 +242,21 @@ pub(super) fn speculative_fixed_k(device: &Device, dir: &Path) -> Result<Check> 
         "speculative_fixed_k",
         bad,
         &format!(
-            "4 prompts, 12 tokens, K=3, greedy: {} rounds with a rejection, {} fully accepted",
+            "4 prompts, 12 tokens, K=3, greedy: {} rounds with a rejection, {} fully accepted; decided on the device (no target rows read) as from the rows",
             rounds.0, rounds.1
         ),
     ))
+}
+
+/// Greedy verification that reads the target's rows (a verifier that does not declare
+/// [`Verifier::decides_by_argmax`]): the path a verification takes when something reads the
+/// scores, against which the device's decisions are compared.
+struct FromRows;
+
+impl Verifier for FromRows {
+    fn decide(&mut self, c: &Candidate, logits: &[f32], s: &SamplingConfig, rng: &mut rand::rngs::StdRng) -> Verdict {
+        RejectionSampler.decide(c, logits, s, rng)
+    }
 }
 
 /// The acceptance head's probabilities on the device against the CPU's (seeded heads of depth

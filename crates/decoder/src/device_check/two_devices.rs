@@ -160,7 +160,14 @@ fn dsi(a: &Device, b: &Device, dir: &Path, bad: &mut Vec<String>) -> Result<(f32
         &rows(&tb.model.forward(&probe, &mut tb.model.new_cache(1))?),
     )?;
     let draft = noisy_draft(dir, TINY_VOCAB, 1, 0.3)?;
+    let replays_before = replays_so_far();
     let stats = dsi_against_greedy(&[&ta.model, &tb.model], &draft.model, 24, 2, bad)?;
+    // Each worker's target is in GGUF blocks on one device: its verifications replay recorded
+    // calls where the runtime records them.
+    let replayed = replays_so_far() - replays_before;
+    if ta.model.can_capture() && replayed == 0 {
+        bad.push("DSI's verifications replayed no recorded call".into());
+    }
     if stats.worker_busy_s.len() != 2 || stats.worker_busy_s.iter().any(|&s| s <= 0.0) {
         bad.push(format!("a DSI worker never verified ({} tasks; busy {:?} s)", stats.tasks, stats.worker_busy_s));
     }
@@ -168,8 +175,16 @@ fn dsi(a: &Device, b: &Device, dir: &Path, bad: &mut Vec<String>) -> Result<(f32
         bad.push(format!("the DSI workers never verified at the same time ({} tasks)", stats.tasks));
     }
     let detail = format!(
-        "DSI with a target on each device ({} tasks, busy {:.3} s / {:.3} s, both at once {:.3} s)",
+        "DSI with a target on each device ({} tasks, {replayed} recorded calls replayed, busy {:.3} s / {:.3} s, both at once {:.3} s)",
         stats.tasks, stats.worker_busy_s[0], stats.worker_busy_s[1], stats.concurrent_s
     );
     Ok((worst, detail))
+}
+
+/// Recorded calls replayed so far in this process (none in a build without GPU kernels).
+fn replays_so_far() -> u64 {
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    return crate::model::replays();
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    0
 }

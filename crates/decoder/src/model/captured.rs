@@ -40,7 +40,7 @@ pub fn replays() -> u64 {
     REPLAYS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// What a call leaves for its caller: the greedy token of one row, every row's logits, or the
+/// What a call leaves for its caller: every row's greedy token, every row's logits, or the
 /// last row's logits and hidden state.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Output {
@@ -69,7 +69,7 @@ struct Inputs {
 
 /// A call's results on the device.
 enum Outputs {
-    /// The argmax of the one row's logits (value, column).
+    /// The argmax of every row's logits (value, column).
     Picked(Tensor<1>),
     /// `[1, rows, vocab]`.
     Logits(Tensor<3>),
@@ -79,7 +79,7 @@ enum Outputs {
 
 /// What a call's results read back to the host.
 enum Read {
-    Token(u32),
+    Tokens(Vec<u32>),
     Scores(Vec<Vec<f32>>),
     Last(Vec<f32>, Vec<f32>),
 }
@@ -87,7 +87,7 @@ enum Read {
 impl Outputs {
     fn read(&self) -> Read {
         match self {
-            Outputs::Picked(p) => Read::Token(crate::cube::read_picks(p.clone(), 1)[0][0].0),
+            Outputs::Picked(p) => Read::Tokens(crate::cube::read_picks(p.clone(), 1).iter().map(|r| r[0].0).collect()),
             Outputs::Logits(l) => Read::Scores(tail_rows(l, l.dims()[1])),
             Outputs::Last(l, h) => Read::Last(tail_rows(l, 1).remove(0), tail_rows(h, 1).remove(0)),
         }
@@ -136,7 +136,7 @@ impl Transformer {
             .run_layers(x, cache, &tables, rows, None, None, &self.sequential, 1, None)?
             .expect("no cancel flag, never cancelled");
         Ok(match output {
-            Output::Greedy => Outputs::Picked(crate::cube::launch_top_k(&self.logits(hidden), 1, 1)),
+            Output::Greedy => Outputs::Picked(crate::cube::launch_top_k(&self.logits(hidden), rows, 1)),
             Output::Scores => Outputs::Logits(self.logits(hidden)),
             Output::Last => {
                 let last = hidden.slice([0..1, rows - 1..rows, 0..self.cfg.hidden_size]);
@@ -206,9 +206,17 @@ impl CapturedDecode {
     /// the greedy token after it: what `generate::greedy_token` of `model.forward(&[token],
     /// cache)` returns, from a replay of a recorded step.
     pub fn next(&mut self, model: &Transformer, token: u32, cache: &mut KvCache) -> Result<u32> {
-        match self.call(model, &[token], cache, Output::Greedy)? {
-            Read::Token(t) => Ok(t),
-            _ => unreachable!("a greedy step reads its token"),
+        Ok(self.best(model, &[token], cache)?[0])
+    }
+
+    /// Forwards `tokens` (1 to [`RECORDED_ROWS_MAX`]) after what `cache` holds and returns the
+    /// greedy token after each: the argmax of each row of `model.forward_scores(tokens, cache,
+    /// tokens.len(), None)`, computed on the device (token ids come back, not rows), from a
+    /// replay of the call recorded for that many rows.
+    pub fn best(&mut self, model: &Transformer, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<u32>> {
+        match self.call(model, tokens, cache, Output::Greedy)? {
+            Read::Tokens(t) => Ok(t),
+            _ => unreachable!("a greedy call reads its tokens"),
         }
     }
 
@@ -299,7 +307,7 @@ fn plain(model: &Transformer, tokens: &[u32], cache: &mut KvCache, output: Outpu
     }
     let out = model.forward(tokens, cache)?;
     Ok(match output {
-        Output::Greedy => Read::Token(out.device_argmax(1).expect("a model that records is on a GPU")[0]),
+        Output::Greedy => Read::Tokens(out.device_argmax(tokens.len()).expect("a model that records is on a GPU")),
         _ => {
             let (logits, hidden) = out.last_position();
             Read::Last(logits, hidden)

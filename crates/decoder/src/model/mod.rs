@@ -18,6 +18,7 @@ use std::sync::Arc;
 mod captured;
 mod fuzzy;
 mod gpu_blocks;
+mod greedy;
 mod layers;
 mod linear;
 mod load;

@@ -39,6 +39,7 @@ mod policy;
 pub mod round;
 pub mod scheduler;
 pub(crate) mod scorer;
+pub use scorer::target_rows_read;
 mod suffix;
 mod tree;
 mod verifier;

@@ -6,7 +6,7 @@ use super::candidate::Candidate;
 use super::metrics::RequestMetrics;
 use super::policy::StopPolicy;
 use super::tree::DraftTree;
-use super::verifier::{Choice, Verdict, Verifier};
+use super::verifier::{Choice, Verdict, Verifier, child_with};
 use crate::coupling::{Draws, coupled_stream, position_token};
 use crate::sampling::{SamplingConfig, stream_seed};
 use rand::SeedableRng;
@@ -236,6 +236,24 @@ impl<'a> Committed<'a> {
         tree: &DraftTree,
         rows: &[R],
     ) -> (Decided, Vec<usize>) {
+        let sampling = self.sampling;
+        self.walk_tree(tree, |proposals, row, rng| verifier.decide_among(proposals, rows[row].as_ref(), sampling, rng))
+    }
+
+    /// [`Self::decide_tree`] for a verifier that decides by argmax
+    /// ([`Verifier::decides_by_argmax`]), from `best`, the argmax of each row in the same
+    /// order: the same walk and the same tokens, without the rows.
+    pub fn decide_tree_best(&mut self, tree: &DraftTree, best: &[u32]) -> (Decided, Vec<usize>) {
+        self.walk_tree(tree, |proposals, row, _| child_with(proposals, best[row]))
+    }
+
+    /// The walk of [`Self::decide_tree`], each node's children decided by `choose(children,
+    /// row, stream)`, where `row` indexes the scores after the current node.
+    fn walk_tree(
+        &mut self,
+        tree: &DraftTree,
+        mut choose: impl FnMut(&[&Candidate], usize, &mut StdRng) -> Choice,
+    ) -> (Decided, Vec<usize>) {
         let mut path = Vec::new();
         let mut node = None;
         while !self.finished {
@@ -245,8 +263,7 @@ impl<'a> Committed<'a> {
             }
             let proposals: Vec<&Candidate> = children.iter().map(|&i| &tree.node(i).candidate).collect();
             let mut rng = self.streams.verify(self.seq.len());
-            let row = rows[node.map_or(0, |n| n + 1)].as_ref();
-            match verifier.decide_among(&proposals, row, self.sampling, &mut rng) {
+            match choose(&proposals, node.map_or(0, |n| n + 1), &mut rng) {
                 Choice::Accept(j) => {
                     self.push(proposals[j].token);
                     path.push(children[j]);

@@ -11,7 +11,18 @@ use crate::cache::KvCache;
 use crate::generate::RecordedSteps;
 use crate::model::Transformer;
 use anyhow::{Result, ensure};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Target logit rows read back to the host by every scorer of this process
+/// ([`target_rows_read`]).
+static ROWS_READ: AtomicU64 = AtomicU64::new(0);
+
+/// Target logit rows the verifications of this process have read back to the host: none for
+/// a verification decided on the device ([`TargetScorer::score_best`]). A count for tests and
+/// profiles, which read it before and after a generation on one thread.
+pub fn target_rows_read() -> u64 {
+    ROWS_READ.load(Ordering::Relaxed)
+}
 
 pub(crate) struct TargetScorer<'m> {
     target: &'m Transformer,
@@ -46,20 +57,21 @@ impl<'m> TargetScorer<'m> {
     /// after position `len - rows + i - 1`): the cache keeps its longest common prefix with
     /// `tokens`, cut back so that the forward covers at least the `rows` positions, and the rest
     /// is forwarded. `None` if `cancel` was set during the forward (the cache then holds the
-    /// kept prefix only). A forward of just the `rows` positions with no cancel flag and no tap
-    /// is a recorded call's replay where the target records them.
+    /// kept prefix only). A forward of just the `rows` positions with no tap is a recorded
+    /// call's replay where the target records them. A replay cannot stop between layers: a
+    /// cancel set before it starts returns `None`, one set during it is too late, and the
+    /// caller gets the scores (DSI then counts them stale, as a preempted task's).
     pub fn score(&mut self, tokens: &[u32], rows: usize, cancel: Option<&AtomicBool>) -> Result<Option<Vec<Vec<f32>>>> {
-        ensure!((1..=tokens.len()).contains(&rows), "scores of {rows} rows of {} tokens", tokens.len());
-        let keep = common_prefix_len(&self.fed, tokens).min(tokens.len() - rows);
-        self.cache.truncate(keep);
-        self.fed.truncate(keep);
-        if let Some(recorded) = self
-            .recorded
-            .as_mut()
-            .filter(|r| tokens.len() - keep == rows && rows <= r.max_rows() && cancel.is_none() && self.tap.is_none())
+        let keep = self.keep_for(tokens, rows)?;
+        if let Some(recorded) =
+            self.recorded.as_mut().filter(|r| tokens.len() - keep == rows && rows <= r.max_rows() && self.tap.is_none())
         {
+            if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+                return Ok(None);
+            }
             let scores = recorded.scores(self.target, &tokens[keep..], &mut self.cache)?;
             self.fed.extend_from_slice(&tokens[keep..]);
+            ROWS_READ.fetch_add(rows as u64, Ordering::Relaxed);
             return Ok(Some(scores));
         }
         let Some((scores, states)) =
@@ -68,6 +80,7 @@ impl<'m> TargetScorer<'m> {
             return Ok(None);
         };
         self.fed.extend_from_slice(&tokens[keep..]);
+        ROWS_READ.fetch_add(rows as u64, Ordering::Relaxed);
         if let Some((tap, hashes)) = &mut self.tap {
             hashes.truncate(keep);
             let new = prefix_hashes(&tokens[keep..], hashes.last().copied().unwrap_or(0));
@@ -77,11 +90,51 @@ impl<'m> TargetScorer<'m> {
         Ok(Some(scores))
     }
 
+    /// Cuts the cache back to its longest common prefix with `tokens`, leaving at least the
+    /// last `rows` positions to forward; the kept length.
+    fn keep_for(&mut self, tokens: &[u32], rows: usize) -> Result<usize> {
+        ensure!((1..=tokens.len()).contains(&rows), "scores of {rows} rows of {} tokens", tokens.len());
+        let keep = common_prefix_len(&self.fed, tokens).min(tokens.len() - rows);
+        self.cache.truncate(keep);
+        self.fed.truncate(keep);
+        Ok(keep)
+    }
+
+    /// The target's greedy token after each of the last `rows` positions of `tokens`: the
+    /// argmax of each row [`Self::score`] would return, computed where the logits are (on a
+    /// GPU, token ids come back instead of rows); a recorded call's replay where the target
+    /// records them. For a verification decided by argmax alone, with no feature tap.
+    pub fn score_best(&mut self, tokens: &[u32], rows: usize) -> Result<Vec<u32>> {
+        ensure!(self.tap.is_none(), "a feature tap reads hidden states: score the rows instead");
+        let keep = self.keep_for(tokens, rows)?;
+        let best = match self.recorded.as_mut().filter(|r| tokens.len() - keep == rows && rows <= r.max_rows()) {
+            Some(recorded) => recorded.best(self.target, &tokens[keep..], &mut self.cache)?,
+            None => self.target.forward_best(&tokens[keep..], &mut self.cache, rows)?,
+        };
+        self.fed.extend_from_slice(&tokens[keep..]);
+        Ok(best)
+    }
+
     /// The target's scores after `committed` and after each node of `tree` (row 0, then row
     /// i + 1 for node i), from one tree call rooted at the last committed token (after a
     /// forward of any other committed tokens the cache lacks). The cache then holds every
     /// node; [`Self::keep_path`] keeps the accepted ones.
     pub fn score_tree(&mut self, committed: &[u32], tree: &DraftTree) -> Result<Vec<Vec<f32>>> {
+        let (out, rows) = self.tree_call(committed, tree)?;
+        ROWS_READ.fetch_add(rows as u64, Ordering::Relaxed);
+        Ok(out.logits_tail(rows))
+    }
+
+    /// The target's greedy token after `committed` and after each node of `tree`, in
+    /// [`Self::score_tree`]'s order: the argmax of each of its rows, computed where the logits
+    /// are.
+    pub fn score_tree_best(&mut self, committed: &[u32], tree: &DraftTree) -> Result<Vec<u32>> {
+        let (out, rows) = self.tree_call(committed, tree)?;
+        Ok(out.best_tokens(rows))
+    }
+
+    /// [`Self::score_tree`]'s forward: its output and its row count.
+    fn tree_call(&mut self, committed: &[u32], tree: &DraftTree) -> Result<(crate::model::ForwardOutput, usize)> {
         ensure!(
             !committed.is_empty() && self.tap.is_none(),
             "a tree verification needs a committed token and no feature tap"
@@ -97,7 +150,7 @@ impl<'m> TargetScorer<'m> {
         let out = self.target.forward_tree(&tokens, &tree.verification_mask(), &mut self.cache)?;
         self.fed.extend_from_slice(&committed[keep..]);
         self.fed.extend(tree.tokens());
-        Ok(out.logits_tail(tokens.len()))
+        Ok((out, tokens.len()))
     }
 
     /// After [`Self::score_tree`] after `committed`: keeps the cache of the nodes `path`

@@ -53,6 +53,14 @@ pub trait Verifier {
         Draws::Independent
     }
 
+    /// Whether, under `sampling`, every decision is the target's greedy token: accept the
+    /// child that is the row's argmax, else replace by it ([`child_with`] of the argmax). A
+    /// scheduler may then decide from the rows' argmaxes alone, computed on the device.
+    fn decides_by_argmax(&self, sampling: &SamplingConfig) -> bool {
+        let _ = sampling;
+        false
+    }
+
     /// Whether [`Verifier::decide_among`] can decide between siblings (a token tree's
     /// branches); a verifier of chains decides one candidate per position.
     fn decides_siblings(&self) -> bool {
@@ -76,7 +84,7 @@ pub trait Verifier {
 
 /// The child of `children` whose token is `token`, else `token` itself as the replacement:
 /// how a verifier that knows the position's token (greedy, coupled draws) decides a tree node.
-fn child_with(children: &[&Candidate], token: u32) -> Choice {
+pub(crate) fn child_with(children: &[&Candidate], token: u32) -> Choice {
     children.iter().position(|c| c.token == token).map_or(Choice::Reject(token), Choice::Accept)
 }
 
@@ -85,6 +93,10 @@ fn child_with(children: &[&Candidate], token: u32) -> Choice {
 pub struct ExactMatch;
 
 impl Verifier for ExactMatch {
+    fn decides_by_argmax(&self, _: &SamplingConfig) -> bool {
+        true
+    }
+
     fn decide(&mut self, candidate: &Candidate, target_logits: &[f32], _: &SamplingConfig, _: &mut StdRng) -> Verdict {
         let best = argmax(target_logits);
         if candidate.token == best { Verdict::Accept } else { Verdict::Reject(best) }
@@ -145,6 +157,10 @@ fn renormalized(mut r: Vec<f32>, p: &[f32]) -> Vec<f32> {
 pub struct RejectionSampler;
 
 impl Verifier for RejectionSampler {
+    fn decides_by_argmax(&self, sampling: &SamplingConfig) -> bool {
+        sampling.is_greedy()
+    }
+
     fn decide(&mut self, c: &Candidate, target_logits: &[f32], sampling: &SamplingConfig, rng: &mut StdRng) -> Verdict {
         if sampling.is_greedy() {
             return ExactMatch.decide(c, target_logits, sampling, rng);
@@ -209,6 +225,10 @@ impl Verifier for RejectionSampler {
 pub struct CoupledSampler;
 
 impl Verifier for CoupledSampler {
+    fn decides_by_argmax(&self, sampling: &SamplingConfig) -> bool {
+        sampling.is_greedy()
+    }
+
     fn decide(&mut self, c: &Candidate, target_logits: &[f32], sampling: &SamplingConfig, rng: &mut StdRng) -> Verdict {
         if sampling.is_greedy() {
             return ExactMatch.decide(c, target_logits, sampling, rng);

@@ -29,15 +29,31 @@ pub fn generate_speculative(
     let t0 = Instant::now();
     let mut m = RequestMetrics::default();
     let mut c = Committed::new(prompt, cfg, eos, &*verifier);
-    let mut scorer = TargetScorer::new(target).with_tap(drafter.feature_tap());
+    let tap = drafter.feature_tap();
+    // Where every decision is the target's greedy token and nothing else reads the target's
+    // scores, the calls return each row's argmax (computed on a GPU), not the rows.
+    let best_only = verifier.decides_by_argmax(&cfg.sampling) && !policy.reads_target() && tap.is_none();
+    let mut scorer = TargetScorer::new(target).with_tap(tap);
     policy.begin_request();
-    // The target's scores at the next position, when known without a verification.
-    let mut known = if c.finished { None } else { Some(score(&mut scorer, &c.seq, 1, &mut m)?.remove(0)) };
+    // The target's scores (or greedy token) at the next position, when known without a
+    // verification.
+    let mut known = match (c.finished, best_only) {
+        (true, _) => None,
+        (false, true) => Some(Known::Best(target_call(&mut m, || scorer.score_best(&c.seq, 1))?[0])),
+        (false, false) => Some(Known::Row(score(&mut scorer, &c.seq, 1, &mut m)?.remove(0))),
+    };
     while !c.finished {
-        if let Some(p) = known.take() {
-            decide_known(drafter, verifier, &mut c, &p, &mut m)?;
-            observe_target(policy, &p, &c.seq);
-            continue;
+        match known.take() {
+            Some(Known::Row(p)) => {
+                decide_known(drafter, verifier, &mut c, &p, &mut m)?;
+                observe_target(policy, &p, &c.seq);
+                continue;
+            }
+            Some(Known::Best(token)) => {
+                c.push(token);
+                continue;
+            }
+            None => {}
         }
         let round_start = Instant::now();
         let max = c.remaining().min(policy.max_candidates());
@@ -48,31 +64,44 @@ pub fn generate_speculative(
         // One target forward over the committed tokens its cache lacks plus the candidates
         // (none when the policy dropped the first: a plain target step); a tree's in one tree
         // call, of which the cache keeps the accepted path.
-        let (mut rows, (decided, path)) = if tree.is_chain() {
-            let mut input = c.seq.clone();
-            input.extend(tree.tokens());
-            let rows = score(&mut scorer, &input, k + 1, &mut m)?;
-            let decided = c.decide_tree(verifier, &tree, &rows);
-            (rows, decided)
-        } else {
-            ensure!(verifier.decides_siblings(), "the drafter proposed a tree; this verifier decides chains only");
-            let rows = target_call(&mut m, || scorer.score_tree(&c.seq, &tree))?;
-            let decided = c.decide_tree(verifier, &tree, &rows);
-            scorer.keep_path(base, &tree, &decided.1);
-            (rows, decided)
+        ensure!(
+            tree.is_chain() || verifier.decides_siblings(),
+            "the drafter proposed a tree; this verifier decides chains only"
+        );
+        let mut scores = match (tree.is_chain(), best_only) {
+            (true, best) => {
+                let mut input = c.seq.clone();
+                input.extend(tree.tokens());
+                match best {
+                    true => Scores::Best(target_call(&mut m, || scorer.score_best(&input, k + 1))?),
+                    false => Scores::Rows(score(&mut scorer, &input, k + 1, &mut m)?),
+                }
+            }
+            (false, true) => Scores::Best(target_call(&mut m, || scorer.score_tree_best(&c.seq, &tree))?),
+            (false, false) => Scores::Rows(target_call(&mut m, || scorer.score_tree(&c.seq, &tree))?),
         };
+        let (decided, path) = match &scores {
+            Scores::Rows(rows) => c.decide_tree(verifier, &tree, rows),
+            Scores::Best(best) => c.decide_tree_best(&tree, best),
+        };
+        if !tree.is_chain() {
+            scorer.keep_path(base, &tree, &path);
+        }
         m.n_drafted += k;
         m.record_round(k, decided);
         // The scores after the last accepted node: where the correction was drawn, or the
         // bonus position's.
         let last = path.last().map_or(0, |n| n + 1);
-        if decided.corrected {
+        if let (true, Scores::Rows(rows)) = (decided.corrected, &scores) {
             observe_target(policy, &rows[last], &c.seq);
         }
         // The drafter keeps the positions of committed tokens only.
         drafter.rollback(base + decided.accepted);
         if !decided.corrected && !c.finished {
-            known = Some(rows.swap_remove(last));
+            known = Some(match &mut scores {
+                Scores::Rows(rows) => Known::Row(rows.swap_remove(last)),
+                Scores::Best(best) => Known::Best(best[last]),
+            });
         }
         // Committed by the round: the accepted candidates and the correction, or the bonus
         // decided next from `known`.
@@ -88,6 +117,19 @@ pub fn generate_speculative(
     m.n_generated = c.generated();
     m.total_time = t0.elapsed();
     Ok(Generation { tokens: c.tokens().to_vec(), metrics: m })
+}
+
+/// What a verification call read back: every row's scores, or only each row's greedy token
+/// (where every decision is the argmax and nothing else reads the scores).
+enum Scores {
+    Rows(Vec<Vec<f32>>),
+    Best(Vec<u32>),
+}
+
+/// The next position's target scores, or its greedy token, known without a verification.
+enum Known {
+    Row(Vec<f32>),
+    Best(u32),
 }
 
 /// Tells a rule that reads them the statistics of the target's scores `row` that gave the
