@@ -68,17 +68,18 @@ pub fn generate_speculative(
             tree.is_chain() || verifier.decides_siblings(),
             "the drafter proposed a tree; this verifier decides chains only"
         );
-        let mut scores = match (tree.is_chain(), best_only) {
-            (true, best) => {
-                let mut input = c.seq.clone();
-                input.extend(tree.tokens());
-                match best {
-                    true => Scores::Best(target_call(&mut m, || scorer.score_best(&input, k + 1))?),
-                    false => Scores::Rows(score(&mut scorer, &input, k + 1, &mut m)?),
-                }
+        let mut scores = if tree.is_chain() {
+            let mut input = c.seq.clone();
+            input.extend(tree.tokens());
+            if best_only {
+                Scores::Best(target_call(&mut m, || scorer.score_best(&input, k + 1))?)
+            } else {
+                Scores::Rows(score(&mut scorer, &input, k + 1, &mut m)?)
             }
-            (false, true) => Scores::Best(target_call(&mut m, || scorer.score_tree_best(&c.seq, &tree))?),
-            (false, false) => Scores::Rows(target_call(&mut m, || scorer.score_tree(&c.seq, &tree))?),
+        } else if best_only {
+            Scores::Best(target_call(&mut m, || scorer.score_tree_best(&c.seq, &tree))?)
+        } else {
+            Scores::Rows(target_call(&mut m, || scorer.score_tree(&c.seq, &tree))?)
         };
         let (decided, path) = match &scores {
             Scores::Rows(rows) => c.decide_tree(verifier, &tree, rows),
