@@ -371,23 +371,9 @@ pub(super) fn easyspec_placed(device: &Device, dir: &Path, tol: f32) -> Result<C
         other => bad.push(format!("a ragged forward of a placed model should be refused, got {:?}", other.map(|_| ()))),
     }
     for lp in [1, 2, 4] {
-        let groups = crate::layer_groups::LayerGroups::preset(lp, 5)?;
-        let (mut a, mut b) = (one.model.new_cache(1), placed.new_cache(1));
-        for (step, chunk) in [tokens(7, 1), vec![5], tokens(3, 2), vec![9]].into_iter().enumerate() {
-            let (x, y) = if step % 2 == 0 {
-                (one.model.forward(&chunk, &mut a)?, placed.forward(&chunk, &mut b)?)
-            } else {
-                (
-                    one.model.forward_fuzzy(&chunk, &mut a, &groups, 1)?,
-                    placed.forward_fuzzy(&chunk, &mut b, &groups, 1)?,
-                )
-            };
-            worst = nan_max(worst, rows_diff(&rows(&x), &rows(&y))?);
-            if step == 2 {
-                a.truncate(a.len() - 1);
-                b.truncate(b.len() - 1);
-            }
-        }
+        let calls = placed_calls(&one.model, &placed, lp)?;
+        worst = nan_max(worst, calls.worst);
+        let (a, b) = (&calls.one, &calls.placed);
         if a.layer_precise_lens() != b.layer_precise_lens() {
             bad.push(format!(
                 "layer-parallel {lp}: exact watermarks {:?} vs {:?}",
@@ -428,6 +414,40 @@ pub(super) fn easyspec_placed(device: &Device, dir: &Path, tol: f32) -> Result<C
         "5-layer draft, attentions alternating CPU/device, layer-parallel 1/2/4, exact and fuzzy forwards with a rollback; greedy EasySpec = greedy",
         bad,
     ))
+}
+
+/// What [`placed_calls`] saw: the worst logit difference, each call's (rows, exact) and the
+/// tensors the placed model moved for it, and both caches after the calls.
+pub(super) struct PlacedCalls {
+    pub(super) worst: f32,
+    pub(super) moved: Vec<(usize, bool, crate::DeviceMoves)>,
+    pub(super) one: crate::cache::KvCache,
+    pub(super) placed: crate::cache::KvCache,
+}
+
+/// EasySpec's calls on `one` and on `placed` (the same draft with its attentions placed on
+/// other devices) under layer-parallel `lp`: a 7-token exact prefill, a fuzzy step, 3 exact
+/// tokens of which the last is rolled back, a fuzzy step.
+pub(super) fn placed_calls(one: &Transformer, placed: &Transformer, lp: usize) -> Result<PlacedCalls> {
+    let groups = crate::layer_groups::LayerGroups::preset(lp, one.config().num_hidden_layers)?;
+    let (mut a, mut b) = (one.new_cache(1), placed.new_cache(1));
+    let (mut worst, mut moved) = (0f32, Vec::new());
+    for (step, chunk) in [tokens(7, 1), vec![5], tokens(3, 2), vec![9]].into_iter().enumerate() {
+        let exact = step % 2 == 0;
+        let before = placed.device_moves();
+        let (x, y) = if exact {
+            (one.forward(&chunk, &mut a)?, placed.forward(&chunk, &mut b)?)
+        } else {
+            (one.forward_fuzzy(&chunk, &mut a, &groups, 1)?, placed.forward_fuzzy(&chunk, &mut b, &groups, 1)?)
+        };
+        moved.push((chunk.len(), exact, placed.device_moves() - before));
+        worst = nan_max(worst, rows_diff(&rows(&x), &rows(&y))?);
+        if step == 2 {
+            a.truncate(a.len() - 1);
+            b.truncate(b.len() - 1);
+        }
+    }
+    Ok(PlacedCalls { worst, moved, one: a, placed: b })
 }
 
 /// One model's layers split in two ranges over the CPU and the device (both orders: the

@@ -13,10 +13,9 @@
 //! products are specx's block kernels, whose summation order is fixed.
 
 use super::Check;
-use super::tiny::{dsi_against_greedy, noisy_draft, rows, rows_diff, tokens, write_tiny_gguf};
+use super::tiny::{dsi_against_greedy, noisy_draft, placed_calls, rows, rows_diff, tokens, write_tiny_gguf};
 use crate::compare::nan_max;
 use crate::gguf::GgmlType;
-use crate::layer_groups::LayerGroups;
 use crate::speculative::*;
 use crate::synthetic::{TINY_VOCAB, tiny_llama, tiny_qwen2};
 use crate::{Device, DeviceMoves, ModelConfig, SamplingConfig, WeightMode, load_model, load_model_split};
@@ -108,36 +107,18 @@ fn placed(a: &Device, b: &Device, dir: &Path, bad: &mut Vec<String>) -> Result<f
     ensure!(remote == 2, "layers 1 and 3 should sit on the second device; {remote} do");
     let mut worst = 0f32;
     for lp in [1, 2, 4] {
-        let groups = LayerGroups::preset(lp, 5)?;
-        let (mut x, mut y) = (one.model.new_cache(1), placed.new_cache(1));
-        for (step, chunk) in [tokens(7, 1), vec![5], tokens(3, 2), vec![9]].into_iter().enumerate() {
-            let before = placed.device_moves();
-            let (want, got) = if step % 2 == 0 {
-                (one.model.forward(&chunk, &mut x)?, placed.forward(&chunk, &mut y)?)
-            } else {
-                (
-                    one.model.forward_fuzzy(&chunk, &mut x, &groups, 1)?,
-                    placed.forward_fuzzy(&chunk, &mut y, &groups, 1)?,
-                )
-            };
-            let moved = placed.device_moves() - before;
+        let calls = placed_calls(&one.model, &placed, lp)?;
+        worst = nan_max(worst, calls.worst);
+        for (call, &(rows, exact, moved)) in calls.moved.iter().enumerate() {
             // Each placed attention takes its input over and sends its output back; a fuzzy
             // call may reach fewer (its groups' stale inputs are shared).
-            let bound = DeviceMoves {
-                hidden: 2 * remote,
-                hidden_bytes: 2 * remote * hidden_bytes(&cfg, chunk.len()),
-                tables: 1,
-            };
-            let exact = step % 2 == 0;
+            let bound =
+                DeviceMoves { hidden: 2 * remote, hidden_bytes: 2 * remote * hidden_bytes(&cfg, rows), tables: 1 };
             if (exact && moved != bound) || moved.hidden > bound.hidden || moved.tables > 1 {
-                bad.push(format!("placed, layer-parallel {lp}, call {step}: moved {moved:?}, bound {bound:?}"));
-            }
-            worst = nan_max(worst, rows_diff(&rows(&want), &rows(&got))?);
-            if step == 2 {
-                x.truncate(x.len() - 1);
-                y.truncate(y.len() - 1);
+                bad.push(format!("placed, layer-parallel {lp}, call {call}: moved {moved:?}, bound {bound:?}"));
             }
         }
+        let (x, y) = (&calls.one, &calls.placed);
         if x.layer_precise_lens() != y.layer_precise_lens() {
             bad.push(format!(
                 "layer-parallel {lp}: exact watermarks {:?} vs {:?}",
