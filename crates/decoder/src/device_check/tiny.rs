@@ -416,6 +416,49 @@ pub(super) fn easyspec_placed(device: &Device, dir: &Path, tol: f32) -> Result<C
     ))
 }
 
+/// What [`split_calls`] saw: the worst logit difference, each call's rows and the tensors the
+/// split model moved for it, and greedy speculative decoding's tokens with the split model as
+/// the target where they differ from the one-device model's greedy tokens (got, wanted).
+pub(super) struct SplitCalls {
+    pub(super) worst: f32,
+    pub(super) moved: Vec<(usize, crate::DeviceMoves)>,
+    pub(super) greedy_differs: Option<(Vec<u32>, Vec<u32>)>,
+}
+
+/// A model split in layer ranges against the same model on one device: a 9-token prefill, a
+/// step, a 4-row verification of which 3 rows are rolled back (across both ranges' caches), a
+/// step; then greedy speculative decoding (K = 3, the one-device model drafting) with the split
+/// model as the target.
+pub(super) fn split_calls(one: &Transformer, split: &Transformer) -> Result<SplitCalls> {
+    let (mut a, mut b) = (one.new_cache(1), split.new_cache(1));
+    let (mut worst, mut moved) = (0f32, Vec::new());
+    for (step, chunk) in [tokens(9, 1), vec![5], tokens(4, 2), vec![7]].into_iter().enumerate() {
+        let before = split.device_moves();
+        let got = rows(&split.forward(&chunk, &mut b)?);
+        moved.push((chunk.len(), split.device_moves() - before));
+        worst = nan_max(worst, rows_diff(&rows(&one.forward(&chunk, &mut a)?), &got)?);
+        if step == 2 {
+            a.truncate(a.len() - 3);
+            b.truncate(b.len() - 3);
+        }
+    }
+    let eos = [TINY_VOCAB as u32 - 1];
+    let spec = SpecConfig { max_new_tokens: 10, sampling: SamplingConfig::greedy(), seed: 0 };
+    let prompt = tokens(6, 60);
+    let want = generate_autoregressive(one, &prompt, &spec, &eos)?.tokens;
+    let got = generate_speculative(
+        split,
+        &mut PlainDrafter::new(one),
+        &mut FixedK(3),
+        &mut RejectionSampler,
+        &prompt,
+        &spec,
+        &eos,
+    )?
+    .tokens;
+    Ok(SplitCalls { worst, moved, greedy_differs: (got != want).then_some((got, want)) })
+}
+
 /// What [`placed_calls`] saw: the worst logit difference, each call's (rows, exact) and the
 /// tensors the placed model moved for it, and both caches after the calls.
 pub(super) struct PlacedCalls {
@@ -464,35 +507,9 @@ pub(super) fn split_layers(device: &Device, dir: &Path, tol: f32) -> Result<Chec
         for order in [[cpu.clone(), device.clone()], [device.clone(), cpu.clone()]] {
             let split = load_model_split(&path, None, &order, crate::WeightMode::Native)?;
             ensure!(split.model.is_split(), "the model did not split");
-            let (mut a, mut b) = (one.model.new_cache(1), split.model.new_cache(1));
-            for (step, chunk) in [tokens(9, 1), vec![5], tokens(4, 2), vec![7]].into_iter().enumerate() {
-                worst = nan_max(
-                    worst,
-                    rows_diff(
-                        &rows(&one.model.forward(&chunk, &mut a)?),
-                        &rows(&split.model.forward(&chunk, &mut b)?),
-                    )?,
-                );
-                if step == 2 {
-                    a.truncate(a.len() - 3);
-                    b.truncate(b.len() - 3);
-                }
-            }
-            let eos = [TINY_VOCAB as u32 - 1];
-            let spec = SpecConfig { max_new_tokens: 10, sampling: SamplingConfig::greedy(), seed: 0 };
-            let prompt = tokens(6, 60);
-            let want = generate_autoregressive(&one.model, &prompt, &spec, &eos)?.tokens;
-            let got = generate_speculative(
-                &split.model,
-                &mut PlainDrafter::new(&one.model),
-                &mut FixedK(3),
-                &mut RejectionSampler,
-                &prompt,
-                &spec,
-                &eos,
-            )?
-            .tokens;
-            if got != want {
+            let calls = split_calls(&one.model, &split.model)?;
+            worst = nan_max(worst, calls.worst);
+            if let Some((got, want)) = calls.greedy_differs {
                 bad.push(format!("{}: greedy speculative with the split target {got:?} vs {want:?}", cfg.architecture));
             }
         }

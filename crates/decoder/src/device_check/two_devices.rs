@@ -13,12 +13,13 @@
 //! products are specx's block kernels, whose summation order is fixed.
 
 use super::Check;
-use super::tiny::{dsi_against_greedy, noisy_draft, placed_calls, rows, rows_diff, tokens, write_tiny_gguf};
+use super::tiny::{
+    dsi_against_greedy, noisy_draft, placed_calls, rows, rows_diff, split_calls, tokens, write_tiny_gguf,
+};
 use crate::compare::nan_max;
 use crate::gguf::GgmlType;
-use crate::speculative::*;
 use crate::synthetic::{TINY_VOCAB, tiny_llama, tiny_qwen2};
-use crate::{Device, DeviceMoves, ModelConfig, SamplingConfig, WeightMode, load_model, load_model_split};
+use crate::{Device, DeviceMoves, ModelConfig, WeightMode, load_model, load_model_split};
 use anyhow::{Result, ensure};
 use std::path::Path;
 
@@ -55,40 +56,15 @@ fn split(a: &Device, b: &Device, dir: &Path, bad: &mut Vec<String>) -> Result<f3
         for order in [[a.clone(), b.clone()], [b.clone(), a.clone()]] {
             let split = load_model_split(&path, None, &order, WeightMode::Native)?;
             ensure!(split.model.is_split(), "the model did not split");
-            let (mut x, mut y) = (one.model.new_cache(1), split.model.new_cache(1));
-            for (step, chunk) in [tokens(9, 1), vec![5], tokens(4, 2), vec![7]].into_iter().enumerate() {
-                let before = split.model.device_moves();
-                let got = rows(&split.model.forward(&chunk, &mut y)?);
-                let moved = split.model.device_moves() - before;
-                let want = DeviceMoves { hidden: 1, hidden_bytes: hidden_bytes(&cfg, chunk.len()), tables: 1 };
+            let calls = split_calls(&one.model, &split.model)?;
+            worst = nan_max(worst, calls.worst);
+            for (rows, moved) in calls.moved {
+                let want = DeviceMoves { hidden: 1, hidden_bytes: hidden_bytes(&cfg, rows), tables: 1 };
                 if moved != want {
-                    bad.push(format!(
-                        "{}: a {}-row call moved {moved:?}, expected {want:?}",
-                        cfg.architecture,
-                        chunk.len()
-                    ));
-                }
-                worst = nan_max(worst, rows_diff(&rows(&one.model.forward(&chunk, &mut x)?), &got)?);
-                if step == 2 {
-                    x.truncate(x.len() - 3);
-                    y.truncate(y.len() - 3);
+                    bad.push(format!("{}: a {rows}-row call moved {moved:?}, expected {want:?}", cfg.architecture));
                 }
             }
-            let spec = SpecConfig { max_new_tokens: 10, sampling: SamplingConfig::greedy(), seed: 0 };
-            let (prompt, eos) = (tokens(6, 60), [TINY_VOCAB as u32 - 1]);
-            let want = generate_autoregressive(&one.model, &prompt, &spec, &eos)?.tokens;
-            let mut drafter = PlainDrafter::new(&one.model);
-            let got = generate_speculative(
-                &split.model,
-                &mut drafter,
-                &mut FixedK(3),
-                &mut RejectionSampler,
-                &prompt,
-                &spec,
-                &eos,
-            )?
-            .tokens;
-            if got != want {
+            if let Some((got, want)) = calls.greedy_differs {
                 bad.push(format!("{}: greedy with the split target {got:?} vs {want:?}", cfg.architecture));
             }
         }
