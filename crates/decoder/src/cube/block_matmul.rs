@@ -3,14 +3,17 @@
 //! the kernel (llama.cpp's CUDA backend's dequantize-in-kernel matrix-vector product), and the
 //! lookup of whole rows (the token embedding).
 //!
-//! The product gives each output value one cube of [`UNITS`] units. Units take the row's
-//! 32-value chunks in turn, read each chunk's scales once; each decoded weight is multiplied
-//! with up to 8 or 32 activation rows at once (the weight row is read once per pass of rows:
-//! [`PASS_FEW`], [`PASS_MANY`]), and the units' sums fold in a
+//! The product gives each output value one cube of one, two or four warps ([`warps_for`], by
+//! the row's width only). A warp's 32 units read 4 consecutive chunks at a time, 8 units a
+//! chunk, each unit one quad (4 values: one 32-bit word of quants, `blocks::quad`), so a warp's
+//! load covers consecutive bytes of the row (docs/internals/kernels.md has the bytes a load
+//! touches against those it uses, measured by the device check from these index functions).
+//! Each decoded weight is multiplied with up to 8 or 32 activation rows at once (the weight row
+//! is read once per pass of rows: [`PASS_FEW`], [`PASS_MANY`]), and the units' sums fold in a
 //! fixed tree. A row's result is computed the same way whatever the call's other rows are
 //! (row invariance), and the bias is added in the same kernel.
 
-use super::blocks::{CHUNK, chunk, value};
+use super::blocks::{CHUNK, Quad, chunk, quad, quad_scale, quad_value, quad_words};
 use super::{contiguous, words, words_on};
 use crate::Device;
 use crate::fusion::Fused;
@@ -24,8 +27,13 @@ use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-/// Units of a product cube (one warp on NVIDIA): fixed, so a row's reduction order is too.
-const UNITS: u32 = 32;
+/// Units of a warp (NVIDIA's); a product cube has 1, 2 or 4 of them.
+const WARP: u32 = 32;
+/// Units that read one chunk together, a quad each.
+const QUADS: u32 = CHUNK / 4;
+/// Rows whose partial sums fold together through shared memory (a cube's shared memory holds
+/// `units x FOLD_ROWS` sums, 4 KiB at most, whatever the pass).
+const FOLD_ROWS: u32 = 8;
 /// Activation rows multiplied with each decoded weight in one pass over the weight row: up to
 /// [`PASS_FEW`] for a decode step or a verification, [`PASS_MANY`] for a longer call (a tree,
 /// a prompt), which then reads the weights a quarter as often. A row's sums are the same in
@@ -65,8 +73,9 @@ fn part_of(parts: &[u32], n_parts: u32, row: u32) -> u32 {
 }
 
 /// The RMSNorm factors `1 / sqrt(mean(x^2) + eps)` of the `here` input rows from `first`, into
-/// `inv` (the units' sums of squares fold in `sums`, in a fixed tree).
+/// `inv` (the units' sums of squares fold through `sums`, in a fixed tree).
 #[cube]
+#[allow(clippy::too_many_arguments)]
 fn inverse_rms(
     x: &[f32],
     sums: &mut Shared<[f32]>,
@@ -89,38 +98,48 @@ fn inverse_rms(
         }
         k += CUBE_DIM;
     }
-    fold(&sq, sums, pass);
+    fold(&sq, sums, inv, pass);
     if UNIT_POS < here {
-        inv[UNIT_POS as usize] = 1.0f32 / f32::sqrt(sums[UNIT_POS as usize] / f32::cast_from(cols) + eps);
+        inv[UNIT_POS as usize] = 1.0f32 / f32::sqrt(inv[UNIT_POS as usize] / f32::cast_from(cols) + eps);
     }
     sync_cube();
 }
 
-/// Folds every unit's `pass` partial sums `part` into `sums[0..pass]`: each unit stores its own
-/// at `sums[unit pass + j]`, then they halve in a fixed tree (the same for every `j`).
+/// Folds every unit's `pass` partial sums `part` into `totals[0..pass]`, [`FOLD_ROWS`] rows at
+/// a time: each unit stores its own at `sums[unit FOLD_ROWS + j]`, then they halve in a fixed
+/// tree (the same for every row, whatever the pass).
 #[cube]
-fn fold(part: &Array<f32>, sums: &mut Shared<[f32]>, #[comptime] pass: u32) {
+fn fold(part: &Array<f32>, sums: &mut Shared<[f32]>, totals: &mut Shared<[f32]>, #[comptime] pass: u32) {
     #[unroll]
-    for j in 0..pass {
-        sums[(UNIT_POS * pass + j) as usize] = part[j as usize];
-    }
-    sync_cube();
-    let mut active = CUBE_DIM / 2;
-    while active > 0 {
-        if UNIT_POS < active {
-            #[unroll]
-            for j in 0..pass {
-                let other = sums[((UNIT_POS + active) * pass + j) as usize];
-                sums[(UNIT_POS * pass + j) as usize] += other;
-            }
+    for b in 0..pass / FOLD_ROWS {
+        #[unroll]
+        for j in 0..FOLD_ROWS {
+            sums[(UNIT_POS * FOLD_ROWS + j) as usize] = part[(b * FOLD_ROWS + j) as usize];
         }
         sync_cube();
-        active /= 2;
+        let mut active = CUBE_DIM / 2;
+        while active > 0 {
+            if UNIT_POS < active {
+                #[unroll]
+                for j in 0..FOLD_ROWS {
+                    let other = sums[((UNIT_POS + active) * FOLD_ROWS + j) as usize];
+                    sums[(UNIT_POS * FOLD_ROWS + j) as usize] += other;
+                }
+            }
+            sync_cube();
+            active /= 2;
+        }
+        if UNIT_POS < FOLD_ROWS {
+            totals[(b * FOLD_ROWS + UNIT_POS) as usize] = sums[UNIT_POS as usize];
+        }
+        sync_cube();
     }
 }
 
 /// The dot products of row `row` of the piece with the `here` input rows from `first` (each
-/// input value normalised by `inv` and `norm` when `normed`), folded into `sums[0..here]`.
+/// input value normalised by `inv` and `norm` when `normed`), folded into `totals[0..here]`.
+/// Unit `u` reads quad `u % 8` of chunks `u / 8`, `u / 8 + units / 8`, ...: a warp reads 4
+/// consecutive chunks at a time.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn row_dots(
@@ -130,6 +149,7 @@ fn row_dots(
     norm: &[f32],
     inv: &Shared<[f32]>,
     sums: &mut Shared<[f32]>,
+    totals: &mut Shared<[f32]>,
     n_parts: u32,
     row: u32,
     first: u32,
@@ -141,13 +161,16 @@ fn row_dots(
     let ty = row_type(parts, n_parts, row);
     let start = row_start(parts, n_parts, row);
     let mut acc = Array::<f32>::new(pass as usize);
-    let mut c = UNIT_POS;
+    let p = UNIT_POS % QUADS;
+    let mut c = UNIT_POS / QUADS;
     while c < cols / CHUNK {
         let scales = chunk(w, ty, start, c);
-        let mut l = 0u32;
-        while l < CHUNK {
-            let v = value(w, ty, start, c, l, &scales);
-            let k = c * CHUNK + l;
+        let scale = quad_scale(&scales, p);
+        let q = quad(w, ty, start, c, p);
+        #[unroll]
+        for i in 0..4u32 {
+            let v = quad_value(ty, &q, c, p, scale, &scales, i);
+            let k = c * CHUNK + 4 * p + i;
             #[unroll]
             for j in 0..pass {
                 if j < here {
@@ -158,11 +181,10 @@ fn row_dots(
                     acc[j as usize] += v * xv;
                 }
             }
-            l += 1;
         }
-        c += CUBE_DIM;
+        c += CUBE_DIM / QUADS;
     }
-    fold(&acc, sums, pass);
+    fold(&acc, sums, totals, pass);
 }
 
 /// Where row `row` of a piece starts (bytes), from the run table `parts`.
@@ -205,24 +227,41 @@ fn block_matmul_rows(
     #[comptime] glu: bool,
     #[comptime] has_residual: bool,
     #[comptime] pass: u32,
+    #[comptime] units: u32,
 ) {
     let row = CUBE_POS_X + CUBE_POS_Y * CUBE_COUNT_X;
     let first = CUBE_POS_Z * pass;
-    let mut sums = Shared::<[f32]>::new_slice((UNITS * pass) as usize);
-    let mut ups = Shared::<[f32]>::new_slice((UNITS * pass) as usize);
+    let mut sums = Shared::<[f32]>::new_slice((units * FOLD_ROWS) as usize);
+    let mut dots = Shared::<[f32]>::new_slice(pass as usize);
+    let mut ups = Shared::<[f32]>::new_slice(pass as usize);
     let mut inv = Shared::<[f32]>::new_slice(pass as usize);
     if row < piece_rows {
         let here = min(pass, m - first);
         if normed {
             inverse_rms(x, &mut sums, &mut inv, first, here, cols, eps, pass);
         }
-        row_dots(w, parts, x, norm, &inv, &mut sums, n_parts, row, first, here, cols, normed, pass);
+        row_dots(w, parts, x, norm, &inv, &mut sums, &mut dots, n_parts, row, first, here, cols, normed, pass);
         if glu {
-            row_dots(w, parts, x, norm, &inv, &mut ups, n_parts, row + glu_rows, first, here, cols, normed, pass);
+            row_dots(
+                w,
+                parts,
+                x,
+                norm,
+                &inv,
+                &mut sums,
+                &mut ups,
+                n_parts,
+                row + glu_rows,
+                first,
+                here,
+                cols,
+                normed,
+                pass,
+            );
         }
         if UNIT_POS < here {
             let at = ((first + UNIT_POS) * out_stride + first_out + row) as usize;
-            let mut y = sums[UNIT_POS as usize];
+            let mut y = dots[UNIT_POS as usize];
             if has_bias {
                 y += bias[(first_out + row) as usize];
             }
@@ -238,7 +277,8 @@ fn block_matmul_rows(
 }
 
 /// Row `ids[CUBE_POS]` of the matrix decoded into row `CUBE_POS` of `out`, when that row is
-/// in this piece (rows `first..first + piece_rows`).
+/// in this piece (rows `first..first + piece_rows`): unit `u` decodes quad `u % 8` of chunks
+/// `u / 8`, `u / 8 + units / 8`, ..., as the product reads them.
 #[cube(launch)]
 fn block_rows(
     w: &[u32],
@@ -256,17 +296,57 @@ fn block_rows(
         let row = id - first;
         let ty = row_type(parts, n_parts, row);
         let start = row_start(parts, n_parts, row);
-        let mut c = UNIT_POS;
+        let p = UNIT_POS % QUADS;
+        let mut c = UNIT_POS / QUADS;
         while c < cols / CHUNK {
             let scales = chunk(w, ty, start, c);
-            let mut l = 0u32;
-            while l < CHUNK {
-                out[(i * cols + c * CHUNK + l) as usize] = value(w, ty, start, c, l, &scales);
-                l += 1;
+            let scale = quad_scale(&scales, p);
+            let q = quad(w, ty, start, c, p);
+            #[unroll]
+            for v in 0..4u32 {
+                out[(i * cols + c * CHUNK + 4 * p + v) as usize] = quad_value(ty, &q, c, p, scale, &scales, v);
             }
-            c += CUBE_DIM;
+            c += CUBE_DIM / QUADS;
         }
     }
+}
+
+/// The byte addresses one warp's units load a row's quants from, in the product's first
+/// chunk pass over a row of type `ty` starting at byte 0: unit `u` writes its quad's two words
+/// (`blocks::quad_words`, [`NO_WORD`](super::blocks::NO_WORD) for none) to `out[2u]` and the
+/// next. The device check measures the bytes a load touches from these.
+#[cube(launch)]
+fn warp_quad_words(out: &mut [u32], ty: u32) {
+    let at: Quad = quad_words(ty, 0u32, UNIT_POS / QUADS, UNIT_POS % QUADS);
+    out[(2 * UNIT_POS) as usize] = at.low;
+    out[(2 * UNIT_POS + 1) as usize] = at.high;
+}
+
+/// Warps of a product cube for rows of `cols` values: one warp for rows under 16 chunks, two
+/// under 64, four from 64 (2048 values: the pair's MLP down rows, 4864 and 18,944 wide, take
+/// four). Fixed by the width alone, so a row's reduction order never depends on the call.
+fn warps_for(cols: usize) -> u32 {
+    match cols / CHUNK as usize {
+        0..16 => 1,
+        16..64 => 2,
+        _ => 4,
+    }
+}
+
+/// [`warp_quad_words`] on `device`: the addresses each of a warp's 32 units loads a row of
+/// `ty` from, as (low word, high word) pairs.
+pub(crate) fn warp_quad_loads(ty: GgmlType, device: &Device) -> Vec<(u32, u32)> {
+    let out = words_on(vec![0; 2 * WARP as usize], device);
+    let buffer = words(&out);
+    warp_quad_words::launch(
+        &buffer.client,
+        CubeCount::Static(1, 1, 1),
+        CubeDim::new_1d(WARP),
+        buffer.clone().into_buffer_arg(),
+        ty.id(),
+    );
+    let at = out.into_data().try_to_vec::<u32>().expect("u32 addresses");
+    at.chunks_exact(2).map(|a| (a[0], a[1])).collect()
 }
 
 /// Consecutive rows of one type inside a piece.
@@ -377,6 +457,7 @@ impl DeviceBlocks {
         let norm = fused.norm.map(|(t, _)| contiguous(t.clone()));
         let bias = fused.bias.map(|t| contiguous(t.clone()));
         let residual = fused.residual.map(contiguous);
+        let units = WARP * warps_for(self.cols);
         for piece in &self.pieces {
             let rows = if fused.glu { width } else { piece.rows };
             let cx = rows.min(MAX_CUBES_X);
@@ -384,7 +465,7 @@ impl DeviceBlocks {
             block_matmul_rows::launch(
                 &client,
                 count,
-                CubeDim::new_1d(UNITS),
+                CubeDim::new_1d(units),
                 words(&piece.words).into_buffer_arg(),
                 words(&piece.table).into_buffer_arg(),
                 x.clone().into_buffer_arg(),
@@ -405,6 +486,7 @@ impl DeviceBlocks {
                 fused.glu,
                 residual.is_some(),
                 pass,
+                units,
             );
         }
         Tensor::from_primitive::<Cube>(out)
@@ -425,7 +507,7 @@ impl DeviceBlocks {
             block_rows::launch(
                 &client,
                 CubeCount::Static(n as u32, 1, 1),
-                CubeDim::new_1d(UNITS),
+                CubeDim::new_1d(WARP * warps_for(self.cols)),
                 words(&piece.words).into_buffer_arg(),
                 words(&piece.table).into_buffer_arg(),
                 index.clone().into_buffer_arg(),

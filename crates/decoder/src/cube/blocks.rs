@@ -1,15 +1,19 @@
 //! Reading GGUF blocks inside a kernel, for every block type that has a native kernel on the
-//! CPU (`crate::quant::has_native_kernel`): a chunk's scales and offset, read once, and each
-//! value's quant, so a weight is `scale * quant - offset`.
+//! CPU (`crate::quant::has_native_kernel`): a chunk's scales and offset, read once, and a
+//! *quad*'s quants, so a weight is `scale * quant - offset`.
 //!
-//! The bytes stay as the file stores them (llama.cpp's CUDA backend reads them the same way):
-//! rows start at any byte, so values are gathered from 32-bit words with shifts. Each value is
-//! computed with the operations of the CPU's dequantization ([`crate::gguf::dequantize`]) in
-//! the same order, so the values agree with the CPU's exactly, except where the device's
-//! compiler fuses a product and a difference into one rounding (a K-quant's `d1 q - m1`).
+//! The bytes stay as the file stores them (llama.cpp's CUDA backend reads them the same way).
+//! Each value is computed with the operations of the CPU's dequantization
+//! ([`crate::gguf::dequantize`]) in the same order, so the values agree with the CPU's exactly,
+//! except where the device's compiler fuses a product and a difference into one rounding (a
+//! K-quant's `d1 q - m1`).
 //!
 //! A *chunk* is 32 consecutive values of a row: every supported type's blocks split into
-//! whole chunks, so a kernel can hand chunks to its units whatever the type.
+//! whole chunks, so a kernel can hand chunks to its units whatever the type. A *quad* is 4
+//! consecutive values of a chunk (quad `p` holds values `4p..4p + 4`): in every type its quants
+//! lie in one 32-bit word of the block, and its high bits (Q5_0, Q5_K, Q6_K) or second half
+//! (F16, BF16) in one more, so a unit reads a quad with one or two word loads, and 8 units
+//! reading a chunk's 8 quads read its quants as consecutive words ([`quad_words`]).
 
 use burn_cubecl::cubecl;
 use cubecl::prelude::*;
@@ -42,7 +46,12 @@ fn half_bits(w: &[u32], at: u32) -> u32 {
 /// The f16 at byte `at`, as f32 (exact: every f16 is an f32).
 #[cube]
 fn f16_at(w: &[u32], at: u32) -> f32 {
-    let bits = half_bits(w, at);
+    f16_bits(half_bits(w, at))
+}
+
+/// The f16 with bits `bits` (the low 16), as f32.
+#[cube]
+fn f16_bits(bits: u32) -> f32 {
     let exp = (bits >> 10) & 31u32;
     let mant = bits & 1023u32;
     // Zero and subnormals: mant 2^-24, exact.
@@ -96,10 +105,16 @@ pub(super) fn chunk(w: &[u32], ty: u32, row: u32, c: u32) -> Chunk {
     }
 }
 
-/// Value `l` (0..32) of chunk `c` (`scales` its [`chunk`]): `scale * quant - offset`.
+/// The scale of quad `p`'s values in chunk `scales`: its first 16 values' or its last 16's.
 #[cube]
-pub(super) fn value(w: &[u32], ty: u32, row: u32, c: u32, l: u32, scales: &Chunk) -> f32 {
-    select(l < 16, scales.low, scales.high) * quant(w, ty, row, c, l) - scales.offset
+pub(super) fn quad_scale(scales: &Chunk, p: u32) -> f32 {
+    select(p < 4, scales.low, scales.high)
+}
+
+/// Value `i` (0..4) of a quad: `scale * quant - offset`, `scale` its [`quad_scale`].
+#[cube]
+pub(super) fn quad_value(ty: u32, quad: &Quad, c: u32, p: u32, scale: f32, scales: &Chunk, i: u32) -> f32 {
+    scale * quad_quant(ty, quad, c, p, i) - scales.offset
 }
 
 /// The scale of values `16 half..16 half + 16` of chunk `c` of the row of type `ty` whose
@@ -143,45 +158,106 @@ fn chunk_offset(w: &[u32], ty: u32, row: u32, c: u32) -> f32 {
     m
 }
 
-/// The quantized value `l` (0..32) of chunk `c`, its zero point subtracted (F16 and BF16: the
-/// value itself).
+/// No second word (a quad whose quants are all in its first).
+pub(crate) const NO_WORD: u32 = u32::MAX;
+const NO_WORD_LITERAL: i64 = NO_WORD as i64;
+
+/// A quad's two words: the bytes they start at ([`quad_words`]) or what they hold ([`quad`]).
+#[derive(CubeType)]
+pub(super) struct Quad {
+    pub(super) low: u32,
+    pub(super) high: u32,
+}
+
+/// The bytes at which quad `p` of chunk `c` of the row of type `ty` starting at byte `row` is
+/// read: its quants' word (`low`) and its high bits' or second half's word (`high`, or
+/// [`NO_WORD`]), each 4 bytes from that byte. Quad `p`'s value `i` is value `l = 4p + i` of the
+/// chunk; in every type, the 4 values' bytes (or nibbles) are consecutive, so these are the
+/// CPU decoder's byte addresses for value `4p`.
 #[cube]
-fn quant(w: &[u32], ty: u32, row: u32, c: u32, l: u32) -> f32 {
-    let mut q = 0.0f32;
+pub(super) fn quad_words(ty: u32, row: u32, c: u32, p: u32) -> Quad {
+    let sub = c % 8;
+    let none = u32::new(NO_WORD_LITERAL);
+    // F16 and BF16: 8 bytes a quad.
+    let mut low = row + 64 * c + 8 * p;
+    let mut high = low + 4;
     if ty == Q8_0 {
-        q = signed(byte(w, row + 34 * c + 2 + l));
+        low = row + 34 * c + 2 + 4 * p;
+        high = none;
     } else if ty == Q4_0 {
-        let nibble = (byte(w, row + 18 * c + 2 + l % 16) >> (4 * (l / 16))) & 15u32;
-        q = f32::cast_from(i32::cast_from(nibble) - 8);
+        // Values l and l + 16 share byte l: quads 0..4 read the low nibbles, 4..8 the high.
+        low = row + 18 * c + 2 + 4 * (p % 4);
+        high = none;
     } else if ty == Q5_0 {
-        let base = row + 22 * c;
-        let j = l % 16;
-        let nibble = (byte(w, base + 6 + j) >> (4 * (l / 16))) & 15u32;
-        // The fifth bits: bit j of the 32-bit qh for the first 16 values, bit j + 16 after.
-        let fifth = ((byte(w, base + 2 + (j + 16 * (l / 16)) / 8) >> ((j + 16 * (l / 16)) % 8)) & 1u32) << 4;
-        q = f32::cast_from(i32::cast_from(nibble | fifth) - 16);
+        low = row + 22 * c + 6 + 4 * (p % 4);
+        high = row + 22 * c + 2;
     } else if ty == Q4_K {
-        let sub = c % 8;
-        let at = row + 144 * (c / 8) + 16 + 32 * (sub / 2) + l;
-        q = f32::cast_from((byte(w, at) >> (4 * (sub % 2))) & 15u32);
+        low = row + 144 * (c / 8) + 16 + 32 * (sub / 2) + 4 * p;
+        high = none;
     } else if ty == Q5_K {
-        let base = row + 176 * (c / 8);
-        let sub = c % 8;
-        let low = (byte(w, base + 48 + 32 * (sub / 2) + l) >> (4 * (sub % 2))) & 15u32;
-        let high = ((byte(w, base + 16 + l) >> sub) & 1u32) << 4;
-        q = f32::cast_from(low + high);
+        low = row + 176 * (c / 8) + 48 + 32 * (sub / 2) + 4 * p;
+        high = row + 176 * (c / 8) + 16 + 4 * p;
     } else if ty == Q6_K {
         let base = row + 210 * (c / 8);
-        let sub = c % 8;
-        let half = sub / 4;
         let quarter = sub % 4;
-        let low = (byte(w, base + 64 * half + 32 * (quarter % 2) + l) >> (4 * (quarter / 2))) & 15u32;
-        let high = (byte(w, base + 128 + 32 * half + l) >> (2 * quarter)) & 3u32;
-        q = f32::cast_from(i32::cast_from(low | (high << 4)) - 32);
-    } else if ty == F16 {
-        q = f16_at(w, row + 64 * c + 2 * l);
-    } else if ty == BF16 {
-        q = f32::reinterpret(half_bits(w, row + 64 * c + 2 * l) << 16);
+        low = base + 64 * (sub / 4) + 32 * (quarter % 2) + 4 * p;
+        high = base + 128 + 32 * (sub / 4) + 4 * p;
     }
-    q
+    Quad { low, high }
+}
+
+/// The 4 bytes from byte `at` (any alignment) as a little-endian word: one load when `at` is a
+/// word's start, else the two words it straddles.
+#[cube]
+fn word_at(w: &[u32], at: u32) -> u32 {
+    let shift = (at % 4) * 8;
+    let mut v = w[(at / 4) as usize];
+    if shift != 0 {
+        v = (v >> shift) | (w[(at / 4 + 1) as usize] << (32 - shift));
+    }
+    v
+}
+
+/// Quad `p` of chunk `c`: its words, read.
+#[cube]
+pub(super) fn quad(w: &[u32], ty: u32, row: u32, c: u32, p: u32) -> Quad {
+    let at = quad_words(ty, row, c, p);
+    let mut high = 0u32;
+    if at.high != NO_WORD {
+        high = word_at(w, at.high);
+    }
+    Quad { low: word_at(w, at.low), high }
+}
+
+/// Quant `i` (0..4) of quad `p` of chunk `c` (`q` its words), its zero point subtracted (F16
+/// and BF16: the value itself): the CPU decoder's bit operations on value `4p + i`'s bytes.
+#[cube]
+fn quad_quant(ty: u32, q: &Quad, c: u32, p: u32, i: u32) -> f32 {
+    let sub = c % 8;
+    let byte_i = (q.low >> (8 * i)) & 255u32;
+    let high_i = (q.high >> (8 * i)) & 255u32;
+    let mut v = 0.0f32;
+    if ty == Q8_0 {
+        v = signed(byte_i);
+    } else if ty == Q4_0 {
+        v = f32::cast_from(i32::cast_from((byte_i >> (4 * (p / 4))) & 15u32) - 8);
+    } else if ty == Q5_0 {
+        // The fifth bit of value l is bit l of the block's 32-bit qh.
+        let fifth = ((q.high >> (4 * p + i)) & 1u32) << 4;
+        v = f32::cast_from(i32::cast_from(((byte_i >> (4 * (p / 4))) & 15u32) | fifth) - 16);
+    } else if ty == Q4_K {
+        v = f32::cast_from((byte_i >> (4 * (sub % 2))) & 15u32);
+    } else if ty == Q5_K {
+        v = f32::cast_from(((byte_i >> (4 * (sub % 2))) & 15u32) + (((high_i >> sub) & 1u32) << 4));
+    } else if ty == Q6_K {
+        let quarter = sub % 4;
+        let low = (byte_i >> (4 * (quarter / 2))) & 15u32;
+        let high = (high_i >> (2 * quarter)) & 3u32;
+        v = f32::cast_from(i32::cast_from(low | (high << 4)) - 32);
+    } else if ty == F16 {
+        v = f16_bits((select(i < 2, q.low, q.high) >> (16 * (i % 2))) & 65535u32);
+    } else if ty == BF16 {
+        v = f32::reinterpret(((select(i < 2, q.low, q.high) >> (16 * (i % 2))) & 65535u32) << 16);
+    }
+    v
 }

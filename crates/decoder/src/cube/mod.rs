@@ -16,7 +16,8 @@ mod top_k;
 pub(crate) use attention::attention;
 /// Keys one attention cube takes: a context past it is split over cubes and merged.
 pub(crate) const ATTENTION_CHUNK: usize = attention::CHUNK as usize;
-pub(crate) use block_matmul::{DeviceBlocks, on_device};
+pub(crate) use block_matmul::{DeviceBlocks, on_device, warp_quad_loads};
+pub(crate) use blocks::NO_WORD;
 pub(crate) use rms_norm::rms_norm;
 pub(crate) use rope_cache::{rope_qkv, writable};
 pub(crate) use swiglu::swiglu;
