@@ -4,7 +4,7 @@
 //! 0.6 MB, for the Qwen2.5 pair).
 
 use super::{contiguous, units_for};
-use burn::tensor::Tensor;
+use burn::tensor::{DType, Tensor};
 use burn_cubecl::Cube;
 use burn_cubecl::cubecl;
 use burn_cubecl::ops::numeric::empty_device_dtype;
@@ -22,54 +22,106 @@ fn ranks_before(v: f32, i: u32, best_v: f32, best_i: u32) -> bool {
     i != NONE && (best_i == NONE || v > best_v || (v == best_v && i < best_i))
 }
 
-/// One cube per row from `first` of `logits` (`cols` values a row), `k` rounds: round r finds
-/// the best column ranked after round r - 1's pick. Each unit keeps the best of the columns it
-/// strides over, and the units' bests fold in a tree; the winner is the same whatever the
-/// fold's order, so the result is exact. Round r of the cube's row writes its value and its
-/// column (as an f32, exact below 2^24 columns) to `out[2 (row k + r)]` and the next.
+/// Columns a first-stage cube aims at: a vocabulary row (151,936 columns for the Qwen2.5 pair)
+/// is split over some 300 cubes for an argmax, instead of one cube walking all of it.
+const SEGMENT_TARGET: usize = 512;
+/// Most candidates the second stage merges per row (segments times `k`): a top 64 is split
+/// over fewer segments than an argmax, so that the merge stays one cube's small job.
+const CANDIDATES_MAX: usize = 4096;
+
+/// Segments of a `cols`-wide row for a top `k`: fixed by the width and `k`, never by the rows
+/// of a call. Every segment has at least `k` columns (a short last one would yield none).
+fn segments_for(cols: usize, k: usize) -> usize {
+    let mut segments = (cols / SEGMENT_TARGET).min(CANDIDATES_MAX / k).max(1);
+    while segments > 1 && cols - (segments - 1) * cols.div_ceil(segments) < k {
+        segments -= 1;
+    }
+    segments
+}
+
+/// Cube `(CUBE_POS_X, CUBE_POS_Y)` takes segment `CUBE_POS_X` (`span` entries wide) of input
+/// row `first + CUBE_POS_Y` (`width` entries a row) and finds its `k` best entries in `k`
+/// rounds: round r finds the best entry ranked after round r - 1's pick. An entry's column is
+/// its place in the row, or `ids` of it (`indexed`: a second stage over the first's
+/// candidates). Each unit keeps the best of the entries it strides over, and the units' bests
+/// fold in a tree; the winner is the same whatever the fold's order, so the result is exact.
+///
+/// The first stage (`last` false) writes round r's value and column to `cand_v` and `cand_i`
+/// at `(row segments + segment) k + r`; the last writes them to `picks[2 (row k + r)]` and the
+/// next (the column as an f32, exact below 2^24 columns).
 #[cube(launch)]
-fn top_k_rows(logits: &[f32], out: &mut [f32], cols: u32, first: u32, k: u32, #[comptime] units: usize) {
-    let row = first + CUBE_POS_X;
+#[allow(clippy::too_many_arguments)]
+fn top_k_rows(
+    values: &[f32],
+    ids: &[u32],
+    cand_v: &mut [f32],
+    cand_i: &mut [u32],
+    picks: &mut [f32],
+    width: u32,
+    span: u32,
+    first: u32,
+    k: u32,
+    #[comptime] units: usize,
+    #[comptime] indexed: bool,
+    #[comptime] last: bool,
+) {
+    let row = first + CUBE_POS_Y;
+    let begin = CUBE_POS_X * span;
+    let end = min(begin + span, width);
     let unit = UNIT_POS as usize;
-    let mut values = Shared::<[f32]>::new_slice(units);
-    let mut indices = Shared::<[u32]>::new_slice(units);
+    let mut best_values = Shared::<[f32]>::new_slice(units);
+    let mut best_columns = Shared::<[u32]>::new_slice(units);
     let mut picked_v = 0.0f32;
     let mut picked_i = u32::new(NONE_LITERAL);
     let mut round = 0u32;
     while round < k {
         let mut best_v = 0.0f32;
         let mut best_i = u32::new(NONE_LITERAL);
-        let mut j = UNIT_POS;
-        while j < cols {
-            let v = logits[(row * cols + j) as usize];
-            let untaken = picked_i == NONE || ranks_before(picked_v, picked_i, v, j);
-            if untaken && ranks_before(v, j, best_v, best_i) {
+        let mut j = begin + UNIT_POS;
+        if round > 0 && picked_i == NONE {
+            // Fewer than k entries (a row narrower than k never comes here): none is left.
+            j = end;
+        }
+        while j < end {
+            let v = values[(row * width + j) as usize];
+            let mut column = j;
+            if indexed {
+                column = ids[(row * width + j) as usize];
+            }
+            let untaken = picked_i == NONE || ranks_before(picked_v, picked_i, v, column);
+            if untaken && ranks_before(v, column, best_v, best_i) {
                 best_v = v;
-                best_i = j;
+                best_i = column;
             }
             j += CUBE_DIM;
         }
-        values[unit] = best_v;
-        indices[unit] = best_i;
+        best_values[unit] = best_v;
+        best_columns[unit] = best_i;
         sync_cube();
         let mut active = CUBE_DIM / 2;
         while active > 0 {
             if UNIT_POS < active {
                 let other = unit + active as usize;
-                if ranks_before(values[other], indices[other], values[unit], indices[unit]) {
-                    values[unit] = values[other];
-                    indices[unit] = indices[other];
+                if ranks_before(best_values[other], best_columns[other], best_values[unit], best_columns[unit]) {
+                    best_values[unit] = best_values[other];
+                    best_columns[unit] = best_columns[other];
                 }
             }
             sync_cube();
             active /= 2;
         }
-        picked_v = values[0];
-        picked_i = indices[0];
+        picked_v = best_values[0];
+        picked_i = best_columns[0];
         if UNIT_POS == 0 {
-            let at = ((CUBE_POS_X * k + round) * 2) as usize;
-            out[at] = picked_v;
-            out[at + 1] = f32::cast_from(picked_i);
+            if last {
+                let at = ((CUBE_POS_Y * k + round) * 2) as usize;
+                picks[at] = picked_v;
+                picks[at + 1] = f32::cast_from(picked_i);
+            } else {
+                let at = ((CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) * k + round) as usize;
+                cand_v[at] = picked_v;
+                cand_i[at] = picked_i;
+            }
         }
         // Every unit has read the pick before the next round overwrites the shared slots.
         sync_cube();
@@ -79,38 +131,111 @@ fn top_k_rows(logits: &[f32], out: &mut [f32], cols: u32, first: u32, k: u32, #[
 
 /// The `k` best columns of each of the last `rows` rows of `logits` (`[1, n, cols]`, on a
 /// CubeCL device) with their values, best first: what `sampling::top_k` gives for rows
-/// without NaN. One launch; a round reads the row once, so it is meant for small `k`.
+/// without NaN. Two launches where the row is split (see [`launch_top_k`]).
 pub(crate) fn top_k_tail(logits: &Tensor<3>, rows: usize, k: usize) -> Vec<Vec<(u32, f32)>> {
     read_picks(launch_top_k(logits, rows, k), k)
 }
 
-/// Launches [`top_k_rows`] on the last `rows` rows of `logits`: the picks, `2 k` values a row
-/// (value, column), still on the device ([`read_picks`] reads them).
+/// The top `k` of the last `rows` rows of `logits`: the picks, `2 k` values a row (value,
+/// column), still on the device ([`read_picks`] reads them). Each row is split into
+/// [`segments_for`] segments, one cube each, whose `k` best entries a second launch merges
+/// (one cube a row); the top k of a row is among its segments' top k's, and the order is
+/// total (ties to the smaller column), so the result is exactly the one-cube result.
 pub(crate) fn launch_top_k(logits: &Tensor<3>, rows: usize, k: usize) -> Tensor<1> {
     let [b, n, cols] = logits.dims();
     assert!(b == 1 && (1..=n).contains(&rows), "the top of {rows} rows of a [{b}, {n}, {cols}] tensor");
     assert!((1..=cols).contains(&k), "the top {k} of {cols} columns");
     assert!(cols < 1 << 24, "{cols} columns: indices past 2^24 are not exact in f32");
     let logits = contiguous(logits.clone());
-    let units = units_for(&logits, cols);
     let client = logits.client.clone();
-    let out = empty_device_dtype(client.clone(), logits.device.clone(), [rows * k * 2].into(), logits.dtype);
+    let device = logits.device.clone();
+    let picks = empty_device_dtype(client.clone(), device.clone(), [rows * k * 2].into(), logits.dtype);
+    let segments = segments_for(cols, k);
+    let span = cols.div_ceil(segments);
+    let units = units_for(&logits, span);
+    let count = CubeCount::Static(segments as u32, rows as u32, 1);
+    if segments == 1 {
+        top_k_rows::launch(
+            &client,
+            count,
+            CubeDim::new_1d(units),
+            logits.clone().into_buffer_arg(),
+            picks.clone().into_buffer_arg(),
+            picks.clone().into_buffer_arg(),
+            picks.clone().into_buffer_arg(),
+            picks.clone().into_buffer_arg(),
+            cols as u32,
+            span as u32,
+            (n - rows) as u32,
+            k as u32,
+            units as usize,
+            false,
+            true,
+        );
+        return Tensor::from_primitive::<Cube>(picks);
+    }
+    let width = segments * k;
+    let cand_v = empty_device_dtype(client.clone(), device.clone(), [rows * width].into(), DType::F32);
+    let cand_i = empty_device_dtype(client.clone(), device, [rows * width].into(), DType::U32);
     top_k_rows::launch(
         &client,
-        CubeCount::Static(rows as u32, 1, 1),
+        count,
         CubeDim::new_1d(units),
-        logits.into_buffer_arg(),
-        out.clone().into_buffer_arg(),
+        logits.clone().into_buffer_arg(),
+        cand_i.clone().into_buffer_arg(),
+        cand_v.clone().into_buffer_arg(),
+        cand_i.clone().into_buffer_arg(),
+        picks.clone().into_buffer_arg(),
         cols as u32,
+        span as u32,
         (n - rows) as u32,
         k as u32,
         units as usize,
+        false,
+        false,
     );
-    Tensor::from_primitive::<Cube>(out)
+    let units = units_for(&cand_v, width);
+    top_k_rows::launch(
+        &client,
+        CubeCount::Static(1, rows as u32, 1),
+        CubeDim::new_1d(units),
+        cand_v.clone().into_buffer_arg(),
+        cand_i.clone().into_buffer_arg(),
+        cand_v.into_buffer_arg(),
+        cand_i.into_buffer_arg(),
+        picks.clone().into_buffer_arg(),
+        width as u32,
+        width as u32,
+        0,
+        k as u32,
+        units as usize,
+        true,
+        true,
+    );
+    Tensor::from_primitive::<Cube>(picks)
 }
 
 /// The picks of [`launch_top_k`] on the host: per row, `k` (column, value) pairs.
 pub(crate) fn read_picks(picks: Tensor<1>, k: usize) -> Vec<Vec<(u32, f32)>> {
     let out = picks.into_data().try_to_vec::<f32>().expect("f32 picks");
     out.chunks_exact(2 * k).map(|row| row.chunks_exact(2).map(|p| (p[1] as u32, p[0])).collect()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_segment_yields_k_candidates_and_the_merge_stays_small() {
+        for k in [1, 2, 20, 64] {
+            for cols in (k..20_000).step_by(7).chain([151_936, 152_064, 128_256]) {
+                let segments = segments_for(cols, k);
+                let span = cols.div_ceil(segments);
+                assert!(segments >= 1 && cols - (segments - 1) * span >= k, "{cols} columns, top {k}");
+                assert!(segments == 1 || segments * k <= CANDIDATES_MAX, "{cols} columns, top {k}");
+            }
+        }
+        // The Qwen2.5 vocabulary's argmax is spread over hundreds of cubes.
+        assert_eq!(segments_for(151_936, 1), 296);
+    }
 }
