@@ -114,6 +114,30 @@ impl RecordedSteps {
         }
     }
 
+    /// A tree call's logits (`tokens` the rows of `tree`, at most `model::RECORDED_ROWS_MAX` on
+    /// a GPU) when `greedy` is false, or each row's greedy token when it is true: what `model.forward_tree(tokens, tree, cache)` gives, from a replay of
+    /// the call recorded for that many rows, the tree's mask rewritten.
+    pub fn tree(
+        &mut self,
+        model: &Transformer,
+        tokens: &[u32],
+        tree: &crate::tree_mask::TreeMask,
+        cache: &mut KvCache,
+        greedy: bool,
+    ) -> Result<TreeRows> {
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        return Ok(if greedy {
+            TreeRows::Best(self.recorder.tree_best(model, tokens, Some(tree), cache)?)
+        } else {
+            TreeRows::Scores(self.recorder.tree_scores(model, tokens, Some(tree), cache)?)
+        });
+        #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+        {
+            let _ = (model, tokens, tree, cache, greedy);
+            match self.recorder {}
+        }
+    }
+
     /// The last of `tokens` (at most `model::RECORDED_ROWS_MAX` on a GPU), which are forwarded
     /// after what `cache` holds: its logits and final hidden state (a draft step's), from a
     /// replay of the call recorded for that many rows.
@@ -143,6 +167,14 @@ impl RecordedSteps {
         #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
         match self.recorder {}
     }
+}
+
+/// What a recorded tree call gives back ([`RecordedSteps::tree`]).
+pub enum TreeRows {
+    /// Every row's logits.
+    Scores(Vec<Vec<f32>>),
+    /// Every row's greedy token.
+    Best(Vec<u32>),
 }
 
 /// Generates up to `max_new` tokens after `prompt`, stopping after an EOS token (which is

@@ -25,7 +25,9 @@ pub(crate) const CHUNK: u32 = 256;
 /// the `group` rows from `row0` ([`row_group`]), and per chunk of keys along y. Units stride
 /// over the chunk's keys: each score is a dot product in order of the head's dimensions,
 /// scaled and masked, kept in shared memory (the chunk's [`CHUNK`] scores, however long the
-/// call): with `masked` 1 by `mask` (`[groups rows, total]` additive: a tree call's), otherwise
+/// call): with `masked` 1 by `mask` (`[groups rows, mask_width]` additive over the last
+/// `mask_width` keys, the tree's own; the keys before them are the prefix every row sees: a
+/// tree call's), otherwise
 /// causally (row `r` sees the keys up to `step[0] + r`; a hidden key weighs exactly 0, as an
 /// additive minus infinity would); the max and the sum of the exponentials fold in a fixed
 /// tree; then each unit sums its dimensions of the weighted values over the chunk's keys in
@@ -57,6 +59,7 @@ fn attention_chunk(
     pos_stride: u32,
     scale: f32,
     masked: u32,
+    mask_width: u32,
     chunks: u32,
     #[comptime] units: usize,
 ) {
@@ -69,7 +72,8 @@ fn attention_chunk(
     let groups = heads / kv_heads;
     let base = seq * seq_stride + (head / groups) * kv_stride;
     let qbase = ((seq * heads + head) * rows + row) * head_dim;
-    let mbase = ((head % groups) * rows + row) * total;
+    let mbase = ((head % groups) * rows + row) * mask_width;
+    let lead = total - mask_width;
     let first = chunk * CHUNK;
     let end = min(total, first + CHUNK);
     // The last key the row sees causally (every key under an additive mask).
@@ -89,8 +93,8 @@ fn attention_chunk(
             t += 1;
         }
         let mut s = dot * scale;
-        if masked == 1 {
-            s += mask[(mbase + j) as usize];
+        if masked == 1 && j >= lead {
+            s += mask[(mbase + j - lead) as usize];
         }
         scores[(j - first) as usize] = s;
         local = select(j > causal_end, local, max(local, s));
@@ -221,7 +225,8 @@ fn row_group(n: usize, heads: usize, per_cube: usize) -> usize {
 
 /// Attention of `q: [b, heads, n, head_dim]` over the cache's `keys` and `values` (`[b,
 /// kv_heads, total, head_dim]` views of its storage; query heads share kv heads in groups),
-/// with `mask` (`[groups n, total]`, additive: a tree call's) when given, else causal: `[b, n,
+/// with `mask` (`[groups n, width]`, additive over the last `width` keys, the tree's: a tree
+/// call's) when given, else causal: `[b, n,
 /// heads head_dim]`. `step` holds `total - n` on the device ([`super::step_buffer`]).
 pub(crate) fn attention(
     q: Tensor<4>,
@@ -244,9 +249,9 @@ pub(crate) fn attention(
     let scratch = |shape: Vec<usize>| empty_device_dtype(client.clone(), q.device.clone(), shape.into(), q.dtype);
     let chunks = total.div_ceil(CHUNK as usize).max(1);
     let out = scratch(vec![b, n, heads * head_dim]);
-    let (mask, masked) = match mask {
-        Some(m) => (contiguous(m.clone()), 1u32),
-        None => (scratch(vec![1]), 0u32),
+    let (mask, masked, mask_width) = match mask {
+        Some(m) => (contiguous(m.clone()), 1u32, m.dims()[1] as u32),
+        None => (scratch(vec![1]), 0u32, 0),
     };
     let cap = client.properties().hardware.max_units_per_cube.clamp(1, UNITS);
     let units = if cap.is_power_of_two() { cap } else { cap.next_power_of_two() / 2 };
@@ -283,6 +288,7 @@ pub(crate) fn attention(
             strides[2] as u32,
             1.0 / (head_dim as f32).sqrt(),
             masked,
+            mask_width,
             chunks as u32,
             units as usize,
         );

@@ -2,7 +2,8 @@
 //! decoding of a tiny GGUF model past 256 positions, where the cache grows and attention takes
 //! a second chunk of keys (a second recording), gives the tokens and every cached key and value
 //! of the plain forward bit for bit; so do verification calls of 1 to 16 rows and draft steps
-//! (the last row's logits and hidden state) with rejected rows cut off between them, and greedy
+//! (the last row's logits and hidden state) and tree calls (a new tree each call, its mask
+//! rewritten) with rejected rows cut off between them, and greedy
 //! speculative decoding, whose draft steps and verifications replay recordings, gives the
 //! target's own greedy tokens. A clone of a cache keeps its keys while the cache replays over
 //! them. Where recording is refused, calls forward plainly to the same results. Replays whose
@@ -14,8 +15,11 @@ use crate::cache::KvCache;
 use crate::generate::greedy_token;
 use crate::gguf::GgmlType;
 use crate::model::{CapturedDecode, Transformer, replays};
-use crate::speculative::{FixedK, PlainDrafter, RejectionSampler, SpecConfig, generate_speculative};
+use crate::speculative::{
+    DynamicTreeDrafter, DynamicTreeParams, FixedK, PlainDrafter, RejectionSampler, SpecConfig, generate_speculative,
+};
 use crate::synthetic::{TINY_VOCAB, tiny_qwen2};
+use crate::tree_mask::TreeMask;
 use crate::{Device, SamplingConfig, load_model};
 use anyhow::{Result, ensure};
 use std::path::Path;
@@ -53,12 +57,27 @@ enum Calls {
     /// Draft steps (a round's first takes what the draft's cache lacks): the last row's
     /// logits and hidden state.
     Draft,
+    /// Tree calls, every row's logits: a new tree each call ([`tree_for`]), every other one
+    /// continuing two tree rows the cache holds.
+    Tree,
+    /// The same tree calls' argmaxes, computed on the device.
+    TreeBest,
+}
+
+/// Call `i`'s tree of `rows` rows: each row's parent an earlier row or none (a root), drawn
+/// from `i`; from the second call on, every other tree continues two rows the cache holds.
+fn tree_for(rows: usize, i: usize) -> Result<TreeMask> {
+    let cached = if i % 2 == 1 { 2 } else { 0 };
+    let parents: Vec<Option<usize>> = (0..rows + cached)
+        .map(|r| (r > 0 && !(r * 7 + i * 13).is_multiple_of(5)).then(|| (r * 31 + i * 17) % r))
+        .collect();
+    TreeMask::continuing(&parents, cached)
 }
 
 impl Calls {
     fn rows(self) -> &'static [usize] {
         match self {
-            Calls::Verify | Calls::Best => &[5, 3, 1, 6, 16, 2, 4],
+            Calls::Verify | Calls::Best | Calls::Tree | Calls::TreeBest => &[5, 3, 1, 6, 16, 2, 4],
             Calls::Draft => &[2, 1, 1, 1, 3, 1],
         }
     }
@@ -94,6 +113,22 @@ fn calls(
                 let (logits, hidden) = model.forward(&input, &mut cache)?.last_position();
                 vec![logits, hidden]
             }
+            (Calls::Tree, Some(c)) => c.tree_scores(model, &input, Some(&tree_for(rows, i)?), &mut cache)?,
+            (Calls::TreeBest, Some(c)) => {
+                vec![
+                    c.tree_best(model, &input, Some(&tree_for(rows, i)?), &mut cache)?
+                        .into_iter()
+                        .map(|t| t as f32)
+                        .collect(),
+                ]
+            }
+            (Calls::Tree | Calls::TreeBest, None) => {
+                let out = model.forward_tree(&input, &tree_for(rows, i)?, &mut cache)?;
+                match kind {
+                    Calls::Tree => out.logits_tail(rows),
+                    _ => vec![out.best_tokens(rows).into_iter().map(|t| t as f32).collect()],
+                }
+            }
         });
         cache.truncate(cache.len() - (rows - 1).min(i % 3));
     }
@@ -101,8 +136,9 @@ fn calls(
 }
 
 /// Greedy speculative decoding on `model` as the target with a draft close to it in GGUF
-/// blocks on the same device (three candidates a round) against the target's own greedy
-/// tokens: mismatching prompts, and the replays the draft steps and verifications made.
+/// blocks on the same device (three candidates a round, then EAGLE-2 draft trees of 6 nodes)
+/// against the target's own greedy tokens: mismatching prompts, and the replays the draft
+/// steps and verifications made.
 fn speculative(model: &Transformer, dir: &Path, device: &Device) -> Result<(Vec<String>, u64)> {
     let cfg = tiny_qwen2(TINY_VOCAB);
     let close = write_gguf_weights(&dir.join("close-q8_0"), &cfg, &noisy_weights(&cfg, 41, 0.1), GgmlType::Q8_0)?;
@@ -121,6 +157,17 @@ fn speculative(model: &Transformer, dir: &Path, device: &Device) -> Result<(Vec<
             generate_speculative(model, &mut drafter, &mut FixedK(3), &mut RejectionSampler, &prompt, &cfg, &eos)?;
         if spec.tokens != ar {
             bad.push(format!("prompt {p}: speculative {:?} vs greedy {:?}", spec.tokens, ar));
+        }
+        // EAGLE-2 draft trees: the target verifies each tree in a recorded tree call.
+        let trees_before = replays();
+        let mut drafter = DynamicTreeDrafter::new(&draft.model, DynamicTreeParams { top_k: 2, max_nodes: 6 })?;
+        let spec =
+            generate_speculative(model, &mut drafter, &mut FixedK(3), &mut RejectionSampler, &prompt, &cfg, &eos)?;
+        if spec.tokens != ar {
+            bad.push(format!("prompt {p}: draft trees {:?} vs greedy {:?}", spec.tokens, ar));
+        }
+        if replays() == trees_before {
+            bad.push(format!("prompt {p}: no tree verification replayed a recorded call"));
         }
     }
     Ok((bad, replays() - before))
@@ -189,6 +236,8 @@ pub(super) fn captured_decode(device: &Device, dir: &Path) -> Result<Check> {
         (Calls::Verify, "verification calls"),
         (Calls::Best, "greedy verification calls"),
         (Calls::Draft, "draft steps"),
+        (Calls::Tree, "tree calls"),
+        (Calls::TreeBest, "greedy tree calls"),
     ] {
         let (plain, plain_cache) = calls(&model, kind, None)?;
         let mut captured = CapturedDecode::new();
@@ -207,8 +256,15 @@ pub(super) fn captured_decode(device: &Device, dir: &Path) -> Result<Check> {
     let (broken, broken_cache) = decode(&model, Some(&mut recorder(|c| c.stale_inputs = true)))?;
     let caught = broken != plain || !same_cache(&plain_cache, &broken_cache, layers);
     ensure!(caught, "replays without their inputs rewritten gave the plain forward's results: the check cannot fail");
-    let [(verified, verify_recordings), (_, best_recordings), (drafted, draft_recordings)] = recorded_calls[..] else {
-        unreachable!("three kinds of call")
+    let [
+        (verified, verify_recordings),
+        (_, best_recordings),
+        (drafted, draft_recordings),
+        (tree_rows, tree_recordings),
+        (_, tree_best_recordings),
+    ] = recorded_calls[..]
+    else {
+        unreachable!("five kinds of call")
     };
     Ok(Check {
         name: "captured_decode".into(),
@@ -224,9 +280,12 @@ pub(super) fn captured_decode(device: &Device, dir: &Path) -> Result<Check> {
              where recording is refused, steps, verifications and draft steps forward plainly to the same \
              values; verification calls of 1 to 16 rows ({verified} rows of logits, {verify_recordings} \
              recordings), the same calls' greedy tokens picked on the device ({best_recordings} recordings) \
-             and draft steps of 1 to 3 rows ({} last rows, {draft_recordings} recordings), rejected rows cut between them, give the plain forward's values and \
+             and draft steps of 1 to 3 rows ({} last rows, {draft_recordings} recordings), tree calls of 1 to 16 rows, \
+             a new tree each call and every other one continuing two cached tree rows ({tree_rows} rows of logits, \
+             {tree_recordings} recordings; their argmaxes {tree_best_recordings}), rejected rows cut between them, give the plain forward's values and \
              cache bit for bit; greedy speculative decoding with a Q8_0 draft on the device (3 candidates a \
-             round, {spec_replays} replayed draft steps and verifications) gives the target's greedy tokens; \
+             round, and EAGLE-2 draft trees of 6 nodes; {spec_replays} replayed draft steps, verifications and \
+             tree verifications) gives the target's greedy tokens; \
              replays without their tokens, positions and length rewritten caught, for each kind of call",
             drafted / 2
         ),

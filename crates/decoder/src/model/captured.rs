@@ -4,29 +4,33 @@
 //! launches (6 a layer, the embedding lookup, the final norm, the head and the argmax); a
 //! replay issues none of them from the host. Three calls are recorded: the greedy one-row
 //! step ([`CapturedDecode::next`], its argmax left on the device), a verification of up to
-//! [`RECORDED_ROWS_MAX`] rows ([`CapturedDecode::scores`], every row's logits read back), and a
-//! draft step ([`CapturedDecode::last`], the last row's logits and hidden state read back).
+//! [`RECORDED_ROWS_MAX`] rows, a chain or a token tree ([`CapturedDecode::scores`], every row's
+//! logits read back, or [`CapturedDecode::best`], every row's argmax), and a draft step
+//! ([`CapturedDecode::last`], the last row's logits and hidden state read back).
 //!
 //! A recording keeps the kernels' launch arguments and buffers, so every input that changes
 //! from call to call lives in a device buffer the recording owns and is rewritten before each
-//! replay: the tokens, the RoPE angles of their positions, and the cached length (which the
+//! replay: the tokens, the RoPE angles of their positions, the cached length (which the
 //! RoPE and cache-write kernel and attention read: `cube::step_buffer`; attention masks the
-//! rows causally from it). What a recording cannot follow starts a new one: the cache's
+//! rows causally from it), and a tree call's additive mask (over the tree's own keys, so its
+//! size is fixed by the tree's rows). What a recording cannot follow starts a new one: the cache's
 //! storage moving (it grows, or is copied because a clone shares it) and attention's number of
 //! 256-key chunks (its launch's size), so each row count is recorded again every 256 positions
 //! at most.
 //! The first call of a recording is the plain forward it then records: its results are that
 //! call's, so recording costs no forward of its own.
 
-use super::layers::{RowMask, rope_tables};
+use super::layers::{RowMask, rope_tables, rope_tables_at, tree_mask_values};
 use super::{PositionTables, Transformer, tail_rows};
 use crate::cache::KvCache;
+use crate::tree_mask::TreeMask;
 use anyhow::{Context, Result, ensure};
 use burn::tensor::{Int, Tensor};
 use burn_cubecl::Cube;
 use burn_cubecl::cubecl::bytes::Bytes;
 use burn_cubecl::cubecl::client::Graph;
 use burn_cubecl::tensor::CubeTensor;
+use std::sync::Arc;
 
 /// The most rows a recorded call takes (attention's query rows per cube stay few; a longer
 /// forward, a prefill, runs plainly).
@@ -50,13 +54,15 @@ enum Output {
 }
 
 /// What a recording was made for: the cache (its identity and the memory of every layer's
-/// storage), the rows and their output, and attention's chunks of keys.
+/// storage), the rows and their output, a tree call's cached tree rows (its mask's width is
+/// those plus the rows), and attention's chunks of keys.
 #[derive(Clone, PartialEq, Eq, Debug)]
 struct Shape {
     cache: u64,
     storage: Vec<usize>,
     rows: usize,
     output: Output,
+    tree: Option<usize>,
     chunks: usize,
 }
 
@@ -158,6 +164,30 @@ macro_rules! cube {
     };
 }
 
+/// Query heads per kv head: the rows of a tree mask's groups.
+fn groups(model: &Transformer) -> usize {
+    let cfg = model.config();
+    cfg.num_attention_heads / cfg.num_key_value_heads
+}
+
+/// The RoPE tables of a call of `rows` rows after `past` cached positions: positions `past..`,
+/// or a tree's (the tree's first row's position plus each row's depth).
+fn rope_of(
+    model: &Transformer,
+    past: usize,
+    rows: usize,
+    tree: Option<&TreeMask>,
+    device: &crate::Device,
+) -> (Tensor<2>, Tensor<2>) {
+    let freqs = model.config().rope_inv_freqs();
+    match tree {
+        Some(t) => {
+            rope_tables_at(&(0..rows).map(|i| past - t.cached() + t.depth(i)).collect::<Vec<_>>(), &freqs, device)
+        }
+        None => rope_tables(past, rows, &freqs, device),
+    }
+}
+
 fn f32_bytes(t: Tensor<2>) -> Vec<u8> {
     t.into_data().try_to_vec::<f32>().expect("f32 tables").iter().flat_map(|v| v.to_le_bytes()).collect()
 }
@@ -214,7 +244,20 @@ impl CapturedDecode {
     /// tokens.len(), None)`, computed on the device (token ids come back, not rows), from a
     /// replay of the call recorded for that many rows.
     pub fn best(&mut self, model: &Transformer, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<u32>> {
-        match self.call(model, tokens, cache, Output::Greedy)? {
+        self.tree_best(model, tokens, None, cache)
+    }
+
+    /// [`Self::best`] of a tree call when `tree` is given (`tokens` its rows): the argmax of
+    /// each row of `model.forward_tree(tokens, tree, cache)`, from a replay of the call
+    /// recorded for that many rows and cached tree rows, its mask rewritten.
+    pub fn tree_best(
+        &mut self,
+        model: &Transformer,
+        tokens: &[u32],
+        tree: Option<&TreeMask>,
+        cache: &mut KvCache,
+    ) -> Result<Vec<u32>> {
+        match self.call(model, tokens, tree, cache, Output::Greedy)? {
             Read::Tokens(t) => Ok(t),
             _ => unreachable!("a greedy call reads its tokens"),
         }
@@ -224,7 +267,20 @@ impl CapturedDecode {
     /// the logits of each: what `model.forward_scores(tokens, cache, tokens.len(), None)`
     /// returns, from a replay of the call recorded for that many rows.
     pub fn scores(&mut self, model: &Transformer, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<Vec<f32>>> {
-        match self.call(model, tokens, cache, Output::Scores)? {
+        self.tree_scores(model, tokens, None, cache)
+    }
+
+    /// [`Self::scores`] of a tree call when `tree` is given (`tokens` its rows): the logits of
+    /// `model.forward_tree(tokens, tree, cache)`, from a replay of the call recorded for that
+    /// many rows and cached tree rows, its mask rewritten.
+    pub fn tree_scores(
+        &mut self,
+        model: &Transformer,
+        tokens: &[u32],
+        tree: Option<&TreeMask>,
+        cache: &mut KvCache,
+    ) -> Result<Vec<Vec<f32>>> {
+        match self.call(model, tokens, tree, cache, Output::Scores)? {
             Read::Scores(s) => Ok(s),
             _ => unreachable!("a verification reads its scores"),
         }
@@ -234,7 +290,7 @@ impl CapturedDecode {
     /// last one's logits and final hidden state: what a drafter reads of `model.forward(tokens,
     /// cache)`, from a replay of the call recorded for that many rows.
     pub fn last(&mut self, model: &Transformer, tokens: &[u32], cache: &mut KvCache) -> Result<(Vec<f32>, Vec<f32>)> {
-        match self.call(model, tokens, cache, Output::Last)? {
+        match self.call(model, tokens, None, cache, Output::Last)? {
             Read::Last(logits, hidden) => Ok((logits, hidden)),
             _ => unreachable!("a draft step reads its last row"),
         }
@@ -243,14 +299,27 @@ impl CapturedDecode {
     /// The call of `tokens` for `output`: a replay of its recording, recorded first where
     /// none fits; a plain forward once the runtime has refused a recording. The cache may be
     /// cloned between calls: the clone keeps its keys and values ([`own_storage`]).
-    fn call(&mut self, model: &Transformer, tokens: &[u32], cache: &mut KvCache, output: Output) -> Result<Read> {
+    fn call(
+        &mut self,
+        model: &Transformer,
+        tokens: &[u32],
+        tree: Option<&TreeMask>,
+        cache: &mut KvCache,
+        output: Output,
+    ) -> Result<Read> {
         ensure!(model.can_capture(), "this model's decode calls cannot be recorded");
         ensure!(cache.batch() == 1, "a captured call decodes one sequence");
         let rows = tokens.len();
         ensure!((1..=RECORDED_ROWS_MAX).contains(&rows), "a recorded call of {rows} rows (1 to {RECORDED_ROWS_MAX})");
+        ensure!(
+            tree.is_none_or(|t| t.len() == rows),
+            "{rows} tokens for a tree of {} rows",
+            tree.map_or(0, |t| t.len())
+        );
+        ensure!(tree.is_none_or(|t| t.cached() <= cache.len()), "a tree's cached rows are more than the cache holds");
         let tokens = &model.embeddable(tokens.iter().copied())?;
         if self.refused.is_some() {
-            return plain(model, tokens, cache, output);
+            return plain(model, tokens, tree, cache, output);
         }
         let past = cache.len();
         model.config().check_positions(past + rows)?;
@@ -259,13 +328,22 @@ impl CapturedDecode {
             own_storage(cache);
         }
         let chunks = (past + rows).div_ceil(crate::cube::ATTENTION_CHUNK);
-        let shape = Shape { cache: cache.id(), storage: storage_ids(cache), rows, output, chunks };
+        let shape = Shape {
+            cache: cache.id(),
+            storage: storage_ids(cache),
+            rows,
+            output,
+            tree: tree.map(TreeMask::cached),
+            chunks,
+        };
         // Recordings of another cache or storage write memory this cache no longer uses: they go
         // first (with the buffers they hold), and so does this call's own if its shape changed.
         self.held.retain(|r| r.shape.cache == shape.cache && r.shape.storage == shape.storage);
-        self.held.retain(|r| (r.shape.rows, r.shape.output) != (rows, output) || r.shape == shape);
+        let kind = |s: &Shape| (s.rows, s.output, s.tree);
+        self.held.retain(|r| kind(&r.shape) != kind(&shape) || r.shape == shape);
         let Some(r) = self.held.iter().find(|r| r.shape == shape) else {
-            let (recording, read) = record(model, tokens, cache, shape)?;
+            let tree = tree.map(|t| Arc::new(t.clone()));
+            let (recording, read) = record(model, tokens, tree.as_ref(), cache, shape)?;
             let recording = if self.refuse { Err("refused by request".to_string()) } else { recording };
             match recording {
                 Ok(recording) => {
@@ -281,12 +359,17 @@ impl CapturedDecode {
             return Ok(read);
         };
         if !self.stale_inputs {
-            let cfg = model.config();
-            let (cos, sin) = rope_tables(past, rows, &cfg.rope_inv_freqs(), &crate::Device::flex());
+            let (cos, sin) = rope_of(model, past, rows, tree, &crate::Device::flex());
             overwrite(cube!(r.inputs.tokens), tokens.iter().flat_map(|t| t.to_le_bytes()).collect());
             overwrite(cube!(r.inputs.rope.0), f32_bytes(cos));
             overwrite(cube!(r.inputs.rope.1), f32_bytes(sin));
             overwrite(cube!(r.inputs.mask.step_tensor()), (past as u32).to_le_bytes().to_vec());
+            if let (Some(tree), Some(mask)) = (tree, r.inputs.mask.tree_additive()) {
+                overwrite(
+                    cube!(mask),
+                    tree_mask_values(tree, groups(model)).iter().flat_map(|v| v.to_le_bytes()).collect(),
+                );
+            }
         }
         // SAFETY: every buffer the recording reads or writes is alive: its inputs and outputs are
         // held in `r`, the cache's storage (the same memory, checked above) by `cache`, the
@@ -300,7 +383,20 @@ impl CapturedDecode {
 }
 
 /// The call of `tokens` for `output` by the plain forward (where the runtime refused to record).
-fn plain(model: &Transformer, tokens: &[u32], cache: &mut KvCache, output: Output) -> Result<Read> {
+fn plain(
+    model: &Transformer,
+    tokens: &[u32],
+    tree: Option<&TreeMask>,
+    cache: &mut KvCache,
+    output: Output,
+) -> Result<Read> {
+    if let Some(tree) = tree {
+        let out = model.forward_tree(tokens, tree, cache)?;
+        return Ok(match output {
+            Output::Greedy => Read::Tokens(out.best_tokens(tokens.len())),
+            _ => Read::Scores(out.logits_tail(tokens.len())),
+        });
+    }
     if output == Output::Scores {
         let scores = model.forward_scores(tokens, cache, tokens.len(), None)?.expect("no cancel flag");
         return Ok(Read::Scores(scores));
@@ -324,17 +420,16 @@ fn plain(model: &Transformer, tokens: &[u32], cache: &mut KvCache, output: Outpu
 fn record(
     model: &Transformer,
     tokens: &[u32],
+    tree: Option<&Arc<TreeMask>>,
     cache: &mut KvCache,
     shape: Shape,
 ) -> Result<(std::result::Result<Recording, String>, Read)> {
     let (past, rows) = (cache.len(), tokens.len());
-    let cfg = model.config();
     let device = model.device();
-    let groups = cfg.num_attention_heads / cfg.num_key_value_heads;
     let inputs = Inputs {
         tokens: crate::cube::words_on(tokens.to_vec(), device),
-        rope: rope_tables(past, rows, &cfg.rope_inv_freqs(), device),
-        mask: RowMask::new(past, rows, None, groups, device),
+        rope: rope_of(model, past, rows, tree.map(|t| &**t), device),
+        mask: RowMask::new(past, rows, tree, groups(model), device),
     };
     let client = cube!(inputs.tokens).client;
     let failed = |what: &str, e: burn_cubecl::cubecl::server::ServerError| format!("{what}: {e:?}");

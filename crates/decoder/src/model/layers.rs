@@ -175,25 +175,32 @@ pub(super) fn apply_rope(x: Tensor<4>, cos: &Tensor<2>, sin: &Tensor<2>) -> Tens
     x * cos.clone().unsqueeze::<4>() + rotated * sin.clone().unsqueeze::<4>()
 }
 
-/// The additive mask of a tree call on a GPU (`[groups * n, past + n]`, laid out for the
-/// grouped query rows `(group, query)`): row i sees the cache before the tree and its path in
-/// `tree` (tree row a at key `base + a`, cached or of this call). A causal call needs none: the
-/// attention kernel masks it from the cached length.
+/// The additive mask of a tree call on a GPU over the tree's own keys (`[groups * n, cached +
+/// n]`, laid out for the grouped query rows `(group, query)`): row i sees its path in `tree`
+/// (tree row a, cached or of this call, at column a); the keys before the tree, which every row
+/// sees, are not in it, so its size and bytes never depend on the cache's length. A causal
+/// call needs none: the attention kernel masks it from the cached length.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn tree_mask(past: usize, tree: &TreeMask, groups: usize, device: &Device) -> Tensor<2> {
-    let (n, total) = (tree.len(), past + tree.len());
-    let base = past - tree.cached();
-    let mut m = vec![0f32; groups * n * total];
+fn tree_mask(tree: &TreeMask, groups: usize, device: &Device) -> Tensor<2> {
+    let width = tree.cached() + tree.len();
+    Tensor::from_data(TensorData::new(tree_mask_values(tree, groups), [groups * tree.len(), width]), device)
+}
+
+/// [`tree_mask`]'s values, row-major (a recorded tree call writes them over its mask).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(super) fn tree_mask_values(tree: &TreeMask, groups: usize) -> Vec<f32> {
+    let n = tree.len();
+    let width = tree.cached() + n;
+    let mut m = vec![f32::NEG_INFINITY; groups * n * width];
     for g in 0..groups {
         for i in 0..n {
-            let row = &mut m[(g * n + i) * total..(g * n + i + 1) * total];
-            row[base..].fill(f32::NEG_INFINITY);
+            let row = &mut m[(g * n + i) * width..(g * n + i + 1) * width];
             for &a in tree.path(i) {
-                row[base + a] = 0.0;
+                row[a] = 0.0;
             }
         }
     }
-    Tensor::from_data(TensorData::new(m, [groups * n, total]), device)
+    m
 }
 
 /// `past` in a device buffer and, for a tree, its additive mask, on a GPU; `None` on the CPU,
@@ -204,7 +211,7 @@ fn device_side(past: usize, tree: Option<&TreeMask>, groups: usize, device: &Dev
     if *device != Device::flex() {
         return Some(DeviceSide {
             step: crate::cube::step_buffer(past, device),
-            tree: tree.map(|t| tree_mask(past, t, groups, device)),
+            tree: tree.map(|t| tree_mask(t, groups, device)),
         });
     }
     None
@@ -260,7 +267,7 @@ impl RowMask {
 
     /// A tree call's additive mask on a GPU (`None`: causal).
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
-    fn tree_additive(&self) -> Option<&Tensor<2>> {
+    pub(super) fn tree_additive(&self) -> Option<&Tensor<2>> {
         self.device.as_ref().and_then(|d| d.tree.as_ref())
     }
 

@@ -1,14 +1,14 @@
 //! The target's side of verification, one for both schedulers (the sequential scheduler owns
 //! one; each DSI worker owns one): a KV cache over the tokens it has scored, of which the
 //! longest common prefix with the next request is kept, and one forward over the rest. On a
-//! GPU that can record its calls, a verification of a few rows after the cache is a replay of
-//! the call recorded for that many rows (`generate::RecordedSteps`: the plain forward's scores
-//! bit for bit, without the host launching each kernel).
+//! GPU that can record its calls, a verification of a few rows after the cache, a chain or a
+//! tree, is a replay of the call recorded for that many rows (`generate::RecordedSteps`: the
+//! plain forward's scores bit for bit, without the host launching each kernel).
 
 use super::feature_draft::tap::{FeatureTap, prefix_hashes};
 use super::tree::DraftTree;
 use crate::cache::KvCache;
-use crate::generate::RecordedSteps;
+use crate::generate::{RecordedSteps, TreeRows};
 use crate::model::Transformer;
 use anyhow::{Result, ensure};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -120,21 +120,28 @@ impl<'m> TargetScorer<'m> {
     /// forward of any other committed tokens the cache lacks). The cache then holds every
     /// node; [`Self::keep_path`] keeps the accepted ones.
     pub fn score_tree(&mut self, committed: &[u32], tree: &DraftTree) -> Result<Vec<Vec<f32>>> {
-        let (out, rows) = self.tree_call(committed, tree)?;
-        ROWS_READ.fetch_add(rows as u64, Ordering::Relaxed);
-        Ok(out.logits_tail(rows))
+        match self.tree_call(committed, tree, false)? {
+            TreeRows::Scores(scores) => {
+                ROWS_READ.fetch_add(scores.len() as u64, Ordering::Relaxed);
+                Ok(scores)
+            }
+            TreeRows::Best(_) => unreachable!("a tree call for scores reads scores"),
+        }
     }
 
     /// The target's greedy token after `committed` and after each node of `tree`, in
     /// [`Self::score_tree`]'s order: the argmax of each of its rows, computed where the logits
     /// are.
     pub fn score_tree_best(&mut self, committed: &[u32], tree: &DraftTree) -> Result<Vec<u32>> {
-        let (out, rows) = self.tree_call(committed, tree)?;
-        Ok(out.best_tokens(rows))
+        match self.tree_call(committed, tree, true)? {
+            TreeRows::Best(best) => Ok(best),
+            TreeRows::Scores(_) => unreachable!("a greedy tree call reads tokens"),
+        }
     }
 
-    /// [`Self::score_tree`]'s forward: its output and its row count.
-    fn tree_call(&mut self, committed: &[u32], tree: &DraftTree) -> Result<(crate::model::ForwardOutput, usize)> {
+    /// [`Self::score_tree`]'s forward, for every row's logits or (`greedy`) argmax: a recorded
+    /// call's replay where the target records them and the tree has at most its rows.
+    fn tree_call(&mut self, committed: &[u32], tree: &DraftTree, greedy: bool) -> Result<TreeRows> {
         ensure!(
             !committed.is_empty() && self.tap.is_none(),
             "a tree verification needs a committed token and no feature tap"
@@ -147,10 +154,21 @@ impl<'m> TargetScorer<'m> {
             self.target.forward_scores(&committed[keep..root], &mut self.cache, 1, None)?;
         }
         let tokens: Vec<u32> = std::iter::once(committed[root]).chain(tree.tokens()).collect();
-        let out = self.target.forward_tree(&tokens, &tree.verification_mask(), &mut self.cache)?;
+        let mask = tree.verification_mask();
+        let rows = match self.recorded.as_mut().filter(|r| tokens.len() <= r.max_rows()) {
+            Some(recorded) => recorded.tree(self.target, &tokens, &mask, &mut self.cache, greedy)?,
+            None => {
+                let out = self.target.forward_tree(&tokens, &mask, &mut self.cache)?;
+                if greedy {
+                    TreeRows::Best(out.best_tokens(tokens.len()))
+                } else {
+                    TreeRows::Scores(out.logits_tail(tokens.len()))
+                }
+            }
+        };
         self.fed.extend_from_slice(&committed[keep..]);
         self.fed.extend(tree.tokens());
-        Ok((out, tokens.len()))
+        Ok(rows)
     }
 
     /// After [`Self::score_tree`] after `committed`: keeps the cache of the nodes `path`
