@@ -11,7 +11,8 @@ use crate::sampling::{SamplingConfig, argmax, top_k};
 use anyhow::{Result, ensure};
 use burn::tensor::{Tensor, TensorData};
 
-/// Columns of a row: more than a cube's units, not a multiple of them.
+/// Columns of a row: more than a cube's units, not a multiple of them, split over 5 segments
+/// (`cube::top_k`'s first launch) for every k checked.
 const COLS: usize = 3001;
 
 /// The top-k cuts checked: Qwen's recommended 20, and 64 (the largest the sampler asks the

@@ -1,7 +1,7 @@
 //! Decode calls of a few rows, recorded once per row count and replayed: a CUDA graph on
 //! `cuda` (one dispatch for the whole call), CubeCL's software graph on `wgpu` (the launches
-//! re-encoded from state resolved at recording). A one-row step of the 1.5B target issues 172
-//! launches (6 a layer, the embedding lookup, the final norm, the head and the argmax); a
+//! re-encoded from state resolved at recording). A one-row step of the 1.5B target issues 173
+//! launches (6 a layer, the embedding lookup, the final norm, the head and the argmax's two); a
 //! replay issues none of them from the host. Three calls are recorded: the greedy one-row
 //! step ([`CapturedDecode::next`], its argmax left on the device), a verification of up to
 //! [`RECORDED_ROWS_MAX`] rows, a chain or a token tree ([`CapturedDecode::scores`], every row's
