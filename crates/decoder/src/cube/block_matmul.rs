@@ -204,7 +204,7 @@ fn row_type(parts: &[u32], n_parts: u32, row: u32) -> u32 {
 /// the `pass` input rows of pass `CUBE_POS_Z`: `sum_k x[r, k] w[row, k]`, with what is fused
 /// (`Fused`): the input rows normalised first (`normed`), the bias, `silu(gate) * up` of rows
 /// `row` and `row + glu_rows` (`glu`), the residual.
-#[cube(launch)]
+#[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 fn block_matmul_rows(
     w: &[u32],
@@ -279,7 +279,7 @@ fn block_matmul_rows(
 /// Row `ids[CUBE_POS]` of the matrix decoded into row `CUBE_POS` of `out`, when that row is
 /// in this piece (rows `first..first + piece_rows`): unit `u` decodes quad `u % 8` of chunks
 /// `u / 8`, `u / 8 + units / 8`, ..., as the product reads them.
-#[cube(launch)]
+#[cube(launch_unchecked)]
 fn block_rows(
     w: &[u32],
     parts: &[u32],
@@ -393,6 +393,14 @@ impl DeviceBlocks {
             if !on_device(ty) {
                 bail!("{ty:?} blocks have no device kernel");
             }
+            let (values, block_bytes) = ty.block();
+            ensure!(
+                row.len() == q.cols() / values * block_bytes,
+                "a {ty:?} row of {} bytes for {} columns (the kernels read {} bytes a row)",
+                row.len(),
+                q.cols(),
+                q.cols() / values * block_bytes
+            );
             if row.len() > cap {
                 bail!("a row of {} bytes does not fit the device's largest buffer ({cap} bytes)", row.len());
             }
@@ -457,37 +465,59 @@ impl DeviceBlocks {
         let norm = fused.norm.map(|(t, _)| contiguous(t.clone()));
         let bias = fused.bias.map(|t| contiguous(t.clone()));
         let residual = fused.residual.map(contiguous);
+        let len = |t: &Option<CubeTensor>| t.as_ref().map(|t| t.meta.shape().num_elements());
+        // The kernel reads without bound checks (`launch_unchecked`): every index it forms is
+        // checked here, from the operands' sizes (its weight reads stay inside the rows `upload`
+        // checked against their type).
+        assert!(
+            len(&norm).is_none_or(|l| l == self.cols),
+            "a norm weight of {:?} values for {} columns",
+            len(&norm),
+            self.cols
+        );
+        assert!(len(&bias).is_none_or(|l| l == self.rows), "a bias of {:?} values for {} rows", len(&bias), self.rows);
+        assert!(
+            len(&residual).is_none_or(|l| l == m * width),
+            "a residual of {:?} values for {m} x {width}",
+            len(&residual)
+        );
         let units = WARP * warps_for(self.cols);
         for piece in &self.pieces {
             let rows = if fused.glu { width } else { piece.rows };
             let cx = rows.min(MAX_CUBES_X);
             let count = CubeCount::Static(cx as u32, rows.div_ceil(cx) as u32, m.div_ceil(pass as usize) as u32);
-            block_matmul_rows::launch(
-                &client,
-                count,
-                CubeDim::new_1d(units),
-                words(&piece.words).into_buffer_arg(),
-                words(&piece.table).into_buffer_arg(),
-                x.clone().into_buffer_arg(),
-                arg(norm.clone()),
-                arg(bias.clone()),
-                arg(residual.clone()),
-                out.clone().into_buffer_arg(),
-                piece.runs.len() as u32,
-                rows as u32,
-                piece.first as u32,
-                width as u32,
-                self.cols as u32,
-                m as u32,
-                width as u32,
-                fused.norm.map_or(0.0, |(_, eps)| eps as f32),
-                norm.is_some(),
-                bias.is_some(),
-                fused.glu,
-                residual.is_some(),
-                pass,
-                units,
-            );
+            // SAFETY: every index is in bounds: x is [m, cols] (asserted above with the fused
+            // operands), out [m, width] (allocated above), the rows a cube reads are the piece's
+            // (`row < piece_rows`, the table's runs cover them, each row its type's bytes for
+            // `cols` columns), and the shared arrays are sized by the comptime pass and units.
+            unsafe {
+                block_matmul_rows::launch_unchecked(
+                    &client,
+                    count,
+                    CubeDim::new_1d(units),
+                    words(&piece.words).into_buffer_arg(),
+                    words(&piece.table).into_buffer_arg(),
+                    x.clone().into_buffer_arg(),
+                    arg(norm.clone()),
+                    arg(bias.clone()),
+                    arg(residual.clone()),
+                    out.clone().into_buffer_arg(),
+                    piece.runs.len() as u32,
+                    rows as u32,
+                    piece.first as u32,
+                    width as u32,
+                    self.cols as u32,
+                    m as u32,
+                    width as u32,
+                    fused.norm.map_or(0.0, |(_, eps)| eps as f32),
+                    norm.is_some(),
+                    bias.is_some(),
+                    fused.glu,
+                    residual.is_some(),
+                    pass,
+                    units,
+                );
+            }
         }
         Tensor::from_primitive::<Cube>(out)
     }
@@ -504,19 +534,23 @@ impl DeviceBlocks {
         let client = index.client.clone();
         let out = empty_device_dtype(client.clone(), index.device.clone(), [n, self.cols].into(), DType::F32);
         for piece in &self.pieces {
-            block_rows::launch(
-                &client,
-                CubeCount::Static(n as u32, 1, 1),
-                CubeDim::new_1d(WARP * warps_for(self.cols)),
-                words(&piece.words).into_buffer_arg(),
-                words(&piece.table).into_buffer_arg(),
-                index.clone().into_buffer_arg(),
-                out.clone().into_buffer_arg(),
-                piece.runs.len() as u32,
-                piece.first as u32,
-                piece.rows as u32,
-                self.cols as u32,
-            );
+            // SAFETY: cube i reads ids[i] of the n ids and writes row i of the [n, cols] output;
+            // it decodes a row only when the id is one of the piece's rows.
+            unsafe {
+                block_rows::launch_unchecked(
+                    &client,
+                    CubeCount::Static(n as u32, 1, 1),
+                    CubeDim::new_1d(WARP * warps_for(self.cols)),
+                    words(&piece.words).into_buffer_arg(),
+                    words(&piece.table).into_buffer_arg(),
+                    index.clone().into_buffer_arg(),
+                    out.clone().into_buffer_arg(),
+                    piece.runs.len() as u32,
+                    piece.first as u32,
+                    piece.rows as u32,
+                    self.cols as u32,
+                );
+            }
         }
         Tensor::from_primitive::<Cube>(out)
     }
