@@ -150,6 +150,17 @@ fn greedy_rounds_decided_from_argmaxes_commit_what_the_rows_decide() {
                 (&rows.tokens, &rows.metrics.accepted_per_round),
                 "{name}, prompt {p}"
             );
+            // DSI's workers return argmaxes under RejectionSampler, rows under FromRows.
+            let dsi = |v: &mut dyn Verifier| {
+                let mut drafter = PlainDrafter::new(draft);
+                let d = DsiConfig::new(2, 4);
+                generate_dsi(&[t, t], &mut drafter, &mut FixedK(4), v, &prompt, &cfg, &d, &[])
+                    .unwrap()
+                    .generation
+                    .tokens
+            };
+            assert_eq!(dsi(&mut RejectionSampler), best.tokens, "DSI from argmaxes, {name}, prompt {p}");
+            assert_eq!(dsi(&mut FromRows), best.tokens, "DSI from rows, {name}, prompt {p}");
             let mut distinct = best.tokens.clone();
             distinct.sort_unstable();
             distinct.dedup();

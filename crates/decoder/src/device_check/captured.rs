@@ -103,7 +103,14 @@ fn calls(
             (Calls::Verify, None) => model.forward_scores(&input, &mut cache, rows, None)?.expect("no cancel flag"),
             (Calls::Best, Some(c)) => vec![c.best(model, &input, &mut cache)?.into_iter().map(|t| t as f32).collect()],
             (Calls::Best, None) => {
-                vec![model.forward_best(&input, &mut cache, rows)?.into_iter().map(|t| t as f32).collect()]
+                vec![
+                    model
+                        .forward_best(&input, &mut cache, rows, None)?
+                        .expect("no cancel flag")
+                        .into_iter()
+                        .map(|t| t as f32)
+                        .collect(),
+                ]
             }
             (Calls::Draft, Some(c)) => {
                 let (logits, hidden) = c.last(model, &input, &mut cache)?;

@@ -316,8 +316,9 @@ pub(super) fn dsi_cpu_and_device(device: &Device, dir: &Path) -> Result<Check> {
 }
 
 /// Greedy DSI with a worker on each of `targets` and K = `k` on 3 prompts of `new_tokens`
-/// tokens, against greedy decoding with the first target: each differing output is pushed to
-/// `bad`; the scheduler's counters, summed.
+/// tokens, against greedy decoding with the first target, decided from the workers' argmaxes
+/// (no target row read back) and from their rows: each differing output or row read is
+/// pushed to `bad`; the argmax runs' scheduler counters, summed.
 pub(super) fn dsi_against_greedy(
     targets: &[&Transformer],
     draft: &Transformer,
@@ -331,18 +332,24 @@ pub(super) fn dsi_against_greedy(
         let prompt = tokens(6 + p as usize, 40 + p);
         let cfg = SpecConfig { max_new_tokens: new_tokens, sampling: SamplingConfig::greedy(), seed: 0 };
         let want = generate_autoregressive(targets[0], &prompt, &cfg, &eos)?.tokens;
-        let got = generate_dsi(
-            targets,
-            &mut PlainDrafter::new(draft),
-            &mut FixedK(k),
-            &mut RejectionSampler,
-            &prompt,
-            &cfg,
-            &DsiConfig::new(targets.len(), k),
-            &eos,
-        )?;
+        let run = |verifier: &mut dyn Verifier| {
+            let mut drafter = PlainDrafter::new(draft);
+            let dsi = DsiConfig::new(targets.len(), k);
+            generate_dsi(targets, &mut drafter, &mut FixedK(k), verifier, &prompt, &cfg, &dsi, &eos)
+        };
+        // Greedy under RejectionSampler: the workers return argmaxes, no row comes back.
+        let rows_before = target_rows_read();
+        let got = run(&mut RejectionSampler)?;
+        let rows_read = target_rows_read() - rows_before;
         if got.generation.tokens != want {
             bad.push(format!("prompt {p}: DSI {:?} vs greedy {want:?}", got.generation.tokens));
+        }
+        if rows_read != 0 {
+            bad.push(format!("prompt {p}: greedy DSI read {rows_read} target rows"));
+        }
+        let from_rows = run(&mut FromRows)?.generation.tokens;
+        if from_rows != want {
+            bad.push(format!("prompt {p}: DSI decided from the rows {from_rows:?} vs greedy {want:?}"));
         }
         stats.add(&got.stats);
     }

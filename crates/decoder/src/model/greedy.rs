@@ -7,6 +7,7 @@
 use super::{ForwardOutput, Transformer};
 use crate::cache::KvCache;
 use anyhow::{Result, ensure};
+use std::sync::atomic::AtomicBool;
 
 impl ForwardOutput {
     /// The greedy token (`sampling::argmax`, the first on ties) of each of the last `rows`
@@ -21,14 +22,22 @@ impl ForwardOutput {
 impl Transformer {
     /// The greedy token after each of the last `rows` positions of `tokens`, forwarded after
     /// what `cache` holds: the argmax of each row [`Transformer::forward_scores`] returns,
-    /// without reading the rows back from a GPU.
-    pub fn forward_best(&self, tokens: &[u32], cache: &mut KvCache, rows: usize) -> Result<Vec<u32>> {
+    /// without reading the rows back from a GPU. `None` if `cancel` was set during the
+    /// forward (checked between layers, as [`Transformer::forward_scores`] does).
+    pub fn forward_best(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        rows: usize,
+        cancel: Option<&AtomicBool>,
+    ) -> Result<Option<Vec<u32>>> {
         ensure!((1..=tokens.len()).contains(&rows), "the best tokens of {rows} rows of {} tokens", tokens.len());
-        let states = self
-            .hidden_states_until(&[tokens], cache, None, None, &self.sequential, 1, None, None)?
-            .expect("no cancel flag, never cancelled");
+        let Some(states) = self.hidden_states_until(&[tokens], cache, None, cancel, &self.sequential, 1, None, None)?
+        else {
+            return Ok(None);
+        };
         let [b, n, h] = states.dims();
         let logits = self.logits(states.clone().slice([0..b, n - rows..n, 0..h]));
-        Ok(ForwardOutput { logits, hidden: states }.best_tokens(rows))
+        Ok(Some(ForwardOutput { logits, hidden: states }.best_tokens(rows)))
     }
 }

@@ -224,6 +224,25 @@ impl<'a> Committed<'a> {
         Decided { accepted, corrected: false }
     }
 
+    /// [`Self::decide`] for a verifier that decides by argmax ([`Verifier::decides_by_argmax`]),
+    /// from `best`, the target's greedy token at each candidate's position: a candidate equal
+    /// to it is accepted, the first other one is replaced by it. The same tokens as from the
+    /// rows, without them.
+    pub fn decide_best(&mut self, candidates: &[Candidate], best: &[u32]) -> Decided {
+        let mut accepted = 0;
+        for (c, &token) in candidates.iter().zip(best) {
+            if self.finished {
+                break;
+            }
+            self.push(token);
+            if c.token != token {
+                return Decided { accepted, corrected: true };
+            }
+            accepted += 1;
+        }
+        Decided { accepted, corrected: false }
+    }
+
     /// Decides a token tree: `rows[0]` is the target's scores after the committed sequence,
     /// `rows[i + 1]` after node i. From the committed sequence down, the verifier chooses among
     /// the current node's children ([`Verifier::decide_among`], with the position's stream):

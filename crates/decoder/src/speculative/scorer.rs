@@ -103,15 +103,19 @@ impl<'m> TargetScorer<'m> {
     /// The target's greedy token after each of the last `rows` positions of `tokens`: the
     /// argmax of each row [`Self::score`] would return, computed where the logits are (on a
     /// GPU, token ids come back instead of rows); a recorded call's replay where the target
-    /// records them. For a verification decided by argmax alone, with no feature tap.
-    pub fn score_best(&mut self, tokens: &[u32], rows: usize) -> Result<Vec<u32>> {
+    /// records them. For a verification decided by argmax alone, with no feature tap. `cancel`
+    /// as for [`Self::score`].
+    pub fn score_best(&mut self, tokens: &[u32], rows: usize, cancel: Option<&AtomicBool>) -> Result<Option<Vec<u32>>> {
         ensure!(self.tap.is_none(), "a feature tap reads hidden states: score the rows instead");
         let keep = self.keep_for(tokens, rows)?;
         let best = match self.recorded.as_mut().filter(|r| tokens.len() - keep == rows && rows <= r.max_rows()) {
-            Some(recorded) => recorded.best(self.target, &tokens[keep..], &mut self.cache)?,
-            None => self.target.forward_best(&tokens[keep..], &mut self.cache, rows)?,
+            Some(_) if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) => None,
+            Some(recorded) => Some(recorded.best(self.target, &tokens[keep..], &mut self.cache)?),
+            None => self.target.forward_best(&tokens[keep..], &mut self.cache, rows, cancel)?,
         };
-        self.fed.extend_from_slice(&tokens[keep..]);
+        if best.is_some() {
+            self.fed.extend_from_slice(&tokens[keep..]);
+        }
         Ok(best)
     }
 

@@ -14,6 +14,9 @@
 //!   thread timing nor on where blocks end, and equals the sequential scheduler's.
 //! - The first token is a verified draft too (the first task is the prompt's prefill plus the
 //!   first block), as in the paper's Algorithm 1.
+//! - Where every decision is the target's greedy token (greedy sampling under an exact
+//!   verifier, no feature tap), a worker returns each row's argmax instead of the row
+//!   ([`TargetScorer::score_best`]: on a GPU the token ids come back, not vocabulary rows).
 
 use crate::model::Transformer;
 use crate::speculative::candidate::Candidate;
@@ -109,8 +112,15 @@ struct Task {
     cancel: Arc<AtomicBool>,
 }
 
+/// What a verification task returns: every row's logits, or every row's greedy token where
+/// the decisions need nothing else.
+enum Verified {
+    Rows(Vec<Vec<f32>>),
+    Best(Vec<u32>),
+}
+
 enum Reply {
-    Done { worker: usize, id: u64, rows: Vec<Vec<f32>>, span: Span },
+    Done { worker: usize, id: u64, rows: Verified, span: Span },
     Preempted { worker: usize, span: Span },
     Failed { worker: usize, error: String },
 }
@@ -135,11 +145,13 @@ fn concurrent_seconds(spans: &[Span]) -> f64 {
     total.as_secs_f64()
 }
 
-/// A target worker: its own scorer (cache), tasks in arrival order.
+/// A target worker: its own scorer (cache), tasks in arrival order, each verified for its rows
+/// or (`best_only`) their greedy tokens.
 fn worker_loop(
     target: &Transformer,
     worker: usize,
     tap: Option<FeatureTap>,
+    best_only: bool,
     tasks: mpsc::Receiver<Task>,
     replies: mpsc::Sender<Reply>,
 ) {
@@ -150,7 +162,13 @@ fn worker_loop(
             let _ = replies.send(Reply::Preempted { worker, span: (t, Instant::now()) });
             continue;
         }
-        let reply = match scorer.score(&task.tokens, task.rows, Some(&task.cancel)) {
+        let cancel = Some(&*task.cancel);
+        let verified = if best_only {
+            scorer.score_best(&task.tokens, task.rows, cancel).map(|b| b.map(Verified::Best))
+        } else {
+            scorer.score(&task.tokens, task.rows, cancel).map(|r| r.map(Verified::Rows))
+        };
+        let reply = match verified {
             Ok(Some(rows)) => Reply::Done { worker, id: task.id, rows, span: (t, Instant::now()) },
             Ok(None) => Reply::Preempted { worker, span: (t, Instant::now()) },
             Err(e) => Reply::Failed { worker, error: format!("{e:#}") },
@@ -168,7 +186,7 @@ struct Block {
     /// The task's input (prompt, committed and speculative tokens up to the block's end).
     tokens: Arc<Vec<u32>>,
     task: Option<u64>,
-    rows: Option<Vec<Vec<f32>>>,
+    rows: Option<Verified>,
     cancel: Arc<AtomicBool>,
 }
 
@@ -310,7 +328,11 @@ impl Coordinator<'_> {
                 );
             }
             let before = self.committed.generated();
-            let decided = self.committed.decide(self.verifier, &self.chain[..block.len], &rows[..block.len]);
+            let candidates = &self.chain[..block.len];
+            let decided = match &rows {
+                Verified::Rows(rows) => self.committed.decide(self.verifier, candidates, &rows[..block.len]),
+                Verified::Best(best) => self.committed.decide_best(candidates, &best[..block.len]),
+            };
             self.m.record_round(block.len, decided);
             // A block's time: since the previous decision (drafting ran ahead meanwhile).
             let seconds = self.last_decision.elapsed().as_secs_f64();
@@ -367,7 +389,7 @@ impl Coordinator<'_> {
 /// DSI decoding of `prompt` with `dsi.servers` target workers: worker `w` verifies on
 /// `targets[w]` (the same target, shared or loaded on one device per worker: `specx decode
 /// --method dsi --devices cpu,wgpu:0`; the decisions use the logits each worker returns, on
-/// the host). Lossless as [`super::generate_speculative`], and token for token the same
+/// the host, or each row's greedy token where nothing else is read). Lossless as [`super::generate_speculative`], and token for token the same
 /// output for the same seed: greedy output equals the target's greedy output, sampled output
 /// is distributed as the target's.
 #[allow(clippy::too_many_arguments)]
@@ -403,13 +425,17 @@ pub fn generate_dsi(
     let (m, tokens) = std::thread::scope(|scope| -> Result<(RequestMetrics, Vec<u32>)> {
         let (reply_tx, reply_rx) = mpsc::channel();
         let mut task_txs = Vec::with_capacity(dsi.servers);
+        // As in the sequential scheduler: the workers return greedy tokens, not rows, where
+        // nothing reads the target's scores.
+        let best_only =
+            verifier.decides_by_argmax(&cfg.sampling) && !policy.reads_target() && drafter.feature_tap().is_none();
         for (w, &target) in targets.iter().enumerate() {
             let (tx, rx) = mpsc::channel();
             let replies = reply_tx.clone();
             let tap = drafter.feature_tap();
             std::thread::Builder::new()
                 .name(format!("dsi-target-{w}"))
-                .spawn_scoped(scope, move || worker_loop(target, w, tap, rx, replies))?;
+                .spawn_scoped(scope, move || worker_loop(target, w, tap, best_only, rx, replies))?;
             task_txs.push(tx);
         }
         drop(reply_tx);

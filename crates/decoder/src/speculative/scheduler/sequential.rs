@@ -39,7 +39,7 @@ pub fn generate_speculative(
     // verification.
     let mut known = match (c.finished, best_only) {
         (true, _) => None,
-        (false, true) => Some(Known::Best(target_call(&mut m, || scorer.score_best(&c.seq, 1))?[0])),
+        (false, true) => Some(Known::Best(best(&mut scorer, &c.seq, 1, &mut m)?[0])),
         (false, false) => Some(Known::Row(score(&mut scorer, &c.seq, 1, &mut m)?.remove(0))),
     };
     while !c.finished {
@@ -72,7 +72,7 @@ pub fn generate_speculative(
             let mut input = c.seq.clone();
             input.extend(tree.tokens());
             if best_only {
-                Scores::Best(target_call(&mut m, || scorer.score_best(&input, k + 1))?)
+                Scores::Best(best(&mut scorer, &input, k + 1, &mut m)?)
             } else {
                 Scores::Rows(score(&mut scorer, &input, k + 1, &mut m)?)
             }
@@ -144,6 +144,11 @@ fn observe_target(policy: &mut dyn StopPolicy, row: &[f32], seq: &[u32]) {
 /// One target forward through the scorer, counted.
 fn score(scorer: &mut TargetScorer, tokens: &[u32], rows: usize, m: &mut RequestMetrics) -> Result<Vec<Vec<f32>>> {
     target_call(m, || Ok(scorer.score(tokens, rows, None)?.expect("no cancel flag, never cancelled")))
+}
+
+/// [`score`]'s greedy tokens, decided where the logits are ([`TargetScorer::score_best`]).
+fn best(scorer: &mut TargetScorer, tokens: &[u32], rows: usize, m: &mut RequestMetrics) -> Result<Vec<u32>> {
+    target_call(m, || Ok(scorer.score_best(tokens, rows, None)?.expect("no cancel flag, never cancelled")))
 }
 
 /// One target call, counted and timed.
