@@ -150,6 +150,18 @@ fn greedy_rounds_decided_from_argmaxes_commit_what_the_rows_decide() {
                 (&rows.tokens, &rows.metrics.accepted_per_round),
                 "{name}, prompt {p}"
             );
+            // FixedK reads nothing of the draft, so its candidates are the draft's argmaxes
+            // alone; a rule that reads the draft's rows (a confidence product that never
+            // stops early) drafts the same.
+            let mut reading = ConfidenceProductPolicy::new(1.0, 1, 4);
+            let drafted_from_rows =
+                generate_speculative(t, &mut PlainDrafter::new(draft), &mut reading, &mut FromRows, &prompt, &cfg, &[])
+                    .unwrap();
+            assert_eq!(
+                (&drafted_from_rows.tokens, &drafted_from_rows.metrics.accepted_per_round),
+                (&best.tokens, &best.metrics.accepted_per_round),
+                "drafted from rows, {name}, prompt {p}"
+            );
             // DSI's workers return argmaxes under RejectionSampler, rows under FromRows.
             let dsi = |v: &mut dyn Verifier| {
                 let mut drafter = PlainDrafter::new(draft);

@@ -16,7 +16,8 @@ use crate::generate::greedy_token;
 use crate::gguf::GgmlType;
 use crate::model::{CapturedDecode, Transformer, replays};
 use crate::speculative::{
-    DynamicTreeDrafter, DynamicTreeParams, FixedK, PlainDrafter, RejectionSampler, SpecConfig, generate_speculative,
+    ConfidenceProductPolicy, DynamicTreeDrafter, DynamicTreeParams, FixedK, PlainDrafter, RejectionSampler, SpecConfig,
+    draft_rows_read, generate_speculative,
 };
 use crate::synthetic::{TINY_VOCAB, tiny_qwen2};
 use crate::tree_mask::TreeMask;
@@ -143,9 +144,9 @@ fn calls(
 }
 
 /// Greedy speculative decoding on `model` as the target with a draft close to it in GGUF
-/// blocks on the same device (three candidates a round, then EAGLE-2 draft trees of 6 nodes)
-/// against the target's own greedy tokens: mismatching prompts, and the replays the draft
-/// steps and verifications made.
+/// blocks on the same device (three candidates a round, drafted from argmaxes and from rows;
+/// then EAGLE-2 draft trees of 6 nodes) against the target's own greedy tokens: mismatching
+/// prompts, and the replays the draft steps and verifications made.
 fn speculative(model: &Transformer, dir: &Path, device: &Device) -> Result<(Vec<String>, u64)> {
     let cfg = tiny_qwen2(TINY_VOCAB);
     let close = write_gguf_weights(&dir.join("close-q8_0"), &cfg, &noisy_weights(&cfg, 41, 0.1), GgmlType::Q8_0)?;
@@ -160,10 +161,29 @@ fn speculative(model: &Transformer, dir: &Path, device: &Device) -> Result<(Vec<
         let mut greedy = crate::Sampler::new(SamplingConfig::greedy(), 0);
         let (ar, _) = crate::generate::generate(model, &prompt, cfg.max_new_tokens, &mut greedy, &eos, |_| Ok(()))?;
         let mut drafter = PlainDrafter::new(&draft.model);
+        let draft_rows = draft_rows_read();
         let spec =
             generate_speculative(model, &mut drafter, &mut FixedK(3), &mut RejectionSampler, &prompt, &cfg, &eos)?;
         if spec.tokens != ar {
             bad.push(format!("prompt {p}: speculative {:?} vs greedy {:?}", spec.tokens, ar));
+        }
+        // FixedK reads nothing of the draft: its steps replay argmax calls, no row comes back.
+        // A rule that reads the rows (a confidence product that never stops early) must draft
+        // and accept the same.
+        if draft_rows_read() != draft_rows {
+            bad.push(format!("prompt {p}: greedy FixedK read {} draft rows", draft_rows_read() - draft_rows));
+        }
+        let mut reading = ConfidenceProductPolicy::new(1.0, 1, 3);
+        let mut drafter = PlainDrafter::new(&draft.model);
+        let from_rows =
+            generate_speculative(model, &mut drafter, &mut reading, &mut RejectionSampler, &prompt, &cfg, &eos)?;
+        let rounds = |g: &crate::speculative::Generation| (g.tokens.clone(), g.metrics.accepted_per_round.clone());
+        if rounds(&from_rows) != rounds(&spec) {
+            bad.push(format!(
+                "prompt {p}: drafted from argmaxes {:?} vs from rows {:?} (tokens, accepted per round)",
+                rounds(&spec),
+                rounds(&from_rows)
+            ));
         }
         // EAGLE-2 draft trees: the target verifies each tree in a recorded tree call.
         let trees_before = replays();
@@ -291,7 +311,7 @@ pub(super) fn captured_decode(device: &Device, dir: &Path) -> Result<Check> {
              a new tree each call and every other one continuing two cached tree rows ({tree_rows} rows of logits, \
              {tree_recordings} recordings; their argmaxes {tree_best_recordings}), rejected rows cut between them, give the plain forward's values and \
              cache bit for bit; greedy speculative decoding with a Q8_0 draft on the device (3 candidates a \
-             round, and EAGLE-2 draft trees of 6 nodes; {spec_replays} replayed draft steps, verifications and \
+             round, drafted from argmaxes with no draft row read and from rows to the same rounds, and EAGLE-2 draft trees of 6 nodes; {spec_replays} replayed draft steps, verifications and \
              tree verifications) gives the target's greedy tokens; \
              replays without their tokens, positions and length rewritten caught, for each kind of call",
             drafted / 2

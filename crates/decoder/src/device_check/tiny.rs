@@ -206,12 +206,15 @@ pub(super) fn speculative_fixed_k(device: &Device, dir: &Path) -> Result<Check> 
             generate_speculative(target, &mut PlainDrafter::new(draft), &mut FixedK(3), verifier, &prompt, &cfg, &eos)
         };
         let cpu = run(&tc.model, &close.model, &mut RejectionSampler)?;
-        // Greedy under RejectionSampler is decided on the device: no target row comes back.
-        let rows_before = target_rows_read();
+        // Greedy under RejectionSampler and FixedK is decided on the device: no target or
+        // draft row comes back.
+        let rows_before = (target_rows_read(), draft_rows_read());
         let dev = run(&td.model, &dd.model, &mut RejectionSampler)?;
-        let rows_read = target_rows_read() - rows_before;
-        if rows_read != 0 {
-            bad.push(format!("prompt {p}: a greedy run decided on the device read {rows_read} target rows"));
+        let rows_read = (target_rows_read() - rows_before.0, draft_rows_read() - rows_before.1);
+        if rows_read != (0, 0) {
+            bad.push(format!(
+                "prompt {p}: a greedy run decided on the device read {rows_read:?} target and draft rows"
+            ));
         }
         let from_rows = run(&td.model, &dd.model, &mut FromRows)?;
         if (&from_rows.tokens, &from_rows.metrics.accepted_per_round) != (&dev.tokens, &dev.metrics.accepted_per_round)
@@ -242,7 +245,7 @@ pub(super) fn speculative_fixed_k(device: &Device, dir: &Path) -> Result<Check> 
         "speculative_fixed_k",
         bad,
         &format!(
-            "4 prompts, 12 tokens, K=3, greedy: {} rounds with a rejection, {} fully accepted; decided on the device (no target rows read) as from the rows",
+            "4 prompts, 12 tokens, K=3, greedy: {} rounds with a rejection, {} fully accepted; decided on the device (no target or draft rows read) as from the rows",
             rounds.0, rounds.1
         ),
     ))

@@ -9,7 +9,8 @@ use crate::coupling::{Draws, coupled_pick};
 use crate::generate::RecordedSteps;
 use crate::model::{ForwardOutput, Transformer};
 use crate::sampling::{SamplingConfig, argmax, sample_from, top_probability};
-use anyhow::Result;
+use anyhow::{Result, ensure};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// Proposes candidates continuing a committed sequence.
@@ -35,17 +36,39 @@ pub trait Drafter {
     }
 }
 
+/// Draft logit rows read back by the model drafters of this process ([`draft_rows_read`]).
+static ROWS_READ: AtomicU64 = AtomicU64::new(0);
+
+/// Draft logit rows the model drafters of this process have read: none for a greedy step
+/// whose stop rule reads nothing of the draft (its argmax is computed where the logits are).
+/// A count for tests and profiles, which read it before and after a generation on one thread.
+pub fn draft_rows_read() -> u64 {
+    ROWS_READ.load(Ordering::Relaxed)
+}
+
 /// A draft forward's last position, read back: the logits a candidate is drawn from and the
-/// final hidden state a stop rule may read.
+/// final hidden state a stop rule may read, or only its greedy token (`best`, the logits and
+/// hidden state then empty) where nothing else is read.
 pub(crate) struct LastPosition {
     pub logits: Vec<f32>,
     pub hidden: Vec<f32>,
+    pub best: Option<u32>,
 }
 
 impl LastPosition {
     pub fn of(out: ForwardOutput) -> Self {
         let (logits, hidden) = out.last_position();
-        Self { logits, hidden }
+        Self { logits, hidden, best: None }
+    }
+
+    /// A last position of which only the greedy token was read.
+    pub fn best(token: u32) -> Self {
+        Self { logits: Vec::new(), hidden: Vec::new(), best: Some(token) }
+    }
+
+    /// The greedy token of `out`'s last position, computed where its logits are.
+    pub fn best_of(out: ForwardOutput) -> Self {
+        Self::best(out.best_tokens(1)[0])
     }
 }
 
@@ -76,30 +99,43 @@ impl DraftCache {
     }
 
     /// A round from `committed[start..]` (the cache cut back to `start` first): the drafting
-    /// loop every drafter shares. `forward(tokens, index, cache)` is the model step (`index`:
-    /// the candidate it predicts, 0 first); a candidate is drawn (`pick`) from the warped `q`
-    /// of the last position (the very `q` the verifier tests), the round's policy decides
-    /// whether to stop (or to drop the candidate), and the candidate is fed next. Candidate `i`
-    /// is drawn from the draft stream of its absolute position `committed.len() + i`. Every
-    /// forwarded token is recorded as fed.
+    /// loop every drafter shares. `forward(tokens, index, best_only, cache)` is the model step
+    /// (`index`: the candidate it predicts, 0 first; `best_only`: greedy drafting under a rule
+    /// that reads nothing of the draft, so that the step may return its greedy token alone,
+    /// [`LastPosition::best`]); a candidate is drawn (`pick`) from the warped `q` of the last
+    /// position (the very `q` the verifier tests), the round's policy decides whether to stop
+    /// (or to drop the candidate), and the candidate is fed next. Candidate `i` is drawn from
+    /// the draft stream of its absolute position `committed.len() + i`. Every forwarded token
+    /// is recorded as fed.
     pub fn draft(
         &mut self,
         round: DraftRound<'_>,
         start: usize,
         pick: Pick,
-        mut forward: impl FnMut(&[u32], usize, &mut KvCache) -> Result<LastPosition>,
+        mut forward: impl FnMut(&[u32], usize, bool, &mut KvCache) -> Result<LastPosition>,
     ) -> Result<Vec<Candidate>> {
         let DraftRound { committed, max, keep_first, policy, sampling, streams, eos, metrics } = round;
         self.rollback(start);
         let mut candidates = Vec::new();
         policy.begin_round();
+        let best_only = sampling.is_greedy() && !policy.reads_draft();
         let mut input: Vec<u32> = committed[start..].to_vec();
         loop {
             let t = Instant::now();
-            let LastPosition { logits, hidden } = forward(&input, candidates.len(), &mut self.cache)?;
+            let LastPosition { logits, hidden, best } = forward(&input, candidates.len(), best_only, &mut self.cache)?;
             self.fed.extend_from_slice(&input);
             metrics.n_draft_calls += 1;
-            let (c, confidence) = draw_candidate(&logits, sampling, streams, committed.len() + candidates.len(), pick);
+            let (c, confidence) = match best {
+                Some(token) => {
+                    ensure!(best_only, "a draft step returned its greedy token alone where the round reads its row");
+                    // The rule reads no confidence (`StopPolicy::reads_draft`).
+                    (Candidate { token, q: Vec::new(), q_token: 1.0, ngram: None }, f32::NAN)
+                }
+                None => {
+                    ROWS_READ.fetch_add(1, Ordering::Relaxed);
+                    draw_candidate(&logits, sampling, streams, committed.len() + candidates.len(), pick)
+                }
+            };
             metrics.draft_time += t.elapsed();
             let Some(stop) =
                 ask_policy(policy, &c, confidence, &logits, &hidden, candidates.len(), keep_first, eos, max)?
@@ -198,11 +234,16 @@ impl Drafter for PlainDrafter<'_> {
         }
         let start = self.state.resume_at(round.committed);
         let (model, recorded) = (self.model, &mut self.recorded);
-        self.state.draft(round, start, Pick::Sample, |tokens, _, cache| match recorded.as_mut() {
+        self.state.draft(round, start, Pick::Sample, |tokens, _, best_only, cache| match recorded.as_mut() {
+            Some(r) if tokens.len() <= r.max_rows() && best_only => {
+                let best = r.best(model, tokens, cache)?;
+                Ok(LastPosition::best(*best.last().expect("a step of at least one token")))
+            }
             Some(r) if tokens.len() <= r.max_rows() => {
                 let (logits, hidden) = r.last(model, tokens, cache)?;
-                Ok(LastPosition { logits, hidden })
+                Ok(LastPosition { logits, hidden, best: None })
             }
+            _ if best_only => model.forward(tokens, cache).map(LastPosition::best_of),
             _ => model.forward(tokens, cache).map(LastPosition::of),
         })
     }

@@ -211,7 +211,7 @@ impl Drafter for DynamicTreeDrafter<'_> {
         let start = self.state.resume_at(round.committed);
         let model = self.model;
         self.state
-            .draft(round, start, Pick::Sample, |tokens, _, cache| model.forward(tokens, cache).map(LastPosition::of))
+            .draft(round, start, Pick::Sample, |tokens, _, _, cache| model.forward(tokens, cache).map(LastPosition::of))
     }
 
     /// A tree of at most `round.max` levels and `max_nodes` nodes.

@@ -158,7 +158,7 @@ impl Drafter for FuzzyDrafter<'_> {
             Compat::Lossless => Pick::Sample,
             Compat::Reference => Pick::Argmax,
         };
-        let candidates = self.state.draft(round, start, pick, |tokens, index, cache| {
+        let candidates = self.state.draft(round, start, pick, |tokens, index, _, cache| {
             let out = if index == 0 && exact_first {
                 model.forward(tokens, cache)
             } else {

@@ -46,7 +46,7 @@ mod verifier;
 
 pub use acceptance_head::{AcceptanceHead, HeadSpec};
 pub use candidate::Candidate;
-pub use drafter::{Drafter, PlainDrafter};
+pub use drafter::{Drafter, PlainDrafter, draft_rows_read};
 pub use dynamic_tree::{DynamicTreeDrafter, DynamicTreeParams};
 pub use easyspec::{Calibration, Compat, FuzzyDrafter};
 pub use feature_draft::{

@@ -122,6 +122,13 @@ pub trait StopPolicy {
     fn reads_target(&self) -> bool {
         false
     }
+    /// Whether [`StopPolicy::decide`] reads anything of a step but its index and token (the
+    /// draft's confidence, probabilities, statistics or hidden state). A greedy model drafter
+    /// whose rule reads none of them takes each candidate as the draft's argmax, computed
+    /// where the logits are (on a GPU, a token id comes back instead of a row).
+    fn reads_draft(&self) -> bool {
+        true
+    }
     /// Called before [`StopPolicy::begin_round`] with the statistics of the target's softmax
     /// (temperature 1) at the position of the last committed token, which the last
     /// verification (or the prefill) computed anyway. The sequential scheduler and the greedy
@@ -147,6 +154,9 @@ pub struct FixedK(pub usize);
 impl StopPolicy for FixedK {
     fn decide(&mut self, step: &DraftStep) -> Result<Decision> {
         Ok(if step.index >= self.0 { Decision::Stop } else { Decision::Continue })
+    }
+    fn reads_draft(&self) -> bool {
+        false
     }
     fn max_candidates(&self) -> usize {
         self.0

@@ -31,6 +31,9 @@ impl StopPolicy for DynamicK {
     fn decide(&mut self, step: &DraftStep) -> Result<Decision> {
         Ok(stop_if(step.index >= self.k))
     }
+    fn reads_draft(&self) -> bool {
+        false
+    }
     fn end_round(&mut self, o: &RoundOutcome) {
         self.k = if o.drafted > 0 && o.accepted == o.drafted {
             (self.k + 2).min(self.cap)
@@ -95,6 +98,9 @@ impl StopPolicy for BanditK {
     }
     fn decide(&mut self, step: &DraftStep) -> Result<Decision> {
         Ok(stop_if(step.index >= self.arms[self.current]))
+    }
+    fn reads_draft(&self) -> bool {
+        false
     }
     fn end_round(&mut self, o: &RoundOutcome) {
         let reward = if o.seconds > 0.0 { o.committed as f64 / o.seconds } else { 0.0 };
