@@ -8,6 +8,7 @@ use burn::tensor::{DType, Tensor};
 use burn_cubecl::Cube;
 use burn_cubecl::cubecl;
 use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
 /// A unit that has seen no column yet (the literal a runtime variable starts from, as i64).
@@ -129,6 +130,19 @@ fn top_k_rows(
     }
 }
 
+/// One launch of [`top_k_rows`]: cubes per row, units per cube, entries per input row and per
+/// cube, the first input row, and whether the entries are indexed candidates and the picks
+/// final.
+struct Stage {
+    cubes: usize,
+    units: u32,
+    width: usize,
+    span: usize,
+    first: u32,
+    indexed: bool,
+    last: bool,
+}
+
 /// The `k` best columns of each of the last `rows` rows of `logits` (`[1, n, cols]`, on a
 /// CubeCL device) with their values, best first: what `sampling::top_k` gives for rows
 /// without NaN. Two launches where the row is split (see [`launch_top_k`]).
@@ -153,65 +167,39 @@ pub(crate) fn launch_top_k(logits: &Tensor<3>, rows: usize, k: usize) -> Tensor<
     let segments = segments_for(cols, k);
     let span = cols.div_ceil(segments);
     let units = units_for(&logits, span);
-    let count = CubeCount::Static(segments as u32, rows as u32, 1);
-    if segments == 1 {
+    let first = (n - rows) as u32;
+    let stage = |values: &CubeTensor, ids: &CubeTensor, cand: [&CubeTensor; 2], shape: Stage| {
         top_k_rows::launch(
             &client,
-            count,
-            CubeDim::new_1d(units),
-            logits.clone().into_buffer_arg(),
+            CubeCount::Static(shape.cubes as u32, rows as u32, 1),
+            CubeDim::new_1d(shape.units),
+            values.clone().into_buffer_arg(),
+            ids.clone().into_buffer_arg(),
+            cand[0].clone().into_buffer_arg(),
+            cand[1].clone().into_buffer_arg(),
             picks.clone().into_buffer_arg(),
-            picks.clone().into_buffer_arg(),
-            picks.clone().into_buffer_arg(),
-            picks.clone().into_buffer_arg(),
-            cols as u32,
-            span as u32,
-            (n - rows) as u32,
+            shape.width as u32,
+            shape.span as u32,
+            shape.first,
             k as u32,
-            units as usize,
-            false,
-            true,
-        );
-        return Tensor::from_primitive::<Cube>(picks);
+            shape.units as usize,
+            shape.indexed,
+            shape.last,
+        )
+    };
+    let whole = Stage { cubes: segments, units, width: cols, span, first, indexed: false, last: segments == 1 };
+    if segments == 1 {
+        // The candidates and ids are never touched: any buffer stands in for them.
+        stage(&logits, &picks, [&picks, &picks], whole);
+    } else {
+        let width = segments * k;
+        let cand_v = empty_device_dtype(client.clone(), device.clone(), [rows * width].into(), DType::F32);
+        let cand_i = empty_device_dtype(client.clone(), device, [rows * width].into(), DType::U32);
+        stage(&logits, &cand_i, [&cand_v, &cand_i], whole);
+        let units = units_for(&cand_v, width);
+        let merge = Stage { cubes: 1, units, width, span: width, first: 0, indexed: true, last: true };
+        stage(&cand_v, &cand_i, [&cand_v, &cand_i], merge);
     }
-    let width = segments * k;
-    let cand_v = empty_device_dtype(client.clone(), device.clone(), [rows * width].into(), DType::F32);
-    let cand_i = empty_device_dtype(client.clone(), device, [rows * width].into(), DType::U32);
-    top_k_rows::launch(
-        &client,
-        count,
-        CubeDim::new_1d(units),
-        logits.clone().into_buffer_arg(),
-        cand_i.clone().into_buffer_arg(),
-        cand_v.clone().into_buffer_arg(),
-        cand_i.clone().into_buffer_arg(),
-        picks.clone().into_buffer_arg(),
-        cols as u32,
-        span as u32,
-        (n - rows) as u32,
-        k as u32,
-        units as usize,
-        false,
-        false,
-    );
-    let units = units_for(&cand_v, width);
-    top_k_rows::launch(
-        &client,
-        CubeCount::Static(1, rows as u32, 1),
-        CubeDim::new_1d(units),
-        cand_v.clone().into_buffer_arg(),
-        cand_i.clone().into_buffer_arg(),
-        cand_v.into_buffer_arg(),
-        cand_i.into_buffer_arg(),
-        picks.clone().into_buffer_arg(),
-        width as u32,
-        width as u32,
-        0,
-        k as u32,
-        units as usize,
-        true,
-        true,
-    );
     Tensor::from_primitive::<Cube>(picks)
 }
 
