@@ -126,11 +126,7 @@ impl RecordedSteps {
         greedy: bool,
     ) -> Result<TreeRows> {
         #[cfg(any(feature = "wgpu", feature = "cuda"))]
-        return Ok(if greedy {
-            TreeRows::Best(self.recorder.tree_best(model, tokens, Some(tree), cache)?)
-        } else {
-            TreeRows::Scores(self.recorder.tree_scores(model, tokens, Some(tree), cache)?)
-        });
+        return self.recorder.tree(model, tokens, tree, cache, greedy);
         #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
         {
             let _ = (model, tokens, tree, cache, greedy);

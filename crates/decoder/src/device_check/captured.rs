@@ -12,7 +12,7 @@
 use super::Check;
 use super::tiny::{noisy_weights, tokens, write_gguf_weights, write_tiny_gguf};
 use crate::cache::KvCache;
-use crate::generate::greedy_token;
+use crate::generate::{TreeRows, greedy_token};
 use crate::gguf::GgmlType;
 use crate::model::{CapturedDecode, Transformer, replays};
 use crate::speculative::{
@@ -121,14 +121,11 @@ fn calls(
                 let (logits, hidden) = model.forward(&input, &mut cache)?.last_position();
                 vec![logits, hidden]
             }
-            (Calls::Tree, Some(c)) => c.tree_scores(model, &input, Some(&tree_for(rows, i)?), &mut cache)?,
-            (Calls::TreeBest, Some(c)) => {
-                vec![
-                    c.tree_best(model, &input, Some(&tree_for(rows, i)?), &mut cache)?
-                        .into_iter()
-                        .map(|t| t as f32)
-                        .collect(),
-                ]
+            (Calls::Tree | Calls::TreeBest, Some(c)) => {
+                match c.tree(model, &input, &tree_for(rows, i)?, &mut cache, matches!(kind, Calls::TreeBest))? {
+                    TreeRows::Scores(scores) => scores,
+                    TreeRows::Best(best) => vec![best.into_iter().map(|t| t as f32).collect()],
+                }
             }
             (Calls::Tree | Calls::TreeBest, None) => {
                 let out = model.forward_tree(&input, &tree_for(rows, i)?, &mut cache)?;

@@ -23,6 +23,7 @@
 use super::layers::{RowMask, rope_tables, rope_tables_at, tree_mask_values};
 use super::{PositionTables, Transformer, tail_rows};
 use crate::cache::KvCache;
+use crate::generate::TreeRows;
 use crate::tree_mask::TreeMask;
 use anyhow::{Context, Result, ensure};
 use burn::tensor::{Int, Tensor};
@@ -244,20 +245,7 @@ impl CapturedDecode {
     /// tokens.len(), None)`, computed on the device (token ids come back, not rows), from a
     /// replay of the call recorded for that many rows.
     pub fn best(&mut self, model: &Transformer, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<u32>> {
-        self.tree_best(model, tokens, None, cache)
-    }
-
-    /// [`Self::best`] of a tree call when `tree` is given (`tokens` its rows): the argmax of
-    /// each row of `model.forward_tree(tokens, tree, cache)`, from a replay of the call
-    /// recorded for that many rows and cached tree rows, its mask rewritten.
-    pub fn tree_best(
-        &mut self,
-        model: &Transformer,
-        tokens: &[u32],
-        tree: Option<&TreeMask>,
-        cache: &mut KvCache,
-    ) -> Result<Vec<u32>> {
-        match self.call(model, tokens, tree, cache, Output::Greedy)? {
+        match self.call(model, tokens, None, cache, Output::Greedy)? {
             Read::Tokens(t) => Ok(t),
             _ => unreachable!("a greedy call reads its tokens"),
         }
@@ -267,23 +255,30 @@ impl CapturedDecode {
     /// the logits of each: what `model.forward_scores(tokens, cache, tokens.len(), None)`
     /// returns, from a replay of the call recorded for that many rows.
     pub fn scores(&mut self, model: &Transformer, tokens: &[u32], cache: &mut KvCache) -> Result<Vec<Vec<f32>>> {
-        self.tree_scores(model, tokens, None, cache)
-    }
-
-    /// [`Self::scores`] of a tree call when `tree` is given (`tokens` its rows): the logits of
-    /// `model.forward_tree(tokens, tree, cache)`, from a replay of the call recorded for that
-    /// many rows and cached tree rows, its mask rewritten.
-    pub fn tree_scores(
-        &mut self,
-        model: &Transformer,
-        tokens: &[u32],
-        tree: Option<&TreeMask>,
-        cache: &mut KvCache,
-    ) -> Result<Vec<Vec<f32>>> {
-        match self.call(model, tokens, tree, cache, Output::Scores)? {
+        match self.call(model, tokens, None, cache, Output::Scores)? {
             Read::Scores(s) => Ok(s),
             _ => unreachable!("a verification reads its scores"),
         }
+    }
+
+    /// A tree call (`tokens` the rows of `tree`, 1 to [`RECORDED_ROWS_MAX`]) after what `cache`
+    /// holds: every row's logits, or (`greedy`) every row's argmax picked on the device, as
+    /// `model.forward_tree(tokens, tree, cache)` gives them, from a replay of the call recorded
+    /// for that many rows and cached tree rows, its mask rewritten.
+    pub fn tree(
+        &mut self,
+        model: &Transformer,
+        tokens: &[u32],
+        tree: &TreeMask,
+        cache: &mut KvCache,
+        greedy: bool,
+    ) -> Result<TreeRows> {
+        let output = if greedy { Output::Greedy } else { Output::Scores };
+        Ok(match self.call(model, tokens, Some(tree), cache, output)? {
+            Read::Tokens(t) => TreeRows::Best(t),
+            Read::Scores(s) => TreeRows::Scores(s),
+            Read::Last(..) => unreachable!("a tree call reads its rows"),
+        })
     }
 
     /// Forwards `tokens` (1 to [`RECORDED_ROWS_MAX`]) after what `cache` holds and returns the
