@@ -2,7 +2,7 @@
 //! compared against, and the engine of `specx generate`.
 
 use crate::cache::KvCache;
-use crate::model::Transformer;
+use crate::model::{Transformer, TreeRows};
 use crate::sampler::Sampler;
 use anyhow::Result;
 use std::time::{Duration, Instant};
@@ -163,14 +163,6 @@ impl RecordedSteps {
         #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
         match self.recorder {}
     }
-}
-
-/// What a recorded tree call gives back ([`RecordedSteps::tree`]).
-pub enum TreeRows {
-    /// Every row's logits.
-    Scores(Vec<Vec<f32>>),
-    /// Every row's greedy token.
-    Best(Vec<u32>),
 }
 
 /// Generates up to `max_new` tokens after `prompt`, stopping after an EOS token (which is

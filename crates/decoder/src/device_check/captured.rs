@@ -12,8 +12,9 @@
 use super::Check;
 use super::tiny::{noisy_weights, tokens, write_gguf_weights, write_tiny_gguf};
 use crate::cache::KvCache;
-use crate::generate::{TreeRows, greedy_token};
+use crate::generate::greedy_token;
 use crate::gguf::GgmlType;
+use crate::model::TreeRows;
 use crate::model::{CapturedDecode, Transformer, replays};
 use crate::speculative::{
     ConfidenceProductPolicy, DynamicTreeDrafter, DynamicTreeParams, FixedK, PlainDrafter, RejectionSampler, SpecConfig,

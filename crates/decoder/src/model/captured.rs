@@ -21,9 +21,8 @@
 //! call's, so recording costs no forward of its own.
 
 use super::layers::{RowMask, rope_tables, rope_tables_at, tree_mask_values};
-use super::{PositionTables, Transformer, tail_rows};
+use super::{PositionTables, Transformer, TreeRows, tail_rows};
 use crate::cache::KvCache;
-use crate::generate::TreeRows;
 use crate::tree_mask::TreeMask;
 use anyhow::{Context, Result, ensure};
 use burn::tensor::{Int, Tensor};

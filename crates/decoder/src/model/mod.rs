@@ -40,6 +40,7 @@ use linear::{Linear, Projection};
 pub use load::{WeightMode, layer_ranges};
 pub use moves::DeviceMoves;
 pub use probe::AttentionProbe;
+pub use tree::TreeRows;
 
 /// Forwards running in this process ([`Transformer::hidden_states_until`]).
 static FORWARDS_RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -9,6 +9,14 @@ use crate::tree_mask::TreeMask;
 use anyhow::{Result, ensure};
 use std::sync::Arc;
 
+/// What a tree call gives back when only part of its rows is read (a recorded call on a GPU).
+pub enum TreeRows {
+    /// Every row's logits.
+    Scores(Vec<Vec<f32>>),
+    /// Every row's greedy token.
+    Best(Vec<u32>),
+}
+
 impl Transformer {
     /// Forwards the rows of a token tree after what `cache` holds: `tokens[i]` is row i of
     /// `tree` and sits at position `cache.len() + tree.depth(i)`. All rows' keys and values are

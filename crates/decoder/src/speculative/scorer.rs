@@ -8,8 +8,9 @@
 use super::feature_draft::tap::{FeatureTap, prefix_hashes};
 use super::tree::DraftTree;
 use crate::cache::KvCache;
-use crate::generate::{RecordedSteps, TreeRows};
+use crate::generate::RecordedSteps;
 use crate::model::Transformer;
+use crate::model::TreeRows;
 use anyhow::{Result, ensure};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
