@@ -94,6 +94,10 @@ pub struct DecodeBenchArgs {
     /// grid). The prompts run in file order, so prompt i can match the outputs of those before.
     #[arg(long, value_delimiter = ',', default_value = "0")]
     pub suffix_cached: Vec<usize>,
+    /// Also run the suffix drafter speculating one path a match (its likeliest continuation)
+    /// beside its trees: tree against path at the same frequencies.
+    #[arg(long)]
+    pub suffix_paths: bool,
     /// The tree drafter's children per expanded node, one run each (as `specx decode
     /// --tree-top-k`).
     #[arg(long, value_delimiter = ',', default_value = "4")]
@@ -202,6 +206,8 @@ fn methods(a: &DecodeBenchArgs) -> MethodsConfig {
             cached_requests: a.suffix_cached.clone(),
             max_depth: None,
             max_nodes: None,
+            offsets: vec![0.0],
+            paths_only: if a.suffix_paths { vec![false, true] } else { vec![false] },
         };
         // The tree's depth is bounded by the drafter (the match plus the speculation within
         // its max_depth), so K is that bound.

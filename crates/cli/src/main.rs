@@ -38,6 +38,9 @@ enum Command {
     /// Compare autoregressive and fixed-K speculative decoding on HumanEval prompts in one run
     /// (greedy): tokens/s, speedup, acceptance, tokens per target call.
     BenchDecode(specx_bench::decode::DecodeBenchArgs),
+    /// Time one suffix-drafter speculation against the size of its corpus of earlier outputs
+    /// (1 to 100,000 synthetic outputs), with the suffix tree's build time, nodes and memory.
+    BenchSuffix(specx_bench::suffix::SuffixBenchArgs),
     /// What a cheaper draft costs: c = draft step / target step for every vocabulary subset x
     /// weight type, and each model's 1..N-row call curve, in one run.
     DraftCost(specx_bench::draft_cost::DraftCostArgs),
@@ -167,6 +170,7 @@ fn main() -> Result<()> {
         Command::Decode(a) => specx_eval::decode::run(a),
         Command::Bench(a) => specx_bench::runtime::run(a),
         Command::BenchDecode(a) => specx_bench::decode::run(a),
+        Command::BenchSuffix(a) => specx_bench::suffix::run(a),
         Command::DraftCost(a) => specx_bench::draft_cost::run(a),
         Command::Numerics(a) => specx_eval::numerics::run(a),
         Command::Datagen(a) => specx_datagen::cli::run_cli(a),

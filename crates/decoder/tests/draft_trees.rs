@@ -112,11 +112,12 @@ impl Drafter for Fresh<'_> {
     }
 
     fn draft_tree(&mut self, round: DraftRound<'_>) -> anyhow::Result<DraftTree> {
-        let (committed, max) = (round.committed.to_vec(), round.max);
+        let (committed, prompt_len, max) = (round.committed.to_vec(), round.prompt_len, round.max);
         let got = self.inner.draft_tree(round)?;
         let mut m = RequestMetrics::default();
         let want = tree(self.draft, 3, 10).draft_tree(DraftRound {
             committed: &committed,
+            prompt_len,
             max,
             keep_first: false,
             policy: &mut FixedK(max),

@@ -44,6 +44,7 @@ fn lp_size_one_drafts_exactly_what_the_plain_drafter_drafts() {
                 drafter
                     .draft(DraftRound {
                         committed: &committed,
+                        prompt_len: 6,
                         max: 4,
                         keep_first: false,
                         policy: &mut FixedK(4),

@@ -462,3 +462,87 @@ fn confidence_policy_reads_the_draft_softmax_when_greedy() {
         "threshold {threshold} did not separate the rounds: {lengths:?}"
     );
 }
+
+#[test]
+fn an_eos_inside_a_suffix_tree_ends_the_output_there() {
+    let (_d, t, _) = pair(VOCAB, 1, 1);
+    let prompt = tokens(4, 3);
+    let c = cfg(greedy(), 0, 12);
+    let free = generate_autoregressive(&t.model, &prompt, &c, &[]).unwrap().tokens;
+    let eos = [free[3]];
+    let want = generate_autoregressive(&t.model, &prompt, &c, &eos).unwrap().tokens;
+    // Earlier outputs hold the whole free text (past the EOS) and a branch off it, so the
+    // trees hold the EOS with nodes after it.
+    let mut branch = free[..2].to_vec();
+    branch.extend([free[5], free[6]]);
+    let earlier = vec![free.clone(), branch];
+    let params = SuffixParams { alpha: 8.0, min_token_prob: 0.0, cached_requests: 2, ..Default::default() };
+    let suffix = || SuffixDrafter::new(params.clone()).unwrap().with_earlier(&earlier);
+    let greedy_run =
+        generate_speculative(&t.model, &mut suffix(), &mut FixedK(8), &mut RejectionSampler, &prompt, &c, &eos)
+            .unwrap();
+    assert_eq!(greedy_run.tokens, want);
+    assert!(
+        greedy_run.metrics.drafted_per_round.iter().any(|&d| d > 4),
+        "a tree reaching past the EOS: {:?}",
+        greedy_run.metrics.drafted_per_round
+    );
+    // Sampled: the output stops at its first EOS whatever the tree holds after it.
+    let hot = SamplingConfig { temperature: 0.8, top_k: None, top_p: None };
+    for seed in 0..8 {
+        let c = cfg(hot.clone(), seed, 12);
+        let g = generate_speculative(&t.model, &mut suffix(), &mut FixedK(8), &mut RejectionSampler, &prompt, &c, &eos)
+            .unwrap();
+        let first_eos = g.tokens.iter().position(|x| eos.contains(x));
+        if let Some(i) = first_eos {
+            assert_eq!(i + 1, g.tokens.len(), "seed {seed}: nothing after the EOS");
+        } else {
+            assert_eq!(g.tokens.len(), 12, "seed {seed}");
+        }
+    }
+}
+
+#[test]
+fn sampled_siblings_from_a_draft_distribution_are_refused_before_the_target_runs() {
+    /// Two siblings at the first position, each drawn from a uniform q (a chain: one).
+    struct SampledSiblings;
+    impl Drafter for SampledSiblings {
+        fn draft(&mut self, _: DraftRound<'_>) -> anyhow::Result<Vec<Candidate>> {
+            let q = vec![1.0 / VOCAB as f32; VOCAB];
+            Ok(vec![Candidate { token: 1, q_token: q[1], q, ngram: None }])
+        }
+        fn draft_tree(&mut self, _: DraftRound<'_>) -> anyhow::Result<DraftTree> {
+            let q = vec![1.0 / VOCAB as f32; VOCAB];
+            let mut tree = DraftTree::default();
+            for token in [1, 2] {
+                tree.push(Candidate { token, q: q.clone(), q_token: q[0], ngram: None }, None);
+            }
+            Ok(tree)
+        }
+        fn rollback(&mut self, _: usize) {}
+    }
+    let (_d, t, _) = pair(VOCAB, 1, 1);
+    let hot = SamplingConfig { temperature: 0.8, top_k: None, top_p: None };
+    let err = generate_speculative(
+        &t.model,
+        &mut SampledSiblings,
+        &mut FixedK(2),
+        &mut RejectionSampler,
+        &tokens(4, 3),
+        &cfg(hot, 0, 4),
+        &[],
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("siblings drawn from its distribution"), "{err}");
+    // Greedy decisions take the argmax among any siblings.
+    let g = generate_speculative(
+        &t.model,
+        &mut SampledSiblings,
+        &mut FixedK(2),
+        &mut RejectionSampler,
+        &tokens(4, 3),
+        &cfg(greedy(), 0, 4),
+        &[],
+    );
+    assert!(g.is_ok());
+}

@@ -24,7 +24,7 @@ const N: usize = 3000;
 const ALPHA: f64 = 1e-4;
 
 /// SuffixDecoding with room for branches: 4 nodes per match token, no probability floor.
-fn suffix() -> SuffixDrafter<'static> {
+fn suffix() -> SuffixDrafter {
     SuffixDrafter::new(SuffixParams { alpha: 4.0, min_token_prob: 0.0, max_nodes: 12, ..Default::default() }).unwrap()
 }
 

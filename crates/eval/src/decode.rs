@@ -3,15 +3,16 @@
 //! same loader as `specx eval`'s, methods run through the same builder.
 
 use crate::common::row_cost::{self, DEFAULT_ROW_COST, RowCostKey};
+use crate::common::suffix_corpus::CorpusFile;
 use crate::method::policy::Flag;
-use crate::method::{MethodArgs, ModelPlan, Models, PolicySpec, Setting, generate};
-use anyhow::{Context, Result};
+use crate::method::{MethodArgs, ModelPlan, Models, PolicySpec, RunModels, Setting, generate};
+use anyhow::{Context, Result, ensure};
 use clap::Args;
 use specx_decoder::coupling::Draws;
 use specx_decoder::report::markdown_table;
 use specx_decoder::speculative::SpecConfig;
 use specx_decoder::{ChatTemplate, Placement, SamplingConfig, WeightMode, check_device};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 #[derive(Args)]
 pub struct DecodeArgs {
@@ -22,7 +23,16 @@ pub struct DecodeArgs {
     pub method: MethodArgs,
     #[command(flatten)]
     pub run: GenerationArgs,
+    /// A file of earlier outputs the suffix drafter matches (SuffixDecoding's global tree,
+    /// kept between runs): read before decoding (absent: an empty corpus), this output
+    /// appended after. JSON lines of token ids under a header naming the vocabulary.
+    #[arg(long, value_name = "FILE")]
+    pub suffix_corpus: Option<PathBuf>,
 }
+
+/// The most earlier outputs a suffix corpus file offers the drafter unless `--suffix-cached`
+/// says otherwise.
+pub const CORPUS_OUTPUTS_DEFAULT: usize = 100_000;
 
 /// Sampling options shared by every command that generates.
 #[derive(Args, Clone, Debug)]
@@ -141,7 +151,25 @@ pub fn run(mut a: DecodeArgs) -> Result<()> {
     let sampling = a.run.sampling.config()?;
     let device: Placement = a.run.device.parse()?;
     let on_cpu = device.devices() == [specx_decoder::DeviceName::Cpu];
+    let corpus = match &a.suffix_corpus {
+        Some(path) => {
+            a.method.drafter_flags.suffix_cached.get_or_insert(CORPUS_OUTPUTS_DEFAULT);
+            let file = CorpusFile::read(path)?;
+            if file.torn {
+                eprintln!(
+                    "decode: the last line of {} was cut short by an interrupted write: it is skipped, and cut off when this output is appended",
+                    path.display()
+                );
+            }
+            Some((path.clone(), file))
+        }
+        None => None,
+    };
     let mut setting = a.method.setting(on_cpu)?;
+    ensure!(
+        corpus.is_none() || setting.drafter() == Some("suffix"),
+        "--suffix-corpus feeds the suffix drafter's earlier outputs: add --drafter suffix"
+    );
     device.check()?;
     let (worker_devices, draft_devices) = a.method.device_lists()?;
     worker_devices.iter().try_for_each(Placement::check)?;
@@ -171,11 +199,19 @@ pub fn run(mut a: DecodeArgs) -> Result<()> {
     let target = &models.target;
     let prompt = target.tokenizer.encode(&a.run.prompt_text(target)?)?;
     let cfg = SpecConfig { max_new_tokens: a.run.max_new_tokens, sampling, seed: a.run.sampling.seed };
+    let vocab = target.tokenizer.vocab_sha256();
+    if let Some((path, file)) = &corpus {
+        file.check_vocab(path, &vocab)?;
+    }
     let workers = models.workers();
+    let earlier = corpus.as_ref().map_or(&[][..], |(_, f)| &f.outputs[..]);
+    let run_models = RunModels { earlier_outputs: earlier, ..models.for_setting(&setting, &workers) };
     let (g, dsi) =
-        generate(&setting, models.for_setting(&setting, &workers), &prompt, &cfg, Draws::Independent, &target.eos_ids)
-            .context("decoding")?;
+        generate(&setting, run_models, &prompt, &cfg, Draws::Independent, &target.eos_ids).context("decoding")?;
     println!("{}", target.tokenizer.decode(&g.tokens)?);
+    if let Some((path, file)) = &corpus {
+        file.append(path, &vocab, std::slice::from_ref(&g.tokens))?;
+    }
     let m = &g.metrics;
     let part = |p: Option<&str>| p.unwrap_or("-").to_string();
     let mut rows = vec![
@@ -209,6 +245,12 @@ pub fn run(mut a: DecodeArgs) -> Result<()> {
     ];
     if let Some(source) = row_cost {
         rows.insert(2, vec!["tree-price row cost".into(), source]);
+    }
+    if let Some((path, file)) = &corpus {
+        rows.push(vec![
+            "suffix corpus".into(),
+            format!("{} earlier outputs read from {}, this one appended", file.outputs.len(), path.display()),
+        ]);
     }
     if let Some(d) = dsi {
         rows.push(vec!["DSI tasks / preempted / stale".into(), format!("{} / {} / {}", d.tasks, d.preempted, d.stale)]);

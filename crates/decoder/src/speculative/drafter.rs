@@ -114,7 +114,7 @@ impl DraftCache {
         pick: Pick,
         mut forward: impl FnMut(&[u32], usize, bool, &mut KvCache) -> Result<LastPosition>,
     ) -> Result<Vec<Candidate>> {
-        let DraftRound { committed, max, keep_first, policy, sampling, streams, eos, metrics } = round;
+        let DraftRound { committed, max, keep_first, policy, sampling, streams, eos, metrics, .. } = round;
         self.rollback(start);
         let mut candidates = Vec::new();
         policy.begin_round();

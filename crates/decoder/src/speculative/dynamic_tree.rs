@@ -130,13 +130,10 @@ impl<'m> DynamicTreeDrafter<'m> {
             .collect();
         let mut level: Vec<usize> = (0..nodes.len()).collect();
         for _ in 1..depth {
-            let mut expand: Vec<usize> = level.into_iter().filter(|&i| !round.eos.contains(&nodes[i].token)).collect();
-            expand.sort_by(|&a, &b| likelier_first(&nodes, a, b));
-            expand.truncate(self.params.top_k);
+            let expand = to_expand(&nodes, level, round.eos, self.params.top_k);
             if expand.is_empty() {
                 break;
             }
-            expand.sort_unstable();
             let cached = self.expanded.len();
             for &i in &expand {
                 let parent_row =
@@ -170,6 +167,16 @@ fn top_children(logits: &[f32], k: usize) -> Vec<(u32, f64)> {
     let Some(&(_, max)) = top.first() else { return Vec::new() };
     let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
     top.into_iter().map(|(id, l)| (id, ((l - max) as f64).exp() / sum)).collect()
+}
+
+/// The nodes of `level` to expand next: its `top_k` likeliest (ties: the earlier grown), an
+/// EOS node never, in the order they were grown.
+fn to_expand(nodes: &[Grown], level: Vec<usize>, eos: &[u32], top_k: usize) -> Vec<usize> {
+    let mut expand: Vec<usize> = level.into_iter().filter(|&i| !eos.contains(&nodes[i].token)).collect();
+    expand.sort_by(|&a, &b| likelier_first(nodes, a, b));
+    expand.truncate(top_k);
+    expand.sort_unstable();
+    expand
 }
 
 /// EAGLE-2's rerank order: the nodes by value, highest first (ties: the earlier grown, so a
@@ -269,6 +276,17 @@ mod tests {
         assert_eq!(t.tokens(), vec![0, 2]);
         assert!(t.is_chain());
         assert!(t.node(0).candidate.q.is_empty() && t.node(0).candidate.q_token == 1.0, "point masses");
+    }
+
+    #[test]
+    fn each_level_expands_its_likeliest_nodes_and_no_eos() {
+        // A level of five (tokens 0..5): values 0.1, 0.5, 0.3, 0.05, 0.4; token 4 is an EOS.
+        let nodes = grown(&[(None, 0.1), (None, 0.5), (None, 0.3), (None, 0.05), (None, 0.4)]);
+        assert_eq!(to_expand(&nodes, (0..5).collect(), &[], 2), vec![1, 4], "the two likeliest, in grown order");
+        assert_eq!(to_expand(&nodes, (0..5).collect(), &[4], 2), vec![1, 2], "the EOS node is not expanded");
+        assert_eq!(to_expand(&nodes, vec![0, 3], &[], 1), vec![0], "only the level's own nodes");
+        let ties = grown(&[(None, 0.2), (None, 0.2), (None, 0.2)]);
+        assert_eq!(to_expand(&ties, (0..3).collect(), &[], 2), vec![0, 1], "ties: the earlier grown");
     }
 
     #[test]

@@ -41,6 +41,8 @@ pub mod scheduler;
 pub(crate) mod scorer;
 pub use scorer::target_rows_read;
 mod suffix;
+mod suffix_corpus;
+pub mod suffix_tree;
 mod tree;
 mod verifier;
 
@@ -68,7 +70,8 @@ pub use scheduler::{
     DsiConfig, DsiGeneration, DsiStats, generate_autoregressive, generate_autoregressive_drawn, generate_dsi,
     generate_speculative, lookahead_for,
 };
-pub use suffix::{Speculation, SuffixDrafter, SuffixParams};
+pub use suffix::{Speculation, SuffixDrafter, SuffixParams, speculate_in};
+pub use suffix_corpus::{CorpusBound, SharedCorpus, SuffixCorpus};
 pub use tree::{DraftTree, TreeNode};
 pub use verifier::{
     Choice, CoupledSampler, ExactMatch, RejectionSampler, Verdict, Verifier, point_mass_residual, residual_distribution,

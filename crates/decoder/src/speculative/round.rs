@@ -82,6 +82,8 @@ impl Streams {
 /// tokens (drafting stops at one) and the request's counters.
 pub struct DraftRound<'a> {
     pub committed: &'a [u32],
+    /// How many of `committed`'s tokens are the prompt (the rest is the output so far).
+    pub prompt_len: usize,
     pub max: usize,
     pub keep_first: bool,
     pub policy: &'a mut dyn StopPolicy,
@@ -97,6 +99,7 @@ impl DraftRound<'_> {
     pub fn reborrow(&mut self) -> DraftRound<'_> {
         DraftRound {
             committed: self.committed,
+            prompt_len: self.prompt_len,
             max: self.max,
             keep_first: self.keep_first,
             policy: &mut *self.policy,
@@ -165,6 +168,7 @@ impl<'a> Committed<'a> {
     ) -> DraftRound<'r> {
         DraftRound {
             committed: context,
+            prompt_len: self.prompt_len,
             max,
             keep_first,
             policy,
@@ -173,6 +177,10 @@ impl<'a> Committed<'a> {
             eos: self.eos,
             metrics,
         }
+    }
+
+    pub fn sampling(&self) -> &SamplingConfig {
+        self.sampling
     }
 
     pub fn generated(&self) -> usize {

@@ -3,8 +3,10 @@
 //! token does not depend on how drafting was cut into rounds or blocks.
 
 use super::candidate::Candidate;
+use super::tree::DraftTree;
 use crate::coupling::{Draws, coupled_pick};
 use crate::sampling::{SamplingConfig, argmax, sample_from};
+use anyhow::{Result, ensure};
 use rand::RngExt;
 use rand::rngs::StdRng;
 
@@ -65,6 +67,18 @@ pub trait Verifier {
     /// branches); a verifier of chains decides one candidate per position.
     fn decides_siblings(&self) -> bool {
         false
+    }
+
+    /// Refuses a tree this verifier cannot decide under `sampling`, before the target runs:
+    /// siblings for a verifier of chains (and, for [`RejectionSampler`], siblings drawn from a
+    /// draft distribution under sampling).
+    fn check_tree(&self, tree: &DraftTree, sampling: &SamplingConfig) -> Result<()> {
+        let _ = sampling;
+        ensure!(
+            tree.is_chain() || self.decides_siblings(),
+            "the drafter proposed a tree; this verifier decides chains only"
+        );
+        Ok(())
     }
 
     /// Decides among `children`, the proposals for one position in the order they are tried,
@@ -165,6 +179,9 @@ impl Verifier for RejectionSampler {
         if sampling.is_greedy() {
             return ExactMatch.decide(c, target_logits, sampling, rng);
         }
+        // A point mass (no q) puts all its probability on its token: accepting it with p/q
+        // for any q_token below 1 would favour it over the target's p.
+        assert!(!c.q.is_empty() || c.q_token == 1.0, "a point-mass candidate must have q_token 1 (got {})", c.q_token);
         let p = sampling.probabilities(target_logits);
         let (py, qy) = (p[c.token as usize] as f64, c.q_token as f64);
         let r: f64 = rng.random::<f64>();
@@ -180,6 +197,21 @@ impl Verifier for RejectionSampler {
 
     fn decides_siblings(&self) -> bool {
         true
+    }
+
+    fn check_tree(&self, tree: &DraftTree, sampling: &SamplingConfig) -> Result<()> {
+        if sampling.is_greedy() {
+            return Ok(());
+        }
+        for parent in std::iter::once(None).chain((0..tree.len()).map(Some)) {
+            let children = tree.children(parent);
+            ensure!(
+                children.len() < 2 || children.iter().all(|&i| tree.node(i).candidate.q.is_empty()),
+                "the drafter proposed siblings drawn from its distribution (node {}); sampled siblings need recursive rejection sampling, and the rejection sampler decides siblings only when they are point masses (lookup, suffix or greedily chosen tokens)",
+                children[0]
+            );
+        }
+        Ok(())
     }
 
     /// One child: [`Verifier::decide`]. Several: each must be a point mass (a looked-up or

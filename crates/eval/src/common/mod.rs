@@ -2,7 +2,7 @@
 //! imports nothing above it): results rows and tables, statistics over prompts, timing-model
 //! fits, the profile's data and latencies, the measured machine and its memory
 //! bandwidth and RSS (sysmem.rs), the row cost `specx bench` stores for `specx decode`
-//! (row_cost.rs), and PNG rendering.
+//! (row_cost.rs), the suffix drafter's corpus file (suffix_corpus.rs), and PNG rendering.
 
 pub mod costs;
 pub mod curve_plot;
@@ -13,5 +13,6 @@ pub mod results;
 pub mod row_cost;
 pub mod run_rows;
 pub mod stats;
+pub mod suffix_corpus;
 pub mod sysmem;
 pub mod timing;

@@ -111,6 +111,7 @@ pub fn replay_with_drafter(
         let calls_before = m.n_draft_calls;
         let tree = drafter.draft_tree(DraftRound {
             committed: &committed,
+            prompt_len: prompt.len(),
             max,
             keep_first: false,
             policy: &mut *policy,

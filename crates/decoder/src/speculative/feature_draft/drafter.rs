@@ -196,7 +196,7 @@ impl Drafter for FeatureHeadDrafter<'_> {
         if round.max == 0 {
             return Ok(Vec::new());
         }
-        let DraftRound { committed, max, keep_first, policy, sampling, streams, eos, metrics } = round;
+        let DraftRound { committed, max, keep_first, policy, sampling, streams, eos, metrics, .. } = round;
         let t = Instant::now();
         self.catch_up(committed)?;
         metrics.draft_time += t.elapsed();

@@ -64,10 +64,7 @@ pub fn generate_speculative(
         // One target forward over the committed tokens its cache lacks plus the candidates
         // (none when the policy dropped the first: a plain target step); a tree's in one tree
         // call, of which the cache keeps the accepted path.
-        ensure!(
-            tree.is_chain() || verifier.decides_siblings(),
-            "the drafter proposed a tree; this verifier decides chains only"
-        );
+        verifier.check_tree(&tree, c.sampling())?;
         let mut scores = if tree.is_chain() {
             let mut input = c.seq.clone();
             input.extend(tree.tokens());

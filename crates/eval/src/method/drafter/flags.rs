@@ -22,12 +22,15 @@ pub enum DrafterFlag {
     SuffixAlpha,
     SuffixMinProb,
     SuffixDepth,
+    SuffixOffset,
+    SuffixPaths,
+    SuffixCached,
     TreeNodes,
     TreeTopK,
 }
 
 impl DrafterFlag {
-    pub const ALL: [DrafterFlag; 13] = [
+    pub const ALL: [DrafterFlag; 16] = [
         DrafterFlag::DraftDevices,
         DrafterFlag::Strategy,
         DrafterFlag::Calibration,
@@ -39,6 +42,9 @@ impl DrafterFlag {
         DrafterFlag::SuffixAlpha,
         DrafterFlag::SuffixMinProb,
         DrafterFlag::SuffixDepth,
+        DrafterFlag::SuffixOffset,
+        DrafterFlag::SuffixPaths,
+        DrafterFlag::SuffixCached,
         DrafterFlag::TreeNodes,
         DrafterFlag::TreeTopK,
     ];
@@ -56,6 +62,9 @@ impl DrafterFlag {
             DrafterFlag::SuffixAlpha => "--suffix-alpha",
             DrafterFlag::SuffixMinProb => "--suffix-min-prob",
             DrafterFlag::SuffixDepth => "--suffix-depth",
+            DrafterFlag::SuffixOffset => "--suffix-offset",
+            DrafterFlag::SuffixPaths => "--suffix-paths",
+            DrafterFlag::SuffixCached => "--suffix-cached",
             DrafterFlag::TreeNodes => "--tree-nodes",
             DrafterFlag::TreeTopK => "--tree-top-k",
         }
@@ -111,6 +120,18 @@ pub struct DrafterFlags {
     /// max_tree_depth) [default: 24].
     #[arg(long)]
     pub suffix_depth: Option<usize>,
+    /// Nodes added to the suffix drafter's alpha * p: a match of p tokens speculates at most
+    /// floor(alpha * p + offset) nodes (SuffixDecoding's max_spec_offset) [default: 0].
+    #[arg(long, allow_hyphen_values = true)]
+    pub suffix_offset: Option<f64>,
+    /// The suffix drafter speculates one path a match (its likeliest continuation, token by
+    /// token) instead of a tree (SuffixDecoding's use_tree_spec = false).
+    #[arg(long)]
+    pub suffix_paths: bool,
+    /// The most earlier outputs the suffix drafter matches, the most recent (SuffixDecoding's
+    /// max_cached_requests) [default: 0, the request's own text; 100000 with --suffix-corpus].
+    #[arg(long)]
+    pub suffix_cached: Option<usize>,
     /// The most nodes of one speculation tree: the rows of its verification call besides the
     /// last committed token [default: 16].
     #[arg(long)]
@@ -135,6 +156,9 @@ impl DrafterFlags {
             DrafterFlag::SuffixAlpha => self.suffix_alpha.is_some(),
             DrafterFlag::SuffixMinProb => self.suffix_min_prob.is_some(),
             DrafterFlag::SuffixDepth => self.suffix_depth.is_some(),
+            DrafterFlag::SuffixOffset => self.suffix_offset.is_some(),
+            DrafterFlag::SuffixPaths => self.suffix_paths,
+            DrafterFlag::SuffixCached => self.suffix_cached.is_some(),
             DrafterFlag::TreeNodes => self.tree_nodes.is_some(),
             DrafterFlag::TreeTopK => self.tree_top_k.is_some(),
         }

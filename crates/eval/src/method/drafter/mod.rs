@@ -130,6 +130,9 @@ mod tests {
             DrafterFlag::SuffixAlpha => vec!["--suffix-alpha", "2"],
             DrafterFlag::SuffixMinProb => vec!["--suffix-min-prob", "0.2"],
             DrafterFlag::SuffixDepth => vec!["--suffix-depth", "12"],
+            DrafterFlag::SuffixOffset => vec!["--suffix-offset", "-1"],
+            DrafterFlag::SuffixPaths => vec!["--suffix-paths"],
+            DrafterFlag::SuffixCached => vec!["--suffix-cached", "7"],
             DrafterFlag::TreeNodes => vec!["--tree-nodes", "8"],
             DrafterFlag::TreeTopK => vec!["--tree-top-k", "2"],
         }

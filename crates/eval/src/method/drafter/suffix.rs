@@ -24,11 +24,18 @@ pub struct Suffix {
     /// The most earlier outputs matched (0: the request's own text only).
     #[serde(default)]
     pub cached_requests: usize,
+    /// Nodes added to `alpha` times the match.
+    #[serde(default)]
+    pub offset: f64,
+    /// One path a match instead of a tree.
+    #[serde(default)]
+    pub paths_only: bool,
 }
 
 /// `drafters.suffix = { alphas = [1.0, 4.0], min_token_probs = [0.1], cached_requests = [0, 256] }`:
 /// every combination, with one `max_depth` and `max_nodes` (SuffixDecoding's defaults when not
-/// given; `cached_requests` defaults to [0], the request's own text only).
+/// given; `cached_requests` defaults to [0], the request's own text only; `offsets` to [0];
+/// `paths_only` to [false], trees: `[false, true]` compares trees with paths).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SuffixDrafters {
@@ -39,6 +46,18 @@ pub struct SuffixDrafters {
     pub cached_requests: Vec<usize>,
     pub max_depth: Option<usize>,
     pub max_nodes: Option<usize>,
+    #[serde(default = "default_offsets")]
+    pub offsets: Vec<f64>,
+    #[serde(default = "default_paths_only")]
+    pub paths_only: Vec<bool>,
+}
+
+fn default_offsets() -> Vec<f64> {
+    vec![0.0]
+}
+
+fn default_paths_only() -> Vec<bool> {
+    vec![false]
 }
 
 fn default_cached_requests() -> Vec<usize> {
@@ -57,6 +76,8 @@ impl Suffix {
             min_token_prob: self.min_token_prob,
             max_nodes: self.max_nodes,
             cached_requests: self.cached_requests,
+            offset: self.offset,
+            paths_only: self.paths_only,
         }
     }
 }
@@ -69,6 +90,8 @@ impl From<SuffixParams> for Suffix {
             max_depth: p.max_depth,
             max_nodes: p.max_nodes,
             cached_requests: p.cached_requests,
+            offset: p.offset,
+            paths_only: p.paths_only,
         }
     }
 }
@@ -78,7 +101,7 @@ impl DrafterFamily for Suffix {
     const HELP: &'static str = "SuffixDecoding: a token tree of the earlier continuations of the text's longest matching suffix, verified in one tree call (--suffix-alpha, --suffix-min-prob, --suffix-depth, --tree-nodes); no draft model runs. Policy: fixed (--k caps the depth) or tree-price";
     const RUNS_DRAFT_MODEL: bool = false;
     const FLAGS: &'static [DrafterFlag] =
-        &[DrafterFlag::SuffixAlpha, DrafterFlag::SuffixMinProb, DrafterFlag::SuffixDepth, DrafterFlag::TreeNodes];
+        &[DrafterFlag::SuffixAlpha, DrafterFlag::SuffixMinProb, DrafterFlag::SuffixDepth, DrafterFlag::SuffixOffset, DrafterFlag::SuffixPaths, DrafterFlag::SuffixCached, DrafterFlag::TreeNodes];
     type Grid = SuffixDrafters;
 
     fn key(&self, body: String) -> String {
@@ -90,13 +113,19 @@ impl DrafterFamily for Suffix {
         if self.max_nodes != d.max_nodes {
             key += &format!(" nodes={}", self.max_nodes);
         }
+        if self.offset != d.offset {
+            key += &format!(" offset={}", self.offset);
+        }
+        if self.paths_only {
+            key += " paths";
+        }
         if self.cached_requests > 0 {
             key += &format!(" cached={}", self.cached_requests);
         }
         format!("{key} | {body}")
     }
     fn check(&self, policy: &PolicySpec, draft: &DraftTransform) -> Result<()> {
-        SuffixDrafter::new(self.params())?;
+        self.params().check()?;
         super::check_tree_policy(Self::NAME, policy)?;
         ensure!(draft.is_identity(), "the suffix drafter runs no draft model, so a cheaper draft changes nothing");
         Ok(())
@@ -111,7 +140,9 @@ impl DrafterFamily for Suffix {
             min_token_prob: f.suffix_min_prob.unwrap_or(d.min_token_prob),
             max_depth: f.suffix_depth.unwrap_or(d.max_depth),
             max_nodes: f.tree_nodes.unwrap_or(d.max_nodes),
-            cached_requests: d.cached_requests,
+            cached_requests: f.suffix_cached.unwrap_or(d.cached_requests),
+            offset: f.suffix_offset.unwrap_or(d.offset),
+            paths_only: f.suffix_paths,
         })
     }
     fn settings(g: &SuffixDrafters) -> Vec<Self> {
@@ -121,7 +152,19 @@ impl DrafterFamily for Suffix {
         for &alpha in &g.alphas {
             for &min_token_prob in &g.min_token_probs {
                 for &cached_requests in &g.cached_requests {
-                    out.push(Self { alpha, min_token_prob, max_depth, max_nodes, cached_requests });
+                    for &offset in &g.offsets {
+                        for &paths_only in &g.paths_only {
+                            out.push(Self {
+                                alpha,
+                                min_token_prob,
+                                max_depth,
+                                max_nodes,
+                                cached_requests,
+                                offset,
+                                paths_only,
+                            });
+                        }
+                    }
                 }
             }
         }
@@ -132,11 +175,13 @@ impl DrafterFamily for Suffix {
             ("alphas", g.alphas.len()),
             ("min_token_probs", g.min_token_probs.len()),
             ("cached_requests", g.cached_requests.len()),
+            ("offsets", g.offsets.len()),
+            ("paths_only", g.paths_only.len()),
         ]
     }
     fn check_grid(g: &SuffixDrafters) -> Result<()> {
         for s in Self::settings(g) {
-            SuffixDrafter::new(s.params())?;
+            s.params().check()?;
         }
         Ok(())
     }
