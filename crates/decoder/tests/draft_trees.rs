@@ -3,15 +3,19 @@
 //! is distributed as the target's (a chi-square over whole sequences at T = 1 and with
 //! temperature, top-k and top-p all warping). A tree of one child per node is the plain
 //! drafter's greedy chain, round for round, and a price on rows verifies fewer nodes. A broken
-//! variant is caught: the top-k children tested as if drawn from the draft (`q_token` below 1),
-//! which accepts them too often.
+//! variant is caught: siblings each tried against the target's p instead of the residual left
+//! by the ones rejected before them, which favours the tree's tokens. Point masses marked as
+//! draws (`q_token` below 1) are refused by the rejection sampler's assertion.
 
 mod common;
 use common::lossless::*;
 use common::*;
 use common::{cfg, greedy, t1};
+use rand::RngExt;
+use rand::rngs::StdRng;
 use specx_decoder::SamplingConfig;
 use specx_decoder::gguf::GgmlType;
+use specx_decoder::sampling::sample_from;
 use specx_decoder::speculative::*;
 use specx_decoder::synthetic::{StDtype, tiny_qwen2};
 use specx_decoder::{Transformer, WeightMode, default_device, load_model_as};
@@ -153,14 +157,15 @@ fn the_rows_kept_from_the_last_tree_grow_the_tree_a_fresh_draft_would() {
     );
 }
 
-/// `N` sampled requests of `LONG` tokens with draft trees under `verifier`, every tree's
-/// children marked with `q_token` (1: point masses, as the drafter makes them).
-fn sampled(t: &Transformer, d: &Transformer, s: &SamplingConfig, q_token: f32) -> Vec<Vec<u32>> {
+/// `N` sampled requests of `LONG` tokens with draft trees under the rejection sampler, or
+/// (`broken`) under [`ResidualForgotten`].
+fn sampled(t: &Transformer, d: &Transformer, s: &SamplingConfig, broken: bool) -> Vec<Vec<u32>> {
     let (mut branching, mut drafted, mut accepted) = (0, 0, 0);
     let samples = (0..N as u64)
         .map(|seed| {
-            let mut drafter = Marked { inner: tree(d, 3, 8), q_token };
-            let g = generate(t, &mut drafter, &mut RejectionSampler, 4, &cfg(s.clone(), seed, LONG));
+            let mut drafter = tree(d, 3, 8);
+            let verifier: &mut dyn Verifier = if broken { &mut ResidualForgotten } else { &mut RejectionSampler };
+            let g = generate(t, &mut drafter, verifier, 4, &cfg(s.clone(), seed, LONG));
             branching += branching_rounds(&g.metrics, 4);
             (drafted, accepted) = (drafted + g.metrics.n_drafted, accepted + g.metrics.n_accepted);
             g.tokens
@@ -173,8 +178,38 @@ fn sampled(t: &Transformer, d: &Transformer, s: &SamplingConfig, q_token: f32) -
     samples
 }
 
-/// The drafter's trees with every node's `q_token` set: below 1, a single child is tested with
-/// min(1, p / q_token) as if it had been drawn from a draft distribution, which it was not.
+/// A broken sibling rule: each point-mass child is tried against the target's `p` itself, not
+/// the residual left by the siblings rejected before it, and the correction is drawn from `p`.
+struct ResidualForgotten;
+
+impl Verifier for ResidualForgotten {
+    fn decide(&mut self, c: &Candidate, logits: &[f32], s: &SamplingConfig, rng: &mut StdRng) -> Verdict {
+        RejectionSampler.decide(c, logits, s, rng)
+    }
+
+    fn decides_siblings(&self) -> bool {
+        true
+    }
+
+    fn decide_among(
+        &mut self,
+        children: &[&Candidate],
+        logits: &[f32],
+        s: &SamplingConfig,
+        rng: &mut StdRng,
+    ) -> Choice {
+        let p = s.probabilities(logits);
+        for (i, c) in children.iter().enumerate() {
+            if rng.random::<f64>() < p[c.token as usize] as f64 {
+                return Choice::Accept(i);
+            }
+        }
+        Choice::Reject(sample_from(&p, rng))
+    }
+}
+
+/// The drafter's trees with every node's `q_token` set: below 1, a single child would be tested
+/// with min(1, p / q_token) as if it had been drawn from a draft distribution, which it was not.
 struct Marked<'m> {
     inner: DynamicTreeDrafter<'m>,
     q_token: f32,
@@ -210,12 +245,18 @@ fn sampled_draft_trees_are_distributed_as_the_target_and_a_broken_test_is_caught
     let (dir, t, _) = pair(SMALL_VOCAB, 11, 12);
     let d = noisy_draft(dir.path(), SMALL_VOCAB, 11, 0.3);
     for (name, s) in [("T=1", t1()), ("T=1.3 top-k 4 top-p 0.9", warped())] {
-        let p = sequence_chi_square_p(&t.model, &PROMPT, &s, &sampled(&t.model, &d.model, &s, 1.0));
+        let p = sequence_chi_square_p(&t.model, &PROMPT, &s, &sampled(&t.model, &d.model, &s, false));
         eprintln!("draft trees, {name}: p = {p:.3}");
         assert!(p > ALPHA, "{name}: sampled draft-tree output not distributed as the target's: p = {p:.2e}");
     }
     let s = t1();
-    let p = sequence_chi_square_p(&t.model, &PROMPT, &s, &sampled(&t.model, &d.model, &s, 0.5));
-    eprintln!("draft trees tested as draws (q_token 0.5): p = {p:.2e}");
-    assert!(p < ALPHA, "top-k children tested as draft draws went unnoticed: p = {p:.2e}");
+    let p = sequence_chi_square_p(&t.model, &PROMPT, &s, &sampled(&t.model, &d.model, &s, true));
+    eprintln!("siblings tried against p instead of the residual: p = {p:.2e}");
+    assert!(p < ALPHA, "siblings tried against p instead of the residual went unnoticed: p = {p:.2e}");
+    // Point masses marked as draws from a distribution are refused, not tested with p / q.
+    let marked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut drafter = Marked { inner: tree(&d.model, 3, 8), q_token: 0.5 };
+        generate(&t.model, &mut drafter, &mut RejectionSampler, 4, &cfg(s.clone(), 0, LONG))
+    }));
+    assert!(marked.is_err(), "a point mass with q_token 0.5 was tested as a draw");
 }

@@ -21,7 +21,9 @@
 //! (temperature 1) whatever the sampling settings, as in EAGLE-2; the depth is the stop
 //! policy's K (the sequential scheduler's `max`); an EOS node is kept but not expanded; the
 //! draft is a separate small model, not EAGLE's feature-level head; and the tree is capped at
-//! `max_nodes` rows so that one verification is one tree call. After verification the draft's
+//! `max_nodes` rows so that one verification is one tree call. Under a policy that prices
+//! rows and draft calls (tree-price), a level is grown only while it can pay for its draft
+//! call ([`super::StopPolicy::tree_level_pays`]), so the depth adapts per round. After verification the draft's
 //! cache keeps the rows of the accepted path's expanded nodes (`KvCache::retain_rows`), so the
 //! next round forwards only what it lacks, as the plain drafter does.
 
@@ -129,11 +131,21 @@ impl<'m> DynamicTreeDrafter<'m> {
             .map(|(token, p)| Grown { token, parent: None, value: p, row: None })
             .collect();
         let mut level: Vec<usize> = (0..nodes.len()).collect();
+        let mut levels = 1;
         for _ in 1..depth {
             let expand = to_expand(&nodes, level, round.eos, self.params.top_k);
             if expand.is_empty() {
                 break;
             }
+            // A level the stop policy prices may not be worth its draft call.
+            let mut kept = by_value(&nodes);
+            kept.truncate(self.params.max_nodes);
+            let values: Vec<f64> = kept.iter().map(|&i| nodes[i].value).collect();
+            let frontier: Vec<f64> = expand.iter().map(|&i| nodes[i].value).collect();
+            if !round.policy.tree_level_pays(&values, levels, &frontier) {
+                break;
+            }
+            levels += 1;
             let cached = self.expanded.len();
             for &i in &expand {
                 let parent_row =

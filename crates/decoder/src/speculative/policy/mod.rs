@@ -141,6 +141,14 @@ pub trait StopPolicy {
     fn tree_nodes(&mut self, values: &[f64]) -> usize {
         values.len()
     }
+    /// For a tree drafter that grows level by level (EAGLE-2's): whether one more level is
+    /// worth its draft call, after `levels` levels whose nodes' values are `values` (in the
+    /// drafter's keep order, as [`Self::tree_nodes`] sees them), the next level growing from
+    /// nodes whose values are `frontier`. Rules that do not price a level grow to their depth.
+    fn tree_level_pays(&mut self, values: &[f64], levels: usize, frontier: &[f64]) -> bool {
+        let _ = (values, levels, frontier);
+        true
+    }
     /// Called after each round's verification.
     fn end_round(&mut self, _outcome: &RoundOutcome) {}
     /// Most candidates the next round may draft (constant for most rules; the dynamic
