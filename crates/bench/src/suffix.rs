@@ -5,6 +5,13 @@
 //! from a shared pool (popular phrases recur across outputs, Zipf-distributed) with single
 //! tokens between them, over a Zipf-distributed vocabulary. Patterns are the texts of new
 //! outputs from the same generator (not in the corpus), cut at random positions.
+//!
+//! The reference measured in the same run is the scan the suffix tree replaced: every
+//! occurrence of the pattern's suffixes found by reading the whole corpus, the tree grown from
+//! their continuations ([`scan_score`]). The table counts the patterns both give the same best
+//! score (they may differ only where equal-scored branches tie and the node budget takes one of
+//! them: the tree breaks such ties by its children's order, the scan by first occurrence); the
+//! scan's time grows with the corpus, the tree's should not.
 
 use anyhow::{Result, ensure};
 use clap::Args;
@@ -35,6 +42,69 @@ pub struct SuffixBenchArgs {
     /// The generator's seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Time the scan reference up to this many outputs (it reads the whole corpus a
+    /// speculation).
+    #[arg(long, default_value_t = 10_000)]
+    pub scan_up_to: usize,
+}
+
+/// The best speculation score after `pattern` found by scanning `texts` (the suffix drafter's
+/// algorithm before its suffix tree): every occurrence of the pattern's last token, the length
+/// of the suffix match ending there, and for each match length the tree of the continuations
+/// grown best score first. The same frequencies, bounds and choice as the tree's.
+fn scan_score(texts: &[Vec<u32>], pattern: &[u32], params: &SuffixParams, max_depth: usize) -> f64 {
+    let Some(&last) = pattern.last() else { return 0.0 };
+    let limit = (params.max_depth - 1).min(pattern.len());
+    let mut ends: Vec<(usize, usize, usize)> = Vec::new();
+    for (t, text) in texts.iter().enumerate() {
+        for j in 1..=text.len() {
+            if text[j - 1] == last {
+                let l = (1..=limit.min(j)).take_while(|&l| text[j - l] == pattern[pattern.len() - l]).count();
+                ends.push((t, j, l));
+            }
+        }
+    }
+    let longest = ends.iter().filter(|&&(t, j, _)| j < texts[t].len()).map(|&(_, _, l)| l).max().unwrap_or(0);
+    let mut best = 0.0f64;
+    for p in (1..=longest).rev() {
+        let occurrences: Vec<(usize, usize)> =
+            ends.iter().filter(|&&(_, _, l)| l >= p).map(|&(t, j, _)| (t, j)).collect();
+        let depth = (params.max_depth - p).min(max_depth);
+        let budget = ((params.alpha * p as f64 + params.offset + 1e-6).floor().max(0.0) as usize).min(params.max_nodes);
+        let total = occurrences.len() as f64;
+        // Frontier entries: (score, level, the occurrences continuing so).
+        let mut frontier: Vec<(f64, usize, Vec<(usize, usize)>)> = Vec::new();
+        let expand = |level: usize, from: &[(usize, usize)], frontier: &mut Vec<(f64, usize, Vec<(usize, usize)>)>| {
+            if level >= depth {
+                return;
+            }
+            let mut by_token: Vec<(u32, Vec<(usize, usize)>)> = Vec::new();
+            for &(text, j) in from {
+                let Some(&t) = texts[text].get(j + level) else { continue };
+                match by_token.iter_mut().find(|(tok, _)| *tok == t) {
+                    Some((_, v)) => v.push((text, j)),
+                    None => by_token.push((t, vec![(text, j)])),
+                }
+            }
+            frontier.extend(by_token.into_iter().map(|(_, v)| (v.len() as f64 / total, level, v)));
+        };
+        expand(0, &occurrences, &mut frontier);
+        let (mut score, mut nodes) = (0.0, 0);
+        while nodes < budget {
+            let Some(b) = (0..frontier.len()).reduce(|a, b| if frontier[b].0 > frontier[a].0 { b } else { a }) else {
+                break;
+            };
+            if frontier[b].0 < params.min_token_prob {
+                break;
+            }
+            let (s, level, from) = frontier.remove(b);
+            score += s;
+            nodes += 1;
+            expand(level + 1, &from, &mut frontier);
+        }
+        best = best.max(score);
+    }
+    best
 }
 
 /// Draws synthetic outputs (see the module docs).
@@ -118,6 +188,8 @@ pub fn run(a: SuffixBenchArgs) -> Result<()> {
         .collect();
     let mut source = Outputs::new(a.seed);
     let mut tree = SuffixTree::new(params.max_depth);
+    // The corpus as texts, for the scan reference.
+    let mut texts: Vec<Vec<u32>> = Vec::new();
     let mut build_s = 0.0;
     let mut rows = Vec::new();
     let mut reference = None;
@@ -130,9 +202,19 @@ pub fn run(a: SuffixBenchArgs) -> Result<()> {
         // The corpus grows to n outputs (the timing of each size adds to the last's).
         let started = Instant::now();
         while tree.texts() < n {
-            tree.insert(&source.next(a.output_len));
+            let text = source.next(a.output_len);
+            tree.insert(&text);
+            if n <= a.scan_up_to {
+                texts.push(text);
+            }
         }
         build_s += started.elapsed().as_secs_f64();
+        // The scan: one run, its scores against the tree's.
+        let scan = (n <= a.scan_up_to).then(|| {
+            let started = Instant::now();
+            let scores: Vec<f64> = patterns.iter().map(|p| scan_score(&texts, p, &params, params.max_depth)).collect();
+            (started.elapsed().as_secs_f64() * 1e6 / patterns.len() as f64, scores)
+        });
         let mut per_call_us = Vec::with_capacity(a.runs);
         let (mut nodes, mut matched) = (0usize, 0usize);
         for _ in 0..a.runs {
@@ -146,6 +228,19 @@ pub fn run(a: SuffixBenchArgs) -> Result<()> {
             per_call_us.push(started.elapsed().as_secs_f64() * 1e6 / patterns.len() as f64);
             (nodes, matched) = (n_nodes, n_matched);
         }
+        let scan_cell = match &scan {
+            None => "- (not run)".to_string(),
+            Some((us, scores)) => {
+                let same = patterns
+                    .iter()
+                    .zip(scores)
+                    .filter(|&(p, &want)| {
+                        (speculate_in(&tree, &params, p, params.max_depth).score() - want).abs() < 1e-9
+                    })
+                    .count();
+                format!("{us:.1}; {same}/{}", patterns.len())
+            }
+        };
         let (lo, hi) = per_call_us.iter().fold((f64::MAX, 0f64), |(l, h), &x| (l.min(x), h.max(x)));
         let med = median(&mut per_call_us);
         if n == 100 {
@@ -163,6 +258,7 @@ pub fn run(a: SuffixBenchArgs) -> Result<()> {
             String::new(),
             format!("{:.2}", nodes as f64 / patterns.len() as f64),
             format!("{:.2}", matched as f64 / patterns.len() as f64),
+            scan_cell,
         ]);
     }
     for (row, med) in rows.iter_mut().zip(&medians) {
@@ -181,6 +277,7 @@ pub fn run(a: SuffixBenchArgs) -> Result<()> {
                 "vs 100 outputs",
                 "nodes a speculation",
                 "share with a speculation",
+                "scan reference (us; patterns with the same score)",
             ],
             &rows
         )

@@ -4,18 +4,15 @@
 //! temperature, top-k and top-p all warping). A tree of one child per node is the plain
 //! drafter's greedy chain, round for round, and a price on rows verifies fewer nodes. A broken
 //! variant is caught: siblings each tried against the target's p instead of the residual left
-//! by the ones rejected before them, which favours the tree's tokens. Point masses marked as
+//! by the ones rejected before them. Point masses marked as
 //! draws (`q_token` below 1) are refused by the rejection sampler's assertion.
 
 mod common;
 use common::lossless::*;
 use common::*;
 use common::{cfg, greedy, t1};
-use rand::RngExt;
-use rand::rngs::StdRng;
 use specx_decoder::SamplingConfig;
 use specx_decoder::gguf::GgmlType;
-use specx_decoder::sampling::sample_from;
 use specx_decoder::speculative::*;
 use specx_decoder::synthetic::{StDtype, tiny_qwen2};
 use specx_decoder::{Transformer, WeightMode, default_device, load_model_as};
@@ -158,13 +155,14 @@ fn the_rows_kept_from_the_last_tree_grow_the_tree_a_fresh_draft_would() {
 }
 
 /// `N` sampled requests of `LONG` tokens with draft trees under the rejection sampler, or
-/// (`broken`) under [`ResidualForgotten`].
+/// (`broken`) under [`BrokenSiblings`] testing each sibling against `p`.
 fn sampled(t: &Transformer, d: &Transformer, s: &SamplingConfig, broken: bool) -> Vec<Vec<u32>> {
     let (mut branching, mut drafted, mut accepted) = (0, 0, 0);
     let samples = (0..N as u64)
         .map(|seed| {
             let mut drafter = tree(d, 3, 8);
-            let verifier: &mut dyn Verifier = if broken { &mut ResidualForgotten } else { &mut RejectionSampler };
+            let verifier: &mut dyn Verifier =
+                if broken { &mut BrokenSiblings { keep_rejected: false } } else { &mut RejectionSampler };
             let g = generate(t, &mut drafter, verifier, 4, &cfg(s.clone(), seed, LONG));
             branching += branching_rounds(&g.metrics, 4);
             (drafted, accepted) = (drafted + g.metrics.n_drafted, accepted + g.metrics.n_accepted);
@@ -176,36 +174,6 @@ fn sampled(t: &Transformer, d: &Transformer, s: &SamplingConfig, broken: bool) -
         "{branching} branching trees, {drafted} drafted, {accepted} accepted"
     );
     samples
-}
-
-/// A broken sibling rule: each point-mass child is tried against the target's `p` itself, not
-/// the residual left by the siblings rejected before it, and the correction is drawn from `p`.
-struct ResidualForgotten;
-
-impl Verifier for ResidualForgotten {
-    fn decide(&mut self, c: &Candidate, logits: &[f32], s: &SamplingConfig, rng: &mut StdRng) -> Verdict {
-        RejectionSampler.decide(c, logits, s, rng)
-    }
-
-    fn decides_siblings(&self) -> bool {
-        true
-    }
-
-    fn decide_among(
-        &mut self,
-        children: &[&Candidate],
-        logits: &[f32],
-        s: &SamplingConfig,
-        rng: &mut StdRng,
-    ) -> Choice {
-        let p = s.probabilities(logits);
-        for (i, c) in children.iter().enumerate() {
-            if rng.random::<f64>() < p[c.token as usize] as f64 {
-                return Choice::Accept(i);
-            }
-        }
-        Choice::Reject(sample_from(&p, rng))
-    }
 }
 
 /// The drafter's trees with every node's `q_token` set: below 1, a single child would be tested

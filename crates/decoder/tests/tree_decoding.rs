@@ -10,10 +10,8 @@ mod common;
 use common::lossless::*;
 use common::*;
 use common::{cfg, greedy, t1};
-use rand::RngExt;
-use rand::rngs::StdRng;
 use specx_decoder::gguf::GgmlType;
-use specx_decoder::sampling::{SamplingConfig, sample_from};
+use specx_decoder::sampling::SamplingConfig;
 use specx_decoder::speculative::*;
 use specx_decoder::synthetic::{StDtype, tiny_qwen2};
 use specx_decoder::{Transformer, WeightMode, default_device, load_model_as};
@@ -118,45 +116,6 @@ fn sampled_suffix_trees_are_distributed_as_the_target() {
         let p = sequence_chi_square_p(&t.model, &PROMPT, &s, &samples);
         eprintln!("suffix trees, {name}: p = {p:.3}");
         assert!(p > ALPHA, "{name}: sampled tree output not distributed as the target's: p = {p:.2e}");
-    }
-}
-
-/// The sibling rule with one of two faults: `keep_rejected` tests each child against the
-/// residual but never removes a rejected child from it; otherwise each child is tested against
-/// the target's `p` (the rejected ones removed only from the final draw), so a twin of a
-/// rejected child can still be accepted.
-struct BrokenSiblings {
-    keep_rejected: bool,
-}
-
-impl Verifier for BrokenSiblings {
-    fn decide(&mut self, c: &Candidate, logits: &[f32], s: &SamplingConfig, rng: &mut StdRng) -> Verdict {
-        RejectionSampler.decide(c, logits, s, rng)
-    }
-
-    fn decides_siblings(&self) -> bool {
-        true
-    }
-
-    fn decide_among(
-        &mut self,
-        children: &[&Candidate],
-        logits: &[f32],
-        s: &SamplingConfig,
-        rng: &mut StdRng,
-    ) -> Choice {
-        let p = s.probabilities(logits);
-        let mut residual = p.clone();
-        for (i, c) in children.iter().enumerate() {
-            let tested = if self.keep_rejected { &residual } else { &p };
-            if rng.random::<f64>() < tested[c.token as usize] as f64 {
-                return Choice::Accept(i);
-            }
-            if !self.keep_rejected {
-                residual = point_mass_residual(&residual, c.token);
-            }
-        }
-        Choice::Reject(sample_from(&residual, rng))
     }
 }
 

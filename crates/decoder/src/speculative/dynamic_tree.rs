@@ -131,8 +131,8 @@ impl<'m> DynamicTreeDrafter<'m> {
             .map(|(token, p)| Grown { token, parent: None, value: p, row: None })
             .collect();
         let mut level: Vec<usize> = (0..nodes.len()).collect();
-        let mut levels = 1;
-        for _ in 1..depth {
+        // `levels` levels are grown when the loop body starts.
+        for levels in 1..depth {
             let expand = to_expand(&nodes, level, round.eos, self.params.top_k);
             if expand.is_empty() {
                 break;
@@ -145,7 +145,6 @@ impl<'m> DynamicTreeDrafter<'m> {
             if !round.policy.tree_level_pays(&values, levels, &frontier) {
                 break;
             }
-            levels += 1;
             let cached = self.expanded.len();
             for &i in &expand {
                 let parent_row =

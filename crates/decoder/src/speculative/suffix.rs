@@ -172,6 +172,8 @@ impl SuffixDrafter {
     /// The same drafter matching also `corpus` (whose strings must be `max_depth` long), to
     /// which it adds its request's output while the request runs.
     pub fn with_corpus(mut self, corpus: SharedCorpus) -> Self {
+        let depth = corpus.lock().expect("a suffix corpus is never left mid-update").tree().max_depth();
+        assert_eq!(depth, self.params.max_depth, "a suffix corpus's strings must be the drafter's max_depth long");
         self.discard_active();
         self.corpus = Some(corpus);
         self
@@ -253,6 +255,11 @@ fn best_in(
     let mut best = Speculation::default();
     for (i, &at) in matches.iter().enumerate().rev() {
         let p = i + 1;
+        // A tree of n nodes scores at most n, and shorter matches get no more nodes: none of
+        // them can beat the best so far.
+        if params.budget(p) as f64 <= best.score() {
+            break;
+        }
         let spec = grow(tree, params, at, p, max_depth, scratch);
         if spec.score() > best.score() {
             best = spec;

@@ -80,7 +80,7 @@ pub struct SuffixTree {
 impl SuffixTree {
     /// An empty tree whose strings are at most `max_depth` tokens long.
     pub fn new(max_depth: usize) -> Self {
-        assert!(max_depth >= 1 && max_depth <= u32::MAX as usize, "a suffix tree's depth must be at least 1");
+        assert!((1..=u32::MAX as usize).contains(&max_depth), "a suffix tree's depth must be at least 1");
         let root = Node { count: 0, parent: ROOT, slot: 0, depth: 0, len: 0, text: 0, end: 0, children: Vec::new() };
         Self {
             max_depth: max_depth as u32,

@@ -1,10 +1,16 @@
 //! Losslessness helpers shared by the schedulers' and drafters' tests: the exact distribution of
 //! short continuations under the warped target, chi-square tests of sampled counts and of
-//! whole sampled sequences against it, and what a run of requests went through.
+//! whole sampled sequences against it, what a run of requests went through, and a broken
+//! sibling rule for the tests to catch.
 
+use rand::RngExt;
+use rand::rngs::StdRng;
 use specx_decoder::Transformer;
 use specx_decoder::sampling::SamplingConfig;
-use specx_decoder::speculative::{Generation, SpecConfig};
+use specx_decoder::sampling::sample_from;
+use specx_decoder::speculative::{
+    Candidate, Choice, Generation, RejectionSampler, SpecConfig, Verdict, Verifier, point_mass_residual,
+};
 use std::collections::HashMap;
 
 pub const SMALL_VOCAB: usize = 6;
@@ -278,5 +284,44 @@ impl Short {
     /// distribution.
     pub fn p(&self, run: impl FnMut(u64) -> Vec<u32>) -> f64 {
         chi_square_p(&sample_counts(SAMPLES, run), &self.exact, SAMPLES)
+    }
+}
+
+/// The sibling rule with one of two faults: `keep_rejected` tests each child against the
+/// residual but never removes a rejected child from it; otherwise each child is tested against
+/// the target's `p` (the rejected ones removed only from the final draw), so a twin of a
+/// rejected child can still be accepted.
+pub struct BrokenSiblings {
+    pub keep_rejected: bool,
+}
+
+impl Verifier for BrokenSiblings {
+    fn decide(&mut self, c: &Candidate, logits: &[f32], s: &SamplingConfig, rng: &mut StdRng) -> Verdict {
+        RejectionSampler.decide(c, logits, s, rng)
+    }
+
+    fn decides_siblings(&self) -> bool {
+        true
+    }
+
+    fn decide_among(
+        &mut self,
+        children: &[&Candidate],
+        logits: &[f32],
+        s: &SamplingConfig,
+        rng: &mut StdRng,
+    ) -> Choice {
+        let p = s.probabilities(logits);
+        let mut residual = p.clone();
+        for (i, c) in children.iter().enumerate() {
+            let tested = if self.keep_rejected { &residual } else { &p };
+            if rng.random::<f64>() < tested[c.token as usize] as f64 {
+                return Choice::Accept(i);
+            }
+            if !self.keep_rejected {
+                residual = point_mass_residual(&residual, c.token);
+            }
+        }
+        Choice::Reject(sample_from(&residual, rng))
     }
 }
