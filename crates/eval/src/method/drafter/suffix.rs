@@ -24,11 +24,12 @@ pub struct Suffix {
     /// The most earlier outputs matched (0: the request's own text only).
     #[serde(default)]
     pub cached_requests: usize,
-    /// Nodes added to `alpha` times the match.
-    #[serde(default)]
+    /// Nodes added to `alpha` times the match (left out of files at its default, so files
+    /// written before it existed read and write back the same).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub offset: f64,
     /// One path a match instead of a tree.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paths_only: bool,
 }
 
@@ -46,10 +47,22 @@ pub struct SuffixDrafters {
     pub cached_requests: Vec<usize>,
     pub max_depth: Option<usize>,
     pub max_nodes: Option<usize>,
-    #[serde(default = "default_offsets")]
+    #[serde(default = "default_offsets", skip_serializing_if = "is_default_offsets")]
     pub offsets: Vec<f64>,
-    #[serde(default = "default_paths_only")]
+    #[serde(default = "default_paths_only", skip_serializing_if = "is_default_paths_only")]
     pub paths_only: Vec<bool>,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
+fn is_default_offsets(v: &[f64]) -> bool {
+    v == default_offsets().as_slice()
+}
+
+fn is_default_paths_only(v: &[bool]) -> bool {
+    v == default_paths_only().as_slice()
 }
 
 fn default_offsets() -> Vec<f64> {
