@@ -70,7 +70,7 @@ fn scan_score(texts: &[Vec<u32>], pattern: &[u32], params: &SuffixParams, max_de
         let occurrences: Vec<(usize, usize)> =
             ends.iter().filter(|&&(_, _, l)| l >= p).map(|&(t, j, _)| (t, j)).collect();
         let depth = (params.max_depth - p).min(max_depth);
-        let budget = ((params.alpha * p as f64 + params.offset + 1e-6).floor().max(0.0) as usize).min(params.max_nodes);
+        let budget = params.budget(p);
         let total = occurrences.len() as f64;
         // Frontier entries: (score, level, the occurrences continuing so).
         let mut frontier: Vec<(f64, usize, Vec<(usize, usize)>)> = Vec::new();

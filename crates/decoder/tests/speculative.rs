@@ -522,27 +522,21 @@ fn sampled_siblings_from_a_draft_distribution_are_refused_before_the_target_runs
         fn rollback(&mut self, _: usize) {}
     }
     let (_d, t, _) = pair(VOCAB, 1, 1);
+    let run = |s: SamplingConfig| {
+        let c = cfg(s, 0, 4);
+        generate_speculative(
+            &t.model,
+            &mut SampledSiblings,
+            &mut FixedK(2),
+            &mut RejectionSampler,
+            &tokens(4, 3),
+            &c,
+            &[],
+        )
+    };
     let hot = SamplingConfig { temperature: 0.8, top_k: None, top_p: None };
-    let err = generate_speculative(
-        &t.model,
-        &mut SampledSiblings,
-        &mut FixedK(2),
-        &mut RejectionSampler,
-        &tokens(4, 3),
-        &cfg(hot, 0, 4),
-        &[],
-    )
-    .unwrap_err();
+    let err = run(hot).unwrap_err();
     assert!(err.to_string().contains("siblings drawn from its distribution"), "{err}");
     // Greedy decisions take the argmax among any siblings.
-    let g = generate_speculative(
-        &t.model,
-        &mut SampledSiblings,
-        &mut FixedK(2),
-        &mut RejectionSampler,
-        &tokens(4, 3),
-        &cfg(greedy(), 0, 4),
-        &[],
-    );
-    assert!(g.is_ok());
+    assert!(run(greedy()).is_ok());
 }

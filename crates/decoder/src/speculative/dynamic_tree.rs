@@ -57,13 +57,7 @@ impl Default for DynamicTreeParams {
 impl DynamicTreeParams {
     pub fn check(&self) -> Result<()> {
         ensure!(self.top_k >= 1, "dynamic draft trees need top_k >= 1 (got {})", self.top_k);
-        ensure!(
-            (1..crate::model::HOST_KERNEL_MAX_ROWS).contains(&self.max_nodes),
-            "dynamic draft trees take 1 to {} nodes (one tree call with the committed token; got {})",
-            crate::model::HOST_KERNEL_MAX_ROWS - 1,
-            self.max_nodes
-        );
-        Ok(())
+        super::tree::check_max_nodes("dynamic draft trees", self.max_nodes)
     }
 }
 

@@ -36,8 +36,7 @@ use super::lookup::PromptLookupDrafter;
 use super::round::DraftRound;
 use super::suffix_corpus::{CorpusBound, SharedCorpus, SuffixCorpus};
 use super::suffix_tree::{Continuation, Cursor, SuffixTree, TextId};
-use super::tree::DraftTree;
-use crate::model::HOST_KERNEL_MAX_ROWS;
+use super::tree::{DraftTree, check_max_nodes};
 use anyhow::{Result, ensure};
 use std::time::Instant;
 
@@ -87,18 +86,11 @@ impl SuffixParams {
             "suffix decoding's min_token_prob must lie in [0, 1] (got {})",
             self.min_token_prob
         );
-        ensure!(
-            (1..HOST_KERNEL_MAX_ROWS).contains(&self.max_nodes),
-            "suffix decoding's max_nodes must lie in 1..={} (one tree call holds the committed token and at most {} nodes; got {})",
-            HOST_KERNEL_MAX_ROWS - 1,
-            HOST_KERNEL_MAX_ROWS - 1,
-            self.max_nodes
-        );
-        Ok(())
+        check_max_nodes("suffix decoding", self.max_nodes)
     }
 
     /// The most nodes a match of `p` tokens may speculate.
-    fn budget(&self, p: usize) -> usize {
+    pub fn budget(&self, p: usize) -> usize {
         let n = (self.alpha * p as f64 + self.offset + 1e-6).floor();
         if n <= 0.0 { 0 } else { (n as usize).min(self.max_nodes) }
     }

@@ -25,8 +25,8 @@ pub struct CorpusBound {
 pub struct SuffixCorpus {
     tree: SuffixTree,
     bound: CorpusBound,
-    /// Finished outputs, oldest first, with their lengths.
-    finished: VecDeque<(TextId, usize)>,
+    /// Finished outputs, oldest first.
+    finished: VecDeque<TextId>,
     finished_tokens: usize,
 }
 
@@ -69,14 +69,14 @@ impl SuffixCorpus {
             return;
         }
         let id = self.tree.insert(output);
-        self.finished.push_back((id, output.len()));
+        self.finished.push_back(id);
         self.finished_tokens += output.len();
         while self.finished.len() > self.bound.outputs
             || (self.finished_tokens > self.bound.tokens && self.finished.len() > 1)
         {
-            let (old, len) = self.finished.pop_front().expect("over the bound, so not empty");
+            let old = self.finished.pop_front().expect("over the bound, so not empty");
+            self.finished_tokens -= self.tree.text(old).len();
             self.tree.remove(old);
-            self.finished_tokens -= len;
         }
     }
 

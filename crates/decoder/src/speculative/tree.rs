@@ -5,7 +5,22 @@
 //! A chain, each candidate the child of the one before, is what every chain drafter proposes.
 
 use super::candidate::Candidate;
+use crate::model::HOST_KERNEL_MAX_ROWS;
 use crate::tree_mask::TreeMask;
+use anyhow::{Result, ensure};
+
+/// The most nodes a drafter's tree may have: one tree call holds the last committed token and
+/// the nodes, within the rows the host kernels keep row-invariant.
+pub const MAX_TREE_NODES: usize = HOST_KERNEL_MAX_ROWS - 1;
+
+/// Refuses a node cap no single tree call can verify (`drafter` names the drafter).
+pub fn check_max_nodes(drafter: &str, max_nodes: usize) -> Result<()> {
+    ensure!(
+        (1..=MAX_TREE_NODES).contains(&max_nodes),
+        "{drafter}'s max_nodes must lie in 1..={MAX_TREE_NODES} (one tree call holds the committed token and at most {MAX_TREE_NODES} nodes; got {max_nodes})"
+    );
+    Ok(())
+}
 
 /// One proposed token and the node it continues (`None`: the committed sequence).
 #[derive(Clone, Debug)]

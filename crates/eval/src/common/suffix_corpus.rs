@@ -6,8 +6,9 @@
 
 use anyhow::{Context, Result, bail, ensure};
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::fs::OpenOptions;
-use std::io::Write;
+use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 
 const FORMAT: &str = "specx-suffix-corpus";
@@ -22,8 +23,8 @@ struct Header {
 }
 
 #[derive(Serialize, Deserialize)]
-struct Output {
-    tokens: Vec<u32>,
+struct Output<'a> {
+    tokens: Cow<'a, [u32]>,
 }
 
 /// A corpus file's outputs, oldest first, and the vocabulary they were written with.
@@ -69,7 +70,7 @@ impl CorpusFile {
         for (i, line) in lines.enumerate() {
             let o: Output = serde_json::from_str(line)
                 .with_context(|| format!("{} line {}: not an output ({{\"tokens\": [ids]}})", path.display(), i + 2))?;
-            outputs.push(o.tokens);
+            outputs.push(o.tokens.into_owned());
         }
         Ok(Self { vocab_sha256: Some(header.vocab_sha256), outputs, complete_len: complete_len as u64, torn })
     }
@@ -100,18 +101,18 @@ impl CorpusFile {
             lines.push('\n');
         }
         for o in outputs {
-            lines += &serde_json::to_string(&Output { tokens: o.clone() })?;
+            lines += &serde_json::to_string(&Output { tokens: Cow::Borrowed(o) })?;
             lines.push('\n');
         }
-        let file = OpenOptions::new()
+        let mut file = OpenOptions::new()
             .create(true)
             .write(true)
             .truncate(false)
             .open(path)
             .with_context(|| format!("opening the suffix corpus {}", path.display()))?;
-        // Whatever follows the whole lines read (a torn line) goes.
+        // Whatever follows the whole lines read (a torn line) goes; the new lines follow them.
         file.set_len(self.complete_len)?;
-        let mut file = OpenOptions::new().append(true).open(path)?;
+        file.seek(SeekFrom::Start(self.complete_len))?;
         file.write_all(lines.as_bytes())
             .with_context(|| format!("appending to the suffix corpus {}", path.display()))?;
         file.sync_all()?;
